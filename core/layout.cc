@@ -1,0 +1,109 @@
+#include "core/layout.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace tessel {
+
+std::vector<int64_t> SplitAligned(int64_t n, int parts, int64_t align) {
+  // Work in alignment units so boundaries are aligned; spread the remainder
+  // one unit at a time over the last shards. The final unit may be partial, so
+  // giving the extra units to the last shards keeps every size within one
+  // unit of every other.
+  const int64_t units = (n + align - 1) / align;
+  const int64_t base = units / parts;
+  const int64_t extra = units % parts;
+  std::vector<int64_t> bounds(parts + 1);
+  int64_t unit = 0;
+  for (int s = 0; s < parts; ++s) {
+    bounds[s] = std::min(unit * align, n);
+    unit += base + (s >= parts - extra ? 1 : 0);
+  }
+  bounds[parts] = n;
+  return bounds;
+}
+
+absl::StatusOr<Layout> Layout::Create(const std::vector<TensorDesc>& tensors, int num_shards,
+                                      int64_t align_elems, int64_t bucket_elems) {
+  if (tensors.empty()) return absl::InvalidArgumentError("layout has no tensors");
+  if (num_shards < 1 || num_shards > kMaxShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_shards must be in [1, ", kMaxShards, "], got ", num_shards));
+  }
+  if (align_elems < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("align_elems must be >= 1, got ", align_elems));
+  }
+  if (bucket_elems < align_elems || bucket_elems % align_elems != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("bucket_elems (", bucket_elems,
+                                                   ") must be a positive multiple of align_elems (",
+                                                   align_elems, ")"));
+  }
+  Layout layout;
+  layout.align_elems_ = align_elems;
+  layout.bucket_elems_ = bucket_elems;
+  absl::flat_hash_set<std::string> names;
+  int64_t offset = 0;
+  for (const TensorDesc& t : tensors) {
+    if (t.name.empty()) return absl::InvalidArgumentError("a tensor has an empty name");
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor name '", t.name, "' appears twice"));
+    }
+    int64_t numel = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", t.name, "' has a negative dimension ", d));
+      }
+      if (d != 0 && numel > kMaxParams / d) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", t.name, "' has more than ", kMaxParams, " elements"));
+      }
+      numel *= d;
+    }
+    if (offset > kMaxParams - numel) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layout has more than ", kMaxParams, " elements"));
+    }
+    layout.tensors_.push_back(TensorSlot{t.name, t.shape, offset, numel});
+    offset += numel;
+  }
+  if (offset == 0) return absl::InvalidArgumentError("layout has zero elements");
+  layout.num_params_ = offset;
+  layout.shard_begin_ = SplitAligned(offset, num_shards, align_elems);
+  return layout;
+}
+
+Range Layout::shard_range(int shard) const {
+  return Range{shard_begin_[shard], shard_begin_[shard + 1]};
+}
+
+int Layout::num_buckets(int shard) const {
+  const int64_t n = shard_range(shard).size();
+  return static_cast<int>((n + bucket_elems_ - 1) / bucket_elems_);
+}
+
+Range Layout::bucket_range(int shard, int bucket) const {
+  const Range r = shard_range(shard);
+  const int64_t begin = r.begin + int64_t{bucket} * bucket_elems_;
+  return Range{begin, std::min(begin + bucket_elems_, r.end)};
+}
+
+int Layout::ShardOf(int64_t index) const {
+  // Last boundary <= index whose range is non-empty.
+  auto it = std::upper_bound(shard_begin_.begin(), shard_begin_.end() - 1, index);
+  int s = static_cast<int>(it - shard_begin_.begin()) - 1;
+  while (s > 0 && shard_range(s).empty()) --s;
+  return s;
+}
+
+int Layout::FindTensor(const std::string& name) const {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace tessel

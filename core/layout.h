@@ -1,0 +1,102 @@
+// Layout: how a job's tensors map onto one flat parameter vector, and how that
+// vector is cut into shard ranges and data-path buckets.
+//
+// Contract:
+//   - Tensors are packed in registration order; tensor i occupies
+//     [offset, offset + numel) of the flat vector. A tensor may straddle two
+//     shard ranges.
+//   - The flat vector of P elements is cut into S contiguous ranges that cover
+//     [0, P) exactly. Range boundaries are multiples of `align_elems` (except the
+//     final end, which is P), and range sizes differ by at most one alignment
+//     unit, so shards are balanced. When P has fewer alignment units than S, the
+//     first ranges are empty.
+//   - Each range is cut into buckets of `bucket_elems` elements (the last one
+//     may be shorter). Buckets never cross a range boundary.
+//   - Everything is a pure function of (tensors, S, align, bucket): every
+//     process derives identical ranges, and a checkpoint can record and
+//     re-derive them for another S.
+//
+// Example:
+//   absl::StatusOr<Layout> layout = Layout::Create(
+//       {{"fc0.weight", {256, 64}}, {"fc0.bias", {256}}}, /*num_shards=*/2,
+//       /*align_elems=*/64, /*bucket_elems=*/1 << 20);
+//   Range r = layout->shard_range(1);  // elements server 1 owns
+#ifndef TESSEL_CORE_LAYOUT_H_
+#define TESSEL_CORE_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessel {
+
+struct TensorDesc {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+struct TensorSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // first element in the flat vector
+  int64_t numel = 0;
+};
+
+// Half-open element range [begin, end).
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+  friend bool operator==(const Range& a, const Range& b) {
+    return a.begin == b.begin && a.end == b.end;
+  }
+};
+
+class Layout {
+ public:
+  // Upper bounds that keep every product in int64 and every count sane.
+  static constexpr int kMaxShards = 4096;
+  static constexpr int64_t kMaxParams = int64_t{1} << 40;
+
+  // Fails with InvalidArgument on: no tensors, empty or duplicate names,
+  // negative dimensions, zero-element model, more than kMaxParams elements,
+  // num_shards outside [1, kMaxShards], align_elems < 1, or bucket_elems not a
+  // positive multiple of align_elems.
+  static absl::StatusOr<Layout> Create(const std::vector<TensorDesc>& tensors, int num_shards,
+                                       int64_t align_elems, int64_t bucket_elems);
+
+  int64_t num_params() const { return num_params_; }
+  int num_shards() const { return static_cast<int>(shard_begin_.size()) - 1; }
+  int64_t align_elems() const { return align_elems_; }
+  int64_t bucket_elems() const { return bucket_elems_; }
+  const std::vector<TensorSlot>& tensors() const { return tensors_; }
+
+  Range shard_range(int shard) const;
+  int num_buckets(int shard) const;
+  // Absolute element range of bucket `bucket` of shard `shard`.
+  Range bucket_range(int shard, int bucket) const;
+  // Shard owning element `index` (0 <= index < num_params()).
+  int ShardOf(int64_t index) const;
+  // Index of a tensor by name, or -1.
+  int FindTensor(const std::string& name) const;
+
+ private:
+  Layout() = default;
+
+  std::vector<TensorSlot> tensors_;
+  std::vector<int64_t> shard_begin_;  // S + 1 boundaries; shard_begin_[S] == P
+  int64_t num_params_ = 0;
+  int64_t align_elems_ = 1;
+  int64_t bucket_elems_ = 1;
+};
+
+// Balanced aligned split of [0, n) into `parts` ranges; the building block of
+// Layout, exposed for tests and for re-sharding. Returns parts + 1 boundaries.
+std::vector<int64_t> SplitAligned(int64_t n, int parts, int64_t align);
+
+}  // namespace tessel
+
+#endif  // TESSEL_CORE_LAYOUT_H_

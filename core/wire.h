@@ -1,0 +1,73 @@
+// Data-path frame header: the fixed 64-byte header every UCX data message
+// carries in front of (not inside) its payload.
+//
+// Layout (little-endian, offsets in bytes):
+//    0 u32 magic 'TSL1'      4 u16 version (1)    6 u16 type (FrameType)
+//    8 u64 job_id            16 i64 epoch         24 i64 step
+//   32 i32 rank              36 i32 shard         40 i32 bucket
+//   44 i32 code (ERROR: absl::StatusCode; else 0)
+//   48 u64 payload_bytes     56 u64 reserved (0)
+//
+// job_id is JobId(job name), so the header stays fixed-size. Decode checks
+// only the header's own consistency; whether it fits a job (epoch, step, size)
+// is the receiver's business. See docs/wire-protocol.md.
+//
+// Example:
+//   FrameHeader h{FrameType::kPush, JobId("mlp"), epoch, step, rank, shard, b};
+//   h.payload_bytes = n * sizeof(float);
+//   HeaderBytes bytes = EncodeHeader(h);
+//   absl::StatusOr<FrameHeader> back = DecodeHeader(bytes.data(), bytes.size());
+#ifndef TESSEL_CORE_WIRE_H_
+#define TESSEL_CORE_WIRE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tessel {
+
+enum class FrameType : uint16_t {
+  kPush = 1,    // worker -> server: gradient bucket for (step, rank, shard, bucket)
+  kPull = 2,    // worker -> server: send me shard's params once `step` updates are applied
+  kParams = 3,  // server -> worker: parameter bucket after `step` updates
+  kInit = 4,    // worker rank 0 -> server: initial parameter bucket (step 0)
+  kError = 5,   // either way: the frame named by the header was refused; payload = message
+};
+
+inline constexpr uint32_t kFrameMagic = 0x314C5354;  // "TSL1" little-endian
+inline constexpr uint16_t kWireVersion = 1;
+inline constexpr size_t kHeaderBytes = 64;
+
+struct FrameHeader {
+  FrameType type = FrameType::kPush;
+  uint64_t job_id = 0;
+  int64_t epoch = 0;
+  int64_t step = 0;
+  int32_t rank = 0;
+  int32_t shard = 0;
+  int32_t bucket = 0;
+  int32_t code = 0;
+  uint64_t payload_bytes = 0;
+};
+
+using HeaderBytes = std::array<uint8_t, kHeaderBytes>;
+
+HeaderBytes EncodeHeader(const FrameHeader& h);
+
+// InvalidArgument for a wrong size, magic, version, unknown type, non-zero
+// reserved bytes or an error code out of range.
+absl::StatusOr<FrameHeader> DecodeHeader(const void* data, size_t size);
+
+// Stable 64-bit id of a job name (FNV-1a); the same in every process and build.
+uint64_t JobId(absl::string_view job);
+
+const char* FrameTypeName(FrameType t);
+std::string DescribeHeader(const FrameHeader& h);
+
+}  // namespace tessel
+
+#endif  // TESSEL_CORE_WIRE_H_

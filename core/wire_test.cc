@@ -1,0 +1,74 @@
+#include "core/wire.h"
+
+#include "gtest/gtest.h"
+
+namespace tessel {
+namespace {
+
+FrameHeader Sample() {
+  FrameHeader h;
+  h.type = FrameType::kParams;
+  h.job_id = JobId("mlp-demo");
+  h.epoch = 7;
+  h.step = -3;
+  h.rank = 2;
+  h.shard = 1;
+  h.bucket = 9;
+  h.code = 0;
+  h.payload_bytes = uint64_t{1} << 33;
+  return h;
+}
+
+TEST(WireTest, RoundTripsEveryField) {
+  FrameHeader h = Sample();
+  HeaderBytes b = EncodeHeader(h);
+  auto back = DecodeHeader(b.data(), b.size());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->type, h.type);
+  EXPECT_EQ(back->job_id, h.job_id);
+  EXPECT_EQ(back->epoch, h.epoch);
+  EXPECT_EQ(back->step, h.step);
+  EXPECT_EQ(back->rank, h.rank);
+  EXPECT_EQ(back->shard, h.shard);
+  EXPECT_EQ(back->bucket, h.bucket);
+  EXPECT_EQ(back->payload_bytes, h.payload_bytes);
+}
+
+TEST(WireTest, LayoutIsFixedLittleEndian) {
+  HeaderBytes b = EncodeHeader(Sample());
+  EXPECT_EQ(b[0], 'T');
+  EXPECT_EQ(b[1], 'S');
+  EXPECT_EQ(b[2], 'L');
+  EXPECT_EQ(b[3], '1');
+  EXPECT_EQ(b[4], 1);  // version
+  EXPECT_EQ(b[6], 3);  // PARAMS
+  EXPECT_EQ(b[16], 7);  // epoch
+  EXPECT_EQ(b[32], 2);  // rank
+  EXPECT_EQ(b[52], 2);  // payload_bytes bit 33
+}
+
+TEST(WireTest, RejectsMalformedHeaders) {
+  HeaderBytes good = EncodeHeader(Sample());
+  EXPECT_FALSE(DecodeHeader(good.data(), 63).ok());  // truncated
+  EXPECT_FALSE(DecodeHeader(good.data(), 0).ok());
+  auto corrupt = [&](size_t at, uint8_t v) {
+    HeaderBytes b = good;
+    b[at] = v;
+    return DecodeHeader(b.data(), b.size()).status();
+  };
+  EXPECT_NE(corrupt(0, 'X').message().find("magic"), std::string::npos);
+  EXPECT_NE(corrupt(4, 2).message().find("version"), std::string::npos);
+  EXPECT_NE(corrupt(6, 0).message().find("unknown frame type"), std::string::npos);
+  EXPECT_NE(corrupt(6, 6).message().find("unknown frame type"), std::string::npos);
+  EXPECT_NE(corrupt(60, 1).message().find("reserved"), std::string::npos);
+  EXPECT_NE(corrupt(44, 99).message().find("error code"), std::string::npos);
+}
+
+TEST(WireTest, JobIdIsStableFnv1a) {
+  EXPECT_EQ(JobId(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(JobId("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_NE(JobId("job-1"), JobId("job-2"));
+}
+
+}  // namespace
+}  // namespace tessel
