@@ -1,0 +1,85 @@
+// Transport: moves framed bytes between endpoints. Knows nothing of servers,
+// workers, jobs or strategies (see DESIGN.md dependency rules).
+//
+// A message is a small header (copied by the transport) and a payload (not
+// copied: the sender keeps it valid and unchanged until its `done` runs; the
+// receiver chooses where the payload lands, so large payloads move straight
+// into their destination without intermediate copies).
+//
+// Threads: every transport runs one internal thread (the progress thread).
+// The receive handler, `Accept::done` and send completions all run on it and
+// must not block; they may call Send(). Send() and Connect() are thread-safe.
+//
+// Example:
+//   transport->SetHandler([&](const Incoming& in) {
+//     return Accept{buffer, [](absl::Status s) { /* payload is in buffer */ }};
+//   });
+//   absl::StatusOr<PeerId> peer = transport->Connect(remote_address);
+//   transport->Send(*peer, header_bytes, data, size, [](absl::Status s) {});
+#ifndef TESSEL_TRANSPORT_TRANSPORT_H_
+#define TESSEL_TRANSPORT_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace tessel {
+
+// Names a remote endpoint within one transport. Obtained from Connect() or
+// from Incoming::from (which replies to the sender).
+using PeerId = uint64_t;
+
+struct Incoming {
+  PeerId from = 0;
+  absl::Span<const uint8_t> header;  // valid only during the handler call
+  size_t payload_bytes = 0;
+};
+
+// The receiver's decision about an incoming payload.
+struct Accept {
+  // Where the payload_bytes land. nullptr drops the payload (the message is
+  // refused; `done` is not called). Ignored when payload_bytes == 0.
+  void* dst = nullptr;
+  // Called once the payload is in `dst` (OK) or could not be received.
+  std::function<void(absl::Status)> done;
+};
+
+using SendDone = std::function<void(absl::Status)>;
+
+class Transport {
+ public:
+  using Handler = std::function<Accept(const Incoming&)>;
+
+  virtual ~Transport() = default;
+
+  // Opaque bytes another transport of the same kind passes to Connect().
+  virtual std::string address() const = 0;
+
+  // Installs the receive handler. Call once, before any peer can send.
+  virtual void SetHandler(Handler handler) = 0;
+
+  // Connects to a remote address (blocks until the endpoint exists).
+  virtual absl::StatusOr<PeerId> Connect(absl::string_view address) = 0;
+
+  // Queues a message. `header` is copied; `payload` must stay valid until
+  // `done` runs (on the progress thread) with the outcome.
+  virtual void Send(PeerId to, absl::Span<const uint8_t> header, const void* payload,
+                    size_t payload_bytes, SendDone done) = 0;
+
+  // Stops the progress thread and releases endpoints. Pending operations
+  // complete with a Cancelled status. Idempotent; the destructor calls it.
+  virtual void Shutdown() = 0;
+
+  // Short name for logs and benchmarks, e.g. "ucx" or "inproc".
+  virtual std::string name() const = 0;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_TRANSPORT_TRANSPORT_H_

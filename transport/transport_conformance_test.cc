@@ -1,0 +1,236 @@
+// One suite, every backend: the in-process transport and UCX (two endpoints in
+// this process, talking through UCX's own shared-memory or tcp transports).
+#include <atomic>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "transport/inproc/inproc_transport.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace tessel {
+namespace {
+
+using Factory = std::function<std::unique_ptr<Transport>()>;
+
+struct Backend {
+  std::string name;
+  std::function<Factory()> make;
+};
+
+Backend InProc() {
+  return {"inproc", [] {
+            auto fabric = std::make_shared<InProcFabric>();
+            return Factory([fabric] { return std::unique_ptr<Transport>(InProcTransport::Create(fabric)); });
+          }};
+}
+
+Backend Ucx(std::string tls) {
+  return {"ucx_" + tls, [tls] {
+            return Factory([tls] {
+              UcxOptions o;
+              o.tls = tls;
+              auto t = UcxTransport::Create(o);
+              EXPECT_TRUE(t.ok()) << t.status();
+              return std::unique_ptr<Transport>(std::move(*t));
+            });
+          }};
+}
+
+class TransportConformanceTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    Factory f = GetParam().make();
+    a_ = f();
+    b_ = f();
+    c_ = f();
+  }
+  void TearDown() override {
+    c_->Shutdown();
+    b_->Shutdown();
+    a_->Shutdown();
+  }
+  std::unique_ptr<Transport> a_, b_, c_;
+};
+
+std::vector<uint8_t> Header(uint8_t tag, size_t n = 64) {
+  std::vector<uint8_t> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = static_cast<uint8_t>(tag + i);
+  return h;
+}
+
+TEST_P(TransportConformanceTest, DeliversHeaderAndPayloadAndRepliesToSender) {
+  std::vector<float> inbox(100, 0.f);
+  absl::Notification got_request, got_reply, send_done;
+  std::vector<uint8_t> seen_header;
+  float reply_value = 42.f;
+  b_->SetHandler([&](const Incoming& in) {
+    seen_header.assign(in.header.begin(), in.header.end());
+    EXPECT_EQ(in.payload_bytes, inbox.size() * sizeof(float));
+    PeerId from = in.from;
+    return Accept{inbox.data(), [&, from](absl::Status s) {
+                    EXPECT_TRUE(s.ok()) << s;
+                    got_request.Notify();
+                    std::vector<uint8_t> h = Header(9, 16);
+                    b_->Send(from, absl::MakeConstSpan(h), &reply_value, sizeof(float),
+                             [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+                  }};
+  });
+  float reply = 0;
+  a_->SetHandler([&](const Incoming& in) {
+    EXPECT_EQ(in.header.size(), 16u);
+    return Accept{&reply, [&](absl::Status s) { got_reply.Notify(); }};
+  });
+  auto peer = a_->Connect(b_->address());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  std::vector<float> out(100);
+  std::iota(out.begin(), out.end(), 1.f);
+  std::vector<uint8_t> h = Header(3);
+  a_->Send(*peer, absl::MakeConstSpan(h), out.data(), out.size() * sizeof(float),
+           [&](absl::Status s) {
+             EXPECT_TRUE(s.ok()) << s;
+             send_done.Notify();
+           });
+  ASSERT_TRUE(got_request.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(got_reply.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(send_done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(seen_header, h);
+  EXPECT_EQ(inbox, out);
+  EXPECT_EQ(reply, 42.f);
+}
+
+TEST_P(TransportConformanceTest, LargePayloadLandsIntactInChosenBuffer) {
+  const size_t n = 8u << 20;  // 32 MiB of floats: rendezvous in UCX
+  std::vector<float> src(n), dst(n + 2, -1.f);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i % 9973) * 0.5f;
+  absl::Notification received;
+  b_->SetHandler([&](const Incoming& in) {
+    return Accept{dst.data() + 1, [&](absl::Status s) {
+                    EXPECT_TRUE(s.ok()) << s;
+                    received.Notify();
+                  }};
+  });
+  auto peer = a_->Connect(b_->address());
+  ASSERT_TRUE(peer.ok());
+  std::vector<uint8_t> h = Header(1);
+  a_->Send(*peer, absl::MakeConstSpan(h), src.data(), n * sizeof(float), nullptr);
+  ASSERT_TRUE(received.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(dst.front(), -1.f);
+  EXPECT_EQ(dst.back(), -1.f);
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + 1));
+}
+
+TEST_P(TransportConformanceTest, RefusedPayloadCompletesSenderAndLeavesReceiverUsable) {
+  std::atomic<int> refused{0}, accepted{0};
+  std::vector<float> sink(1 << 20, 0.f);
+  absl::Notification second;
+  b_->SetHandler([&](const Incoming& in) {
+    if (in.header[0] == 0xEE) {
+      refused++;
+      return Accept{};
+    }
+    return Accept{sink.data(), [&](absl::Status s) {
+                    accepted++;
+                    second.Notify();
+                  }};
+  });
+  auto peer = a_->Connect(b_->address());
+  ASSERT_TRUE(peer.ok());
+  for (size_t bytes : {size_t{16}, sink.size() * sizeof(float)}) {
+    std::vector<float> data(bytes / sizeof(float), 3.f);
+    absl::Notification done;
+    std::vector<uint8_t> bad(64, 0xEE);
+    a_->Send(*peer, absl::MakeConstSpan(bad), data.data(), bytes, [&](absl::Status) {
+      done.Notify();
+    });
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20))) << bytes;
+  }
+  EXPECT_EQ(refused.load(), 2);
+  EXPECT_EQ(sink[0], 0.f);
+  std::vector<float> good(16, 7.f);
+  std::vector<uint8_t> h = Header(1);
+  a_->Send(*peer, absl::MakeConstSpan(h), good.data(), good.size() * sizeof(float), nullptr);
+  ASSERT_TRUE(second.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(accepted.load(), 1);
+  EXPECT_EQ(sink[15], 7.f);
+}
+
+TEST_P(TransportConformanceTest, ManyConcurrentSendersAllArrive) {
+  constexpr int kPerSender = 200;
+  absl::Mutex mu;
+  std::vector<int> count(2, 0);
+  std::vector<uint32_t> slots(2 * kPerSender, 0);
+  absl::Notification all;
+  int total = 0;
+  b_->SetHandler([&](const Incoming& in) {
+    int sender = in.header[0];
+    int index = in.header[1] | (in.header[2] << 8);
+    return Accept{&slots[sender * kPerSender + index], [&, sender](absl::Status s) {
+                    bool last;
+                    {
+                      absl::MutexLock lock(&mu);
+                      count[sender]++;
+                      last = ++total == 2 * kPerSender;
+                    }
+                    if (last) all.Notify();
+                  }};
+  });
+  auto from_a = a_->Connect(b_->address());
+  auto from_c = c_->Connect(b_->address());
+  ASSERT_TRUE(from_a.ok() && from_c.ok());
+  std::vector<uint32_t> values(2 * kPerSender);
+  for (int i = 0; i < 2 * kPerSender; ++i) values[i] = 1000 + i;
+  auto blast = [&](Transport* t, PeerId peer, int sender) {
+    for (int i = 0; i < kPerSender; ++i) {
+      std::vector<uint8_t> h = {static_cast<uint8_t>(sender), static_cast<uint8_t>(i & 0xff),
+                                static_cast<uint8_t>(i >> 8)};
+      t->Send(peer, absl::MakeConstSpan(h), &values[sender * kPerSender + i], sizeof(uint32_t),
+              nullptr);
+    }
+  };
+  std::thread ta([&] { blast(a_.get(), *from_a, 0); });
+  std::thread tc([&] { blast(c_.get(), *from_c, 1); });
+  ta.join();
+  tc.join();
+  ASSERT_TRUE(all.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(slots, values);
+}
+
+TEST_P(TransportConformanceTest, ConnectToUnknownAddressFails) {
+  if (GetParam().name.rfind("ucx", 0) == 0) GTEST_SKIP() << "UCX validates addresses lazily";
+  EXPECT_FALSE(a_->Connect("no-such-endpoint").ok());
+}
+
+TEST_P(TransportConformanceTest, SendAfterShutdownIsCancelledNotLost) {
+  auto peer = a_->Connect(b_->address());
+  ASSERT_TRUE(peer.ok());
+  a_->Shutdown();
+  absl::Notification done;
+  absl::Status result;
+  float x = 1;
+  std::vector<uint8_t> h = Header(1);
+  a_->Send(*peer, absl::MakeConstSpan(h), &x, sizeof(x), [&](absl::Status s) {
+    result = s;
+    done.Notify();
+  });
+  if (GetParam().name == "inproc") GTEST_SKIP() << "in-process sends after shutdown are dropped";
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_FALSE(result.ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TransportConformanceTest,
+                         ::testing::Values(InProc(), Ucx("posix,sysv,self"), Ucx("tcp,self")),
+                         [](const ::testing::TestParamInfo<Backend>& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n) {
+                             if (c == ',') c = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tessel

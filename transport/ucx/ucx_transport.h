@@ -1,0 +1,111 @@
+// UCX transport: the data path between processes (and hosts).
+//
+// Messages are UCX active messages (`ucp_am_send_nbx`). Small payloads go
+// eagerly; large ones use UCX's rendezvous protocol and are received with
+// `ucp_am_recv_data_nbx` straight into the destination the handler chose, so
+// gradients land in the server's per-rank buffers and parameters in the
+// worker's parameter vector with no intermediate copy. Every send asks for a
+// reply endpoint, so a receiver can answer without connecting back.
+//
+// Threads: one progress thread owns the UCX worker (UCS_THREAD_MODE_SINGLE);
+// Send/Connect from other threads are handed over through a queue. The thread
+// polls, yielding, while there is traffic and for `spin` after it, then
+// sleeps on the worker's event fd (UCP_FEATURE_WAKEUP) so idle processes use
+// no CPU.
+//
+// Error handling: on one host UCX 1.13.1 offers shared memory only with
+// UCP_ERR_HANDLING_MODE_NONE (docs/architecture.md, "Data path"). The default
+// is NONE; dead peers are found by registry leases and by deadlines on every
+// wait above this layer. `peer_error_handling = true` selects PEER mode
+// (tcp only on one host, about half the bandwidth) and fails sends to a dead
+// peer with Unavailable.
+//
+// Example:
+//   absl::StatusOr<std::unique_ptr<UcxTransport>> t = UcxTransport::Create({});
+//   PeerId server = *(*t)->Connect(server_ucx_address);
+#ifndef TESSEL_TRANSPORT_UCX_UCX_TRANSPORT_H_
+#define TESSEL_TRANSPORT_UCX_UCX_TRANSPORT_H_
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "transport/transport.h"
+
+namespace tessel {
+
+struct UcxOptions {
+  // UCX_TLS for this endpoint ("" = UCX's environment or default).
+  std::string tls;
+  bool peer_error_handling = false;
+  // Keep polling (with sched_yield) this long after the last activity.
+  absl::Duration spin = absl::Milliseconds(5);
+};
+
+class UcxTransport : public Transport {
+ public:
+  static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(const UcxOptions& options);
+  ~UcxTransport() override;
+
+  std::string address() const override { return address_; }
+  void SetHandler(Handler handler) override;
+  absl::StatusOr<PeerId> Connect(absl::string_view address) override;
+  void Send(PeerId to, absl::Span<const uint8_t> header, const void* payload,
+            size_t payload_bytes, SendDone done) override;
+  void Shutdown() override;
+  std::string name() const override { return "ucx"; }
+
+ private:
+  struct Peer {
+    ucp_ep_h ep = nullptr;
+    bool failed = false;
+    bool owned = true;  // created by Connect (closed by us) vs. a reply endpoint
+  };
+
+  explicit UcxTransport(const UcxOptions& options) : options_(options) {}
+  absl::Status Init();
+  // False once shutting down (the task will never run).
+  bool Post(std::function<void()> task);
+  void Loop();
+  bool RunTasks();
+
+  // Progress-thread only.
+  PeerId PeerForEp(ucp_ep_h ep);
+  void DoSend(PeerId to, std::vector<uint8_t> header, const void* payload, size_t bytes,
+              SendDone done);
+  static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
+                           size_t length, const ucp_am_recv_param_t* param);
+  static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  const UcxOptions options_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::string address_;
+  Handler handler_;
+  int epoll_fd_ = -1;
+  int event_fd_ = -1;
+  int ucp_fd_ = -1;
+
+  // Progress-thread state.
+  std::vector<Peer> peers_;
+  absl::flat_hash_map<ucp_ep_h, PeerId> peer_by_ep_;
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool sleeping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_TRANSPORT_UCX_UCX_TRANSPORT_H_
