@@ -35,6 +35,11 @@ class LogLine {
   LogLevel level_;
   std::ostringstream stream_;
 };
+
+// Lower precedence than <<: turns a streamed line into void for `?:`.
+struct Voidify {
+  void operator&(std::ostream&) {}
+};
 }  // namespace internal
 }  // namespace tessel
 
@@ -43,9 +48,11 @@ class LogLine {
 #define TESSEL_LOG_LEVEL_WARNING ::tessel::LogLevel::kWarning
 #define TESSEL_LOG_LEVEL_ERROR ::tessel::LogLevel::kError
 
-#define TESSEL_LOG(level)                                  \
-  if (!::tessel::LogEnabled(TESSEL_LOG_LEVEL_##level)) {   \
-  } else                                                   \
-    ::tessel::internal::LogLine(TESSEL_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
+// An expression (not an if), so it nests safely under an unbraced if/else.
+#define TESSEL_LOG(level)                                     \
+  !::tessel::LogEnabled(TESSEL_LOG_LEVEL_##level)             \
+      ? (void)0                                               \
+      : ::tessel::internal::Voidify() &                       \
+            ::tessel::internal::LogLine(TESSEL_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
 
 #endif  // TESSEL_CORE_LOG_H_

@@ -1,0 +1,42 @@
+// gRPC plumbing shared by every process: channels are built here (keepalive,
+// message size, bounded reconnect backoff), and statuses convert between
+// absl and gRPC without losing code or message.
+//
+// Example:
+//   auto channel = MakeChannel("127.0.0.1:7000");
+//   auto stub = tessel::v1::Registry::NewStub(channel);
+//   grpc::ClientContext ctx;
+//   SetDeadline(&ctx, absl::Seconds(5));
+#ifndef TESSEL_RPC_GRPC_UTIL_H_
+#define TESSEL_RPC_GRPC_UTIL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace tessel {
+
+// Default deadline of a control RPC.
+inline constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
+
+std::shared_ptr<grpc::Channel> MakeChannel(absl::string_view address);
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout = kRpcTimeout);
+
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view what);
+grpc::Status ToGrpc(const absl::Status& s);
+
+// Starts a gRPC server on `address` (port 0 picks a free port). On success
+// returns the server and writes the bound "host:port" to *bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    absl::string_view address, const std::vector<grpc::Service*>& services, std::string* bound);
+
+}  // namespace tessel
+
+#endif  // TESSEL_RPC_GRPC_UTIL_H_

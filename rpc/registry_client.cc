@@ -1,0 +1,172 @@
+#include "rpc/registry_client.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "rpc/grpc_util.h"
+
+namespace tessel {
+
+RegistryClient::RegistryClient(const std::string& address)
+    : address_(address), stub_(v1::Registry::NewStub(MakeChannel(address))) {}
+
+RegistryClient::~RegistryClient() {
+  absl::Status s = Leave();
+  (void)s;
+}
+
+absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Duration ttl) {
+  v1::JoinRequest req;
+  *req.mutable_member() = member;
+  if (member.host().empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    req.mutable_member()->set_host(host);
+  }
+  if (member.pid() == 0) req.mutable_member()->set_pid(getpid());
+  req.set_lease_ttl_ms(absl::ToInt64Milliseconds(ttl));
+  v1::JoinResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  absl::Status s = FromGrpc(stub_->Join(&ctx, req, &resp),
+                            absl::StrCat("joining registry at ", address_));
+  if (!s.ok()) return s;
+  StopHeartbeats();
+  {
+    absl::MutexLock lock(&mu_);
+    lease_id_ = resp.lease_id();
+    lease_status_ = absl::OkStatus();
+    stop_ = false;
+  }
+  const absl::Duration period = absl::Milliseconds(resp.lease_ttl_ms()) / 3;
+  heartbeat_ = std::thread([this, id = resp.lease_id(), period] { HeartbeatLoop(id, period); });
+  return resp.view();
+}
+
+void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+      struct Arg {
+        decltype(stopping)* f;
+      } arg{&stopping};
+      if (mu_.AwaitWithTimeout(absl::Condition(+[](Arg* a) { return (*a->f)(); }, &arg),
+                               period)) {
+        return;
+      }
+    }
+    v1::HeartbeatRequest req;
+    req.set_lease_id(lease_id);
+    v1::HeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, period);
+    grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      absl::MutexLock lock(&mu_);
+      lease_status_ = absl::UnavailableError(absl::StrCat(
+          "registry at ", address_, " no longer knows lease ", lease_id, ": ", s.error_message()));
+      TESSEL_LOG(ERROR) << lease_status_.message();
+      return;
+    }
+    if (!s.ok()) TESSEL_LOG(WARNING) << "heartbeat failed (will retry): " << s.error_message();
+  }
+}
+
+void RegistryClient::StopHeartbeats() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+absl::Status RegistryClient::Leave() {
+  StopHeartbeats();
+  int64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = lease_id_;
+    lease_id_ = 0;
+  }
+  if (id == 0) return absl::OkStatus();
+  v1::LeaveRequest req;
+  req.set_lease_id(id);
+  v1::LeaveResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Seconds(2));
+  return FromGrpc(stub_->Leave(&ctx, req, &resp), "leaving registry");
+}
+
+absl::Status RegistryClient::lease_status() {
+  absl::MutexLock lock(&mu_);
+  return lease_status_;
+}
+
+absl::StatusOr<v1::View> RegistryClient::GetView(const std::string& group) {
+  v1::GetViewRequest req;
+  req.set_group(group);
+  v1::GetViewResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  absl::Status s = FromGrpc(stub_->GetView(&ctx, req, &resp),
+                            absl::StrCat("registry at ", address_, " GetView(", group, ")"));
+  if (!s.ok()) return s;
+  return resp.view();
+}
+
+absl::StatusOr<std::vector<v1::View>> RegistryClient::ListGroups() {
+  v1::ListGroupsRequest req;
+  v1::ListGroupsResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  absl::Status s = FromGrpc(stub_->ListGroups(&ctx, req, &resp),
+                            absl::StrCat("registry at ", address_, " ListGroups"));
+  if (!s.ok()) return s;
+  return std::vector<v1::View>(resp.views().begin(), resp.views().end());
+}
+
+absl::StatusOr<v1::View> RegistryClient::WaitForView(
+    const std::string& group, const std::function<bool(const v1::View&)>& ready,
+    absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  v1::View last;
+  std::string last_error;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    v1::WatchRequest req;
+    req.set_group(group);
+    auto reader = stub_->Watch(&ctx, req);
+    v1::View view;
+    while (reader->Read(&view)) {
+      last = view;
+      if (ready(view)) {
+        ctx.TryCancel();
+        reader->Finish();
+        return view;
+      }
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) last_error = s.error_message();
+    absl::SleepFor(absl::Milliseconds(100));  // registry unreachable: retry until the deadline
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "timed out after ", absl::FormatDuration(timeout), " waiting for group '", group,
+      "' at registry ", address_, "; last seen ", DescribeView(last),
+      last_error.empty() ? "" : absl::StrCat(" (last error: ", last_error, ")")));
+}
+
+std::string DescribeView(const v1::View& view) {
+  std::string s = absl::StrCat("epoch ", view.epoch(), ":");
+  if (view.members_size() == 0) absl::StrAppend(&s, " no members");
+  for (int i = 0; i < view.members_size(); ++i) {
+    const v1::Member& m = view.members(i);
+    absl::StrAppend(&s, i ? ", " : " ", m.role() == v1::ROLE_SERVER ? "server " : "worker ",
+                    m.rank());
+  }
+  return s;
+}
+
+}  // namespace tessel

@@ -1,0 +1,70 @@
+// RegistryClient: a member's handle on the registry. Joins, keeps the lease
+// alive from a background heartbeat thread, leaves on destruction, and waits
+// for membership views through the Watch stream.
+//
+// Thread-safe. If a heartbeat finds the lease gone (the registry lost or
+// expired it), lease_status() turns non-OK and stays so; callers treat that
+// as "this process was declared dead" (issue: recovery re-joins).
+//
+// Example:
+//   RegistryClient registry("127.0.0.1:7070");
+//   TESSEL_RETURN_IF_ERROR(registry.Join(member));
+//   auto view = registry.WaitForView("job", [](const v1::View& v) {
+//     return v.members_size() == 4; }, absl::Seconds(30));
+#ifndef TESSEL_RPC_REGISTRY_CLIENT_H_
+#define TESSEL_RPC_REGISTRY_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "proto/registry.grpc.pb.h"
+
+namespace tessel {
+
+class RegistryClient {
+ public:
+  explicit RegistryClient(const std::string& address);
+  ~RegistryClient();
+
+  const std::string& address() const { return address_; }
+
+  // Joins `member.group()`; starts heartbeats at a third of the lease ttl.
+  absl::StatusOr<v1::View> Join(const v1::Member& member, absl::Duration ttl = absl::ZeroDuration());
+  absl::Status Leave();
+  absl::Status lease_status();
+
+  absl::StatusOr<v1::View> GetView(const std::string& group);
+  absl::StatusOr<std::vector<v1::View>> ListGroups();
+
+  // Returns the first view of `group` for which `ready` holds, or
+  // DeadlineExceeded naming what was last seen.
+  absl::StatusOr<v1::View> WaitForView(const std::string& group,
+                                       const std::function<bool(const v1::View&)>& ready,
+                                       absl::Duration timeout);
+
+ private:
+  void HeartbeatLoop(int64_t lease_id, absl::Duration period);
+  void StopHeartbeats();
+
+  const std::string address_;
+  std::unique_ptr<v1::Registry::Stub> stub_;
+  absl::Mutex mu_;
+  int64_t lease_id_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status lease_status_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeat_;
+};
+
+// Short human description of a view, e.g. "epoch 4: worker 0, worker 1".
+std::string DescribeView(const v1::View& view);
+
+}  // namespace tessel
+
+#endif  // TESSEL_RPC_REGISTRY_CLIENT_H_

@@ -1,0 +1,81 @@
+#include "server/registry_service.h"
+
+#include "core/log.h"
+#include "rpc/grpc_util.h"
+
+namespace tessel {
+
+RegistryService::RegistryService(absl::Duration default_ttl) : registry_(default_ttl) {
+  expirer_ = std::thread([this] {
+    while (!stop_.load()) {
+      int n = registry_.ExpireLeases();
+      if (n > 0) TESSEL_LOG(WARNING) << n << " lease(s) lapsed; members removed";
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
+}
+
+RegistryService::~RegistryService() { Stop(); }
+
+void RegistryService::Stop() {
+  stop_.store(true);
+  if (expirer_.joinable()) expirer_.join();
+}
+
+grpc::Status RegistryService::Join(grpc::ServerContext*, const v1::JoinRequest* req,
+                                   v1::JoinResponse* resp) {
+  auto joined = registry_.Join(req->member(), absl::Milliseconds(req->lease_ttl_ms()));
+  if (!joined.ok()) return ToGrpc(joined.status());
+  resp->set_lease_id(joined->lease_id);
+  resp->set_lease_ttl_ms(absl::ToInt64Milliseconds(joined->ttl));
+  *resp->mutable_view() = std::move(joined->view);
+  TESSEL_LOG(INFO) << "join " << req->member().group() << " "
+                   << v1::Role_Name(req->member().role()) << " rank " << req->member().rank()
+                   << " -> epoch " << resp->view().epoch();
+  return grpc::Status::OK;
+}
+
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                                        v1::HeartbeatResponse* resp) {
+  auto epoch = registry_.Heartbeat(req->lease_id());
+  if (!epoch.ok()) return ToGrpc(epoch.status());
+  resp->set_epoch(*epoch);
+  return grpc::Status::OK;
+}
+
+grpc::Status RegistryService::Leave(grpc::ServerContext*, const v1::LeaveRequest* req,
+                                    v1::LeaveResponse*) {
+  return ToGrpc(registry_.Leave(req->lease_id()));
+}
+
+grpc::Status RegistryService::GetView(grpc::ServerContext*, const v1::GetViewRequest* req,
+                                      v1::GetViewResponse* resp) {
+  *resp->mutable_view() = registry_.GetView(req->group());
+  return grpc::Status::OK;
+}
+
+grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
+                                    grpc::ServerWriter<v1::View>* writer) {
+  int64_t after = req->after_epoch();
+  if (after == 0) {
+    v1::View view = registry_.GetView(req->group());
+    if (!writer->Write(view)) return grpc::Status::OK;
+    after = view.epoch();
+  }
+  while (!ctx->IsCancelled() && !stop_.load()) {
+    v1::View view;
+    if (registry_.WaitForChange(req->group(), after, absl::Milliseconds(200), &view)) {
+      if (!writer->Write(view)) break;
+      after = view.epoch();
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status RegistryService::ListGroups(grpc::ServerContext*, const v1::ListGroupsRequest*,
+                                         v1::ListGroupsResponse* resp) {
+  for (v1::View& v : registry_.ListGroups()) *resp->add_views() = std::move(v);
+  return grpc::Status::OK;
+}
+
+}  // namespace tessel
