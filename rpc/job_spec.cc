@@ -1,0 +1,152 @@
+#include "rpc/job_spec.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace tessel {
+
+absl::StatusOr<OptimizerParams> OptimizerFromProto(const v1::OptimizerConfig& c) {
+  OptimizerParams p;
+  switch (c.kind()) {
+    case v1::OptimizerConfig::SGD:
+      p.kind = OptimizerParams::Kind::kSgd;
+      break;
+    case v1::OptimizerConfig::ADAM:
+      p.kind = OptimizerParams::Kind::kAdam;
+      break;
+    case v1::OptimizerConfig::ADAMW:
+      p.kind = OptimizerParams::Kind::kAdamW;
+      break;
+    default:
+      return absl::InvalidArgumentError("optimizer kind must be SGD, ADAM or ADAMW");
+  }
+  p.lr = static_cast<float>(c.lr());
+  p.momentum = static_cast<float>(c.momentum());
+  p.dampening = static_cast<float>(c.dampening());
+  p.nesterov = c.nesterov();
+  p.weight_decay = static_cast<float>(c.weight_decay());
+  p.beta1 = static_cast<float>(c.beta1());
+  p.beta2 = static_cast<float>(c.beta2());
+  p.eps = static_cast<float>(c.eps());
+  absl::Status s = ValidateOptimizerParams(p);
+  if (!s.ok()) return s;
+  return p;
+}
+
+v1::OptimizerConfig OptimizerToProto(const OptimizerParams& p) {
+  v1::OptimizerConfig c;
+  switch (p.kind) {
+    case OptimizerParams::Kind::kSgd:
+      c.set_kind(v1::OptimizerConfig::SGD);
+      break;
+    case OptimizerParams::Kind::kAdam:
+      c.set_kind(v1::OptimizerConfig::ADAM);
+      break;
+    case OptimizerParams::Kind::kAdamW:
+      c.set_kind(v1::OptimizerConfig::ADAMW);
+      break;
+  }
+  c.set_lr(p.lr);
+  c.set_momentum(p.momentum);
+  c.set_dampening(p.dampening);
+  c.set_nesterov(p.nesterov);
+  c.set_weight_decay(p.weight_decay);
+  c.set_beta1(p.beta1);
+  c.set_beta2(p.beta2);
+  c.set_eps(p.eps);
+  return c;
+}
+
+absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
+  if (spec.job().empty() || spec.job().size() > 128) {
+    return absl::InvalidArgumentError("job name must be 1 to 128 characters");
+  }
+  if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", spec.job(), "': world_size must be in [1, ",
+                                                   kMaxWorldSize, "], got ", spec.world_size()));
+  }
+  switch (spec.strategy()) {
+    case v1::STRATEGY_DDP:
+    case v1::STRATEGY_ZERO1:
+    case v1::STRATEGY_ZERO2:
+      break;
+    case v1::STRATEGY_FSDP:
+    case v1::STRATEGY_HYBRID:
+      return absl::UnimplementedError(absl::StrCat(
+          "job '", spec.job(), "': strategy ", StrategyName(spec.strategy()),
+          " is not available in this build; use ddp, zero1 or zero2"));
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("job '", spec.job(), "': strategy is unset"));
+  }
+  std::vector<TensorDesc> tensors;
+  for (const v1::TensorSpec& t : spec.tensors()) {
+    if (t.dtype() != v1::DTYPE_F32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job '", spec.job(), "': tensor '", t.name(), "' has dtype ", v1::DType_Name(t.dtype()),
+          "; this build moves float32 (DTYPE_F32) only"));
+    }
+    tensors.push_back({t.name(), {t.shape().begin(), t.shape().end()}});
+  }
+  if (spec.bucket_bytes() < 4 || spec.bucket_bytes() % 4 != 0 ||
+      spec.bucket_bytes() > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job '", spec.job(), "': bucket_bytes must be a multiple of 4 in [4, 1 GiB], got ",
+        spec.bucket_bytes()));
+  }
+  const int64_t align = spec.align_elems() == 0 ? 1 : spec.align_elems();
+  int64_t bucket_elems = spec.bucket_bytes() / 4;
+  bucket_elems -= bucket_elems % align;
+  if (bucket_elems == 0) bucket_elems = align;
+  auto optimizer = OptimizerFromProto(spec.optimizer());
+  if (!optimizer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", spec.job(), "': ", optimizer.status().message()));
+  }
+  auto layout = Layout::Create(tensors, spec.num_shards(), align, bucket_elems);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", spec.job(), "': ", layout.status().message()));
+  }
+  return layout;
+}
+
+std::string DiffJobSpecs(const v1::JobSpec& a, const v1::JobSpec& b) {
+  std::string diff;
+  google::protobuf::util::MessageDifferencer d;
+  d.ReportDifferencesToString(&diff);
+  if (d.Compare(a, b)) return "";
+  return diff;
+}
+
+absl::StatusOr<v1::Strategy> ParseStrategy(const std::string& name) {
+  std::string n = absl::AsciiStrToLower(name);
+  if (n == "ddp") return v1::STRATEGY_DDP;
+  if (n == "zero1") return v1::STRATEGY_ZERO1;
+  if (n == "zero2") return v1::STRATEGY_ZERO2;
+  if (n == "fsdp" || n == "zero3") return v1::STRATEGY_FSDP;
+  if (n == "hybrid") return v1::STRATEGY_HYBRID;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown strategy '", name, "'; expected ddp, zero1, zero2, fsdp or hybrid"));
+}
+
+std::string StrategyName(v1::Strategy s) {
+  switch (s) {
+    case v1::STRATEGY_DDP:
+      return "ddp";
+    case v1::STRATEGY_ZERO1:
+      return "zero1";
+    case v1::STRATEGY_ZERO2:
+      return "zero2";
+    case v1::STRATEGY_FSDP:
+      return "fsdp";
+    case v1::STRATEGY_HYBRID:
+      return "hybrid";
+    default:
+      return "unspecified";
+  }
+}
+
+}  // namespace tessel

@@ -1,0 +1,34 @@
+// Adapters between the JobSpec protocol message and the pure-logic types
+// (Layout, OptimizerParams), with the validation every process applies to a
+// spec before using it. Shared by the shard server and the worker SDK so both
+// refuse the same bad specs with the same words.
+#ifndef TESSEL_RPC_JOB_SPEC_H_
+#define TESSEL_RPC_JOB_SPEC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/layout.h"
+#include "core/optimizer.h"
+#include "proto/shard.pb.h"
+
+namespace tessel {
+
+inline constexpr int kMaxWorldSize = 4096;
+
+absl::StatusOr<OptimizerParams> OptimizerFromProto(const v1::OptimizerConfig& c);
+v1::OptimizerConfig OptimizerToProto(const OptimizerParams& p);
+
+// Checks the whole spec (names, sizes, dtypes, strategy, optimizer) and
+// derives its layout.
+absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec);
+
+// "" if equal, else a description of the first difference.
+std::string DiffJobSpecs(const v1::JobSpec& a, const v1::JobSpec& b);
+
+absl::StatusOr<v1::Strategy> ParseStrategy(const std::string& name);
+std::string StrategyName(v1::Strategy s);
+
+}  // namespace tessel
+
+#endif  // TESSEL_RPC_JOB_SPEC_H_

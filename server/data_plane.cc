@@ -1,0 +1,227 @@
+#include "server/data_plane.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "rpc/job_spec.h"
+
+namespace tessel {
+
+DataPlane::DataPlane(Transport* transport) : transport_(transport) {
+  transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
+  compute_ = std::thread([this] { ComputeLoop(); });
+}
+
+DataPlane::~DataPlane() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  compute_.join();
+}
+
+absl::StatusOr<v1::CreateJobResponse> DataPlane::CreateJob(const v1::CreateJobRequest& req) {
+  auto job = ShardJob::Create(req.spec(), req.shard_index(), req.epoch());
+  if (!job.ok()) return job.status();
+  absl::MutexLock lock(&mu_);
+  v1::CreateJobResponse resp;
+  auto it = jobs_.find((*job)->job_id());
+  if (it != jobs_.end()) {
+    ShardJob& have = *it->second;
+    if (have.spec().job() != req.spec().job()) {
+      return absl::AlreadyExistsError(absl::StrCat("job name '", req.spec().job(),
+                                                   "' collides with job '", have.spec().job(),
+                                                   "' on the data path; choose another name"));
+    }
+    std::string diff = DiffJobSpecs(have.spec(), req.spec());
+    if (!diff.empty() || have.shard() != req.shard_index()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "job '", req.spec().job(), "' already exists on this server with a different spec",
+          diff.empty() ? absl::StrCat(" (shard ", have.shard(), ")") : absl::StrCat(": ", diff),
+          "; every worker must register the same layout, strategy and optimizer"));
+    }
+    resp.set_created(false);
+    resp.set_range_begin(have.range().begin);
+    resp.set_range_end(have.range().end);
+    resp.set_step(have.version());
+    return resp;
+  }
+  resp.set_created(true);
+  resp.set_range_begin((*job)->range().begin);
+  resp.set_range_end((*job)->range().end);
+  resp.set_step(0);
+  TESSEL_LOG(INFO) << "created job '" << req.spec().job() << "' shard " << req.shard_index()
+                   << " range [" << resp.range_begin() << ", " << resp.range_end() << ") "
+                   << StrategyName(req.spec().strategy()) << " world " << req.spec().world_size()
+                   << " epoch " << req.epoch();
+  jobs_[(*job)->job_id()] = std::move(*job);
+  return resp;
+}
+
+absl::Status DataPlane::DeleteJob(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(JobId(job));
+  if (it == jobs_.end() || it->second->spec().job() != job) {
+    return absl::NotFoundError(absl::StrCat("no job '", job, "' on this server"));
+  }
+  jobs_.erase(it);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<ShardJob> DataPlane::FindJob(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(JobId(job));
+  if (it == jobs_.end() || it->second->spec().job() != job) return nullptr;
+  return it->second;
+}
+
+std::vector<std::shared_ptr<ShardJob>> DataPlane::Jobs() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<ShardJob>> out;
+  for (auto& [id, job] : jobs_) out.push_back(job);
+  return out;
+}
+
+int64_t DataPlane::rejected_unrouted() {
+  absl::MutexLock lock(&mu_);
+  return rejected_unrouted_;
+}
+
+Accept DataPlane::OnFrame(const Incoming& in) {
+  auto h = DecodeHeader(in.header.data(), in.header.size());
+  if (!h.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++rejected_unrouted_;
+    }
+    FrameHeader unknown;
+    SendError(in.from, unknown, h.status());
+    return Accept{};
+  }
+  if (h->type == FrameType::kError) {
+    TESSEL_LOG(WARNING) << "ignoring ERROR frame sent to a server: " << DescribeHeader(*h);
+    return Accept{};
+  }
+  std::shared_ptr<ShardJob> job;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(h->job_id);
+    if (it != jobs_.end()) {
+      job = it->second;
+    } else {
+      ++rejected_unrouted_;
+    }
+  }
+  if (job == nullptr) {
+    SendError(in.from, *h,
+              absl::NotFoundError(absl::StrCat(
+                  "no such job on this shard server (job id ", h->job_id,
+                  "); create it first (CreateJob) or check the job name")));
+    return Accept{};
+  }
+  if (h->payload_bytes != in.payload_bytes) {
+    job->CountRejected();
+    SendError(in.from, *h,
+              absl::InvalidArgumentError(absl::StrCat(
+                  "frame header announces ", h->payload_bytes, " payload bytes but ",
+                  in.payload_bytes, " arrived (truncated or padded frame)")));
+    return Accept{};
+  }
+  switch (h->type) {
+    case FrameType::kPush:
+    case FrameType::kInit: {
+      auto dst = job->AcceptData(*h);
+      if (!dst.ok()) {
+        SendError(in.from, *h, dst.status());
+        return Accept{};
+      }
+      FrameHeader header = *h;
+      PeerId from = in.from;
+      return Accept{*dst, [this, job, header, from](absl::Status s) {
+                      if (!s.ok()) {
+                        TESSEL_LOG(WARNING) << "receive of " << DescribeHeader(header)
+                                            << " failed: " << s;
+                        SendError(from, header, s);
+                      }
+                      ShardJob::Completion c = job->CompleteReceive(header, s);
+                      if (c.update.has_value()) {
+                        absl::MutexLock lock(&mu_);
+                        updates_.emplace_back(job, *c.update);
+                      }
+                      if (!c.serve.pullers.empty()) ServeParams(job, c.serve);
+                    }};
+    }
+    case FrameType::kPull: {
+      auto serve = job->AcceptPull(*h, in.from);
+      if (!serve.ok()) {
+        SendError(in.from, *h, serve.status());
+      } else if (!serve->pullers.empty()) {
+        ServeParams(job, *serve);
+      }
+      return Accept{};
+    }
+    default:
+      job->CountRejected();
+      SendError(in.from, *h,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "shard servers do not accept ", FrameTypeName(h->type), " frames")));
+      return Accept{};
+  }
+}
+
+void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Status& s) {
+  TESSEL_LOG(DEBUG) << "refusing " << DescribeHeader(about) << ": " << s;
+  FrameHeader h = about;
+  h.type = FrameType::kError;
+  h.code = static_cast<int32_t>(s.code());
+  auto message = std::make_shared<std::string>(s.message());
+  h.payload_bytes = message->size();
+  HeaderBytes bytes = EncodeHeader(h);
+  transport_->Send(to, absl::MakeConstSpan(bytes), message->data(), message->size(),
+                   [message](absl::Status) {});
+}
+
+void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve) {
+  const int buckets = job->layout().num_buckets(job->shard());
+  const int64_t epoch = job->epoch();
+  for (const ShardJob::Puller& p : serve.pullers) {
+    for (int b = 0; b < buckets; ++b) {
+      const Range br = job->layout().bucket_range(job->shard(), b);
+      FrameHeader h;
+      h.type = FrameType::kParams;
+      h.job_id = job->job_id();
+      h.epoch = epoch;
+      h.step = serve.version;
+      h.rank = p.rank;
+      h.shard = job->shard();
+      h.bucket = b;
+      h.payload_bytes = static_cast<uint64_t>(br.size()) * sizeof(float);
+      HeaderBytes bytes = EncodeHeader(h);
+      job->CountPulled(h.payload_bytes);
+      transport_->Send(p.reply_to, absl::MakeConstSpan(bytes), job->served_bucket(b),
+                       h.payload_bytes, [job](absl::Status s) {
+                         if (!s.ok()) TESSEL_LOG(WARNING) << "sending parameters failed: " << s;
+                       });
+    }
+  }
+}
+
+void DataPlane::ComputeLoop() {
+  for (;;) {
+    std::pair<std::shared_ptr<ShardJob>, int> work;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](DataPlane* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
+            return d->stop_ || !d->updates_.empty();
+          },
+          this));
+      if (stop_) return;
+      work = std::move(updates_.front());
+      updates_.pop_front();
+    }
+    ShardJob::Serve serve = work.first->UpdateBucket(work.second);
+    if (!serve.pullers.empty()) ServeParams(work.first, serve);
+  }
+}
+
+}  // namespace tessel

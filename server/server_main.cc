@@ -1,0 +1,93 @@
+// tessel-server: a shard server. Owns ranges of jobs' parameters and optimizer
+// state, receives gradient buckets and serves parameters over UCX, and is
+// controlled over gRPC. Joins the registry as shard `--shard` of `--pool`.
+#include <csignal>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "core/log.h"
+#include "rpc/grpc_util.h"
+#include "rpc/registry_client.h"
+#include "server/data_plane.h"
+#include "server/shard_service.h"
+#include "transport/ucx/ucx_transport.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0",
+          "host:port of the control gRPC service (port 0 picks a free port)");
+ABSL_FLAG(std::string, registry, "", "host:port of the membership registry (required)");
+ABSL_FLAG(std::string, pool, "default", "server pool to join; workers find servers by pool");
+ABSL_FLAG(int, shard, -1, "this server's shard index within the pool (required, >= 0)");
+ABSL_FLAG(int, lease_ttl_ms, 3000, "registry lease time-to-live, in milliseconds");
+ABSL_FLAG(std::string, ucx_tls, "",
+          "UCX transports (UCX_TLS), e.g. 'posix,sysv,self' or 'tcp'; empty = UCX default");
+ABSL_FLAG(bool, ucx_peer_errors, false,
+          "use UCX peer error handling (tcp only on one host; detects dead peers in UCX)");
+ABSL_FLAG(bool, verbose, false, "log every refused frame");
+
+namespace {
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+int Fail(const std::string& message) {
+  std::cerr << "tessel-server: " << message << "\n";
+  return 1;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Tessel shard server.\n\n"
+      "Usage: tessel-server --registry=HOST:PORT --shard=N [--pool=default]\n"
+      "                     [--listen=127.0.0.1:0] [--ucx_tls=posix,sysv,self]\n\n"
+      "The server registers its gRPC and UCX addresses in the registry; workers\n"
+      "find it there and create jobs on it. Stop it with SIGINT or SIGTERM.");
+  absl::ParseCommandLine(argc, argv);
+  const int shard = absl::GetFlag(FLAGS_shard);
+  const std::string registry_address = absl::GetFlag(FLAGS_registry);
+  if (registry_address.empty()) return Fail("--registry is required (host:port)");
+  if (shard < 0) return Fail("--shard is required and must be >= 0");
+  tessel::SetLogLabel(absl::StrCat("server[", shard, "]"));
+  if (absl::GetFlag(FLAGS_verbose)) tessel::SetMinLogLevel(tessel::LogLevel::kDebug);
+
+  tessel::UcxOptions ucx;
+  ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
+  ucx.peer_error_handling = absl::GetFlag(FLAGS_ucx_peer_errors);
+  auto transport = tessel::UcxTransport::Create(ucx);
+  if (!transport.ok()) return Fail(std::string(transport.status().message()));
+  tessel::DataPlane plane(transport->get());
+  tessel::ShardService service(&plane, (*transport)->address(), shard,
+                               absl::GetFlag(FLAGS_pool));
+  std::string bound;
+  auto server = tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+
+  tessel::RegistryClient registry(registry_address);
+  tessel::v1::Member me;
+  me.set_group(absl::GetFlag(FLAGS_pool));
+  me.set_role(tessel::v1::ROLE_SERVER);
+  me.set_rank(shard);
+  me.set_grpc_address(bound);
+  me.set_ucx_address((*transport)->address());
+  auto view = registry.Join(me, absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)));
+  if (!view.ok()) return Fail(std::string(view.status().message()));
+  TESSEL_LOG(INFO) << "shard " << shard << " of pool '" << absl::GetFlag(FLAGS_pool)
+                   << "' serving control on " << bound << ", data over UCX";
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  while (!g_stop) {
+    absl::SleepFor(absl::Milliseconds(100));
+    if (!registry.lease_status().ok()) {
+      TESSEL_LOG(ERROR) << "lost registry lease; exiting so a supervisor restarts this server";
+      return 2;
+    }
+  }
+  TESSEL_LOG(INFO) << "stopping";
+  absl::Status left = registry.Leave();
+  (void)left;
+  (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  (*transport)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,310 @@
+#include "server/shard_job.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/digest.h"
+#include "rpc/job_spec.h"
+
+namespace tessel {
+
+absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& spec,
+                                                            int shard_index, int64_t epoch) {
+  auto layout = ValidateJobSpec(spec);
+  if (!layout.ok()) return layout.status();
+  if (shard_index < 0 || shard_index >= spec.num_shards()) {
+    return absl::InvalidArgumentError(absl::StrCat("job '", spec.job(), "': shard_index ",
+                                                   shard_index, " is outside [0, ",
+                                                   spec.num_shards(), ")"));
+  }
+  if (epoch < 0) return absl::InvalidArgumentError("epoch must be >= 0");
+  auto optimizer = OptimizerFromProto(spec.optimizer());
+  if (!optimizer.ok()) return optimizer.status();
+  return std::unique_ptr<ShardJob>(
+      new ShardJob(spec, std::move(*layout), shard_index, epoch, *optimizer));
+}
+
+ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t epoch,
+                   OptimizerParams optimizer)
+    : spec_(spec),
+      layout_(std::move(layout)),
+      shard_(shard),
+      range_(layout_.shard_range(shard)),
+      job_id_(JobId(spec.job())),
+      optimizer_(optimizer),
+      world_(spec.world_size()),
+      num_buckets_(layout_.num_buckets(shard)),
+      epoch_(epoch) {
+  const size_t n = static_cast<size_t>(range_.size());
+  values_.assign(n, 0.f);
+  if (!is_ddp()) state_.assign(StateSlots(optimizer_), std::vector<float>(n, 0.f));
+  rank_grads_.assign(world_, std::vector<float>(n, 0.f));
+  init_seen_.assign(num_buckets_, 0);
+  reserved_.assign(num_buckets_, std::vector<uint8_t>(world_, 0));
+  arrived_.assign(num_buckets_, 0);
+  initialized_ = is_ddp() || num_buckets_ == 0;
+}
+
+absl::Status ShardJob::CheckHeader(const FrameHeader& h) {
+  const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
+  if (h.job_id != job_id_) {
+    return absl::NotFoundError(absl::StrCat(where, "frame is for another job"));
+  }
+  if (h.epoch != epoch_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "frame from membership epoch ", h.epoch, " but the job is at epoch ",
+                     epoch_, "; the sender must re-read the membership view"));
+  }
+  if (h.shard != shard_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "frame addressed to shard ", h.shard, " reached shard ", shard_));
+  }
+  if (h.rank < 0 || h.rank >= world_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "rank ", h.rank, " is outside [0, ", world_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h) {
+  absl::MutexLock lock(&mu_);
+  absl::Status s = CheckHeader(h);
+  const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
+  if (s.ok() && (h.bucket < 0 || h.bucket >= num_buckets_)) {
+    s = absl::InvalidArgumentError(
+        absl::StrCat(where, "bucket ", h.bucket, " is outside [0, ", num_buckets_, ")"));
+  }
+  Range br;
+  if (s.ok()) {
+    br = layout_.bucket_range(shard_, h.bucket);
+    const uint64_t want = static_cast<uint64_t>(br.size()) * sizeof(float);
+    if (h.payload_bytes != want) {
+      s = absl::InvalidArgumentError(absl::StrCat(where, "bucket ", h.bucket, " carries ",
+                                                  h.payload_bytes, " bytes; expected ", want,
+                                                  " (", br.size(), " float32)"));
+    }
+  }
+  if (s.ok() && h.type == FrameType::kInit) {
+    if (is_ddp()) {
+      s = absl::FailedPreconditionError(
+          absl::StrCat(where, "DDP keeps parameters on the workers; INIT is not accepted"));
+    } else if (h.rank != 0) {
+      s = absl::PermissionDeniedError(
+          absl::StrCat(where, "only rank 0 initializes parameters; got INIT from rank ", h.rank));
+    } else if (initialized_ || h.step != 0) {
+      s = absl::FailedPreconditionError(absl::StrCat(
+          where, "parameters are already initialized (step ", version_, "); INIT refused"));
+    } else if (init_seen_[h.bucket]) {
+      s = absl::AlreadyExistsError(absl::StrCat(where, "INIT of bucket ", h.bucket, " repeated"));
+    }
+    if (!s.ok()) {
+      ++rejected_;
+      return s;
+    }
+    init_seen_[h.bucket] = 1;
+    return values_.data() + (br.begin - range_.begin);
+  }
+  if (s.ok() && h.type != FrameType::kPush) {
+    s = absl::InvalidArgumentError(
+        absl::StrCat(where, FrameTypeName(h.type), " frames carry no gradient data"));
+  }
+  if (s.ok() && !initialized_) {
+    s = absl::FailedPreconditionError(
+        absl::StrCat(where, "parameters are not initialized yet; rank 0 must send INIT first"));
+  }
+  if (s.ok() && h.step != version_) {
+    s = absl::FailedPreconditionError(absl::StrCat(where, "push for step ", h.step,
+                                                   " but the shard is at step ", version_));
+  }
+  if (s.ok() && reserved_[h.bucket][h.rank]) {
+    s = absl::AlreadyExistsError(absl::StrCat(where, "rank ", h.rank, " already pushed bucket ",
+                                              h.bucket, " of step ", h.step));
+  }
+  if (!s.ok()) {
+    ++rejected_;
+    return s;
+  }
+  reserved_[h.bucket][h.rank] = 1;
+  return rank_grads_[h.rank].data() + (br.begin - range_.begin);
+}
+
+ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl::Status& s) {
+  absl::MutexLock lock(&mu_);
+  Completion c;
+  if (h.type == FrameType::kInit) {
+    if (!s.ok()) {
+      init_seen_[h.bucket] = 0;
+      return c;
+    }
+    if (++init_buckets_ == num_buckets_) {
+      initialized_ = true;
+      c.serve.version = version_;
+      for (auto it = deferred_.begin(); it != deferred_.end();) {
+        if (it->version == version_) {
+          c.serve.pullers.push_back(*it);
+          it = deferred_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    return c;
+  }
+  if (!s.ok()) {
+    reserved_[h.bucket][h.rank] = 0;
+    return c;
+  }
+  pushed_bytes_ += static_cast<int64_t>(h.payload_bytes);
+  if (++arrived_[h.bucket] == world_) c.update = h.bucket;
+  return c;
+}
+
+ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
+  int64_t step;
+  {
+    absl::MutexLock lock(&mu_);
+    ++updates_running_;
+    step = version_ + 1;
+  }
+  const Range br = layout_.bucket_range(shard_, bucket);
+  const size_t off = static_cast<size_t>(br.begin - range_.begin);
+  const size_t n = static_cast<size_t>(br.size());
+  std::vector<const float*> srcs(world_);
+  for (int r = 0; r < world_; ++r) srcs[r] = rank_grads_[r].data() + off;
+  if (is_ddp()) {
+    ReduceMean(srcs.data(), world_, values_.data() + off, n);
+  } else {
+    float* state[2] = {nullptr, nullptr};
+    for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + off;
+    ReduceAndApply(optimizer_, step, values_.data() + off, srcs.data(), world_, state, n);
+  }
+  absl::MutexLock lock(&mu_);
+  --updates_running_;
+  Serve serve;
+  if (++buckets_updated_ < num_buckets_) return serve;
+  ++version_;
+  buckets_updated_ = 0;
+  for (auto& r : reserved_) std::fill(r.begin(), r.end(), 0);
+  std::fill(arrived_.begin(), arrived_.end(), 0);
+  serve.version = version_;
+  for (auto it = deferred_.begin(); it != deferred_.end();) {
+    if (it->version == version_) {
+      serve.pullers.push_back(*it);
+      it = deferred_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return serve;
+}
+
+absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint64_t reply_to) {
+  absl::MutexLock lock(&mu_);
+  absl::Status s = CheckHeader(h);
+  const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
+  if (s.ok() && h.payload_bytes != 0) {
+    s = absl::InvalidArgumentError(absl::StrCat(where, "PULL carries no payload"));
+  }
+  const bool ready = initialized_ && h.step == version_;
+  const bool in_flight = h.step == version_ + (initialized_ ? 1 : 0);
+  if (s.ok() && !ready && !in_flight) {
+    s = absl::FailedPreconditionError(
+        h.step < version_
+            ? absl::StrCat(where, "parameters of step ", h.step, " were replaced by step ",
+                           version_)
+            : absl::StrCat(where, "pull for step ", h.step, " but the shard is at step ",
+                           version_, "; push that step's gradients first"));
+  }
+  if (!s.ok()) {
+    ++rejected_;
+    return s;
+  }
+  Serve serve;
+  serve.version = version_;
+  Puller p{reply_to, h.rank, h.step};
+  if (ready) {
+    serve.pullers.push_back(p);
+  } else {
+    deferred_.push_back(p);
+  }
+  return serve;
+}
+
+const float* ShardJob::served_bucket(int b) const {
+  return values_.data() + (layout_.bucket_range(shard_, b).begin - range_.begin);
+}
+
+absl::Status ShardJob::SetEpoch(int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  if (epoch < epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", spec_.job(), "': epoch may not go back from ", epoch_, " to ", epoch));
+  }
+  epoch_ = epoch;
+  return absl::OkStatus();
+}
+
+int64_t ShardJob::epoch() {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+void ShardJob::CountRejected() {
+  absl::MutexLock lock(&mu_);
+  ++rejected_;
+}
+
+void ShardJob::CountPulled(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  pulled_bytes_ += static_cast<int64_t>(bytes);
+}
+
+int64_t ShardJob::version() {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+std::string ShardJob::DigestLocked() {
+  mu_.Await(absl::Condition(
+      +[](int* running) { return *running == 0; }, &updates_running_));
+  Digest d;
+  d.UpdateInt(version_);
+  d.UpdateInt(initialized_ ? 1 : 0);
+  d.Update(values_.data(), values_.size() * sizeof(float));
+  for (const auto& s : state_) d.Update(s.data(), s.size() * sizeof(float));
+  return d.Hex();
+}
+
+v1::ShardStats ShardJob::Stats() {
+  absl::MutexLock lock(&mu_);
+  v1::ShardStats st;
+  st.set_job(spec_.job());
+  st.set_shard_index(shard_);
+  st.set_range_begin(range_.begin);
+  st.set_range_end(range_.end);
+  st.set_epoch(epoch_);
+  st.set_step(version_);
+  st.set_initialized(initialized_);
+  const int64_t n = range_.size() * static_cast<int64_t>(sizeof(float));
+  auto* mem = st.mutable_memory();
+  if (is_ddp()) {
+    mem->set_grad_buffer_bytes(n * (world_ + 1));
+  } else {
+    mem->set_params_bytes(n);
+    mem->set_optimizer_bytes(n * static_cast<int64_t>(state_.size()));
+    mem->set_grad_buffer_bytes(n * world_);
+  }
+  st.set_state_digest(DigestLocked());
+  st.set_rejected_frames(rejected_);
+  st.set_pushed_bytes(pushed_bytes_);
+  st.set_pulled_bytes(pulled_bytes_);
+  return st;
+}
+
+std::vector<float> ShardJob::ParamsSnapshot() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* running) { return *running == 0; }, &updates_running_));
+  return values_;
+}
+
+}  // namespace tessel

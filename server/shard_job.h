@@ -1,0 +1,136 @@
+// ShardJob: one job's state on one shard server, and the step protocol that
+// guards it. Transport-free: the data plane feeds it decoded frame headers and
+// carries out what it returns, so every rule here is unit-testable.
+//
+// State: the shard's range of the flat parameter vector (ZeRO-1/2: fp32
+// master params and optimizer state; DDP: the averaged gradient it serves),
+// and one receive buffer per worker rank.
+//
+// Step protocol ("version" = number of updates applied):
+//   INIT   rank 0 only, before anything else: bucket b of the initial params.
+//          (DDP holds no params and needs no INIT.)
+//   PUSH   gradient bucket for step == version from a rank that has not
+//          pushed it yet. When all ranks have pushed bucket b, the bucket is
+//          reduced in rank order (bitwise reproducible whatever the arrival
+//          order) and the optimizer runs on it. When every bucket is done the
+//          version advances.
+//   PULL   for version v: answered with every bucket once version == v
+//          (deferred while the step is in flight, refused if v is gone).
+// Anything that does not fit (unknown job, stale epoch, wrong shard, rank,
+// bucket, size, step, duplicate) is refused with a status naming the problem,
+// and changes nothing.
+//
+// Threads: Accept*/Complete* run on the transport thread, UpdateBucket on the
+// server's compute thread, Stats on gRPC threads; all bookkeeping is under
+// mu_. The optimizer kernel runs outside mu_ on a bucket no one else may
+// touch until the step ends (the protocol guarantees it).
+#ifndef TESSEL_SERVER_SHARD_JOB_H_
+#define TESSEL_SERVER_SHARD_JOB_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/layout.h"
+#include "core/optimizer.h"
+#include "core/wire.h"
+#include "proto/shard.pb.h"
+
+namespace tessel {
+
+class ShardJob {
+ public:
+  // A pending PULL: who asked (an opaque reply token) and for which version.
+  struct Puller {
+    uint64_t reply_to;
+    int32_t rank;
+    int64_t version;
+  };
+  // What the data plane must send after an event.
+  struct Serve {
+    std::vector<Puller> pullers;  // each gets every bucket of `version`
+    int64_t version = 0;
+  };
+
+  static absl::StatusOr<std::unique_ptr<ShardJob>> Create(const v1::JobSpec& spec, int shard_index,
+                                                          int64_t epoch);
+
+  const v1::JobSpec& spec() const { return spec_; }
+  const Layout& layout() const { return layout_; }
+  int shard() const { return shard_; }
+  Range range() const { return range_; }
+  uint64_t job_id() const { return job_id_; }
+
+  // PUSH or INIT header arrived: validates it and returns where its payload
+  // goes. The slot is reserved until CompleteReceive.
+  absl::StatusOr<void*> AcceptData(const FrameHeader& h);
+  // The payload of an accepted PUSH/INIT landed (or failed: the slot is
+  // released and may be pushed again). `update` is set if this completed a
+  // bucket; `serve` lists pulls that became answerable (after INIT).
+  struct Completion {
+    std::optional<int> update;
+    Serve serve;
+  };
+  Completion CompleteReceive(const FrameHeader& h, const absl::Status& s);
+  // Reduces and updates a complete bucket. Returns who to serve if this
+  // finished the step.
+  Serve UpdateBucket(int bucket);
+  // PULL header arrived. Returns whom to serve now (possibly nobody: deferred).
+  absl::StatusOr<Serve> AcceptPull(const FrameHeader& h, uint64_t reply_to);
+  // Payload of bucket `b` to send for the current version.
+  const float* served_bucket(int b) const;
+
+  absl::Status SetEpoch(int64_t epoch);
+  int64_t epoch();
+  void CountRejected();
+  void CountPulled(uint64_t bytes);
+  v1::ShardStats Stats();
+  int64_t version();
+  // Copies of the owned range, for tests and checkpoints.
+  std::vector<float> ParamsSnapshot();
+
+ private:
+  ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t epoch,
+           OptimizerParams optimizer);
+  absl::Status CheckHeader(const FrameHeader& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DigestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool is_ddp() const { return spec_.strategy() == v1::STRATEGY_DDP; }
+
+  const v1::JobSpec spec_;
+  const Layout layout_;
+  const int shard_;
+  const Range range_;
+  const uint64_t job_id_;
+  const OptimizerParams optimizer_;
+  const int world_;
+  const int num_buckets_;
+
+  // Owned range: params (ZeRO) or averaged grads (DDP), optimizer state, and
+  // one gradient receive buffer per rank.
+  std::vector<float> values_;
+  std::vector<std::vector<float>> state_;
+  std::vector<std::vector<float>> rank_grads_;
+
+  absl::Mutex mu_;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  int init_buckets_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint8_t> init_seen_ ABSL_GUARDED_BY(mu_);
+  // Per bucket: which ranks have reserved / completed their push this step.
+  std::vector<std::vector<uint8_t>> reserved_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> arrived_ ABSL_GUARDED_BY(mu_);
+  int buckets_updated_ ABSL_GUARDED_BY(mu_) = 0;
+  int updates_running_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Puller> deferred_ ABSL_GUARDED_BY(mu_);
+  int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pushed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pulled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_SERVER_SHARD_JOB_H_
