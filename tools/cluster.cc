@@ -1,0 +1,74 @@
+#include "tools/cluster.h"
+
+#include "absl/strings/str_cat.h"
+#include "rpc/grpc_util.h"
+#include "rpc/registry_client.h"
+
+namespace tessel {
+
+LocalCluster::LocalCluster(ClusterOptions options)
+    : options_(std::move(options)), processes_(options_.run_dir) {}
+
+LocalCluster::~LocalCluster() { Stop(); }
+
+absl::Status LocalCluster::Start() {
+  registry_ = std::make_unique<RegistryService>(options_.lease_ttl);
+  auto server = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_);
+  if (!server.ok()) return server.status();
+  registry_server_ = std::move(*server);
+
+  const std::string binary = FindBinary("server/tessel-server");
+  for (int s = 0; s < options_.servers; ++s) {
+    std::vector<std::string> argv = {binary,
+                                     absl::StrCat("--registry=", registry_address_),
+                                     absl::StrCat("--shard=", s),
+                                     absl::StrCat("--pool=", options_.pool),
+                                     absl::StrCat("--ucx_tls=", options_.ucx_tls),
+                                     absl::StrCat("--lease_ttl_ms=",
+                                                  absl::ToInt64Milliseconds(options_.lease_ttl))};
+    argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
+    absl::Status st = processes_.Start(absl::StrCat("server", s), argv);
+    if (!st.ok()) return st;
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  const int want = options_.servers;
+  while (absl::Now() < deadline) {
+    absl::Status alive = processes_.CheckAlive();
+    if (!alive.ok()) return alive;
+    v1::View view = registry_->registry().GetView(options_.pool);
+    if (view.members_size() >= want) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "shard servers did not register within 60 s; logs in ", options_.run_dir));
+}
+
+absl::Status LocalCluster::RunWorkers(int workers, const std::vector<std::string>& args,
+                                      absl::Duration timeout, const volatile int* stop_requested,
+                                      bool show_rank0) {
+  const std::string binary = FindBinary("tools/tessel-train");
+  std::vector<std::string> names;
+  for (int r = 0; r < workers; ++r) {
+    std::vector<std::string> argv = {binary, absl::StrCat("--registry=", registry_address_),
+                                     absl::StrCat("--rank=", r), absl::StrCat("--world=", workers),
+                                     absl::StrCat("--servers=", options_.servers),
+                                     absl::StrCat("--pool=", options_.pool)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string name = absl::StrCat("worker", r);
+    absl::Status s = processes_.Start(name, argv, show_rank0 && r == 0);
+    if (!s.ok()) return s;
+    names.push_back(name);
+  }
+  return processes_.WaitAll(names, timeout, stop_requested);
+}
+
+void LocalCluster::Stop() {
+  processes_.StopAll();
+  if (registry_ != nullptr) registry_->Stop();
+  if (registry_server_ != nullptr) {
+    registry_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+    registry_server_.reset();
+  }
+}
+
+}  // namespace tessel

@@ -1,0 +1,65 @@
+// LocalCluster: a real Tessel cluster on this machine for launchers and
+// integration tests: the registry embedded in the calling process, shard
+// servers and workers as separate processes on loopback. Everything it
+// started is stopped by Stop() or the destructor.
+//
+// Example:
+//   LocalCluster cluster({.servers = 2, .run_dir = MakeRunDir("demo")});
+//   RETURN_IF_ERROR(cluster.Start());
+//   RETURN_IF_ERROR(cluster.RunWorkers(2, worker_args, absl::Minutes(5), &g_stop));
+#ifndef TESSEL_TOOLS_CLUSTER_H_
+#define TESSEL_TOOLS_CLUSTER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "server/registry_service.h"
+#include "tools/process.h"
+
+namespace tessel {
+
+struct ClusterOptions {
+  int servers = 2;
+  std::string pool = "default";
+  std::string run_dir;
+  std::string ucx_tls;
+  std::vector<std::string> server_args;  // extra flags for every server
+  absl::Duration lease_ttl = absl::Seconds(3);
+};
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(ClusterOptions options);
+  ~LocalCluster();
+
+  // Starts the registry and the servers; returns once every server has
+  // registered (or one died: the status says which and why).
+  absl::Status Start();
+  // Starts `workers` worker processes (tessel-train with `args` plus
+  // --registry, --rank, --world, --servers) and waits for all to exit 0.
+  // Worker 0's stdout is shown when `show_rank0` is set.
+  absl::Status RunWorkers(int workers, const std::vector<std::string>& args,
+                          absl::Duration timeout, const volatile int* stop_requested,
+                          bool show_rank0 = true);
+  void Stop();
+
+  const std::string& registry_address() const { return registry_address_; }
+  const std::string& run_dir() const { return options_.run_dir; }
+  ProcessGroup& processes() { return processes_; }
+
+ private:
+  ClusterOptions options_;
+  std::unique_ptr<RegistryService> registry_;
+  std::unique_ptr<grpc::Server> registry_server_;
+  std::string registry_address_;
+  ProcessGroup processes_;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_TOOLS_CLUSTER_H_

@@ -1,0 +1,87 @@
+#include "tools/train_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "rpc/job_spec.h"
+
+ABSL_FLAG(std::string, strategy, "zero2", "ddp, zero1 or zero2 (fsdp and hybrid: not yet)");
+ABSL_FLAG(std::string, optimizer, "adam", "sgd, adam or adamw (torch.optim semantics)");
+ABSL_FLAG(double, lr, 1e-3, "learning rate");
+ABSL_FLAG(double, momentum, 0.0, "SGD momentum");
+ABSL_FLAG(double, dampening, 0.0, "SGD dampening");
+ABSL_FLAG(bool, nesterov, false, "SGD Nesterov momentum (needs momentum > 0, dampening 0)");
+ABSL_FLAG(double, weight_decay, 0.0, "weight decay (L2 for sgd/adam, decoupled for adamw)");
+ABSL_FLAG(double, beta1, 0.9, "Adam/AdamW beta1");
+ABSL_FLAG(double, beta2, 0.999, "Adam/AdamW beta2");
+ABSL_FLAG(double, eps, 1e-8, "Adam/AdamW epsilon");
+ABSL_FLAG(int, steps, 300, "training steps");
+ABSL_FLAG(int64_t, bucket_bytes, 4 << 20, "data-path bucket size in bytes");
+ABSL_FLAG(std::string, ucx_tls, "",
+          "UCX transports for every process (UCX_TLS), e.g. posix,sysv,self or tcp; "
+          "empty = UCX default");
+ABSL_FLAG(uint64_t, shuffle_seed, 0,
+          "testing: push buckets in a random order with random pauses (0 = off)");
+
+namespace tessel {
+
+absl::StatusOr<OptimizerParams> OptimizerFromFlags() {
+  OptimizerParams p;
+  const std::string kind = absl::AsciiStrToLower(absl::GetFlag(FLAGS_optimizer));
+  if (kind == "sgd") {
+    p.kind = OptimizerParams::Kind::kSgd;
+  } else if (kind == "adam") {
+    p.kind = OptimizerParams::Kind::kAdam;
+  } else if (kind == "adamw") {
+    p.kind = OptimizerParams::Kind::kAdamW;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer must be sgd, adam or adamw; got '", kind, "'"));
+  }
+  p.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  p.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  p.dampening = static_cast<float>(absl::GetFlag(FLAGS_dampening));
+  p.nesterov = absl::GetFlag(FLAGS_nesterov);
+  p.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  p.beta1 = static_cast<float>(absl::GetFlag(FLAGS_beta1));
+  p.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
+  p.eps = static_cast<float>(absl::GetFlag(FLAGS_eps));
+  absl::Status s = ValidateOptimizerParams(p);
+  if (!s.ok()) return s;
+  return p;
+}
+
+absl::StatusOr<v1::Strategy> StrategyFromFlags() {
+  auto s = ParseStrategy(absl::GetFlag(FLAGS_strategy));
+  if (!s.ok()) return s;
+  if (*s == v1::STRATEGY_FSDP || *s == v1::STRATEGY_HYBRID) {
+    return absl::UnimplementedError(absl::StrCat("--strategy=", absl::GetFlag(FLAGS_strategy),
+                                                 " is not available yet; use ddp, zero1 or zero2"));
+  }
+  return s;
+}
+
+std::vector<std::string> ForwardedTrainFlags() {
+  // Full precision: the launcher's reference must parse the very same values.
+  auto d = [](double v) { return absl::StrFormat("%.17g", v); };
+  return {
+      absl::StrCat("--strategy=", absl::GetFlag(FLAGS_strategy)),
+      absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
+      absl::StrCat("--lr=", d(absl::GetFlag(FLAGS_lr))),
+      absl::StrCat("--momentum=", d(absl::GetFlag(FLAGS_momentum))),
+      absl::StrCat("--dampening=", d(absl::GetFlag(FLAGS_dampening))),
+      absl::StrCat("--nesterov=", absl::GetFlag(FLAGS_nesterov) ? "true" : "false"),
+      absl::StrCat("--weight_decay=", d(absl::GetFlag(FLAGS_weight_decay))),
+      absl::StrCat("--beta1=", d(absl::GetFlag(FLAGS_beta1))),
+      absl::StrCat("--beta2=", d(absl::GetFlag(FLAGS_beta2))),
+      absl::StrCat("--eps=", d(absl::GetFlag(FLAGS_eps))),
+      absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
+      absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
+      absl::StrCat("--ucx_tls=", absl::GetFlag(FLAGS_ucx_tls)),
+      absl::StrCat("--shuffle_seed=", absl::GetFlag(FLAGS_shuffle_seed)),
+  };
+}
+
+}  // namespace tessel

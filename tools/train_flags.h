@@ -1,0 +1,40 @@
+// Flags shared by tessel-demo, tessel-replay and the worker process
+// tessel-train: one definition, so a launcher forwards exactly what a worker
+// parses.
+#ifndef TESSEL_TOOLS_TRAIN_FLAGS_H_
+#define TESSEL_TOOLS_TRAIN_FLAGS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "core/optimizer.h"
+#include "proto/shard.pb.h"
+
+ABSL_DECLARE_FLAG(std::string, strategy);
+ABSL_DECLARE_FLAG(std::string, optimizer);
+ABSL_DECLARE_FLAG(double, lr);
+ABSL_DECLARE_FLAG(double, momentum);
+ABSL_DECLARE_FLAG(double, dampening);
+ABSL_DECLARE_FLAG(bool, nesterov);
+ABSL_DECLARE_FLAG(double, weight_decay);
+ABSL_DECLARE_FLAG(double, beta1);
+ABSL_DECLARE_FLAG(double, beta2);
+ABSL_DECLARE_FLAG(double, eps);
+ABSL_DECLARE_FLAG(int, steps);
+ABSL_DECLARE_FLAG(int64_t, bucket_bytes);
+ABSL_DECLARE_FLAG(std::string, ucx_tls);
+ABSL_DECLARE_FLAG(uint64_t, shuffle_seed);
+
+namespace tessel {
+
+// Optimizer from --optimizer and its hyper-parameter flags, validated.
+absl::StatusOr<OptimizerParams> OptimizerFromFlags();
+absl::StatusOr<v1::Strategy> StrategyFromFlags();
+// The shared flags as command-line arguments, to forward to workers.
+std::vector<std::string> ForwardedTrainFlags();
+
+}  // namespace tessel
+
+#endif  // TESSEL_TOOLS_TRAIN_FLAGS_H_

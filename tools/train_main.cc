@@ -1,0 +1,155 @@
+// tessel-train: one worker process. Trains the demo MLP (default) or replays
+// fixed gradients from .npy files (--grads), through the Worker SDK against
+// real shard servers. Normally started by tessel-demo or tessel-replay.
+#include <cstdio>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "core/log.h"
+#include "core/npy.h"
+#include "tools/mlp_job.h"
+#include "tools/train_flags.h"
+#include "worker/worker.h"
+
+ABSL_FLAG(std::string, registry, "", "registry host:port (required)");
+ABSL_FLAG(std::string, job, "demo", "job name");
+ABSL_FLAG(int, rank, 0, "this worker's rank");
+ABSL_FLAG(int, world, 1, "number of workers");
+ABSL_FLAG(int, servers, 0, "shard servers to use (0 = every server in the pool)");
+ABSL_FLAG(std::string, pool, "default", "shard server pool");
+ABSL_FLAG(std::string, init, "", "replay mode: initial parameters (1-D float32 .npy)");
+ABSL_FLAG(std::string, grads, "", "replay mode: directory of step{K}_rank{R}.npy gradients");
+ABSL_FLAG(std::string, out, "", "rank 0 writes the final parameters here (.npy)");
+ABSL_FLAG(int, log_every, 50, "print progress every N steps (rank 0)");
+ABSL_FLAG(int, step_timeout_s, 120, "seconds a step may take before the worker gives up");
+
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::cerr << "tessel-train: " << s.message() << "\n";
+  return 1;
+}
+
+tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
+                                       tessel::v1::Strategy strategy) {
+  tessel::WorkerOptions o;
+  o.registry = absl::GetFlag(FLAGS_registry);
+  o.job = absl::GetFlag(FLAGS_job);
+  o.rank = absl::GetFlag(FLAGS_rank);
+  o.world_size = absl::GetFlag(FLAGS_world);
+  o.num_servers = absl::GetFlag(FLAGS_servers);
+  o.server_pool = absl::GetFlag(FLAGS_pool);
+  o.strategy = strategy;
+  o.optimizer = opt;
+  o.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
+  o.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
+  o.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
+  if (o.shuffle_seed != 0) o.shuffle_seed += static_cast<uint64_t>(o.rank) * 7919;
+  o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  return o;
+}
+
+int Replay(tessel::Worker* worker, int steps) {
+  auto init = tessel::ReadNpyF32(absl::GetFlag(FLAGS_init));
+  if (!init.ok()) return Fail(init.status());
+  const int rank = worker->options().rank;
+  absl::Status s = worker->RegisterLayout(
+      {{"flat", {static_cast<int64_t>(init->size())}}}, *init);
+  if (!s.ok()) return Fail(s);
+  for (int k = 0; k < steps; ++k) {
+    const std::string path =
+        absl::StrCat(absl::GetFlag(FLAGS_grads), "/step", k, "_rank", rank, ".npy");
+    auto g = tessel::ReadNpyF32(path);
+    if (!g.ok()) return Fail(g.status());
+    if (g->size() != init->size()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          path, " has ", g->size(), " floats but the initial parameters have ", init->size())));
+    }
+    std::copy(g->begin(), g->end(), worker->grads().begin());
+    s = worker->Step();
+    if (!s.ok()) return Fail(s);
+  }
+  return 0;
+}
+
+int TrainMlp(tessel::Worker* worker, int steps) {
+  auto config = tessel::MlpJobFromFlags();
+  if (!config.ok()) return Fail(config.status());
+  tessel::MlpJob job(*config);
+  const int rank = worker->options().rank;
+  const int world = worker->options().world_size;
+  std::vector<float> init(job.model().num_params());
+  job.Init(init.data());
+  absl::Status s = worker->RegisterLayout(job.Tensors(), init);
+  if (!s.ok()) return Fail(s);
+  const auto& tensors = job.model().tensors();
+  const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
+  absl::Time window_start = absl::Now();
+  double loss_sum = 0;
+  int window = 0;
+  for (int k = 0; k < steps; ++k) {
+    absl::Status ready = absl::OkStatus();
+    float loss = job.Gradients(worker->params().data(), k, rank, world, worker->grads().data(),
+                               [&](size_t i) {
+                                 if (!ready.ok()) return;
+                                 const auto& t = tensors[i];
+                                 ready = worker->GradientsReady(
+                                     static_cast<int64_t>(t.offset),
+                                     static_cast<int64_t>(t.offset + t.numel));
+                               });
+    if (!ready.ok()) return Fail(ready);
+    s = worker->Step();
+    if (!s.ok()) return Fail(s);
+    loss_sum += loss;
+    ++window;
+    if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
+      const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
+      std::printf("step %5d/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step\n", k + 1,
+                  steps, loss_sum / window, window / secs, window * world * config->batch / secs,
+                  1e3 * secs / window);
+      std::fflush(stdout);
+      window_start = absl::Now();
+      loss_sum = 0;
+      window = 0;
+    }
+  }
+  if (rank == 0) {
+    std::printf("worker 0: test accuracy %.2f%%\n", 100.0 * job.TestAccuracy(worker->params().data()));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Tessel worker process (started by tessel-demo / tessel-replay).\n\n"
+      "Usage: tessel-train --registry=HOST:PORT --rank=R --world=W [--job=demo]\n"
+      "       [--strategy=zero2] [--optimizer=adam --lr=1e-3 ...] [--steps=300]\n"
+      "       [--init=INIT.npy --grads=DIR]  (replay mode)  [--out=FINAL.npy]");
+  absl::ParseCommandLine(argc, argv);
+  tessel::SetLogLabel(absl::StrCat("worker[", absl::GetFlag(FLAGS_rank), "]"));
+  auto optimizer = tessel::OptimizerFromFlags();
+  if (!optimizer.ok()) return Fail(optimizer.status());
+  auto strategy = tessel::StrategyFromFlags();
+  if (!strategy.ok()) return Fail(strategy.status());
+  const int steps = absl::GetFlag(FLAGS_steps);
+  if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"));
+  auto worker = tessel::Worker::Connect(OptionsFromFlags(*optimizer, *strategy));
+  if (!worker.ok()) return Fail(worker.status());
+
+  const bool replay = !absl::GetFlag(FLAGS_grads).empty();
+  int rc = replay ? Replay(worker->get(), steps) : TrainMlp(worker->get(), steps);
+  if (rc != 0) return rc;
+  if ((*worker)->options().rank == 0 && !absl::GetFlag(FLAGS_out).empty()) {
+    absl::Status s = tessel::WriteNpyF32(absl::GetFlag(FLAGS_out), (*worker)->params());
+    if (!s.ok()) return Fail(s);
+  }
+  return 0;
+}

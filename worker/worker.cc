@@ -1,0 +1,464 @@
+#include "worker/worker.h"
+
+#include <algorithm>
+#include <numeric>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+#include "rpc/grpc_util.h"
+#include "rpc/job_spec.h"
+
+namespace tessel {
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& options) {
+  if (options.registry.empty()) return absl::InvalidArgumentError("WorkerOptions.registry is empty");
+  if (options.job.empty()) return absl::InvalidArgumentError("WorkerOptions.job is empty");
+  if (options.world_size < 1 || options.world_size > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size must be in [1, ", kMaxWorldSize,
+                                                   "], got ", options.world_size));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is outside [0, ",
+                                                   options.world_size, ")"));
+  }
+  if (options.num_servers < 0) return absl::InvalidArgumentError("num_servers must be >= 0");
+  absl::Status s = ValidateOptimizerParams(options.optimizer);
+  if (!s.ok()) return s;
+  std::unique_ptr<Worker> w(new Worker(options));
+  s = w->Start();
+  if (!s.ok()) return s;
+  return w;
+}
+
+Worker::Worker(const WorkerOptions& options)
+    : options_(options), job_id_(JobId(options.job)), shuffle_rng_(options.shuffle_seed) {}
+
+Worker::~Worker() {
+  if (registry_ != nullptr) {
+    absl::Status s = registry_->Leave();
+    (void)s;
+  }
+  if (transport_ != nullptr) transport_->Shutdown();
+}
+
+std::string Worker::Where() const {
+  return absl::StrCat("job '", options_.job, "' rank ", options_.rank, " step ", step_);
+}
+
+absl::Status Worker::Start() {
+  auto transport = UcxTransport::Create(options_.ucx);
+  if (!transport.ok()) return transport.status();
+  transport_ = std::move(*transport);
+  transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
+
+  registry_ = std::make_unique<RegistryClient>(options_.registry);
+  // Servers first: a worker is useless without its shards.
+  const int want_servers = options_.num_servers;
+  auto pool = registry_->WaitForView(
+      options_.server_pool,
+      [&](const v1::View& v) {
+        int n = 0;
+        for (const auto& m : v.members()) n += m.role() == v1::ROLE_SERVER;
+        if (want_servers == 0) return n > 0;
+        int contiguous = 0;
+        for (const auto& m : v.members()) {
+          if (m.role() == v1::ROLE_SERVER && m.rank() < want_servers) ++contiguous;
+        }
+        return contiguous == want_servers;
+      },
+      options_.connect_timeout);
+  if (!pool.ok()) {
+    return absl::UnavailableError(absl::StrCat(Where(), ": shard servers of pool '",
+                                               options_.server_pool, "' not found: ",
+                                               pool.status().message()));
+  }
+  std::vector<const v1::Member*> members;
+  for (const auto& m : pool->members()) {
+    if (m.role() != v1::ROLE_SERVER) continue;
+    if (want_servers != 0 && m.rank() >= want_servers) continue;
+    members.push_back(&m);
+  }
+  std::sort(members.begin(), members.end(),
+            [](const v1::Member* a, const v1::Member* b) { return a->rank() < b->rank(); });
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i]->rank() != static_cast<int>(i)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": pool '", options_.server_pool, "' has no shard server ", i,
+          " (servers present: ", DescribeView(*pool), "); start it or set num_servers"));
+    }
+    Server srv;
+    srv.shard = static_cast<int>(i);
+    srv.grpc_address = members[i]->grpc_address();
+    srv.stub = v1::ShardServer::NewStub(MakeChannel(srv.grpc_address));
+    auto peer = transport_->Connect(members[i]->ucx_address());
+    if (!peer.ok()) {
+      return absl::UnavailableError(absl::StrCat(Where(), ": cannot reach shard ", i,
+                                                 " over UCX: ", peer.status().message()));
+    }
+    srv.peer = *peer;
+    servers_.push_back(std::move(srv));
+  }
+
+  v1::Member me;
+  me.set_group(options_.job);
+  me.set_role(v1::ROLE_WORKER);
+  me.set_rank(options_.rank);
+  me.set_ucx_address(transport_->address());
+  auto joined = registry_->Join(me, options_.lease_ttl);
+  if (!joined.ok()) return joined.status();
+  const int world = options_.world_size;
+  auto view = registry_->WaitForView(
+      options_.job,
+      [world](const v1::View& v) {
+        int n = 0;
+        for (const auto& m : v.members()) n += m.role() == v1::ROLE_WORKER && m.rank() < world;
+        return n == world;
+      },
+      options_.connect_timeout);
+  if (!view.ok()) {
+    return absl::DeadlineExceededError(absl::StrCat(Where(), ": not all ", world,
+                                                    " workers joined: ", view.status().message()));
+  }
+  epoch_ = view->epoch();
+  TESSEL_LOG(INFO) << Where() << ": world of " << world << " complete at epoch " << epoch_ << ", "
+                   << servers_.size() << " shard server(s)";
+  return absl::OkStatus();
+}
+
+absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
+                                    absl::Span<const float> init) {
+  if (layout_ != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(Where(), ": layout already registered"));
+  }
+  v1::JobSpec spec;
+  spec.set_job(options_.job);
+  spec.set_strategy(options_.strategy);
+  spec.set_world_size(options_.world_size);
+  spec.set_num_shards(static_cast<int>(servers_.size()));
+  for (const TensorDesc& t : tensors) {
+    v1::TensorSpec* ts = spec.add_tensors();
+    ts->set_name(t.name);
+    for (int64_t d : t.shape) ts->add_shape(d);
+    ts->set_dtype(v1::DTYPE_F32);
+  }
+  *spec.mutable_optimizer() = OptimizerToProto(options_.optimizer);
+  spec.set_bucket_bytes(options_.bucket_bytes);
+  spec.set_align_elems(options_.align_elems);
+  auto layout = ValidateJobSpec(spec);
+  if (!layout.ok()) return layout.status();
+  const bool ddp = options_.strategy == v1::STRATEGY_DDP;
+  const size_t n = static_cast<size_t>(layout->num_params());
+  if ((options_.rank == 0 || ddp) && init.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(), ": init has ", init.size(),
+                                                   " floats but the layout has ", n));
+  }
+  layout_ = std::make_unique<Layout>(std::move(*layout));
+
+  for (Server& srv : servers_) {
+    v1::CreateJobRequest req;
+    *req.mutable_spec() = spec;
+    req.set_shard_index(srv.shard);
+    req.set_epoch(epoch_);
+    v1::CreateJobResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    absl::Status s = FromGrpc(srv.stub->CreateJob(&ctx, req, &resp),
+                              absl::StrCat(Where(), ": CreateJob on shard ", srv.shard, " (",
+                                           srv.grpc_address, ")"));
+    if (!s.ok()) {
+      layout_.reset();
+      return s;
+    }
+    const Range r = layout_->shard_range(srv.shard);
+    if (resp.range_begin() != r.begin || resp.range_end() != r.end) {
+      layout_.reset();
+      return absl::InternalError(absl::StrCat(Where(), ": shard ", srv.shard, " derived range [",
+                                              resp.range_begin(), ", ", resp.range_end(),
+                                              ") but this worker derived [", r.begin, ", ", r.end,
+                                              ")"));
+    }
+    if (resp.step() != 0 && !ddp) {
+      layout_.reset();
+      return absl::FailedPreconditionError(
+          absl::StrCat(Where(), ": job already exists at step ", resp.step(),
+                       " on shard ", srv.shard, "; use a new job name (resume is not supported "
+                       "by this SDK yet)"));
+    }
+  }
+
+  params_.assign(n, 0.f);
+  grads_.assign(n, 0.f);
+  if (ddp) {
+    std::copy(init.begin(), init.end(), params_.begin());
+    optimizer_state_.assign(StateSlots(options_.optimizer), std::vector<float>(n, 0.f));
+  }
+  ready_elems_.assign(servers_.size(), {});
+  pushed_.assign(servers_.size(), {});
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    ready_elems_[s].assign(layout_->num_buckets(static_cast<int>(s)), 0);
+    pushed_[s].assign(layout_->num_buckets(static_cast<int>(s)), 0);
+  }
+  if (ddp) return absl::OkStatus();
+
+  // ZeRO: rank 0 seeds the servers; everyone pulls step 0.
+  if (options_.rank == 0) {
+    std::copy(init.begin(), init.end(), params_.begin());
+    for (Server& srv : servers_) {
+      for (int b = 0; b < layout_->num_buckets(srv.shard); ++b) {
+        const Range br = layout_->bucket_range(srv.shard, b);
+        FrameHeader h;
+        h.type = FrameType::kInit;
+        h.job_id = job_id_;
+        h.epoch = epoch_;
+        h.step = 0;
+        h.rank = 0;
+        h.shard = srv.shard;
+        h.bucket = b;
+        h.payload_bytes = static_cast<uint64_t>(br.size()) * sizeof(float);
+        HeaderBytes bytes = EncodeHeader(h);
+        transport_->Send(srv.peer, absl::MakeConstSpan(bytes), params_.data() + br.begin,
+                         h.payload_bytes, [this](absl::Status s) {
+                           if (s.ok()) return;
+                           absl::MutexLock lock(&mu_);
+                           if (send_error_.ok()) send_error_ = s;
+                         });
+      }
+    }
+  }
+  absl::Status s = SendPulls(0);
+  if (s.ok()) s = WaitForParams(0);
+  if (!s.ok()) layout_.reset();
+  return s;
+}
+
+absl::Span<float> Worker::tensor_params(const std::string& name) {
+  if (layout_ == nullptr) return {};
+  int i = layout_->FindTensor(name);
+  if (i < 0) return {};
+  const TensorSlot& t = layout_->tensors()[i];
+  return absl::MakeSpan(params_.data() + t.offset, static_cast<size_t>(t.numel));
+}
+
+absl::Span<float> Worker::tensor_grads(const std::string& name) {
+  if (layout_ == nullptr) return {};
+  int i = layout_->FindTensor(name);
+  if (i < 0) return {};
+  const TensorSlot& t = layout_->tensors()[i];
+  return absl::MakeSpan(grads_.data() + t.offset, static_cast<size_t>(t.numel));
+}
+
+void Worker::PushBucket(int shard, int bucket) {
+  pushed_[shard][bucket] = 1;
+  const Range br = layout_->bucket_range(shard, bucket);
+  FrameHeader h;
+  h.type = FrameType::kPush;
+  h.job_id = job_id_;
+  h.epoch = epoch_;
+  h.step = step_;
+  h.rank = options_.rank;
+  h.shard = shard;
+  h.bucket = bucket;
+  h.payload_bytes = static_cast<uint64_t>(br.size()) * sizeof(float);
+  HeaderBytes bytes = EncodeHeader(h);
+  transport_->Send(servers_[shard].peer, absl::MakeConstSpan(bytes), grads_.data() + br.begin,
+                   h.payload_bytes, [this](absl::Status s) {
+                     if (s.ok()) return;
+                     absl::MutexLock lock(&mu_);
+                     if (send_error_.ok()) send_error_ = s;
+                   });
+}
+
+absl::Status Worker::GradientsReady(int64_t begin, int64_t end) {
+  if (layout_ == nullptr) {
+    return absl::FailedPreconditionError("GradientsReady before RegisterLayout");
+  }
+  if (begin < 0 || end > layout_->num_params() || begin > end) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(), ": GradientsReady range [", begin,
+                                                   ", ", end, ") is outside [0, ",
+                                                   layout_->num_params(), ")"));
+  }
+  if (options_.shuffle_seed != 0) return absl::OkStatus();  // Step() pushes in shuffled order
+  while (begin < end) {
+    const int s = layout_->ShardOf(begin);
+    const Range r = layout_->shard_range(s);
+    const int b = static_cast<int>((begin - r.begin) / layout_->bucket_elems());
+    const Range br = layout_->bucket_range(s, b);
+    const int64_t upto = std::min(end, br.end);
+    ready_elems_[s][b] += upto - begin;
+    if (ready_elems_[s][b] > br.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(), ": gradients of bucket ", b, " of shard ", s, " were handed over twice"));
+    }
+    if (ready_elems_[s][b] == br.size() && !pushed_[s][b]) PushBucket(s, b);
+    begin = upto;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::SendPulls(int64_t version) {
+  int64_t expected = 0;
+  for (const Server& srv : servers_) expected += layout_->num_buckets(srv.shard);
+  {
+    absl::MutexLock lock(&mu_);
+    expect_version_ = version;
+    expected_ = expected;
+    received_ = 0;
+    received_by_shard_.assign(servers_.size(), 0);
+    error_ = absl::OkStatus();
+  }
+  for (const Server& srv : servers_) {
+    if (layout_->num_buckets(srv.shard) == 0) continue;
+    FrameHeader h;
+    h.type = FrameType::kPull;
+    h.job_id = job_id_;
+    h.epoch = epoch_;
+    h.step = version;
+    h.rank = options_.rank;
+    h.shard = srv.shard;
+    HeaderBytes bytes = EncodeHeader(h);
+    transport_->Send(srv.peer, absl::MakeConstSpan(bytes), nullptr, 0, nullptr);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::WaitForParams(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return received_ == expected_ || !error_.ok() || !send_error_.ok();
+  };
+  struct Arg {
+    decltype(done)* f;
+  } arg{&done};
+  const bool finished = mu_.AwaitWithTimeout(
+      absl::Condition(+[](Arg* a) { return (*a->f)(); }, &arg), options_.step_timeout);
+  if (!error_.ok()) return error_;
+  if (!send_error_.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(Where(), ": sending to a shard server failed: ", send_error_.message()));
+  }
+  if (!finished) {
+    std::vector<std::string> missing;
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      const int want = layout_->num_buckets(static_cast<int>(s));
+      if (received_by_shard_[s] < want) {
+        missing.push_back(absl::StrCat("shard ", s, " (", servers_[s].grpc_address, "): ",
+                                       received_by_shard_[s], "/", want, " buckets"));
+      }
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        Where(), ": parameters of step ", version, " did not arrive within ",
+        absl::FormatDuration(options_.step_timeout), "; missing ", absl::StrJoin(missing, ", "),
+        ". A worker or server may have died: check the registry (tesselctl members)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Step() {
+  if (layout_ == nullptr) return absl::FailedPreconditionError("Step before RegisterLayout");
+  std::vector<std::pair<int, int>> todo;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    for (size_t b = 0; b < pushed_[s].size(); ++b) {
+      if (!pushed_[s][b]) todo.emplace_back(static_cast<int>(s), static_cast<int>(b));
+    }
+  }
+  if (options_.shuffle_seed != 0) std::shuffle(todo.begin(), todo.end(), shuffle_rng_);
+  absl::Status s = SendPulls(step_ + 1);
+  for (const auto& [shard, bucket] : todo) {
+    if (options_.shuffle_seed != 0 && shuffle_rng_() % 3 == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(shuffle_rng_() % 2000));
+    }
+    PushBucket(shard, bucket);
+  }
+  if (s.ok()) s = WaitForParams(step_ + 1);
+  if (!s.ok()) return s;
+  ++step_;
+  for (auto& v : ready_elems_) std::fill(v.begin(), v.end(), 0);
+  for (auto& v : pushed_) std::fill(v.begin(), v.end(), 0);
+  if (options_.strategy == v1::STRATEGY_DDP) {
+    // grads_ now holds the average over ranks; every worker applies the same update.
+    float* state[2] = {nullptr, nullptr};
+    for (size_t k = 0; k < optimizer_state_.size(); ++k) state[k] = optimizer_state_[k].data();
+    ApplyUpdate(options_.optimizer, step_, params_.data(), grads_.data(), state, params_.size());
+  }
+  return absl::OkStatus();
+}
+
+Accept Worker::OnFrame(const Incoming& in) {
+  auto h = DecodeHeader(in.header.data(), in.header.size());
+  if (!h.ok()) {
+    TESSEL_LOG(WARNING) << "dropping malformed frame: " << h.status();
+    return Accept{};
+  }
+  if (h->type == FrameType::kError) {
+    auto message = std::make_shared<std::string>(in.payload_bytes, '\0');
+    FrameHeader about = *h;
+    auto record = [this, message, about](absl::Status) {
+      absl::MutexLock lock(&mu_);
+      if (!error_.ok()) return;
+      error_ = absl::Status(static_cast<absl::StatusCode>(about.code),
+                            absl::StrCat(Where(), ": shard ", about.shard, " refused ",
+                                         DescribeHeader(about), ": ", *message));
+    };
+    if (in.payload_bytes == 0) {
+      record(absl::OkStatus());
+      return Accept{};
+    }
+    return Accept{message->data(), record};
+  }
+  if (h->type != FrameType::kParams || h->job_id != job_id_ || layout_ == nullptr ||
+      h->shard < 0 || h->shard >= static_cast<int>(servers_.size()) || h->bucket < 0 ||
+      h->bucket >= layout_->num_buckets(h->shard)) {
+    TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(*h);
+    return Accept{};
+  }
+  const Range br = layout_->bucket_range(h->shard, h->bucket);
+  {
+    absl::MutexLock lock(&mu_);
+    if (h->step != expect_version_ ||
+        h->payload_bytes != static_cast<uint64_t>(br.size()) * sizeof(float)) {
+      TESSEL_LOG(WARNING) << "dropping stale or mis-sized " << DescribeHeader(*h)
+                          << " (expecting step " << expect_version_ << ")";
+      return Accept{};
+    }
+  }
+  float* base = options_.strategy == v1::STRATEGY_DDP ? grads_.data() : params_.data();
+  const int shard = h->shard;
+  return Accept{base + br.begin, [this, shard](absl::Status s) {
+                  absl::MutexLock lock(&mu_);
+                  if (!s.ok()) {
+                    if (error_.ok()) error_ = s;
+                    return;
+                  }
+                  ++received_;
+                  ++received_by_shard_[shard];
+                }};
+}
+
+WorkerMemory Worker::memory() const {
+  WorkerMemory m;
+  m.params_bytes = static_cast<int64_t>(params_.size() * sizeof(float));
+  m.grads_bytes = static_cast<int64_t>(grads_.size() * sizeof(float));
+  for (const auto& s : optimizer_state_) m.optimizer_bytes += s.size() * sizeof(float);
+  return m;
+}
+
+absl::StatusOr<std::vector<v1::ShardStats>> Worker::ServerStats() {
+  std::vector<v1::ShardStats> out;
+  for (Server& srv : servers_) {
+    v1::JobRef ref;
+    ref.set_job(options_.job);
+    v1::ShardStats st;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    absl::Status s = FromGrpc(srv.stub->GetStats(&ctx, ref, &st),
+                              absl::StrCat("GetStats on shard ", srv.shard));
+    if (!s.ok()) return s;
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+}  // namespace tessel

@@ -1,0 +1,166 @@
+// Worker SDK: what training code links to take part in a Tessel job.
+//
+// A Worker joins the registry as (job, rank), waits for the whole world and
+// the shard servers, registers the model's tensors once (creating the job on
+// every shard server), and then runs synchronous steps: the training code
+// writes gradients into grads(), optionally hands over ranges as backward
+// produces them (GradientsReady, so pushes overlap computation), and calls
+// Step(), which returns when params() holds the updated parameters.
+//
+// Strategies (WorkerOptions::strategy):
+//   zero2, zero1  servers keep fp32 master params and optimizer state of
+//                 their range; a step pushes gradients and pulls parameters.
+//                 (On the wire the two are the same; they differ in what the
+//                 worker keeps, which matters once mixed precision lands.)
+//   ddp           servers only average; each worker pulls the averaged
+//                 gradient and runs the optimizer itself, identically.
+// FSDP and hybrid are refused with Unimplemented until they land.
+//
+// Correctness contract: after step k, params() equals single-process
+// training with the mean of the workers' gradients, bit for bit, because
+// servers reduce in rank order whatever order buckets arrive in.
+//
+// Threads: one thread drives a Worker (all methods); the transport's progress
+// thread fills params() during Step() only.
+//
+// Example:
+//   WorkerOptions opt;
+//   opt.registry = "127.0.0.1:7070"; opt.job = "mlp"; opt.rank = r; opt.world_size = 2;
+//   opt.optimizer.kind = OptimizerParams::Kind::kAdam;
+//   TESSEL_ASSIGN_OR_RETURN(auto worker, Worker::Connect(opt));
+//   RETURN_IF_ERROR(worker->RegisterLayout(model.tensors(), init));
+//   for (...) {
+//     model.LossAndGrad(worker->params().data(), x, y, batch, worker->grads().data());
+//     RETURN_IF_ERROR(worker->Step());
+//   }
+#ifndef TESSEL_WORKER_WORKER_H_
+#define TESSEL_WORKER_WORKER_H_
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "core/layout.h"
+#include "core/optimizer.h"
+#include "core/wire.h"
+#include "proto/shard.grpc.pb.h"
+#include "rpc/registry_client.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace tessel {
+
+struct WorkerOptions {
+  std::string registry;             // host:port of the registry (required)
+  std::string job;                  // job name (required)
+  int rank = 0;                     // in [0, world_size)
+  int world_size = 1;
+  std::string server_pool = "default";
+  int num_servers = 0;              // shard servers to use: ranks 0..n-1 of the pool; 0 = all present
+  v1::Strategy strategy = v1::STRATEGY_ZERO2;
+  OptimizerParams optimizer;
+  int64_t bucket_bytes = 4 << 20;   // data-path bucket size
+  int64_t align_elems = 64;         // shard range alignment (elements)
+  absl::Duration connect_timeout = absl::Seconds(60);
+  absl::Duration step_timeout = absl::Seconds(120);
+  absl::Duration lease_ttl = absl::Seconds(3);
+  UcxOptions ucx;
+  // Testing aid: when non-zero, buckets are pushed in a random order with
+  // random pauses, to prove results do not depend on arrival order.
+  uint64_t shuffle_seed = 0;
+};
+
+struct WorkerMemory {
+  int64_t params_bytes = 0;
+  int64_t grads_bytes = 0;
+  int64_t optimizer_bytes = 0;  // DDP only: optimizer state lives on the worker
+};
+
+class Worker {
+ public:
+  static absl::StatusOr<std::unique_ptr<Worker>> Connect(const WorkerOptions& options);
+  ~Worker();
+
+  // Declares the model's tensors (in order) and creates the job on every shard
+  // server. `init` holds the initial parameters (num_params floats): rank 0's
+  // are sent to the servers (ZeRO) and every rank starts from them; for DDP
+  // every rank must pass the same init (e.g. the same seed). Other ranks may
+  // pass an empty span for ZeRO.
+  absl::Status RegisterLayout(const std::vector<TensorDesc>& tensors,
+                              absl::Span<const float> init);
+
+  absl::Span<float> params() { return absl::MakeSpan(params_); }
+  absl::Span<float> grads() { return absl::MakeSpan(grads_); }
+  // Views of one tensor, or an empty span if there is no such tensor.
+  absl::Span<float> tensor_params(const std::string& name);
+  absl::Span<float> tensor_grads(const std::string& name);
+
+  // Gradients of flat elements [begin, end) are final for this step: buckets
+  // they complete are pushed now, while backward goes on. Optional.
+  absl::Status GradientsReady(int64_t begin, int64_t end);
+  // Pushes what is left, waits for the updated parameters (or the averaged
+  // gradient, applied locally, for DDP). On error the step is not applied and
+  // the status names the job, step, shard and cause.
+  absl::Status Step();
+
+  int64_t step() const { return step_; }
+  int64_t epoch() const { return epoch_; }
+  int num_servers() const { return static_cast<int>(servers_.size()); }
+  const Layout& layout() const { return *layout_; }
+  const WorkerOptions& options() const { return options_; }
+  WorkerMemory memory() const;
+  // Shard statistics from every server (control plane), for tools and tests.
+  absl::StatusOr<std::vector<v1::ShardStats>> ServerStats();
+
+ private:
+  struct Server {
+    int shard = 0;
+    std::string grpc_address;
+    std::unique_ptr<v1::ShardServer::Stub> stub;
+    PeerId peer = 0;
+  };
+
+  explicit Worker(const WorkerOptions& options);
+  absl::Status Start();
+  Accept OnFrame(const Incoming& in);
+  void PushBucket(int shard, int bucket);
+  absl::Status SendPulls(int64_t version);
+  absl::Status WaitForParams(int64_t version);
+  std::string Where() const;
+
+  const WorkerOptions options_;
+  std::unique_ptr<RegistryClient> registry_;
+  std::unique_ptr<Transport> transport_;
+  std::vector<Server> servers_;
+  std::unique_ptr<Layout> layout_;
+  uint64_t job_id_ = 0;
+  int64_t epoch_ = 0;
+  int64_t step_ = 0;
+
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  std::vector<std::vector<float>> optimizer_state_;  // DDP only
+  // Per (shard, bucket): elements handed over this step, and pushed flag.
+  std::vector<std::vector<int64_t>> ready_elems_;
+  std::vector<std::vector<uint8_t>> pushed_;
+  std::mt19937_64 shuffle_rng_;
+
+  absl::Mutex mu_;
+  int64_t expect_version_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t received_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t expected_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int> received_by_shard_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  int64_t send_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status send_error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_WORKER_WORKER_H_
