@@ -28,12 +28,12 @@ namespace tessel::model::internal {
 
 // TESSEL_MODEL_CHECK(cond, message parts...): the parts go through
 // absl::StrCat, and only when the check fails.
-#define TESSEL_MODEL_CHECK(cond, ...)                                      \
-  do {                                                                     \
-    if (ABSL_PREDICT_FALSE(!(cond))) {                                     \
-      ::tessel::model::internal::CheckFailed(__FILE__, __LINE__, #cond,    \
-                                             absl::StrCat(__VA_ARGS__));   \
-    }                                                                      \
+#define TESSEL_MODEL_CHECK(cond, ...)                                    \
+  do {                                                                   \
+    if (ABSL_PREDICT_FALSE(!(cond))) {                                   \
+      ::tessel::model::internal::CheckFailed(__FILE__, __LINE__, #cond,  \
+                                             absl::StrCat(__VA_ARGS__)); \
+    }                                                                    \
   } while (false)
 
 #endif  // TESSEL_MODEL_INTERNAL_CHECK_H_

@@ -31,9 +31,7 @@ class SplitMix64 {
   }
 
   // Uniform in [0, 1) on a grid of 2^-24, so every value is an exact float.
-  float UniformFloat() {
-    return static_cast<float>(Next() >> 40) * 0x1.0p-24f;
-  }
+  float UniformFloat() { return static_cast<float>(Next() >> 40) * 0x1.0p-24f; }
 
   // Uniform in [0, 1) on a grid of 2^-53.
   double UniformDouble() {
@@ -43,8 +41,8 @@ class SplitMix64 {
   // Uniform integer in [0, n), n > 0 (Lemire's multiply-high; the bias is at
   // most n / 2^64).
   uint64_t UniformInt(uint64_t n) {
-    return static_cast<uint64_t>(
-        (static_cast<unsigned __int128>(Next()) * n) >> 64);
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >>
+                                 64);
   }
 
   // Standard normal by the Box-Muller transform; draws come in pairs and the

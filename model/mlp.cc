@@ -1,0 +1,310 @@
+#include "model/mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/dataset.h"
+#include "model/internal/check.h"
+#include "model/internal/random.h"
+
+namespace tessel::model {
+namespace {
+
+absl::Status ValidateSizes(const std::vector<int>& sizes) {
+  if (sizes.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an MLP needs at least an input and an output size, got {",
+                     absl::StrJoin(sizes, ", "), "}"));
+  }
+  for (int s : sizes) {
+    if (s < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("every MLP layer size must be >= 1, got {",
+                       absl::StrJoin(sizes, ", "), "}"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// c[j] += a * b[j] for j in [0, n). The restrict qualifiers let GCC vectorise
+// without runtime overlap checks; each c[j] gets exactly one add, so the
+// vector width does not change any result.
+inline void Axpy(int n, float a, const float* __restrict b,
+                 float* __restrict c) {
+  for (int j = 0; j < n; ++j) c[j] += a * b[j];
+}
+
+// Axpy into four rows at once: each b[j] is loaded once for four outputs.
+inline void Axpy4(int n, float a0, float a1, float a2, float a3,
+                  const float* __restrict b, float* __restrict c0,
+                  float* __restrict c1, float* __restrict c2,
+                  float* __restrict c3) {
+  for (int j = 0; j < n; ++j) {
+    const float bj = b[j];
+    c0[j] += a0 * bj;
+    c1[j] += a1 * bj;
+    c2[j] += a2 * bj;
+    c3[j] += a3 * bj;
+  }
+}
+
+// c[m, n] += a[m, k] * b[k, n], all row-major and contiguous. Every c[i][j]
+// accumulates its k products in ascending order of k, whatever m, n or the
+// vector width: that fixed order is what makes results reproducible.
+void MatMulAccumulate(int m, int n, int k, const float* a, const float* b,
+                      float* c) {
+  const size_t ks = static_cast<size_t>(k);
+  const size_t ns = static_cast<size_t>(n);
+  int i = 0;
+  for (; i + 4 <= m; i += 4) {
+    const float* a0 = a + static_cast<size_t>(i) * ks;
+    float* c0 = c + static_cast<size_t>(i) * ns;
+    for (size_t p = 0; p < ks; ++p) {
+      Axpy4(n, a0[p], a0[ks + p], a0[2 * ks + p], a0[3 * ks + p], b + p * ns,
+            c0, c0 + ns, c0 + 2 * ns, c0 + 3 * ns);
+    }
+  }
+  for (; i < m; ++i) {
+    const float* ai = a + static_cast<size_t>(i) * ks;
+    float* ci = c + static_cast<size_t>(i) * ns;
+    for (size_t p = 0; p < ks; ++p) Axpy(n, ai[p], b + p * ns, ci);
+  }
+}
+
+// out[cols, rows] = in[rows, cols]^T.
+void Transpose(int rows, int cols, const float* in, float* out) {
+  const size_t r = static_cast<size_t>(rows);
+  const size_t c = static_cast<size_t>(cols);
+  // Tiles keep both the reads and the writes within a few cache lines.
+  constexpr size_t kTile = 16;
+  for (size_t i0 = 0; i0 < r; i0 += kTile) {
+    const size_t i1 = std::min(r, i0 + kTile);
+    for (size_t j0 = 0; j0 < c; j0 += kTile) {
+      const size_t j1 = std::min(c, j0 + kTile);
+      for (size_t i = i0; i < i1; ++i) {
+        for (size_t j = j0; j < j1; ++j) out[j * r + i] = in[i * c + j];
+      }
+    }
+  }
+}
+
+// Mean softmax cross-entropy of the logits [batch, classes] against labels y.
+// If dlogits is not null, also writes d(mean loss)/d(logits) there.
+float SoftmaxCrossEntropy(const float* logits, const int32_t* y, int batch,
+                          int classes, float* dlogits) {
+  const size_t cs = static_cast<size_t>(classes);
+  double total = 0.0;
+  for (int i = 0; i < batch; ++i) {
+    const int32_t label = y[i];
+    TESSEL_MODEL_CHECK(label >= 0 && label < classes, "label ", label,
+                       " of row ", i, " is outside [0, ", classes, ")");
+    const float* z = logits + static_cast<size_t>(i) * cs;
+    const float max = *std::max_element(z, z + cs);
+    float sum = 0.0f;
+    for (size_t c = 0; c < cs; ++c) sum += std::exp(z[c] - max);
+    // -log softmax(z)[label], computed stably.
+    const float loss = std::log(sum) - (z[label] - max);
+    total += loss;
+    if (dlogits != nullptr) {
+      float* dz = dlogits + static_cast<size_t>(i) * cs;
+      for (size_t c = 0; c < cs; ++c) {
+        const float p = std::exp(z[c] - max) / sum;
+        const float target = static_cast<int32_t>(c) == label ? 1.0f : 0.0f;
+        dz[c] = (p - target) / static_cast<float>(batch);
+      }
+    }
+  }
+  return static_cast<float>(total / batch);
+}
+
+}  // namespace
+
+// Scratch memory for one forward/backward pass.
+struct Mlp::Workspace {
+  // activations[l] is the output of layer l, [batch, sizes[l + 1]]: after the
+  // ReLU for hidden layers, the logits for the last one.
+  std::vector<std::vector<float>> activations;
+  // A transposed weight or gradient.
+  std::vector<float> transposed;
+};
+
+absl::StatusOr<Mlp> Mlp::Create(std::vector<int> sizes) {
+  if (absl::Status status = ValidateSizes(sizes); !status.ok()) return status;
+  return Mlp(std::move(sizes));
+}
+
+Mlp::Mlp(std::vector<int> sizes) : sizes_(std::move(sizes)) {
+  const absl::Status status = ValidateSizes(sizes_);
+  TESSEL_MODEL_CHECK(status.ok(), status.message());
+  for (size_t l = 0; l + 1 < sizes_.size(); ++l) {
+    const int64_t in = sizes_[l];
+    const int64_t out = sizes_[l + 1];
+    const size_t weight_numel = static_cast<size_t>(out * in);
+    tensors_.push_back(TensorInfo{absl::StrCat("fc", l, ".weight"),
+                                  {out, in},
+                                  num_params_,
+                                  weight_numel});
+    num_params_ += weight_numel;
+    tensors_.push_back(TensorInfo{absl::StrCat("fc", l, ".bias"),
+                                  {out},
+                                  num_params_,
+                                  static_cast<size_t>(out)});
+    num_params_ += static_cast<size_t>(out);
+  }
+}
+
+void Mlp::Init(float* params, uint64_t seed) const {
+  internal::SplitMix64 rng(seed);
+  for (size_t l = 0; l + 1 < sizes_.size(); ++l) {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(sizes_[l]));
+    for (const TensorInfo* t : {&tensors_[2 * l], &tensors_[2 * l + 1]}) {
+      float* p = params + t->offset;
+      for (size_t i = 0; i < t->numel; ++i) {
+        // 2u - 1 is exact for u on the 2^-24 grid: U[-1, 1) scaled by bound.
+        p[i] = bound * (2.0f * rng.UniformFloat() - 1.0f);
+      }
+    }
+  }
+}
+
+void Mlp::Forward(const float* params, const float* x, int batch,
+                  Workspace* ws) const {
+  TESSEL_MODEL_CHECK(batch >= 1, "batch = ", batch);
+  const size_t num_layers = sizes_.size() - 1;
+  const size_t b = static_cast<size_t>(batch);
+  ws->activations.resize(num_layers);
+  const float* input = x;
+  for (size_t l = 0; l < num_layers; ++l) {
+    const int in = sizes_[l];
+    const int out = sizes_[l + 1];
+    const float* weight = params + tensors_[2 * l].offset;
+    const float* bias = params + tensors_[2 * l + 1].offset;
+    std::vector<float>& output = ws->activations[l];
+    output.resize(b * static_cast<size_t>(out));
+    for (size_t i = 0; i < b; ++i) {
+      std::copy(bias, bias + out, output.begin() + i * out);
+    }
+    // output += input [batch, in] * weight^T [in, out].
+    ws->transposed.resize(static_cast<size_t>(in) * out);
+    Transpose(out, in, weight, ws->transposed.data());
+    MatMulAccumulate(batch, out, in, input, ws->transposed.data(),
+                     output.data());
+    if (l + 1 < num_layers) {
+      for (float& v : output) v = std::max(v, 0.0f);
+    }
+    input = output.data();
+  }
+}
+
+float Mlp::LossAndGrad(const float* params, const float* x, const int32_t* y,
+                       int batch, float* grads) const {
+  return LossAndGrad(params, x, y, batch, grads, nullptr);
+}
+
+float Mlp::LossAndGrad(
+    const float* params, const float* x, const int32_t* y, int batch,
+    float* grads,
+    const std::function<void(size_t tensor_index)>& on_grad_ready) const {
+  Workspace ws;
+  Forward(params, x, batch, &ws);
+  const size_t num_layers = sizes_.size() - 1;
+  const size_t b = static_cast<size_t>(batch);
+
+  // d(loss)/d(output of layer l), before its ReLU; starts at the logits.
+  std::vector<float> d_output(b * static_cast<size_t>(num_classes()));
+  const float loss = SoftmaxCrossEntropy(ws.activations.back().data(), y, batch,
+                                         num_classes(), d_output.data());
+  std::vector<float> d_input;
+
+  for (size_t l = num_layers; l-- > 0;) {
+    const int in = sizes_[l];
+    const int out = sizes_[l + 1];
+    const size_t weight_index = 2 * l;
+    const size_t bias_index = 2 * l + 1;
+    const float* input = l == 0 ? x : ws.activations[l - 1].data();
+
+    // d bias[j] = sum over rows i of d_output[i][j], rows in order.
+    float* d_bias = grads + tensors_[bias_index].offset;
+    std::fill(d_bias, d_bias + out, 0.0f);
+    for (size_t i = 0; i < b; ++i) {
+      const float* row = d_output.data() + i * out;
+      for (int j = 0; j < out; ++j) d_bias[j] += row[j];
+    }
+    if (on_grad_ready) on_grad_ready(bias_index);
+
+    // d weight [out, in] = d_output^T [out, batch] * input [batch, in].
+    float* d_weight = grads + tensors_[weight_index].offset;
+    std::fill(d_weight, d_weight + tensors_[weight_index].numel, 0.0f);
+    ws.transposed.resize(static_cast<size_t>(out) * b);
+    Transpose(batch, out, d_output.data(), ws.transposed.data());
+    MatMulAccumulate(out, in, batch, ws.transposed.data(), input, d_weight);
+    if (on_grad_ready) on_grad_ready(weight_index);
+
+    if (l == 0) break;  // Nobody needs d(loss)/d(x).
+    // d input [batch, in] = d_output [batch, out] * weight [out, in], then
+    // back through the ReLU that produced input (zero where it clipped).
+    const float* weight = params + tensors_[weight_index].offset;
+    d_input.assign(b * static_cast<size_t>(in), 0.0f);
+    MatMulAccumulate(batch, in, out, d_output.data(), weight, d_input.data());
+    for (size_t e = 0; e < d_input.size(); ++e) {
+      if (!(input[e] > 0.0f)) d_input[e] = 0.0f;
+    }
+    std::swap(d_output, d_input);
+  }
+  return loss;
+}
+
+float Mlp::Loss(const float* params, const float* x, const int32_t* y,
+                int batch) const {
+  Workspace ws;
+  Forward(params, x, batch, &ws);
+  return SoftmaxCrossEntropy(ws.activations.back().data(), y, batch,
+                             num_classes(), nullptr);
+}
+
+void Mlp::Predict(const float* params, const float* x, int batch,
+                  int32_t* predictions) const {
+  Workspace ws;
+  Forward(params, x, batch, &ws);
+  const size_t cs = static_cast<size_t>(num_classes());
+  const float* logits = ws.activations.back().data();
+  for (int i = 0; i < batch; ++i) {
+    const float* z = logits + static_cast<size_t>(i) * cs;
+    predictions[i] = static_cast<int32_t>(std::max_element(z, z + cs) - z);
+  }
+}
+
+double Mlp::Accuracy(const float* params, const Dataset& data) const {
+  TESSEL_MODEL_CHECK(data.num_features == num_inputs(), "data set has ",
+                     data.num_features, " features, the model takes ",
+                     num_inputs());
+  TESSEL_MODEL_CHECK(data.num_classes == num_classes(), "data set has ",
+                     data.num_classes, " classes, the model predicts ",
+                     num_classes());
+  if (data.size() == 0) return 0.0;
+  // Chunks bound the scratch memory for large data sets.
+  constexpr size_t kChunk = 256;
+  std::vector<int32_t> predictions(kChunk);
+  size_t correct = 0;
+  for (size_t first = 0; first < data.size(); first += kChunk) {
+    const size_t rows = std::min(kChunk, data.size() - first);
+    Predict(params, data.x.data() + first * data.num_features,
+            static_cast<int>(rows), predictions.data());
+    for (size_t i = 0; i < rows; ++i) {
+      if (predictions[i] == data.y[first + i]) ++correct;
+    }
+  }
+  return static_cast<double>(correct) / static_cast<double>(data.size());
+}
+
+}  // namespace tessel::model
