@@ -24,6 +24,7 @@ ABSL_FLAG(int, workers, 2, "worker processes");
 ABSL_FLAG(int, timeout_s, 600, "give up (and stop everything) after this many seconds");
 ABSL_FLAG(double, tolerance, 1e-6, "largest acceptable relative difference vs single process");
 ABSL_FLAG(bool, skip_reference, false, "do not run the single-process comparison");
+ABSL_FLAG(bool, verbose, false, "show the embedded registry's log lines");
 
 namespace {
 volatile int g_stop = 0;
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
       "Ctrl-C stops every process the demo started.");
   absl::ParseCommandLine(argc, argv);
   tessel::SetLogLabel("demo");
+  if (!absl::GetFlag(FLAGS_verbose)) tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
