@@ -19,8 +19,13 @@
 //     torch's operation order, never contracted into FMAs. Results are
 //     therefore bitwise reproducible on every x86-64 CPU and independent of n,
 //     alignment and which vector width the kernel picked at run time. They can
-//     differ from torch's own AVX2 kernels by an ulp or so, because those use
-//     fused multiply-add for `add_(x, alpha=a)`.
+//     differ from torch's own CPU kernels by an ulp or so: torch's AVX2 build
+//     contracts `self + alpha * other` (add_ with alpha, addcmul_) into fused
+//     multiply-adds.
+//   - torch 1.13 keeps state['step'] as a float32 tensor, which stops counting
+//     at 2^24; `step` here is an int64. For betas <= 0.999997 this changes
+//     nothing: beta**(2^24) < 2^-53, so both bias corrections are already
+//     exactly 1.0 in double when torch's counter stalls.
 //   - params, grad and each state array must not overlap one another.
 //   - Call ValidateOptimizerParams once when the configuration arrives; the
 //     kernels assume valid parameters and abort on a step < 1 or w < 1.
@@ -88,14 +93,15 @@ void ApplyUpdate(const OptimizerParams& p, int64_t step, float* params, const fl
 
 // out[i] = (srcs[0][i] + srcs[1][i] + ... + srcs[w-1][i]) / w, summed left to
 // right in float and divided (not multiplied by 1/w). w >= 1. `out` may be
-// one of the sources only if it is srcs[0].
+// exactly one of the sources (in-place reduction) but must not partially
+// overlap any of them.
 void ReduceMean(const float* const* srcs, int w, float* out, size_t n);
 
 // ReduceMean into a gradient followed by ApplyUpdate, fused so the gradient
 // never goes to memory. Bitwise identical to
 //   ReduceMean(srcs, w, grad, n); ApplyUpdate(p, step, params, grad, state, n);
-void ReduceAndApply(const OptimizerParams& p, int64_t step, float* params,
-                    const float* const* srcs, int w, float* const* state, size_t n);
+void ReduceAndApply(const OptimizerParams& p, int64_t step, float* params, const float* const* srcs,
+                    int w, float* const* state, size_t n);
 
 }  // namespace tessel
 

@@ -1,0 +1,171 @@
+// Data-path benchmark: W worker processes each push S bytes of gradients and
+// pull S bytes of parameters through N shard server processes, per step, over
+// the real stack (worker SDK, UCX, shard servers reducing in rank order and
+// applying plain SGD). Prints, per size, the median step time and the
+// bandwidth in GB/s (1e9 B/s) by the nccl-tests convention for an allreduce
+// of S bytes over W ranks: algbw = S / t, busbw = algbw * 2 (W - 1) / W.
+//
+// Usage: datapath_bench [--workers=2] [--servers=2] [--sizes_mib=1,16,64]
+//                       [--iters=10] [--ucx_tls=posix,sysv,self]
+// benchmarks/run_datapath.sh runs it beside Open MPI's MPI_Allreduce.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "core/log.h"
+#include "tools/cluster.h"
+#include "worker/worker.h"
+
+ABSL_FLAG(int, workers, 2, "worker processes");
+ABSL_FLAG(int, servers, 2, "shard server processes");
+ABSL_FLAG(std::string, sizes_mib, "1,16,64", "gradient sizes S in MiB (comma-separated)");
+ABSL_FLAG(int, iters, 10, "timed steps per size (after 3 warm-up steps)");
+ABSL_FLAG(int64_t, bucket_bytes, 4 << 20, "data-path bucket size");
+ABSL_FLAG(std::string, ucx_tls, "", "UCX_TLS for every process; empty = UCX default");
+// Internal: worker mode.
+ABSL_FLAG(std::string, role, "launcher", "launcher or worker (internal)");
+ABSL_FLAG(std::string, registry, "", "internal: registry address");
+ABSL_FLAG(int, rank, 0, "internal: worker rank");
+ABSL_FLAG(std::string, result, "", "internal: rank 0 writes timings here");
+
+namespace {
+
+std::vector<int> Sizes() {
+  std::vector<int> out;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
+    int v;
+    if (absl::SimpleAtoi(s, &v) && v > 0) out.push_back(v);
+  }
+  return out;
+}
+
+int RunWorker() {
+  const int rank = absl::GetFlag(FLAGS_rank);
+  tessel::SetLogLabel(absl::StrCat("bench-worker[", rank, "]"));
+  tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
+  std::ofstream result;
+  if (rank == 0) result.open(absl::GetFlag(FLAGS_result));
+  for (int mib : Sizes()) {
+    tessel::WorkerOptions o;
+    o.registry = absl::GetFlag(FLAGS_registry);
+    o.job = absl::StrCat("bench", mib);
+    o.rank = rank;
+    o.world_size = absl::GetFlag(FLAGS_workers);
+    o.num_servers = absl::GetFlag(FLAGS_servers);
+    o.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
+    o.optimizer.kind = tessel::OptimizerParams::Kind::kSgd;
+    o.optimizer.lr = 1e-3f;
+    o.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
+    auto worker = tessel::Worker::Connect(o);
+    if (!worker.ok()) {
+      std::cerr << worker.status() << "\n";
+      return 1;
+    }
+    const int64_t n = int64_t{mib} << 18;
+    std::vector<float> init(n, 0.5f);
+    absl::Status s = (*worker)->RegisterLayout({{"w", {n}}}, init);
+    if (!s.ok()) {
+      std::cerr << s << "\n";
+      return 1;
+    }
+    std::fill((*worker)->grads().begin(), (*worker)->grads().end(), 1e-3f * (rank + 1));
+    std::vector<double> times;
+    for (int i = 0; i < 3 + absl::GetFlag(FLAGS_iters); ++i) {
+      const absl::Time t0 = absl::Now();
+      s = (*worker)->Step();
+      if (!s.ok()) {
+        std::cerr << s << "\n";
+        return 1;
+      }
+      if (i >= 3) times.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+    }
+    if (rank == 0) {
+      for (double t : times) result << mib << " " << t << "\n";
+      result.flush();
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Tessel data-path benchmark: W workers push and pull S bytes through N shard servers.\n"
+      "Usage: datapath_bench [--workers=2] [--servers=2] [--sizes_mib=1,16,64] [--iters=10]");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_role) == "worker") return RunWorker();
+  tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
+
+  const int workers = absl::GetFlag(FLAGS_workers);
+  tessel::ClusterOptions copt;
+  copt.servers = absl::GetFlag(FLAGS_servers);
+  copt.run_dir = tessel::MakeRunDir("tessel-bench");
+  copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  tessel::LocalCluster cluster(copt);
+  absl::Status s = cluster.Start();
+  if (!s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 1;
+  }
+  char self[4096] = {};
+  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  const std::string result = copt.run_dir + "/result.txt";
+  std::vector<std::string> names;
+  for (int r = 0; r < workers; ++r) {
+    std::vector<std::string> argv = {std::string(self, len > 0 ? len : 0),
+                                     "--role=worker",
+                                     absl::StrCat("--registry=", cluster.registry_address()),
+                                     absl::StrCat("--rank=", r),
+                                     absl::StrCat("--workers=", workers),
+                                     absl::StrCat("--servers=", copt.servers),
+                                     absl::StrCat("--sizes_mib=", absl::GetFlag(FLAGS_sizes_mib)),
+                                     absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
+                                     absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
+                                     absl::StrCat("--ucx_tls=", copt.ucx_tls),
+                                     "--result=" + result};
+    names.push_back(absl::StrCat("bench", r));
+    s = cluster.processes().Start(names.back(), argv);
+    if (!s.ok()) break;
+  }
+  if (s.ok()) s = cluster.processes().WaitAll(names, absl::Minutes(20));
+  cluster.Stop();
+  if (!s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 1;
+  }
+  std::ifstream in(result);
+  std::vector<std::pair<int, double>> rows;
+  int mib;
+  double t;
+  while (in >> mib >> t) rows.emplace_back(mib, t);
+  std::printf("# tessel datapath: %d workers, %d servers, bucket %lld B, UCX_TLS=%s\n", workers,
+              copt.servers, static_cast<long long>(absl::GetFlag(FLAGS_bucket_bytes)),
+              copt.ucx_tls.empty() ? "(default)" : copt.ucx_tls.c_str());
+  std::printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
+              "algbw_GBs", "busbw_GBs");
+  for (int size : Sizes()) {
+    std::vector<double> ts;
+    for (auto& [m, v] : rows) {
+      if (m == size) ts.push_back(v);
+    }
+    if (ts.empty()) continue;
+    std::sort(ts.begin(), ts.end());
+    const double med = ts[ts.size() / 2];
+    const double bytes = static_cast<double>(int64_t{size} << 20);
+    const double algbw = bytes / med / 1e9;
+    const double busbw = algbw * 2.0 * (workers - 1) / workers;
+    std::printf("%-8d %10.2f %10.2f %10.2f %10.3f %10.3f\n", size, med * 1e3, ts.front() * 1e3,
+                ts.back() * 1e3, algbw, busbw);
+  }
+  return 0;
+}

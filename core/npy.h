@@ -1,0 +1,45 @@
+// NumPy .npy files holding one 1-D float32 array: the one layout Tessel reads
+// and writes (checkpoint shards, test fixtures, data exchange with Python).
+//
+// Contract:
+//   - Only format version 1.0, dtype '<f4', fortran_order False and a 1-D shape
+//     `(N,)` are accepted; the header dict may be written with any key order,
+//     either quote style and any whitespace Python's literal syntax allows.
+//     Everything else (other versions, dtypes or byte orders, Fortran order,
+//     other ranks, a header longer than the file, truncated data, bytes after
+//     the data) is an error whose message names the file, what is wrong and
+//     what is expected.
+//   - WriteNpyF32 produces exactly the bytes numpy 1.24's np.save writes for a
+//     1-D float32 array (header padded with spaces and a final '\n' so the data
+//     starts at a multiple of 64 bytes). It writes `path + ".tmp"`, fsyncs it,
+//     renames it over `path` and fsyncs the directory, so readers see either
+//     the old file or the complete new one.
+//   - Little-endian hosts only (as every Tessel target is).
+//
+// Example:
+//   if (absl::Status s = WriteNpyF32("/ckpt/w.npy", weights); !s.ok()) return s;
+//   absl::StatusOr<std::vector<float>> w = ReadNpyF32("/ckpt/w.npy");
+//   if (!w.ok()) return w.status();
+#ifndef TESSEL_CORE_NPY_H_
+#define TESSEL_CORE_NPY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace tessel {
+
+// Reads a 1-D float32 .npy file. Errors: NotFound / PermissionDenied (from
+// open), InvalidArgument (not a .npy file, or a layout other than the one
+// above), DataLoss (header or data cut short, trailing bytes).
+absl::StatusOr<std::vector<float>> ReadNpyF32(const std::string& path);
+
+// Writes `data` as a 1-D float32 .npy file, atomically (see above).
+absl::Status WriteNpyF32(const std::string& path, absl::Span<const float> data);
+
+}  // namespace tessel
+
+#endif  // TESSEL_CORE_NPY_H_
