@@ -8,6 +8,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "core/log.h"
+#include "gpu/device.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
 #include "server/data_plane.h"
@@ -50,6 +51,10 @@ int main(int argc, char** argv) {
   if (shard < 0) return Fail("--shard is required and must be >= 0");
   tessel::SetLogLabel(absl::StrCat("server[", shard, "]"));
   if (absl::GetFlag(FLAGS_verbose)) tessel::SetMinLogLevel(tessel::LogLevel::kDebug);
+
+  const tessel::CudaInfo cuda = tessel::DetectCuda();
+  TESSEL_LOG(INFO) << (cuda.available ? "CUDA device: " + cuda.reason
+                                      : "CUDA: " + cuda.reason + "; optimizer kernels run on the CPU path");
 
   tessel::UcxOptions ucx;
   ucx.tls = absl::GetFlag(FLAGS_ucx_tls);

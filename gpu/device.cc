@@ -1,0 +1,42 @@
+#include "gpu/device.h"
+
+#include "absl/strings/str_cat.h"
+#include "gpu/optimizer_kernels.h"
+
+namespace tessel {
+
+CudaInfo DetectCuda() {
+  CudaInfo info;
+  int n = TesselCudaDeviceCount(&info.runtime_version);
+  if (n <= 0) {
+    info.reason = n == 0 ? "no CUDA device"
+                         : absl::StrCat("no usable CUDA device (cudaGetDeviceCount error ", -n,
+                                        n == -35 ? ": no driver installed" : "", ")");
+    return info;
+  }
+  info.available = true;
+  info.devices = n;
+  char name[256];
+  if (TesselCudaDeviceName(name, sizeof(name)) == 0) info.reason = name;
+  return info;
+}
+
+absl::Status ApplyUpdateOnDevice(const OptimizerParams& p, int64_t step, float* params,
+                                 const float* grad, float* const* state, size_t n) {
+  CudaInfo info = DetectCuda();
+  if (!info.available) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA path unavailable (", info.reason, "); use the CPU kernels"));
+  }
+  const int kind = p.kind == OptimizerParams::Kind::kSgd    ? 0
+                   : p.kind == OptimizerParams::Kind::kAdam ? 1
+                                                            : 2;
+  const int slots = StateSlots(p);
+  int e = TesselCudaApplyUpdate(kind, p.lr, p.momentum, p.dampening, p.nesterov ? 1 : 0,
+                                p.weight_decay, p.beta1, p.beta2, p.eps, step, params, grad,
+                                slots > 0 ? state[0] : nullptr, slots > 1 ? state[1] : nullptr, n);
+  if (e != 0) return absl::InternalError(absl::StrCat("CUDA optimizer update failed: error ", e));
+  return absl::OkStatus();
+}
+
+}  // namespace tessel
