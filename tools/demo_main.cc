@@ -24,6 +24,7 @@ ABSL_FLAG(int, workers, 2, "worker processes");
 ABSL_FLAG(int, timeout_s, 600, "give up (and stop everything) after this many seconds");
 ABSL_FLAG(double, tolerance, 1e-6, "largest acceptable relative difference vs single process");
 ABSL_FLAG(bool, skip_reference, false, "do not run the single-process comparison");
+ABSL_FLAG(int, log_every, 0, "print progress every N steps (0 = ten times per run)");
 ABSL_FLAG(bool, verbose, false, "show the embedded registry's log lines");
 
 namespace {
@@ -89,7 +90,8 @@ int main(int argc, char** argv) {
   for (const std::string& a : tessel::ForwardedMlpFlags()) args.push_back(a);
   args.push_back("--job=demo");
   args.push_back("--out=" + final_path);
-  args.push_back(absl::StrCat("--log_every=", std::max(1, steps / 10)));
+  const int log_every = absl::GetFlag(FLAGS_log_every);
+  args.push_back(absl::StrCat("--log_every=", log_every > 0 ? log_every : std::max(1, steps / 10)));
   s = cluster.RunWorkers(workers, args, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)), &g_stop);
   if (!s.ok()) {
     cluster.Stop();

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what Tessel needs from Debian 12's repository, and nothing else.
+# Idempotent: packages already present are skipped, and `apt-get update` runs
+# only when something is missing. Run as root (or with sudo).
+set -euo pipefail
+
+PACKAGES=(
+  # Build: Bazel 4.2.3 and the rules it needs, offline.
+  bazel-bootstrap bazel-platforms bazel-rules-java bazel-rules-proto bazel-skylib
+  pkg-config g++ python3
+  # Libraries.
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libucx-dev ucx-utils libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcpp-httplib-dev
+  # Baselines and interop in tests and benchmarks.
+  openmpi-bin libopenmpi-dev python3-numpy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install_deps: missing ${missing[*]}; run as root (or with sudo) to install them" >&2
+  exit 1
+fi
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
+if [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "install_deps: note: /usr/local/cuda/bin/nvcc not found; //gpu targets need the CUDA toolkit" >&2
+fi

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The demo end to end, as a user runs it: (1) a short run trains, reports
+# accuracy and matches single-process training; (2) when a shard server dies
+# (kill -9) the launcher names it, says why, and stops every other process;
+# (3) Ctrl-C (SIGINT) stops every process it started.
+set -uo pipefail
+demo="$1"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fail() { echo "FAIL: $*"; exit 1; }
+
+children_of() { pgrep -P "$1" 2>/dev/null | tr '\n' ' '; }
+wait_for_line() {  # file pattern timeout_s
+  for _ in $(seq 1 $(( $3 * 10 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+
+echo "== 1. short run"
+"$demo" --steps=60 --workers=2 --servers=2 > "$tmp/run1.txt" 2>&1 || { cat "$tmp/run1.txt"; fail "demo exited $?"; }
+cat "$tmp/run1.txt"
+grep -q "max relative difference vs single process: 0 " "$tmp/run1.txt" || fail "no bitwise match line"
+grep -q "final accuracy: train" "$tmp/run1.txt" || fail "no accuracy"
+grep -q "step    60/60" "$tmp/run1.txt" || fail "no progress lines"
+
+echo "== 2. a shard server dies"
+"$demo" --steps=1000000 --workers=2 --servers=2 --skip_reference --log_every=20 > "$tmp/run2.txt" 2>&1 &
+pid=$!
+wait_for_line "$tmp/run2.txt" "step " 60 || { kill -9 $pid; cat "$tmp/run2.txt"; fail "training did not start"; }
+kids="$(children_of $pid)"
+victim="$(pgrep -P $pid -f 'tessel-server.*--shard=1')"
+[ -n "$victim" ] || fail "server 1 not found among children: $kids"
+kill -9 "$victim"
+timeout 30 tail --pid=$pid -f /dev/null
+wait $pid; rc=$?
+cat "$tmp/run2.txt" | tail -20
+[ $rc -ne 0 ] || fail "demo should fail when a server dies"
+grep -q "process 'server1'" "$tmp/run2.txt" || fail "failure does not name server1"
+grep -q "killed by signal 9" "$tmp/run2.txt" || fail "failure does not say why"
+for k in $kids; do kill -0 "$k" 2>/dev/null && fail "process $k left running"; done
+
+echo "== 3. Ctrl-C"
+"$demo" --steps=1000000 --workers=2 --servers=1 --skip_reference --log_every=20 > "$tmp/run3.txt" 2>&1 &
+pid=$!
+wait_for_line "$tmp/run3.txt" "step " 60 || { kill -9 $pid; fail "training did not start"; }
+kids="$(children_of $pid)"
+kill -INT $pid
+timeout 30 tail --pid=$pid -f /dev/null
+wait $pid; rc=$?
+tail -5 "$tmp/run3.txt"
+[ $rc -ne 0 ] || fail "interrupted demo should exit non-zero"
+grep -q "interrupted: stopping every process" "$tmp/run3.txt" || fail "no interruption message"
+for k in $kids; do kill -0 "$k" 2>/dev/null && fail "process $k left running after Ctrl-C"; done
+echo "PASS"
