@@ -10,10 +10,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
-ABSL_FLAG(std::string, layers, "64,256,256,10",
+ABSL_FLAG(std::string, layers, "64,512,512,10",
           "MLP layer sizes: inputs, hidden..., classes (comma-separated)");
-ABSL_FLAG(int, batch, 32, "samples per worker per step");
-ABSL_FLAG(int, samples, 8192, "size of the generated data set (80% train, 20% test)");
+ABSL_FLAG(int, batch, 64, "samples per worker per step");
+ABSL_FLAG(int, samples, 32768, "size of the generated data set (80% train, 20% test)");
 ABSL_FLAG(uint64_t, data_seed, 1, "seed of the generated data set");
 ABSL_FLAG(uint64_t, init_seed, 2, "seed of the initial parameters");
 

@@ -29,9 +29,9 @@ ABSL_DECLARE_FLAG(uint64_t, init_seed);
 namespace tessel {
 
 struct MlpJobConfig {
-  std::vector<int> layers = {64, 256, 256, 10};
-  int batch = 32;  // per rank
-  int samples = 8192;
+  std::vector<int> layers = {64, 512, 512, 10};
+  int batch = 64;  // per rank
+  int samples = 32768;
   uint64_t data_seed = 1;
   uint64_t init_seed = 2;
 };

@@ -17,7 +17,7 @@ ABSL_FLAG(double, weight_decay, 0.0, "weight decay (L2 for sgd/adam, decoupled f
 ABSL_FLAG(double, beta1, 0.9, "Adam/AdamW beta1");
 ABSL_FLAG(double, beta2, 0.999, "Adam/AdamW beta2");
 ABSL_FLAG(double, eps, 1e-8, "Adam/AdamW epsilon");
-ABSL_FLAG(int, steps, 300, "training steps");
+ABSL_FLAG(int, steps, 1500, "training steps");
 ABSL_FLAG(int64_t, bucket_bytes, 4 << 20, "data-path bucket size in bytes");
 ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports for every process (UCX_TLS), e.g. posix,sysv,self or tcp; "
