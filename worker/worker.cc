@@ -208,23 +208,8 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     std::copy(init.begin(), init.end(), params_.begin());
     for (Server& srv : servers_) {
       for (int b = 0; b < layout_->num_buckets(srv.shard); ++b) {
-        const Range br = layout_->bucket_range(srv.shard, b);
-        FrameHeader h;
-        h.type = FrameType::kInit;
-        h.job_id = job_id_;
-        h.epoch = epoch_;
-        h.step = 0;
-        h.rank = 0;
-        h.shard = srv.shard;
-        h.bucket = b;
-        h.payload_bytes = static_cast<uint64_t>(br.size()) * sizeof(float);
-        HeaderBytes bytes = EncodeHeader(h);
-        transport_->Send(srv.peer, absl::MakeConstSpan(bytes), params_.data() + br.begin,
-                         h.payload_bytes, [this](absl::Status s) {
-                           if (s.ok()) return;
-                           absl::MutexLock lock(&mu_);
-                           if (send_error_.ok()) send_error_ = s;
-                         });
+        SendData(Header(FrameType::kInit, 0, srv.shard, b),
+                 params_.data() + layout_->bucket_range(srv.shard, b).begin);
       }
     }
   }
@@ -234,41 +219,52 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   return s;
 }
 
-absl::Span<float> Worker::tensor_params(const std::string& name) {
+absl::Span<float> Worker::TensorSpan(std::vector<float>& flat, const std::string& name) {
   if (layout_ == nullptr) return {};
-  int i = layout_->FindTensor(name);
+  const int i = layout_->FindTensor(name);
   if (i < 0) return {};
   const TensorSlot& t = layout_->tensors()[i];
-  return absl::MakeSpan(params_.data() + t.offset, static_cast<size_t>(t.numel));
+  return absl::MakeSpan(flat.data() + t.offset, static_cast<size_t>(t.numel));
+}
+
+absl::Span<float> Worker::tensor_params(const std::string& name) {
+  return TensorSpan(params_, name);
 }
 
 absl::Span<float> Worker::tensor_grads(const std::string& name) {
-  if (layout_ == nullptr) return {};
-  int i = layout_->FindTensor(name);
-  if (i < 0) return {};
-  const TensorSlot& t = layout_->tensors()[i];
-  return absl::MakeSpan(grads_.data() + t.offset, static_cast<size_t>(t.numel));
+  return TensorSpan(grads_, name);
 }
 
-void Worker::PushBucket(int shard, int bucket) {
-  pushed_[shard][bucket] = 1;
-  const Range br = layout_->bucket_range(shard, bucket);
+FrameHeader Worker::Header(FrameType type, int64_t step, int shard, int bucket) const {
   FrameHeader h;
-  h.type = FrameType::kPush;
+  h.type = type;
   h.job_id = job_id_;
   h.epoch = epoch_;
-  h.step = step_;
+  h.step = step;
   h.rank = options_.rank;
   h.shard = shard;
   h.bucket = bucket;
-  h.payload_bytes = static_cast<uint64_t>(br.size()) * sizeof(float);
+  if (type == FrameType::kPush || type == FrameType::kInit) {
+    h.payload_bytes =
+        static_cast<uint64_t>(layout_->bucket_range(shard, bucket).size()) * sizeof(float);
+  }
+  return h;
+}
+
+void Worker::SendData(const FrameHeader& h, const float* payload) {
   HeaderBytes bytes = EncodeHeader(h);
-  transport_->Send(servers_[shard].peer, absl::MakeConstSpan(bytes), grads_.data() + br.begin,
-                   h.payload_bytes, [this](absl::Status s) {
+  transport_->Send(servers_[h.shard].peer, absl::MakeConstSpan(bytes), payload, h.payload_bytes,
+                   [this](absl::Status s) {
                      if (s.ok()) return;
                      absl::MutexLock lock(&mu_);
                      if (send_error_.ok()) send_error_ = s;
                    });
+}
+
+void Worker::PushBucket(int shard, int bucket) {
+  pushed_[shard][bucket] = 1;
+  SendData(Header(FrameType::kPush, step_, shard, bucket),
+           grads_.data() + layout_->bucket_range(shard, bucket).begin);
 }
 
 absl::Status Worker::GradientsReady(int64_t begin, int64_t end) {
@@ -311,15 +307,7 @@ absl::Status Worker::SendPulls(int64_t version) {
   }
   for (const Server& srv : servers_) {
     if (layout_->num_buckets(srv.shard) == 0) continue;
-    FrameHeader h;
-    h.type = FrameType::kPull;
-    h.job_id = job_id_;
-    h.epoch = epoch_;
-    h.step = version;
-    h.rank = options_.rank;
-    h.shard = srv.shard;
-    HeaderBytes bytes = EncodeHeader(h);
-    transport_->Send(srv.peer, absl::MakeConstSpan(bytes), nullptr, 0, nullptr);
+    SendData(Header(FrameType::kPull, version, srv.shard, 0), nullptr);
   }
   return absl::OkStatus();
 }

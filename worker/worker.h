@@ -129,6 +129,10 @@ class Worker {
   explicit Worker(const WorkerOptions& options);
   absl::Status Start();
   Accept OnFrame(const Incoming& in);
+  absl::Span<float> TensorSpan(std::vector<float>& flat, const std::string& name);
+  FrameHeader Header(FrameType type, int64_t step, int shard, int bucket) const;
+  // Sends a frame to its shard; a failed send fails the step in progress.
+  void SendData(const FrameHeader& h, const float* payload);
   void PushBucket(int shard, int bucket);
   absl::Status SendPulls(int64_t version);
   absl::Status WaitForParams(int64_t version);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,15 @@ void RecvComplete(void* request, ucs_status_t status, size_t length, void* user_
 }
 
 }  // namespace
+
+static UcxOptions WithEnvironment(UcxOptions options) {
+  if (const char* spin = std::getenv("TESSEL_UCX_SPIN_US")) {
+    options.spin = absl::Microseconds(std::atoll(spin));
+  }
+  return options;
+}
+
+UcxTransport::UcxTransport(const UcxOptions& options) : options_(WithEnvironment(options)) {}
 
 absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(const UcxOptions& options) {
   std::unique_ptr<UcxTransport> t(new UcxTransport(options));

@@ -46,7 +46,9 @@ struct UcxOptions {
   // UCX_TLS for this endpoint ("" = UCX's environment or default).
   std::string tls;
   bool peer_error_handling = false;
-  // Keep polling (with sched_yield) this long after the last activity.
+  // Keep polling (with sched_yield) this long after the last activity,
+  // then sleep on the event fd. The environment variable
+  // TESSEL_UCX_SPIN_US, when set, overrides it (a tuning knob).
   absl::Duration spin = absl::Milliseconds(5);
 };
 
@@ -70,7 +72,7 @@ class UcxTransport : public Transport {
     bool owned = true;  // created by Connect (closed by us) vs. a reply endpoint
   };
 
-  explicit UcxTransport(const UcxOptions& options) : options_(options) {}
+  explicit UcxTransport(const UcxOptions& options);
   absl::Status Init();
   // False once shutting down (the task will never run).
   bool Post(std::function<void()> task);
