@@ -30,7 +30,8 @@ ABSL_FLAG(int, servers, 2, "shard server processes");
 ABSL_FLAG(std::string, sizes_mib, "1,16,64", "gradient sizes S in MiB (comma-separated)");
 ABSL_FLAG(int, iters, 10, "timed steps per size (after 3 warm-up steps)");
 ABSL_FLAG(int64_t, bucket_bytes, 4 << 20, "data-path bucket size");
-ABSL_FLAG(std::string, ucx_tls, "", "UCX_TLS for every process; empty = UCX default");
+ABSL_FLAG(std::string, ucx_tls, "",
+          "UCX_TLS for every process; empty = the local cluster's default (posix,sysv,self)");
 // Internal: worker mode.
 ABSL_FLAG(std::string, role, "launcher", "launcher or worker (internal)");
 ABSL_FLAG(std::string, registry, "", "internal: registry address");
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
   tessel::ClusterOptions copt;
   copt.servers = absl::GetFlag(FLAGS_servers);
   copt.run_dir = tessel::MakeRunDir("tessel-bench");
-  copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();
   if (!s.ok()) {

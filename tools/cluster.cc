@@ -54,6 +54,7 @@ absl::Status LocalCluster::RunWorkers(int workers, const std::vector<std::string
                                      absl::StrCat("--servers=", options_.servers),
                                      absl::StrCat("--pool=", options_.pool)};
     argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back(absl::StrCat("--ucx_tls=", options_.ucx_tls));  // last one wins
     const std::string name = absl::StrCat("worker", r);
     absl::Status s = processes_.Start(name, argv, show_rank0 && r == 0);
     if (!s.ok()) return s;

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   tessel::ClusterOptions copt;
   copt.servers = servers;
   copt.run_dir = tessel::MakeRunDir("tessel-demo");
-  copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
   tessel::LocalCluster cluster(copt);
   std::printf("Tessel demo: %d shard servers + %d workers (separate processes), strategy %s, "
               "optimizer %s lr=%g\n",

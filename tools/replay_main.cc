@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   tessel::ClusterOptions copt;
   copt.servers = servers;
   copt.run_dir = tessel::MakeRunDir("tessel-replay");
-  copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();
   if (!s.ok()) return Fail(s);

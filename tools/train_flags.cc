@@ -20,8 +20,9 @@ ABSL_FLAG(double, eps, 1e-8, "Adam/AdamW epsilon");
 ABSL_FLAG(int, steps, 1500, "training steps");
 ABSL_FLAG(int64_t, bucket_bytes, 4 << 20, "data-path bucket size in bytes");
 ABSL_FLAG(std::string, ucx_tls, "",
-          "UCX transports for every process (UCX_TLS), e.g. posix,sysv,self or tcp; "
-          "empty = UCX default");
+          "UCX transports (UCX_TLS), e.g. posix,sysv,self or tcp. Empty: UCX's default for a "
+          "process started by hand; posix,sysv,self (shared memory) for the local clusters "
+          "tessel-demo and tessel-replay start");
 ABSL_FLAG(uint64_t, shuffle_seed, 0,
           "testing: push buckets in a random order with random pauses (0 = off)");
 
