@@ -1,0 +1,170 @@
+#include "core/checkpoint_manifest.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace tessel {
+
+using nlohmann::json;
+
+std::string CheckpointDir(const std::string& job, int64_t step) {
+  return absl::StrFormat("%s/step-%010d", job, step);
+}
+std::string ShardFileName(int shard) { return absl::StrFormat("shard-%05d.bin", shard); }
+std::string ShardMetaName(int shard) { return absl::StrFormat("shard-%05d.json", shard); }
+
+std::string Xxh64Hex(const void* data, size_t size) {
+  return absl::StrFormat("%016x", XXH64(data, size, 0));
+}
+
+namespace {
+
+json EntryJson(const ShardEntry& e) {
+  return json{{"shard", e.shard},
+              {"file", e.file},
+              {"range_begin", e.range_begin},
+              {"range_end", e.range_end},
+              {"state_slots", e.state_slots},
+              {"bytes", e.bytes},
+              {"xxh64", e.xxh64},
+              {"snapshot_pause_us", e.snapshot_pause_us}};
+}
+
+absl::StatusOr<ShardEntry> EntryFromJson(const json& j) {
+  ShardEntry e;
+  try {
+    e.shard = j.at("shard").get<int>();
+    e.file = j.at("file").get<std::string>();
+    e.range_begin = j.at("range_begin").get<int64_t>();
+    e.range_end = j.at("range_end").get<int64_t>();
+    e.state_slots = j.at("state_slots").get<int>();
+    e.bytes = j.at("bytes").get<int64_t>();
+    e.xxh64 = j.at("xxh64").get<std::string>();
+    e.snapshot_pause_us = j.value("snapshot_pause_us", int64_t{0});
+  } catch (const json::exception& ex) {
+    return absl::InvalidArgumentError(absl::StrCat("shard entry: ", ex.what()));
+  }
+  if (e.shard < 0 || e.file != ShardFileName(e.shard)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard entry names file '", e.file, "' for shard ", e.shard));
+  }
+  if (e.range_begin < 0 || e.range_end < e.range_begin || e.state_slots < 0 ||
+      e.state_slots > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", e.shard, " has a bad range or slots"));
+  }
+  if (e.bytes != (1 + e.state_slots) * (e.range_end - e.range_begin) * 4) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", e.shard, " claims ", e.bytes,
+                                                   " bytes, inconsistent with its range"));
+  }
+  if (e.xxh64.size() != 16 ||
+      e.xxh64.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", e.shard, " has a bad checksum"));
+  }
+  return e;
+}
+
+}  // namespace
+
+std::string ShardEntryToJson(const ShardEntry& e) { return EntryJson(e).dump(2) + "\n"; }
+
+absl::StatusOr<ShardEntry> ParseShardEntry(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("shard meta is not a JSON object");
+  }
+  return EntryFromJson(j);
+}
+
+std::string ManifestToJson(const Manifest& m) {
+  json shards = json::array();
+  for (const ShardEntry& e : m.shards) shards.push_back(EntryJson(e));
+  json spec = json::parse(m.spec_json, nullptr, false);
+  json j = {{"format", "tessel-checkpoint"},
+            {"version", kCheckpointFormatVersion},
+            {"job", m.job},
+            {"step", m.step},
+            {"epoch", m.epoch},
+            {"num_shards", m.num_shards},
+            {"num_params", m.num_params},
+            {"state_slots", m.state_slots},
+            {"created_unix_ms", m.created_unix_ms},
+            {"spec", spec.is_discarded() ? json(m.spec_json) : spec},
+            {"shards", shards}};
+  return j.dump(2) + "\n";
+}
+
+absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("manifest is not a JSON object");
+  }
+  Manifest m;
+  try {
+    if (j.at("format").get<std::string>() != "tessel-checkpoint") {
+      return absl::InvalidArgumentError("manifest format is not 'tessel-checkpoint'");
+    }
+    const int version = j.at("version").get<int>();
+    if (version != kCheckpointFormatVersion) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint format version ", version,
+                                                     " is not supported (this build reads ",
+                                                     kCheckpointFormatVersion, ")"));
+    }
+    m.job = j.at("job").get<std::string>();
+    m.step = j.at("step").get<int64_t>();
+    m.epoch = j.at("epoch").get<int64_t>();
+    m.num_shards = j.at("num_shards").get<int>();
+    m.num_params = j.at("num_params").get<int64_t>();
+    m.state_slots = j.at("state_slots").get<int>();
+    m.created_unix_ms = j.value("created_unix_ms", int64_t{0});
+    m.spec_json = j.at("spec").dump();
+    for (const json& e : j.at("shards")) {
+      auto entry = EntryFromJson(e);
+      if (!entry.ok()) return entry.status();
+      m.shards.push_back(*entry);
+    }
+  } catch (const json::exception& ex) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest: ", ex.what()));
+  }
+  if (m.job.empty() || m.step < 0 || m.num_shards < 1 || m.num_params < 1) {
+    return absl::InvalidArgumentError("manifest has an empty job, negative step or no shards");
+  }
+  if (static_cast<int>(m.shards.size()) != m.num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest lists ", m.shards.size(),
+                                                   " shard files for ", m.num_shards, " shards"));
+  }
+  std::sort(m.shards.begin(), m.shards.end(),
+            [](const ShardEntry& a, const ShardEntry& b) { return a.shard < b.shard; });
+  int64_t expect = 0;
+  for (int s = 0; s < m.num_shards; ++s) {
+    const ShardEntry& e = m.shards[s];
+    if (e.shard != s || e.range_begin != expect || e.state_slots != m.state_slots) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "manifest shard ", s, " does not continue the ranges at element ", expect));
+    }
+    expect = e.range_end;
+  }
+  if (expect != m.num_params) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest ranges end at ", expect, ", not at ",
+                                                   m.num_params, " parameters"));
+  }
+  return m;
+}
+
+std::vector<Piece> ReslicePlan(const Manifest& m, Range target) {
+  std::vector<Piece> plan;
+  for (const ShardEntry& e : m.shards) {
+    const int64_t lo = std::max(target.begin, e.range_begin);
+    const int64_t hi = std::min(target.end, e.range_end);
+    if (lo >= hi) continue;
+    plan.push_back(Piece{e.shard, lo - e.range_begin, lo - target.begin, hi - lo});
+  }
+  return plan;
+}
+
+}  // namespace tessel
