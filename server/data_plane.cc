@@ -6,7 +6,8 @@
 
 namespace tessel {
 
-DataPlane::DataPlane(Transport* transport) : transport_(transport) {
+DataPlane::DataPlane(Transport* transport, Checkpointer* checkpointer)
+    : transport_(transport), checkpointer_(checkpointer) {
   transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
   compute_ = std::thread([this] { ComputeLoop(); });
 }
@@ -20,6 +21,36 @@ DataPlane::~DataPlane() {
 }
 
 absl::StatusOr<v1::CreateJobResponse> DataPlane::CreateJob(const v1::CreateJobRequest& req) {
+  if (req.spec().checkpoint().every_steps() < 0 || req.spec().checkpoint().keep_last() < 0) {
+    return absl::InvalidArgumentError("checkpoint every_steps and keep_last must be >= 0");
+  }
+  if (req.spec().checkpoint().every_steps() > 0 && !checkpointer_->enabled()) {
+    return absl::FailedPreconditionError(
+        "job asks for periodic checkpoints but this shard server has no --checkpoint_dir");
+  }
+  // A restore loads the checkpoint only if the job is not here yet; a repeat
+  // (every worker sends one) falls through to the idempotency check below.
+  if (req.restore() && FindJob(req.spec().job()) == nullptr) {
+    auto manifest = checkpointer_->Read(req.spec().job(), req.restore_step());
+    if (!manifest.ok()) return manifest.status();
+    auto restored = ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest,
+                                      checkpointer_);
+    if (!restored.ok()) return restored.status();
+    absl::MutexLock lock(&mu_);
+    if (!jobs_.contains((*restored)->job_id())) {
+      v1::CreateJobResponse resp;
+      resp.set_created(true);
+      resp.set_range_begin((*restored)->range().begin);
+      resp.set_range_end((*restored)->range().end);
+      resp.set_step(manifest->step);
+      TESSEL_LOG(INFO) << "restored job '" << req.spec().job() << "' shard " << req.shard_index()
+                       << " from the checkpoint of step " << manifest->step << " ("
+                       << manifest->num_shards << " shards then, " << req.spec().num_shards()
+                       << " now)";
+      jobs_[(*restored)->job_id()] = std::move(*restored);
+      return resp;
+    }
+  }
   auto job = ShardJob::Create(req.spec(), req.shard_index(), req.epoch());
   if (!job.ok()) return job.status();
   absl::MutexLock lock(&mu_);
@@ -32,12 +63,23 @@ absl::StatusOr<v1::CreateJobResponse> DataPlane::CreateJob(const v1::CreateJobRe
                                                    "' collides with job '", have.spec().job(),
                                                    "' on the data path; choose another name"));
     }
-    std::string diff = DiffJobSpecs(have.spec(), req.spec());
+    // The checkpoint policy may differ between registrants (e.g. a restore by
+    // tesselctl, then workers): the first one's stays.
+    v1::JobSpec a = have.spec(), b = req.spec();
+    a.clear_checkpoint();
+    b.clear_checkpoint();
+    std::string diff = DiffJobSpecs(a, b);
     if (!diff.empty() || have.shard() != req.shard_index()) {
       return absl::AlreadyExistsError(absl::StrCat(
           "job '", req.spec().job(), "' already exists on this server with a different spec",
           diff.empty() ? absl::StrCat(" (shard ", have.shard(), ")") : absl::StrCat(": ", diff),
           "; every worker must register the same layout, strategy and optimizer"));
+    }
+    // Workers re-register after membership settles: the epoch moves forward
+    // (never back), so frames from the old membership are fenced off.
+    if (req.epoch() > have.epoch()) {
+      absl::Status s = have.SetEpoch(req.epoch());
+      (void)s;
     }
     resp.set_created(false);
     resp.set_range_begin(have.range().begin);
@@ -54,6 +96,30 @@ absl::StatusOr<v1::CreateJobResponse> DataPlane::CreateJob(const v1::CreateJobRe
                    << StrategyName(req.spec().strategy()) << " world " << req.spec().world_size()
                    << " epoch " << req.epoch();
   jobs_[(*job)->job_id()] = std::move(*job);
+  return resp;
+}
+
+absl::StatusOr<v1::SaveCheckpointResponse> DataPlane::SaveCheckpoint(
+    const v1::SaveCheckpointRequest& req) {
+  if (!checkpointer_->enabled() && !req.cancel()) {
+    return absl::FailedPreconditionError(
+        "checkpoints are not enabled on this shard server; start it with --checkpoint_dir=DIR");
+  }
+  std::shared_ptr<ShardJob> job = FindJob(req.job());
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", req.job(), "' here"));
+  v1::SaveCheckpointResponse resp;
+  resp.set_step(req.step());
+  if (!req.cancel() && checkpointer_->Read(req.job(), req.step()).ok()) {
+    resp.set_immediate(true);  // already complete: nothing to do
+    return resp;
+  }
+  auto snapshot = job->RequestCheckpoint(req.step(), req.cancel());
+  if (!snapshot.ok()) return snapshot.status();
+  if (snapshot->has_value()) {
+    resp.set_immediate(true);
+    absl::Status s = checkpointer_->Submit(std::move(**snapshot));
+    if (!s.ok()) return s;
+  }
   return resp;
 }
 
@@ -220,6 +286,10 @@ void DataPlane::ComputeLoop() {
       updates_.pop_front();
     }
     ShardJob::Serve serve = work.first->UpdateBucket(work.second);
+    if (serve.snapshot.has_value()) {
+      absl::Status s = checkpointer_->Submit(std::move(*serve.snapshot));
+      if (!s.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << s;
+    }
     if (!serve.pullers.empty()) ServeParams(work.first, serve);
   }
 }

@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/shard.pb.h"
+#include "server/checkpointer.h"
 #include "server/shard_job.h"
 #include "transport/transport.h"
 
@@ -28,10 +29,14 @@ namespace tessel {
 
 class DataPlane {
  public:
-  explicit DataPlane(Transport* transport);
+  // `checkpointer` (not owned) receives snapshots; may be a disabled one.
+  DataPlane(Transport* transport, Checkpointer* checkpointer);
   ~DataPlane();
 
   absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& req);
+  // Asks the job's shard to snapshot at `step` (see ShardJob::RequestCheckpoint).
+  absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(const v1::SaveCheckpointRequest& req);
+  Checkpointer* checkpointer() { return checkpointer_; }
   absl::Status DeleteJob(const std::string& job);
   std::shared_ptr<ShardJob> FindJob(const std::string& job);
   std::vector<std::shared_ptr<ShardJob>> Jobs();
@@ -45,6 +50,7 @@ class DataPlane {
   void ComputeLoop();
 
   Transport* const transport_;
+  Checkpointer* const checkpointer_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<ShardJob>> jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<std::shared_ptr<ShardJob>, int>> updates_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 // state, receives gradient buckets and serves parameters over UCX, and is
 // controlled over gRPC. Joins the registry as shard `--shard` of `--pool`.
 #include <csignal>
+#include <fstream>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -11,6 +12,8 @@
 #include "gpu/device.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
+#include "server/checkpoint_store.h"
+#include "server/checkpointer.h"
 #include "server/data_plane.h"
 #include "server/shard_service.h"
 #include "transport/ucx/ucx_transport.h"
@@ -26,6 +29,14 @@ ABSL_FLAG(std::string, ucx_tls, "",
 ABSL_FLAG(bool, ucx_peer_errors, false,
           "use UCX peer error handling (tcp only on one host; detects dead peers in UCX)");
 ABSL_FLAG(bool, verbose, false, "log every refused frame");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "root of the checkpoint store, shared by every server of the pool (empty = "
+          "checkpoints disabled)");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "file holding the admin token; when set, state-changing RPCs need it");
+ABSL_FLAG(bool, allow_anonymous_reads, true,
+          "with an admin token: let read-only RPCs (stats, listings) through without it");
+ABSL_FLAG(int, checkpoint_write_delay_ms, 0, "testing only: pause per MiB of checkpoint written");
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -61,9 +72,30 @@ int main(int argc, char** argv) {
   ucx.peer_error_handling = absl::GetFlag(FLAGS_ucx_peer_errors);
   auto transport = tessel::UcxTransport::Create(ucx);
   if (!transport.ok()) return Fail(std::string(transport.status().message()));
-  tessel::DataPlane plane(transport->get());
-  tessel::ShardService service(&plane, (*transport)->address(), shard,
-                               absl::GetFlag(FLAGS_pool));
+  std::unique_ptr<tessel::CheckpointStore> store;
+  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    store = std::make_unique<tessel::LocalFsStore>(
+        absl::GetFlag(FLAGS_checkpoint_dir),
+        absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_write_delay_ms)));
+  }
+  tessel::Checkpointer checkpointer(std::move(store));
+  tessel::ShardServiceOptions service_options;
+  service_options.ucx_address = (*transport)->address();
+  service_options.shard_index = shard;
+  service_options.pool = absl::GetFlag(FLAGS_pool);
+  service_options.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
+  if (!absl::GetFlag(FLAGS_admin_token_file).empty()) {
+    std::ifstream in(absl::GetFlag(FLAGS_admin_token_file));
+    std::getline(in, service_options.admin_token);
+    if (!in.good() && service_options.admin_token.empty()) {
+      return Fail("cannot read --admin_token_file " + absl::GetFlag(FLAGS_admin_token_file));
+    }
+    if (service_options.admin_token.size() < 16) {
+      return Fail("the admin token must be at least 16 characters");
+    }
+  }
+  tessel::DataPlane plane(transport->get(), &checkpointer);
+  tessel::ShardService service(&plane, service_options);
   std::string bound;
   auto server = tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound);
   if (!server.ok()) return Fail(std::string(server.status().message()));
@@ -89,7 +121,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  TESSEL_LOG(INFO) << "stopping";
+  TESSEL_LOG(INFO) << "stopping; finishing checkpoint writes";
+  checkpointer.Drain();
   absl::Status left = registry.Leave();
   (void)left;
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));

@@ -1,6 +1,12 @@
 #include "server/shard_job.h"
 
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <algorithm>
+
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
 #include "core/digest.h"
 #include "rpc/job_spec.h"
@@ -21,6 +27,54 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& sp
   if (!optimizer.ok()) return optimizer.status();
   return std::unique_ptr<ShardJob>(
       new ShardJob(spec, std::move(*layout), shard_index, epoch, *optimizer));
+}
+
+absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& spec,
+                                                             int shard_index, int64_t epoch,
+                                                             const Manifest& manifest,
+                                                             Checkpointer* checkpointer) {
+  if (spec.strategy() == v1::STRATEGY_DDP) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", spec.job(), "': DDP keeps parameters and optimizer state on the workers; "
+        "shard-server checkpoints cover zero1 and zero2 jobs"));
+  }
+  v1::JobSpec saved;
+  auto parsed = google::protobuf::util::JsonStringToMessage(manifest.spec_json, &saved);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat("checkpoint of job '", manifest.job, "' step ",
+                                            manifest.step, " has an unreadable spec"));
+  }
+  // Shard count, world size, bucket size and checkpoint policy may change on
+  // restore; the model, strategy and optimizer may not.
+  v1::JobSpec a = spec, b = saved;
+  for (v1::JobSpec* x : {&a, &b}) {
+    x->clear_num_shards();
+    x->clear_world_size();
+    x->clear_bucket_bytes();
+    x->clear_align_elems();
+    x->clear_checkpoint();
+  }
+  std::string diff = DiffJobSpecs(b, a);
+  if (!diff.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", spec.job(), "' cannot restore the checkpoint of step ", manifest.step,
+        ": its model, strategy or optimizer differ: ", diff));
+  }
+  auto job = Create(spec, shard_index, epoch);
+  if (!job.ok()) return job.status();
+  ShardJob& j = **job;
+  if (j.layout_.num_params() != manifest.num_params) {
+    return absl::FailedPreconditionError("checkpoint parameter count differs from the layout");
+  }
+  std::vector<float*> state;
+  for (auto& slot : j.state_) state.push_back(slot.data());
+  absl::Status s = checkpointer->Load(manifest, j.range_, j.values_.data(), state);
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&j.mu_);
+  j.version_ = manifest.step;
+  j.initialized_ = true;
+  j.restored_from_ = manifest.step;
+  return job;
 }
 
 ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t epoch,
@@ -186,6 +240,12 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   for (auto& r : reserved_) std::fill(r.begin(), r.end(), 0);
   std::fill(arrived_.begin(), arrived_.end(), 0);
   serve.version = version_;
+  const int64_t every = spec_.checkpoint().every_steps();
+  auto requested = std::find(checkpoint_requests_.begin(), checkpoint_requests_.end(), version_);
+  if ((every > 0 && version_ % every == 0) || requested != checkpoint_requests_.end()) {
+    if (requested != checkpoint_requests_.end()) checkpoint_requests_.erase(requested);
+    serve.snapshot = SnapshotLocked();
+  }
   for (auto it = deferred_.begin(); it != deferred_.end();) {
     if (it->version == version_) {
       serve.pullers.push_back(*it);
@@ -227,6 +287,77 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
     deferred_.push_back(p);
   }
   return serve;
+}
+
+bool ShardJob::StepInProgressLocked() const {
+  if (buckets_updated_ > 0 || updates_running_ > 0) return true;
+  for (const auto& r : reserved_) {
+    for (uint8_t x : r) {
+      if (x) return true;
+    }
+  }
+  return false;
+}
+
+ShardSnapshot ShardJob::SnapshotLocked() {
+  const absl::Time t0 = absl::Now();
+  ShardSnapshot s;
+  s.job = spec_.job();
+  s.shard = shard_;
+  s.num_shards = spec_.num_shards();
+  s.num_params = layout_.num_params();
+  s.step = version_;
+  s.epoch = epoch_;
+  s.range = range_;
+  s.keep_last = spec_.checkpoint().keep_last();
+  s.values = values_;
+  s.state = state_;
+  s.pause_us = absl::ToInt64Microseconds(absl::Now() - t0);
+  last_pause_us_ = s.pause_us;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  auto st = google::protobuf::util::MessageToJsonString(spec_, &s.spec_json, opts);
+  (void)st;
+  return s;
+}
+
+absl::StatusOr<std::optional<ShardSnapshot>> ShardJob::RequestCheckpoint(int64_t step,
+                                                                         bool cancel) {
+  absl::MutexLock lock(&mu_);
+  const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
+  if (is_ddp()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, "DDP keeps parameters on the workers; shard servers checkpoint zero1/zero2 jobs"));
+  }
+  if (cancel) {
+    checkpoint_requests_.erase(
+        std::remove(checkpoint_requests_.begin(), checkpoint_requests_.end(), step),
+        checkpoint_requests_.end());
+    return std::optional<ShardSnapshot>();
+  }
+  if (!initialized_) {
+    return absl::FailedPreconditionError(absl::StrCat(where, "not initialized yet"));
+  }
+  if (step == version_ && !StepInProgressLocked()) {
+    mu_.Await(absl::Condition(+[](int* running) { return *running == 0; }, &updates_running_));
+    return std::optional<ShardSnapshot>(SnapshotLocked());
+  }
+  if (step <= version_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "step ", step, " has passed or is in progress (the shard is at step ",
+                     version_, StepInProgressLocked() ? ", next step in progress" : "",
+                     "); ask for a later step"));
+  }
+  if (std::find(checkpoint_requests_.begin(), checkpoint_requests_.end(), step) ==
+      checkpoint_requests_.end()) {
+    checkpoint_requests_.push_back(step);
+  }
+  return std::optional<ShardSnapshot>();
+}
+
+void ShardJob::SetCheckpointProgress(const CheckpointProgress& p) {
+  absl::MutexLock lock(&mu_);
+  checkpoint_progress_ = p;
 }
 
 const float* ShardJob::served_bucket(int b) const {
@@ -297,6 +428,15 @@ v1::ShardStats ShardJob::Stats() {
   st.set_rejected_frames(rejected_);
   st.set_pushed_bytes(pushed_bytes_);
   st.set_pulled_bytes(pulled_bytes_);
+  st.set_step_in_progress(StepInProgressLocked());
+  st.set_last_checkpoint_step(checkpoint_progress_.last_step);
+  st.set_checkpoint_error(checkpoint_progress_.error);
+  st.set_last_snapshot_pause_us(last_pause_us_);
+  st.set_restored_from_step(restored_from_);
+  st.set_strategy(StrategyName(spec_.strategy()));
+  st.set_world_size(spec_.world_size());
+  st.set_num_shards(spec_.num_shards());
+  st.set_num_params(layout_.num_params());
   return st;
 }
 

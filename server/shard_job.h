@@ -38,6 +38,7 @@
 #include "core/optimizer.h"
 #include "core/wire.h"
 #include "proto/shard.pb.h"
+#include "server/checkpointer.h"
 
 namespace tessel {
 
@@ -49,14 +50,23 @@ class ShardJob {
     int32_t rank;
     int64_t version;
   };
-  // What the data plane must send after an event.
+  // What the data plane must do after an event.
   struct Serve {
     std::vector<Puller> pullers;  // each gets every bucket of `version`
     int64_t version = 0;
+    // A checkpoint was due at this step boundary: write it.
+    std::optional<ShardSnapshot> snapshot;
   };
 
   static absl::StatusOr<std::unique_ptr<ShardJob>> Create(const v1::JobSpec& spec, int shard_index,
                                                           int64_t epoch);
+  // A job that starts at `manifest.step` from a checkpoint, re-sliced to this
+  // spec's shard count. The checkpoint's layout, strategy and optimizer must
+  // equal the spec's.
+  static absl::StatusOr<std::unique_ptr<ShardJob>> Restore(const v1::JobSpec& spec,
+                                                           int shard_index, int64_t epoch,
+                                                           const Manifest& manifest,
+                                                           Checkpointer* checkpointer);
 
   const v1::JobSpec& spec() const { return spec_; }
   const Layout& layout() const { return layout_; }
@@ -83,6 +93,13 @@ class ShardJob {
   // Payload of bucket `b` to send for the current version.
   const float* served_bucket(int b) const;
 
+  // Snapshot when the shard reaches `step`: at once if it is idle there
+  // (returned), else when that step's last bucket is updated (UpdateBucket's
+  // Serve.snapshot). FailedPrecondition if the shard is past `step` or in the
+  // middle of it. `cancel` withdraws a request.
+  absl::StatusOr<std::optional<ShardSnapshot>> RequestCheckpoint(int64_t step, bool cancel);
+  void SetCheckpointProgress(const CheckpointProgress& p);
+
   absl::Status SetEpoch(int64_t epoch);
   int64_t epoch();
   void CountRejected();
@@ -97,6 +114,8 @@ class ShardJob {
            OptimizerParams optimizer);
   absl::Status CheckHeader(const FrameHeader& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DigestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardSnapshot SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StepInProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool is_ddp() const { return spec_.strategy() == v1::STRATEGY_DDP; }
 
   const v1::JobSpec spec_;
@@ -129,6 +148,10 @@ class ShardJob {
   int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pulled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
+  int64_t last_pause_us_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t restored_from_ ABSL_GUARDED_BY(mu_) = -1;
+  CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessel

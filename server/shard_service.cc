@@ -1,23 +1,73 @@
 #include "server/shard_service.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rpc/grpc_util.h"
 
 namespace tessel {
 namespace {
-constexpr char kVersion[] = "tessel 0.1.0 (wire v1)";
+constexpr char kVersion[] = "tessel 0.1.0 (wire v1, checkpoint v1)";
 
 grpc::Status NoJob(const std::string& job) {
   return grpc::Status(grpc::StatusCode::NOT_FOUND,
                       absl::StrCat("no job '", job, "' on this shard server"));
 }
+
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
+  return diff == 0 && !b.empty();
+}
+
+v1::CheckpointInfo InfoOf(const Manifest& m, bool with_manifest) {
+  v1::CheckpointInfo info;
+  info.set_job(m.job);
+  info.set_step(m.step);
+  info.set_epoch(m.epoch);
+  info.set_num_shards(m.num_shards);
+  info.set_num_params(m.num_params);
+  int64_t bytes = 0;
+  for (const ShardEntry& e : m.shards) {
+    bytes += e.bytes;
+    info.add_snapshot_pause_us(e.snapshot_pause_us);
+  }
+  info.set_bytes(bytes);
+  info.set_created_unix_ms(m.created_unix_ms);
+  if (with_manifest) info.set_manifest_json(ManifestToJson(m));
+  return info;
+}
 }  // namespace
 
-grpc::Status ShardService::CreateJob(grpc::ServerContext*, const v1::CreateJobRequest* req,
+grpc::Status ShardService::Authorize(grpc::ServerContext* ctx, bool mutating) const {
+  if (options_.admin_token.empty() || (!mutating && options_.allow_anonymous_reads)) {
+    return grpc::Status::OK;
+  }
+  auto it = ctx->client_metadata().find("authorization");
+  if (it == ctx->client_metadata().end()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "this shard server requires an admin token: pass --token_file or set "
+                        "TESSEL_TOKEN (metadata 'authorization: Bearer <token>')");
+  }
+  const std::string value(it->second.data(), it->second.size());
+  if (!absl::StartsWith(value, "Bearer ") ||
+      !ConstantTimeEquals(value.substr(7), options_.admin_token)) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "the admin token is not valid");
+  }
+  return grpc::Status::OK;
+}
+
+v1::ShardStats ShardService::StatsOf(ShardJob& job) {
+  job.SetCheckpointProgress(plane_->checkpointer()->Progress(job.spec().job()));
+  return job.Stats();
+}
+
+grpc::Status ShardService::CreateJob(grpc::ServerContext* ctx, const v1::CreateJobRequest* req,
                                      v1::CreateJobResponse* resp) {
-  if (req->shard_index() != shard_index_) {
+  grpc::Status auth = Authorize(ctx, true);
+  if (!auth.ok()) return auth;
+  if (req->shard_index() != options_.shard_index) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("this server is shard ", shard_index_,
+                        absl::StrCat("this server is shard ", options_.shard_index,
                                      " of its pool; CreateJob asked for shard ",
                                      req->shard_index()));
   }
@@ -27,8 +77,10 @@ grpc::Status ShardService::CreateJob(grpc::ServerContext*, const v1::CreateJobRe
   return grpc::Status::OK;
 }
 
-grpc::Status ShardService::SetEpoch(grpc::ServerContext*, const v1::SetEpochRequest* req,
+grpc::Status ShardService::SetEpoch(grpc::ServerContext* ctx, const v1::SetEpochRequest* req,
                                     v1::SetEpochResponse* resp) {
+  grpc::Status auth = Authorize(ctx, true);
+  if (!auth.ok()) return auth;
   auto job = plane_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   absl::Status s = job->SetEpoch(req->epoch());
@@ -36,32 +88,93 @@ grpc::Status ShardService::SetEpoch(grpc::ServerContext*, const v1::SetEpochRequ
   return ToGrpc(s);
 }
 
-grpc::Status ShardService::GetStats(grpc::ServerContext*, const v1::JobRef* req,
+grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* req,
                                     v1::ShardStats* resp) {
+  grpc::Status auth = Authorize(ctx, false);
+  if (!auth.ok()) return auth;
   auto job = plane_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
-  *resp = job->Stats();
+  *resp = StatsOf(*job);
   return grpc::Status::OK;
 }
 
-grpc::Status ShardService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+grpc::Status ShardService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
                                     v1::ListJobsResponse* resp) {
-  for (auto& job : plane_->Jobs()) *resp->add_jobs() = job->Stats();
+  grpc::Status auth = Authorize(ctx, false);
+  if (!auth.ok()) return auth;
+  for (auto& job : plane_->Jobs()) *resp->add_jobs() = StatsOf(*job);
   return grpc::Status::OK;
 }
 
-grpc::Status ShardService::DeleteJob(grpc::ServerContext*, const v1::JobRef* req,
+grpc::Status ShardService::DeleteJob(grpc::ServerContext* ctx, const v1::JobRef* req,
                                      v1::DeleteJobResponse*) {
+  grpc::Status auth = Authorize(ctx, true);
+  if (!auth.ok()) return auth;
   return ToGrpc(plane_->DeleteJob(req->job()));
 }
 
-grpc::Status ShardService::GetServerInfo(grpc::ServerContext*, const v1::ServerInfoRequest*,
+grpc::Status ShardService::GetServerInfo(grpc::ServerContext* ctx, const v1::ServerInfoRequest*,
                                          v1::ServerInfoResponse* resp) {
+  grpc::Status auth = Authorize(ctx, false);
+  if (!auth.ok()) return auth;
   resp->set_version(kVersion);
-  resp->set_ucx_address(ucx_address_);
-  resp->set_shard_index(shard_index_);
-  resp->set_pool(pool_);
+  resp->set_ucx_address(options_.ucx_address);
+  resp->set_shard_index(options_.shard_index);
+  resp->set_pool(options_.pool);
   return grpc::Status::OK;
+}
+
+grpc::Status ShardService::SaveCheckpoint(grpc::ServerContext* ctx,
+                                          const v1::SaveCheckpointRequest* req,
+                                          v1::SaveCheckpointResponse* resp) {
+  grpc::Status auth = Authorize(ctx, true);
+  if (!auth.ok()) return auth;
+  auto r = plane_->SaveCheckpoint(*req);
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status ShardService::ListCheckpoints(grpc::ServerContext* ctx, const v1::JobRef* req,
+                                           v1::ListCheckpointsResponse* resp) {
+  grpc::Status auth = Authorize(ctx, false);
+  if (!auth.ok()) return auth;
+  auto all = plane_->checkpointer()->List(req->job());
+  if (!all.ok()) return ToGrpc(all.status());
+  for (const Manifest& m : *all) *resp->add_checkpoints() = InfoOf(m, false);
+  return grpc::Status::OK;
+}
+
+grpc::Status ShardService::GetCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
+                                         v1::CheckpointInfo* resp) {
+  grpc::Status auth = Authorize(ctx, false);
+  if (!auth.ok()) return auth;
+  auto m = plane_->checkpointer()->Read(req->job(), req->step());
+  if (!m.ok()) return ToGrpc(m.status());
+  *resp = InfoOf(*m, true);
+  return grpc::Status::OK;
+}
+
+grpc::Status ShardService::VerifyCheckpoint(grpc::ServerContext* ctx,
+                                            const v1::CheckpointRef* req,
+                                            v1::VerifyCheckpointResponse* resp) {
+  grpc::Status auth = Authorize(ctx, false);
+  if (!auth.ok()) return auth;
+  auto m = plane_->checkpointer()->Read(req->job(), req->step());
+  if (!m.ok()) return ToGrpc(m.status());
+  auto problems = plane_->checkpointer()->Verify(*m);
+  if (!problems.ok()) return ToGrpc(problems.status());
+  resp->set_ok(problems->empty());
+  for (const std::string& p : *problems) resp->add_problems(p);
+  return grpc::Status::OK;
+}
+
+grpc::Status ShardService::DeleteCheckpoint(grpc::ServerContext* ctx,
+                                            const v1::CheckpointRef* req,
+                                            v1::DeleteCheckpointResponse*) {
+  grpc::Status auth = Authorize(ctx, true);
+  if (!auth.ok()) return auth;
+  return ToGrpc(plane_->checkpointer()->Delete(req->job(), req->step()));
 }
 
 }  // namespace tessel

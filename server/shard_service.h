@@ -1,5 +1,12 @@
 // gRPC adapter for the shard server's control plane (tessel.v1.ShardServer).
-// Handlers translate between protos and DataPlane/ShardJob; no logic here.
+// Handlers translate between protos and DataPlane/ShardJob/Checkpointer, and
+// enforce the admin token; no other logic here.
+//
+// Authorization: when the server has an admin token, every RPC that changes
+// state (CreateJob, SetEpoch, DeleteJob, SaveCheckpoint, DeleteCheckpoint)
+// needs metadata `authorization: Bearer <token>`; read-only RPCs need it too
+// unless `allow_anonymous_reads`. Refusals are UNAUTHENTICATED (no token) or
+// PERMISSION_DENIED (wrong token).
 #ifndef TESSEL_SERVER_SHARD_SERVICE_H_
 #define TESSEL_SERVER_SHARD_SERVICE_H_
 
@@ -10,13 +17,18 @@
 
 namespace tessel {
 
+struct ShardServiceOptions {
+  std::string ucx_address;
+  int shard_index = 0;
+  std::string pool;
+  std::string admin_token;  // "" = no authorization
+  bool allow_anonymous_reads = true;
+};
+
 class ShardService final : public v1::ShardServer::Service {
  public:
-  ShardService(DataPlane* plane, std::string ucx_address, int shard_index, std::string pool)
-      : plane_(plane),
-        ucx_address_(std::move(ucx_address)),
-        shard_index_(shard_index),
-        pool_(std::move(pool)) {}
+  ShardService(DataPlane* plane, ShardServiceOptions options)
+      : plane_(plane), options_(std::move(options)) {}
 
   grpc::Status CreateJob(grpc::ServerContext*, const v1::CreateJobRequest*,
                          v1::CreateJobResponse*) override;
@@ -29,12 +41,23 @@ class ShardService final : public v1::ShardServer::Service {
                          v1::DeleteJobResponse*) override;
   grpc::Status GetServerInfo(grpc::ServerContext*, const v1::ServerInfoRequest*,
                              v1::ServerInfoResponse*) override;
+  grpc::Status SaveCheckpoint(grpc::ServerContext*, const v1::SaveCheckpointRequest*,
+                              v1::SaveCheckpointResponse*) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::JobRef*,
+                               v1::ListCheckpointsResponse*) override;
+  grpc::Status GetCheckpoint(grpc::ServerContext*, const v1::CheckpointRef*,
+                             v1::CheckpointInfo*) override;
+  grpc::Status VerifyCheckpoint(grpc::ServerContext*, const v1::CheckpointRef*,
+                                v1::VerifyCheckpointResponse*) override;
+  grpc::Status DeleteCheckpoint(grpc::ServerContext*, const v1::CheckpointRef*,
+                                v1::DeleteCheckpointResponse*) override;
 
  private:
+  grpc::Status Authorize(grpc::ServerContext* ctx, bool mutating) const;
+  v1::ShardStats StatsOf(ShardJob& job);
+
   DataPlane* const plane_;
-  const std::string ucx_address_;
-  const int shard_index_;
-  const std::string pool_;
+  const ShardServiceOptions options_;
 };
 
 }  // namespace tessel

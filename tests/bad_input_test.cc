@@ -65,7 +65,7 @@ class InProcBackend : public Backend {
   InProcBackend() {
     auto fabric = std::make_shared<InProcFabric>();
     server_transport_ = InProcTransport::Create(fabric);
-    plane_ = std::make_unique<DataPlane>(server_transport_.get());
+    plane_ = std::make_unique<DataPlane>(server_transport_.get(), &checkpointer_);
     client_ = InProcTransport::Create(fabric);
     server_peer_ = *client_->Connect(server_transport_->address());
   }
@@ -85,6 +85,7 @@ class InProcBackend : public Backend {
   PeerId server() override { return server_peer_; }
 
  private:
+  Checkpointer checkpointer_{nullptr};
   std::unique_ptr<InProcTransport> server_transport_;
   std::unique_ptr<DataPlane> plane_;
   std::unique_ptr<InProcTransport> client_;

@@ -2,6 +2,7 @@
 // fixed gradients from .npy files (--grads), through the Worker SDK against
 // real shard servers. Normally started by tessel-demo or tessel-replay.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -27,6 +28,12 @@ ABSL_FLAG(std::string, grads, "", "replay mode: directory of step{K}_rank{R}.npy
 ABSL_FLAG(std::string, out, "", "rank 0 writes the final parameters here (.npy)");
 ABSL_FLAG(int, log_every, 50, "print progress every N steps (rank 0)");
 ABSL_FLAG(int, step_timeout_s, 120, "seconds a step may take before the worker gives up");
+ABSL_FLAG(bool, resume, false, "start from the job's checkpoint (zero1/zero2) instead of --init");
+ABSL_FLAG(int64_t, resume_step, -1, "with --resume: the checkpoint's step (-1 = latest)");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "every shard checkpoints at multiples of N steps");
+ABSL_FLAG(int, checkpoint_every_s, 0, "rank 0 asks for a checkpoint every N seconds");
+ABSL_FLAG(int, keep_checkpoints, 3, "complete checkpoints kept per job");
+ABSL_FLAG(std::string, token_file, "", "admin token file for servers that require one");
 
 namespace {
 
@@ -51,6 +58,15 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
   o.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
   if (o.shuffle_seed != 0) o.shuffle_seed += static_cast<uint64_t>(o.rank) * 7919;
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  o.resume = absl::GetFlag(FLAGS_resume);
+  o.resume_step = absl::GetFlag(FLAGS_resume_step);
+  o.checkpoint.set_every_steps(absl::GetFlag(FLAGS_checkpoint_every_steps));
+  o.checkpoint.set_keep_last(absl::GetFlag(FLAGS_keep_checkpoints));
+  o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    std::ifstream in(absl::GetFlag(FLAGS_token_file));
+    std::getline(in, o.token);
+  }
   return o;
 }
 
@@ -61,7 +77,7 @@ int Replay(tessel::Worker* worker, int steps) {
   absl::Status s = worker->RegisterLayout(
       {{"flat", {static_cast<int64_t>(init->size())}}}, *init);
   if (!s.ok()) return Fail(s);
-  for (int k = 0; k < steps; ++k) {
+  for (int64_t k = worker->step(); k < steps; ++k) {
     const std::string path =
         absl::StrCat(absl::GetFlag(FLAGS_grads), "/step", k, "_rank", rank, ".npy");
     auto g = tessel::ReadNpyF32(path);
@@ -92,7 +108,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   absl::Time window_start = absl::Now();
   double loss_sum = 0;
   int window = 0;
-  for (int k = 0; k < steps; ++k) {
+  for (int64_t k = worker->step(); k < steps; ++k) {
     absl::Status ready = absl::OkStatus();
     float loss = job.Gradients(worker->params().data(), k, rank, world, worker->grads().data(),
                                [&](size_t i) {
@@ -109,7 +125,8 @@ int TrainMlp(tessel::Worker* worker, int steps) {
     ++window;
     if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
       const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
-      std::printf("step %5d/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step\n", k + 1,
+      std::printf("step %5lld/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step\n",
+                  static_cast<long long>(k + 1),
                   steps, loss_sum / window, window / secs, window * world * config->batch / secs,
                   1e3 * secs / window);
       std::fflush(stdout);

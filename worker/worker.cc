@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -34,7 +35,16 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& opt
 }
 
 Worker::Worker(const WorkerOptions& options)
-    : options_(options), job_id_(JobId(options.job)), shuffle_rng_(options.shuffle_seed) {}
+    : options_(options), job_id_(JobId(options.job)), shuffle_rng_(options.shuffle_seed) {
+  token_ = options.token;
+  if (token_.empty()) {
+    if (const char* env = std::getenv("TESSEL_TOKEN")) token_ = env;
+  }
+}
+
+void Worker::Authorize(grpc::ClientContext* ctx) const {
+  if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+}
 
 Worker::~Worker() {
   if (registry_ != nullptr) {
@@ -147,11 +157,17 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   *spec.mutable_optimizer() = OptimizerToProto(options_.optimizer);
   spec.set_bucket_bytes(options_.bucket_bytes);
   spec.set_align_elems(options_.align_elems);
+  *spec.mutable_checkpoint() = options_.checkpoint;
   auto layout = ValidateJobSpec(spec);
   if (!layout.ok()) return layout.status();
   const bool ddp = options_.strategy == v1::STRATEGY_DDP;
   const size_t n = static_cast<size_t>(layout->num_params());
-  if ((options_.rank == 0 || ddp) && init.size() != n) {
+  if (ddp && options_.resume) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": DDP keeps state on the workers; resume from shard-server checkpoints needs "
+                 "zero1 or zero2"));
+  }
+  if (!options_.resume && (options_.rank == 0 || ddp) && init.size() != n) {
     return absl::InvalidArgumentError(absl::StrCat(Where(), ": init has ", init.size(),
                                                    " floats but the layout has ", n));
   }
@@ -162,9 +178,12 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     *req.mutable_spec() = spec;
     req.set_shard_index(srv.shard);
     req.set_epoch(epoch_);
+    req.set_restore(options_.resume);
+    req.set_restore_step(options_.resume_step);
     v1::CreateJobResponse resp;
     grpc::ClientContext ctx;
-    SetDeadline(&ctx);
+    SetDeadline(&ctx, absl::Minutes(5));  // a restore reads the checkpoint
+    Authorize(&ctx);
     absl::Status s = FromGrpc(srv.stub->CreateJob(&ctx, req, &resp),
                               absl::StrCat(Where(), ": CreateJob on shard ", srv.shard, " (",
                                            srv.grpc_address, ")"));
@@ -180,12 +199,19 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
                                               ") but this worker derived [", r.begin, ", ", r.end,
                                               ")"));
     }
-    if (resp.step() != 0 && !ddp) {
+    if (options_.resume) {
+      if (srv.shard == 0) step_ = resp.step();
+      if (resp.step() != step_) {
+        layout_.reset();
+        return absl::FailedPreconditionError(absl::StrCat(
+            Where(), ": shards resumed at different steps (shard 0 at ", step_, ", shard ",
+            srv.shard, " at ", resp.step(), "); restart the servers and resume again"));
+      }
+    } else if (resp.step() != 0 && !ddp) {
       layout_.reset();
-      return absl::FailedPreconditionError(
-          absl::StrCat(Where(), ": job already exists at step ", resp.step(),
-                       " on shard ", srv.shard, "; use a new job name (resume is not supported "
-                       "by this SDK yet)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": job already exists at step ", resp.step(), " on shard ", srv.shard,
+          "; resume it (WorkerOptions.resume / --resume) or use a new job name"));
     }
   }
 
@@ -203,8 +229,8 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   }
   if (ddp) return absl::OkStatus();
 
-  // ZeRO: rank 0 seeds the servers; everyone pulls step 0.
-  if (options_.rank == 0) {
+  // ZeRO: rank 0 seeds the servers (unless resuming); everyone pulls.
+  if (options_.rank == 0 && !options_.resume) {
     std::copy(init.begin(), init.end(), params_.begin());
     for (Server& srv : servers_) {
       for (int b = 0; b < layout_->num_buckets(srv.shard); ++b) {
@@ -213,9 +239,12 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
       }
     }
   }
-  absl::Status s = SendPulls(0);
-  if (s.ok()) s = WaitForParams(0);
+  absl::Status s = SendPulls(step_);
+  if (s.ok()) s = WaitForParams(step_);
   if (!s.ok()) layout_.reset();
+  if (s.ok() && options_.resume) {
+    TESSEL_LOG(INFO) << Where() << ": resumed from the checkpoint of step " << step_;
+  }
   return s;
 }
 
@@ -371,7 +400,30 @@ absl::Status Worker::Step() {
     for (size_t k = 0; k < optimizer_state_.size(); ++k) state[k] = optimizer_state_[k].data();
     ApplyUpdate(options_.optimizer, step_, params_.data(), grads_.data(), state, params_.size());
   }
+  MaybeCheckpoint();
   return absl::OkStatus();
+}
+
+void Worker::MaybeCheckpoint() {
+  if (options_.rank != 0 || options_.checkpoint_interval <= absl::ZeroDuration() ||
+      absl::Now() - last_checkpoint_ < options_.checkpoint_interval) {
+    return;
+  }
+  last_checkpoint_ = absl::Now();
+  // Every shard is at step_ and no bucket of the next step can complete before
+  // this rank pushes it, so step_ + 1 is a boundary no shard has passed.
+  for (Server& srv : servers_) {
+    v1::SaveCheckpointRequest req;
+    req.set_job(options_.job);
+    req.set_step(step_ + 1);
+    v1::SaveCheckpointResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    Authorize(&ctx);
+    absl::Status s = FromGrpc(srv.stub->SaveCheckpoint(&ctx, req, &resp),
+                              absl::StrCat("SaveCheckpoint on shard ", srv.shard));
+    if (!s.ok()) TESSEL_LOG(WARNING) << Where() << ": periodic checkpoint not scheduled: " << s;
+  }
 }
 
 Accept Worker::OnFrame(const Incoming& in) {
@@ -441,6 +493,7 @@ absl::StatusOr<std::vector<v1::ShardStats>> Worker::ServerStats() {
     v1::ShardStats st;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
+    Authorize(&ctx);
     absl::Status s = FromGrpc(srv.stub->GetStats(&ctx, ref, &st),
                               absl::StrCat("GetStats on shard ", srv.shard));
     if (!s.ok()) return s;

@@ -74,6 +74,18 @@ struct WorkerOptions {
   // Testing aid: when non-zero, buckets are pushed in a random order with
   // random pauses, to prove results do not depend on arrival order.
   uint64_t shuffle_seed = 0;
+  // Checkpoints (ZeRO only; servers need --checkpoint_dir). Every shard
+  // snapshots at each multiple of every_steps; rank 0 also asks for one
+  // every `checkpoint_interval` of wall time.
+  v1::CheckpointPolicy checkpoint;
+  absl::Duration checkpoint_interval = absl::ZeroDuration();
+  // Start from the job's checkpoint at resume_step (-1: the latest) instead
+  // of `init`; the shard count and world size may differ from the run that
+  // wrote it. After RegisterLayout, step() is the restored step.
+  bool resume = false;
+  int64_t resume_step = -1;
+  // Admin token for servers that require one ("" = $TESSEL_TOKEN if set).
+  std::string token;
 };
 
 struct WorkerMemory {
@@ -137,6 +149,8 @@ class Worker {
   absl::Status SendPulls(int64_t version);
   absl::Status WaitForParams(int64_t version);
   std::string Where() const;
+  void Authorize(grpc::ClientContext* ctx) const;
+  void MaybeCheckpoint();
 
   const WorkerOptions options_;
   std::unique_ptr<RegistryClient> registry_;
@@ -146,6 +160,8 @@ class Worker {
   uint64_t job_id_ = 0;
   int64_t epoch_ = 0;
   int64_t step_ = 0;
+  absl::Time last_checkpoint_ = absl::Now();
+  std::string token_;
 
   std::vector<float> params_;
   std::vector<float> grads_;

@@ -1,0 +1,382 @@
+#include "server/checkpointer.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/log.h"
+
+namespace tessel {
+namespace {
+
+Chunk AsChunk(const std::vector<float>& v) {
+  return Chunk(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
+}
+
+int64_t StepOfDir(const std::string& name) {
+  int64_t step = -1;
+  if (!absl::StartsWith(name, "step-") || !absl::SimpleAtoi(name.substr(5), &step)) return -1;
+  return step;
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(std::unique_ptr<CheckpointStore> store,
+                           absl::Duration finalize_timeout)
+    : store_(std::move(store)), finalize_timeout_(finalize_timeout) {
+  if (store_ == nullptr) return;
+  writer_ = std::thread([this] { WriterLoop(); });
+  finalizer_ = std::thread([this] { FinalizerLoop(); });
+}
+
+Checkpointer::~Checkpointer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
+  if (finalizer_.joinable()) finalizer_.join();
+}
+
+absl::Status Checkpointer::NotEnabled() const {
+  return absl::FailedPreconditionError(
+      "checkpoints are not enabled on this shard server; start it with "
+      "--checkpoint_dir=DIR (a directory every shard server of the pool shares)");
+}
+
+absl::Status Checkpointer::Submit(ShardSnapshot snapshot) {
+  if (!enabled()) return NotEnabled();
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(snapshot));
+  return absl::OkStatus();
+}
+
+CheckpointProgress Checkpointer::Progress(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = progress_.find(job);
+  return it == progress_.end() ? CheckpointProgress{} : it->second;
+}
+
+void Checkpointer::Drain() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](Checkpointer* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+        return c->queue_.empty() && c->writing_ == 0 && c->pending_.empty() &&
+               c->finalizing_ == 0;
+      },
+      this));
+}
+
+void Checkpointer::WriterLoop() {
+  for (;;) {
+    ShardSnapshot s;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Checkpointer* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+            return c->stop_ || !c->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) return;
+      s = std::move(queue_.front());
+      queue_.pop_front();
+      ++writing_;
+    }
+    const absl::Time t0 = absl::Now();
+    absl::Status st = WriteShard(s);
+    absl::MutexLock lock(&mu_);
+    --writing_;
+    CheckpointProgress& p = progress_[s.job];
+    if (st.ok()) {
+      p.last_step = s.step;
+      TESSEL_LOG(INFO) << "checkpoint " << s.job << " step " << s.step << " shard " << s.shard
+                       << " written in " << absl::FormatDuration(absl::Now() - t0)
+                       << " (training paused " << s.pause_us << " us for the copy)";
+      if (s.shard == 0) {
+        Pending pending{s.job, s.step, s.num_shards, s.keep_last, Manifest{},
+                        absl::Now() + finalize_timeout_};
+        pending.manifest.job = s.job;
+        pending.manifest.step = s.step;
+        pending.manifest.epoch = s.epoch;
+        pending.manifest.num_shards = s.num_shards;
+        pending.manifest.num_params = s.num_params;
+        pending.manifest.state_slots = static_cast<int>(s.state.size());
+        pending.manifest.spec_json = s.spec_json;
+        pending_.push_back(std::move(pending));
+      }
+    } else {
+      p.error = absl::StrCat("step ", s.step, ": ", st.message());
+      TESSEL_LOG(ERROR) << "checkpoint " << s.job << " step " << s.step << " shard " << s.shard
+                        << " failed: " << st;
+    }
+  }
+}
+
+absl::Status Checkpointer::WriteShard(const ShardSnapshot& s) {
+  const std::string dir = CheckpointDir(s.job, s.step);
+  std::vector<Chunk> chunks = {AsChunk(s.values)};
+  for (const auto& slot : s.state) chunks.push_back(AsChunk(slot));
+  XXH64_state_t* h = XXH64_createState();
+  XXH64_reset(h, 0);
+  int64_t bytes = 0;
+  for (const Chunk& c : chunks) {
+    XXH64_update(h, c.data(), c.size());
+    bytes += static_cast<int64_t>(c.size());
+  }
+  const std::string sum = absl::StrFormat("%016x", XXH64_digest(h));
+  XXH64_freeState(h);
+  absl::Status st = store_->Put(dir + "/" + ShardFileName(s.shard), chunks);
+  if (!st.ok()) return st;
+  ShardEntry e;
+  e.shard = s.shard;
+  e.file = ShardFileName(s.shard);
+  e.range_begin = s.range.begin;
+  e.range_end = s.range.end;
+  e.state_slots = static_cast<int>(s.state.size());
+  e.bytes = bytes;
+  e.xxh64 = sum;
+  e.snapshot_pause_us = s.pause_us;
+  const std::string meta = ShardEntryToJson(e);
+  return store_->Put(dir + "/" + ShardMetaName(s.shard),
+                     {Chunk(reinterpret_cast<const uint8_t*>(meta.data()), meta.size())});
+}
+
+absl::Status Checkpointer::TryFinalize(Pending& p, bool* done) {
+  *done = false;
+  const std::string dir = CheckpointDir(p.job, p.step);
+  std::vector<ShardEntry> entries;
+  for (int s = 0; s < p.num_shards; ++s) {
+    auto meta = store_->Get(dir + "/" + ShardMetaName(s));
+    if (!meta.ok()) {
+      if (absl::IsNotFound(meta.status())) return absl::OkStatus();  // not yet
+      return meta.status();
+    }
+    auto e = ParseShardEntry(*meta);
+    if (!e.ok()) return e.status();
+    entries.push_back(*e);
+  }
+  p.manifest.shards = entries;
+  p.manifest.created_unix_ms = absl::ToUnixMillis(absl::Now());
+  const std::string text = ManifestToJson(p.manifest);
+  auto check = ParseManifest(text);
+  if (!check.ok()) return check.status();
+  absl::Status st = store_->Put(dir + "/" + kManifestName,
+                                {Chunk(reinterpret_cast<const uint8_t*>(text.data()), text.size())});
+  if (!st.ok()) return st;
+  *done = true;
+  TESSEL_LOG(INFO) << "checkpoint " << p.job << " step " << p.step << " complete ("
+                   << p.num_shards << " shards)";
+  Prune(p.job, p.keep_last);
+  return absl::OkStatus();
+}
+
+void Checkpointer::FinalizerLoop() {
+  for (;;) {
+    std::vector<Pending> work;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_ && pending_.empty()) return;
+      mu_.AwaitWithTimeout(absl::Condition(
+                               +[](Checkpointer* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+                                 return c->stop_;
+                               },
+                               this),
+                           absl::Milliseconds(50));
+      if (stop_) {
+        pending_.clear();
+        return;
+      }
+      work.swap(pending_);
+      finalizing_ = work.size();
+    }
+    std::vector<Pending> keep;
+    for (Pending& p : work) {
+      bool done = false;
+      absl::Status st = TryFinalize(p, &done);
+      if (done) continue;
+      if (!st.ok() || absl::Now() > p.deadline) {
+        absl::MutexLock lock(&mu_);
+        progress_[p.job].error = absl::StrCat(
+            "step ", p.step, ": not finalized: ",
+            st.ok() ? "not every shard wrote its file in time" : std::string(st.message()));
+        TESSEL_LOG(ERROR) << "checkpoint " << p.job << " " << progress_[p.job].error;
+        continue;
+      }
+      keep.push_back(std::move(p));
+    }
+    absl::MutexLock lock(&mu_);
+    for (Pending& p : keep) pending_.push_back(std::move(p));
+    finalizing_ = 0;
+  }
+}
+
+void Checkpointer::Prune(const std::string& job, int keep_last) {
+  if (keep_last <= 0) keep_last = 3;
+  auto names = store_->List(job);
+  if (!names.ok()) return;
+  std::vector<int64_t> complete, incomplete;
+  for (const std::string& n : *names) {
+    const int64_t step = StepOfDir(n);
+    if (step < 0) continue;
+    auto size = store_->Size(CheckpointDir(job, step) + "/" + kManifestName);
+    (size.ok() ? complete : incomplete).push_back(step);
+  }
+  std::sort(complete.begin(), complete.end());
+  const int64_t newest = complete.empty() ? -1 : complete.back();
+  for (size_t i = 0; i + keep_last < complete.size(); ++i) {
+    absl::Status s = store_->RemoveAll(CheckpointDir(job, complete[i]));
+    if (!s.ok()) TESSEL_LOG(WARNING) << "pruning: " << s;
+  }
+  // Leftovers of interrupted checkpoints older than the newest complete one.
+  for (int64_t step : incomplete) {
+    if (step < newest) {
+      absl::Status s = store_->RemoveAll(CheckpointDir(job, step));
+      (void)s;
+    }
+  }
+}
+
+absl::StatusOr<std::vector<Manifest>> Checkpointer::List(const std::string& job) {
+  if (!enabled()) return NotEnabled();
+  absl::Status s = ValidateStorePath(job);
+  if (!s.ok()) return s;
+  auto names = store_->List(job);
+  if (!names.ok()) return names.status();
+  std::vector<Manifest> out;
+  for (const std::string& n : *names) {
+    const int64_t step = StepOfDir(n);
+    if (step < 0) continue;
+    auto text = store_->Get(CheckpointDir(job, step) + "/" + kManifestName);
+    if (!text.ok()) continue;  // incomplete: not a checkpoint
+    auto m = ParseManifest(*text);
+    if (m.ok() && m->job == job && m->step == step) out.push_back(std::move(*m));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Manifest& a, const Manifest& b) { return a.step < b.step; });
+  return out;
+}
+
+absl::StatusOr<Manifest> Checkpointer::Read(const std::string& job, int64_t step) {
+  if (!enabled()) return NotEnabled();
+  if (step < 0) {
+    auto all = List(job);
+    if (!all.ok()) return all.status();
+    if (all->empty()) {
+      return absl::NotFoundError(absl::StrCat("job '", job, "' has no complete checkpoint in ",
+                                              store_->Describe(job)));
+    }
+    return all->back();
+  }
+  absl::Status s = ValidateStorePath(job);
+  if (!s.ok()) return s;
+  const std::string path = CheckpointDir(job, step) + "/" + kManifestName;
+  auto text = store_->Get(path);
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat("no complete checkpoint of job '", job, "' at step ",
+                                            step, " (", store_->Describe(path), ": ",
+                                            text.status().message(), ")"));
+  }
+  auto m = ParseManifest(*text);
+  if (!m.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(store_->Describe(path), " is damaged: ", m.status().message()));
+  }
+  return m;
+}
+
+absl::StatusOr<std::string> Checkpointer::FileChecksum(const std::string& path, int64_t bytes) {
+  auto size = store_->Size(path);
+  if (!size.ok()) return size.status();
+  if (*size != bytes) {
+    return absl::DataLossError(absl::StrCat(store_->Describe(path), " has ", *size,
+                                            " bytes; the manifest says ", bytes));
+  }
+  XXH64_state_t* h = XXH64_createState();
+  XXH64_reset(h, 0);
+  std::vector<char> buf(4 << 20);
+  absl::Status st;
+  for (int64_t off = 0; off < bytes && st.ok(); off += static_cast<int64_t>(buf.size())) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(buf.size()), bytes - off);
+    st = store_->ReadRange(path, off, n, buf.data());
+    if (st.ok()) XXH64_update(h, buf.data(), static_cast<size_t>(n));
+  }
+  const std::string sum = absl::StrFormat("%016x", XXH64_digest(h));
+  XXH64_freeState(h);
+  if (!st.ok()) return st;
+  return sum;
+}
+
+absl::StatusOr<std::vector<std::string>> Checkpointer::Verify(const Manifest& m) {
+  if (!enabled()) return NotEnabled();
+  std::vector<std::string> problems;
+  const std::string dir = CheckpointDir(m.job, m.step);
+  for (const ShardEntry& e : m.shards) {
+    const std::string path = dir + "/" + e.file;
+    auto sum = FileChecksum(path, e.bytes);
+    if (!sum.ok()) {
+      problems.push_back(std::string(sum.status().message()));
+    } else if (*sum != e.xxh64) {
+      problems.push_back(absl::StrCat(store_->Describe(path), ": checksum ", *sum,
+                                      " does not match the manifest's ", e.xxh64,
+                                      " (file is damaged)"));
+    }
+  }
+  return problems;
+}
+
+absl::Status Checkpointer::Delete(const std::string& job, int64_t step) {
+  auto m = Read(job, step);
+  if (!m.ok()) return m.status();
+  // Manifest first: from that instant the checkpoint no longer exists.
+  const std::string dir = CheckpointDir(job, m->step);
+  return store_->RemoveAll(dir);
+}
+
+absl::Status Checkpointer::Load(const Manifest& m, Range target, float* values,
+                                const std::vector<float*>& state) {
+  if (!enabled()) return NotEnabled();
+  if (static_cast<int>(state.size()) != m.state_slots) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint has ", m.state_slots,
+                                                      " optimizer state slots; the job needs ",
+                                                      state.size()));
+  }
+  const std::string dir = CheckpointDir(m.job, m.step);
+  std::vector<Piece> plan = ReslicePlan(m, target);
+  int last_shard = -1;
+  std::vector<float> file;
+  for (const Piece& p : plan) {
+    const ShardEntry& e = m.shards[p.old_shard];
+    const std::string path = dir + "/" + e.file;
+    if (p.old_shard != last_shard) {
+      auto size = store_->Size(path);
+      if (!size.ok()) return size.status();
+      if (*size != e.bytes) {
+        return absl::DataLossError(absl::StrCat(store_->Describe(path), " has ", *size,
+                                                " bytes; the manifest says ", e.bytes));
+      }
+      file.resize(static_cast<size_t>(e.bytes / 4));
+      absl::Status st = store_->ReadRange(path, 0, e.bytes, file.data());
+      if (!st.ok()) return st;
+      const std::string sum = Xxh64Hex(file.data(), static_cast<size_t>(e.bytes));
+      if (sum != e.xxh64) {
+        return absl::DataLossError(absl::StrCat(store_->Describe(path), ": checksum ", sum,
+                                                " does not match the manifest's ", e.xxh64,
+                                                "; refusing to restore from a damaged file"));
+      }
+      last_shard = p.old_shard;
+    }
+    const int64_t n = e.range_end - e.range_begin;
+    std::copy_n(file.data() + p.src_offset, p.count, values + p.dst_offset);
+    for (size_t k = 0; k < state.size(); ++k) {
+      std::copy_n(file.data() + (k + 1) * n + p.src_offset, p.count, state[k] + p.dst_offset);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessel

@@ -1,0 +1,113 @@
+// Checkpointer: writes shard snapshots in the background, finalizes
+// checkpoints (shard 0 writes the manifest once every shard's file is in),
+// keeps the last K, and reads checkpoints back: list, verify, and load a
+// range re-sliced from whatever shard count wrote it.
+//
+// Writing order for step N of job J, per shard s: `shard-s.bin` (params then
+// optimizer state), then `shard-s.json` (its checksum and range). Shard 0
+// then waits for every shard's meta, writes `MANIFEST.json` last, and prunes
+// old checkpoints. Each file goes through CheckpointStore::Put (temporary
+// name, fsync, rename, fsync of the directory), so a crash leaves at worst a
+// directory without a manifest, which List ignores and pruning removes.
+//
+// Threads: Submit from any thread; one writer thread and one finalizer
+// thread; the read side is called from gRPC threads. Thread-safe.
+#ifndef TESSEL_SERVER_CHECKPOINTER_H_
+#define TESSEL_SERVER_CHECKPOINTER_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/checkpoint_manifest.h"
+#include "core/layout.h"
+#include "server/checkpoint_store.h"
+
+namespace tessel {
+
+// One shard's state at a step boundary, copied out of the live job.
+struct ShardSnapshot {
+  std::string job;
+  int shard = 0;
+  int num_shards = 1;
+  int64_t num_params = 0;
+  int64_t step = 0;
+  int64_t epoch = 0;
+  Range range;
+  std::string spec_json;
+  int keep_last = 3;
+  std::vector<float> values;
+  std::vector<std::vector<float>> state;
+  int64_t pause_us = 0;
+};
+
+struct CheckpointProgress {
+  int64_t last_step = -1;  // last checkpoint this server's shard file was written for
+  std::string error;       // last failure, "" if none
+};
+
+class Checkpointer {
+ public:
+  // `store` may be null: checkpoints are then refused with a message saying
+  // how to enable them (--checkpoint_dir).
+  Checkpointer(std::unique_ptr<CheckpointStore> store,
+               absl::Duration finalize_timeout = absl::Minutes(10));
+  ~Checkpointer();
+
+  bool enabled() const { return store_ != nullptr; }
+  absl::Status Submit(ShardSnapshot snapshot);
+  CheckpointProgress Progress(const std::string& job);
+  // Blocks until every submitted snapshot is written (tests, shutdown).
+  void Drain();
+
+  // Complete checkpoints of a job, oldest first.
+  absl::StatusOr<std::vector<Manifest>> List(const std::string& job);
+  // step -1 = latest. NotFound names the job, step and store location.
+  absl::StatusOr<Manifest> Read(const std::string& job, int64_t step);
+  // Recomputes every file's checksum; one line per problem, naming the file.
+  absl::StatusOr<std::vector<std::string>> Verify(const Manifest& m);
+  absl::Status Delete(const std::string& job, int64_t step);
+  // Fills [target.begin, target.end) of params (values) and each state slot
+  // from the checkpoint, verifying the checksum of every file it reads.
+  absl::Status Load(const Manifest& m, Range target, float* values,
+                    const std::vector<float*>& state);
+
+ private:
+  struct Pending {
+    std::string job;
+    int64_t step;
+    int num_shards;
+    int keep_last;
+    Manifest manifest;  // filled as metas arrive
+    absl::Time deadline;
+  };
+  void WriterLoop();
+  void FinalizerLoop();
+  absl::Status WriteShard(const ShardSnapshot& s);
+  absl::Status TryFinalize(Pending& p, bool* done);
+  void Prune(const std::string& job, int keep_last);
+  absl::StatusOr<std::string> FileChecksum(const std::string& path, int64_t bytes);
+  absl::Status NotEnabled() const;
+
+  std::unique_ptr<CheckpointStore> store_;
+  const absl::Duration finalize_timeout_;
+  absl::Mutex mu_;
+  std::deque<ShardSnapshot> queue_ ABSL_GUARDED_BY(mu_);
+  int writing_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  size_t finalizing_ ABSL_GUARDED_BY(mu_) = 0;  // taken out of pending_ by the finalizer
+  std::map<std::string, CheckpointProgress> progress_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_;
+  std::thread finalizer_;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_SERVER_CHECKPOINTER_H_
