@@ -230,6 +230,8 @@ int Jobs(Globals& g) {
   auto servers = c.Servers();
   if (!servers.ok()) return Fail(servers.status());
   std::map<std::string, std::vector<v1::ShardStats>> jobs;
+  absl::Status last_error;
+  int answered = 0;
   for (const auto& m : *servers) {
     v1::ListJobsRequest req;
     v1::ListJobsResponse resp;
@@ -239,10 +241,13 @@ int Jobs(Globals& g) {
                               absl::StrCat("shard ", m.rank()));
     if (!s.ok()) {
       std::cerr << "tesselctl: warning: " << s.message() << "\n";
+      last_error = s;
       continue;
     }
+    ++answered;
     for (const auto& st : resp.jobs()) jobs[st.job()].push_back(st);
   }
+  if (answered == 0) return Fail(last_error);
   if (g.output == "json") {
     json out = json::array();
     for (const auto& [name, shards] : jobs) {

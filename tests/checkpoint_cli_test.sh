@@ -76,6 +76,13 @@ grep -q '^20 ' "$tmp/list1.txt" && grep -q '^40 ' "$tmp/list1.txt" || fail "chec
 train ck a 2 2 60 "$tmp/ck60.npy" --resume
 same "$tmp/ck60.npy" "$tmp/straight60.npy"
 
+step "1b. timed checkpoints (rank 0 asks every second)"
+train timed a 2 2 60000 "$tmp/timed.npy" --checkpoint_every_s=1 --keep_checkpoints=10
+"$CTL" --pool a checkpoint list --job timed | tee "$tmp/list-timed.txt"
+[ "$(grep -c '^[0-9]' "$tmp/list-timed.txt")" -ge 1 ] || fail "no timed checkpoint"
+first="$(grep '^[0-9]' "$tmp/list-timed.txt" | head -1 | awk '{print $1}')"
+"$CTL" --pool a checkpoint verify --job timed --step "$first" || fail "timed checkpoint damaged"
+
 step "2a. reshard restore 2 -> 3 servers (fresh servers, as after losing machines)"
 stop_pool a 0 1
 start_server b 0; start_server b 1; start_server b 2; wait_pool b 3
@@ -163,4 +170,7 @@ TESSEL_TOKEN="$(cat "$tmp/token")" "$CTL" --pool e checkpoint save --job w4 || f
 "$CTL" --pool e checkpoint list --job ck | grep -q '^20 ' && fail "deleted checkpoint still listed"
 "$CTL" --pool e checkpoint show --job ck --step 20 > /dev/null 2>&1; [ $? -eq 3 ] || fail "deleted checkpoint must be not found (3)"
 "$CTL" --registry 127.0.0.1:1 --timeout 2 members > /dev/null 2>&1; [ $? -eq 4 ] || fail "unreachable registry must exit 4"
+start_server g 0 --allow_anonymous_reads=false; wait_pool g 1
+"$CTL" --pool g jobs > /dev/null 2>&1; [ $? -eq 5 ] || fail "reads without a token must be refused when the server says so"
+"$CTL" --pool g --token_file "$tmp/token" jobs > /dev/null || fail "reads with the token"
 echo "PASS"
