@@ -27,7 +27,8 @@ std::vector<int64_t> SplitAligned(int64_t n, int parts, int64_t align) {
 }
 
 absl::StatusOr<Layout> Layout::Create(const std::vector<TensorDesc>& tensors, int num_shards,
-                                      int64_t align_elems, int64_t bucket_elems) {
+                                      int64_t align_elems, int64_t bucket_elems,
+                                      std::vector<int64_t> cut_points) {
   if (tensors.empty()) return absl::InvalidArgumentError("layout has no tensors");
   if (num_shards < 1 || num_shards > kMaxShards) {
     return absl::InvalidArgumentError(
@@ -73,6 +74,28 @@ absl::StatusOr<Layout> Layout::Create(const std::vector<TensorDesc>& tensors, in
   if (offset == 0) return absl::InvalidArgumentError("layout has zero elements");
   layout.num_params_ = offset;
   layout.shard_begin_ = SplitAligned(offset, num_shards, align_elems);
+  std::sort(cut_points.begin(), cut_points.end());
+  for (int64_t c : cut_points) {
+    if (c < 0 || c > offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cut point ", c, " is outside [0, ", offset, "]"));
+    }
+  }
+  layout.bucket_begin_.resize(num_shards);
+  for (int s = 0; s < num_shards; ++s) {
+    const int64_t end = layout.shard_begin_[s + 1];
+    std::vector<int64_t>& starts = layout.bucket_begin_[s];
+    int64_t pos = layout.shard_begin_[s];
+    auto cut = std::upper_bound(cut_points.begin(), cut_points.end(), pos);
+    while (pos < end) {
+      starts.push_back(pos);
+      int64_t next = std::min(end, pos + bucket_elems);
+      while (cut != cut_points.end() && *cut <= pos) ++cut;
+      if (cut != cut_points.end() && *cut < next) next = *cut;
+      pos = next;
+    }
+    starts.push_back(end);
+  }
   return layout;
 }
 
@@ -81,14 +104,31 @@ Range Layout::shard_range(int shard) const {
 }
 
 int Layout::num_buckets(int shard) const {
-  const int64_t n = shard_range(shard).size();
-  return static_cast<int>((n + bucket_elems_ - 1) / bucket_elems_);
+  return static_cast<int>(bucket_begin_[shard].size()) - 1;
 }
 
 Range Layout::bucket_range(int shard, int bucket) const {
-  const Range r = shard_range(shard);
-  const int64_t begin = r.begin + int64_t{bucket} * bucket_elems_;
-  return Range{begin, std::min(begin + bucket_elems_, r.end)};
+  return Range{bucket_begin_[shard][bucket], bucket_begin_[shard][bucket + 1]};
+}
+
+int Layout::BucketOf(int shard, int64_t index) const {
+  const std::vector<int64_t>& starts = bucket_begin_[shard];
+  return static_cast<int>(std::upper_bound(starts.begin(), starts.end() - 1, index) -
+                          starts.begin()) - 1;
+}
+
+std::pair<int, int> Layout::BucketsIn(int shard, Range r) const {
+  const std::vector<int64_t>& starts = bucket_begin_[shard];
+  const int n = num_buckets(shard);
+  // First bucket ending after r.begin, through the last starting before r.end.
+  int first = static_cast<int>(std::upper_bound(starts.begin(), starts.end() - 1, r.begin) -
+                               starts.begin()) - 1;
+  first = std::max(first, 0);
+  int last = static_cast<int>(std::lower_bound(starts.begin(), starts.end() - 1, r.end) -
+                              starts.begin());
+  if (n == 0 || r.empty()) return {0, 0};
+  if (first < n && starts[first + 1] <= r.begin) ++first;
+  return {first, std::max(0, std::min(last, n) - first)};
 }
 
 int Layout::ShardOf(int64_t index) const {

@@ -11,7 +11,9 @@
 //     unit, so shards are balanced. When P has fewer alignment units than S, the
 //     first ranges are empty.
 //   - Each range is cut into buckets of `bucket_elems` elements (the last one
-//     may be shorter). Buckets never cross a range boundary.
+//     may be shorter). Buckets never cross a range boundary, nor a cut point
+//     (optional element offsets, e.g. where FSDP units begin), so every
+//     bucket lies inside one unit.
 //   - Everything is a pure function of (tensors, S, align, bucket): every
 //     process derives identical ranges, and a checkpoint can record and
 //     re-derive them for another S.
@@ -66,7 +68,8 @@ class Layout {
   // num_shards outside [1, kMaxShards], align_elems < 1, or bucket_elems not a
   // positive multiple of align_elems.
   static absl::StatusOr<Layout> Create(const std::vector<TensorDesc>& tensors, int num_shards,
-                                       int64_t align_elems, int64_t bucket_elems);
+                                       int64_t align_elems, int64_t bucket_elems,
+                                       std::vector<int64_t> cut_points = {});
 
   int64_t num_params() const { return num_params_; }
   int num_shards() const { return static_cast<int>(shard_begin_.size()) - 1; }
@@ -82,12 +85,18 @@ class Layout {
   int ShardOf(int64_t index) const;
   // Index of a tensor by name, or -1.
   int FindTensor(const std::string& name) const;
+  // Bucket of `shard` holding element `index` (inside the shard's range).
+  int BucketOf(int shard, int64_t index) const;
+  // Buckets of `shard` inside element range `r`: [first, first + count).
+  // With `r` between cut points this is exactly the buckets covering r there.
+  std::pair<int, int> BucketsIn(int shard, Range r) const;
 
  private:
   Layout() = default;
 
   std::vector<TensorSlot> tensors_;
   std::vector<int64_t> shard_begin_;  // S + 1 boundaries; shard_begin_[S] == P
+  std::vector<std::vector<int64_t>> bucket_begin_;  // per shard: bucket starts + range end
   int64_t num_params_ = 0;
   int64_t align_elems_ = 1;
   int64_t bucket_elems_ = 1;

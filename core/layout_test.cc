@@ -37,6 +37,25 @@ TEST(LayoutTest, MoreShardsThanUnitsLeavesLeadingShardsEmpty) {
   EXPECT_EQ(layout->ShardOf(4), 3);
 }
 
+TEST(LayoutTest, CutPointsSplitBucketsSoEachLiesInOneUnit) {
+  // Units start at 0, 10, 23; one shard, buckets of 8.
+  auto layout = Layout::Create({{"a", {10}}, {"b", {13}}, {"c", {9}}}, 2, 4, 8, {10, 23});
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  // Shard 0 = [0, 16): buckets [0,8) [8,10) [10,16); shard 1 = [16, 32): [16,23) [23,31) [31,32).
+  EXPECT_EQ(layout->num_buckets(0), 3);
+  EXPECT_EQ(layout->bucket_range(0, 1), (Range{8, 10}));
+  EXPECT_EQ(layout->bucket_range(0, 2), (Range{10, 16}));
+  EXPECT_EQ(layout->num_buckets(1), 3);
+  EXPECT_EQ(layout->bucket_range(1, 0), (Range{16, 23}));
+  EXPECT_EQ(layout->bucket_range(1, 2), (Range{31, 32}));
+  EXPECT_EQ(layout->BucketOf(1, 23), 1);
+  EXPECT_EQ(layout->BucketsIn(0, Range{10, 23}), (std::pair<int, int>{2, 1}));
+  EXPECT_EQ(layout->BucketsIn(1, Range{10, 23}), (std::pair<int, int>{0, 1}));
+  EXPECT_EQ(layout->BucketsIn(1, Range{23, 32}), (std::pair<int, int>{1, 2}));
+  EXPECT_EQ(layout->BucketsIn(0, Range{23, 32}).second, 0);
+  EXPECT_FALSE(Layout::Create({{"a", {10}}}, 1, 1, 4, {11}).ok());
+}
+
 TEST(LayoutTest, RejectsBadInput) {
   EXPECT_FALSE(Layout::Create({}, 1, 1, 1).ok());
   EXPECT_FALSE(Layout::Create({{"", {1}}}, 1, 1, 1).ok());
@@ -69,7 +88,15 @@ TEST(LayoutTest, RandomLayoutsAreExactAlignedBalancedAndDeterministic) {
     const int shards = 1 + static_cast<int>(rng() % 9);
     const int64_t align = int64_t{1} << (rng() % 7);
     const int64_t bucket = align * (1 + static_cast<int64_t>(rng() % 8));
-    auto layout = Layout::Create(tensors, shards, align, bucket);
+    std::vector<int64_t> cuts;
+    int64_t total = 0;
+    for (const auto& t : tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      if (rng() % 3 == 0) cuts.push_back(total);
+      total += n;
+    }
+    auto layout = Layout::Create(tensors, shards, align, bucket, cuts);
     ASSERT_TRUE(layout.ok()) << layout.status();
     auto again = Layout::Create(tensors, shards, align, bucket);
 
@@ -98,6 +125,9 @@ TEST(LayoutTest, RandomLayoutsAreExactAlignedBalancedAndDeterministic) {
         EXPECT_EQ(br.begin, b_covered);
         EXPECT_GT(br.size(), 0);
         EXPECT_LE(br.size(), bucket);
+        for (int64_t c : cuts) EXPECT_FALSE(c > br.begin && c < br.end) << "bucket crosses a cut";
+        EXPECT_EQ(layout->BucketOf(s, br.begin), b);
+        EXPECT_EQ(layout->BucketOf(s, br.end - 1), b);
         b_covered = br.end;
       }
       EXPECT_EQ(b_covered, r.end);

@@ -36,7 +36,8 @@ HeaderBytes EncodeHeader(const FrameHeader& h) {
   Put<int32_t>(b.data(), 40, h.bucket);
   Put<int32_t>(b.data(), 44, h.code);
   Put<uint64_t>(b.data(), 48, h.payload_bytes);
-  Put<uint64_t>(b.data(), 56, 0);
+  Put<uint32_t>(b.data(), 56, h.bucket_count);
+  Put<uint32_t>(b.data(), 60, 0);
   return b;
 }
 
@@ -60,7 +61,7 @@ absl::StatusOr<FrameHeader> DecodeHeader(const void* data, size_t size) {
       type > static_cast<uint16_t>(FrameType::kError)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown frame type ", type));
   }
-  if (Get<uint64_t>(in, 56) != 0) {
+  if (Get<uint32_t>(in, 60) != 0) {
     return absl::InvalidArgumentError("frame header reserved bytes are not zero");
   }
   FrameHeader h;
@@ -73,6 +74,12 @@ absl::StatusOr<FrameHeader> DecodeHeader(const void* data, size_t size) {
   h.bucket = Get<int32_t>(in, 40);
   h.code = Get<int32_t>(in, 44);
   h.payload_bytes = Get<uint64_t>(in, 48);
+  h.bucket_count = Get<uint32_t>(in, 56);
+  if (h.bucket_count != 0 && h.type != FrameType::kPull && h.type != FrameType::kParams &&
+      h.type != FrameType::kError) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(FrameTypeName(h.type), " frames carry no bucket count"));
+  }
   if (h.code < 0 || h.code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
     return absl::InvalidArgumentError(absl::StrCat("frame error code ", h.code, " is out of range"));
   }
@@ -107,7 +114,8 @@ const char* FrameTypeName(FrameType t) {
 std::string DescribeHeader(const FrameHeader& h) {
   return absl::StrCat(FrameTypeName(h.type), "(epoch=", h.epoch, " step=", h.step,
                       " rank=", h.rank, " shard=", h.shard, " bucket=", h.bucket,
-                      " bytes=", h.payload_bytes, ")");
+                      " bytes=", h.payload_bytes,
+                      h.bucket_count ? absl::StrCat(" count=", h.bucket_count) : "", ")");
 }
 
 }  // namespace tessel

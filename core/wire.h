@@ -6,7 +6,7 @@
 //    8 u64 job_id            16 i64 epoch         24 i64 step
 //   32 i32 rank              36 i32 shard         40 i32 bucket
 //   44 i32 code (ERROR: absl::StatusCode; else 0)
-//   48 u64 payload_bytes     56 u64 reserved (0)
+//   48 u64 payload_bytes     56 u32 bucket_count (PULL only)   60 u32 reserved (0)
 //
 // job_id is JobId(job name), so the header stays fixed-size. Decode checks
 // only the header's own consistency; whether it fits a job (epoch, step, size)
@@ -52,6 +52,10 @@ struct FrameHeader {
   int32_t bucket = 0;
   int32_t code = 0;
   uint64_t payload_bytes = 0;
+  // PULL: buckets [bucket, bucket + bucket_count) of the shard; 0 asks only
+  // to be told (an empty PARAMS frame) when the shard reaches `step`.
+  // PARAMS: echoes the PULL's count. Zero in every other frame.
+  uint32_t bucket_count = 0;
 };
 
 using HeaderBytes = std::array<uint8_t, kHeaderBytes>;

@@ -16,6 +16,7 @@ FrameHeader Sample() {
   h.bucket = 9;
   h.code = 0;
   h.payload_bytes = uint64_t{1} << 33;
+  h.bucket_count = 5;
   return h;
 }
 
@@ -32,6 +33,7 @@ TEST(WireTest, RoundTripsEveryField) {
   EXPECT_EQ(back->shard, h.shard);
   EXPECT_EQ(back->bucket, h.bucket);
   EXPECT_EQ(back->payload_bytes, h.payload_bytes);
+  EXPECT_EQ(back->bucket_count, h.bucket_count);
 }
 
 TEST(WireTest, LayoutIsFixedLittleEndian) {
@@ -62,6 +64,11 @@ TEST(WireTest, RejectsMalformedHeaders) {
   EXPECT_NE(corrupt(6, 6).message().find("unknown frame type"), std::string::npos);
   EXPECT_NE(corrupt(60, 1).message().find("reserved"), std::string::npos);
   EXPECT_NE(corrupt(44, 99).message().find("error code"), std::string::npos);
+  FrameHeader push = Sample();
+  push.type = FrameType::kPush;
+  HeaderBytes pb = EncodeHeader(push);
+  EXPECT_NE(DecodeHeader(pb.data(), pb.size()).status().message().find("no bucket count"),
+            std::string::npos);
 }
 
 TEST(WireTest, JobIdIsStableFnv1a) {

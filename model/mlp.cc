@@ -28,9 +28,8 @@ absl::Status ValidateSizes(const std::vector<int>& sizes) {
   }
   for (int s : sizes) {
     if (s < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("every MLP layer size must be >= 1, got {",
-                       absl::StrJoin(sizes, ", "), "}"));
+      return absl::InvalidArgumentError(absl::StrCat("every MLP layer size must be >= 1, got {",
+                                                     absl::StrJoin(sizes, ", "), "}"));
     }
   }
   return absl::OkStatus();
@@ -39,15 +38,13 @@ absl::Status ValidateSizes(const std::vector<int>& sizes) {
 // c[j] += a * b[j] for j in [0, n). The restrict qualifiers let GCC vectorise
 // without runtime overlap checks; each c[j] gets exactly one add, so the
 // vector width does not change any result.
-inline void Axpy(int n, float a, const float* __restrict b,
-                 float* __restrict c) {
+inline void Axpy(int n, float a, const float* __restrict b, float* __restrict c) {
   for (int j = 0; j < n; ++j) c[j] += a * b[j];
 }
 
 // Axpy into four rows at once: each b[j] is loaded once for four outputs.
-inline void Axpy4(int n, float a0, float a1, float a2, float a3,
-                  const float* __restrict b, float* __restrict c0,
-                  float* __restrict c1, float* __restrict c2,
+inline void Axpy4(int n, float a0, float a1, float a2, float a3, const float* __restrict b,
+                  float* __restrict c0, float* __restrict c1, float* __restrict c2,
                   float* __restrict c3) {
   for (int j = 0; j < n; ++j) {
     const float bj = b[j];
@@ -61,8 +58,7 @@ inline void Axpy4(int n, float a0, float a1, float a2, float a3,
 // c[m, n] += a[m, k] * b[k, n], all row-major and contiguous. Every c[i][j]
 // accumulates its k products in ascending order of k, whatever m, n or the
 // vector width: that fixed order is what makes results reproducible.
-void MatMulAccumulate(int m, int n, int k, const float* a, const float* b,
-                      float* c) {
+void MatMulAccumulate(int m, int n, int k, const float* a, const float* b, float* c) {
   const size_t ks = static_cast<size_t>(k);
   const size_t ns = static_cast<size_t>(n);
   int i = 0;
@@ -70,8 +66,8 @@ void MatMulAccumulate(int m, int n, int k, const float* a, const float* b,
     const float* a0 = a + static_cast<size_t>(i) * ks;
     float* c0 = c + static_cast<size_t>(i) * ns;
     for (size_t p = 0; p < ks; ++p) {
-      Axpy4(n, a0[p], a0[ks + p], a0[2 * ks + p], a0[3 * ks + p], b + p * ns,
-            c0, c0 + ns, c0 + 2 * ns, c0 + 3 * ns);
+      Axpy4(n, a0[p], a0[ks + p], a0[2 * ks + p], a0[3 * ks + p], b + p * ns, c0, c0 + ns,
+            c0 + 2 * ns, c0 + 3 * ns);
     }
   }
   for (; i < m; ++i) {
@@ -100,14 +96,14 @@ void Transpose(int rows, int cols, const float* in, float* out) {
 
 // Mean softmax cross-entropy of the logits [batch, classes] against labels y.
 // If dlogits is not null, also writes d(mean loss)/d(logits) there.
-float SoftmaxCrossEntropy(const float* logits, const int32_t* y, int batch,
-                          int classes, float* dlogits) {
+float SoftmaxCrossEntropy(const float* logits, const int32_t* y, int batch, int classes,
+                          float* dlogits) {
   const size_t cs = static_cast<size_t>(classes);
   double total = 0.0;
   for (int i = 0; i < batch; ++i) {
     const int32_t label = y[i];
-    TESSEL_MODEL_CHECK(label >= 0 && label < classes, "label ", label,
-                       " of row ", i, " is outside [0, ", classes, ")");
+    TESSEL_MODEL_CHECK(label >= 0 && label < classes, "label ", label, " of row ", i,
+                       " is outside [0, ", classes, ")");
     const float* z = logits + static_cast<size_t>(i) * cs;
     const float max = *std::max_element(z, z + cs);
     float sum = 0.0f;
@@ -125,6 +121,66 @@ float SoftmaxCrossEntropy(const float* logits, const int32_t* y, int batch,
     }
   }
   return static_cast<float>(total / batch);
+}
+
+// The per-layer steps of a pass, shared by Mlp and MlpStepper so that both
+// compute the same bits. A layer maps input [batch, in] to output
+// [batch, out] with weight [out, in] and bias [out].
+
+// output = input * weight^T + bias, then the ReLU if relu. transposed is
+// scratch.
+void LayerForward(int batch, int in, int out, const float* input, const float* weight,
+                  const float* bias, bool relu, std::vector<float>* output,
+                  std::vector<float>* transposed) {
+  const size_t b = static_cast<size_t>(batch);
+  output->resize(b * static_cast<size_t>(out));
+  for (size_t i = 0; i < b; ++i) {
+    std::copy(bias, bias + out, output->begin() + i * out);
+  }
+  // output += input [batch, in] * weight^T [in, out].
+  transposed->resize(static_cast<size_t>(in) * out);
+  Transpose(out, in, weight, transposed->data());
+  MatMulAccumulate(batch, out, in, input, transposed->data(), output->data());
+  if (relu) {
+    for (float& v : *output) v = std::max(v, 0.0f);
+  }
+}
+
+// d_bias [out]: d_bias[j] = sum over rows i of d_output[i][j], rows in order.
+// d_output is d(loss)/d(output) before the ReLU, [batch, out].
+void BiasGrad(int batch, int out, const float* d_output, float* d_bias) {
+  std::fill(d_bias, d_bias + out, 0.0f);
+  for (size_t i = 0; i < static_cast<size_t>(batch); ++i) {
+    const float* row = d_output + i * out;
+    for (int j = 0; j < out; ++j) d_bias[j] += row[j];
+  }
+}
+
+// d_weight [out, in] = d_output^T [out, batch] * input [batch, in].
+// transposed is scratch.
+void WeightGrad(int batch, int in, int out, const float* d_output, const float* input,
+                float* d_weight, std::vector<float>* transposed) {
+  std::fill(d_weight, d_weight + static_cast<size_t>(out) * in, 0.0f);
+  transposed->resize(static_cast<size_t>(out) * batch);
+  Transpose(batch, out, d_output, transposed->data());
+  MatMulAccumulate(out, in, batch, transposed->data(), input, d_weight);
+}
+
+// d_input [batch, in] = d_output [batch, out] * weight [out, in], then back
+// through the ReLU that produced input (zero where it clipped).
+void InputGrad(int batch, int in, int out, const float* d_output, const float* weight,
+               const float* input, std::vector<float>* d_input) {
+  d_input->assign(static_cast<size_t>(batch) * in, 0.0f);
+  MatMulAccumulate(batch, in, out, d_output, weight, d_input->data());
+  for (size_t e = 0; e < d_input->size(); ++e) {
+    if (!(input[e] > 0.0f)) (*d_input)[e] = 0.0f;
+  }
+}
+
+// Frees v's memory (clear() keeps the capacity).
+template <typename T>
+void Release(std::vector<T>* v) {
+  std::vector<T>().swap(*v);
 }
 
 }  // namespace
@@ -150,15 +206,11 @@ Mlp::Mlp(std::vector<int> sizes) : sizes_(std::move(sizes)) {
     const int64_t in = sizes_[l];
     const int64_t out = sizes_[l + 1];
     const size_t weight_numel = static_cast<size_t>(out * in);
-    tensors_.push_back(TensorInfo{absl::StrCat("fc", l, ".weight"),
-                                  {out, in},
-                                  num_params_,
-                                  weight_numel});
+    tensors_.push_back(
+        TensorInfo{absl::StrCat("fc", l, ".weight"), {out, in}, num_params_, weight_numel});
     num_params_ += weight_numel;
-    tensors_.push_back(TensorInfo{absl::StrCat("fc", l, ".bias"),
-                                  {out},
-                                  num_params_,
-                                  static_cast<size_t>(out)});
+    tensors_.push_back(
+        TensorInfo{absl::StrCat("fc", l, ".bias"), {out}, num_params_, static_cast<size_t>(out)});
     num_params_ += static_cast<size_t>(out);
   }
 }
@@ -177,44 +229,35 @@ void Mlp::Init(float* params, uint64_t seed) const {
   }
 }
 
-void Mlp::Forward(const float* params, const float* x, int batch,
-                  Workspace* ws) const {
+std::pair<size_t, size_t> Mlp::LayerRange(int layer) const {
+  TESSEL_MODEL_CHECK(layer >= 0 && layer < num_layers(), "layer ", layer, " is outside [0, ",
+                     num_layers(), ")");
+  const TensorInfo& weight = tensors_[2 * static_cast<size_t>(layer)];
+  const TensorInfo& bias = tensors_[2 * static_cast<size_t>(layer) + 1];
+  return {weight.offset, weight.numel + bias.numel};
+}
+
+void Mlp::Forward(const float* params, const float* x, int batch, Workspace* ws) const {
   TESSEL_MODEL_CHECK(batch >= 1, "batch = ", batch);
   const size_t num_layers = sizes_.size() - 1;
-  const size_t b = static_cast<size_t>(batch);
   ws->activations.resize(num_layers);
   const float* input = x;
   for (size_t l = 0; l < num_layers; ++l) {
-    const int in = sizes_[l];
-    const int out = sizes_[l + 1];
-    const float* weight = params + tensors_[2 * l].offset;
-    const float* bias = params + tensors_[2 * l + 1].offset;
-    std::vector<float>& output = ws->activations[l];
-    output.resize(b * static_cast<size_t>(out));
-    for (size_t i = 0; i < b; ++i) {
-      std::copy(bias, bias + out, output.begin() + i * out);
-    }
-    // output += input [batch, in] * weight^T [in, out].
-    ws->transposed.resize(static_cast<size_t>(in) * out);
-    Transpose(out, in, weight, ws->transposed.data());
-    MatMulAccumulate(batch, out, in, input, ws->transposed.data(),
-                     output.data());
-    if (l + 1 < num_layers) {
-      for (float& v : output) v = std::max(v, 0.0f);
-    }
-    input = output.data();
+    LayerForward(batch, sizes_[l], sizes_[l + 1], input, params + tensors_[2 * l].offset,
+                 params + tensors_[2 * l + 1].offset, /*relu=*/l + 1 < num_layers,
+                 &ws->activations[l], &ws->transposed);
+    input = ws->activations[l].data();
   }
 }
 
-float Mlp::LossAndGrad(const float* params, const float* x, const int32_t* y,
-                       int batch, float* grads) const {
+float Mlp::LossAndGrad(const float* params, const float* x, const int32_t* y, int batch,
+                       float* grads) const {
   return LossAndGrad(params, x, y, batch, grads, nullptr);
 }
 
-float Mlp::LossAndGrad(
-    const float* params, const float* x, const int32_t* y, int batch,
-    float* grads,
-    const std::function<void(size_t tensor_index)>& on_grad_ready) const {
+float Mlp::LossAndGrad(const float* params, const float* x, const int32_t* y, int batch,
+                       float* grads,
+                       const std::function<void(size_t tensor_index)>& on_grad_ready) const {
   Workspace ws;
   Forward(params, x, batch, &ws);
   const size_t num_layers = sizes_.size() - 1;
@@ -222,8 +265,8 @@ float Mlp::LossAndGrad(
 
   // d(loss)/d(output of layer l), before its ReLU; starts at the logits.
   std::vector<float> d_output(b * static_cast<size_t>(num_classes()));
-  const float loss = SoftmaxCrossEntropy(ws.activations.back().data(), y, batch,
-                                         num_classes(), d_output.data());
+  const float loss =
+      SoftmaxCrossEntropy(ws.activations.back().data(), y, batch, num_classes(), d_output.data());
   std::vector<float> d_input;
 
   for (size_t l = num_layers; l-- > 0;) {
@@ -233,47 +276,27 @@ float Mlp::LossAndGrad(
     const size_t bias_index = 2 * l + 1;
     const float* input = l == 0 ? x : ws.activations[l - 1].data();
 
-    // d bias[j] = sum over rows i of d_output[i][j], rows in order.
-    float* d_bias = grads + tensors_[bias_index].offset;
-    std::fill(d_bias, d_bias + out, 0.0f);
-    for (size_t i = 0; i < b; ++i) {
-      const float* row = d_output.data() + i * out;
-      for (int j = 0; j < out; ++j) d_bias[j] += row[j];
-    }
+    BiasGrad(batch, out, d_output.data(), grads + tensors_[bias_index].offset);
     if (on_grad_ready) on_grad_ready(bias_index);
-
-    // d weight [out, in] = d_output^T [out, batch] * input [batch, in].
-    float* d_weight = grads + tensors_[weight_index].offset;
-    std::fill(d_weight, d_weight + tensors_[weight_index].numel, 0.0f);
-    ws.transposed.resize(static_cast<size_t>(out) * b);
-    Transpose(batch, out, d_output.data(), ws.transposed.data());
-    MatMulAccumulate(out, in, batch, ws.transposed.data(), input, d_weight);
+    WeightGrad(batch, in, out, d_output.data(), input, grads + tensors_[weight_index].offset,
+               &ws.transposed);
     if (on_grad_ready) on_grad_ready(weight_index);
 
     if (l == 0) break;  // Nobody needs d(loss)/d(x).
-    // d input [batch, in] = d_output [batch, out] * weight [out, in], then
-    // back through the ReLU that produced input (zero where it clipped).
-    const float* weight = params + tensors_[weight_index].offset;
-    d_input.assign(b * static_cast<size_t>(in), 0.0f);
-    MatMulAccumulate(batch, in, out, d_output.data(), weight, d_input.data());
-    for (size_t e = 0; e < d_input.size(); ++e) {
-      if (!(input[e] > 0.0f)) d_input[e] = 0.0f;
-    }
+    InputGrad(batch, in, out, d_output.data(), params + tensors_[weight_index].offset, input,
+              &d_input);
     std::swap(d_output, d_input);
   }
   return loss;
 }
 
-float Mlp::Loss(const float* params, const float* x, const int32_t* y,
-                int batch) const {
+float Mlp::Loss(const float* params, const float* x, const int32_t* y, int batch) const {
   Workspace ws;
   Forward(params, x, batch, &ws);
-  return SoftmaxCrossEntropy(ws.activations.back().data(), y, batch,
-                             num_classes(), nullptr);
+  return SoftmaxCrossEntropy(ws.activations.back().data(), y, batch, num_classes(), nullptr);
 }
 
-void Mlp::Predict(const float* params, const float* x, int batch,
-                  int32_t* predictions) const {
+void Mlp::Predict(const float* params, const float* x, int batch, int32_t* predictions) const {
   Workspace ws;
   Forward(params, x, batch, &ws);
   const size_t cs = static_cast<size_t>(num_classes());
@@ -285,12 +308,10 @@ void Mlp::Predict(const float* params, const float* x, int batch,
 }
 
 double Mlp::Accuracy(const float* params, const Dataset& data) const {
-  TESSEL_MODEL_CHECK(data.num_features == num_inputs(), "data set has ",
-                     data.num_features, " features, the model takes ",
-                     num_inputs());
-  TESSEL_MODEL_CHECK(data.num_classes == num_classes(), "data set has ",
-                     data.num_classes, " classes, the model predicts ",
-                     num_classes());
+  TESSEL_MODEL_CHECK(data.num_features == num_inputs(), "data set has ", data.num_features,
+                     " features, the model takes ", num_inputs());
+  TESSEL_MODEL_CHECK(data.num_classes == num_classes(), "data set has ", data.num_classes,
+                     " classes, the model predicts ", num_classes());
   if (data.size() == 0) return 0.0;
   // Chunks bound the scratch memory for large data sets.
   constexpr size_t kChunk = 256;
@@ -298,13 +319,96 @@ double Mlp::Accuracy(const float* params, const Dataset& data) const {
   size_t correct = 0;
   for (size_t first = 0; first < data.size(); first += kChunk) {
     const size_t rows = std::min(kChunk, data.size() - first);
-    Predict(params, data.x.data() + first * data.num_features,
-            static_cast<int>(rows), predictions.data());
+    Predict(params, data.x.data() + first * data.num_features, static_cast<int>(rows),
+            predictions.data());
     for (size_t i = 0; i < rows; ++i) {
       if (predictions[i] == data.y[first + i]) ++correct;
     }
   }
   return static_cast<double>(correct) / static_cast<double>(data.size());
+}
+
+MlpStepper::MlpStepper(const Mlp& model, const float* x, const int32_t* y, int batch)
+    : model_(model), batch_(batch), next_backward_(model.num_layers() - 1) {
+  TESSEL_MODEL_CHECK(batch >= 1, "batch = ", batch);
+  const size_t b = static_cast<size_t>(batch);
+  x_.assign(x, x + b * static_cast<size_t>(model_.num_inputs()));
+  y_.assign(y, y + b);
+  // Checked here as well as in the loss, so that a bad label fails before any
+  // parameters are gathered.
+  for (size_t i = 0; i < b; ++i) {
+    TESSEL_MODEL_CHECK(y_[i] >= 0 && y_[i] < model_.num_classes(), "label ", y_[i], " of row ", i,
+                       " is outside [0, ", model_.num_classes(), ")");
+  }
+  activations_.resize(static_cast<size_t>(model_.num_layers()));
+}
+
+std::string MlpStepper::NextCall() const {
+  if (next_forward_ < model_.num_layers()) return absl::StrCat("Forward(", next_forward_, ")");
+  if (next_backward_ >= 0) return absl::StrCat("Backward(", next_backward_, ") or Loss()");
+  return "none (the pass is complete; make a new MlpStepper for the next batch)";
+}
+
+void MlpStepper::CheckLayer(const char* method, int layer) const {
+  TESSEL_MODEL_CHECK(layer >= 0 && layer < model_.num_layers(), "MlpStepper::", method, "(", layer,
+                     "): layer is outside [0, ", model_.num_layers(), ")");
+}
+
+void MlpStepper::Forward(int layer, const float* layer_params) {
+  CheckLayer("Forward", layer);
+  TESSEL_MODEL_CHECK(layer == next_forward_, "MlpStepper::Forward(", layer,
+                     ") out of order: the next call must be ", NextCall());
+  const size_t l = static_cast<size_t>(layer);
+  const std::vector<int>& sizes = model_.sizes();
+  const int in = sizes[l];
+  const int out = sizes[l + 1];
+  const bool last = layer + 1 == model_.num_layers();
+  const float* input = layer == 0 ? x_.data() : activations_[l - 1].data();
+  LayerForward(batch_, in, out, input, layer_params,
+               layer_params + static_cast<size_t>(out) * static_cast<size_t>(in),
+               /*relu=*/!last, &activations_[l], &transposed_);
+  if (last) {
+    d_output_.resize(static_cast<size_t>(batch_) * static_cast<size_t>(out));
+    loss_ = SoftmaxCrossEntropy(activations_[l].data(), y_.data(), batch_, out, d_output_.data());
+    Release(&activations_[l]);  // The logits feed nothing else.
+    Release(&y_);
+  }
+  ++next_forward_;
+}
+
+float MlpStepper::Loss() const {
+  TESSEL_MODEL_CHECK(next_forward_ == model_.num_layers(),
+                     "MlpStepper::Loss() before the last forward: the next call must be ",
+                     NextCall());
+  return loss_;
+}
+
+void MlpStepper::Backward(int layer, const float* layer_params, float* layer_grads) {
+  CheckLayer("Backward", layer);
+  TESSEL_MODEL_CHECK(next_forward_ == model_.num_layers() && layer == next_backward_,
+                     "MlpStepper::Backward(", layer, ") out of order: the next call must be ",
+                     NextCall());
+  const size_t l = static_cast<size_t>(layer);
+  const std::vector<int>& sizes = model_.sizes();
+  const int in = sizes[l];
+  const int out = sizes[l + 1];
+  const size_t weight_numel = static_cast<size_t>(out) * static_cast<size_t>(in);
+  const float* input = layer == 0 ? x_.data() : activations_[l - 1].data();
+
+  // The same steps as Mlp::LossAndGrad, in the same order.
+  BiasGrad(batch_, out, d_output_.data(), layer_grads + weight_numel);
+  WeightGrad(batch_, in, out, d_output_.data(), input, layer_grads, &transposed_);
+  if (layer > 0) {
+    InputGrad(batch_, in, out, d_output_.data(), layer_params, input, &d_input_);
+    std::swap(d_output_, d_input_);
+    Release(&activations_[l - 1]);  // Its last reader was this backward.
+  } else {
+    Release(&x_);
+    Release(&d_output_);
+    Release(&d_input_);
+    Release(&transposed_);
+  }
+  --next_backward_;
 }
 
 }  // namespace tessel::model

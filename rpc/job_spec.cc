@@ -72,12 +72,12 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
     case v1::STRATEGY_DDP:
     case v1::STRATEGY_ZERO1:
     case v1::STRATEGY_ZERO2:
-      break;
     case v1::STRATEGY_FSDP:
+      break;
     case v1::STRATEGY_HYBRID:
       return absl::UnimplementedError(absl::StrCat(
           "job '", spec.job(), "': strategy ", StrategyName(spec.strategy()),
-          " is not available in this build; use ddp, zero1 or zero2"));
+          " is not available in this build; use ddp, zero1, zero2 or fsdp"));
     default:
       return absl::InvalidArgumentError(absl::StrCat("job '", spec.job(), "': strategy is unset"));
   }
@@ -105,7 +105,31 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("job '", spec.job(), "': ", optimizer.status().message()));
   }
-  auto layout = Layout::Create(tensors, spec.num_shards(), align, bucket_elems);
+  std::vector<int64_t> cuts;
+  {
+    std::vector<int64_t> offsets = {0};
+    for (const TensorDesc& t : tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n = d < 0 ? 0 : n * d;
+      offsets.push_back(offsets.back() + n);
+    }
+    int previous = -1;
+    for (int u : spec.unit_first_tensor()) {
+      if (u <= previous || u < 0 || u >= static_cast<int>(tensors.size()) ||
+          (previous < 0 && u != 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "job '", spec.job(), "': unit_first_tensor must rise from 0 and stay below ",
+            tensors.size(), " tensors"));
+      }
+      previous = u;
+      cuts.push_back(offsets[u]);
+    }
+    if (spec.strategy() == v1::STRATEGY_FSDP && spec.unit_first_tensor_size() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job '", spec.job(), "': fsdp needs units (WorkerOptions.fsdp_units)"));
+    }
+  }
+  auto layout = Layout::Create(tensors, spec.num_shards(), align, bucket_elems, cuts);
   if (!layout.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("job '", spec.job(), "': ", layout.status().message()));

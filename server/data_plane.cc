@@ -247,10 +247,22 @@ void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Statu
 }
 
 void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve) {
-  const int buckets = job->layout().num_buckets(job->shard());
   const int64_t epoch = job->epoch();
   for (const ShardJob::Puller& p : serve.pullers) {
-    for (int b = 0; b < buckets; ++b) {
+    if (p.bucket_count == 0) {  // notify only: the shard reached the step
+      FrameHeader h;
+      h.type = FrameType::kParams;
+      h.job_id = job->job_id();
+      h.epoch = epoch;
+      h.step = serve.version;
+      h.rank = p.rank;
+      h.shard = job->shard();
+      h.bucket = p.first_bucket;
+      HeaderBytes bytes = EncodeHeader(h);
+      transport_->Send(p.reply_to, absl::MakeConstSpan(bytes), nullptr, 0, nullptr);
+      continue;
+    }
+    for (int b = p.first_bucket; b < p.first_bucket + p.bucket_count; ++b) {
       const Range br = job->layout().bucket_range(job->shard(), b);
       FrameHeader h;
       h.type = FrameType::kParams;
@@ -260,6 +272,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       h.rank = p.rank;
       h.shard = job->shard();
       h.bucket = b;
+      h.bucket_count = static_cast<uint32_t>(p.bucket_count);
       h.payload_bytes = static_cast<uint64_t>(br.size()) * sizeof(float);
       HeaderBytes bytes = EncodeHeader(h);
       job->CountPulled(h.payload_bytes);

@@ -264,6 +264,12 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
   if (s.ok() && h.payload_bytes != 0) {
     s = absl::InvalidArgumentError(absl::StrCat(where, "PULL carries no payload"));
   }
+  if (s.ok() && (h.bucket < 0 || h.bucket > num_buckets_ ||
+                 static_cast<int64_t>(h.bucket_count) > num_buckets_ - h.bucket)) {
+    s = absl::InvalidArgumentError(absl::StrCat(where, "PULL of buckets [", h.bucket, ", ",
+                                                int64_t{h.bucket} + h.bucket_count,
+                                                ") is outside [0, ", num_buckets_, ")"));
+  }
   const bool ready = initialized_ && h.step == version_;
   const bool in_flight = h.step == version_ + (initialized_ ? 1 : 0);
   if (s.ok() && !ready && !in_flight) {
@@ -280,7 +286,7 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
   }
   Serve serve;
   serve.version = version_;
-  Puller p{reply_to, h.rank, h.step};
+  Puller p{reply_to, h.rank, h.step, h.bucket, static_cast<int>(h.bucket_count)};
   if (ready) {
     serve.pullers.push_back(p);
   } else {

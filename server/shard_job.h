@@ -49,10 +49,12 @@ class ShardJob {
     uint64_t reply_to;
     int32_t rank;
     int64_t version;
+    int first_bucket = 0;
+    int bucket_count = 0;  // 0: notify only (an empty PARAMS frame)
   };
   // What the data plane must do after an event.
   struct Serve {
-    std::vector<Puller> pullers;  // each gets every bucket of `version`
+    std::vector<Puller> pullers;  // each gets its buckets of `version`
     int64_t version = 0;
     // A checkpoint was due at this step boundary: write it.
     std::optional<ShardSnapshot> snapshot;

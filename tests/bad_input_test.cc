@@ -204,6 +204,7 @@ class BadInputTest : public ::testing::TestWithParam<std::string> {
     if (type == FrameType::kInit || type == FrameType::kPush) {
       h.payload_bytes = (bucket == 3 ? 232 : 256) * sizeof(float);
     }
+    if (type == FrameType::kPull) h.bucket_count = 4;
     return h;
   }
 
@@ -277,6 +278,9 @@ TEST_P(BadInputTest, WrongStep) {
                 absl::StatusCode::kFailedPrecondition, "push for step 5 but the shard is at step 0");
   ExpectRefused(Header(FrameType::kPull, 0, 0, /*step=*/7), nullptr,
                 absl::StatusCode::kFailedPrecondition, "pull for step 7");
+  FrameHeader too_many = Header(FrameType::kPull, 0, 2);
+  ExpectRefused(too_many, nullptr, absl::StatusCode::kInvalidArgument,
+                "PULL of buckets [2, 6) is outside [0, 4)");
 }
 
 TEST_P(BadInputTest, StaleEpoch) {

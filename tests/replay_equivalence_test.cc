@@ -140,7 +140,7 @@ TEST_F(ReplayEquivalenceTest, EveryAvailableStrategyMatchesWithAdamW) {
   opt.lr = 0.01f;
   opt.weight_decay = 0.1f;
   const std::vector<float> want = Reference(opt);
-  for (const std::string strategy : {"ddp", "zero1", "zero2"}) {
+  for (const std::string strategy : {"ddp", "zero1", "zero2", "fsdp"}) {
     std::vector<float> got = ReplayOk(
         "adamw_" + strategy,
         {"--strategy=" + strategy, "--optimizer=adamw", "--lr=0.01", "--weight_decay=0.1"});

@@ -77,6 +77,10 @@ float MlpJob::Gradients(const float* params, int64_t step, int rank, int world, 
   return model_.LossAndGrad(params, b.x.data(), b.y.data(), config_.batch, grads);
 }
 
+model::Dataset MlpJob::Batch(int64_t step, int rank, int world) const {
+  return model::Batch(data_.train, step, rank, world, config_.batch);
+}
+
 double MlpJob::TestAccuracy(const float* params) const {
   return model_.Accuracy(params, data_.test);
 }

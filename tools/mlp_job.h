@@ -50,6 +50,8 @@ class MlpJob {
   // Rank `rank`'s gradient of global batch `step`; returns its mean loss.
   float Gradients(const float* params, int64_t step, int rank, int world, float* grads,
                   const std::function<void(size_t)>& on_tensor_ready) const;
+  // Rank `rank`'s rows of global batch `step`.
+  model::Dataset Batch(int64_t step, int rank, int world) const;
   double TestAccuracy(const float* params) const;
   double TrainAccuracy(const float* params) const;
 

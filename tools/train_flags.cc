@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "rpc/job_spec.h"
 
-ABSL_FLAG(std::string, strategy, "zero2", "ddp, zero1 or zero2 (fsdp and hybrid: not yet)");
+ABSL_FLAG(std::string, strategy, "zero2", "ddp, zero1, zero2 or fsdp (hybrid: not yet)");
 ABSL_FLAG(std::string, optimizer, "adam", "sgd, adam or adamw (torch.optim semantics)");
 ABSL_FLAG(double, lr, 1e-3, "learning rate");
 ABSL_FLAG(double, momentum, 0.0, "SGD momentum");
@@ -57,9 +57,10 @@ absl::StatusOr<OptimizerParams> OptimizerFromFlags() {
 absl::StatusOr<v1::Strategy> StrategyFromFlags() {
   auto s = ParseStrategy(absl::GetFlag(FLAGS_strategy));
   if (!s.ok()) return s;
-  if (*s == v1::STRATEGY_FSDP || *s == v1::STRATEGY_HYBRID) {
+  if (*s == v1::STRATEGY_HYBRID) {
     return absl::UnimplementedError(absl::StrCat("--strategy=", absl::GetFlag(FLAGS_strategy),
-                                                 " is not available yet; use ddp, zero1 or zero2"));
+                                                 " is not available yet; use ddp, zero1, zero2 "
+                                                 "or fsdp"));
   }
   return s;
 }

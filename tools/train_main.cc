@@ -58,6 +58,15 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
   o.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
   if (o.shuffle_seed != 0) o.shuffle_seed += static_cast<uint64_t>(o.rank) * 7919;
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  if (strategy == tessel::v1::STRATEGY_FSDP) {
+    if (!absl::GetFlag(FLAGS_grads).empty()) {
+      o.fsdp_units = {0, 1, 2, 3};  // replay: the flat vector in four tensors
+    } else if (auto config = tessel::MlpJobFromFlags(); config.ok()) {
+      for (size_t l = 0; l + 1 < config->layers.size(); ++l) {
+        o.fsdp_units.push_back(static_cast<int>(2 * l));  // one unit per layer
+      }
+    }
+  }
   o.resume = absl::GetFlag(FLAGS_resume);
   o.resume_step = absl::GetFlag(FLAGS_resume_step);
   o.checkpoint.set_every_steps(absl::GetFlag(FLAGS_checkpoint_every_steps));
@@ -74,8 +83,16 @@ int Replay(tessel::Worker* worker, int steps) {
   auto init = tessel::ReadNpyF32(absl::GetFlag(FLAGS_init));
   if (!init.ok()) return Fail(init.status());
   const int rank = worker->options().rank;
-  absl::Status s = worker->RegisterLayout(
-      {{"flat", {static_cast<int64_t>(init->size())}}}, *init);
+  const bool fsdp = worker->options().strategy == tessel::v1::STRATEGY_FSDP;
+  std::vector<tessel::TensorDesc> tensors = {{"flat", {static_cast<int64_t>(init->size())}}};
+  if (fsdp) {  // four tensors, one fsdp unit each
+    tensors.clear();
+    const int64_t n = static_cast<int64_t>(init->size());
+    for (int64_t i = 0; i < 4; ++i) {
+      tensors.push_back({absl::StrCat("flat", i), {n * (i + 1) / 4 - n * i / 4}});
+    }
+  }
+  absl::Status s = worker->RegisterLayout(tensors, *init);
   if (!s.ok()) return Fail(s);
   for (int64_t k = worker->step(); k < steps; ++k) {
     const std::string path =
@@ -86,11 +103,56 @@ int Replay(tessel::Worker* worker, int steps) {
       return Fail(absl::InvalidArgumentError(absl::StrCat(
           path, " has ", g->size(), " floats but the initial parameters have ", init->size())));
     }
-    std::copy(g->begin(), g->end(), worker->grads().begin());
-    s = worker->Step();
+    if (fsdp) {
+      for (int u = 0; u < worker->num_units(); ++u) {
+        const tessel::Range r = worker->unit_range(u);
+        absl::Span<float> grads = worker->UnitGrads(u);
+        std::copy(g->begin() + r.begin, g->begin() + r.end, grads.begin());
+        s = worker->PushUnit(u);
+        if (!s.ok()) return Fail(s);
+      }
+      s = worker->FinishStep();
+    } else {
+      std::copy(g->begin(), g->end(), worker->grads().begin());
+      s = worker->Step();
+    }
     if (!s.ok()) return Fail(s);
   }
   return 0;
+}
+
+// One fsdp training step of the MLP: each layer's parameters are gathered
+// just before its forward and again before its backward, the next layer is
+// prefetched meanwhile, and each layer's gradients are pushed right after its
+// backward. Returns the loss.
+absl::StatusOr<float> FsdpStep(tessel::Worker* worker, const tessel::MlpJob& job, int64_t k,
+                               int rank, int world) {
+  tessel::model::Dataset batch = job.Batch(k, rank, world);
+  tessel::model::MlpStepper stepper(job.model(), batch.x.data(), batch.y.data(),
+                                    job.config().batch);
+  const int layers = worker->num_units();
+  absl::Status s = worker->Prefetch(0);
+  for (int l = 0; l < layers && s.ok(); ++l) {
+    auto params = worker->Gather(l);
+    if (!params.ok()) return params.status();
+    if (l + 1 < layers) s = worker->Prefetch(l + 1);
+    stepper.Forward(l, params->data());
+    worker->Release(l);
+  }
+  if (!s.ok()) return s;
+  const float loss = stepper.Loss();
+  s = worker->Prefetch(layers - 1);
+  for (int l = layers - 1; l >= 0 && s.ok(); --l) {
+    auto params = worker->Gather(l);
+    if (!params.ok()) return params.status();
+    if (l > 0) s = worker->Prefetch(l - 1);
+    stepper.Backward(l, params->data(), worker->UnitGrads(l).data());
+    worker->Release(l);
+    if (s.ok()) s = worker->PushUnit(l);
+  }
+  if (s.ok()) s = worker->FinishStep();
+  if (!s.ok()) return s;
+  return loss;
 }
 
 int TrainMlp(tessel::Worker* worker, int steps) {
@@ -108,7 +170,29 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   absl::Time window_start = absl::Now();
   double loss_sum = 0;
   int window = 0;
+  const bool fsdp = worker->options().strategy == tessel::v1::STRATEGY_FSDP;
   for (int64_t k = worker->step(); k < steps; ++k) {
+    if (fsdp) {
+      auto loss = FsdpStep(worker, job, k, rank, world);
+      if (!loss.ok()) return Fail(loss.status());
+      loss_sum += *loss;
+      ++window;
+      if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
+        const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
+        const tessel::WorkerMemory mem = worker->memory();
+        std::printf("step %5lld/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step  "
+                    "fsdp peak %.2f MiB of %.2f MiB\n",
+                    static_cast<long long>(k + 1), steps, loss_sum / window, window / secs,
+                    window * world * config->batch / secs, 1e3 * secs / window,
+                    mem.peak_bytes / 1048576.0,
+                    2.0 * job.model().num_params() * sizeof(float) / 1048576.0);
+        std::fflush(stdout);
+        window_start = absl::Now();
+        loss_sum = 0;
+        window = 0;
+      }
+      continue;
+    }
     absl::Status ready = absl::OkStatus();
     float loss = job.Gradients(worker->params().data(), k, rank, world, worker->grads().data(),
                                [&](size_t i) {
@@ -136,7 +220,9 @@ int TrainMlp(tessel::Worker* worker, int steps) {
     }
   }
   if (rank == 0) {
-    std::printf("worker 0: test accuracy %.2f%%\n", 100.0 * job.TestAccuracy(worker->params().data()));
+    auto params = worker->GatherAll();
+    if (!params.ok()) return Fail(params.status());
+    std::printf("worker 0: test accuracy %.2f%%\n", 100.0 * job.TestAccuracy(params->data()));
     std::fflush(stdout);
   }
   return 0;
@@ -165,7 +251,9 @@ int main(int argc, char** argv) {
   int rc = replay ? Replay(worker->get(), steps) : TrainMlp(worker->get(), steps);
   if (rc != 0) return rc;
   if ((*worker)->options().rank == 0 && !absl::GetFlag(FLAGS_out).empty()) {
-    absl::Status s = tessel::WriteNpyF32(absl::GetFlag(FLAGS_out), (*worker)->params());
+    auto params = (*worker)->GatherAll();
+    if (!params.ok()) return Fail(params.status());
+    absl::Status s = tessel::WriteNpyF32(absl::GetFlag(FLAGS_out), *params);
     if (!s.ok()) return Fail(s);
   }
   return 0;

@@ -158,6 +158,7 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   spec.set_bucket_bytes(options_.bucket_bytes);
   spec.set_align_elems(options_.align_elems);
   *spec.mutable_checkpoint() = options_.checkpoint;
+  for (int u : options_.fsdp_units) spec.add_unit_first_tensor(u);
   auto layout = ValidateJobSpec(spec);
   if (!layout.ok()) return layout.status();
   const bool ddp = options_.strategy == v1::STRATEGY_DDP;
@@ -215,8 +216,16 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     }
   }
 
-  params_.assign(n, 0.f);
-  grads_.assign(n, 0.f);
+  if (fsdp()) {
+    absl::Status s = InitUnits();
+    if (!s.ok()) {
+      layout_.reset();
+      return s;
+    }
+  } else {
+    params_.assign(n, 0.f);
+    grads_.assign(n, 0.f);
+  }
   if (ddp) {
     std::copy(init.begin(), init.end(), params_.begin());
     optimizer_state_.assign(StateSlots(options_.optimizer), std::vector<float>(n, 0.f));
@@ -231,13 +240,26 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
 
   // ZeRO: rank 0 seeds the servers (unless resuming); everyone pulls.
   if (options_.rank == 0 && !options_.resume) {
-    std::copy(init.begin(), init.end(), params_.begin());
+    // fsdp keeps no copy: INIT is sent from the caller's buffer, and waited for.
+    const float* source = init.data();
+    if (!fsdp()) {
+      std::copy(init.begin(), init.end(), params_.begin());
+      source = params_.data();
+    }
     for (Server& srv : servers_) {
       for (int b = 0; b < layout_->num_buckets(srv.shard); ++b) {
         SendData(Header(FrameType::kInit, 0, srv.shard, b),
-                 params_.data() + layout_->bucket_range(srv.shard, b).begin);
+                 source + layout_->bucket_range(srv.shard, b).begin);
       }
     }
+    if (fsdp()) WaitForSends();
+  }
+  if (fsdp()) {
+    // Parameters are gathered per unit; wait until every shard is initialized
+    // (or restored) so no gradient can arrive before its parameters exist.
+    absl::Status s = Barrier(step_);
+    if (!s.ok()) layout_.reset();
+    return s;
   }
   absl::Status s = SendPulls(step_);
   if (s.ok()) s = WaitForParams(step_);
@@ -282,12 +304,23 @@ FrameHeader Worker::Header(FrameType type, int64_t step, int shard, int bucket) 
 
 void Worker::SendData(const FrameHeader& h, const float* payload) {
   HeaderBytes bytes = EncodeHeader(h);
+  {
+    absl::MutexLock lock(&mu_);
+    ++outstanding_sends_;
+  }
   transport_->Send(servers_[h.shard].peer, absl::MakeConstSpan(bytes), payload, h.payload_bytes,
                    [this](absl::Status s) {
-                     if (s.ok()) return;
                      absl::MutexLock lock(&mu_);
-                     if (send_error_.ok()) send_error_ = s;
+                     --outstanding_sends_;
+                     if (!s.ok() && send_error_.ok()) send_error_ = s;
                    });
+}
+
+void Worker::WaitForSends() {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](int64_t* n) { return *n == 0; }, &outstanding_sends_),
+                       options_.step_timeout);
 }
 
 void Worker::PushBucket(int shard, int bucket) {
@@ -308,8 +341,7 @@ absl::Status Worker::GradientsReady(int64_t begin, int64_t end) {
   if (options_.shuffle_seed != 0) return absl::OkStatus();  // Step() pushes in shuffled order
   while (begin < end) {
     const int s = layout_->ShardOf(begin);
-    const Range r = layout_->shard_range(s);
-    const int b = static_cast<int>((begin - r.begin) / layout_->bucket_elems());
+    const int b = layout_->BucketOf(s, begin);
     const Range br = layout_->bucket_range(s, b);
     const int64_t upto = std::min(end, br.end);
     ready_elems_[s][b] += upto - begin;
@@ -336,7 +368,9 @@ absl::Status Worker::SendPulls(int64_t version) {
   }
   for (const Server& srv : servers_) {
     if (layout_->num_buckets(srv.shard) == 0) continue;
-    SendData(Header(FrameType::kPull, version, srv.shard, 0), nullptr);
+    FrameHeader h = Header(FrameType::kPull, version, srv.shard, 0);
+    h.bucket_count = static_cast<uint32_t>(layout_->num_buckets(srv.shard));
+    SendData(h, nullptr);
   }
   return absl::OkStatus();
 }
@@ -375,6 +409,10 @@ absl::Status Worker::WaitForParams(int64_t version) {
 
 absl::Status Worker::Step() {
   if (layout_ == nullptr) return absl::FailedPreconditionError("Step before RegisterLayout");
+  if (fsdp()) {
+    return absl::FailedPreconditionError(
+        "fsdp steps go unit by unit: Gather/UnitGrads/PushUnit/Release, then FinishStep()");
+  }
   std::vector<std::pair<int, int>> todo;
   for (size_t s = 0; s < servers_.size(); ++s) {
     for (size_t b = 0; b < pushed_[s].size(); ++b) {
@@ -448,6 +486,9 @@ Accept Worker::OnFrame(const Incoming& in) {
     }
     return Accept{message->data(), record};
   }
+  if (fsdp() && h->type == FrameType::kParams && h->job_id == job_id_ && layout_ != nullptr) {
+    return OnFsdpFrame(*h, in);
+  }
   if (h->type != FrameType::kParams || h->job_id != job_id_ || layout_ == nullptr ||
       h->shard < 0 || h->shard >= static_cast<int>(servers_.size()) || h->bucket < 0 ||
       h->bucket >= layout_->num_buckets(h->shard)) {
@@ -477,11 +518,243 @@ Accept Worker::OnFrame(const Incoming& in) {
                 }};
 }
 
+absl::Status Worker::InitUnits() {
+  std::vector<int> firsts = options_.fsdp_units;
+  if (firsts.empty() || firsts.front() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), ": fsdp needs WorkerOptions.fsdp_units starting at tensor 0"));
+  }
+  const auto& tensors = layout_->tensors();
+  units_.clear();
+  unit_starts_.clear();
+  for (size_t i = 0; i < firsts.size(); ++i) {
+    const int first = firsts[i];
+    const int end = i + 1 < firsts.size() ? firsts[i + 1] : static_cast<int>(tensors.size());
+    Unit u;
+    u.range = Range{tensors[first].offset, end < static_cast<int>(tensors.size())
+                                               ? tensors[end].offset
+                                               : layout_->num_params()};
+    for (const Server& srv : servers_) u.buckets.push_back(layout_->BucketsIn(srv.shard, u.range));
+    unit_starts_.push_back(u.range.begin);
+    units_.push_back(std::move(u));
+  }
+  return absl::OkStatus();
+}
+
+void Worker::AccountLocked() {
+  int64_t bytes = 0;
+  for (const Unit& u : units_) {
+    bytes += static_cast<int64_t>(u.params.capacity() * sizeof(float));
+    if (u.grads) bytes += static_cast<int64_t>(u.grads->capacity() * sizeof(float));
+  }
+  held_bytes_ = bytes;
+  peak_bytes_ = std::max(peak_bytes_, bytes);
+}
+
+absl::Status Worker::WaitFor(const std::function<bool()>& done, const std::string& what) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return done() || !error_.ok() || !send_error_.ok();
+  };
+  struct Arg {
+    decltype(ready)* f;
+  } arg{&ready};
+  const bool finished = mu_.AwaitWithTimeout(
+      absl::Condition(+[](Arg* a) { return (*a->f)(); }, &arg), options_.step_timeout);
+  if (!error_.ok()) return error_;
+  if (!send_error_.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(Where(), ": sending to a shard server failed: ", send_error_.message()));
+  }
+  if (!finished) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        Where(), ": ", what, " did not complete within ",
+        absl::FormatDuration(options_.step_timeout),
+        ". A worker or server may have died: check the registry (tesselctl members)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Prefetch(int unit) {
+  if (!fsdp() || layout_ == nullptr || unit < 0 || unit >= num_units()) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(), ": no fsdp unit ", unit));
+  }
+  Unit& u = units_[unit];
+  {
+    absl::MutexLock lock(&mu_);
+    if (u.version == step_ && !u.params.empty()) return absl::OkStatus();  // held or in flight
+    u.params.assign(static_cast<size_t>(u.range.size()), 0.f);
+    u.version = step_;
+    u.received = 0;
+    u.expected = 0;
+    for (const auto& b : u.buckets) u.expected += b.second;
+    AccountLocked();
+  }
+  for (const Server& srv : servers_) {
+    const auto [first, count] = u.buckets[srv.shard];
+    if (count == 0) continue;
+    FrameHeader h = Header(FrameType::kPull, step_, srv.shard, first);
+    h.bucket_count = static_cast<uint32_t>(count);
+    SendData(h, nullptr);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<const float>> Worker::Gather(int unit) {
+  absl::Status s = Prefetch(unit);
+  if (!s.ok()) return s;
+  Unit& u = units_[unit];
+  s = WaitFor([&]() { return u.received == u.expected; },
+              absl::StrCat("gathering unit ", unit, " at step ", step_));
+  if (!s.ok()) return s;
+  return absl::MakeConstSpan(u.params);
+}
+
+void Worker::Release(int unit) {
+  if (unit < 0 || unit >= num_units()) return;
+  Unit& u = units_[unit];
+  absl::Status s = WaitFor([&]() { return u.received == u.expected; }, "releasing a unit");
+  (void)s;
+  absl::MutexLock lock(&mu_);
+  std::vector<float>().swap(u.params);
+  u.version = -1;
+  AccountLocked();
+}
+
+absl::Span<float> Worker::UnitGrads(int unit) {
+  if (!fsdp() || unit < 0 || unit >= num_units()) return {};
+  Unit& u = units_[unit];
+  absl::MutexLock lock(&mu_);
+  if (u.grads == nullptr) {
+    u.grads = std::make_shared<std::vector<float>>(static_cast<size_t>(u.range.size()), 0.f);
+    AccountLocked();
+  }
+  return absl::MakeSpan(*u.grads);
+}
+
+absl::Status Worker::PushUnit(int unit) {
+  if (!fsdp() || unit < 0 || unit >= num_units() || units_[unit].grads == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(), ": PushUnit(", unit, ") without UnitGrads(", unit, ")"));
+  }
+  Unit& u = units_[unit];
+  std::shared_ptr<std::vector<float>> grads;
+  {
+    absl::MutexLock lock(&mu_);
+    grads = std::move(u.grads);
+    u.grads.reset();
+  }
+  for (const Server& srv : servers_) {
+    const auto [first, count] = u.buckets[srv.shard];
+    for (int b = first; b < first + count; ++b) {
+      const FrameHeader h = Header(FrameType::kPush, step_, srv.shard, b);
+      const Range br = layout_->bucket_range(srv.shard, b);
+      HeaderBytes bytes = EncodeHeader(h);
+      {
+        absl::MutexLock lock(&mu_);
+        ++outstanding_sends_;
+      }
+      // The buffer lives until its last bucket is sent, then is freed.
+      transport_->Send(srv.peer, absl::MakeConstSpan(bytes),
+                       grads->data() + (br.begin - u.range.begin), h.payload_bytes,
+                       [this, grads](absl::Status s) {
+                         absl::MutexLock lock(&mu_);
+                         --outstanding_sends_;
+                         if (!s.ok() && send_error_.ok()) send_error_ = s;
+                       });
+    }
+  }
+  grads.reset();
+  absl::MutexLock lock(&mu_);
+  AccountLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Barrier(int64_t version) {
+  int64_t shards = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    sync_received_ = 0;
+    sync_version_ = version;
+    for (const Server& srv : servers_) shards += layout_->num_buckets(srv.shard) > 0;
+    sync_expected_ = shards;
+  }
+  for (const Server& srv : servers_) {
+    if (layout_->num_buckets(srv.shard) == 0) continue;
+    SendData(Header(FrameType::kPull, version, srv.shard, 0), nullptr);  // notify only
+  }
+  return WaitFor([&]() { return sync_received_ == sync_expected_; },
+                 absl::StrCat("step ", version, " on every shard"));
+}
+
+absl::Status Worker::FinishStep() {
+  if (!fsdp() || layout_ == nullptr) {
+    return absl::FailedPreconditionError("FinishStep is for fsdp jobs; use Step()");
+  }
+  absl::Status s = Barrier(step_ + 1);
+  if (!s.ok()) return s;
+  ++step_;
+  MaybeCheckpoint();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> Worker::GatherAll() {
+  if (!fsdp()) return std::vector<float>(params_.begin(), params_.end());
+  std::vector<float> all(static_cast<size_t>(layout_->num_params()));
+  for (int u = 0; u < num_units(); ++u) {
+    auto p = Gather(u);
+    if (!p.ok()) return p.status();
+    std::copy(p->begin(), p->end(), all.begin() + units_[u].range.begin);
+    Release(u);
+  }
+  return all;
+}
+
+Accept Worker::OnFsdpFrame(const FrameHeader& h, const Incoming& in) {
+  if (h.bucket_count == 0) {  // a shard reached the step FinishStep waits for
+    absl::MutexLock lock(&mu_);
+    if (h.step == sync_version_) ++sync_received_;
+    return Accept{};
+  }
+  if (h.shard < 0 || h.shard >= static_cast<int>(servers_.size()) || h.bucket < 0 ||
+      h.bucket >= layout_->num_buckets(h.shard)) {
+    TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(h);
+    return Accept{};
+  }
+  const Range br = layout_->bucket_range(h.shard, h.bucket);
+  const int unit = static_cast<int>(
+      std::upper_bound(unit_starts_.begin(), unit_starts_.end(), br.begin) -
+      unit_starts_.begin()) - 1;
+  absl::MutexLock lock(&mu_);
+  Unit& u = units_[unit];
+  if (u.version != h.step || u.params.empty() || br.end > u.range.end ||
+      h.payload_bytes != static_cast<uint64_t>(br.size()) * sizeof(float)) {
+    TESSEL_LOG(WARNING) << "dropping stale " << DescribeHeader(h);
+    return Accept{};
+  }
+  return Accept{u.params.data() + (br.begin - u.range.begin), [this, unit](absl::Status s) {
+                  absl::MutexLock lock(&mu_);
+                  if (!s.ok()) {
+                    if (error_.ok()) error_ = s;
+                    return;
+                  }
+                  ++units_[unit].received;
+                }};
+}
+
 WorkerMemory Worker::memory() const {
   WorkerMemory m;
   m.params_bytes = static_cast<int64_t>(params_.size() * sizeof(float));
   m.grads_bytes = static_cast<int64_t>(grads_.size() * sizeof(float));
   for (const auto& s : optimizer_state_) m.optimizer_bytes += s.size() * sizeof(float);
+  if (fsdp()) {
+    absl::MutexLock lock(const_cast<absl::Mutex*>(&mu_));
+    for (const Unit& u : units_) {
+      m.params_bytes += static_cast<int64_t>(u.params.capacity() * sizeof(float));
+      if (u.grads) m.grads_bytes += static_cast<int64_t>(u.grads->capacity() * sizeof(float));
+    }
+    m.peak_bytes = peak_bytes_;
+  }
   return m;
 }
 

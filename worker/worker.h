@@ -14,7 +14,13 @@
 //                 worker keeps, which matters once mixed precision lands.)
 //   ddp           servers only average; each worker pulls the averaged
 //                 gradient and runs the optimizer itself, identically.
-// FSDP and hybrid are refused with Unimplemented until they land.
+//   fsdp          (ZeRO-3) the worker holds no full copy: per unit (a group
+//                 of tensors, WorkerOptions::fsdp_units) it gathers the
+//                 parameters before forward and again before backward
+//                 (Prefetch/Gather/Release), pushes the unit's gradients after
+//                 its backward (UnitGrads/PushUnit, freed once sent), and
+//                 FinishStep() waits until every shard applied the step.
+// Hybrid is refused with Unimplemented until it lands.
 //
 // Correctness contract: after step k, params() equals single-process
 // training with the mean of the workers' gradients, bit for bit, because
@@ -37,6 +43,7 @@
 #define TESSEL_WORKER_WORKER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -86,12 +93,15 @@ struct WorkerOptions {
   int64_t resume_step = -1;
   // Admin token for servers that require one ("" = $TESSEL_TOKEN if set).
   std::string token;
+  // fsdp: index of the first tensor of each unit, ascending from 0.
+  std::vector<int> fsdp_units;
 };
 
 struct WorkerMemory {
   int64_t params_bytes = 0;
   int64_t grads_bytes = 0;
   int64_t optimizer_bytes = 0;  // DDP only: optimizer state lives on the worker
+  int64_t peak_bytes = 0;       // fsdp: most parameter + gradient bytes held at once
 };
 
 class Worker {
@@ -120,6 +130,27 @@ class Worker {
   // gradient, applied locally, for DDP). On error the step is not applied and
   // the status names the job, step, shard and cause.
   absl::Status Step();
+
+  // --- fsdp -------------------------------------------------------------
+  int num_units() const { return static_cast<int>(units_.size()); }
+  Range unit_range(int unit) const { return units_[unit].range; }
+  // Starts gathering a unit's parameters (for the current step) in the
+  // background. Idempotent while the unit is held or in flight.
+  absl::Status Prefetch(int unit);
+  // Waits for the unit's parameters; the view stays valid until Release.
+  absl::StatusOr<absl::Span<const float>> Gather(int unit);
+  // Frees the unit's parameters.
+  void Release(int unit);
+  // A zeroed buffer for the unit's gradients, valid until PushUnit.
+  absl::Span<float> UnitGrads(int unit);
+  // Pushes the unit's gradients; the buffer is freed once they are sent.
+  absl::Status PushUnit(int unit);
+  // Waits until every shard has applied this step; step() advances.
+  absl::Status FinishStep();
+  // fsdp: waits until every shard holds parameters of `version`.
+  absl::Status Barrier(int64_t version);
+  // The full parameters at the current step (tools and tests; allocates P floats).
+  absl::StatusOr<std::vector<float>> GatherAll();
 
   int64_t step() const { return step_; }
   int64_t epoch() const { return epoch_; }
@@ -152,6 +183,22 @@ class Worker {
   void Authorize(grpc::ClientContext* ctx) const;
   void MaybeCheckpoint();
 
+  struct Unit {
+    Range range;
+    std::vector<std::pair<int, int>> buckets;  // per shard: first bucket, count
+    std::vector<float> params;                 // held parameters; empty when released
+    std::shared_ptr<std::vector<float>> grads;  // until pushed
+    int64_t version = -1;                      // version held or in flight
+    int64_t expected = 0;
+    int64_t received = 0;
+  };
+  bool fsdp() const { return options_.strategy == v1::STRATEGY_FSDP; }
+  absl::Status InitUnits();
+  Accept OnFsdpFrame(const FrameHeader& h, const Incoming& in);
+  absl::Status WaitFor(const std::function<bool()>& done, const std::string& what);
+  void AccountLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WaitForSends();
+
   const WorkerOptions options_;
   std::unique_ptr<RegistryClient> registry_;
   std::unique_ptr<Transport> transport_;
@@ -171,7 +218,16 @@ class Worker {
   std::vector<std::vector<uint8_t>> pushed_;
   std::mt19937_64 shuffle_rng_;
 
+  std::vector<Unit> units_;              // fsdp; buffers and counters under mu_
+  std::vector<int64_t> unit_starts_;     // fsdp: range.begin of each unit
+
   absl::Mutex mu_;
+  int64_t outstanding_sends_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t sync_version_ ABSL_GUARDED_BY(mu_) = -1;  // fsdp: step a barrier waits for
+  int64_t sync_expected_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t sync_received_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t expect_version_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t received_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t expected_ ABSL_GUARDED_BY(mu_) = 0;

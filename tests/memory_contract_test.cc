@@ -1,0 +1,131 @@
+// The memory contract: what each strategy keeps where, checked against the
+// bytes the worker SDK and the shard servers account for (worker
+// memory() and the servers' GetStats), within 10%.
+//
+// Real shard server processes over UCX; the workers are Worker objects on
+// threads of this process (each with its own UCX endpoint and lease).
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tools/cluster.h"
+#include "worker/worker.h"
+
+namespace tessel {
+namespace {
+
+constexpr int kWorkers = 2;
+constexpr int kServers = 2;
+constexpr int64_t kUnit = 50000;  // 4 tensors (= 4 fsdp units) of 50k params
+constexpr int64_t kParams = 4 * kUnit;
+
+struct Measured {
+  WorkerMemory worker;
+  int64_t server_params = 0, server_optimizer = 0, server_grads = 0;
+};
+
+Measured Run(v1::Strategy strategy, const std::string& job) {
+  ClusterOptions copt;
+  copt.servers = kServers;
+  copt.run_dir = MakeRunDir("memory");
+  LocalCluster cluster(copt);
+  absl::Status started = cluster.Start();
+  EXPECT_TRUE(started.ok()) << started;
+  std::vector<Measured> out(kWorkers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      WorkerOptions o;
+      o.registry = cluster.registry_address();
+      o.job = job;
+      o.rank = r;
+      o.world_size = kWorkers;
+      o.num_servers = kServers;
+      o.strategy = strategy;
+      o.optimizer.kind = OptimizerParams::Kind::kAdam;
+      o.ucx.tls = "posix,sysv,self";
+      o.fsdp_units = {0, 1, 2, 3};
+      auto w = Worker::Connect(o);
+      ASSERT_TRUE(w.ok()) << w.status();
+      std::vector<TensorDesc> tensors;
+      for (int t = 0; t < 4; ++t) tensors.push_back({absl::StrCat("t", t), {kUnit}});
+      std::vector<float> init(kParams, 0.5f);
+      ASSERT_TRUE((*w)->RegisterLayout(tensors, init).ok());
+      for (int step = 0; step < 2; ++step) {
+        if (strategy == v1::STRATEGY_FSDP) {
+          ASSERT_TRUE((*w)->Prefetch(0).ok());
+          for (int u = 0; u < 4; ++u) {  // forward: gather, prefetch the next, release
+            ASSERT_TRUE((*w)->Gather(u).ok());
+            if (u < 3) ASSERT_TRUE((*w)->Prefetch(u + 1).ok());
+            (*w)->Release(u);
+          }
+          ASSERT_TRUE((*w)->Prefetch(3).ok());
+          for (int u = 3; u >= 0; --u) {
+            ASSERT_TRUE((*w)->Gather(u).ok());
+            if (u > 0) ASSERT_TRUE((*w)->Prefetch(u - 1).ok());
+            std::fill((*w)->UnitGrads(u).begin(), (*w)->UnitGrads(u).end(), 0.01f);
+            (*w)->Release(u);
+            ASSERT_TRUE((*w)->PushUnit(u).ok());
+          }
+          ASSERT_TRUE((*w)->FinishStep().ok());
+        } else {
+          std::fill((*w)->grads().begin(), (*w)->grads().end(), 0.01f);
+          ASSERT_TRUE((*w)->Step().ok());
+        }
+      }
+      out[r].worker = (*w)->memory();
+      if (r == 0) {
+        auto stats = (*w)->ServerStats();
+        ASSERT_TRUE(stats.ok()) << stats.status();
+        for (const auto& st : *stats) {
+          out[0].server_params += st.memory().params_bytes();
+          out[0].server_optimizer += st.memory().optimizer_bytes();
+          out[0].server_grads += st.memory().grad_buffer_bytes();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  cluster.Stop();
+  return out[0];
+}
+
+void ExpectNear(int64_t got, double want, const std::string& what) {
+  EXPECT_NEAR(static_cast<double>(got), want, 0.1 * want + 1) << what;
+}
+
+TEST(MemoryContractTest, DdpKeepsSixteenBytesPerParamOnTheWorker) {
+  Measured m = Run(v1::STRATEGY_DDP, "mem-ddp");
+  ExpectNear(m.worker.params_bytes + m.worker.grads_bytes + m.worker.optimizer_bytes,
+             16.0 * kParams, "DDP worker bytes (4 params + 4 grads + 8 Adam)");
+  // Servers: only reduction buffers, W receive buffers + the averaged gradient.
+  EXPECT_EQ(m.server_params, 0);
+  EXPECT_EQ(m.server_optimizer, 0);
+  ExpectNear(m.server_grads, 4.0 * kParams * (kWorkers + 1), "DDP server reduction buffers");
+}
+
+TEST(MemoryContractTest, ZeroKeepsParamsAndGradsOnTheWorkerAndStateOnServers) {
+  for (auto strategy : {v1::STRATEGY_ZERO1, v1::STRATEGY_ZERO2}) {
+    Measured m = Run(strategy, absl::StrCat("mem-z", static_cast<int>(strategy)));
+    ExpectNear(m.worker.params_bytes + m.worker.grads_bytes, 8.0 * kParams, "ZeRO worker bytes");
+    EXPECT_EQ(m.worker.optimizer_bytes, 0);
+    ExpectNear(m.server_params, 4.0 * kParams, "fp32 masters, summed over shards");
+    ExpectNear(m.server_optimizer, 8.0 * kParams, "Adam state, summed over shards");
+    ExpectNear(m.server_grads, 4.0 * kParams * kWorkers, "per-rank receive buffers");
+  }
+}
+
+TEST(MemoryContractTest, FsdpHoldsOnlyTheUnitsInUse) {
+  Measured m = Run(v1::STRATEGY_FSDP, "mem-fsdp");
+  // After the step nothing is held; at the peak, a gathered unit, the
+  // prefetched next one and the unit's gradients (plus one still sending).
+  EXPECT_EQ(m.worker.params_bytes, 0);
+  EXPECT_EQ(m.worker.grads_bytes, 0);
+  EXPECT_GE(m.worker.peak_bytes, 3 * 4 * kUnit) << "two units of params + one of grads";
+  EXPECT_LE(m.worker.peak_bytes, 4 * 4 * kUnit * 1.1) << "well under the full model";
+  ExpectNear(m.server_params, 4.0 * kParams, "fp32 masters");
+  ExpectNear(m.server_optimizer, 8.0 * kParams, "Adam state");
+}
+
+}  // namespace
+}  // namespace tessel
