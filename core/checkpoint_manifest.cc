@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/optimizer.h"
 #include "nlohmann/json.hpp"
 
 namespace tessel {
@@ -55,7 +56,7 @@ absl::StatusOr<ShardEntry> EntryFromJson(const json& j) {
         absl::StrCat("shard entry names file '", e.file, "' for shard ", e.shard));
   }
   if (e.range_begin < 0 || e.range_end < e.range_begin || e.state_slots < 0 ||
-      e.state_slots > 2) {
+      e.state_slots > kMaxStateSlots) {
     return absl::InvalidArgumentError(absl::StrCat("shard ", e.shard, " has a bad range or slots"));
   }
   if (e.bytes != (1 + e.state_slots) * (e.range_end - e.range_begin) * 4) {

@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 // Every hot loop below is a plain loop that GCC vectorises on its own (this
 // file is built with -O3 -fno-math-errno -ffp-contract=off), compiled twice
@@ -48,6 +51,21 @@ struct AdamScalars {
   float neg_step_size;    // param.addcdiv_(exp_avg, denom, value=-step_size)
 };
 
+struct RmspropScalars {
+  float weight_decay;     // grad.add(param, alpha=weight_decay)
+  float alpha;            // square_avg.mul_(alpha); grad_avg.mul_(alpha)
+  float one_minus_alpha;  // .addcmul_(grad, grad, value=1 - alpha); .add_(grad, alpha=1 - alpha)
+  float eps;              // avg.add_(eps)
+  float momentum;         // buf.mul_(momentum)
+  float neg_lr;           // param.add_(buf, alpha=-lr) / param.addcdiv_(grad, avg, value=-lr)
+};
+
+struct AdagradScalars {
+  float weight_decay;  // grad.add(param, alpha=weight_decay)
+  float eps;           // std = state_sum.sqrt().add_(eps)
+  float neg_clr;       // param.addcdiv_(grad, std, value=-clr)
+};
+
 SgdScalars MakeSgdScalars(const OptimizerParams& p) {
   SgdScalars s;
   s.neg_lr = static_cast<float>(-static_cast<double>(p.lr));
@@ -76,6 +94,33 @@ AdamScalars MakeAdamScalars(const OptimizerParams& p, int64_t step) {
   s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   s.eps = p.eps;
   s.neg_step_size = static_cast<float>(-step_size);
+  return s;
+}
+
+RmspropScalars MakeRmspropScalars(const OptimizerParams& p) {
+  RmspropScalars s;
+  s.weight_decay = p.weight_decay;
+  s.alpha = p.alpha;
+  s.one_minus_alpha = static_cast<float>(1.0 - static_cast<double>(p.alpha));
+  s.eps = p.eps;
+  s.momentum = p.momentum;
+  s.neg_lr = static_cast<float>(-static_cast<double>(p.lr));
+  return s;
+}
+
+// torch keeps state['step'] as a float32 tensor and increments it by 1, so it
+// counts exactly up to 2^24 and then stays there (2^24 + 1 rounds back down).
+constexpr int64_t kTorchStepLimit = int64_t{1} << 24;
+
+AdagradScalars MakeAdagradScalars(const OptimizerParams& p, int64_t step) {
+  // clr = lr / (1 + (step - 1) * lr_decay), step = state['step'].item().
+  const double torch_step = static_cast<double>(std::min(step, kTorchStepLimit));
+  const double clr =
+      static_cast<double>(p.lr) / (1.0 + (torch_step - 1.0) * static_cast<double>(p.lr_decay));
+  AdagradScalars s;
+  s.weight_decay = p.weight_decay;
+  s.eps = p.eps;
+  s.neg_clr = static_cast<float>(-clr);
   return s;
 }
 
@@ -153,6 +198,78 @@ TESSEL_VECTOR_CLONES void AdamKernel(AdamScalars s, float* __restrict param,
   }
 }
 
+// RMSprop, torch 1.13 _single_tensor_rmsprop line by line:
+//   grad = grad.add(param, alpha=weight_decay)               if kWeightDecay
+//   square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+//   grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha)          if kCentered
+//   avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()  if kCentered
+//   avg = square_avg.sqrt()                                   otherwise
+//   avg = avg.add_(eps)
+//   buf.mul_(momentum).addcdiv_(grad, avg); param.add_(buf, alpha=-lr)  if kMomentum
+//   param.addcdiv_(grad, avg, value=-lr)                      otherwise
+// `buf` and `grad_avg` are not touched (and may be null) when not used.
+template <bool kWeightDecay, bool kCentered, bool kMomentum>
+TESSEL_VECTOR_CLONES void RmspropKernel(RmspropScalars s, float* __restrict param,
+                                        const float* __restrict grad, float* __restrict square_avg,
+                                        float* __restrict buf, float* __restrict grad_avg,
+                                        size_t n) {
+  const float wd = s.weight_decay;
+  const float alpha = s.alpha;
+  const float one_minus_alpha = s.one_minus_alpha;
+  const float eps = s.eps;
+  const float momentum = s.momentum;
+  const float neg_lr = s.neg_lr;
+  for (size_t i = 0; i < n; ++i) {
+    const float p = param[i];
+    float g = grad[i];
+    if (kWeightDecay) g = g + wd * p;
+    float sq = square_avg[i] * alpha;
+    sq = sq + (one_minus_alpha * g) * g;  // addcmul: self + (value * t1) * t2
+    square_avg[i] = sq;
+    float avg;
+    if (kCentered) {
+      float ga = grad_avg[i] * alpha;
+      ga = ga + one_minus_alpha * g;
+      grad_avg[i] = ga;
+      avg = std::sqrt(sq + (-1.0f * ga) * ga);
+    } else {
+      avg = std::sqrt(sq);
+    }
+    avg = avg + eps;
+    if (kMomentum) {
+      float b = buf[i] * momentum;
+      b = b + (1.0f * g) / avg;  // addcdiv: self + (value * t1) / t2
+      buf[i] = b;
+      param[i] = p + neg_lr * b;
+    } else {
+      param[i] = p + (neg_lr * g) / avg;
+    }
+  }
+}
+
+// Adagrad (dense), torch 1.13 _single_tensor_adagrad line by line:
+//   grad = grad.add(param, alpha=weight_decay)   if kWeightDecay
+//   state_sum.addcmul_(grad, grad, value=1)
+//   std = state_sum.sqrt().add_(eps)
+//   param.addcdiv_(grad, std, value=-clr)
+template <bool kWeightDecay>
+TESSEL_VECTOR_CLONES void AdagradKernel(AdagradScalars s, float* __restrict param,
+                                        const float* __restrict grad, float* __restrict sum,
+                                        size_t n) {
+  const float wd = s.weight_decay;
+  const float eps = s.eps;
+  const float neg_clr = s.neg_clr;
+  for (size_t i = 0; i < n; ++i) {
+    const float p = param[i];
+    float g = grad[i];
+    if (kWeightDecay) g = g + wd * p;
+    const float acc = sum[i] + (1.0f * g) * g;
+    sum[i] = acc;
+    const float std_dev = std::sqrt(acc) + eps;
+    param[i] = p + (neg_clr * g) / std_dev;
+  }
+}
+
 TESSEL_VECTOR_CLONES void AddPair(const float* __restrict a, const float* __restrict b,
                                   float* __restrict acc, size_t n) {
   for (size_t i = 0; i < n; ++i) acc[i] = a[i] + b[i];
@@ -202,6 +319,14 @@ class Update {
       case Kind::kAdamW:
         adam_ = MakeAdamScalars(p, step);
         break;
+      case Kind::kRmsprop:
+        rmsprop_ = MakeRmspropScalars(p);
+        momentum_ = p.momentum > 0;
+        centered_ = p.centered;
+        break;
+      case Kind::kAdagrad:
+        adagrad_ = MakeAdagradScalars(p, step);
+        break;
     }
   }
 
@@ -226,6 +351,16 @@ class Update {
         return;
       case Kind::kAdamW:
         AdamKernel<true, false>(adam_, params, grad, state[0] + off, state[1] + off, n);
+        return;
+      case Kind::kRmsprop:
+        RunRmsprop(params, grad, state, off, n);
+        return;
+      case Kind::kAdagrad:
+        if (weight_decay_) {
+          AdagradKernel<true>(adagrad_, params, grad, state[0] + off, n);
+        } else {
+          AdagradKernel<false>(adagrad_, params, grad, state[0] + off, n);
+        }
         return;
     }
     Fatal("ApplyUpdate: unknown OptimizerParams::Kind");
@@ -253,13 +388,45 @@ class Update {
     }
   }
 
+  template <bool kWeightDecay, bool kCentered>
+  void RunRmspropWith(float* params, const float* grad, float* const* state, size_t off,
+                      size_t n) const {
+    // Slots: square_avg, momentum_buffer (if momentum), grad_avg (if centered).
+    float* square_avg = state[0] + off;
+    if (momentum_) {
+      float* grad_avg = kCentered ? state[2] + off : nullptr;
+      RmspropKernel<kWeightDecay, kCentered, true>(rmsprop_, params, grad, square_avg,
+                                                   state[1] + off, grad_avg, n);
+    } else {
+      float* grad_avg = kCentered ? state[1] + off : nullptr;
+      RmspropKernel<kWeightDecay, kCentered, false>(rmsprop_, params, grad, square_avg, nullptr,
+                                                    grad_avg, n);
+    }
+  }
+
+  void RunRmsprop(float* params, const float* grad, float* const* state, size_t off,
+                  size_t n) const {
+    if (weight_decay_ && centered_) {
+      RunRmspropWith<true, true>(params, grad, state, off, n);
+    } else if (weight_decay_) {
+      RunRmspropWith<true, false>(params, grad, state, off, n);
+    } else if (centered_) {
+      RunRmspropWith<false, true>(params, grad, state, off, n);
+    } else {
+      RunRmspropWith<false, false>(params, grad, state, off, n);
+    }
+  }
+
   Kind kind_;
   bool weight_decay_ = false;
-  bool momentum_ = false;
+  bool momentum_ = false;  // SGD: momentum != 0; RMSprop: momentum > 0
   bool nesterov_ = false;
   bool first_ = false;
+  bool centered_ = false;
   SgdScalars sgd_{};
   AdamScalars adam_{};
+  RmspropScalars rmsprop_{};
+  AdagradScalars adagrad_{};
 };
 
 absl::Status Invalid(const OptimizerParams& p, const char* field, double value,
@@ -267,6 +434,114 @@ absl::Status Invalid(const OptimizerParams& p, const char* field, double value,
   return absl::InvalidArgumentError(absl::StrFormat("invalid %s optimizer parameter %s = %g: %s",
                                                     OptimizerKindName(p.kind), field, value,
                                                     requirement));
+}
+
+bool KnownKind(Kind kind) {
+  return kind == Kind::kSgd || kind == Kind::kAdam || kind == Kind::kAdamW ||
+         kind == Kind::kRmsprop || kind == Kind::kAdagrad;
+}
+
+// `!(x >= 0)` also rejects NaN, as torch's `not 0.0 <= x` does.
+bool FiniteNonNegative(float x) { return std::isfinite(x) && x >= 0; }
+
+// Rejects fields `p.kind` does not read that differ from their defaults.
+// beta1, beta2 and eps are not checked for SGD: SGD configurations have always
+// been accepted with any values there.
+absl::Status CheckUnusedFields(const OptimizerParams& p) {
+  const OptimizerParams d;
+  const Kind k = p.kind;
+  const bool sgd = k == Kind::kSgd;
+  const bool adam = k == Kind::kAdam || k == Kind::kAdamW;
+  const bool rmsprop = k == Kind::kRmsprop;
+  const bool adagrad = k == Kind::kAdagrad;
+  std::vector<std::string> set, defaults;
+  auto check = [&](bool used, const char* name, float value, float def) {
+    if (used || value == def) return;  // NaN differs from every default
+    set.push_back(absl::StrFormat("%s = %g", name, value));
+    defaults.push_back(absl::StrFormat("%s = %g", name, def));
+  };
+  auto check_bool = [&](bool used, const char* name, bool value, bool def) {
+    if (used || value == def) return;
+    set.push_back(absl::StrFormat("%s = %s", name, value ? "true" : "false"));
+    defaults.push_back(absl::StrFormat("%s = %s", name, def ? "true" : "false"));
+  };
+  check(sgd || rmsprop, "momentum", p.momentum, d.momentum);
+  check(sgd, "dampening", p.dampening, d.dampening);
+  check_bool(sgd, "nesterov", p.nesterov, d.nesterov);
+  check(sgd || adam, "beta1", p.beta1, d.beta1);
+  check(sgd || adam, "beta2", p.beta2, d.beta2);
+  check(rmsprop, "alpha", p.alpha, d.alpha);
+  check_bool(rmsprop, "centered", p.centered, d.centered);
+  check(adagrad, "lr_decay", p.lr_decay, d.lr_decay);
+  check(adagrad, "initial_accumulator_value", p.initial_accumulator_value,
+        d.initial_accumulator_value);
+  if (set.empty()) return absl::OkStatus();
+  const char* name = OptimizerKindName(k);
+  std::string hint;
+  if (adam && p.momentum != d.momentum) {
+    hint = absl::StrFormat("; %s's momentum is beta1", name);
+  } else if (rmsprop && (p.beta1 != d.beta1 || p.beta2 != d.beta2)) {
+    hint = "; RMSprop's smoothing constant is alpha";
+  }
+  const bool one = set.size() == 1;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "invalid %s optimizer parameters: %s %s not apply to %s; leave %s at %s default%s (%s)%s",
+      name, absl::StrJoin(set, ", "), one ? "does" : "do", name, one ? "it" : "them",
+      one ? "its" : "their", one ? "" : "s", absl::StrJoin(defaults, ", "), hint));
+}
+
+absl::Status ValidateSgd(const OptimizerParams& p) {
+  if (!FiniteNonNegative(p.momentum)) {
+    return Invalid(p, "momentum", p.momentum, "must be finite and >= 0");
+  }
+  if (!std::isfinite(p.dampening)) {
+    return Invalid(p, "dampening", p.dampening, "must be finite");
+  }
+  if (p.nesterov && (p.momentum <= 0 || p.dampening != 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "invalid SGD optimizer parameters: nesterov momentum requires momentum > 0 and "
+        "dampening == 0, got momentum = %g, dampening = %g",
+        p.momentum, p.dampening));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAdam(const OptimizerParams& p) {
+  if (!FiniteNonNegative(p.eps)) return Invalid(p, "eps", p.eps, "must be finite and >= 0");
+  if (!(p.beta1 >= 0 && p.beta1 < 1)) return Invalid(p, "beta1", p.beta1, "must be in [0, 1)");
+  if (!(p.beta2 >= 0 && p.beta2 < 1)) return Invalid(p, "beta2", p.beta2, "must be in [0, 1)");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRmsprop(const OptimizerParams& p) {
+  if (!FiniteNonNegative(p.eps)) return Invalid(p, "eps", p.eps, "must be finite and >= 0");
+  if (!(p.alpha >= 0 && p.alpha <= 1)) {
+    return Invalid(p, "alpha", p.alpha,
+                   "must be in [0, 1] (torch accepts alpha > 1, but then square_avg turns "
+                   "negative and the updates NaN)");
+  }
+  if (!FiniteNonNegative(p.momentum)) {
+    return Invalid(p, "momentum", p.momentum, "must be finite and >= 0");
+  }
+  if (p.centered && p.alpha == 0) {
+    return Invalid(p, "alpha", p.alpha,
+                   "centered RMSprop needs alpha > 0: with alpha = 0 its variance estimate "
+                   "g^2 - g^2 is 0 up to rounding (torch yields NaN for about half the "
+                   "parameters)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAdagrad(const OptimizerParams& p) {
+  if (!FiniteNonNegative(p.eps)) return Invalid(p, "eps", p.eps, "must be finite and >= 0");
+  if (!FiniteNonNegative(p.lr_decay)) {
+    return Invalid(p, "lr_decay", p.lr_decay, "must be finite and >= 0");
+  }
+  if (!FiniteNonNegative(p.initial_accumulator_value)) {
+    return Invalid(p, "initial_accumulator_value", p.initial_accumulator_value,
+                   "must be finite and >= 0");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -279,54 +554,44 @@ const char* OptimizerKindName(OptimizerParams::Kind kind) {
       return "Adam";
     case Kind::kAdamW:
       return "AdamW";
+    case Kind::kRmsprop:
+      return "RMSprop";
+    case Kind::kAdagrad:
+      return "Adagrad";
   }
   return "unknown";
 }
 
 absl::Status ValidateOptimizerParams(const OptimizerParams& p) {
-  if (p.kind != Kind::kSgd && p.kind != Kind::kAdam && p.kind != Kind::kAdamW) {
+  if (!KnownKind(p.kind)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "invalid optimizer kind %d: expected kSgd, kAdam or kAdamW", static_cast<int>(p.kind)));
+        "invalid optimizer kind %d: expected kSgd, kAdam, kAdamW, kRmsprop or kAdagrad",
+        static_cast<int>(p.kind)));
   }
-  // `!(x >= 0)` also rejects NaN, as torch's `not 0.0 <= x` does.
-  if (!std::isfinite(p.lr) || !(p.lr >= 0)) {
+  if (!FiniteNonNegative(p.lr)) {
     return Invalid(p, "lr", p.lr, "the learning rate must be finite and >= 0");
   }
-  if (!std::isfinite(p.weight_decay) || !(p.weight_decay >= 0)) {
+  if (!FiniteNonNegative(p.weight_decay)) {
     return Invalid(p, "weight_decay", p.weight_decay, "must be finite and >= 0");
   }
-  if (p.kind == Kind::kSgd) {
-    if (!std::isfinite(p.momentum) || !(p.momentum >= 0)) {
-      return Invalid(p, "momentum", p.momentum, "must be finite and >= 0");
-    }
-    if (!std::isfinite(p.dampening)) {
-      return Invalid(p, "dampening", p.dampening, "must be finite");
-    }
-    if (p.nesterov && (p.momentum <= 0 || p.dampening != 0)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "invalid SGD optimizer parameters: nesterov momentum requires momentum > 0 and "
-          "dampening == 0, got momentum = %g, dampening = %g",
-          p.momentum, p.dampening));
-    }
-    return absl::OkStatus();
+  absl::Status s;
+  switch (p.kind) {
+    case Kind::kSgd:
+      s = ValidateSgd(p);
+      break;
+    case Kind::kAdam:
+    case Kind::kAdamW:
+      s = ValidateAdam(p);
+      break;
+    case Kind::kRmsprop:
+      s = ValidateRmsprop(p);
+      break;
+    case Kind::kAdagrad:
+      s = ValidateAdagrad(p);
+      break;
   }
-  if (!std::isfinite(p.eps) || !(p.eps >= 0)) {
-    return Invalid(p, "eps", p.eps, "must be finite and >= 0");
-  }
-  if (!(p.beta1 >= 0 && p.beta1 < 1)) {
-    return Invalid(p, "beta1", p.beta1, "must be in [0, 1)");
-  }
-  if (!(p.beta2 >= 0 && p.beta2 < 1)) {
-    return Invalid(p, "beta2", p.beta2, "must be in [0, 1)");
-  }
-  if (p.momentum != 0 || p.dampening != 0 || p.nesterov) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "invalid %s optimizer parameters: momentum = %g, dampening = %g, nesterov = %s are "
-        "SGD-only and must be left at 0/false; %s's momentum is beta1",
-        OptimizerKindName(p.kind), p.momentum, p.dampening, p.nesterov ? "true" : "false",
-        OptimizerKindName(p.kind)));
-  }
-  return absl::OkStatus();
+  if (!s.ok()) return s;
+  return CheckUnusedFields(p);
 }
 
 int StateSlots(const OptimizerParams& p) {
@@ -336,8 +601,21 @@ int StateSlots(const OptimizerParams& p) {
     case Kind::kAdam:
     case Kind::kAdamW:
       return 2;
+    case Kind::kRmsprop:
+      return 1 + (p.momentum > 0 ? 1 : 0) + (p.centered ? 1 : 0);
+    case Kind::kAdagrad:
+      return 1;
   }
   return 0;
+}
+
+void InitState(const OptimizerParams& p, float* const* state, size_t n) {
+  if (n == 0) return;
+  const int slots = StateSlots(p);
+  for (int k = 0; k < slots; ++k) {
+    const float value = p.kind == Kind::kAdagrad ? p.initial_accumulator_value : 0.0f;
+    std::fill_n(state[k], n, value);
+  }
 }
 
 void ApplyUpdate(const OptimizerParams& p, int64_t step, float* params, const float* grad,

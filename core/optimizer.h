@@ -1,31 +1,45 @@
-// Optimizer kernels: SGD, Adam and AdamW update rules over flat float arrays,
-// numerically following PyTorch 1.13 `torch.optim` (single-tensor path,
-// foreach=False, maximize=False, amsgrad=False, fp32 parameters).
+// Optimizer kernels: SGD, Adam, AdamW, RMSprop and Adagrad update rules over
+// flat float arrays, numerically following PyTorch 1.13 `torch.optim`
+// (single-tensor path, foreach=False, maximize=False, amsgrad=False,
+// differentiable=False, dense fp32 parameters and gradients).
 //
 // Contract:
 //   - One call updates n contiguous parameters in place. The caller owns all
 //     buffers; nothing is allocated on the heap, no threads, no I/O.
-//   - Per-parameter optimizer state lives in StateSlots(p) caller-owned arrays
-//     of n floats each, zero-initialised before the first update:
+//   - Per-parameter optimizer state lives in StateSlots(p) <= kMaxStateSlots
+//     caller-owned arrays of n floats each, in this slot order:
 //       SGD with momentum != 0: state[0] = momentum_buffer.
 //       Adam / AdamW:           state[0] = exp_avg, state[1] = exp_avg_sq.
-//     Other kinds ignore `state` (it may be nullptr).
+//       RMSprop:                state[0] = square_avg, then momentum_buffer
+//                               if momentum > 0, then grad_avg if centered
+//                               (1 to 3 slots).
+//       Adagrad:                state[0] = sum.
+//     Kinds with no slots ignore `state` (it may be nullptr).
+//   - Call InitState once on the state of fresh parameters, before their first
+//     update. It writes torch's initial values: Adagrad's sum starts at
+//     initial_accumulator_value, everything else at 0 (so zero-filling is
+//     equivalent for every kind except Adagrad).
 //   - `step` is torch's state['step'] after its increment, i.e. 1 for the first
 //     update. SGD uses it only to know that the momentum buffer is "None" yet
-//     (step == 1: the buffer becomes a copy of the gradient).
+//     (step == 1: the buffer becomes a copy of the gradient); RMSprop does not
+//     use it; Adam/AdamW (bias corrections) and Adagrad (lr_decay) do.
 //   - Scalar hyperparameters are widened to double and combined exactly as
-//     torch's Python code does (1 - beta1, lr / (1 - beta1**step), ...), then
-//     cast to float once per call; the per-element arithmetic is float, in
-//     torch's operation order, never contracted into FMAs. Results are
-//     therefore bitwise reproducible on every x86-64 CPU and independent of n,
-//     alignment and which vector width the kernel picked at run time. They can
-//     differ from torch's own CPU kernels by an ulp or so: torch's AVX2 build
-//     contracts `self + alpha * other` (add_ with alpha, addcmul_) into fused
-//     multiply-adds.
+//     torch's Python code does (1 - beta1, lr / (1 - beta1**step), 1 - alpha,
+//     lr / (1 + (step - 1) * lr_decay), ...), then cast to float once per call;
+//     the per-element arithmetic is float, in torch's operation order, never
+//     contracted into FMAs. Results are therefore bitwise reproducible on every
+//     x86-64 CPU and independent of n, alignment and which vector width the
+//     kernel picked at run time. They can differ from torch's own CPU kernels
+//     by an ulp or so: torch's AVX2 build computes `self.add(other, alpha=a)`
+//     as fma(other, a, self) and `self.addcmul(t1, t2, value=v)` as
+//     fma(v * t1, t2, self). tools/gen_optim_golden.py checks, bit for bit,
+//     that this order with those FMAs is exactly what torch computes.
 //   - torch 1.13 keeps state['step'] as a float32 tensor, which stops counting
-//     at 2^24; `step` here is an int64. For betas <= 0.999997 this changes
-//     nothing: beta**(2^24) < 2^-53, so both bias corrections are already
-//     exactly 1.0 in double when torch's counter stalls.
+//     at 2^24; `step` here is an int64. Adagrad reproduces the stall (its
+//     learning-rate decay uses min(step, 2^24)). For Adam/AdamW with
+//     betas <= 0.999997 it changes nothing: beta**(2^24) < 2^-53, so both bias
+//     corrections are already exactly 1.0 in double when torch's counter
+//     stalls.
 //   - params, grad and each state array must not overlap one another.
 //   - Call ValidateOptimizerParams once when the configuration arrives; the
 //     kernels assume valid parameters and abort on a step < 1 or w < 1.
@@ -36,8 +50,10 @@
 //   p.lr = 1e-3f;
 //   p.weight_decay = 0.01f;
 //   if (absl::Status s = ValidateOptimizerParams(p); !s.ok()) return s;
-//   std::vector<float> m(n), v(n);  // zero before the first step
-//   float* state[] = {m.data(), v.data()};
+//   std::vector<std::vector<float>> slots(StateSlots(p), std::vector<float>(n));
+//   float* state[kMaxStateSlots] = {};
+//   for (int k = 0; k < StateSlots(p); ++k) state[k] = slots[k].data();
+//   InitState(p, state, n);
 //   for (int64_t step = 1; step <= num_steps; ++step) {
 //     ApplyUpdate(p, step, weights.data(), grad.data(), state, n);
 //   }
@@ -51,39 +67,73 @@
 
 namespace tessel {
 
+// Largest StateSlots() of any configuration (centered RMSprop with momentum).
+inline constexpr int kMaxStateSlots = 3;
+
+// Hyperparameters, with torch's names. Fields a kind does not use must be left
+// at their defaults (ValidateOptimizerParams rejects anything else).
 struct OptimizerParams {
-  enum class Kind { kSgd, kAdam, kAdamW };
+  enum class Kind { kSgd, kAdam, kAdamW, kRmsprop, kAdagrad };
   Kind kind = Kind::kSgd;
   float lr = 1e-3f;
-  // SGD only.
+  // SGD and RMSprop (RMSprop: momentum buffer used when momentum > 0).
   float momentum = 0;
+  // SGD only.
   float dampening = 0;
   bool nesterov = false;
-  // SGD and Adam: L2 penalty added to the gradient. AdamW: decoupled decay,
-  // params are multiplied by (1 - lr * weight_decay) before the Adam step.
+  // SGD, Adam, RMSprop and Adagrad: L2 penalty added to the gradient. AdamW:
+  // decoupled decay, params are multiplied by (1 - lr * weight_decay) before
+  // the Adam step.
   float weight_decay = 0;
   // Adam and AdamW only.
   float beta1 = 0.9f;
   float beta2 = 0.999f;
+  // Adam, AdamW, RMSprop and Adagrad. The default is torch's for Adam, AdamW
+  // and RMSprop; torch's Adagrad default is 1e-10, so Adagrad callers should
+  // set eps explicitly.
   float eps = 1e-8f;
+  // RMSprop only: smoothing constant of square_avg (and grad_avg), and whether
+  // to divide by the centered (variance) estimate sqrt(E[g^2] - E[g]^2).
+  float alpha = 0.99f;
+  bool centered = false;
+  // Adagrad only: the learning rate at step t is lr / (1 + (t - 1) * lr_decay),
+  // and state `sum` starts at initial_accumulator_value (see InitState).
+  float lr_decay = 0;
+  float initial_accumulator_value = 0;
 };
 
-// Returns "SGD", "Adam" or "AdamW".
+// Returns "SGD", "Adam", "AdamW", "RMSprop" or "Adagrad".
 const char* OptimizerKindName(OptimizerParams::Kind kind);
 
 // torch's constructor checks, with torch's conditions: lr >= 0,
-// weight_decay >= 0, for SGD momentum >= 0 and nesterov only with
-// momentum > 0 and dampening == 0, for Adam/AdamW eps >= 0 and
-// 0 <= beta1, beta2 < 1. In addition (where torch would silently accept
-// them): every value must be finite, and the SGD-only fields (momentum,
-// dampening, nesterov) must be left at 0/false for Adam and AdamW, since
-// setting them there is almost certainly a configuration mistake.
+// weight_decay >= 0; SGD: momentum >= 0, nesterov only with momentum > 0 and
+// dampening == 0; Adam/AdamW: eps >= 0, 0 <= beta1, beta2 < 1; RMSprop:
+// eps >= 0, alpha >= 0, momentum >= 0; Adagrad: eps >= 0, lr_decay >= 0,
+// initial_accumulator_value >= 0. In addition, rejecting what torch would
+// silently accept but is almost certainly a configuration mistake:
+//   - every value must be finite;
+//   - RMSprop's alpha must be <= 1 (above 1, square_avg turns negative and
+//     every update NaN), and centered RMSprop needs alpha > 0 (with alpha == 0
+//     its variance estimate g^2 - g^2 is 0 up to rounding: torch's FMA yields
+//     NaN for about half the parameters, this library g / eps);
+//   - fields the kind does not use (see OptimizerParams) must keep their
+//     defaults, e.g. momentum for Adam (whose momentum is beta1), beta1 for
+//     RMSprop, alpha for SGD. Only values differing from the default are
+//     rejected, so callers that never touch a field are unaffected.
 // Returns InvalidArgument naming the field, its value and what is allowed.
 absl::Status ValidateOptimizerParams(const OptimizerParams& p);
 
-// Number of per-parameter state arrays ApplyUpdate reads and writes:
-// SGD 1 if momentum != 0 else 0; Adam/AdamW 2 (exp_avg, exp_avg_sq).
+// Number of per-parameter state arrays ApplyUpdate reads and writes, at most
+// kMaxStateSlots: SGD 1 if momentum != 0 else 0; Adam/AdamW 2 (exp_avg,
+// exp_avg_sq); RMSprop 1 + (momentum > 0) + centered (square_avg,
+// momentum_buffer, grad_avg); Adagrad 1 (sum).
 int StateSlots(const OptimizerParams& p);
+
+// Writes torch's initial optimizer state into state[k][0, n) for every slot
+// k < StateSlots(p): Adagrad's sum = initial_accumulator_value, every other
+// slot of every kind 0. Call it once for fresh parameters, before the first
+// ApplyUpdate/ReduceAndApply (not when resuming from saved state).
+void InitState(const OptimizerParams& p, float* const* state, size_t n);
 
 // One optimizer update of n contiguous parameters, in place.
 // `step` >= 1 is torch's state['step'] after its increment.

@@ -28,6 +28,11 @@ absl::Status ApplyUpdateOnDevice(const OptimizerParams& p, int64_t step, float* 
     return absl::FailedPreconditionError(
         absl::StrCat("CUDA path unavailable (", info.reason, "); use the CPU kernels"));
   }
+  if (p.kind != OptimizerParams::Kind::kSgd && p.kind != OptimizerParams::Kind::kAdam &&
+      p.kind != OptimizerParams::Kind::kAdamW) {
+    return absl::UnimplementedError(absl::StrCat("no CUDA kernel for ", OptimizerKindName(p.kind),
+                                                 " yet; use the CPU kernels"));
+  }
   const int kind = p.kind == OptimizerParams::Kind::kSgd    ? 0
                    : p.kind == OptimizerParams::Kind::kAdam ? 1
                                                             : 2;

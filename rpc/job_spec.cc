@@ -8,29 +8,43 @@
 
 namespace tessel {
 
+// Only the fields a kind uses travel and are read back: an unset proto field
+// is 0, which is not every field's default (e.g. RMSprop's alpha).
 absl::StatusOr<OptimizerParams> OptimizerFromProto(const v1::OptimizerConfig& c) {
   OptimizerParams p;
+  p.lr = static_cast<float>(c.lr());
+  p.weight_decay = static_cast<float>(c.weight_decay());
+  p.eps = static_cast<float>(c.eps());
   switch (c.kind()) {
     case v1::OptimizerConfig::SGD:
       p.kind = OptimizerParams::Kind::kSgd;
+      p.momentum = static_cast<float>(c.momentum());
+      p.dampening = static_cast<float>(c.dampening());
+      p.nesterov = c.nesterov();
+      p.eps = OptimizerParams().eps;
       break;
     case v1::OptimizerConfig::ADAM:
-      p.kind = OptimizerParams::Kind::kAdam;
-      break;
     case v1::OptimizerConfig::ADAMW:
-      p.kind = OptimizerParams::Kind::kAdamW;
+      p.kind = c.kind() == v1::OptimizerConfig::ADAM ? OptimizerParams::Kind::kAdam
+                                                     : OptimizerParams::Kind::kAdamW;
+      p.beta1 = static_cast<float>(c.beta1());
+      p.beta2 = static_cast<float>(c.beta2());
+      break;
+    case v1::OptimizerConfig::RMSPROP:
+      p.kind = OptimizerParams::Kind::kRmsprop;
+      p.momentum = static_cast<float>(c.momentum());
+      p.alpha = static_cast<float>(c.alpha());
+      p.centered = c.centered();
+      break;
+    case v1::OptimizerConfig::ADAGRAD:
+      p.kind = OptimizerParams::Kind::kAdagrad;
+      p.lr_decay = static_cast<float>(c.lr_decay());
+      p.initial_accumulator_value = static_cast<float>(c.initial_accumulator_value());
       break;
     default:
-      return absl::InvalidArgumentError("optimizer kind must be SGD, ADAM or ADAMW");
+      return absl::InvalidArgumentError(
+          "optimizer kind must be SGD, ADAM, ADAMW, RMSPROP or ADAGRAD");
   }
-  p.lr = static_cast<float>(c.lr());
-  p.momentum = static_cast<float>(c.momentum());
-  p.dampening = static_cast<float>(c.dampening());
-  p.nesterov = c.nesterov();
-  p.weight_decay = static_cast<float>(c.weight_decay());
-  p.beta1 = static_cast<float>(c.beta1());
-  p.beta2 = static_cast<float>(c.beta2());
-  p.eps = static_cast<float>(c.eps());
   absl::Status s = ValidateOptimizerParams(p);
   if (!s.ok()) return s;
   return p;
@@ -38,25 +52,37 @@ absl::StatusOr<OptimizerParams> OptimizerFromProto(const v1::OptimizerConfig& c)
 
 v1::OptimizerConfig OptimizerToProto(const OptimizerParams& p) {
   v1::OptimizerConfig c;
+  c.set_lr(p.lr);
+  c.set_weight_decay(p.weight_decay);
   switch (p.kind) {
     case OptimizerParams::Kind::kSgd:
       c.set_kind(v1::OptimizerConfig::SGD);
+      c.set_momentum(p.momentum);
+      c.set_dampening(p.dampening);
+      c.set_nesterov(p.nesterov);
       break;
     case OptimizerParams::Kind::kAdam:
-      c.set_kind(v1::OptimizerConfig::ADAM);
-      break;
     case OptimizerParams::Kind::kAdamW:
-      c.set_kind(v1::OptimizerConfig::ADAMW);
+      c.set_kind(p.kind == OptimizerParams::Kind::kAdam ? v1::OptimizerConfig::ADAM
+                                                        : v1::OptimizerConfig::ADAMW);
+      c.set_beta1(p.beta1);
+      c.set_beta2(p.beta2);
+      c.set_eps(p.eps);
+      break;
+    case OptimizerParams::Kind::kRmsprop:
+      c.set_kind(v1::OptimizerConfig::RMSPROP);
+      c.set_momentum(p.momentum);
+      c.set_alpha(p.alpha);
+      c.set_centered(p.centered);
+      c.set_eps(p.eps);
+      break;
+    case OptimizerParams::Kind::kAdagrad:
+      c.set_kind(v1::OptimizerConfig::ADAGRAD);
+      c.set_lr_decay(p.lr_decay);
+      c.set_initial_accumulator_value(p.initial_accumulator_value);
+      c.set_eps(p.eps);
       break;
   }
-  c.set_lr(p.lr);
-  c.set_momentum(p.momentum);
-  c.set_dampening(p.dampening);
-  c.set_nesterov(p.nesterov);
-  c.set_weight_decay(p.weight_decay);
-  c.set_beta1(p.beta1);
-  c.set_beta2(p.beta2);
-  c.set_eps(p.eps);
   return c;
 }
 

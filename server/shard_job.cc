@@ -90,7 +90,12 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
       epoch_(epoch) {
   const size_t n = static_cast<size_t>(range_.size());
   values_.assign(n, 0.f);
-  if (!is_ddp()) state_.assign(StateSlots(optimizer_), std::vector<float>(n, 0.f));
+  if (!is_ddp()) {
+    state_.assign(StateSlots(optimizer_), std::vector<float>(n, 0.f));
+    float* state[kMaxStateSlots] = {};
+    for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data();
+    InitState(optimizer_, state, n);  // a restore overwrites it
+  }
   rank_grads_.assign(world_, std::vector<float>(n, 0.f));
   init_seen_.assign(num_buckets_, 0);
   reserved_.assign(num_buckets_, std::vector<uint8_t>(world_, 0));
@@ -227,7 +232,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   if (is_ddp()) {
     ReduceMean(srcs.data(), world_, values_.data() + off, n);
   } else {
-    float* state[2] = {nullptr, nullptr};
+    float* state[kMaxStateSlots] = {};
     for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + off;
     ReduceAndApply(optimizer_, step, values_.data() + off, srcs.data(), world_, state, n);
   }

@@ -24,7 +24,7 @@ struct Measured {
   int64_t server_params = 0, server_optimizer = 0, server_grads = 0;
 };
 
-Measured Run(v1::Strategy strategy, const std::string& job) {
+Measured RunJob(v1::Strategy strategy, const std::string& job) {
   ClusterOptions copt;
   copt.servers = kServers;
   copt.run_dir = MakeRunDir("memory");
@@ -56,13 +56,17 @@ Measured Run(v1::Strategy strategy, const std::string& job) {
           ASSERT_TRUE((*w)->Prefetch(0).ok());
           for (int u = 0; u < 4; ++u) {  // forward: gather, prefetch the next, release
             ASSERT_TRUE((*w)->Gather(u).ok());
-            if (u < 3) ASSERT_TRUE((*w)->Prefetch(u + 1).ok());
+            if (u < 3) {
+              ASSERT_TRUE((*w)->Prefetch(u + 1).ok());
+            }
             (*w)->Release(u);
           }
           ASSERT_TRUE((*w)->Prefetch(3).ok());
           for (int u = 3; u >= 0; --u) {
             ASSERT_TRUE((*w)->Gather(u).ok());
-            if (u > 0) ASSERT_TRUE((*w)->Prefetch(u - 1).ok());
+            if (u > 0) {
+              ASSERT_TRUE((*w)->Prefetch(u - 1).ok());
+            }
             std::fill((*w)->UnitGrads(u).begin(), (*w)->UnitGrads(u).end(), 0.01f);
             (*w)->Release(u);
             ASSERT_TRUE((*w)->PushUnit(u).ok());
@@ -95,7 +99,7 @@ void ExpectNear(int64_t got, double want, const std::string& what) {
 }
 
 TEST(MemoryContractTest, DdpKeepsSixteenBytesPerParamOnTheWorker) {
-  Measured m = Run(v1::STRATEGY_DDP, "mem-ddp");
+  Measured m = RunJob(v1::STRATEGY_DDP, "mem-ddp");
   ExpectNear(m.worker.params_bytes + m.worker.grads_bytes + m.worker.optimizer_bytes,
              16.0 * kParams, "DDP worker bytes (4 params + 4 grads + 8 Adam)");
   // Servers: only reduction buffers, W receive buffers + the averaged gradient.
@@ -106,7 +110,7 @@ TEST(MemoryContractTest, DdpKeepsSixteenBytesPerParamOnTheWorker) {
 
 TEST(MemoryContractTest, ZeroKeepsParamsAndGradsOnTheWorkerAndStateOnServers) {
   for (auto strategy : {v1::STRATEGY_ZERO1, v1::STRATEGY_ZERO2}) {
-    Measured m = Run(strategy, absl::StrCat("mem-z", static_cast<int>(strategy)));
+    Measured m = RunJob(strategy, absl::StrCat("mem-z", static_cast<int>(strategy)));
     ExpectNear(m.worker.params_bytes + m.worker.grads_bytes, 8.0 * kParams, "ZeRO worker bytes");
     EXPECT_EQ(m.worker.optimizer_bytes, 0);
     ExpectNear(m.server_params, 4.0 * kParams, "fp32 masters, summed over shards");
@@ -116,7 +120,7 @@ TEST(MemoryContractTest, ZeroKeepsParamsAndGradsOnTheWorkerAndStateOnServers) {
 }
 
 TEST(MemoryContractTest, FsdpHoldsOnlyTheUnitsInUse) {
-  Measured m = Run(v1::STRATEGY_FSDP, "mem-fsdp");
+  Measured m = RunJob(v1::STRATEGY_FSDP, "mem-fsdp");
   // After the step nothing is held; at the peak, a gathered unit, the
   // prefetched next one and the unit's gradients (plus one still sending).
   EXPECT_EQ(m.worker.params_bytes, 0);

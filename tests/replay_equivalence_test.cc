@@ -68,8 +68,9 @@ class ReplayEquivalenceTest : public ::testing::Test {
   static std::vector<float> Reference(const OptimizerParams& opt) {
     std::vector<float> params = *init_, mean(kParams);
     std::vector<std::vector<float>> state(StateSlots(opt), std::vector<float>(kParams, 0.f));
-    float* s[2] = {nullptr, nullptr};
+    float* s[kMaxStateSlots] = {};
     for (size_t i = 0; i < state.size(); ++i) s[i] = state[i].data();
+    InitState(opt, s, kParams);
     for (int k = 0; k < kSteps; ++k) {
       std::vector<const float*> srcs;
       for (int r = 0; r < kWorkers; ++r) srcs.push_back((*grads_)[k][r].data());
@@ -148,6 +149,31 @@ TEST_F(ReplayEquivalenceTest, EveryAvailableStrategyMatchesWithAdamW) {
   }
 }
 
+TEST_F(ReplayEquivalenceTest, RmspropAndAdagradMatchSingleProcess) {
+  OptimizerParams rms;
+  rms.kind = OptimizerParams::Kind::kRmsprop;
+  rms.lr = 0.01f;
+  rms.momentum = 0.9f;
+  rms.centered = true;
+  rms.weight_decay = 0.01f;
+  std::vector<float> got = ReplayOk("rmsprop", {"--optimizer=rmsprop", "--lr=0.01",
+                                                "--momentum=0.9", "--centered=true",
+                                                "--weight_decay=0.01", "--strategy=zero1"});
+  EXPECT_LE(MaxRelativeDifference(got, Reference(rms)), 1e-6);
+  OptimizerParams ada;
+  ada.kind = OptimizerParams::Kind::kAdagrad;
+  ada.lr = 0.05f;
+  ada.lr_decay = 0.01f;
+  ada.initial_accumulator_value = 0.1f;
+  ada.eps = 1e-10f;
+  got = ReplayOk("adagrad", {"--optimizer=adagrad", "--lr=0.05", "--lr_decay=0.01",
+                             "--initial_accumulator_value=0.1", "--strategy=fsdp"});
+  EXPECT_LE(MaxRelativeDifference(got, Reference(ada)), 1e-6);
+  got = ReplayOk("adagrad_ddp", {"--optimizer=adagrad", "--lr=0.05", "--lr_decay=0.01",
+                                 "--initial_accumulator_value=0.1", "--strategy=ddp"});
+  EXPECT_LE(MaxRelativeDifference(got, Reference(ada)), 1e-6);
+}
+
 TEST_F(ReplayEquivalenceTest, ShuffledArrivalOrderIsBitwiseIdentical) {
   const std::vector<std::string> adam = {"--optimizer=adam", "--lr=0.01"};
   std::vector<float> base = ReplayOk("order0", adam);
@@ -187,7 +213,8 @@ TEST_F(ReplayEquivalenceTest, RejectsBadInputBeforeStartingAnything) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("rank3"), std::string::npos) << r.output;
   r = Replay(out, {"--optimizer=lion"});
-  EXPECT_NE(r.output.find("--optimizer must be sgd, adam or adamw"), std::string::npos);
+  EXPECT_NE(r.output.find("--optimizer must be sgd, adam, adamw, rmsprop or adagrad"),
+            std::string::npos);
   r = Replay(out, {"--strategy=zero9"});
   EXPECT_NE(r.output.find("unknown strategy"), std::string::npos);
   EXPECT_NE(access(out.c_str(), F_OK), 0) << "no output may be written on bad input";

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       "Tessel demo: a real local cluster trains an MLP classifier with the worker SDK\n"
       "and compares the result with single-process training.\n\n"
       "Usage: tessel-demo [--servers=2] [--workers=2] [--strategy=zero2|zero1|ddp]\n"
-      "                   [--optimizer=adam|adamw|sgd --lr=1e-3 ...] [--steps=1500]\n"
+      "                   [--optimizer=adam|adamw|sgd|rmsprop|adagrad --lr=1e-3 ...] [--steps=1500]\n"
       "                   [--layers=64,512,512,10 --batch=64] [--ucx_tls=...]\n\n"
       "Ctrl-C stops every process the demo started.");
   absl::ParseCommandLine(argc, argv);

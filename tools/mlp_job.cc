@@ -96,8 +96,9 @@ std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& opti
   job.Init(params.data());
   std::vector<std::vector<float>> grads(world, std::vector<float>(n));
   std::vector<std::vector<float>> state(StateSlots(optimizer), std::vector<float>(n, 0.f));
-  float* state_ptrs[2] = {nullptr, nullptr};
+  float* state_ptrs[kMaxStateSlots] = {};
   for (size_t k = 0; k < state.size(); ++k) state_ptrs[k] = state[k].data();
+  InitState(optimizer, state_ptrs, n);
   std::vector<const float*> srcs(world);
   for (int step = 0; step < steps; ++step) {
     for (int r = 0; r < world; ++r) {

@@ -8,15 +8,22 @@
 #include "rpc/job_spec.h"
 
 ABSL_FLAG(std::string, strategy, "zero2", "ddp, zero1, zero2 or fsdp (hybrid: not yet)");
-ABSL_FLAG(std::string, optimizer, "adam", "sgd, adam or adamw (torch.optim semantics)");
+ABSL_FLAG(std::string, optimizer, "adam",
+          "sgd, adam, adamw, rmsprop or adagrad (torch.optim semantics)");
 ABSL_FLAG(double, lr, 1e-3, "learning rate");
-ABSL_FLAG(double, momentum, 0.0, "SGD momentum");
+ABSL_FLAG(double, momentum, 0.0, "SGD and RMSprop momentum");
 ABSL_FLAG(double, dampening, 0.0, "SGD dampening");
 ABSL_FLAG(bool, nesterov, false, "SGD Nesterov momentum (needs momentum > 0, dampening 0)");
 ABSL_FLAG(double, weight_decay, 0.0, "weight decay (L2 for sgd/adam, decoupled for adamw)");
 ABSL_FLAG(double, beta1, 0.9, "Adam/AdamW beta1");
 ABSL_FLAG(double, beta2, 0.999, "Adam/AdamW beta2");
-ABSL_FLAG(double, eps, 1e-8, "Adam/AdamW epsilon");
+ABSL_FLAG(double, eps, -1,
+          "epsilon of Adam/AdamW/RMSprop/Adagrad; -1 = torch's default (1e-10 for adagrad, "
+          "else 1e-8)");
+ABSL_FLAG(double, alpha, 0.99, "RMSprop smoothing constant");
+ABSL_FLAG(bool, centered, false, "RMSprop: centered (normalise by the gradient's variance)");
+ABSL_FLAG(double, lr_decay, 0.0, "Adagrad learning-rate decay");
+ABSL_FLAG(double, initial_accumulator_value, 0.0, "Adagrad initial value of the square sums");
 ABSL_FLAG(int, steps, 1500, "training steps");
 ABSL_FLAG(int64_t, bucket_bytes, 4 << 20, "data-path bucket size in bytes");
 ABSL_FLAG(std::string, ucx_tls, "",
@@ -37,9 +44,13 @@ absl::StatusOr<OptimizerParams> OptimizerFromFlags() {
     p.kind = OptimizerParams::Kind::kAdam;
   } else if (kind == "adamw") {
     p.kind = OptimizerParams::Kind::kAdamW;
+  } else if (kind == "rmsprop") {
+    p.kind = OptimizerParams::Kind::kRmsprop;
+  } else if (kind == "adagrad") {
+    p.kind = OptimizerParams::Kind::kAdagrad;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer must be sgd, adam or adamw; got '", kind, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--optimizer must be sgd, adam, adamw, rmsprop or adagrad; got '", kind, "'"));
   }
   p.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   p.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
@@ -48,7 +59,13 @@ absl::StatusOr<OptimizerParams> OptimizerFromFlags() {
   p.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   p.beta1 = static_cast<float>(absl::GetFlag(FLAGS_beta1));
   p.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
-  p.eps = static_cast<float>(absl::GetFlag(FLAGS_eps));
+  const double eps = absl::GetFlag(FLAGS_eps);
+  p.eps = eps >= 0 ? static_cast<float>(eps)
+                   : (p.kind == OptimizerParams::Kind::kAdagrad ? 1e-10f : 1e-8f);
+  p.alpha = static_cast<float>(absl::GetFlag(FLAGS_alpha));
+  p.centered = absl::GetFlag(FLAGS_centered);
+  p.lr_decay = static_cast<float>(absl::GetFlag(FLAGS_lr_decay));
+  p.initial_accumulator_value = static_cast<float>(absl::GetFlag(FLAGS_initial_accumulator_value));
   absl::Status s = ValidateOptimizerParams(p);
   if (!s.ok()) return s;
   return p;
@@ -79,6 +96,11 @@ std::vector<std::string> ForwardedTrainFlags() {
       absl::StrCat("--beta1=", d(absl::GetFlag(FLAGS_beta1))),
       absl::StrCat("--beta2=", d(absl::GetFlag(FLAGS_beta2))),
       absl::StrCat("--eps=", d(absl::GetFlag(FLAGS_eps))),
+      absl::StrCat("--alpha=", d(absl::GetFlag(FLAGS_alpha))),
+      absl::StrCat("--centered=", absl::GetFlag(FLAGS_centered) ? "true" : "false"),
+      absl::StrCat("--lr_decay=", d(absl::GetFlag(FLAGS_lr_decay))),
+      absl::StrCat("--initial_accumulator_value=",
+                   d(absl::GetFlag(FLAGS_initial_accumulator_value))),
       absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
       absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
       absl::StrCat("--ucx_tls=", absl::GetFlag(FLAGS_ucx_tls)),

@@ -229,6 +229,9 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   if (ddp) {
     std::copy(init.begin(), init.end(), params_.begin());
     optimizer_state_.assign(StateSlots(options_.optimizer), std::vector<float>(n, 0.f));
+    float* state[kMaxStateSlots] = {};
+    for (size_t k = 0; k < optimizer_state_.size(); ++k) state[k] = optimizer_state_[k].data();
+    InitState(options_.optimizer, state, n);
   }
   ready_elems_.assign(servers_.size(), {});
   pushed_.assign(servers_.size(), {});
@@ -434,7 +437,7 @@ absl::Status Worker::Step() {
   for (auto& v : pushed_) std::fill(v.begin(), v.end(), 0);
   if (options_.strategy == v1::STRATEGY_DDP) {
     // grads_ now holds the average over ranks; every worker applies the same update.
-    float* state[2] = {nullptr, nullptr};
+    float* state[kMaxStateSlots] = {};
     for (size_t k = 0; k < optimizer_state_.size(); ++k) state[k] = optimizer_state_[k].data();
     ApplyUpdate(options_.optimizer, step_, params_.data(), grads_.data(), state, params_.size());
   }
