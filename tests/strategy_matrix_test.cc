@@ -1,0 +1,177 @@
+// The correctness contract as a matrix: every strategy x optimizer x workers
+// {1, 2, 4} x servers {1, 2, 3}, each a real tessel-replay cluster, must equal
+// single-process training within 1e-6 relative. CI runs a covering subset
+// (every value of every axis, and every strategy with every optimizer); set
+// TESSEL_FULL_MATRIX=1 for all 180 combinations:
+//   TESSEL_FULL_MATRIX=1 bazel test //tests:strategy_matrix_test --test_env=TESSEL_FULL_MATRIX
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/npy.h"
+#include "core/optimizer.h"
+#include "gtest/gtest.h"
+#include "tools/mlp_job.h"
+#include "tools/process.h"
+
+namespace tessel {
+namespace {
+
+constexpr int kMaxWorkers = 4;
+constexpr int kSteps = 3;
+constexpr size_t kParams = 5000;
+
+struct Opt {
+  std::string name;
+  OptimizerParams params;
+  std::vector<std::string> flags;
+};
+
+std::vector<Opt> Optimizers() {
+  std::vector<Opt> out;
+  OptimizerParams sgd;
+  sgd.kind = OptimizerParams::Kind::kSgd;
+  sgd.lr = 0.05f;
+  sgd.momentum = 0.9f;
+  sgd.nesterov = true;
+  sgd.weight_decay = 0.01f;
+  out.push_back({"sgd", sgd,
+                 {"--optimizer=sgd", "--lr=0.05", "--momentum=0.9", "--nesterov=true",
+                  "--weight_decay=0.01"}});
+  OptimizerParams adam;
+  adam.kind = OptimizerParams::Kind::kAdam;
+  adam.lr = 0.01f;
+  out.push_back({"adam", adam, {"--optimizer=adam", "--lr=0.01"}});
+  OptimizerParams adamw = adam;
+  adamw.kind = OptimizerParams::Kind::kAdamW;
+  adamw.weight_decay = 0.1f;
+  out.push_back({"adamw", adamw, {"--optimizer=adamw", "--lr=0.01", "--weight_decay=0.1"}});
+  OptimizerParams rms;
+  rms.kind = OptimizerParams::Kind::kRmsprop;
+  rms.lr = 0.01f;
+  rms.momentum = 0.5f;
+  rms.centered = true;
+  out.push_back({"rmsprop", rms,
+                 {"--optimizer=rmsprop", "--lr=0.01", "--momentum=0.5", "--centered=true"}});
+  OptimizerParams ada;
+  ada.kind = OptimizerParams::Kind::kAdagrad;
+  ada.lr = 0.05f;
+  ada.lr_decay = 0.01f;
+  ada.eps = 1e-10f;
+  out.push_back({"adagrad", ada, {"--optimizer=adagrad", "--lr=0.05", "--lr_decay=0.01"}});
+  return out;
+}
+
+const std::vector<std::string> kStrategies = {"ddp", "zero1", "zero2", "fsdp"};
+const std::vector<int> kWorkerCounts = {1, 2, 4};
+const std::vector<int> kServerCounts = {1, 2, 3};
+
+using Case = std::tuple<int, int, int, int>;  // strategy, optimizer, workers, servers
+
+std::vector<Case> Cases() {
+  std::vector<Case> all;
+  const bool full = std::getenv("TESSEL_FULL_MATRIX") != nullptr;
+  for (int s = 0; s < 4; ++s) {
+    for (int o = 0; o < 5; ++o) {
+      for (int w = 0; w < 3; ++w) {
+        for (int v = 0; v < 3; ++v) {
+          // Covering subset: each (strategy, optimizer) once, with worker and
+          // server counts rotating so every count meets every strategy.
+          if (full || (w == (s + o) % 3 && v == (2 * s + o) % 3)) all.push_back({s, o, w, v});
+        }
+      }
+    }
+  }
+  return all;
+}
+
+class StrategyMatrixTest : public ::testing::TestWithParam<Case> {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(MakeRunDir("matrix"));
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    init_ = new std::vector<float>(kParams);
+    for (float& v : *init_) v = normal(rng);
+    ASSERT_TRUE(WriteNpyF32(*dir_ + "/init.npy", *init_).ok());
+    grads_ = new std::vector<std::vector<std::vector<float>>>(
+        kSteps, std::vector<std::vector<float>>(kMaxWorkers, std::vector<float>(kParams)));
+    for (int k = 0; k < kSteps; ++k) {
+      for (int r = 0; r < kMaxWorkers; ++r) {
+        for (float& v : (*grads_)[k][r]) v = 0.1f * normal(rng);
+        ASSERT_TRUE(WriteNpyF32(absl::StrCat(*dir_, "/step", k, "_rank", r, ".npy"),
+                                (*grads_)[k][r])
+                        .ok());
+      }
+    }
+  }
+
+  static std::vector<float> Reference(const OptimizerParams& opt, int workers) {
+    std::vector<float> params = *init_, mean(kParams);
+    std::vector<std::vector<float>> state(StateSlots(opt), std::vector<float>(kParams, 0.f));
+    float* s[kMaxStateSlots] = {};
+    for (size_t i = 0; i < state.size(); ++i) s[i] = state[i].data();
+    InitState(opt, s, kParams);
+    for (int k = 0; k < kSteps; ++k) {
+      std::vector<const float*> srcs;
+      for (int r = 0; r < workers; ++r) srcs.push_back((*grads_)[k][r].data());
+      ReduceMean(srcs.data(), workers, mean.data(), kParams);
+      ApplyUpdate(opt, k + 1, params.data(), mean.data(), s, kParams);
+    }
+    return params;
+  }
+
+  static std::string* dir_;
+  static std::vector<float>* init_;
+  static std::vector<std::vector<std::vector<float>>>* grads_;
+};
+
+std::string* StrategyMatrixTest::dir_ = nullptr;
+std::vector<float>* StrategyMatrixTest::init_ = nullptr;
+std::vector<std::vector<std::vector<float>>>* StrategyMatrixTest::grads_ = nullptr;
+
+TEST_P(StrategyMatrixTest, EqualsSingleProcess) {
+  const auto [s, o, w, v] = GetParam();
+  const Opt opt = Optimizers()[o];
+  const int workers = kWorkerCounts[w], servers = kServerCounts[v];
+  const std::string out =
+      absl::StrCat(*dir_, "/", kStrategies[s], "_", opt.name, "_w", workers, "_s", servers, ".npy");
+  std::vector<std::string> cmd = {FindBinary("tools/tessel-replay"),
+                                  "--init=" + *dir_ + "/init.npy",
+                                  "--grads=" + *dir_,
+                                  absl::StrCat("--steps=", kSteps),
+                                  absl::StrCat("--workers=", workers),
+                                  absl::StrCat("--servers=", servers),
+                                  "--strategy=" + kStrategies[s],
+                                  "--bucket_bytes=4096",
+                                  "--timeout_s=120",
+                                  "--out=" + out,
+                                  "2>&1"};
+  cmd.insert(cmd.end() - 1, opt.flags.begin(), opt.flags.end());
+  FILE* p = popen(absl::StrJoin(cmd, " ").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string output;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << output;
+  auto got = ReadNpyF32(out);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_LE(MaxRelativeDifference(*got, Reference(opt.params, workers)), 1e-6);
+}
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return absl::StrCat(kStrategies[std::get<0>(info.param)], "_",
+                      Optimizers()[std::get<1>(info.param)].name, "_w",
+                      kWorkerCounts[std::get<2>(info.param)], "_s",
+                      kServerCounts[std::get<3>(info.param)]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, StrategyMatrixTest, ::testing::ValuesIn(Cases()), CaseName);
+
+}  // namespace
+}  // namespace tessel
