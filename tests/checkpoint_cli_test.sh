@@ -80,8 +80,8 @@ step "1b. timed checkpoints (rank 0 asks every second)"
 train timed a 2 2 60000 "$tmp/timed.npy" --checkpoint_every_s=1 --keep_checkpoints=10
 "$CTL" --pool a checkpoint list --job timed | tee "$tmp/list-timed.txt"
 [ "$(grep -c '^[0-9]' "$tmp/list-timed.txt")" -ge 1 ] || fail "no timed checkpoint"
-first="$(grep '^[0-9]' "$tmp/list-timed.txt" | head -1 | awk '{print $1}')"
-"$CTL" --pool a checkpoint verify --job timed --step "$first" || fail "timed checkpoint damaged"
+newest="$(grep '^[0-9]' "$tmp/list-timed.txt" | tail -1 | awk '{print $1}')"
+"$CTL" --pool a checkpoint verify --job timed --step "$newest" || fail "timed checkpoint damaged"
 
 step "2a. reshard restore 2 -> 3 servers (fresh servers, as after losing machines)"
 stop_pool a 0 1

@@ -7,7 +7,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "core/optimizer.h"
 #include "gtest/gtest.h"
 #include "tools/mlp_job.h"
+#include "tests/replay_fixture.h"
 #include "tools/process.h"
 
 namespace tessel {
@@ -27,60 +27,18 @@ constexpr int kServers = 2;
 constexpr int kSteps = 6;
 constexpr size_t kParams = 40000;  // with 16 KiB buckets: 3 buckets per shard
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-RunResult RunCommand(const std::string& cmd) {
-  RunResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
-}
-
 class ReplayEquivalenceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(MakeRunDir("replay-test"));
-    std::mt19937 rng(7);
-    std::normal_distribution<float> normal(0.f, 1.f);
-    init_ = new std::vector<float>(kParams);
-    for (float& v : *init_) v = normal(rng);
-    ASSERT_TRUE(WriteNpyF32(*dir_ + "/init.npy", *init_).ok());
-    grads_ = new std::vector<std::vector<std::vector<float>>>(
-        kSteps, std::vector<std::vector<float>>(kWorkers, std::vector<float>(kParams)));
-    for (int k = 0; k < kSteps; ++k) {
-      for (int r = 0; r < kWorkers; ++r) {
-        for (float& v : (*grads_)[k][r]) v = 0.1f * normal(rng);
-        ASSERT_TRUE(WriteNpyF32(absl::StrCat(*dir_, "/step", k, "_rank", r, ".npy"),
-                                (*grads_)[k][r])
-                        .ok());
-      }
-    }
+    in_ = new ReplayInputs(MakeReplayInputs("replay-test", kParams, kSteps, kWorkers, 7));
+    dir_ = &in_->dir;
   }
 
   static std::vector<float> Reference(const OptimizerParams& opt) {
-    std::vector<float> params = *init_, mean(kParams);
-    std::vector<std::vector<float>> state(StateSlots(opt), std::vector<float>(kParams, 0.f));
-    float* s[kMaxStateSlots] = {};
-    for (size_t i = 0; i < state.size(); ++i) s[i] = state[i].data();
-    InitState(opt, s, kParams);
-    for (int k = 0; k < kSteps; ++k) {
-      std::vector<const float*> srcs;
-      for (int r = 0; r < kWorkers; ++r) srcs.push_back((*grads_)[k][r].data());
-      ReduceMean(srcs.data(), kWorkers, mean.data(), kParams);
-      ApplyUpdate(opt, k + 1, params.data(), mean.data(), s, kParams);
-    }
-    return params;
+    return ReplayReference(*in_, opt, kWorkers);
   }
 
-  static RunResult Replay(const std::string& out, const std::vector<std::string>& flags) {
+  static CommandResult Replay(const std::string& out, const std::vector<std::string>& flags) {
     std::vector<std::string> cmd = {FindBinary("tools/tessel-replay"),
                                     "--init=" + *dir_ + "/init.npy",
                                     "--grads=" + *dir_,
@@ -97,21 +55,19 @@ class ReplayEquivalenceTest : public ::testing::Test {
   static std::vector<float> ReplayOk(const std::string& name,
                                      const std::vector<std::string>& flags) {
     const std::string out = *dir_ + "/" + name + ".npy";
-    RunResult r = Replay(out, flags);
+    CommandResult r = Replay(out, flags);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     auto params = ReadNpyF32(out);
     EXPECT_TRUE(params.ok()) << params.status() << "\n" << r.output;
     return params.ok() ? *params : std::vector<float>();
   }
 
+  static ReplayInputs* in_;
   static std::string* dir_;
-  static std::vector<float>* init_;
-  static std::vector<std::vector<std::vector<float>>>* grads_;
 };
 
+ReplayInputs* ReplayEquivalenceTest::in_ = nullptr;
 std::string* ReplayEquivalenceTest::dir_ = nullptr;
-std::vector<float>* ReplayEquivalenceTest::init_ = nullptr;
-std::vector<std::vector<std::vector<float>>>* ReplayEquivalenceTest::grads_ = nullptr;
 
 TEST_F(ReplayEquivalenceTest, SgdNesterovMomentumMatchesSingleProcess) {
   OptimizerParams opt;
@@ -201,7 +157,7 @@ TEST_F(ReplayEquivalenceTest, RejectsBadInputBeforeStartingAnything) {
   double d[4] = {1, 2, 3, 4};
   std::fwrite(d, sizeof(d), 1, f);
   std::fclose(f);
-  RunResult r = RunCommand(absl::StrJoin(
+  CommandResult r = RunCommand(absl::StrJoin(
       std::vector<std::string>{FindBinary("tools/tessel-replay"), "--init=" + *dir_ + "/init.npy", "--grads=" + bad_dir,
        absl::StrCat("--steps=", kSteps), "--workers=3", "--out=" + out},
       " "));

@@ -5,7 +5,6 @@
 // TESSEL_FULL_MATRIX=1 for all 180 combinations:
 //   TESSEL_FULL_MATRIX=1 bazel test //tests:strategy_matrix_test --test_env=TESSEL_FULL_MATRIX
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "core/optimizer.h"
 #include "gtest/gtest.h"
 #include "tools/mlp_job.h"
+#include "tests/replay_fixture.h"
 #include "tools/process.h"
 
 namespace tessel {
@@ -92,76 +92,35 @@ std::vector<Case> Cases() {
 class StrategyMatrixTest : public ::testing::TestWithParam<Case> {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(MakeRunDir("matrix"));
-    std::mt19937 rng(11);
-    std::normal_distribution<float> normal(0.f, 1.f);
-    init_ = new std::vector<float>(kParams);
-    for (float& v : *init_) v = normal(rng);
-    ASSERT_TRUE(WriteNpyF32(*dir_ + "/init.npy", *init_).ok());
-    grads_ = new std::vector<std::vector<std::vector<float>>>(
-        kSteps, std::vector<std::vector<float>>(kMaxWorkers, std::vector<float>(kParams)));
-    for (int k = 0; k < kSteps; ++k) {
-      for (int r = 0; r < kMaxWorkers; ++r) {
-        for (float& v : (*grads_)[k][r]) v = 0.1f * normal(rng);
-        ASSERT_TRUE(WriteNpyF32(absl::StrCat(*dir_, "/step", k, "_rank", r, ".npy"),
-                                (*grads_)[k][r])
-                        .ok());
-      }
-    }
+    in_ = new ReplayInputs(MakeReplayInputs("matrix", kParams, kSteps, kMaxWorkers, 11));
   }
-
-  static std::vector<float> Reference(const OptimizerParams& opt, int workers) {
-    std::vector<float> params = *init_, mean(kParams);
-    std::vector<std::vector<float>> state(StateSlots(opt), std::vector<float>(kParams, 0.f));
-    float* s[kMaxStateSlots] = {};
-    for (size_t i = 0; i < state.size(); ++i) s[i] = state[i].data();
-    InitState(opt, s, kParams);
-    for (int k = 0; k < kSteps; ++k) {
-      std::vector<const float*> srcs;
-      for (int r = 0; r < workers; ++r) srcs.push_back((*grads_)[k][r].data());
-      ReduceMean(srcs.data(), workers, mean.data(), kParams);
-      ApplyUpdate(opt, k + 1, params.data(), mean.data(), s, kParams);
-    }
-    return params;
-  }
-
-  static std::string* dir_;
-  static std::vector<float>* init_;
-  static std::vector<std::vector<std::vector<float>>>* grads_;
+  static ReplayInputs* in_;
 };
 
-std::string* StrategyMatrixTest::dir_ = nullptr;
-std::vector<float>* StrategyMatrixTest::init_ = nullptr;
-std::vector<std::vector<std::vector<float>>>* StrategyMatrixTest::grads_ = nullptr;
+ReplayInputs* StrategyMatrixTest::in_ = nullptr;
 
 TEST_P(StrategyMatrixTest, EqualsSingleProcess) {
   const auto [s, o, w, v] = GetParam();
   const Opt opt = Optimizers()[o];
   const int workers = kWorkerCounts[w], servers = kServerCounts[v];
   const std::string out =
-      absl::StrCat(*dir_, "/", kStrategies[s], "_", opt.name, "_w", workers, "_s", servers, ".npy");
+      absl::StrCat(in_->dir, "/", kStrategies[s], "_", opt.name, "_w", workers, "_s", servers, ".npy");
   std::vector<std::string> cmd = {FindBinary("tools/tessel-replay"),
-                                  "--init=" + *dir_ + "/init.npy",
-                                  "--grads=" + *dir_,
+                                  "--init=" + in_->dir + "/init.npy",
+                                  "--grads=" + in_->dir,
                                   absl::StrCat("--steps=", kSteps),
                                   absl::StrCat("--workers=", workers),
                                   absl::StrCat("--servers=", servers),
                                   "--strategy=" + kStrategies[s],
                                   "--bucket_bytes=4096",
                                   "--timeout_s=120",
-                                  "--out=" + out,
-                                  "2>&1"};
-  cmd.insert(cmd.end() - 1, opt.flags.begin(), opt.flags.end());
-  FILE* p = popen(absl::StrJoin(cmd, " ").c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string output;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << output;
+                                  "--out=" + out};
+  cmd.insert(cmd.end(), opt.flags.begin(), opt.flags.end());
+  CommandResult r = RunCommand(absl::StrJoin(cmd, " "));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   auto got = ReadNpyF32(out);
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_LE(MaxRelativeDifference(*got, Reference(opt.params, workers)), 1e-6);
+  EXPECT_LE(MaxRelativeDifference(*got, ReplayReference(*in_, opt.params, workers)), 1e-6);
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {

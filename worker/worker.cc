@@ -379,35 +379,21 @@ absl::Status Worker::SendPulls(int64_t version) {
 }
 
 absl::Status Worker::WaitForParams(int64_t version) {
-  absl::MutexLock lock(&mu_);
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return received_ == expected_ || !error_.ok() || !send_error_.ok();
-  };
-  struct Arg {
-    decltype(done)* f;
-  } arg{&done};
-  const bool finished = mu_.AwaitWithTimeout(
-      absl::Condition(+[](Arg* a) { return (*a->f)(); }, &arg), options_.step_timeout);
-  if (!error_.ok()) return error_;
-  if (!send_error_.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat(Where(), ": sending to a shard server failed: ", send_error_.message()));
-  }
-  if (!finished) {
-    std::vector<std::string> missing;
-    for (size_t s = 0; s < servers_.size(); ++s) {
-      const int want = layout_->num_buckets(static_cast<int>(s));
-      if (received_by_shard_[s] < want) {
-        missing.push_back(absl::StrCat("shard ", s, " (", servers_[s].grpc_address, "): ",
-                                       received_by_shard_[s], "/", want, " buckets"));
-      }
-    }
-    return absl::DeadlineExceededError(absl::StrCat(
-        Where(), ": parameters of step ", version, " did not arrive within ",
-        absl::FormatDuration(options_.step_timeout), "; missing ", absl::StrJoin(missing, ", "),
-        ". A worker or server may have died: check the registry (tesselctl members)"));
-  }
-  return absl::OkStatus();
+  return WaitFor([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return received_ == expected_; },
+                 [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                   std::vector<std::string> missing;
+                   for (size_t s = 0; s < servers_.size(); ++s) {
+                     const int want = layout_->num_buckets(static_cast<int>(s));
+                     if (received_by_shard_[s] < want) {
+                       missing.push_back(absl::StrCat("shard ", s, " (",
+                                                      servers_[s].grpc_address, "): ",
+                                                      received_by_shard_[s], "/", want,
+                                                      " buckets"));
+                     }
+                   }
+                   return absl::StrCat("parameters of step ", version, " (missing ",
+                                       absl::StrJoin(missing, ", "), ")");
+                 });
 }
 
 absl::Status Worker::Step() {
@@ -554,7 +540,8 @@ void Worker::AccountLocked() {
   peak_bytes_ = std::max(peak_bytes_, bytes);
 }
 
-absl::Status Worker::WaitFor(const std::function<bool()>& done, const std::string& what) {
+absl::Status Worker::WaitFor(const std::function<bool()>& done,
+                             const std::function<std::string()>& what) {
   absl::MutexLock lock(&mu_);
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return done() || !error_.ok() || !send_error_.ok();
@@ -571,7 +558,7 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done, const std::strin
   }
   if (!finished) {
     return absl::DeadlineExceededError(absl::StrCat(
-        Where(), ": ", what, " did not complete within ",
+        Where(), ": ", what(), " did not complete within ",
         absl::FormatDuration(options_.step_timeout),
         ". A worker or server may have died: check the registry (tesselctl members)"));
   }
@@ -608,7 +595,7 @@ absl::StatusOr<absl::Span<const float>> Worker::Gather(int unit) {
   if (!s.ok()) return s;
   Unit& u = units_[unit];
   s = WaitFor([&]() { return u.received == u.expected; },
-              absl::StrCat("gathering unit ", unit, " at step ", step_));
+              [&]() { return absl::StrCat("gathering unit ", unit, " at step ", step_); });
   if (!s.ok()) return s;
   return absl::MakeConstSpan(u.params);
 }
@@ -616,7 +603,8 @@ absl::StatusOr<absl::Span<const float>> Worker::Gather(int unit) {
 void Worker::Release(int unit) {
   if (unit < 0 || unit >= num_units()) return;
   Unit& u = units_[unit];
-  absl::Status s = WaitFor([&]() { return u.received == u.expected; }, "releasing a unit");
+  absl::Status s =
+      WaitFor([&]() { return u.received == u.expected; }, [] { return "releasing a unit"; });
   (void)s;
   absl::MutexLock lock(&mu_);
   std::vector<float>().swap(u.params);
@@ -687,7 +675,7 @@ absl::Status Worker::Barrier(int64_t version) {
     SendData(Header(FrameType::kPull, version, srv.shard, 0), nullptr);  // notify only
   }
   return WaitFor([&]() { return sync_received_ == sync_expected_; },
-                 absl::StrCat("step ", version, " on every shard"));
+                 [&]() { return absl::StrCat("step ", version, " on every shard"); });
 }
 
 absl::Status Worker::FinishStep() {

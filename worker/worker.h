@@ -195,7 +195,10 @@ class Worker {
   bool fsdp() const { return options_.strategy == v1::STRATEGY_FSDP; }
   absl::Status InitUnits();
   Accept OnFsdpFrame(const FrameHeader& h, const Incoming& in);
-  absl::Status WaitFor(const std::function<bool()>& done, const std::string& what);
+  // Waits (up to step_timeout) until `done`, an ERROR frame or a failed send;
+  // on time-out the status says `what()` was waited for. Both run under mu_.
+  absl::Status WaitFor(const std::function<bool()>& done,
+                       const std::function<std::string()>& what);
   void AccountLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitForSends();
 

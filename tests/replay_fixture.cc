@@ -1,0 +1,64 @@
+#include "tests/replay_fixture.h"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "core/npy.h"
+#include "gtest/gtest.h"
+#include "tools/process.h"
+
+namespace tessel {
+
+ReplayInputs MakeReplayInputs(const std::string& prefix, size_t params, int steps, int ranks,
+                              uint32_t seed) {
+  ReplayInputs in;
+  in.dir = MakeRunDir(prefix);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  in.init.resize(params);
+  for (float& v : in.init) v = normal(rng);
+  EXPECT_TRUE(WriteNpyF32(in.dir + "/init.npy", in.init).ok());
+  in.grads.assign(steps, std::vector<std::vector<float>>(ranks, std::vector<float>(params)));
+  for (int k = 0; k < steps; ++k) {
+    for (int r = 0; r < ranks; ++r) {
+      for (float& v : in.grads[k][r]) v = 0.1f * normal(rng);
+      EXPECT_TRUE(
+          WriteNpyF32(absl::StrCat(in.dir, "/step", k, "_rank", r, ".npy"), in.grads[k][r]).ok());
+    }
+  }
+  return in;
+}
+
+std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt,
+                                   int workers) {
+  const size_t n = in.init.size();
+  std::vector<float> params = in.init, mean(n);
+  std::vector<std::vector<float>> state(StateSlots(opt), std::vector<float>(n, 0.f));
+  float* s[kMaxStateSlots] = {};
+  for (size_t i = 0; i < state.size(); ++i) s[i] = state[i].data();
+  InitState(opt, s, n);
+  for (size_t k = 0; k < in.grads.size(); ++k) {
+    std::vector<const float*> srcs;
+    for (int r = 0; r < workers; ++r) srcs.push_back(in.grads[k][r].data());
+    ReduceMean(srcs.data(), workers, mean.data(), n);
+    ApplyUpdate(opt, static_cast<int64_t>(k) + 1, params.data(), mean.data(), s, n);
+  }
+  return params;
+}
+
+CommandResult RunCommand(const std::string& command) {
+  CommandResult r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+}  // namespace tessel

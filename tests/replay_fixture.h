@@ -1,0 +1,38 @@
+// Shared by the tests that drive tessel-replay: generated inputs on disk, the
+// single-process reference they must equal, and a command runner.
+#ifndef TESSEL_TESTS_REPLAY_FIXTURE_H_
+#define TESSEL_TESTS_REPLAY_FIXTURE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/optimizer.h"
+
+namespace tessel {
+
+struct ReplayInputs {
+  std::string dir;  // holds init.npy and step{k}_rank{r}.npy
+  std::vector<float> init;
+  std::vector<std::vector<std::vector<float>>> grads;  // [step][rank][param]
+};
+
+// Normal(0, 1) initial parameters and Normal(0, 0.1) gradients, written as
+// .npy files the way tessel-replay reads them.
+ReplayInputs MakeReplayInputs(const std::string& prefix, size_t params, int steps, int ranks,
+                              uint32_t seed);
+
+// Single-process training: each step the mean of ranks [0, workers) in rank
+// order, then the optimizer, exactly as the shard servers do.
+std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt,
+                                   int workers);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+CommandResult RunCommand(const std::string& command);
+
+}  // namespace tessel
+
+#endif  // TESSEL_TESTS_REPLAY_FIXTURE_H_
