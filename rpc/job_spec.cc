@@ -109,12 +109,20 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
   }
   std::vector<TensorDesc> tensors;
   for (const v1::TensorSpec& t : spec.tensors()) {
-    if (t.dtype() != v1::DTYPE_F32) {
+    if (t.dtype() != spec.tensors(0).dtype() ||
+        (t.dtype() != v1::DTYPE_F32 && t.dtype() != v1::DTYPE_F16 &&
+         t.dtype() != v1::DTYPE_BF16)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "job '", spec.job(), "': tensor '", t.name(), "' has dtype ", v1::DType_Name(t.dtype()),
-          "; this build moves float32 (DTYPE_F32) only"));
+          "; every tensor of a job must be DTYPE_F32, or all DTYPE_F16, or all DTYPE_BF16"));
     }
     tensors.push_back({t.name(), {t.shape().begin(), t.shape().end()}});
+  }
+  if (!spec.tensors().empty() && spec.tensors(0).dtype() != v1::DTYPE_F32 &&
+      spec.strategy() != v1::STRATEGY_ZERO1 && spec.strategy() != v1::STRATEGY_ZERO2) {
+    return absl::UnimplementedError(absl::StrCat(
+        "job '", spec.job(), "': mixed precision (", v1::DType_Name(spec.tensors(0).dtype()),
+        ") is available with zero1 and zero2; use float32 for ", StrategyName(spec.strategy())));
   }
   if (spec.bucket_bytes() < 4 || spec.bucket_bytes() % 4 != 0 ||
       spec.bucket_bytes() > (int64_t{1} << 30)) {
@@ -180,6 +188,18 @@ absl::StatusOr<v1::Strategy> ParseStrategy(const std::string& name) {
   if (n == "hybrid") return v1::STRATEGY_HYBRID;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown strategy '", name, "'; expected ddp, zero1, zero2, fsdp or hybrid"));
+}
+
+std::optional<HalfType> JobHalfType(const v1::JobSpec& spec) {
+  if (spec.tensors().empty()) return std::nullopt;
+  switch (spec.tensors(0).dtype()) {
+    case v1::DTYPE_F16:
+      return HalfType::kF16;
+    case v1::DTYPE_BF16:
+      return HalfType::kBF16;
+    default:
+      return std::nullopt;
+  }
 }
 
 std::string StrategyName(v1::Strategy s) {

@@ -5,11 +5,13 @@
 #ifndef TESSEL_RPC_JOB_SPEC_H_
 #define TESSEL_RPC_JOB_SPEC_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "core/layout.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "proto/shard.pb.h"
 
 namespace tessel {
@@ -28,6 +30,10 @@ std::string DiffJobSpecs(const v1::JobSpec& a, const v1::JobSpec& b);
 
 absl::StatusOr<v1::Strategy> ParseStrategy(const std::string& name);
 std::string StrategyName(v1::Strategy s);
+
+// The half type a job moves on the wire and keeps on workers, or nullopt for
+// float32 (a validated spec's tensors all share one dtype).
+std::optional<HalfType> JobHalfType(const v1::JobSpec& spec);
 
 }  // namespace tessel
 

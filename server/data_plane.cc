@@ -263,7 +263,6 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       continue;
     }
     for (int b = p.first_bucket; b < p.first_bucket + p.bucket_count; ++b) {
-      const Range br = job->layout().bucket_range(job->shard(), b);
       FrameHeader h;
       h.type = FrameType::kParams;
       h.job_id = job->job_id();
@@ -273,7 +272,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       h.shard = job->shard();
       h.bucket = b;
       h.bucket_count = static_cast<uint32_t>(p.bucket_count);
-      h.payload_bytes = static_cast<uint64_t>(br.size()) * sizeof(float);
+      h.payload_bytes = job->served_bytes(b);
       HeaderBytes bytes = EncodeHeader(h);
       job->CountPulled(h.payload_bytes);
       transport_->Send(p.reply_to, absl::MakeConstSpan(bytes), job->served_bucket(b),

@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
   absl::MutexLock lock(&j.mu_);
   j.version_ = manifest.step;
   j.initialized_ = true;
+  j.RefreshHalf(0, j.values_.size());
   j.restored_from_ = manifest.step;
   return job;
 }
@@ -87,6 +88,7 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
       optimizer_(optimizer),
       world_(spec.world_size()),
       num_buckets_(layout_.num_buckets(shard)),
+      half_(JobHalfType(spec)),
       epoch_(epoch) {
   const size_t n = static_cast<size_t>(range_.size());
   values_.assign(n, 0.f);
@@ -96,7 +98,12 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
     for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data();
     InitState(optimizer_, state, n);  // a restore overwrites it
   }
-  rank_grads_.assign(world_, std::vector<float>(n, 0.f));
+  if (half_) {
+    rank_grads_half_.assign(world_, std::vector<uint16_t>(n, 0));
+    values_half_.assign(n, 0);
+  } else {
+    rank_grads_.assign(world_, std::vector<float>(n, 0.f));
+  }
   init_seen_.assign(num_buckets_, 0);
   reserved_.assign(num_buckets_, std::vector<uint8_t>(world_, 0));
   arrived_.assign(num_buckets_, 0);
@@ -135,11 +142,13 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h) {
   Range br;
   if (s.ok()) {
     br = layout_.bucket_range(shard_, h.bucket);
-    const uint64_t want = static_cast<uint64_t>(br.size()) * sizeof(float);
+    // INIT carries fp32 masters; PUSH carries gradients in the wire precision.
+    const bool fp32 = h.type == FrameType::kInit || !half_;
+    const uint64_t want = static_cast<uint64_t>(br.size()) * (fp32 ? 4 : 2);
     if (h.payload_bytes != want) {
-      s = absl::InvalidArgumentError(absl::StrCat(where, "bucket ", h.bucket, " carries ",
-                                                  h.payload_bytes, " bytes; expected ", want,
-                                                  " (", br.size(), " float32)"));
+      s = absl::InvalidArgumentError(absl::StrCat(
+          where, "bucket ", h.bucket, " carries ", h.payload_bytes, " bytes; expected ", want,
+          " (", br.size(), fp32 ? " float32)" : " half floats)"));
     }
   }
   if (s.ok() && h.type == FrameType::kInit) {
@@ -183,6 +192,7 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h) {
     return s;
   }
   reserved_[h.bucket][h.rank] = 1;
+  if (half_) return rank_grads_half_[h.rank].data() + (br.begin - range_.begin);
   return rank_grads_[h.rank].data() + (br.begin - range_.begin);
 }
 
@@ -196,6 +206,7 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
     }
     if (++init_buckets_ == num_buckets_) {
       initialized_ = true;
+      RefreshHalf(0, values_.size());
       c.serve.version = version_;
       for (auto it = deferred_.begin(); it != deferred_.end();) {
         if (it->version == version_) {
@@ -228,13 +239,23 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   const size_t off = static_cast<size_t>(br.begin - range_.begin);
   const size_t n = static_cast<size_t>(br.size());
   std::vector<const float*> srcs(world_);
-  for (int r = 0; r < world_; ++r) srcs[r] = rank_grads_[r].data() + off;
+  std::vector<std::vector<float>> widened;
+  if (half_) {  // exact widening, then the fp32 reduction in rank order
+    widened.assign(world_, std::vector<float>(n));
+    for (int r = 0; r < world_; ++r) {
+      HalfToFloat(*half_, rank_grads_half_[r].data() + off, widened[r].data(), n);
+      srcs[r] = widened[r].data();
+    }
+  } else {
+    for (int r = 0; r < world_; ++r) srcs[r] = rank_grads_[r].data() + off;
+  }
   if (is_ddp()) {
     ReduceMean(srcs.data(), world_, values_.data() + off, n);
   } else {
     float* state[kMaxStateSlots] = {};
     for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + off;
     ReduceAndApply(optimizer_, step, values_.data() + off, srcs.data(), world_, state, n);
+    RefreshHalf(off, n);
   }
   absl::MutexLock lock(&mu_);
   --updates_running_;
@@ -371,8 +392,18 @@ void ShardJob::SetCheckpointProgress(const CheckpointProgress& p) {
   checkpoint_progress_ = p;
 }
 
-const float* ShardJob::served_bucket(int b) const {
-  return values_.data() + (layout_.bucket_range(shard_, b).begin - range_.begin);
+void ShardJob::RefreshHalf(size_t offset, size_t n) {
+  if (half_) FloatToHalf(*half_, values_.data() + offset, values_half_.data() + offset, n);
+}
+
+const void* ShardJob::served_bucket(int b) const {
+  const int64_t off = layout_.bucket_range(shard_, b).begin - range_.begin;
+  if (half_) return values_half_.data() + off;
+  return values_.data() + off;
+}
+
+uint64_t ShardJob::served_bytes(int b) const {
+  return static_cast<uint64_t>(layout_.bucket_range(shard_, b).size()) * wire_bytes();
 }
 
 absl::Status ShardJob::SetEpoch(int64_t epoch) {
@@ -428,12 +459,14 @@ v1::ShardStats ShardJob::Stats() {
   st.set_initialized(initialized_);
   const int64_t n = range_.size() * static_cast<int64_t>(sizeof(float));
   auto* mem = st.mutable_memory();
+  const int64_t wire = range_.size() * static_cast<int64_t>(wire_bytes());
   if (is_ddp()) {
     mem->set_grad_buffer_bytes(n * (world_ + 1));
   } else {
-    mem->set_params_bytes(n);
+    // fp32 masters (+ the served half copy under mixed precision).
+    mem->set_params_bytes(n + (half_ ? wire : 0));
     mem->set_optimizer_bytes(n * static_cast<int64_t>(state_.size()));
-    mem->set_grad_buffer_bytes(n * world_);
+    mem->set_grad_buffer_bytes(wire * world_);
   }
   st.set_state_digest(DigestLocked());
   st.set_rejected_frames(rejected_);

@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/layout.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "core/wire.h"
 #include "proto/shard.pb.h"
 #include "server/checkpointer.h"
@@ -92,8 +93,10 @@ class ShardJob {
   Serve UpdateBucket(int bucket);
   // PULL header arrived. Returns whom to serve now (possibly nobody: deferred).
   absl::StatusOr<Serve> AcceptPull(const FrameHeader& h, uint64_t reply_to);
-  // Payload of bucket `b` to send for the current version.
-  const float* served_bucket(int b) const;
+  // Payload of bucket `b` to send for the current version (params in the
+  // job's wire precision), and its size in bytes.
+  const void* served_bucket(int b) const;
+  uint64_t served_bytes(int b) const;
 
   // Snapshot when the shard reaches `step`: at once if it is idle there
   // (returned), else when that step's last bucket is updated (UpdateBucket's
@@ -134,6 +137,13 @@ class ShardJob {
   std::vector<float> values_;
   std::vector<std::vector<float>> state_;
   std::vector<std::vector<float>> rank_grads_;
+  // Mixed precision: gradients arrive and parameters leave in half; the
+  // masters and state stay fp32. values_half_ is the served copy of values_.
+  const std::optional<HalfType> half_;
+  std::vector<std::vector<uint16_t>> rank_grads_half_;
+  std::vector<uint16_t> values_half_;
+  size_t wire_bytes() const { return half_ ? 2 : 4; }
+  void RefreshHalf(size_t offset, size_t n);
 
   absl::Mutex mu_;
   int64_t epoch_ ABSL_GUARDED_BY(mu_);

@@ -24,7 +24,8 @@ struct Measured {
   int64_t server_params = 0, server_optimizer = 0, server_grads = 0;
 };
 
-Measured RunJob(v1::Strategy strategy, const std::string& job) {
+Measured RunJob(v1::Strategy strategy, const std::string& job,
+               v1::DType precision = v1::DTYPE_F32) {
   ClusterOptions copt;
   copt.servers = kServers;
   copt.run_dir = MakeRunDir("memory");
@@ -45,6 +46,7 @@ Measured RunJob(v1::Strategy strategy, const std::string& job) {
       o.optimizer.kind = OptimizerParams::Kind::kAdam;
       o.ucx.tls = "posix,sysv,self";
       o.fsdp_units = {0, 1, 2, 3};
+      o.precision = precision;
       auto w = Worker::Connect(o);
       ASSERT_TRUE(w.ok()) << w.status();
       std::vector<TensorDesc> tensors;
@@ -73,7 +75,11 @@ Measured RunJob(v1::Strategy strategy, const std::string& job) {
           }
           ASSERT_TRUE((*w)->FinishStep().ok());
         } else {
-          std::fill((*w)->grads().begin(), (*w)->grads().end(), 0.01f);
+          if (precision != v1::DTYPE_F32) {
+            std::fill((*w)->half_grads().begin(), (*w)->half_grads().end(), 0x2000);
+          } else {
+            std::fill((*w)->grads().begin(), (*w)->grads().end(), 0.01f);
+          }
           ASSERT_TRUE((*w)->Step().ok());
         }
       }
@@ -116,6 +122,22 @@ TEST(MemoryContractTest, ZeroKeepsParamsAndGradsOnTheWorkerAndStateOnServers) {
     ExpectNear(m.server_params, 4.0 * kParams, "fp32 masters, summed over shards");
     ExpectNear(m.server_optimizer, 8.0 * kParams, "Adam state, summed over shards");
     ExpectNear(m.server_grads, 4.0 * kParams * kWorkers, "per-rank receive buffers");
+  }
+}
+
+// Mixed precision (the DeepSpeed paper's 2 + 2 + K breakdown, K = 12 for
+// Adam: 4 fp32 masters + 8 state, here on the servers): 2 + 2 bytes per
+// parameter on the worker; on the servers 4 + 2 (masters + served half copy)
+// + 8 + 2 W (half receive buffers).
+TEST(MemoryContractTest, MixedPrecisionKeepsHalfOnWorkersAndFp32OnServers) {
+  for (auto precision : {v1::DTYPE_F16, v1::DTYPE_BF16}) {
+    Measured m = RunJob(v1::STRATEGY_ZERO2, absl::StrCat("mem-mp", static_cast<int>(precision)),
+                        precision);
+    ExpectNear(m.worker.params_bytes, 2.0 * kParams, "half params on the worker");
+    ExpectNear(m.worker.grads_bytes, 2.0 * kParams, "half grads on the worker");
+    ExpectNear(m.server_params, 6.0 * kParams, "fp32 masters + half copy");
+    ExpectNear(m.server_optimizer, 8.0 * kParams, "fp32 Adam state");
+    ExpectNear(m.server_grads, 2.0 * kParams * kWorkers, "half receive buffers");
   }
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/npy.h"
 #include "gtest/gtest.h"
+#include "tools/mlp_job.h"
 #include "tools/process.h"
 
 namespace tessel {
@@ -33,7 +34,7 @@ ReplayInputs MakeReplayInputs(const std::string& prefix, size_t params, int step
 }
 
 std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt,
-                                   int workers) {
+                                   int workers, std::optional<HalfType> half) {
   const size_t n = in.init.size();
   std::vector<float> params = in.init, mean(n);
   std::vector<std::vector<float>> state(StateSlots(opt), std::vector<float>(n, 0.f));
@@ -41,11 +42,17 @@ std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams
   for (size_t i = 0; i < state.size(); ++i) s[i] = state[i].data();
   InitState(opt, s, n);
   for (size_t k = 0; k < in.grads.size(); ++k) {
+    std::vector<std::vector<float>> rounded(workers);
     std::vector<const float*> srcs;
-    for (int r = 0; r < workers; ++r) srcs.push_back(in.grads[k][r].data());
+    for (int r = 0; r < workers; ++r) {
+      rounded[r] = in.grads[k][r];
+      RoundTrip(half, rounded[r].data(), n);
+      srcs.push_back(rounded[r].data());
+    }
     ReduceMean(srcs.data(), workers, mean.data(), n);
     ApplyUpdate(opt, static_cast<int64_t>(k) + 1, params.data(), mean.data(), s, n);
   }
+  RoundTrip(half, params.data(), n);
   return params;
 }
 

@@ -4,10 +4,12 @@
 #define TESSEL_TESTS_REPLAY_FIXTURE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/optimizer.h"
+#include "core/precision.h"
 
 namespace tessel {
 
@@ -24,8 +26,10 @@ ReplayInputs MakeReplayInputs(const std::string& prefix, size_t params, int step
 
 // Single-process training: each step the mean of ranks [0, workers) in rank
 // order, then the optimizer, exactly as the shard servers do.
+// With `half`, gradients are rounded to half before the mean and the result
+// is the fp32 masters rounded to half (what a mixed-precision worker holds).
 std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt,
-                                   int workers);
+                                   int workers, std::optional<HalfType> half = std::nullopt);
 
 struct CommandResult {
   int exit_code = -1;

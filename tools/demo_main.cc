@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
   if (!strategy.ok()) return Fail(strategy.status());
   auto config = tessel::MlpJobFromFlags();
   if (!config.ok()) return Fail(config.status());
+  auto precision = tessel::PrecisionFromFlags();
+  if (!precision.ok()) return Fail(precision.status());
   const int servers = absl::GetFlag(FLAGS_servers);
   const int workers = absl::GetFlag(FLAGS_workers);
   const int steps = absl::GetFlag(FLAGS_steps);
@@ -71,9 +73,10 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
   tessel::LocalCluster cluster(copt);
   std::printf("Tessel demo: %d shard servers + %d workers (separate processes), strategy %s, "
-              "optimizer %s lr=%g\n",
+              "optimizer %s lr=%g, precision %s\n",
               servers, workers, tessel::StrategyName(*strategy).c_str(),
-              tessel::OptimizerKindName(optimizer->kind), optimizer->lr);
+              tessel::OptimizerKindName(optimizer->kind), optimizer->lr,
+              absl::GetFlag(FLAGS_precision).c_str());
   std::printf("model: MLP %s, %zu parameters; %d steps x %d workers x %d samples; logs in %s\n",
               absl::GetFlag(FLAGS_layers).c_str(), job.model().num_params(), steps, workers,
               config->batch, copt.run_dir.c_str());
@@ -110,7 +113,8 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_skip_reference)) return 0;
   std::printf("running the same training in one process for comparison...\n");
   std::fflush(stdout);
-  std::vector<float> reference = tessel::TrainReference(job, *optimizer, workers, steps);
+  std::vector<float> reference =
+      tessel::TrainReference(job, *optimizer, workers, steps, *precision);
   const double diff = tessel::MaxRelativeDifference(*final_params, reference);
   std::printf("max relative difference vs single process: %.3g (tolerance %g)\n", diff,
               absl::GetFlag(FLAGS_tolerance));

@@ -89,10 +89,17 @@ double MlpJob::TrainAccuracy(const float* params) const {
   return model_.Accuracy(params, data_.train);
 }
 
+void RoundTrip(std::optional<HalfType> half, float* data, size_t n) {
+  if (!half) return;
+  std::vector<uint16_t> h(n);
+  FloatToHalf(*half, data, h.data(), n);
+  HalfToFloat(*half, h.data(), data, n);
+}
+
 std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& optimizer, int world,
-                                  int steps) {
+                                  int steps, std::optional<HalfType> half) {
   const size_t n = job.model().num_params();
-  std::vector<float> params(n), mean(n);
+  std::vector<float> params(n), mean(n), working(n);
   job.Init(params.data());
   std::vector<std::vector<float>> grads(world, std::vector<float>(n));
   std::vector<std::vector<float>> state(StateSlots(optimizer), std::vector<float>(n, 0.f));
@@ -101,13 +108,17 @@ std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& opti
   InitState(optimizer, state_ptrs, n);
   std::vector<const float*> srcs(world);
   for (int step = 0; step < steps; ++step) {
+    working = params;
+    RoundTrip(half, working.data(), n);
     for (int r = 0; r < world; ++r) {
-      job.Gradients(params.data(), step, r, world, grads[r].data(), {});
+      job.Gradients(working.data(), step, r, world, grads[r].data(), {});
+      RoundTrip(half, grads[r].data(), n);
       srcs[r] = grads[r].data();
     }
     ReduceMean(srcs.data(), world, mean.data(), n);
     ApplyUpdate(optimizer, step + 1, params.data(), mean.data(), state_ptrs, n);
   }
+  RoundTrip(half, params.data(), n);
   return params;
 }
 

@@ -11,12 +11,14 @@
 #define TESSEL_TOOLS_MLP_JOB_H_
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "core/layout.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "model/dataset.h"
 #include "model/mlp.h"
 
@@ -64,8 +66,14 @@ class MlpJob {
 // Single-process data-parallel training: each step averages the `world`
 // ranks' gradients in rank order and applies the optimizer, exactly as the
 // shard servers do. Returns the final parameters.
+// With `half` (mixed precision) the workers compute with the fp32 masters
+// rounded to half and send gradients rounded to half, and the result is the
+// masters rounded to half, as a mixed-precision worker holds them.
 std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& optimizer, int world,
-                                  int steps);
+                                  int steps, std::optional<HalfType> half = std::nullopt);
+
+// Rounds every element to `half` and back (the identity without `half`).
+void RoundTrip(std::optional<HalfType> half, float* data, size_t n);
 
 // max_i |a_i - b_i| / max(|b_i|, 1e-12); +inf when sizes differ.
 double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b);

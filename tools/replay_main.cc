@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   if (!optimizer.ok()) return Fail(optimizer.status());
   auto strategy = tessel::StrategyFromFlags();
   if (!strategy.ok()) return Fail(strategy.status());
+  auto precision = tessel::PrecisionFromFlags();
+  if (!precision.ok()) return Fail(precision.status());
   const int workers = absl::GetFlag(FLAGS_workers);
   const int servers = absl::GetFlag(FLAGS_servers);
   const int steps = absl::GetFlag(FLAGS_steps);

@@ -25,6 +25,9 @@ ABSL_FLAG(bool, centered, false, "RMSprop: centered (normalise by the gradient's
 ABSL_FLAG(double, lr_decay, 0.0, "Adagrad learning-rate decay");
 ABSL_FLAG(double, initial_accumulator_value, 0.0, "Adagrad initial value of the square sums");
 ABSL_FLAG(int, steps, 1500, "training steps");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32, or mixed precision fp16 / bf16 (half on the wire and on workers, fp32 "
+          "masters and optimizer state on the servers; zero1 and zero2)");
 ABSL_FLAG(int64_t, bucket_bytes, 4 << 20, "data-path bucket size in bytes");
 ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports (UCX_TLS), e.g. posix,sysv,self or tcp. Empty: UCX's default for a "
@@ -82,6 +85,20 @@ absl::StatusOr<v1::Strategy> StrategyFromFlags() {
   return s;
 }
 
+absl::StatusOr<std::optional<HalfType>> PrecisionFromFlags() {
+  const std::string p = absl::AsciiStrToLower(absl::GetFlag(FLAGS_precision));
+  if (p == "fp32") return std::optional<HalfType>();
+  if (p == "fp16") return std::optional<HalfType>(HalfType::kF16);
+  if (p == "bf16") return std::optional<HalfType>(HalfType::kBF16);
+  return absl::InvalidArgumentError(
+      absl::StrCat("--precision must be fp32, fp16 or bf16; got '", p, "'"));
+}
+
+v1::DType DTypeOf(std::optional<HalfType> half) {
+  if (!half) return v1::DTYPE_F32;
+  return *half == HalfType::kF16 ? v1::DTYPE_F16 : v1::DTYPE_BF16;
+}
+
 std::vector<std::string> ForwardedTrainFlags() {
   // Full precision: the launcher's reference must parse the very same values.
   auto d = [](double v) { return absl::StrFormat("%.17g", v); };
@@ -102,6 +119,7 @@ std::vector<std::string> ForwardedTrainFlags() {
       absl::StrCat("--initial_accumulator_value=",
                    d(absl::GetFlag(FLAGS_initial_accumulator_value))),
       absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
+      absl::StrCat("--precision=", absl::GetFlag(FLAGS_precision)),
       absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
       absl::StrCat("--ucx_tls=", absl::GetFlag(FLAGS_ucx_tls)),
       absl::StrCat("--shuffle_seed=", absl::GetFlag(FLAGS_shuffle_seed)),

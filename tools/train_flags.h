@@ -4,12 +4,14 @@
 #ifndef TESSEL_TOOLS_TRAIN_FLAGS_H_
 #define TESSEL_TOOLS_TRAIN_FLAGS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "proto/shard.pb.h"
 
 ABSL_DECLARE_FLAG(std::string, strategy);
@@ -27,6 +29,7 @@ ABSL_DECLARE_FLAG(bool, centered);
 ABSL_DECLARE_FLAG(double, lr_decay);
 ABSL_DECLARE_FLAG(double, initial_accumulator_value);
 ABSL_DECLARE_FLAG(int, steps);
+ABSL_DECLARE_FLAG(std::string, precision);
 ABSL_DECLARE_FLAG(int64_t, bucket_bytes);
 ABSL_DECLARE_FLAG(std::string, ucx_tls);
 ABSL_DECLARE_FLAG(uint64_t, shuffle_seed);
@@ -36,6 +39,9 @@ namespace tessel {
 // Optimizer from --optimizer and its hyper-parameter flags, validated.
 absl::StatusOr<OptimizerParams> OptimizerFromFlags();
 absl::StatusOr<v1::Strategy> StrategyFromFlags();
+// --precision: nullopt for fp32, else the half type.
+absl::StatusOr<std::optional<HalfType>> PrecisionFromFlags();
+v1::DType DTypeOf(std::optional<HalfType> half);
 // The shared flags as command-line arguments, to forward to workers.
 std::vector<std::string> ForwardedTrainFlags();
 

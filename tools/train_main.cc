@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "core/log.h"
 #include "core/npy.h"
+#include "core/precision.h"
 #include "tools/mlp_job.h"
 #include "tools/train_flags.h"
 #include "worker/worker.h"
@@ -58,6 +59,7 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
   o.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
   if (o.shuffle_seed != 0) o.shuffle_seed += static_cast<uint64_t>(o.rank) * 7919;
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  if (auto half = tessel::PrecisionFromFlags(); half.ok()) o.precision = tessel::DTypeOf(*half);
   if (strategy == tessel::v1::STRATEGY_FSDP) {
     if (!absl::GetFlag(FLAGS_grads).empty()) {
       o.fsdp_units = {0, 1, 2, 3};  // replay: the flat vector in four tensors
@@ -103,7 +105,10 @@ int Replay(tessel::Worker* worker, int steps) {
       return Fail(absl::InvalidArgumentError(absl::StrCat(
           path, " has ", g->size(), " floats but the initial parameters have ", init->size())));
     }
-    if (fsdp) {
+    if (worker->half_type()) {
+      tessel::FloatToHalf(*worker->half_type(), g->data(), worker->half_grads().data(), g->size());
+      s = worker->Step();
+    } else if (fsdp) {
       for (int u = 0; u < worker->num_units(); ++u) {
         const tessel::Range r = worker->unit_range(u);
         absl::Span<float> grads = worker->UnitGrads(u);
@@ -171,6 +176,11 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   double loss_sum = 0;
   int window = 0;
   const bool fsdp = worker->options().strategy == tessel::v1::STRATEGY_FSDP;
+  std::vector<float> work_params, work_grads;  // mixed precision: fp32 compute buffers
+  if (worker->half_type()) {
+    work_params.resize(job.model().num_params());
+    work_grads.resize(job.model().num_params());
+  }
   for (int64_t k = worker->step(); k < steps; ++k) {
     if (fsdp) {
       auto loss = FsdpStep(worker, job, k, rank, world);
@@ -194,14 +204,25 @@ int TrainMlp(tessel::Worker* worker, int steps) {
       continue;
     }
     absl::Status ready = absl::OkStatus();
-    float loss = job.Gradients(worker->params().data(), k, rank, world, worker->grads().data(),
-                               [&](size_t i) {
-                                 if (!ready.ok()) return;
-                                 const auto& t = tensors[i];
-                                 ready = worker->GradientsReady(
-                                     static_cast<int64_t>(t.offset),
+    // Mixed precision: compute in fp32 from the half parameters, hand over
+    // each tensor's gradient rounded to half as soon as it is final.
+    const auto half = worker->half_type();
+    if (half) {
+      tessel::HalfToFloat(*half, worker->half_params().data(), work_params.data(),
+                          work_params.size());
+    }
+    float* params = half ? work_params.data() : worker->params().data();
+    float* grads = half ? work_grads.data() : worker->grads().data();
+    float loss = job.Gradients(params, k, rank, world, grads, [&](size_t i) {
+      if (!ready.ok()) return;
+      const auto& t = tensors[i];
+      if (half) {
+        tessel::FloatToHalf(*half, work_grads.data() + t.offset,
+                            worker->half_grads().data() + t.offset, t.numel);
+      }
+      ready = worker->GradientsReady(static_cast<int64_t>(t.offset),
                                      static_cast<int64_t>(t.offset + t.numel));
-                               });
+    });
     if (!ready.ok()) return Fail(ready);
     s = worker->Step();
     if (!s.ok()) return Fail(s);
@@ -242,6 +263,8 @@ int main(int argc, char** argv) {
   if (!optimizer.ok()) return Fail(optimizer.status());
   auto strategy = tessel::StrategyFromFlags();
   if (!strategy.ok()) return Fail(strategy.status());
+  auto precision = tessel::PrecisionFromFlags();
+  if (!precision.ok()) return Fail(precision.status());
   const int steps = absl::GetFlag(FLAGS_steps);
   if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"));
   auto worker = tessel::Worker::Connect(OptionsFromFlags(*optimizer, *strategy));

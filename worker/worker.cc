@@ -152,7 +152,7 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     v1::TensorSpec* ts = spec.add_tensors();
     ts->set_name(t.name);
     for (int64_t d : t.shape) ts->add_shape(d);
-    ts->set_dtype(v1::DTYPE_F32);
+    ts->set_dtype(options_.precision);
   }
   *spec.mutable_optimizer() = OptimizerToProto(options_.optimizer);
   spec.set_bucket_bytes(options_.bucket_bytes);
@@ -222,6 +222,9 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
       layout_.reset();
       return s;
     }
+  } else if ((half_ = JobHalfType(spec))) {
+    params_half_.assign(n, 0);
+    grads_half_.assign(n, 0);
   } else {
     params_.assign(n, 0.f);
     grads_.assign(n, 0.f);
@@ -244,8 +247,9 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   // ZeRO: rank 0 seeds the servers (unless resuming); everyone pulls.
   if (options_.rank == 0 && !options_.resume) {
     // fsdp keeps no copy: INIT is sent from the caller's buffer, and waited for.
+    // Mixed precision sends the fp32 masters from the caller's buffer too.
     const float* source = init.data();
-    if (!fsdp()) {
+    if (!fsdp() && !half_) {
       std::copy(init.begin(), init.end(), params_.begin());
       source = params_.data();
     }
@@ -255,7 +259,7 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
                  source + layout_->bucket_range(srv.shard, b).begin);
       }
     }
-    if (fsdp()) WaitForSends();
+    if (fsdp() || half_) WaitForSends();
   }
   if (fsdp()) {
     // Parameters are gathered per unit; wait until every shard is initialized
@@ -299,13 +303,13 @@ FrameHeader Worker::Header(FrameType type, int64_t step, int shard, int bucket) 
   h.shard = shard;
   h.bucket = bucket;
   if (type == FrameType::kPush || type == FrameType::kInit) {
-    h.payload_bytes =
-        static_cast<uint64_t>(layout_->bucket_range(shard, bucket).size()) * sizeof(float);
+    const uint64_t elem = type == FrameType::kPush && half_ ? 2 : 4;  // INIT is fp32 masters
+    h.payload_bytes = static_cast<uint64_t>(layout_->bucket_range(shard, bucket).size()) * elem;
   }
   return h;
 }
 
-void Worker::SendData(const FrameHeader& h, const float* payload) {
+void Worker::SendData(const FrameHeader& h, const void* payload) {
   HeaderBytes bytes = EncodeHeader(h);
   {
     absl::MutexLock lock(&mu_);
@@ -328,8 +332,10 @@ void Worker::WaitForSends() {
 
 void Worker::PushBucket(int shard, int bucket) {
   pushed_[shard][bucket] = 1;
+  const int64_t begin = layout_->bucket_range(shard, bucket).begin;
   SendData(Header(FrameType::kPush, step_, shard, bucket),
-           grads_.data() + layout_->bucket_range(shard, bucket).begin);
+           half_ ? static_cast<const void*>(grads_half_.data() + begin)
+                 : static_cast<const void*>(grads_.data() + begin));
 }
 
 absl::Status Worker::GradientsReady(int64_t begin, int64_t end) {
@@ -488,15 +494,18 @@ Accept Worker::OnFrame(const Incoming& in) {
   {
     absl::MutexLock lock(&mu_);
     if (h->step != expect_version_ ||
-        h->payload_bytes != static_cast<uint64_t>(br.size()) * sizeof(float)) {
+        h->payload_bytes != static_cast<uint64_t>(br.size()) * (half_ ? 2 : 4)) {
       TESSEL_LOG(WARNING) << "dropping stale or mis-sized " << DescribeHeader(*h)
                           << " (expecting step " << expect_version_ << ")";
       return Accept{};
     }
   }
-  float* base = options_.strategy == v1::STRATEGY_DDP ? grads_.data() : params_.data();
+  void* dst = half_ ? static_cast<void*>(params_half_.data() + br.begin)
+                    : static_cast<void*>((options_.strategy == v1::STRATEGY_DDP ? grads_.data()
+                                                                                : params_.data()) +
+                                         br.begin);
   const int shard = h->shard;
-  return Accept{base + br.begin, [this, shard](absl::Status s) {
+  return Accept{dst, [this, shard](absl::Status s) {
                   absl::MutexLock lock(&mu_);
                   if (!s.ok()) {
                     if (error_.ok()) error_ = s;
@@ -690,6 +699,11 @@ absl::Status Worker::FinishStep() {
 }
 
 absl::StatusOr<std::vector<float>> Worker::GatherAll() {
+  if (half_) {
+    std::vector<float> all(params_half_.size());
+    HalfToFloat(*half_, params_half_.data(), all.data(), all.size());
+    return all;
+  }
   if (!fsdp()) return std::vector<float>(params_.begin(), params_.end());
   std::vector<float> all(static_cast<size_t>(layout_->num_params()));
   for (int u = 0; u < num_units(); ++u) {
@@ -735,8 +749,9 @@ Accept Worker::OnFsdpFrame(const FrameHeader& h, const Incoming& in) {
 
 WorkerMemory Worker::memory() const {
   WorkerMemory m;
-  m.params_bytes = static_cast<int64_t>(params_.size() * sizeof(float));
-  m.grads_bytes = static_cast<int64_t>(grads_.size() * sizeof(float));
+  m.params_bytes = static_cast<int64_t>(params_.size() * sizeof(float) +
+                                       params_half_.size() * sizeof(uint16_t));
+  m.grads_bytes = static_cast<int64_t>(grads_.size() * sizeof(float) + grads_half_.size() * sizeof(uint16_t));
   for (const auto& s : optimizer_state_) m.optimizer_bytes += s.size() * sizeof(float);
   if (fsdp()) {
     absl::MutexLock lock(const_cast<absl::Mutex*>(&mu_));

@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,6 +56,7 @@
 #include "absl/types/span.h"
 #include "core/layout.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "core/wire.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/registry_client.h"
@@ -95,6 +97,10 @@ struct WorkerOptions {
   std::string token;
   // fsdp: index of the first tensor of each unit, ascending from 0.
   std::vector<int> fsdp_units;
+  // Mixed precision (zero1/zero2): DTYPE_F16 or DTYPE_BF16 keeps parameters
+  // and gradients in half on this worker and on the wire (half_params(),
+  // half_grads()); the servers keep fp32 masters and optimizer state.
+  v1::DType precision = v1::DTYPE_F32;
 };
 
 struct WorkerMemory {
@@ -119,6 +125,10 @@ class Worker {
 
   absl::Span<float> params() { return absl::MakeSpan(params_); }
   absl::Span<float> grads() { return absl::MakeSpan(grads_); }
+  // Mixed precision: the parameters and gradients, as half bit patterns.
+  std::optional<HalfType> half_type() const { return half_; }
+  absl::Span<uint16_t> half_params() { return absl::MakeSpan(params_half_); }
+  absl::Span<uint16_t> half_grads() { return absl::MakeSpan(grads_half_); }
   // Views of one tensor, or an empty span if there is no such tensor.
   absl::Span<float> tensor_params(const std::string& name);
   absl::Span<float> tensor_grads(const std::string& name);
@@ -175,7 +185,7 @@ class Worker {
   absl::Span<float> TensorSpan(std::vector<float>& flat, const std::string& name);
   FrameHeader Header(FrameType type, int64_t step, int shard, int bucket) const;
   // Sends a frame to its shard; a failed send fails the step in progress.
-  void SendData(const FrameHeader& h, const float* payload);
+  void SendData(const FrameHeader& h, const void* payload);
   void PushBucket(int shard, int bucket);
   absl::Status SendPulls(int64_t version);
   absl::Status WaitForParams(int64_t version);
@@ -215,6 +225,9 @@ class Worker {
 
   std::vector<float> params_;
   std::vector<float> grads_;
+  std::optional<HalfType> half_;
+  std::vector<uint16_t> params_half_;
+  std::vector<uint16_t> grads_half_;
   std::vector<std::vector<float>> optimizer_state_;  // DDP only
   // Per (shard, bucket): elements handed over this step, and pushed flag.
   std::vector<std::vector<int64_t>> ready_elems_;
