@@ -60,7 +60,10 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
   if (o.shuffle_seed != 0) o.shuffle_seed += static_cast<uint64_t>(o.rank) * 7919;
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
   if (auto half = tessel::PrecisionFromFlags(); half.ok()) o.precision = tessel::DTypeOf(*half);
-  if (strategy == tessel::v1::STRATEGY_FSDP) {
+  // fsdp gathers per unit; zero2 (fp32) keeps gradients per unit and frees
+  // each unit's as soon as it is pushed. One unit per MLP layer (replay: four).
+  if (strategy == tessel::v1::STRATEGY_FSDP ||
+      (strategy == tessel::v1::STRATEGY_ZERO2 && o.precision == tessel::v1::DTYPE_F32)) {
     if (!absl::GetFlag(FLAGS_grads).empty()) {
       o.fsdp_units = {0, 1, 2, 3};  // replay: the flat vector in four tensors
     } else if (auto config = tessel::MlpJobFromFlags(); config.ok()) {
@@ -86,8 +89,9 @@ int Replay(tessel::Worker* worker, int steps) {
   if (!init.ok()) return Fail(init.status());
   const int rank = worker->options().rank;
   const bool fsdp = worker->options().strategy == tessel::v1::STRATEGY_FSDP;
+  const bool units = !worker->options().fsdp_units.empty();
   std::vector<tessel::TensorDesc> tensors = {{"flat", {static_cast<int64_t>(init->size())}}};
-  if (fsdp) {  // four tensors, one fsdp unit each
+  if (units) {  // four tensors, one unit each
     tensors.clear();
     const int64_t n = static_cast<int64_t>(init->size());
     for (int64_t i = 0; i < 4; ++i) {
@@ -108,7 +112,7 @@ int Replay(tessel::Worker* worker, int steps) {
     if (worker->half_type()) {
       tessel::FloatToHalf(*worker->half_type(), g->data(), worker->half_grads().data(), g->size());
       s = worker->Step();
-    } else if (fsdp) {
+    } else if (units) {
       for (int u = 0; u < worker->num_units(); ++u) {
         const tessel::Range r = worker->unit_range(u);
         absl::Span<float> grads = worker->UnitGrads(u);
@@ -116,7 +120,7 @@ int Replay(tessel::Worker* worker, int steps) {
         s = worker->PushUnit(u);
         if (!s.ok()) return Fail(s);
       }
-      s = worker->FinishStep();
+      s = fsdp ? worker->FinishStep() : worker->Step();
     } else {
       std::copy(g->begin(), g->end(), worker->grads().begin());
       s = worker->Step();
@@ -130,6 +134,28 @@ int Replay(tessel::Worker* worker, int steps) {
 // just before its forward and again before its backward, the next layer is
 // prefetched meanwhile, and each layer's gradients are pushed right after its
 // backward. Returns the loss.
+// One zero2 step with per-layer gradients: forward over the full parameters,
+// then each layer's backward writes into a unit buffer that is pushed (and
+// freed once sent) right away, so no full-model gradient buffer exists.
+absl::StatusOr<float> Zero2UnitStep(tessel::Worker* worker, const tessel::MlpJob& job, int64_t k,
+                                    int rank, int world) {
+  tessel::model::Dataset batch = job.Batch(k, rank, world);
+  tessel::model::MlpStepper stepper(job.model(), batch.x.data(), batch.y.data(),
+                                    job.config().batch);
+  const float* params = worker->params().data();
+  const int layers = worker->num_units();
+  for (int l = 0; l < layers; ++l) stepper.Forward(l, params + worker->unit_range(l).begin);
+  const float loss = stepper.Loss();
+  for (int l = layers - 1; l >= 0; --l) {
+    stepper.Backward(l, params + worker->unit_range(l).begin, worker->UnitGrads(l).data());
+    absl::Status s = worker->PushUnit(l);
+    if (!s.ok()) return s;
+  }
+  absl::Status s = worker->Step();
+  if (!s.ok()) return s;
+  return loss;
+}
+
 absl::StatusOr<float> FsdpStep(tessel::Worker* worker, const tessel::MlpJob& job, int64_t k,
                                int rank, int world) {
   tessel::model::Dataset batch = job.Batch(k, rank, world);
@@ -181,9 +207,11 @@ int TrainMlp(tessel::Worker* worker, int steps) {
     work_params.resize(job.model().num_params());
     work_grads.resize(job.model().num_params());
   }
+  const bool units = !worker->options().fsdp_units.empty();
   for (int64_t k = worker->step(); k < steps; ++k) {
-    if (fsdp) {
-      auto loss = FsdpStep(worker, job, k, rank, world);
+    if (units) {
+      auto loss = fsdp ? FsdpStep(worker, job, k, rank, world)
+                       : Zero2UnitStep(worker, job, k, rank, world);
       if (!loss.ok()) return Fail(loss.status());
       loss_sum += *loss;
       ++window;
@@ -191,7 +219,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
         const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
         const tessel::WorkerMemory mem = worker->memory();
         std::printf("step %5lld/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step  "
-                    "fsdp peak %.2f MiB of %.2f MiB\n",
+                    "peak per-unit memory %.2f MiB (full params + grads: %.2f MiB)\n",
                     static_cast<long long>(k + 1), steps, loss_sum / window, window / secs,
                     window * world * config->batch / secs, 1e3 * secs / window,
                     mem.peak_bytes / 1048576.0,

@@ -216,12 +216,13 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     }
   }
 
-  if (fsdp()) {
+  if (unit_grads()) {
     absl::Status s = InitUnits();
     if (!s.ok()) {
       layout_.reset();
       return s;
     }
+    if (!fsdp()) params_.assign(n, 0.f);  // zero2 with units: full params, per-unit grads
   } else if ((half_ = JobHalfType(spec))) {
     params_half_.assign(n, 0);
     grads_half_.assign(n, 0);
@@ -413,6 +414,11 @@ absl::Status Worker::Step() {
     for (size_t b = 0; b < pushed_[s].size(); ++b) {
       if (!pushed_[s][b]) todo.emplace_back(static_cast<int>(s), static_cast<int>(b));
     }
+  }
+  if (unit_grads() && !todo.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": with per-unit gradients every unit must be pushed (PushUnit) before Step(); ",
+        todo.size(), " bucket(s) were not"));
   }
   if (options_.shuffle_seed != 0) std::shuffle(todo.begin(), todo.end(), shuffle_rng_);
   absl::Status s = SendPulls(step_ + 1);
@@ -622,7 +628,7 @@ void Worker::Release(int unit) {
 }
 
 absl::Span<float> Worker::UnitGrads(int unit) {
-  if (!fsdp() || unit < 0 || unit >= num_units()) return {};
+  if (!unit_grads() || unit < 0 || unit >= num_units()) return {};
   Unit& u = units_[unit];
   absl::MutexLock lock(&mu_);
   if (u.grads == nullptr) {
@@ -633,7 +639,7 @@ absl::Span<float> Worker::UnitGrads(int unit) {
 }
 
 absl::Status Worker::PushUnit(int unit) {
-  if (!fsdp() || unit < 0 || unit >= num_units() || units_[unit].grads == nullptr) {
+  if (!unit_grads() || unit < 0 || unit >= num_units() || units_[unit].grads == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(Where(), ": PushUnit(", unit, ") without UnitGrads(", unit, ")"));
   }
@@ -647,6 +653,7 @@ absl::Status Worker::PushUnit(int unit) {
   for (const Server& srv : servers_) {
     const auto [first, count] = u.buckets[srv.shard];
     for (int b = first; b < first + count; ++b) {
+      if (!fsdp()) pushed_[srv.shard][b] = 1;  // zero2: Step() checks every bucket went
       const FrameHeader h = Header(FrameType::kPush, step_, srv.shard, b);
       const Range br = layout_->bucket_range(srv.shard, b);
       HeaderBytes bytes = EncodeHeader(h);
@@ -753,7 +760,7 @@ WorkerMemory Worker::memory() const {
                                        params_half_.size() * sizeof(uint16_t));
   m.grads_bytes = static_cast<int64_t>(grads_.size() * sizeof(float) + grads_half_.size() * sizeof(uint16_t));
   for (const auto& s : optimizer_state_) m.optimizer_bytes += s.size() * sizeof(float);
-  if (fsdp()) {
+  if (unit_grads()) {
     absl::MutexLock lock(const_cast<absl::Mutex*>(&mu_));
     for (const Unit& u : units_) {
       m.params_bytes += static_cast<int64_t>(u.params.capacity() * sizeof(float));

@@ -95,7 +95,10 @@ struct WorkerOptions {
   int64_t resume_step = -1;
   // Admin token for servers that require one ("" = $TESSEL_TOKEN if set).
   std::string token;
-  // fsdp: index of the first tensor of each unit, ascending from 0.
+  // Units (groups of tensors): index of the first tensor of each, ascending
+  // from 0. Required for fsdp. For zero2 (fp32) they make gradients live per
+  // unit: UnitGrads(u) / PushUnit(u) instead of grads(), each unit's buffer
+  // freed as soon as it is pushed; Step() then pulls the parameters.
   std::vector<int> fsdp_units;
   // Mixed precision (zero1/zero2): DTYPE_F16 or DTYPE_BF16 keeps parameters
   // and gradients in half on this worker and on the wire (half_params(),
@@ -203,6 +206,12 @@ class Worker {
     int64_t received = 0;
   };
   bool fsdp() const { return options_.strategy == v1::STRATEGY_FSDP; }
+  // zero2 with units: gradients live per unit (UnitGrads/PushUnit), freed once
+  // pushed, instead of in a full-model buffer.
+  bool unit_grads() const {
+    return fsdp() || (options_.strategy == v1::STRATEGY_ZERO2 && !options_.fsdp_units.empty() &&
+                      options_.precision == v1::DTYPE_F32);
+  }
   absl::Status InitUnits();
   Accept OnFsdpFrame(const FrameHeader& h, const Incoming& in);
   // Waits (up to step_timeout) until `done`, an ERROR frame or a failed send;
