@@ -20,6 +20,12 @@ cat "$tmp/run1.txt"
 grep -q "max relative difference vs single process: 0 " "$tmp/run1.txt" || fail "no bitwise match line"
 grep -q "final accuracy: train" "$tmp/run1.txt" || fail "no accuracy"
 grep -q "step    60/60" "$tmp/run1.txt" || fail "no progress lines"
+"$demo" --steps=30 --strategy=zero1 --micro_batches=4 > "$tmp/run1b.txt" 2>&1 || { cat "$tmp/run1b.txt"; fail "micro-batch demo exited $?"; }
+grep -q "max relative difference vs single process: 0 " "$tmp/run1b.txt" || { cat "$tmp/run1b.txt"; fail "gradient accumulation differs from the reference"; }
+"$demo" --steps=30 --precision=bf16 > "$tmp/run1c.txt" 2>&1 || { cat "$tmp/run1c.txt"; fail "bf16 demo exited $?"; }
+grep -q "max relative difference vs single process: 0 " "$tmp/run1c.txt" || fail "bf16 differs from the mixed-precision reference"
+"$demo" --steps=30 --strategy=fsdp > "$tmp/run1d.txt" 2>&1 || { cat "$tmp/run1d.txt"; fail "fsdp demo exited $?"; }
+grep -q "max relative difference vs single process: 0 " "$tmp/run1d.txt" || fail "fsdp differs from the reference"
 
 echo "== 2. a shard server dies"
 "$demo" --steps=1000000 --workers=2 --servers=2 --skip_reference --log_every=20 > "$tmp/run2.txt" 2>&1 &

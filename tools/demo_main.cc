@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
   std::printf("running the same training in one process for comparison...\n");
   std::fflush(stdout);
   std::vector<float> reference =
-      tessel::TrainReference(job, *optimizer, workers, steps, *precision);
+      tessel::TrainReference(job, *optimizer, workers, steps, *precision,
+                             absl::GetFlag(FLAGS_micro_batches));
   const double diff = tessel::MaxRelativeDifference(*final_params, reference);
   std::printf("max relative difference vs single process: %.3g (tolerance %g)\n", diff,
               absl::GetFlag(FLAGS_tolerance));

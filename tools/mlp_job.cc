@@ -77,6 +77,15 @@ float MlpJob::Gradients(const float* params, int64_t step, int rank, int world, 
   return model_.LossAndGrad(params, b.x.data(), b.y.data(), config_.batch, grads);
 }
 
+float MlpJob::MicroGradients(const float* params, int64_t step, int rank, int world, int micro,
+                             int micro_batches, float* grads) const {
+  model::Dataset b = model::Batch(data_.train, step, rank, world, config_.batch);
+  const int rows = config_.batch / micro_batches;
+  const int features = b.num_features;
+  return model_.LossAndGrad(params, b.x.data() + static_cast<size_t>(micro) * rows * features,
+                            b.y.data() + static_cast<size_t>(micro) * rows, rows, grads);
+}
+
 model::Dataset MlpJob::Batch(int64_t step, int rank, int world) const {
   return model::Batch(data_.train, step, rank, world, config_.batch);
 }
@@ -97,7 +106,7 @@ void RoundTrip(std::optional<HalfType> half, float* data, size_t n) {
 }
 
 std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& optimizer, int world,
-                                  int steps, std::optional<HalfType> half) {
+                                  int steps, std::optional<HalfType> half, int micro_batches) {
   const size_t n = job.model().num_params();
   std::vector<float> params(n), mean(n), working(n);
   job.Init(params.data());
@@ -110,8 +119,20 @@ std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& opti
   for (int step = 0; step < steps; ++step) {
     working = params;
     RoundTrip(half, working.data(), n);
+    std::vector<float> micro(micro_batches > 1 ? n : 0);
     for (int r = 0; r < world; ++r) {
-      job.Gradients(working.data(), step, r, world, grads[r].data(), {});
+      if (micro_batches > 1) {  // as Worker::AccumulateGradients: sum in order, then divide
+        for (int m = 0; m < micro_batches; ++m) {
+          job.MicroGradients(working.data(), step, r, world, m, micro_batches,
+                             m == 0 ? grads[r].data() : micro.data());
+          if (m > 0) {
+            for (size_t i = 0; i < n; ++i) grads[r][i] += micro[i];
+          }
+        }
+        for (float& g : grads[r]) g /= static_cast<float>(micro_batches);
+      } else {
+        job.Gradients(working.data(), step, r, world, grads[r].data(), {});
+      }
       RoundTrip(half, grads[r].data(), n);
       srcs[r] = grads[r].data();
     }

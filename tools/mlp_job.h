@@ -52,6 +52,10 @@ class MlpJob {
   // Rank `rank`'s gradient of global batch `step`; returns its mean loss.
   float Gradients(const float* params, int64_t step, int rank, int world, float* grads,
                   const std::function<void(size_t)>& on_tensor_ready) const;
+  // Gradient of micro-batch `micro` of `micro_batches` (equal contiguous
+  // slices of the rank's batch); returns its mean loss.
+  float MicroGradients(const float* params, int64_t step, int rank, int world, int micro,
+                       int micro_batches, float* grads) const;
   // Rank `rank`'s rows of global batch `step`.
   model::Dataset Batch(int64_t step, int rank, int world) const;
   double TestAccuracy(const float* params) const;
@@ -70,7 +74,8 @@ class MlpJob {
 // rounded to half and send gradients rounded to half, and the result is the
 // masters rounded to half, as a mixed-precision worker holds them.
 std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& optimizer, int world,
-                                  int steps, std::optional<HalfType> half = std::nullopt);
+                                  int steps, std::optional<HalfType> half = std::nullopt,
+                                  int micro_batches = 1);
 
 // Rounds every element to `half` and back (the identity without `half`).
 void RoundTrip(std::optional<HalfType> half, float* data, size_t n);

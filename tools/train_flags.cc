@@ -25,6 +25,9 @@ ABSL_FLAG(bool, centered, false, "RMSprop: centered (normalise by the gradient's
 ABSL_FLAG(double, lr_decay, 0.0, "Adagrad learning-rate decay");
 ABSL_FLAG(double, initial_accumulator_value, 0.0, "Adagrad initial value of the square sums");
 ABSL_FLAG(int, steps, 1500, "training steps");
+ABSL_FLAG(int, micro_batches, 1,
+          "gradient accumulation: split each worker's batch into this many micro-batches and "
+          "push their mean (the batch must divide evenly)");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32, or mixed precision fp16 / bf16 (half on the wire and on workers, fp32 "
           "masters and optimizer state on the servers; zero1 and zero2)");
@@ -120,6 +123,7 @@ std::vector<std::string> ForwardedTrainFlags() {
                    d(absl::GetFlag(FLAGS_initial_accumulator_value))),
       absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
       absl::StrCat("--precision=", absl::GetFlag(FLAGS_precision)),
+      absl::StrCat("--micro_batches=", absl::GetFlag(FLAGS_micro_batches)),
       absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
       absl::StrCat("--ucx_tls=", absl::GetFlag(FLAGS_ucx_tls)),
       absl::StrCat("--shuffle_seed=", absl::GetFlag(FLAGS_shuffle_seed)),

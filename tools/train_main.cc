@@ -63,7 +63,8 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
   // fsdp gathers per unit; zero2 (fp32) keeps gradients per unit and frees
   // each unit's as soon as it is pushed. One unit per MLP layer (replay: four).
   if (strategy == tessel::v1::STRATEGY_FSDP ||
-      (strategy == tessel::v1::STRATEGY_ZERO2 && o.precision == tessel::v1::DTYPE_F32)) {
+      (strategy == tessel::v1::STRATEGY_ZERO2 && o.precision == tessel::v1::DTYPE_F32 &&
+       absl::GetFlag(FLAGS_micro_batches) == 1)) {
     if (!absl::GetFlag(FLAGS_grads).empty()) {
       o.fsdp_units = {0, 1, 2, 3};  // replay: the flat vector in four tensors
     } else if (auto config = tessel::MlpJobFromFlags(); config.ok()) {
@@ -208,60 +209,63 @@ int TrainMlp(tessel::Worker* worker, int steps) {
     work_grads.resize(job.model().num_params());
   }
   const bool units = !worker->options().fsdp_units.empty();
+  const int micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  if (micro_batches < 1 || config->batch % micro_batches != 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--micro_batches=", micro_batches, " must be >= 1 and divide --batch=", config->batch)));
+  }
+  std::vector<float> micro(micro_batches > 1 ? job.model().num_params() : 0);
   for (int64_t k = worker->step(); k < steps; ++k) {
+    absl::StatusOr<float> loss;
     if (units) {
-      auto loss = fsdp ? FsdpStep(worker, job, k, rank, world)
-                       : Zero2UnitStep(worker, job, k, rank, world);
-      if (!loss.ok()) return Fail(loss.status());
-      loss_sum += *loss;
-      ++window;
-      if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
-        const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
-        const tessel::WorkerMemory mem = worker->memory();
-        std::printf("step %5lld/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step  "
-                    "peak per-unit memory %.2f MiB (full params + grads: %.2f MiB)\n",
-                    static_cast<long long>(k + 1), steps, loss_sum / window, window / secs,
-                    window * world * config->batch / secs, 1e3 * secs / window,
-                    mem.peak_bytes / 1048576.0,
-                    2.0 * job.model().num_params() * sizeof(float) / 1048576.0);
-        std::fflush(stdout);
-        window_start = absl::Now();
-        loss_sum = 0;
-        window = 0;
+      loss = fsdp ? FsdpStep(worker, job, k, rank, world) : Zero2UnitStep(worker, job, k, rank, world);
+    } else if (micro_batches > 1) {  // gradient accumulation through the SDK
+      float sum = 0;
+      absl::Status acc;
+      for (int m = 0; m < micro_batches && acc.ok(); ++m) {
+        sum += job.MicroGradients(worker->params().data(), k, rank, world, m, micro_batches,
+                                  micro.data());
+        acc = worker->AccumulateGradients(micro);
       }
-      continue;
-    }
-    absl::Status ready = absl::OkStatus();
-    // Mixed precision: compute in fp32 from the half parameters, hand over
-    // each tensor's gradient rounded to half as soon as it is final.
-    const auto half = worker->half_type();
-    if (half) {
-      tessel::HalfToFloat(*half, worker->half_params().data(), work_params.data(),
-                          work_params.size());
-    }
-    float* params = half ? work_params.data() : worker->params().data();
-    float* grads = half ? work_grads.data() : worker->grads().data();
-    float loss = job.Gradients(params, k, rank, world, grads, [&](size_t i) {
-      if (!ready.ok()) return;
-      const auto& t = tensors[i];
+      if (acc.ok()) acc = worker->Step();
+      loss = acc.ok() ? absl::StatusOr<float>(sum / micro_batches) : acc;
+    } else {
+      absl::Status ready = absl::OkStatus();
+      // Mixed precision: compute in fp32 from the half parameters, hand over
+      // each tensor's gradient rounded to half as soon as it is final.
+      const auto half = worker->half_type();
       if (half) {
-        tessel::FloatToHalf(*half, work_grads.data() + t.offset,
-                            worker->half_grads().data() + t.offset, t.numel);
+        tessel::HalfToFloat(*half, worker->half_params().data(), work_params.data(),
+                            work_params.size());
       }
-      ready = worker->GradientsReady(static_cast<int64_t>(t.offset),
-                                     static_cast<int64_t>(t.offset + t.numel));
-    });
-    if (!ready.ok()) return Fail(ready);
-    s = worker->Step();
-    if (!s.ok()) return Fail(s);
-    loss_sum += loss;
+      float* params = half ? work_params.data() : worker->params().data();
+      float* grads = half ? work_grads.data() : worker->grads().data();
+      const float l = job.Gradients(params, k, rank, world, grads, [&](size_t i) {
+        if (!ready.ok()) return;
+        const auto& t = tensors[i];
+        if (half) {
+          tessel::FloatToHalf(*half, work_grads.data() + t.offset,
+                              worker->half_grads().data() + t.offset, t.numel);
+        }
+        ready = worker->GradientsReady(static_cast<int64_t>(t.offset),
+                                       static_cast<int64_t>(t.offset + t.numel));
+      });
+      if (ready.ok()) ready = worker->Step();
+      loss = ready.ok() ? absl::StatusOr<float>(l) : ready;
+    }
+    if (!loss.ok()) return Fail(loss.status());
+    loss_sum += *loss;
     ++window;
     if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
       const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
-      std::printf("step %5lld/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step\n",
-                  static_cast<long long>(k + 1),
-                  steps, loss_sum / window, window / secs, window * world * config->batch / secs,
-                  1e3 * secs / window);
+      std::string memory;
+      if (units) {
+        memory = absl::StrFormat("  peak per-unit buffers %.2f MiB",
+                                 worker->memory().peak_bytes / 1048576.0);
+      }
+      std::printf("step %5lld/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step%s\n",
+                  static_cast<long long>(k + 1), steps, loss_sum / window, window / secs,
+                  window * world * config->batch / secs, 1e3 * secs / window, memory.c_str());
       std::fflush(stdout);
       window_start = absl::Now();
       loss_sum = 0;

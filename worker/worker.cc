@@ -339,6 +339,26 @@ void Worker::PushBucket(int shard, int bucket) {
                  : static_cast<const void*>(grads_.data() + begin));
 }
 
+absl::Status Worker::AccumulateGradients(absl::Span<const float> micro) {
+  if (layout_ == nullptr) return absl::FailedPreconditionError("AccumulateGradients before RegisterLayout");
+  if (grads_.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        Where(), ": gradient accumulation needs a full fp32 gradient buffer (ddp, zero1, or zero2 "
+                 "without units or mixed precision)"));
+  }
+  if (micro.size() != grads_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(), ": micro-batch gradient has ",
+                                                   micro.size(), " floats; the model has ",
+                                                   grads_.size()));
+  }
+  if (micro_batches_++ == 0) {
+    std::copy(micro.begin(), micro.end(), grads_.begin());
+  } else {
+    for (size_t i = 0; i < grads_.size(); ++i) grads_[i] += micro[i];
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Worker::GradientsReady(int64_t begin, int64_t end) {
   if (layout_ == nullptr) {
     return absl::FailedPreconditionError("GradientsReady before RegisterLayout");
@@ -415,6 +435,11 @@ absl::Status Worker::Step() {
       if (!pushed_[s][b]) todo.emplace_back(static_cast<int>(s), static_cast<int>(b));
     }
   }
+  if (micro_batches_ > 1) {
+    const float count = static_cast<float>(micro_batches_);
+    for (float& g : grads_) g /= count;
+  }
+  micro_batches_ = 0;
   if (unit_grads() && !todo.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         Where(), ": with per-unit gradients every unit must be pushed (PushUnit) before Step(); ",

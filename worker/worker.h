@@ -136,6 +136,13 @@ class Worker {
   absl::Span<float> tensor_params(const std::string& name);
   absl::Span<float> tensor_grads(const std::string& name);
 
+  // Gradient accumulation over micro-batches (fp32 full-buffer modes: ddp,
+  // zero1, zero2 without units): adds one micro-batch's gradient into
+  // grads() (the first call of a step overwrites it); Step() then pushes the
+  // mean over the micro-batches (sum in call order, divided by the count), so
+  // M micro-batches of B samples equal one batch of M*B.
+  absl::Status AccumulateGradients(absl::Span<const float> micro_batch_grads);
+
   // Gradients of flat elements [begin, end) are final for this step: buckets
   // they complete are pushed now, while backward goes on. Optional.
   absl::Status GradientsReady(int64_t begin, int64_t end);
@@ -229,6 +236,7 @@ class Worker {
   uint64_t job_id_ = 0;
   int64_t epoch_ = 0;
   int64_t step_ = 0;
+  int micro_batches_ = 0;  // AccumulateGradients calls this step
   absl::Time last_checkpoint_ = absl::Now();
   std::string token_;
 

@@ -1,0 +1,382 @@
+#include "worker/peer_group.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+
+namespace tessel {
+namespace {
+
+constexpr uint32_t kMagic = 0x31475054;  // "TPG1" little-endian
+constexpr uint16_t kVersion = 1;
+constexpr size_t kHeaderBytes = 40;
+
+struct MessageHeader {
+  uint64_t group_id = 0;
+  int32_t from = 0;
+  uint64_t tag = 0;
+  uint64_t payload_bytes = 0;
+};
+
+// Little-endian hosts only (as all of Tessel): fields are copied as they lie.
+std::vector<uint8_t> Encode(const MessageHeader& h) {
+  std::vector<uint8_t> out(kHeaderBytes, 0);
+  const uint16_t flags = 0;
+  const uint32_t reserved = 0;
+  std::memcpy(&out[0], &kMagic, 4);
+  std::memcpy(&out[4], &kVersion, 2);
+  std::memcpy(&out[6], &flags, 2);
+  std::memcpy(&out[8], &h.group_id, 8);
+  std::memcpy(&out[16], &h.from, 4);
+  std::memcpy(&out[20], &reserved, 4);
+  std::memcpy(&out[24], &h.tag, 8);
+  std::memcpy(&out[32], &h.payload_bytes, 8);
+  return out;
+}
+
+absl::StatusOr<MessageHeader> Decode(absl::Span<const uint8_t> bytes) {
+  if (bytes.size() != kHeaderBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("header of ", bytes.size(), " bytes, expected ", kHeaderBytes));
+  }
+  uint32_t magic = 0;
+  uint16_t version = 0;
+  std::memcpy(&magic, &bytes[0], 4);
+  std::memcpy(&version, &bytes[4], 2);
+  if (magic != kMagic) return absl::InvalidArgumentError("bad magic (not a peer-group message)");
+  if (version != kVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("peer-group message version ", version,
+                                                   ", this build speaks ", kVersion));
+  }
+  MessageHeader h;
+  std::memcpy(&h.group_id, &bytes[8], 8);
+  std::memcpy(&h.from, &bytes[16], 4);
+  std::memcpy(&h.tag, &bytes[24], 8);
+  std::memcpy(&h.payload_bytes, &bytes[32], 8);
+  return h;
+}
+
+// FNV-1a: a stable hash of the group name, the same in every process.
+uint64_t GroupId(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+PeerGroup::PeerGroup(std::unique_ptr<Transport> transport, int rank, int size,
+                     PeerGroupOptions options)
+    : rank_(rank),
+      size_(size),
+      options_(std::move(options)),
+      group_id_(GroupId(options_.name)),
+      transport_(std::move(transport)) {
+  {
+    absl::MutexLock lock(&mu_);
+    peers_.assign(static_cast<size_t>(std::max(size_, 0)), -1);
+  }
+  transport_->SetHandler([this](const Incoming& in) { return OnMessage(in); });
+}
+
+PeerGroup::~PeerGroup() { Shutdown(); }
+
+void PeerGroup::Shutdown() { transport_->Shutdown(); }
+
+std::string PeerGroup::Describe(int rank) const {
+  if (options_.describe) return options_.describe(rank);
+  return absl::StrCat("rank ", rank);
+}
+
+std::string PeerGroup::Where() const {
+  return absl::StrCat("group '", options_.name, "' ", Describe(rank_));
+}
+
+absl::Status PeerGroup::Connect(const std::vector<std::string>& addresses) {
+  if (static_cast<int>(addresses.size()) != size_) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(), ": Connect got ", addresses.size(),
+                                                   " addresses for a group of ", size_));
+  }
+  absl::MutexLock lock(&mu_);
+  addresses_ = addresses;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PeerId> PeerGroup::PeerFor(int rank) {
+  std::string address;
+  {
+    absl::MutexLock lock(&mu_);
+    if (peers_[rank] >= 0) return static_cast<PeerId>(peers_[rank]);
+    if (addresses_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Where(), ": send to ", Describe(rank), " before Connect()"));
+    }
+    address = addresses_[rank];
+  }
+  // Not under mu_: the transport's progress thread may need mu_ (OnMessage)
+  // before it gets to the connect.
+  absl::StatusOr<PeerId> id = transport_->Connect(address);
+  if (!id.ok()) {
+    return absl::UnavailableError(absl::StrCat(Where(), ": cannot reach ", Describe(rank), ": ",
+                                               id.status().message()));
+  }
+  absl::MutexLock lock(&mu_);
+  if (peers_[rank] < 0) peers_[rank] = static_cast<int64_t>(*id);
+  return static_cast<PeerId>(peers_[rank]);
+}
+
+Accept PeerGroup::OnMessage(const Incoming& in) {
+  absl::StatusOr<MessageHeader> h = Decode(in.header);
+  if (!h.ok()) {
+    TESSEL_LOG(WARNING) << Where() << ": refused a message: " << h.status().message();
+    return Accept{};
+  }
+  if (h->group_id != group_id_) {
+    TESSEL_LOG(WARNING) << Where() << ": refused a message of another group (id " << h->group_id
+                        << ")";
+    return Accept{};
+  }
+  if (h->from < 0 || h->from >= size_ || h->from == rank_) {
+    TESSEL_LOG(WARNING) << Where() << ": refused a message from rank " << h->from
+                        << " (group of " << size_ << ")";
+    return Accept{};
+  }
+  if (h->payload_bytes != in.payload_bytes || h->payload_bytes % sizeof(float) != 0) {
+    TESSEL_LOG(WARNING) << Where() << ": refused a message from " << Describe(h->from)
+                        << ": header says " << h->payload_bytes << " payload bytes, got "
+                        << in.payload_bytes;
+    return Accept{};
+  }
+  const Key key{h->from, h->tag};
+  absl::MutexLock lock(&mu_);
+  if (inbox_.contains(key)) {
+    if (error_.ok()) {
+      error_ = absl::InternalError(absl::StrCat(
+          Where(), ": a second message with tag ", h->tag, " from ", Describe(h->from),
+          " arrived before the first was received (tags must be unique per step)"));
+    }
+    return Accept{};
+  }
+  Slot& slot = inbox_[key];
+  slot.data.resize(h->payload_bytes / sizeof(float));
+  // The vector's buffer stays put while the map rehashes (a move keeps it),
+  // and nobody takes the slot before it is complete.
+  return Accept{slot.data.data(), [this, key](absl::Status s) {
+                  absl::MutexLock lock(&mu_);
+                  auto it = inbox_.find(key);
+                  if (it == inbox_.end()) return;
+                  if (!s.ok()) {
+                    inbox_.erase(it);
+                    if (error_.ok()) {
+                      error_ = absl::Status(s.code(), absl::StrCat(Where(), ": receiving tag ",
+                                                                   key.tag, " from ",
+                                                                   Describe(key.from), ": ",
+                                                                   s.message()));
+                    }
+                    return;
+                  }
+                  it->second.complete = true;
+                }};
+}
+
+absl::Status PeerGroup::Send(int peer, uint64_t tag, std::vector<float> data) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), ": cannot send to rank ", peer, " (group of ", size_, ")"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return error_;
+  }
+  absl::StatusOr<PeerId> to = PeerFor(peer);
+  if (!to.ok()) return to.status();
+  auto buffer = std::make_shared<std::vector<float>>(std::move(data));
+  MessageHeader h;
+  h.group_id = group_id_;
+  h.from = rank_;
+  h.tag = tag;
+  h.payload_bytes = buffer->size() * sizeof(float);
+  const std::vector<uint8_t> header = Encode(h);
+  {
+    absl::MutexLock lock(&mu_);
+    ++outstanding_sends_;
+  }
+  transport_->Send(*to, absl::MakeConstSpan(header), buffer->data(), h.payload_bytes,
+                   [this, buffer, peer, tag](absl::Status s) {
+                     absl::MutexLock lock(&mu_);
+                     --outstanding_sends_;
+                     if (!s.ok() && error_.ok()) {
+                       error_ = absl::Status(s.code(),
+                                             absl::StrCat(Where(), ": sending tag ", tag, " to ",
+                                                          Describe(peer), ": ", s.message()));
+                     }
+                   });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl::string_view what,
+                                                   int64_t expected) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), ": cannot receive from rank ", peer, " (group of ", size_, ")"));
+  }
+  const Key key{peer, tag};
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!error_.ok()) return true;
+    auto it = inbox_.find(key);
+    return it != inbox_.end() && it->second.complete;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), options_.timeout);
+  auto it = inbox_.find(key);
+  if (it != inbox_.end() && it->second.complete) {
+    std::vector<float> data = std::move(it->second.data);
+    inbox_.erase(it);
+    if (expected >= 0 && static_cast<int64_t>(data.size()) != expected) {
+      return absl::InternalError(absl::StrCat(Where(), ": ", what, " from ", Describe(peer),
+                                              " has ", data.size(), " floats, expected ",
+                                              expected));
+    }
+    return data;
+  }
+  if (!error_.ok()) {
+    return absl::Status(error_.code(),
+                        absl::StrCat(error_.message(), " (while waiting for ", what, " from ",
+                                     Describe(peer), ")"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      Where(), ": timed out after ", absl::FormatDuration(options_.timeout), " waiting for ",
+      what, " from ", Describe(peer), " (tag ", tag, "); is that process alive and at the "
+      "same step?"));
+}
+
+absl::Status PeerGroup::AllReduceSum(absl::Span<const int> members, uint64_t tag,
+                                     absl::Span<float> data, absl::string_view what) {
+  int self = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] < 0 || members[i] >= size_ || (i > 0 && members[i] <= members[i - 1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(), ": AllReduceSum members must be ascending ranks in [0, ", size_,
+                       "), got {", absl::StrJoin(members, ", "), "}"));
+    }
+    if (members[i] == rank_) self = static_cast<int>(i);
+  }
+  if (self < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": AllReduceSum over {", absl::StrJoin(members, ", "), "} without this rank"));
+  }
+  if (members.size() == 1) return absl::OkStatus();
+  for (int m : members) {
+    if (m == rank_) continue;
+    absl::Status s = Send(m, tag, std::vector<float>(data.begin(), data.end()));
+    if (!s.ok()) return s;
+  }
+  std::vector<std::vector<float>> got(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (static_cast<int>(i) == self) continue;
+    absl::StatusOr<std::vector<float>> v =
+        Recv(members[i], tag, what, static_cast<int64_t>(data.size()));
+    if (!v.ok()) return v.status();
+    got[i] = std::move(*v);
+  }
+  got[self].assign(data.begin(), data.end());
+  // Left to right in member order: the same bits on every member.
+  std::vector<float>& acc = got[0];
+  for (size_t i = 1; i < got.size(); ++i) {
+    const float* add = got[i].data();
+    for (size_t e = 0; e < acc.size(); ++e) acc[e] += add[e];
+  }
+  std::copy(acc.begin(), acc.end(), data.begin());
+  return absl::OkStatus();
+}
+
+absl::Status PeerGroup::Barrier(absl::Span<const int> members, uint64_t tag,
+                                absl::string_view what) {
+  return AllReduceSum(members, tag, absl::Span<float>(), what);
+}
+
+absl::Status PeerGroup::Flush() {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_sends_ == 0; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&done), options_.timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat(Where(), ": ", outstanding_sends_,
+                                                    " send(s) still in flight after ",
+                                                    absl::FormatDuration(options_.timeout)));
+  }
+  return error_;
+}
+
+void PeerGroup::Abort(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (error_.ok()) error_ = std::move(status);
+}
+
+absl::StatusOr<std::vector<std::string>> JoinMesh(RegistryClient* registry,
+                                                  const std::string& group, int rank, int size,
+                                                  const std::string& address,
+                                                  absl::Duration timeout) {
+  v1::Member me;
+  me.set_group(group);
+  me.set_role(v1::ROLE_WORKER);
+  me.set_rank(rank);
+  me.set_ucx_address(address);
+  me.set_pid(getpid());
+  absl::StatusOr<v1::View> joined = registry->Join(me);
+  if (!joined.ok()) {
+    return absl::Status(joined.status().code(),
+                        absl::StrCat("rank ", rank, " could not join group '", group, "': ",
+                                     joined.status().message()));
+  }
+  int stray = -1;
+  absl::StatusOr<v1::View> view = registry->WaitForView(
+      group,
+      [&](const v1::View& v) {
+        int present = 0;
+        for (const v1::Member& m : v.members()) {
+          if (m.role() != v1::ROLE_WORKER) continue;
+          if (m.rank() >= size) {
+            stray = m.rank();
+            return true;
+          }
+          ++present;
+        }
+        return present == size;
+      },
+      timeout);
+  if (!view.ok()) {
+    std::vector<int> missing;
+    absl::StatusOr<v1::View> last = registry->GetView(group);
+    for (int r = 0; r < size && last.ok(); ++r) {
+      bool found = false;
+      for (const v1::Member& m : last->members()) found |= m.rank() == r;
+      if (!found) missing.push_back(r);
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", rank, ": not all ", size, " ranks joined group '", group, "' within ",
+        absl::FormatDuration(timeout), "; missing rank(s) {", absl::StrJoin(missing, ", "),
+        "}: start them, or check that every process got the same world size (",
+        view.status().message(), ")"));
+  }
+  if (stray >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank, ": group '", group, "' has a member of rank ", stray,
+        " but this process expects ", size, " ranks: every process must be started with the "
+        "same world size (dp*tp*pp)"));
+  }
+  std::vector<std::string> addresses(size);
+  for (const v1::Member& m : view->members()) {
+    if (m.role() == v1::ROLE_WORKER) addresses[m.rank()] = m.ucx_address();
+  }
+  return addresses;
+}
+
+}  // namespace tessel

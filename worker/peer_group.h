@@ -1,0 +1,168 @@
+// PeerGroup: worker-to-worker messages between the ranks of one job, for
+// model parallelism (tensor-parallel sums, pipeline activations and their
+// gradients). The shard servers are not involved.
+//
+// Each rank owns one PeerGroup over its own Transport endpoint (UCX between
+// processes, the in-process backend in tests: the same code runs over both,
+// checked by one conformance suite). Messages are vectors of floats sent to a
+// peer rank under a 64-bit tag; the receiver asks for (peer, tag) and gets the
+// message whenever it arrives, before or after the ask. (peer, tag) must be
+// unique among the messages in flight from that peer: callers build tags from
+// (kind, step, micro-batch, layer), see worker/hybrid.h.
+//
+// AllReduceSum sums a vector over a subgroup IN FIXED RANK ORDER: every member
+// sends its vector to every other member, and each member computes
+// v_{m0} + v_{m1} + ... + v_{mk} left to right in the order of `members`, so
+// every member gets the same bits whatever order messages arrive in, and a
+// single process can reproduce the result exactly. (All-to-all costs
+// (k-1) messages per member: right for the small tensor-parallel groups of one
+// host; a ring would need a different fixed order.)
+//
+// Every wait has a deadline (PeerGroupOptions::timeout) and, on expiry, a
+// DeadlineExceeded status naming this rank, the peer (through
+// PeerGroupOptions::describe) and what was awaited (the caller's `what`, e.g.
+// "activation of step 3 micro-batch 2 from stage 0").
+//
+// Wire: each message is a 40-byte header (magic "TPG1", version, a hash of
+// the group name, sender rank, tag, payload bytes; little-endian) plus the
+// payload. Messages from another group, with a bad header or a sender outside
+// the group, are refused and logged; a second message for a (peer, tag) that
+// is still unclaimed fails the group (a tag reuse is a bug).
+//
+// Threads: Send, Recv, AllReduceSum, Barrier and Flush may be called from any
+// thread, but the collective calls of one group must be issued in the same
+// order on every member (as with any collective library). The transport's
+// progress thread runs the receive handler, which only stores messages.
+//
+// Example:
+//   PeerGroup group(std::move(transport), rank, size, {.name = "job.mesh"});
+//   std::vector<std::string> addresses = ...;  // e.g. JoinMesh(), below
+//   RETURN_IF_ERROR(group.Connect(addresses));
+//   RETURN_IF_ERROR(group.Send(rank + 1, tag, activations));
+//   auto grad = group.Recv(rank + 1, grad_tag, "gradient of micro-batch 0");
+//   RETURN_IF_ERROR(group.AllReduceSum({0, 1}, sum_tag, absl::MakeSpan(partial), "fc1"));
+#ifndef TESSEL_WORKER_PEER_GROUP_H_
+#define TESSEL_WORKER_PEER_GROUP_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "rpc/registry_client.h"
+#include "transport/transport.h"
+
+namespace tessel {
+
+struct PeerGroupOptions {
+  // Group name; messages carry its hash, so two groups never mix.
+  std::string name = "mesh";
+  // Deadline of every wait (Recv, AllReduceSum, Barrier, Flush).
+  absl::Duration timeout = absl::Seconds(120);
+  // How a rank is named in messages, e.g. "rank 3 (d1 p0 t1)"; default "rank 3".
+  std::function<std::string(int rank)> describe;
+};
+
+class PeerGroup {
+ public:
+  // Takes this rank's endpoint and installs its receive handler at once, so
+  // peers may send as soon as they know address().
+  PeerGroup(std::unique_ptr<Transport> transport, int rank, int size, PeerGroupOptions options);
+  ~PeerGroup();
+  PeerGroup(const PeerGroup&) = delete;
+  PeerGroup& operator=(const PeerGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const PeerGroupOptions& options() const { return options_; }
+  std::string address() const { return transport_->address(); }
+  std::string Describe(int rank) const;
+
+  // The transport addresses of ranks 0..size-1 (this rank's included).
+  // Endpoints are created on first use.
+  absl::Status Connect(const std::vector<std::string>& addresses);
+
+  // Queues `data` to `peer` under `tag`; returns at once. A failed send fails
+  // the group: later calls return its status.
+  absl::Status Send(int peer, uint64_t tag, std::vector<float> data);
+
+  // Waits for the message (peer, tag) and returns it. If `expected` >= 0 the
+  // message must have that many floats.
+  absl::StatusOr<std::vector<float>> Recv(int peer, uint64_t tag, absl::string_view what,
+                                          int64_t expected = -1);
+
+  // data <- sum over `members` (ascending ranks, including this one) of their
+  // `data`, in member order. Every member passes the same members, tag and
+  // size.
+  absl::Status AllReduceSum(absl::Span<const int> members, uint64_t tag, absl::Span<float> data,
+                            absl::string_view what);
+
+  // Returns once every member has reached the barrier with this tag.
+  absl::Status Barrier(absl::Span<const int> members, uint64_t tag, absl::string_view what);
+
+  // Waits until every message this rank sent has left (its buffer released).
+  absl::Status Flush();
+
+  // Fails every current and future wait with `status` (e.g. a peer is known
+  // dead). Idempotent: the first status wins.
+  void Abort(absl::Status status);
+
+  // Stops the transport; pending sends complete with Cancelled.
+  void Shutdown();
+
+ private:
+  struct Key {
+    int from;
+    uint64_t tag;
+    friend bool operator==(const Key& a, const Key& b) {
+      return a.from == b.from && a.tag == b.tag;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& k) {
+      return H::combine(std::move(h), k.from, k.tag);
+    }
+  };
+  struct Slot {
+    std::vector<float> data;  // the payload lands here
+    bool complete = false;
+  };
+
+  Accept OnMessage(const Incoming& in);
+  absl::StatusOr<PeerId> PeerFor(int rank);
+  std::string Where() const;
+
+  const int rank_;
+  const int size_;
+  const PeerGroupOptions options_;
+  const uint64_t group_id_;
+  std::unique_ptr<Transport> transport_;
+
+  absl::Mutex mu_;
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> peers_ ABSL_GUARDED_BY(mu_);  // PeerId per rank, -1 until connected
+  absl::flat_hash_map<Key, Slot> inbox_ ABSL_GUARDED_BY(mu_);
+  int64_t outstanding_sends_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
+// Peer discovery through the registry: joins `group` as (ROLE_WORKER, rank)
+// with `address` as the member's UCX address, waits until ranks 0..size-1
+// are all present, and returns their addresses by rank. `registry` keeps the
+// membership's lease; keep it alive as long as the group is used. Fails,
+// naming the missing ranks, after `timeout`, or at once if a member with a
+// rank >= size is present (processes disagree on the world size).
+absl::StatusOr<std::vector<std::string>> JoinMesh(RegistryClient* registry,
+                                                  const std::string& group, int rank, int size,
+                                                  const std::string& address,
+                                                  absl::Duration timeout);
+
+}  // namespace tessel
+
+#endif  // TESSEL_WORKER_PEER_GROUP_H_

@@ -1,0 +1,247 @@
+// One PeerGroup suite over every transport backend (in-process, UCX shared
+// memory, UCX tcp): ranks are threads of this process, each with its own
+// endpoint, as in transport/transport_conformance_test.cc.
+#include "worker/peer_group.h"
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/inproc/inproc_transport.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace tessel {
+namespace {
+
+using ::testing::HasSubstr;
+
+using Factory = std::function<std::unique_ptr<Transport>()>;
+
+struct Backend {
+  std::string name;
+  std::function<Factory()> make;
+};
+
+Backend InProc() {
+  return {"inproc", [] {
+            auto fabric = std::make_shared<InProcFabric>();
+            return Factory(
+                [fabric] { return std::unique_ptr<Transport>(InProcTransport::Create(fabric)); });
+          }};
+}
+
+Backend Ucx(std::string tls) {
+  return {"ucx_" + tls, [tls] {
+            return Factory([tls] {
+              UcxOptions o;
+              o.tls = tls;
+              auto t = UcxTransport::Create(o);
+              EXPECT_TRUE(t.ok()) << t.status();
+              return std::unique_ptr<Transport>(std::move(*t));
+            });
+          }};
+}
+
+class PeerGroupTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  // n ranks of group `name`, connected to each other.
+  std::vector<std::unique_ptr<PeerGroup>> MakeGroup(int n, absl::Duration timeout,
+                                                    const std::string& name = "test.mesh") {
+    if (!factory_) factory_ = GetParam().make();
+    std::vector<std::unique_ptr<PeerGroup>> g;
+    std::vector<std::string> addresses;
+    for (int r = 0; r < n; ++r) {
+      PeerGroupOptions o;
+      o.name = name;
+      o.timeout = timeout;
+      o.describe = [](int rank) { return absl::StrCat("rank ", rank, " (test)"); };
+      g.push_back(std::make_unique<PeerGroup>(factory_(), r, n, o));
+      addresses.push_back(g.back()->address());
+    }
+    for (auto& p : g) EXPECT_TRUE(p->Connect(addresses).ok());
+    return g;
+  }
+  Factory factory_;
+};
+
+std::vector<float> Iota(size_t n, float start) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + static_cast<float>(i);
+  return v;
+}
+
+bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_P(PeerGroupTest, DeliversTaggedMessagesWhicheverComesFirst) {
+  auto g = MakeGroup(2, absl::Seconds(20));
+  // Tag 7 is asked for before it is sent; 1..3 arrive before they are asked for.
+  std::thread receiver([&] {
+    auto v = g[1]->Recv(0, 7, "tag 7", 5);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(*v, Iota(5, 70));
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  for (uint64_t tag : {1, 2, 3}) ASSERT_TRUE(g[0]->Send(1, tag, Iota(tag, 10 * tag)).ok());
+  ASSERT_TRUE(g[0]->Send(1, 7, Iota(5, 70)).ok());
+  receiver.join();
+  for (uint64_t tag : {3, 1, 2}) {
+    auto v = g[1]->Recv(0, tag, absl::StrCat("tag ", tag));
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(*v, Iota(tag, 10 * tag));
+  }
+  // Empty messages are messages too.
+  ASSERT_TRUE(g[1]->Send(0, 9, {}).ok());
+  auto empty = g[0]->Recv(1, 9, "empty", 0);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->empty());
+  EXPECT_TRUE(g[0]->Flush().ok());
+  EXPECT_TRUE(g[1]->Flush().ok());
+}
+
+TEST_P(PeerGroupTest, LargeMessageArrivesIntact) {
+  auto g = MakeGroup(2, absl::Seconds(30));
+  const std::vector<float> big = Iota(3u << 20, 0.5f);  // 12 MiB: UCX rendezvous
+  ASSERT_TRUE(g[0]->Send(1, 1, big).ok());
+  auto v = g[1]->Recv(0, 1, "big", static_cast<int64_t>(big.size()));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(BitwiseEqual(*v, big));
+  EXPECT_TRUE(g[0]->Flush().ok());
+}
+
+TEST_P(PeerGroupTest, AllReduceSumsInRankOrderWithTheSameBitsEverywhere) {
+  const int n = 4;
+  auto g = MakeGroup(n, absl::Seconds(30));
+  // Magnitudes far apart, so a different summation order gives other bits.
+  std::mt19937 gen(11);
+  const size_t len = 1000;
+  std::vector<std::vector<float>> in(n, std::vector<float>(len));
+  for (int r = 0; r < n; ++r) {
+    for (float& e : in[r]) {
+      const float scale = (gen() % 2) ? 1e8f : 1.0f;
+      e = scale * (static_cast<float>(gen() % 2001) - 1000.0f) / 7.0f;
+    }
+  }
+  std::vector<float> want = in[0];
+  for (int r = 1; r < n; ++r) {
+    for (size_t e = 0; e < len; ++e) want[e] += in[r][e];
+  }
+  std::vector<float> reversed = in[n - 1];
+  for (int r = n - 2; r >= 0; --r) {
+    for (size_t e = 0; e < len; ++e) reversed[e] += in[r][e];
+  }
+  ASSERT_FALSE(BitwiseEqual(want, reversed)) << "the data must make the order visible";
+
+  for (int round = 0; round < 5; ++round) {
+    std::vector<std::vector<float>> out = in;
+    std::vector<std::thread> threads;
+    std::vector<absl::Status> status(n);
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        // Stagger the ranks so messages arrive in different orders each round.
+        absl::SleepFor(absl::Milliseconds((r * 7 + round * 13) % 20));
+        status[r] = g[r]->AllReduceSum({0, 1, 2, 3}, 100 + round, absl::MakeSpan(out[r]),
+                                       "test sum");
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(status[r].ok()) << status[r];
+      EXPECT_TRUE(BitwiseEqual(out[r], want)) << "rank " << r << " round " << round;
+    }
+  }
+}
+
+TEST_P(PeerGroupTest, DisjointSubgroupsReduceIndependentlyUnderOneTag) {
+  auto g = MakeGroup(4, absl::Seconds(20));
+  std::vector<std::vector<float>> data = {{1, 2}, {10, 20}, {100, 200}, {1000, 2000}};
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> status(4);
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      const std::vector<int> members = r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+      status[r] = g[r]->AllReduceSum(members, 5, absl::MakeSpan(data[r]), "subgroup sum");
+      if (status[r].ok()) status[r] = g[r]->Barrier({0, 1, 2, 3}, 6, "barrier");
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
+  EXPECT_EQ(data[0], (std::vector<float>{101, 202}));
+  EXPECT_EQ(data[2], (std::vector<float>{101, 202}));
+  EXPECT_EQ(data[1], (std::vector<float>{1010, 2020}));
+  EXPECT_EQ(data[3], (std::vector<float>{1010, 2020}));
+}
+
+TEST_P(PeerGroupTest, WaitsHaveADeadlineThatNamesPeerAndWhat) {
+  auto g = MakeGroup(2, absl::Milliseconds(300));
+  const absl::Time start = absl::Now();
+  auto v = g[0]->Recv(1, 42, "activation of step 3 micro-batch 2 from stage 0");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
+  const std::string msg(v.status().message());
+  EXPECT_THAT(msg, HasSubstr("activation of step 3 micro-batch 2 from stage 0"));
+  EXPECT_THAT(msg, HasSubstr("from rank 1 (test)"));
+  EXPECT_THAT(msg, HasSubstr("group 'test.mesh' rank 0 (test)"));
+
+  std::vector<float> data = {1};
+  absl::Status s = g[0]->AllReduceSum({0, 1}, 3, absl::MakeSpan(data), "sum of fc1 forward");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("sum of fc1 forward"));
+}
+
+TEST_P(PeerGroupTest, AbortWakesWaiters) {
+  auto g = MakeGroup(2, absl::Seconds(60));
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    g[0]->Abort(absl::UnavailableError("peer 1 is dead"));
+  });
+  auto v = g[0]->Recv(1, 1, "anything");
+  aborter.join();
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("peer 1 is dead"));
+}
+
+TEST_P(PeerGroupTest, RefusesMessagesOfAnotherGroupAndBadArguments) {
+  if (!factory_) factory_ = GetParam().make();
+  PeerGroupOptions a_opt, b_opt;
+  a_opt.name = "job-a.mesh";
+  b_opt.name = "job-b.mesh";
+  a_opt.timeout = b_opt.timeout = absl::Milliseconds(300);
+  PeerGroup a(factory_(), 0, 2, a_opt);
+  PeerGroup b(factory_(), 1, 2, b_opt);
+  const std::vector<std::string> addresses = {a.address(), b.address()};
+  ASSERT_TRUE(a.Connect(addresses).ok());
+  ASSERT_TRUE(b.Connect(addresses).ok());
+  ASSERT_TRUE(b.Send(0, 1, {1, 2, 3}).ok());
+  auto v = a.Recv(1, 1, "a message of this group");
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
+
+  EXPECT_EQ(a.Send(0, 1, {}).code(), absl::StatusCode::kInvalidArgument);  // to itself
+  EXPECT_EQ(a.Send(2, 1, {}).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<float> data = {1};
+  EXPECT_EQ(a.AllReduceSum({1, 0}, 1, absl::MakeSpan(data), "x").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.AllReduceSum({1}, 1, absl::MakeSpan(data), "x").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(a.AllReduceSum({0}, 1, absl::MakeSpan(data), "x").ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PeerGroupTest,
+                         ::testing::Values(InProc(), Ucx("posix,sysv,self"), Ucx("tcp")),
+                         [](const ::testing::TestParamInfo<Backend>& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n) {
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tessel
