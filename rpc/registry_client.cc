@@ -39,6 +39,7 @@ absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Du
     lease_status_ = absl::OkStatus();
     stop_ = false;
   }
+  group_epoch_.store(resp.view().epoch());
   const absl::Duration period = absl::Milliseconds(resp.lease_ttl_ms()) / 3;
   heartbeat_ = std::thread([this, id = resp.lease_id(), period] { HeartbeatLoop(id, period); });
   return resp.view();
@@ -70,6 +71,7 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
       TESSEL_LOG(ERROR) << lease_status_.message();
       return;
     }
+    if (s.ok()) group_epoch_.store(resp.epoch());
     if (!s.ok()) TESSEL_LOG(WARNING) << "heartbeat failed (will retry): " << s.error_message();
   }
 }

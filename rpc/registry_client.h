@@ -14,6 +14,7 @@
 #ifndef TESSEL_RPC_REGISTRY_CLIENT_H_
 #define TESSEL_RPC_REGISTRY_CLIENT_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -39,6 +40,9 @@ class RegistryClient {
   absl::StatusOr<v1::View> Join(const v1::Member& member, absl::Duration ttl = absl::ZeroDuration());
   absl::Status Leave();
   absl::Status lease_status();
+  // The epoch of this member's group as of the last heartbeat (or join):
+  // a change means someone joined, left or lapsed.
+  int64_t group_epoch() const { return group_epoch_.load(); }
 
   absl::StatusOr<v1::View> GetView(const std::string& group);
   absl::StatusOr<std::vector<v1::View>> ListGroups();
@@ -60,6 +64,7 @@ class RegistryClient {
   absl::Status lease_status_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_;
+  std::atomic<int64_t> group_epoch_{0};
 };
 
 // Short human description of a view, e.g. "epoch 4: worker 0, worker 1".

@@ -589,8 +589,21 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done,
   struct Arg {
     decltype(ready)* f;
   } arg{&ready};
-  const bool finished = mu_.AwaitWithTimeout(
-      absl::Condition(+[](Arg* a) { return (*a->f)(); }, &arg), options_.step_timeout);
+  // Wait in slices so a membership change (a worker left or its lease
+  // lapsed) ends the wait within about a heartbeat, with the reason, instead
+  // of at the step deadline.
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  bool finished = false;
+  while (!finished && absl::Now() < deadline) {
+    finished = mu_.AwaitWithTimeout(absl::Condition(+[](Arg* a) { return (*a->f)(); }, &arg),
+                                    std::min(absl::Milliseconds(250), deadline - absl::Now()));
+    if (!finished && registry_ != nullptr && registry_->group_epoch() > epoch_) {
+      mu_.Unlock();
+      absl::Status changed = MembershipChanged();
+      mu_.Lock();
+      return changed;
+    }
+  }
   if (!error_.ok()) return error_;
   if (!send_error_.ok()) {
     return absl::UnavailableError(
@@ -603,6 +616,27 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done,
         ". A worker or server may have died: check the registry (tesselctl members)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status Worker::MembershipChanged() {
+  std::string who = "membership changed";
+  auto view = registry_->GetView(options_.job);
+  if (view.ok()) {
+    std::vector<std::string> missing;
+    for (int r = 0; r < options_.world_size; ++r) {
+      bool present = false;
+      for (const auto& m : view->members()) present = present || m.rank() == r;
+      if (!present) missing.push_back(absl::StrCat(r));
+    }
+    if (!missing.empty()) {
+      who = absl::StrCat("worker rank(s) ", absl::StrJoin(missing, ", "),
+                         " left the job or stopped heartbeating");
+    }
+  }
+  return absl::AbortedError(absl::StrCat(
+      Where(), ": ", who, " (membership epoch ", epoch_, " -> ", registry_->group_epoch(),
+      "); the step cannot complete. Restart the missing worker(s) and resume from the latest "
+      "checkpoint (--resume)"));
 }
 
 absl::Status Worker::Prefetch(int unit) {

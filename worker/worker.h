@@ -202,6 +202,7 @@ class Worker {
   std::string Where() const;
   void Authorize(grpc::ClientContext* ctx) const;
   void MaybeCheckpoint();
+  absl::Status MembershipChanged();
 
   struct Unit {
     Range range;
