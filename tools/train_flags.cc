@@ -7,7 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "rpc/job_spec.h"
 
-ABSL_FLAG(std::string, strategy, "zero2", "ddp, zero1, zero2 or fsdp (hybrid: not yet)");
+ABSL_FLAG(std::string, strategy, "zero2",
+          "ddp, zero1, zero2 or fsdp (hybrid DPxTPxPP: tessel-hybrid-train)");
 ABSL_FLAG(std::string, optimizer, "adam",
           "sgd, adam, adamw, rmsprop or adagrad (torch.optim semantics)");
 ABSL_FLAG(double, lr, 1e-3, "learning rate");
@@ -81,9 +82,10 @@ absl::StatusOr<v1::Strategy> StrategyFromFlags() {
   auto s = ParseStrategy(absl::GetFlag(FLAGS_strategy));
   if (!s.ok()) return s;
   if (*s == v1::STRATEGY_HYBRID) {
-    return absl::UnimplementedError(absl::StrCat("--strategy=", absl::GetFlag(FLAGS_strategy),
-                                                 " is not available yet; use ddp, zero1, zero2 "
-                                                 "or fsdp"));
+    return absl::UnimplementedError(absl::StrCat(
+        "--strategy=", absl::GetFlag(FLAGS_strategy),
+        " runs through tessel-hybrid-train (--dp --tp --pp --micro_batches); this tool takes "
+        "ddp, zero1, zero2 or fsdp"));
   }
   return s;
 }

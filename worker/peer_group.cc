@@ -223,6 +223,27 @@ absl::Status PeerGroup::Send(int peer, uint64_t tag, std::vector<float> data) {
   return absl::OkStatus();
 }
 
+bool PeerGroup::AwaitOrFail(const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  for (;;) {
+    std::shared_ptr<const std::function<absl::Status()>> health;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this, &done]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !error_.ok() || done();
+      };
+      const absl::Time slice = std::min(deadline, absl::Now() + options_.health_period);
+      if (mu_.AwaitWithDeadline(absl::Condition(&ready), slice)) return done();
+      if (absl::Now() >= deadline) return false;
+      health = health_;
+    }
+    if (health != nullptr && *health) {
+      absl::Status s = (*health)();
+      if (!s.ok()) Abort(std::move(s));
+    }
+  }
+}
+
 absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl::string_view what,
                                                    int64_t expected) {
   if (peer < 0 || peer >= size_ || peer == rank_) {
@@ -230,13 +251,11 @@ absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl:
         absl::StrCat(Where(), ": cannot receive from rank ", peer, " (group of ", size_, ")"));
   }
   const Key key{peer, tag};
-  absl::MutexLock lock(&mu_);
-  auto ready = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!error_.ok()) return true;
+  AwaitOrFail([this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = inbox_.find(key);
     return it != inbox_.end() && it->second.complete;
-  };
-  mu_.AwaitWithTimeout(absl::Condition(&ready), options_.timeout);
+  });
+  absl::MutexLock lock(&mu_);
   auto it = inbox_.find(key);
   if (it != inbox_.end() && it->second.complete) {
     std::vector<float> data = std::move(it->second.data);
@@ -305,9 +324,10 @@ absl::Status PeerGroup::Barrier(absl::Span<const int> members, uint64_t tag,
 }
 
 absl::Status PeerGroup::Flush() {
+  const bool done = AwaitOrFail(
+      [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_sends_ == 0; });
   absl::MutexLock lock(&mu_);
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_sends_ == 0; };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&done), options_.timeout)) {
+  if (!done && error_.ok()) {
     return absl::DeadlineExceededError(absl::StrCat(Where(), ": ", outstanding_sends_,
                                                     " send(s) still in flight after ",
                                                     absl::FormatDuration(options_.timeout)));
@@ -320,10 +340,15 @@ void PeerGroup::Abort(absl::Status status) {
   if (error_.ok()) error_ = std::move(status);
 }
 
-absl::StatusOr<std::vector<std::string>> JoinMesh(RegistryClient* registry,
-                                                  const std::string& group, int rank, int size,
-                                                  const std::string& address,
-                                                  absl::Duration timeout) {
+void PeerGroup::SetHealthCheck(std::function<absl::Status()> check) {
+  auto shared = check ? std::make_shared<const std::function<absl::Status()>>(std::move(check))
+                      : nullptr;
+  absl::MutexLock lock(&mu_);
+  health_ = std::move(shared);
+}
+
+absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& group, int rank,
+                                  int size, const std::string& address, absl::Duration timeout) {
   v1::Member me;
   me.set_group(group);
   me.set_role(v1::ROLE_WORKER);
@@ -372,11 +397,13 @@ absl::StatusOr<std::vector<std::string>> JoinMesh(RegistryClient* registry,
         " but this process expects ", size, " ranks: every process must be started with the "
         "same world size (dp*tp*pp)"));
   }
-  std::vector<std::string> addresses(size);
+  MeshView out;
+  out.addresses.resize(size);
+  out.epoch = view->epoch();
   for (const v1::Member& m : view->members()) {
-    if (m.role() == v1::ROLE_WORKER) addresses[m.rank()] = m.ucx_address();
+    if (m.role() == v1::ROLE_WORKER) out.addresses[m.rank()] = m.ucx_address();
   }
-  return addresses;
+  return out;
 }
 
 }  // namespace tessel

@@ -21,7 +21,10 @@
 // Every wait has a deadline (PeerGroupOptions::timeout) and, on expiry, a
 // DeadlineExceeded status naming this rank, the peer (through
 // PeerGroupOptions::describe) and what was awaited (the caller's `what`, e.g.
-// "activation of step 3 micro-batch 2 from stage 0").
+// "activation of step 3 micro-batch 2 from stage 0"). A blocked wait also
+// runs the health check (SetHealthCheck, e.g. "has a member left the
+// registry group?") every PeerGroupOptions::health_period, so a dead peer
+// ends it within seconds instead of at the deadline.
 //
 // Wire: each message is a 40-byte header (magic "TPG1", version, a hash of
 // the group name, sender rank, tag, payload bytes; little-endian) plus the
@@ -68,6 +71,8 @@ struct PeerGroupOptions {
   absl::Duration timeout = absl::Seconds(120);
   // How a rank is named in messages, e.g. "rank 3 (d1 p0 t1)"; default "rank 3".
   std::function<std::string(int rank)> describe;
+  // How often a blocked wait runs the health check.
+  absl::Duration health_period = absl::Milliseconds(250);
 };
 
 class PeerGroup {
@@ -114,6 +119,11 @@ class PeerGroup {
   // dead). Idempotent: the first status wins.
   void Abort(absl::Status status);
 
+  // Installs (or, with nullptr, removes) the health check: blocked waits call
+  // it every health_period, outside the group's lock; a non-OK status aborts
+  // the group with that status. It may block briefly (e.g. one RPC).
+  void SetHealthCheck(std::function<absl::Status()> check);
+
   // Stops the transport; pending sends complete with Cancelled.
   void Shutdown();
 
@@ -135,6 +145,9 @@ class PeerGroup {
   };
 
   Accept OnMessage(const Incoming& in);
+  // Waits until `done` (under mu_) holds or the group fails, up to the
+  // deadline, running the health check meanwhile. True if `done` holds.
+  bool AwaitOrFail(const std::function<bool()>& done);
   absl::StatusOr<PeerId> PeerFor(int rank);
   std::string Where() const;
 
@@ -150,18 +163,23 @@ class PeerGroup {
   absl::flat_hash_map<Key, Slot> inbox_ ABSL_GUARDED_BY(mu_);
   int64_t outstanding_sends_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::function<absl::Status()>> health_ ABSL_GUARDED_BY(mu_);
 };
 
 // Peer discovery through the registry: joins `group` as (ROLE_WORKER, rank)
 // with `address` as the member's UCX address, waits until ranks 0..size-1
-// are all present, and returns their addresses by rank. `registry` keeps the
-// membership's lease; keep it alive as long as the group is used. Fails,
-// naming the missing ranks, after `timeout`, or at once if a member with a
-// rank >= size is present (processes disagree on the world size).
-absl::StatusOr<std::vector<std::string>> JoinMesh(RegistryClient* registry,
-                                                  const std::string& group, int rank, int size,
-                                                  const std::string& address,
-                                                  absl::Duration timeout);
+// are all present, and returns their addresses by rank and the group's epoch
+// at that moment (any later change means a member left or lapsed).
+// `registry` keeps the membership's lease; keep it alive as long as the group
+// is used. Fails, naming the missing ranks, after `timeout`, or at once if a
+// member with a rank >= size is present (processes disagree on the world
+// size).
+struct MeshView {
+  std::vector<std::string> addresses;
+  int64_t epoch = 0;
+};
+absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& group, int rank,
+                                  int size, const std::string& address, absl::Duration timeout);
 
 }  // namespace tessel
 

@@ -3,6 +3,7 @@
 // endpoint, as in transport/transport_conformance_test.cc.
 #include "worker/peer_group.h"
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -206,6 +207,45 @@ TEST_P(PeerGroupTest, AbortWakesWaiters) {
   aborter.join();
   EXPECT_EQ(v.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(v.status().message()), HasSubstr("peer 1 is dead"));
+}
+
+TEST_P(PeerGroupTest, AFailingHealthCheckEndsWaitsLongBeforeTheDeadline) {
+  auto g = MakeGroup(2, absl::Seconds(60));
+  std::atomic<int> calls{0};
+  g[0]->SetHealthCheck([&calls]() -> absl::Status {
+    if (++calls < 3) return absl::OkStatus();
+    return absl::AbortedError("rank 1 (test) left the mesh");
+  });
+  const absl::Time start = absl::Now();
+  std::vector<float> data = {1};
+  absl::Status s = g[0]->AllReduceSum({0, 1}, 1, absl::MakeSpan(data), "a sum");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 (test) left the mesh"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("a sum"));
+  EXPECT_GE(calls.load(), 3);
+  EXPECT_EQ(g[0]->Send(1, 2, {5}).code(), absl::StatusCode::kAborted);  // failed for good
+
+}
+
+TEST_P(PeerGroupTest, APassingHealthCheckLeavesWaitsAlone) {
+  auto g = MakeGroup(2, absl::Seconds(20));
+  std::atomic<int> calls{0};
+  g[1]->SetHealthCheck([&calls] {
+    ++calls;
+    return absl::OkStatus();
+  });
+  std::thread sender([&] {
+    absl::SleepFor(absl::Milliseconds(700));  // a few health periods
+    EXPECT_TRUE(g[0]->Send(1, 3, {7}).ok());
+  });
+  auto v = g[1]->Recv(0, 3, "a late message", 1);
+  sender.join();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)[0], 7.0f);
+  EXPECT_GE(calls.load(), 1);
+  g[1]->SetHealthCheck(nullptr);
+  EXPECT_TRUE(g[0]->Flush().ok());
 }
 
 TEST_P(PeerGroupTest, RefusesMessagesOfAnotherGroupAndBadArguments) {

@@ -20,7 +20,9 @@
 //                 (Prefetch/Gather/Release), pushes the unit's gradients after
 //                 its backward (UnitGrads/PushUnit, freed once sent), and
 //                 FinishStep() waits until every shard applied the step.
-// Hybrid is refused with Unimplemented until it lands.
+// Hybrid DPxTPxPP is built on top of this class: see worker/hybrid.h and
+// docs/hybrid.md (each pipeline-stage/tensor-rank partition is its own
+// zero1/zero2 job whose data-parallel replicas use a Worker each).
 //
 // Correctness contract: after step k, params() equals single-process
 // training with the mean of the workers' gradients, bit for bit, because

@@ -1,0 +1,312 @@
+// tessel-hybrid-train: one process of a hybrid data x tensor x pipeline
+// parallel MLP job (docs/hybrid.md), or, with --local, a launcher that starts
+// a real local cluster, runs dp*tp*pp of these processes and compares the
+// result with single-process training.
+//
+// Worker mode: global rank --rank of --world = dp*tp*pp processes. The rank
+// holds partition (p, t) of the MLP, trains it in 1F1B order with its tensor-
+// and pipeline-parallel peers (worker-to-worker over UCX), and reduces its
+// gradients with the other data-parallel replicas of the partition through the
+// partition's own Tessel job "<job>.p<p>.t<t>" (zero2 or zero1). Rank 0
+// gathers every partition at the end and writes the reassembled parameters
+// (--out).
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <unistd.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "core/log.h"
+#include "core/npy.h"
+#include "tools/cluster.h"
+#include "tools/hybrid_launch.h"
+#include "tools/hybrid_mlp.h"
+#include "tools/mlp_job.h"
+#include "tools/train_flags.h"
+#include "worker/hybrid.h"
+
+ABSL_FLAG(std::string, registry, "", "registry host:port (worker mode; required)");
+ABSL_FLAG(std::string, job, "hybrid", "base job name: partitions are <job>.p<p>.t<t>");
+ABSL_FLAG(int, rank, 0, "this process's global rank in [0, dp*tp*pp)");
+ABSL_FLAG(int, world, 1, "number of processes; must equal dp*tp*pp");
+ABSL_FLAG(int, servers, 2, "shard servers (worker mode: ranks 0..n-1 of the pool; 0 = all)");
+ABSL_FLAG(std::string, pool, "default", "shard server pool");
+ABSL_FLAG(std::string, out, "", "rank 0 writes the final reassembled parameters here (.npy)");
+ABSL_FLAG(int, log_every, 0, "print the loss every N steps (0 = ten times per run)");
+ABSL_FLAG(int, step_timeout_s, 120,
+          "seconds any wait (a peer's message, a step on the servers) may take");
+ABSL_FLAG(int, connect_timeout_s, 60, "seconds to wait for the servers and every peer");
+ABSL_FLAG(bool, local, false,
+          "launcher: start a local cluster (--servers shard servers, embedded registry), run "
+          "dp*tp*pp worker processes and compare with single-process training");
+ABSL_FLAG(int, timeout_s, 600, "launcher: stop everything after this many seconds");
+ABSL_FLAG(double, tolerance, 1e-6, "launcher: largest relative difference accepted");
+
+namespace {
+
+volatile int g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+// Exit codes: 1 a failure while running, 2 a configuration refused up front.
+int Fail(const absl::Status& s, int code = 1) {
+  std::cerr << "tessel-hybrid-train: " << s.message() << "\n";
+  return code;
+}
+
+int LogEvery(int steps) {
+  const int every = absl::GetFlag(FLAGS_log_every);
+  return every > 0 ? every : std::max(1, steps / 10);
+}
+
+// Everything the processes of one job must agree on besides dp/tp/pp.
+std::string Fingerprint(const tessel::MlpJobConfig& mlp, int steps) {
+  std::vector<std::string> flags = tessel::ForwardedTrainFlags();
+  std::vector<std::string> keep;
+  for (const std::string& f : flags) {
+    if (f.rfind("--ucx_tls", 0) != 0 && f.rfind("--shuffle_seed", 0) != 0) keep.push_back(f);
+  }
+  return absl::StrCat("layers=", absl::StrJoin(mlp.layers, ","), " batch=", mlp.batch,
+                      " samples=", mlp.samples, " data_seed=", mlp.data_seed,
+                      " init_seed=", mlp.init_seed, " steps=", steps, " ",
+                      absl::StrJoin(keep, " "));
+}
+
+// Rank 0 gathers partition (p, t) from replica 0 of each, checks replicated
+// tensors agree, and writes the full parameters. Others with d = 0 send.
+absl::Status CollectFinal(tessel::HybridSession& session, const tessel::model::SplitMlp& split,
+                          const tessel::MlpJob& job, int64_t steps) {
+  const tessel::HybridConfig& c = session.config();
+  const tessel::RankCoords& me = session.coords();
+  const int partition = me.p * c.tp + me.t;
+  absl::Span<float> params = session.worker().params();
+  if (session.rank() != 0) {
+    if (me.d != 0) return absl::OkStatus();
+    return session.peers().Send(
+        0, tessel::HybridTag(tessel::HybridMessage::kCollect, steps, 0, partition),
+        std::vector<float>(params.begin(), params.end()));
+  }
+  std::vector<std::vector<float>> parts(c.pp * c.tp);
+  parts[0].assign(params.begin(), params.end());
+  for (int p = 0; p < c.pp; ++p) {
+    for (int t = 0; t < c.tp; ++t) {
+      const int i = p * c.tp + t;
+      if (i == 0) continue;
+      const int from = tessel::RankOf(c, {0, p, t});
+      auto part = session.peers().Recv(
+          from, tessel::HybridTag(tessel::HybridMessage::kCollect, steps, 0, i),
+          absl::StrCat("the final parameters of partition (stage ", p, ", tensor rank ", t, ")"),
+          static_cast<int64_t>(split.partition_size(p)));
+      if (!part.ok()) return part.status();
+      parts[i] = std::move(*part);
+    }
+  }
+  absl::StatusOr<std::vector<float>> full = split.Assemble(parts);
+  if (!full.ok()) return full.status();
+  std::printf("rank 0: %d partitions reassembled into %zu parameters; test accuracy %.2f%%\n",
+              c.pp * c.tp, full->size(), 100.0 * job.TestAccuracy(full->data()));
+  std::fflush(stdout);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return absl::OkStatus();
+  return tessel::WriteNpyF32(out, *full);
+}
+
+int RunWorker() {
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const int world = absl::GetFlag(FLAGS_world);
+  const tessel::HybridConfig config = tessel::HybridConfigFromFlags();
+  tessel::SetLogLabel(absl::StrCat("hybrid[", rank, "]"));
+  // Configuration first: nothing is started for a job that cannot run.
+  auto mlp = tessel::MlpJobFromFlags();
+  if (!mlp.ok()) return Fail(mlp.status(), 2);
+  auto split = tessel::ValidateHybrid(config, world, *mlp);
+  if (!split.ok()) return Fail(split.status(), 2);
+  if (rank < 0 || rank >= world) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--rank=", rank, " is outside [0, --world=",
+                                                        world, ")")),
+                2);
+  }
+  auto precision = tessel::PrecisionFromFlags();
+  if (!precision.ok()) return Fail(precision.status(), 2);
+  if (precision->has_value()) {
+    return Fail(absl::InvalidArgumentError("hybrid runs in fp32 for now: drop --precision"), 2);
+  }
+  auto optimizer = tessel::OptimizerFromFlags();
+  if (!optimizer.ok()) return Fail(optimizer.status(), 2);
+  auto strategy = tessel::StrategyFromFlags();
+  if (!strategy.ok()) return Fail(strategy.status(), 2);
+  if (absl::Status st = tessel::ValidateHybridStrategy(*strategy); !st.ok()) return Fail(st, 2);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"), 2);
+  if (absl::GetFlag(FLAGS_registry).empty()) {
+    return Fail(absl::InvalidArgumentError("--registry is required (or use --local)"), 2);
+  }
+
+  tessel::HybridOptions o;
+  o.worker.registry = absl::GetFlag(FLAGS_registry);
+  o.worker.job = absl::GetFlag(FLAGS_job);
+  o.worker.rank = rank;
+  o.worker.world_size = world;
+  o.worker.num_servers = absl::GetFlag(FLAGS_servers);
+  o.worker.server_pool = absl::GetFlag(FLAGS_pool);
+  o.worker.strategy = *strategy;
+  o.worker.optimizer = *optimizer;
+  o.worker.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
+  o.worker.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
+  o.worker.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  o.worker.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  o.config = config;
+  o.fingerprint = Fingerprint(*mlp, steps);
+  auto session = tessel::HybridSession::Connect(o);
+  if (!session.ok()) return Fail(session.status());
+  tessel::HybridSession& hs = **session;
+  const tessel::RankCoords me = hs.coords();
+
+  tessel::MlpJob job(*mlp);
+  std::vector<float> full(job.model().num_params());
+  job.Init(full.data());
+  std::vector<tessel::TensorDesc> tensors;
+  for (const auto& t : split->partition_tensors(me.p)) tensors.push_back({t.name, t.shape});
+  tessel::Worker& worker = hs.worker();
+  absl::Status s = worker.RegisterLayout(tensors, split->Slice(full, me.p, me.t));
+  if (!s.ok()) return Fail(s);
+  if (rank == 0) {
+    std::printf("hybrid: dp=%d x tp=%d x pp=%d = %d processes, %d micro-batches of %d rows per "
+                "replica; MLP %s (%zu parameters), %d partition job(s) on %d shard server(s)\n",
+                config.dp, config.tp, config.pp, world, config.micro_batches,
+                mlp->batch / config.micro_batches, absl::StrJoin(mlp->layers, ",").c_str(),
+                job.model().num_params(), config.tp * config.pp, worker.num_servers());
+    std::fflush(stdout);
+  }
+
+  tessel::HybridMlpStage stage(*split, config, rank, &hs.peers());
+  auto ready = [&worker](int64_t begin, int64_t end) {
+    return worker.GradientsReady(begin, end);
+  };
+  // Loss logging: the last stage's tensor rank 0 of every replica has its
+  // replica's loss; they and rank 0 (contributing 0 unless it is one of them)
+  // sum it, and rank 0 prints the mean over the global batch.
+  const bool loss_rank = me.p == config.pp - 1 && me.t == 0;
+  std::vector<int> loss_group = {0};
+  for (int d = 0; d < config.dp; ++d) {
+    const int r = tessel::RankOf(config, {d, config.pp - 1, 0});
+    if (r != 0) loss_group.push_back(r);
+  }
+  const bool in_loss_group = loss_rank || rank == 0;
+  const int log_every = LogEvery(steps);
+  absl::Time window = absl::Now();
+  int window_steps = 0;
+  for (int64_t k = worker.step(); k < steps; ++k) {
+    tessel::model::Dataset b = job.Batch(k, me.d, config.dp);
+    auto loss = stage.Step(k, worker.params(), b.x.data(), b.y.data(), mlp->batch, worker.grads(),
+                           ready);
+    if (!loss.ok()) return Fail(loss.status());
+    s = worker.Step();
+    if (!s.ok()) return Fail(s);
+    ++window_steps;
+    if (in_loss_group && ((k + 1) % log_every == 0 || k + 1 == steps)) {
+      std::vector<float> sum = {loss_rank ? *loss : 0.0f};
+      s = hs.peers().AllReduceSum(loss_group,
+                                  tessel::HybridTag(tessel::HybridMessage::kLoss, k, 0, 0),
+                                  absl::MakeSpan(sum), absl::StrCat("the loss of step ", k));
+      if (!s.ok()) return Fail(s);
+      if (rank == 0) {
+        const double secs = absl::ToDoubleSeconds(absl::Now() - window);
+        std::printf("step %5lld/%d  loss %.4f  %.2f ms/step\n", static_cast<long long>(k + 1),
+                    steps, sum[0] / config.dp, 1e3 * secs / window_steps);
+        std::fflush(stdout);
+      }
+      window = absl::Now();
+      window_steps = 0;
+    }
+  }
+  s = CollectFinal(hs, *split, job, steps);
+  if (!s.ok()) return Fail(s);
+  s = hs.Finish();
+  if (!s.ok()) return Fail(s);
+  return 0;
+}
+
+int RunLocal() {
+  tessel::SetLogLabel("hybrid-launcher");
+  tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  const tessel::HybridConfig config = tessel::HybridConfigFromFlags();
+  auto mlp = tessel::MlpJobFromFlags();
+  if (!mlp.ok()) return Fail(mlp.status(), 2);
+  auto split = tessel::ValidateHybrid(config, config.world(), *mlp);
+  if (!split.ok()) return Fail(split.status(), 2);
+  auto optimizer = tessel::OptimizerFromFlags();
+  if (!optimizer.ok()) return Fail(optimizer.status(), 2);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  const int servers = absl::GetFlag(FLAGS_servers);
+  if (servers < 1) return Fail(absl::InvalidArgumentError("--servers must be >= 1"), 2);
+
+  tessel::ClusterOptions copt;
+  copt.servers = servers;
+  copt.run_dir = tessel::MakeRunDir("tessel-hybrid");
+  if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  tessel::LocalCluster cluster(copt);
+  std::printf("tessel-hybrid-train --local: %d shard servers + %d worker processes; logs in %s\n",
+              servers, config.world(), copt.run_dir.c_str());
+  std::fflush(stdout);
+  const absl::Time t0 = absl::Now();
+  absl::Status s = cluster.Start();
+  if (!s.ok()) return Fail(s);
+
+  char self[4096] = {};
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  tessel::HybridLaunchOptions o;
+  o.config = config;
+  o.servers = servers;
+  o.job = absl::GetFlag(FLAGS_job);
+  o.args = tessel::ForwardedTrainFlags();
+  for (const std::string& a : tessel::ForwardedMlpFlags()) o.args.push_back(a);
+  o.args.push_back(absl::StrCat("--log_every=", LogEvery(steps)));
+  o.args.push_back(absl::StrCat("--step_timeout_s=", absl::GetFlag(FLAGS_step_timeout_s)));
+  o.out = copt.run_dir + "/final.npy";
+  o.ucx_tls = copt.ucx_tls;
+  o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  s = tessel::RunHybridWorkers(&cluster, std::string(self, len > 0 ? len : 0), o, &g_stop);
+  cluster.Stop();
+  if (!s.ok()) return Fail(s);
+  std::printf("cluster run finished in %.1f s (including start-up)\n",
+              absl::ToDoubleSeconds(absl::Now() - t0));
+  auto final_params = tessel::ReadNpyF32(o.out);
+  if (!final_params.ok()) return Fail(final_params.status());
+  tessel::MlpJob job(*mlp);
+  auto diffs = tessel::CompareWithReferences(job, *optimizer, config, steps, *final_params);
+  if (!diffs.ok()) return Fail(diffs.status());
+  std::printf("max relative difference vs the single-process hybrid reference: %.3g "
+              "(tolerance %g)\n",
+              diffs->hybrid, absl::GetFlag(FLAGS_tolerance));
+  std::printf("for information, vs the unsplit MLP (TrainReference): max relative %.3g with "
+              "the same micro-batches, %.3g with whole batches (normwise %.3g, %.3g)\n",
+              diffs->unsplit_same_micro_batches, diffs->unsplit_whole_batch,
+              diffs->unsplit_same_micro_batches_norm, diffs->unsplit_whole_batch_norm);
+  if (!(diffs->hybrid <= absl::GetFlag(FLAGS_tolerance))) {
+    return Fail(absl::InternalError("the hybrid run differs from its single-process reference"));
+  }
+  std::printf("OK\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Hybrid data x tensor x pipeline parallel MLP training (docs/hybrid.md).\n\n"
+      "One process:  tessel-hybrid-train --registry=HOST:PORT --rank=R --world=W\n"
+      "                  --dp=D --tp=T --pp=P --micro_batches=M [--servers=S]\n"
+      "                  [--layers=16,32,32,4 --batch=8 --steps=5 --optimizer=adam ...]\n"
+      "Local cluster: tessel-hybrid-train --local --dp=2 --tp=2 --pp=2 --micro_batches=4 ...\n"
+      "W must equal D*T*P; rank R holds pipeline stage (R / T) % P, tensor rank R % T of\n"
+      "data-parallel replica R / (T*P).");
+  absl::ParseCommandLine(argc, argv);
+  return absl::GetFlag(FLAGS_local) ? RunLocal() : RunWorker();
+}

@@ -1,0 +1,293 @@
+#include "tools/hybrid_mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "model/layer_kernels.h"
+#include "tools/train_flags.h"
+
+ABSL_FLAG(int, dp, 1, "hybrid: data-parallel replicas");
+ABSL_FLAG(int, tp, 1, "hybrid: tensor-parallel ranks per pipeline stage");
+ABSL_FLAG(int, pp, 1, "hybrid: pipeline stages");
+
+namespace tessel {
+
+namespace kernels = model::kernels;
+using model::LayerSplit;
+
+HybridConfig HybridConfigFromFlags() {
+  HybridConfig c;
+  c.dp = absl::GetFlag(FLAGS_dp);
+  c.tp = absl::GetFlag(FLAGS_tp);
+  c.pp = absl::GetFlag(FLAGS_pp);
+  c.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  return c;
+}
+
+absl::StatusOr<model::SplitMlp> ValidateHybrid(const HybridConfig& config, int world_size,
+                                               const MlpJobConfig& mlp) {
+  absl::Status s = ValidateHybridConfig(config, world_size);
+  if (!s.ok()) return s;
+  absl::StatusOr<model::SplitMlp> split = model::SplitMlp::Create(mlp.layers, config.tp, config.pp);
+  if (!split.ok()) return split.status();
+  if (split->num_layers() > 4095) {
+    return absl::InvalidArgumentError("at most 4095 layers (the message tags' layer field)");
+  }
+  if (mlp.batch % config.micro_batches != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch=", mlp.batch, " is not divisible by --micro_batches=", config.micro_batches,
+        ": each micro-batch takes batch/micro_batches rows; choose a batch that is a multiple of "
+        "micro_batches"));
+  }
+  return split;
+}
+
+HybridMlpStage::HybridMlpStage(const model::SplitMlp& split, const HybridConfig& config,
+                               int rank, PeerGroup* peers)
+    : split_(split),
+      config_(config),
+      rank_(rank),
+      coords_(CoordsOf(config, rank)),
+      peers_(peers),
+      tensor_group_(TensorGroup(config, rank)),
+      prev_(PrevStageRank(config, rank)),
+      next_(NextStageRank(config, rank)),
+      first_layer_(split.stage_begin(coords_.p)),
+      end_layer_(split.stage_end(coords_.p)),
+      last_stage_(coords_.p + 1 == config.pp) {}
+
+std::string HybridMlpStage::Where(int j) const {
+  return absl::StrCat("step ", step_, " micro-batch ", j);
+}
+
+absl::StatusOr<float> HybridMlpStage::Step(
+    int64_t step, absl::Span<const float> params, const float* x, const int32_t* y, int batch,
+    absl::Span<float> grads, const std::function<absl::Status(int64_t, int64_t)>& on_ready) {
+  const size_t n = split_.partition_size(coords_.p);
+  if (params.size() != n || grads.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        DescribeRank(config_, rank_), ": partition of stage ", coords_.p, " has ", n,
+        " parameters; got params of ", params.size(), " and grads of ", grads.size()));
+  }
+  if (batch < 1 || batch % config_.micro_batches != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch ", batch, " is not a multiple of ",
+                                                   config_.micro_batches, " micro-batches"));
+  }
+  if ((coords_.p == 0 && x == nullptr) || (last_stage_ && y == nullptr)) {
+    return absl::InvalidArgumentError("stage 0 needs x and the last stage needs y");
+  }
+  step_ = step;
+  rows_ = batch / config_.micro_batches;
+  params_ = params.data();
+  x_ = x;
+  y_ = y;
+  grads_ = grads.data();
+  on_ready_ = &on_ready;
+  loss_sum_ = 0;
+  micro_.assign(config_.micro_batches, MicroBatch{});
+  scratch_grads_.resize(n);
+  for (const PipelineOp& op : OneFOneBSchedule(coords_.p, config_.pp, config_.micro_batches)) {
+    absl::Status s = op.forward ? Forward(op.micro_batch) : Backward(op.micro_batch);
+    if (!s.ok()) return s;
+  }
+  micro_.clear();
+  return last_stage_ ? loss_sum_ / static_cast<float>(config_.micro_batches) : 0.0f;
+}
+
+absl::Status HybridMlpStage::Forward(int j) {
+  MicroBatch& mb = micro_[j];
+  const size_t m = static_cast<size_t>(rows_);
+  if (prev_ < 0) {
+    mb.input = x_ + static_cast<size_t>(j) * m * split_.model().num_inputs();
+  } else {
+    absl::StatusOr<std::vector<float>> in = peers_->Recv(
+        prev_, HybridTag(HybridMessage::kActivation, step_, j, coords_.p - 1),
+        absl::StrCat("the activation of ", Where(j), " from stage ", coords_.p - 1),
+        static_cast<int64_t>(m * split_.stage_in(coords_.p)));
+    if (!in.ok()) return in.status();
+    mb.received = std::move(*in);
+    mb.input = mb.received.data();
+  }
+  mb.activations.resize(end_layer_ - first_layer_);
+  const float* input = mb.input;
+  for (int l = first_layer_; l < end_layer_; ++l) {
+    const bool relu = l + 1 < split_.num_layers();
+    const float* w = params_ + split_.weight(l).offset;
+    const float* b = params_ + split_.bias(l).offset;
+    std::vector<float>& out = mb.activations[l - first_layer_];
+    out.resize(m * split_.local_out(l));
+    switch (split_.split(l)) {
+      case LayerSplit::kColumn:
+      case LayerSplit::kReplicated:
+        kernels::Linear(rows_, split_.local_in(l), split_.local_out(l), input, w, b, out.data(),
+                        &scratch_);
+        break;
+      case LayerSplit::kRow: {
+        // Only tensor rank 0's partial starts from the bias.
+        kernels::Linear(rows_, split_.local_in(l), split_.local_out(l), input, w,
+                        coords_.t == 0 ? b : nullptr, out.data(), &scratch_);
+        absl::Status s = peers_->AllReduceSum(
+            tensor_group_, HybridTag(HybridMessage::kForwardSum, step_, j, l),
+            absl::MakeSpan(out),
+            absl::StrCat("the tensor-parallel sum of fc", l, "'s output, ", Where(j)));
+        if (!s.ok()) return s;
+        break;
+      }
+    }
+    if (relu) kernels::Relu(out.data(), out.size());
+    input = out.data();
+  }
+  std::vector<float>& output = mb.activations.back();
+  if (last_stage_) {
+    const int classes = split_.model().num_classes();
+    mb.d_logits.resize(m * classes);
+    loss_sum_ += kernels::SoftmaxCrossEntropy(output.data(), y_ + static_cast<size_t>(j) * m,
+                                              rows_, classes, mb.d_logits.data());
+  } else {
+    absl::Status s = peers_->Send(next_, HybridTag(HybridMessage::kActivation, step_, j, coords_.p),
+                                  std::move(output));
+    if (!s.ok()) return s;
+  }
+  // The stage's output feeds nothing else here: backward needs only inputs.
+  std::vector<float>().swap(output);
+  return absl::OkStatus();
+}
+
+absl::Status HybridMlpStage::Backward(int j) {
+  MicroBatch& mb = micro_[j];
+  const size_t m = static_cast<size_t>(rows_);
+  std::vector<float> d;  // d(loss)/d(pre-activation output of layer l)
+  if (last_stage_) {
+    d = std::move(mb.d_logits);
+  } else {
+    absl::StatusOr<std::vector<float>> g = peers_->Recv(
+        next_, HybridTag(HybridMessage::kActivationGrad, step_, j, coords_.p),
+        absl::StrCat("the gradient of ", Where(j), "'s activation from stage ", coords_.p + 1),
+        static_cast<int64_t>(m * split_.stage_out(coords_.p)));
+    if (!g.ok()) return g.status();
+    d = std::move(*g);
+  }
+  const bool first = j == 0;
+  const bool final_micro = j + 1 == config_.micro_batches;
+  float* target = first ? grads_ : scratch_grads_.data();
+  for (int l = end_layer_ - 1; l >= first_layer_; --l) {
+    const int in = split_.local_in(l);
+    const int out = split_.local_out(l);
+    const float* input = l == first_layer_ ? mb.input : mb.activations[l - 1 - first_layer_].data();
+    const model::TensorInfo& wt = split_.weight(l);
+    const model::TensorInfo& bt = split_.bias(l);
+    kernels::BiasGrad(rows_, out, d.data(), target + bt.offset);
+    kernels::WeightGrad(rows_, in, out, d.data(), input, target + wt.offset, &scratch_);
+    // Micro-batch order: g_0 is written in place, g_1, g_2, ... added, then
+    // the sum divided by the count once the last one is in.
+    for (const model::TensorInfo* t : {&bt, &wt}) {
+      float* acc = grads_ + t->offset;
+      if (!first) {
+        const float* add = scratch_grads_.data() + t->offset;
+        for (size_t e = 0; e < t->numel; ++e) acc[e] += add[e];
+      }
+      if (final_micro) {
+        const float count = static_cast<float>(config_.micro_batches);
+        for (size_t e = 0; e < t->numel; ++e) acc[e] /= count;
+        absl::Status s = (*on_ready_)(static_cast<int64_t>(t->offset),
+                                      static_cast<int64_t>(t->offset + t->numel));
+        if (!s.ok()) return s;
+      }
+    }
+    if (l == 0) break;  // nobody needs d(loss)/d(x)
+    std::vector<float> dx(m * in);
+    kernels::InputGrad(rows_, in, out, d.data(), params_ + wt.offset, dx.data());
+    if (split_.split(l) == LayerSplit::kColumn) {
+      absl::Status s = peers_->AllReduceSum(
+          tensor_group_, HybridTag(HybridMessage::kBackwardSum, step_, j, l), absl::MakeSpan(dx),
+          absl::StrCat("the tensor-parallel sum of fc", l, "'s input gradient, ", Where(j)));
+      if (!s.ok()) return s;
+    }
+    kernels::ReluMask(input, dx.data(), dx.size());
+    d = std::move(dx);
+  }
+  if (prev_ >= 0) {
+    absl::Status s = peers_->Send(
+        prev_, HybridTag(HybridMessage::kActivationGrad, step_, j, coords_.p - 1), std::move(d));
+    if (!s.ok()) return s;
+  }
+  micro_[j] = MicroBatch{};  // its activations are no longer needed
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> TrainHybridReference(const MlpJob& job,
+                                                        const OptimizerParams& optimizer,
+                                                        const HybridConfig& config, int steps) {
+  absl::StatusOr<model::SplitMlp> split = ValidateHybrid(config, config.world(), job.config());
+  if (!split.ok()) return split.status();
+  std::vector<float> full(job.model().num_params());
+  job.Init(full.data());
+  const int partitions = config.pp * config.tp;
+  std::vector<std::vector<float>> parts;
+  for (int p = 0; p < config.pp; ++p) {
+    for (int t = 0; t < config.tp; ++t) parts.push_back(split->Slice(full, p, t));
+  }
+  // Optimizer state per partition, as each partition job's servers keep it.
+  std::vector<std::vector<std::vector<float>>> state(partitions);
+  for (int i = 0; i < partitions; ++i) {
+    state[i].assign(StateSlots(optimizer), std::vector<float>(parts[i].size(), 0.0f));
+    float* ptrs[kMaxStateSlots] = {};
+    for (size_t k = 0; k < state[i].size(); ++k) ptrs[k] = state[i][k].data();
+    InitState(optimizer, ptrs, parts[i].size());
+  }
+  std::vector<std::vector<std::vector<float>>> grads(config.dp);
+  for (int step = 0; step < steps; ++step) {
+    for (int d = 0; d < config.dp; ++d) {
+      model::Dataset b = job.Batch(step, d, config.dp);
+      split->ReferenceGradients(parts, b.x.data(), b.y.data(), job.config().batch,
+                                config.micro_batches, &grads[d]);
+    }
+    for (int i = 0; i < partitions; ++i) {
+      const size_t n = parts[i].size();
+      std::vector<const float*> srcs(config.dp);
+      for (int d = 0; d < config.dp; ++d) srcs[d] = grads[d][i].data();
+      std::vector<float> mean(n);
+      ReduceMean(srcs.data(), config.dp, mean.data(), n);
+      float* ptrs[kMaxStateSlots] = {};
+      for (size_t k = 0; k < state[i].size(); ++k) ptrs[k] = state[i][k].data();
+      ApplyUpdate(optimizer, step + 1, parts[i].data(), mean.data(), ptrs, n);
+    }
+  }
+  return split->Assemble(parts);
+}
+
+double NormRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    diff += d * d;
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+absl::StatusOr<HybridReferenceDiffs> CompareWithReferences(const MlpJob& job,
+                                                           const OptimizerParams& optimizer,
+                                                           const HybridConfig& config, int steps,
+                                                           const std::vector<float>& final_params) {
+  absl::StatusOr<std::vector<float>> hybrid = TrainHybridReference(job, optimizer, config, steps);
+  if (!hybrid.ok()) return hybrid.status();
+  HybridReferenceDiffs out;
+  out.hybrid = MaxRelativeDifference(final_params, *hybrid);
+  const std::vector<float> same_micro =
+      TrainReference(job, optimizer, config.dp, steps, std::nullopt, config.micro_batches);
+  const std::vector<float> whole = TrainReference(job, optimizer, config.dp, steps, std::nullopt, 1);
+  out.unsplit_same_micro_batches = MaxRelativeDifference(final_params, same_micro);
+  out.unsplit_whole_batch = MaxRelativeDifference(final_params, whole);
+  out.unsplit_same_micro_batches_norm = NormRelativeDifference(final_params, same_micro);
+  out.unsplit_whole_batch_norm = NormRelativeDifference(final_params, whole);
+  return out;
+}
+
+}  // namespace tessel

@@ -1,0 +1,296 @@
+#include "worker/hybrid.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace tessel {
+namespace {
+
+// The tag's index field (layer, stage boundary or partition) has 12 bits.
+constexpr int kMaxTagIndex = 4095;
+
+[[noreturn]] void Fatal(const std::string& message) {
+  TESSEL_LOG(ERROR) << message;
+  std::abort();
+}
+
+// Text as floats (one character each, exact) so it can travel in a PeerGroup.
+std::vector<float> TextToFloats(const std::string& text) {
+  std::vector<float> out;
+  out.reserve(text.size());
+  for (unsigned char c : text) out.push_back(static_cast<float>(c));
+  return out;
+}
+
+std::string FloatsToText(const std::vector<float>& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (float f : v) out.push_back(static_cast<char>(static_cast<unsigned char>(f)));
+  return out;
+}
+
+}  // namespace
+
+absl::Status ValidateHybridConfig(const HybridConfig& c, int world_size) {
+  if (c.dp < 1 || c.tp < 1 || c.pp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dp, tp and pp must each be >= 1, got dp=", c.dp, " tp=", c.tp, " pp=", c.pp));
+  }
+  if (static_cast<int64_t>(c.dp) * c.tp * c.pp != world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dp=", c.dp, " x tp=", c.tp, " x pp=", c.pp, " = ",
+        static_cast<int64_t>(c.dp) * c.tp * c.pp, " processes, but the world size is ",
+        world_size, ": start dp*tp*pp processes (world size ",
+        static_cast<int64_t>(c.dp) * c.tp * c.pp, ") or change dp, tp or pp so that dp*tp*pp = ",
+        world_size));
+  }
+  if (c.tp * c.pp > kMaxTagIndex + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("tp*pp = ", c.tp * c.pp,
+                                                   " partitions; at most ", kMaxTagIndex + 1,
+                                                   " are supported"));
+  }
+  if (c.micro_batches < 1 || c.micro_batches > kMaxMicroBatches) {
+    return absl::InvalidArgumentError(absl::StrCat("micro_batches must be in [1, ",
+                                                   kMaxMicroBatches, "], got ", c.micro_batches));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHybridStrategy(v1::Strategy strategy) {
+  if (strategy == v1::STRATEGY_ZERO1 || strategy == v1::STRATEGY_ZERO2) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "hybrid partitions reduce through the shard servers with strategy zero1 or zero2; got ",
+      v1::Strategy_Name(strategy), ": use --strategy=zero2 (or zero1)"));
+}
+
+RankCoords CoordsOf(const HybridConfig& c, int rank) {
+  RankCoords out;
+  out.t = rank % c.tp;
+  out.p = (rank / c.tp) % c.pp;
+  out.d = rank / (c.tp * c.pp);
+  return out;
+}
+
+int RankOf(const HybridConfig& c, const RankCoords& x) {
+  return x.d * (c.pp * c.tp) + x.p * c.tp + x.t;
+}
+
+std::string DescribeRank(const HybridConfig& c, int rank) {
+  const RankCoords x = CoordsOf(c, rank);
+  return absl::StrCat("rank ", rank, " (d", x.d, " p", x.p, " t", x.t, ")");
+}
+
+std::string PartitionJobName(const std::string& job, int p, int t) {
+  return absl::StrCat(job, ".p", p, ".t", t);
+}
+
+std::string MeshGroupName(const std::string& job) { return absl::StrCat(job, ".mesh"); }
+
+std::vector<int> TensorGroup(const HybridConfig& c, int rank) {
+  RankCoords x = CoordsOf(c, rank);
+  std::vector<int> out;
+  for (x.t = 0; x.t < c.tp; ++x.t) out.push_back(RankOf(c, x));
+  return out;
+}
+
+std::vector<int> DataGroup(const HybridConfig& c, int rank) {
+  RankCoords x = CoordsOf(c, rank);
+  std::vector<int> out;
+  for (x.d = 0; x.d < c.dp; ++x.d) out.push_back(RankOf(c, x));
+  return out;
+}
+
+int NextStageRank(const HybridConfig& c, int rank) {
+  RankCoords x = CoordsOf(c, rank);
+  if (x.p + 1 >= c.pp) return -1;
+  ++x.p;
+  return RankOf(c, x);
+}
+
+int PrevStageRank(const HybridConfig& c, int rank) {
+  RankCoords x = CoordsOf(c, rank);
+  if (x.p == 0) return -1;
+  --x.p;
+  return RankOf(c, x);
+}
+
+uint64_t HybridTag(HybridMessage kind, int64_t step, int micro_batch, int index) {
+  if (step < 0 || step >= kMaxHybridSteps || micro_batch < 0 || micro_batch > kMaxMicroBatches ||
+      index < 0 || index > kMaxTagIndex) {
+    Fatal(absl::StrCat("HybridTag out of range: step ", step, ", micro-batch ", micro_batch,
+                       ", index ", index));
+  }
+  return (static_cast<uint64_t>(kind) << 56) | (static_cast<uint64_t>(step) << 24) |
+         (static_cast<uint64_t>(micro_batch) << 12) | static_cast<uint64_t>(index);
+}
+
+std::vector<PipelineOp> OneFOneBSchedule(int stage, int stages, int micro_batches) {
+  const int warmup = std::min(stages - 1 - stage, micro_batches);
+  std::vector<PipelineOp> ops;
+  ops.reserve(2 * static_cast<size_t>(micro_batches));
+  int next_forward = 0;
+  int next_backward = 0;
+  for (; next_forward < warmup; ++next_forward) ops.push_back({true, next_forward});
+  while (next_forward < micro_batches) {
+    ops.push_back({true, next_forward++});
+    ops.push_back({false, next_backward++});
+  }
+  while (next_backward < micro_batches) ops.push_back({false, next_backward++});
+  return ops;
+}
+
+absl::StatusOr<std::unique_ptr<HybridSession>> HybridSession::Connect(
+    const HybridOptions& options) {
+  const WorkerOptions& w = options.worker;
+  if (w.registry.empty()) return absl::InvalidArgumentError("HybridOptions.worker.registry is empty");
+  if (w.job.empty()) return absl::InvalidArgumentError("HybridOptions.worker.job is empty");
+  absl::Status s = ValidateHybridConfig(options.config, w.world_size);
+  if (!s.ok()) return s;
+  if (w.rank < 0 || w.rank >= w.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", w.rank, " is outside [0, ", w.world_size, ")"));
+  }
+  s = ValidateHybridStrategy(w.strategy);
+  if (!s.ok()) return s;
+  std::unique_ptr<HybridSession> session(new HybridSession(options));
+  s = session->Start();
+  if (!s.ok()) return s;
+  return session;
+}
+
+HybridSession::HybridSession(const HybridOptions& options)
+    : options_(options), coords_(CoordsOf(options.config, options.worker.rank)) {}
+
+HybridSession::~HybridSession() {
+  worker_.reset();
+  if (peers_ != nullptr) peers_->Shutdown();
+  if (registry_ != nullptr) {
+    absl::Status s = registry_->Leave();
+    (void)s;
+  }
+}
+
+absl::Status HybridSession::Start() {
+  const WorkerOptions& w = options_.worker;
+  const HybridConfig config = options_.config;
+  auto transport = UcxTransport::Create(w.ucx);
+  if (!transport.ok()) return transport.status();
+  PeerGroupOptions po;
+  po.name = MeshGroupName(w.job);
+  po.timeout = w.step_timeout;
+  po.describe = [config](int r) { return DescribeRank(config, r); };
+  peers_ = std::make_unique<PeerGroup>(std::move(*transport), w.rank, w.world_size, po);
+
+  registry_ = std::make_unique<RegistryClient>(w.registry);
+  absl::StatusOr<MeshView> mesh = JoinMesh(registry_.get(), po.name, w.rank, w.world_size,
+                                           peers_->address(), w.connect_timeout);
+  if (!mesh.ok()) {
+    return absl::Status(mesh.status().code(), absl::StrCat("job '", w.job, "' ", Describe(), ": ",
+                                                           mesh.status().message()));
+  }
+  mesh_epoch_ = mesh->epoch;
+  absl::Status s = peers_->Connect(mesh->addresses);
+  if (!s.ok()) return s;
+  peers_->SetHealthCheck([this] { return MeshHealth(); });
+  s = CheckSameConfig();
+  if (!s.ok()) return s;
+
+  WorkerOptions partition = w;
+  partition.job = PartitionJobName(w.job, coords_.p, coords_.t);
+  partition.rank = coords_.d;
+  partition.world_size = config.dp;
+  absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Connect(partition);
+  if (!worker.ok()) {
+    return absl::Status(worker.status().code(),
+                        absl::StrCat(Describe(), ": partition job '", partition.job,
+                                     "': ", worker.status().message()));
+  }
+  worker_ = std::move(*worker);
+  TESSEL_LOG(INFO) << "job '" << w.job << "' " << Describe() << ": mesh of " << w.world_size
+                   << " connected; partition job '" << partition.job << "' as rank "
+                   << coords_.d << " of " << config.dp;
+  return absl::OkStatus();
+}
+
+absl::Status HybridSession::CheckSameConfig() {
+  const HybridConfig& c = options_.config;
+  const std::string mine = absl::StrCat(
+      "dp=", c.dp, " tp=", c.tp, " pp=", c.pp, " micro_batches=", c.micro_batches,
+      " strategy=", v1::Strategy_Name(options_.worker.strategy), " ", options_.fingerprint);
+  const int world = options_.worker.world_size;
+  if (world == 1) return absl::OkStatus();
+  const uint64_t tag = HybridTag(HybridMessage::kConfig, 0, 0, 0);
+  auto differs = [&](int other, const std::string& theirs) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", options_.worker.job, "': ", Describe(), " was started with '", mine, "' but ",
+        DescribeRank(c, other), " with '", theirs,
+        "': start every process with the same flags"));
+  };
+  if (rank() == 0) {
+    for (int r = 1; r < world; ++r) {
+      absl::Status s = peers_->Send(r, tag, TextToFloats(mine));
+      if (!s.ok()) return s;
+    }
+    for (int r = 1; r < world; ++r) {
+      absl::StatusOr<std::vector<float>> theirs =
+          peers_->Recv(r, tag, "the configuration check at start-up");
+      if (!theirs.ok()) return theirs.status();
+      if (FloatsToText(*theirs) != mine) return differs(r, FloatsToText(*theirs));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status s = peers_->Send(0, tag, TextToFloats(mine));
+  if (!s.ok()) return s;
+  absl::StatusOr<std::vector<float>> theirs =
+      peers_->Recv(0, tag, "the configuration check at start-up");
+  if (!theirs.ok()) return theirs.status();
+  if (FloatsToText(*theirs) != mine) return differs(0, FloatsToText(*theirs));
+  return absl::OkStatus();
+}
+
+absl::Status HybridSession::MeshHealth() {
+  absl::Status lease = registry_->lease_status();
+  if (!lease.ok()) {
+    return absl::AbortedError(absl::StrCat("job '", options_.worker.job, "' ", Describe(),
+                                           ": this process lost its mesh membership (",
+                                           lease.message(), ")"));
+  }
+  const int64_t now = registry_->group_epoch();
+  if (now <= mesh_epoch_) return absl::OkStatus();
+  const std::string group = MeshGroupName(options_.worker.job);
+  std::vector<std::string> gone;
+  absl::StatusOr<v1::View> view = registry_->GetView(group);
+  for (int r = 0; r < options_.worker.world_size && view.ok(); ++r) {
+    bool present = false;
+    for (const v1::Member& m : view->members()) present = present || m.rank() == r;
+    if (!present) gone.push_back(DescribeRank(options_.config, r));
+  }
+  return absl::AbortedError(absl::StrCat(
+      "job '", options_.worker.job, "' ", Describe(), ": ",
+      gone.empty() ? std::string("the mesh membership changed")
+                   : absl::StrCat(absl::StrJoin(gone, ", "),
+                                  " left the mesh or stopped heartbeating"),
+      " (group '", group, "' epoch ", mesh_epoch_, " -> ", now,
+      "); the step cannot complete: restart the job"));
+}
+
+absl::Status HybridSession::Finish() {
+  // Everyone who passes the barrier below may leave; everyone still in it
+  // has already turned this off (they entered the barrier before anyone
+  // could pass it).
+  peers_->SetHealthCheck(nullptr);
+  std::vector<int> all(options_.worker.world_size);
+  for (int r = 0; r < options_.worker.world_size; ++r) all[r] = r;
+  absl::Status s = peers_->Barrier(all, HybridTag(HybridMessage::kBarrier, 0, 0, 0),
+                                   "the final barrier (every process done)");
+  absl::Status f = peers_->Flush();
+  return s.ok() ? f : s;
+}
+
+}  // namespace tessel

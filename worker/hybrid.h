@@ -1,0 +1,182 @@
+// Hybrid data x tensor x pipeline parallelism on top of the Worker SDK.
+//
+// A hybrid job runs dp * tp * pp worker processes. Global rank r is
+//   r = d * (pp * tp) + p * tp + t,   i.e.  t = r % tp, p = (r / tp) % pp,
+//                                           d = r / (tp * pp),
+// with d the data-parallel replica, p the pipeline stage and t the tensor
+// rank: tensor-parallel peers (which talk most) have adjacent ranks.
+//
+// Each (p, t) holds one partition of the model. The partition is its own
+// Tessel job on the shard servers, named "<job>.p<p>.t<t>", with world size
+// dp, in which this process is rank d: the dp replicas of a partition reduce
+// their gradients through that job's shards, with the ordinary Worker
+// (strategy zero1 or zero2: servers keep master parameters and optimizer
+// state), one Worker per process.
+//
+// Worker-to-worker traffic (tensor-parallel sums, pipeline activations and
+// their gradients) goes through a PeerGroup over a second UCX endpoint per
+// process. Peers find each other in the registry: every process joins group
+// "<job>.mesh" with its global rank and UCX address and waits for all.
+//
+// HybridSession::Connect does all of this and checks, before any job is
+// created on the servers, that every process was started with the same
+// configuration. While the job runs, a process that leaves the mesh (dies,
+// or stops heartbeating) ends its peers' waits within a few seconds, naming
+// it, through the mesh group's epoch (PeerGroup::SetHealthCheck). Tags, the 1F1B schedule and the group helpers below are what
+// a model's stage code (e.g. tools/hybrid_mlp.h) builds on. docs/hybrid.md
+// describes the whole design.
+//
+// Example:
+//   HybridOptions o;
+//   o.worker.registry = "127.0.0.1:7070"; o.worker.job = "mlp";
+//   o.worker.rank = r; o.worker.world_size = 8;       // global
+//   o.config = {.dp = 2, .tp = 2, .pp = 2, .micro_batches = 4};
+//   TESSEL_ASSIGN_OR_RETURN(auto session, HybridSession::Connect(o));
+//   session->worker().RegisterLayout(partition_tensors, partition_init);
+//   for (...) { /* 1F1B over micro-batches, then */ session->worker().Step(); }
+//   session->Finish();
+#ifndef TESSEL_WORKER_HYBRID_H_
+#define TESSEL_WORKER_HYBRID_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "rpc/registry_client.h"
+#include "worker/peer_group.h"
+#include "worker/worker.h"
+
+namespace tessel {
+
+struct HybridConfig {
+  int dp = 1;  // data-parallel replicas
+  int tp = 1;  // tensor-parallel ranks per stage
+  int pp = 1;  // pipeline stages
+  int micro_batches = 1;
+  int world() const { return dp * tp * pp; }
+};
+
+// Limits of the tag encoding (HybridTag).
+inline constexpr int kMaxMicroBatches = 4095;
+inline constexpr int64_t kMaxHybridSteps = int64_t{1} << 32;
+
+// Refuses, naming the flag or field to change: dp/tp/pp < 1,
+// dp * tp * pp != world_size (the number of processes), micro_batches
+// outside [1, kMaxMicroBatches].
+absl::Status ValidateHybridConfig(const HybridConfig& config, int world_size);
+// The partitions' strategy must be zero1 or zero2 (servers keep the master
+// parameters and optimizer state); anything else is refused.
+absl::Status ValidateHybridStrategy(v1::Strategy strategy);
+
+struct RankCoords {
+  int d = 0;  // data-parallel replica
+  int p = 0;  // pipeline stage
+  int t = 0;  // tensor rank
+};
+RankCoords CoordsOf(const HybridConfig& config, int rank);
+int RankOf(const HybridConfig& config, const RankCoords& c);
+// "rank 5 (d1 p0 t1)".
+std::string DescribeRank(const HybridConfig& config, int rank);
+
+// "<job>.p<p>.t<t>": the Tessel job of partition (p, t).
+std::string PartitionJobName(const std::string& job, int p, int t);
+// "<job>.mesh": the registry group of the job's processes.
+std::string MeshGroupName(const std::string& job);
+
+// Global ranks of rank's tensor-parallel group ((d, p, 0..tp-1), ascending)
+// and of its data-parallel group ((0..dp-1, p, t)).
+std::vector<int> TensorGroup(const HybridConfig& config, int rank);
+std::vector<int> DataGroup(const HybridConfig& config, int rank);
+// The rank with the same (d, t) one stage later / earlier; -1 at the ends.
+int NextStageRank(const HybridConfig& config, int rank);
+int PrevStageRank(const HybridConfig& config, int rank);
+
+// What a worker-to-worker message carries. Part of the tag.
+enum class HybridMessage : uint8_t {
+  kActivation = 1,      // stage p -> p+1: output of stage p for a micro-batch
+  kActivationGrad = 2,  // stage p+1 -> p: gradient w.r.t. that output
+  kForwardSum = 3,      // tensor-parallel sum of a row-parallel layer's output
+  kBackwardSum = 4,     // tensor-parallel sum of a column-parallel layer's input gradient
+  kCollect = 5,         // final parameters of a partition, to rank 0
+  kBarrier = 6,
+  kConfig = 7,          // configuration check at start-up
+  kLoss = 8,            // data-parallel sum of the loss, for logging
+};
+
+// Tag layout (64 bits): kind (8) | step (32) | micro-batch (12) | index (12),
+// index = layer for sums, stage boundary for activations, partition for
+// collection. Unique per (sender, receiver) for everything in flight.
+uint64_t HybridTag(HybridMessage kind, int64_t step, int micro_batch, int index);
+
+// One slot of a pipeline stage's schedule.
+struct PipelineOp {
+  bool forward = true;
+  int micro_batch = 0;
+  friend bool operator==(const PipelineOp& a, const PipelineOp& b) {
+    return a.forward == b.forward && a.micro_batch == b.micro_batch;
+  }
+};
+
+// The 1F1B (one-forward-one-backward, "PipeDream-flush") schedule of
+// `stage` out of `stages` over `micro_batches`: warm-up forwards
+// w = min(stages - 1 - stage, micro_batches), then alternating one forward,
+// one backward until every forward is done, then the remaining backwards.
+// Backwards run in micro-batch order 0, 1, ..., so gradients accumulate in
+// that order; at most w + 1 micro-batches' activations are held at once.
+std::vector<PipelineOp> OneFOneBSchedule(int stage, int stages, int micro_batches);
+
+struct HybridOptions {
+  // Registry, base job name, strategy (zero1 or zero2), optimizer, servers,
+  // timeouts and UCX settings. rank and world_size are GLOBAL (0..dp*tp*pp-1
+  // and dp*tp*pp): the session derives the partition job's rank (d) and world
+  // size (dp). step_timeout is also the deadline of every peer wait.
+  WorkerOptions worker;
+  HybridConfig config;
+  // Whatever else every process must agree on (model shape, batch, data and
+  // init seeds): checked against rank 0's at start-up, with the config.
+  std::string fingerprint;
+};
+
+// Threads: one thread drives a session (as a Worker).
+class HybridSession {
+ public:
+  static absl::StatusOr<std::unique_ptr<HybridSession>> Connect(const HybridOptions& options);
+  ~HybridSession();
+
+  const HybridConfig& config() const { return options_.config; }
+  int rank() const { return options_.worker.rank; }
+  const RankCoords& coords() const { return coords_; }
+  std::string Describe() const { return DescribeRank(options_.config, rank()); }
+  PeerGroup& peers() { return *peers_; }
+  // The partition's Worker: job PartitionJobName(job, p, t), rank d of dp.
+  Worker& worker() { return *worker_; }
+
+  // Call after the last step: waits until every process got here (so nobody
+  // leaves while a peer still needs its messages) and every send has left.
+  // (From here on a member leaving the mesh is normal, so the membership
+  // check below is turned off first.)
+  absl::Status Finish();
+
+ private:
+  explicit HybridSession(const HybridOptions& options);
+  absl::Status Start();
+  absl::Status CheckSameConfig();
+  // The peer waits' health check: Aborted, naming the ranks gone, once the
+  // mesh group's epoch moved past the complete view's (a member left or its
+  // lease lapsed), or this process's own lease is lost.
+  absl::Status MeshHealth();
+
+  const HybridOptions options_;
+  const RankCoords coords_;
+  std::unique_ptr<RegistryClient> registry_;  // keeps the mesh membership's lease
+  int64_t mesh_epoch_ = 0;                    // the mesh group's epoch once complete
+  std::unique_ptr<PeerGroup> peers_;
+  std::unique_ptr<Worker> worker_;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_WORKER_HYBRID_H_
