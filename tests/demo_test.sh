@@ -24,6 +24,8 @@ grep -q "step    60/60" "$tmp/run1.txt" || fail "no progress lines"
 grep -q "max relative difference vs single process: 0 " "$tmp/run1b.txt" || { cat "$tmp/run1b.txt"; fail "gradient accumulation differs from the reference"; }
 "$demo" --steps=30 --precision=bf16 > "$tmp/run1c.txt" 2>&1 || { cat "$tmp/run1c.txt"; fail "bf16 demo exited $?"; }
 grep -q "max relative difference vs single process: 0 " "$tmp/run1c.txt" || fail "bf16 differs from the mixed-precision reference"
+"$demo" --steps=20 --strategy=hybrid --dp=2 --tp=2 --pp=2 --micro_batches=4 > "$tmp/run1e.txt" 2>&1 || { cat "$tmp/run1e.txt"; fail "hybrid demo exited $?"; }
+grep -q "max relative difference vs the single-process hybrid reference: 0 " "$tmp/run1e.txt" || fail "hybrid differs from its reference"
 "$demo" --steps=30 --strategy=fsdp > "$tmp/run1d.txt" 2>&1 || { cat "$tmp/run1d.txt"; fail "fsdp demo exited $?"; }
 grep -q "max relative difference vs single process: 0 " "$tmp/run1d.txt" || fail "fsdp differs from the reference"
 

@@ -2,6 +2,8 @@
 // (embedded registry, shard servers and workers as separate processes on
 // loopback), trains the MLP, and checks the result against the same training
 // run in this one process.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -16,6 +18,7 @@
 #include "core/npy.h"
 #include "rpc/job_spec.h"
 #include "tools/cluster.h"
+#include "tools/hybrid_mlp.h"
 #include "tools/mlp_job.h"
 #include "tools/train_flags.h"
 
@@ -41,12 +44,29 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Tessel demo: a real local cluster trains an MLP classifier with the worker SDK\n"
       "and compares the result with single-process training.\n\n"
-      "Usage: tessel-demo [--servers=2] [--workers=2] [--strategy=zero2|zero1|ddp]\n"
+      "Usage: tessel-demo [--servers=2] [--workers=2] [--strategy=zero2|zero1|ddp|fsdp|hybrid]\n"
+      "                   [--dp=2 --tp=2 --pp=2 --micro_batches=4]  (hybrid)\n"
       "                   [--optimizer=adam|adamw|sgd|rmsprop|adagrad --lr=1e-3 ...] [--steps=1500]\n"
       "                   [--layers=64,512,512,10 --batch=64] [--ucx_tls=...]\n\n"
       "Ctrl-C stops every process the demo started.");
   absl::ParseCommandLine(argc, argv);
   tessel::SetLogLabel("demo");
+  if (absl::GetFlag(FLAGS_strategy) == "hybrid") {
+    // Hybrid DPxTPxPP has its own launcher; hand over with the same flags.
+    std::vector<std::string> args = {tessel::FindBinary("tools/tessel-hybrid-train"), "--local"};
+    for (const std::string& a : tessel::ForwardedTrainFlags()) args.push_back(a);
+    for (const std::string& a : tessel::ForwardedMlpFlags()) args.push_back(a);
+    args.push_back("--strategy=zero2");  // each partition's job; the last value wins
+    args.push_back(absl::StrCat("--dp=", absl::GetFlag(FLAGS_dp)));
+    args.push_back(absl::StrCat("--tp=", absl::GetFlag(FLAGS_tp)));
+    args.push_back(absl::StrCat("--pp=", absl::GetFlag(FLAGS_pp)));
+    args.push_back(absl::StrCat("--servers=", absl::GetFlag(FLAGS_servers)));
+    std::vector<char*> argv_exec;
+    for (std::string& a : args) argv_exec.push_back(a.data());
+    argv_exec.push_back(nullptr);
+    execv(argv_exec[0], argv_exec.data());
+    return Fail(absl::NotFoundError(absl::StrCat("cannot run ", args[0])));
+  }
   if (!absl::GetFlag(FLAGS_verbose)) tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
