@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -37,17 +38,53 @@ json EntryJson(const ShardEntry& e) {
               {"snapshot_pause_us", e.snapshot_pause_us}};
 }
 
+// Reads an integer field strictly: it must be a JSON integer (not a float,
+// bool or string) within [lo, hi]. Nothing is converted or truncated.
+template <typename T>
+absl::Status GetInt(const json& j, const char* key, T* out, int64_t lo, int64_t hi,
+                    bool optional = false) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    if (optional) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("missing field '", key, "'"));
+  }
+  if (!it->is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat("field '", key, "' must be an integer"));
+  }
+  if (it->is_number_unsigned()) {
+    const uint64_t v = it->get<uint64_t>();
+    if (v > static_cast<uint64_t>(hi) || (lo > 0 && v < static_cast<uint64_t>(lo))) {
+      return absl::InvalidArgumentError(absl::StrCat("field '", key, "' is out of range"));
+    }
+    *out = static_cast<T>(v);
+    return absl::OkStatus();
+  }
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) {
+    return absl::InvalidArgumentError(absl::StrCat("field '", key, "' is out of range"));
+  }
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+constexpr int64_t kMaxElems = int64_t{1} << 40;  // Layout::kMaxParams
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
+
 absl::StatusOr<ShardEntry> EntryFromJson(const json& j) {
   ShardEntry e;
+  if (!j.is_object()) return absl::InvalidArgumentError("shard entry is not a JSON object");
+  for (absl::Status s : {GetInt(j, "shard", &e.shard, 0, kMaxInt),
+                         GetInt(j, "range_begin", &e.range_begin, 0, kMaxElems),
+                         GetInt(j, "range_end", &e.range_end, 0, kMaxElems),
+                         GetInt(j, "state_slots", &e.state_slots, 0, kMaxStateSlots),
+                         GetInt(j, "bytes", &e.bytes, 0, kMaxI64),
+                         GetInt(j, "snapshot_pause_us", &e.snapshot_pause_us, 0, kMaxI64, true)}) {
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("shard entry: ", s.message()));
+  }
   try {
-    e.shard = j.at("shard").get<int>();
     e.file = j.at("file").get<std::string>();
-    e.range_begin = j.at("range_begin").get<int64_t>();
-    e.range_end = j.at("range_end").get<int64_t>();
-    e.state_slots = j.at("state_slots").get<int>();
-    e.bytes = j.at("bytes").get<int64_t>();
     e.xxh64 = j.at("xxh64").get<std::string>();
-    e.snapshot_pause_us = j.value("snapshot_pause_us", int64_t{0});
   } catch (const json::exception& ex) {
     return absl::InvalidArgumentError(absl::StrCat("shard entry: ", ex.what()));
   }
@@ -110,19 +147,23 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
     if (j.at("format").get<std::string>() != "tessel-checkpoint") {
       return absl::InvalidArgumentError("manifest format is not 'tessel-checkpoint'");
     }
-    const int version = j.at("version").get<int>();
+    int version = 0;
+    absl::Status vs = GetInt(j, "version", &version, 0, kMaxInt);
+    if (!vs.ok()) return absl::InvalidArgumentError(absl::StrCat("manifest: ", vs.message()));
     if (version != kCheckpointFormatVersion) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint format version ", version,
                                                      " is not supported (this build reads ",
                                                      kCheckpointFormatVersion, ")"));
     }
     m.job = j.at("job").get<std::string>();
-    m.step = j.at("step").get<int64_t>();
-    m.epoch = j.at("epoch").get<int64_t>();
-    m.num_shards = j.at("num_shards").get<int>();
-    m.num_params = j.at("num_params").get<int64_t>();
-    m.state_slots = j.at("state_slots").get<int>();
-    m.created_unix_ms = j.value("created_unix_ms", int64_t{0});
+    for (absl::Status s : {GetInt(j, "step", &m.step, 0, kMaxI64),
+                           GetInt(j, "epoch", &m.epoch, 0, kMaxI64),
+                           GetInt(j, "num_shards", &m.num_shards, 0, kMaxInt),
+                           GetInt(j, "num_params", &m.num_params, 0, kMaxElems),
+                           GetInt(j, "state_slots", &m.state_slots, 0, kMaxStateSlots),
+                           GetInt(j, "created_unix_ms", &m.created_unix_ms, 0, kMaxI64, true)}) {
+      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("manifest: ", s.message()));
+    }
     m.spec_json = j.at("spec").dump();
     for (const json& e : j.at("shards")) {
       auto entry = EntryFromJson(e);

@@ -34,8 +34,9 @@ absl::StatusOr<Layout> Layout::Create(const std::vector<TensorDesc>& tensors, in
     return absl::InvalidArgumentError(
         absl::StrCat("num_shards must be in [1, ", kMaxShards, "], got ", num_shards));
   }
-  if (align_elems < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("align_elems must be >= 1, got ", align_elems));
+  if (align_elems < 1 || align_elems > kMaxParams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("align_elems must be in [1, ", kMaxParams, "], got ", align_elems));
   }
   if (bucket_elems < align_elems || bucket_elems % align_elems != 0) {
     return absl::InvalidArgumentError(absl::StrCat("bucket_elems (", bucket_elems,
@@ -73,6 +74,13 @@ absl::StatusOr<Layout> Layout::Create(const std::vector<TensorDesc>& tensors, in
   }
   if (offset == 0) return absl::InvalidArgumentError("layout has zero elements");
   layout.num_params_ = offset;
+  // Upper bound on the bucket count, before anything is allocated for it.
+  if (offset / bucket_elems + num_shards + static_cast<int64_t>(cut_points.size()) >
+      kMaxBuckets) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        offset, " parameters in buckets of ", bucket_elems, " elements make more than ",
+        kMaxBuckets, " buckets; use larger buckets"));
+  }
   layout.shard_begin_ = SplitAligned(offset, num_shards, align_elems);
   std::sort(cut_points.begin(), cut_points.end());
   for (int64_t c : cut_points) {

@@ -61,6 +61,8 @@ class Layout {
  public:
   // Upper bounds that keep every product in int64 and every count sane.
   static constexpr int kMaxShards = 4096;
+  // Buckets of the whole layout; more means bucket_bytes is far too small.
+  static constexpr int64_t kMaxBuckets = int64_t{1} << 22;
   static constexpr int64_t kMaxParams = int64_t{1} << 40;
 
   // Fails with InvalidArgument on: no tensors, empty or duplicate names,

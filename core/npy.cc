@@ -113,10 +113,12 @@ class HeaderParser {
     if (!(Peek() >= '0' && Peek() <= '9')) return Error("expected an integer");
     uint64_t v = 0;
     while (Peek() >= '0' && Peek() <= '9') {
-      v = v * 10 + static_cast<uint64_t>(Peek() - '0');
-      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      const uint64_t digit = static_cast<uint64_t>(Peek() - '0');
+      // Checked before the multiply, so no value wraps past the limit.
+      if (v > (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - digit) / 10) {
         return Error("integer too large");
       }
+      v = v * 10 + digit;
       ++pos_;
     }
     *out = negative ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
@@ -320,35 +322,19 @@ absl::StatusOr<size_t> CheckHeader(const std::map<std::string, Literal>& dict) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<float>> ReadNpyF32(const std::string& path) {
-  auto fail = [&path](absl::StatusCode code, absl::string_view what) {
-    return absl::Status(code, absl::StrCat("cannot read .npy file ", path, ": ", what));
+absl::StatusOr<std::vector<float>> ParseNpyF32(absl::string_view bytes,
+                                               const std::string& name_for_errors) {
+  auto fail = [&name_for_errors](absl::StatusCode code, absl::string_view what) {
+    return absl::Status(code,
+                        absl::StrCat("cannot read .npy file ", name_for_errors, ": ", what));
   };
   auto invalid = [&](absl::string_view what) {
     return fail(absl::StatusCode::kInvalidArgument, absl::StrCat(what, "; ", kExpected));
   };
   auto data_loss = [&](absl::string_view what) { return fail(absl::StatusCode::kDataLoss, what); };
 
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    const int err = errno;
-    return fail(absl::ErrnoToStatusCode(err), absl::StrCat("open: ", std::strerror(err)));
-  }
-  struct stat st;
-  if (fstat(fd.get(), &st) != 0) {
-    const int err = errno;
-    return fail(absl::ErrnoToStatusCode(err), absl::StrCat("fstat: ", std::strerror(err)));
-  }
-  if (!S_ISREG(st.st_mode)) return invalid("not a regular file");
-  const size_t file_size = static_cast<size_t>(st.st_size);
-
-  char preamble[kPreambleLen];
-  const ssize_t got = PreadFully(fd.get(), preamble, kPreambleLen, 0);
-  if (got < 0) {
-    const int err = errno;
-    return fail(absl::ErrnoToStatusCode(err), absl::StrCat("read: ", std::strerror(err)));
-  }
-  const absl::string_view pre(preamble, static_cast<size_t>(got));
+  const size_t file_size = bytes.size();
+  const absl::string_view pre = bytes.substr(0, kPreambleLen);
   if (pre.empty()) return data_loss("the file is empty; a .npy file has at least 10 bytes");
   if (pre.substr(0, kMagic.size()) != kMagic.substr(0, pre.size())) {
     return invalid(absl::StrCat("not a .npy file: it starts with \"",
@@ -359,8 +345,8 @@ absl::StatusOr<std::vector<float>> ReadNpyF32(const std::string& path) {
     return data_loss(
         absl::StrCat("the file is ", pre.size(), " bytes, shorter than the 10-byte .npy preamble"));
   }
-  const int major = static_cast<unsigned char>(preamble[6]);
-  const int minor = static_cast<unsigned char>(preamble[7]);
+  const int major = static_cast<unsigned char>(pre[6]);
+  const int minor = static_cast<unsigned char>(pre[7]);
   if (major != 1 || minor != 0) {
     return invalid(absl::StrCat("format version ", major, ".", minor, " is not supported",
                                 major == 2 || major == 3
@@ -368,18 +354,14 @@ absl::StatusOr<std::vector<float>> ReadNpyF32(const std::string& path) {
                                       "latin1 field names)"
                                     : ""));
   }
-  const size_t header_len = static_cast<unsigned char>(preamble[8]) |
-                            (static_cast<size_t>(static_cast<unsigned char>(preamble[9])) << 8);
+  const size_t header_len = static_cast<unsigned char>(pre[8]) |
+                            (static_cast<size_t>(static_cast<unsigned char>(pre[9])) << 8);
   const size_t data_offset = kPreambleLen + header_len;
   if (data_offset > file_size) {
     return data_loss(absl::StrCat("the header length field says ", header_len, " bytes, but only ",
                                   file_size - kPreambleLen, " bytes follow the preamble"));
   }
-  std::string header(header_len, '\0');
-  if (PreadFully(fd.get(), header.data(), header_len, kPreambleLen) !=
-      static_cast<ssize_t>(header_len)) {
-    return data_loss("the header could not be read in full (file changed while reading?)");
-  }
+  const absl::string_view header = bytes.substr(kPreambleLen, header_len);
   std::map<std::string, Literal> dict;
   if (absl::Status s = HeaderParser(header).Parse(&dict); !s.ok()) {
     return invalid(absl::StrCat(s.message(), " (header: \"", Printable(header), "\")"));
@@ -400,11 +382,39 @@ absl::StatusOr<std::vector<float>> ReadNpyF32(const std::string& path) {
                                   " float32 values of shape (", n, ",)"));
   }
   std::vector<float> data(n);
-  if (PreadFully(fd.get(), data.data(), data_bytes, static_cast<off_t>(data_offset)) !=
-      static_cast<ssize_t>(data_bytes)) {
-    return data_loss("the data could not be read in full (file changed while reading?)");
-  }
+  if (data_bytes > 0) std::memcpy(data.data(), bytes.data() + data_offset, data_bytes);
   return data;
+}
+
+absl::StatusOr<std::vector<float>> ReadNpyF32(const std::string& path) {
+  auto fail = [&path](absl::StatusCode code, absl::string_view what) {
+    return absl::Status(code, absl::StrCat("cannot read .npy file ", path, ": ", what));
+  };
+
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    const int err = errno;
+    return fail(absl::ErrnoToStatusCode(err), absl::StrCat("open: ", std::strerror(err)));
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) {
+    const int err = errno;
+    return fail(absl::ErrnoToStatusCode(err), absl::StrCat("fstat: ", std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return fail(absl::StatusCode::kInvalidArgument,
+                absl::StrCat("not a regular file; ", kExpected));
+  }
+  // The whole file, as fstat sized it: a file that grows meanwhile is read as
+  // it was; one that shrinks is judged (truncated) by what is left.
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  const ssize_t got = PreadFully(fd.get(), bytes.data(), bytes.size(), 0);
+  if (got < 0) {
+    const int err = errno;
+    return fail(absl::ErrnoToStatusCode(err), absl::StrCat("read: ", std::strerror(err)));
+  }
+  bytes.resize(static_cast<size_t>(got));
+  return ParseNpyF32(bytes, path);
 }
 
 absl::Status WriteNpyF32(const std::string& path, absl::Span<const float> data) {

@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace tessel {
@@ -36,6 +37,12 @@ namespace tessel {
 // open), InvalidArgument (not a .npy file, or a layout other than the one
 // above), DataLoss (header or data cut short, trailing bytes).
 absl::StatusOr<std::vector<float>> ReadNpyF32(const std::string& path);
+
+// The parser behind ReadNpyF32, on the complete file contents: pure, no I/O,
+// safe on any bytes (it is fuzzed: fuzz/npy_fuzzer.cc). Same acceptance and
+// the same errors as ReadNpyF32, naming the input `name_for_errors`.
+absl::StatusOr<std::vector<float>> ParseNpyF32(absl::string_view bytes,
+                                               const std::string& name_for_errors);
 
 // Writes `data` as a 1-D float32 .npy file, atomically (see above).
 absl::Status WriteNpyF32(const std::string& path, absl::Span<const float> data);

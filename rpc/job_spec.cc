@@ -130,6 +130,10 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
         "job '", spec.job(), "': bucket_bytes must be a multiple of 4 in [4, 1 GiB], got ",
         spec.bucket_bytes()));
   }
+  if (spec.align_elems() < 0 || spec.align_elems() > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job '", spec.job(), "': align_elems must be in [0, 1048576], got ", spec.align_elems()));
+  }
   const int64_t align = spec.align_elems() == 0 ? 1 : spec.align_elems();
   int64_t bucket_elems = spec.bucket_bytes() / 4;
   bucket_elems -= bucket_elems % align;
@@ -139,14 +143,15 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("job '", spec.job(), "': ", optimizer.status().message()));
   }
+  // Sizes are checked (overflow included) by Layout::Create; unit cut points
+  // come from its tensor offsets, so nothing is multiplied unchecked here.
+  auto plain = Layout::Create(tensors, spec.num_shards(), align, bucket_elems);
+  if (!plain.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", spec.job(), "': ", plain.status().message()));
+  }
   std::vector<int64_t> cuts;
   {
-    std::vector<int64_t> offsets = {0};
-    for (const TensorDesc& t : tensors) {
-      int64_t n = 1;
-      for (int64_t d : t.shape) n = d < 0 ? 0 : n * d;
-      offsets.push_back(offsets.back() + n);
-    }
     int previous = -1;
     for (int u : spec.unit_first_tensor()) {
       if (u <= previous || u < 0 || u >= static_cast<int>(tensors.size()) ||
@@ -156,7 +161,7 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
             tensors.size(), " tensors"));
       }
       previous = u;
-      cuts.push_back(offsets[u]);
+      cuts.push_back(plain->tensors()[u].offset);
     }
     if (spec.strategy() == v1::STRATEGY_FSDP && spec.unit_first_tensor_size() == 0) {
       return absl::InvalidArgumentError(absl::StrCat(

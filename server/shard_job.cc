@@ -3,6 +3,8 @@
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "absl/status/status.h"
@@ -25,6 +27,18 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& sp
   if (epoch < 0) return absl::InvalidArgumentError("epoch must be >= 0");
   auto optimizer = OptimizerFromProto(spec.optimizer());
   if (!optimizer.ok()) return optimizer.status();
+  // Refuse, rather than die allocating, a job this machine cannot hold: its
+  // masters, state and per-rank receive buffers must fit in half the memory.
+  const double range = static_cast<double>(layout->shard_range(shard_index).size());
+  const double need = range * (4.0 * (1 + StateSlots(*optimizer)) + 4.0 * spec.world_size());
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (have > 0 && need > have / 2) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job '", spec.job(), "' shard ", shard_index, " needs about ",
+        static_cast<int64_t>(need / (1 << 20)), " MiB; this server has ",
+        static_cast<int64_t>(have / (1 << 20)),
+        " MiB of memory: use more shard servers (smaller ranges) or fewer workers"));
+  }
   return std::unique_ptr<ShardJob>(
       new ShardJob(spec, std::move(*layout), shard_index, epoch, *optimizer));
 }

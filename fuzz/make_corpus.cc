@@ -1,0 +1,176 @@
+// make_corpus: writes the seed inputs of the fuzz targets that Tessel's own
+// encoders produce: frame headers (EncodeHeader), .npy files (WriteNpyF32) and
+// serialized JobSpecs (derived from the spec a real checkpoint recorded).
+// fuzz/make_corpus.sh builds and runs it; the numpy files and the checkpoint
+// JSON come from numpy and a real run (see fuzz/README.md).
+//
+// Usage: make_corpus CORPUS_DIR MANIFEST_JSON
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/checkpoint_manifest.h"
+#include "core/npy.h"
+#include "core/wire.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/shard.pb.h"
+
+namespace {
+
+bool WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) std::cerr << "make_corpus: cannot write " << path << "\n";
+  return static_cast<bool>(out);
+}
+
+std::string HeaderString(const tessel::FrameHeader& h) {
+  const tessel::HeaderBytes b = tessel::EncodeHeader(h);
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+bool Headers(const std::string& dir) {
+  using tessel::FrameType;
+  const uint64_t job = tessel::JobId("mlp");
+  tessel::FrameHeader push{FrameType::kPush, job, 2, 17, 1, 0, 3};
+  push.payload_bytes = 4096 * 4;
+  tessel::FrameHeader pull{FrameType::kPull, job, 2, 17, 0, 1, 0};
+  pull.bucket_count = 4;
+  tessel::FrameHeader notify{FrameType::kPull, job, 2, 18, 1, 1, 0};  // bucket_count 0
+  tessel::FrameHeader params{FrameType::kParams, job, 2, 17, 0, 1, 0};
+  params.bucket_count = 4;
+  params.payload_bytes = 4 * 4096 * 4;
+  tessel::FrameHeader init{FrameType::kInit, job, 1, 0, 0, 0, 0};
+  init.payload_bytes = 676 * 4;
+  tessel::FrameHeader error{FrameType::kError, job, 3, 17, 1, 0, 3};
+  error.code = 9;  // FAILED_PRECONDITION
+  error.payload_bytes = 42;
+
+  std::string bad_magic = HeaderString(push);
+  bad_magic[0] = 'X';
+  std::string reserved = HeaderString(push);
+  reserved[62] = 1;
+  std::string bad_type = HeaderString(push);
+  bad_type[6] = 9;
+  tessel::FrameHeader push_count = push;  // PUSH frames carry no bucket count
+  push_count.bucket_count = 2;
+  return WriteFile(dir + "/push", HeaderString(push)) &&
+         WriteFile(dir + "/pull", HeaderString(pull)) &&
+         WriteFile(dir + "/pull_notify", HeaderString(notify)) &&
+         WriteFile(dir + "/params", HeaderString(params)) &&
+         WriteFile(dir + "/init", HeaderString(init)) &&
+         WriteFile(dir + "/error", HeaderString(error)) &&
+         WriteFile(dir + "/bad_magic", bad_magic) && WriteFile(dir + "/bad_reserved", reserved) &&
+         WriteFile(dir + "/bad_type", bad_type) &&
+         WriteFile(dir + "/bad_push_count", HeaderString(push_count)) &&
+         WriteFile(dir + "/bad_short", HeaderString(push).substr(0, 63));
+}
+
+bool Npy(const std::string& dir) {
+  std::vector<float> ramp;
+  for (int i = 0; i < 37; ++i) ramp.push_back(static_cast<float>(i) * 0.25f - 3.0f);
+  for (const auto& [name, n] : std::vector<std::pair<std::string, size_t>>{
+           {"ours_0.npy", 0}, {"ours_1.npy", 1}, {"ours_37.npy", 37}}) {
+    const std::vector<float> v(ramp.begin(), ramp.begin() + static_cast<long>(n));
+    if (absl::Status s = tessel::WriteNpyF32(dir + "/" + name, v); !s.ok()) {
+      std::cerr << "make_corpus: " << s << "\n";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Specs(const std::string& dir, const std::string& manifest_path) {
+  std::ifstream in(manifest_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<tessel::Manifest> m = tessel::ParseManifest(text.str());
+  if (!m.ok()) {
+    std::cerr << "make_corpus: " << manifest_path << ": " << m.status() << "\n";
+    return false;
+  }
+  tessel::v1::JobSpec real;
+  if (auto s = google::protobuf::util::JsonStringToMessage(m->spec_json, &real); !s.ok()) {
+    std::cerr << "make_corpus: the manifest's spec is not a JobSpec: " << s << "\n";
+    return false;
+  }
+  std::vector<std::pair<std::string, tessel::v1::JobSpec>> specs;
+  specs.emplace_back("zero2_adam_real", real);
+
+  tessel::v1::JobSpec fsdp = real;  // two units: fc0.*, fc1.*
+  fsdp.set_strategy(tessel::v1::STRATEGY_FSDP);
+  fsdp.add_unit_first_tensor(0);
+  fsdp.add_unit_first_tensor(2);
+  fsdp.set_bucket_bytes(256);
+  fsdp.set_align_elems(16);
+  specs.emplace_back("fsdp_units", fsdp);
+
+  tessel::v1::JobSpec ddp_sgd = real;
+  ddp_sgd.set_strategy(tessel::v1::STRATEGY_DDP);
+  ddp_sgd.set_num_shards(3);
+  ddp_sgd.set_world_size(4);
+  ddp_sgd.clear_optimizer();
+  ddp_sgd.mutable_optimizer()->set_kind(tessel::v1::OptimizerConfig::SGD);
+  ddp_sgd.mutable_optimizer()->set_lr(0.1);
+  ddp_sgd.mutable_optimizer()->set_momentum(0.9);
+  ddp_sgd.mutable_optimizer()->set_nesterov(true);
+  ddp_sgd.set_align_elems(0);
+  specs.emplace_back("ddp_sgd", ddp_sgd);
+
+  tessel::v1::JobSpec rms = real;
+  rms.set_strategy(tessel::v1::STRATEGY_ZERO1);
+  rms.clear_optimizer();
+  rms.mutable_optimizer()->set_kind(tessel::v1::OptimizerConfig::RMSPROP);
+  rms.mutable_optimizer()->set_lr(0.01);
+  rms.mutable_optimizer()->set_alpha(0.99);
+  rms.mutable_optimizer()->set_eps(1e-8);
+  rms.mutable_optimizer()->set_momentum(0.5);
+  rms.mutable_optimizer()->set_centered(true);
+  specs.emplace_back("zero1_rmsprop", rms);
+
+  tessel::v1::JobSpec adagrad = real;
+  adagrad.clear_optimizer();
+  adagrad.mutable_optimizer()->set_kind(tessel::v1::OptimizerConfig::ADAGRAD);
+  adagrad.mutable_optimizer()->set_lr(0.01);
+  adagrad.mutable_optimizer()->set_lr_decay(0.001);
+  adagrad.mutable_optimizer()->set_initial_accumulator_value(0.1);
+  adagrad.mutable_optimizer()->set_eps(1e-10);
+  adagrad.mutable_optimizer()->set_weight_decay(0.01);
+  specs.emplace_back("zero2_adagrad", adagrad);
+
+  tessel::v1::JobSpec hybrid = real;
+  hybrid.set_strategy(tessel::v1::STRATEGY_HYBRID);
+  specs.emplace_back("bad_hybrid", hybrid);
+  tessel::v1::JobSpec f16 = real;
+  f16.mutable_tensors(1)->set_dtype(tessel::v1::DTYPE_F16);
+  specs.emplace_back("bad_f16", f16);
+  tessel::v1::JobSpec no_units = fsdp;
+  no_units.clear_unit_first_tensor();
+  specs.emplace_back("bad_fsdp_no_units", no_units);
+  tessel::v1::JobSpec dup = real;
+  *dup.add_tensors() = real.tensors(0);
+  specs.emplace_back("bad_duplicate_tensor", dup);
+
+  for (const auto& [name, spec] : specs) {
+    if (!WriteFile(dir + "/" + name + ".pb", spec.SerializeAsString())) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: make_corpus CORPUS_DIR MANIFEST_JSON\n";
+    return 2;
+  }
+  const std::string corpus = argv[1];
+  const bool ok = Headers(corpus + "/wire_header") && Npy(corpus + "/npy") &&
+                  Specs(corpus + "/job_spec", argv[2]);
+  return ok ? 0 : 1;
+}
