@@ -123,17 +123,18 @@ int main(int argc, char** argv) {
   const std::string result = copt.run_dir + "/result.txt";
   std::vector<std::string> names;
   for (int r = 0; r < workers; ++r) {
-    std::vector<std::string> argv = {std::string(self, len > 0 ? len : 0),
-                                     "--role=worker",
-                                     absl::StrCat("--registry=", cluster.registry_address()),
-                                     absl::StrCat("--rank=", r),
-                                     absl::StrCat("--workers=", workers),
-                                     absl::StrCat("--servers=", copt.servers),
-                                     absl::StrCat("--sizes_mib=", absl::GetFlag(FLAGS_sizes_mib)),
-                                     absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
-                                     absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
-                                     absl::StrCat("--ucx_tls=", copt.ucx_tls),
-                                     "--result=" + result};
+    std::vector<std::string> argv = {
+        std::string(self, len > 0 ? len : 0),
+        "--role=worker",
+        absl::StrCat("--registry=", cluster.registry_address()),
+        absl::StrCat("--rank=", r),
+        absl::StrCat("--workers=", workers),
+        absl::StrCat("--servers=", copt.servers),
+        absl::StrCat("--sizes_mib=", absl::GetFlag(FLAGS_sizes_mib)),
+        absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
+        absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
+        absl::StrCat("--ucx_tls=", copt.ucx_tls),
+        "--result=" + result};
     names.push_back(absl::StrCat("bench", r));
     s = cluster.processes().Start(names.back(), argv);
     if (!s.ok()) break;

@@ -3,6 +3,7 @@
 //
 // Exit codes: 0 ok; 1 the operation failed; 2 usage error; 3 not found;
 // 4 unreachable or timed out; 5 not authorized; 6 checkpoint damaged.
+#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,8 +14,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/util/json_util.h>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
@@ -35,8 +34,15 @@ namespace {
 
 using nlohmann::json;
 
-enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kNotFound = 3, kUnavailable = 4, kAuth = 5,
-                kDamaged = 6 };
+enum ExitCode {
+  kOk = 0,
+  kFailed = 1,
+  kUsage = 2,
+  kNotFound = 3,
+  kUnavailable = 4,
+  kAuth = 5,
+  kDamaged = 6
+};
 
 struct Globals {
   std::string registry = "127.0.0.1:7070";
@@ -218,8 +224,8 @@ absl::StatusOr<std::vector<ShardRow>> CollectShards(Cluster& c, const std::strin
     absl::Status s = FromGrpc(c.Stub(m.grpc_address())->GetStats(&ctx, ref, &st),
                               absl::StrCat("shard ", m.rank(), " (", m.grpc_address(), ")"));
     any = any || s.ok();
-    rows.push_back({m, s.ok() ? absl::StatusOr<v1::ShardStats>(st)
-                              : absl::StatusOr<v1::ShardStats>(s)});
+    rows.push_back(
+        {m, s.ok() ? absl::StatusOr<v1::ShardStats>(st) : absl::StatusOr<v1::ShardStats>(s)});
   }
   if (!any && !rows.empty()) return rows.front().stats.status();
   return rows;
@@ -372,8 +378,7 @@ int Stats(Globals& g, const std::string& job) {
 
 // --- checkpoints -----------------------------------------------------------
 
-absl::StatusOr<v1::CheckpointInfo> GetCheckpoint(Cluster& c, const std::string& job,
-                                                 int64_t step) {
+absl::StatusOr<v1::CheckpointInfo> GetCheckpoint(Cluster& c, const std::string& job, int64_t step) {
   auto server = c.AnyServer();
   if (!server.ok()) return server.status();
   v1::CheckpointRef ref;
@@ -382,8 +387,8 @@ absl::StatusOr<v1::CheckpointInfo> GetCheckpoint(Cluster& c, const std::string& 
   v1::CheckpointInfo info;
   grpc::ClientContext ctx;
   c.Prepare(&ctx);
-  absl::Status s = FromGrpc(c.Stub(server->grpc_address())->GetCheckpoint(&ctx, ref, &info),
-                            "GetCheckpoint");
+  absl::Status s =
+      FromGrpc(c.Stub(server->grpc_address())->GetCheckpoint(&ctx, ref, &info), "GetCheckpoint");
   if (!s.ok()) return s;
   return info;
 }
@@ -455,8 +460,8 @@ int CheckpointSave(Globals& g, const std::string& job, bool wait, int wait_s) {
         if (g.output == "json") {
           std::cout << ProtoJson(*info).dump(2) << "\n";
         } else {
-          std::cout << "checkpoint of job '" << job << "' at step " << target << " complete: "
-                    << info->num_shards() << " shards, " << Bytes(info->bytes())
+          std::cout << "checkpoint of job '" << job << "' at step " << target
+                    << " complete: " << info->num_shards() << " shards, " << Bytes(info->bytes())
                     << ", training paused at most " << pause << " us for the copy\n";
         }
         return kOk;
@@ -490,11 +495,12 @@ int CheckpointList(Globals& g, const std::string& job) {
   for (const auto& cp : resp.checkpoints()) {
     int64_t pause = 0;
     for (int64_t p : cp.snapshot_pause_us()) pause = std::max(pause, p);
-    rows.push_back({absl::StrCat(cp.step()), absl::StrCat(cp.epoch()),
-                    absl::StrCat(cp.num_shards()), absl::StrCat(cp.num_params()), Bytes(cp.bytes()),
-                    absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(cp.created_unix_ms()),
-                                     absl::UTCTimeZone()),
-                    absl::StrCat(pause)});
+    rows.push_back(
+        {absl::StrCat(cp.step()), absl::StrCat(cp.epoch()), absl::StrCat(cp.num_shards()),
+         absl::StrCat(cp.num_params()), Bytes(cp.bytes()),
+         absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(cp.created_unix_ms()),
+                          absl::UTCTimeZone()),
+         absl::StrCat(pause)});
   }
   PrintTable({"STEP", "EPOCH", "SHARDS", "PARAMS", "BYTES", "CREATED (UTC)", "PAUSE_US"}, rows);
   return kOk;
@@ -555,14 +561,14 @@ int CheckpointRestore(Globals& g, const std::string& job, int64_t step, int serv
     v1::VerifyCheckpointResponse verified;
     grpc::ClientContext ctx;
     c.Prepare(&ctx, absl::Minutes(10));
-    absl::Status s = FromGrpc(
-        c.Stub(servers->front().grpc_address())->VerifyCheckpoint(&ctx, ref, &verified),
-        "VerifyCheckpoint");
+    absl::Status s =
+        FromGrpc(c.Stub(servers->front().grpc_address())->VerifyCheckpoint(&ctx, ref, &verified),
+                 "VerifyCheckpoint");
     if (!s.ok()) return Fail(s);
     if (!verified.ok()) {
-      return Fail(absl::DataLossError(absl::StrCat("checkpoint of job '", job, "' at step ",
-                                                   info->step(), " is damaged; nothing restored: ",
-                                                   absl::StrJoin(verified.problems(), "; "))));
+      return Fail(absl::DataLossError(absl::StrCat(
+          "checkpoint of job '", job, "' at step ", info->step(),
+          " is damaged; nothing restored: ", absl::StrJoin(verified.problems(), "; "))));
     }
   }
   const int s_count = servers_wanted > 0 ? servers_wanted : static_cast<int>(servers->size());
@@ -594,9 +600,8 @@ int CheckpointRestore(Globals& g, const std::string& job, int64_t step, int serv
     if (!s.ok()) return Fail(s);
   }
   std::cout << "job '" << job << "' restored at step " << info->step() << " onto " << s_count
-            << " shard servers (checkpoint written by " << info->num_shards()
-            << "); start its " << spec.world_size()
-            << " workers with --resume to continue training\n";
+            << " shard servers (checkpoint written by " << info->num_shards() << "); start its "
+            << spec.world_size() << " workers with --resume to continue training\n";
   return kOk;
 }
 
@@ -660,8 +665,7 @@ int main(int argc, char** argv) {
   cp->fallthrough();
   auto* save = cp->add_subcommand("save", "snapshot every shard at the same step boundary");
   save->add_option("--job", job, "job name")->required();
-  save->add_option("--wait", wait, "wait until the checkpoint is complete")
-      ->capture_default_str();
+  save->add_option("--wait", wait, "wait until the checkpoint is complete")->capture_default_str();
   save->add_option("--wait_s", wait_s, "seconds to wait")->capture_default_str();
   auto* list = cp->add_subcommand("list", "complete checkpoints of a job");
   list->add_option("--job", job, "job name")->required();
@@ -672,8 +676,9 @@ int main(int argc, char** argv) {
   verify->add_option("--job", job, "job name")->required();
   verify->add_option("--step", step, "step (-1 = latest)")->capture_default_str();
   auto* restore = cp->add_subcommand(
-      "restore", "load a checkpoint onto the shard servers (any shard count); then start the "
-                 "workers with --resume");
+      "restore",
+      "load a checkpoint onto the shard servers (any shard count); then start the "
+      "workers with --resume");
   restore->add_option("--job", job, "job name")->required();
   restore->add_option("--step", step, "step (-1 = latest)")->capture_default_str();
   restore->add_option("--servers", servers, "shard servers to restore onto (0 = all in the pool)")

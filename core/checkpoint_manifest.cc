@@ -100,8 +100,7 @@ absl::StatusOr<ShardEntry> EntryFromJson(const json& j) {
     return absl::InvalidArgumentError(absl::StrCat("shard ", e.shard, " claims ", e.bytes,
                                                    " bytes, inconsistent with its range"));
   }
-  if (e.xxh64.size() != 16 ||
-      e.xxh64.find_first_not_of("0123456789abcdef") != std::string::npos) {
+  if (e.xxh64.size() != 16 || e.xxh64.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("shard ", e.shard, " has a bad checksum"));
   }
   return e;
@@ -156,12 +155,12 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
                                                      kCheckpointFormatVersion, ")"));
     }
     m.job = j.at("job").get<std::string>();
-    for (absl::Status s : {GetInt(j, "step", &m.step, 0, kMaxI64),
-                           GetInt(j, "epoch", &m.epoch, 0, kMaxI64),
-                           GetInt(j, "num_shards", &m.num_shards, 0, kMaxInt),
-                           GetInt(j, "num_params", &m.num_params, 0, kMaxElems),
-                           GetInt(j, "state_slots", &m.state_slots, 0, kMaxStateSlots),
-                           GetInt(j, "created_unix_ms", &m.created_unix_ms, 0, kMaxI64, true)}) {
+    for (absl::Status s :
+         {GetInt(j, "step", &m.step, 0, kMaxI64), GetInt(j, "epoch", &m.epoch, 0, kMaxI64),
+          GetInt(j, "num_shards", &m.num_shards, 0, kMaxInt),
+          GetInt(j, "num_params", &m.num_params, 0, kMaxElems),
+          GetInt(j, "state_slots", &m.state_slots, 0, kMaxStateSlots),
+          GetInt(j, "created_unix_ms", &m.created_unix_ms, 0, kMaxI64, true)}) {
       if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("manifest: ", s.message()));
     }
     m.spec_json = j.at("spec").dump();
@@ -186,14 +185,14 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
   for (int s = 0; s < m.num_shards; ++s) {
     const ShardEntry& e = m.shards[s];
     if (e.shard != s || e.range_begin != expect || e.state_slots != m.state_slots) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "manifest shard ", s, " does not continue the ranges at element ", expect));
+      return absl::InvalidArgumentError(
+          absl::StrCat("manifest shard ", s, " does not continue the ranges at element ", expect));
     }
     expect = e.range_end;
   }
   if (expect != m.num_params) {
-    return absl::InvalidArgumentError(absl::StrCat("manifest ranges end at ", expect, ", not at ",
-                                                   m.num_params, " parameters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("manifest ranges end at ", expect, ", not at ", m.num_params, " parameters"));
   }
   return m;
 }

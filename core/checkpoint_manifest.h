@@ -34,8 +34,8 @@ struct ShardEntry {
   int64_t range_begin = 0;
   int64_t range_end = 0;
   int state_slots = 0;
-  int64_t bytes = 0;         // = (1 + state_slots) * (range_end - range_begin) * 4
-  std::string xxh64;         // 16 hex digits over the whole data file
+  int64_t bytes = 0;              // = (1 + state_slots) * (range_end - range_begin) * 4
+  std::string xxh64;              // 16 hex digits over the whole data file
   int64_t snapshot_pause_us = 0;  // time training paused for the in-memory copy
 };
 

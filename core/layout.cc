@@ -75,11 +75,10 @@ absl::StatusOr<Layout> Layout::Create(const std::vector<TensorDesc>& tensors, in
   if (offset == 0) return absl::InvalidArgumentError("layout has zero elements");
   layout.num_params_ = offset;
   // Upper bound on the bucket count, before anything is allocated for it.
-  if (offset / bucket_elems + num_shards + static_cast<int64_t>(cut_points.size()) >
-      kMaxBuckets) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        offset, " parameters in buckets of ", bucket_elems, " elements make more than ",
-        kMaxBuckets, " buckets; use larger buckets"));
+  if (offset / bucket_elems + num_shards + static_cast<int64_t>(cut_points.size()) > kMaxBuckets) {
+    return absl::InvalidArgumentError(absl::StrCat(offset, " parameters in buckets of ",
+                                                   bucket_elems, " elements make more than ",
+                                                   kMaxBuckets, " buckets; use larger buckets"));
   }
   layout.shard_begin_ = SplitAligned(offset, num_shards, align_elems);
   std::sort(cut_points.begin(), cut_points.end());
@@ -122,7 +121,8 @@ Range Layout::bucket_range(int shard, int bucket) const {
 int Layout::BucketOf(int shard, int64_t index) const {
   const std::vector<int64_t>& starts = bucket_begin_[shard];
   return static_cast<int>(std::upper_bound(starts.begin(), starts.end() - 1, index) -
-                          starts.begin()) - 1;
+                          starts.begin()) -
+         1;
 }
 
 std::pair<int, int> Layout::BucketsIn(int shard, Range r) const {
@@ -130,10 +130,11 @@ std::pair<int, int> Layout::BucketsIn(int shard, Range r) const {
   const int n = num_buckets(shard);
   // First bucket ending after r.begin, through the last starting before r.end.
   int first = static_cast<int>(std::upper_bound(starts.begin(), starts.end() - 1, r.begin) -
-                               starts.begin()) - 1;
+                               starts.begin()) -
+              1;
   first = std::max(first, 0);
-  int last = static_cast<int>(std::lower_bound(starts.begin(), starts.end() - 1, r.end) -
-                              starts.begin());
+  int last =
+      static_cast<int>(std::lower_bound(starts.begin(), starts.end() - 1, r.end) - starts.begin());
   if (n == 0 || r.empty()) return {0, 0};
   if (first < n && starts[first + 1] <= r.begin) ++first;
   return {first, std::max(0, std::min(last, n) - first)};

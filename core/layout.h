@@ -97,7 +97,7 @@ class Layout {
   Layout() = default;
 
   std::vector<TensorSlot> tensors_;
-  std::vector<int64_t> shard_begin_;  // S + 1 boundaries; shard_begin_[S] == P
+  std::vector<int64_t> shard_begin_;                // S + 1 boundaries; shard_begin_[S] == P
   std::vector<std::vector<int64_t>> bucket_begin_;  // per shard: bucket starts + range end
   int64_t num_params_ = 0;
   int64_t align_elems_ = 1;

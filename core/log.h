@@ -49,10 +49,10 @@ struct Voidify {
 #define TESSEL_LOG_LEVEL_ERROR ::tessel::LogLevel::kError
 
 // An expression (not an if), so it nests safely under an unbraced if/else.
-#define TESSEL_LOG(level)                                     \
-  !::tessel::LogEnabled(TESSEL_LOG_LEVEL_##level)             \
-      ? (void)0                                               \
-      : ::tessel::internal::Voidify() &                       \
+#define TESSEL_LOG(level)                         \
+  !::tessel::LogEnabled(TESSEL_LOG_LEVEL_##level) \
+      ? (void)0                                   \
+      : ::tessel::internal::Voidify() &           \
             ::tessel::internal::LogLine(TESSEL_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
 
 #endif  // TESSEL_CORE_LOG_H_

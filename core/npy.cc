@@ -325,8 +325,7 @@ absl::StatusOr<size_t> CheckHeader(const std::map<std::string, Literal>& dict) {
 absl::StatusOr<std::vector<float>> ParseNpyF32(absl::string_view bytes,
                                                const std::string& name_for_errors) {
   auto fail = [&name_for_errors](absl::StatusCode code, absl::string_view what) {
-    return absl::Status(code,
-                        absl::StrCat("cannot read .npy file ", name_for_errors, ": ", what));
+    return absl::Status(code, absl::StrCat("cannot read .npy file ", name_for_errors, ": ", what));
   };
   auto invalid = [&](absl::string_view what) {
     return fail(absl::StatusCode::kInvalidArgument, absl::StrCat(what, "; ", kExpected));

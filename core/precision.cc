@@ -103,13 +103,13 @@ bool HasF16c() {
 }
 #endif
 
-__attribute__((target_clones("avx2", "default"))) void F32ToBF16Loop(const float* in,
-                                                                      uint16_t* out, size_t n) {
+__attribute__((target_clones("avx2", "default"))) void F32ToBF16Loop(const float* in, uint16_t* out,
+                                                                     size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = FloatToBF16(in[i]);
 }
 
-__attribute__((target_clones("avx2", "default"))) void BF16ToF32Loop(const uint16_t* in,
-                                                                      float* out, size_t n) {
+__attribute__((target_clones("avx2", "default"))) void BF16ToF32Loop(const uint16_t* in, float* out,
+                                                                     size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = BF16ToFloat(in[i]);
 }
 

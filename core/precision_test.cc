@@ -74,7 +74,8 @@ TEST(PrecisionTest, RandomFloatsRoundToNearestEvenOnEveryPath) {
   std::mt19937 rng(1);
   std::vector<float> in(100003);
   for (float& v : in) v = FromBits(static_cast<uint32_t>(rng()));
-  for (size_t i = 0; i < 1000; ++i) in[i] = std::ldexp(static_cast<float>(rng() % 4096), -30 + static_cast<int>(i % 60));
+  for (size_t i = 0; i < 1000; ++i)
+    in[i] = std::ldexp(static_cast<float>(rng() % 4096), -30 + static_cast<int>(i % 60));
   for (HalfType t : {HalfType::kF16, HalfType::kBF16}) {
     std::vector<uint16_t> vec(in.size());
     FloatToHalf(t, in.data(), vec.data(), in.size());

@@ -8,7 +8,8 @@
 namespace tessel {
 namespace {
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire format assumes a little-endian host");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "wire format assumes a little-endian host");
 
 template <typename T>
 void Put(uint8_t* out, size_t offset, T v) {
@@ -52,9 +53,8 @@ absl::StatusOr<FrameHeader> DecodeHeader(const void* data, size_t size) {
   }
   const uint16_t version = Get<uint16_t>(in, 4);
   if (version != kWireVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("frame wire version ", version,
-                                                   " is not supported; this build speaks ",
-                                                   kWireVersion));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame wire version ", version, " is not supported; this build speaks ", kWireVersion));
   }
   const uint16_t type = Get<uint16_t>(in, 6);
   if (type < static_cast<uint16_t>(FrameType::kPush) ||
@@ -81,7 +81,8 @@ absl::StatusOr<FrameHeader> DecodeHeader(const void* data, size_t size) {
         absl::StrCat(FrameTypeName(h.type), " frames carry no bucket count"));
   }
   if (h.code < 0 || h.code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
-    return absl::InvalidArgumentError(absl::StrCat("frame error code ", h.code, " is out of range"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame error code ", h.code, " is out of range"));
   }
   return h;
 }
@@ -112,9 +113,8 @@ const char* FrameTypeName(FrameType t) {
 }
 
 std::string DescribeHeader(const FrameHeader& h) {
-  return absl::StrCat(FrameTypeName(h.type), "(epoch=", h.epoch, " step=", h.step,
-                      " rank=", h.rank, " shard=", h.shard, " bucket=", h.bucket,
-                      " bytes=", h.payload_bytes,
+  return absl::StrCat(FrameTypeName(h.type), "(epoch=", h.epoch, " step=", h.step, " rank=", h.rank,
+                      " shard=", h.shard, " bucket=", h.bucket, " bytes=", h.payload_bytes,
                       h.bucket_count ? absl::StrCat(" count=", h.bucket_count) : "", ")");
 }
 

@@ -42,8 +42,8 @@ TEST(WireTest, LayoutIsFixedLittleEndian) {
   EXPECT_EQ(b[1], 'S');
   EXPECT_EQ(b[2], 'L');
   EXPECT_EQ(b[3], '1');
-  EXPECT_EQ(b[4], 1);  // version
-  EXPECT_EQ(b[6], 3);  // PARAMS
+  EXPECT_EQ(b[4], 1);   // version
+  EXPECT_EQ(b[6], 3);   // PARAMS
   EXPECT_EQ(b[16], 7);  // epoch
   EXPECT_EQ(b[32], 2);  // rank
   EXPECT_EQ(b[52], 2);  // payload_bytes bit 33

@@ -29,8 +29,8 @@ TEST(DeviceTest, DeviceKernelsMatchCpuWhenAGpuIsPresent) {
   std::mt19937 rng(3);
   std::normal_distribution<float> d;
   const size_t n = 10007;
-  for (auto kind : {OptimizerParams::Kind::kSgd, OptimizerParams::Kind::kAdam,
-                    OptimizerParams::Kind::kAdamW}) {
+  for (auto kind :
+       {OptimizerParams::Kind::kSgd, OptimizerParams::Kind::kAdam, OptimizerParams::Kind::kAdamW}) {
     OptimizerParams opt;
     opt.kind = kind;
     opt.lr = 0.01f;

@@ -14,8 +14,7 @@ int TesselCudaDeviceName(char* buf, int len);
 // kind: 0 sgd, 1 adam, 2 adamw. Host pointers; returns cudaError_t (0 = ok).
 int TesselCudaApplyUpdate(int kind, float lr, float momentum, float dampening, int nesterov,
                           float weight_decay, float beta1, float beta2, float eps, int64_t step,
-                          float* params, const float* grad, float* state0, float* state1,
-                          size_t n);
+                          float* params, const float* grad, float* state0, float* state1, size_t n);
 }
 
 #endif  // TESSEL_GPU_OPTIMIZER_KERNELS_H_

@@ -50,8 +50,7 @@ Dataset MakeClusters(int n, int num_features, int num_classes, uint64_t seed) {
   data.y.resize(static_cast<size_t>(n));
   for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
     const uint64_t label = row_rng.UniformInt(num_classes);
-    const uint64_t blob =
-        label * kBlobsPerClass + row_rng.UniformInt(kBlobsPerClass);
+    const uint64_t blob = label * kBlobsPerClass + row_rng.UniformInt(kBlobsPerClass);
     const double* centre = &centres[blob * f];
     float* row = &data.x[i * f];
     for (size_t j = 0; j < f; ++j) {
@@ -67,8 +66,8 @@ Dataset MakeClusters(int n, int num_features, int num_classes, uint64_t seed) {
 }
 
 DatasetSplit Split(const Dataset& data, size_t num_train) {
-  TESSEL_MODEL_CHECK(num_train <= data.size(), "num_train = ", num_train,
-                     " but the data set has ", data.size(), " rows");
+  TESSEL_MODEL_CHECK(num_train <= data.size(), "num_train = ", num_train, " but the data set has ",
+                     data.size(), " rows");
   const size_t f = static_cast<size_t>(data.num_features);
   DatasetSplit split;
   for (Dataset* part : {&split.train, &split.test}) {
@@ -82,8 +81,7 @@ DatasetSplit Split(const Dataset& data, size_t num_train) {
   return split;
 }
 
-Dataset Batch(const Dataset& data, int64_t step, int rank, int world_size,
-              int per_rank_batch) {
+Dataset Batch(const Dataset& data, int64_t step, int rank, int world_size, int per_rank_batch) {
   TESSEL_MODEL_CHECK(data.size() > 0, "empty data set");
   TESSEL_MODEL_CHECK(step >= 0, "step = ", step);
   TESSEL_MODEL_CHECK(world_size >= 1, "world_size = ", world_size);
@@ -95,10 +93,10 @@ Dataset Batch(const Dataset& data, int64_t step, int rank, int world_size,
   const uint64_t global_batch =
       static_cast<uint64_t>(world_size) * static_cast<uint64_t>(per_rank_batch);
   // 128-bit product: step * global_batch may not fit in 64 bits.
-  const uint64_t first = static_cast<uint64_t>(
-      (static_cast<unsigned __int128>(step) * global_batch +
-       static_cast<uint64_t>(rank) * static_cast<uint64_t>(per_rank_batch)) %
-      n);
+  const uint64_t first =
+      static_cast<uint64_t>((static_cast<unsigned __int128>(step) * global_batch +
+                             static_cast<uint64_t>(rank) * static_cast<uint64_t>(per_rank_batch)) %
+                            n);
 
   const size_t f = static_cast<size_t>(data.num_features);
   Dataset batch;

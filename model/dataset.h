@@ -62,8 +62,7 @@ DatasetSplit Split(const Dataset& data, size_t num_train);
 // for i in [0, per_rank_batch). A global batch larger than the data set
 // repeats rows. Requires data.size() > 0, step >= 0, world_size >= 1,
 // 0 <= rank < world_size, per_rank_batch >= 1.
-Dataset Batch(const Dataset& data, int64_t step, int rank, int world_size,
-              int per_rank_batch);
+Dataset Batch(const Dataset& data, int64_t step, int rank, int world_size, int per_rank_batch);
 
 }  // namespace tessel::model
 

@@ -70,8 +70,8 @@ void Transpose(int rows, int cols, const float* in, float* out) {
 
 }  // namespace
 
-void Linear(int batch, int in, int out, const float* input, const float* weight,
-            const float* bias, float* output, std::vector<float>* scratch) {
+void Linear(int batch, int in, int out, const float* input, const float* weight, const float* bias,
+            float* output, std::vector<float>* scratch) {
   TESSEL_MODEL_CHECK(batch >= 1 && in >= 1 && out >= 1, "Linear(batch=", batch, ", in=", in,
                      ", out=", out, ")");
   const size_t b = static_cast<size_t>(batch);

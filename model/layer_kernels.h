@@ -40,8 +40,8 @@ namespace tessel::model::kernels {
 // output [batch, out] = bias (broadcast over rows; zeros when bias is null)
 // + input [batch, in] * weight^T, each output accumulating its `in` products in
 // ascending order after the bias. `scratch` holds the transposed weight.
-void Linear(int batch, int in, int out, const float* input, const float* weight,
-            const float* bias, float* output, std::vector<float>* scratch);
+void Linear(int batch, int in, int out, const float* input, const float* weight, const float* bias,
+            float* output, std::vector<float>* scratch);
 
 // v[i] = max(v[i], 0).
 void Relu(float* v, size_t n);

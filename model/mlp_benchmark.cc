@@ -41,12 +41,10 @@ void BM_Loss(benchmark::State& state) {
   model.Init(params.data(), 0);
   const Dataset b = Batch(MakeClusters(4096, 64, 10, 0), 0, 0, 1, batch);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(
-        model.Loss(params.data(), b.x.data(), b.y.data(), batch));
+    benchmark::DoNotOptimize(model.Loss(params.data(), b.x.data(), b.y.data(), batch));
   }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2e-9 * batch * ForwardMacsPerRow(),
-                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * batch * ForwardMacsPerRow(),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_LossAndGrad(benchmark::State& state) {
@@ -56,13 +54,13 @@ void BM_LossAndGrad(benchmark::State& state) {
   model.Init(params.data(), 0);
   const Dataset b = Batch(MakeClusters(4096, 64, 10, 0), 0, 0, 1, batch);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(model.LossAndGrad(
-        params.data(), b.x.data(), b.y.data(), batch, grads.data()));
+    benchmark::DoNotOptimize(
+        model.LossAndGrad(params.data(), b.x.data(), b.y.data(), batch, grads.data()));
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2e-9 * batch * (ForwardMacsPerRow() + BackwardMacsPerRow()),
-      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2e-9 * batch * (ForwardMacsPerRow() + BackwardMacsPerRow()),
+                         benchmark::Counter::kIsIterationInvariantRate);
 }
 
 BENCHMARK(BM_Loss)->Arg(32)->Arg(256)->Unit(benchmark::kMicrosecond);

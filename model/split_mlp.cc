@@ -44,9 +44,11 @@ absl::StatusOr<SplitMlp> SplitMlp::Create(std::vector<int> sizes, int tp, int pp
         " layer(s); every stage needs at least one: use pp <= ", layers, " or add layers"));
   }
   if (tp > 1 && layers < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tp=", tp, " needs at least 2 layers (a column-parallel layer followed by a "
-        "row-parallel one), but the MLP ", shape, " has ", layers, "; use tp=1 or add a layer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp=", tp,
+                     " needs at least 2 layers (a column-parallel layer followed by a "
+                     "row-parallel one), but the MLP ",
+                     shape, " has ", layers, "; use tp=1 or add a layer"));
   }
   if (tp > 1) {
     std::vector<int> split_sizes;
@@ -87,10 +89,8 @@ SplitMlp::SplitMlp(Mlp model, int tp, int pp) : model_(std::move(model)), tp_(tp
     Partition& part = partitions_[plan.stage];
     plan.weight_index = part.tensors.size();
     const size_t w = static_cast<size_t>(plan.local_out) * plan.local_in;
-    part.tensors.push_back(TensorInfo{absl::StrCat("fc", l, ".weight"),
-                                      {plan.local_out, plan.local_in},
-                                      part.size,
-                                      w});
+    part.tensors.push_back(TensorInfo{
+        absl::StrCat("fc", l, ".weight"), {plan.local_out, plan.local_in}, part.size, w});
     part.size += w;
     part.tensors.push_back(TensorInfo{absl::StrCat("fc", l, ".bias"),
                                       {plan.local_out},
@@ -149,8 +149,8 @@ bool SplitMlp::replicated(int layer, bool is_bias) const {
 std::vector<float> SplitMlp::Slice(const std::vector<float>& full, int stage, int t) const {
   TESSEL_MODEL_CHECK(full.size() == model_.num_params(), "full vector has ", full.size(),
                      " floats, the MLP ", model_.num_params());
-  TESSEL_MODEL_CHECK(stage >= 0 && stage < pp_ && t >= 0 && t < tp_, "partition (", stage, ", ",
-                     t, ") outside pp=", pp_, ", tp=", tp_);
+  TESSEL_MODEL_CHECK(stage >= 0 && stage < pp_ && t >= 0 && t < tp_, "partition (", stage, ", ", t,
+                     ") outside pp=", pp_, ", tp=", tp_);
   std::vector<float> part(partition_size(stage));
   for (int l = stage_begin(stage); l < stage_end(stage); ++l) {
     ForEachRun(l, t, [&](size_t f, size_t p, size_t n) {
@@ -163,15 +163,15 @@ std::vector<float> SplitMlp::Slice(const std::vector<float>& full, int stage, in
 absl::StatusOr<std::vector<float>> SplitMlp::Assemble(
     const std::vector<std::vector<float>>& parts) const {
   if (parts.size() != static_cast<size_t>(pp_ * tp_)) {
-    return absl::InvalidArgumentError(absl::StrCat("Assemble needs pp*tp = ", pp_ * tp_,
-                                                   " partitions, got ", parts.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Assemble needs pp*tp = ", pp_ * tp_, " partitions, got ", parts.size()));
   }
   for (int p = 0; p < pp_; ++p) {
     for (int t = 0; t < tp_; ++t) {
       if (parts[p * tp_ + t].size() != partition_size(p)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("partition (stage ", p, ", tensor rank ", t, ") has ",
-                         parts[p * tp_ + t].size(), " floats, expected ", partition_size(p)));
+        return absl::InvalidArgumentError(absl::StrCat("partition (stage ", p, ", tensor rank ", t,
+                                                       ") has ", parts[p * tp_ + t].size(),
+                                                       " floats, expected ", partition_size(p)));
       }
     }
   }
@@ -187,10 +187,10 @@ absl::StatusOr<std::vector<float>> SplitMlp::Assemble(
           const TensorInfo& info = is_bias ? bias(l) : weight(l);
           for (size_t i = info.offset; i < info.offset + info.numel; ++i) {
             if (std::memcmp(&first[i], &part[i], sizeof(float)) != 0) {
-              return absl::InternalError(absl::StrCat(
-                  "replicated tensor ", info.name, " of stage ", p,
-                  " differs between tensor ranks 0 and ", t, " at element ", i - info.offset,
-                  " (", first[i], " vs ", part[i], ")"));
+              return absl::InternalError(absl::StrCat("replicated tensor ", info.name, " of stage ",
+                                                      p, " differs between tensor ranks 0 and ", t,
+                                                      " at element ", i - info.offset, " (",
+                                                      first[i], " vs ", part[i], ")"));
             }
           }
         }
@@ -346,8 +346,7 @@ float SplitMlp::ReferenceMicroBatch(const std::vector<std::vector<float>>& parts
           kernels::WeightGrad(rows, in, out, d[t].data(), input_of(l, t), grad(l, t, false),
                               &scratch);
           if (l > 0) {
-            kernels::InputGrad(rows, in, out, d[t].data(), param(l, t, false),
-                               partial[t].data());
+            kernels::InputGrad(rows, in, out, d[t].data(), param(l, t, false), partial[t].data());
           }
         }
         if (l == 0) break;

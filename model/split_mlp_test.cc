@@ -127,13 +127,14 @@ TEST(SplitMlpTest, ReferenceWithoutTensorSplitOrMicroBatchesIsMlpBitwise) {
   const int batch = 8;
   Dataset b = Batch(data, 0, 0, 1, batch);
   std::vector<float> want(model.num_params());
-  const float want_loss = model.LossAndGrad(full.data(), b.x.data(), b.y.data(), batch, want.data());
+  const float want_loss =
+      model.LossAndGrad(full.data(), b.x.data(), b.y.data(), batch, want.data());
   for (int pp = 1; pp <= 3; ++pp) {
     auto split = SplitMlp::Create(sizes, 1, pp);
     ASSERT_TRUE(split.ok());
     std::vector<std::vector<float>> grads;
-    const float loss = split->ReferenceGradients(SliceAll(*split, full), b.x.data(), b.y.data(),
-                                                 batch, 1, &grads);
+    const float loss =
+        split->ReferenceGradients(SliceAll(*split, full), b.x.data(), b.y.data(), batch, 1, &grads);
     auto got = split->Assemble(grads);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(BitwiseEqual(*got, want)) << "pp " << pp;
@@ -159,8 +160,8 @@ TEST(SplitMlpTest, ReferenceWithSplitsMatchesMlpUpToRounding) {
         auto split = SplitMlp::Create(sizes, tp, 2);
         ASSERT_TRUE(split.ok()) << split.status();
         std::vector<std::vector<float>> grads;
-        const float loss = split->ReferenceGradients(SliceAll(*split, full), b.x.data(),
-                                                     b.y.data(), batch, micro, &grads);
+        const float loss = split->ReferenceGradients(SliceAll(*split, full), b.x.data(), b.y.data(),
+                                                     batch, micro, &grads);
         auto got = split->Assemble(grads);
         ASSERT_TRUE(got.ok()) << got.status();
         double worst = 0;

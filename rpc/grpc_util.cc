@@ -45,8 +45,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   for (grpc::Service* s : services) builder.RegisterService(s);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
-                                               " (address in use or not permitted?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, " (address in use or not permitted?)"));
   }
   std::vector<std::string> parts = absl::StrSplit(address, absl::MaxSplits(':', 1));
   std::string host = parts[0].empty() || parts[0] == "0.0.0.0" ? "127.0.0.1" : parts[0];

@@ -91,8 +91,9 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError("job name must be 1 to 128 characters");
   }
   if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat("job '", spec.job(), "': world_size must be in [1, ",
-                                                   kMaxWorldSize, "], got ", spec.world_size()));
+    return absl::InvalidArgumentError(absl::StrCat("job '", spec.job(),
+                                                   "': world_size must be in [1, ", kMaxWorldSize,
+                                                   "], got ", spec.world_size()));
   }
   switch (spec.strategy()) {
     case v1::STRATEGY_DDP:
@@ -101,17 +102,16 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
     case v1::STRATEGY_FSDP:
       break;
     case v1::STRATEGY_HYBRID:
-      return absl::UnimplementedError(absl::StrCat(
-          "job '", spec.job(), "': strategy ", StrategyName(spec.strategy()),
-          " is not available in this build; use ddp, zero1, zero2 or fsdp"));
+      return absl::UnimplementedError(
+          absl::StrCat("job '", spec.job(), "': strategy ", StrategyName(spec.strategy()),
+                       " is not available in this build; use ddp, zero1, zero2 or fsdp"));
     default:
       return absl::InvalidArgumentError(absl::StrCat("job '", spec.job(), "': strategy is unset"));
   }
   std::vector<TensorDesc> tensors;
   for (const v1::TensorSpec& t : spec.tensors()) {
     if (t.dtype() != spec.tensors(0).dtype() ||
-        (t.dtype() != v1::DTYPE_F32 && t.dtype() != v1::DTYPE_F16 &&
-         t.dtype() != v1::DTYPE_BF16)) {
+        (t.dtype() != v1::DTYPE_F32 && t.dtype() != v1::DTYPE_F16 && t.dtype() != v1::DTYPE_BF16)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "job '", spec.job(), "': tensor '", t.name(), "' has dtype ", v1::DType_Name(t.dtype()),
           "; every tensor of a job must be DTYPE_F32, or all DTYPE_F16, or all DTYPE_BF16"));
@@ -164,8 +164,8 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
       cuts.push_back(plain->tensors()[u].offset);
     }
     if (spec.strategy() == v1::STRATEGY_FSDP && spec.unit_first_tensor_size() == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job '", spec.job(), "': fsdp needs units (WorkerOptions.fsdp_units)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("job '", spec.job(), "': fsdp needs units (WorkerOptions.fsdp_units)"));
     }
   }
   auto layout = Layout::Create(tensors, spec.num_shards(), align, bucket_elems, cuts);

@@ -29,8 +29,8 @@ absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Du
   v1::JoinResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
-  absl::Status s = FromGrpc(stub_->Join(&ctx, req, &resp),
-                            absl::StrCat("joining registry at ", address_));
+  absl::Status s =
+      FromGrpc(stub_->Join(&ctx, req, &resp), absl::StrCat("joining registry at ", address_));
   if (!s.ok()) return s;
   StopHeartbeats();
   {
@@ -53,7 +53,8 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
       struct Arg {
         decltype(stopping)* f;
       } arg{&stopping};
-      if (mu_.AwaitWithTimeout(absl::Condition(+[](Arg* a) { return (*a->f)(); }, &arg),
+      if (mu_.AwaitWithTimeout(absl::Condition(
+                                   +[](Arg* a) { return (*a->f)(); }, &arg),
                                period)) {
         return;
       }
@@ -154,10 +155,10 @@ absl::StatusOr<v1::View> RegistryClient::WaitForView(
     if (!s.ok()) last_error = s.error_message();
     absl::SleepFor(absl::Milliseconds(100));  // registry unreachable: retry until the deadline
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "timed out after ", absl::FormatDuration(timeout), " waiting for group '", group,
-      "' at registry ", address_, "; last seen ", DescribeView(last),
-      last_error.empty() ? "" : absl::StrCat(" (last error: ", last_error, ")")));
+  return absl::DeadlineExceededError(
+      absl::StrCat("timed out after ", absl::FormatDuration(timeout), " waiting for group '", group,
+                   "' at registry ", address_, "; last seen ", DescribeView(last),
+                   last_error.empty() ? "" : absl::StrCat(" (last error: ", last_error, ")")));
 }
 
 std::string DescribeView(const v1::View& view) {

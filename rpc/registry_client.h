@@ -37,7 +37,8 @@ class RegistryClient {
   const std::string& address() const { return address_; }
 
   // Joins `member.group()`; starts heartbeats at a third of the lease ttl.
-  absl::StatusOr<v1::View> Join(const v1::Member& member, absl::Duration ttl = absl::ZeroDuration());
+  absl::StatusOr<v1::View> Join(const v1::Member& member,
+                                absl::Duration ttl = absl::ZeroDuration());
   absl::Status Leave();
   absl::Status lease_status();
   // The epoch of this member's group as of the last heartbeat (or join):

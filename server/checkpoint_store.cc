@@ -29,7 +29,8 @@ absl::Status Errno(const std::string& what, const std::string& path) {
 absl::Status MkdirAll(const std::string& dir) {
   std::string cur;
   for (absl::string_view part : absl::StrSplit(dir, '/', absl::SkipEmpty())) {
-    cur = cur.empty() && dir[0] == '/' ? absl::StrCat("/", part) : absl::StrCat(cur, cur.empty() ? "" : "/", part);
+    cur = cur.empty() && dir[0] == '/' ? absl::StrCat("/", part)
+                                       : absl::StrCat(cur, cur.empty() ? "" : "/", part);
     if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return Errno("cannot create", cur);
   }
   return absl::OkStatus();
@@ -129,8 +130,8 @@ absl::Status LocalFsStore::ReadRange(const std::string& path, int64_t offset, in
   if (fd < 0) return Errno("cannot open", full);
   int64_t done = 0;
   while (done < size) {
-    ssize_t r = pread(fd, static_cast<char*>(dst) + done, static_cast<size_t>(size - done),
-                      offset + done);
+    ssize_t r =
+        pread(fd, static_cast<char*>(dst) + done, static_cast<size_t>(size - done), offset + done);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       close(fd);

@@ -55,8 +55,7 @@ class LocalFsStore : public CheckpointStore {
       : root_(std::move(root)), write_delay_(write_delay) {}
   absl::Status Put(const std::string& path, const std::vector<Chunk>& chunks) override;
   absl::StatusOr<std::string> Get(const std::string& path) override;
-  absl::Status ReadRange(const std::string& path, int64_t offset, int64_t size,
-                         void* dst) override;
+  absl::Status ReadRange(const std::string& path, int64_t offset, int64_t size, void* dst) override;
   absl::StatusOr<int64_t> Size(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override;
   absl::Status RemoveAll(const std::string& dir) override;
@@ -72,8 +71,7 @@ class MemoryStore : public CheckpointStore {
  public:
   absl::Status Put(const std::string& path, const std::vector<Chunk>& chunks) override;
   absl::StatusOr<std::string> Get(const std::string& path) override;
-  absl::Status ReadRange(const std::string& path, int64_t offset, int64_t size,
-                         void* dst) override;
+  absl::Status ReadRange(const std::string& path, int64_t offset, int64_t size, void* dst) override;
   absl::StatusOr<int64_t> Size(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override;
   absl::Status RemoveAll(const std::string& dir) override;

@@ -26,8 +26,7 @@ int64_t StepOfDir(const std::string& name) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(std::unique_ptr<CheckpointStore> store,
-                           absl::Duration finalize_timeout)
+Checkpointer::Checkpointer(std::unique_ptr<CheckpointStore> store, absl::Duration finalize_timeout)
     : store_(std::move(store)), finalize_timeout_(finalize_timeout) {
   if (store_ == nullptr) return;
   writer_ = std::thread([this] { WriterLoop(); });
@@ -66,8 +65,7 @@ void Checkpointer::Drain() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](Checkpointer* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
-        return c->queue_.empty() && c->writing_ == 0 && c->pending_.empty() &&
-               c->finalizing_ == 0;
+        return c->queue_.empty() && c->writing_ == 0 && c->pending_.empty() && c->finalizing_ == 0;
       },
       this));
 }
@@ -78,9 +76,8 @@ void Checkpointer::WriterLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](Checkpointer* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
-            return c->stop_ || !c->queue_.empty();
-          },
+          +[](Checkpointer* c)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) { return c->stop_ || !c->queue_.empty(); },
           this));
       if (queue_.empty()) return;
       s = std::move(queue_.front());
@@ -98,8 +95,8 @@ void Checkpointer::WriterLoop() {
                        << " written in " << absl::FormatDuration(absl::Now() - t0)
                        << " (training paused " << s.pause_us << " us for the copy)";
       if (s.shard == 0) {
-        Pending pending{s.job, s.step, s.num_shards, s.keep_last, Manifest{},
-                        absl::Now() + finalize_timeout_};
+        Pending pending{s.job,       s.step,     s.num_shards,
+                        s.keep_last, Manifest{}, absl::Now() + finalize_timeout_};
         pending.manifest.job = s.job;
         pending.manifest.step = s.step;
         pending.manifest.epoch = s.epoch;
@@ -165,12 +162,13 @@ absl::Status Checkpointer::TryFinalize(Pending& p, bool* done) {
   const std::string text = ManifestToJson(p.manifest);
   auto check = ParseManifest(text);
   if (!check.ok()) return check.status();
-  absl::Status st = store_->Put(dir + "/" + kManifestName,
-                                {Chunk(reinterpret_cast<const uint8_t*>(text.data()), text.size())});
+  absl::Status st =
+      store_->Put(dir + "/" + kManifestName,
+                  {Chunk(reinterpret_cast<const uint8_t*>(text.data()), text.size())});
   if (!st.ok()) return st;
   *done = true;
-  TESSEL_LOG(INFO) << "checkpoint " << p.job << " step " << p.step << " complete ("
-                   << p.num_shards << " shards)";
+  TESSEL_LOG(INFO) << "checkpoint " << p.job << " step " << p.step << " complete (" << p.num_shards
+                   << " shards)";
   Prune(p.job, p.keep_last);
   return absl::OkStatus();
 }
@@ -181,12 +179,11 @@ void Checkpointer::FinalizerLoop() {
     {
       absl::MutexLock lock(&mu_);
       if (stop_ && pending_.empty()) return;
-      mu_.AwaitWithTimeout(absl::Condition(
-                               +[](Checkpointer* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
-                                 return c->stop_;
-                               },
-                               this),
-                           absl::Milliseconds(50));
+      mu_.AwaitWithTimeout(
+          absl::Condition(
+              +[](Checkpointer* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) { return c->stop_; },
+              this),
+          absl::Milliseconds(50));
       if (stop_) {
         pending_.clear();
         return;
@@ -267,8 +264,8 @@ absl::StatusOr<Manifest> Checkpointer::Read(const std::string& job, int64_t step
     auto all = List(job);
     if (!all.ok()) return all.status();
     if (all->empty()) {
-      return absl::NotFoundError(absl::StrCat("job '", job, "' has no complete checkpoint in ",
-                                              store_->Describe(job)));
+      return absl::NotFoundError(
+          absl::StrCat("job '", job, "' has no complete checkpoint in ", store_->Describe(job)));
     }
     return all->back();
   }
@@ -293,8 +290,8 @@ absl::StatusOr<std::string> Checkpointer::FileChecksum(const std::string& path, 
   auto size = store_->Size(path);
   if (!size.ok()) return size.status();
   if (*size != bytes) {
-    return absl::DataLossError(absl::StrCat(store_->Describe(path), " has ", *size,
-                                            " bytes; the manifest says ", bytes));
+    return absl::DataLossError(
+        absl::StrCat(store_->Describe(path), " has ", *size, " bytes; the manifest says ", bytes));
   }
   XXH64_state_t* h = XXH64_createState();
   XXH64_reset(h, 0);
@@ -341,9 +338,8 @@ absl::Status Checkpointer::Load(const Manifest& m, Range target, float* values,
                                 const std::vector<float*>& state) {
   if (!enabled()) return NotEnabled();
   if (static_cast<int>(state.size()) != m.state_slots) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint has ", m.state_slots,
-                                                      " optimizer state slots; the job needs ",
-                                                      state.size()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint has ", m.state_slots, " optimizer state slots; the job needs ", state.size()));
   }
   const std::string dir = CheckpointDir(m.job, m.step);
   std::vector<Piece> plan = ReslicePlan(m, target);

@@ -33,8 +33,8 @@ absl::StatusOr<v1::CreateJobResponse> DataPlane::CreateJob(const v1::CreateJobRe
   if (req.restore() && FindJob(req.spec().job()) == nullptr) {
     auto manifest = checkpointer_->Read(req.spec().job(), req.restore_step());
     if (!manifest.ok()) return manifest.status();
-    auto restored = ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest,
-                                      checkpointer_);
+    auto restored =
+        ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest, checkpointer_);
     if (!restored.ok()) return restored.status();
     absl::MutexLock lock(&mu_);
     if (!jobs_.contains((*restored)->job_id())) {
@@ -178,18 +178,18 @@ Accept DataPlane::OnFrame(const Incoming& in) {
     }
   }
   if (job == nullptr) {
-    SendError(in.from, *h,
-              absl::NotFoundError(absl::StrCat(
-                  "no such job on this shard server (job id ", h->job_id,
-                  "); create it first (CreateJob) or check the job name")));
+    SendError(
+        in.from, *h,
+        absl::NotFoundError(absl::StrCat("no such job on this shard server (job id ", h->job_id,
+                                         "); create it first (CreateJob) or check the job name")));
     return Accept{};
   }
   if (h->payload_bytes != in.payload_bytes) {
     job->CountRejected();
     SendError(in.from, *h,
-              absl::InvalidArgumentError(absl::StrCat(
-                  "frame header announces ", h->payload_bytes, " payload bytes but ",
-                  in.payload_bytes, " arrived (truncated or padded frame)")));
+              absl::InvalidArgumentError(absl::StrCat("frame header announces ", h->payload_bytes,
+                                                      " payload bytes but ", in.payload_bytes,
+                                                      " arrived (truncated or padded frame)")));
     return Accept{};
   }
   switch (h->type) {
@@ -204,8 +204,8 @@ Accept DataPlane::OnFrame(const Incoming& in) {
       PeerId from = in.from;
       return Accept{*dst, [this, job, header, from](absl::Status s) {
                       if (!s.ok()) {
-                        TESSEL_LOG(WARNING) << "receive of " << DescribeHeader(header)
-                                            << " failed: " << s;
+                        TESSEL_LOG(WARNING)
+                            << "receive of " << DescribeHeader(header) << " failed: " << s;
                         SendError(from, header, s);
                       }
                       ShardJob::Completion c = job->CompleteReceive(header, s);
@@ -228,8 +228,8 @@ Accept DataPlane::OnFrame(const Incoming& in) {
     default:
       job->CountRejected();
       SendError(in.from, *h,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "shard servers do not accept ", FrameTypeName(h->type), " frames")));
+                absl::InvalidArgumentError(absl::StrCat("shard servers do not accept ",
+                                                        FrameTypeName(h->type), " frames")));
       return Accept{};
   }
 }
@@ -289,9 +289,8 @@ void DataPlane::ComputeLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](DataPlane* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
-            return d->stop_ || !d->updates_.empty();
-          },
+          +[](DataPlane* d)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) { return d->stop_ || !d->updates_.empty(); },
           this));
       if (stop_) return;
       work = std::move(updates_.front());

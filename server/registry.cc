@@ -18,12 +18,13 @@ absl::StatusOr<Registry::Joined> Registry::Join(const v1::Member& member, absl::
     return absl::InvalidArgumentError("member role must be WORKER or SERVER");
   }
   if (member.rank() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("member rank must be >= 0, got ", member.rank()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("member rank must be >= 0, got ", member.rank()));
   }
   if (ttl == absl::ZeroDuration()) ttl = default_ttl_;
   if (ttl < kMinTtl || ttl > kMaxTtl) {
-    return absl::InvalidArgumentError(absl::StrCat("lease ttl ", absl::FormatDuration(ttl),
-                                                   " is outside [100ms, 10m]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease ttl ", absl::FormatDuration(ttl), " is outside [100ms, 10m]"));
   }
   absl::MutexLock lock(&mu_);
   Group& g = groups_[member.group()];
@@ -31,11 +32,11 @@ absl::StatusOr<Registry::Joined> Registry::Join(const v1::Member& member, absl::
   auto it = g.lease_by_slot.find(slot);
   if (it != g.lease_by_slot.end()) {
     const Lease& held = leases_.at(it->second);
-    return absl::AlreadyExistsError(absl::StrCat(
-        "group '", member.group(), "' already has a live ",
-        member.role() == v1::ROLE_WORKER ? "worker" : "server", " of rank ", member.rank(),
-        " (pid ", held.member.pid(), " on ", held.member.host(),
-        "); stop it or wait for its lease to lapse"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("group '", member.group(), "' already has a live ",
+                     member.role() == v1::ROLE_WORKER ? "worker" : "server", " of rank ",
+                     member.rank(), " (pid ", held.member.pid(), " on ", held.member.host(),
+                     "); stop it or wait for its lease to lapse"));
   }
   const int64_t id = next_lease_++;
   leases_[id] = Lease{member.group(), member, ttl, clock_() + ttl};
@@ -108,8 +109,8 @@ std::vector<v1::View> Registry::ListGroups() {
   return views;
 }
 
-bool Registry::WaitForChange(const std::string& group, int64_t after_epoch,
-                             absl::Duration timeout, v1::View* view) {
+bool Registry::WaitForChange(const std::string& group, int64_t after_epoch, absl::Duration timeout,
+                             v1::View* view) {
   absl::MutexLock lock(&mu_);
   auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = groups_.find(group);
@@ -119,7 +120,9 @@ bool Registry::WaitForChange(const std::string& group, int64_t after_epoch,
   struct Arg {
     decltype(changed)* f;
   } arg{&changed};
-  mu_.AwaitWithTimeout(absl::Condition(+[](Arg* a) { return (*a->f)(); }, &arg), timeout);
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](Arg* a) { return (*a->f)(); }, &arg),
+                       timeout);
   if (!changed()) return false;
   *view = ViewLocked(group);
   return true;

@@ -43,8 +43,8 @@ class Registry {
     v1::View view;
   };
 
-  explicit Registry(absl::Duration default_ttl,
-                    std::function<absl::Time()> clock = [] { return absl::Now(); });
+  explicit Registry(
+      absl::Duration default_ttl, std::function<absl::Time()> clock = [] { return absl::Now(); });
 
   absl::StatusOr<Joined> Join(const v1::Member& member, absl::Duration ttl);
   // Returns the group's current epoch.

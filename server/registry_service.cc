@@ -29,9 +29,8 @@ grpc::Status RegistryService::Join(grpc::ServerContext*, const v1::JoinRequest* 
   resp->set_lease_id(joined->lease_id);
   resp->set_lease_ttl_ms(absl::ToInt64Milliseconds(joined->ttl));
   *resp->mutable_view() = std::move(joined->view);
-  TESSEL_LOG(INFO) << "join " << req->member().group() << " "
-                   << v1::Role_Name(req->member().role()) << " rank " << req->member().rank()
-                   << " -> epoch " << resp->view().epoch();
+  TESSEL_LOG(INFO) << "join " << req->member().group() << " " << v1::Role_Name(req->member().role())
+                   << " rank " << req->member().rank() << " -> epoch " << resp->view().epoch();
   return grpc::Status::OK;
 }
 

@@ -64,8 +64,9 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_verbose)) tessel::SetMinLogLevel(tessel::LogLevel::kDebug);
 
   const tessel::CudaInfo cuda = tessel::DetectCuda();
-  TESSEL_LOG(INFO) << (cuda.available ? "CUDA device: " + cuda.reason
-                                      : "CUDA: " + cuda.reason + "; optimizer kernels run on the CPU path");
+  TESSEL_LOG(INFO) << (cuda.available
+                           ? "CUDA device: " + cuda.reason
+                           : "CUDA: " + cuda.reason + "; optimizer kernels run on the CPU path");
 
   tessel::UcxOptions ucx;
   ucx.tls = absl::GetFlag(FLAGS_ucx_tls);

@@ -2,21 +2,20 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "absl/status/status.h"
-#include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/digest.h"
 #include "rpc/job_spec.h"
 
 namespace tessel {
 
-absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& spec,
-                                                            int shard_index, int64_t epoch) {
+absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& spec, int shard_index,
+                                                           int64_t epoch) {
   auto layout = ValidateJobSpec(spec);
   if (!layout.ok()) return layout.status();
   if (shard_index < 0 || shard_index >= spec.num_shards()) {
@@ -33,24 +32,25 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& sp
   const double need = range * (4.0 * (1 + StateSlots(*optimizer)) + 4.0 * spec.world_size());
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (have > 0 && need > have / 2) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "job '", spec.job(), "' shard ", shard_index, " needs about ",
-        static_cast<int64_t>(need / (1 << 20)), " MiB; this server has ",
-        static_cast<int64_t>(have / (1 << 20)),
-        " MiB of memory: use more shard servers (smaller ranges) or fewer workers"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job '", spec.job(), "' shard ", shard_index, " needs about ",
+                     static_cast<int64_t>(need / (1 << 20)), " MiB; this server has ",
+                     static_cast<int64_t>(have / (1 << 20)),
+                     " MiB of memory: use more shard servers (smaller ranges) or fewer workers"));
   }
   return std::unique_ptr<ShardJob>(
       new ShardJob(spec, std::move(*layout), shard_index, epoch, *optimizer));
 }
 
 absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& spec,
-                                                             int shard_index, int64_t epoch,
-                                                             const Manifest& manifest,
-                                                             Checkpointer* checkpointer) {
+                                                            int shard_index, int64_t epoch,
+                                                            const Manifest& manifest,
+                                                            Checkpointer* checkpointer) {
   if (spec.strategy() == v1::STRATEGY_DDP) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", spec.job(), "': DDP keeps parameters and optimizer state on the workers; "
-        "shard-server checkpoints cover zero1 and zero2 jobs"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", spec.job(),
+                     "': DDP keeps parameters and optimizer state on the workers; "
+                     "shard-server checkpoints cover zero1 and zero2 jobs"));
   }
   v1::JobSpec saved;
   auto parsed = google::protobuf::util::JsonStringToMessage(manifest.spec_json, &saved);
@@ -70,9 +70,9 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
   }
   std::string diff = DiffJobSpecs(b, a);
   if (!diff.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", spec.job(), "' cannot restore the checkpoint of step ", manifest.step,
-        ": its model, strategy or optimizer differ: ", diff));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", spec.job(), "' cannot restore the checkpoint of step ", manifest.step,
+                     ": its model, strategy or optimizer differ: ", diff));
   }
   auto job = Create(spec, shard_index, epoch);
   if (!job.ok()) return job.status();
@@ -160,9 +160,9 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h) {
     const bool fp32 = h.type == FrameType::kInit || !half_;
     const uint64_t want = static_cast<uint64_t>(br.size()) * (fp32 ? 4 : 2);
     if (h.payload_bytes != want) {
-      s = absl::InvalidArgumentError(absl::StrCat(
-          where, "bucket ", h.bucket, " carries ", h.payload_bytes, " bytes; expected ", want,
-          " (", br.size(), fp32 ? " float32)" : " half floats)"));
+      s = absl::InvalidArgumentError(absl::StrCat(where, "bucket ", h.bucket, " carries ",
+                                                  h.payload_bytes, " bytes; expected ", want, " (",
+                                                  br.size(), fp32 ? " float32)" : " half floats)"));
     }
   }
   if (s.ok() && h.type == FrameType::kInit) {
@@ -194,8 +194,8 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h) {
         absl::StrCat(where, "parameters are not initialized yet; rank 0 must send INIT first"));
   }
   if (s.ok() && h.step != version_) {
-    s = absl::FailedPreconditionError(absl::StrCat(where, "push for step ", h.step,
-                                                   " but the shard is at step ", version_));
+    s = absl::FailedPreconditionError(
+        absl::StrCat(where, "push for step ", h.step, " but the shard is at step ", version_));
   }
   if (s.ok() && reserved_[h.bucket][h.rank]) {
     s = absl::AlreadyExistsError(absl::StrCat(where, "rank ", h.rank, " already pushed bucket ",
@@ -313,12 +313,12 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
   const bool ready = initialized_ && h.step == version_;
   const bool in_flight = h.step == version_ + (initialized_ ? 1 : 0);
   if (s.ok() && !ready && !in_flight) {
-    s = absl::FailedPreconditionError(
-        h.step < version_
-            ? absl::StrCat(where, "parameters of step ", h.step, " were replaced by step ",
-                           version_)
-            : absl::StrCat(where, "pull for step ", h.step, " but the shard is at step ",
-                           version_, "; push that step's gradients first"));
+    s = absl::FailedPreconditionError(h.step < version_
+                                          ? absl::StrCat(where, "parameters of step ", h.step,
+                                                         " were replaced by step ", version_)
+                                          : absl::StrCat(where, "pull for step ", h.step,
+                                                         " but the shard is at step ", version_,
+                                                         "; push that step's gradients first"));
   }
   if (!s.ok()) {
     ++rejected_;
@@ -385,14 +385,14 @@ absl::StatusOr<std::optional<ShardSnapshot>> ShardJob::RequestCheckpoint(int64_t
     return absl::FailedPreconditionError(absl::StrCat(where, "not initialized yet"));
   }
   if (step == version_ && !StepInProgressLocked()) {
-    mu_.Await(absl::Condition(+[](int* running) { return *running == 0; }, &updates_running_));
+    mu_.Await(absl::Condition(
+        +[](int* running) { return *running == 0; }, &updates_running_));
     return std::optional<ShardSnapshot>(SnapshotLocked());
   }
   if (step <= version_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(where, "step ", step, " has passed or is in progress (the shard is at step ",
-                     version_, StepInProgressLocked() ? ", next step in progress" : "",
-                     "); ask for a later step"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, "step ", step, " has passed or is in progress (the shard is at step ", version_,
+        StepInProgressLocked() ? ", next step in progress" : "", "); ask for a later step"));
   }
   if (std::find(checkpoint_requests_.begin(), checkpoint_requests_.end(), step) ==
       checkpoint_requests_.end()) {

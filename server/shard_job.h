@@ -66,9 +66,8 @@ class ShardJob {
   // A job that starts at `manifest.step` from a checkpoint, re-sliced to this
   // spec's shard count. The checkpoint's layout, strategy and optimizer must
   // equal the spec's.
-  static absl::StatusOr<std::unique_ptr<ShardJob>> Restore(const v1::JobSpec& spec,
-                                                           int shard_index, int64_t epoch,
-                                                           const Manifest& manifest,
+  static absl::StatusOr<std::unique_ptr<ShardJob>> Restore(const v1::JobSpec& spec, int shard_index,
+                                                           int64_t epoch, const Manifest& manifest,
                                                            Checkpointer* checkpointer);
 
   const v1::JobSpec& spec() const { return spec_; }

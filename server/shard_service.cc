@@ -66,10 +66,10 @@ grpc::Status ShardService::CreateJob(grpc::ServerContext* ctx, const v1::CreateJ
   grpc::Status auth = Authorize(ctx, true);
   if (!auth.ok()) return auth;
   if (req->shard_index() != options_.shard_index) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("this server is shard ", options_.shard_index,
-                                     " of its pool; CreateJob asked for shard ",
-                                     req->shard_index()));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("this server is shard ", options_.shard_index,
+                     " of its pool; CreateJob asked for shard ", req->shard_index()));
   }
   auto r = plane_->CreateJob(*req);
   if (!r.ok()) return ToGrpc(r.status());
@@ -155,8 +155,7 @@ grpc::Status ShardService::GetCheckpoint(grpc::ServerContext* ctx, const v1::Che
   return grpc::Status::OK;
 }
 
-grpc::Status ShardService::VerifyCheckpoint(grpc::ServerContext* ctx,
-                                            const v1::CheckpointRef* req,
+grpc::Status ShardService::VerifyCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
                                             v1::VerifyCheckpointResponse* resp) {
   grpc::Status auth = Authorize(ctx, false);
   if (!auth.ok()) return auth;
@@ -169,8 +168,7 @@ grpc::Status ShardService::VerifyCheckpoint(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status ShardService::DeleteCheckpoint(grpc::ServerContext* ctx,
-                                            const v1::CheckpointRef* req,
+grpc::Status ShardService::DeleteCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
                                             v1::DeleteCheckpointResponse*) {
   grpc::Status auth = Authorize(ctx, true);
   if (!auth.ok()) return auth;

@@ -37,8 +37,7 @@ class ShardService final : public v1::ShardServer::Service {
   grpc::Status GetStats(grpc::ServerContext*, const v1::JobRef*, v1::ShardStats*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse*) override;
-  grpc::Status DeleteJob(grpc::ServerContext*, const v1::JobRef*,
-                         v1::DeleteJobResponse*) override;
+  grpc::Status DeleteJob(grpc::ServerContext*, const v1::JobRef*, v1::DeleteJobResponse*) override;
   grpc::Status GetServerInfo(grpc::ServerContext*, const v1::ServerInfoRequest*,
                              v1::ServerInfoResponse*) override;
   grpc::Status SaveCheckpoint(grpc::ServerContext*, const v1::SaveCheckpointRequest*,

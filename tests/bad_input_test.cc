@@ -221,7 +221,8 @@ class BadInputTest : public ::testing::TestWithParam<std::string> {
     struct Arg {
       decltype(enough)* f;
     } arg{&enough};
-    mu_.AwaitWithTimeout(absl::Condition(+[](Arg* a) { return (*a->f)(); }, &arg),
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](Arg* a) { return (*a->f)(); }, &arg),
                          absl::Seconds(20));
     return replies_.size();
   }
@@ -275,7 +276,8 @@ TEST_P(BadInputTest, WrongBucketSize) {
 
 TEST_P(BadInputTest, WrongStep) {
   ExpectRefused(Header(FrameType::kPush, 0, 0, /*step=*/5), grads_.data(),
-                absl::StatusCode::kFailedPrecondition, "push for step 5 but the shard is at step 0");
+                absl::StatusCode::kFailedPrecondition,
+                "push for step 5 but the shard is at step 0");
   ExpectRefused(Header(FrameType::kPull, 0, 0, /*step=*/7), nullptr,
                 absl::StatusCode::kFailedPrecondition, "pull for step 7");
   FrameHeader too_many = Header(FrameType::kPull, 0, 2);
@@ -315,10 +317,10 @@ TEST_P(BadInputTest, CorruptHeaderAndLyingLength) {
 }
 
 TEST_P(BadInputTest, BadRankBucketShardAndRoles) {
-  ExpectRefused(Header(FrameType::kPush, 2, 0), grads_.data(),
-                absl::StatusCode::kInvalidArgument, "rank 2 is outside [0, 2)");
-  ExpectRefused(Header(FrameType::kPush, 0, 4), grads_.data(),
-                absl::StatusCode::kInvalidArgument, "bucket 4 is outside [0, 4)");
+  ExpectRefused(Header(FrameType::kPush, 2, 0), grads_.data(), absl::StatusCode::kInvalidArgument,
+                "rank 2 is outside [0, 2)");
+  ExpectRefused(Header(FrameType::kPush, 0, 4), grads_.data(), absl::StatusCode::kInvalidArgument,
+                "bucket 4 is outside [0, 4)");
   FrameHeader other_shard = Header(FrameType::kPush, 0, 0);
   other_shard.shard = 1;
   ExpectRefused(other_shard, grads_.data(), absl::StatusCode::kInvalidArgument,

@@ -12,8 +12,10 @@
 // TP2xPP2 and DP2xTP2xPP2; the difference from the unsplit MLP is printed.
 // Bad configurations are refused before anything starts, naming what to
 // change.
-#include <cstdio>
+#include "worker/hybrid.h"
+
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -33,7 +35,6 @@
 #include "tools/mlp_job.h"
 #include "tools/process.h"
 #include "transport/inproc/inproc_transport.h"
-#include "worker/hybrid.h"
 #include "worker/peer_group.h"
 
 namespace tessel {
@@ -67,8 +68,8 @@ std::vector<std::unique_ptr<PeerGroup>> InProcMesh(const HybridConfig& config,
     o.name = "inproc.mesh";
     o.timeout = timeout;
     o.describe = [config](int rank) { return DescribeRank(config, rank); };
-    peers.push_back(std::make_unique<PeerGroup>(InProcTransport::Create(fabric), r,
-                                                config.world(), o));
+    peers.push_back(
+        std::make_unique<PeerGroup>(InProcTransport::Create(fabric), r, config.world(), o));
     addresses.push_back(peers.back()->address());
   }
   for (auto& p : peers) EXPECT_TRUE(p->Connect(addresses).ok());
@@ -117,9 +118,8 @@ TEST_P(HybridStageTest, OneStepOfEveryRankEqualsTheSplitArithmeticBitwise) {
     }
     model::Dataset b = job.Batch(step, d, config.dp);
     std::vector<std::vector<float>> want;
-    const float want_loss = split->ReferenceGradients(parts, b.x.data(), b.y.data(),
-                                                      job.config().batch,
-                                                      config.micro_batches, &want);
+    const float want_loss = split->ReferenceGradients(
+        parts, b.x.data(), b.y.data(), job.config().batch, config.micro_batches, &want);
     for (int p = 0; p < config.pp; ++p) {
       for (int t = 0; t < config.tp; ++t) {
         const int r = RankOf(config, {d, p, t});
@@ -163,8 +163,7 @@ TEST(HybridStageDeadlineTest, AMissingStageFailsTheWaitNamingPeerStageAndMicroBa
   HybridMlpStage stage(*split, config, 0, peers[0].get());
   const absl::Time start = absl::Now();
   auto loss = stage.Step(0, params, b.x.data(), b.y.data(), job.config().batch,
-                         absl::MakeSpan(grads),
-                         [](int64_t, int64_t) { return absl::OkStatus(); });
+                         absl::MakeSpan(grads), [](int64_t, int64_t) { return absl::OkStatus(); });
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   ASSERT_EQ(loss.status().code(), absl::StatusCode::kDeadlineExceeded);
   const std::string msg(loss.status().message());
@@ -245,12 +244,13 @@ TEST_P(HybridClusterTest, FinalParametersEqualTheSingleProcessReference) {
   ASSERT_TRUE(diffs.ok()) << diffs.status();
   std::vector<float> init(job.model().num_params());
   job.Init(init.data());
-  std::printf("[hybrid] %s %s: %d processes in %.2f s; max relative difference vs hybrid "
-              "reference %.3g; vs unsplit MLP: max relative %.3g (same micro-batches) / %.3g "
-              "(whole batches), normwise %.3g / %.3g\n",
-              Name(rc.config).c_str(), rc.optimizer.c_str(), rc.config.world(), secs,
-              diffs->hybrid, diffs->unsplit_same_micro_batches, diffs->unsplit_whole_batch,
-              diffs->unsplit_same_micro_batches_norm, diffs->unsplit_whole_batch_norm);
+  std::printf(
+      "[hybrid] %s %s: %d processes in %.2f s; max relative difference vs hybrid "
+      "reference %.3g; vs unsplit MLP: max relative %.3g (same micro-batches) / %.3g "
+      "(whole batches), normwise %.3g / %.3g\n",
+      Name(rc.config).c_str(), rc.optimizer.c_str(), rc.config.world(), secs, diffs->hybrid,
+      diffs->unsplit_same_micro_batches, diffs->unsplit_whole_batch,
+      diffs->unsplit_same_micro_batches_norm, diffs->unsplit_whole_batch_norm);
   std::fflush(stdout);
   EXPECT_LE(diffs->hybrid, 1e-6);
   EXPECT_GT(NormRelativeDifference(*final_params, init), 1e-3) << "nothing was trained";
@@ -263,15 +263,17 @@ TEST_P(HybridClusterTest, FinalParametersEqualTheSingleProcessReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Configs, HybridClusterTest,
-    ::testing::Values(Adam({1, 1, 1, 1}), Adam({2, 2, 1, 4}), Adam({2, 1, 2, 4}),
-                      Adam({1, 2, 2, 4}), Adam({2, 2, 2, 4}),
-                      RunCase{{2, 2, 2, 2}, "sgd", {"--lr=0.05", "--momentum=0.9",
-                                                   "--nesterov=true", "--strategy=zero1"}}),
-    [](const ::testing::TestParamInfo<RunCase>& info) {
-      return absl::StrCat(Name(info.param.config), "_", info.param.optimizer);
-    });
+INSTANTIATE_TEST_SUITE_P(Configs, HybridClusterTest,
+                         ::testing::Values(Adam({1, 1, 1, 1}), Adam({2, 2, 1, 4}),
+                                           Adam({2, 1, 2, 4}), Adam({1, 2, 2, 4}),
+                                           Adam({2, 2, 2, 4}),
+                                           RunCase{{2, 2, 2, 2},
+                                                   "sgd",
+                                                   {"--lr=0.05", "--momentum=0.9",
+                                                    "--nesterov=true", "--strategy=zero1"}}),
+                         [](const ::testing::TestParamInfo<RunCase>& info) {
+                           return absl::StrCat(Name(info.param.config), "_", info.param.optimizer);
+                         });
 
 // A process of a job, started alone (no cluster needed for refusals).
 absl::Status RunAlone(const std::string& name, std::vector<std::string> args,
@@ -369,12 +371,11 @@ TEST(HybridMeshTest, AKilledPeerEndsItsPeersWaitNamingIt) {
     ASSERT_TRUE(group
                     .Start(absl::StrCat("r", r),
                            {FindBinary("tools/tessel-hybrid-train"),
-                            absl::StrCat("--registry=", cluster.registry_address()),
-                            "--job=h-kill", absl::StrCat("--rank=", r), "--world=2", "--tp=2",
-                            "--servers=1", "--steps=100000000", "--step_timeout_s=60",
-                            "--connect_timeout_s=30", "--layers=16,32,32,4", "--batch=12",
-                            "--samples=512", "--log_every=100000000",
-                            "--ucx_tls=posix,sysv,self"})
+                            absl::StrCat("--registry=", cluster.registry_address()), "--job=h-kill",
+                            absl::StrCat("--rank=", r), "--world=2", "--tp=2", "--servers=1",
+                            "--steps=100000000", "--step_timeout_s=60", "--connect_timeout_s=30",
+                            "--layers=16,32,32,4", "--batch=12", "--samples=512",
+                            "--log_every=100000000", "--ucx_tls=posix,sysv,self"})
                     .ok());
   }
   RegistryClient registry(cluster.registry_address());

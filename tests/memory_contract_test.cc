@@ -25,7 +25,7 @@ struct Measured {
 };
 
 Measured RunJob(v1::Strategy strategy, const std::string& job,
-               v1::DType precision = v1::DTYPE_F32) {
+                v1::DType precision = v1::DTYPE_F32) {
   ClusterOptions copt;
   copt.servers = kServers;
   copt.run_dir = MakeRunDir("memory");
@@ -148,8 +148,8 @@ TEST(MemoryContractTest, ZeroKeepsParamsOnTheWorkerAndStateOnServers) {
 // + 8 + 2 W (half receive buffers).
 TEST(MemoryContractTest, MixedPrecisionKeepsHalfOnWorkersAndFp32OnServers) {
   for (auto precision : {v1::DTYPE_F16, v1::DTYPE_BF16}) {
-    Measured m = RunJob(v1::STRATEGY_ZERO2, absl::StrCat("mem-mp", static_cast<int>(precision)),
-                        precision);
+    Measured m =
+        RunJob(v1::STRATEGY_ZERO2, absl::StrCat("mem-mp", static_cast<int>(precision)), precision);
     ExpectNear(m.worker.params_bytes, 2.0 * kParams, "half params on the worker");
     ExpectNear(m.worker.grads_bytes, 2.0 * kParams, "half grads on the worker");
     ExpectNear(m.server_params, 6.0 * kParams, "fp32 masters + half copy");

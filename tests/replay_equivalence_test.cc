@@ -15,8 +15,8 @@
 #include "core/npy.h"
 #include "core/optimizer.h"
 #include "gtest/gtest.h"
-#include "tools/mlp_job.h"
 #include "tests/replay_fixture.h"
+#include "tools/mlp_job.h"
 #include "tools/process.h"
 
 namespace tessel {
@@ -112,9 +112,9 @@ TEST_F(ReplayEquivalenceTest, RmspropAndAdagradMatchSingleProcess) {
   rms.momentum = 0.9f;
   rms.centered = true;
   rms.weight_decay = 0.01f;
-  std::vector<float> got = ReplayOk("rmsprop", {"--optimizer=rmsprop", "--lr=0.01",
-                                                "--momentum=0.9", "--centered=true",
-                                                "--weight_decay=0.01", "--strategy=zero1"});
+  std::vector<float> got =
+      ReplayOk("rmsprop", {"--optimizer=rmsprop", "--lr=0.01", "--momentum=0.9", "--centered=true",
+                           "--weight_decay=0.01", "--strategy=zero1"});
   EXPECT_LE(MaxRelativeDifference(got, Reference(rms)), 1e-6);
   OptimizerParams ada;
   ada.kind = OptimizerParams::Kind::kAdagrad;
@@ -141,8 +141,7 @@ TEST_F(ReplayEquivalenceTest, MixedPrecisionMatchesTheMixedPrecisionReference) {
     for (const std::string strategy : {"zero1", "zero2"}) {
       std::vector<float> got =
           ReplayOk(name + "_" + strategy, {"--precision=" + name, "--strategy=" + strategy,
-                                           "--optimizer=adamw", "--lr=0.01",
-                                           "--weight_decay=0.1"});
+                                           "--optimizer=adamw", "--lr=0.01", "--weight_decay=0.1"});
       // Tolerance stated: bitwise against the mixed-precision reference.
       EXPECT_EQ(MaxRelativeDifference(got, ReplayReference(*in_, opt, kWorkers, half)), 0)
           << name << " " << strategy;
@@ -177,7 +176,8 @@ TEST_F(ReplayEquivalenceTest, RejectsBadInputBeforeStartingAnything) {
   const std::string bad_dir = *dir_ + "/bad";
   RunCommand("mkdir -p " + bad_dir + " && cp " + *dir_ + "/step*.npy " + bad_dir);
   FILE* f = std::fopen((bad_dir + "/step2_rank1.npy").c_str(), "wb");
-  const char header[] = "\x93NUMPY\x01\x00\x76\x00{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }";
+  const char header[] =
+      "\x93NUMPY\x01\x00\x76\x00{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }";
   std::string h(header, sizeof(header) - 1);
   h.resize(10 + 0x76 - 1, ' ');
   h += '\n';
@@ -186,8 +186,9 @@ TEST_F(ReplayEquivalenceTest, RejectsBadInputBeforeStartingAnything) {
   std::fwrite(d, sizeof(d), 1, f);
   std::fclose(f);
   CommandResult r = RunCommand(absl::StrJoin(
-      std::vector<std::string>{FindBinary("tools/tessel-replay"), "--init=" + *dir_ + "/init.npy", "--grads=" + bad_dir,
-       absl::StrCat("--steps=", kSteps), "--workers=3", "--out=" + out},
+      std::vector<std::string>{FindBinary("tools/tessel-replay"), "--init=" + *dir_ + "/init.npy",
+                               "--grads=" + bad_dir, absl::StrCat("--steps=", kSteps),
+                               "--workers=3", "--out=" + out},
       " "));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("step2_rank1.npy"), std::string::npos) << r.output;

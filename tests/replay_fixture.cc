@@ -33,8 +33,8 @@ ReplayInputs MakeReplayInputs(const std::string& prefix, size_t params, int step
   return in;
 }
 
-std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt,
-                                   int workers, std::optional<HalfType> half) {
+std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt, int workers,
+                                   std::optional<HalfType> half) {
   const size_t n = in.init.size();
   std::vector<float> params = in.init, mean(n);
   std::vector<std::vector<float>> state(StateSlots(opt), std::vector<float>(n, 0.f));

@@ -28,8 +28,8 @@ ReplayInputs MakeReplayInputs(const std::string& prefix, size_t params, int step
 // order, then the optimizer, exactly as the shard servers do.
 // With `half`, gradients are rounded to half before the mean and the result
 // is the fp32 masters rounded to half (what a mixed-precision worker holds).
-std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt,
-                                   int workers, std::optional<HalfType> half = std::nullopt);
+std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt, int workers,
+                                   std::optional<HalfType> half = std::nullopt);
 
 struct CommandResult {
   int exit_code = -1;

@@ -15,8 +15,8 @@
 #include "core/npy.h"
 #include "core/optimizer.h"
 #include "gtest/gtest.h"
-#include "tools/mlp_job.h"
 #include "tests/replay_fixture.h"
+#include "tools/mlp_job.h"
 #include "tools/process.h"
 
 namespace tessel {
@@ -40,7 +40,8 @@ std::vector<Opt> Optimizers() {
   sgd.momentum = 0.9f;
   sgd.nesterov = true;
   sgd.weight_decay = 0.01f;
-  out.push_back({"sgd", sgd,
+  out.push_back({"sgd",
+                 sgd,
                  {"--optimizer=sgd", "--lr=0.05", "--momentum=0.9", "--nesterov=true",
                   "--weight_decay=0.01"}});
   OptimizerParams adam;
@@ -56,8 +57,8 @@ std::vector<Opt> Optimizers() {
   rms.lr = 0.01f;
   rms.momentum = 0.5f;
   rms.centered = true;
-  out.push_back({"rmsprop", rms,
-                 {"--optimizer=rmsprop", "--lr=0.01", "--momentum=0.5", "--centered=true"}});
+  out.push_back(
+      {"rmsprop", rms, {"--optimizer=rmsprop", "--lr=0.01", "--momentum=0.5", "--centered=true"}});
   OptimizerParams ada;
   ada.kind = OptimizerParams::Kind::kAdagrad;
   ada.lr = 0.05f;
@@ -104,21 +105,16 @@ TEST_P(StrategyMatrixTest, EqualsSingleProcess) {
   const auto [s, o, w, v] = GetParam();
   const Opt opt = Optimizers()[o];
   const int workers = kWorkerCounts[w], servers = kServerCounts[v];
-  const std::string out =
-      absl::StrCat(in_->dir, "/", kStrategies[s], "_", opt.name, "_w", workers, "_s", servers, ".npy");
-  std::vector<std::string> cmd = {FindBinary("tools/tessel-replay"),
-                                  "--init=" + in_->dir + "/init.npy",
-                                  "--grads=" + in_->dir,
-                                  absl::StrCat("--steps=", kSteps),
-                                  absl::StrCat("--workers=", workers),
-                                  absl::StrCat("--servers=", servers),
-                                  "--strategy=" + kStrategies[s],
-                                  "--bucket_bytes=4096",
-                                  "--timeout_s=120",
-                                  // Buckets pushed in a random order with random pauses:
-                                  // the result must not change by a single bit.
-                                  absl::StrCat("--shuffle_seed=", 1 + s * 100 + o * 10 + w),
-                                  "--out=" + out};
+  const std::string out = absl::StrCat(in_->dir, "/", kStrategies[s], "_", opt.name, "_w", workers,
+                                       "_s", servers, ".npy");
+  std::vector<std::string> cmd = {
+      FindBinary("tools/tessel-replay"), "--init=" + in_->dir + "/init.npy", "--grads=" + in_->dir,
+      absl::StrCat("--steps=", kSteps), absl::StrCat("--workers=", workers),
+      absl::StrCat("--servers=", servers), "--strategy=" + kStrategies[s], "--bucket_bytes=4096",
+      "--timeout_s=120",
+      // Buckets pushed in a random order with random pauses:
+      // the result must not change by a single bit.
+      absl::StrCat("--shuffle_seed=", 1 + s * 100 + o * 10 + w), "--out=" + out};
   cmd.insert(cmd.end(), opt.flags.begin(), opt.flags.end());
   CommandResult r = RunCommand(absl::StrJoin(cmd, " "));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -130,10 +126,9 @@ TEST_P(StrategyMatrixTest, EqualsSingleProcess) {
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return absl::StrCat(kStrategies[std::get<0>(info.param)], "_",
-                      Optimizers()[std::get<1>(info.param)].name, "_w",
-                      kWorkerCounts[std::get<2>(info.param)], "_s",
-                      kServerCounts[std::get<3>(info.param)]);
+  return absl::StrCat(
+      kStrategies[std::get<0>(info.param)], "_", Optimizers()[std::get<1>(info.param)].name, "_w",
+      kWorkerCounts[std::get<2>(info.param)], "_s", kServerCounts[std::get<3>(info.param)]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, StrategyMatrixTest, ::testing::ValuesIn(Cases()), CaseName);

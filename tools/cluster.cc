@@ -19,13 +19,13 @@ absl::Status LocalCluster::Start() {
 
   const std::string binary = FindBinary("server/tessel-server");
   for (int s = 0; s < options_.servers; ++s) {
-    std::vector<std::string> argv = {binary,
-                                     absl::StrCat("--registry=", registry_address_),
-                                     absl::StrCat("--shard=", s),
-                                     absl::StrCat("--pool=", options_.pool),
-                                     absl::StrCat("--ucx_tls=", options_.ucx_tls),
-                                     absl::StrCat("--lease_ttl_ms=",
-                                                  absl::ToInt64Milliseconds(options_.lease_ttl))};
+    std::vector<std::string> argv = {
+        binary,
+        absl::StrCat("--registry=", registry_address_),
+        absl::StrCat("--shard=", s),
+        absl::StrCat("--pool=", options_.pool),
+        absl::StrCat("--ucx_tls=", options_.ucx_tls),
+        absl::StrCat("--lease_ttl_ms=", absl::ToInt64Milliseconds(options_.lease_ttl))};
     argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
     absl::Status st = processes_.Start(absl::StrCat("server", s), argv);
     if (!st.ok()) return st;
@@ -39,8 +39,8 @@ absl::Status LocalCluster::Start() {
     if (view.members_size() >= want) return absl::OkStatus();
     absl::SleepFor(absl::Milliseconds(20));
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "shard servers did not register within 60 s; logs in ", options_.run_dir));
+  return absl::DeadlineExceededError(
+      absl::StrCat("shard servers did not register within 60 s; logs in ", options_.run_dir));
 }
 
 absl::Status LocalCluster::RunWorkers(int workers, const std::vector<std::string>& args,
@@ -49,8 +49,10 @@ absl::Status LocalCluster::RunWorkers(int workers, const std::vector<std::string
   const std::string binary = FindBinary("tools/tessel-train");
   std::vector<std::string> names;
   for (int r = 0; r < workers; ++r) {
-    std::vector<std::string> argv = {binary, absl::StrCat("--registry=", registry_address_),
-                                     absl::StrCat("--rank=", r), absl::StrCat("--world=", workers),
+    std::vector<std::string> argv = {binary,
+                                     absl::StrCat("--registry=", registry_address_),
+                                     absl::StrCat("--rank=", r),
+                                     absl::StrCat("--world=", workers),
                                      absl::StrCat("--servers=", options_.servers),
                                      absl::StrCat("--pool=", options_.pool)};
     argv.insert(argv.end(), args.begin(), args.end());

@@ -46,9 +46,8 @@ class LocalCluster {
   // Starts `workers` worker processes (tessel-train with `args` plus
   // --registry, --rank, --world, --servers) and waits for all to exit 0.
   // Worker 0's stdout is shown when `show_rank0` is set.
-  absl::Status RunWorkers(int workers, const std::vector<std::string>& args,
-                          absl::Duration timeout, const volatile int* stop_requested,
-                          bool show_rank0 = true);
+  absl::Status RunWorkers(int workers, const std::vector<std::string>& args, absl::Duration timeout,
+                          const volatile int* stop_requested, bool show_rank0 = true);
   void Stop();
 
   const std::string& registry_address() const { return registry_address_; }

@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
       "and compares the result with single-process training.\n\n"
       "Usage: tessel-demo [--servers=2] [--workers=2] [--strategy=zero2|zero1|ddp|fsdp|hybrid]\n"
       "                   [--dp=2 --tp=2 --pp=2 --micro_batches=4]  (hybrid)\n"
-      "                   [--optimizer=adam|adamw|sgd|rmsprop|adagrad --lr=1e-3 ...] [--steps=1500]\n"
+      "                   [--optimizer=adam|adamw|sgd|rmsprop|adagrad --lr=1e-3 ...] "
+      "[--steps=1500]\n"
       "                   [--layers=64,512,512,10 --batch=64] [--ucx_tls=...]\n\n"
       "Ctrl-C stops every process the demo started.");
   absl::ParseCommandLine(argc, argv);
@@ -92,11 +93,12 @@ int main(int argc, char** argv) {
   copt.run_dir = tessel::MakeRunDir("tessel-demo");
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
   tessel::LocalCluster cluster(copt);
-  std::printf("Tessel demo: %d shard servers + %d workers (separate processes), strategy %s, "
-              "optimizer %s lr=%g, precision %s\n",
-              servers, workers, tessel::StrategyName(*strategy).c_str(),
-              tessel::OptimizerKindName(optimizer->kind), optimizer->lr,
-              absl::GetFlag(FLAGS_precision).c_str());
+  std::printf(
+      "Tessel demo: %d shard servers + %d workers (separate processes), strategy %s, "
+      "optimizer %s lr=%g, precision %s\n",
+      servers, workers, tessel::StrategyName(*strategy).c_str(),
+      tessel::OptimizerKindName(optimizer->kind), optimizer->lr,
+      absl::GetFlag(FLAGS_precision).c_str());
   std::printf("model: MLP %s, %zu parameters; %d steps x %d workers x %d samples; logs in %s\n",
               absl::GetFlag(FLAGS_layers).c_str(), job.model().num_params(), steps, workers,
               config->batch, copt.run_dir.c_str());
@@ -133,9 +135,8 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_skip_reference)) return 0;
   std::printf("running the same training in one process for comparison...\n");
   std::fflush(stdout);
-  std::vector<float> reference =
-      tessel::TrainReference(job, *optimizer, workers, steps, *precision,
-                             absl::GetFlag(FLAGS_micro_batches));
+  std::vector<float> reference = tessel::TrainReference(job, *optimizer, workers, steps, *precision,
+                                                        absl::GetFlag(FLAGS_micro_batches));
   const double diff = tessel::MaxRelativeDifference(*final_params, reference);
   std::printf("max relative difference vs single process: %.3g (tolerance %g)\n", diff,
               absl::GetFlag(FLAGS_tolerance));

@@ -32,7 +32,7 @@ struct HybridLaunchOptions {
   std::string out;                // rank 0 writes the reassembled parameters here ("" = no)
   std::string ucx_tls = "posix,sysv,self";
   absl::Duration timeout = absl::Minutes(5);
-  bool show_rank0 = true;         // rank 0's stdout on ours
+  bool show_rank0 = true;  // rank 0's stdout on ours
 };
 
 // Fails as soon as any process fails (naming it, with its log's tail), or

@@ -10,10 +10,11 @@
 // partition's own Tessel job "<job>.p<p>.t<t>" (zero2 or zero1). Rank 0
 // gathers every partition at the end and writes the reassembled parameters
 // (--out).
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <iostream>
-#include <unistd.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -126,8 +127,8 @@ int RunWorker() {
   auto split = tessel::ValidateHybrid(config, world, *mlp);
   if (!split.ok()) return Fail(split.status(), 2);
   if (rank < 0 || rank >= world) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--rank=", rank, " is outside [0, --world=",
-                                                        world, ")")),
+    return Fail(absl::InvalidArgumentError(
+                    absl::StrCat("--rank=", rank, " is outside [0, --world=", world, ")")),
                 2);
   }
   auto precision = tessel::PrecisionFromFlags();
@@ -175,18 +176,17 @@ int RunWorker() {
   absl::Status s = worker.RegisterLayout(tensors, split->Slice(full, me.p, me.t));
   if (!s.ok()) return Fail(s);
   if (rank == 0) {
-    std::printf("hybrid: dp=%d x tp=%d x pp=%d = %d processes, %d micro-batches of %d rows per "
-                "replica; MLP %s (%zu parameters), %d partition job(s) on %d shard server(s)\n",
-                config.dp, config.tp, config.pp, world, config.micro_batches,
-                mlp->batch / config.micro_batches, absl::StrJoin(mlp->layers, ",").c_str(),
-                job.model().num_params(), config.tp * config.pp, worker.num_servers());
+    std::printf(
+        "hybrid: dp=%d x tp=%d x pp=%d = %d processes, %d micro-batches of %d rows per "
+        "replica; MLP %s (%zu parameters), %d partition job(s) on %d shard server(s)\n",
+        config.dp, config.tp, config.pp, world, config.micro_batches,
+        mlp->batch / config.micro_batches, absl::StrJoin(mlp->layers, ",").c_str(),
+        job.model().num_params(), config.tp * config.pp, worker.num_servers());
     std::fflush(stdout);
   }
 
   tessel::HybridMlpStage stage(*split, config, rank, &hs.peers());
-  auto ready = [&worker](int64_t begin, int64_t end) {
-    return worker.GradientsReady(begin, end);
-  };
+  auto ready = [&worker](int64_t begin, int64_t end) { return worker.GradientsReady(begin, end); };
   // Loss logging: the last stage's tensor rank 0 of every replica has its
   // replica's loss; they and rank 0 (contributing 0 unless it is one of them)
   // sum it, and rank 0 prints the mean over the global batch.
@@ -202,8 +202,8 @@ int RunWorker() {
   int window_steps = 0;
   for (int64_t k = worker.step(); k < steps; ++k) {
     tessel::model::Dataset b = job.Batch(k, me.d, config.dp);
-    auto loss = stage.Step(k, worker.params(), b.x.data(), b.y.data(), mlp->batch, worker.grads(),
-                           ready);
+    auto loss =
+        stage.Step(k, worker.params(), b.x.data(), b.y.data(), mlp->batch, worker.grads(), ready);
     if (!loss.ok()) return Fail(loss.status());
     s = worker.Step();
     if (!s.ok()) return Fail(s);
@@ -282,13 +282,15 @@ int RunLocal() {
   tessel::MlpJob job(*mlp);
   auto diffs = tessel::CompareWithReferences(job, *optimizer, config, steps, *final_params);
   if (!diffs.ok()) return Fail(diffs.status());
-  std::printf("max relative difference vs the single-process hybrid reference: %.3g "
-              "(tolerance %g)\n",
-              diffs->hybrid, absl::GetFlag(FLAGS_tolerance));
-  std::printf("for information, vs the unsplit MLP (TrainReference): max relative %.3g with "
-              "the same micro-batches, %.3g with whole batches (normwise %.3g, %.3g)\n",
-              diffs->unsplit_same_micro_batches, diffs->unsplit_whole_batch,
-              diffs->unsplit_same_micro_batches_norm, diffs->unsplit_whole_batch_norm);
+  std::printf(
+      "max relative difference vs the single-process hybrid reference: %.3g "
+      "(tolerance %g)\n",
+      diffs->hybrid, absl::GetFlag(FLAGS_tolerance));
+  std::printf(
+      "for information, vs the unsplit MLP (TrainReference): max relative %.3g with "
+      "the same micro-batches, %.3g with whole batches (normwise %.3g, %.3g)\n",
+      diffs->unsplit_same_micro_batches, diffs->unsplit_whole_batch,
+      diffs->unsplit_same_micro_batches_norm, diffs->unsplit_whole_batch_norm);
   if (!(diffs->hybrid <= absl::GetFlag(FLAGS_tolerance))) {
     return Fail(absl::InternalError("the hybrid run differs from its single-process reference"));
   }

@@ -47,8 +47,8 @@ absl::StatusOr<model::SplitMlp> ValidateHybrid(const HybridConfig& config, int w
   return split;
 }
 
-HybridMlpStage::HybridMlpStage(const model::SplitMlp& split, const HybridConfig& config,
-                               int rank, PeerGroup* peers)
+HybridMlpStage::HybridMlpStage(const model::SplitMlp& split, const HybridConfig& config, int rank,
+                               PeerGroup* peers)
     : split_(split),
       config_(config),
       rank_(rank),
@@ -70,9 +70,9 @@ absl::StatusOr<float> HybridMlpStage::Step(
     absl::Span<float> grads, const std::function<absl::Status(int64_t, int64_t)>& on_ready) {
   const size_t n = split_.partition_size(coords_.p);
   if (params.size() != n || grads.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        DescribeRank(config_, rank_), ": partition of stage ", coords_.p, " has ", n,
-        " parameters; got params of ", params.size(), " and grads of ", grads.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(DescribeRank(config_, rank_), ": partition of stage ", coords_.p, " has ", n,
+                     " parameters; got params of ", params.size(), " and grads of ", grads.size()));
   }
   if (batch < 1 || batch % config_.micro_batches != 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch ", batch, " is not a multiple of ",
@@ -105,10 +105,10 @@ absl::Status HybridMlpStage::Forward(int j) {
   if (prev_ < 0) {
     mb.input = x_ + static_cast<size_t>(j) * m * split_.model().num_inputs();
   } else {
-    absl::StatusOr<std::vector<float>> in = peers_->Recv(
-        prev_, HybridTag(HybridMessage::kActivation, step_, j, coords_.p - 1),
-        absl::StrCat("the activation of ", Where(j), " from stage ", coords_.p - 1),
-        static_cast<int64_t>(m * split_.stage_in(coords_.p)));
+    absl::StatusOr<std::vector<float>> in =
+        peers_->Recv(prev_, HybridTag(HybridMessage::kActivation, step_, j, coords_.p - 1),
+                     absl::StrCat("the activation of ", Where(j), " from stage ", coords_.p - 1),
+                     static_cast<int64_t>(m * split_.stage_in(coords_.p)));
     if (!in.ok()) return in.status();
     mb.received = std::move(*in);
     mb.input = mb.received.data();
@@ -132,8 +132,7 @@ absl::Status HybridMlpStage::Forward(int j) {
         kernels::Linear(rows_, split_.local_in(l), split_.local_out(l), input, w,
                         coords_.t == 0 ? b : nullptr, out.data(), &scratch_);
         absl::Status s = peers_->AllReduceSum(
-            tensor_group_, HybridTag(HybridMessage::kForwardSum, step_, j, l),
-            absl::MakeSpan(out),
+            tensor_group_, HybridTag(HybridMessage::kForwardSum, step_, j, l), absl::MakeSpan(out),
             absl::StrCat("the tensor-parallel sum of fc", l, "'s output, ", Where(j)));
         if (!s.ok()) return s;
         break;
@@ -146,8 +145,8 @@ absl::Status HybridMlpStage::Forward(int j) {
   if (last_stage_) {
     const int classes = split_.model().num_classes();
     mb.d_logits.resize(m * classes);
-    loss_sum_ += kernels::SoftmaxCrossEntropy(output.data(), y_ + static_cast<size_t>(j) * m,
-                                              rows_, classes, mb.d_logits.data());
+    loss_sum_ += kernels::SoftmaxCrossEntropy(output.data(), y_ + static_cast<size_t>(j) * m, rows_,
+                                              classes, mb.d_logits.data());
   } else {
     absl::Status s = peers_->Send(next_, HybridTag(HybridMessage::kActivation, step_, j, coords_.p),
                                   std::move(output));
@@ -282,7 +281,8 @@ absl::StatusOr<HybridReferenceDiffs> CompareWithReferences(const MlpJob& job,
   out.hybrid = MaxRelativeDifference(final_params, *hybrid);
   const std::vector<float> same_micro =
       TrainReference(job, optimizer, config.dp, steps, std::nullopt, config.micro_batches);
-  const std::vector<float> whole = TrainReference(job, optimizer, config.dp, steps, std::nullopt, 1);
+  const std::vector<float> whole =
+      TrainReference(job, optimizer, config.dp, steps, std::nullopt, 1);
   out.unsplit_same_micro_batches = MaxRelativeDifference(final_params, same_micro);
   out.unsplit_whole_batch = MaxRelativeDifference(final_params, whole);
   out.unsplit_same_micro_batches_norm = NormRelativeDifference(final_params, same_micro);

@@ -83,10 +83,10 @@ class HybridMlpStage {
 
  private:
   struct MicroBatch {
-    const float* input = nullptr;                // the stage's input activation
-    std::vector<float> received;                 // owns `input` on stages > 0
+    const float* input = nullptr;                 // the stage's input activation
+    std::vector<float> received;                  // owns `input` on stages > 0
     std::vector<std::vector<float>> activations;  // outputs of the stage's layers
-    std::vector<float> d_logits;                 // last stage
+    std::vector<float> d_logits;                  // last stage
   };
 
   absl::Status Forward(int j);

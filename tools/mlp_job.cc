@@ -54,10 +54,9 @@ std::vector<std::string> ForwardedMlpFlags() {
 MlpJob::MlpJob(const MlpJobConfig& config)
     : config_(config),
       model_(config.layers),
-      data_(model::Split(
-          model::MakeClusters(config.samples, config.layers.front(), config.layers.back(),
-                              config.data_seed),
-          static_cast<size_t>(config.samples) * 4 / 5)) {}
+      data_(model::Split(model::MakeClusters(config.samples, config.layers.front(),
+                                             config.layers.back(), config.data_seed),
+                         static_cast<size_t>(config.samples) * 4 / 5)) {}
 
 std::vector<TensorDesc> MlpJob::Tensors() const {
   std::vector<TensorDesc> out;

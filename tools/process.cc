@@ -26,8 +26,8 @@ absl::Status ProcessGroup::Start(const std::string& name, const std::vector<std:
                                  bool inherit_stdout) {
   if (argv.empty()) return absl::InvalidArgumentError("empty argv");
   if (access(argv[0].c_str(), X_OK) != 0) {
-    return absl::NotFoundError(absl::StrCat("cannot execute ", argv[0], ": ",
-                                            std::strerror(errno), " (build it with bazel first)"));
+    return absl::NotFoundError(absl::StrCat("cannot execute ", argv[0], ": ", std::strerror(errno),
+                                            " (build it with bazel first)"));
   }
   const std::string log = LogPath(name);
   int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -56,8 +56,8 @@ absl::StatusOr<OptimizerParams> OptimizerFromFlags() {
   } else if (kind == "adagrad") {
     p.kind = OptimizerParams::Kind::kAdagrad;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--optimizer must be sgd, adam, adamw, rmsprop or adagrad; got '", kind, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer must be sgd, adam, adamw, rmsprop or adagrad; got '", kind, "'"));
   }
   p.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   p.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));

@@ -218,7 +218,8 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   for (int64_t k = worker->step(); k < steps; ++k) {
     absl::StatusOr<float> loss;
     if (units) {
-      loss = fsdp ? FsdpStep(worker, job, k, rank, world) : Zero2UnitStep(worker, job, k, rank, world);
+      loss =
+          fsdp ? FsdpStep(worker, job, k, rank, world) : Zero2UnitStep(worker, job, k, rank, world);
     } else if (micro_batches > 1) {  // gradient accumulation through the SDK
       float sum = 0;
       absl::Status acc;

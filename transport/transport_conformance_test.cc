@@ -25,7 +25,8 @@ struct Backend {
 Backend InProc() {
   return {"inproc", [] {
             auto fabric = std::make_shared<InProcFabric>();
-            return Factory([fabric] { return std::unique_ptr<Transport>(InProcTransport::Create(fabric)); });
+            return Factory(
+                [fabric] { return std::unique_ptr<Transport>(InProcTransport::Create(fabric)); });
           }};
 }
 
@@ -144,9 +145,8 @@ TEST_P(TransportConformanceTest, RefusedPayloadCompletesSenderAndLeavesReceiverU
     std::vector<float> data(bytes / sizeof(float), 3.f);
     absl::Notification done;
     std::vector<uint8_t> bad(64, 0xEE);
-    a_->Send(*peer, absl::MakeConstSpan(bad), data.data(), bytes, [&](absl::Status) {
-      done.Notify();
-    });
+    a_->Send(*peer, absl::MakeConstSpan(bad), data.data(), bytes,
+             [&](absl::Status) { done.Notify(); });
     ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20))) << bytes;
   }
   EXPECT_EQ(refused.load(), 2);

@@ -39,21 +39,19 @@ std::string FloatsToText(const std::vector<float>& v) {
 
 absl::Status ValidateHybridConfig(const HybridConfig& c, int world_size) {
   if (c.dp < 1 || c.tp < 1 || c.pp < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dp, tp and pp must each be >= 1, got dp=", c.dp, " tp=", c.tp, " pp=", c.pp));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dp, tp and pp must each be >= 1, got dp=", c.dp, " tp=", c.tp, " pp=", c.pp));
   }
   if (static_cast<int64_t>(c.dp) * c.tp * c.pp != world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dp=", c.dp, " x tp=", c.tp, " x pp=", c.pp, " = ",
-        static_cast<int64_t>(c.dp) * c.tp * c.pp, " processes, but the world size is ",
-        world_size, ": start dp*tp*pp processes (world size ",
-        static_cast<int64_t>(c.dp) * c.tp * c.pp, ") or change dp, tp or pp so that dp*tp*pp = ",
-        world_size));
+        static_cast<int64_t>(c.dp) * c.tp * c.pp, " processes, but the world size is ", world_size,
+        ": start dp*tp*pp processes (world size ", static_cast<int64_t>(c.dp) * c.tp * c.pp,
+        ") or change dp, tp or pp so that dp*tp*pp = ", world_size));
   }
   if (c.tp * c.pp > kMaxTagIndex + 1) {
-    return absl::InvalidArgumentError(absl::StrCat("tp*pp = ", c.tp * c.pp,
-                                                   " partitions; at most ", kMaxTagIndex + 1,
-                                                   " are supported"));
+    return absl::InvalidArgumentError(absl::StrCat("tp*pp = ", c.tp * c.pp, " partitions; at most ",
+                                                   kMaxTagIndex + 1, " are supported"));
   }
   if (c.micro_batches < 1 || c.micro_batches > kMaxMicroBatches) {
     return absl::InvalidArgumentError(absl::StrCat("micro_batches must be in [1, ",
@@ -148,7 +146,8 @@ std::vector<PipelineOp> OneFOneBSchedule(int stage, int stages, int micro_batche
 absl::StatusOr<std::unique_ptr<HybridSession>> HybridSession::Connect(
     const HybridOptions& options) {
   const WorkerOptions& w = options.worker;
-  if (w.registry.empty()) return absl::InvalidArgumentError("HybridOptions.worker.registry is empty");
+  if (w.registry.empty())
+    return absl::InvalidArgumentError("HybridOptions.worker.registry is empty");
   if (w.job.empty()) return absl::InvalidArgumentError("HybridOptions.worker.job is empty");
   absl::Status s = ValidateHybridConfig(options.config, w.world_size);
   if (!s.ok()) return s;
@@ -213,8 +212,8 @@ absl::Status HybridSession::Start() {
   }
   worker_ = std::move(*worker);
   TESSEL_LOG(INFO) << "job '" << w.job << "' " << Describe() << ": mesh of " << w.world_size
-                   << " connected; partition job '" << partition.job << "' as rank "
-                   << coords_.d << " of " << config.dp;
+                   << " connected; partition job '" << partition.job << "' as rank " << coords_.d
+                   << " of " << config.dp;
   return absl::OkStatus();
 }
 
@@ -229,8 +228,7 @@ absl::Status HybridSession::CheckSameConfig() {
   auto differs = [&](int other, const std::string& theirs) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job '", options_.worker.job, "': ", Describe(), " was started with '", mine, "' but ",
-        DescribeRank(c, other), " with '", theirs,
-        "': start every process with the same flags"));
+        DescribeRank(c, other), " with '", theirs, "': start every process with the same flags"));
   };
   if (rank() == 0) {
     for (int r = 1; r < world; ++r) {
@@ -273,9 +271,9 @@ absl::Status HybridSession::MeshHealth() {
   }
   return absl::AbortedError(absl::StrCat(
       "job '", options_.worker.job, "' ", Describe(), ": ",
-      gone.empty() ? std::string("the mesh membership changed")
-                   : absl::StrCat(absl::StrJoin(gone, ", "),
-                                  " left the mesh or stopped heartbeating"),
+      gone.empty()
+          ? std::string("the mesh membership changed")
+          : absl::StrCat(absl::StrJoin(gone, ", "), " left the mesh or stopped heartbeating"),
       " (group '", group, "' epoch ", mesh_epoch_, " -> ", now,
       "); the step cannot complete: restart the job"));
 }

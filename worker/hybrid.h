@@ -22,9 +22,9 @@
 // created on the servers, that every process was started with the same
 // configuration. While the job runs, a process that leaves the mesh (dies,
 // or stops heartbeating) ends its peers' waits within a few seconds, naming
-// it, through the mesh group's epoch (PeerGroup::SetHealthCheck). Tags, the 1F1B schedule and the group helpers below are what
-// a model's stage code (e.g. tools/hybrid_mlp.h) builds on. docs/hybrid.md
-// describes the whole design.
+// it, through the mesh group's epoch (PeerGroup::SetHealthCheck). Tags, the 1F1B schedule and the
+// group helpers below are what a model's stage code (e.g. tools/hybrid_mlp.h) builds on.
+// docs/hybrid.md describes the whole design.
 //
 // Example:
 //   HybridOptions o;
@@ -102,8 +102,8 @@ enum class HybridMessage : uint8_t {
   kBackwardSum = 4,     // tensor-parallel sum of a column-parallel layer's input gradient
   kCollect = 5,         // final parameters of a partition, to rank 0
   kBarrier = 6,
-  kConfig = 7,          // configuration check at start-up
-  kLoss = 8,            // data-parallel sum of the loss, for logging
+  kConfig = 7,  // configuration check at start-up
+  kLoss = 8,    // data-parallel sum of the loss, for logging
 };
 
 // Tag layout (64 bits): kind (8) | step (32) | micro-batch (12) | index (12),

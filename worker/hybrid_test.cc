@@ -108,8 +108,8 @@ TEST(OneFOneBTest, ScheduleIsCompleteOrderedBoundedAndDeadlockFree) {
     }
   }
   EXPECT_EQ(OneFOneBSchedule(0, 2, 3),
-            (std::vector<PipelineOp>{{true, 0}, {true, 1}, {false, 0}, {true, 2}, {false, 1},
-                                     {false, 2}}));
+            (std::vector<PipelineOp>{
+                {true, 0}, {true, 1}, {false, 0}, {true, 2}, {false, 1}, {false, 2}}));
 }
 
 }  // namespace

@@ -51,8 +51,8 @@ absl::StatusOr<MessageHeader> Decode(absl::Span<const uint8_t> bytes) {
   std::memcpy(&version, &bytes[4], 2);
   if (magic != kMagic) return absl::InvalidArgumentError("bad magic (not a peer-group message)");
   if (version != kVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("peer-group message version ", version,
-                                                   ", this build speaks ", kVersion));
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer-group message version ", version, ", this build speaks ", kVersion));
   }
   MessageHeader h;
   std::memcpy(&h.group_id, &bytes[8], 8);
@@ -126,8 +126,8 @@ absl::StatusOr<PeerId> PeerGroup::PeerFor(int rank) {
   // before it gets to the connect.
   absl::StatusOr<PeerId> id = transport_->Connect(address);
   if (!id.ok()) {
-    return absl::UnavailableError(absl::StrCat(Where(), ": cannot reach ", Describe(rank), ": ",
-                                               id.status().message()));
+    return absl::UnavailableError(
+        absl::StrCat(Where(), ": cannot reach ", Describe(rank), ": ", id.status().message()));
   }
   absl::MutexLock lock(&mu_);
   if (peers_[rank] < 0) peers_[rank] = static_cast<int64_t>(*id);
@@ -146,8 +146,8 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
     return Accept{};
   }
   if (h->from < 0 || h->from >= size_ || h->from == rank_) {
-    TESSEL_LOG(WARNING) << Where() << ": refused a message from rank " << h->from
-                        << " (group of " << size_ << ")";
+    TESSEL_LOG(WARNING) << Where() << ": refused a message from rank " << h->from << " (group of "
+                        << size_ << ")";
     return Accept{};
   }
   if (h->payload_bytes != in.payload_bytes || h->payload_bytes % sizeof(float) != 0) {
@@ -160,9 +160,9 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
   absl::MutexLock lock(&mu_);
   if (inbox_.contains(key)) {
     if (error_.ok()) {
-      error_ = absl::InternalError(absl::StrCat(
-          Where(), ": a second message with tag ", h->tag, " from ", Describe(h->from),
-          " arrived before the first was received (tags must be unique per step)"));
+      error_ = absl::InternalError(
+          absl::StrCat(Where(), ": a second message with tag ", h->tag, " from ", Describe(h->from),
+                       " arrived before the first was received (tags must be unique per step)"));
     }
     return Accept{};
   }
@@ -177,10 +177,9 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
                   if (!s.ok()) {
                     inbox_.erase(it);
                     if (error_.ok()) {
-                      error_ = absl::Status(s.code(), absl::StrCat(Where(), ": receiving tag ",
-                                                                   key.tag, " from ",
-                                                                   Describe(key.from), ": ",
-                                                                   s.message()));
+                      error_ = absl::Status(
+                          s.code(), absl::StrCat(Where(), ": receiving tag ", key.tag, " from ",
+                                                 Describe(key.from), ": ", s.message()));
                     }
                     return;
                   }
@@ -229,9 +228,8 @@ bool PeerGroup::AwaitOrFail(const std::function<bool()>& done) {
     std::shared_ptr<const std::function<absl::Status()>> health;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this, &done]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !error_.ok() || done();
-      };
+      auto ready = [this, &done]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !error_.ok() || done(); };
       const absl::Time slice = std::min(deadline, absl::Now() + options_.health_period);
       if (mu_.AwaitWithDeadline(absl::Condition(&ready), slice)) return done();
       if (absl::Now() >= deadline) return false;
@@ -268,14 +266,14 @@ absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl:
     return data;
   }
   if (!error_.ok()) {
-    return absl::Status(error_.code(),
-                        absl::StrCat(error_.message(), " (while waiting for ", what, " from ",
-                                     Describe(peer), ")"));
+    return absl::Status(error_.code(), absl::StrCat(error_.message(), " (while waiting for ", what,
+                                                    " from ", Describe(peer), ")"));
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      Where(), ": timed out after ", absl::FormatDuration(options_.timeout), " waiting for ",
-      what, " from ", Describe(peer), " (tag ", tag, "); is that process alive and at the "
-      "same step?"));
+  return absl::DeadlineExceededError(
+      absl::StrCat(Where(), ": timed out after ", absl::FormatDuration(options_.timeout),
+                   " waiting for ", what, " from ", Describe(peer), " (tag ", tag,
+                   "); is that process alive and at the "
+                   "same step?"));
 }
 
 absl::Status PeerGroup::AllReduceSum(absl::Span<const int> members, uint64_t tag,
@@ -324,8 +322,8 @@ absl::Status PeerGroup::Barrier(absl::Span<const int> members, uint64_t tag,
 }
 
 absl::Status PeerGroup::Flush() {
-  const bool done = AwaitOrFail(
-      [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_sends_ == 0; });
+  const bool done =
+      AwaitOrFail([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_sends_ == 0; });
   absl::MutexLock lock(&mu_);
   if (!done && error_.ok()) {
     return absl::DeadlineExceededError(absl::StrCat(Where(), ": ", outstanding_sends_,
@@ -341,8 +339,8 @@ void PeerGroup::Abort(absl::Status status) {
 }
 
 void PeerGroup::SetHealthCheck(std::function<absl::Status()> check) {
-  auto shared = check ? std::make_shared<const std::function<absl::Status()>>(std::move(check))
-                      : nullptr;
+  auto shared =
+      check ? std::make_shared<const std::function<absl::Status()>>(std::move(check)) : nullptr;
   absl::MutexLock lock(&mu_);
   health_ = std::move(shared);
 }
@@ -358,8 +356,8 @@ absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& g
   absl::StatusOr<v1::View> joined = registry->Join(me);
   if (!joined.ok()) {
     return absl::Status(joined.status().code(),
-                        absl::StrCat("rank ", rank, " could not join group '", group, "': ",
-                                     joined.status().message()));
+                        absl::StrCat("rank ", rank, " could not join group '", group,
+                                     "': ", joined.status().message()));
   }
   int stray = -1;
   absl::StatusOr<v1::View> view = registry->WaitForView(
@@ -392,10 +390,11 @@ absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& g
         view.status().message(), ")"));
   }
   if (stray >= 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank, ": group '", group, "' has a member of rank ", stray,
-        " but this process expects ", size, " ranks: every process must be started with the "
-        "same world size (dp*tp*pp)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank, ": group '", group, "' has a member of rank ", stray,
+                     " but this process expects ", size,
+                     " ranks: every process must be started with the "
+                     "same world size (dp*tp*pp)"));
   }
   MeshView out;
   out.addresses.resize(size);

@@ -148,8 +148,8 @@ TEST_P(PeerGroupTest, AllReduceSumsInRankOrderWithTheSameBitsEverywhere) {
       threads.emplace_back([&, r] {
         // Stagger the ranks so messages arrive in different orders each round.
         absl::SleepFor(absl::Milliseconds((r * 7 + round * 13) % 20));
-        status[r] = g[r]->AllReduceSum({0, 1, 2, 3}, 100 + round, absl::MakeSpan(out[r]),
-                                       "test sum");
+        status[r] =
+            g[r]->AllReduceSum({0, 1, 2, 3}, 100 + round, absl::MakeSpan(out[r]), "test sum");
       });
     }
     for (auto& t : threads) t.join();
@@ -225,7 +225,6 @@ TEST_P(PeerGroupTest, AFailingHealthCheckEndsWaitsLongBeforeTheDeadline) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("a sum"));
   EXPECT_GE(calls.load(), 3);
   EXPECT_EQ(g[0]->Send(1, 2, {5}).code(), absl::StatusCode::kAborted);  // failed for good
-
 }
 
 TEST_P(PeerGroupTest, APassingHealthCheckLeavesWaitsAlone) {

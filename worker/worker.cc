@@ -1,8 +1,8 @@
 #include "worker/worker.h"
 
 #include <algorithm>
-#include <numeric>
 #include <cstdlib>
+#include <numeric>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -15,15 +15,16 @@
 namespace tessel {
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& options) {
-  if (options.registry.empty()) return absl::InvalidArgumentError("WorkerOptions.registry is empty");
+  if (options.registry.empty())
+    return absl::InvalidArgumentError("WorkerOptions.registry is empty");
   if (options.job.empty()) return absl::InvalidArgumentError("WorkerOptions.job is empty");
   if (options.world_size < 1 || options.world_size > kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size must be in [1, ", kMaxWorldSize,
-                                                   "], got ", options.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("world_size must be in [1, ", kMaxWorldSize, "], got ", options.world_size));
   }
   if (options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is outside [0, ",
-                                                   options.world_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is outside [0, ", options.world_size, ")"));
   }
   if (options.num_servers < 0) return absl::InvalidArgumentError("num_servers must be >= 0");
   absl::Status s = ValidateOptimizerParams(options.optimizer);
@@ -82,8 +83,8 @@ absl::Status Worker::Start() {
       options_.connect_timeout);
   if (!pool.ok()) {
     return absl::UnavailableError(absl::StrCat(Where(), ": shard servers of pool '",
-                                               options_.server_pool, "' not found: ",
-                                               pool.status().message()));
+                                               options_.server_pool,
+                                               "' not found: ", pool.status().message()));
   }
   std::vector<const v1::Member*> members;
   for (const auto& m : pool->members()) {
@@ -129,8 +130,8 @@ absl::Status Worker::Start() {
       },
       options_.connect_timeout);
   if (!view.ok()) {
-    return absl::DeadlineExceededError(absl::StrCat(Where(), ": not all ", world,
-                                                    " workers joined: ", view.status().message()));
+    return absl::DeadlineExceededError(
+        absl::StrCat(Where(), ": not all ", world, " workers joined: ", view.status().message()));
   }
   epoch_ = view->epoch();
   TESSEL_LOG(INFO) << Where() << ": world of " << world << " complete at epoch " << epoch_ << ", "
@@ -164,13 +165,14 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   const bool ddp = options_.strategy == v1::STRATEGY_DDP;
   const size_t n = static_cast<size_t>(layout->num_params());
   if (ddp && options_.resume) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Where(), ": DDP keeps state on the workers; resume from shard-server checkpoints needs "
-                 "zero1 or zero2"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(),
+                     ": DDP keeps state on the workers; resume from shard-server checkpoints needs "
+                     "zero1 or zero2"));
   }
   if (!options_.resume && (options_.rank == 0 || ddp) && init.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(Where(), ": init has ", init.size(),
-                                                   " floats but the layout has ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), ": init has ", init.size(), " floats but the layout has ", n));
   }
   layout_ = std::make_unique<Layout>(std::move(*layout));
 
@@ -185,9 +187,9 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Minutes(5));  // a restore reads the checkpoint
     Authorize(&ctx);
-    absl::Status s = FromGrpc(srv.stub->CreateJob(&ctx, req, &resp),
-                              absl::StrCat(Where(), ": CreateJob on shard ", srv.shard, " (",
-                                           srv.grpc_address, ")"));
+    absl::Status s = FromGrpc(
+        srv.stub->CreateJob(&ctx, req, &resp),
+        absl::StrCat(Where(), ": CreateJob on shard ", srv.shard, " (", srv.grpc_address, ")"));
     if (!s.ok()) {
       layout_.reset();
       return s;
@@ -195,10 +197,9 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     const Range r = layout_->shard_range(srv.shard);
     if (resp.range_begin() != r.begin || resp.range_end() != r.end) {
       layout_.reset();
-      return absl::InternalError(absl::StrCat(Where(), ": shard ", srv.shard, " derived range [",
-                                              resp.range_begin(), ", ", resp.range_end(),
-                                              ") but this worker derived [", r.begin, ", ", r.end,
-                                              ")"));
+      return absl::InternalError(
+          absl::StrCat(Where(), ": shard ", srv.shard, " derived range [", resp.range_begin(), ", ",
+                       resp.range_end(), ") but this worker derived [", r.begin, ", ", r.end, ")"));
     }
     if (options_.resume) {
       if (srv.shard == 0) step_ = resp.step();
@@ -290,9 +291,7 @@ absl::Span<float> Worker::tensor_params(const std::string& name) {
   return TensorSpan(params_, name);
 }
 
-absl::Span<float> Worker::tensor_grads(const std::string& name) {
-  return TensorSpan(grads_, name);
-}
+absl::Span<float> Worker::tensor_grads(const std::string& name) { return TensorSpan(grads_, name); }
 
 FrameHeader Worker::Header(FrameType type, int64_t step, int shard, int bucket) const {
   FrameHeader h;
@@ -340,11 +339,13 @@ void Worker::PushBucket(int shard, int bucket) {
 }
 
 absl::Status Worker::AccumulateGradients(absl::Span<const float> micro) {
-  if (layout_ == nullptr) return absl::FailedPreconditionError("AccumulateGradients before RegisterLayout");
+  if (layout_ == nullptr)
+    return absl::FailedPreconditionError("AccumulateGradients before RegisterLayout");
   if (grads_.empty()) {
     return absl::UnimplementedError(absl::StrCat(
-        Where(), ": gradient accumulation needs a full fp32 gradient buffer (ddp, zero1, or zero2 "
-                 "without units or mixed precision)"));
+        Where(),
+        ": gradient accumulation needs a full fp32 gradient buffer (ddp, zero1, or zero2 "
+        "without units or mixed precision)"));
   }
   if (micro.size() != grads_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(Where(), ": micro-batch gradient has ",
@@ -364,9 +365,9 @@ absl::Status Worker::GradientsReady(int64_t begin, int64_t end) {
     return absl::FailedPreconditionError("GradientsReady before RegisterLayout");
   }
   if (begin < 0 || end > layout_->num_params() || begin > end) {
-    return absl::InvalidArgumentError(absl::StrCat(Where(), ": GradientsReady range [", begin,
-                                                   ", ", end, ") is outside [0, ",
-                                                   layout_->num_params(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(Where(), ": GradientsReady range [", begin, ", ",
+                                                   end, ") is outside [0, ", layout_->num_params(),
+                                                   ")"));
   }
   if (options_.shuffle_seed != 0) return absl::OkStatus();  // Step() pushes in shuffled order
   while (begin < end) {
@@ -376,8 +377,8 @@ absl::Status Worker::GradientsReady(int64_t begin, int64_t end) {
     const int64_t upto = std::min(end, br.end);
     ready_elems_[s][b] += upto - begin;
     if (ready_elems_[s][b] > br.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Where(), ": gradients of bucket ", b, " of shard ", s, " were handed over twice"));
+      return absl::InvalidArgumentError(absl::StrCat(Where(), ": gradients of bucket ", b,
+                                                     " of shard ", s, " were handed over twice"));
     }
     if (ready_elems_[s][b] == br.size() && !pushed_[s][b]) PushBucket(s, b);
     begin = upto;
@@ -406,21 +407,20 @@ absl::Status Worker::SendPulls(int64_t version) {
 }
 
 absl::Status Worker::WaitForParams(int64_t version) {
-  return WaitFor([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return received_ == expected_; },
-                 [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                   std::vector<std::string> missing;
-                   for (size_t s = 0; s < servers_.size(); ++s) {
-                     const int want = layout_->num_buckets(static_cast<int>(s));
-                     if (received_by_shard_[s] < want) {
-                       missing.push_back(absl::StrCat("shard ", s, " (",
-                                                      servers_[s].grpc_address, "): ",
-                                                      received_by_shard_[s], "/", want,
-                                                      " buckets"));
-                     }
-                   }
-                   return absl::StrCat("parameters of step ", version, " (missing ",
-                                       absl::StrJoin(missing, ", "), ")");
-                 });
+  return WaitFor(
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return received_ == expected_; },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        std::vector<std::string> missing;
+        for (size_t s = 0; s < servers_.size(); ++s) {
+          const int want = layout_->num_buckets(static_cast<int>(s));
+          if (received_by_shard_[s] < want) {
+            missing.push_back(absl::StrCat("shard ", s, " (", servers_[s].grpc_address,
+                                           "): ", received_by_shard_[s], "/", want, " buckets"));
+          }
+        }
+        return absl::StrCat("parameters of step ", version, " (missing ",
+                            absl::StrJoin(missing, ", "), ")");
+      });
 }
 
 absl::Status Worker::Step() {
@@ -515,8 +515,8 @@ Accept Worker::OnFrame(const Incoming& in) {
   if (fsdp() && h->type == FrameType::kParams && h->job_id == job_id_ && layout_ != nullptr) {
     return OnFsdpFrame(*h, in);
   }
-  if (h->type != FrameType::kParams || h->job_id != job_id_ || layout_ == nullptr ||
-      h->shard < 0 || h->shard >= static_cast<int>(servers_.size()) || h->bucket < 0 ||
+  if (h->type != FrameType::kParams || h->job_id != job_id_ || layout_ == nullptr || h->shard < 0 ||
+      h->shard >= static_cast<int>(servers_.size()) || h->bucket < 0 ||
       h->bucket >= layout_->num_buckets(h->shard)) {
     TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(*h);
     return Accept{};
@@ -532,9 +532,9 @@ Accept Worker::OnFrame(const Incoming& in) {
     }
   }
   void* dst = half_ ? static_cast<void*>(params_half_.data() + br.begin)
-                    : static_cast<void*>((options_.strategy == v1::STRATEGY_DDP ? grads_.data()
-                                                                                : params_.data()) +
-                                         br.begin);
+                    : static_cast<void*>(
+                          (options_.strategy == v1::STRATEGY_DDP ? grads_.data() : params_.data()) +
+                          br.begin);
   const int shard = h->shard;
   return Accept{dst, [this, shard](absl::Status s) {
                   absl::MutexLock lock(&mu_);
@@ -560,9 +560,9 @@ absl::Status Worker::InitUnits() {
     const int first = firsts[i];
     const int end = i + 1 < firsts.size() ? firsts[i + 1] : static_cast<int>(tensors.size());
     Unit u;
-    u.range = Range{tensors[first].offset, end < static_cast<int>(tensors.size())
-                                               ? tensors[end].offset
-                                               : layout_->num_params()};
+    u.range =
+        Range{tensors[first].offset,
+              end < static_cast<int>(tensors.size()) ? tensors[end].offset : layout_->num_params()};
     for (const Server& srv : servers_) u.buckets.push_back(layout_->BucketsIn(srv.shard, u.range));
     unit_starts_.push_back(u.range.begin);
     units_.push_back(std::move(u));
@@ -595,7 +595,8 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done,
   const absl::Time deadline = absl::Now() + options_.step_timeout;
   bool finished = false;
   while (!finished && absl::Now() < deadline) {
-    finished = mu_.AwaitWithTimeout(absl::Condition(+[](Arg* a) { return (*a->f)(); }, &arg),
+    finished = mu_.AwaitWithTimeout(absl::Condition(
+                                        +[](Arg* a) { return (*a->f)(); }, &arg),
                                     std::min(absl::Milliseconds(250), deadline - absl::Now()));
     if (!finished && registry_ != nullptr && registry_->group_epoch() > epoch_) {
       mu_.Unlock();
@@ -610,10 +611,10 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done,
         absl::StrCat(Where(), ": sending to a shard server failed: ", send_error_.message()));
   }
   if (!finished) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        Where(), ": ", what(), " did not complete within ",
-        absl::FormatDuration(options_.step_timeout),
-        ". A worker or server may have died: check the registry (tesselctl members)"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(Where(), ": ", what(), " did not complete within ",
+                     absl::FormatDuration(options_.step_timeout),
+                     ". A worker or server may have died: check the registry (tesselctl members)"));
   }
   return absl::OkStatus();
 }
@@ -793,9 +794,10 @@ Accept Worker::OnFsdpFrame(const FrameHeader& h, const Incoming& in) {
     return Accept{};
   }
   const Range br = layout_->bucket_range(h.shard, h.bucket);
-  const int unit = static_cast<int>(
-      std::upper_bound(unit_starts_.begin(), unit_starts_.end(), br.begin) -
-      unit_starts_.begin()) - 1;
+  const int unit =
+      static_cast<int>(std::upper_bound(unit_starts_.begin(), unit_starts_.end(), br.begin) -
+                       unit_starts_.begin()) -
+      1;
   absl::MutexLock lock(&mu_);
   Unit& u = units_[unit];
   if (u.version != h.step || u.params.empty() || br.end > u.range.end ||
@@ -815,9 +817,10 @@ Accept Worker::OnFsdpFrame(const FrameHeader& h, const Incoming& in) {
 
 WorkerMemory Worker::memory() const {
   WorkerMemory m;
-  m.params_bytes = static_cast<int64_t>(params_.size() * sizeof(float) +
-                                       params_half_.size() * sizeof(uint16_t));
-  m.grads_bytes = static_cast<int64_t>(grads_.size() * sizeof(float) + grads_half_.size() * sizeof(uint16_t));
+  m.params_bytes =
+      static_cast<int64_t>(params_.size() * sizeof(float) + params_half_.size() * sizeof(uint16_t));
+  m.grads_bytes =
+      static_cast<int64_t>(grads_.size() * sizeof(float) + grads_half_.size() * sizeof(uint16_t));
   for (const auto& s : optimizer_state_) m.optimizer_bytes += s.size() * sizeof(float);
   if (unit_grads()) {
     absl::MutexLock lock(const_cast<absl::Mutex*>(&mu_));
@@ -839,8 +842,8 @@ absl::StatusOr<std::vector<v1::ShardStats>> Worker::ServerStats() {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     Authorize(&ctx);
-    absl::Status s = FromGrpc(srv.stub->GetStats(&ctx, ref, &st),
-                              absl::StrCat("GetStats on shard ", srv.shard));
+    absl::Status s =
+        FromGrpc(srv.stub->GetStats(&ctx, ref, &st), absl::StrCat("GetStats on shard ", srv.shard));
     if (!s.ok()) return s;
     out.push_back(std::move(st));
   }

@@ -68,16 +68,16 @@
 namespace tessel {
 
 struct WorkerOptions {
-  std::string registry;             // host:port of the registry (required)
-  std::string job;                  // job name (required)
-  int rank = 0;                     // in [0, world_size)
+  std::string registry;  // host:port of the registry (required)
+  std::string job;       // job name (required)
+  int rank = 0;          // in [0, world_size)
   int world_size = 1;
   std::string server_pool = "default";
-  int num_servers = 0;              // shard servers to use: ranks 0..n-1 of the pool; 0 = all present
+  int num_servers = 0;  // shard servers to use: ranks 0..n-1 of the pool; 0 = all present
   v1::Strategy strategy = v1::STRATEGY_ZERO2;
   OptimizerParams optimizer;
-  int64_t bucket_bytes = 4 << 20;   // data-path bucket size
-  int64_t align_elems = 64;         // shard range alignment (elements)
+  int64_t bucket_bytes = 4 << 20;  // data-path bucket size
+  int64_t align_elems = 64;        // shard range alignment (elements)
   absl::Duration connect_timeout = absl::Seconds(60);
   absl::Duration step_timeout = absl::Seconds(120);
   absl::Duration lease_ttl = absl::Seconds(3);
@@ -125,8 +125,7 @@ class Worker {
   // are sent to the servers (ZeRO) and every rank starts from them; for DDP
   // every rank must pass the same init (e.g. the same seed). Other ranks may
   // pass an empty span for ZeRO.
-  absl::Status RegisterLayout(const std::vector<TensorDesc>& tensors,
-                              absl::Span<const float> init);
+  absl::Status RegisterLayout(const std::vector<TensorDesc>& tensors, absl::Span<const float> init);
 
   absl::Span<float> params() { return absl::MakeSpan(params_); }
   absl::Span<float> grads() { return absl::MakeSpan(grads_); }
@@ -208,10 +207,10 @@ class Worker {
 
   struct Unit {
     Range range;
-    std::vector<std::pair<int, int>> buckets;  // per shard: first bucket, count
-    std::vector<float> params;                 // held parameters; empty when released
+    std::vector<std::pair<int, int>> buckets;   // per shard: first bucket, count
+    std::vector<float> params;                  // held parameters; empty when released
     std::shared_ptr<std::vector<float>> grads;  // until pushed
-    int64_t version = -1;                      // version held or in flight
+    int64_t version = -1;                       // version held or in flight
     int64_t expected = 0;
     int64_t received = 0;
   };
@@ -226,8 +225,7 @@ class Worker {
   Accept OnFsdpFrame(const FrameHeader& h, const Incoming& in);
   // Waits (up to step_timeout) until `done`, an ERROR frame or a failed send;
   // on time-out the status says `what()` was waited for. Both run under mu_.
-  absl::Status WaitFor(const std::function<bool()>& done,
-                       const std::function<std::string()>& what);
+  absl::Status WaitFor(const std::function<bool()>& done, const std::function<std::string()>& what);
   void AccountLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitForSends();
 
@@ -254,8 +252,8 @@ class Worker {
   std::vector<std::vector<uint8_t>> pushed_;
   std::mt19937_64 shuffle_rng_;
 
-  std::vector<Unit> units_;              // fsdp; buffers and counters under mu_
-  std::vector<int64_t> unit_starts_;     // fsdp: range.begin of each unit
+  std::vector<Unit> units_;           // fsdp; buffers and counters under mu_
+  std::vector<int64_t> unit_starts_;  // fsdp: range.begin of each unit
 
   absl::Mutex mu_;
   int64_t outstanding_sends_ ABSL_GUARDED_BY(mu_) = 0;

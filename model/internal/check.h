@@ -16,11 +16,9 @@
 
 namespace tessel::model::internal {
 
-[[noreturn]] inline void CheckFailed(const char* file, int line,
-                                     const char* condition,
+[[noreturn]] inline void CheckFailed(const char* file, int line, const char* condition,
                                      const std::string& message) {
-  std::fprintf(stderr, "%s:%d: check failed: %s: %s\n", file, line, condition,
-               message.c_str());
+  std::fprintf(stderr, "%s:%d: check failed: %s: %s\n", file, line, condition, message.c_str());
   std::abort();
 }
 

@@ -34,15 +34,12 @@ class SplitMix64 {
   float UniformFloat() { return static_cast<float>(Next() >> 40) * 0x1.0p-24f; }
 
   // Uniform in [0, 1) on a grid of 2^-53.
-  double UniformDouble() {
-    return static_cast<double>(Next() >> 11) * 0x1.0p-53;
-  }
+  double UniformDouble() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
   // Uniform integer in [0, n), n > 0 (Lemire's multiply-high; the bias is at
   // most n / 2^64).
   uint64_t UniformInt(uint64_t n) {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >>
-                                 64);
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
   }
 
   // Standard normal by the Box-Muller transform; draws come in pairs and the

@@ -104,9 +104,8 @@ void InProcTransport::Loop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](InProcTransport* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
-            return t->stop_ || !t->tasks_.empty();
-          },
+          +[](InProcTransport* t)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stop_ || !t->tasks_.empty(); },
           this));
       if (tasks_.empty()) return;  // stopping and drained
       task = std::move(tasks_.front());

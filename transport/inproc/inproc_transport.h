@@ -49,8 +49,8 @@ class InProcTransport : public Transport {
   std::string address() const override { return address_; }
   void SetHandler(Handler handler) override;
   absl::StatusOr<PeerId> Connect(absl::string_view address) override;
-  void Send(PeerId to, absl::Span<const uint8_t> header, const void* payload,
-            size_t payload_bytes, SendDone done) override;
+  void Send(PeerId to, absl::Span<const uint8_t> header, const void* payload, size_t payload_bytes,
+            SendDone done) override;
   void Shutdown() override;
   std::string name() const override { return "inproc"; }
 

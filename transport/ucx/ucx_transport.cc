@@ -269,8 +269,8 @@ void UcxTransport::Send(PeerId to, absl::Span<const uint8_t> header, const void*
   if (!posted && *shared_done) (*shared_done)(absl::CancelledError("transport is shut down"));
 }
 
-void UcxTransport::DoSend(PeerId to, std::vector<uint8_t> header, const void* payload,
-                          size_t bytes, SendDone done) {
+void UcxTransport::DoSend(PeerId to, std::vector<uint8_t> header, const void* payload, size_t bytes,
+                          SendDone done) {
   if (to >= peers_.size()) {
     if (done) done(absl::InvalidArgumentError(absl::StrCat("unknown UCX peer ", to)));
     return;
@@ -286,8 +286,8 @@ void UcxTransport::DoSend(PeerId to, std::vector<uint8_t> header, const void* pa
   rp.cb.send = &SendComplete;
   rp.user_data = op;
   rp.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[to].ep, kAmId, op->header.data(),
-                                       op->header.size(), payload, bytes, &rp);
+  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[to].ep, kAmId, op->header.data(), op->header.size(),
+                                       payload, bytes, &rp);
   if (r == nullptr) {
     if (op->done) op->done(absl::OkStatus());
     delete op;
@@ -301,9 +301,8 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
                                 size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxTransport*>(arg);
   Incoming in;
-  in.from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
-                ? self->PeerForEp(param->reply_ep)
-                : ~PeerId{0};
+  in.from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? self->PeerForEp(param->reply_ep)
+                                                                 : ~PeerId{0};
   in.header = absl::MakeConstSpan(static_cast<const uint8_t*>(header), header_length);
   in.payload_bytes = length;
   Accept accept = self->handler_ ? self->handler_(in) : Accept{};
