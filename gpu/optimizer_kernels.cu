@@ -23,9 +23,9 @@ __global__ void SgdKernel(float lr, float momentum, float dampening, int nestero
   p[i] = p[i] + (-lr) * d;
 }
 
-__global__ void AdamKernel(bool decoupled, float lr, float wd, float beta1, float beta2,
-                           float eps, float step_size, float bc2_sqrt, float* p, const float* g,
-                           float* m, float* v, size_t n) {
+__global__ void AdamKernel(bool decoupled, float lr, float wd, float beta1, float beta2, float eps,
+                           float step_size, float bc2_sqrt, float* p, const float* g, float* m,
+                           float* v, size_t n) {
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   float grad = g[i];
@@ -80,8 +80,8 @@ extern "C" int TesselCudaApplyUpdate(int kind, float lr, float momentum, float d
   const unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
   if (e == cudaSuccess && n > 0) {
     if (kind == 0) {
-      SgdKernel<<<blocks, threads>>>(lr, momentum, dampening, nesterov, weight_decay, step == 1,
-                                     dp, dg, d0, n);
+      SgdKernel<<<blocks, threads>>>(lr, momentum, dampening, nesterov, weight_decay, step == 1, dp,
+                                     dg, d0, n);
     } else {
       // Scalars computed in double, as torch does, then rounded once.
       const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
