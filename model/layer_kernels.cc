@@ -11,8 +11,6 @@
 namespace tessel::model::kernels {
 namespace {
 
-// The loops below are mlp.cc's, statement for statement (see the header).
-
 // c[j] += a * b[j] for j in [0, n).
 inline void Axpy(int n, float a, const float* __restrict b, float* __restrict c) {
   for (int j = 0; j < n; ++j) c[j] += a * b[j];

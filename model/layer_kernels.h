@@ -3,15 +3,11 @@
 // a caller can split a layer over tensor-parallel ranks and combine partial
 // results itself.
 //
-// Contract: every function computes exactly the arithmetic of the matching
-// step of Mlp::LossAndGrad (model/mlp.cc): the same operations in the same
-// order, compiled the same way (-ffp-contract=off), so composing them the way
-// Mlp does gives Mlp's results bit for bit (layer_kernels_test checks it).
+// Contract: these are the kernels Mlp (model/mlp.cc) itself runs, compiled
+// with -ffp-contract=off, so composing them the way Mlp does gives Mlp's
+// results bit for bit.
 // Every sum over a reduction index runs in ascending order of that index;
 // vectorisation only spreads independent outputs across lanes.
-//
-// (The code duplicates mlp.cc's private kernels rather than moving them, to
-// leave mlp.cc untouched; mlp.cc could call these instead.)
 //
 // Matrices are row-major and contiguous. A layer maps input [batch, in] to
 // output [batch, out] with weight [out, in] (torch.nn.Linear's layout) and

@@ -16,6 +16,7 @@
 #include "model/dataset.h"
 #include "model/internal/check.h"
 #include "model/internal/random.h"
+#include "model/layer_kernels.h"
 
 namespace tessel::model {
 namespace {
@@ -35,146 +36,32 @@ absl::Status ValidateSizes(const std::vector<int>& sizes) {
   return absl::OkStatus();
 }
 
-// c[j] += a * b[j] for j in [0, n). The restrict qualifiers let GCC vectorise
-// without runtime overlap checks; each c[j] gets exactly one add, so the
-// vector width does not change any result.
-inline void Axpy(int n, float a, const float* __restrict b, float* __restrict c) {
-  for (int j = 0; j < n; ++j) c[j] += a * b[j];
-}
-
-// Axpy into four rows at once: each b[j] is loaded once for four outputs.
-inline void Axpy4(int n, float a0, float a1, float a2, float a3, const float* __restrict b,
-                  float* __restrict c0, float* __restrict c1, float* __restrict c2,
-                  float* __restrict c3) {
-  for (int j = 0; j < n; ++j) {
-    const float bj = b[j];
-    c0[j] += a0 * bj;
-    c1[j] += a1 * bj;
-    c2[j] += a2 * bj;
-    c3[j] += a3 * bj;
-  }
-}
-
-// c[m, n] += a[m, k] * b[k, n], all row-major and contiguous. Every c[i][j]
-// accumulates its k products in ascending order of k, whatever m, n or the
-// vector width: that fixed order is what makes results reproducible.
-void MatMulAccumulate(int m, int n, int k, const float* a, const float* b, float* c) {
-  const size_t ks = static_cast<size_t>(k);
-  const size_t ns = static_cast<size_t>(n);
-  int i = 0;
-  for (; i + 4 <= m; i += 4) {
-    const float* a0 = a + static_cast<size_t>(i) * ks;
-    float* c0 = c + static_cast<size_t>(i) * ns;
-    for (size_t p = 0; p < ks; ++p) {
-      Axpy4(n, a0[p], a0[ks + p], a0[2 * ks + p], a0[3 * ks + p], b + p * ns, c0, c0 + ns,
-            c0 + 2 * ns, c0 + 3 * ns);
-    }
-  }
-  for (; i < m; ++i) {
-    const float* ai = a + static_cast<size_t>(i) * ks;
-    float* ci = c + static_cast<size_t>(i) * ns;
-    for (size_t p = 0; p < ks; ++p) Axpy(n, ai[p], b + p * ns, ci);
-  }
-}
-
-// out[cols, rows] = in[rows, cols]^T.
-void Transpose(int rows, int cols, const float* in, float* out) {
-  const size_t r = static_cast<size_t>(rows);
-  const size_t c = static_cast<size_t>(cols);
-  // Tiles keep both the reads and the writes within a few cache lines.
-  constexpr size_t kTile = 16;
-  for (size_t i0 = 0; i0 < r; i0 += kTile) {
-    const size_t i1 = std::min(r, i0 + kTile);
-    for (size_t j0 = 0; j0 < c; j0 += kTile) {
-      const size_t j1 = std::min(c, j0 + kTile);
-      for (size_t i = i0; i < i1; ++i) {
-        for (size_t j = j0; j < j1; ++j) out[j * r + i] = in[i * c + j];
-      }
-    }
-  }
-}
-
-// Mean softmax cross-entropy of the logits [batch, classes] against labels y.
-// If dlogits is not null, also writes d(mean loss)/d(logits) there.
-float SoftmaxCrossEntropy(const float* logits, const int32_t* y, int batch, int classes,
-                          float* dlogits) {
-  const size_t cs = static_cast<size_t>(classes);
-  double total = 0.0;
-  for (int i = 0; i < batch; ++i) {
-    const int32_t label = y[i];
-    TESSEL_MODEL_CHECK(label >= 0 && label < classes, "label ", label, " of row ", i,
-                       " is outside [0, ", classes, ")");
-    const float* z = logits + static_cast<size_t>(i) * cs;
-    const float max = *std::max_element(z, z + cs);
-    float sum = 0.0f;
-    for (size_t c = 0; c < cs; ++c) sum += std::exp(z[c] - max);
-    // -log softmax(z)[label], computed stably.
-    const float loss = std::log(sum) - (z[label] - max);
-    total += loss;
-    if (dlogits != nullptr) {
-      float* dz = dlogits + static_cast<size_t>(i) * cs;
-      for (size_t c = 0; c < cs; ++c) {
-        const float p = std::exp(z[c] - max) / sum;
-        const float target = static_cast<int32_t>(c) == label ? 1.0f : 0.0f;
-        dz[c] = (p - target) / static_cast<float>(batch);
-      }
-    }
-  }
-  return static_cast<float>(total / batch);
-}
-
-// The per-layer steps of a pass, shared by Mlp and MlpStepper so that both
-// compute the same bits. A layer maps input [batch, in] to output
+// The per-layer steps of a pass, shared by Mlp and MlpStepper (and, through
+// model/layer_kernels.h, by the tensor-parallel split MLP) so that all of
+// them compute the same bits. A layer maps input [batch, in] to output
 // [batch, out] with weight [out, in] and bias [out].
+
+using kernels::BiasGrad;
+using kernels::SoftmaxCrossEntropy;
+using kernels::WeightGrad;
 
 // output = input * weight^T + bias, then the ReLU if relu. transposed is
 // scratch.
 void LayerForward(int batch, int in, int out, const float* input, const float* weight,
                   const float* bias, bool relu, std::vector<float>* output,
                   std::vector<float>* transposed) {
-  const size_t b = static_cast<size_t>(batch);
-  output->resize(b * static_cast<size_t>(out));
-  for (size_t i = 0; i < b; ++i) {
-    std::copy(bias, bias + out, output->begin() + i * out);
-  }
-  // output += input [batch, in] * weight^T [in, out].
-  transposed->resize(static_cast<size_t>(in) * out);
-  Transpose(out, in, weight, transposed->data());
-  MatMulAccumulate(batch, out, in, input, transposed->data(), output->data());
-  if (relu) {
-    for (float& v : *output) v = std::max(v, 0.0f);
-  }
-}
-
-// d_bias [out]: d_bias[j] = sum over rows i of d_output[i][j], rows in order.
-// d_output is d(loss)/d(output) before the ReLU, [batch, out].
-void BiasGrad(int batch, int out, const float* d_output, float* d_bias) {
-  std::fill(d_bias, d_bias + out, 0.0f);
-  for (size_t i = 0; i < static_cast<size_t>(batch); ++i) {
-    const float* row = d_output + i * out;
-    for (int j = 0; j < out; ++j) d_bias[j] += row[j];
-  }
-}
-
-// d_weight [out, in] = d_output^T [out, batch] * input [batch, in].
-// transposed is scratch.
-void WeightGrad(int batch, int in, int out, const float* d_output, const float* input,
-                float* d_weight, std::vector<float>* transposed) {
-  std::fill(d_weight, d_weight + static_cast<size_t>(out) * in, 0.0f);
-  transposed->resize(static_cast<size_t>(out) * batch);
-  Transpose(batch, out, d_output, transposed->data());
-  MatMulAccumulate(out, in, batch, transposed->data(), input, d_weight);
+  output->resize(static_cast<size_t>(batch) * out);
+  kernels::Linear(batch, in, out, input, weight, bias, output->data(), transposed);
+  if (relu) kernels::Relu(output->data(), output->size());
 }
 
 // d_input [batch, in] = d_output [batch, out] * weight [out, in], then back
 // through the ReLU that produced input (zero where it clipped).
 void InputGrad(int batch, int in, int out, const float* d_output, const float* weight,
                const float* input, std::vector<float>* d_input) {
-  d_input->assign(static_cast<size_t>(batch) * in, 0.0f);
-  MatMulAccumulate(batch, in, out, d_output, weight, d_input->data());
-  for (size_t e = 0; e < d_input->size(); ++e) {
-    if (!(input[e] > 0.0f)) (*d_input)[e] = 0.0f;
-  }
+  d_input->resize(static_cast<size_t>(batch) * in);
+  kernels::InputGrad(batch, in, out, d_output, weight, d_input->data());
+  kernels::ReluMask(input, d_input->data(), d_input->size());
 }
 
 // Frees v's memory (clear() keeps the capacity).
