@@ -77,7 +77,9 @@ train ck a 2 2 60 "$tmp/ck60.npy" --resume
 same "$tmp/ck60.npy" "$tmp/straight60.npy"
 
 step "1b. timed checkpoints (rank 0 asks every second)"
-train timed a 2 2 60000 "$tmp/timed.npy" --checkpoint_every_s=1 --keep_checkpoints=10
+# A model big enough that training lasts a few seconds whatever the machine.
+train timed a 2 2 8000 "$tmp/timed.npy" --checkpoint_every_s=1 --keep_checkpoints=10 \
+  --layers=64,256,256,10 --batch=32
 "$CTL" --pool a checkpoint list --job timed | tee "$tmp/list-timed.txt"
 [ "$(grep -c '^[0-9]' "$tmp/list-timed.txt")" -ge 1 ] || fail "no timed checkpoint"
 newest="$(grep '^[0-9]' "$tmp/list-timed.txt" | tail -1 | awk '{print $1}')"
