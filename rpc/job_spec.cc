@@ -118,12 +118,6 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
     }
     tensors.push_back({t.name(), {t.shape().begin(), t.shape().end()}});
   }
-  if (!spec.tensors().empty() && spec.tensors(0).dtype() != v1::DTYPE_F32 &&
-      spec.strategy() != v1::STRATEGY_ZERO1 && spec.strategy() != v1::STRATEGY_ZERO2) {
-    return absl::UnimplementedError(absl::StrCat(
-        "job '", spec.job(), "': mixed precision (", v1::DType_Name(spec.tensors(0).dtype()),
-        ") is available with zero1 and zero2; use float32 for ", StrategyName(spec.strategy())));
-  }
   if (spec.bucket_bytes() < 4 || spec.bucket_bytes() % 4 != 0 ||
       spec.bucket_bytes() > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -265,6 +265,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   }
   if (is_ddp()) {
     ReduceMean(srcs.data(), world_, values_.data() + off, n);
+    RefreshHalf(off, n);  // mixed precision: the mean goes back in half
   } else {
     float* state[kMaxStateSlots] = {};
     for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + off;
@@ -475,7 +476,8 @@ v1::ShardStats ShardJob::Stats() {
   auto* mem = st.mutable_memory();
   const int64_t wire = range_.size() * static_cast<int64_t>(wire_bytes());
   if (is_ddp()) {
-    mem->set_grad_buffer_bytes(n * (world_ + 1));
+    // per-rank receive buffers and the mean (fp32, + its half copy when mixed)
+    mem->set_grad_buffer_bytes(wire * world_ + n + (half_ ? wire : 0));
   } else {
     // fp32 masters (+ the served half copy under mixed precision).
     mem->set_params_bytes(n + (half_ ? wire : 0));

@@ -28,6 +28,11 @@ grep -q "max relative difference vs single process: 0 " "$tmp/run1c.txt" || fail
 grep -q "max relative difference vs the single-process hybrid reference: 0 " "$tmp/run1e.txt" || fail "hybrid differs from its reference"
 "$demo" --steps=30 --strategy=fsdp > "$tmp/run1d.txt" 2>&1 || { cat "$tmp/run1d.txt"; fail "fsdp demo exited $?"; }
 grep -q "max relative difference vs single process: 0 " "$tmp/run1d.txt" || fail "fsdp differs from the reference"
+for mp in "fsdp fp16" "ddp bf16"; do
+  set -- $mp
+  "$demo" --steps=20 --strategy=$1 --precision=$2 > "$tmp/run1-$1.txt" 2>&1 || { cat "$tmp/run1-$1.txt"; fail "$1 $2 demo exited $?"; }
+  grep -q "max relative difference vs single process: 0 " "$tmp/run1-$1.txt" || fail "$1 $2 differs from the mixed-precision reference"
+done
 
 echo "== 2. a shard server dies"
 "$demo" --steps=1000000 --workers=2 --servers=2 --skip_reference --log_every=20 > "$tmp/run2.txt" 2>&1 &

@@ -64,8 +64,12 @@ Measured RunJob(v1::Strategy strategy, const std::string& job,
           ASSERT_TRUE((*w)->Step().ok());
         } else if (strategy == v1::STRATEGY_FSDP) {
           ASSERT_TRUE((*w)->Prefetch(0).ok());
+          const bool half = precision != v1::DTYPE_F32;
+          auto gather = [&](int u) {
+            return half ? (*w)->GatherHalf(u).status() : (*w)->Gather(u).status();
+          };
           for (int u = 0; u < 4; ++u) {  // forward: gather, prefetch the next, release
-            ASSERT_TRUE((*w)->Gather(u).ok());
+            ASSERT_TRUE(gather(u).ok());
             if (u < 3) {
               ASSERT_TRUE((*w)->Prefetch(u + 1).ok());
             }
@@ -73,11 +77,15 @@ Measured RunJob(v1::Strategy strategy, const std::string& job,
           }
           ASSERT_TRUE((*w)->Prefetch(3).ok());
           for (int u = 3; u >= 0; --u) {
-            ASSERT_TRUE((*w)->Gather(u).ok());
+            ASSERT_TRUE(gather(u).ok());
             if (u > 0) {
               ASSERT_TRUE((*w)->Prefetch(u - 1).ok());
             }
-            std::fill((*w)->UnitGrads(u).begin(), (*w)->UnitGrads(u).end(), 0.01f);
+            if (half) {
+              std::fill((*w)->UnitHalfGrads(u).begin(), (*w)->UnitHalfGrads(u).end(), 0x2000);
+            } else {
+              std::fill((*w)->UnitGrads(u).begin(), (*w)->UnitGrads(u).end(), 0.01f);
+            }
             (*w)->Release(u);
             ASSERT_TRUE((*w)->PushUnit(u).ok());
           }
@@ -156,6 +164,34 @@ TEST(MemoryContractTest, MixedPrecisionKeepsHalfOnWorkersAndFp32OnServers) {
     ExpectNear(m.server_optimizer, 8.0 * kParams, "fp32 Adam state");
     ExpectNear(m.server_grads, 2.0 * kParams * kWorkers, "half receive buffers");
   }
+}
+
+// DDP under mixed precision: fp32 masters + Adam state on the worker (12)
+// plus the half copies the model uses (2 + 2): the same 16 bytes per
+// parameter, now (2 + 2 + K) with K = 12; servers hold half receive buffers,
+// the fp32 mean and its half copy.
+TEST(MemoryContractTest, MixedPrecisionDdpKeepsMastersOnTheWorker) {
+  Measured m = RunJob(v1::STRATEGY_DDP, "mem-ddp-mp", v1::DTYPE_BF16);
+  ExpectNear(m.worker.params_bytes, 6.0 * kParams, "fp32 masters + half params");
+  ExpectNear(m.worker.grads_bytes, 2.0 * kParams, "half grads");
+  ExpectNear(m.worker.optimizer_bytes, 8.0 * kParams, "fp32 Adam state");
+  EXPECT_EQ(m.server_params, 0);
+  EXPECT_EQ(m.server_optimizer, 0);
+  ExpectNear(m.server_grads, 2.0 * kParams * kWorkers + 6.0 * kParams,
+             "half receive buffers + fp32 mean + half mean");
+}
+
+// FSDP under mixed precision: the worker holds half units only (half the
+// fp32 peak); servers as for ZeRO mixed precision.
+TEST(MemoryContractTest, MixedPrecisionFsdpHoldsHalfUnits) {
+  Measured m = RunJob(v1::STRATEGY_FSDP, "mem-fsdp-mp", v1::DTYPE_F16);
+  EXPECT_EQ(m.worker.params_bytes, 0);
+  EXPECT_EQ(m.worker.grads_bytes, 0);
+  EXPECT_GE(m.worker.peak_bytes, 3 * 2 * kUnit) << "two units of half params + one of grads";
+  EXPECT_LE(m.worker.peak_bytes, 4 * 2 * kUnit * 1.1) << "half of the fp32 peak";
+  ExpectNear(m.server_params, 6.0 * kParams, "fp32 masters + served half copy");
+  ExpectNear(m.server_optimizer, 8.0 * kParams, "fp32 Adam state");
+  ExpectNear(m.server_grads, 2.0 * kParams * kWorkers, "half receive buffers");
 }
 
 TEST(MemoryContractTest, FsdpHoldsOnlyTheUnitsInUse) {

@@ -34,7 +34,7 @@ ReplayInputs MakeReplayInputs(const std::string& prefix, size_t params, int step
 }
 
 std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt, int workers,
-                                   std::optional<HalfType> half) {
+                                   std::optional<HalfType> half, bool half_mean) {
   const size_t n = in.init.size();
   std::vector<float> params = in.init, mean(n);
   std::vector<std::vector<float>> state(StateSlots(opt), std::vector<float>(n, 0.f));
@@ -50,6 +50,7 @@ std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams
       srcs.push_back(rounded[r].data());
     }
     ReduceMean(srcs.data(), workers, mean.data(), n);
+    if (half_mean) RoundTrip(half, mean.data(), n);
     ApplyUpdate(opt, static_cast<int64_t>(k) + 1, params.data(), mean.data(), s, n);
   }
   RoundTrip(half, params.data(), n);

@@ -27,9 +27,11 @@ ReplayInputs MakeReplayInputs(const std::string& prefix, size_t params, int step
 // Single-process training: each step the mean of ranks [0, workers) in rank
 // order, then the optimizer, exactly as the shard servers do.
 // With `half`, gradients are rounded to half before the mean and the result
-// is the fp32 masters rounded to half (what a mixed-precision worker holds).
+// is the fp32 masters rounded to half (what a mixed-precision worker holds);
+// `half_mean` (DDP) rounds the mean to half as well before the update.
 std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt, int workers,
-                                   std::optional<HalfType> half = std::nullopt);
+                                   std::optional<HalfType> half = std::nullopt,
+                                   bool half_mean = false);
 
 struct CommandResult {
   int exit_code = -1;

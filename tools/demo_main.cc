@@ -135,8 +135,9 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_skip_reference)) return 0;
   std::printf("running the same training in one process for comparison...\n");
   std::fflush(stdout);
-  std::vector<float> reference = tessel::TrainReference(job, *optimizer, workers, steps, *precision,
-                                                        absl::GetFlag(FLAGS_micro_batches));
+  std::vector<float> reference = tessel::TrainReference(
+      job, *optimizer, workers, steps, *precision, absl::GetFlag(FLAGS_micro_batches),
+      /*half_mean=*/*strategy == tessel::v1::STRATEGY_DDP);
   const double diff = tessel::MaxRelativeDifference(*final_params, reference);
   std::printf("max relative difference vs single process: %.3g (tolerance %g)\n", diff,
               absl::GetFlag(FLAGS_tolerance));

@@ -105,7 +105,8 @@ void RoundTrip(std::optional<HalfType> half, float* data, size_t n) {
 }
 
 std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& optimizer, int world,
-                                  int steps, std::optional<HalfType> half, int micro_batches) {
+                                  int steps, std::optional<HalfType> half, int micro_batches,
+                                  bool half_mean) {
   const size_t n = job.model().num_params();
   std::vector<float> params(n), mean(n), working(n);
   job.Init(params.data());
@@ -136,6 +137,7 @@ std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& opti
       srcs[r] = grads[r].data();
     }
     ReduceMean(srcs.data(), world, mean.data(), n);
+    if (half_mean) RoundTrip(half, mean.data(), n);
     ApplyUpdate(optimizer, step + 1, params.data(), mean.data(), state_ptrs, n);
   }
   RoundTrip(half, params.data(), n);

@@ -73,9 +73,11 @@ class MlpJob {
 // With `half` (mixed precision) the workers compute with the fp32 masters
 // rounded to half and send gradients rounded to half, and the result is the
 // masters rounded to half, as a mixed-precision worker holds them.
+// `half_mean` (DDP under mixed precision): the mean itself is rounded to half
+// before the update, as DDP's servers return it in half.
 std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& optimizer, int world,
                                   int steps, std::optional<HalfType> half = std::nullopt,
-                                  int micro_batches = 1);
+                                  int micro_batches = 1, bool half_mean = false);
 
 // Rounds every element to `half` and back (the identity without `half`).
 void RoundTrip(std::optional<HalfType> half, float* data, size_t n);

@@ -110,18 +110,24 @@ int Replay(tessel::Worker* worker, int steps) {
       return Fail(absl::InvalidArgumentError(absl::StrCat(
           path, " has ", g->size(), " floats but the initial parameters have ", init->size())));
     }
-    if (worker->half_type()) {
-      tessel::FloatToHalf(*worker->half_type(), g->data(), worker->half_grads().data(), g->size());
-      s = worker->Step();
-    } else if (units) {
+    const auto half = worker->half_type();
+    if (units) {
       for (int u = 0; u < worker->num_units(); ++u) {
         const tessel::Range r = worker->unit_range(u);
-        absl::Span<float> grads = worker->UnitGrads(u);
-        std::copy(g->begin() + r.begin, g->begin() + r.end, grads.begin());
+        if (half) {
+          tessel::FloatToHalf(*half, g->data() + r.begin, worker->UnitHalfGrads(u).data(),
+                              static_cast<size_t>(r.size()));
+        } else {
+          absl::Span<float> grads = worker->UnitGrads(u);
+          std::copy(g->begin() + r.begin, g->begin() + r.end, grads.begin());
+        }
         s = worker->PushUnit(u);
         if (!s.ok()) return Fail(s);
       }
       s = fsdp ? worker->FinishStep() : worker->Step();
+    } else if (half) {
+      tessel::FloatToHalf(*half, g->data(), worker->half_grads().data(), g->size());
+      s = worker->Step();
     } else {
       std::copy(g->begin(), g->end(), worker->grads().begin());
       s = worker->Step();
@@ -157,28 +163,54 @@ absl::StatusOr<float> Zero2UnitStep(tessel::Worker* worker, const tessel::MlpJob
   return loss;
 }
 
+// A unit's parameters as fp32 for the model: the gathered view, or under
+// mixed precision the gathered half values widened into `scratch`.
+absl::StatusOr<const float*> GatherForCompute(tessel::Worker* worker, int unit,
+                                              std::vector<float>* scratch) {
+  const auto half = worker->half_type();
+  if (!half) {
+    auto params = worker->Gather(unit);
+    if (!params.ok()) return params.status();
+    return params->data();
+  }
+  auto params = worker->GatherHalf(unit);
+  if (!params.ok()) return params.status();
+  scratch->resize(params->size());
+  tessel::HalfToFloat(*half, params->data(), scratch->data(), params->size());
+  return static_cast<const float*>(scratch->data());
+}
+
 absl::StatusOr<float> FsdpStep(tessel::Worker* worker, const tessel::MlpJob& job, int64_t k,
                                int rank, int world) {
   tessel::model::Dataset batch = job.Batch(k, rank, world);
   tessel::model::MlpStepper stepper(job.model(), batch.x.data(), batch.y.data(),
                                     job.config().batch);
   const int layers = worker->num_units();
+  const auto half = worker->half_type();
+  std::vector<float> params_fp32, grads_fp32;  // mixed precision: one unit, widened
   absl::Status s = worker->Prefetch(0);
   for (int l = 0; l < layers && s.ok(); ++l) {
-    auto params = worker->Gather(l);
+    auto params = GatherForCompute(worker, l, &params_fp32);
     if (!params.ok()) return params.status();
     if (l + 1 < layers) s = worker->Prefetch(l + 1);
-    stepper.Forward(l, params->data());
+    stepper.Forward(l, *params);
     worker->Release(l);
   }
   if (!s.ok()) return s;
   const float loss = stepper.Loss();
   s = worker->Prefetch(layers - 1);
   for (int l = layers - 1; l >= 0 && s.ok(); --l) {
-    auto params = worker->Gather(l);
+    auto params = GatherForCompute(worker, l, &params_fp32);
     if (!params.ok()) return params.status();
     if (l > 0) s = worker->Prefetch(l - 1);
-    stepper.Backward(l, params->data(), worker->UnitGrads(l).data());
+    if (half) {
+      absl::Span<uint16_t> out = worker->UnitHalfGrads(l);
+      grads_fp32.assign(out.size(), 0.f);
+      stepper.Backward(l, *params, grads_fp32.data());
+      tessel::FloatToHalf(*half, grads_fp32.data(), out.data(), out.size());
+    } else {
+      stepper.Backward(l, *params, worker->UnitGrads(l).data());
+    }
     worker->Release(l);
     if (s.ok()) s = worker->PushUnit(l);
   }

@@ -217,6 +217,7 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     }
   }
 
+  half_ = JobHalfType(spec);
   if (unit_grads()) {
     absl::Status s = InitUnits();
     if (!s.ok()) {
@@ -224,15 +225,17 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
       return s;
     }
     if (!fsdp()) params_.assign(n, 0.f);  // zero2 with units: full params, per-unit grads
-  } else if ((half_ = JobHalfType(spec))) {
+  } else if (half_) {
     params_half_.assign(n, 0);
     grads_half_.assign(n, 0);
+    if (ddp) params_.assign(n, 0.f);  // DDP keeps the fp32 masters on the worker
   } else {
     params_.assign(n, 0.f);
     grads_.assign(n, 0.f);
   }
   if (ddp) {
     std::copy(init.begin(), init.end(), params_.begin());
+    if (half_) FloatToHalf(*half_, params_.data(), params_half_.data(), n);
     optimizer_state_.assign(StateSlots(options_.optimizer), std::vector<float>(n, 0.f));
     float* state[kMaxStateSlots] = {};
     for (size_t k = 0; k < optimizer_state_.size(); ++k) state[k] = optimizer_state_[k].data();
@@ -458,14 +461,34 @@ absl::Status Worker::Step() {
   ++step_;
   for (auto& v : ready_elems_) std::fill(v.begin(), v.end(), 0);
   for (auto& v : pushed_) std::fill(v.begin(), v.end(), 0);
-  if (options_.strategy == v1::STRATEGY_DDP) {
-    // grads_ now holds the average over ranks; every worker applies the same update.
-    float* state[kMaxStateSlots] = {};
-    for (size_t k = 0; k < optimizer_state_.size(); ++k) state[k] = optimizer_state_[k].data();
-    ApplyUpdate(options_.optimizer, step_, params_.data(), grads_.data(), state, params_.size());
-  }
+  if (options_.strategy == v1::STRATEGY_DDP) ApplyLocalUpdate();
   MaybeCheckpoint();
   return absl::OkStatus();
+}
+
+void Worker::ApplyLocalUpdate() {
+  // The pulled gradient is the average over ranks; every worker applies the
+  // same update to its own copy.
+  float* state[kMaxStateSlots] = {};
+  if (!half_) {
+    for (size_t k = 0; k < optimizer_state_.size(); ++k) state[k] = optimizer_state_[k].data();
+    ApplyUpdate(options_.optimizer, step_, params_.data(), grads_.data(), state, params_.size());
+    return;
+  }
+  // Mixed precision: the averaged gradient arrived in half; widen it a chunk
+  // at a time, update the fp32 masters and round them to the half copy the
+  // model computes with. The optimizer is elementwise, so chunks change nothing.
+  constexpr size_t kChunk = 16384;
+  std::vector<float> widened(std::min(kChunk, params_.size()));
+  for (size_t begin = 0; begin < params_.size(); begin += kChunk) {
+    const size_t n = std::min(kChunk, params_.size() - begin);
+    HalfToFloat(*half_, grads_half_.data() + begin, widened.data(), n);
+    for (size_t k = 0; k < optimizer_state_.size(); ++k) {
+      state[k] = optimizer_state_[k].data() + begin;
+    }
+    ApplyUpdate(options_.optimizer, step_, params_.data() + begin, widened.data(), state, n);
+    FloatToHalf(*half_, params_.data() + begin, params_half_.data() + begin, n);
+  }
 }
 
 void Worker::MaybeCheckpoint() {
@@ -531,10 +554,10 @@ Accept Worker::OnFrame(const Incoming& in) {
       return Accept{};
     }
   }
-  void* dst = half_ ? static_cast<void*>(params_half_.data() + br.begin)
-                    : static_cast<void*>(
-                          (options_.strategy == v1::STRATEGY_DDP ? grads_.data() : params_.data()) +
-                          br.begin);
+  // ZeRO pulls parameters; DDP pulls the averaged gradient.
+  const bool ddp = options_.strategy == v1::STRATEGY_DDP;
+  void* dst = half_ ? static_cast<void*>((ddp ? grads_half_.data() : params_half_.data()) + br.begin)
+                    : static_cast<void*>((ddp ? grads_.data() : params_.data()) + br.begin);
   const int shard = h->shard;
   return Accept{dst, [this, shard](absl::Status s) {
                   absl::MutexLock lock(&mu_);
@@ -570,12 +593,17 @@ absl::Status Worker::InitUnits() {
   return absl::OkStatus();
 }
 
+int64_t Worker::UnitBytes(const Unit& u) {
+  int64_t bytes = static_cast<int64_t>(u.params.capacity() * sizeof(float) +
+                                       u.params_half.capacity() * sizeof(uint16_t));
+  if (u.grads) bytes += static_cast<int64_t>(u.grads->capacity() * sizeof(float));
+  if (u.grads_half) bytes += static_cast<int64_t>(u.grads_half->capacity() * sizeof(uint16_t));
+  return bytes;
+}
+
 void Worker::AccountLocked() {
   int64_t bytes = 0;
-  for (const Unit& u : units_) {
-    bytes += static_cast<int64_t>(u.params.capacity() * sizeof(float));
-    if (u.grads) bytes += static_cast<int64_t>(u.grads->capacity() * sizeof(float));
-  }
+  for (const Unit& u : units_) bytes += UnitBytes(u);
   held_bytes_ = bytes;
   peak_bytes_ = std::max(peak_bytes_, bytes);
 }
@@ -647,8 +675,14 @@ absl::Status Worker::Prefetch(int unit) {
   Unit& u = units_[unit];
   {
     absl::MutexLock lock(&mu_);
-    if (u.version == step_ && !u.params.empty()) return absl::OkStatus();  // held or in flight
-    u.params.assign(static_cast<size_t>(u.range.size()), 0.f);
+    if (u.version == step_ && (!u.params.empty() || !u.params_half.empty())) {
+      return absl::OkStatus();  // held or in flight
+    }
+    if (half_) {
+      u.params_half.assign(static_cast<size_t>(u.range.size()), 0);
+    } else {
+      u.params.assign(static_cast<size_t>(u.range.size()), 0.f);
+    }
     u.version = step_;
     u.received = 0;
     u.expected = 0;
@@ -665,14 +699,32 @@ absl::Status Worker::Prefetch(int unit) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<absl::Span<const float>> Worker::Gather(int unit) {
+absl::Status Worker::WaitForUnit(int unit) {
   absl::Status s = Prefetch(unit);
   if (!s.ok()) return s;
   Unit& u = units_[unit];
-  s = WaitFor([&]() { return u.received == u.expected; },
-              [&]() { return absl::StrCat("gathering unit ", unit, " at step ", step_); });
+  return WaitFor([&]() { return u.received == u.expected; },
+                 [&]() { return absl::StrCat("gathering unit ", unit, " at step ", step_); });
+}
+
+absl::StatusOr<absl::Span<const float>> Worker::Gather(int unit) {
+  if (half_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(), ": a mixed-precision job holds half parameters: use GatherHalf"));
+  }
+  absl::Status s = WaitForUnit(unit);
   if (!s.ok()) return s;
-  return absl::MakeConstSpan(u.params);
+  return absl::MakeConstSpan(units_[unit].params);
+}
+
+absl::StatusOr<absl::Span<const uint16_t>> Worker::GatherHalf(int unit) {
+  if (!half_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(), ": GatherHalf is for mixed-precision jobs; use Gather"));
+  }
+  absl::Status s = WaitForUnit(unit);
+  if (!s.ok()) return s;
+  return absl::MakeConstSpan(units_[unit].params_half);
 }
 
 void Worker::Release(int unit) {
@@ -683,12 +735,24 @@ void Worker::Release(int unit) {
   (void)s;
   absl::MutexLock lock(&mu_);
   std::vector<float>().swap(u.params);
+  std::vector<uint16_t>().swap(u.params_half);
   u.version = -1;
   AccountLocked();
 }
 
+absl::Span<uint16_t> Worker::UnitHalfGrads(int unit) {
+  if (!unit_grads() || !half_ || unit < 0 || unit >= num_units()) return {};
+  Unit& u = units_[unit];
+  absl::MutexLock lock(&mu_);
+  if (u.grads_half == nullptr) {
+    u.grads_half = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(u.range.size()), 0);
+    AccountLocked();
+  }
+  return absl::MakeSpan(*u.grads_half);
+}
+
 absl::Span<float> Worker::UnitGrads(int unit) {
-  if (!unit_grads() || unit < 0 || unit >= num_units()) return {};
+  if (!unit_grads() || half_ || unit < 0 || unit >= num_units()) return {};
   Unit& u = units_[unit];
   absl::MutexLock lock(&mu_);
   if (u.grads == nullptr) {
@@ -699,16 +763,21 @@ absl::Span<float> Worker::UnitGrads(int unit) {
 }
 
 absl::Status Worker::PushUnit(int unit) {
-  if (!unit_grads() || unit < 0 || unit >= num_units() || units_[unit].grads == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), ": PushUnit(", unit, ") without UnitGrads(", unit, ")"));
+  if (!unit_grads() || unit < 0 || unit >= num_units() ||
+      (units_[unit].grads == nullptr && units_[unit].grads_half == nullptr)) {
+    return absl::FailedPreconditionError(absl::StrCat(Where(), ": PushUnit(", unit, ") without ",
+                                                      half_ ? "UnitHalfGrads(" : "UnitGrads(",
+                                                      unit, ")"));
   }
   Unit& u = units_[unit];
   std::shared_ptr<std::vector<float>> grads;
+  std::shared_ptr<std::vector<uint16_t>> grads_half;
   {
     absl::MutexLock lock(&mu_);
     grads = std::move(u.grads);
+    grads_half = std::move(u.grads_half);
     u.grads.reset();
+    u.grads_half.reset();
   }
   for (const Server& srv : servers_) {
     const auto [first, count] = u.buckets[srv.shard];
@@ -722,9 +791,11 @@ absl::Status Worker::PushUnit(int unit) {
         ++outstanding_sends_;
       }
       // The buffer lives until its last bucket is sent, then is freed.
-      transport_->Send(srv.peer, absl::MakeConstSpan(bytes),
-                       grads->data() + (br.begin - u.range.begin), h.payload_bytes,
-                       [this, grads](absl::Status s) {
+      const size_t at = static_cast<size_t>(br.begin - u.range.begin);
+      const void* payload = grads_half ? static_cast<const void*>(grads_half->data() + at)
+                                       : static_cast<const void*>(grads->data() + at);
+      transport_->Send(srv.peer, absl::MakeConstSpan(bytes), payload, h.payload_bytes,
+                       [this, grads, grads_half](absl::Status s) {
                          absl::MutexLock lock(&mu_);
                          --outstanding_sends_;
                          if (!s.ok() && send_error_.ok()) send_error_ = s;
@@ -732,6 +803,7 @@ absl::Status Worker::PushUnit(int unit) {
     }
   }
   grads.reset();
+  grads_half.reset();
   absl::MutexLock lock(&mu_);
   AccountLocked();
   return absl::OkStatus();
@@ -766,7 +838,7 @@ absl::Status Worker::FinishStep() {
 }
 
 absl::StatusOr<std::vector<float>> Worker::GatherAll() {
-  if (half_) {
+  if (half_ && !fsdp()) {
     std::vector<float> all(params_half_.size());
     HalfToFloat(*half_, params_half_.data(), all.data(), all.size());
     return all;
@@ -774,9 +846,16 @@ absl::StatusOr<std::vector<float>> Worker::GatherAll() {
   if (!fsdp()) return std::vector<float>(params_.begin(), params_.end());
   std::vector<float> all(static_cast<size_t>(layout_->num_params()));
   for (int u = 0; u < num_units(); ++u) {
-    auto p = Gather(u);
-    if (!p.ok()) return p.status();
-    std::copy(p->begin(), p->end(), all.begin() + units_[u].range.begin);
+    float* dst = all.data() + units_[u].range.begin;
+    if (half_) {
+      auto p = GatherHalf(u);
+      if (!p.ok()) return p.status();
+      HalfToFloat(*half_, p->data(), dst, p->size());
+    } else {
+      auto p = Gather(u);
+      if (!p.ok()) return p.status();
+      std::copy(p->begin(), p->end(), dst);
+    }
     Release(u);
   }
   return all;
@@ -800,12 +879,16 @@ Accept Worker::OnFsdpFrame(const FrameHeader& h, const Incoming& in) {
       1;
   absl::MutexLock lock(&mu_);
   Unit& u = units_[unit];
-  if (u.version != h.step || u.params.empty() || br.end > u.range.end ||
-      h.payload_bytes != static_cast<uint64_t>(br.size()) * sizeof(float)) {
+  const bool held = half_ ? !u.params_half.empty() : !u.params.empty();
+  if (u.version != h.step || !held || br.end > u.range.end ||
+      h.payload_bytes != static_cast<uint64_t>(br.size()) * (half_ ? 2 : 4)) {
     TESSEL_LOG(WARNING) << "dropping stale " << DescribeHeader(h);
     return Accept{};
   }
-  return Accept{u.params.data() + (br.begin - u.range.begin), [this, unit](absl::Status s) {
+  const size_t at = static_cast<size_t>(br.begin - u.range.begin);
+  void* dst = half_ ? static_cast<void*>(u.params_half.data() + at)
+                    : static_cast<void*>(u.params.data() + at);
+  return Accept{dst, [this, unit](absl::Status s) {
                   absl::MutexLock lock(&mu_);
                   if (!s.ok()) {
                     if (error_.ok()) error_ = s;
@@ -825,8 +908,12 @@ WorkerMemory Worker::memory() const {
   if (unit_grads()) {
     absl::MutexLock lock(const_cast<absl::Mutex*>(&mu_));
     for (const Unit& u : units_) {
-      m.params_bytes += static_cast<int64_t>(u.params.capacity() * sizeof(float));
+      m.params_bytes += static_cast<int64_t>(u.params.capacity() * sizeof(float) +
+                                             u.params_half.capacity() * sizeof(uint16_t));
       if (u.grads) m.grads_bytes += static_cast<int64_t>(u.grads->capacity() * sizeof(float));
+      if (u.grads_half) {
+        m.grads_bytes += static_cast<int64_t>(u.grads_half->capacity() * sizeof(uint16_t));
+      }
     }
     m.peak_bytes = peak_bytes_;
   }

@@ -102,9 +102,15 @@ struct WorkerOptions {
   // unit: UnitGrads(u) / PushUnit(u) instead of grads(), each unit's buffer
   // freed as soon as it is pushed; Step() then pulls the parameters.
   std::vector<int> fsdp_units;
-  // Mixed precision (zero1/zero2): DTYPE_F16 or DTYPE_BF16 keeps parameters
-  // and gradients in half on this worker and on the wire (half_params(),
-  // half_grads()); the servers keep fp32 masters and optimizer state.
+  // Mixed precision: DTYPE_F16 or DTYPE_BF16 keeps parameters and gradients
+  // in half on this worker and on the wire (half_params(), half_grads(); for
+  // fsdp GatherHalf()/UnitHalfGrads()).
+  //   zero1/zero2/fsdp  servers keep fp32 masters and optimizer state and
+  //                     serve the masters rounded to half.
+  //   ddp               servers average the widened half gradients in fp32
+  //                     and return the mean rounded to half; each worker keeps
+  //                     fp32 masters and state, applies the update and rounds
+  //                     the masters to half_params().
   v1::DType precision = v1::DTYPE_F32;
 };
 
@@ -160,10 +166,15 @@ class Worker {
   absl::Status Prefetch(int unit);
   // Waits for the unit's parameters; the view stays valid until Release.
   absl::StatusOr<absl::Span<const float>> Gather(int unit);
+  // Mixed precision (fsdp with WorkerOptions::precision fp16/bf16): the unit's
+  // parameters as half bit patterns; the worker holds only these.
+  absl::StatusOr<absl::Span<const uint16_t>> GatherHalf(int unit);
   // Frees the unit's parameters.
   void Release(int unit);
   // A zeroed buffer for the unit's gradients, valid until PushUnit.
   absl::Span<float> UnitGrads(int unit);
+  // Mixed precision fsdp: the same in half (UnitGrads is then empty).
+  absl::Span<uint16_t> UnitHalfGrads(int unit);
   // Pushes the unit's gradients; the buffer is freed once they are sent.
   absl::Status PushUnit(int unit);
   // Waits until every shard has applied this step; step() advances.
@@ -203,6 +214,8 @@ class Worker {
   std::string Where() const;
   void Authorize(grpc::ClientContext* ctx) const;
   void MaybeCheckpoint();
+  // DDP: applies the averaged gradient to this worker's masters and state.
+  void ApplyLocalUpdate();
   absl::Status MembershipChanged();
 
   struct Unit {
@@ -210,6 +223,9 @@ class Worker {
     std::vector<std::pair<int, int>> buckets;   // per shard: first bucket, count
     std::vector<float> params;                  // held parameters; empty when released
     std::shared_ptr<std::vector<float>> grads;  // until pushed
+    // Mixed precision: the same, in half (the fp32 ones stay empty).
+    std::vector<uint16_t> params_half;
+    std::shared_ptr<std::vector<uint16_t>> grads_half;
     int64_t version = -1;                       // version held or in flight
     int64_t expected = 0;
     int64_t received = 0;
@@ -222,6 +238,8 @@ class Worker {
                       options_.precision == v1::DTYPE_F32);
   }
   absl::Status InitUnits();
+  absl::Status WaitForUnit(int unit);
+  static int64_t UnitBytes(const Unit& u);
   Accept OnFsdpFrame(const FrameHeader& h, const Incoming& in);
   // Waits (up to step_timeout) until `done`, an ERROR frame or a failed send;
   // on time-out the status says `what()` was waited for. Both run under mu_.
