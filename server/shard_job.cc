@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -505,6 +506,129 @@ std::vector<float> ShardJob::ParamsSnapshot() {
   mu_.Await(absl::Condition(
       +[](int* running) { return *running == 0; }, &updates_running_));
   return values_;
+}
+
+}  // namespace tessel
+
+namespace tessel {
+
+absl::StatusOr<v1::ShardState> ShardJob::ReadState(const v1::ReadStateRequest& req) {
+  const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
+  if (is_ddp()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "DDP keeps parameters and optimizer state on the workers"));
+  }
+  const int64_t n = range_.size();
+  if (req.offset() < 0 || req.count() < 0 || req.count() > (int64_t{4} << 20) ||
+      req.offset() > n || req.count() > n - req.offset()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "ReadState [", req.offset(), ", +",
+                                                   req.count(), ") is outside the range of ", n,
+                                                   " elements (at most 4Mi per call)"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) {
+    return absl::FailedPreconditionError(absl::StrCat(where, "not initialized yet"));
+  }
+  if (req.step() != version_ || StepInProgressLocked()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, "ReadState for step ", req.step(), " but the shard is at step ", version_,
+        StepInProgressLocked() ? " with the next step in progress" : "",
+        "; read between steps, when every worker has finished the step"));
+  }
+  v1::ShardState out;
+  out.set_step(version_);
+  out.set_range_begin(range_.begin);
+  out.set_range_end(range_.end);
+  out.set_offset(req.offset());
+  out.set_state_slots(static_cast<int>(state_.size()));
+  const size_t bytes = static_cast<size_t>(req.count()) * sizeof(float);
+  out.mutable_params()->assign(reinterpret_cast<const char*>(values_.data() + req.offset()),
+                               bytes);
+  std::string* st = out.mutable_state();
+  st->reserve(bytes * state_.size());
+  for (const auto& slot : state_) {
+    st->append(reinterpret_cast<const char*>(slot.data() + req.offset()), bytes);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::WriteStateResponse> ShardJob::WriteState(const v1::WriteStateRequest& req) {
+  const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
+  const int64_t n = range_.size();
+  const int slots = static_cast<int>(state_.size());
+  absl::MutexLock lock(&mu_);
+  auto drop = [&] {
+    std::vector<float>().swap(staged_);
+    std::vector<uint8_t>().swap(staged_seen_);
+    staged_count_ = 0;
+    staged_step_ = -1;
+  };
+  if (req.step() < 0) return absl::InvalidArgumentError(absl::StrCat(where, "negative step"));
+  const int64_t count = static_cast<int64_t>(req.params().size() / sizeof(float));
+  if (!req.params().empty() || !req.state().empty()) {
+    if (is_ddp()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "DDP shards hold no parameters; send only the commit"));
+    }
+    if (req.params().size() % sizeof(float) != 0 ||
+        req.state().size() != req.params().size() * static_cast<size_t>(slots) ||
+        req.offset() < 0 || req.offset() > n || count > n - req.offset()) {
+      drop();
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "WriteState chunk at offset ", req.offset(), " with ", req.params().size(),
+          " param bytes and ", req.state().size(), " state bytes does not fit a range of ", n,
+          " elements with ", slots, " state slots; staging dropped"));
+    }
+    if (staged_step_ != req.step()) {
+      drop();
+      staged_.assign(static_cast<size_t>(n) * (1 + slots), 0.f);
+      staged_seen_.assign(static_cast<size_t>(n), 0);
+      staged_step_ = req.step();
+    }
+    const size_t at = static_cast<size_t>(req.offset());
+    std::memcpy(staged_.data() + at, req.params().data(), req.params().size());
+    for (int k = 0; k < slots; ++k) {
+      std::memcpy(staged_.data() + static_cast<size_t>(n) * (1 + k) + at,
+                  req.state().data() + static_cast<size_t>(k) * req.params().size(),
+                  req.params().size());
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      if (!staged_seen_[at + i]) {
+        staged_seen_[at + i] = 1;
+        ++staged_count_;
+      }
+    }
+  }
+  v1::WriteStateResponse resp;
+  resp.set_staged(staged_count_);
+  resp.set_step(version_);
+  if (!req.commit()) return resp;
+  if (!is_ddp() && (staged_step_ != req.step() || staged_count_ != n)) {
+    const int64_t got = staged_step_ == req.step() ? staged_count_ : 0;
+    drop();
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, "commit of step ", req.step(), " with ", got, " of ", n,
+        " elements staged; send every chunk of the range first; nothing changed"));
+  }
+  if (StepInProgressLocked() || !deferred_.empty()) {
+    drop();
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, "a step is in progress (buckets pushed or pulls waiting); write the state "
+               "between steps, when every worker is idle; nothing changed"));
+  }
+  if (!is_ddp()) {
+    std::copy(staged_.begin(), staged_.begin() + n, values_.begin());
+    for (int k = 0; k < slots; ++k) {
+      std::copy(staged_.begin() + n * (1 + k), staged_.begin() + n * (2 + k), state_[k].begin());
+    }
+    RefreshHalf(0, static_cast<size_t>(n));
+    initialized_ = true;
+  }
+  version_ = req.step();
+  drop();
+  resp.set_step(version_);
+  resp.set_staged(0);
+  return resp;
 }
 
 }  // namespace tessel

@@ -113,6 +113,14 @@ class ShardJob {
   // Copies of the owned range, for tests and checkpoints.
   std::vector<float> ParamsSnapshot();
 
+  // Training state between steps (ReadState/WriteState RPCs). Reading needs
+  // the shard idle at `step`. Writing stages chunks; the commit checks every
+  // element was staged and the shard is idle, then replaces the masters and
+  // state (refreshing the served half copy) and moves the version to `step`.
+  // Any error leaves the shard as it was (a bad chunk drops the staging).
+  absl::StatusOr<v1::ShardState> ReadState(const v1::ReadStateRequest& req);
+  absl::StatusOr<v1::WriteStateResponse> WriteState(const v1::WriteStateRequest& req);
+
  private:
   ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t epoch,
            OptimizerParams optimizer);
@@ -163,6 +171,11 @@ class ShardJob {
   int64_t last_pause_us_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_from_ ABSL_GUARDED_BY(mu_) = -1;
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
+  // WriteState staging: masters then state slots, and which elements came.
+  std::vector<float> staged_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> staged_seen_ ABSL_GUARDED_BY(mu_);
+  int64_t staged_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t staged_step_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace tessel

@@ -175,4 +175,28 @@ grpc::Status ShardService::DeleteCheckpoint(grpc::ServerContext* ctx, const v1::
   return ToGrpc(plane_->checkpointer()->Delete(req->job(), req->step()));
 }
 
+grpc::Status ShardService::ReadState(grpc::ServerContext* ctx, const v1::ReadStateRequest* req,
+                                     v1::ShardState* resp) {
+  grpc::Status auth = Authorize(ctx, false);
+  if (!auth.ok()) return auth;
+  auto job = plane_->FindJob(req->job());
+  if (job == nullptr) return NoJob(req->job());
+  auto r = job->ReadState(*req);
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status ShardService::WriteState(grpc::ServerContext* ctx, const v1::WriteStateRequest* req,
+                                      v1::WriteStateResponse* resp) {
+  grpc::Status auth = Authorize(ctx, true);
+  if (!auth.ok()) return auth;
+  auto job = plane_->FindJob(req->job());
+  if (job == nullptr) return NoJob(req->job());
+  auto r = job->WriteState(*req);
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = *r;
+  return grpc::Status::OK;
+}
+
 }  // namespace tessel

@@ -50,6 +50,10 @@ class ShardService final : public v1::ShardServer::Service {
                                 v1::VerifyCheckpointResponse*) override;
   grpc::Status DeleteCheckpoint(grpc::ServerContext*, const v1::CheckpointRef*,
                                 v1::DeleteCheckpointResponse*) override;
+  grpc::Status ReadState(grpc::ServerContext*, const v1::ReadStateRequest*,
+                         v1::ShardState*) override;
+  grpc::Status WriteState(grpc::ServerContext*, const v1::WriteStateRequest*,
+                          v1::WriteStateResponse*) override;
 
  private:
   grpc::Status Authorize(grpc::ServerContext* ctx, bool mutating) const;

@@ -1,13 +1,17 @@
 #include "worker/worker.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <numeric>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/digest.h"
 #include "core/log.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
@@ -36,7 +40,10 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& opt
 }
 
 Worker::Worker(const WorkerOptions& options)
-    : options_(options), job_id_(JobId(options.job)), shuffle_rng_(options.shuffle_seed) {
+    : options_(options),
+      job_id_(JobId(options.job)),
+      stopper_(options.early_stopping),
+      shuffle_rng_(options.shuffle_seed) {
   token_ = options.token;
   if (token_.empty()) {
     if (const char* env = std::getenv("TESSEL_TOKEN")) token_ = env;
@@ -175,6 +182,7 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
         absl::StrCat(Where(), ": init has ", init.size(), " floats but the layout has ", n));
   }
   layout_ = std::make_unique<Layout>(std::move(*layout));
+  spec_ = spec;
 
   for (Server& srv : servers_) {
     v1::CreateJobRequest req;
@@ -461,7 +469,7 @@ absl::Status Worker::Step() {
   ++step_;
   for (auto& v : ready_elems_) std::fill(v.begin(), v.end(), 0);
   for (auto& v : pushed_) std::fill(v.begin(), v.end(), 0);
-  if (options_.strategy == v1::STRATEGY_DDP) ApplyLocalUpdate();
+  if (options_.strategy == v1::STRATEGY_DDP && !reduce_only_) ApplyLocalUpdate();
   MaybeCheckpoint();
   return absl::OkStatus();
 }
@@ -935,6 +943,322 @@ absl::StatusOr<std::vector<v1::ShardStats>> Worker::ServerStats() {
     out.push_back(std::move(st));
   }
   return out;
+}
+
+// --- state queries -----------------------------------------------------------
+
+absl::Status Worker::AllReduceMean(absl::Span<float> data) {
+  if (layout_ == nullptr) {
+    return absl::FailedPreconditionError("AllReduceMean before RegisterLayout");
+  }
+  if (data.empty()) return absl::InvalidArgumentError(absl::StrCat(Where(), ": empty vector"));
+  if (options_.world_size == 1) return absl::OkStatus();  // the mean of one
+  std::unique_ptr<Worker>& reducer = reducers_[data.size()];
+  if (reducer == nullptr) {
+    // A reduce-only DDP job of this size, on shard 0 for small vectors (a
+    // metric, a digest) and on every server for large ones (gradients).
+    WorkerOptions o;
+    o.registry = options_.registry;
+    o.job = absl::StrCat(options_.job, "~sync", data.size());
+    o.rank = options_.rank;
+    o.world_size = options_.world_size;
+    o.server_pool = options_.server_pool;
+    o.num_servers = data.size() < (1 << 16) ? 1 : options_.num_servers;
+    o.strategy = v1::STRATEGY_DDP;
+    o.optimizer.kind = OptimizerParams::Kind::kSgd;
+    o.bucket_bytes = options_.bucket_bytes;
+    o.align_elems = options_.align_elems;
+    o.connect_timeout = options_.connect_timeout;
+    o.step_timeout = options_.step_timeout;
+    o.lease_ttl = options_.lease_ttl;
+    o.ucx = options_.ucx;
+    o.token = token_;
+    auto w = Worker::Connect(o);
+    if (!w.ok()) return w.status();
+    (*w)->reduce_only_ = true;
+    const std::vector<float> zeros(data.size(), 0.f);
+    absl::Status s = (*w)->RegisterLayout({{"data", {static_cast<int64_t>(data.size())}}}, zeros);
+    if (!s.ok()) return s;
+    reducer = std::move(*w);
+  }
+  std::copy(data.begin(), data.end(), reducer->grads().begin());
+  absl::Status s = reducer->Step();
+  if (!s.ok()) {
+    reducers_.erase(data.size());  // its job is mid-step: start over next time
+    return s;
+  }
+  std::copy(reducer->grads().begin(), reducer->grads().end(), data.begin());
+  return absl::OkStatus();
+}
+
+absl::Status Worker::AgreeOk(bool ok, const std::string& what) {
+  std::vector<float> flag = {ok ? 0.f : 1.f};
+  absl::Status s = AllReduceMean(absl::MakeSpan(flag));
+  if (!s.ok()) return s;
+  if (flag[0] != 0.f) {
+    return absl::AbortedError(
+        absl::StrCat(Where(), ": ", what, " failed on another rank (see its log); nothing changed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<const float>> Worker::SynchronizeGradients() {
+  if (layout_ == nullptr) return absl::FailedPreconditionError("SynchronizeGradients before RegisterLayout");
+  if (unit_grads()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": SynchronizeGradients needs a full gradient buffer; with ",
+        fsdp() ? "fsdp" : "per-unit zero2",
+        " each unit's gradients are pushed and freed as backward goes (the servers average them)"));
+  }
+  const size_t n = static_cast<size_t>(layout_->num_params());
+  synced_grads_.resize(n);
+  if (half_) {
+    HalfToFloat(*half_, grads_half_.data(), synced_grads_.data(), n);
+  } else {
+    std::copy(grads_.begin(), grads_.end(), synced_grads_.begin());
+    if (micro_batches_ > 1) {  // as Step() will: the mean over micro-batches
+      const float count = static_cast<float>(micro_batches_);
+      for (float& g : synced_grads_) g /= count;
+    }
+  }
+  absl::Status s = AllReduceMean(absl::MakeSpan(synced_grads_));
+  if (!s.ok()) return s;
+  return absl::MakeConstSpan(synced_grads_);
+}
+
+namespace {
+// A 64-bit value as four 16-bit integers in floats: exact through a mean
+// over up to 2^20 ranks when only one rank contributes (recovered by
+// rounding mean * W).
+void PutWords(uint64_t v, float* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<float>((v >> (16 * i)) & 0xffff);
+}
+uint64_t GetWords(const float* in, int world) {
+  uint64_t v = 0;
+  for (int i = 0; i < 4; ++i) {
+    v |= static_cast<uint64_t>(std::nearbyint(static_cast<double>(in[i]) * world)) << (16 * i);
+  }
+  return v;
+}
+}  // namespace
+
+absl::StatusOr<OptimizerStateReport> Worker::SynchronizeOptimizerState() {
+  if (layout_ == nullptr) {
+    return absl::FailedPreconditionError("SynchronizeOptimizerState before RegisterLayout");
+  }
+  OptimizerStateReport report;
+  report.step = step_;
+  if (options_.strategy != v1::STRATEGY_DDP) {
+    // One copy, sharded: nothing to copy around; check the shards agree on the step.
+    auto stats = ServerStats();
+    if (!stats.ok()) return stats.status();
+    for (const v1::ShardStats& st : *stats) {
+      report.digests.push_back(st.state_digest());
+      if (st.step() != step_ || st.step_in_progress() || !st.initialized()) {
+        report.consistent = false;
+      }
+    }
+    return report;
+  }
+  const int world = options_.world_size;
+  Digest d;
+  d.UpdateInt(step_);
+  d.Update(params_.data(), params_.size() * sizeof(float));
+  for (const auto& slot : optimizer_state_) d.Update(slot.data(), slot.size() * sizeof(float));
+  std::vector<float> words(static_cast<size_t>(world) * 4, 0.f);
+  PutWords(d.value(), words.data() + static_cast<size_t>(options_.rank) * 4);
+  absl::Status s = AllReduceMean(absl::MakeSpan(words));
+  if (!s.ok()) return s;
+  std::vector<uint64_t> digests(world);
+  for (int r = 0; r < world; ++r) {
+    digests[r] = GetWords(words.data() + static_cast<size_t>(r) * 4, world);
+    report.digests.push_back(absl::StrFormat("%016x", digests[r]));
+    if (digests[r] != digests[0]) report.repaired_ranks.push_back(r);
+  }
+  report.consistent = report.repaired_ranks.empty();
+  if (report.consistent) return report;
+  // Broadcast rank 0's step, params and state bit for bit: every 32-bit value
+  // as two 16-bit integers, which a mean with one contributor carries exactly.
+  TESSEL_LOG(WARNING) << Where() << ": optimizer state differs from rank 0's on rank(s) "
+                      << absl::StrJoin(report.repaired_ranks, ", ") << "; copying rank 0's";
+  const size_t n = params_.size();
+  const size_t values = n * (1 + optimizer_state_.size());
+  std::vector<float> wire(2 + values * 2, 0.f);
+  if (options_.rank == 0) {
+    uint64_t step_bits = static_cast<uint64_t>(step_);
+    wire[0] = static_cast<float>(step_bits & 0xffff);
+    wire[1] = static_cast<float>((step_bits >> 16) & 0xffff);
+    size_t at = 2;
+    auto put = [&](const std::vector<float>& v) {
+      for (float x : v) {
+        uint32_t bits;
+        std::memcpy(&bits, &x, 4);
+        wire[at++] = static_cast<float>(bits & 0xffff);
+        wire[at++] = static_cast<float>(bits >> 16);
+      }
+    };
+    put(params_);
+    for (const auto& slot : optimizer_state_) put(slot);
+  }
+  s = AllReduceMean(absl::MakeSpan(wire));
+  if (!s.ok()) return s;
+  auto word = [&](size_t i) {
+    return static_cast<uint32_t>(std::nearbyint(static_cast<double>(wire[i]) * world));
+  };
+  const int64_t step0 = static_cast<int64_t>(word(0) | (word(1) << 16));
+  if (step0 != step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": rank 0 is at step ", step0, " and this rank at ", step_,
+        "; ranks must call SynchronizeOptimizerState at the same step"));
+  }
+  size_t at = 2;
+  auto get = [&](std::vector<float>& v) {
+    for (float& x : v) {
+      const uint32_t bits = word(at) | (word(at + 1) << 16);
+      at += 2;
+      std::memcpy(&x, &bits, 4);
+    }
+  };
+  get(params_);
+  for (auto& slot : optimizer_state_) get(slot);
+  if (half_) FloatToHalf(*half_, params_.data(), params_half_.data(), n);
+  return report;
+}
+
+absl::Status Worker::ReadServerState(TrainState* out) {
+  constexpr int64_t kChunk = 1 << 20;
+  const size_t slots = out->state.size();
+  for (Server& srv : servers_) {
+    const Range r = layout_->shard_range(srv.shard);
+    for (int64_t off = 0; off < r.size(); off += kChunk) {
+      v1::ReadStateRequest req;
+      req.set_job(options_.job);
+      req.set_step(step_);
+      req.set_offset(off);
+      req.set_count(std::min(kChunk, r.size() - off));
+      v1::ShardState st;
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx, absl::Minutes(1));
+      Authorize(&ctx);
+      absl::Status s = FromGrpc(srv.stub->ReadState(&ctx, req, &st),
+                                absl::StrCat(Where(), ": ReadState on shard ", srv.shard));
+      if (!s.ok()) return s;
+      const size_t bytes = static_cast<size_t>(req.count()) * sizeof(float);
+      if (st.params().size() != bytes || st.state().size() != bytes * slots ||
+          st.range_begin() != r.begin || st.range_end() != r.end) {
+        return absl::DataLossError(absl::StrCat(Where(), ": shard ", srv.shard,
+                                                " sent a state chunk of the wrong size"));
+      }
+      std::memcpy(out->params.data() + r.begin + off, st.params().data(), bytes);
+      for (size_t k = 0; k < slots; ++k) {
+        std::memcpy(out->state[k].data() + r.begin + off, st.state().data() + k * bytes, bytes);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::WriteServerState(const TrainState& state) {
+  constexpr int64_t kChunk = 1 << 20;
+  const bool ddp = options_.strategy == v1::STRATEGY_DDP;
+  for (Server& srv : servers_) {
+    const Range r = layout_->shard_range(srv.shard);
+    int64_t off = 0;
+    do {
+      const int64_t count = ddp ? 0 : std::min(kChunk, r.size() - off);
+      v1::WriteStateRequest req;
+      req.set_job(options_.job);
+      req.set_step(state.step);
+      req.set_offset(off);
+      const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+      if (count > 0) {
+        req.mutable_params()->assign(
+            reinterpret_cast<const char*>(state.params.data() + r.begin + off), bytes);
+        for (const auto& slot : state.state) {
+          req.mutable_state()->append(reinterpret_cast<const char*>(slot.data() + r.begin + off),
+                                      bytes);
+        }
+      }
+      off += count;
+      req.set_commit(off >= r.size() || ddp);
+      v1::WriteStateResponse resp;
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx, absl::Minutes(1));
+      Authorize(&ctx);
+      absl::Status s = FromGrpc(srv.stub->WriteState(&ctx, req, &resp),
+                                absl::StrCat(Where(), ": WriteState on shard ", srv.shard));
+      if (!s.ok()) return s;
+    } while (off < r.size() && !ddp);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Worker::Serialize() {
+  if (layout_ == nullptr) return absl::FailedPreconditionError("Serialize before RegisterLayout");
+  TrainState state;
+  state.spec = spec_;
+  state.step = step_;
+  const size_t n = static_cast<size_t>(layout_->num_params());
+  if (options_.strategy == v1::STRATEGY_DDP) {
+    state.params = params_;
+    state.state = optimizer_state_;
+    return EncodeTrainState(state);
+  }
+  // Every rank reads between two barriers: no shard can start the next step
+  // while anyone reads.
+  absl::Status s = AgreeOk(true, "Serialize");
+  if (!s.ok()) return s;
+  state.params.assign(n, 0.f);
+  state.state.assign(static_cast<size_t>(StateSlots(options_.optimizer)), std::vector<float>(n));
+  absl::Status read = ReadServerState(&state);
+  s = AgreeOk(read.ok(), "Serialize");
+  if (!read.ok()) return read;
+  if (!s.ok()) return s;
+  return EncodeTrainState(state);
+}
+
+absl::Status Worker::Deserialize(absl::string_view blob) {
+  if (layout_ == nullptr) return absl::FailedPreconditionError("Deserialize before RegisterLayout");
+  absl::StatusOr<TrainState> state = DecodeTrainState(blob);
+  absl::Status fits = state.ok() ? CheckTrainStateFits(*state, spec_) : state.status();
+  if (!fits.ok()) {
+    fits = absl::Status(fits.code(), absl::StrCat(Where(), ": Deserialize: ", fits.message()));
+  }
+  // Agree before touching anything: a rank with a bad blob stops everyone.
+  absl::Status s = AgreeOk(fits.ok(), "Deserialize (checking the blob)");
+  if (!fits.ok()) return fits;
+  if (!s.ok()) return s;
+  const bool ddp = options_.strategy == v1::STRATEGY_DDP;
+  absl::Status wrote = absl::OkStatus();
+  if (options_.rank == 0) wrote = WriteServerState(*state);
+  s = AgreeOk(wrote.ok(), "Deserialize (writing the shard servers)");
+  if (!wrote.ok()) return wrote;
+  if (!s.ok()) return s;
+  step_ = state->step;
+  micro_batches_ = 0;
+  for (auto& v : ready_elems_) std::fill(v.begin(), v.end(), 0);
+  for (auto& v : pushed_) std::fill(v.begin(), v.end(), 0);
+  if (ddp) {
+    params_ = state->params;
+    optimizer_state_ = state->state;
+    if (half_) FloatToHalf(*half_, params_.data(), params_half_.data(), params_.size());
+    return absl::OkStatus();
+  }
+  if (fsdp()) return Barrier(step_);  // units are gathered per step
+  s = SendPulls(step_);
+  if (s.ok()) s = WaitForParams(step_);
+  return s;
+}
+
+absl::StatusOr<bool> Worker::ReportMetric(float value) {
+  std::vector<float> mean = {value};
+  absl::Status s = AllReduceMean(absl::MakeSpan(mean));
+  if (!s.ok()) return s;
+  stopper_.Observe(mean[0]);
+  const bool stop =
+      options_.early_stop_hook ? options_.early_stop_hook(mean[0], stopper_) : stopper_.ShouldStop();
+  early_stop_ = early_stop_ || stop;
+  return early_stop_;
 }
 
 }  // namespace tessel

@@ -46,6 +46,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -56,6 +57,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "absl/strings/string_view.h"
+#include "core/early_stopping.h"
 #include "core/layout.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
@@ -64,6 +67,7 @@
 #include "rpc/registry_client.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_transport.h"
+#include "worker/train_state.h"
 
 namespace tessel {
 
@@ -97,6 +101,12 @@ struct WorkerOptions {
   int64_t resume_step = -1;
   // Admin token for servers that require one ("" = $TESSEL_TOKEN if set).
   std::string token;
+  // Early stopping (ReportMetric / ShouldEarlyStop): the patience rule over
+  // the job-wide mean of the reported metric, and optionally a hook that
+  // decides instead (it sees the mean and the rule's bookkeeping; it runs on
+  // every rank with the same inputs, so it must be deterministic).
+  EarlyStoppingPolicy early_stopping;
+  std::function<bool(double mean, const EarlyStopping& rule)> early_stop_hook;
   // Units (groups of tensors): index of the first tensor of each, ascending
   // from 0. Required for fsdp. For zero2 (fp32) they make gradients live per
   // unit: UnitGrads(u) / PushUnit(u) instead of grads(), each unit's buffer
@@ -112,6 +122,16 @@ struct WorkerOptions {
   //                     fp32 masters and state, applies the update and rounds
   //                     the masters to half_params().
   v1::DType precision = v1::DTYPE_F32;
+};
+
+// What SynchronizeOptimizerState found.
+struct OptimizerStateReport {
+  int64_t step = 0;
+  // DDP: one digest of (step, params, optimizer state) per rank, as found
+  // before any repair. ZeRO/FSDP: one state digest per shard.
+  std::vector<std::string> digests;
+  bool consistent = true;            // all ranks equal (DDP), all shards at step (ZeRO)
+  std::vector<int> repaired_ranks;   // DDP: ranks overwritten with rank 0's state
 };
 
 struct WorkerMemory {
@@ -184,6 +204,44 @@ class Worker {
   // The full parameters at the current step (tools and tests; allocates P floats).
   absl::StatusOr<std::vector<float>> GatherAll();
 
+  // --- state queries -----------------------------------------------------
+  // Collective: every rank of the job calls them at the same point, between
+  // steps (after Step()/FinishStep() returned, before the next pushes).
+  //
+  // The mean over ranks of this step's gradients (grads(), divided by the
+  // micro-batch count if accumulating; half gradients widened), reduced in
+  // rank order by the shard servers exactly as a step would, without
+  // applying anything: for gradient norms, clipping decisions, checks. Costs
+  // one extra all-reduce; grads() is unchanged and Step() proceeds as usual.
+  // Not for fsdp or per-unit zero2, whose gradients are pushed and freed
+  // unit by unit. The view stays valid until the next call.
+  absl::StatusOr<absl::Span<const float>> SynchronizeGradients();
+  // ZeRO/FSDP: the state lives once, sharded on the servers; checks every
+  // shard is at this step and reports its state digest. DDP: every rank
+  // holds a copy; compares digests of (step, params, state) across ranks
+  // and, where one differs from rank 0's, overwrites it with rank 0's
+  // exactly (a broadcast). `consistent` says what was found.
+  absl::StatusOr<OptimizerStateReport> SynchronizeOptimizerState();
+  // The whole training state (params as fp32 masters, optimizer state,
+  // step) as a portable blob (worker/train_state.h): independent of world
+  // size, shard count and strategy.
+  absl::StatusOr<std::string> Serialize();
+  // Loads a Serialize() blob into this job (every rank passes the same
+  // bytes): same tensors and optimizer kind required; anything else may
+  // differ. Afterwards step() is the blob's step and every rank holds its
+  // parameters. On error nothing changed, on every rank.
+  absl::Status Deserialize(absl::string_view blob);
+  // Early stopping: every rank reports its value of the monitored metric
+  // (e.g. its validation loss); the job-wide mean feeds the rule (or hook),
+  // and the decision, the same on every rank, is returned and kept for
+  // ShouldEarlyStop().
+  absl::StatusOr<bool> ReportMetric(float value);
+  bool ShouldEarlyStop() const { return early_stop_; }
+  const EarlyStopping& early_stopping() const { return stopper_; }
+  // The mean over ranks of `data` (same size on every rank), in place, in
+  // rank order through the shard servers. The building block of the above.
+  absl::Status AllReduceMean(absl::Span<float> data);
+
   int64_t step() const { return step_; }
   int64_t epoch() const { return epoch_; }
   int num_servers() const { return static_cast<int>(servers_.size()); }
@@ -217,6 +275,11 @@ class Worker {
   // DDP: applies the averaged gradient to this worker's masters and state.
   void ApplyLocalUpdate();
   absl::Status MembershipChanged();
+  // A collective barrier that also agrees on failure: every rank passes
+  // whether it is ok; all get an error if any rank was not.
+  absl::Status AgreeOk(bool ok, const std::string& what);
+  absl::Status ReadServerState(TrainState* out);
+  absl::Status WriteServerState(const TrainState& state);
 
   struct Unit {
     Range range;
@@ -258,6 +321,13 @@ class Worker {
   int micro_batches_ = 0;  // AccumulateGradients calls this step
   absl::Time last_checkpoint_ = absl::Now();
   std::string token_;
+  v1::JobSpec spec_;  // as registered
+  // AllReduceMean: one reduce-only DDP job per vector size ("<job>~sync<n>").
+  std::map<size_t, std::unique_ptr<Worker>> reducers_;
+  bool reduce_only_ = false;  // this Worker is such a reducer: Step() only averages
+  std::vector<float> synced_grads_;
+  EarlyStopping stopper_;
+  bool early_stop_ = false;
 
   std::vector<float> params_;
   std::vector<float> grads_;
