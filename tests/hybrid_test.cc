@@ -284,6 +284,10 @@ TEST_P(HybridClusterTest, FinalParametersEqualTheSingleProcessReference) {
     std::vector<float> rounded = *final_params;
     RoundTrip(half, rounded.data(), rounded.size());
     EXPECT_EQ(0, std::memcmp(rounded.data(), final_params->data(), rounded.size() * sizeof(float)));
+    // And the half arithmetic shows: the fp32 reference is a different result.
+    auto fp32 = TrainHybridReference(job, opt, rc.config, kSteps);
+    ASSERT_TRUE(fp32.ok()) << fp32.status();
+    EXPECT_GT(MaxRelativeDifference(*final_params, *fp32), 0.0);
   }
 }
 
