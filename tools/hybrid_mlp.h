@@ -29,6 +29,9 @@
 //                            worker.grads(), ready);
 //     RETURN_IF_ERROR(worker.Step());
 //   }
+// (With mixed precision the caller passes fp32 buffers instead: the half
+// parameters widened to float, and gradients it rounds to half in `ready`;
+// see tools/hybrid_main.cc.)
 #ifndef TESSEL_TOOLS_HYBRID_MLP_H_
 #define TESSEL_TOOLS_HYBRID_MLP_H_
 
