@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Replays fixed gradients through a real local Tessel cluster.\n\n"
       "Usage: tessel-replay --init=INIT.npy --grads=DIR --steps=K --workers=W --servers=S\n"
-      "         --strategy=zero2|zero1|ddp --optimizer=sgd|adam|adamw|rmsprop|adagrad [--lr "
+      "         --strategy=zero2|zero1|ddp|fsdp|hybrid --optimizer=sgd|adam|adamw|rmsprop|adagrad "
+      "[--lr "
       "--momentum\n"
       "         --dampening --nesterov --weight_decay --beta1 --beta2 --eps --alpha --centered\n"
       "         --lr_decay --initial_accumulator_value] --out=OUT.npy\n\n"
