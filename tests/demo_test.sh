@@ -26,6 +26,9 @@ grep -q "max relative difference vs single process: 0 " "$tmp/run1b.txt" || { ca
 grep -q "max relative difference vs single process: 0 " "$tmp/run1c.txt" || fail "bf16 differs from the mixed-precision reference"
 "$demo" --steps=20 --strategy=hybrid --dp=2 --tp=2 --pp=2 --micro_batches=4 > "$tmp/run1e.txt" 2>&1 || { cat "$tmp/run1e.txt"; fail "hybrid demo exited $?"; }
 grep -q "max relative difference vs the single-process hybrid reference: 0 " "$tmp/run1e.txt" || fail "hybrid differs from its reference"
+"$demo" --steps=20 --strategy=hybrid --precision=bf16 --dp=2 --tp=2 --pp=1 --micro_batches=2 > "$tmp/run1f.txt" 2>&1 || { cat "$tmp/run1f.txt"; fail "bf16 hybrid demo exited $?"; }
+grep -q "precision bf16" "$tmp/run1f.txt" || { cat "$tmp/run1f.txt"; fail "the hybrid demo did not forward --precision"; }
+grep -q "max relative difference vs the single-process hybrid reference: 0 " "$tmp/run1f.txt" || fail "bf16 hybrid differs from its mixed-precision reference"
 "$demo" --steps=30 --strategy=fsdp > "$tmp/run1d.txt" 2>&1 || { cat "$tmp/run1d.txt"; fail "fsdp demo exited $?"; }
 grep -q "max relative difference vs single process: 0 " "$tmp/run1d.txt" || fail "fsdp differs from the reference"
 for mp in "fsdp fp16" "ddp bf16"; do

@@ -2,7 +2,9 @@
 // (2 shard servers x 3 worker processes over UCX and gRPC) on fixed
 // gradients, and the final parameters must equal single-process training
 // (mean gradient in rank order, same optimizer) within 1e-6 relative, and be
-// bitwise identical whatever order buckets arrive in.
+// bitwise identical whatever order buckets arrive in. The hybrid replay
+// (tessel-replay --strategy=hybrid) must equal the same single-process
+// training bitwise.
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "core/npy.h"
 #include "core/optimizer.h"
 #include "gtest/gtest.h"
@@ -145,7 +148,7 @@ TEST_F(ReplayEquivalenceTest, MixedPrecisionMatchesTheMixedPrecisionReference) {
       // Tolerance stated: bitwise against the mixed-precision reference (for
       // DDP the averaged gradient comes back in half, and the reference does so too).
       EXPECT_EQ(MaxRelativeDifference(
-                    got, ReplayReference(*in_, opt, kWorkers, half, strategy == "ddp")),
+                    got, ReplayReference(*in_, opt, kWorkers, half, 1, strategy == "ddp")),
                 0)
           << name << " " << strategy;
       // For information: against fp32 training, the half rounding shows.
@@ -203,6 +206,151 @@ TEST_F(ReplayEquivalenceTest, RejectsBadInputBeforeStartingAnything) {
   r = Replay(out, {"--strategy=zero9"});
   EXPECT_NE(r.output.find("unknown strategy"), std::string::npos);
   EXPECT_NE(access(out.c_str(), F_OK), 0) << "no output may be written on bad input";
+}
+
+// --- hybrid DPxTPxPP replay -------------------------------------------------
+//
+// tessel-replay --strategy=hybrid: the flat vector is the parameter vector of
+// the MLP 16,32,32,4 (1732 floats); every process steps its partition's slice
+// of its replica's files. Optimizers are elementwise, so the reassembled
+// result must equal single-process training on the same files bit for bit
+// (tolerance 0), and the flat replay through a plain cluster as well.
+
+constexpr char kHybridLayers[] = "16,32,32,4";
+constexpr size_t kHybridParams = 16 * 32 + 32 + 32 * 32 + 32 + 32 * 4 + 4;
+constexpr int kHybridSteps = 4;
+constexpr int kHybridReplicas = 2;
+constexpr int kHybridMicro = 2;
+
+class HybridReplayTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    in_ = new ReplayInputs(MakeReplayInputs("hybrid-replay-test", kHybridParams, kHybridSteps,
+                                            kHybridReplicas, 9, kHybridMicro));
+  }
+
+  static CommandResult Run(const std::string& out, const std::vector<std::string>& flags) {
+    std::vector<std::string> cmd = {FindBinary("tools/tessel-replay"),
+                                    "--strategy=hybrid",
+                                    absl::StrCat("--layers=", kHybridLayers),
+                                    "--init=" + in_->dir + "/init.npy",
+                                    "--grads=" + in_->dir,
+                                    absl::StrCat("--steps=", kHybridSteps),
+                                    "--servers=2",
+                                    "--bucket_bytes=1024",
+                                    "--timeout_s=120",
+                                    "--out=" + out};
+    cmd.insert(cmd.end(), flags.begin(), flags.end());
+    return RunCommand(absl::StrJoin(cmd, " "));
+  }
+
+  // Runs the replay and asserts its result equals the reference bit for bit.
+  static void ExpectBitwise(const std::string& name, const std::vector<std::string>& flags,
+                            const std::vector<float>& want) {
+    const std::string out = in_->dir + "/" + name + ".npy";
+    const absl::Time start = absl::Now();
+    CommandResult r = Run(out, flags);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto got = ReadNpyF32(out);
+    ASSERT_TRUE(got.ok()) << got.status() << "\n" << r.output;
+    ASSERT_EQ(got->size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got->data(), want.data(), want.size() * sizeof(float)))
+        << name << ": max relative difference " << MaxRelativeDifference(*got, want);
+    std::printf("[hybrid replay] %s: %.2f s, max relative difference to the reference %.3g\n",
+                name.c_str(), absl::ToDoubleSeconds(absl::Now() - start),
+                MaxRelativeDifference(*got, want));
+    std::fflush(stdout);
+  }
+
+  static ReplayInputs* in_;
+};
+
+ReplayInputs* HybridReplayTest::in_ = nullptr;
+
+OptimizerParams AdamW() {
+  OptimizerParams opt;
+  opt.kind = OptimizerParams::Kind::kAdamW;
+  opt.lr = 0.01f;
+  opt.weight_decay = 0.1f;
+  return opt;
+}
+const std::vector<std::string> kAdamWFlags = {"--optimizer=adamw", "--lr=0.01",
+                                              "--weight_decay=0.1"};
+
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(HybridReplayTest, DP2xTP2EqualsSingleProcessAndFlatReplayBitwise) {
+  const std::vector<float> want = ReplayReference(*in_, AdamW(), kHybridReplicas);
+  ExpectBitwise("dp2tp2_m1", With(kAdamWFlags, {"--dp=2", "--tp=2", "--pp=1"}), want);
+  // The flat replay (2 workers, no split) on the same files gives the same bits.
+  const std::string flat = in_->dir + "/flat.npy";
+  CommandResult r = RunCommand(
+      absl::StrJoin(With({FindBinary("tools/tessel-replay"), "--init=" + in_->dir + "/init.npy",
+                          "--grads=" + in_->dir, absl::StrCat("--steps=", kHybridSteps),
+                          "--workers=2", "--servers=2", "--out=" + flat},
+                         kAdamWFlags),
+                    " "));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto got = ReadNpyF32(flat);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(0, std::memcmp(got->data(), want.data(), want.size() * sizeof(float)));
+  // Two micro-batches per replica: AccumulateGradients on each partition.
+  ExpectBitwise("dp2tp2_m2", With(kAdamWFlags, {"--dp=2", "--tp=2", "--pp=1", "--micro_batches=2"}),
+                ReplayReference(*in_, AdamW(), kHybridReplicas, std::nullopt, kHybridMicro));
+}
+
+TEST_F(HybridReplayTest, DP2xPP2EqualsSingleProcessBitwise) {
+  OptimizerParams sgd;
+  sgd.kind = OptimizerParams::Kind::kSgd;
+  sgd.lr = 0.05f;
+  sgd.momentum = 0.9f;
+  sgd.nesterov = true;
+  sgd.weight_decay = 0.01f;
+  const std::vector<std::string> flags = {
+      "--optimizer=sgd",     "--lr=0.05", "--momentum=0.9", "--nesterov=true",
+      "--weight_decay=0.01", "--dp=2",    "--tp=1",         "--pp=2"};
+  ExpectBitwise("dp2pp2_m1", flags, ReplayReference(*in_, sgd, kHybridReplicas));
+  ExpectBitwise("dp2pp2_m2_zero1", With(flags, {"--micro_batches=2", "--partition_strategy=zero1"}),
+                ReplayReference(*in_, sgd, kHybridReplicas, std::nullopt, kHybridMicro));
+}
+
+TEST_F(HybridReplayTest, MixedPrecisionEqualsTheMixedPrecisionReferenceBitwise) {
+  ExpectBitwise(
+      "dp2tp2_m2_bf16",
+      With(kAdamWFlags, {"--dp=2", "--tp=2", "--pp=1", "--micro_batches=2", "--precision=bf16"}),
+      ReplayReference(*in_, AdamW(), kHybridReplicas, HalfType::kBF16, kHybridMicro));
+}
+
+TEST_F(HybridReplayTest, RejectsBadInputBeforeStartingAnything) {
+  const std::string out = in_->dir + "/never.npy";
+  // INIT does not match the MLP's parameter count.
+  CommandResult r = Run(out, {"--dp=2", "--tp=2", "--layers=16,32,32,8"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("init.npy has 1732 floats but the MLP --layers=16,32,32,8 has"),
+            std::string::npos)
+      << r.output;
+  // A micro-batch file missing: named, with what the run needs.
+  RunCommand("mv " + in_->dir + "/step3_rank1_micro1.npy " + in_->dir + "/moved.npy");
+  r = Run(out, {"--dp=2", "--tp=2", "--micro_batches=2"});
+  RunCommand("mv " + in_->dir + "/moved.npy " + in_->dir + "/step3_rank1_micro1.npy");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("step3_rank1_micro1.npy"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("_micro{m}.npy for m in [0, 2)"), std::string::npos) << r.output;
+  // A replica the files do not have.
+  r = Run(out, {"--dp=3"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("step0_rank2.npy"), std::string::npos) << r.output;
+  // A configuration that cannot run: refused naming the flag.
+  r = Run(out, {"--dp=2", "--tp=3"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("tp=3 does not divide hidden size 32"), std::string::npos) << r.output;
+  r = Run(out, {"--partition_strategy=ddp"});
+  EXPECT_NE(r.output.find("zero1 or zero2"), std::string::npos) << r.output;
+  EXPECT_NE(access(out.c_str(), F_OK), 0) << "no output may be written on bad input";
+  EXPECT_EQ(r.output.find("shard servers +"), std::string::npos) << "nothing may start";
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 namespace tessel {
 
 ReplayInputs MakeReplayInputs(const std::string& prefix, size_t params, int steps, int ranks,
-                              uint32_t seed) {
+                              uint32_t seed, int micro_batches) {
   ReplayInputs in;
   in.dir = MakeRunDir(prefix);
   std::mt19937 rng(seed);
@@ -30,11 +30,27 @@ ReplayInputs MakeReplayInputs(const std::string& prefix, size_t params, int step
           WriteNpyF32(absl::StrCat(in.dir, "/step", k, "_rank", r, ".npy"), in.grads[k][r]).ok());
     }
   }
+  if (micro_batches > 1) {
+    in.micro.assign(steps, std::vector<std::vector<std::vector<float>>>(
+                               ranks, std::vector<std::vector<float>>(micro_batches,
+                                                                      std::vector<float>(params))));
+    for (int k = 0; k < steps; ++k) {
+      for (int r = 0; r < ranks; ++r) {
+        for (int m = 0; m < micro_batches; ++m) {
+          for (float& v : in.micro[k][r][m]) v = 0.1f * normal(rng);
+          EXPECT_TRUE(WriteNpyF32(absl::StrCat(in.dir, "/step", k, "_rank", r, "_micro", m, ".npy"),
+                                  in.micro[k][r][m])
+                          .ok());
+        }
+      }
+    }
+  }
   return in;
 }
 
 std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams& opt, int workers,
-                                   std::optional<HalfType> half, bool half_mean) {
+                                   std::optional<HalfType> half, int micro_batches,
+                                   bool half_mean) {
   const size_t n = in.init.size();
   std::vector<float> params = in.init, mean(n);
   std::vector<std::vector<float>> state(StateSlots(opt), std::vector<float>(n, 0.f));
@@ -45,7 +61,15 @@ std::vector<float> ReplayReference(const ReplayInputs& in, const OptimizerParams
     std::vector<std::vector<float>> rounded(workers);
     std::vector<const float*> srcs;
     for (int r = 0; r < workers; ++r) {
-      rounded[r] = in.grads[k][r];
+      if (micro_batches > 1) {
+        rounded[r] = in.micro[k][r][0];
+        for (int m = 1; m < micro_batches; ++m) {
+          for (size_t i = 0; i < n; ++i) rounded[r][i] += in.micro[k][r][m][i];
+        }
+        for (float& v : rounded[r]) v /= static_cast<float>(micro_batches);
+      } else {
+        rounded[r] = in.grads[k][r];
+      }
       RoundTrip(half, rounded[r].data(), n);
       srcs.push_back(rounded[r].data());
     }

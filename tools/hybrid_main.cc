@@ -10,11 +10,25 @@
 // partition's own Tessel job "<job>.p<p>.t<t>" (zero2 or zero1). Rank 0
 // gathers every partition at the end and writes the reassembled parameters
 // (--out).
+//
+// Mixed precision (--precision=fp16|bf16): each partition job keeps half
+// parameters and gradients on the worker and on the wire, fp32 masters and
+// optimizer state on the servers. The process computes in fp32 from its
+// partition's half parameters widened to float, accumulates micro-batch
+// gradients in fp32, and rounds each tensor's final gradient to half as it
+// becomes ready. Tensor-parallel sums and pipeline activations stay fp32.
+//
+// Replay mode (--grads=DIR --init=INIT.npy, tools/hybrid_replay.h): no model
+// compute; each process feeds its replica's gradient files, sliced to its
+// partition, into its partition job. tessel-replay --strategy=hybrid runs it
+// through --local.
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -24,9 +38,11 @@
 #include "absl/time/clock.h"
 #include "core/log.h"
 #include "core/npy.h"
+#include "core/precision.h"
 #include "tools/cluster.h"
 #include "tools/hybrid_launch.h"
 #include "tools/hybrid_mlp.h"
+#include "tools/hybrid_replay.h"
 #include "tools/mlp_job.h"
 #include "tools/train_flags.h"
 #include "worker/hybrid.h"
@@ -47,6 +63,12 @@ ABSL_FLAG(bool, local, false,
           "dp*tp*pp worker processes and compare with single-process training");
 ABSL_FLAG(int, timeout_s, 600, "launcher: stop everything after this many seconds");
 ABSL_FLAG(double, tolerance, 1e-6, "launcher: largest relative difference accepted");
+ABSL_FLAG(std::string, init, "",
+          "replay mode: initial parameters, 1-D float32 .npy of the MLP's parameter count");
+ABSL_FLAG(std::string, grads, "",
+          "replay mode: directory of step{k}_rank{d}.npy (or step{k}_rank{d}_micro{m}.npy with "
+          "--micro_batches > 1) holding the whole flat gradient of replica d; replaces the model "
+          "compute and the comparison with single-process training");
 
 namespace {
 
@@ -64,6 +86,8 @@ int LogEvery(int steps) {
   return every > 0 ? every : std::max(1, steps / 10);
 }
 
+bool ReplayMode() { return !absl::GetFlag(FLAGS_grads).empty(); }
+
 // Everything the processes of one job must agree on besides dp/tp/pp.
 std::string Fingerprint(const tessel::MlpJobConfig& mlp, int steps) {
   std::vector<std::string> flags = tessel::ForwardedTrainFlags();
@@ -73,26 +97,32 @@ std::string Fingerprint(const tessel::MlpJobConfig& mlp, int steps) {
   }
   return absl::StrCat("layers=", absl::StrJoin(mlp.layers, ","), " batch=", mlp.batch,
                       " samples=", mlp.samples, " data_seed=", mlp.data_seed,
-                      " init_seed=", mlp.init_seed, " steps=", steps, " ",
-                      absl::StrJoin(keep, " "));
+                      " init_seed=", mlp.init_seed, " steps=", steps, " ", absl::StrJoin(keep, " "),
+                      ReplayMode() ? absl::StrCat(" replay init=", absl::GetFlag(FLAGS_init),
+                                                  " grads=", absl::GetFlag(FLAGS_grads))
+                                   : std::string());
 }
 
 // Rank 0 gathers partition (p, t) from replica 0 of each, checks replicated
 // tensors agree, and writes the full parameters. Others with d = 0 send.
+// What is collected is what the workers hold: with mixed precision the
+// masters rounded to half (widened to float). `job` (for the test accuracy)
+// is null in replay mode.
 absl::Status CollectFinal(tessel::HybridSession& session, const tessel::model::SplitMlp& split,
-                          const tessel::MlpJob& job, int64_t steps) {
+                          const tessel::MlpJob* job, int64_t steps) {
   const tessel::HybridConfig& c = session.config();
   const tessel::RankCoords& me = session.coords();
   const int partition = me.p * c.tp + me.t;
-  absl::Span<float> params = session.worker().params();
+  if (session.rank() != 0 && me.d != 0) return absl::OkStatus();
+  absl::StatusOr<std::vector<float>> params = session.worker().GatherAll();
+  if (!params.ok()) return params.status();
   if (session.rank() != 0) {
-    if (me.d != 0) return absl::OkStatus();
     return session.peers().Send(
         0, tessel::HybridTag(tessel::HybridMessage::kCollect, steps, 0, partition),
-        std::vector<float>(params.begin(), params.end()));
+        std::move(*params));
   }
   std::vector<std::vector<float>> parts(c.pp * c.tp);
-  parts[0].assign(params.begin(), params.end());
+  parts[0] = std::move(*params);
   for (int p = 0; p < c.pp; ++p) {
     for (int t = 0; t < c.tp; ++t) {
       const int i = p * c.tp + t;
@@ -108,85 +138,42 @@ absl::Status CollectFinal(tessel::HybridSession& session, const tessel::model::S
   }
   absl::StatusOr<std::vector<float>> full = split.Assemble(parts);
   if (!full.ok()) return full.status();
-  std::printf("rank 0: %d partitions reassembled into %zu parameters; test accuracy %.2f%%\n",
-              c.pp * c.tp, full->size(), 100.0 * job.TestAccuracy(full->data()));
+  if (job != nullptr) {
+    std::printf("rank 0: %d partitions reassembled into %zu parameters; test accuracy %.2f%%\n",
+                c.pp * c.tp, full->size(), 100.0 * job->TestAccuracy(full->data()));
+  } else {
+    std::printf("rank 0: %d partitions reassembled into %zu parameters\n", c.pp * c.tp,
+                full->size());
+  }
   std::fflush(stdout);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return absl::OkStatus();
   return tessel::WriteNpyF32(out, *full);
 }
 
-int RunWorker() {
-  const int rank = absl::GetFlag(FLAGS_rank);
-  const int world = absl::GetFlag(FLAGS_world);
-  const tessel::HybridConfig config = tessel::HybridConfigFromFlags();
-  tessel::SetLogLabel(absl::StrCat("hybrid[", rank, "]"));
-  // Configuration first: nothing is started for a job that cannot run.
-  auto mlp = tessel::MlpJobFromFlags();
-  if (!mlp.ok()) return Fail(mlp.status(), 2);
-  auto split = tessel::ValidateHybrid(config, world, *mlp);
-  if (!split.ok()) return Fail(split.status(), 2);
-  if (rank < 0 || rank >= world) {
-    return Fail(absl::InvalidArgumentError(
-                    absl::StrCat("--rank=", rank, " is outside [0, --world=", world, ")")),
-                2);
-  }
-  auto precision = tessel::PrecisionFromFlags();
-  if (!precision.ok()) return Fail(precision.status(), 2);
-  if (precision->has_value()) {
-    return Fail(absl::InvalidArgumentError("hybrid runs in fp32 for now: drop --precision"), 2);
-  }
-  auto optimizer = tessel::OptimizerFromFlags();
-  if (!optimizer.ok()) return Fail(optimizer.status(), 2);
-  auto strategy = tessel::StrategyFromFlags();
-  if (!strategy.ok()) return Fail(strategy.status(), 2);
-  if (absl::Status st = tessel::ValidateHybridStrategy(*strategy); !st.ok()) return Fail(st, 2);
-  const int steps = absl::GetFlag(FLAGS_steps);
-  if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"), 2);
-  if (absl::GetFlag(FLAGS_registry).empty()) {
-    return Fail(absl::InvalidArgumentError("--registry is required (or use --local)"), 2);
-  }
-
-  tessel::HybridOptions o;
-  o.worker.registry = absl::GetFlag(FLAGS_registry);
-  o.worker.job = absl::GetFlag(FLAGS_job);
-  o.worker.rank = rank;
-  o.worker.world_size = world;
-  o.worker.num_servers = absl::GetFlag(FLAGS_servers);
-  o.worker.server_pool = absl::GetFlag(FLAGS_pool);
-  o.worker.strategy = *strategy;
-  o.worker.optimizer = *optimizer;
-  o.worker.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
-  o.worker.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
-  o.worker.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
-  o.worker.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
-  o.config = config;
-  o.fingerprint = Fingerprint(*mlp, steps);
-  auto session = tessel::HybridSession::Connect(o);
-  if (!session.ok()) return Fail(session.status());
-  tessel::HybridSession& hs = **session;
+// The training loop of one process: 1F1B over the replica's micro-batches,
+// then the partition job's Step(), for steps [worker.step(), steps).
+absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp& split,
+                       const tessel::MlpJob& job, int steps) {
+  const tessel::HybridConfig& config = hs.config();
   const tessel::RankCoords me = hs.coords();
-
-  tessel::MlpJob job(*mlp);
-  std::vector<float> full(job.model().num_params());
-  job.Init(full.data());
-  std::vector<tessel::TensorDesc> tensors;
-  for (const auto& t : split->partition_tensors(me.p)) tensors.push_back({t.name, t.shape});
+  const int rank = hs.rank();
+  const int batch = job.config().batch;
   tessel::Worker& worker = hs.worker();
-  absl::Status s = worker.RegisterLayout(tensors, split->Slice(full, me.p, me.t));
-  if (!s.ok()) return Fail(s);
-  if (rank == 0) {
-    std::printf(
-        "hybrid: dp=%d x tp=%d x pp=%d = %d processes, %d micro-batches of %d rows per "
-        "replica; MLP %s (%zu parameters), %d partition job(s) on %d shard server(s)\n",
-        config.dp, config.tp, config.pp, world, config.micro_batches,
-        mlp->batch / config.micro_batches, absl::StrJoin(mlp->layers, ",").c_str(),
-        job.model().num_params(), config.tp * config.pp, worker.num_servers());
-    std::fflush(stdout);
-  }
-
-  tessel::HybridMlpStage stage(*split, config, rank, &hs.peers());
-  auto ready = [&worker](int64_t begin, int64_t end) { return worker.GradientsReady(begin, end); };
+  tessel::HybridMlpStage stage(split, config, rank, &hs.peers());
+  // Mixed precision: the stage computes in fp32 from the half parameters
+  // widened to float (work_params) into fp32 gradients (work_grads); each
+  // tensor's gradient is rounded to half as it becomes final and handed over.
+  const std::optional<tessel::HalfType> half = worker.half_type();
+  const size_t n = split.partition_size(me.p);
+  std::vector<float> work_params(half ? n : 0), work_grads(half ? n : 0);
+  auto ready = [&](int64_t begin, int64_t end) {
+    if (half) {
+      tessel::FloatToHalf(*half, work_grads.data() + begin, worker.half_grads().data() + begin,
+                          static_cast<size_t>(end - begin));
+    }
+    return worker.GradientsReady(begin, end);
+  };
   // Loss logging: the last stage's tensor rank 0 of every replica has its
   // replica's loss; they and rank 0 (contributing 0 unless it is one of them)
   // sum it, and rank 0 prints the mean over the global batch.
@@ -202,18 +189,20 @@ int RunWorker() {
   int window_steps = 0;
   for (int64_t k = worker.step(); k < steps; ++k) {
     tessel::model::Dataset b = job.Batch(k, me.d, config.dp);
-    auto loss =
-        stage.Step(k, worker.params(), b.x.data(), b.y.data(), mlp->batch, worker.grads(), ready);
-    if (!loss.ok()) return Fail(loss.status());
-    s = worker.Step();
-    if (!s.ok()) return Fail(s);
+    if (half) tessel::HalfToFloat(*half, worker.half_params().data(), work_params.data(), n);
+    absl::Span<const float> params = half ? absl::MakeConstSpan(work_params) : worker.params();
+    absl::Span<float> grads = half ? absl::MakeSpan(work_grads) : worker.grads();
+    auto loss = stage.Step(k, params, b.x.data(), b.y.data(), batch, grads, ready);
+    if (!loss.ok()) return loss.status();
+    absl::Status s = worker.Step();
+    if (!s.ok()) return s;
     ++window_steps;
     if (in_loss_group && ((k + 1) % log_every == 0 || k + 1 == steps)) {
       std::vector<float> sum = {loss_rank ? *loss : 0.0f};
       s = hs.peers().AllReduceSum(loss_group,
                                   tessel::HybridTag(tessel::HybridMessage::kLoss, k, 0, 0),
                                   absl::MakeSpan(sum), absl::StrCat("the loss of step ", k));
-      if (!s.ok()) return Fail(s);
+      if (!s.ok()) return s;
       if (rank == 0) {
         const double secs = absl::ToDoubleSeconds(absl::Now() - window);
         std::printf("step %5lld/%d  loss %.4f  %.2f ms/step\n", static_cast<long long>(k + 1),
@@ -224,7 +213,156 @@ int RunWorker() {
       window_steps = 0;
     }
   }
-  s = CollectFinal(hs, *split, job, steps);
+  return absl::OkStatus();
+}
+
+// Replay: per step, replica d's gradient files (tools/hybrid_replay.h)
+// sliced to this process's partition go into the partition job: with one
+// micro-batch straight into grads(), with several through
+// Worker::AccumulateGradients (sum in order, mean at Step). Mixed precision
+// has no fp32 gradient buffer on the worker: the same sum and division run
+// here, and the mean is rounded to half.
+absl::Status ReplayLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp& split,
+                        int steps) {
+  const tessel::HybridConfig& config = hs.config();
+  const tessel::RankCoords me = hs.coords();
+  tessel::Worker& worker = hs.worker();
+  const std::optional<tessel::HalfType> half = worker.half_type();
+  const std::string dir = absl::GetFlag(FLAGS_grads);
+  const size_t full_size = split.model().num_params();
+  const int micro_batches = config.micro_batches;
+  const int log_every = LogEvery(steps);
+  std::vector<float> mean;
+  for (int64_t k = worker.step(); k < steps; ++k) {
+    for (int m = 0; m < micro_batches; ++m) {
+      const std::string path = tessel::HybridReplayGradPath(dir, k, me.d, m, micro_batches);
+      absl::StatusOr<std::vector<float>> g = tessel::ReadHybridReplayGrad(path, full_size);
+      if (!g.ok()) return g.status();
+      std::vector<float> part = split.Slice(*g, me.p, me.t);
+      if (half) {
+        if (m == 0) {
+          mean = std::move(part);
+        } else {
+          for (size_t i = 0; i < mean.size(); ++i) mean[i] += part[i];
+        }
+      } else if (micro_batches > 1) {
+        absl::Status s = worker.AccumulateGradients(part);
+        if (!s.ok()) return s;
+      } else {
+        std::copy(part.begin(), part.end(), worker.grads().begin());
+      }
+    }
+    if (half) {
+      if (micro_batches > 1) {
+        const float count = static_cast<float>(micro_batches);
+        for (float& v : mean) v /= count;
+      }
+      tessel::FloatToHalf(*half, mean.data(), worker.half_grads().data(), mean.size());
+    }
+    absl::Status s = worker.Step();
+    if (!s.ok()) return s;
+    if (hs.rank() == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
+      std::printf("step %5lld/%d replayed\n", static_cast<long long>(k + 1), steps);
+      std::fflush(stdout);
+    }
+  }
+  return absl::OkStatus();
+}
+
+int RunWorker() {
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const int world = absl::GetFlag(FLAGS_world);
+  const tessel::HybridConfig config = tessel::HybridConfigFromFlags();
+  const bool replay = ReplayMode();
+  tessel::SetLogLabel(absl::StrCat("hybrid[", rank, "]"));
+  // Configuration first: nothing is started for a job that cannot run.
+  auto mlp = tessel::MlpJobFromFlags();
+  if (!mlp.ok()) return Fail(mlp.status(), 2);
+  if (replay) {
+    if (absl::GetFlag(FLAGS_init).empty()) {
+      return Fail(absl::InvalidArgumentError("replay mode (--grads) needs --init=INIT.npy"), 2);
+    }
+    mlp->batch = config.micro_batches;  // replay has no batch: the files are the micro-batches
+  }
+  auto split = tessel::ValidateHybrid(config, world, *mlp);
+  if (!split.ok()) return Fail(split.status(), 2);
+  if (rank < 0 || rank >= world) {
+    return Fail(absl::InvalidArgumentError(
+                    absl::StrCat("--rank=", rank, " is outside [0, --world=", world, ")")),
+                2);
+  }
+  auto precision = tessel::PrecisionFromFlags();
+  if (!precision.ok()) return Fail(precision.status(), 2);
+  auto optimizer = tessel::OptimizerFromFlags();
+  if (!optimizer.ok()) return Fail(optimizer.status(), 2);
+  auto strategy = tessel::StrategyFromFlags();
+  if (!strategy.ok()) return Fail(strategy.status(), 2);
+  if (absl::Status st = tessel::ValidateHybridStrategy(*strategy); !st.ok()) return Fail(st, 2);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"), 2);
+  if (absl::GetFlag(FLAGS_registry).empty()) {
+    return Fail(absl::InvalidArgumentError("--registry is required (or use --local)"), 2);
+  }
+  const tessel::RankCoords me = tessel::CoordsOf(config, rank);
+  // The whole MLP's initial parameters: the job's initialisation, or (replay)
+  // INIT, after every file this replica reads was checked.
+  std::vector<float> full;
+  std::unique_ptr<tessel::MlpJob> job;
+  if (replay) {
+    auto init = tessel::ValidateHybridReplayInputs(
+        absl::GetFlag(FLAGS_init), absl::GetFlag(FLAGS_grads), split->model(), config.dp,
+        config.micro_batches, steps, me.d, me.d + 1);
+    if (!init.ok()) return Fail(init.status(), 2);
+    full = std::move(*init);
+  }
+
+  tessel::HybridOptions o;
+  o.worker.registry = absl::GetFlag(FLAGS_registry);
+  o.worker.job = absl::GetFlag(FLAGS_job);
+  o.worker.rank = rank;
+  o.worker.world_size = world;
+  o.worker.num_servers = absl::GetFlag(FLAGS_servers);
+  o.worker.server_pool = absl::GetFlag(FLAGS_pool);
+  o.worker.strategy = *strategy;
+  o.worker.optimizer = *optimizer;
+  o.worker.precision = tessel::DTypeOf(*precision);
+  o.worker.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
+  o.worker.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
+  o.worker.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  o.worker.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  o.config = config;
+  o.fingerprint = Fingerprint(*mlp, steps);
+  auto session = tessel::HybridSession::Connect(o);
+  if (!session.ok()) return Fail(session.status());
+  tessel::HybridSession& hs = **session;
+
+  if (!replay) {
+    job = std::make_unique<tessel::MlpJob>(*mlp);
+    full.resize(job->model().num_params());
+    job->Init(full.data());
+  }
+  std::vector<tessel::TensorDesc> tensors;
+  for (const auto& t : split->partition_tensors(me.p)) tensors.push_back({t.name, t.shape});
+  tessel::Worker& worker = hs.worker();
+  absl::Status s = worker.RegisterLayout(tensors, split->Slice(full, me.p, me.t));
+  if (!s.ok()) return Fail(s);
+  if (rank == 0) {
+    const std::string what =
+        replay ? absl::StrCat("replaying ", absl::GetFlag(FLAGS_grads), " (", config.micro_batches,
+                              " gradient file(s) per replica and step)")
+               : absl::StrCat(config.micro_batches, " micro-batches of ",
+                              mlp->batch / config.micro_batches, " rows per replica");
+    std::printf(
+        "hybrid: dp=%d x tp=%d x pp=%d = %d processes, %s; MLP %s (%zu parameters), precision "
+        "%s, %d partition job(s) on %d shard server(s)\n",
+        config.dp, config.tp, config.pp, world, what.c_str(),
+        absl::StrJoin(mlp->layers, ",").c_str(), split->model().num_params(),
+        absl::GetFlag(FLAGS_precision).c_str(), config.tp * config.pp, worker.num_servers());
+    std::fflush(stdout);
+  }
+  s = replay ? ReplayLoop(hs, *split, steps) : TrainLoop(hs, *split, *job, steps);
+  if (!s.ok()) return Fail(s);
+  s = CollectFinal(hs, *split, job.get(), steps);
   if (!s.ok()) return Fail(s);
   s = hs.Finish();
   if (!s.ok()) return Fail(s);
@@ -237,15 +375,34 @@ int RunLocal() {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   const tessel::HybridConfig config = tessel::HybridConfigFromFlags();
+  const bool replay = ReplayMode();
   auto mlp = tessel::MlpJobFromFlags();
   if (!mlp.ok()) return Fail(mlp.status(), 2);
+  if (replay) mlp->batch = config.micro_batches;  // replay has no batch
   auto split = tessel::ValidateHybrid(config, config.world(), *mlp);
   if (!split.ok()) return Fail(split.status(), 2);
   auto optimizer = tessel::OptimizerFromFlags();
   if (!optimizer.ok()) return Fail(optimizer.status(), 2);
+  auto strategy = tessel::StrategyFromFlags();
+  if (!strategy.ok()) return Fail(strategy.status(), 2);
+  if (absl::Status st = tessel::ValidateHybridStrategy(*strategy); !st.ok()) return Fail(st, 2);
+  auto precision = tessel::PrecisionFromFlags();
+  if (!precision.ok()) return Fail(precision.status(), 2);
   const int steps = absl::GetFlag(FLAGS_steps);
+  if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"), 2);
   const int servers = absl::GetFlag(FLAGS_servers);
   if (servers < 1) return Fail(absl::InvalidArgumentError("--servers must be >= 1"), 2);
+  const std::string out_flag = absl::GetFlag(FLAGS_out);
+  if (replay) {
+    // Every input is checked before anything starts: bad input changes nothing.
+    if (absl::GetFlag(FLAGS_init).empty() || out_flag.empty()) {
+      return Fail(absl::InvalidArgumentError("replay mode (--grads) needs --init and --out"), 2);
+    }
+    auto init =
+        tessel::ValidateHybridReplayInputs(absl::GetFlag(FLAGS_init), absl::GetFlag(FLAGS_grads),
+                                           split->model(), config.dp, config.micro_batches, steps);
+    if (!init.ok()) return Fail(init.status(), 2);
+  }
 
   tessel::ClusterOptions copt;
   copt.servers = servers;
@@ -269,7 +426,12 @@ int RunLocal() {
   for (const std::string& a : tessel::ForwardedMlpFlags()) o.args.push_back(a);
   o.args.push_back(absl::StrCat("--log_every=", LogEvery(steps)));
   o.args.push_back(absl::StrCat("--step_timeout_s=", absl::GetFlag(FLAGS_step_timeout_s)));
-  o.out = copt.run_dir + "/final.npy";
+  if (replay) {
+    o.args.push_back(absl::StrCat("--init=", absl::GetFlag(FLAGS_init)));
+    o.args.push_back(absl::StrCat("--grads=", absl::GetFlag(FLAGS_grads)));
+  }
+  // Rank 0 writes the result only once every step is done.
+  o.out = out_flag.empty() ? copt.run_dir + "/final.npy" : out_flag;
   o.ucx_tls = copt.ucx_tls;
   o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   s = tessel::RunHybridWorkers(&cluster, std::string(self, len > 0 ? len : 0), o, &g_stop);
@@ -277,10 +439,18 @@ int RunLocal() {
   if (!s.ok()) return Fail(s);
   std::printf("cluster run finished in %.1f s (including start-up)\n",
               absl::ToDoubleSeconds(absl::Now() - t0));
+  if (replay) {
+    // No model to train here, so no reference to compute: the result equals
+    // flat single-process training on the same files (tools/hybrid_replay.h).
+    std::printf("replayed %d steps x %d replicas (dp=%d x tp=%d x pp=%d) -> %s\n", steps, config.dp,
+                config.dp, config.tp, config.pp, o.out.c_str());
+    return 0;
+  }
   auto final_params = tessel::ReadNpyF32(o.out);
   if (!final_params.ok()) return Fail(final_params.status());
   tessel::MlpJob job(*mlp);
-  auto diffs = tessel::CompareWithReferences(job, *optimizer, config, steps, *final_params);
+  auto diffs =
+      tessel::CompareWithReferences(job, *optimizer, config, steps, *final_params, *precision);
   if (!diffs.ok()) return Fail(diffs.status());
   std::printf(
       "max relative difference vs the single-process hybrid reference: %.3g "
@@ -306,9 +476,16 @@ int main(int argc, char** argv) {
       "One process:  tessel-hybrid-train --registry=HOST:PORT --rank=R --world=W\n"
       "                  --dp=D --tp=T --pp=P --micro_batches=M [--servers=S]\n"
       "                  [--layers=16,32,32,4 --batch=8 --steps=5 --optimizer=adam ...]\n"
+      "                  [--strategy=zero2|zero1] [--precision=fp32|fp16|bf16]\n"
       "Local cluster: tessel-hybrid-train --local --dp=2 --tp=2 --pp=2 --micro_batches=4 ...\n"
       "W must equal D*T*P; rank R holds pipeline stage (R / T) % P, tensor rank R % T of\n"
-      "data-parallel replica R / (T*P).");
+      "data-parallel replica R / (T*P).\n\n"
+      "Replay (no model compute, no comparison; what tessel-replay --strategy=hybrid runs):\n"
+      "  tessel-hybrid-train --local --grads=DIR --init=INIT.npy --out=FINAL.npy --layers=...\n"
+      "      --dp=D --tp=T --pp=P --micro_batches=M --steps=K [--optimizer ... --precision ...]\n"
+      "INIT: the MLP's flat parameter vector (length = its parameter count). Replica d's\n"
+      "gradient of step k: DIR/step{k}_rank{d}.npy, or with M > 1 the mean of\n"
+      "DIR/step{k}_rank{d}_micro{m}.npy for m in [0, M); each the whole flat vector.");
   absl::ParseCommandLine(argc, argv);
   return absl::GetFlag(FLAGS_local) ? RunLocal() : RunWorker();
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -221,7 +222,8 @@ absl::Status HybridMlpStage::Backward(int j) {
 
 absl::StatusOr<std::vector<float>> TrainHybridReference(const MlpJob& job,
                                                         const OptimizerParams& optimizer,
-                                                        const HybridConfig& config, int steps) {
+                                                        const HybridConfig& config, int steps,
+                                                        std::optional<HalfType> half) {
   absl::StatusOr<model::SplitMlp> split = ValidateHybrid(config, config.world(), job.config());
   if (!split.ok()) return split.status();
   std::vector<float> full(job.model().num_params());
@@ -240,11 +242,21 @@ absl::StatusOr<std::vector<float>> TrainHybridReference(const MlpJob& job,
     InitState(optimizer, ptrs, parts[i].size());
   }
   std::vector<std::vector<std::vector<float>>> grads(config.dp);
+  // Mixed precision: every process computes from its partition's masters
+  // rounded to half (what it pulls), and pushes its gradients rounded to half
+  // after the micro-batch accumulation. Without `half` both are the masters
+  // and the fp32 gradients themselves.
+  std::vector<std::vector<float>> working = parts;
   for (int step = 0; step < steps; ++step) {
+    for (int i = 0; i < partitions; ++i) {
+      working[i] = parts[i];
+      RoundTrip(half, working[i].data(), working[i].size());
+    }
     for (int d = 0; d < config.dp; ++d) {
       model::Dataset b = job.Batch(step, d, config.dp);
-      split->ReferenceGradients(parts, b.x.data(), b.y.data(), job.config().batch,
+      split->ReferenceGradients(working, b.x.data(), b.y.data(), job.config().batch,
                                 config.micro_batches, &grads[d]);
+      for (std::vector<float>& g : grads[d]) RoundTrip(half, g.data(), g.size());
     }
     for (int i = 0; i < partitions; ++i) {
       const size_t n = parts[i].size();
@@ -257,6 +269,7 @@ absl::StatusOr<std::vector<float>> TrainHybridReference(const MlpJob& job,
       ApplyUpdate(optimizer, step + 1, parts[i].data(), mean.data(), ptrs, n);
     }
   }
+  for (std::vector<float>& part : parts) RoundTrip(half, part.data(), part.size());
   return split->Assemble(parts);
 }
 
@@ -274,15 +287,16 @@ double NormRelativeDifference(const std::vector<float>& a, const std::vector<flo
 absl::StatusOr<HybridReferenceDiffs> CompareWithReferences(const MlpJob& job,
                                                            const OptimizerParams& optimizer,
                                                            const HybridConfig& config, int steps,
-                                                           const std::vector<float>& final_params) {
-  absl::StatusOr<std::vector<float>> hybrid = TrainHybridReference(job, optimizer, config, steps);
+                                                           const std::vector<float>& final_params,
+                                                           std::optional<HalfType> half) {
+  absl::StatusOr<std::vector<float>> hybrid =
+      TrainHybridReference(job, optimizer, config, steps, half);
   if (!hybrid.ok()) return hybrid.status();
   HybridReferenceDiffs out;
   out.hybrid = MaxRelativeDifference(final_params, *hybrid);
   const std::vector<float> same_micro =
-      TrainReference(job, optimizer, config.dp, steps, std::nullopt, config.micro_batches);
-  const std::vector<float> whole =
-      TrainReference(job, optimizer, config.dp, steps, std::nullopt, 1);
+      TrainReference(job, optimizer, config.dp, steps, half, config.micro_batches);
+  const std::vector<float> whole = TrainReference(job, optimizer, config.dp, steps, half, 1);
   out.unsplit_same_micro_batches = MaxRelativeDifference(final_params, same_micro);
   out.unsplit_whole_batch = MaxRelativeDifference(final_params, whole);
   out.unsplit_same_micro_batches_norm = NormRelativeDifference(final_params, same_micro);

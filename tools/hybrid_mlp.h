@@ -29,11 +29,15 @@
 //                            worker.grads(), ready);
 //     RETURN_IF_ERROR(worker.Step());
 //   }
+// (With mixed precision the caller passes fp32 buffers instead: the half
+// parameters widened to float, and gradients it rounds to half in `ready`;
+// see tools/hybrid_main.cc.)
 #ifndef TESSEL_TOOLS_HYBRID_MLP_H_
 #define TESSEL_TOOLS_HYBRID_MLP_H_
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "model/split_mlp.h"
 #include "tools/mlp_job.h"
 #include "worker/hybrid.h"
@@ -124,12 +129,18 @@ class HybridMlpStage {
 // job.Batch(step, d, dp), the mean over replicas in rank order (ReduceMean,
 // as the shard servers), and the optimizer per partition (ApplyUpdate).
 // Returns the reassembled final parameters (model::Mlp's layout).
-absl::StatusOr<std::vector<float>> TrainHybridReference(const MlpJob& job,
-                                                        const OptimizerParams& optimizer,
-                                                        const HybridConfig& config, int steps);
+// With `half` (mixed precision, what --precision=fp16|bf16 runs): each step
+// the partitions compute from their fp32 masters rounded to half, each
+// replica's gradients (accumulated in fp32 over the micro-batches) are
+// rounded to half, the mean over replicas and the optimizer stay fp32 on the
+// masters, and the result is the masters rounded to half.
+absl::StatusOr<std::vector<float>> TrainHybridReference(
+    const MlpJob& job, const OptimizerParams& optimizer, const HybridConfig& config, int steps,
+    std::optional<HalfType> half = std::nullopt);
 
 // Largest relative differences (MaxRelativeDifference) of a hybrid run's
-// final parameters from the single-process trainings.
+// final parameters from the single-process trainings (all with the same
+// precision `half`).
 struct HybridReferenceDiffs {
   // TrainHybridReference: the correctness contract (<= 1e-6; 0 expected).
   double hybrid = 0;
@@ -147,10 +158,9 @@ struct HybridReferenceDiffs {
 
 // ||a - b||_2 / ||b||_2 in double; +inf when sizes differ.
 double NormRelativeDifference(const std::vector<float>& a, const std::vector<float>& b);
-absl::StatusOr<HybridReferenceDiffs> CompareWithReferences(const MlpJob& job,
-                                                           const OptimizerParams& optimizer,
-                                                           const HybridConfig& config, int steps,
-                                                           const std::vector<float>& final_params);
+absl::StatusOr<HybridReferenceDiffs> CompareWithReferences(
+    const MlpJob& job, const OptimizerParams& optimizer, const HybridConfig& config, int steps,
+    const std::vector<float>& final_params, std::optional<HalfType> half = std::nullopt);
 
 }  // namespace tessel
 

@@ -7,6 +7,20 @@
 // DIR holds step{k}_rank{r}.npy for k in [0, K), r in [0, W): 1-D float32,
 // the same length as INIT. Each step applies the mean over ranks of that
 // step's files. .npy files must be version 1.0, '<f4', C order.
+//
+// Hybrid (data x tensor x pipeline parallelism, docs/hybrid.md):
+//
+//   tessel-replay --strategy=hybrid --layers=16,32,32,4 --dp=D --tp=T --pp=P
+//                 [--micro_batches=M] [--partition_strategy=zero2|zero1] ...
+//
+// INIT is the MLP's flat parameter vector (its length must equal the MLP's
+// parameter count); replica d's gradient of step k is step{k}_rank{d}.npy,
+// or with M > 1 the mean of step{k}_rank{d}_micro{m}.npy, m in [0, M). The
+// D*T*P processes each step their partition's slice; the result equals flat
+// training on the same files bit for bit (tools/hybrid_replay.h). This hands
+// over to tessel-hybrid-train --local, which checks every file first.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -18,6 +32,9 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "tools/cluster.h"
+#include "tools/hybrid_mlp.h"
+#include "tools/mlp_job.h"
+#include "tools/process.h"
 #include "tools/train_flags.h"
 
 ABSL_FLAG(std::string, init, "", "initial parameters: 1-D float32 .npy (required)");
@@ -26,6 +43,8 @@ ABSL_FLAG(std::string, out, "", "where to write the final parameters (.npy, requ
 ABSL_FLAG(int, servers, 2, "shard server processes");
 ABSL_FLAG(int, workers, 2, "worker processes (ranks whose gradient files are read)");
 ABSL_FLAG(int, timeout_s, 600, "give up (and stop everything) after this many seconds");
+ABSL_FLAG(std::string, partition_strategy, "zero2",
+          "with --strategy=hybrid: each partition job's strategy (zero2 or zero1)");
 
 namespace {
 volatile int g_stop = 0;
@@ -34,19 +53,57 @@ int Fail(const absl::Status& s) {
   std::cerr << "tessel-replay: " << s.message() << "\n";
   return 1;
 }
+
+// --strategy=hybrid: tessel-hybrid-train --local in replay mode, with the
+// same flags (it validates every input before starting anything).
+int RunHybrid() {
+  if (absl::GetFlag(FLAGS_init).empty() || absl::GetFlag(FLAGS_grads).empty() ||
+      absl::GetFlag(FLAGS_out).empty()) {
+    return Fail(absl::InvalidArgumentError("--init, --grads and --out are required"));
+  }
+  std::vector<std::string> args = {tessel::FindBinary("tools/tessel-hybrid-train"), "--local"};
+  for (const std::string& a : tessel::ForwardedTrainFlags()) args.push_back(a);
+  for (const std::string& a : tessel::ForwardedMlpFlags()) args.push_back(a);
+  // The partitions' strategy (the last value wins over the forwarded one).
+  args.push_back("--strategy=" + absl::GetFlag(FLAGS_partition_strategy));
+  args.push_back(absl::StrCat("--dp=", absl::GetFlag(FLAGS_dp)));
+  args.push_back(absl::StrCat("--tp=", absl::GetFlag(FLAGS_tp)));
+  args.push_back(absl::StrCat("--pp=", absl::GetFlag(FLAGS_pp)));
+  args.push_back(absl::StrCat("--servers=", absl::GetFlag(FLAGS_servers)));
+  args.push_back(absl::StrCat("--timeout_s=", absl::GetFlag(FLAGS_timeout_s)));
+  args.push_back("--job=replay");
+  args.push_back("--init=" + absl::GetFlag(FLAGS_init));
+  args.push_back("--grads=" + absl::GetFlag(FLAGS_grads));
+  args.push_back("--out=" + absl::GetFlag(FLAGS_out));
+  std::vector<char*> argv_exec;
+  for (std::string& a : args) argv_exec.push_back(a.data());
+  argv_exec.push_back(nullptr);
+  execv(argv_exec[0], argv_exec.data());
+  return Fail(absl::NotFoundError(absl::StrCat("cannot run ", args[0])));
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Replays fixed gradients through a real local Tessel cluster.\n\n"
       "Usage: tessel-replay --init=INIT.npy --grads=DIR --steps=K --workers=W --servers=S\n"
-      "         --strategy=zero2|zero1|ddp --optimizer=sgd|adam|adamw|rmsprop|adagrad [--lr "
+      "         --strategy=zero2|zero1|ddp|fsdp|hybrid --optimizer=sgd|adam|adamw|rmsprop|adagrad "
+      "[--lr "
       "--momentum\n"
       "         --dampening --nesterov --weight_decay --beta1 --beta2 --eps --alpha --centered\n"
       "         --lr_decay --initial_accumulator_value] --out=OUT.npy\n\n"
       "DIR/step{k}_rank{r}.npy: 1-D float32 gradients, k in [0,K), r in [0,W).\n"
-      "Each step applies the mean over ranks, as data-parallel training does.");
+      "Each step applies the mean over ranks, as data-parallel training does.\n\n"
+      "Hybrid DPxTPxPP: tessel-replay --strategy=hybrid --layers=16,32,32,4 --dp=D --tp=T "
+      "--pp=P\n"
+      "         [--micro_batches=M] [--partition_strategy=zero2|zero1] [--precision=...] "
+      "--init --grads --out ...\n"
+      "INIT is the MLP's flat parameter vector (length = its parameter count); replica d's\n"
+      "gradient of step k is DIR/step{k}_rank{d}.npy, or with M > 1 the mean (sum in order,\n"
+      "divided by M) of DIR/step{k}_rank{d}_micro{m}.npy, m in [0,M). --workers is unused:\n"
+      "D*T*P processes run. The result equals flat training on the same files.");
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_strategy) == "hybrid") return RunHybrid();
   tessel::SetLogLabel("replay");
   tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
   std::signal(SIGINT, OnSignal);
