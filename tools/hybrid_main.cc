@@ -24,6 +24,7 @@
 // through --local.
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -58,6 +59,10 @@ ABSL_FLAG(int, log_every, 0, "print the loss every N steps (0 = ten times per ru
 ABSL_FLAG(int, step_timeout_s, 120,
           "seconds any wait (a peer's message, a step on the servers) may take");
 ABSL_FLAG(int, connect_timeout_s, 60, "seconds to wait for the servers and every peer");
+ABSL_FLAG(int, sync_grads_every, 0,
+          "every N steps, query each partition's data-parallel mean gradient "
+          "(Worker::SynchronizeGradients) before the step and print rank 0's norm; "
+          "the training itself is unchanged (0 = never)");
 ABSL_FLAG(bool, local, false,
           "launcher: start a local cluster (--servers shard servers, embedded registry), run "
           "dp*tp*pp worker processes and compare with single-process training");
@@ -194,6 +199,21 @@ absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp&
     absl::Span<float> grads = half ? absl::MakeSpan(work_grads) : worker.grads();
     auto loss = stage.Step(k, params, b.x.data(), b.y.data(), batch, grads, ready);
     if (!loss.ok()) return loss.status();
+    const int sync_every = absl::GetFlag(FLAGS_sync_grads_every);
+    if (sync_every > 0 && (k + 1) % sync_every == 0) {
+      // The seeds' hybrid optimizer throws here; each partition's job is the
+      // data-parallel sub-group, so the query is that job's mean.
+      auto mean = worker.SynchronizeGradients();
+      if (!mean.ok()) return mean.status();
+      double sq = 0;
+      for (float g : *mean) sq += static_cast<double>(g) * g;
+      if (rank == 0) {
+        std::printf("step %5lld: partition (stage 0, tensor rank 0) data-parallel mean gradient "
+                    "norm %.6g\n",
+                    static_cast<long long>(k + 1), std::sqrt(sq));
+        std::fflush(stdout);
+      }
+    }
     absl::Status s = worker.Step();
     if (!s.ok()) return s;
     ++window_steps;
@@ -426,6 +446,7 @@ int RunLocal() {
   for (const std::string& a : tessel::ForwardedMlpFlags()) o.args.push_back(a);
   o.args.push_back(absl::StrCat("--log_every=", LogEvery(steps)));
   o.args.push_back(absl::StrCat("--step_timeout_s=", absl::GetFlag(FLAGS_step_timeout_s)));
+  o.args.push_back(absl::StrCat("--sync_grads_every=", absl::GetFlag(FLAGS_sync_grads_every)));
   if (replay) {
     o.args.push_back(absl::StrCat("--init=", absl::GetFlag(FLAGS_init)));
     o.args.push_back(absl::StrCat("--grads=", absl::GetFlag(FLAGS_grads)));
