@@ -56,9 +56,13 @@ Measured RunJob(v1::Strategy strategy, const std::string& job,
       std::vector<float> init(kParams, 0.5f);
       ASSERT_TRUE((*w)->RegisterLayout(tensors, init).ok());
       for (int step = 0; step < 2; ++step) {
-        if (strategy == v1::STRATEGY_ZERO2 && precision == v1::DTYPE_F32) {
+        if (strategy == v1::STRATEGY_ZERO2) {
           for (int u = 3; u >= 0; --u) {  // backward: each unit's grads pushed and freed
-            std::fill((*w)->UnitGrads(u).begin(), (*w)->UnitGrads(u).end(), 0.01f);
+            if (precision == v1::DTYPE_F32) {
+              std::fill((*w)->UnitGrads(u).begin(), (*w)->UnitGrads(u).end(), 0.01f);
+            } else {
+              std::fill((*w)->UnitHalfGrads(u).begin(), (*w)->UnitHalfGrads(u).end(), 0x2000);
+            }
             ASSERT_TRUE((*w)->PushUnit(u).ok());
           }
           ASSERT_TRUE((*w)->Step().ok());
@@ -151,15 +155,22 @@ TEST(MemoryContractTest, ZeroKeepsParamsOnTheWorkerAndStateOnServers) {
 }
 
 // Mixed precision (the DeepSpeed paper's 2 + 2 + K breakdown, K = 12 for
-// Adam: 4 fp32 masters + 8 state, here on the servers): 2 + 2 bytes per
-// parameter on the worker; on the servers 4 + 2 (masters + served half copy)
-// + 8 + 2 W (half receive buffers).
+// Adam: 4 fp32 masters + 8 state, here on the servers): ZeRO-1 keeps 2 + 2
+// bytes per parameter on the worker, ZeRO-2 2 + per-unit half gradients; on
+// the servers 4 + 2 (masters + served half copy) + 8 + 2 W (half receive
+// buffers).
 TEST(MemoryContractTest, MixedPrecisionKeepsHalfOnWorkersAndFp32OnServers) {
-  for (auto precision : {v1::DTYPE_F16, v1::DTYPE_BF16}) {
-    Measured m =
-        RunJob(v1::STRATEGY_ZERO2, absl::StrCat("mem-mp", static_cast<int>(precision)), precision);
+  for (auto strategy : {v1::STRATEGY_ZERO1, v1::STRATEGY_ZERO2}) {
+    const v1::DType precision = strategy == v1::STRATEGY_ZERO1 ? v1::DTYPE_F16 : v1::DTYPE_BF16;
+    Measured m = RunJob(strategy, absl::StrCat("mem-mp", static_cast<int>(strategy)), precision);
     ExpectNear(m.worker.params_bytes, 2.0 * kParams, "half params on the worker");
-    ExpectNear(m.worker.grads_bytes, 2.0 * kParams, "half grads on the worker");
+    if (strategy == v1::STRATEGY_ZERO1) {
+      ExpectNear(m.worker.grads_bytes, 2.0 * kParams, "ZeRO-1: a full half gradient buffer");
+    } else {
+      EXPECT_EQ(m.worker.grads_bytes, 0) << "ZeRO-2: half gradients per unit, freed once pushed";
+      EXPECT_GE(m.worker.peak_bytes, 2 * kUnit);
+      EXPECT_LE(m.worker.peak_bytes, 2 * 2 * kUnit);
+    }
     ExpectNear(m.server_params, 6.0 * kParams, "fp32 masters + half copy");
     ExpectNear(m.server_optimizer, 8.0 * kParams, "fp32 Adam state");
     ExpectNear(m.server_grads, 2.0 * kParams * kWorkers, "half receive buffers");

@@ -60,11 +60,10 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
   if (o.shuffle_seed != 0) o.shuffle_seed += static_cast<uint64_t>(o.rank) * 7919;
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
   if (auto half = tessel::PrecisionFromFlags(); half.ok()) o.precision = tessel::DTypeOf(*half);
-  // fsdp gathers per unit; zero2 (fp32) keeps gradients per unit and frees
-  // each unit's as soon as it is pushed. One unit per MLP layer (replay: four).
+  // fsdp gathers per unit; zero2 keeps gradients per unit and frees each
+  // unit's as soon as it is pushed. One unit per MLP layer (replay: four).
   if (strategy == tessel::v1::STRATEGY_FSDP ||
-      (strategy == tessel::v1::STRATEGY_ZERO2 && o.precision == tessel::v1::DTYPE_F32 &&
-       absl::GetFlag(FLAGS_micro_batches) == 1)) {
+      (strategy == tessel::v1::STRATEGY_ZERO2 && absl::GetFlag(FLAGS_micro_batches) == 1)) {
     if (!absl::GetFlag(FLAGS_grads).empty()) {
       o.fsdp_units = {0, 1, 2, 3};  // replay: the flat vector in four tensors
     } else if (auto config = tessel::MlpJobFromFlags(); config.ok()) {
@@ -149,12 +148,28 @@ absl::StatusOr<float> Zero2UnitStep(tessel::Worker* worker, const tessel::MlpJob
   tessel::model::Dataset batch = job.Batch(k, rank, world);
   tessel::model::MlpStepper stepper(job.model(), batch.x.data(), batch.y.data(),
                                     job.config().batch);
-  const float* params = worker->params().data();
+  // Mixed precision: compute in fp32 from the half parameters; each unit's
+  // gradient is rounded into its half unit buffer before the push.
+  const auto half = worker->half_type();
+  std::vector<float> widened, unit_grads;
+  if (half) {
+    widened.resize(worker->half_params().size());
+    tessel::HalfToFloat(*half, worker->half_params().data(), widened.data(), widened.size());
+  }
+  const float* params = half ? widened.data() : worker->params().data();
   const int layers = worker->num_units();
   for (int l = 0; l < layers; ++l) stepper.Forward(l, params + worker->unit_range(l).begin);
   const float loss = stepper.Loss();
   for (int l = layers - 1; l >= 0; --l) {
-    stepper.Backward(l, params + worker->unit_range(l).begin, worker->UnitGrads(l).data());
+    const float* layer = params + worker->unit_range(l).begin;
+    if (half) {
+      absl::Span<uint16_t> out = worker->UnitHalfGrads(l);
+      unit_grads.assign(out.size(), 0.f);
+      stepper.Backward(l, layer, unit_grads.data());
+      tessel::FloatToHalf(*half, unit_grads.data(), out.data(), out.size());
+    } else {
+      stepper.Backward(l, layer, worker->UnitGrads(l).data());
+    }
     absl::Status s = worker->PushUnit(l);
     if (!s.ok()) return s;
   }

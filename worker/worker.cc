@@ -232,7 +232,13 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
       layout_.reset();
       return s;
     }
-    if (!fsdp()) params_.assign(n, 0.f);  // zero2 with units: full params, per-unit grads
+    if (!fsdp()) {  // zero2 with units: full params, per-unit grads
+      if (half_) {
+        params_half_.assign(n, 0);
+      } else {
+        params_.assign(n, 0.f);
+      }
+    }
   } else if (half_) {
     params_half_.assign(n, 0);
     grads_half_.assign(n, 0);

@@ -108,9 +108,10 @@ struct WorkerOptions {
   EarlyStoppingPolicy early_stopping;
   std::function<bool(double mean, const EarlyStopping& rule)> early_stop_hook;
   // Units (groups of tensors): index of the first tensor of each, ascending
-  // from 0. Required for fsdp. For zero2 (fp32) they make gradients live per
-  // unit: UnitGrads(u) / PushUnit(u) instead of grads(), each unit's buffer
-  // freed as soon as it is pushed; Step() then pulls the parameters.
+  // from 0. Required for fsdp. For zero2 they make gradients live per unit:
+  // UnitGrads(u) (UnitHalfGrads(u) under mixed precision) / PushUnit(u)
+  // instead of grads(), each unit's buffer freed as soon as it is pushed;
+  // Step() then pulls the parameters.
   std::vector<int> fsdp_units;
   // Mixed precision: DTYPE_F16 or DTYPE_BF16 keeps parameters and gradients
   // in half on this worker and on the wire (half_params(), half_grads(); for
@@ -297,8 +298,7 @@ class Worker {
   // zero2 with units: gradients live per unit (UnitGrads/PushUnit), freed once
   // pushed, instead of in a full-model buffer.
   bool unit_grads() const {
-    return fsdp() || (options_.strategy == v1::STRATEGY_ZERO2 && !options_.fsdp_units.empty() &&
-                      options_.precision == v1::DTYPE_F32);
+    return fsdp() || (options_.strategy == v1::STRATEGY_ZERO2 && !options_.fsdp_units.empty());
   }
   absl::Status InitUnits();
   absl::Status WaitForUnit(int unit);
