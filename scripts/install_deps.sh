@@ -14,8 +14,8 @@ PACKAGES=(
   nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev libcli11-dev
   # Baselines and interop in tests and benchmarks; fuzzing (libFuzzer).
   openmpi-bin libopenmpi-dev python3-numpy clang libclang-rt-14-dev
-  # Certificates for mutual TLS (scripts/gen_certs.sh).
-  openssl
+  # Mutual TLS: certificates (scripts/gen_certs.sh), OpenSSL headers (rpc/tls.cc).
+  openssl libssl-dev
 )
 
 missing=()
