@@ -28,6 +28,7 @@
 #include "proto/shard.grpc.pb.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
+#include "rpc/tls.h"
 
 namespace tessel {
 namespace {
@@ -51,6 +52,8 @@ struct Globals {
   std::string token_file;
   int timeout_s = 10;
   std::string token;
+  TlsOptions tls;                 // --tls_* (env TESSEL_TLS_*)
+  ClientCredentials credentials;  // loaded from tls
 };
 
 int ExitFor(const absl::Status& s) {
@@ -126,7 +129,7 @@ json ProtoJson(const google::protobuf::Message& m) {
 // The cluster as the CLI sees it: the registry and the pool's shard servers.
 class Cluster {
  public:
-  explicit Cluster(const Globals& g) : g_(g), registry_(g.registry) {}
+  explicit Cluster(const Globals& g) : g_(g), registry_(g.registry, g.credentials, g.token) {}
 
   RegistryClient& registry() { return registry_; }
 
@@ -148,7 +151,7 @@ class Cluster {
 
   v1::ShardServer::Stub* Stub(const std::string& address) {
     auto& stub = stubs_[address];
-    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(address));
+    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(address, g_.credentials));
     return stub.get();
   }
 
@@ -630,6 +633,10 @@ int main(int argc, char** argv) {
   Globals g;
   if (const char* r = std::getenv("TESSEL_REGISTRY")) g.registry = r;
   if (const char* p = std::getenv("TESSEL_POOL")) g.pool = p;
+  if (const char* v = std::getenv("TESSEL_TLS_CA")) g.tls.ca_file = v;
+  if (const char* v = std::getenv("TESSEL_TLS_CERT")) g.tls.cert_file = v;
+  if (const char* v = std::getenv("TESSEL_TLS_KEY")) g.tls.key_file = v;
+  if (const char* v = std::getenv("TESSEL_TLS_SERVER_NAME")) g.tls.server_name = v;
   CLI::App app{
       "tesselctl: operate a Tessel cluster (members, jobs, shards, stats, checkpoints).\n"
       "Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unreachable, 5 not authorized, "
@@ -646,6 +653,16 @@ int main(int argc, char** argv) {
                  "file with the admin token (env TESSEL_TOKEN); needed for changes when the "
                  "servers require it");
   app.add_option("--timeout", g.timeout_s, "seconds per RPC")->capture_default_str();
+  app.add_option("--tls_ca", g.tls.ca_file,
+                 "mutual TLS: PEM file of the cluster's CA (env TESSEL_TLS_CA); with --tls_cert "
+                 "and --tls_key, talk TLS to the registry and the shard servers");
+  app.add_option("--tls_cert", g.tls.cert_file,
+                 "mutual TLS: PEM client certificate (env TESSEL_TLS_CERT)");
+  app.add_option("--tls_key", g.tls.key_file,
+                 "mutual TLS: PEM private key of --tls_cert (env TESSEL_TLS_KEY)");
+  app.add_option("--tls_server_name", g.tls.server_name,
+                 "mutual TLS: name the servers' certificates carry, if not the host dialed "
+                 "(env TESSEL_TLS_SERVER_NAME)");
 
   std::string group, job;
   int64_t step = -1;
@@ -703,6 +720,12 @@ int main(int argc, char** argv) {
     }
   } else if (const char* t = std::getenv("TESSEL_TOKEN")) {
     g.token = t;
+  }
+  if (auto credentials = tessel::LoadClientCredentials(g.tls); credentials.ok()) {
+    g.credentials = *std::move(credentials);
+  } else {
+    std::cerr << "tesselctl: " << credentials.status().message() << "\n";
+    return tessel::kUsage;
   }
   if (*members) return tessel::Members(g, group);
   if (*jobs) return tessel::Jobs(g);

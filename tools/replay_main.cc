@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 #include "core/npy.h"
+#include "rpc/tls_flags.h"
 #include "tools/cluster.h"
 #include "tools/train_flags.h"
 
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
   copt.servers = servers;
   copt.run_dir = tessel::MakeRunDir("tessel-replay");
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  copt.tls = tessel::TlsOptionsFromFlags();
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();
   if (!s.ok()) return Fail(s);

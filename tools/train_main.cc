@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
+#include "rpc/tls_flags.h"
 #include "tools/mlp_job.h"
 #include "tools/train_flags.h"
 #include "worker/worker.h"
@@ -73,6 +74,7 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
       }
     }
   }
+  o.tls = tessel::TlsOptionsFromFlags();
   o.resume = absl::GetFlag(FLAGS_resume);
   o.resume_step = absl::GetFlag(FLAGS_resume_step);
   o.checkpoint.set_every_steps(absl::GetFlag(FLAGS_checkpoint_every_steps));

@@ -62,6 +62,7 @@
 #include "core/wire.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/registry_client.h"
+#include "rpc/tls.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -97,6 +98,9 @@ struct WorkerOptions {
   int64_t resume_step = -1;
   // Admin token for servers that require one ("" = $TESSEL_TOKEN if set).
   std::string token;
+  // Mutual TLS for the registry and shard-server channels (rpc/tls.h);
+  // empty = plaintext. The UCX data path is not encrypted.
+  TlsOptions tls;
   // Units (groups of tensors): index of the first tensor of each, ascending
   // from 0. Required for fsdp. For zero2 (fp32) they make gradients live per
   // unit: UnitGrads(u) / PushUnit(u) instead of grads(), each unit's buffer
