@@ -2,7 +2,8 @@
 // registry and shard-server gRPC APIs; `--help` on every level.
 //
 // Exit codes: 0 ok; 1 the operation failed; 2 usage error; 3 not found;
-// 4 unreachable or timed out; 5 not authorized; 6 checkpoint damaged.
+// 4 unreachable or timed out; 5 not authorized (admin token, or the TLS
+// handshake refused); 6 checkpoint damaged.
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -56,7 +58,16 @@ struct Globals {
   ClientCredentials credentials;  // loaded from tls
 };
 
+// FromGrpc's TLS hints (rpc/tls.cc): the connection was refused for its
+// credentials, not because nobody listens.
+bool IsTlsRefusal(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable &&
+         (absl::StrContains(s.message(), "TLS handshake failed") ||
+          absl::StrContains(s.message(), "refused this client's certificate"));
+}
+
 int ExitFor(const absl::Status& s) {
+  if (IsTlsRefusal(s)) return kAuth;
   switch (s.code()) {
     case absl::StatusCode::kOk:
       return kOk;
@@ -79,8 +90,9 @@ int ExitFor(const absl::Status& s) {
 
 int Fail(const absl::Status& s) {
   std::cerr << "tesselctl: " << s.message() << "\n";
-  if (s.code() == absl::StatusCode::kUnavailable ||
-      s.code() == absl::StatusCode::kDeadlineExceeded) {
+  if ((s.code() == absl::StatusCode::kUnavailable ||
+       s.code() == absl::StatusCode::kDeadlineExceeded) &&
+      !IsTlsRefusal(s)) {
     std::cerr << "hint: is the registry at --registry (or $TESSEL_REGISTRY) running, and are "
                  "the shard servers up? `tesselctl members` lists who is alive.\n";
   }
@@ -639,8 +651,8 @@ int main(int argc, char** argv) {
   if (const char* v = std::getenv("TESSEL_TLS_SERVER_NAME")) g.tls.server_name = v;
   CLI::App app{
       "tesselctl: operate a Tessel cluster (members, jobs, shards, stats, checkpoints).\n"
-      "Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unreachable, 5 not authorized, "
-      "6 checkpoint damaged."};
+      "Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unreachable, 5 not authorized "
+      "(token or TLS), 6 checkpoint damaged."};
   app.require_subcommand(1);
   app.fallthrough();  // global options may also follow the subcommand
   app.add_option("--registry", g.registry, "registry host:port (env TESSEL_REGISTRY)")
