@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "proto/registry.grpc.pb.h"
+#include "rpc/grpc_util.h"
 
 namespace tessel {
 namespace {
@@ -44,6 +46,94 @@ TEST(ReadTokenFileTest, ShortOrMissingTokenIsRefused) {
   ASSERT_EQ(t.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(t.status().message().find("--admin_token_file '/nonexistent/token'"), std::string::npos)
       << t.status();
+}
+
+// Carries one RPC per access class through a real in-process gRPC server, so
+// the metadata the check reads is what a client really sends.
+class AccessService final : public v1::Registry::Service {
+ public:
+  explicit AccessService(AdminAuthOptions o) : auth_(std::move(o), "this test service") {}
+  grpc::Status GetView(grpc::ServerContext* ctx, const v1::GetViewRequest*,
+                       v1::GetViewResponse*) override {
+    return auth_.Check(*ctx, Access::kMember, "GetView");
+  }
+  grpc::Status ListGroups(grpc::ServerContext* ctx, const v1::ListGroupsRequest*,
+                          v1::ListGroupsResponse*) override {
+    return auth_.Check(*ctx, Access::kRead, "ListGroups");
+  }
+  grpc::Status Leave(grpc::ServerContext* ctx, const v1::LeaveRequest*,
+                     v1::LeaveResponse*) override {
+    return auth_.Check(*ctx, Access::kAdmin, "Leave");
+  }
+
+ private:
+  const AdminAuth auth_;
+};
+
+struct Codes {
+  grpc::StatusCode member, read, admin;
+};
+
+Codes CallAll(const AdminAuthOptions& o, const std::string& token) {
+  AccessService service(o);
+  std::string address;
+  auto server = StartGrpcServer("127.0.0.1:0", {&service}, &address);
+  EXPECT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Registry::NewStub(MakeChannel(address));
+  Codes c;
+  {
+    grpc::ClientContext ctx;
+    AddToken(&ctx, token);
+    v1::GetViewResponse resp;
+    c.member = stub->GetView(&ctx, v1::GetViewRequest(), &resp).error_code();
+  }
+  {
+    grpc::ClientContext ctx;
+    AddToken(&ctx, token);
+    v1::ListGroupsResponse resp;
+    c.read = stub->ListGroups(&ctx, v1::ListGroupsRequest(), &resp).error_code();
+  }
+  {
+    grpc::ClientContext ctx;
+    AddToken(&ctx, token);
+    v1::LeaveResponse resp;
+    c.admin = stub->Leave(&ctx, v1::LeaveRequest(), &resp).error_code();
+  }
+  (*server)->Shutdown(absl::ToChronoTime(absl::Now()));
+  return c;
+}
+
+constexpr char kToken[] = "tessel-admin-token-0123";
+
+TEST(AdminAuthTest, NoTokenConfiguredAllowsEverything) {
+  Codes c = CallAll({}, "");
+  EXPECT_EQ(c.member, grpc::StatusCode::OK);
+  EXPECT_EQ(c.read, grpc::StatusCode::OK);
+  EXPECT_EQ(c.admin, grpc::StatusCode::OK);
+}
+
+TEST(AdminAuthTest, AnonymousReadsAllowed) {
+  Codes c = CallAll({kToken, true}, "");
+  EXPECT_EQ(c.member, grpc::StatusCode::OK);
+  EXPECT_EQ(c.read, grpc::StatusCode::OK);
+  EXPECT_EQ(c.admin, grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST(AdminAuthTest, AnonymousReadsRefused) {
+  Codes c = CallAll({kToken, false}, "");
+  EXPECT_EQ(c.member, grpc::StatusCode::OK);  // members never need the token
+  EXPECT_EQ(c.read, grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(c.admin, grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST(AdminAuthTest, WrongTokenIsDenied) {
+  Codes c = CallAll({kToken, false}, "tessel-admin-token-0124");
+  EXPECT_EQ(c.read, grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(c.admin, grpc::StatusCode::PERMISSION_DENIED);
+  c = CallAll({kToken, false}, kToken);
+  EXPECT_EQ(c.member, grpc::StatusCode::OK);
+  EXPECT_EQ(c.read, grpc::StatusCode::OK);
+  EXPECT_EQ(c.admin, grpc::StatusCode::OK);
 }
 
 }  // namespace
