@@ -13,10 +13,10 @@
 #  6. tokens: ListGroups without / with a wrong token; an admin RPC on a
 #     shard server without the token
 #  7. bad certificate paths stop a server at start-up with a clear message
-#  8. tessel-demo (embedded registry, LocalCluster) forwards --tls_* to
-#     every process it starts
+#  8. tessel-demo and tessel-hybrid-train --local (embedded registry,
+#     LocalCluster) forward --tls_* to every process they start
 set -uo pipefail
-GEN="$1" REGISTRY="$2" SERVER="$3" TRAIN="$4" CTL="$5" DEMO="$6"
+GEN="$1" REGISTRY="$2" SERVER="$3" TRAIN="$4" CTL="$5" DEMO="$6" HYBRID="$7"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}/tls"
 rm -rf "$tmp"; mkdir -p "$tmp"
 pids=()
@@ -122,7 +122,7 @@ expect 1 "--tls_cert file '$c/server.key' holds no PEM certificate" "$SERVER" \
   --registry="$REG" --shard=0 --tls_ca="$c/ca.crt" --tls_cert="$c/server.key" \
   --tls_key="$c/server.key"
 
-step "8. tessel-demo forwards --tls_* to its servers and workers"
+step "8. launchers forward --tls_* to their servers and workers"
 timeout 120 "$DEMO" --steps=20 --skip_reference "${SERVER_TLS[@]}" > "$tmp/demo.txt" 2>&1 ||
   { cat "$tmp/demo.txt"; fail "tessel-demo with mTLS failed"; }
 grep -q "step    20/20" "$tmp/demo.txt" || fail "tessel-demo did not finish its steps"
@@ -131,5 +131,11 @@ for s in 0 1; do
   grep -q "(mutual TLS)" "$run_dir/server$s.log" || fail "demo's server $s did not use mutual TLS"
 done
 echo "tessel-demo: 20 steps, its shard servers serve mutual TLS"
+timeout 120 "$HYBRID" --local --dp=2 --tp=2 --pp=1 --micro_batches=2 --steps=10 \
+  --layers=16,32,32,4 --batch=8 "${SERVER_TLS[@]}" > "$tmp/hybrid.txt" 2>&1 ||
+  { cat "$tmp/hybrid.txt"; fail "tessel-hybrid-train --local with mTLS failed"; }
+grep -q "max relative difference vs the single-process hybrid reference: 0 " "$tmp/hybrid.txt" ||
+  { cat "$tmp/hybrid.txt"; fail "hybrid over mTLS differs from its reference"; }
+echo "tessel-hybrid-train --local: 4 processes over mutual TLS match the reference"
 
 echo; echo "PASS"
