@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -28,6 +27,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/registry.grpc.pb.h"
 #include "proto/shard.grpc.pb.h"
+#include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
 #include "rpc/tls.h"
@@ -725,11 +725,12 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : tessel::kUsage;
   }
   if (!g.token_file.empty()) {
-    std::ifstream in(g.token_file);
-    if (!std::getline(in, g.token)) {
-      std::cerr << "tesselctl: cannot read --token_file " << g.token_file << "\n";
+    auto token = tessel::ReadTokenFile("--token_file", g.token_file);
+    if (!token.ok()) {
+      std::cerr << "tesselctl: " << token.status().message() << "\n";
       return tessel::kUsage;
     }
+    g.token = *token;
   } else if (const char* t = std::getenv("TESSEL_TOKEN")) {
     g.token = t;
   }

@@ -2,7 +2,6 @@
 // state, receives gradient buckets and serves parameters over UCX, and is
 // controlled over gRPC. Joins the registry as shard `--shard` of `--pool`.
 #include <csignal>
-#include <fstream>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -10,6 +9,7 @@
 #include "absl/flags/usage.h"
 #include "core/log.h"
 #include "gpu/device.h"
+#include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
 #include "rpc/tls_flags.h"
@@ -96,14 +96,9 @@ int main(int argc, char** argv) {
   service_options.pool = absl::GetFlag(FLAGS_pool);
   service_options.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
   if (!absl::GetFlag(FLAGS_admin_token_file).empty()) {
-    std::ifstream in(absl::GetFlag(FLAGS_admin_token_file));
-    std::getline(in, service_options.admin_token);
-    if (!in.good() && service_options.admin_token.empty()) {
-      return Fail("cannot read --admin_token_file " + absl::GetFlag(FLAGS_admin_token_file));
-    }
-    if (service_options.admin_token.size() < 16) {
-      return Fail("the admin token must be at least 16 characters");
-    }
+    auto token = tessel::ReadTokenFile("--admin_token_file", absl::GetFlag(FLAGS_admin_token_file));
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    service_options.admin_token = *token;
   }
   tessel::DataPlane plane(transport->get(), &checkpointer);
   tessel::ShardService service(&plane, service_options);
