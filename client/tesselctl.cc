@@ -2,13 +2,13 @@
 // registry and shard-server gRPC APIs; `--help` on every level.
 //
 // Exit codes: 0 ok; 1 the operation failed; 2 usage error; 3 not found;
-// 4 unreachable or timed out; 5 not authorized; 6 checkpoint damaged.
+// 4 unreachable or timed out; 5 not authorized (admin token, or the TLS
+// handshake refused); 6 checkpoint damaged.
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -18,6 +18,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -26,8 +27,10 @@
 #include "nlohmann/json.hpp"
 #include "proto/registry.grpc.pb.h"
 #include "proto/shard.grpc.pb.h"
+#include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
+#include "rpc/tls.h"
 
 namespace tessel {
 namespace {
@@ -51,9 +54,20 @@ struct Globals {
   std::string token_file;
   int timeout_s = 10;
   std::string token;
+  TlsOptions tls;                 // --tls_* (env TESSEL_TLS_*)
+  ClientCredentials credentials;  // loaded from tls
 };
 
+// FromGrpc's TLS hints (rpc/tls.cc): the connection was refused for its
+// credentials, not because nobody listens.
+bool IsTlsRefusal(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable &&
+         (absl::StrContains(s.message(), "TLS handshake failed") ||
+          absl::StrContains(s.message(), "refused this client's certificate"));
+}
+
 int ExitFor(const absl::Status& s) {
+  if (IsTlsRefusal(s)) return kAuth;
   switch (s.code()) {
     case absl::StatusCode::kOk:
       return kOk;
@@ -76,8 +90,9 @@ int ExitFor(const absl::Status& s) {
 
 int Fail(const absl::Status& s) {
   std::cerr << "tesselctl: " << s.message() << "\n";
-  if (s.code() == absl::StatusCode::kUnavailable ||
-      s.code() == absl::StatusCode::kDeadlineExceeded) {
+  if ((s.code() == absl::StatusCode::kUnavailable ||
+       s.code() == absl::StatusCode::kDeadlineExceeded) &&
+      !IsTlsRefusal(s)) {
     std::cerr << "hint: is the registry at --registry (or $TESSEL_REGISTRY) running, and are "
                  "the shard servers up? `tesselctl members` lists who is alive.\n";
   }
@@ -126,7 +141,7 @@ json ProtoJson(const google::protobuf::Message& m) {
 // The cluster as the CLI sees it: the registry and the pool's shard servers.
 class Cluster {
  public:
-  explicit Cluster(const Globals& g) : g_(g), registry_(g.registry) {}
+  explicit Cluster(const Globals& g) : g_(g), registry_(g.registry, g.credentials, g.token) {}
 
   RegistryClient& registry() { return registry_; }
 
@@ -148,7 +163,7 @@ class Cluster {
 
   v1::ShardServer::Stub* Stub(const std::string& address) {
     auto& stub = stubs_[address];
-    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(address));
+    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(address, g_.credentials));
     return stub.get();
   }
 
@@ -630,10 +645,14 @@ int main(int argc, char** argv) {
   Globals g;
   if (const char* r = std::getenv("TESSEL_REGISTRY")) g.registry = r;
   if (const char* p = std::getenv("TESSEL_POOL")) g.pool = p;
+  if (const char* v = std::getenv("TESSEL_TLS_CA")) g.tls.ca_file = v;
+  if (const char* v = std::getenv("TESSEL_TLS_CERT")) g.tls.cert_file = v;
+  if (const char* v = std::getenv("TESSEL_TLS_KEY")) g.tls.key_file = v;
+  if (const char* v = std::getenv("TESSEL_TLS_SERVER_NAME")) g.tls.server_name = v;
   CLI::App app{
       "tesselctl: operate a Tessel cluster (members, jobs, shards, stats, checkpoints).\n"
-      "Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unreachable, 5 not authorized, "
-      "6 checkpoint damaged."};
+      "Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unreachable, 5 not authorized "
+      "(token or TLS), 6 checkpoint damaged."};
   app.require_subcommand(1);
   app.fallthrough();  // global options may also follow the subcommand
   app.add_option("--registry", g.registry, "registry host:port (env TESSEL_REGISTRY)")
@@ -646,6 +665,16 @@ int main(int argc, char** argv) {
                  "file with the admin token (env TESSEL_TOKEN); needed for changes when the "
                  "servers require it");
   app.add_option("--timeout", g.timeout_s, "seconds per RPC")->capture_default_str();
+  app.add_option("--tls_ca", g.tls.ca_file,
+                 "mutual TLS: PEM file of the cluster's CA (env TESSEL_TLS_CA); with --tls_cert "
+                 "and --tls_key, talk TLS to the registry and the shard servers");
+  app.add_option("--tls_cert", g.tls.cert_file,
+                 "mutual TLS: PEM client certificate (env TESSEL_TLS_CERT)");
+  app.add_option("--tls_key", g.tls.key_file,
+                 "mutual TLS: PEM private key of --tls_cert (env TESSEL_TLS_KEY)");
+  app.add_option("--tls_server_name", g.tls.server_name,
+                 "mutual TLS: name the servers' certificates carry, if not the host dialed "
+                 "(env TESSEL_TLS_SERVER_NAME)");
 
   std::string group, job;
   int64_t step = -1;
@@ -696,13 +725,20 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : tessel::kUsage;
   }
   if (!g.token_file.empty()) {
-    std::ifstream in(g.token_file);
-    if (!std::getline(in, g.token)) {
-      std::cerr << "tesselctl: cannot read --token_file " << g.token_file << "\n";
+    auto token = tessel::ReadTokenFile("--token_file", g.token_file);
+    if (!token.ok()) {
+      std::cerr << "tesselctl: " << token.status().message() << "\n";
       return tessel::kUsage;
     }
+    g.token = *token;
   } else if (const char* t = std::getenv("TESSEL_TOKEN")) {
     g.token = t;
+  }
+  if (auto credentials = tessel::LoadClientCredentials(g.tls); credentials.ok()) {
+    g.credentials = *std::move(credentials);
+  } else {
+    std::cerr << "tesselctl: " << credentials.status().message() << "\n";
+    return tessel::kUsage;
   }
   if (*members) return tessel::Members(g, group);
   if (*jobs) return tessel::Jobs(g);

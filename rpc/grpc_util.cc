@@ -7,7 +7,8 @@
 
 namespace tessel {
 
-std::shared_ptr<grpc::Channel> MakeChannel(absl::string_view address) {
+std::shared_ptr<grpc::Channel> MakeChannel(absl::string_view address,
+                                           const ClientCredentials& credentials) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -15,7 +16,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(absl::string_view address) {
   args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(std::string(address), grpc::InsecureChannelCredentials(), args);
+  if (!credentials.tls()) {
+    return grpc::CreateCustomChannel(std::string(address), grpc::InsecureChannelCredentials(),
+                                     args);
+  }
+  if (!credentials.server_name.empty()) {
+    args.SetSslTargetNameOverride(credentials.server_name);
+  }
+  return grpc::CreateCustomChannel(std::string(address), credentials.credentials, args);
 }
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
@@ -24,8 +32,12 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
 
 absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
+  std::string message = absl::StrCat(what, ": ", s.error_message());
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    const std::string hint = TlsErrorHint(s.error_message());
+    if (!hint.empty()) absl::StrAppend(&message, " (", hint, ")");
+  }
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), message);
 }
 
 grpc::Status ToGrpc(const absl::Status& s) {
@@ -34,11 +46,13 @@ grpc::Status ToGrpc(const absl::Status& s) {
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
-    absl::string_view address, const std::vector<grpc::Service*>& services, std::string* bound) {
+    absl::string_view address, const std::vector<grpc::Service*>& services, std::string* bound,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(std::string(address), grpc::InsecureServerCredentials(), &port);
+  if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
+  builder.AddListeningPort(std::string(address), credentials, &port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);

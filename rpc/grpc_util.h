@@ -1,9 +1,10 @@
-// gRPC plumbing shared by every process: channels are built here (keepalive,
-// message size, bounded reconnect backoff), and statuses convert between
-// absl and gRPC without losing code or message.
+// gRPC plumbing shared by every process: channels and servers are built here
+// (keepalive, message size, bounded reconnect backoff, mutual TLS when
+// configured: rpc/tls.h), and statuses convert between absl and gRPC without
+// losing code or message.
 //
 // Example:
-//   auto channel = MakeChannel("127.0.0.1:7000");
+//   auto channel = MakeChannel("127.0.0.1:7000");  // or MakeChannel(addr, creds) for TLS
 //   auto stub = tessel::v1::Registry::NewStub(channel);
 //   grpc::ClientContext ctx;
 //   SetDeadline(&ctx, absl::Seconds(5));
@@ -19,23 +20,30 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "rpc/tls.h"
 
 namespace tessel {
 
 // Default deadline of a control RPC.
 inline constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
 
-std::shared_ptr<grpc::Channel> MakeChannel(absl::string_view address);
+// A channel to `address`, insecure unless `credentials` carry TLS.
+std::shared_ptr<grpc::Channel> MakeChannel(absl::string_view address,
+                                           const ClientCredentials& credentials = {});
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout = kRpcTimeout);
 
+// "<what>: <message>" with the gRPC code; an UNAVAILABLE that looks like a
+// TLS problem gets a hint saying which flag to check.
 absl::Status FromGrpc(const grpc::Status& s, absl::string_view what);
 grpc::Status ToGrpc(const absl::Status& s);
 
 // Starts a gRPC server on `address` (port 0 picks a free port). On success
-// returns the server and writes the bound "host:port" to *bound.
+// returns the server and writes the bound "host:port" to *bound. Plaintext
+// unless `credentials` (LoadServerCredentials) say otherwise.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
-    absl::string_view address, const std::vector<grpc::Service*>& services, std::string* bound);
+    absl::string_view address, const std::vector<grpc::Service*>& services, std::string* bound,
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 }  // namespace tessel
 

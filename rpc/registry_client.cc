@@ -4,12 +4,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
+#include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 
 namespace tessel {
 
-RegistryClient::RegistryClient(const std::string& address)
-    : address_(address), stub_(v1::Registry::NewStub(MakeChannel(address))) {}
+RegistryClient::RegistryClient(const std::string& address, const ClientCredentials& credentials,
+                               std::string token)
+    : address_(address),
+      token_(std::move(token)),
+      stub_(v1::Registry::NewStub(MakeChannel(address, credentials))) {}
+
+void RegistryClient::Prepare(grpc::ClientContext* ctx) const { AddToken(ctx, token_); }
 
 RegistryClient::~RegistryClient() {
   absl::Status s = Leave();
@@ -28,6 +34,7 @@ absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Du
   req.set_lease_ttl_ms(absl::ToInt64Milliseconds(ttl));
   v1::JoinResponse resp;
   grpc::ClientContext ctx;
+  Prepare(&ctx);
   SetDeadline(&ctx);
   absl::Status s =
       FromGrpc(stub_->Join(&ctx, req, &resp), absl::StrCat("joining registry at ", address_));
@@ -63,6 +70,7 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
     req.set_lease_id(lease_id);
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
+    Prepare(&ctx);
     SetDeadline(&ctx, period);
     grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
     if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
@@ -98,6 +106,7 @@ absl::Status RegistryClient::Leave() {
   req.set_lease_id(id);
   v1::LeaveResponse resp;
   grpc::ClientContext ctx;
+  Prepare(&ctx);
   SetDeadline(&ctx, absl::Seconds(2));
   return FromGrpc(stub_->Leave(&ctx, req, &resp), "leaving registry");
 }
@@ -112,6 +121,7 @@ absl::StatusOr<v1::View> RegistryClient::GetView(const std::string& group) {
   req.set_group(group);
   v1::GetViewResponse resp;
   grpc::ClientContext ctx;
+  Prepare(&ctx);
   SetDeadline(&ctx);
   absl::Status s = FromGrpc(stub_->GetView(&ctx, req, &resp),
                             absl::StrCat("registry at ", address_, " GetView(", group, ")"));
@@ -123,6 +133,7 @@ absl::StatusOr<std::vector<v1::View>> RegistryClient::ListGroups() {
   v1::ListGroupsRequest req;
   v1::ListGroupsResponse resp;
   grpc::ClientContext ctx;
+  Prepare(&ctx);
   SetDeadline(&ctx);
   absl::Status s = FromGrpc(stub_->ListGroups(&ctx, req, &resp),
                             absl::StrCat("registry at ", address_, " ListGroups"));
@@ -138,6 +149,7 @@ absl::StatusOr<v1::View> RegistryClient::WaitForView(
   std::string last_error;
   while (absl::Now() < deadline) {
     grpc::ClientContext ctx;
+    Prepare(&ctx);
     ctx.set_deadline(absl::ToChronoTime(deadline));
     v1::WatchRequest req;
     req.set_group(group);
@@ -152,7 +164,7 @@ absl::StatusOr<v1::View> RegistryClient::WaitForView(
       }
     }
     grpc::Status s = reader->Finish();
-    if (!s.ok()) last_error = s.error_message();
+    if (!s.ok()) last_error = std::string(FromGrpc(s, "Watch").message());
     absl::SleepFor(absl::Milliseconds(100));  // registry unreachable: retry until the deadline
   }
   return absl::DeadlineExceededError(

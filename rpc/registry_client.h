@@ -26,12 +26,18 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "proto/registry.grpc.pb.h"
+#include "rpc/tls.h"
 
 namespace tessel {
 
 class RegistryClient {
  public:
-  explicit RegistryClient(const std::string& address);
+  // `credentials`: mutual TLS when the registry uses it (rpc/tls.h).
+  // `token`: sent as `authorization: Bearer` on every call; the registry
+  // needs it for ListGroups when it has an admin token and refuses
+  // anonymous reads (rpc/auth.h).
+  explicit RegistryClient(const std::string& address, const ClientCredentials& credentials = {},
+                          std::string token = "");
   ~RegistryClient();
 
   const std::string& address() const { return address_; }
@@ -57,8 +63,10 @@ class RegistryClient {
  private:
   void HeartbeatLoop(int64_t lease_id, absl::Duration period);
   void StopHeartbeats();
+  void Prepare(grpc::ClientContext* ctx) const;
 
   const std::string address_;
+  const std::string token_;
   std::unique_ptr<v1::Registry::Stub> stub_;
   absl::Mutex mu_;
   int64_t lease_id_ ABSL_GUARDED_BY(mu_) = 0;

@@ -14,6 +14,8 @@ PACKAGES=(
   nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev libcli11-dev
   # Baselines and interop in tests and benchmarks; fuzzing (libFuzzer).
   openmpi-bin libopenmpi-dev python3-numpy clang libclang-rt-14-dev
+  # Mutual TLS: certificates (scripts/gen_certs.sh), OpenSSL headers (rpc/tls.cc).
+  openssl libssl-dev
 )
 
 missing=()

@@ -1,5 +1,7 @@
 #include "server/registry.h"
 
+#include <limits>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -38,7 +40,10 @@ absl::StatusOr<Registry::Joined> Registry::Join(const v1::Member& member, absl::
                      member.rank(), " (pid ", held.member.pid(), " on ", held.member.host(),
                      "); stop it or wait for its lease to lapse"));
   }
-  const int64_t id = next_lease_++;
+  int64_t id;
+  do {
+    id = absl::Uniform<int64_t>(lease_ids_, 1, std::numeric_limits<int64_t>::max());
+  } while (leases_.contains(id));
   leases_[id] = Lease{member.group(), member, ttl, clock_() + ttl};
   g.lease_by_slot[slot] = id;
   ++g.epoch;

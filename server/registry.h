@@ -5,6 +5,8 @@
 // Contract:
 //   - Join adds a member and returns a lease; (group, role, rank) is unique
 //     among live members (a second join of a taken rank is AlreadyExists).
+//     Lease ids are random 63-bit numbers: a lease id is what lets a member
+//     renew or end its membership, so another client cannot guess it.
 //   - Heartbeat renews a live lease; an unknown or lapsed lease is NotFound
 //     (the member must join again).
 //   - Leave and lease expiry (ExpireLeases, driven by the service's timer)
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -76,7 +79,7 @@ class Registry {
   const absl::Duration default_ttl_;
   const std::function<absl::Time()> clock_;
   absl::Mutex mu_;
-  int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::BitGen lease_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
 };

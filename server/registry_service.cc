@@ -5,7 +5,8 @@
 
 namespace tessel {
 
-RegistryService::RegistryService(absl::Duration default_ttl) : registry_(default_ttl) {
+RegistryService::RegistryService(absl::Duration default_ttl, AdminAuthOptions auth)
+    : registry_(default_ttl), auth_(std::move(auth), "this registry") {
   expirer_ = std::thread([this] {
     while (!stop_.load()) {
       int n = registry_.ExpireLeases();
@@ -71,8 +72,10 @@ grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchReq
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::ListGroups(grpc::ServerContext*, const v1::ListGroupsRequest*,
+grpc::Status RegistryService::ListGroups(grpc::ServerContext* ctx, const v1::ListGroupsRequest*,
                                          v1::ListGroupsResponse* resp) {
+  grpc::Status auth = auth_.Check(*ctx, Access::kRead, "ListGroups");
+  if (!auth.ok()) return auth;
   for (v1::View& v : registry_.ListGroups()) *resp->add_views() = std::move(v);
   return grpc::Status::OK;
 }

@@ -1,6 +1,15 @@
 // gRPC adapter for Registry (tessel.v1.Registry), plus the timer that expires
 // lapsed leases. Handlers only translate; the logic is in registry.h.
 //
+// Authorization (rpc/auth.h): Join, Heartbeat, Leave, GetView and Watch are
+// member operations, open to every client the transport lets in (with mutual
+// TLS: holders of a certificate from the cluster's CA); Heartbeat and Leave
+// act only on the caller's own lease, named by its unguessable id.
+// ListGroups, which lists every job and pool with their addresses, is an
+// operator read: with an admin token it needs the token unless
+// `allow_anonymous_reads`. The registry has no admin-only RPC today; one
+// added later (e.g. evicting a member) must check Access::kAdmin.
+//
 // Example:
 //   RegistryService service(absl::Seconds(5));
 //   std::string bound;
@@ -12,13 +21,14 @@
 #include <thread>
 
 #include "proto/registry.grpc.pb.h"
+#include "rpc/auth.h"
 #include "server/registry.h"
 
 namespace tessel {
 
 class RegistryService final : public v1::Registry::Service {
  public:
-  explicit RegistryService(absl::Duration default_ttl);
+  explicit RegistryService(absl::Duration default_ttl, AdminAuthOptions auth = {});
   ~RegistryService() override;
 
   Registry& registry() { return registry_; }
@@ -38,6 +48,7 @@ class RegistryService final : public v1::Registry::Service {
 
  private:
   Registry registry_;
+  const AdminAuth auth_;
   std::atomic<bool> stop_{false};
   std::thread expirer_;
 };

@@ -2,7 +2,6 @@
 // state, receives gradient buckets and serves parameters over UCX, and is
 // controlled over gRPC. Joins the registry as shard `--shard` of `--pool`.
 #include <csignal>
-#include <fstream>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -10,8 +9,10 @@
 #include "absl/flags/usage.h"
 #include "core/log.h"
 #include "gpu/device.h"
+#include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
+#include "rpc/tls_flags.h"
 #include "server/checkpoint_store.h"
 #include "server/checkpointer.h"
 #include "server/data_plane.h"
@@ -52,7 +53,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Tessel shard server.\n\n"
       "Usage: tessel-server --registry=HOST:PORT --shard=N [--pool=default]\n"
-      "                     [--listen=127.0.0.1:0] [--ucx_tls=posix,sysv,self]\n\n"
+      "                     [--listen=127.0.0.1:0] [--ucx_tls=posix,sysv,self]\n"
+      "                     [--tls_ca=CA --tls_cert=CERT --tls_key=KEY] "
+      "[--admin_token_file=FILE]\n\n"
       "The server registers its gRPC and UCX addresses in the registry; workers\n"
       "find it there and create jobs on it. Stop it with SIGINT or SIGTERM.");
   absl::ParseCommandLine(argc, argv);
@@ -67,6 +70,13 @@ int main(int argc, char** argv) {
   TESSEL_LOG(INFO) << (cuda.available
                            ? "CUDA device: " + cuda.reason
                            : "CUDA: " + cuda.reason + "; optimizer kernels run on the CPU path");
+
+  // TLS first: a bad certificate path fails before anything is started.
+  const tessel::TlsOptions tls = tessel::TlsOptionsFromFlags();
+  auto server_credentials = tessel::LoadServerCredentials(tls);
+  if (!server_credentials.ok()) return Fail(std::string(server_credentials.status().message()));
+  auto client_credentials = tessel::LoadClientCredentials(tls);
+  if (!client_credentials.ok()) return Fail(std::string(client_credentials.status().message()));
 
   tessel::UcxOptions ucx;
   ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
@@ -86,22 +96,18 @@ int main(int argc, char** argv) {
   service_options.pool = absl::GetFlag(FLAGS_pool);
   service_options.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
   if (!absl::GetFlag(FLAGS_admin_token_file).empty()) {
-    std::ifstream in(absl::GetFlag(FLAGS_admin_token_file));
-    std::getline(in, service_options.admin_token);
-    if (!in.good() && service_options.admin_token.empty()) {
-      return Fail("cannot read --admin_token_file " + absl::GetFlag(FLAGS_admin_token_file));
-    }
-    if (service_options.admin_token.size() < 16) {
-      return Fail("the admin token must be at least 16 characters");
-    }
+    auto token = tessel::ReadTokenFile("--admin_token_file", absl::GetFlag(FLAGS_admin_token_file));
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    service_options.admin_token = *token;
   }
   tessel::DataPlane plane(transport->get(), &checkpointer);
   tessel::ShardService service(&plane, service_options);
   std::string bound;
-  auto server = tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound);
+  auto server =
+      tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound, *server_credentials);
   if (!server.ok()) return Fail(std::string(server.status().message()));
 
-  tessel::RegistryClient registry(registry_address);
+  tessel::RegistryClient registry(registry_address, *client_credentials);
   tessel::v1::Member me;
   me.set_group(absl::GetFlag(FLAGS_pool));
   me.set_role(tessel::v1::ROLE_SERVER);
@@ -111,7 +117,8 @@ int main(int argc, char** argv) {
   auto view = registry.Join(me, absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)));
   if (!view.ok()) return Fail(std::string(view.status().message()));
   TESSEL_LOG(INFO) << "shard " << shard << " of pool '" << absl::GetFlag(FLAGS_pool)
-                   << "' serving control on " << bound << ", data over UCX";
+                   << "' serving control on " << bound
+                   << (tls.enabled() ? " (mutual TLS)" : " (plaintext)") << ", data over UCX";
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

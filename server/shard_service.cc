@@ -13,12 +13,6 @@ grpc::Status NoJob(const std::string& job) {
                       absl::StrCat("no job '", job, "' on this shard server"));
 }
 
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
-  return diff == 0 && !b.empty();
-}
-
 v1::CheckpointInfo InfoOf(const Manifest& m, bool with_manifest) {
   v1::CheckpointInfo info;
   info.set_job(m.job);
@@ -39,21 +33,8 @@ v1::CheckpointInfo InfoOf(const Manifest& m, bool with_manifest) {
 }  // namespace
 
 grpc::Status ShardService::Authorize(grpc::ServerContext* ctx, bool mutating) const {
-  if (options_.admin_token.empty() || (!mutating && options_.allow_anonymous_reads)) {
-    return grpc::Status::OK;
-  }
-  auto it = ctx->client_metadata().find("authorization");
-  if (it == ctx->client_metadata().end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "this shard server requires an admin token: pass --token_file or set "
-                        "TESSEL_TOKEN (metadata 'authorization: Bearer <token>')");
-  }
-  const std::string value(it->second.data(), it->second.size());
-  if (!absl::StartsWith(value, "Bearer ") ||
-      !ConstantTimeEquals(value.substr(7), options_.admin_token)) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "the admin token is not valid");
-  }
-  return grpc::Status::OK;
+  return auth_.Check(*ctx, mutating ? Access::kAdmin : Access::kRead,
+                     mutating ? "changes" : "reads");
 }
 
 v1::ShardStats ShardService::StatsOf(ShardJob& job) {

@@ -6,13 +6,15 @@
 // state (CreateJob, SetEpoch, DeleteJob, SaveCheckpoint, DeleteCheckpoint)
 // needs metadata `authorization: Bearer <token>`; read-only RPCs need it too
 // unless `allow_anonymous_reads`. Refusals are UNAUTHENTICATED (no token) or
-// PERMISSION_DENIED (wrong token).
+// PERMISSION_DENIED (wrong token); the check is rpc/auth.h's, shared with
+// the registry.
 #ifndef TESSEL_SERVER_SHARD_SERVICE_H_
 #define TESSEL_SERVER_SHARD_SERVICE_H_
 
 #include <string>
 
 #include "proto/shard.grpc.pb.h"
+#include "rpc/auth.h"
 #include "server/data_plane.h"
 
 namespace tessel {
@@ -28,7 +30,9 @@ struct ShardServiceOptions {
 class ShardService final : public v1::ShardServer::Service {
  public:
   ShardService(DataPlane* plane, ShardServiceOptions options)
-      : plane_(plane), options_(std::move(options)) {}
+      : plane_(plane),
+        options_(std::move(options)),
+        auth_({options_.admin_token, options_.allow_anonymous_reads}, "this shard server") {}
 
   grpc::Status CreateJob(grpc::ServerContext*, const v1::CreateJobRequest*,
                          v1::CreateJobResponse*) override;
@@ -61,6 +65,7 @@ class ShardService final : public v1::ShardServer::Service {
 
   DataPlane* const plane_;
   const ShardServiceOptions options_;
+  const AdminAuth auth_;
 };
 
 }  // namespace tessel

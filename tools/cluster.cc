@@ -12,8 +12,10 @@ LocalCluster::LocalCluster(ClusterOptions options)
 LocalCluster::~LocalCluster() { Stop(); }
 
 absl::Status LocalCluster::Start() {
+  auto credentials = LoadServerCredentials(options_.tls);
+  if (!credentials.ok()) return credentials.status();
   registry_ = std::make_unique<RegistryService>(options_.lease_ttl);
-  auto server = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_);
+  auto server = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_, *credentials);
   if (!server.ok()) return server.status();
   registry_server_ = std::move(*server);
 
@@ -26,6 +28,7 @@ absl::Status LocalCluster::Start() {
         absl::StrCat("--pool=", options_.pool),
         absl::StrCat("--ucx_tls=", options_.ucx_tls),
         absl::StrCat("--lease_ttl_ms=", absl::ToInt64Milliseconds(options_.lease_ttl))};
+    for (std::string& f : TlsFlags(options_.tls)) argv.push_back(std::move(f));
     argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
     absl::Status st = processes_.Start(absl::StrCat("server", s), argv);
     if (!st.ok()) return st;
@@ -55,6 +58,7 @@ absl::Status LocalCluster::RunWorkers(int workers, const std::vector<std::string
                                      absl::StrCat("--world=", workers),
                                      absl::StrCat("--servers=", options_.servers),
                                      absl::StrCat("--pool=", options_.pool)};
+    for (std::string& f : TlsFlags(options_.tls)) argv.push_back(std::move(f));
     argv.insert(argv.end(), args.begin(), args.end());
     argv.push_back(absl::StrCat("--ucx_tls=", options_.ucx_tls));  // last one wins
     const std::string name = absl::StrCat("worker", r);

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "rpc/tls.h"
 #include "server/registry_service.h"
 #include "tools/process.h"
 
@@ -33,6 +34,9 @@ struct ClusterOptions {
   std::string ucx_tls = "posix,sysv,self";
   std::vector<std::string> server_args;  // extra flags for every server
   absl::Duration lease_ttl = absl::Seconds(3);
+  // Mutual TLS for the embedded registry, and forwarded (--tls_*) to every
+  // server and worker started; empty = plaintext.
+  TlsOptions tls;
 };
 
 class LocalCluster {
@@ -52,6 +56,7 @@ class LocalCluster {
 
   const std::string& registry_address() const { return registry_address_; }
   const std::string& run_dir() const { return options_.run_dir; }
+  const TlsOptions& tls() const { return options_.tls; }
   ProcessGroup& processes() { return processes_; }
 
  private:

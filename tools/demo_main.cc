@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "rpc/job_spec.h"
+#include "rpc/tls_flags.h"
 #include "tools/cluster.h"
 #include "tools/hybrid_mlp.h"
 #include "tools/mlp_job.h"
@@ -62,6 +63,9 @@ int main(int argc, char** argv) {
     args.push_back(absl::StrCat("--tp=", absl::GetFlag(FLAGS_tp)));
     args.push_back(absl::StrCat("--pp=", absl::GetFlag(FLAGS_pp)));
     args.push_back(absl::StrCat("--servers=", absl::GetFlag(FLAGS_servers)));
+    for (const std::string& a : tessel::TlsFlags(tessel::TlsOptionsFromFlags())) {
+      args.push_back(a);
+    }
     std::vector<char*> argv_exec;
     for (std::string& a : args) argv_exec.push_back(a.data());
     argv_exec.push_back(nullptr);
@@ -92,6 +96,7 @@ int main(int argc, char** argv) {
   copt.servers = servers;
   copt.run_dir = tessel::MakeRunDir("tessel-demo");
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  copt.tls = tessel::TlsOptionsFromFlags();
   tessel::LocalCluster cluster(copt);
   std::printf(
       "Tessel demo: %d shard servers + %d workers (separate processes), strategy %s, "

@@ -40,6 +40,7 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
+#include "rpc/tls_flags.h"
 #include "tools/cluster.h"
 #include "tools/hybrid_launch.h"
 #include "tools/hybrid_mlp.h"
@@ -350,6 +351,7 @@ int RunWorker() {
   o.worker.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
   o.worker.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
   o.worker.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  o.worker.tls = tessel::TlsOptionsFromFlags();
   o.config = config;
   o.fingerprint = Fingerprint(*mlp, steps);
   auto session = tessel::HybridSession::Connect(o);
@@ -428,6 +430,7 @@ int RunLocal() {
   copt.servers = servers;
   copt.run_dir = tessel::MakeRunDir("tessel-hybrid");
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  copt.tls = tessel::TlsOptionsFromFlags();
   tessel::LocalCluster cluster(copt);
   std::printf("tessel-hybrid-train --local: %d shard servers + %d worker processes; logs in %s\n",
               servers, config.world(), copt.run_dir.c_str());

@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 #include "core/npy.h"
+#include "rpc/tls_flags.h"
 #include "tools/cluster.h"
 #include "tools/hybrid_mlp.h"
 #include "tools/mlp_job.h"
@@ -144,6 +145,7 @@ int main(int argc, char** argv) {
   copt.servers = servers;
   copt.run_dir = tessel::MakeRunDir("tessel-replay");
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  copt.tls = tessel::TlsOptionsFromFlags();
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();
   if (!s.ok()) return Fail(s);

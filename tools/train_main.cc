@@ -2,7 +2,6 @@
 // fixed gradients from .npy files (--grads), through the Worker SDK against
 // real shard servers. Normally started by tessel-demo or tessel-replay.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -14,6 +13,8 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
+#include "rpc/auth.h"
+#include "rpc/tls_flags.h"
 #include "tools/mlp_job.h"
 #include "tools/train_flags.h"
 #include "worker/worker.h"
@@ -72,15 +73,12 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
       }
     }
   }
+  o.tls = tessel::TlsOptionsFromFlags();
   o.resume = absl::GetFlag(FLAGS_resume);
   o.resume_step = absl::GetFlag(FLAGS_resume_step);
   o.checkpoint.set_every_steps(absl::GetFlag(FLAGS_checkpoint_every_steps));
   o.checkpoint.set_keep_last(absl::GetFlag(FLAGS_keep_checkpoints));
   o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
-  if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    std::ifstream in(absl::GetFlag(FLAGS_token_file));
-    std::getline(in, o.token);
-  }
   return o;
 }
 
@@ -347,7 +345,13 @@ int main(int argc, char** argv) {
   if (!precision.ok()) return Fail(precision.status());
   const int steps = absl::GetFlag(FLAGS_steps);
   if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"));
-  auto worker = tessel::Worker::Connect(OptionsFromFlags(*optimizer, *strategy));
+  tessel::WorkerOptions options = OptionsFromFlags(*optimizer, *strategy);
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    auto token = tessel::ReadTokenFile("--token_file", absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) return Fail(token.status());
+    options.token = *token;
+  }
+  auto worker = tessel::Worker::Connect(options);
   if (!worker.ok()) return Fail(worker.status());
 
   const bool replay = !absl::GetFlag(FLAGS_grads).empty();

@@ -178,6 +178,8 @@ HybridSession::~HybridSession() {
 absl::Status HybridSession::Start() {
   const WorkerOptions& w = options_.worker;
   const HybridConfig config = options_.config;
+  auto credentials = LoadClientCredentials(w.tls);
+  if (!credentials.ok()) return credentials.status();
   auto transport = UcxTransport::Create(w.ucx);
   if (!transport.ok()) return transport.status();
   PeerGroupOptions po;
@@ -186,7 +188,7 @@ absl::Status HybridSession::Start() {
   po.describe = [config](int r) { return DescribeRank(config, r); };
   peers_ = std::make_unique<PeerGroup>(std::move(*transport), w.rank, w.world_size, po);
 
-  registry_ = std::make_unique<RegistryClient>(w.registry);
+  registry_ = std::make_unique<RegistryClient>(w.registry, *credentials);
   absl::StatusOr<MeshView> mesh = JoinMesh(registry_.get(), po.name, w.rank, w.world_size,
                                            peers_->address(), w.connect_timeout);
   if (!mesh.ok()) {

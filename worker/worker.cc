@@ -67,12 +67,17 @@ std::string Worker::Where() const {
 }
 
 absl::Status Worker::Start() {
+  auto credentials = LoadClientCredentials(options_.tls);
+  if (!credentials.ok()) {
+    return absl::Status(credentials.status().code(),
+                        absl::StrCat(Where(), ": ", credentials.status().message()));
+  }
   auto transport = UcxTransport::Create(options_.ucx);
   if (!transport.ok()) return transport.status();
   transport_ = std::move(*transport);
   transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
 
-  registry_ = std::make_unique<RegistryClient>(options_.registry);
+  registry_ = std::make_unique<RegistryClient>(options_.registry, *credentials);
   // Servers first: a worker is useless without its shards.
   const int want_servers = options_.num_servers;
   auto pool = registry_->WaitForView(
@@ -110,7 +115,7 @@ absl::Status Worker::Start() {
     Server srv;
     srv.shard = static_cast<int>(i);
     srv.grpc_address = members[i]->grpc_address();
-    srv.stub = v1::ShardServer::NewStub(MakeChannel(srv.grpc_address));
+    srv.stub = v1::ShardServer::NewStub(MakeChannel(srv.grpc_address, *credentials));
     auto peer = transport_->Connect(members[i]->ucx_address());
     if (!peer.ok()) {
       return absl::UnavailableError(absl::StrCat(Where(), ": cannot reach shard ", i,
@@ -978,6 +983,7 @@ absl::Status Worker::AllReduceMean(absl::Span<float> data) {
     o.step_timeout = options_.step_timeout;
     o.lease_ttl = options_.lease_ttl;
     o.ucx = options_.ucx;
+    o.tls = options_.tls;
     o.token = token_;
     auto w = Worker::Connect(o);
     if (!w.ok()) return w.status();

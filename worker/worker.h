@@ -65,6 +65,7 @@
 #include "core/wire.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/registry_client.h"
+#include "rpc/tls.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_transport.h"
 #include "worker/train_state.h"
@@ -107,6 +108,9 @@ struct WorkerOptions {
   // every rank with the same inputs, so it must be deterministic).
   EarlyStoppingPolicy early_stopping;
   std::function<bool(double mean, const EarlyStopping& rule)> early_stop_hook;
+  // Mutual TLS for the registry and shard-server channels (rpc/tls.h);
+  // empty = plaintext. The UCX data path is not encrypted.
+  TlsOptions tls;
   // Units (groups of tensors): index of the first tensor of each, ascending
   // from 0. Required for fsdp. For zero2 they make gradients live per unit:
   // UnitGrads(u) (UnitHalfGrads(u) under mixed precision) / PushUnit(u)

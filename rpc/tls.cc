@@ -1,0 +1,198 @@
+#include "rpc/tls.h"
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace tessel {
+namespace {
+
+struct PemFiles {
+  std::string ca;
+  std::string cert;
+  std::string key;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", flag, " file '", path, "': ", std::strerror(errno)));
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (s.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " file '", path, "' is empty"));
+  }
+  return s.str();
+}
+
+std::string OpenSslError() {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "not PEM";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof(buf));
+  return buf;
+}
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+
+// Every certificate in `pem`, or an error naming the flag and file.
+absl::StatusOr<std::vector<X509Ptr>> ParseCerts(const std::string& flag, const std::string& path,
+                                                const std::string& pem) {
+  std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  std::vector<X509Ptr> certs;
+  for (;;) {
+    X509Ptr x(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+    if (x == nullptr) break;
+    certs.push_back(std::move(x));
+  }
+  ERR_clear_error();  // the end of the input reads as an error
+  if (certs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " file '", path, "' holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+  }
+  for (const X509Ptr& x : certs) {
+    if (X509_cmp_current_time(X509_get0_notAfter(x.get())) < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the certificate in ", flag, " file '", path,
+                       "' has expired; issue a new one (scripts/gen_certs.sh)"));
+    }
+    if (X509_cmp_current_time(X509_get0_notBefore(x.get())) > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the certificate in ", flag, " file '", path,
+                       "' is not valid yet (check this machine's clock)"));
+    }
+  }
+  return certs;
+}
+
+absl::StatusOr<PemFiles> LoadPem(const TlsOptions& o) {
+  std::vector<std::string> missing;
+  if (o.ca_file.empty()) missing.push_back("--tls_ca");
+  if (o.cert_file.empty()) missing.push_back("--tls_cert");
+  if (o.key_file.empty()) missing.push_back("--tls_key");
+  if (!missing.empty()) {
+    std::string names;
+    for (const std::string& m : missing) absl::StrAppend(&names, names.empty() ? "" : " and ", m);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mutual TLS needs all of --tls_ca, --tls_cert and --tls_key (or TESSEL_TLS_CA, "
+        "TESSEL_TLS_CERT, TESSEL_TLS_KEY); missing ",
+        names));
+  }
+  PemFiles pem;
+  auto ca = ReadFile("--tls_ca", o.ca_file);
+  if (!ca.ok()) return ca.status();
+  auto cert = ReadFile("--tls_cert", o.cert_file);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFile("--tls_key", o.key_file);
+  if (!key.ok()) return key.status();
+  pem.ca = std::move(*ca);
+  pem.cert = std::move(*cert);
+  pem.key = std::move(*key);
+
+  auto ca_certs = ParseCerts("--tls_ca", o.ca_file, pem.ca);
+  if (!ca_certs.ok()) return ca_certs.status();
+  auto own = ParseCerts("--tls_cert", o.cert_file, pem.cert);
+  if (!own.ok()) return own.status();
+  std::unique_ptr<BIO, BioFree> bio(
+      BIO_new_mem_buf(pem.key.data(), static_cast<int>(pem.key.size())));
+  std::unique_ptr<EVP_PKEY, KeyFree> key_obj(
+      PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  if (key_obj == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--tls_key file '", o.key_file,
+                                                   "' holds no unencrypted PEM private key (",
+                                                   OpenSslError(), ")"));
+  }
+  if (X509_check_private_key(own->front().get(), key_obj.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat("--tls_key file '", o.key_file,
+                                                   "' is not the key of the certificate in "
+                                                   "--tls_cert file '",
+                                                   o.cert_file, "'"));
+  }
+  return pem;
+}
+
+}  // namespace
+
+absl::StatusOr<ClientCredentials> LoadClientCredentials(const TlsOptions& options) {
+  ClientCredentials out;
+  if (!options.enabled()) return out;
+  auto pem = LoadPem(options);
+  if (!pem.ok()) return pem.status();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem->ca;
+  ssl.pem_cert_chain = pem->cert;
+  ssl.pem_private_key = pem->key;
+  out.credentials = grpc::SslCredentials(ssl);
+  if (out.credentials == nullptr) {
+    return absl::InternalError("gRPC refused the TLS client credentials");
+  }
+  out.server_name = options.server_name;
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(
+    const TlsOptions& options) {
+  if (!options.enabled()) return grpc::InsecureServerCredentials();
+  auto pem = LoadPem(options);
+  if (!pem.ok()) return pem.status();
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = pem->ca;
+  ssl.pem_key_cert_pairs.push_back({pem->key, pem->cert});
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(ssl);
+  if (creds == nullptr) return absl::InternalError("gRPC refused the TLS server credentials");
+  return creds;
+}
+
+std::vector<std::string> TlsFlags(const TlsOptions& options) {
+  std::vector<std::string> out;
+  if (!options.ca_file.empty()) out.push_back("--tls_ca=" + options.ca_file);
+  if (!options.cert_file.empty()) out.push_back("--tls_cert=" + options.cert_file);
+  if (!options.key_file.empty()) out.push_back("--tls_key=" + options.key_file);
+  if (!options.server_name.empty()) out.push_back("--tls_server_name=" + options.server_name);
+  return out;
+}
+
+std::string TlsErrorHint(const std::string& grpc_message) {
+  const std::string m = absl::AsciiStrToLower(grpc_message);
+  if (absl::StrContains(m, "handshake") || absl::StrContains(m, "ssl") ||
+      absl::StrContains(m, "certificate") || absl::StrContains(m, "tlsv1 alert") ||
+      absl::StrContains(m, "peer name")) {
+    return "TLS handshake failed: check that --tls_ca names the CA that issued the server's "
+           "certificate, that --tls_cert/--tls_key are a pair issued by the CA the server "
+           "trusts, that the server's certificate names the host dialed (or set "
+           "--tls_server_name), and that the server uses TLS at all; see docs/errors.md";
+  }
+  if (absl::StrContains(m, "socket closed") || absl::StrContains(m, "connection reset") ||
+      absl::StrContains(m, "end of tcp stream") || absl::StrContains(m, "connection closed")) {
+    return "the server closed the connection while it was being set up: if the server uses "
+           "mutual TLS, it refused this client's certificate or its lack of one; pass --tls_ca, "
+           "--tls_cert and --tls_key with a certificate issued by the CA the server trusts; see "
+           "docs/errors.md";
+  }
+  return "";
+}
+
+}  // namespace tessel

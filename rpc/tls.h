@@ -1,0 +1,73 @@
+// Mutual TLS for the control plane: which files a process uses, and the gRPC
+// credentials built from them.
+//
+// Contract: TLS is off unless a CA, a certificate and a key are all given.
+// With them, servers require and verify a client certificate issued by the CA
+// (GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY), and clients
+// verify the server's certificate and its name: the host they dial must be in
+// the certificate's subjectAltName (scripts/gen_certs.sh issues
+// DNS:localhost and IP:127.0.0.1), unless `server_name` overrides the name
+// expected. Every file is read and checked when the credentials are built,
+// so a bad path, a key that does not match its certificate or an expired
+// certificate is a Status naming the flag, not a crash or a failed handshake
+// later. The UCX data path is not covered (docs/operations.md, Security).
+//
+// Example:
+//   TlsOptions tls{.ca_file = "certs/ca.crt", .cert_file = "certs/client.crt",
+//                  .key_file = "certs/client.key"};
+//   TESSEL_ASSIGN_OR_RETURN(ClientCredentials creds, LoadClientCredentials(tls));
+//   auto channel = MakeChannel("127.0.0.1:7070", creds);
+#ifndef TESSEL_RPC_TLS_H_
+#define TESSEL_RPC_TLS_H_
+
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessel {
+
+// Paths of PEM files (the flags --tls_ca, --tls_cert, --tls_key, and
+// --tls_server_name of every binary). All empty: insecure.
+struct TlsOptions {
+  std::string ca_file;    // CA certificate(s) the peer's certificate must chain to
+  std::string cert_file;  // this process's certificate (chain), presented to peers
+  std::string key_file;   // the private key of cert_file
+  // Client side: the name the server's certificate must carry, instead of the
+  // host part of the address dialed (e.g. when dialing an IP that is not in
+  // the certificate). Empty: the dialed host.
+  std::string server_name;
+
+  bool enabled() const { return !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
+};
+
+// What a channel needs: credentials (insecure when !tls) and the name
+// override, if any. Cheap to copy; share one per process.
+struct ClientCredentials {
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: insecure
+  std::string server_name;
+  bool tls() const { return credentials != nullptr; }
+};
+
+// Checks and loads `options`. Insecure credentials when !options.enabled().
+absl::StatusOr<ClientCredentials> LoadClientCredentials(const TlsOptions& options);
+// Server credentials that require and verify client certificates; insecure
+// when !options.enabled().
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(
+    const TlsOptions& options);
+
+// The same options as command-line flags, to forward to child processes
+// (empty when TLS is off).
+std::vector<std::string> TlsFlags(const TlsOptions& options);
+
+// A hint for an UNAVAILABLE error whose message looks like a failed TLS
+// handshake or a plaintext/TLS mismatch, or "" if it does not.
+std::string TlsErrorHint(const std::string& grpc_message);
+
+}  // namespace tessel
+
+#endif  // TESSEL_RPC_TLS_H_
