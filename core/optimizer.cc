@@ -17,7 +17,13 @@
 // IEEE operations in the same order, so results do not depend on the CPU, on n
 // or on alignment. Kernels are templates over every option that would
 // otherwise be a per-element branch.
+// ThreadSanitizer cannot run ifunc resolvers (they run before its runtime is
+// up), so tsan builds keep the default clone only.
+#if defined(__SANITIZE_THREAD__)
+#define TESSEL_VECTOR_CLONES
+#else
 #define TESSEL_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
 
 namespace tessel {
 namespace {

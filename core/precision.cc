@@ -103,13 +103,19 @@ bool HasF16c() {
 }
 #endif
 
-__attribute__((target_clones("avx2", "default"))) void F32ToBF16Loop(const float* in, uint16_t* out,
-                                                                     size_t n) {
+// AVX2 and default clones picked by an ifunc at load time; not under
+// ThreadSanitizer, which cannot run ifunc resolvers.
+#if defined(__SANITIZE_THREAD__)
+#define TESSEL_CLONES
+#else
+#define TESSEL_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
+TESSEL_CLONES void F32ToBF16Loop(const float* in, uint16_t* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = FloatToBF16(in[i]);
 }
 
-__attribute__((target_clones("avx2", "default"))) void BF16ToF32Loop(const uint16_t* in, float* out,
-                                                                     size_t n) {
+TESSEL_CLONES void BF16ToF32Loop(const uint16_t* in, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = BF16ToFloat(in[i]);
 }
 

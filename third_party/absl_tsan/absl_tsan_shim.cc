@@ -1,0 +1,237 @@
+// ThreadSanitizer annotations for Debian's Abseil synchronization library.
+//
+// libabsl_synchronization.so is not built with -fsanitize=thread, so TSan
+// cannot see that absl::Mutex and absl::Notification order memory: every
+// access to data guarded by an absl::Mutex would be reported as a race (the
+// false positives that kept --config=tsan from being clean). Abseil built
+// with TSan annotates itself; Debian's is not, so this file does it from the
+// outside, in tsan builds only (//third_party/absl_tsan, selected by
+// --config=tsan): it defines the out-of-line Mutex and Notification entry
+// points, which preempt the shared library's, calls the real ones through
+// dlsym(RTLD_NEXT) and tells TSan about the happens-before edges they make:
+//   release(mu) before every unlock (and before waiting in Await, which
+//   unlocks inside), acquire(mu) after every lock (and after Await returns);
+//   release(n) before Notify, acquire(n) after a successful wait.
+// Only happens-before is modelled (no lock-order checking); our own code is
+// fully instrumented, so real races in it are still reported.
+#include <dlfcn.h>
+#include <sanitizer/tsan_interface.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+
+namespace {
+
+template <typename F>
+F Real(const char* mangled) {
+  void* f = dlsym(RTLD_NEXT, mangled);
+  if (f == nullptr) {
+    std::fprintf(stderr, "absl_tsan_shim: %s not found in the Abseil library: %s\n", mangled,
+                 dlerror());
+    std::abort();
+  }
+  return reinterpret_cast<F>(f);
+}
+
+#define TESSEL_REAL(type, mangled)              \
+  static const auto real = Real<type>(mangled); \
+  (void)0
+
+void Acquire(const void* p) { __tsan_acquire(const_cast<void*>(p)); }
+void Release(const void* p) { __tsan_release(const_cast<void*>(p)); }
+
+// Abseil evaluates a waiter's Condition under the mutex but on whichever
+// thread holds it (the waiter, or another thread inside Unlock), so each
+// evaluation is annotated as a critical section of its own.
+struct Guarded {
+  const absl::Mutex* mu;
+  const absl::Condition* cond;
+};
+bool EvalGuarded(Guarded* g) {
+  Acquire(g->mu);
+  const bool ok = g->cond->Eval();
+  Release(g->mu);
+  return ok;
+}
+
+}  // namespace
+
+namespace absl {
+ABSL_NAMESPACE_BEGIN
+
+void Mutex::Lock() {
+  TESSEL_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex4LockEv");
+  real(this);
+  Acquire(this);
+}
+
+void Mutex::Unlock() {
+  TESSEL_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex6UnlockEv");
+  Release(this);
+  real(this);
+}
+
+bool Mutex::TryLock() {
+  TESSEL_REAL(bool (*)(Mutex*), "_ZN4absl7debian35Mutex7TryLockEv");
+  const bool ok = real(this);
+  if (ok) Acquire(this);
+  return ok;
+}
+
+void Mutex::ReaderLock() {
+  TESSEL_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex10ReaderLockEv");
+  real(this);
+  Acquire(this);
+}
+
+void Mutex::ReaderUnlock() {
+  TESSEL_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex12ReaderUnlockEv");
+  Release(this);
+  real(this);
+}
+
+bool Mutex::ReaderTryLock() {
+  TESSEL_REAL(bool (*)(Mutex*), "_ZN4absl7debian35Mutex13ReaderTryLockEv");
+  const bool ok = real(this);
+  if (ok) Acquire(this);
+  return ok;
+}
+
+void Mutex::Await(const Condition& cond) {
+  TESSEL_REAL(void (*)(Mutex*, const Condition&), "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
+  Guarded g{this, &cond};
+  Release(this);
+  real(this, absl::Condition(&EvalGuarded, &g));
+  Acquire(this);
+}
+
+bool Mutex::AwaitWithTimeout(const Condition& cond, absl::Duration timeout) {
+  TESSEL_REAL(bool (*)(Mutex*, const Condition&, absl::Duration),
+              "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  Guarded g{this, &cond};
+  Release(this);
+  const bool ok = real(this, absl::Condition(&EvalGuarded, &g), timeout);
+  Acquire(this);
+  return ok;
+}
+
+bool Mutex::AwaitWithDeadline(const Condition& cond, absl::Time deadline) {
+  TESSEL_REAL(bool (*)(Mutex*, const Condition&, absl::Time),
+              "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  Guarded g{this, &cond};
+  Release(this);
+  const bool ok = real(this, absl::Condition(&EvalGuarded, &g), deadline);
+  Acquire(this);
+  return ok;
+}
+
+void Mutex::LockWhen(const Condition& cond) {
+  TESSEL_REAL(void (*)(Mutex*, const Condition&),
+              "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
+  Guarded g{this, &cond};
+  real(this, absl::Condition(&EvalGuarded, &g));
+  Acquire(this);
+}
+
+bool Mutex::LockWhenWithTimeout(const Condition& cond, absl::Duration timeout) {
+  TESSEL_REAL(bool (*)(Mutex*, const Condition&, absl::Duration),
+              "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  Guarded g{this, &cond};
+  const bool ok = real(this, absl::Condition(&EvalGuarded, &g), timeout);
+  Acquire(this);
+  return ok;
+}
+
+bool Mutex::LockWhenWithDeadline(const Condition& cond, absl::Time deadline) {
+  TESSEL_REAL(bool (*)(Mutex*, const Condition&, absl::Time),
+              "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  Guarded g{this, &cond};
+  const bool ok = real(this, absl::Condition(&EvalGuarded, &g), deadline);
+  Acquire(this);
+  return ok;
+}
+
+void CondVar::Wait(Mutex* mu) {
+  TESSEL_REAL(void (*)(CondVar*, Mutex*), "_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE");
+  Release(mu);
+  real(this, mu);
+  Acquire(mu);
+}
+
+bool CondVar::WaitWithTimeout(Mutex* mu, absl::Duration timeout) {
+  TESSEL_REAL(bool (*)(CondVar*, Mutex*, absl::Duration),
+              "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
+  Release(mu);
+  const bool timed_out = real(this, mu, timeout);
+  Acquire(mu);
+  return timed_out;
+}
+
+bool CondVar::WaitWithDeadline(Mutex* mu, absl::Time deadline) {
+  TESSEL_REAL(bool (*)(CondVar*, Mutex*, absl::Time),
+              "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
+  Release(mu);
+  const bool timed_out = real(this, mu, deadline);
+  Acquire(mu);
+  return timed_out;
+}
+
+void Notification::Notify() {
+  TESSEL_REAL(void (*)(Notification*), "_ZN4absl7debian312Notification6NotifyEv");
+  Release(this);
+  real(this);
+}
+
+void Notification::WaitForNotification() const {
+  TESSEL_REAL(void (*)(const Notification*),
+              "_ZNK4absl7debian312Notification19WaitForNotificationEv");
+  real(this);
+  Acquire(this);
+}
+
+bool Notification::WaitForNotificationWithTimeout(absl::Duration timeout) const {
+  TESSEL_REAL(bool (*)(const Notification*, absl::Duration),
+              "_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE");
+  const bool ok = real(this, timeout);
+  if (ok) Acquire(this);
+  return ok;
+}
+
+bool Notification::WaitForNotificationWithDeadline(absl::Time deadline) const {
+  TESSEL_REAL(bool (*)(const Notification*, absl::Time),
+              "_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE");
+  const bool ok = real(this, deadline);
+  if (ok) Acquire(this);
+  return ok;
+}
+
+ABSL_NAMESPACE_END
+}  // namespace absl
+
+// Every tsan binary (tests and the processes they start): stop at the first
+// report, so a race fails the test that found it.
+extern "C" const char* __tsan_default_options() {
+  return "halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0";
+}
+
+// Only reports raised by interceptors called from inside uninstrumented
+// third-party libraries (their own threads and file descriptors, e.g. gRPC's
+// epoll poller) are suppressed; our code is fully checked.
+extern "C" const char* __tsan_default_suppressions() {
+  return "called_from_lib:libgrpc.so\n"
+         "called_from_lib:libgpr.so\n"
+         "called_from_lib:libgrpc++.so\n"
+         "called_from_lib:libucs.so\n"
+         "called_from_lib:libucp.so\n"
+         "called_from_lib:libuct.so\n"
+         "called_from_lib:libabsl_graphcycles_internal.so\n"
+         "called_from_lib:libabsl_synchronization.so\n"
+         // libucs unlocks its global mutexes from its ELF destructor at exit
+         // and from its fork handlers, on threads TSan did not see lock them.
+         "mutex:_dl_call_fini\n"
+         "mutex:__run_prefork_handlers\n"
+         "mutex:__run_postfork_handlers\n";
+}
