@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "gtest/gtest.h"
+#include "proto/registry.grpc.pb.h"
 #include "rpc/grpc_util.h"
 #include "server/etcd_registry.h"
 #include "server/etcd_test_util.h"
@@ -39,8 +40,10 @@ class HealthCheckerTest : public ::testing::TestWithParam<std::string> {
   }
 
   // A shard server stand-in: a gRPC server that serves only grpc.health.v1.
+  // gRPC wants at least one synchronous service of ours to poll for; an
+  // unimplemented Registry service does.
   std::unique_ptr<grpc::Server> StartServer(std::string* address) {
-    auto server = StartGrpcServer("127.0.0.1:0", {}, address);
+    auto server = StartGrpcServer("127.0.0.1:0", {&placeholder_}, address);
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? std::move(*server) : nullptr;
   }
@@ -62,6 +65,7 @@ class HealthCheckerTest : public ::testing::TestWithParam<std::string> {
     return view.ok() ? view->members_size() : -1;
   }
 
+  v1::Registry::Service placeholder_;
   std::unique_ptr<EtcdProcess> etcd_;
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<HealthChecker> checker_;
