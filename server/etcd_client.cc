@@ -36,7 +36,8 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
   const std::string joined = absl::StrJoin(stripped, ",");
   // gRPC's ipv4: scheme takes several addresses and fails over between them.
   const std::string target = stripped.size() == 1 ? stripped[0] : absl::StrCat("ipv4:", joined);
-  auto client = std::unique_ptr<EtcdClient>(new EtcdClient(joined, MakeChannel(target), rpc_timeout));
+  auto client =
+      std::unique_ptr<EtcdClient>(new EtcdClient(joined, MakeChannel(target), rpc_timeout));
   // etcd may still be starting: wait for the channel up to the timeout, then
   // ask it something.
   client->channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + rpc_timeout));
@@ -154,8 +155,8 @@ absl::StatusOr<int64_t> EtcdClient::LeaseKeepAliveOnce(int64_t lease_id) {
   return resp.ttl();
 }
 
-absl::StatusOr<etcdserverpb::LeaseTimeToLiveResponse> EtcdClient::LeaseTimeToLive(
-    int64_t lease_id, bool keys) {
+absl::StatusOr<etcdserverpb::LeaseTimeToLiveResponse> EtcdClient::LeaseTimeToLive(int64_t lease_id,
+                                                                                  bool keys) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, rpc_timeout_);
   etcdserverpb::LeaseTimeToLiveRequest req;

@@ -215,10 +215,10 @@ absl::StatusOr<Registry::Joined> EtcdRegistry::Join(const v1::Member& member, ab
     for (const Leased& held : state->members) {
       if (held.member.role() == member.role() && held.member.rank() == member.rank()) {
         give_back();
-        return absl::AlreadyExistsError(
-            absl::StrCat("group '", group, "' already has a live ", DescribeMember(member),
-                         " (pid ", held.member.pid(), " on ", held.member.host(),
-                         "); stop it or wait for its lease to lapse"));
+        return absl::AlreadyExistsError(absl::StrCat("group '", group, "' already has a live ",
+                                                     DescribeMember(member), " (pid ",
+                                                     held.member.pid(), " on ", held.member.host(),
+                                                     "); stop it or wait for its lease to lapse"));
       }
     }
     const int64_t epoch = state->epoch + 1;
@@ -252,8 +252,8 @@ absl::StatusOr<Registry::Joined> EtcdRegistry::Join(const v1::Member& member, ab
     return Joined{lease_id, absl::Seconds(lease->ttl()), MakeView(group, epoch, state->members)};
   }
   give_back();
-  return absl::AbortedError(absl::StrCat("group '", group, "' changed ", kMaxCasAttempts,
-                                         " times while joining; retry"));
+  return absl::AbortedError(
+      absl::StrCat("group '", group, "' changed ", kMaxCasAttempts, " times while joining; retry"));
 }
 
 absl::StatusOr<int64_t> EtcdRegistry::Heartbeat(int64_t lease_id) {
@@ -380,9 +380,9 @@ absl::StatusOr<v1::View> EtcdRegistry::WaitForChange(const std::string& group, i
     if (!mu_.AwaitWithDeadline(absl::Condition(
                                    +[](Arg* a) { return (*a->f)(); }, &arg),
                                deadline)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("group '", group, "' stayed at or below epoch ", after_epoch, " for ",
-                       absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("group '", group,
+                                                      "' stayed at or below epoch ", after_epoch,
+                                                      " for ", absl::FormatDuration(timeout)));
     }
   }
   return Reconcile(group);
@@ -466,8 +466,8 @@ void EtcdRegistry::WatchLoop(int64_t revision) {
     grpc::Status s = stream->Finish();
     if (stopping()) break;
     if (!warned) {
-      TESSEL_LOG(WARNING) << "etcd watch on " << etcd_->endpoints()
-                          << " ended (" << s.error_message() << "); resyncing";
+      TESSEL_LOG(WARNING) << "etcd watch on " << etcd_->endpoints() << " ended ("
+                          << s.error_message() << "); resyncing";
     }
     synced = false;
   }

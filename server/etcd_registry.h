@@ -102,7 +102,8 @@ class EtcdRegistry final : public Registry {
 
   // Parses the kvs of one group's Range.
   static absl::StatusOr<GroupState> ParseGroup(
-      const std::string& epoch_key, const google::protobuf::RepeatedPtrField<mvccpb::KeyValue>& kvs);
+      const std::string& epoch_key,
+      const google::protobuf::RepeatedPtrField<mvccpb::KeyValue>& kvs);
   absl::StatusOr<GroupState> ReadGroup(const std::string& group);
   // Reads the group, repairs it if dirty, and returns its clean view (and
   // updates the caches, waking waiters).

@@ -103,7 +103,8 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const std::strin
       if (client.ok()) return etcd;
       last_error = std::string(client.status().message());
     }
-    if (!exited) return absl::DeadlineExceededError("etcd did not answer within 30 s: " + last_error);
+    if (!exited)
+      return absl::DeadlineExceededError("etcd did not answer within 30 s: " + last_error);
   }
   return absl::UnavailableError("could not start etcd: " + last_error);
 }

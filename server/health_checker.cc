@@ -1,5 +1,7 @@
 #include "server/health_checker.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
@@ -31,10 +33,12 @@ HealthChecker::~HealthChecker() { Stop(); }
 void HealthChecker::Start() {
   if (options_.period <= absl::ZeroDuration() || thread_.joinable()) return;
   thread_ = std::thread([this] {
-    for (;;) {
+    // Fixed rate: a round that waits out its timeouts does not stretch the period.
+    for (absl::Time next = absl::Now();;) {
       RunOnce();
+      next = std::max(next + options_.period, absl::Now());
       absl::MutexLock lock(&stop_mu_);
-      if (stop_mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.period)) return;
+      if (stop_mu_.AwaitWithDeadline(absl::Condition(&stop_), next)) return;
     }
   });
 }
@@ -108,8 +112,8 @@ std::vector<Registry::Leased> HealthChecker::RunOnce() {
                         << " consecutive failed health checks; last error: " << t.last_error;
     absl::Status left = registry_->Leave(m.lease_id);
     if (!left.ok() && !absl::IsNotFound(left)) {
-      TESSEL_LOG(WARNING) << "eviction of lease " << m.lease_id << " failed (will retry): "
-                          << left.message();
+      TESSEL_LOG(WARNING) << "eviction of lease " << m.lease_id
+                          << " failed (will retry): " << left.message();
       continue;
     }
     live.erase(m.lease_id);

@@ -18,10 +18,10 @@ absl::StatusOr<Registry::Joined> MemoryRegistry::Join(const v1::Member& member,
   auto it = g.lease_by_slot.find(slot);
   if (it != g.lease_by_slot.end()) {
     const Lease& held = leases_.at(it->second);
-    return absl::AlreadyExistsError(
-        absl::StrCat("group '", member.group(), "' already has a live ", DescribeMember(member),
-                     " (pid ", held.member.pid(), " on ", held.member.host(),
-                     "); stop it or wait for its lease to lapse"));
+    return absl::AlreadyExistsError(absl::StrCat("group '", member.group(), "' already has a live ",
+                                                 DescribeMember(member), " (pid ",
+                                                 held.member.pid(), " on ", held.member.host(),
+                                                 "); stop it or wait for its lease to lapse"));
   }
   const int64_t id = next_lease_++;
   leases_[id] = Lease{member.group(), member, ttl, clock_() + ttl};
@@ -121,9 +121,9 @@ absl::StatusOr<v1::View> MemoryRegistry::WaitForChange(const std::string& group,
                            +[](Arg* a) { return (*a->f)(); }, &arg),
                        timeout);
   if (!changed()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("group '", group, "' stayed at or below epoch ", after_epoch, " for ",
-                     absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat("group '", group, "' stayed at or below epoch ",
+                                                    after_epoch, " for ",
+                                                    absl::FormatDuration(timeout)));
   }
   return ViewLocked(group);
 }

@@ -74,11 +74,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     registry = std::move(*etcd);
-    TESSEL_LOG(INFO) << "membership in etcd at " << absl::GetFlag(FLAGS_etcd_endpoints)
-                     << " under " << options.prefix;
+    TESSEL_LOG(INFO) << "membership in etcd at " << absl::GetFlag(FLAGS_etcd_endpoints) << " under "
+                     << options.prefix;
   } else {
-    std::cerr << "tessel-registry: --backend must be 'memory' or 'etcd', got '" << backend
-              << "'\n";
+    std::cerr << "tessel-registry: --backend must be 'memory' or 'etcd', got '" << backend << "'\n";
     return 2;
   }
 

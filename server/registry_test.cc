@@ -151,8 +151,7 @@ TEST_P(RegistryConformanceTest, HeartbeatKeepsLeaseAlive) {
   ASSERT_TRUE(view.ok());
   EXPECT_EQ(view->members_size(), 1);
   EXPECT_EQ(view->epoch(), a->view.epoch());
-  EXPECT_EQ(registry_->Heartbeat(a->lease_id + 12345).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Heartbeat(a->lease_id + 12345).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_P(RegistryConformanceTest, LeaveRemovesMemberAndBumpsEpoch) {
@@ -330,8 +329,8 @@ TEST(EtcdRegistryTest, TwoRegistriesShareOneEtcd) {
 }
 
 TEST(EtcdRegistryTest, UnreachableEtcdNamesTheEndpoint) {
-  auto r = EtcdRegistry::Connect(
-      {.endpoints = {"127.0.0.1:1"}, .rpc_timeout = absl::Milliseconds(500)});
+  auto r =
+      EtcdRegistry::Connect({.endpoints = {"127.0.0.1:1"}, .rpc_timeout = absl::Milliseconds(500)});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(r.status().message().find("127.0.0.1:1"), std::string::npos) << r.status();
