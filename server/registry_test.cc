@@ -29,24 +29,29 @@ v1::Member Worker(const std::string& group, int rank) {
   return m;
 }
 
-// One etcd for the whole test binary; each test uses its own key prefix.
+// One etcd for the whole test binary, started by the first test that needs
+// it and killed after the last; each test uses its own key prefix.
+std::unique_ptr<EtcdProcess>& EtcdInstance() {
+  static auto* etcd = new std::unique_ptr<EtcdProcess>();
+  return *etcd;
+}
+
 EtcdProcess* SharedEtcd() {
-  static EtcdProcess* etcd = [] {
+  std::unique_ptr<EtcdProcess>& etcd = EtcdInstance();
+  if (etcd == nullptr) {
     auto started = EtcdProcess::Start(::testing::TempDir());
     if (!started.ok()) {
       ADD_FAILURE() << started.status();
-      return static_cast<EtcdProcess*>(nullptr);
+      return nullptr;
     }
-    return started->release();
-  }();
-  return etcd;
+    etcd = std::move(*started);
+  }
+  return etcd.get();
 }
 
 class EtcdEnvironment : public ::testing::Environment {
  public:
-  void TearDown() override {
-    if (EtcdProcess::Available()) delete SharedEtcd();
-  }
+  void TearDown() override { EtcdInstance().reset(); }
 };
 const auto* const kEtcdEnvironment = ::testing::AddGlobalTestEnvironment(new EtcdEnvironment);
 
