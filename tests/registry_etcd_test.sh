@@ -8,10 +8,11 @@
 # server/health_checker_test for eviction by health checks).
 set -uo pipefail
 REGISTRY="$1" SERVER="$2"
-if [ ! -x /usr/bin/etcd ] || ! command -v etcdctl > /dev/null; then
-  echo "SKIP: /usr/bin/etcd or etcdctl not found: install etcd-server and etcd-client (scripts/install_deps.sh)"
+if [ ! -x /usr/bin/etcd ]; then
+  echo "SKIP: /usr/bin/etcd not found: install etcd-server (scripts/install_deps.sh does)"
   exit 0
 fi
+command -v etcdctl > /dev/null || { echo "FAIL: etcdctl not found: install etcd-client (scripts/install_deps.sh does)"; exit 1; }
 tmp="${TEST_TMPDIR:-$(mktemp -d)}/registry-etcd"
 rm -rf "$tmp"; mkdir -p "$tmp"
 pids=()
