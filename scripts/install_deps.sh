@@ -12,6 +12,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libucx-dev ucx-utils libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev libcli11-dev
+  # The registry's etcd backend: tests start a real etcd on loopback.
+  etcd-server etcd-client
   # Baselines and interop in tests and benchmarks; fuzzing (libFuzzer).
   openmpi-bin libopenmpi-dev python3-numpy clang libclang-rt-14-dev
   # Mutual TLS: certificates (scripts/gen_certs.sh), OpenSSL headers (rpc/tls.cc).

@@ -1,38 +1,46 @@
 // Registry: membership of groups (training jobs and shard-server pools) under
-// leases. Pure logic with an injectable clock; the gRPC adapter is
-// registry_service.h.
+// leases. This is the interface; the backends are MemoryRegistry
+// (memory_registry.h: one process, tests, LocalCluster) and EtcdRegistry
+// (etcd_registry.h: production, state in etcd). The gRPC adapter that serves
+// either is registry_service.h. One conformance suite (registry_test.cc) runs
+// against every backend.
 //
-// Contract:
+// Contract (every backend):
 //   - Join adds a member and returns a lease; (group, role, rank) is unique
-//     among live members (a second join of a taken rank is AlreadyExists).
-//     Lease ids are random 63-bit numbers: a lease id is what lets a member
-//     renew or end its membership, so another client cannot guess it.
+//     among live members (a second join of a taken rank is AlreadyExists and
+//     changes nothing). Lease ids cannot be guessed (random in memory, etcd's
+//     lease ids in etcd): the id is what renews or ends a membership. A backend may round the ttl up (etcd: whole seconds);
+//     Joined::ttl is the ttl granted.
 //   - Heartbeat renews a live lease; an unknown or lapsed lease is NotFound
 //     (the member must join again).
-//   - Leave and lease expiry (ExpireLeases, driven by the service's timer)
+//   - Leave, lease expiry and eviction (Leave called by the health checker)
 //     remove the member.
-//   - Every membership change bumps that group's epoch by one; epochs never
-//     go backwards, also when a group becomes empty and is joined again.
-//   - WaitForChange blocks until a group's epoch passes `after_epoch`.
+//   - Every membership change bumps that group's epoch; epochs never go
+//     backwards, also when a group becomes empty and is joined again, and (for
+//     backends with durable state) across registry restarts. Two views with
+//     the same epoch have the same members. MemoryRegistry bumps by exactly
+//     one per change; EtcdRegistry by one per change it observes (two leases
+//     lapsing together may be one bump).
+//   - WaitForChange returns the group's view once its epoch exceeds
+//     `after_epoch`, or DeadlineExceeded after `timeout`.
+//   - Errors of the backing store (etcd unreachable) come back as Unavailable
+//     naming the store and what to do.
 //
 // Thread-safe.
 //
 // Example:
-//   Registry registry(absl::Seconds(5));
-//   auto joined = registry.Join(member, absl::ZeroDuration());
-//   registry.Heartbeat(joined->lease_id);
+//   std::unique_ptr<Registry> registry = std::make_unique<MemoryRegistry>(absl::Seconds(5));
+//   auto joined = registry->Join(member, absl::ZeroDuration());
+//   registry->Heartbeat(joined->lease_id);
 #ifndef TESSEL_SERVER_REGISTRY_H_
 #define TESSEL_SERVER_REGISTRY_H_
 
-#include <functional>
-#include <map>
+#include <cstdint>
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/random/random.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/registry.pb.h"
 
@@ -45,44 +53,39 @@ class Registry {
     absl::Duration ttl;
     v1::View view;
   };
-
-  explicit Registry(
-      absl::Duration default_ttl, std::function<absl::Time()> clock = [] { return absl::Now(); });
-
-  absl::StatusOr<Joined> Join(const v1::Member& member, absl::Duration ttl);
-  // Returns the group's current epoch.
-  absl::StatusOr<int64_t> Heartbeat(int64_t lease_id);
-  absl::Status Leave(int64_t lease_id);
-  v1::View GetView(const std::string& group);
-  std::vector<v1::View> ListGroups();
-  // Removes members whose lease lapsed; returns how many.
-  int ExpireLeases();
-  // True and the new view if the group's epoch exceeds after_epoch within timeout.
-  bool WaitForChange(const std::string& group, int64_t after_epoch, absl::Duration timeout,
-                     v1::View* view);
-
- private:
-  struct Lease {
-    std::string group;
+  // A live member and the lease that keeps it (for the health checker).
+  struct Leased {
+    int64_t lease_id;
     v1::Member member;
-    absl::Duration ttl;
-    absl::Time expires;
-  };
-  struct Group {
-    int64_t epoch = 0;
-    std::map<std::pair<int, int>, int64_t> lease_by_slot;  // (role, rank) -> lease
   };
 
-  v1::View ViewLocked(const std::string& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RemoveLocked(int64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  virtual ~Registry() = default;
 
-  const absl::Duration default_ttl_;
-  const std::function<absl::Time()> clock_;
-  absl::Mutex mu_;
-  absl::BitGen lease_ids_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
+  // `ttl` zero means the registry's default.
+  virtual absl::StatusOr<Joined> Join(const v1::Member& member, absl::Duration ttl) = 0;
+  // Returns the group's current epoch.
+  virtual absl::StatusOr<int64_t> Heartbeat(int64_t lease_id) = 0;
+  virtual absl::Status Leave(int64_t lease_id) = 0;
+  // An unknown group has epoch 0 and no members.
+  virtual absl::StatusOr<v1::View> GetView(const std::string& group) = 0;
+  // Every group the registry knows, including emptied ones, sorted by name.
+  virtual absl::StatusOr<std::vector<v1::View>> ListGroups() = 0;
+  // Every live member of every group, with its lease.
+  virtual absl::StatusOr<std::vector<Leased>> ListMembers() = 0;
+  // Removes members whose lease lapsed and returns how many, for backends
+  // that keep time themselves (the host calls it periodically). A store with
+  // native leases (etcd) expires them on its own and returns 0.
+  virtual int ExpireLeases() = 0;
+  virtual absl::StatusOr<v1::View> WaitForChange(const std::string& group, int64_t after_epoch,
+                                                 absl::Duration timeout) = 0;
 };
+
+// Checks what every backend requires of a joining member: a group, a role of
+// WORKER or SERVER, rank >= 0, and a ttl (after defaulting) in [100ms, 10m].
+absl::Status ValidateJoin(const v1::Member& member, absl::Duration ttl);
+
+// "worker 3" / "server 0" (for messages).
+std::string DescribeMember(const v1::Member& member);
 
 }  // namespace tessel
 

@@ -1,25 +1,44 @@
-// tessel-registry: the embedded membership registry as a standalone process.
+// tessel-registry: the membership registry as a standalone process, over the
+// in-memory backend or etcd.
 #include <csignal>
 #include <iostream>
+#include <memory>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
 #include "core/log.h"
 #include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/tls_flags.h"
+#include "server/etcd_registry.h"
+#include "server/memory_registry.h"
 #include "server/registry_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port for the Registry gRPC service (port 0 picks a free port)");
-ABSL_FLAG(int, lease_ttl_ms, 3000, "default lease time-to-live of members, in milliseconds");
+ABSL_FLAG(int, lease_ttl_ms, 3000,
+          "default lease time-to-live of members, in milliseconds (etcd rounds up to seconds)");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound host:port to this file");
 ABSL_FLAG(std::string, admin_token_file, "",
           "file holding the admin token; when set, ListGroups (every job and pool) needs it "
           "unless --allow_anonymous_reads. Member operations never need it");
 ABSL_FLAG(bool, allow_anonymous_reads, true,
           "with an admin token: let ListGroups through without it");
+ABSL_FLAG(std::string, backend, "memory",
+          "where membership lives: 'memory' (this process; lost on exit) or 'etcd' (durable, "
+          "shared by several registry processes)");
+ABSL_FLAG(std::string, etcd_endpoints, "127.0.0.1:2379",
+          "with --backend=etcd: comma-separated host:port of etcd client URLs");
+ABSL_FLAG(std::string, etcd_prefix, "/tessel",
+          "with --backend=etcd: key prefix of this deployment's state in etcd");
+ABSL_FLAG(int, etcd_timeout_ms, 5000, "with --backend=etcd: deadline of every etcd call");
+ABSL_FLAG(int, health_check_period_ms, 2000,
+          "ask every member with a gRPC address grpc.health.v1 Check this often (0 = never)");
+ABSL_FLAG(int, health_check_timeout_ms, 1000, "deadline of one health check");
+ABSL_FLAG(int, health_check_failure_threshold, 3,
+          "evict a member after this many consecutive failed health checks");
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -29,9 +48,20 @@ void OnSignal(int) { g_stop = 1; }
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Tessel membership registry: members join with a lease, heartbeat to keep it, and\n"
-      "watchers see every change as a new epoch.\n\n"
-      "Usage: tessel-registry --listen=127.0.0.1:7070 [--lease_ttl_ms=3000]\n"
-      "         [--tls_ca=CA --tls_cert=CERT --tls_key=KEY] [--admin_token_file=FILE]");
+      "watchers see every change as a new epoch. Members that publish a gRPC address\n"
+      "(shard servers) are also health-checked (grpc.health.v1) and evicted after\n"
+      "--health_check_failure_threshold consecutive failures.\n\n"
+      "Usage:\n"
+      "  tessel-registry --listen=127.0.0.1:7070 [--lease_ttl_ms=3000]\n"
+      "  tessel-registry --backend=etcd --etcd_endpoints=10.0.0.5:2379,10.0.0.6:2379 \\\n"
+      "      --etcd_prefix=/tessel\n\n"
+      "With --backend=memory (default) membership and epochs live in this process and\n"
+      "start again from zero when it restarts. With --backend=etcd they live in etcd\n"
+      "under --etcd_prefix: members are keys bound to etcd leases (heartbeats are lease\n"
+      "keepalives), epochs never go backwards across registry restarts, and several\n"
+      "registry processes may serve the same prefix. See docs/operations.md.\n\n"
+      "Security: --tls_ca/--tls_cert/--tls_key serve mutual TLS (health checks use the\n"
+      "same certificates); --admin_token_file gates ListGroups (docs/operations.md).");
   absl::ParseCommandLine(argc, argv);
   tessel::SetLogLabel("registry");
   tessel::AdminAuthOptions auth;
@@ -49,8 +79,48 @@ int main(int argc, char** argv) {
     std::cerr << "tessel-registry: " << credentials.status().message() << "\n";
     return 1;
   }
-  tessel::RegistryService service(absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)),
-                                  std::move(auth));
+  const absl::Duration ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
+
+  std::unique_ptr<tessel::Registry> registry;
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "memory") {
+    registry = std::make_unique<tessel::MemoryRegistry>(ttl);
+  } else if (backend == "etcd") {
+    tessel::EtcdRegistryOptions options;
+    options.endpoints =
+        absl::StrSplit(absl::GetFlag(FLAGS_etcd_endpoints), ',', absl::SkipWhitespace());
+    options.prefix = absl::GetFlag(FLAGS_etcd_prefix);
+    options.default_ttl = ttl;
+    options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_etcd_timeout_ms));
+    auto etcd = tessel::EtcdRegistry::Connect(options);
+    if (!etcd.ok()) {
+      std::cerr << "tessel-registry: " << etcd.status().message() << "\n";
+      return 1;
+    }
+    registry = std::move(*etcd);
+    TESSEL_LOG(INFO) << "membership in etcd at " << absl::GetFlag(FLAGS_etcd_endpoints) << " under "
+                     << options.prefix;
+  } else {
+    std::cerr << "tessel-registry: --backend must be 'memory' or 'etcd', got '" << backend << "'\n";
+    return 2;
+  }
+
+  tessel::HealthCheckOptions health;
+  health.period = absl::Milliseconds(absl::GetFlag(FLAGS_health_check_period_ms));
+  health.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_health_check_timeout_ms));
+  health.failure_threshold = absl::GetFlag(FLAGS_health_check_failure_threshold);
+  if (health.failure_threshold < 1 || health.timeout <= absl::ZeroDuration()) {
+    std::cerr << "tessel-registry: --health_check_failure_threshold must be >= 1 and "
+                 "--health_check_timeout_ms > 0\n";
+    return 2;
+  }
+  auto client_credentials = tessel::LoadClientCredentials(tessel::TlsOptionsFromFlags());
+  if (!client_credentials.ok()) {
+    std::cerr << "tessel-registry: " << client_credentials.status().message() << "\n";
+    return 1;
+  }
+  health.credentials = *client_credentials;
+  tessel::RegistryService service(std::move(registry), health, std::move(auth));
   std::string bound;
   auto server =
       tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound, *credentials);
@@ -65,8 +135,13 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
   }
-  TESSEL_LOG(INFO) << "registry listening on " << bound
+  TESSEL_LOG(INFO) << "registry (" << backend << ") listening on " << bound
                    << (tessel::TlsOptionsFromFlags().enabled() ? " (mutual TLS)" : " (plaintext)");
+  if (health.period > absl::ZeroDuration()) {
+    TESSEL_LOG(INFO) << "health checks every " << absl::FormatDuration(health.period)
+                     << ", timeout " << absl::FormatDuration(health.timeout) << ", evict after "
+                     << health.failure_threshold << " failures";
+  }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   while (!g_stop) absl::SleepFor(absl::Milliseconds(100));

@@ -2,30 +2,41 @@
 
 #include "core/log.h"
 #include "rpc/grpc_util.h"
+#include "server/memory_registry.h"
 
 namespace tessel {
 
-RegistryService::RegistryService(absl::Duration default_ttl, AdminAuthOptions auth)
-    : registry_(default_ttl), auth_(std::move(auth), "this registry") {
+RegistryService::RegistryService(std::unique_ptr<Registry> registry,
+                                 std::optional<HealthCheckOptions> health, AdminAuthOptions auth)
+    : registry_(std::move(registry)), auth_(std::move(auth), "this registry") {
   expirer_ = std::thread([this] {
     while (!stop_.load()) {
-      int n = registry_.ExpireLeases();
+      int n = registry_->ExpireLeases();
       if (n > 0) TESSEL_LOG(WARNING) << n << " lease(s) lapsed; members removed";
       absl::SleepFor(absl::Milliseconds(50));
     }
   });
+  if (health.has_value() && health->period > absl::ZeroDuration()) {
+    health_checker_ = std::make_unique<HealthChecker>(registry_.get(), *health);
+    health_checker_->Start();
+  }
 }
+
+RegistryService::RegistryService(absl::Duration default_ttl, AdminAuthOptions auth)
+    : RegistryService(std::make_unique<MemoryRegistry>(default_ttl), std::nullopt,
+                      std::move(auth)) {}
 
 RegistryService::~RegistryService() { Stop(); }
 
 void RegistryService::Stop() {
   stop_.store(true);
+  if (health_checker_ != nullptr) health_checker_->Stop();
   if (expirer_.joinable()) expirer_.join();
 }
 
 grpc::Status RegistryService::Join(grpc::ServerContext*, const v1::JoinRequest* req,
                                    v1::JoinResponse* resp) {
-  auto joined = registry_.Join(req->member(), absl::Milliseconds(req->lease_ttl_ms()));
+  auto joined = registry_->Join(req->member(), absl::Milliseconds(req->lease_ttl_ms()));
   if (!joined.ok()) return ToGrpc(joined.status());
   resp->set_lease_id(joined->lease_id);
   resp->set_lease_ttl_ms(absl::ToInt64Milliseconds(joined->ttl));
@@ -37,7 +48,7 @@ grpc::Status RegistryService::Join(grpc::ServerContext*, const v1::JoinRequest* 
 
 grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                                         v1::HeartbeatResponse* resp) {
-  auto epoch = registry_.Heartbeat(req->lease_id());
+  auto epoch = registry_->Heartbeat(req->lease_id());
   if (!epoch.ok()) return ToGrpc(epoch.status());
   resp->set_epoch(*epoch);
   return grpc::Status::OK;
@@ -45,12 +56,14 @@ grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::Heartbea
 
 grpc::Status RegistryService::Leave(grpc::ServerContext*, const v1::LeaveRequest* req,
                                     v1::LeaveResponse*) {
-  return ToGrpc(registry_.Leave(req->lease_id()));
+  return ToGrpc(registry_->Leave(req->lease_id()));
 }
 
 grpc::Status RegistryService::GetView(grpc::ServerContext*, const v1::GetViewRequest* req,
                                       v1::GetViewResponse* resp) {
-  *resp->mutable_view() = registry_.GetView(req->group());
+  auto view = registry_->GetView(req->group());
+  if (!view.ok()) return ToGrpc(view.status());
+  *resp->mutable_view() = std::move(*view);
   return grpc::Status::OK;
 }
 
@@ -58,16 +71,17 @@ grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchReq
                                     grpc::ServerWriter<v1::View>* writer) {
   int64_t after = req->after_epoch();
   if (after == 0) {
-    v1::View view = registry_.GetView(req->group());
-    if (!writer->Write(view)) return grpc::Status::OK;
-    after = view.epoch();
+    auto view = registry_->GetView(req->group());
+    if (!view.ok()) return ToGrpc(view.status());
+    if (!writer->Write(*view)) return grpc::Status::OK;
+    after = view->epoch();
   }
   while (!ctx->IsCancelled() && !stop_.load()) {
-    v1::View view;
-    if (registry_.WaitForChange(req->group(), after, absl::Milliseconds(200), &view)) {
-      if (!writer->Write(view)) break;
-      after = view.epoch();
-    }
+    auto view = registry_->WaitForChange(req->group(), after, absl::Milliseconds(200));
+    if (absl::IsDeadlineExceeded(view.status())) continue;
+    if (!view.ok()) return ToGrpc(view.status());
+    if (!writer->Write(*view)) break;
+    after = view->epoch();
   }
   return grpc::Status::OK;
 }
@@ -76,7 +90,9 @@ grpc::Status RegistryService::ListGroups(grpc::ServerContext* ctx, const v1::Lis
                                          v1::ListGroupsResponse* resp) {
   grpc::Status auth = auth_.Check(*ctx, Access::kRead, "ListGroups");
   if (!auth.ok()) return auth;
-  for (v1::View& v : registry_.ListGroups()) *resp->add_views() = std::move(v);
+  auto views = registry_->ListGroups();
+  if (!views.ok()) return ToGrpc(views.status());
+  for (v1::View& v : *views) *resp->add_views() = std::move(v);
   return grpc::Status::OK;
 }
 

@@ -1,5 +1,11 @@
-// gRPC adapter for Registry (tessel.v1.Registry), plus the timer that expires
-// lapsed leases. Handlers only translate; the logic is in registry.h.
+// gRPC adapter for a Registry backend (tessel.v1.Registry). Handlers only
+// translate; the logic is in the backend (memory_registry.h, etcd_registry.h).
+// The service also hosts what runs beside the handlers: the timer that calls
+// Registry::ExpireLeases every 50 ms, and optionally the HealthChecker
+// (health_checker.h) that evicts members failing grpc.health.v1 checks.
+//
+// Threads: gRPC's handler threads, plus one expiry thread and one health
+// check thread, all owned here and joined by Stop().
 //
 // Authorization (rpc/auth.h): Join, Heartbeat, Leave, GetView and Watch are
 // member operations, open to every client the transport lets in (with mutual
@@ -11,28 +17,38 @@
 // added later (e.g. evicting a member) must check Access::kAdmin.
 //
 // Example:
-//   RegistryService service(absl::Seconds(5));
+//   RegistryService service(std::make_unique<MemoryRegistry>(absl::Seconds(5)));
 //   std::string bound;
 //   auto server = StartGrpcServer("127.0.0.1:0", {&service}, &bound);
 #ifndef TESSEL_SERVER_REGISTRY_SERVICE_H_
 #define TESSEL_SERVER_REGISTRY_SERVICE_H_
 
 #include <atomic>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "proto/registry.grpc.pb.h"
 #include "rpc/auth.h"
+#include "server/health_checker.h"
 #include "server/registry.h"
 
 namespace tessel {
 
 class RegistryService final : public v1::Registry::Service {
  public:
+  // Serves `registry`; runs health checks if `health` is set and its period
+  // is positive.
+  explicit RegistryService(std::unique_ptr<Registry> registry,
+                           std::optional<HealthCheckOptions> health = std::nullopt,
+                           AdminAuthOptions auth = {});
+  // Serves a MemoryRegistry with this default ttl, without health checks.
   explicit RegistryService(absl::Duration default_ttl, AdminAuthOptions auth = {});
   ~RegistryService() override;
 
-  Registry& registry() { return registry_; }
-  // Ends Watch streams promptly (call before grpc::Server::Shutdown).
+  Registry& registry() { return *registry_; }
+  // Ends Watch streams promptly and stops the background threads (call
+  // before grpc::Server::Shutdown).
   void Stop();
 
   grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
@@ -47,7 +63,8 @@ class RegistryService final : public v1::Registry::Service {
                           v1::ListGroupsResponse*) override;
 
  private:
-  Registry registry_;
+  std::unique_ptr<Registry> registry_;
+  std::unique_ptr<HealthChecker> health_checker_;
   const AdminAuth auth_;
   std::atomic<bool> stop_{false};
   std::thread expirer_;

@@ -38,8 +38,9 @@ absl::Status LocalCluster::Start() {
   while (absl::Now() < deadline) {
     absl::Status alive = processes_.CheckAlive();
     if (!alive.ok()) return alive;
-    v1::View view = registry_->registry().GetView(options_.pool);
-    if (view.members_size() >= want) return absl::OkStatus();
+    auto view = registry_->registry().GetView(options_.pool);
+    if (!view.ok()) return view.status();
+    if (view->members_size() >= want) return absl::OkStatus();
     absl::SleepFor(absl::Milliseconds(20));
   }
   return absl::DeadlineExceededError(

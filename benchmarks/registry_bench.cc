@@ -1,0 +1,130 @@
+// Registry control-plane latency: the memory backend (baseline) against the
+// etcd backend (a real etcd on loopback, started here), both served by
+// RegistryService over gRPC and driven by raw stubs, as members and tools
+// call it. Prints the median and p99 per call, in microseconds.
+//
+//   bazel run //benchmarks:registry_bench -- --members=200
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "core/log.h"
+#include "proto/registry.grpc.pb.h"
+#include "rpc/grpc_util.h"
+#include "server/etcd_registry.h"
+#include "server/etcd_test_util.h"
+#include "server/memory_registry.h"
+#include "server/registry_service.h"
+
+ABSL_FLAG(int, members, 200, "members joining one group (each op is timed this many times)");
+
+namespace tessel {
+namespace {
+
+struct Stats {
+  double median_us, p99_us;
+};
+
+Stats Summarize(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
+}
+
+template <typename F>
+std::vector<double> Time(int n, F op) {
+  std::vector<double> us;
+  for (int i = 0; i < n; ++i) {
+    const absl::Time t = absl::Now();
+    op(i);
+    us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t));
+  }
+  return us;
+}
+
+void Check(const grpc::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "rpc failed: %s\n", s.error_message().c_str());
+    std::exit(1);
+  }
+}
+
+void Run(const char* name, std::unique_ptr<Registry> registry, int n) {
+  RegistryService service(std::move(registry));
+  std::string bound;
+  auto server = StartGrpcServer("127.0.0.1:0", {&service}, &bound);
+  if (!server.ok()) std::exit(1);
+  auto stub = v1::Registry::NewStub(MakeChannel(bound));
+  std::vector<int64_t> leases(n);
+  auto call = [&](auto method, const auto& req, auto* resp) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    Check(((*stub).*method)(&ctx, req, resp));
+  };
+  auto join = Time(n, [&](int i) {
+    v1::JoinRequest req;
+    req.mutable_member()->set_group("bench");
+    req.mutable_member()->set_role(v1::ROLE_WORKER);
+    req.mutable_member()->set_rank(i);
+    req.set_lease_ttl_ms(60000);
+    v1::JoinResponse resp;
+    call(&v1::Registry::Stub::Join, req, &resp);
+    leases[i] = resp.lease_id();
+  });
+  auto heartbeat = Time(n, [&](int i) {
+    v1::HeartbeatRequest req;
+    req.set_lease_id(leases[i]);
+    v1::HeartbeatResponse resp;
+    call(&v1::Registry::Stub::Heartbeat, req, &resp);
+  });
+  auto view = Time(n, [&](int) {
+    v1::GetViewRequest req;
+    req.set_group("bench");
+    v1::GetViewResponse resp;
+    call(&v1::Registry::Stub::GetView, req, &resp);
+  });
+  auto leave = Time(n, [&](int i) {
+    v1::LeaveRequest req;
+    req.set_lease_id(leases[i]);
+    v1::LeaveResponse resp;
+    call(&v1::Registry::Stub::Leave, req, &resp);
+  });
+  for (const auto& [op, us] : {std::pair{"Join", join}, std::pair{"Heartbeat", heartbeat},
+                               std::pair{"GetView", view}, std::pair{"Leave", leave}}) {
+    Stats s = Summarize(us);
+    std::printf("%-7s %-10s median %6.0f us   p99 %6.0f us   (n=%d)\n", name, op, s.median_us,
+                s.p99_us, n);
+  }
+  service.Stop();
+  (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
+}  // namespace
+}  // namespace tessel
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int n = absl::GetFlag(FLAGS_members);
+  tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
+  std::printf("%d members join one group, heartbeat, read the view (up to %d members), leave\n", n,
+              n);
+  tessel::Run("memory", std::make_unique<tessel::MemoryRegistry>(absl::Seconds(3)), n);
+  if (!tessel::EtcdProcess::Available()) {
+    std::printf("etcd: skipped (%s)\n", tessel::EtcdProcess::kMissing);
+    return 0;
+  }
+  auto etcd = tessel::EtcdProcess::Start("/tmp");
+  if (!etcd.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(etcd.status().message()).c_str());
+    return 1;
+  }
+  auto registry = tessel::EtcdRegistry::Connect({.endpoints = {(*etcd)->endpoint()}});
+  if (!registry.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(registry.status().message()).c_str());
+    return 1;
+  }
+  tessel::Run("etcd", std::move(*registry), n);
+  return 0;
+}
