@@ -229,6 +229,11 @@ extern "C" const char* __tsan_default_suppressions() {
          "called_from_lib:libuct.so\n"
          "called_from_lib:libabsl_graphcycles_internal.so\n"
          "called_from_lib:libabsl_synchronization.so\n"
+         // absl::Status drops its last reference in the uninstrumented
+         // library: TSan sees the delete but not the atomic refcount that
+         // orders it after every other holder's use.
+         "race:absl::*::Status::UnrefNonInlined\n"
+         "called_from_lib:libabsl_status.so\n"
          // libucs unlocks its global mutexes from its ELF destructor at exit
          // and from its fork handlers, on threads TSan did not see lock them.
          "mutex:_dl_call_fini\n"
