@@ -43,8 +43,11 @@ ABSL_FLAG(int, recovery_timeout_s, 60,
 ABSL_FLAG(bool, checkpoint_initial, false,
           "also checkpoint step 0 (so a recovery before the first periodic checkpoint restarts "
           "from the initial parameters)");
+ABSL_FLAG(int, lease_ttl_ms, 3000,
+          "registry lease of this worker: a dead worker is noticed about this long after it died");
 ABSL_FLAG(std::string, loss_log, "",
-          "rank 0 appends 'STEP LOSS' for every completed step (replayed steps again)");
+          "every rank appends 'STEP LOSS' to PATH.rankR for every completed step (a replayed "
+          "step again)");
 
 namespace {
 
@@ -90,6 +93,7 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
   o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
   o.checkpoint.set_initial(absl::GetFlag(FLAGS_checkpoint_initial));
   o.recovery = absl::GetFlag(FLAGS_recover);
+  o.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
   o.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
   if (!absl::GetFlag(FLAGS_token_file).empty()) {
     std::ifstream in(absl::GetFlag(FLAGS_token_file));
@@ -110,17 +114,17 @@ int64_t RecoverOrFail(tessel::Worker* worker, const absl::Status& why) {
     return -1;
   }
   std::cerr << "tessel-train: rank " << worker->options().rank << " recovered; going on from step "
-            << worker->step() << "\n";
+            << worker->step() << " (unix_ms " << absl::ToUnixMillis(absl::Now()) << ")\n";
   return worker->step();
 }
 
-// --loss_log: one line per completed step, appended (a replacement rank 0
-// continues the same file).
+// --loss_log: one line per completed step, appended (a replacement worker
+// continues its rank's file).
 class LossLog {
  public:
-  explicit LossLog(bool enabled) {
-    if (enabled && !absl::GetFlag(FLAGS_loss_log).empty()) {
-      f_ = std::fopen(absl::GetFlag(FLAGS_loss_log).c_str(), "a");
+  explicit LossLog(int rank) {
+    if (!absl::GetFlag(FLAGS_loss_log).empty()) {
+      f_ = std::fopen(absl::StrCat(absl::GetFlag(FLAGS_loss_log), ".rank", rank).c_str(), "a");
     }
   }
   ~LossLog() {
@@ -271,7 +275,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
         "--micro_batches=", micro_batches, " must be >= 1 and divide --batch=", config->batch)));
   }
   std::vector<float> micro(micro_batches > 1 ? job.model().num_params() : 0);
-  LossLog loss_log(rank == 0);
+  LossLog loss_log(rank);
   for (int64_t k = worker->step(); k < steps; ++k) {
     absl::StatusOr<float> loss;
     if (units) {
