@@ -189,9 +189,14 @@ def fault_run(i, rng, clean):
     d = os.path.join(ROOT, "run%03d-%s" % (i, strategy))
     c = Cluster(d, strategy, 5 if mid_checkpoint else 0)
     faults = []
+    zombies = []
     nfaults = 1 if rng.random() < 0.6 else 2
     for f in range(nfaults):
-        kind = rng.choice(["worker", "server"])
+        # kill: SIGKILL, then a restart. pause: SIGSTOP past the lease (a
+        # partition or a long stall), a replacement takes over, then SIGCONT:
+        # the stale process must stand down, its frames refused.
+        kind, how = rng.choice([("worker", "kill"), ("server", "kill"), ("worker", "kill"),
+                                ("server", "kill"), ("worker", "pause"), ("server", "pause")])
         who = rng.randrange(WORLD if kind == "worker" else SHARDS)
         at = rng.randrange(STEPS // 10, STEPS * 8 // 10)
         # Wait until training has reached step `at` (or a checkpoint write is
@@ -208,25 +213,41 @@ def fault_run(i, rng, clean):
         time.sleep(rng.random() * 0.02)  # land anywhere inside a step
         in_ckpt = c.checkpoint_in_progress()
         target = c.workers[who] if kind == "worker" else c.servers[who]
-        if target.poll() is not None:
-            continue  # already finished
+        if c.steps_done() >= STEPS or any(p.poll() is not None for p in c.workers.values()):
+            break  # training is over: nothing left to recover
         kill_ms = int(time.time() * 1000)
-        target.send_signal(signal.SIGKILL)
-        target.wait()
-        down = rng.uniform(0.1, 2.5)
-        faults.append({"kind": kind, "who": who, "at_step": c.steps_done(), "down_s": round(down, 2),
-                       "mid_checkpoint": in_ckpt, "kill_ms": kill_ms})
-        log("  run %d (%s): kill -9 %s %d near step %d%s, down %.1fs" %
-            (i, strategy, kind, who, c.steps_done(), " during a checkpoint write" if in_ckpt else "",
-             down))
+        at_step = c.steps_done()
+        if how == "kill":
+            target.send_signal(signal.SIGKILL)
+            target.wait()
+            down = rng.uniform(0.1, 2.5)
+        else:
+            target.send_signal(signal.SIGSTOP)
+            down = LEASE_MS / 1000.0 + rng.uniform(0.5, 1.5)  # the lease lapses meanwhile
+        faults.append({"kind": kind, "how": how, "who": who, "at_step": at_step,
+                       "down_s": round(down, 2), "mid_checkpoint": in_ckpt, "kill_ms": kill_ms})
+        log("  run %d (%s): %s %s %d near step %d%s, replaced after %.1fs" %
+            (i, strategy, "kill -9" if how == "kill" else "SIGSTOP", kind, who, at_step,
+             " during a checkpoint write" if in_ckpt else "", down))
         time.sleep(down)
         if kind == "worker":
             c.workers[who] = c.start_worker(who, resume=True)
         else:
             c.servers[who] = c.start_server(who)
+        if how == "pause":
+            time.sleep(rng.uniform(0.2, 2.0))
+            target.send_signal(signal.SIGCONT)  # the stale process wakes up
+            try:
+                rc = target.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                rc = "still running"
+            faults[-1]["stale_process_rc"] = rc
+            if rc == 0 or rc == "still running":
+                zombies.append("%s %d resumed after SIGSTOP and did not stand down (rc %s)" %
+                               (kind, who, rc))
     rcs = c.wait_workers(180)
     result = {"run": i, "strategy": strategy, "faults": faults, "rcs": rcs, "dir": d}
-    problems = []
+    problems = list(zombies)
     if any(rc != 0 for rc in rcs.values()):
         problems.append("workers exited %s" % rcs)
     final = os.path.join(d, "final.npy")
@@ -304,6 +325,9 @@ def main():
         "faults": len(faults),
         "worker_faults": sum(f["kind"] == "worker" for f in faults),
         "server_faults": sum(f["kind"] == "server" for f in faults),
+        "paused_then_replaced": sum(f["how"] == "pause" for f in faults),
+        "stale_processes_stood_down": sum(f.get("stale_process_rc") not in (None, 0, "still running")
+                                          for f in faults),
         "mid_checkpoint_faults": sum(bool(f["mid_checkpoint"]) for f in faults),
         "recoveries": sum(r["recoveries"] for r in results),
         "lost_or_double_applied_steps": sum(r["missing_steps"] + r["differing_steps"]

@@ -1,5 +1,7 @@
 #include "worker/worker.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
@@ -628,6 +630,13 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done,
     finished = mu_.AwaitWithTimeout(absl::Condition(
                                         +[](Arg* a) { return (*a->f)(); }, &arg),
                                     std::min(absl::Milliseconds(250), deadline - absl::Now()));
+    if (!finished && registry_ != nullptr && !registry_->lease_status().ok()) {
+      return absl::AbortedError(
+          absl::StrCat(Where(),
+                       ": this worker's registry lease lapsed (it was paused or cut off for longer "
+                       "than the lease ttl) and the job went on without it: exiting. ",
+                       registry_->lease_status().message()));
+    }
     if (!finished && registry_ != nullptr && registry_->group_epoch() > view_epoch_) {
       mu_.Unlock();
       absl::Status changed = MembershipChanged();
@@ -1052,6 +1061,18 @@ absl::Status Worker::WaitForMembers(absl::Time deadline) {
                         "' (restart tessel-server --shard=N with the same --checkpoint_dir)");
       }
       if (missing.empty()) {
+        // A worker that was paused or cut off past its lease may find its
+        // rank taken by a replacement: it must not train alongside it.
+        for (const auto& m : job->members()) {
+          if (m.role() == v1::ROLE_WORKER && m.rank() == options_.rank &&
+              m.pid() != static_cast<int64_t>(getpid())) {
+            return absl::AbortedError(
+                absl::StrCat(Where(), ": rank ", options_.rank,
+                             " is now held by another process (pid ", m.pid(), " on ", m.host(),
+                             "): this worker's lease lapsed while it was paused "
+                             "or cut off, and a replacement took over. Exiting"));
+          }
+        }
         view_epoch_ = job->epoch();
         return Reconnect(*pool);
       }
