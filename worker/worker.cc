@@ -962,11 +962,14 @@ absl::Status Worker::RunRecovery(int64_t restore_step) {
     absl::Status s = RecoverOnce(deadline, restore_step);
     if (s.ok()) {
       ++recoveries_;
-      TESSEL_LOG(WARNING) << Where() << ": recovered in "
-                          << absl::FormatDuration(
-                                 absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
-                          << ": rolled back from step " << from << " to the checkpoint of step "
-                          << step_ << ", epoch " << epoch_.load() << " (attempt " << attempt << ")";
+      TESSEL_LOG(WARNING)
+          << Where() << ": recovered in "
+          << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+          << (options_.strategy == v1::STRATEGY_DDP
+                  ? absl::StrCat(": servers re-created at this worker's step ", step_)
+                  : absl::StrCat(": rolled back from step ", from, " to the checkpoint of step ",
+                                 step_))
+          << ", epoch " << epoch_.load() << " (attempt " << attempt << ")";
       return s;
     }
     if (!IsRecoverable(s) || absl::Now() >= deadline) return Untagged(s);
