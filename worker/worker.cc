@@ -1035,6 +1035,13 @@ absl::Status Worker::WaitForMembers(absl::Time deadline) {
   bool logged = false;
   std::string missing;
   for (;;) {
+    if (!registry_->lease_status().ok()) {  // declared dead while paused or cut off
+      return absl::AbortedError(
+          absl::StrCat(Where(),
+                       ": this worker's registry lease lapsed (it was paused or cut off for longer "
+                       "than the lease ttl) and the job went on without it: exiting. ",
+                       registry_->lease_status().message()));
+    }
     auto job = registry_->GetView(options_.job);
     auto pool = registry_->GetView(options_.server_pool);
     missing.clear();
