@@ -182,6 +182,11 @@ absl::StatusOr<v1::CreateJobResponse> DataPlane::ReplaceJob(const v1::CreateJobR
                                           req.spec().num_shards(), " now)"));
   v1::CreateJobResponse resp = respond(*job, true);
   jobs_[job->job_id()] = std::move(job);
+  const int dropped = checkpointer_->Forget(name, step);
+  if (dropped > 0) {
+    TESSEL_LOG(INFO) << "recovery: dropped " << dropped << " queued checkpoint write(s) of job '"
+                     << name << "' past step " << step;
+  }
   return resp;
 }
 

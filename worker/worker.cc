@@ -338,10 +338,10 @@ void Worker::SendData(const FrameHeader& h, const void* payload) {
     ++outstanding_sends_;
   }
   transport_->Send(servers_[h.shard].peer, absl::MakeConstSpan(bytes), payload, h.payload_bytes,
-                   [this](absl::Status s) {
+                   [this, epoch = h.epoch](absl::Status s) {
                      absl::MutexLock lock(&mu_);
                      --outstanding_sends_;
-                     if (!s.ok() && send_error_.ok()) send_error_ = s;
+                     if (!s.ok() && send_error_.ok() && epoch == epoch_.load()) send_error_ = s;
                    });
 }
 
@@ -776,10 +776,12 @@ absl::Status Worker::PushUnit(int unit) {
       // The buffer lives until its last bucket is sent, then is freed.
       transport_->Send(srv.peer, absl::MakeConstSpan(bytes),
                        grads->data() + (br.begin - u.range.begin), h.payload_bytes,
-                       [this, grads](absl::Status s) {
+                       [this, grads, epoch = h.epoch](absl::Status s) {
                          absl::MutexLock lock(&mu_);
                          --outstanding_sends_;
-                         if (!s.ok() && send_error_.ok()) send_error_ = s;
+                         if (!s.ok() && send_error_.ok() && epoch == epoch_.load()) {
+                           send_error_ = s;
+                         }
                        });
     }
   }
@@ -958,8 +960,12 @@ absl::Status Worker::RunRecovery(int64_t restore_step) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options_.recovery_timeout;
   const int64_t from = step_;
+  // Only a restore newer than anything this worker knew when the failure
+  // struck counts; a retry may take the same restore again (the job cannot
+  // have moved past it without this worker).
+  const int64_t after_epoch = std::max(epoch_.load(), view_epoch_);
   for (int attempt = 1;; ++attempt) {
-    absl::Status s = RecoverOnce(deadline, restore_step);
+    absl::Status s = RecoverOnce(deadline, restore_step, after_epoch);
     if (s.ok()) {
       ++recoveries_;
       TESSEL_LOG(WARNING)
@@ -1001,7 +1007,7 @@ void Worker::ResetForRecovery() {
   micro_batches_ = 0;
 }
 
-absl::Status Worker::RecoverOnce(absl::Time deadline, int64_t restore_step) {
+absl::Status Worker::RecoverOnce(absl::Time deadline, int64_t restore_step, int64_t after_epoch) {
   ResetForRecovery();
   absl::Status s = WaitForMembers(deadline);
   if (!s.ok()) return s;
@@ -1010,7 +1016,7 @@ absl::Status Worker::RecoverOnce(absl::Time deadline, int64_t restore_step) {
   if (options_.rank == 0) {
     s = RestoreShards(restore_step, &epoch, &step);
   } else {
-    s = AwaitRestore(deadline, std::max(epoch_.load(), view_epoch_), &epoch, &step);
+    s = AwaitRestore(deadline, after_epoch, &epoch, &step);
   }
   if (!s.ok()) return s;
   if (options_.strategy == v1::STRATEGY_DDP && step != step_) {
@@ -1020,7 +1026,13 @@ absl::Status Worker::RecoverOnce(absl::Time deadline, int64_t restore_step) {
         ": a server died while serving a step's result, and DDP keeps no server checkpoint to "
         "roll back to. Restart the job"));
   }
-  epoch_ = epoch;
+  {
+    // From here on, refusals and failed sends of the old epoch are ignored.
+    absl::MutexLock lock(&mu_);
+    epoch_ = epoch;
+    error_ = absl::OkStatus();
+    send_error_ = absl::OkStatus();
+  }
   step_ = step;
   if (options_.strategy == v1::STRATEGY_DDP) return absl::OkStatus();
   if (fsdp()) return Barrier(step_);
@@ -1195,10 +1207,11 @@ absl::Status Worker::RestoreShards(int64_t restore_step, int64_t* epoch, int64_t
                               absl::StrCat(Where(), ": restoring shard ", srv.shard, " (",
                                            srv.grpc_address, ") to step ", *step));
     if (!s.ok()) {
-      if (absl::IsInvalidArgument(s) || absl::IsPermissionDenied(s) || absl::IsUnauthenticated(s) ||
-          absl::IsDataLoss(s)) {
+      if (absl::IsInvalidArgument(s) || absl::IsPermissionDenied(s) || absl::IsUnauthenticated(s)) {
         return s;  // will not get better by trying again
       }
+      // Others may: the server died again, or pruning removed checkpoint C
+      // while it was read (the next attempt picks the newest one).
       return Recoverable(absl::UnavailableError(s.message()));
     }
     const Range r = layout_->shard_range(srv.shard);

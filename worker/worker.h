@@ -236,7 +236,7 @@ class Worker {
   absl::Status Recoverable(absl::Status s) const;
   absl::Status ServersChanged();
   absl::Status RunRecovery(int64_t restore_step);
-  absl::Status RecoverOnce(absl::Time deadline, int64_t restore_step);
+  absl::Status RecoverOnce(absl::Time deadline, int64_t restore_step, int64_t after_epoch);
   void ResetForRecovery();
   absl::Status WaitForMembers(absl::Time deadline);
   absl::Status Reconnect(const v1::View& pool);
