@@ -1229,9 +1229,10 @@ absl::Status Worker::RestoreShards(int64_t restore_step, int64_t* epoch, int64_t
 absl::Status Worker::AwaitRestore(absl::Time deadline, int64_t after_epoch, int64_t* epoch,
                                   int64_t* step) {
   std::string last = "no answer yet";
+  int polls = 0;
   for (;;) {
     int64_t e = -1, k = -1;
-    bool ready = true;
+    bool ready = true, unreachable = false;
     for (Server& srv : servers_) {
       v1::JobRef ref;
       ref.set_job(options_.job);
@@ -1243,6 +1244,7 @@ absl::Status Worker::AwaitRestore(absl::Time deadline, int64_t after_epoch, int6
       if (!g.ok()) {
         last = absl::StrCat("shard ", srv.shard, ": ", g.error_message());
         ready = false;
+        unreachable = g.error_code() == grpc::StatusCode::UNAVAILABLE;
         break;
       }
       // Restored by this recovery: a newer epoch, every shard the same, and
@@ -1270,6 +1272,10 @@ absl::Status Worker::AwaitRestore(absl::Time deadline, int64_t after_epoch, int6
     }
     if (registry_->group_epoch() > view_epoch_) {
       return MembershipChanged();  // someone left again: start over
+    }
+    if (++polls % 10 == 0 || unreachable) {
+      absl::Status servers = ServersChanged();  // a server died again: reconnect, start over
+      if (!servers.ok()) return servers;
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
