@@ -1244,7 +1244,7 @@ absl::Status Worker::AwaitRestore(absl::Time deadline, int64_t after_epoch, int6
       if (!g.ok()) {
         last = absl::StrCat("shard ", srv.shard, ": ", g.error_message());
         ready = false;
-        unreachable = g.error_code() == grpc::StatusCode::UNAVAILABLE;
+        unreachable = g.error_code() != grpc::StatusCode::NOT_FOUND;
         break;
       }
       // Restored by this recovery: a newer epoch, every shard the same, and
