@@ -41,6 +41,14 @@
 //     model.LossAndGrad(worker->params().data(), x, y, batch, worker->grads().data());
 //     RETURN_IF_ERROR(worker->Step());
 //   }
+//
+// Recovery (WorkerOptions::recovery): a step that fails because a worker or
+// shard server was lost returns a status for which IsRecoverable() holds;
+// Recover() then rolls back to the latest checkpoint and the loop re-seeks
+// its data to step():
+//   absl::Status s = worker->Step();
+//   if (Worker::IsRecoverable(s)) s = worker->Recover();  // step() went back
+// Threads: Recover() runs on the thread that drives the Worker.
 #ifndef TESSEL_WORKER_WORKER_H_
 #define TESSEL_WORKER_WORKER_H_
 
