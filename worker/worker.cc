@@ -108,6 +108,15 @@ absl::Status Worker::Start() {
     srv.grpc_address = members[i]->grpc_address();
     srv.stub = v1::ShardServer::NewStub(MakeChannel(srv.grpc_address));
     auto peer = transport_->Connect(members[i]->ucx_address());
+    if (!peer.ok() && options_.recovery) {
+      // A server that just died still holds its lease. Recovery waits for
+      // its successor and connects then (Reconnect: the address differs).
+      TESSEL_LOG(WARNING) << Where() << ": cannot reach shard " << i
+                          << " over UCX yet: " << peer.status().message();
+      srv.peer = ~PeerId{0};  // no such peer: sends fail until Reconnect
+      servers_.push_back(std::move(srv));
+      continue;
+    }
     if (!peer.ok()) {
       return absl::UnavailableError(absl::StrCat(Where(), ": cannot reach shard ", i,
                                                  " over UCX: ", peer.status().message()));
