@@ -41,6 +41,7 @@ STEPS = int(os.environ.get("TESSEL_FAULT_STEPS", "240"))
 ROOT = tempfile.mkdtemp(prefix="fault-", dir=os.environ.get("TEST_TMPDIR"))
 WORLD, SHARDS, EVERY = 2, 2, 5
 LEASE_MS = 1500
+RECOVERY_TIMEOUT_S = 25
 STRATEGIES = ["zero2", "zero1", "fsdp"]
 MODEL = ["--layers=32,256,256,8", "--samples=4096", "--batch=64", "--optimizer=adam",
          "--lr=0.01", "--ucx_tls=posix,sysv,self"]
@@ -109,7 +110,7 @@ class Cluster:
         args = [TRAIN, "--registry=" + self.reg, "--job=fi", "--rank=%d" % r,
                 "--world=%d" % WORLD, "--servers=%d" % SHARDS, "--steps=%d" % STEPS,
                 "--strategy=" + self.strategy, "--checkpoint_every_steps=%d" % EVERY,
-                "--checkpoint_initial", "--recover", "--recovery_timeout_s=40",
+                "--checkpoint_initial", "--recover", "--recovery_timeout_s=%d" % RECOVERY_TIMEOUT_S,
                 "--step_timeout_s=60", "--lease_ttl_ms=%d" % LEASE_MS, "--log_every=1000000",
                 "--out=" + os.path.join(self.d, "final.npy"),
                 "--loss_log=" + os.path.join(self.d, "loss.txt")] + MODEL
@@ -235,10 +236,14 @@ def fault_run(i, rng, clean):
         else:
             c.servers[who] = c.start_server(who)
         if how == "pause":
-            time.sleep(rng.uniform(0.2, 2.0))
+            time.sleep(rng.uniform(0.8, 2.0))  # the replacement holds the rank by now
             target.send_signal(signal.SIGCONT)  # the stale process wakes up
+            # It stands down at once if the replacement holds the rank; if the
+            # job finished meanwhile it re-joins, waits for the others and
+            # gives up after the recovery timeout. Either way it must exit
+            # non-zero and must not have trained beside the replacement.
             try:
-                rc = target.wait(timeout=30)
+                rc = target.wait(timeout=RECOVERY_TIMEOUT_S + 20)
             except subprocess.TimeoutExpired:
                 rc = "still running"
             faults[-1]["stale_process_rc"] = rc

@@ -640,11 +640,13 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done,
                                         +[](Arg* a) { return (*a->f)(); }, &arg),
                                     std::min(absl::Milliseconds(250), deadline - absl::Now()));
     if (!finished && registry_ != nullptr && !registry_->lease_status().ok()) {
-      return absl::AbortedError(
+      // Declared dead while alive (paused, starved or cut off): recovery
+      // re-joins if the rank is still free, else this process stands down.
+      return Recoverable(absl::AbortedError(
           absl::StrCat(Where(),
                        ": this worker's registry lease lapsed (it was paused or cut off for longer "
-                       "than the lease ttl) and the job went on without it: exiting. ",
-                       registry_->lease_status().message()));
+                       "than the lease ttl) and the job went on without it. ",
+                       registry_->lease_status().message())));
     }
     if (!finished && registry_ != nullptr && registry_->group_epoch() > view_epoch_) {
       mu_.Unlock();
@@ -1057,11 +1059,22 @@ absl::Status Worker::WaitForMembers(absl::Time deadline) {
   std::string missing;
   for (;;) {
     if (!registry_->lease_status().ok()) {  // declared dead while paused or cut off
-      return absl::AbortedError(
-          absl::StrCat(Where(),
-                       ": this worker's registry lease lapsed (it was paused or cut off for longer "
-                       "than the lease ttl) and the job went on without it: exiting. ",
-                       registry_->lease_status().message()));
+      v1::Member me;
+      me.set_group(options_.job);
+      me.set_role(v1::ROLE_WORKER);
+      me.set_rank(options_.rank);
+      me.set_ucx_address(transport_->address());
+      auto joined = registry_->Join(me, options_.lease_ttl);
+      if (!joined.ok()) {
+        return absl::AbortedError(absl::StrCat(
+            Where(),
+            ": this worker's registry lease lapsed (it was paused or cut off for longer "
+            "than the lease ttl) and rank ",
+            options_.rank, " cannot be re-joined (", joined.status().message(),
+            "): a replacement has taken over. Exiting"));
+      }
+      TESSEL_LOG(WARNING) << Where() << ": the registry lease had lapsed; re-joined as rank "
+                          << options_.rank;
     }
     auto job = registry_->GetView(options_.job);
     auto pool = registry_->GetView(options_.server_pool);
