@@ -20,7 +20,8 @@ refused by servers, and recovery times.
 
 Usage: fault_injection.py REGISTRY SERVER TRAIN TESSELCTL
 Environment: TESSEL_FAULT_RUNS (default 4), TESSEL_FAULT_SEED (default 1),
-TESSEL_FAULT_STEPS (default 240), TESSEL_FAULT_REPORT (write a JSON summary).
+TESSEL_FAULT_STEPS (default 240), TESSEL_FAULT_REPORT (write a JSON summary),
+TESSEL_FAULT_STRATEGIES (default zero2,zero1,fsdp,zero1-bf16; runs cycle through them).
 """
 import glob
 import json
@@ -42,7 +43,9 @@ ROOT = tempfile.mkdtemp(prefix="fault-", dir=os.environ.get("TEST_TMPDIR"))
 WORLD, SHARDS, EVERY = 2, 2, 5
 LEASE_MS = 1500
 RECOVERY_TIMEOUT_S = 25
-STRATEGIES = ["zero2", "zero1", "fsdp"]
+# strategy[-precision]: zero1/zero2/fsdp in fp32, and zero1 in bf16 (mixed
+# precision: half on the wire and on workers, fp32 masters on servers).
+STRATEGIES = os.environ.get("TESSEL_FAULT_STRATEGIES", "zero2,zero1,fsdp,zero1-bf16").split(",")
 MODEL = ["--layers=32,256,256,8", "--samples=4096", "--batch=64", "--optimizer=adam",
          "--lr=0.01", "--ucx_tls=posix,sysv,self"]
 
@@ -109,11 +112,14 @@ class Cluster:
     def start_worker(self, r, resume):
         args = [TRAIN, "--registry=" + self.reg, "--job=fi", "--rank=%d" % r,
                 "--world=%d" % WORLD, "--servers=%d" % SHARDS, "--steps=%d" % STEPS,
-                "--strategy=" + self.strategy, "--checkpoint_every_steps=%d" % EVERY,
-                "--checkpoint_initial", "--recover", "--recovery_timeout_s=%d" % RECOVERY_TIMEOUT_S,
+                "--strategy=" + self.strategy.split("-")[0],
+                "--precision=" + (self.strategy.split("-") + ["fp32"])[1],
+                "--recover", "--recovery_timeout_s=%d" % RECOVERY_TIMEOUT_S,
                 "--step_timeout_s=60", "--lease_ttl_ms=%d" % LEASE_MS, "--log_every=1000000",
                 "--out=" + os.path.join(self.d, "final.npy"),
                 "--loss_log=" + os.path.join(self.d, "loss.txt")] + MODEL
+        if not self.strategy.startswith("ddp"):  # DDP keeps its state on the workers
+            args += ["--checkpoint_every_steps=%d" % EVERY, "--checkpoint_initial"]
         if resume:
             args.append("--resume")
         return spawn(args, os.path.join(self.d, "worker%d.log" % r))
@@ -198,6 +204,8 @@ def fault_run(i, rng, clean):
         # the stale process must stand down, its frames refused.
         kind, how = rng.choice([("worker", "kill"), ("server", "kill"), ("worker", "kill"),
                                 ("server", "kill"), ("worker", "pause"), ("server", "pause")])
+        if strategy.startswith("ddp"):  # a DDP worker's state dies with it: servers only
+            kind = "server"
         who = rng.randrange(WORLD if kind == "worker" else SHARDS)
         at = rng.randrange(STEPS // 10, STEPS * 8 // 10)
         # Wait until training has reached step `at` (or a checkpoint write is
