@@ -215,6 +215,13 @@ def fault_run(i, rng, clean):
             if all(p.poll() is not None for p in c.workers.values()):
                 break
             time.sleep(0.005)
+        if how == "pause" and faults:
+            # Pause only a process that is training: a replacement still
+            # starting up would merely start late. (Kills may land inside
+            # the previous recovery.)
+            end = time.time() + 30
+            while time.time() < end and c.steps_done() <= faults[-1]["at_step"] + 2:
+                time.sleep(0.01)
         if mid_checkpoint:
             end = time.time() + 3
             while time.time() < end and not c.checkpoint_in_progress():
