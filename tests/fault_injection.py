@@ -310,6 +310,7 @@ def fault_run(i, rng, clean):
         if after:
             result["recoveries"] += 1
             result["recovery_ms"].append(max(after) - f["kill_ms"])
+            f["recovery_ms"] = max(after) - f["kill_ms"]
     result["problems"] = problems
     cleanup()
     if not problems:
@@ -359,6 +360,12 @@ def main():
         "recovery_ms_median": statistics.median(rec) if rec else None,
         "recovery_ms_max": max(rec) if rec else None,
         "failed_runs": len(failed),
+        "recovery_ms_by_fault": {
+            "%s %s" % (kind, how): "n=%d median=%s max=%s" % (
+                len(ms), statistics.median(ms) if ms else "-", max(ms) if ms else "-")
+            for kind in ("worker", "server") for how in ("kill", "pause")
+            for ms in [[f["recovery_ms"] for f in faults
+                        if f["kind"] == kind and f["how"] == how and "recovery_ms" in f]]},
         "seconds": round(time.time() - t0, 1),
     }
     log("\nSUMMARY")
