@@ -1097,12 +1097,14 @@ absl::Status Worker::WaitForMembers(absl::Time deadline) {
       }
       if (!ranks.empty()) {
         absl::StrAppend(&missing, "worker rank(s) ", absl::StrJoin(ranks, ", "),
-                        " (start a replacement with --rank=R --resume)");
+                        " (start a replacement with --rank=", ranks.size() == 1 ? ranks[0] : "R",
+                        " --resume)");
       }
       if (!gone.empty()) {
         absl::StrAppend(&missing, missing.empty() ? "" : " and ", "shard server(s) ",
                         absl::StrJoin(gone, ", "), " of pool '", options_.server_pool,
-                        "' (restart tessel-server --shard=N with the same --checkpoint_dir)");
+                        "' (restart tessel-server --shard=", gone.size() == 1 ? gone[0] : "N",
+                        " with the same --checkpoint_dir)");
       }
       if (missing.empty()) {
         // A worker that was paused or cut off past its lease may find its
