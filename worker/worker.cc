@@ -1005,8 +1005,7 @@ void Worker::ResetForRecovery() {
   send_error_ = absl::OkStatus();
   sync_version_ = -1;
   sync_received_ = 0;
-  for (Unit& u : units_) {
-    std::vector<float>().swap(u.params);
+  for (Unit& u : units_) {  // buffers are freed (or retired) by SettleReceives
     u.grads.reset();
     u.version = -1;
     u.received = 0;
@@ -1022,7 +1021,7 @@ absl::Status Worker::RecoverOnce(absl::Time deadline, int64_t restore_step, int6
   ResetForRecovery();
   absl::Status s = WaitForMembers(deadline);
   if (!s.ok()) return s;
-  DrainReceives(absl::Seconds(1));
+  SettleReceives(absl::Seconds(1));
   int64_t epoch = 0, step = 0;
   if (options_.rank == 0) {
     s = RestoreShards(restore_step, &epoch, &step);
@@ -1162,13 +1161,37 @@ absl::Status Worker::Reconnect(const v1::View& pool) {
   return absl::OkStatus();
 }
 
-void Worker::DrainReceives(absl::Duration limit) {
-  // PARAMS accepted before the rollback land where the checkpoint's will;
-  // let the live servers' finish first (a dead server's never will).
+void Worker::SettleReceives(absl::Duration limit) {
+  // PARAMS accepted before the rollback land where the checkpoint's will.
+  // A live server's finish within moments; what is still in flight after
+  // that comes from a dead or stalled server and could land at any time (a
+  // stalled one may wake up), so the buffers it targets are retired (kept
+  // alive, never read again) and replaced by fresh ones.
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(
                            +[](int64_t* n) { return *n == 0; }, &inflight_receives_),
                        limit);
+  const bool stuck = inflight_receives_ > 0;
+  for (Unit& u : units_) {
+    if (stuck && !u.params.empty()) retired_.push_back(std::move(u.params));
+    std::vector<float>().swap(u.params);
+  }
+  if (stuck) {
+    // DDP receives the averaged gradient; its parameters are its own state.
+    std::vector<float>& target = options_.strategy == v1::STRATEGY_DDP ? grads_ : params_;
+    if (!target.empty()) {
+      retired_.push_back(std::move(target));
+      target.assign(retired_.back().size(), 0.f);
+    }
+    if (!params_half_.empty()) {
+      retired_half_.push_back(std::move(params_half_));
+      params_half_.assign(retired_half_.back().size(), 0);
+    }
+    TESSEL_LOG(WARNING) << Where() << ": " << inflight_receives_
+                        << " parameter transfer(s) from before the rollback are still in flight "
+                           "(a dead or stalled server); their buffers were replaced";
+  }
+  AccountLocked();
 }
 
 absl::Status Worker::RestoreShards(int64_t restore_step, int64_t* epoch, int64_t* step) {

@@ -181,6 +181,7 @@ class Worker {
   // ranks wait for that, and each worker pulls the checkpoint's parameters.
   // On success step() is the checkpoint's step and params() (or Gather) hold
   // its parameters: the training loop re-seeks its data to step() and goes on.
+  // params()/half_params() may point elsewhere afterwards: take them again.
   // A failure names the rank or shard that did not return.
   absl::Status Recover();
   int recoveries() const { return recoveries_; }
@@ -248,7 +249,7 @@ class Worker {
   void ResetForRecovery();
   absl::Status WaitForMembers(absl::Time deadline);
   absl::Status Reconnect(const v1::View& pool);
-  void DrainReceives(absl::Duration limit);
+  void SettleReceives(absl::Duration limit);
   absl::Status RestoreShards(int64_t restore_step, int64_t* epoch, int64_t* step);
   absl::Status AwaitRestore(absl::Time deadline, int64_t after_epoch, int64_t* epoch,
                             int64_t* step);
@@ -323,6 +324,10 @@ class Worker {
   int64_t send_failures_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status send_error_ ABSL_GUARDED_BY(mu_);
   int64_t inflight_receives_ ABSL_GUARDED_BY(mu_) = 0;  // PARAMS accepted, not yet landed
+  // Buffers a transfer from before a rollback may still write into: kept
+  // until the transport is shut down (SettleReceives).
+  std::vector<std::vector<float>> retired_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<uint16_t>> retired_half_ ABSL_GUARDED_BY(mu_);
   int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
