@@ -167,11 +167,28 @@ def read_losses(d):
     return losses
 
 
+def tail(path, n=8):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(l for l in f.readlines() if "UCX  WARN" not in l)[-4000:].splitlines()[-n:]
+    except FileNotFoundError:
+        return []
+
+
+def show_logs(d):
+    """The end of every log of a failed run (CI deletes the directory)."""
+    for f in sorted(glob.glob(os.path.join(d, "*.log"))):
+        log("    --- " + os.path.basename(f))
+        for line in tail(f):
+            log("    " + line[:300])
+
+
 def clean_run(strategy):
     d = os.path.join(ROOT, "clean-" + strategy)
     c = Cluster(d, strategy, 0)
     rcs = c.wait_workers(120)
     if any(rc != 0 for rc in rcs.values()):
+        show_logs(d)
         raise RuntimeError("clean %s run failed: %s (see %s)" % (strategy, rcs, d))
     shards = c.shards_json()
     cleanup()
@@ -313,6 +330,8 @@ def fault_run(i, rng, clean):
             f["recovery_ms"] = max(after) - f["kill_ms"]
     result["problems"] = problems
     cleanup()
+    if problems:
+        show_logs(d)
     if not problems:
         shutil.rmtree(d, ignore_errors=True)
     return result
