@@ -345,6 +345,7 @@ int Stats(Globals& g, const std::string& job) {
   auto rows = CollectShards(c, job);
   if (!rows.ok()) return Fail(rows.status());
   int64_t params = 0, opt = 0, grad = 0, pushed = 0, pulled = 0, rejected = 0, pause = 0;
+  int64_t stale = 0, applied = 0, recoveries = 0;
   int64_t lo = INT64_MAX, hi = 0, ckpt = INT64_MAX;
   int reachable = 0;
   for (const auto& r : *rows) {
@@ -357,6 +358,9 @@ int Stats(Globals& g, const std::string& job) {
     pushed += st.pushed_bytes();
     pulled += st.pulled_bytes();
     rejected += st.rejected_frames();
+    stale += st.stale_epoch_frames();
+    applied += st.applied_steps();
+    recoveries += st.recoveries();
     pause = std::max(pause, st.last_snapshot_pause_us());
     lo = std::min(lo, st.step());
     hi = std::max(hi, st.step());
@@ -373,6 +377,9 @@ int Stats(Globals& g, const std::string& job) {
             {"pushed_bytes", pushed},
             {"pulled_bytes", pulled},
             {"rejected_frames", rejected},
+            {"stale_epoch_frames", stale},
+            {"applied_steps", applied},
+            {"recoveries", recoveries},
             {"last_checkpoint_step", ckpt == INT64_MAX ? -1 : ckpt},
             {"max_snapshot_pause_us", pause}};
   if (g.output == "json") {

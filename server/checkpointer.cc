@@ -70,6 +70,19 @@ void Checkpointer::Drain() {
       this));
 }
 
+int Checkpointer::Forget(const std::string& job, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  const size_t before = queue_.size() + pending_.size();
+  queue_.erase(
+      std::remove_if(queue_.begin(), queue_.end(),
+                     [&](const ShardSnapshot& s) { return s.job == job && s.step > step; }),
+      queue_.end());
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [&](const Pending& p) { return p.job == job && p.step > step; }),
+                 pending_.end());
+  return static_cast<int>(before - queue_.size() - pending_.size());
+}
+
 void Checkpointer::WriterLoop() {
   for (;;) {
     ShardSnapshot s;

@@ -65,6 +65,10 @@ class Checkpointer {
   CheckpointProgress Progress(const std::string& job);
   // Blocks until every submitted snapshot is written (tests, shutdown).
   void Drain();
+  // Recovery rolled `job` back to `step`: snapshots of later steps that are
+  // still queued or waiting for their manifest are dropped (a replay writes
+  // them again). Returns how many were dropped.
+  int Forget(const std::string& job, int64_t step);
 
   // Complete checkpoints of a job, oldest first.
   absl::StatusOr<std::vector<Manifest>> List(const std::string& job);

@@ -1,5 +1,7 @@
 #include "server/data_plane.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 #include "rpc/job_spec.h"
@@ -24,10 +26,12 @@ absl::StatusOr<v1::CreateJobResponse> DataPlane::CreateJob(const v1::CreateJobRe
   if (req.spec().checkpoint().every_steps() < 0 || req.spec().checkpoint().keep_last() < 0) {
     return absl::InvalidArgumentError("checkpoint every_steps and keep_last must be >= 0");
   }
-  if (req.spec().checkpoint().every_steps() > 0 && !checkpointer_->enabled()) {
+  if ((req.spec().checkpoint().every_steps() > 0 || req.spec().checkpoint().initial()) &&
+      !checkpointer_->enabled()) {
     return absl::FailedPreconditionError(
         "job asks for periodic checkpoints but this shard server has no --checkpoint_dir");
   }
+  if (req.replace()) return ReplaceJob(req);
   // A restore loads the checkpoint only if the job is not here yet; a repeat
   // (every worker sends one) falls through to the idempotency check below.
   if (req.restore() && FindJob(req.spec().job()) == nullptr) {
@@ -96,6 +100,93 @@ absl::StatusOr<v1::CreateJobResponse> DataPlane::CreateJob(const v1::CreateJobRe
                    << StrategyName(req.spec().strategy()) << " world " << req.spec().world_size()
                    << " epoch " << req.epoch();
   jobs_[(*job)->job_id()] = std::move(*job);
+  return resp;
+}
+
+absl::StatusOr<v1::CreateJobResponse> DataPlane::ReplaceJob(const v1::CreateJobRequest& req) {
+  const std::string& name = req.spec().job();
+  const bool ddp = req.spec().strategy() == v1::STRATEGY_DDP;
+  const int64_t step = ddp ? req.start_step() : req.restore_step();
+  if (!ddp && (!req.restore() || step < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job '", name, "': a recovery (replace) of a ", StrategyName(req.spec().strategy()),
+        " job restores a checkpoint: set restore and a restore_step >= 0"));
+  }
+  if (ddp && step < 0) return absl::InvalidArgumentError("start_step must be >= 0");
+  const std::string where = absl::StrCat("job '", name, "' shard ", req.shard_index(), ": ");
+  auto respond = [&](ShardJob& j, bool created) {
+    v1::CreateJobResponse resp;
+    resp.set_created(created);
+    resp.set_range_begin(j.range().begin);
+    resp.set_range_end(j.range().end);
+    resp.set_step(j.version());
+    return resp;
+  };
+  // Refuses a recovery that an equal or later one has overtaken; accepts the
+  // same one again (the coordinator retrying).
+  auto overtaken = [&](ShardJob& have) -> std::optional<absl::Status> {
+    if (have.epoch() < req.epoch()) return std::nullopt;
+    if (have.epoch() == req.epoch() && have.restored_from() == step) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, "the job is at epoch ", have.epoch(), " (restored from step ", have.restored_from(),
+        "); a recovery at epoch ", req.epoch(), " from step ", step, " is stale"));
+  };
+  if (std::shared_ptr<ShardJob> have = FindJob(name)) {
+    if (auto done = overtaken(*have)) {
+      if (!done->ok()) return *done;
+      return respond(*have, false);
+    }
+  }
+  std::unique_ptr<ShardJob> job;
+  int64_t from_shards = 0;
+  if (ddp) {
+    auto created = ShardJob::Create(req.spec(), req.shard_index(), req.epoch());
+    if (!created.ok()) return created.status();
+    job = std::move(*created);
+    job->StartAt(step);
+  } else {
+    auto manifest = checkpointer_->Read(name, step);
+    if (!manifest.ok()) return manifest.status();
+    from_shards = manifest->num_shards;
+    auto restored =
+        ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest, checkpointer_);
+    if (!restored.ok()) return restored.status();
+    job = std::move(*restored);
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job->job_id());
+  int64_t dropped_step = -1;
+  if (it != jobs_.end()) {
+    ShardJob& have = *it->second;
+    if (have.spec().job() != name) {
+      return absl::AlreadyExistsError(absl::StrCat("job name '", name, "' collides with job '",
+                                                   have.spec().job(),
+                                                   "' on the data path; choose another name"));
+    }
+    if (auto done = overtaken(have)) {  // a concurrent replace won the race
+      if (!done->ok()) return *done;
+      return respond(have, false);
+    }
+    dropped_step = have.version();
+    job->InheritCounters(have);
+  }
+  TESSEL_LOG(INFO) << "recovery: job '" << name << "' shard " << req.shard_index()
+                   << (ddp ? " re-created empty at step "
+                           : " restored from the checkpoint of step ")
+                   << step << " at epoch " << req.epoch()
+                   << (dropped_step >= 0
+                           ? absl::StrCat(", dropping its state of step ", dropped_step)
+                           : std::string(", new on this server"))
+                   << (ddp ? std::string()
+                           : absl::StrCat(" (", from_shards, " shards then, ",
+                                          req.spec().num_shards(), " now)"));
+  v1::CreateJobResponse resp = respond(*job, true);
+  jobs_[job->job_id()] = std::move(job);
+  const int dropped = checkpointer_->Forget(name, step);
+  if (dropped > 0) {
+    TESSEL_LOG(INFO) << "recovery: dropped " << dropped << " queued checkpoint write(s) of job '"
+                     << name << "' past step " << step;
+  }
   return resp;
 }
 
@@ -209,6 +300,10 @@ Accept DataPlane::OnFrame(const Incoming& in) {
                         SendError(from, header, s);
                       }
                       ShardJob::Completion c = job->CompleteReceive(header, s);
+                      if (c.serve.snapshot.has_value()) {  // step 0 (CheckpointPolicy.initial)
+                        absl::Status w = checkpointer_->Submit(std::move(*c.serve.snapshot));
+                        if (!w.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << w;
+                      }
                       if (c.update.has_value()) {
                         absl::MutexLock lock(&mu_);
                         updates_.emplace_back(job, *c.update);

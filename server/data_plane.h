@@ -34,6 +34,10 @@ class DataPlane {
   ~DataPlane();
 
   absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& req);
+  // CreateJob with `replace` (recovery): the job starts again from a
+  // checkpoint (or, DDP, empty at start_step) at a newer epoch, whatever this
+  // server held; see CreateJobRequest.replace.
+  absl::StatusOr<v1::CreateJobResponse> ReplaceJob(const v1::CreateJobRequest& req);
   // Asks the job's shard to snapshot at `step` (see ShardJob::RequestCheckpoint).
   absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(const v1::SaveCheckpointRequest& req);
   Checkpointer* checkpointer() { return checkpointer_; }

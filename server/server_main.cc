@@ -37,6 +37,9 @@ ABSL_FLAG(std::string, admin_token_file, "",
           "file holding the admin token; when set, state-changing RPCs need it");
 ABSL_FLAG(bool, allow_anonymous_reads, true,
           "with an admin token: let read-only RPCs (stats, listings) through without it");
+ABSL_FLAG(int, join_timeout_s, 30,
+          "seconds to keep trying to join while a previous server of this shard still holds "
+          "its lease (after a crash and restart)");
 ABSL_FLAG(int, checkpoint_write_delay_ms, 0, "testing only: pause per MiB of checkpoint written");
 
 namespace {
@@ -107,6 +110,8 @@ int main(int argc, char** argv) {
       tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound, *server_credentials);
   if (!server.ok()) return Fail(std::string(server.status().message()));
 
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
   tessel::RegistryClient registry(registry_address, *client_credentials);
   tessel::v1::Member me;
   me.set_group(absl::GetFlag(FLAGS_pool));
@@ -114,14 +119,20 @@ int main(int argc, char** argv) {
   me.set_rank(shard);
   me.set_grpc_address(bound);
   me.set_ucx_address((*transport)->address());
+  // A server restarted after a crash finds its old lease still live until it
+  // lapses: keep trying for a while instead of exiting.
+  const absl::Time join_deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
   auto view = registry.Join(me, absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)));
+  while (!view.ok() && absl::IsAlreadyExists(view.status()) && absl::Now() < join_deadline &&
+         !g_stop) {
+    absl::SleepFor(absl::Milliseconds(100));
+    view = registry.Join(me, absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)));
+  }
   if (!view.ok()) return Fail(std::string(view.status().message()));
   TESSEL_LOG(INFO) << "shard " << shard << " of pool '" << absl::GetFlag(FLAGS_pool)
                    << "' serving control on " << bound
                    << (tls.enabled() ? " (mutual TLS)" : " (plaintext)") << ", data over UCX";
 
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
   while (!g_stop) {
     absl::SleepFor(absl::Milliseconds(100));
     if (!registry.lease_status().ok()) {

@@ -131,6 +131,7 @@ absl::Status ShardJob::CheckHeader(const FrameHeader& h) {
     return absl::NotFoundError(absl::StrCat(where, "frame is for another job"));
   }
   if (h.epoch != epoch_) {
+    ++stale_epoch_frames_;
     return absl::FailedPreconditionError(
         absl::StrCat(where, "frame from membership epoch ", h.epoch, " but the job is at epoch ",
                      epoch_, "; the sender must re-read the membership view"));
@@ -223,6 +224,7 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
       initialized_ = true;
       RefreshHalf(0, values_.size());
       c.serve.version = version_;
+      if (spec_.checkpoint().initial()) c.serve.snapshot = SnapshotLocked();
       for (auto it = deferred_.begin(); it != deferred_.end();) {
         if (it->version == version_) {
           c.serve.pullers.push_back(*it);
@@ -278,6 +280,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   Serve serve;
   if (++buckets_updated_ < num_buckets_) return serve;
   ++version_;
+  ++applied_steps_;
   buckets_updated_ = 0;
   for (auto& r : reserved_) std::fill(r.begin(), r.end(), 0);
   std::fill(arrived_.begin(), arrived_.end(), 0);
@@ -437,6 +440,38 @@ int64_t ShardJob::epoch() {
   return epoch_;
 }
 
+void ShardJob::InheritCounters(ShardJob& previous) {
+  int64_t rejected, stale, applied, pushed, pulled;
+  int recoveries;
+  {
+    absl::MutexLock lock(&previous.mu_);
+    rejected = previous.rejected_;
+    stale = previous.stale_epoch_frames_;
+    applied = previous.applied_steps_;
+    pushed = previous.pushed_bytes_;
+    pulled = previous.pulled_bytes_;
+    recoveries = previous.recoveries_;
+  }
+  absl::MutexLock lock(&mu_);
+  rejected_ += rejected;
+  stale_epoch_frames_ += stale;
+  applied_steps_ += applied;
+  pushed_bytes_ += pushed;
+  pulled_bytes_ += pulled;
+  recoveries_ += recoveries + 1;
+}
+
+void ShardJob::StartAt(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  version_ = step;
+  restored_from_ = step;
+}
+
+int64_t ShardJob::restored_from() {
+  absl::MutexLock lock(&mu_);
+  return restored_from_;
+}
+
 void ShardJob::CountRejected() {
   absl::MutexLock lock(&mu_);
   ++rejected_;
@@ -498,6 +533,9 @@ v1::ShardStats ShardJob::Stats() {
   st.set_world_size(spec_.world_size());
   st.set_num_shards(spec_.num_shards());
   st.set_num_params(layout_.num_params());
+  st.set_stale_epoch_frames(stale_epoch_frames_);
+  st.set_applied_steps(applied_steps_);
+  st.set_recoveries(recoveries_);
   return st;
 }
 

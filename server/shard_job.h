@@ -106,6 +106,13 @@ class ShardJob {
 
   absl::Status SetEpoch(int64_t epoch);
   int64_t epoch();
+  // Recovery: this job replaces `previous` (same name): it carries on its
+  // counters (refused frames, bytes, applied steps) and counts one recovery.
+  void InheritCounters(ShardJob& previous);
+  // DDP recovery: an empty job that starts at the workers' step.
+  void StartAt(int64_t step);
+  // The checkpoint step this job was restored from (or StartAt), -1 if none.
+  int64_t restored_from();
   void CountRejected();
   void CountPulled(uint64_t bytes);
   v1::ShardStats Stats();
@@ -170,6 +177,9 @@ class ShardJob {
   std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
   int64_t last_pause_us_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_from_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t stale_epoch_frames_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t applied_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int recoveries_ ABSL_GUARDED_BY(mu_) = 0;
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
   // WriteState staging: masters then state slots, and which elements came.
   std::vector<float> staged_ ABSL_GUARDED_BY(mu_);

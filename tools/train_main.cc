@@ -36,6 +36,19 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "every shard checkpoints at multip
 ABSL_FLAG(int, checkpoint_every_s, 0, "rank 0 asks for a checkpoint every N seconds");
 ABSL_FLAG(int, keep_checkpoints, 3, "complete checkpoints kept per job");
 ABSL_FLAG(std::string, token_file, "", "admin token file for servers that require one");
+ABSL_FLAG(bool, recover, true,
+          "when a worker or shard server dies, pause, wait for it to come back and roll the job "
+          "back to the latest checkpoint (false: fail the step)");
+ABSL_FLAG(int, recovery_timeout_s, 60,
+          "seconds to wait for a lost worker or shard server to return before giving up");
+ABSL_FLAG(bool, checkpoint_initial, false,
+          "also checkpoint step 0 (so a recovery before the first periodic checkpoint restarts "
+          "from the initial parameters)");
+ABSL_FLAG(int, lease_ttl_ms, 3000,
+          "registry lease of this worker: a dead worker is noticed about this long after it died");
+ABSL_FLAG(std::string, loss_log, "",
+          "every rank appends 'STEP LOSS' to PATH.rankR for every completed step (a replayed "
+          "step again)");
 
 namespace {
 
@@ -79,8 +92,50 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
   o.checkpoint.set_every_steps(absl::GetFlag(FLAGS_checkpoint_every_steps));
   o.checkpoint.set_keep_last(absl::GetFlag(FLAGS_keep_checkpoints));
   o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
+  o.checkpoint.set_initial(absl::GetFlag(FLAGS_checkpoint_initial));
+  o.recovery = absl::GetFlag(FLAGS_recover);
+  o.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
+  o.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
   return o;
 }
+
+// A step failed because a worker or shard server was lost: report it, wait
+// for the job to be whole and rolled back, and return the step to go on
+// from (the checkpoint's; data for step k is a function of k, so the rerun is
+// identical), or -1 if recovery failed.
+int64_t RecoverOrFail(tessel::Worker* worker, const absl::Status& why) {
+  std::cerr << "tessel-train: " << why.message() << "\n";
+  absl::Status s = worker->Recover();
+  if (!s.ok()) {
+    Fail(s);
+    return -1;
+  }
+  std::cerr << "tessel-train: rank " << worker->options().rank << " recovered; going on from step "
+            << worker->step() << " (unix_ms " << absl::ToUnixMillis(absl::Now()) << ")\n";
+  return worker->step();
+}
+
+// --loss_log: one line per completed step, appended (a replacement worker
+// continues its rank's file).
+class LossLog {
+ public:
+  explicit LossLog(int rank) {
+    if (!absl::GetFlag(FLAGS_loss_log).empty()) {
+      f_ = std::fopen(absl::StrCat(absl::GetFlag(FLAGS_loss_log), ".rank", rank).c_str(), "a");
+    }
+  }
+  ~LossLog() {
+    if (f_ != nullptr) std::fclose(f_);
+  }
+  void Add(int64_t step, float loss) {
+    if (f_ == nullptr) return;
+    std::fprintf(f_, "%lld %.9g\n", static_cast<long long>(step), loss);
+    std::fflush(f_);
+  }
+
+ private:
+  std::FILE* f_ = nullptr;
+};
 
 int Replay(tessel::Worker* worker, int steps) {
   auto init = tessel::ReadNpyF32(absl::GetFlag(FLAGS_init));
@@ -128,6 +183,11 @@ int Replay(tessel::Worker* worker, int steps) {
     } else {
       std::copy(g->begin(), g->end(), worker->grads().begin());
       s = worker->Step();
+    }
+    if (!s.ok() && tessel::Worker::IsRecoverable(s)) {
+      k = RecoverOrFail(worker, s) - 1;  // the loop goes on at the checkpoint's step
+      if (k < -1) return 1;
+      continue;
     }
     if (!s.ok()) return Fail(s);
   }
@@ -260,6 +320,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
         "--micro_batches=", micro_batches, " must be >= 1 and divide --batch=", config->batch)));
   }
   std::vector<float> micro(micro_batches > 1 ? job.model().num_params() : 0);
+  LossLog loss_log(rank);
   for (int64_t k = worker->step(); k < steps; ++k) {
     absl::StatusOr<float> loss;
     if (units) {
@@ -299,7 +360,16 @@ int TrainMlp(tessel::Worker* worker, int steps) {
       if (ready.ok()) ready = worker->Step();
       loss = ready.ok() ? absl::StatusOr<float>(l) : ready;
     }
+    if (!loss.ok() && tessel::Worker::IsRecoverable(loss.status())) {
+      k = RecoverOrFail(worker, loss.status()) - 1;  // the loop goes on at the checkpoint's step
+      if (k < -1) return 1;
+      loss_sum = 0;
+      window = 0;
+      window_start = absl::Now();
+      continue;
+    }
     if (!loss.ok()) return Fail(loss.status());
+    loss_log.Add(k, *loss);
     loss_sum += *loss;
     ++window;
     if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
@@ -322,6 +392,10 @@ int TrainMlp(tessel::Worker* worker, int steps) {
     auto params = worker->GatherAll();
     if (!params.ok()) return Fail(params.status());
     std::printf("worker 0: test accuracy %.2f%%\n", 100.0 * job.TestAccuracy(params->data()));
+    if (worker->options().recovery) {
+      std::printf("worker 0: recoveries %d, stale frames dropped %lld\n", worker->recoveries(),
+                  static_cast<long long>(worker->stale_frames_dropped()));
+    }
     std::fflush(stdout);
   }
   return 0;

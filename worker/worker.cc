@@ -1,5 +1,7 @@
 #include "worker/worker.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,6 +10,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -77,6 +80,7 @@ absl::Status Worker::Start() {
   transport_ = std::move(*transport);
   transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
 
+  credentials_ = *credentials;  // Reconnect (recovery) opens channels to new servers
   registry_ = std::make_unique<RegistryClient>(options_.registry, *credentials);
   // Servers first: a worker is useless without its shards.
   const int want_servers = options_.num_servers;
@@ -117,11 +121,21 @@ absl::Status Worker::Start() {
     srv.grpc_address = members[i]->grpc_address();
     srv.stub = v1::ShardServer::NewStub(MakeChannel(srv.grpc_address, *credentials));
     auto peer = transport_->Connect(members[i]->ucx_address());
+    if (!peer.ok() && options_.recovery) {
+      // A server that just died still holds its lease. Recovery waits for
+      // its successor and connects then (Reconnect: the address differs).
+      TESSEL_LOG(WARNING) << Where() << ": cannot reach shard " << i
+                          << " over UCX yet: " << peer.status().message();
+      srv.peer = ~PeerId{0};  // no such peer: sends fail until Reconnect
+      servers_.push_back(std::move(srv));
+      continue;
+    }
     if (!peer.ok()) {
       return absl::UnavailableError(absl::StrCat(Where(), ": cannot reach shard ", i,
                                                  " over UCX: ", peer.status().message()));
     }
     srv.peer = *peer;
+    srv.ucx_address = members[i]->ucx_address();
     servers_.push_back(std::move(srv));
   }
 
@@ -131,6 +145,13 @@ absl::Status Worker::Start() {
   me.set_rank(options_.rank);
   me.set_ucx_address(transport_->address());
   auto joined = registry_->Join(me, options_.lease_ttl);
+  // A replacement for a crashed worker waits for the old lease to lapse.
+  const absl::Time join_deadline = absl::Now() + options_.connect_timeout;
+  while (options_.recovery && !joined.ok() && absl::IsAlreadyExists(joined.status()) &&
+         absl::Now() < join_deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    joined = registry_->Join(me, options_.lease_ttl);
+  }
   if (!joined.ok()) return joined.status();
   const int world = options_.world_size;
   auto view = registry_->WaitForView(
@@ -146,6 +167,7 @@ absl::Status Worker::Start() {
         absl::StrCat(Where(), ": not all ", world, " workers joined: ", view.status().message()));
   }
   epoch_ = view->epoch();
+  view_epoch_ = view->epoch();
   TESSEL_LOG(INFO) << Where() << ": world of " << world << " complete at epoch " << epoch_ << ", "
                    << servers_.size() << " shard server(s)";
   return absl::OkStatus();
@@ -188,8 +210,12 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   }
   layout_ = std::make_unique<Layout>(std::move(*layout));
   spec_ = spec;
+  // A recovering worker (or a restarted job) joins the recovery protocol:
+  // rank 0 restores every shard, the others wait for it (RunRecovery below).
+  const bool join_recovery = options_.resume && options_.recovery;
 
   for (Server& srv : servers_) {
+    if (join_recovery) break;
     v1::CreateJobRequest req;
     *req.mutable_spec() = spec;
     req.set_shard_index(srv.shard);
@@ -267,6 +293,11 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     pushed_[s].assign(layout_->num_buckets(static_cast<int>(s)), 0);
   }
   if (ddp) return absl::OkStatus();
+  if (join_recovery) {
+    absl::Status s = RunRecovery(options_.resume_step);
+    if (!s.ok()) layout_.reset();
+    return s;
+  }
 
   // ZeRO: rank 0 seeds the servers (unless resuming); everyone pulls.
   if (options_.rank == 0 && !options_.resume) {
@@ -338,10 +369,10 @@ void Worker::SendData(const FrameHeader& h, const void* payload) {
     ++outstanding_sends_;
   }
   transport_->Send(servers_[h.shard].peer, absl::MakeConstSpan(bytes), payload, h.payload_bytes,
-                   [this](absl::Status s) {
+                   [this, epoch = h.epoch](absl::Status s) {
                      absl::MutexLock lock(&mu_);
                      --outstanding_sends_;
-                     if (!s.ok() && send_error_.ok()) send_error_ = s;
+                     if (!s.ok() && send_error_.ok() && epoch == epoch_.load()) send_error_ = s;
                    });
 }
 
@@ -543,6 +574,10 @@ Accept Worker::OnFrame(const Incoming& in) {
     FrameHeader about = *h;
     auto record = [this, message, about](absl::Status) {
       absl::MutexLock lock(&mu_);
+      if (about.epoch != epoch_.load()) {  // about a frame of an epoch recovery left behind
+        ++stale_dropped_;
+        return;
+      }
       if (!error_.ok()) return;
       error_ = absl::Status(static_cast<absl::StatusCode>(about.code),
                             absl::StrCat(Where(), ": shard ", about.shard, " refused ",
@@ -566,20 +601,26 @@ Accept Worker::OnFrame(const Incoming& in) {
   const Range br = layout_->bucket_range(h->shard, h->bucket);
   {
     absl::MutexLock lock(&mu_);
-    if (h->step != expect_version_ ||
+    if (h->step != expect_version_ || h->epoch != epoch_.load() ||
         h->payload_bytes != static_cast<uint64_t>(br.size()) * (half_ ? 2 : 4)) {
       TESSEL_LOG(WARNING) << "dropping stale or mis-sized " << DescribeHeader(*h)
-                          << " (expecting step " << expect_version_ << ")";
+                          << " (expecting step " << expect_version_ << ", epoch " << epoch_.load()
+                          << ")";
+      ++stale_dropped_;
       return Accept{};
     }
+    ++inflight_receives_;
   }
   // ZeRO pulls parameters; DDP pulls the averaged gradient.
   const bool ddp = options_.strategy == v1::STRATEGY_DDP;
   void* dst = half_ ? static_cast<void*>((ddp ? grads_half_.data() : params_half_.data()) + br.begin)
                     : static_cast<void*>((ddp ? grads_.data() : params_.data()) + br.begin);
   const int shard = h->shard;
-  return Accept{dst, [this, shard](absl::Status s) {
+  const int64_t epoch = h->epoch;
+  return Accept{dst, [this, shard, epoch](absl::Status s) {
                   absl::MutexLock lock(&mu_);
+                  --inflight_receives_;
+                  if (epoch != epoch_.load()) return;  // a recovery started meanwhile
                   if (!s.ok()) {
                     if (error_.ok()) error_ = s;
                     return;
@@ -645,17 +686,32 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done,
     finished = mu_.AwaitWithTimeout(absl::Condition(
                                         +[](Arg* a) { return (*a->f)(); }, &arg),
                                     std::min(absl::Milliseconds(250), deadline - absl::Now()));
-    if (!finished && registry_ != nullptr && registry_->group_epoch() > epoch_) {
+    if (!finished && registry_ != nullptr && !registry_->lease_status().ok()) {
+      // Declared dead while alive (paused, starved or cut off): recovery
+      // re-joins if the rank is still free, else this process stands down.
+      return Recoverable(absl::AbortedError(
+          absl::StrCat(Where(),
+                       ": this worker's registry lease lapsed (it was paused or cut off for longer "
+                       "than the lease ttl) and the job went on without it. ",
+                       registry_->lease_status().message())));
+    }
+    if (!finished && registry_ != nullptr && registry_->group_epoch() > view_epoch_) {
       mu_.Unlock();
       absl::Status changed = MembershipChanged();
       mu_.Lock();
       return changed;
     }
+    if (!finished && registry_ != nullptr) {  // a shard server died or was restarted
+      mu_.Unlock();
+      absl::Status servers = ServersChanged();
+      mu_.Lock();
+      if (!servers.ok()) return servers;
+    }
   }
-  if (!error_.ok()) return error_;
+  if (!error_.ok()) return Recoverable(error_);
   if (!send_error_.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat(Where(), ": sending to a shard server failed: ", send_error_.message()));
+    return Recoverable(absl::UnavailableError(
+        absl::StrCat(Where(), ": sending to a shard server failed: ", send_error_.message())));
   }
   if (!finished) {
     return absl::DeadlineExceededError(
@@ -681,8 +737,15 @@ absl::Status Worker::MembershipChanged() {
                          " left the job or stopped heartbeating");
     }
   }
+  if (options_.recovery && options_.strategy != v1::STRATEGY_DDP) {
+    return Recoverable(absl::AbortedError(absl::StrCat(
+        Where(), ": ", who, " (membership epoch ", view_epoch_, " -> ", registry_->group_epoch(),
+        "); pausing for up to ", absl::FormatDuration(options_.recovery_timeout),
+        " until the job is complete again (start the missing rank with --resume), then rolling "
+        "back to the latest checkpoint")));
+  }
   return absl::AbortedError(absl::StrCat(
-      Where(), ": ", who, " (membership epoch ", epoch_, " -> ", registry_->group_epoch(),
+      Where(), ": ", who, " (membership epoch ", view_epoch_, " -> ", registry_->group_epoch(),
       "); the step cannot complete. Restart the missing worker(s) and resume from the latest "
       "checkpoint (--resume)"));
 }
@@ -814,10 +877,12 @@ absl::Status Worker::PushUnit(int unit) {
       const void* payload = grads_half ? static_cast<const void*>(grads_half->data() + at)
                                        : static_cast<const void*>(grads->data() + at);
       transport_->Send(srv.peer, absl::MakeConstSpan(bytes), payload, h.payload_bytes,
-                       [this, grads, grads_half](absl::Status s) {
+                       [this, grads, grads_half, epoch = h.epoch](absl::Status s) {
                          absl::MutexLock lock(&mu_);
                          --outstanding_sends_;
-                         if (!s.ok() && send_error_.ok()) send_error_ = s;
+                         if (!s.ok() && send_error_.ok() && epoch == epoch_.load()) {
+                           send_error_ = s;
+                         }
                        });
     }
   }
@@ -881,6 +946,11 @@ absl::StatusOr<std::vector<float>> Worker::GatherAll() {
 }
 
 Accept Worker::OnFsdpFrame(const FrameHeader& h, const Incoming& in) {
+  if (h.epoch != epoch_.load()) {
+    absl::MutexLock lock(&mu_);
+    ++stale_dropped_;
+    return Accept{};
+  }
   if (h.bucket_count == 0) {  // a shard reached the step FinishStep waits for
     absl::MutexLock lock(&mu_);
     if (h.step == sync_version_) ++sync_received_;
@@ -902,19 +972,467 @@ Accept Worker::OnFsdpFrame(const FrameHeader& h, const Incoming& in) {
   if (u.version != h.step || !held || br.end > u.range.end ||
       h.payload_bytes != static_cast<uint64_t>(br.size()) * (half_ ? 2 : 4)) {
     TESSEL_LOG(WARNING) << "dropping stale " << DescribeHeader(h);
+    ++stale_dropped_;
     return Accept{};
   }
+  ++inflight_receives_;
+  const int64_t epoch = h.epoch;
   const size_t at = static_cast<size_t>(br.begin - u.range.begin);
   void* dst = half_ ? static_cast<void*>(u.params_half.data() + at)
                     : static_cast<void*>(u.params.data() + at);
-  return Accept{dst, [this, unit](absl::Status s) {
+  return Accept{dst, [this, unit, epoch](absl::Status s) {
                   absl::MutexLock lock(&mu_);
+                  --inflight_receives_;
+                  if (epoch != epoch_.load()) return;  // a recovery started meanwhile
                   if (!s.ok()) {
                     if (error_.ok()) error_ = s;
                     return;
                   }
                   ++units_[unit].received;
                 }};
+}
+
+// --- recovery -------------------------------------------------------------
+//
+// Protocol (docs/architecture.md, "Recovery"): every worker that sees a
+// member missing stops its step with a recoverable status; Recover() waits
+// until all ranks and shards are present again, reconnects restarted servers,
+// and then rank 0 replaces the job on every shard with the latest complete
+// checkpoint at a fresh epoch above every epoch in use, while the other ranks
+// poll the shards until they all report that restore. Everyone then pulls the
+// checkpoint's parameters. Frames of the old epoch are refused by servers and
+// dropped by workers, so nothing from before the rollback is applied.
+
+namespace {
+constexpr char kRecoverableUrl[] = "type.tessel.dev/recoverable";
+
+absl::Status Untagged(const absl::Status& s) { return absl::Status(s.code(), s.message()); }
+}  // namespace
+
+bool Worker::IsRecoverable(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kRecoverableUrl).has_value();
+}
+
+absl::Status Worker::Recoverable(absl::Status s) const {
+  if (!options_.recovery || s.ok()) return s;
+  // Refusals that a rollback repairs: a stale epoch or step, a job the
+  // (restarted) server does not have yet, a lost peer. Others are bugs.
+  const absl::StatusCode c = s.code();
+  if (c == absl::StatusCode::kFailedPrecondition || c == absl::StatusCode::kNotFound ||
+      c == absl::StatusCode::kAborted || c == absl::StatusCode::kUnavailable ||
+      c == absl::StatusCode::kCancelled) {
+    s.SetPayload(kRecoverableUrl, absl::Cord("1"));
+  }
+  return s;
+}
+
+int64_t Worker::stale_frames_dropped() {
+  absl::MutexLock lock(&mu_);
+  return stale_dropped_;
+}
+
+absl::Status Worker::ServersChanged() {
+  auto pool = registry_->GetView(options_.server_pool);
+  if (!pool.ok()) return absl::OkStatus();  // the registry is unreachable: not a verdict
+  std::vector<std::string> gone;
+  for (const Server& srv : servers_) {
+    bool same = false;
+    for (const auto& m : pool->members()) {
+      same = same || (m.role() == v1::ROLE_SERVER && m.rank() == srv.shard &&
+                      m.ucx_address() == srv.ucx_address);
+    }
+    if (!same) gone.push_back(absl::StrCat(srv.shard, " (", srv.grpc_address, ")"));
+  }
+  if (gone.empty()) return absl::OkStatus();
+  const std::string what =
+      absl::StrCat("shard server(s) ", absl::StrJoin(gone, ", "), " of pool '",
+                   options_.server_pool, "' left, stopped heartbeating or were restarted");
+  if (options_.recovery) {
+    return Recoverable(absl::AbortedError(absl::StrCat(
+        Where(), ": ", what, "; pausing for up to ",
+        absl::FormatDuration(options_.recovery_timeout),
+        " until every shard is back (restart it with the same --shard and --checkpoint_dir), "
+        "then rolling back to the latest checkpoint")));
+  }
+  return absl::AbortedError(
+      absl::StrCat(Where(), ": ", what,
+                   "; the step cannot complete. Restart the server and resume every "
+                   "worker from the latest checkpoint (--resume)"));
+}
+
+absl::Status Worker::Recover() {
+  if (layout_ == nullptr) return absl::FailedPreconditionError("Recover before RegisterLayout");
+  if (!options_.recovery) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(), ": recovery is off (WorkerOptions.recovery / --recover)"));
+  }
+  return RunRecovery(-1);
+}
+
+absl::Status Worker::RunRecovery(int64_t restore_step) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options_.recovery_timeout;
+  const int64_t from = step_;
+  // Only a restore newer than anything this worker knew when the failure
+  // struck counts; a retry may take the same restore again (the job cannot
+  // have moved past it without this worker).
+  const int64_t after_epoch = std::max(epoch_.load(), view_epoch_);
+  for (int attempt = 1;; ++attempt) {
+    absl::Status s = RecoverOnce(deadline, restore_step, after_epoch);
+    if (s.ok()) {
+      ++recoveries_;
+      TESSEL_LOG(WARNING)
+          << Where() << ": recovered in "
+          << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+          << (options_.strategy == v1::STRATEGY_DDP
+                  ? absl::StrCat(": servers re-created at this worker's step ", step_)
+                  : absl::StrCat(": rolled back from step ", from, " to the checkpoint of step ",
+                                 step_))
+          << ", epoch " << epoch_.load() << " (attempt " << attempt << ")";
+      return s;
+    }
+    if (!IsRecoverable(s) || absl::Now() >= deadline) return Untagged(s);
+    TESSEL_LOG(WARNING) << Where() << ": recovery attempt " << attempt
+                        << " did not complete, trying again: " << s.message();
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+void Worker::ResetForRecovery() {
+  absl::MutexLock lock(&mu_);
+  expect_version_ = -1;  // accept no PARAMS until the rollback's pull
+  received_ = 0;
+  expected_ = 0;
+  error_ = absl::OkStatus();
+  send_error_ = absl::OkStatus();
+  sync_version_ = -1;
+  sync_received_ = 0;
+  for (Unit& u : units_) {  // buffers are freed (or retired) by SettleReceives
+    u.grads.reset();
+    u.grads_half.reset();
+    u.version = -1;
+    u.received = 0;
+    u.expected = 0;
+  }
+  AccountLocked();
+  for (auto& v : ready_elems_) std::fill(v.begin(), v.end(), 0);
+  for (auto& v : pushed_) std::fill(v.begin(), v.end(), 0);
+  micro_batches_ = 0;
+}
+
+absl::Status Worker::RecoverOnce(absl::Time deadline, int64_t restore_step, int64_t after_epoch) {
+  ResetForRecovery();
+  absl::Status s = WaitForMembers(deadline);
+  if (!s.ok()) return s;
+  SettleReceives(absl::Seconds(1));
+  int64_t epoch = 0, step = 0;
+  if (options_.rank == 0) {
+    s = RestoreShards(restore_step, &epoch, &step);
+  } else {
+    s = AwaitRestore(deadline, after_epoch, &epoch, &step);
+  }
+  if (!s.ok()) return s;
+  if (options_.strategy == v1::STRATEGY_DDP && step != step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": the shard servers were re-created at step ", step,
+        " but this DDP worker is at step ", step_,
+        ": a server died while serving a step's result, and DDP keeps no server checkpoint to "
+        "roll back to. Restart the job"));
+  }
+  {
+    // From here on, refusals and failed sends of the old epoch are ignored.
+    absl::MutexLock lock(&mu_);
+    epoch_ = epoch;
+    error_ = absl::OkStatus();
+    send_error_ = absl::OkStatus();
+  }
+  step_ = step;
+  if (options_.strategy == v1::STRATEGY_DDP) return absl::OkStatus();
+  if (fsdp()) return Barrier(step_);
+  s = SendPulls(step_);
+  if (s.ok()) s = WaitForParams(step_);
+  return s;
+}
+
+absl::Status Worker::WaitForMembers(absl::Time deadline) {
+  const int world = options_.world_size;
+  const int shards = static_cast<int>(servers_.size());
+  bool logged = false;
+  std::string missing;
+  for (;;) {
+    if (!registry_->lease_status().ok()) {  // declared dead while paused or cut off
+      v1::Member me;
+      me.set_group(options_.job);
+      me.set_role(v1::ROLE_WORKER);
+      me.set_rank(options_.rank);
+      me.set_ucx_address(transport_->address());
+      auto joined = registry_->Join(me, options_.lease_ttl);
+      if (!joined.ok()) {
+        return absl::AbortedError(absl::StrCat(
+            Where(),
+            ": this worker's registry lease lapsed (it was paused or cut off for longer "
+            "than the lease ttl) and rank ",
+            options_.rank, " cannot be re-joined (", joined.status().message(),
+            "): a replacement has taken over. Exiting"));
+      }
+      TESSEL_LOG(WARNING) << Where() << ": the registry lease had lapsed; re-joined as rank "
+                          << options_.rank;
+    }
+    auto job = registry_->GetView(options_.job);
+    auto pool = registry_->GetView(options_.server_pool);
+    missing.clear();
+    if (job.ok() && pool.ok()) {
+      std::vector<std::string> ranks, gone;
+      for (int r = 0; r < world; ++r) {
+        bool present = false;
+        for (const auto& m : job->members()) {
+          present = present || (m.role() == v1::ROLE_WORKER && m.rank() == r);
+        }
+        if (!present) ranks.push_back(absl::StrCat(r));
+      }
+      for (int sh = 0; sh < shards; ++sh) {
+        bool present = false;
+        for (const auto& m : pool->members()) {
+          present = present || (m.role() == v1::ROLE_SERVER && m.rank() == sh);
+        }
+        if (!present) gone.push_back(absl::StrCat(sh));
+      }
+      if (!ranks.empty()) {
+        absl::StrAppend(&missing, "worker rank(s) ", absl::StrJoin(ranks, ", "),
+                        " (start a replacement with --rank=", ranks.size() == 1 ? ranks[0] : "R",
+                        " --resume)");
+      }
+      if (!gone.empty()) {
+        absl::StrAppend(&missing, missing.empty() ? "" : " and ", "shard server(s) ",
+                        absl::StrJoin(gone, ", "), " of pool '", options_.server_pool,
+                        "' (restart tessel-server --shard=", gone.size() == 1 ? gone[0] : "N",
+                        " with the same --checkpoint_dir)");
+      }
+      if (missing.empty()) {
+        // A worker that was paused or cut off past its lease may find its
+        // rank taken by a replacement: it must not train alongside it.
+        for (const auto& m : job->members()) {
+          if (m.role() == v1::ROLE_WORKER && m.rank() == options_.rank &&
+              m.pid() != static_cast<int64_t>(getpid())) {
+            return absl::AbortedError(
+                absl::StrCat(Where(), ": rank ", options_.rank,
+                             " is now held by another process (pid ", m.pid(), " on ", m.host(),
+                             "): this worker's lease lapsed while it was paused "
+                             "or cut off, and a replacement took over. Exiting"));
+          }
+        }
+        view_epoch_ = job->epoch();
+        return Reconnect(*pool);
+      }
+    } else {
+      missing = absl::StrCat("the registry at ", options_.registry, " (",
+                             (job.ok() ? pool.status() : job.status()).message(), ")");
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          Where(), ": ", missing, " did not return within ",
+          absl::FormatDuration(options_.recovery_timeout), " (recovery_timeout); giving up"));
+    }
+    if (!logged) {
+      TESSEL_LOG(WARNING) << Where() << ": paused; waiting for " << missing;
+      logged = true;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+absl::Status Worker::Reconnect(const v1::View& pool) {
+  for (Server& srv : servers_) {
+    const v1::Member* now = nullptr;
+    for (const auto& m : pool.members()) {
+      if (m.role() == v1::ROLE_SERVER && m.rank() == srv.shard) now = &m;
+    }
+    if (now == nullptr || now->ucx_address() == srv.ucx_address) continue;
+    auto peer = transport_->Connect(now->ucx_address());
+    if (!peer.ok()) {
+      return Recoverable(
+          absl::UnavailableError(absl::StrCat(Where(), ": cannot reach the restarted shard ",
+                                              srv.shard, " over UCX: ", peer.status().message())));
+    }
+    TESSEL_LOG(INFO) << Where() << ": shard " << srv.shard << " is back at " << now->grpc_address()
+                     << " (was " << srv.grpc_address << ")";
+    srv.grpc_address = now->grpc_address();
+    srv.stub = v1::ShardServer::NewStub(MakeChannel(srv.grpc_address, credentials_));
+    srv.peer = *peer;
+    srv.ucx_address = now->ucx_address();
+  }
+  return absl::OkStatus();
+}
+
+void Worker::SettleReceives(absl::Duration limit) {
+  // PARAMS accepted before the rollback land where the checkpoint's will.
+  // A live server's finish within moments; what is still in flight after
+  // that comes from a dead or stalled server and could land at any time (a
+  // stalled one may wake up), so the buffers it targets are retired (kept
+  // alive, never read again) and replaced by fresh ones.
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](int64_t* n) { return *n == 0; }, &inflight_receives_),
+                       limit);
+  const bool stuck = inflight_receives_ > 0;
+  for (Unit& u : units_) {
+    if (stuck && !u.params.empty()) retired_.push_back(std::move(u.params));
+    if (stuck && !u.params_half.empty()) retired_half_.push_back(std::move(u.params_half));
+    std::vector<float>().swap(u.params);
+    std::vector<uint16_t>().swap(u.params_half);
+  }
+  if (stuck) {
+    // DDP receives the averaged gradient; its parameters are its own state.
+    const bool ddp = options_.strategy == v1::STRATEGY_DDP;
+    std::vector<float>& target = ddp ? grads_ : params_;
+    if (!target.empty()) {
+      retired_.push_back(std::move(target));
+      target.assign(retired_.back().size(), 0.f);
+    }
+    std::vector<uint16_t>& target_half = ddp ? grads_half_ : params_half_;
+    if (!target_half.empty()) {
+      retired_half_.push_back(std::move(target_half));
+      target_half.assign(retired_half_.back().size(), 0);
+    }
+    TESSEL_LOG(WARNING) << Where() << ": " << inflight_receives_
+                        << " parameter transfer(s) from before the rollback are still in flight "
+                           "(a dead or stalled server); their buffers were replaced";
+  }
+  AccountLocked();
+}
+
+absl::Status Worker::RestoreShards(int64_t restore_step, int64_t* epoch, int64_t* step) {
+  const bool ddp = options_.strategy == v1::STRATEGY_DDP;
+  // The step to go back to: the latest complete checkpoint (DDP: ours).
+  *step = step_;
+  if (!ddp) {
+    v1::CheckpointRef ref;
+    ref.set_job(options_.job);
+    ref.set_step(restore_step);
+    v1::CheckpointInfo info;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    Authorize(&ctx);
+    absl::Status s = FromGrpc(servers_[0].stub->GetCheckpoint(&ctx, ref, &info),
+                              absl::StrCat(Where(), ": finding the checkpoint to roll back to"));
+    if (absl::IsNotFound(s)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(s.message(),
+                       ". Recovery needs a complete checkpoint: run with "
+                       "CheckpointPolicy.every_steps (--checkpoint_every_steps) and initial "
+                       "(--checkpoint_initial) on servers sharing one --checkpoint_dir"));
+    }
+    if (!s.ok()) return Recoverable(absl::UnavailableError(s.message()));
+    *step = info.step();
+  }
+  // An epoch above every one in use: ours, the registry's, every shard's.
+  int64_t e = std::max(epoch_.load(), view_epoch_);
+  for (Server& srv : servers_) {
+    v1::JobRef ref;
+    ref.set_job(options_.job);
+    v1::ShardStats st;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    Authorize(&ctx);
+    grpc::Status g = srv.stub->GetStats(&ctx, ref, &st);
+    if (g.ok()) {
+      e = std::max(e, st.epoch());
+    } else if (g.error_code() != grpc::StatusCode::NOT_FOUND) {
+      return Recoverable(
+          absl::UnavailableError(absl::StrCat(Where(), ": GetStats on shard ", srv.shard, " (",
+                                              srv.grpc_address, "): ", g.error_message())));
+    }
+  }
+  *epoch = e + 1;
+  for (Server& srv : servers_) {
+    v1::CreateJobRequest req;
+    *req.mutable_spec() = spec_;
+    req.set_shard_index(srv.shard);
+    req.set_epoch(*epoch);
+    req.set_restore(!ddp);
+    req.set_restore_step(*step);
+    req.set_replace(true);
+    req.set_start_step(*step);
+    v1::CreateJobResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Minutes(5));  // a restore reads the checkpoint
+    Authorize(&ctx);
+    absl::Status s = FromGrpc(srv.stub->CreateJob(&ctx, req, &resp),
+                              absl::StrCat(Where(), ": restoring shard ", srv.shard, " (",
+                                           srv.grpc_address, ") to step ", *step));
+    if (!s.ok()) {
+      if (absl::IsInvalidArgument(s) || absl::IsPermissionDenied(s) || absl::IsUnauthenticated(s)) {
+        return s;  // will not get better by trying again
+      }
+      // Others may: the server died again, or pruning removed checkpoint C
+      // while it was read (the next attempt picks the newest one).
+      return Recoverable(absl::UnavailableError(s.message()));
+    }
+    const Range r = layout_->shard_range(srv.shard);
+    if (resp.range_begin() != r.begin || resp.range_end() != r.end || resp.step() != *step) {
+      return absl::InternalError(absl::StrCat(
+          Where(), ": shard ", srv.shard, " restored [", resp.range_begin(), ", ", resp.range_end(),
+          ") at step ", resp.step(), "; expected [", r.begin, ", ", r.end, ") at step ", *step));
+    }
+  }
+  TESSEL_LOG(INFO) << Where() << ": restored " << servers_.size() << " shard(s) to step " << *step
+                   << " at epoch " << *epoch;
+  return absl::OkStatus();
+}
+
+absl::Status Worker::AwaitRestore(absl::Time deadline, int64_t after_epoch, int64_t* epoch,
+                                  int64_t* step) {
+  std::string last = "no answer yet";
+  int polls = 0;
+  for (;;) {
+    int64_t e = -1, k = -1;
+    bool ready = true, unreachable = false;
+    for (Server& srv : servers_) {
+      v1::JobRef ref;
+      ref.set_job(options_.job);
+      v1::ShardStats st;
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx, absl::Seconds(5));
+      Authorize(&ctx);
+      grpc::Status g = srv.stub->GetStats(&ctx, ref, &st);
+      if (!g.ok()) {
+        last = absl::StrCat("shard ", srv.shard, ": ", g.error_message());
+        ready = false;
+        unreachable = g.error_code() != grpc::StatusCode::NOT_FOUND;
+        break;
+      }
+      // Restored by this recovery: a newer epoch, every shard the same, and
+      // still at the step it was restored to (no step can pass without us).
+      if (st.epoch() <= after_epoch || st.restored_from_step() != st.step() ||
+          (e >= 0 && (st.epoch() != e || st.step() != k))) {
+        last = absl::StrCat("shard ", srv.shard, " at epoch ", st.epoch(), " step ", st.step(),
+                            " (restored from ", st.restored_from_step(), ")");
+        ready = false;
+        break;
+      }
+      e = st.epoch();
+      k = st.step();
+    }
+    if (ready) {
+      *epoch = e;
+      *step = k;
+      return absl::OkStatus();
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(Where(), ": rank 0 did not restore the shard servers within ",
+                       absl::FormatDuration(options_.recovery_timeout), " (last seen: ", last,
+                       "); is rank 0 running with recovery enabled?"));
+    }
+    if (registry_->group_epoch() > view_epoch_) {
+      return MembershipChanged();  // someone left again: start over
+    }
+    if (++polls % 10 == 0 || unreachable) {
+      absl::Status servers = ServersChanged();  // a server died again: reconnect, start over
+      if (!servers.ok()) return servers;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
 }
 
 WorkerMemory Worker::memory() const {

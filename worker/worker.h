@@ -41,9 +41,18 @@
 //     model.LossAndGrad(worker->params().data(), x, y, batch, worker->grads().data());
 //     RETURN_IF_ERROR(worker->Step());
 //   }
+//
+// Recovery (WorkerOptions::recovery): a step that fails because a worker or
+// shard server was lost returns a status for which IsRecoverable() holds;
+// Recover() then rolls back to the latest checkpoint and the loop re-seeks
+// its data to step():
+//   absl::Status s = worker->Step();
+//   if (Worker::IsRecoverable(s)) s = worker->Recover();  // step() went back
+// Threads: Recover() runs on the thread that drives the Worker.
 #ifndef TESSEL_WORKER_WORKER_H_
 #define TESSEL_WORKER_WORKER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -127,6 +136,16 @@ struct WorkerOptions {
   //                     fp32 masters and state, applies the update and rounds
   //                     the masters to half_params().
   v1::DType precision = v1::DTYPE_F32;
+  // Recovery (docs/operations.md, "Recovery"). When a worker or shard server
+  // of the job dies, a step fails with a status IsRecoverable() accepts
+  // instead of a fatal one; Recover() then waits up to recovery_timeout for
+  // the missing members to come back and rolls every shard and every worker
+  // back to the latest complete checkpoint (zero1, zero2, fsdp; DDP re-creates
+  // the servers' empty state at the workers' step). With `resume`,
+  // RegisterLayout takes part in such a recovery: that is how a replacement
+  // worker, or a whole restarted job, rejoins.
+  bool recovery = false;
+  absl::Duration recovery_timeout = absl::Seconds(60);
 };
 
 // What SynchronizeOptimizerState found.
@@ -182,6 +201,23 @@ class Worker {
   // gradient, applied locally, for DDP). On error the step is not applied and
   // the status names the job, step, shard and cause.
   absl::Status Step();
+
+  // --- recovery (WorkerOptions::recovery) --------------------------------
+  // True for a failed step's status that Recover() can repair: a worker or
+  // shard server left, came back, or the job was rolled back under us.
+  static bool IsRecoverable(const absl::Status& status);
+  // Waits (up to recovery_timeout) until every rank and shard is present,
+  // then rolls back: rank 0 restores every shard from the latest complete
+  // checkpoint at a new epoch (frames of the old one are refused), the other
+  // ranks wait for that, and each worker pulls the checkpoint's parameters.
+  // On success step() is the checkpoint's step and params() (or Gather) hold
+  // its parameters: the training loop re-seeks its data to step() and goes on.
+  // params()/half_params() may point elsewhere afterwards: take them again.
+  // A failure names the rank or shard that did not return.
+  absl::Status Recover();
+  int recoveries() const { return recoveries_; }
+  // Data frames this worker dropped because they came from an older epoch.
+  int64_t stale_frames_dropped();
 
   // --- fsdp -------------------------------------------------------------
   int num_units() const { return static_cast<int>(units_.size()); }
@@ -262,6 +298,7 @@ class Worker {
     std::string grpc_address;
     std::unique_ptr<v1::ShardServer::Stub> stub;
     PeerId peer = 0;
+    std::string ucx_address;  // to notice a restarted server
   };
 
   explicit Worker(const WorkerOptions& options);
@@ -285,6 +322,18 @@ class Worker {
   absl::Status AgreeOk(bool ok, const std::string& what);
   absl::Status ReadServerState(TrainState* out);
   absl::Status WriteServerState(const TrainState& state);
+  // Recovery (the "recovery" section of worker.cc).
+  absl::Status Recoverable(absl::Status s) const;
+  absl::Status ServersChanged();
+  absl::Status RunRecovery(int64_t restore_step);
+  absl::Status RecoverOnce(absl::Time deadline, int64_t restore_step, int64_t after_epoch);
+  void ResetForRecovery();
+  absl::Status WaitForMembers(absl::Time deadline);
+  absl::Status Reconnect(const v1::View& pool);
+  void SettleReceives(absl::Duration limit);
+  absl::Status RestoreShards(int64_t restore_step, int64_t* epoch, int64_t* step);
+  absl::Status AwaitRestore(absl::Time deadline, int64_t after_epoch, int64_t* epoch,
+                            int64_t* step);
 
   struct Unit {
     Range range;
@@ -320,12 +369,17 @@ class Worker {
   std::vector<Server> servers_;
   std::unique_ptr<Layout> layout_;
   uint64_t job_id_ = 0;
-  int64_t epoch_ = 0;
+  // The job's fencing epoch, stamped on every frame: the registry epoch at
+  // the start, a newer one after each recovery. Read by the transport thread.
+  std::atomic<int64_t> epoch_{0};
+  int64_t view_epoch_ = 0;  // registry epoch of the job group when last complete
+  v1::JobSpec spec_;  // as registered
+  int recoveries_ = 0;
   int64_t step_ = 0;
   int micro_batches_ = 0;  // AccumulateGradients calls this step
   absl::Time last_checkpoint_ = absl::Now();
   std::string token_;
-  v1::JobSpec spec_;  // as registered
+  ClientCredentials credentials_;  // for every gRPC channel (mutual TLS or not)
   // AllReduceMean: one reduce-only DDP job per vector size ("<job>~sync<n>").
   std::map<size_t, std::unique_ptr<Worker>> reducers_;
   bool reduce_only_ = false;  // this Worker is such a reducer: Step() only averages
@@ -361,6 +415,12 @@ class Worker {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   int64_t send_failures_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status send_error_ ABSL_GUARDED_BY(mu_);
+  int64_t inflight_receives_ ABSL_GUARDED_BY(mu_) = 0;  // PARAMS accepted, not yet landed
+  // Buffers a transfer from before a rollback may still write into: kept
+  // until the transport is shut down (SettleReceives).
+  std::vector<std::vector<float>> retired_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<uint16_t>> retired_half_ ABSL_GUARDED_BY(mu_);
+  int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tessel

@@ -18,7 +18,19 @@
 #include "absl/time/clock.h"
 
 namespace tessel {
+namespace ucx_internal {
+// An operation UCX holds until its callback: listed in the transport's
+// in_flight_ meanwhile, so Shutdown can cancel what never completes.
+struct PendingOp {
+  explicit PendingOp(std::function<void(absl::Status)> d) : done(std::move(d)) {}
+  virtual ~PendingOp() = default;
+  std::function<void(absl::Status)> done;
+  absl::flat_hash_set<PendingOp*>* in_flight = nullptr;
+};
+}  // namespace ucx_internal
+
 namespace {
+using ucx_internal::PendingOp;
 
 // UCX delivers a message after it was sent, but through memory TSan does not
 // see (uninstrumented shared-memory queues), so tsan builds record the edge:
@@ -39,17 +51,18 @@ absl::Status UcsError(const char* what, ucs_status_t s) {
   return absl::UnavailableError(absl::StrCat(what, ": ", ucs_status_string(s)));
 }
 
-struct SendOp {
+struct SendOp : PendingOp {
+  SendOp(std::vector<uint8_t> h, SendDone d) : PendingOp(std::move(d)), header(std::move(h)) {}
   std::vector<uint8_t> header;  // UCX 1.13 has no COPY_HEADER: keep it alive until completion
-  SendDone done;
 };
 
-struct RecvOp {
-  std::function<void(absl::Status)> done;
+struct RecvOp : PendingOp {
+  using PendingOp::PendingOp;
 };
 
 void SendComplete(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<SendOp*>(user_data);
+  if (op->in_flight != nullptr) op->in_flight->erase(op);
   if (op->done) {
     op->done(status == UCS_OK ? absl::OkStatus() : UcsError("UCX send failed", status));
   }
@@ -59,6 +72,7 @@ void SendComplete(void* request, ucs_status_t status, void* user_data) {
 
 void RecvComplete(void* request, ucs_status_t status, size_t length, void* user_data) {
   auto* op = static_cast<RecvOp*>(user_data);
+  if (op->in_flight != nullptr) op->in_flight->erase(op);
   if (op->done) {
     op->done(status == UCS_OK ? absl::OkStatus() : UcsError("UCX receive failed", status));
   }
@@ -297,7 +311,7 @@ void UcxTransport::DoSend(PeerId to, std::vector<uint8_t> header, const void* pa
     if (done) done(absl::UnavailableError(absl::StrCat("UCX peer ", to, " has failed")));
     return;
   }
-  auto* op = new SendOp{std::move(header), std::move(done)};
+  auto* op = new SendOp(std::move(header), std::move(done));
   ucp_request_param_t rp{};
   rp.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -312,6 +326,9 @@ void UcxTransport::DoSend(PeerId to, std::vector<uint8_t> header, const void* pa
   } else if (UCS_PTR_IS_ERR(r)) {
     if (op->done) op->done(UcsError("ucp_am_send_nbx", UCS_PTR_STATUS(r)));
     delete op;
+  } else {
+    op->in_flight = &in_flight_;
+    in_flight_.insert(op);
   }
 }
 
@@ -335,7 +352,7 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
     if (accept.done) accept.done(absl::OkStatus());
     return UCS_OK;
   }
-  auto* op = new RecvOp{std::move(accept.done)};
+  auto* op = new RecvOp(std::move(accept.done));
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.cb.recv_am = &RecvComplete;
@@ -347,6 +364,9 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
   } else if (UCS_PTR_IS_ERR(r)) {
     if (op->done) op->done(UcsError("ucp_am_recv_data_nbx", UCS_PTR_STATUS(r)));
     delete op;
+  } else {
+    op->in_flight = &self->in_flight_;
+    self->in_flight_.insert(op);
   }
   return UCS_OK;
 }
@@ -379,6 +399,14 @@ void UcxTransport::Shutdown() {
     if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
   }
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  // Operations towards dead peers never complete: they end here, cancelled.
+  // (Any that the destroy completed have removed themselves.)
+  std::vector<ucx_internal::PendingOp*> left(in_flight_.begin(), in_flight_.end());
+  in_flight_.clear();
+  for (ucx_internal::PendingOp* op : left) {
+    if (op->done) op->done(absl::CancelledError("UCX transport shut down"));
+    delete op;
+  }
   if (context_ != nullptr) ucp_cleanup(context_);
   worker_ = nullptr;
   context_ = nullptr;

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transport/transport.h"
@@ -51,6 +52,10 @@ struct UcxOptions {
   // TESSEL_UCX_SPIN_US, when set, overrides it (a tuning knob).
   absl::Duration spin = absl::Milliseconds(5);
 };
+
+namespace ucx_internal {
+struct PendingOp;  // a send or receive UCX holds (ucx_transport.cc)
+}  // namespace ucx_internal
 
 class UcxTransport : public Transport {
  public:
@@ -99,6 +104,10 @@ class UcxTransport : public Transport {
   // Progress-thread state.
   std::vector<Peer> peers_;
   absl::flat_hash_map<ucp_ep_h, PeerId> peer_by_ep_;
+  // Sends and receives UCX still holds (SendOp/RecvOp). A peer that died
+  // never completes them; Shutdown cancels what is left, so every `done`
+  // runs once and nothing leaks.
+  absl::flat_hash_set<ucx_internal::PendingOp*> in_flight_;
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);

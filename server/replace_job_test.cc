@@ -1,0 +1,183 @@
+// Recovery on the server side (DataPlane::ReplaceJob): a job replaced from a
+// checkpoint at a newer epoch drops its newer state, refuses frames of the
+// old epoch, keeps its counters, replays bitwise, and refuses a stale or
+// conflicting replace while accepting the same one again.
+#include <cstring>
+#include <memory>
+
+#include "gtest/gtest.h"
+#include "server/checkpoint_store.h"
+#include "server/checkpointer.h"
+#include "server/data_plane.h"
+#include "transport/inproc/inproc_transport.h"
+
+namespace tessel {
+namespace {
+
+constexpr int kWorld = 2;
+
+v1::JobSpec Spec(v1::Strategy strategy) {
+  v1::JobSpec spec;
+  spec.set_job("r");
+  spec.set_strategy(strategy);
+  spec.set_world_size(kWorld);
+  spec.set_num_shards(1);
+  v1::TensorSpec* t = spec.add_tensors();
+  t->set_name("w");
+  t->add_shape(100);
+  t->set_dtype(v1::DTYPE_F32);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAM);
+  spec.mutable_optimizer()->set_lr(0.01);
+  spec.mutable_optimizer()->set_beta1(0.9);
+  spec.mutable_optimizer()->set_beta2(0.999);
+  spec.mutable_optimizer()->set_eps(1e-8);
+  spec.set_bucket_bytes(128);  // several buckets
+  spec.set_align_elems(8);
+  return spec;
+}
+
+class ReplaceJobTest : public ::testing::Test {
+ protected:
+  ReplaceJobTest()
+      : transport_(InProcTransport::Create(std::make_shared<InProcFabric>())),
+        checkpointer_(std::make_unique<MemoryStore>(), absl::Seconds(5)),
+        plane_(transport_.get(), &checkpointer_) {}
+
+  v1::CreateJobRequest Request(v1::Strategy strategy, int64_t epoch) {
+    v1::CreateJobRequest req;
+    *req.mutable_spec() = Spec(strategy);
+    req.set_shard_index(0);
+    req.set_epoch(epoch);
+    return req;
+  }
+  FrameHeader Header(FrameType type, int64_t epoch, int64_t step, int rank, int bucket,
+                     const ShardJob& job) {
+    FrameHeader h;
+    h.type = type;
+    h.job_id = JobId("r");
+    h.epoch = epoch;
+    h.step = step;
+    h.rank = rank;
+    h.shard = 0;
+    h.bucket = bucket;
+    h.payload_bytes = static_cast<uint64_t>(job.layout().bucket_range(0, bucket).size()) * 4;
+    return h;
+  }
+  void Init(ShardJob& job, int64_t epoch) {
+    for (int b = 0; b < job.layout().num_buckets(0); ++b) {
+      FrameHeader h = Header(FrameType::kInit, epoch, 0, 0, b, job);
+      auto dst = job.AcceptData(h);
+      ASSERT_TRUE(dst.ok()) << dst.status();
+      const Range r = job.layout().bucket_range(0, b);
+      for (int64_t i = 0; i < r.size(); ++i) static_cast<float*>(*dst)[i] = 0.01f * (r.begin + i);
+      job.CompleteReceive(h, absl::OkStatus());
+    }
+  }
+  // One step: every rank pushes a gradient that is a function of (step, rank).
+  void Step(ShardJob& job, int64_t epoch) {
+    const int64_t step = job.version();
+    for (int b = 0; b < job.layout().num_buckets(0); ++b) {
+      for (int rank = 0; rank < kWorld; ++rank) {
+        FrameHeader h = Header(FrameType::kPush, epoch, step, rank, b, job);
+        auto dst = job.AcceptData(h);
+        ASSERT_TRUE(dst.ok()) << dst.status();
+        const Range r = job.layout().bucket_range(0, b);
+        for (int64_t i = 0; i < r.size(); ++i) {
+          static_cast<float*>(*dst)[i] =
+              0.001f * ((r.begin + i) % 7) - 0.002f * step + 0.0005f * rank;
+        }
+        ShardJob::Completion c = job.CompleteReceive(h, absl::OkStatus());
+        if (c.update.has_value()) job.UpdateBucket(*c.update);
+      }
+    }
+    ASSERT_EQ(job.version(), step + 1);
+  }
+  std::unique_ptr<InProcTransport> transport_;
+  Checkpointer checkpointer_;
+  DataPlane plane_;
+};
+
+TEST_F(ReplaceJobTest, RollsBackRefusesTheOldEpochAndReplaysBitwise) {
+  ASSERT_TRUE(plane_.CreateJob(Request(v1::STRATEGY_ZERO2, 3)).ok());
+  std::shared_ptr<ShardJob> old = plane_.FindJob("r");
+  Init(*old, 3);
+  for (int k = 0; k < 3; ++k) Step(*old, 3);
+  v1::SaveCheckpointRequest save;
+  save.set_job("r");
+  save.set_step(3);
+  ASSERT_TRUE(plane_.SaveCheckpoint(save).ok());
+  checkpointer_.Drain();
+  const std::string at3 = old->Stats().state_digest();
+  Step(*old, 3);
+  Step(*old, 3);
+  const std::string at5 = old->Stats().state_digest();
+  // A frame of an older epoch is refused and counted.
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      old->AcceptData(Header(FrameType::kPush, 2, 5, 0, 0, *old)).status()));
+
+  v1::CreateJobRequest replace = Request(v1::STRATEGY_ZERO2, 4);
+  replace.set_restore(true);
+  replace.set_restore_step(3);
+  replace.set_replace(true);
+  auto r = plane_.CreateJob(replace);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->created());
+  EXPECT_EQ(r->step(), 3);
+  std::shared_ptr<ShardJob> job = plane_.FindJob("r");
+  ASSERT_NE(job, old);
+  v1::ShardStats st = job->Stats();
+  EXPECT_EQ(st.step(), 3);
+  EXPECT_EQ(st.epoch(), 4);
+  EXPECT_EQ(st.restored_from_step(), 3);
+  EXPECT_EQ(st.state_digest(), at3);  // the state of step 5 is gone
+  EXPECT_EQ(st.recoveries(), 1);
+  EXPECT_EQ(st.applied_steps(), 5);
+  EXPECT_EQ(st.stale_epoch_frames(), 1);
+
+  // The old epoch's frames are refused by the new job.
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      job->AcceptData(Header(FrameType::kPush, 3, 3, 0, 0, *job)).status()));
+  EXPECT_EQ(job->Stats().stale_epoch_frames(), 2);
+
+  // The same replace again changes nothing; a stale or conflicting one is refused.
+  auto again = plane_.CreateJob(replace);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->created());
+  EXPECT_EQ(plane_.FindJob("r"), job);
+  v1::CreateJobRequest older = replace;
+  older.set_epoch(3);
+  EXPECT_TRUE(absl::IsFailedPrecondition(plane_.CreateJob(older).status()));
+  v1::CreateJobRequest other_step = replace;
+  other_step.set_restore_step(0);
+  EXPECT_TRUE(absl::IsFailedPrecondition(plane_.CreateJob(other_step).status()));
+
+  // Replaying steps 3 and 4 gives the bits of the first time.
+  Step(*job, 4);
+  Step(*job, 4);
+  EXPECT_EQ(job->Stats().state_digest(), at5);
+  EXPECT_EQ(job->Stats().applied_steps(), 7);
+}
+
+TEST_F(ReplaceJobTest, ZeroNeedsACheckpointAndDdpStartsEmptyAtTheWorkersStep) {
+  v1::CreateJobRequest zero = Request(v1::STRATEGY_ZERO1, 2);
+  zero.set_replace(true);
+  EXPECT_TRUE(absl::IsInvalidArgument(plane_.CreateJob(zero).status()));
+  zero.set_restore(true);
+  zero.set_restore_step(9);
+  EXPECT_TRUE(absl::IsNotFound(plane_.CreateJob(zero).status()));  // no such checkpoint
+
+  ASSERT_TRUE(plane_.CreateJob(Request(v1::STRATEGY_DDP, 2)).ok());
+  v1::CreateJobRequest ddp = Request(v1::STRATEGY_DDP, 3);
+  ddp.set_replace(true);
+  ddp.set_start_step(7);
+  auto r = plane_.CreateJob(ddp);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->step(), 7);
+  v1::ShardStats st = plane_.FindJob("r")->Stats();
+  EXPECT_EQ(st.step(), 7);
+  EXPECT_EQ(st.epoch(), 3);
+  EXPECT_EQ(st.recoveries(), 1);
+}
+
+}  // namespace
+}  // namespace tessel
