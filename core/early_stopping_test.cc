@@ -48,7 +48,8 @@ TEST(EarlyStoppingTest, DeterministicOverRandomSequences) {
   std::uniform_real_distribution<double> u(0, 1);
   for (int trial = 0; trial < 200; ++trial) {
     const int patience = 1 + trial % 6;
-    EarlyStopping a({.patience = patience, .min_delta = 0.01}), b({.patience = patience, .min_delta = 0.01});
+    EarlyStopping a({.patience = patience, .min_delta = 0.01}),
+        b({.patience = patience, .min_delta = 0.01});
     double best = 1e300;
     int since = 0;
     bool stop = false;

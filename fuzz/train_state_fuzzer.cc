@@ -48,7 +48,8 @@ void CheckAccepted(const tessel::TrainState& s) {
   FUZZ_CHECK(back->step == s.step, "step");
   FUZZ_CHECK(SameBits(back->params, s.params), "params");
   FUZZ_CHECK(back->state.size() == s.state.size(), "slots");
-  for (size_t k = 0; k < s.state.size(); ++k) FUZZ_CHECK(SameBits(back->state[k], s.state[k]), "state");
+  for (size_t k = 0; k < s.state.size(); ++k)
+    FUZZ_CHECK(SameBits(back->state[k], s.state[k]), "state");
 }
 
 std::string Structured(FuzzedDataProvider& fdp, bool* damaged) {

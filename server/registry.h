@@ -9,8 +9,8 @@
 //   - Join adds a member and returns a lease; (group, role, rank) is unique
 //     among live members (a second join of a taken rank is AlreadyExists and
 //     changes nothing). Lease ids cannot be guessed (random in memory, etcd's
-//     lease ids in etcd): the id is what renews or ends a membership. A backend may round the ttl up (etcd: whole seconds);
-//     Joined::ttl is the ttl granted.
+//     lease ids in etcd): the id is what renews or ends a membership. A backend may round the ttl
+//     up (etcd: whole seconds); Joined::ttl is the ttl granted.
 //   - Heartbeat renews a live lease; an unknown or lapsed lease is NotFound
 //     (the member must join again).
 //   - Leave, lease expiry and eviction (Leave called by the health checker)

@@ -557,8 +557,8 @@ absl::StatusOr<v1::ShardState> ShardJob::ReadState(const v1::ReadStateRequest& r
         absl::StrCat(where, "DDP keeps parameters and optimizer state on the workers"));
   }
   const int64_t n = range_.size();
-  if (req.offset() < 0 || req.count() < 0 || req.count() > (int64_t{4} << 20) ||
-      req.offset() > n || req.count() > n - req.offset()) {
+  if (req.offset() < 0 || req.count() < 0 || req.count() > (int64_t{4} << 20) || req.offset() > n ||
+      req.count() > n - req.offset()) {
     return absl::InvalidArgumentError(absl::StrCat(where, "ReadState [", req.offset(), ", +",
                                                    req.count(), ") is outside the range of ", n,
                                                    " elements (at most 4Mi per call)"));
@@ -568,10 +568,10 @@ absl::StatusOr<v1::ShardState> ShardJob::ReadState(const v1::ReadStateRequest& r
     return absl::FailedPreconditionError(absl::StrCat(where, "not initialized yet"));
   }
   if (req.step() != version_ || StepInProgressLocked()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, "ReadState for step ", req.step(), " but the shard is at step ", version_,
-        StepInProgressLocked() ? " with the next step in progress" : "",
-        "; read between steps, when every worker has finished the step"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "ReadState for step ", req.step(), " but the shard is at step ",
+                     version_, StepInProgressLocked() ? " with the next step in progress" : "",
+                     "; read between steps, when every worker has finished the step"));
   }
   v1::ShardState out;
   out.set_step(version_);
@@ -580,8 +580,7 @@ absl::StatusOr<v1::ShardState> ShardJob::ReadState(const v1::ReadStateRequest& r
   out.set_offset(req.offset());
   out.set_state_slots(static_cast<int>(state_.size()));
   const size_t bytes = static_cast<size_t>(req.count()) * sizeof(float);
-  out.mutable_params()->assign(reinterpret_cast<const char*>(values_.data() + req.offset()),
-                               bytes);
+  out.mutable_params()->assign(reinterpret_cast<const char*>(values_.data() + req.offset()), bytes);
   std::string* st = out.mutable_state();
   st->reserve(bytes * state_.size());
   for (const auto& slot : state_) {
@@ -644,15 +643,16 @@ absl::StatusOr<v1::WriteStateResponse> ShardJob::WriteState(const v1::WriteState
   if (!is_ddp() && (staged_step_ != req.step() || staged_count_ != n)) {
     const int64_t got = staged_step_ == req.step() ? staged_count_ : 0;
     drop();
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, "commit of step ", req.step(), " with ", got, " of ", n,
-        " elements staged; send every chunk of the range first; nothing changed"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "commit of step ", req.step(), " with ", got, " of ", n,
+                     " elements staged; send every chunk of the range first; nothing changed"));
   }
   if (StepInProgressLocked() || !deferred_.empty()) {
     drop();
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, "a step is in progress (buckets pushed or pulls waiting); write the state "
-               "between steps, when every worker is idle; nothing changed"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(where,
+                     "a step is in progress (buckets pushed or pulls waiting); write the state "
+                     "between steps, when every worker is idle; nothing changed"));
   }
   if (!is_ddp()) {
     std::copy(staged_.begin(), staged_.begin() + n, values_.begin());

@@ -295,14 +295,14 @@ INSTANTIATE_TEST_SUITE_P(
     Configs, HybridClusterTest,
     ::testing::Values(Adam({1, 1, 1, 1}), Adam({2, 2, 1, 4}), Adam({2, 1, 2, 4}),
                       Adam({1, 2, 2, 4}), Adam({2, 2, 2, 4}),
-                      RunCase{
-                          {2, 2, 2, 2},
-                          "sgd",
-                          {"--lr=0.05", "--momentum=0.9", "--nesterov=true", "--strategy=zero1",
-                           // gradient queries in between change nothing
-                           "--sync_grads_every=2"}},
+                      RunCase{{2, 2, 2, 2},
+                              "sgd",
+                              {"--lr=0.05", "--momentum=0.9", "--nesterov=true", "--strategy=zero1",
+                               // gradient queries in between change nothing
+                               "--sync_grads_every=2"}},
                       // Mixed precision: half params/grads per partition.
-                      RunCase{{2, 2, 1, 2}, "adam", {"--sync_grads_every=1"}, "fp16"}, Adam({2, 1, 2, 4}, "bf16"),
+                      RunCase{{2, 2, 1, 2}, "adam", {"--sync_grads_every=1"}, "fp16"},
+                      Adam({2, 1, 2, 4}, "bf16"),
                       RunCase{{1, 2, 2, 2}, "adam", {"--strategy=zero1"}, "bf16"}),
     [](const ::testing::TestParamInfo<RunCase>& info) {
       return absl::StrCat(

@@ -209,9 +209,10 @@ absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp&
       double sq = 0;
       for (float g : *mean) sq += static_cast<double>(g) * g;
       if (rank == 0) {
-        std::printf("step %5lld: partition (stage 0, tensor rank 0) data-parallel mean gradient "
-                    "norm %.6g\n",
-                    static_cast<long long>(k + 1), std::sqrt(sq));
+        std::printf(
+            "step %5lld: partition (stage 0, tensor rank 0) data-parallel mean gradient "
+            "norm %.6g\n",
+            static_cast<long long>(k + 1), std::sqrt(sq));
         std::fflush(stdout);
       }
     }

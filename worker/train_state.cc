@@ -24,7 +24,8 @@ void PutU64(std::string* out, uint64_t v) {
 }
 uint64_t GetLe(const char* p, int bytes) {
   uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < bytes; ++i)
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 void PutFloats(std::string* out, const std::vector<float>& v) {
@@ -53,7 +54,8 @@ std::string EncodeTrainState(const TrainState& s) {
   header["spec"] = spec_json;
   nlohmann::json tensors = nlohmann::json::array();
   for (const v1::TensorSpec& t : s.spec.tensors()) {
-    tensors.push_back({{"name", t.name()}, {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())}});
+    tensors.push_back(
+        {{"name", t.name()}, {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())}});
   }
   header["tensors"] = tensors;
   const std::string text = header.dump();
@@ -68,7 +70,8 @@ std::string EncodeTrainState(const TrainState& s) {
 }
 
 absl::StatusOr<TrainState> DecodeTrainState(absl::string_view bytes) {
-  if (bytes.size() < kMagicBytes + 8 + 8) return Corrupt(absl::StrCat("only ", bytes.size(), " bytes"));
+  if (bytes.size() < kMagicBytes + 8 + 8)
+    return Corrupt(absl::StrCat("only ", bytes.size(), " bytes"));
   if (std::memcmp(bytes.data(), kTrainStateMagic, kMagicBytes) != 0) {
     return Corrupt("bad magic (not a Tessel training state)");
   }
@@ -80,8 +83,8 @@ absl::StatusOr<TrainState> DecodeTrainState(absl::string_view bytes) {
   const uint64_t header_len = GetLe(bytes.data() + 12, 4);
   const size_t body = kMagicBytes + 8;
   if (header_len > kMaxHeaderBytes || header_len > bytes.size() - body - 8) {
-    return Corrupt(absl::StrCat("header length ", header_len, " does not fit in ", bytes.size(),
-                                " bytes"));
+    return Corrupt(
+        absl::StrCat("header length ", header_len, " does not fit in ", bytes.size(), " bytes"));
   }
   const uint64_t want = GetLe(bytes.data() + bytes.size() - 8, 8);
   const uint64_t got = XXH64(bytes.data(), bytes.size() - 8, 0);
@@ -118,7 +121,8 @@ absl::StatusOr<TrainState> DecodeTrainState(absl::string_view bytes) {
     return Corrupt("the job spec in the header does not parse");
   }
   auto layout = ValidateJobSpec(s.spec);
-  if (!layout.ok()) return Corrupt(absl::StrCat("the job spec is invalid: ", layout.status().message()));
+  if (!layout.ok())
+    return Corrupt(absl::StrCat("the job spec is invalid: ", layout.status().message()));
   if (layout->num_params() != n) {
     return Corrupt(absl::StrCat("the spec's tensors hold ", layout->num_params(),
                                 " params; the header says ", n));
@@ -150,12 +154,11 @@ absl::Status CheckTrainStateFits(const TrainState& state, const v1::JobSpec& spe
         "the training state has ", a.size(), " tensors; job '", spec.job(), "' has ", b.size()));
   }
   for (int i = 0; i < a.size(); ++i) {
-    if (a[i].name() != b[i].name() ||
-        !std::equal(a[i].shape().begin(), a[i].shape().end(), b[i].shape().begin(),
-                    b[i].shape().end())) {
+    if (a[i].name() != b[i].name() || !std::equal(a[i].shape().begin(), a[i].shape().end(),
+                                                  b[i].shape().begin(), b[i].shape().end())) {
       return absl::FailedPreconditionError(
-          absl::StrCat("tensor ", i, " differs: the training state has '", a[i].name(),
-                       "', job '", spec.job(), "' has '", b[i].name(), "' (or another shape)"));
+          absl::StrCat("tensor ", i, " differs: the training state has '", a[i].name(), "', job '",
+                       spec.job(), "' has '", b[i].name(), "' (or another shape)"));
     }
   }
   if (state.spec.optimizer().kind() != spec.optimizer().kind()) {

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <thread>
 
@@ -613,8 +613,9 @@ Accept Worker::OnFrame(const Incoming& in) {
   }
   // ZeRO pulls parameters; DDP pulls the averaged gradient.
   const bool ddp = options_.strategy == v1::STRATEGY_DDP;
-  void* dst = half_ ? static_cast<void*>((ddp ? grads_half_.data() : params_half_.data()) + br.begin)
-                    : static_cast<void*>((ddp ? grads_.data() : params_.data()) + br.begin);
+  void* dst = half_
+                  ? static_cast<void*>((ddp ? grads_half_.data() : params_half_.data()) + br.begin)
+                  : static_cast<void*>((ddp ? grads_.data() : params_.data()) + br.begin);
   const int shard = h->shard;
   const int64_t epoch = h->epoch;
   return Accept{dst, [this, shard, epoch](absl::Status s) {
@@ -848,8 +849,8 @@ absl::Status Worker::PushUnit(int unit) {
   if (!unit_grads() || unit < 0 || unit >= num_units() ||
       (units_[unit].grads == nullptr && units_[unit].grads_half == nullptr)) {
     return absl::FailedPreconditionError(absl::StrCat(Where(), ": PushUnit(", unit, ") without ",
-                                                      half_ ? "UnitHalfGrads(" : "UnitGrads(",
-                                                      unit, ")"));
+                                                      half_ ? "UnitHalfGrads(" : "UnitGrads(", unit,
+                                                      ")"));
   }
   Unit& u = units_[unit];
   std::shared_ptr<std::vector<float>> grads;
@@ -1526,14 +1527,15 @@ absl::Status Worker::AgreeOk(bool ok, const std::string& what) {
   absl::Status s = AllReduceMean(absl::MakeSpan(flag));
   if (!s.ok()) return s;
   if (flag[0] != 0.f) {
-    return absl::AbortedError(
-        absl::StrCat(Where(), ": ", what, " failed on another rank (see its log); nothing changed"));
+    return absl::AbortedError(absl::StrCat(
+        Where(), ": ", what, " failed on another rank (see its log); nothing changed"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<absl::Span<const float>> Worker::SynchronizeGradients() {
-  if (layout_ == nullptr) return absl::FailedPreconditionError("SynchronizeGradients before RegisterLayout");
+  if (layout_ == nullptr)
+    return absl::FailedPreconditionError("SynchronizeGradients before RegisterLayout");
   if (unit_grads()) {
     return absl::FailedPreconditionError(absl::StrCat(
         Where(), ": SynchronizeGradients needs a full gradient buffer; with ",
@@ -1637,9 +1639,9 @@ absl::StatusOr<OptimizerStateReport> Worker::SynchronizeOptimizerState() {
   };
   const int64_t step0 = static_cast<int64_t>(word(0) | (word(1) << 16));
   if (step0 != step_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Where(), ": rank 0 is at step ", step0, " and this rank at ", step_,
-        "; ranks must call SynchronizeOptimizerState at the same step"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(), ": rank 0 is at step ", step0, " and this rank at ", step_,
+                     "; ranks must call SynchronizeOptimizerState at the same step"));
   }
   size_t at = 2;
   auto get = [&](std::vector<float>& v) {
@@ -1676,8 +1678,8 @@ absl::Status Worker::ReadServerState(TrainState* out) {
       const size_t bytes = static_cast<size_t>(req.count()) * sizeof(float);
       if (st.params().size() != bytes || st.state().size() != bytes * slots ||
           st.range_begin() != r.begin || st.range_end() != r.end) {
-        return absl::DataLossError(absl::StrCat(Where(), ": shard ", srv.shard,
-                                                " sent a state chunk of the wrong size"));
+        return absl::DataLossError(
+            absl::StrCat(Where(), ": shard ", srv.shard, " sent a state chunk of the wrong size"));
       }
       std::memcpy(out->params.data() + r.begin + off, st.params().data(), bytes);
       for (size_t k = 0; k < slots; ++k) {
@@ -1785,8 +1787,8 @@ absl::StatusOr<bool> Worker::ReportMetric(float value) {
   absl::Status s = AllReduceMean(absl::MakeSpan(mean));
   if (!s.ok()) return s;
   stopper_.Observe(mean[0]);
-  const bool stop =
-      options_.early_stop_hook ? options_.early_stop_hook(mean[0], stopper_) : stopper_.ShouldStop();
+  const bool stop = options_.early_stop_hook ? options_.early_stop_hook(mean[0], stopper_)
+                                             : stopper_.ShouldStop();
   early_stop_ = early_stop_ || stop;
   return early_stop_;
 }

@@ -63,10 +63,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "absl/strings/string_view.h"
 #include "core/early_stopping.h"
 #include "core/layout.h"
 #include "core/optimizer.h"
@@ -154,8 +154,8 @@ struct OptimizerStateReport {
   // DDP: one digest of (step, params, optimizer state) per rank, as found
   // before any repair. ZeRO/FSDP: one state digest per shard.
   std::vector<std::string> digests;
-  bool consistent = true;            // all ranks equal (DDP), all shards at step (ZeRO)
-  std::vector<int> repaired_ranks;   // DDP: ranks overwritten with rank 0's state
+  bool consistent = true;           // all ranks equal (DDP), all shards at step (ZeRO)
+  std::vector<int> repaired_ranks;  // DDP: ranks overwritten with rank 0's state
 };
 
 struct WorkerMemory {
@@ -343,7 +343,7 @@ class Worker {
     // Mixed precision: the same, in half (the fp32 ones stay empty).
     std::vector<uint16_t> params_half;
     std::shared_ptr<std::vector<uint16_t>> grads_half;
-    int64_t version = -1;                       // version held or in flight
+    int64_t version = -1;  // version held or in flight
     int64_t expected = 0;
     int64_t received = 0;
   };
@@ -373,7 +373,7 @@ class Worker {
   // the start, a newer one after each recovery. Read by the transport thread.
   std::atomic<int64_t> epoch_{0};
   int64_t view_epoch_ = 0;  // registry epoch of the job group when last complete
-  v1::JobSpec spec_;  // as registered
+  v1::JobSpec spec_;        // as registered
   int recoveries_ = 0;
   int64_t step_ = 0;
   int micro_batches_ = 0;  // AccumulateGradients calls this step
