@@ -234,6 +234,9 @@ extern "C" const char* __tsan_default_suppressions() {
          // orders it after every other holder's use.
          "race:absl::*::Status::UnrefNonInlined\n"
          "called_from_lib:libabsl_status.so\n"
+         // gRPC's callback API hands its tag to a completion thread through
+         // the uninstrumented completion queue.
+         "race:grpc::internal::CallbackWithStatusTag::Run\n"
          // libucs unlocks its global mutexes from its ELF destructor at exit
          // and from its fork handlers, on threads TSan did not see lock them.
          "mutex:_dl_call_fini\n"
