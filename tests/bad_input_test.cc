@@ -58,6 +58,8 @@ class Backend {
   virtual absl::StatusOr<v1::ShardStats> Stats(const std::string& job) = 0;
   virtual Transport* client() = 0;
   virtual PeerId server() = 0;
+  // Why the backend could not start (the test stops there, with the reason).
+  virtual absl::Status ready() const { return absl::OkStatus(); }
 };
 
 class InProcBackend : public Backend {
@@ -99,22 +101,33 @@ class ProcessBackend : public Backend {
     o.servers = 1;
     o.run_dir = MakeRunDir("bad-input");
     cluster_ = std::make_unique<LocalCluster>(o);
-    absl::Status s = cluster_->Start();
-    EXPECT_TRUE(s.ok()) << s;
+    ready_ = cluster_->Start();
+    if (!ready_.ok()) return;
     RegistryClient registry(cluster_->registry_address());
     auto view = registry.GetView("default");
-    EXPECT_TRUE(view.ok() && view->members_size() == 1);
+    if (!view.ok() || view->members_size() != 1) {
+      ready_ = absl::InternalError(absl::StrCat(
+          "the pool should hold the one server: ",
+          view.ok() ? view->ShortDebugString() : std::string(view.status().message())));
+      return;
+    }
     const v1::Member& m = view->members(0);
     stub_ = v1::ShardServer::NewStub(MakeChannel(m.grpc_address()));
     auto t = UcxTransport::Create({});
-    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) {
+      ready_ = t.status();
+      return;
+    }
     client_ = std::move(*t);
-    server_peer_ = *client_->Connect(m.ucx_address());
+    auto peer = client_->Connect(m.ucx_address());
+    ready_ = peer.status();
+    if (peer.ok()) server_peer_ = *peer;
   }
   ~ProcessBackend() override {
-    client_->Shutdown();
+    if (client_ != nullptr) client_->Shutdown();
     cluster_->Stop();
   }
+  absl::Status ready() const override { return ready_; }
   absl::Status CreateJob(const v1::CreateJobRequest& req) override {
     v1::CreateJobResponse resp;
     grpc::ClientContext ctx;
@@ -139,6 +152,7 @@ class ProcessBackend : public Backend {
   std::unique_ptr<v1::ShardServer::Stub> stub_;
   std::unique_ptr<UcxTransport> client_;
   PeerId server_peer_ = 0;
+  absl::Status ready_;
 };
 
 struct Reply {
@@ -154,6 +168,7 @@ class BadInputTest : public ::testing::TestWithParam<std::string> {
     } else {
       backend_ = std::make_unique<ProcessBackend>();
     }
+    ASSERT_TRUE(backend_->ready().ok()) << backend_->ready();
     params_.resize(kParams);
     std::iota(params_.begin(), params_.end(), 0.f);
     grads_.assign(kParams, 0.25f);

@@ -45,16 +45,27 @@ void Release(const void* p) { __tsan_release(const_cast<void*>(p)); }
 
 // Abseil evaluates a waiter's Condition under the mutex but on whichever
 // thread holds it (the waiter, or another thread inside Unlock), so each
-// evaluation is annotated as a critical section of its own.
+// evaluation is annotated as a critical section of its own. The waiter
+// hands its Guarded (and the caller's Condition) to that thread through
+// Abseil's uninstrumented waiter queue, so Wrap releases it and EvalGuarded
+// acquires it. The wrapping Condition uses the void* constructor, which lives
+// in the (uninstrumented) library, so TSan sees no unordered access to the
+// Condition object itself.
 struct Guarded {
   const absl::Mutex* mu;
   const absl::Condition* cond;
 };
-bool EvalGuarded(Guarded* g) {
+bool EvalGuarded(void* arg) {
+  Acquire(arg);
+  const Guarded* g = static_cast<const Guarded*>(arg);
   Acquire(g->mu);
   const bool ok = g->cond->Eval();
   Release(g->mu);
   return ok;
+}
+absl::Condition Wrap(Guarded* g) {
+  Release(g);
+  return absl::Condition(&EvalGuarded, static_cast<void*>(g));
 }
 
 }  // namespace
@@ -104,7 +115,7 @@ void Mutex::Await(const Condition& cond) {
   TESSEL_REAL(void (*)(Mutex*, const Condition&), "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
   Guarded g{this, &cond};
   Release(this);
-  real(this, absl::Condition(&EvalGuarded, &g));
+  real(this, Wrap(&g));
   Acquire(this);
 }
 
@@ -113,7 +124,7 @@ bool Mutex::AwaitWithTimeout(const Condition& cond, absl::Duration timeout) {
               "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   Guarded g{this, &cond};
   Release(this);
-  const bool ok = real(this, absl::Condition(&EvalGuarded, &g), timeout);
+  const bool ok = real(this, Wrap(&g), timeout);
   Acquire(this);
   return ok;
 }
@@ -123,7 +134,7 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, absl::Time deadline) {
               "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   Guarded g{this, &cond};
   Release(this);
-  const bool ok = real(this, absl::Condition(&EvalGuarded, &g), deadline);
+  const bool ok = real(this, Wrap(&g), deadline);
   Acquire(this);
   return ok;
 }
@@ -132,7 +143,7 @@ void Mutex::LockWhen(const Condition& cond) {
   TESSEL_REAL(void (*)(Mutex*, const Condition&),
               "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
   Guarded g{this, &cond};
-  real(this, absl::Condition(&EvalGuarded, &g));
+  real(this, Wrap(&g));
   Acquire(this);
 }
 
@@ -140,7 +151,7 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, absl::Duration timeout) {
   TESSEL_REAL(bool (*)(Mutex*, const Condition&, absl::Duration),
               "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   Guarded g{this, &cond};
-  const bool ok = real(this, absl::Condition(&EvalGuarded, &g), timeout);
+  const bool ok = real(this, Wrap(&g), timeout);
   Acquire(this);
   return ok;
 }
@@ -149,7 +160,7 @@ bool Mutex::LockWhenWithDeadline(const Condition& cond, absl::Time deadline) {
   TESSEL_REAL(bool (*)(Mutex*, const Condition&, absl::Time),
               "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   Guarded g{this, &cond};
-  const bool ok = real(this, absl::Condition(&EvalGuarded, &g), deadline);
+  const bool ok = real(this, Wrap(&g), deadline);
   Acquire(this);
   return ok;
 }
@@ -229,6 +240,9 @@ extern "C" const char* __tsan_default_suppressions() {
          "called_from_lib:libuct.so\n"
          "called_from_lib:libabsl_graphcycles_internal.so\n"
          "called_from_lib:libabsl_synchronization.so\n"
+         // gRPC's protobuf runtime (upb) copies message bytes that another
+         // gRPC thread built (in an absl::Cord) and handed over inside gRPC.
+         "called_from_lib:libupb.so\n"
          // absl::Status drops its last reference in the uninstrumented
          // library: TSan sees the delete but not the atomic refcount that
          // orders it after every other holder's use.
