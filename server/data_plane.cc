@@ -1,6 +1,7 @@
 #include "server/data_plane.h"
 
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
@@ -30,6 +31,20 @@ absl::StatusOr<v1::CreateJobResponse> DataPlane::CreateJob(const v1::CreateJobRe
       !checkpointer_->enabled()) {
     return absl::FailedPreconditionError(
         "job asks for periodic checkpoints but this shard server has no --checkpoint_dir");
+  }
+  if (req.worker_ids_size() != 0) {
+    if (req.worker_ids_size() != req.spec().world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("worker_ids lists ", req.worker_ids_size(),
+                                                     " workers but world_size is ",
+                                                     req.spec().world_size()));
+    }
+    std::set<int> seen;
+    for (int id : req.worker_ids()) {
+      if (id < 0 || !seen.insert(id).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("worker_ids must be distinct registry ranks >= 0; ", id, " is not"));
+      }
+    }
   }
   if (req.replace()) return ReplaceJob(req);
   // A restore loads the checkpoint only if the job is not here yet; a repeat
@@ -126,7 +141,10 @@ absl::StatusOr<v1::CreateJobResponse> DataPlane::ReplaceJob(const v1::CreateJobR
   // same one again (the coordinator retrying).
   auto overtaken = [&](ShardJob& have) -> std::optional<absl::Status> {
     if (have.epoch() < req.epoch()) return std::nullopt;
-    if (have.epoch() == req.epoch() && have.restored_from() == step) return absl::OkStatus();
+    if (have.epoch() == req.epoch() && have.restored_from() == step &&
+        have.worker_ids() == std::vector<int>(req.worker_ids().begin(), req.worker_ids().end())) {
+      return absl::OkStatus();
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         where, "the job is at epoch ", have.epoch(), " (restored from step ", have.restored_from(),
         "); a recovery at epoch ", req.epoch(), " from step ", step, " is stale"));
@@ -153,6 +171,7 @@ absl::StatusOr<v1::CreateJobResponse> DataPlane::ReplaceJob(const v1::CreateJobR
     if (!restored.ok()) return restored.status();
     job = std::move(*restored);
   }
+  job->SetWorkerIds({req.worker_ids().begin(), req.worker_ids().end()});
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job->job_id());
   int64_t dropped_step = -1;

@@ -472,6 +472,16 @@ int64_t ShardJob::restored_from() {
   return restored_from_;
 }
 
+void ShardJob::SetWorkerIds(std::vector<int> ids) {
+  absl::MutexLock lock(&mu_);
+  worker_ids_ = std::move(ids);
+}
+
+std::vector<int> ShardJob::worker_ids() {
+  absl::MutexLock lock(&mu_);
+  return worker_ids_;
+}
+
 void ShardJob::CountRejected() {
   absl::MutexLock lock(&mu_);
   ++rejected_;
@@ -536,6 +546,7 @@ v1::ShardStats ShardJob::Stats() {
   st.set_stale_epoch_frames(stale_epoch_frames_);
   st.set_applied_steps(applied_steps_);
   st.set_recoveries(recoveries_);
+  for (int id : worker_ids_) st.add_worker_ids(id);
   return st;
 }
 

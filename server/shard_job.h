@@ -113,6 +113,10 @@ class ShardJob {
   void StartAt(int64_t step);
   // The checkpoint step this job was restored from (or StartAt), -1 if none.
   int64_t restored_from();
+  // Registry ranks of the workers in data-parallel rank order, as the
+  // recovery that created this job set them (empty = 0..world_size-1).
+  void SetWorkerIds(std::vector<int> ids);
+  std::vector<int> worker_ids();
   void CountRejected();
   void CountPulled(uint64_t bytes);
   v1::ShardStats Stats();
@@ -180,6 +184,7 @@ class ShardJob {
   int64_t stale_epoch_frames_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t applied_steps_ ABSL_GUARDED_BY(mu_) = 0;
   int recoveries_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int> worker_ids_ ABSL_GUARDED_BY(mu_);
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
   // WriteState staging: masters then state slots, and which elements came.
   std::vector<float> staged_ ABSL_GUARDED_BY(mu_);

@@ -46,6 +46,14 @@ ABSL_FLAG(bool, checkpoint_initial, false,
           "from the initial parameters)");
 ABSL_FLAG(int, lease_ttl_ms, 3000,
           "registry lease of this worker: a dead worker is noticed about this long after it died");
+ABSL_FLAG(int, elastic_min_workers, 0,
+          "job policy when a worker is lost (needs --recover): 0 = wait for a replacement "
+          "(--rank=R --resume); N = if none joins within --elastic_grace_s, go on from the "
+          "latest checkpoint with the survivors, renumbered, as long as at least N remain. "
+          "Each worker keeps --batch, so the global batch shrinks");
+ABSL_FLAG(double, elastic_grace_s, 10,
+          "with --elastic_min_workers: seconds to wait for a replacement before going on "
+          "without the lost worker(s)");
 ABSL_FLAG(std::string, loss_log, "",
           "every rank appends 'STEP LOSS' to PATH.rankR for every completed step (a replayed "
           "step again)");
@@ -96,6 +104,8 @@ tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
   o.recovery = absl::GetFlag(FLAGS_recover);
   o.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
   o.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
+  o.elastic_min_workers = absl::GetFlag(FLAGS_elastic_min_workers);
+  o.elastic_grace = absl::Seconds(absl::GetFlag(FLAGS_elastic_grace_s));
   return o;
 }
 
@@ -110,8 +120,9 @@ int64_t RecoverOrFail(tessel::Worker* worker, const absl::Status& why) {
     Fail(s);
     return -1;
   }
-  std::cerr << "tessel-train: rank " << worker->options().rank << " recovered; going on from step "
-            << worker->step() << " (unix_ms " << absl::ToUnixMillis(absl::Now()) << ")\n";
+  std::cerr << "tessel-train: rank " << worker->options().rank << " of "
+            << worker->options().world_size << " recovered; going on from step " << worker->step()
+            << " (unix_ms " << absl::ToUnixMillis(absl::Now()) << ")\n";
   return worker->step();
 }
 
@@ -140,7 +151,6 @@ class LossLog {
 int Replay(tessel::Worker* worker, int steps) {
   auto init = tessel::ReadNpyF32(absl::GetFlag(FLAGS_init));
   if (!init.ok()) return Fail(init.status());
-  const int rank = worker->options().rank;
   const bool fsdp = worker->options().strategy == tessel::v1::STRATEGY_FSDP;
   const bool units = !worker->options().fsdp_units.empty();
   std::vector<tessel::TensorDesc> tensors = {{"flat", {static_cast<int64_t>(init->size())}}};
@@ -154,8 +164,9 @@ int Replay(tessel::Worker* worker, int steps) {
   absl::Status s = worker->RegisterLayout(tensors, *init);
   if (!s.ok()) return Fail(s);
   for (int64_t k = worker->step(); k < steps; ++k) {
-    const std::string path =
-        absl::StrCat(absl::GetFlag(FLAGS_grads), "/step", k, "_rank", rank, ".npy");
+    // rank, not fixed: an elastic recovery renumbers the workers.
+    const std::string path = absl::StrCat(absl::GetFlag(FLAGS_grads), "/step", k, "_rank",
+                                          worker->options().rank, ".npy");
     auto g = tessel::ReadNpyF32(path);
     if (!g.ok()) return Fail(g.status());
     if (g->size() != init->size()) {
@@ -296,8 +307,10 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   auto config = tessel::MlpJobFromFlags();
   if (!config.ok()) return Fail(config.status());
   tessel::MlpJob job(*config);
-  const int rank = worker->options().rank;
-  const int world = worker->options().world_size;
+  // Data for step k is Batch(k, rank, world); an elastic recovery changes
+  // rank and world (each worker keeps its batch), so both are re-read then.
+  int rank = worker->options().rank;
+  int world = worker->options().world_size;
   std::vector<float> init(job.model().num_params());
   job.Init(init.data());
   absl::Status s = worker->RegisterLayout(job.Tensors(), init);
@@ -320,7 +333,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
         "--micro_batches=", micro_batches, " must be >= 1 and divide --batch=", config->batch)));
   }
   std::vector<float> micro(micro_batches > 1 ? job.model().num_params() : 0);
-  LossLog loss_log(rank);
+  LossLog loss_log(worker->registry_rank());  // its file stays with the process
   for (int64_t k = worker->step(); k < steps; ++k) {
     absl::StatusOr<float> loss;
     if (units) {
@@ -363,6 +376,8 @@ int TrainMlp(tessel::Worker* worker, int steps) {
     if (!loss.ok() && tessel::Worker::IsRecoverable(loss.status())) {
       k = RecoverOrFail(worker, loss.status()) - 1;  // the loop goes on at the checkpoint's step
       if (k < -1) return 1;
+      rank = worker->options().rank;
+      world = worker->options().world_size;
       loss_sum = 0;
       window = 0;
       window_start = absl::Now();

@@ -34,6 +34,18 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& opt
         absl::StrCat("rank ", options.rank, " is outside [0, ", options.world_size, ")"));
   }
   if (options.num_servers < 0) return absl::InvalidArgumentError("num_servers must be >= 0");
+  if (options.elastic_min_workers < 0 || options.elastic_min_workers > options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("elastic_min_workers must be in [0, ",
+                                                   options.world_size, "] (0 = off), got ",
+                                                   options.elastic_min_workers));
+  }
+  if (options.elastic_min_workers > 0 && !options.recovery) {
+    return absl::InvalidArgumentError(
+        "elastic_min_workers needs recovery (WorkerOptions.recovery / --recover)");
+  }
+  if (options.elastic_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("elastic_grace must be >= 0");
+  }
   absl::Status s = ValidateOptimizerParams(options.optimizer);
   if (!s.ok()) return s;
   std::unique_ptr<Worker> w(new Worker(options));
@@ -44,9 +56,12 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& opt
 
 Worker::Worker(const WorkerOptions& options)
     : options_(options),
+      id_(options.rank),
+      initial_world_(options.world_size),
       job_id_(JobId(options.job)),
       stopper_(options.early_stopping),
       shuffle_rng_(options.shuffle_seed) {
+  for (int r = 0; r < options.world_size; ++r) member_ids_.push_back(r);
   token_ = options.token;
   if (token_.empty()) {
     if (const char* env = std::getenv("TESSEL_TOKEN")) token_ = env;
@@ -66,7 +81,10 @@ Worker::~Worker() {
 }
 
 std::string Worker::Where() const {
-  return absl::StrCat("job '", options_.job, "' rank ", options_.rank, " step ", step_);
+  return absl::StrCat(
+      "job '", options_.job, "' rank ", options_.rank,
+      id_ == options_.rank ? std::string() : absl::StrCat(" (registry rank ", id_, ")"), " step ",
+      step_);
 }
 
 absl::Status Worker::Start() {
@@ -139,6 +157,25 @@ absl::Status Worker::Start() {
     servers_.push_back(std::move(srv));
   }
 
+  if (options_.resume && !servers_.empty()) {
+    // A replacement for a worker the job went on without (elastic) would
+    // only disturb the survivors: refuse it before it joins.
+    v1::JobRef ref;
+    ref.set_job(options_.job);
+    v1::ShardStats st;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    Authorize(&ctx);
+    if (servers_[0].stub->GetStats(&ctx, ref, &st).ok() && st.worker_ids_size() > 0 &&
+        std::find(st.worker_ids().begin(), st.worker_ids().end(), id_) == st.worker_ids().end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": the job went on without this worker: an elastic recovery at epoch ",
+          st.epoch(), " continued with ", st.worker_ids_size(), " worker(s), registry ranks ",
+          absl::StrJoin(st.worker_ids(), ", "),
+          ". A replacement cannot rejoin it; restart the whole job from a checkpoint with "
+          "--resume and the world size you want"));
+    }
+  }
   v1::Member me;
   me.set_group(options_.job);
   me.set_role(v1::ROLE_WORKER);
@@ -168,6 +205,7 @@ absl::Status Worker::Start() {
   }
   epoch_ = view->epoch();
   view_epoch_ = view->epoch();
+  RememberMembers(*view);
   TESSEL_LOG(INFO) << Where() << ": world of " << world << " complete at epoch " << epoch_ << ", "
                    << servers_.size() << " shard server(s)";
   return absl::OkStatus();
@@ -700,7 +738,7 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done,
       mu_.Unlock();
       absl::Status changed = MembershipChanged();
       mu_.Lock();
-      return changed;
+      if (!changed.ok()) return changed;
     }
     if (!finished && registry_ != nullptr) {  // a shard server died or was restarted
       mu_.Unlock();
@@ -723,14 +761,40 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done,
   return absl::OkStatus();
 }
 
+void Worker::RememberMembers(const v1::View& view) {
+  member_addresses_.clear();
+  for (const auto& m : view.members()) {
+    if (m.role() == v1::ROLE_WORKER) member_addresses_[m.rank()] = m.ucx_address();
+  }
+}
+
 absl::Status Worker::MembershipChanged() {
   std::string who = "membership changed";
   auto view = registry_->GetView(options_.job);
   if (view.ok()) {
+    // Only a change to this job's workers matters: one of them gone or
+    // replaced by another process. A newcomer that is not one of them (a
+    // late replacement being refused) changes nothing here.
+    bool same = true;
+    for (int id : member_ids_) {
+      bool found = false;
+      for (const auto& m : view->members()) {
+        found = found ||
+                (m.role() == v1::ROLE_WORKER && m.rank() == id && member_addresses_.count(id) > 0 &&
+                 member_addresses_.at(id) == m.ucx_address());
+      }
+      same = same && found;
+    }
+    if (same) {
+      view_epoch_ = view->epoch();
+      return absl::OkStatus();
+    }
     std::vector<std::string> missing;
     for (int r = 0; r < options_.world_size; ++r) {
       bool present = false;
-      for (const auto& m : view->members()) present = present || m.rank() == r;
+      for (const auto& m : view->members()) {
+        present = present || (m.role() == v1::ROLE_WORKER && m.rank() == member_ids_[r]);
+      }
       if (!present) missing.push_back(absl::StrCat(r));
     }
     if (!missing.empty()) {
@@ -738,12 +802,15 @@ absl::Status Worker::MembershipChanged() {
                          " left the job or stopped heartbeating");
     }
   }
-  if (options_.recovery && options_.strategy != v1::STRATEGY_DDP) {
+  if (options_.recovery && (options_.strategy != v1::STRATEGY_DDP || elastic())) {
     return Recoverable(absl::AbortedError(absl::StrCat(
         Where(), ": ", who, " (membership epoch ", view_epoch_, " -> ", registry_->group_epoch(),
         "); pausing for up to ", absl::FormatDuration(options_.recovery_timeout),
-        " until the job is complete again (start the missing rank with --resume), then rolling "
-        "back to the latest checkpoint")));
+        " until the job is complete again (start the missing rank with --resume)",
+        elastic() ? absl::StrCat(" or, after ", absl::FormatDuration(options_.elastic_grace),
+                                 " without a replacement, going on without it (elastic)")
+                  : std::string(),
+        ", then rolling back to the latest checkpoint")));
   }
   return absl::AbortedError(absl::StrCat(
       Where(), ": ", who, " (membership epoch ", view_epoch_, " -> ", registry_->group_epoch(),
@@ -1078,8 +1145,9 @@ absl::Status Worker::RunRecovery(int64_t restore_step) {
   // struck counts; a retry may take the same restore again (the job cannot
   // have moved past it without this worker).
   const int64_t after_epoch = std::max(epoch_.load(), view_epoch_);
+  const absl::Time elastic_at = start + options_.elastic_grace;
   for (int attempt = 1;; ++attempt) {
-    absl::Status s = RecoverOnce(deadline, restore_step, after_epoch);
+    absl::Status s = RecoverOnce(deadline, elastic_at, restore_step, after_epoch);
     if (s.ok()) {
       ++recoveries_;
       TESSEL_LOG(WARNING)
@@ -1121,16 +1189,21 @@ void Worker::ResetForRecovery() {
   micro_batches_ = 0;
 }
 
-absl::Status Worker::RecoverOnce(absl::Time deadline, int64_t restore_step, int64_t after_epoch) {
+absl::Status Worker::RecoverOnce(absl::Time deadline, absl::Time elastic_at, int64_t restore_step,
+                                 int64_t after_epoch) {
   ResetForRecovery();
-  absl::Status s = WaitForMembers(deadline);
+  // The workers to go on with: all of them, or (elastic) the survivors.
+  std::vector<int> ids;
+  absl::Status s = WaitForMembers(deadline, elastic_at, &ids);
   if (!s.ok()) return s;
   SettleReceives(absl::Seconds(1));
   int64_t epoch = 0, step = 0;
-  if (options_.rank == 0) {
-    s = RestoreShards(restore_step, &epoch, &step);
+  // The first of them restores every shard and records the membership
+  // there; the others adopt whatever that restore recorded.
+  if (ids.front() == id_) {
+    s = RestoreShards(restore_step, ids, &epoch, &step);
   } else {
-    s = AwaitRestore(deadline, after_epoch, &epoch, &step);
+    s = AwaitRestore(deadline, after_epoch, &epoch, &step, &ids);
   }
   if (!s.ok()) return s;
   if (options_.strategy == v1::STRATEGY_DDP && step != step_) {
@@ -1148,6 +1221,7 @@ absl::Status Worker::RecoverOnce(absl::Time deadline, int64_t restore_step, int6
     send_error_ = absl::OkStatus();
   }
   step_ = step;
+  AdoptMembers(ids);
   if (options_.strategy == v1::STRATEGY_DDP) return absl::OkStatus();
   if (fsdp()) return Barrier(step_);
   s = SendPulls(step_);
@@ -1155,7 +1229,8 @@ absl::Status Worker::RecoverOnce(absl::Time deadline, int64_t restore_step, int6
   return s;
 }
 
-absl::Status Worker::WaitForMembers(absl::Time deadline) {
+absl::Status Worker::WaitForMembers(absl::Time deadline, absl::Time elastic_at,
+                                    std::vector<int>* ids) {
   const int world = options_.world_size;
   const int shards = static_cast<int>(servers_.size());
   bool logged = false;
@@ -1165,7 +1240,7 @@ absl::Status Worker::WaitForMembers(absl::Time deadline) {
       v1::Member me;
       me.set_group(options_.job);
       me.set_role(v1::ROLE_WORKER);
-      me.set_rank(options_.rank);
+      me.set_rank(id_);
       me.set_ucx_address(transport_->address());
       auto joined = registry_->Join(me, options_.lease_ttl);
       if (!joined.ok()) {
@@ -1173,23 +1248,28 @@ absl::Status Worker::WaitForMembers(absl::Time deadline) {
             Where(),
             ": this worker's registry lease lapsed (it was paused or cut off for longer "
             "than the lease ttl) and rank ",
-            options_.rank, " cannot be re-joined (", joined.status().message(),
+            id_, " cannot be re-joined (", joined.status().message(),
             "): a replacement has taken over. Exiting"));
       }
       TESSEL_LOG(WARNING) << Where() << ": the registry lease had lapsed; re-joined as rank "
-                          << options_.rank;
+                          << id_;
     }
     auto job = registry_->GetView(options_.job);
     auto pool = registry_->GetView(options_.server_pool);
     missing.clear();
     if (job.ok() && pool.ok()) {
       std::vector<std::string> ranks, gone;
+      std::vector<int> present_ids;
       for (int r = 0; r < world; ++r) {
         bool present = false;
         for (const auto& m : job->members()) {
-          present = present || (m.role() == v1::ROLE_WORKER && m.rank() == r);
+          present = present || (m.role() == v1::ROLE_WORKER && m.rank() == member_ids_[r]);
         }
-        if (!present) ranks.push_back(absl::StrCat(r));
+        if (present) {
+          present_ids.push_back(member_ids_[r]);
+        } else {
+          ranks.push_back(absl::StrCat(member_ids_[r]));
+        }
       }
       for (int sh = 0; sh < shards; ++sh) {
         bool present = false;
@@ -1198,10 +1278,24 @@ absl::Status Worker::WaitForMembers(absl::Time deadline) {
         }
         if (!present) gone.push_back(absl::StrCat(sh));
       }
+      // Elastic: no replacement within the grace period, enough survivors.
+      const bool shrink = elastic() && !ranks.empty() && gone.empty() &&
+                          static_cast<int>(present_ids.size()) >= options_.elastic_min_workers &&
+                          absl::Now() >= elastic_at;
       if (!ranks.empty()) {
         absl::StrAppend(&missing, "worker rank(s) ", absl::StrJoin(ranks, ", "),
                         " (start a replacement with --rank=", ranks.size() == 1 ? ranks[0] : "R",
                         " --resume)");
+        if (elastic()) {
+          absl::StrAppend(&missing,
+                          static_cast<int>(present_ids.size()) >= options_.elastic_min_workers
+                              ? absl::StrCat("; without one, the job goes on elastically with ",
+                                             present_ids.size(), " worker(s) after ",
+                                             absl::FormatDuration(options_.elastic_grace))
+                              : absl::StrCat("; only ", present_ids.size(),
+                                             " worker(s) left, fewer than elastic_min_workers=",
+                                             options_.elastic_min_workers));
+        }
       }
       if (!gone.empty()) {
         absl::StrAppend(&missing, missing.empty() ? "" : " and ", "shard server(s) ",
@@ -1209,20 +1303,29 @@ absl::Status Worker::WaitForMembers(absl::Time deadline) {
                         "' (restart tessel-server --shard=", gone.size() == 1 ? gone[0] : "N",
                         " with the same --checkpoint_dir)");
       }
-      if (missing.empty()) {
+      if (missing.empty() || shrink) {
         // A worker that was paused or cut off past its lease may find its
         // rank taken by a replacement: it must not train alongside it.
         for (const auto& m : job->members()) {
-          if (m.role() == v1::ROLE_WORKER && m.rank() == options_.rank &&
+          if (m.role() == v1::ROLE_WORKER && m.rank() == id_ &&
               m.pid() != static_cast<int64_t>(getpid())) {
             return absl::AbortedError(
-                absl::StrCat(Where(), ": rank ", options_.rank,
-                             " is now held by another process (pid ", m.pid(), " on ", m.host(),
+                absl::StrCat(Where(), ": rank ", id_, " is now held by another process (pid ",
+                             m.pid(), " on ", m.host(),
                              "): this worker's lease lapsed while it was paused "
                              "or cut off, and a replacement took over. Exiting"));
           }
         }
+        *ids = shrink ? present_ids : member_ids_;
+        if (shrink) {
+          TESSEL_LOG(WARNING) << Where() << ": no replacement for " << absl::StrJoin(ranks, ", ")
+                              << " within " << absl::FormatDuration(options_.elastic_grace)
+                              << "; going on elastically with the " << present_ids.size()
+                              << " worker(s) left (registry ranks "
+                              << absl::StrJoin(present_ids, ", ") << ")";
+        }
         view_epoch_ = job->epoch();
+        RememberMembers(*job);
         return Reconnect(*pool);
       }
     } else {
@@ -1240,6 +1343,23 @@ absl::Status Worker::WaitForMembers(absl::Time deadline) {
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
+}
+
+void Worker::AdoptMembers(const std::vector<int>& ids) {
+  if (ids == member_ids_) return;
+  const int rank = static_cast<int>(std::find(ids.begin(), ids.end(), id_) - ids.begin());
+  const int from = options_.world_size;
+  {
+    absl::MutexLock lock(&mu_);
+    options_.rank = rank;
+    options_.world_size = static_cast<int>(ids.size());
+  }
+  spec_.set_world_size(static_cast<int>(ids.size()));
+  member_ids_ = ids;
+  reducers_.clear();  // AllReduceMean jobs of the old world
+  TESSEL_LOG(WARNING) << Where() << ": the job continues elastically with " << ids.size() << " of "
+                      << from << " workers (registry ranks " << absl::StrJoin(ids, ", ")
+                      << "); this worker is now rank " << rank << " of " << ids.size();
 }
 
 absl::Status Worker::Reconnect(const v1::View& pool) {
@@ -1302,7 +1422,8 @@ void Worker::SettleReceives(absl::Duration limit) {
   AccountLocked();
 }
 
-absl::Status Worker::RestoreShards(int64_t restore_step, int64_t* epoch, int64_t* step) {
+absl::Status Worker::RestoreShards(int64_t restore_step, const std::vector<int>& ids,
+                                   int64_t* epoch, int64_t* step) {
   const bool ddp = options_.strategy == v1::STRATEGY_DDP;
   // The step to go back to: the latest complete checkpoint (DDP: ours).
   *step = step_;
@@ -1348,6 +1469,8 @@ absl::Status Worker::RestoreShards(int64_t restore_step, int64_t* epoch, int64_t
   for (Server& srv : servers_) {
     v1::CreateJobRequest req;
     *req.mutable_spec() = spec_;
+    req.mutable_spec()->set_world_size(static_cast<int>(ids.size()));
+    for (int id : ids) req.add_worker_ids(id);
     req.set_shard_index(srv.shard);
     req.set_epoch(*epoch);
     req.set_restore(!ddp);
@@ -1377,16 +1500,17 @@ absl::Status Worker::RestoreShards(int64_t restore_step, int64_t* epoch, int64_t
     }
   }
   TESSEL_LOG(INFO) << Where() << ": restored " << servers_.size() << " shard(s) to step " << *step
-                   << " at epoch " << *epoch;
+                   << " at epoch " << *epoch << " for " << ids.size() << " worker(s)";
   return absl::OkStatus();
 }
 
 absl::Status Worker::AwaitRestore(absl::Time deadline, int64_t after_epoch, int64_t* epoch,
-                                  int64_t* step) {
+                                  int64_t* step, std::vector<int>* ids) {
   std::string last = "no answer yet";
   int polls = 0;
   for (;;) {
     int64_t e = -1, k = -1;
+    std::vector<int> restored_ids;
     bool ready = true, unreachable = false;
     for (Server& srv : servers_) {
       v1::JobRef ref;
@@ -1411,22 +1535,44 @@ absl::Status Worker::AwaitRestore(absl::Time deadline, int64_t after_epoch, int6
         ready = false;
         break;
       }
+      std::vector<int> shard_ids(st.worker_ids().begin(), st.worker_ids().end());
+      if (shard_ids.empty()) {
+        for (int r = 0; r < st.world_size(); ++r) shard_ids.push_back(r);
+      }
+      if (e >= 0 && shard_ids != restored_ids) {
+        last = absl::StrCat("shard ", srv.shard, " restored for workers ",
+                            absl::StrJoin(shard_ids, ","), ", another shard for ",
+                            absl::StrJoin(restored_ids, ","));
+        ready = false;
+        break;
+      }
       e = st.epoch();
       k = st.step();
+      restored_ids = std::move(shard_ids);
     }
     if (ready) {
+      if (std::find(restored_ids.begin(), restored_ids.end(), id_) == restored_ids.end()) {
+        // Not recoverable: the job went on without this worker.
+        return absl::AbortedError(
+            absl::StrCat(Where(), ": the job went on without this worker (registry rank ", id_,
+                         "): a recovery at epoch ", e, " restored step ", k, " for ",
+                         restored_ids.size(), " worker(s), registry ranks ",
+                         absl::StrJoin(restored_ids, ", "), " (elastic continuation). Exiting"));
+      }
       *epoch = e;
       *step = k;
+      *ids = std::move(restored_ids);
       return absl::OkStatus();
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat(Where(), ": rank 0 did not restore the shard servers within ",
+          absl::StrCat(Where(), ": the first worker did not restore the shard servers within ",
                        absl::FormatDuration(options_.recovery_timeout), " (last seen: ", last,
-                       "); is rank 0 running with recovery enabled?"));
+                       "); is it running with recovery enabled?"));
     }
     if (registry_->group_epoch() > view_epoch_) {
-      return MembershipChanged();  // someone left again: start over
+      absl::Status changed = MembershipChanged();  // someone left again: start over
+      if (!changed.ok()) return changed;
     }
     if (++polls % 10 == 0 || unreachable) {
       absl::Status servers = ServersChanged();  // a server died again: reconnect, start over
@@ -1489,7 +1635,11 @@ absl::Status Worker::AllReduceMean(absl::Span<float> data) {
     // metric, a digest) and on every server for large ones (gradients).
     WorkerOptions o;
     o.registry = options_.registry;
-    o.job = absl::StrCat(options_.job, "~sync", data.size());
+    // After an elastic recovery the reducers are new jobs for the new world.
+    o.job = absl::StrCat(options_.job, "~sync", data.size(),
+                         options_.world_size == initial_world_
+                             ? std::string()
+                             : absl::StrCat(".w", options_.world_size));
     o.rank = options_.rank;
     o.world_size = options_.world_size;
     o.server_pool = options_.server_pool;

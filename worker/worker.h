@@ -146,6 +146,20 @@ struct WorkerOptions {
   // worker, or a whole restarted job, rejoins.
   bool recovery = false;
   absl::Duration recovery_timeout = absl::Seconds(60);
+  // Elastic continuation, a job policy (needs recovery; every strategy but
+  // hybrid). 0 = off: a lost worker must be replaced (same rank, --resume).
+  // N >= 1: when a worker is lost and no replacement has joined within
+  // elastic_grace, the job goes on without it as long as at least N workers
+  // remain. The survivors are renumbered 0..W'-1 in their old rank order
+  // (options().rank and options().world_size change; registry identities do
+  // not), every shard is restored from the latest complete checkpoint for W'
+  // workers (DDP: re-created at the survivors' step, no rollback), and the
+  // training loop re-reads rank and world size after Recover(). Each worker
+  // keeps its own batch, so the global batch becomes W' x batch and the
+  // optimizer averages over W' workers (docs/operations.md, "Elastic
+  // continuation"). A worker that comes back after that is refused.
+  int elastic_min_workers = 0;
+  absl::Duration elastic_grace = absl::Seconds(10);
 };
 
 // What SynchronizeOptimizerState found.
@@ -216,6 +230,11 @@ class Worker {
   // A failure names the rank or shard that did not return.
   absl::Status Recover();
   int recoveries() const { return recoveries_; }
+  // This worker's registry rank: options().rank at Create, kept when an
+  // elastic recovery renumbers the data-parallel ranks.
+  int registry_rank() const { return id_; }
+  // Registry ranks of the job's workers in data-parallel rank order.
+  const std::vector<int>& worker_ids() const { return member_ids_; }
   // Data frames this worker dropped because they came from an older epoch.
   int64_t stale_frames_dropped();
 
@@ -326,14 +345,24 @@ class Worker {
   absl::Status Recoverable(absl::Status s) const;
   absl::Status ServersChanged();
   absl::Status RunRecovery(int64_t restore_step);
-  absl::Status RecoverOnce(absl::Time deadline, int64_t restore_step, int64_t after_epoch);
+  absl::Status RecoverOnce(absl::Time deadline, absl::Time elastic_at, int64_t restore_step,
+                           int64_t after_epoch);
+  // Takes on the membership a recovery set (elastic: renumbered survivors).
+  void AdoptMembers(const std::vector<int>& ids);
+  void RememberMembers(const v1::View& view);
+  bool elastic() const { return options_.elastic_min_workers > 0; }
   void ResetForRecovery();
-  absl::Status WaitForMembers(absl::Time deadline);
+  // Waits until every worker and shard is present (ids = the current
+  // workers), or, elastic, until elastic_at with enough survivors (ids = the
+  // survivors' registry ranks in data-parallel order).
+  absl::Status WaitForMembers(absl::Time deadline, absl::Time elastic_at, std::vector<int>* ids);
   absl::Status Reconnect(const v1::View& pool);
   void SettleReceives(absl::Duration limit);
-  absl::Status RestoreShards(int64_t restore_step, int64_t* epoch, int64_t* step);
-  absl::Status AwaitRestore(absl::Time deadline, int64_t after_epoch, int64_t* epoch,
-                            int64_t* step);
+  absl::Status RestoreShards(int64_t restore_step, const std::vector<int>& ids, int64_t* epoch,
+                             int64_t* step);
+  // ids: the workers that restore recorded, in data-parallel rank order.
+  absl::Status AwaitRestore(absl::Time deadline, int64_t after_epoch, int64_t* epoch, int64_t* step,
+                            std::vector<int>* ids);
 
   struct Unit {
     Range range;
@@ -363,7 +392,15 @@ class Worker {
   void AccountLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitForSends();
 
-  const WorkerOptions options_;
+  // rank and world_size change only in an elastic recovery (AdoptMembers,
+  // under mu_); everything else is as given to Create.
+  WorkerOptions options_;
+  const int id_;                 // registry rank (options.rank at Create)
+  const int initial_world_;      // options.world_size at Create
+  std::vector<int> member_ids_;  // registry ranks in data-parallel rank order
+  // Registry rank -> UCX address of the job's workers when last complete
+  // (a restarted process has a new address).
+  std::map<int, std::string> member_addresses_;
   std::unique_ptr<RegistryClient> registry_;
   std::unique_ptr<Transport> transport_;
   std::vector<Server> servers_;
