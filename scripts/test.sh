@@ -11,10 +11,7 @@
 #               health checks, checkpointer, workers on threads)
 # Ends with one line "N passed, N failed" counting test cases of all runs.
 #
-# The tsan run is not in the default yet: in CI it still hit intermittent
-# reports inside gRPC/UCX internals (health_checker_test, bad_input_test);
-# run it with TESSEL_TEST_RUNS="tsan".
-# TESSEL_TEST_RUNS picks runs (default "plain sanitize"; e.g.
+# TESSEL_TEST_RUNS picks runs (default "plain sanitize tsan"; e.g.
 # TESSEL_TEST_RUNS=plain for a quick check). Extra arguments go to every
 # `bazel test` (e.g. --test_output=all); with arguments and no
 # TESSEL_TEST_RUNS, only the plain run is made.
@@ -24,7 +21,7 @@ bash scripts/install_deps.sh || exit 1
 if [ $# -gt 0 ]; then
   runs="${TESSEL_TEST_RUNS:-plain}"
 else
-  runs="${TESSEL_TEST_RUNS:-plain sanitize}"
+  runs="${TESSEL_TEST_RUNS:-plain sanitize tsan}"
 fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -179,5 +179,46 @@ TEST_F(ReplaceJobTest, ZeroNeedsACheckpointAndDdpStartsEmptyAtTheWorkersStep) {
   EXPECT_EQ(st.recoveries(), 1);
 }
 
+// Elastic recovery: the replace records the survivors' registry ranks (in
+// their new rank order) for the smaller world; bad lists are refused and
+// change nothing; the same replace again is accepted, a different list at the
+// same epoch and step is refused as a conflict.
+TEST_F(ReplaceJobTest, ElasticReplaceRecordsTheWorkersForTheSmallerWorld) {
+  ASSERT_TRUE(plane_.CreateJob(Request(v1::STRATEGY_DDP, 2)).ok());
+  EXPECT_EQ(plane_.FindJob("r")->Stats().worker_ids_size(), 0);  // 0..world-1
+
+  v1::CreateJobRequest shrink = Request(v1::STRATEGY_DDP, 3);
+  shrink.set_replace(true);
+  shrink.set_start_step(4);
+  shrink.mutable_spec()->set_world_size(1);
+  shrink.add_worker_ids(1);
+  shrink.add_worker_ids(0);
+  EXPECT_TRUE(absl::IsInvalidArgument(plane_.CreateJob(shrink).status()));  // 2 ids, world 1
+  shrink.clear_worker_ids();
+  shrink.mutable_spec()->set_world_size(2);
+  shrink.add_worker_ids(1);
+  shrink.add_worker_ids(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(plane_.CreateJob(shrink).status()));  // duplicate
+  shrink.set_worker_ids(1, -1);
+  EXPECT_TRUE(absl::IsInvalidArgument(plane_.CreateJob(shrink).status()));  // negative
+  EXPECT_EQ(plane_.FindJob("r")->Stats().epoch(), 2);  // nothing changed
+
+  shrink.clear_worker_ids();
+  shrink.mutable_spec()->set_world_size(1);
+  shrink.add_worker_ids(2);
+  auto r = plane_.CreateJob(shrink);
+  ASSERT_TRUE(r.ok()) << r.status();
+  v1::ShardStats st = plane_.FindJob("r")->Stats();
+  EXPECT_EQ(st.world_size(), 1);
+  ASSERT_EQ(st.worker_ids_size(), 1);
+  EXPECT_EQ(st.worker_ids(0), 2);
+  EXPECT_EQ(st.epoch(), 3);
+  EXPECT_TRUE(plane_.CreateJob(shrink).ok());  // the same one again
+
+  shrink.set_worker_ids(0, 0);  // another survivor set at the same epoch and step
+  EXPECT_TRUE(absl::IsFailedPrecondition(plane_.CreateJob(shrink).status()));
+  EXPECT_EQ(plane_.FindJob("r")->Stats().worker_ids(0), 2);
+}
+
 }  // namespace
 }  // namespace tessel
