@@ -201,7 +201,7 @@ TEST_F(ReplaceJobTest, ElasticReplaceRecordsTheWorkersForTheSmallerWorld) {
   EXPECT_TRUE(absl::IsInvalidArgument(plane_.CreateJob(shrink).status()));  // duplicate
   shrink.set_worker_ids(1, -1);
   EXPECT_TRUE(absl::IsInvalidArgument(plane_.CreateJob(shrink).status()));  // negative
-  EXPECT_EQ(plane_.FindJob("r")->Stats().epoch(), 2);  // nothing changed
+  EXPECT_EQ(plane_.FindJob("r")->Stats().epoch(), 2);                       // nothing changed
 
   shrink.clear_worker_ids();
   shrink.mutable_spec()->set_world_size(1);

@@ -575,6 +575,10 @@ absl::StatusOr<v1::ShardState> ShardJob::ReadState(const v1::ReadStateRequest& r
                                                    " elements (at most 4Mi per call)"));
   }
   absl::MutexLock lock(&mu_);
+  if (req.epoch() != 0 && req.epoch() != epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(where, "ReadState from epoch ", req.epoch(),
+                                                      " but the job is at epoch ", epoch_));
+  }
   if (!initialized_) {
     return absl::FailedPreconditionError(absl::StrCat(where, "not initialized yet"));
   }
@@ -612,6 +616,12 @@ absl::StatusOr<v1::WriteStateResponse> ShardJob::WriteState(const v1::WriteState
     staged_step_ = -1;
   };
   if (req.step() < 0) return absl::InvalidArgumentError(absl::StrCat(where, "negative step"));
+  if (req.epoch() != 0 && req.epoch() != epoch_) {
+    // A writer from before a recovery (a zombie): nothing of it is kept.
+    drop();
+    return absl::FailedPreconditionError(absl::StrCat(where, "WriteState from epoch ", req.epoch(),
+                                                      " but the job is at epoch ", epoch_));
+  }
   const int64_t count = static_cast<int64_t>(req.params().size() / sizeof(float));
   if (!req.params().empty() || !req.state().empty()) {
     if (is_ddp()) {

@@ -105,6 +105,38 @@ TEST(ShardJobStateTest, BadRequestsChangeNothing) {
   EXPECT_EQ((*job)->ReadState(read).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Fencing: a reader or writer of another epoch (a zombie from before a
+// recovery) is refused, and what it staged is dropped.
+TEST(ShardJobStateTest, ReadsAndWritesOfAnotherEpochAreRefused) {
+  auto job = ShardJob::Create(Spec(), 0, /*epoch=*/5);
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE((*job)->WriteState(Chunk(3, 0, 40, true)).ok());  // epoch 0: unchecked
+  const std::string digest = (*job)->Stats().state_digest();
+  v1::WriteStateRequest staged = Chunk(4, 0, 20, false);
+  staged.set_epoch(5);
+  ASSERT_TRUE((*job)->WriteState(staged).ok());
+  v1::WriteStateRequest zombie = Chunk(4, 20, 20, true);
+  zombie.set_epoch(4);
+  auto r = (*job)->WriteState(zombie);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("epoch 4 but the job is at epoch 5"), std::string::npos)
+      << r.status();
+  // The current epoch's commit now lacks the dropped first half.
+  v1::WriteStateRequest rest = Chunk(4, 20, 20, true);
+  rest.set_epoch(5);
+  EXPECT_EQ((*job)->WriteState(rest).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*job)->Stats().state_digest(), digest);
+  EXPECT_EQ((*job)->version(), 3);
+  v1::ReadStateRequest read;
+  read.set_job("state");
+  read.set_step(3);
+  read.set_count(1);
+  read.set_epoch(6);
+  EXPECT_EQ((*job)->ReadState(read).status().code(), absl::StatusCode::kFailedPrecondition);
+  read.set_epoch(5);
+  EXPECT_TRUE((*job)->ReadState(read).ok());
+}
+
 TEST(ShardJobStateTest, DdpShardsOnlyMoveTheirStep) {
   auto job = ShardJob::Create(Spec(v1::STRATEGY_DDP), 0, 0);
   ASSERT_TRUE(job.ok());

@@ -1815,6 +1815,7 @@ absl::Status Worker::ReadServerState(TrainState* out) {
     for (int64_t off = 0; off < r.size(); off += kChunk) {
       v1::ReadStateRequest req;
       req.set_job(options_.job);
+      req.set_epoch(epoch_.load());
       req.set_step(step_);
       req.set_offset(off);
       req.set_count(std::min(kChunk, r.size() - off));
@@ -1850,6 +1851,7 @@ absl::Status Worker::WriteServerState(const TrainState& state) {
       const int64_t count = ddp ? 0 : std::min(kChunk, r.size() - off);
       v1::WriteStateRequest req;
       req.set_job(options_.job);
+      req.set_epoch(epoch_.load());
       req.set_step(state.step);
       req.set_offset(off);
       const size_t bytes = static_cast<size_t>(count) * sizeof(float);
