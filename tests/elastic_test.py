@@ -305,7 +305,7 @@ def scenario_ddp():
                (name, rcs, time.time() - t0))
     text = open(os.path.join(d, "worker0.log")).read()
     check("continues elastically with 2 of 3 workers" in text and
-          "servers re-created at this worker's step" in text,
+          "servers re-created and every worker's state aligned at step" in text,
           "%s: the survivors go on as 2 workers at their own step (no rollback)" % name)
     acc = re.findall(r"test accuracy ([\d.]+)%", open(os.path.join(d, "worker0.log")).read())
     check(acc and float(acc[-1]) > 80, "%s: test accuracy %s%%" % (name, acc[-1] if acc else "?"))

@@ -57,7 +57,6 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& opt
 Worker::Worker(const WorkerOptions& options)
     : options_(options),
       id_(options.rank),
-      initial_world_(options.world_size),
       job_id_(JobId(options.job)),
       stopper_(options.early_stopping),
       shuffle_rng_(options.shuffle_seed) {
@@ -236,11 +235,13 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   if (!layout.ok()) return layout.status();
   const bool ddp = options_.strategy == v1::STRATEGY_DDP;
   const size_t n = static_cast<size_t>(layout->num_params());
-  if (ddp && options_.resume) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(),
-                     ": DDP keeps state on the workers; resume from shard-server checkpoints needs "
-                     "zero1 or zero2"));
+  if (ddp && options_.resume && !options_.recovery) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(),
+        ": DDP keeps parameters and optimizer state on the workers and writes no checkpoint, so "
+        "there is nothing to resume from on the servers. A replacement for a lost worker takes "
+        "the state of the surviving workers: run it with recovery on (--recover, "
+        "WorkerOptions.recovery) as well as --resume"));
   }
   if (!options_.resume && (options_.rank == 0 || ddp) && init.size() != n) {
     return absl::InvalidArgumentError(
@@ -317,7 +318,10 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     grads_.assign(n, 0.f);
   }
   if (ddp) {
-    std::copy(init.begin(), init.end(), params_.begin());
+    // A replacement (resume) holds nothing yet: its recovery copies the
+    // state of the surviving workers, whatever `init` holds.
+    holds_state_ = !join_recovery;
+    if (holds_state_) std::copy(init.begin(), init.end(), params_.begin());
     if (half_) FloatToHalf(*half_, params_.data(), params_half_.data(), n);
     optimizer_state_.assign(StateSlots(options_.optimizer), std::vector<float>(n, 0.f));
     float* state[kMaxStateSlots] = {};
@@ -330,7 +334,7 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     ready_elems_[s].assign(layout_->num_buckets(static_cast<int>(s)), 0);
     pushed_[s].assign(layout_->num_buckets(static_cast<int>(s)), 0);
   }
-  if (ddp) return absl::OkStatus();
+  if (ddp && !join_recovery) return absl::OkStatus();
   if (join_recovery) {
     absl::Status s = RunRecovery(options_.resume_step);
     if (!s.ok()) layout_.reset();
@@ -802,7 +806,7 @@ absl::Status Worker::MembershipChanged() {
                          " left the job or stopped heartbeating");
     }
   }
-  if (options_.recovery && (options_.strategy != v1::STRATEGY_DDP || elastic())) {
+  if (options_.recovery) {
     return Recoverable(absl::AbortedError(absl::StrCat(
         Where(), ": ", who, " (membership epoch ", view_epoch_, " -> ", registry_->group_epoch(),
         "); pausing for up to ", absl::FormatDuration(options_.recovery_timeout),
@@ -810,7 +814,7 @@ absl::Status Worker::MembershipChanged() {
         elastic() ? absl::StrCat(" or, after ", absl::FormatDuration(options_.elastic_grace),
                                  " without a replacement, going on without it (elastic)")
                   : std::string(),
-        ", then rolling back to the latest checkpoint")));
+        ", then ", AfterPause())));
   }
   return absl::AbortedError(absl::StrCat(
       Where(), ": ", who, " (membership epoch ", view_epoch_, " -> ", registry_->group_epoch(),
@@ -1120,7 +1124,8 @@ absl::Status Worker::ServersChanged() {
         Where(), ": ", what, "; pausing for up to ",
         absl::FormatDuration(options_.recovery_timeout),
         " until every shard is back (restart it with the same --shard and --checkpoint_dir), "
-        "then rolling back to the latest checkpoint")));
+        "then ",
+        AfterPause())));
   }
   return absl::AbortedError(
       absl::StrCat(Where(), ": ", what,
@@ -1154,7 +1159,8 @@ absl::Status Worker::RunRecovery(int64_t restore_step) {
           << Where() << ": recovered in "
           << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
           << (options_.strategy == v1::STRATEGY_DDP
-                  ? absl::StrCat(": servers re-created at this worker's step ", step_)
+                  ? absl::StrCat(": servers re-created and every worker's state aligned at step ",
+                                 step_, " (this worker was at ", from, ")")
                   : absl::StrCat(": rolled back from step ", from, " to the checkpoint of step ",
                                  step_))
           << ", epoch " << epoch_.load() << " (attempt " << attempt << ")";
@@ -1206,13 +1212,7 @@ absl::Status Worker::RecoverOnce(absl::Time deadline, absl::Time elastic_at, int
     s = AwaitRestore(deadline, after_epoch, &epoch, &step, &ids);
   }
   if (!s.ok()) return s;
-  if (options_.strategy == v1::STRATEGY_DDP && step != step_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Where(), ": the shard servers were re-created at step ", step,
-        " but this DDP worker is at step ", step_,
-        ": a server died while serving a step's result, and DDP keeps no server checkpoint to "
-        "roll back to. Restart the job"));
-  }
+  DropReducers();  // named by the old epoch; the new one gets fresh ones
   {
     // From here on, refusals and failed sends of the old epoch are ignored.
     absl::MutexLock lock(&mu_);
@@ -1220,9 +1220,10 @@ absl::Status Worker::RecoverOnce(absl::Time deadline, absl::Time elastic_at, int
     error_ = absl::OkStatus();
     send_error_ = absl::OkStatus();
   }
-  step_ = step;
   AdoptMembers(ids);
-  if (options_.strategy == v1::STRATEGY_DDP) return absl::OkStatus();
+  // DDP keeps its own state: the ranks align it among themselves.
+  if (options_.strategy == v1::STRATEGY_DDP) return Recoverable(AlignDdpState(step));
+  step_ = step;
   if (fsdp()) return Barrier(step_);
   s = SendPulls(step_);
   if (s.ok()) s = WaitForParams(step_);
@@ -1345,6 +1346,63 @@ absl::Status Worker::WaitForMembers(absl::Time deadline, absl::Time elastic_at,
   }
 }
 
+std::string Worker::AfterPause() const {
+  return options_.strategy == v1::STRATEGY_DDP
+             ? "giving every worker the state of the most advanced one (DDP keeps its state on "
+               "the workers: nothing rolls back)"
+             : "rolling back to the latest checkpoint";
+}
+
+absl::Status Worker::AlignDdpState(int64_t server_step) {
+  // Per rank: step + 1 (0: holds no state) and the digest of its state.
+  const uint64_t mine[2] = {holds_state_ ? static_cast<uint64_t>(step_) + 1 : 0,
+                            holds_state_ ? DdpStateDigest() : 0};
+  auto all = ExchangeWords(mine);
+  if (!all.ok()) return all.status();
+  const int world = options_.world_size;
+  int donor = -1;
+  for (int r = 0; r < world; ++r) {
+    if ((*all)[2 * r] > 0 && (donor < 0 || (*all)[2 * r] > (*all)[2 * donor])) donor = r;
+  }
+  if (donor < 0) {
+    // Not recoverable: nobody can supply the state.
+    return absl::DataLossError(absl::StrCat(
+        Where(),
+        ": no worker of this DDP job holds its state (every one was restarted): DDP keeps "
+        "parameters and optimizer state only on the workers and writes no checkpoint. Start the "
+        "job afresh, or use zero1/zero2/fsdp with --checkpoint_every_steps to survive losing "
+        "every worker"));
+  }
+  const int64_t target = static_cast<int64_t>((*all)[2 * donor]) - 1;
+  std::vector<std::string> behind;
+  for (int r = 0; r < world; ++r) {
+    const uint64_t step1 = (*all)[2 * r];
+    if (step1 == (*all)[2 * donor] && (*all)[2 * r + 1] == (*all)[2 * donor + 1]) continue;
+    behind.push_back(step1 == 0                   ? absl::StrCat(r, " (no state: a replacement)")
+                     : step1 == (*all)[2 * donor] ? absl::StrCat(r, " (same step, other state)")
+                                                  : absl::StrCat(r, " (at step ", step1 - 1, ")"));
+  }
+  if (!behind.empty()) {
+    TESSEL_LOG(WARNING) << Where() << ": rank(s) " << absl::StrJoin(behind, ", ")
+                        << " differ from rank " << donor << " at step " << target
+                        << "; every rank takes rank " << donor << "'s state";
+    absl::Status s = BroadcastDdpState(donor);
+    if (!s.ok()) return s;
+  }
+  holds_state_ = true;
+  if (target == server_step) return absl::OkStatus();
+  // The first worker re-created the servers at its own step; move them to
+  // the job's, and let nobody push before they are there.
+  absl::Status wrote = absl::OkStatus();
+  if (options_.rank == 0) {
+    TrainState at;
+    at.step = target;
+    wrote = WriteServerState(at);
+  }
+  absl::Status s = AgreeOk(wrote.ok(), absl::StrCat("moving the shard servers to step ", target));
+  return wrote.ok() ? s : wrote;
+}
+
 void Worker::AdoptMembers(const std::vector<int>& ids) {
   if (ids == member_ids_) return;
   const int rank = static_cast<int>(std::find(ids.begin(), ids.end(), id_) - ids.begin());
@@ -1356,7 +1414,6 @@ void Worker::AdoptMembers(const std::vector<int>& ids) {
   }
   spec_.set_world_size(static_cast<int>(ids.size()));
   member_ids_ = ids;
-  reducers_.clear();  // AllReduceMean jobs of the old world
   TESSEL_LOG(WARNING) << Where() << ": the job continues elastically with " << ids.size() << " of "
                       << from << " workers (registry ranks " << absl::StrJoin(ids, ", ")
                       << "); this worker is now rank " << rank << " of " << ids.size();
@@ -1635,11 +1692,9 @@ absl::Status Worker::AllReduceMean(absl::Span<float> data) {
     // metric, a digest) and on every server for large ones (gradients).
     WorkerOptions o;
     o.registry = options_.registry;
-    // After an elastic recovery the reducers are new jobs for the new world.
-    o.job = absl::StrCat(options_.job, "~sync", data.size(),
-                         options_.world_size == initial_world_
-                             ? std::string()
-                             : absl::StrCat(".w", options_.world_size));
+    // Named by the fencing epoch: after a recovery (a replacement, or an
+    // elastic renumbering) every rank uses new jobs for the new membership.
+    o.job = absl::StrCat(options_.job, "~sync", data.size(), ".e", epoch_.load());
     o.rank = options_.rank;
     o.world_size = options_.world_size;
     o.server_pool = options_.server_pool;
@@ -1709,20 +1764,113 @@ absl::StatusOr<absl::Span<const float>> Worker::SynchronizeGradients() {
 }
 
 namespace {
-// A 64-bit value as four 16-bit integers in floats: exact through a mean
-// over up to 2^20 ranks when only one rank contributes (recovered by
-// rounding mean * W).
-void PutWords(uint64_t v, float* out) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<float>((v >> (16 * i)) & 0xffff);
+// Values travel through AllReduceMean as 16-bit integers in floats: exact
+// through a mean over up to 2^20 ranks when only one rank contributes a
+// non-zero value (recovered by rounding mean * W).
+void PutWords(uint64_t v, int words, float* out) {
+  for (int i = 0; i < words; ++i) out[i] = static_cast<float>((v >> (16 * i)) & 0xffff);
 }
-uint64_t GetWords(const float* in, int world) {
+uint64_t GetWords(const float* in, int words, int world) {
   uint64_t v = 0;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < words; ++i) {
     v |= static_cast<uint64_t>(std::nearbyint(static_cast<double>(in[i]) * world)) << (16 * i);
   }
   return v;
 }
 }  // namespace
+
+absl::StatusOr<std::vector<uint64_t>> Worker::ExchangeWords(absl::Span<const uint64_t> mine) {
+  const size_t world = static_cast<size_t>(options_.world_size);
+  const size_t k = mine.size();
+  std::vector<float> words(world * k * 4, 0.f);
+  for (size_t i = 0; i < k; ++i) {
+    PutWords(mine[i], 4, words.data() + (static_cast<size_t>(options_.rank) * k + i) * 4);
+  }
+  absl::Status s = AllReduceMean(absl::MakeSpan(words));
+  if (!s.ok()) return s;
+  std::vector<uint64_t> all(world * k);
+  for (size_t j = 0; j < all.size(); ++j) {
+    all[j] = GetWords(words.data() + j * 4, 4, static_cast<int>(world));
+  }
+  return all;
+}
+
+uint64_t Worker::DdpStateDigest() const {
+  Digest d;
+  d.UpdateInt(step_);
+  d.Update(params_.data(), params_.size() * sizeof(float));
+  for (const auto& slot : optimizer_state_) d.Update(slot.data(), slot.size() * sizeof(float));
+  return d.value();
+}
+
+absl::Status Worker::BroadcastDdpState(int root) {
+  // Every 32-bit value as two 16-bit words; the step as four.
+  const int world = options_.world_size;
+  const size_t n = params_.size();
+  const size_t values = n * (1 + optimizer_state_.size());
+  std::vector<float> wire(4 + values * 2, 0.f);
+  if (options_.rank == root) {
+    PutWords(static_cast<uint64_t>(step_), 4, wire.data());
+    size_t at = 4;
+    auto put = [&](const std::vector<float>& v) {
+      for (float x : v) {
+        uint32_t bits;
+        std::memcpy(&bits, &x, 4);
+        PutWords(bits, 2, wire.data() + at);
+        at += 2;
+      }
+    };
+    put(params_);
+    for (const auto& slot : optimizer_state_) put(slot);
+  }
+  absl::Status s = AllReduceMean(absl::MakeSpan(wire));
+  if (!s.ok()) return s;
+  step_ = static_cast<int64_t>(GetWords(wire.data(), 4, world));
+  size_t at = 4;
+  auto get = [&](std::vector<float>& v) {
+    for (float& x : v) {
+      const uint32_t bits = static_cast<uint32_t>(GetWords(wire.data() + at, 2, world));
+      at += 2;
+      std::memcpy(&x, &bits, 4);
+    }
+  };
+  get(params_);
+  for (auto& slot : optimizer_state_) get(slot);
+  if (half_) FloatToHalf(*half_, params_.data(), params_half_.data(), n);
+  return ReleaseReducer(wire.size());
+}
+
+absl::Status Worker::ReleaseReducer(size_t size) {
+  auto it = reducers_.find(size);
+  if (it == reducers_.end()) return absl::OkStatus();
+  // Nobody may still be pulling from its job when rank 0 deletes it.
+  absl::Status s = AgreeOk(true, "releasing a reducer");
+  if (!s.ok()) return s;
+  if (options_.rank == 0) it->second->DeleteJobOnServers();
+  reducers_.erase(it);
+  return absl::OkStatus();
+}
+
+void Worker::DropReducers() {
+  for (auto& [size, reducer] : reducers_) reducer->DeleteJobOnServers();
+  reducers_.clear();
+}
+
+void Worker::DeleteJobOnServers() {
+  for (Server& srv : servers_) {
+    v1::JobRef ref;
+    ref.set_job(options_.job);
+    v1::DeleteJobResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(5));
+    Authorize(&ctx);
+    grpc::Status g = srv.stub->DeleteJob(&ctx, ref, &resp);
+    if (!g.ok() && g.error_code() != grpc::StatusCode::NOT_FOUND) {
+      TESSEL_LOG(WARNING) << Where() << ": could not delete job '" << options_.job << "' on shard "
+                          << srv.shard << ": " << g.error_message();
+    }
+  }
+}
 
 absl::StatusOr<OptimizerStateReport> Worker::SynchronizeOptimizerState() {
   if (layout_ == nullptr) {
@@ -1742,68 +1890,25 @@ absl::StatusOr<OptimizerStateReport> Worker::SynchronizeOptimizerState() {
     }
     return report;
   }
+  const uint64_t mine[2] = {static_cast<uint64_t>(step_), DdpStateDigest()};
+  auto all = ExchangeWords(mine);
+  if (!all.ok()) return all.status();
   const int world = options_.world_size;
-  Digest d;
-  d.UpdateInt(step_);
-  d.Update(params_.data(), params_.size() * sizeof(float));
-  for (const auto& slot : optimizer_state_) d.Update(slot.data(), slot.size() * sizeof(float));
-  std::vector<float> words(static_cast<size_t>(world) * 4, 0.f);
-  PutWords(d.value(), words.data() + static_cast<size_t>(options_.rank) * 4);
-  absl::Status s = AllReduceMean(absl::MakeSpan(words));
-  if (!s.ok()) return s;
-  std::vector<uint64_t> digests(world);
   for (int r = 0; r < world; ++r) {
-    digests[r] = GetWords(words.data() + static_cast<size_t>(r) * 4, world);
-    report.digests.push_back(absl::StrFormat("%016x", digests[r]));
-    if (digests[r] != digests[0]) report.repaired_ranks.push_back(r);
+    if ((*all)[2 * r] != (*all)[0]) {  // the same verdict on every rank, before anything changes
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": rank 0 is at step ", (*all)[0], " and rank ", r, " at ", (*all)[2 * r],
+          "; ranks must call SynchronizeOptimizerState at the same step"));
+    }
+    report.digests.push_back(absl::StrFormat("%016x", (*all)[2 * r + 1]));
+    if ((*all)[2 * r + 1] != (*all)[1]) report.repaired_ranks.push_back(r);
   }
   report.consistent = report.repaired_ranks.empty();
   if (report.consistent) return report;
-  // Broadcast rank 0's step, params and state bit for bit: every 32-bit value
-  // as two 16-bit integers, which a mean with one contributor carries exactly.
   TESSEL_LOG(WARNING) << Where() << ": optimizer state differs from rank 0's on rank(s) "
                       << absl::StrJoin(report.repaired_ranks, ", ") << "; copying rank 0's";
-  const size_t n = params_.size();
-  const size_t values = n * (1 + optimizer_state_.size());
-  std::vector<float> wire(2 + values * 2, 0.f);
-  if (options_.rank == 0) {
-    uint64_t step_bits = static_cast<uint64_t>(step_);
-    wire[0] = static_cast<float>(step_bits & 0xffff);
-    wire[1] = static_cast<float>((step_bits >> 16) & 0xffff);
-    size_t at = 2;
-    auto put = [&](const std::vector<float>& v) {
-      for (float x : v) {
-        uint32_t bits;
-        std::memcpy(&bits, &x, 4);
-        wire[at++] = static_cast<float>(bits & 0xffff);
-        wire[at++] = static_cast<float>(bits >> 16);
-      }
-    };
-    put(params_);
-    for (const auto& slot : optimizer_state_) put(slot);
-  }
-  s = AllReduceMean(absl::MakeSpan(wire));
+  absl::Status s = BroadcastDdpState(0);
   if (!s.ok()) return s;
-  auto word = [&](size_t i) {
-    return static_cast<uint32_t>(std::nearbyint(static_cast<double>(wire[i]) * world));
-  };
-  const int64_t step0 = static_cast<int64_t>(word(0) | (word(1) << 16));
-  if (step0 != step_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), ": rank 0 is at step ", step0, " and this rank at ", step_,
-                     "; ranks must call SynchronizeOptimizerState at the same step"));
-  }
-  size_t at = 2;
-  auto get = [&](std::vector<float>& v) {
-    for (float& x : v) {
-      const uint32_t bits = word(at) | (word(at + 1) << 16);
-      at += 2;
-      std::memcpy(&x, &bits, 4);
-    }
-  };
-  get(params_);
-  for (auto& slot : optimizer_state_) get(slot);
-  if (half_) FloatToHalf(*half_, params_.data(), params_half_.data(), n);
   return report;
 }
 

@@ -350,6 +350,8 @@ class Worker {
   // Takes on the membership a recovery set (elastic: renumbered survivors).
   void AdoptMembers(const std::vector<int>& ids);
   void RememberMembers(const v1::View& view);
+  // What a recovery does once the job is whole again, for pause messages.
+  std::string AfterPause() const;
   bool elastic() const { return options_.elastic_min_workers > 0; }
   void ResetForRecovery();
   // Waits until every worker and shard is present (ids = the current
@@ -363,6 +365,28 @@ class Worker {
   // ids: the workers that restore recorded, in data-parallel rank order.
   absl::Status AwaitRestore(absl::Time deadline, int64_t after_epoch, int64_t* epoch, int64_t* step,
                             std::vector<int>* ids);
+  // DDP, after a restore: the ranks compare (step, state digest); if any
+  // differs or holds no state (a replacement), every rank takes the state of
+  // the lowest rank at the highest step, and the servers (re-created at
+  // `server_step`) move to that step. Exact: each rank applied the same
+  // averaged gradients, so a rank one step ahead is that rank's future.
+  absl::Status AlignDdpState(int64_t server_step);
+
+  // Collective helpers over AllReduceMean (state queries and recovery).
+  // Every rank's `mine` (same length everywhere), exactly, rank-major.
+  absl::StatusOr<std::vector<uint64_t>> ExchangeWords(absl::Span<const uint64_t> mine);
+  // DDP: a digest of (step, params, optimizer state).
+  uint64_t DdpStateDigest() const;
+  // DDP: every rank takes rank `root`'s step, params and optimizer state,
+  // bit for bit.
+  absl::Status BroadcastDdpState(int root);
+  // Frees the reducer of vectors of `size` after a barrier: its job on the
+  // servers holds world_size receive buffers of that size.
+  absl::Status ReleaseReducer(size_t size);
+  // Drops every reducer (a recovery renames them by epoch), deleting their
+  // jobs on the servers (best effort).
+  void DropReducers();
+  void DeleteJobOnServers();
 
   struct Unit {
     Range range;
@@ -396,7 +420,6 @@ class Worker {
   // under mu_); everything else is as given to Create.
   WorkerOptions options_;
   const int id_;                 // registry rank (options.rank at Create)
-  const int initial_world_;      // options.world_size at Create
   std::vector<int> member_ids_;  // registry ranks in data-parallel rank order
   // Registry rank -> UCX address of the job's workers when last complete
   // (a restarted process has a new address).
@@ -413,6 +436,9 @@ class Worker {
   v1::JobSpec spec_;        // as registered
   int recoveries_ = 0;
   int64_t step_ = 0;
+  // DDP: false for a replacement worker until a recovery gave it the job's
+  // state (parameters and optimizer state live only on the workers).
+  bool holds_state_ = true;
   int micro_batches_ = 0;  // AccumulateGradients calls this step
   absl::Time last_checkpoint_ = absl::Now();
   std::string token_;
