@@ -140,10 +140,12 @@ struct WorkerOptions {
   // of the job dies, a step fails with a status IsRecoverable() accepts
   // instead of a fatal one; Recover() then waits up to recovery_timeout for
   // the missing members to come back and rolls every shard and every worker
-  // back to the latest complete checkpoint (zero1, zero2, fsdp; DDP re-creates
-  // the servers' empty state at the workers' step). With `resume`,
-  // RegisterLayout takes part in such a recovery: that is how a replacement
-  // worker, or a whole restarted job, rejoins.
+  // back to the latest complete checkpoint (zero1, zero2, fsdp). DDP, whose
+  // state lives only on the workers, does not roll back: the servers are
+  // re-created empty and every rank takes the state of the most advanced one
+  // (a replacement holds none). With `resume`, RegisterLayout takes part in
+  // such a recovery: that is how a replacement worker, or a whole restarted
+  // job, rejoins.
   bool recovery = false;
   absl::Duration recovery_timeout = absl::Seconds(60);
   // Elastic continuation, a job policy (needs recovery; every strategy but
