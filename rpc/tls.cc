@@ -87,49 +87,65 @@ absl::StatusOr<std::vector<X509Ptr>> ParseCerts(const std::string& flag, const s
   return certs;
 }
 
-absl::StatusOr<PemFiles> LoadPem(const TlsOptions& o) {
-  std::vector<std::string> missing;
-  if (o.ca_file.empty()) missing.push_back("--tls_ca");
-  if (o.cert_file.empty()) missing.push_back("--tls_cert");
-  if (o.key_file.empty()) missing.push_back("--tls_key");
-  if (!missing.empty()) {
-    std::string names;
-    for (const std::string& m : missing) absl::StrAppend(&names, names.empty() ? "" : " and ", m);
+// Reads and checks the files of `o`; errors name the flags in `n`. With
+// `require_all` (mutual TLS between Tessel processes) all three files are
+// needed; otherwise the CA may be missing (ca stays empty) and the certificate
+// and key go together (both stay empty without them).
+absl::StatusOr<PemFiles> LoadPem(const TlsOptions& o, const TlsFlagNames& n, bool require_all) {
+  if (require_all) {
+    std::vector<std::string> missing;
+    if (o.ca_file.empty()) missing.push_back(n.ca);
+    if (o.cert_file.empty()) missing.push_back(n.cert);
+    if (o.key_file.empty()) missing.push_back(n.key);
+    if (!missing.empty()) {
+      std::string names;
+      for (const std::string& m : missing) absl::StrAppend(&names, names.empty() ? "" : " and ", m);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mutual TLS needs all of --tls_ca, --tls_cert and --tls_key (or TESSEL_TLS_CA, "
+          "TESSEL_TLS_CERT, TESSEL_TLS_KEY); missing ",
+          names));
+    }
+  } else if (o.cert_file.empty() != o.key_file.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "mutual TLS needs all of --tls_ca, --tls_cert and --tls_key (or TESSEL_TLS_CA, "
-        "TESSEL_TLS_CERT, TESSEL_TLS_KEY); missing ",
-        names));
+        n.cert, " and ", n.key, " go together (a client certificate and its private key); missing ",
+        o.cert_file.empty() ? n.cert : n.key));
   }
   PemFiles pem;
-  auto ca = ReadFile("--tls_ca", o.ca_file);
-  if (!ca.ok()) return ca.status();
-  auto cert = ReadFile("--tls_cert", o.cert_file);
-  if (!cert.ok()) return cert.status();
-  auto key = ReadFile("--tls_key", o.key_file);
-  if (!key.ok()) return key.status();
-  pem.ca = std::move(*ca);
-  pem.cert = std::move(*cert);
-  pem.key = std::move(*key);
+  if (!o.ca_file.empty()) {
+    auto ca = ReadFile(n.ca, o.ca_file);
+    if (!ca.ok()) return ca.status();
+    pem.ca = std::move(*ca);
+  }
+  if (!o.cert_file.empty()) {
+    auto cert = ReadFile(n.cert, o.cert_file);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadFile(n.key, o.key_file);
+    if (!key.ok()) return key.status();
+    pem.cert = std::move(*cert);
+    pem.key = std::move(*key);
+  }
 
-  auto ca_certs = ParseCerts("--tls_ca", o.ca_file, pem.ca);
-  if (!ca_certs.ok()) return ca_certs.status();
-  auto own = ParseCerts("--tls_cert", o.cert_file, pem.cert);
+  if (!pem.ca.empty()) {
+    auto ca_certs = ParseCerts(n.ca, o.ca_file, pem.ca);
+    if (!ca_certs.ok()) return ca_certs.status();
+  }
+  if (pem.cert.empty()) return pem;
+  auto own = ParseCerts(n.cert, o.cert_file, pem.cert);
   if (!own.ok()) return own.status();
   std::unique_ptr<BIO, BioFree> bio(
       BIO_new_mem_buf(pem.key.data(), static_cast<int>(pem.key.size())));
   std::unique_ptr<EVP_PKEY, KeyFree> key_obj(
       PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
   if (key_obj == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("--tls_key file '", o.key_file,
+    return absl::InvalidArgumentError(absl::StrCat(n.key, " file '", o.key_file,
                                                    "' holds no unencrypted PEM private key (",
                                                    OpenSslError(), ")"));
   }
   if (X509_check_private_key(own->front().get(), key_obj.get()) != 1) {
     ERR_clear_error();
-    return absl::InvalidArgumentError(absl::StrCat("--tls_key file '", o.key_file,
-                                                   "' is not the key of the certificate in "
-                                                   "--tls_cert file '",
-                                                   o.cert_file, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(n.key, " file '", o.key_file,
+                                                   "' is not the key of the certificate in ",
+                                                   n.cert, " file '", o.cert_file, "'"));
   }
   return pem;
 }
@@ -139,7 +155,7 @@ absl::StatusOr<PemFiles> LoadPem(const TlsOptions& o) {
 absl::StatusOr<ClientCredentials> LoadClientCredentials(const TlsOptions& options) {
   ClientCredentials out;
   if (!options.enabled()) return out;
-  auto pem = LoadPem(options);
+  auto pem = LoadPem(options, TlsFlagNames(), /*require_all=*/true);
   if (!pem.ok()) return pem.status();
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = pem->ca;
@@ -153,10 +169,27 @@ absl::StatusOr<ClientCredentials> LoadClientCredentials(const TlsOptions& option
   return out;
 }
 
+absl::StatusOr<ClientCredentials> LoadTlsClientCredentials(const TlsOptions& options,
+                                                           const TlsFlagNames& names) {
+  auto pem = LoadPem(options, names, /*require_all=*/false);
+  if (!pem.ok()) return pem.status();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem->ca;  // empty: gRPC's default roots
+  ssl.pem_cert_chain = pem->cert;
+  ssl.pem_private_key = pem->key;
+  ClientCredentials out;
+  out.credentials = grpc::SslCredentials(ssl);
+  if (out.credentials == nullptr) {
+    return absl::InternalError("gRPC refused the TLS client credentials");
+  }
+  out.server_name = options.server_name;
+  return out;
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(
     const TlsOptions& options) {
   if (!options.enabled()) return grpc::InsecureServerCredentials();
-  auto pem = LoadPem(options);
+  auto pem = LoadPem(options, TlsFlagNames(), /*require_all=*/true);
   if (!pem.ok()) return pem.status();
   grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   ssl.pem_root_certs = pem->ca;

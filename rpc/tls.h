@@ -55,6 +55,28 @@ struct ClientCredentials {
 
 // Checks and loads `options`. Insecure credentials when !options.enabled().
 absl::StatusOr<ClientCredentials> LoadClientCredentials(const TlsOptions& options);
+
+// The flags a TLS error names. Default: the --tls_* flags of every binary.
+struct TlsFlagNames {
+  std::string ca = "--tls_ca";
+  std::string cert = "--tls_cert";
+  std::string key = "--tls_key";
+};
+
+// TLS client credentials for a server outside Tessel (etcd) that may or may
+// not ask for a client certificate: always TLS, whatever `options.enabled()`.
+// An empty ca_file trusts the system's roots (gRPC's default store); cert_file
+// and key_file go together (both: presented to the server; neither: no client
+// certificate). The files are read and checked as by LoadClientCredentials,
+// and errors name the flags in `names`.
+//
+// Example:
+//   TESSEL_ASSIGN_OR_RETURN(
+//       ClientCredentials creds,
+//       LoadTlsClientCredentials({.ca_file = "certs/ca.crt"}, {.ca = "--etcd_tls_ca",
+//                                .cert = "--etcd_tls_cert", .key = "--etcd_tls_key"}));
+absl::StatusOr<ClientCredentials> LoadTlsClientCredentials(const TlsOptions& options,
+                                                           const TlsFlagNames& names);
 // Server credentials that require and verify client certificates; insecure
 // when !options.enabled().
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(

@@ -106,6 +106,46 @@ TEST(TlsOptionsTest, FlagsRoundTrip) {
   EXPECT_EQ(flags[3], "--tls_server_name=localhost");
 }
 
+// TLS to a server outside Tessel (etcd): CA and client pair are optional,
+// errors name the caller's flags.
+TEST(TlsClientCredentialsTest, OptionalFilesAndOwnFlagNames) {
+  const TlsFlagNames names{
+      .ca = "--etcd_tls_ca", .cert = "--etcd_tls_cert", .key = "--etcd_tls_key"};
+  auto roots = LoadTlsClientCredentials(TlsOptions(), names);
+  ASSERT_TRUE(roots.ok()) << roots.status();
+  EXPECT_TRUE(roots->tls());  // the system's roots
+  TlsOptions ca_only;
+  ca_only.ca_file = Pair("ca", "client").ca_file;
+  auto c = LoadTlsClientCredentials(ca_only, names);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->tls());
+  ASSERT_TRUE(LoadTlsClientCredentials(Pair("ca", "client"), names).ok());
+
+  TlsOptions no_key = Pair("ca", "client");
+  no_key.key_file.clear();
+  c = LoadTlsClientCredentials(no_key, names);
+  ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("--etcd_tls_cert and --etcd_tls_key go together"),
+            std::string::npos)
+      << c.status();
+  EXPECT_NE(c.status().message().find("missing --etcd_tls_key"), std::string::npos) << c.status();
+
+  TlsOptions bad_ca = ca_only;
+  bad_ca.ca_file = "/nonexistent/ca.crt";
+  c = LoadTlsClientCredentials(bad_ca, names);
+  ASSERT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(c.status().message().find("--etcd_tls_ca file '/nonexistent/ca.crt'"),
+            std::string::npos)
+      << c.status();
+
+  TlsOptions mismatched = Pair("ca", "client");
+  mismatched.key_file = absl::StrCat(CertDir(), "/server.key");
+  c = LoadTlsClientCredentials(mismatched, names);
+  ASSERT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("--etcd_tls_key file"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("--etcd_tls_cert file"), std::string::npos) << c.status();
+}
+
 // A registry stand-in answering ListGroups with one view.
 class FakeRegistry final : public v1::Registry::Service {
   grpc::Status ListGroups(grpc::ServerContext*, const v1::ListGroupsRequest*,

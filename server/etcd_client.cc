@@ -16,30 +16,94 @@ EtcdClient::EtcdClient(std::string endpoints, std::shared_ptr<grpc::Channel> cha
       lease_(etcdserverpb::Lease::NewStub(channel_)),
       watch_(etcdserverpb::Watch::NewStub(channel_)) {}
 
+namespace {
+
+// The host of "host:port" or "[v6]:port".
+std::string HostOf(const std::string& endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  std::string host = colon == std::string::npos ? endpoint : endpoint.substr(0, colon);
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+// What to check when the first call to etcd failed, by how it was dialed.
+std::string ConnectHint(bool tls) {
+  if (!tls) {
+    return "check that etcd runs and listens there (etcd --listen-client-urls http://HOST:2379 "
+           "--advertise-client-urls http://HOST:2379), or pass the right --etcd_endpoints; if "
+           "etcd serves TLS (https:// client URLs), dial it with TLS: --etcd_tls_ca=CA (and "
+           "--etcd_tls_cert/--etcd_tls_key when etcd runs with --client-cert-auth)";
+  }
+  return "check that etcd runs and serves TLS there (etcd --listen-client-urls https://HOST:2379 "
+         "--cert-file --key-file), that --etcd_tls_ca is the CA that issued etcd's certificate "
+         "and that the certificate names the host dialed, and, if etcd runs with "
+         "--client-cert-auth, that --etcd_tls_cert/--etcd_tls_key are a pair issued by the CA in "
+         "etcd's --trusted-ca-file (etcd's log says which side refused the handshake); or pass "
+         "the right --etcd_endpoints";
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
-    const std::vector<std::string>& endpoints, absl::Duration rpc_timeout) {
+    const std::vector<std::string>& endpoints, absl::Duration rpc_timeout,
+    const ClientCredentials& credentials) {
   if (endpoints.empty()) {
     return absl::InvalidArgumentError("no etcd endpoint given (e.g. --etcd_endpoints=host:2379)");
   }
   std::vector<std::string> stripped;
+  std::string http, https;  // the first endpoint written with each scheme
   for (const std::string& e : endpoints) {
     std::string s = e;
-    for (const char* scheme : {"http://", "https://"}) {
-      if (absl::StartsWith(s, scheme)) s = s.substr(std::string(scheme).size());
-    }
     if (absl::StartsWith(e, "https://")) {
+      s = e.substr(std::string("https://").size());
+      if (https.empty()) https = e;
+    } else if (absl::StartsWith(e, "http://")) {
+      s = e.substr(std::string("http://").size());
+      if (http.empty()) http = e;
+    }
+    while (absl::EndsWith(s, "/")) s.pop_back();
+    if (s.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("etcd endpoint ", e, ": TLS to etcd is not supported; use http://"));
+          absl::StrCat("etcd endpoint '", e, "' has no host:port (e.g. https://10.0.0.5:2379)"));
     }
     stripped.push_back(s);
   }
+  if (!http.empty() && !https.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "etcd endpoints mix plaintext (", http, ") and TLS (", https,
+        "); one connection to etcd is either: use TLS (https://) or plaintext for every endpoint"));
+  }
+  if (!http.empty() && credentials.tls()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "etcd endpoint ", http,
+        " is plaintext, but TLS credentials for etcd were given (--etcd_tls_ca, --etcd_tls_cert, "
+        "--etcd_tls_key): write https://HOST:PORT (or plain HOST:PORT) to use TLS, or drop "
+        "the --etcd_tls_* flags"));
+  }
+  ClientCredentials creds = credentials;
+  if (!https.empty() && !creds.tls()) {
+    // https:// without a CA: verify etcd against the system's roots.
+    creds.credentials = grpc::SslCredentials(grpc::SslCredentialsOptions());
+    if (creds.credentials == nullptr) {
+      return absl::InternalError("gRPC refused the TLS client credentials for etcd");
+    }
+  }
   const std::string joined = absl::StrJoin(stripped, ",");
   // gRPC's ipv4: scheme takes several addresses and fails over between them.
+  // Its authority is the whole list, which no certificate names: verify every
+  // member's certificate against the first endpoint's host instead.
   const std::string target = stripped.size() == 1 ? stripped[0] : absl::StrCat("ipv4:", joined);
-  auto client =
-      std::unique_ptr<EtcdClient>(new EtcdClient(joined, MakeChannel(target), rpc_timeout));
+  if (creds.tls() && stripped.size() > 1 && creds.server_name.empty()) {
+    creds.server_name = HostOf(stripped[0]);
+  }
+  auto client = std::unique_ptr<EtcdClient>(
+      new EtcdClient(creds.tls() ? absl::StrCat(joined, " (TLS)") : joined,
+                     MakeChannel(target, creds), rpc_timeout));
   // etcd may still be starting: wait for the channel up to the timeout, then
-  // ask it something.
+  // ask it something (a channel that failed to connect fails this at once,
+  // with the reason).
   client->channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + rpc_timeout));
   etcdserverpb::RangeRequest probe;
   probe.set_key("/");
@@ -47,10 +111,8 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(
   auto r = client->Range(probe);
   if (!r.ok()) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot reach etcd at ", joined, " within ", absl::FormatDuration(rpc_timeout), " (",
-        r.status().message(),
-        "); check that etcd runs and listens there (etcd --listen-client-urls http://HOST:2379 "
-        "--advertise-client-urls http://HOST:2379), or pass the right --etcd_endpoints"));
+        "cannot reach etcd at ", client->endpoints_, " within ", absl::FormatDuration(rpc_timeout),
+        " (", r.status().message(), "); ", ConnectHint(creds.tls())));
   }
   return client;
 }

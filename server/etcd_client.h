@@ -7,6 +7,8 @@
 //
 // Example:
 //   auto etcd = EtcdClient::Connect({"127.0.0.1:2379"}, absl::Seconds(5));
+//   // or over TLS: EtcdClient::Connect({"https://10.0.0.5:2379"}, timeout,
+//   //                                  *LoadTlsClientCredentials(files, names));
 //   etcdserverpb::RangeRequest req;
 //   req.set_key("/tessel/");
 //   req.set_range_end(EtcdClient::PrefixEnd("/tessel/"));
@@ -23,17 +25,26 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/etcd/rpc.grpc.pb.h"
+#include "rpc/tls.h"
 
 namespace tessel {
 
 class EtcdClient {
  public:
   // Builds the channel and checks that etcd answers within `rpc_timeout`.
-  // `endpoints` are host:port of etcd's client URL; several are tried in
-  // turn by gRPC (they must then be IP literals). Unavailable, with what to
-  // do, if none answers.
+  // `endpoints` are host:port of etcd's client URLs, optionally with a
+  // scheme; several are tried in turn by gRPC (they must then be IP
+  // literals). TLS when `credentials` carry it (LoadTlsClientCredentials:
+  // a CA, and a client certificate for etcd's --client-cert-auth) or an
+  // endpoint is https:// (without credentials: verified against the
+  // system's roots); "http://" is plaintext and refuses TLS credentials;
+  // schemes must not be mixed (InvalidArgument). With several endpoints over
+  // TLS every member's certificate must name the first endpoint's host
+  // (unless credentials.server_name says otherwise). Unavailable, with what
+  // to do, if none answers (also for a refused TLS handshake).
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(
-      const std::vector<std::string>& endpoints, absl::Duration rpc_timeout);
+      const std::vector<std::string>& endpoints, absl::Duration rpc_timeout,
+      const ClientCredentials& credentials = {});
 
   // The smallest key greater than every key starting with `prefix`.
   static std::string PrefixEnd(const std::string& prefix);
@@ -64,7 +75,7 @@ class EtcdClient {
              absl::Duration rpc_timeout);
   absl::Status Error(const grpc::Status& s, const char* what) const;
 
-  const std::string endpoints_;  // for messages
+  const std::string endpoints_;  // for messages ("host:port,... (TLS)")
   const absl::Duration rpc_timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<etcdserverpb::KV::Stub> kv_;

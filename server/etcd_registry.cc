@@ -76,7 +76,7 @@ absl::StatusOr<std::unique_ptr<EtcdRegistry>> EtcdRegistry::Connect(EtcdRegistry
   if (options.prefix.empty()) {
     return absl::InvalidArgumentError("etcd key prefix must not be empty or '/' (e.g. /tessel)");
   }
-  auto etcd = EtcdClient::Connect(options.endpoints, options.rpc_timeout);
+  auto etcd = EtcdClient::Connect(options.endpoints, options.rpc_timeout, options.credentials);
   if (!etcd.ok()) return etcd.status();
   auto registry =
       std::unique_ptr<EtcdRegistry>(new EtcdRegistry(std::move(options), std::move(*etcd)));

@@ -62,6 +62,9 @@ struct EtcdRegistryOptions {
   std::string prefix = "/tessel";
   absl::Duration default_ttl = absl::Seconds(3);
   absl::Duration rpc_timeout = absl::Seconds(5);  // deadline of every etcd call
+  // TLS to etcd (rpc/tls.h LoadTlsClientCredentials); default plaintext,
+  // unless an endpoint is https:// (EtcdClient::Connect).
+  ClientCredentials credentials = {};
 };
 
 class EtcdRegistry final : public Registry {

@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "core/log.h"
 #include "rpc/auth.h"
@@ -30,10 +31,19 @@ ABSL_FLAG(std::string, backend, "memory",
           "where membership lives: 'memory' (this process; lost on exit) or 'etcd' (durable, "
           "shared by several registry processes)");
 ABSL_FLAG(std::string, etcd_endpoints, "127.0.0.1:2379",
-          "with --backend=etcd: comma-separated host:port of etcd client URLs");
+          "with --backend=etcd: comma-separated host:port of etcd client URLs; https://host:port "
+          "means TLS, http://host:port plaintext");
 ABSL_FLAG(std::string, etcd_prefix, "/tessel",
           "with --backend=etcd: key prefix of this deployment's state in etcd");
 ABSL_FLAG(int, etcd_timeout_ms, 5000, "with --backend=etcd: deadline of every etcd call");
+ABSL_FLAG(std::string, etcd_tls_ca, "",
+          "with --backend=etcd: PEM CA that issued etcd's server certificate; dials etcd over "
+          "TLS and verifies it (https:// endpoints without this flag trust the system's roots)");
+ABSL_FLAG(std::string, etcd_tls_cert, "",
+          "with --backend=etcd: PEM client certificate to present to etcd (for etcd's "
+          "--client-cert-auth); needs --etcd_tls_key");
+ABSL_FLAG(std::string, etcd_tls_key, "",
+          "with --backend=etcd: the unencrypted PEM private key of --etcd_tls_cert");
 ABSL_FLAG(int, health_check_period_ms, 2000,
           "ask every member with a gRPC address grpc.health.v1 Check this often (0 = never)");
 ABSL_FLAG(int, health_check_timeout_ms, 1000, "deadline of one health check");
@@ -54,16 +64,33 @@ int main(int argc, char** argv) {
       "Usage:\n"
       "  tessel-registry --listen=127.0.0.1:7070 [--lease_ttl_ms=3000]\n"
       "  tessel-registry --backend=etcd --etcd_endpoints=10.0.0.5:2379,10.0.0.6:2379 \\\n"
-      "      --etcd_prefix=/tessel\n\n"
+      "      --etcd_prefix=/tessel\n"
+      "  tessel-registry --backend=etcd --etcd_endpoints=https://10.0.0.5:2379 \\\n"
+      "      --etcd_tls_ca=etcd-ca.crt [--etcd_tls_cert=C --etcd_tls_key=K]\n\n"
       "With --backend=memory (default) membership and epochs live in this process and\n"
       "start again from zero when it restarts. With --backend=etcd they live in etcd\n"
       "under --etcd_prefix: members are keys bound to etcd leases (heartbeats are lease\n"
       "keepalives), epochs never go backwards across registry restarts, and several\n"
       "registry processes may serve the same prefix. See docs/operations.md.\n\n"
+      "etcd over TLS: --etcd_tls_ca (or an https:// endpoint; without --etcd_tls_ca the\n"
+      "system's roots verify etcd) turns TLS on; --etcd_tls_cert/--etcd_tls_key (together)\n"
+      "add a client certificate for etcd's --client-cert-auth. They are separate from\n"
+      "--tls_*, which secure this registry's own service.\n\n"
       "Security: --tls_ca/--tls_cert/--tls_key serve mutual TLS (health checks use the\n"
       "same certificates); --admin_token_file gates ListGroups (docs/operations.md).");
   absl::ParseCommandLine(argc, argv);
   tessel::SetLogLabel("registry");
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  tessel::TlsOptions etcd_tls;
+  etcd_tls.ca_file = absl::GetFlag(FLAGS_etcd_tls_ca);
+  etcd_tls.cert_file = absl::GetFlag(FLAGS_etcd_tls_cert);
+  etcd_tls.key_file = absl::GetFlag(FLAGS_etcd_tls_key);
+  if (etcd_tls.enabled() && backend != "etcd") {
+    std::cerr << "tessel-registry: --etcd_tls_ca, --etcd_tls_cert and --etcd_tls_key secure the "
+                 "connection to etcd and need --backend=etcd (for this registry's own service "
+                 "use --tls_ca, --tls_cert and --tls_key)\n";
+    return 2;
+  }
   tessel::AdminAuthOptions auth;
   auth.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
   if (!absl::GetFlag(FLAGS_admin_token_file).empty()) {
@@ -82,7 +109,6 @@ int main(int argc, char** argv) {
   const absl::Duration ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
 
   std::unique_ptr<tessel::Registry> registry;
-  const std::string backend = absl::GetFlag(FLAGS_backend);
   if (backend == "memory") {
     registry = std::make_unique<tessel::MemoryRegistry>(ttl);
   } else if (backend == "etcd") {
@@ -92,14 +118,26 @@ int main(int argc, char** argv) {
     options.prefix = absl::GetFlag(FLAGS_etcd_prefix);
     options.default_ttl = ttl;
     options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_etcd_timeout_ms));
+    if (etcd_tls.enabled()) {
+      auto etcd_credentials = tessel::LoadTlsClientCredentials(
+          etcd_tls, {.ca = "--etcd_tls_ca", .cert = "--etcd_tls_cert", .key = "--etcd_tls_key"});
+      if (!etcd_credentials.ok()) {
+        std::cerr << "tessel-registry: " << etcd_credentials.status().message() << "\n";
+        return 2;
+      }
+      options.credentials = *etcd_credentials;
+    }
     auto etcd = tessel::EtcdRegistry::Connect(options);
     if (!etcd.ok()) {
       std::cerr << "tessel-registry: " << etcd.status().message() << "\n";
-      return 1;
+      // A contradictory configuration is a usage error; etcd not answering is not.
+      return etcd.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
     }
     registry = std::move(*etcd);
-    TESSEL_LOG(INFO) << "membership in etcd at " << absl::GetFlag(FLAGS_etcd_endpoints) << " under "
-                     << options.prefix;
+    const bool tls =
+        etcd_tls.enabled() || absl::StrContains(absl::GetFlag(FLAGS_etcd_endpoints), "https://");
+    TESSEL_LOG(INFO) << "membership in etcd at " << absl::GetFlag(FLAGS_etcd_endpoints)
+                     << (tls ? " over TLS" : " (plaintext)") << " under " << options.prefix;
   } else {
     std::cerr << "tessel-registry: --backend must be 'memory' or 'etcd', got '" << backend << "'\n";
     return 2;
