@@ -64,6 +64,23 @@ ABSL_FLAG(int, sync_grads_every, 0,
           "every N steps, query each partition's data-parallel mean gradient "
           "(Worker::SynchronizeGradients) before the step and print rank 0's norm; "
           "the training itself is unchanged (0 = never)");
+ABSL_FLAG(int, checkpoint_every_steps, 0,
+          "worker mode: every partition job checkpoints at each multiple of N steps (servers "
+          "need --checkpoint_dir); needed for --recover (0 = never)");
+ABSL_FLAG(bool, checkpoint_initial, false,
+          "worker mode: also checkpoint step 0, so a failure before the first checkpoint can "
+          "recover");
+ABSL_FLAG(int, keep_checkpoints, 3,
+          "worker mode: checkpoints each partition job keeps (>= 3 with --recover: partitions "
+          "roll back to a step all of them have complete)");
+ABSL_FLAG(bool, recover, true,
+          "worker mode: when a shard server dies, wait for it to come back and roll every "
+          "partition back to the newest checkpoint complete in all of them, then go on "
+          "(needs --checkpoint_every_steps); a lost worker process is not replaced: restart "
+          "the job");
+ABSL_FLAG(int, recovery_timeout_s, 60,
+          "worker mode: how long a recovery waits for the lost shard server");
+ABSL_FLAG(int, lease_ttl_ms, 3000, "worker mode: registry lease of this process's memberships");
 ABSL_FLAG(bool, local, false,
           "launcher: start a local cluster (--servers shard servers, embedded registry), run "
           "dp*tp*pp worker processes and compare with single-process training");
@@ -193,19 +210,37 @@ absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp&
   const int log_every = LogEvery(steps);
   absl::Time window = absl::Now();
   int window_steps = 0;
+  // A shard server died: every process rolls back to a common checkpoint
+  // (HybridSession::Recover) and the loop goes on from there; batch k is a
+  // function of k, so the rerun is the run that would have happened.
+  auto recovered = [&](absl::Status s, int64_t* k) {
+    s = hs.Recover(s);
+    if (s.ok()) {
+      *k = worker.step() - 1;
+      window = absl::Now();
+      window_steps = 0;
+    }
+    return s;
+  };
   for (int64_t k = worker.step(); k < steps; ++k) {
     tessel::model::Dataset b = job.Batch(k, me.d, config.dp);
     if (half) tessel::HalfToFloat(*half, worker.half_params().data(), work_params.data(), n);
     absl::Span<const float> params = half ? absl::MakeConstSpan(work_params) : worker.params();
     absl::Span<float> grads = half ? absl::MakeSpan(work_grads) : worker.grads();
     auto loss = stage.Step(k, params, b.x.data(), b.y.data(), batch, grads, ready);
-    if (!loss.ok()) return loss.status();
+    if (!loss.ok()) {
+      if (absl::Status r = recovered(loss.status(), &k); !r.ok()) return r;
+      continue;
+    }
     const int sync_every = absl::GetFlag(FLAGS_sync_grads_every);
     if (sync_every > 0 && (k + 1) % sync_every == 0) {
       // The seeds' hybrid optimizer throws here; each partition's job is the
       // data-parallel sub-group, so the query is that job's mean.
       auto mean = worker.SynchronizeGradients();
-      if (!mean.ok()) return mean.status();
+      if (!mean.ok()) {
+        if (absl::Status r = recovered(mean.status(), &k); !r.ok()) return r;
+        continue;
+      }
       double sq = 0;
       for (float g : *mean) sq += static_cast<double>(g) * g;
       if (rank == 0) {
@@ -217,14 +252,20 @@ absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp&
       }
     }
     absl::Status s = worker.Step();
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      if (absl::Status r = recovered(s, &k); !r.ok()) return r;
+      continue;
+    }
     ++window_steps;
     if (in_loss_group && ((k + 1) % log_every == 0 || k + 1 == steps)) {
       std::vector<float> sum = {loss_rank ? *loss : 0.0f};
       s = hs.peers().AllReduceSum(loss_group,
                                   tessel::HybridTag(tessel::HybridMessage::kLoss, k, 0, 0),
                                   absl::MakeSpan(sum), absl::StrCat("the loss of step ", k));
-      if (!s.ok()) return s;
+      if (!s.ok()) {
+        if (absl::Status r = recovered(s, &k); !r.ok()) return r;
+        continue;
+      }
       if (rank == 0) {
         const double secs = absl::ToDoubleSeconds(absl::Now() - window);
         std::printf("step %5lld/%d  loss %.4f  %.2f ms/step\n", static_cast<long long>(k + 1),
@@ -282,7 +323,12 @@ absl::Status ReplayLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp
       tessel::FloatToHalf(*half, mean.data(), worker.half_grads().data(), mean.size());
     }
     absl::Status s = worker.Step();
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      s = hs.Recover(s);  // a shard server died: every partition rolls back together
+      if (!s.ok()) return s;
+      k = worker.step() - 1;
+      continue;
+    }
     if (hs.rank() == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
       std::printf("step %5lld/%d replayed\n", static_cast<long long>(k + 1), steps);
       std::fflush(stdout);
@@ -353,6 +399,12 @@ int RunWorker() {
   o.worker.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
   o.worker.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   o.worker.tls = tessel::TlsOptionsFromFlags();
+  o.worker.checkpoint.set_every_steps(absl::GetFlag(FLAGS_checkpoint_every_steps));
+  o.worker.checkpoint.set_initial(absl::GetFlag(FLAGS_checkpoint_initial));
+  o.worker.checkpoint.set_keep_last(absl::GetFlag(FLAGS_keep_checkpoints));
+  o.worker.recovery = absl::GetFlag(FLAGS_recover);
+  o.worker.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
+  o.worker.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
   o.config = config;
   o.fingerprint = Fingerprint(*mlp, steps);
   auto session = tessel::HybridSession::Connect(o);
@@ -415,6 +467,14 @@ int RunLocal() {
   if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"), 2);
   const int servers = absl::GetFlag(FLAGS_servers);
   if (servers < 1) return Fail(absl::InvalidArgumentError("--servers must be >= 1"), 2);
+  if (absl::GetFlag(FLAGS_checkpoint_every_steps) != 0 || absl::GetFlag(FLAGS_checkpoint_initial)) {
+    return Fail(absl::InvalidArgumentError(
+                    "--checkpoint_every_steps/--checkpoint_initial are for worker mode: --local "
+                    "starts its shard servers without a checkpoint directory. Run the registry, "
+                    "tessel-server --checkpoint_dir=DIR and the processes yourself "
+                    "(docs/hybrid.md, Recovery)"),
+                2);
+  }
   const std::string out_flag = absl::GetFlag(FLAGS_out);
   if (replay) {
     // Every input is checked before anything starts: bad input changes nothing.

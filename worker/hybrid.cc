@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/log.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -255,6 +258,12 @@ absl::Status HybridSession::CheckSameConfig() {
 }
 
 absl::Status HybridSession::MeshHealth() {
+  // A shard server that left or came back ends worker-to-worker waits too:
+  // a process whose step went through may wait for one whose step failed.
+  if (options_.worker.recovery && !recovering_ && worker_ != nullptr) {
+    absl::Status servers = worker_->CheckServers();
+    if (!servers.ok()) return servers;
+  }
   absl::Status lease = registry_->lease_status();
   if (!lease.ok()) {
     return absl::AbortedError(absl::StrCat("job '", options_.worker.job, "' ", Describe(),
@@ -278,6 +287,87 @@ absl::Status HybridSession::MeshHealth() {
           : absl::StrCat(absl::StrJoin(gone, ", "), " left the mesh or stopped heartbeating"),
       " (group '", group, "' epoch ", mesh_epoch_, " -> ", now,
       "); the step cannot complete: restart the job"));
+}
+
+absl::Status HybridSession::Recover(const absl::Status& why) {
+  if (!options_.worker.recovery || !Worker::IsRecoverable(why) || worker_ == nullptr) return why;
+  const absl::Time start = absl::Now();
+  const int64_t from = worker_->step();
+  const int world = options_.worker.world_size;
+  const std::string where = absl::StrCat("job '", options_.worker.job, "' ", Describe());
+  TESSEL_LOG(WARNING) << where << ": " << why.message() << "; recovering";
+  recovering_ = true;
+  struct Done {
+    bool* flag;
+    ~Done() { *flag = false; }
+  } done{&recovering_};
+  // 1. A new generation: from here on, nothing of the abandoned step is
+  // received. Meeting every process also means each has stopped its step.
+  peers_->Reset(peers_->generation() + 1);
+  std::vector<int> all(world);
+  for (int r = 0; r < world; ++r) all[r] = r;
+  absl::Status s = peers_->Barrier(all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
+                                   "the recovery barrier (every process stopped its step)");
+  if (!s.ok()) return s;
+  // 2. The newest step every partition job has a complete checkpoint of:
+  // each process sends its partition's list, rank 0 intersects and answers.
+  absl::StatusOr<std::vector<int64_t>> mine = worker_->CompleteCheckpointSteps();
+  const std::string listed = mine.ok() ? absl::StrJoin(*mine, ",") : std::string("!");
+  const uint64_t list_tag = HybridTag(HybridMessage::kRecovery, 0, 0, 1);
+  const uint64_t step_tag = HybridTag(HybridMessage::kRecovery, 0, 0, 2);
+  std::string chosen;
+  if (rank() == 0) {
+    std::vector<int64_t> common = mine.ok() ? *mine : std::vector<int64_t>();
+    std::string why_none = mine.ok() ? std::string() : std::string(mine.status().message());
+    for (int r = 1; r < world; ++r) {
+      absl::StatusOr<std::vector<float>> theirs =
+          peers_->Recv(r, list_tag, "its partition's checkpoint list");
+      if (!theirs.ok()) return theirs.status();
+      const std::string text = FloatsToText(*theirs);
+      std::vector<int64_t> steps;
+      for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+        int64_t v = 0;
+        if (absl::SimpleAtoi(part, &v)) steps.push_back(v);
+      }
+      if (text == "!")
+        why_none = absl::StrCat(DescribeRank(options_.config, r),
+                                " could not list its partition's checkpoints");
+      std::vector<int64_t> both;
+      std::set_intersection(common.begin(), common.end(), steps.begin(), steps.end(),
+                            std::back_inserter(both));
+      common = std::move(both);
+    }
+    chosen = common.empty() ? absl::StrCat("none", why_none.empty() ? "" : ": ", why_none)
+                            : absl::StrCat(common.back());
+    for (int r = 1; r < world; ++r) {
+      s = peers_->Send(r, step_tag, TextToFloats(chosen));
+      if (!s.ok()) return s;
+    }
+  } else {
+    s = peers_->Send(0, list_tag, TextToFloats(listed));
+    if (!s.ok()) return s;
+    absl::StatusOr<std::vector<float>> got = peers_->Recv(0, step_tag, "the step to roll back to");
+    if (!got.ok()) return got.status();
+    chosen = FloatsToText(*got);
+  }
+  int64_t step = -1;
+  if (!absl::SimpleAtoi(chosen, &step)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": cannot recover: no step has a complete checkpoint in every partition job (",
+        chosen,
+        "). Recovery needs --checkpoint_every_steps and --checkpoint_initial, servers sharing "
+        "one --checkpoint_dir, and --keep_checkpoints >= 3"));
+  }
+  // 3. Every partition rolls back to it.
+  s = worker_->RecoverTo(step);
+  if (!s.ok()) return s;
+  TESSEL_LOG(WARNING) << where << ": recovered in "
+                      << absl::FormatDuration(
+                             absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+                      << ": every partition rolled back from step " << from
+                      << " to the checkpoint of step " << step << " (peer generation "
+                      << peers_->generation() << ")";
+  return absl::OkStatus();
 }
 
 absl::Status HybridSession::Finish() {

@@ -102,8 +102,9 @@ enum class HybridMessage : uint8_t {
   kBackwardSum = 4,     // tensor-parallel sum of a column-parallel layer's input gradient
   kCollect = 5,         // final parameters of a partition, to rank 0
   kBarrier = 6,
-  kConfig = 7,  // configuration check at start-up
-  kLoss = 8,    // data-parallel sum of the loss, for logging
+  kConfig = 7,    // configuration check at start-up
+  kLoss = 8,      // data-parallel sum of the loss, for logging
+  kRecovery = 9,  // HybridSession::Recover: barrier, checkpoint lists, the chosen step
 };
 
 // Tag layout (64 bits): kind (8) | step (32) | micro-batch (12) | index (12),
@@ -154,6 +155,21 @@ class HybridSession {
   // The partition's Worker: job PartitionJobName(job, p, t), rank d of dp.
   Worker& worker() { return *worker_; }
 
+  // Recovery (HybridOptions.worker.recovery, and checkpoints on the
+  // partition jobs): when a shard server dies, every process's step fails
+  // with a status Worker::IsRecoverable() accepts (in the partition job's
+  // Step(), or in a worker-to-worker wait, whose health check also watches
+  // the servers). Recover(why) then, on every process: starts a new peer
+  // generation (nothing of the abandoned step is ever received), meets every
+  // other process, agrees with them on the newest step whose checkpoint is
+  // complete in every partition job, and rolls its partition back to it
+  // (Worker::RecoverTo; each partition's replica 0 restores its shards).
+  // Afterwards worker().step() is that step, the same on every process: the
+  // training loop re-seeks its data there. A status that is not recoverable
+  // (a process left the mesh: a lost worker is not replaced in hybrid jobs)
+  // is returned as it is.
+  absl::Status Recover(const absl::Status& why);
+
   // Call after the last step: waits until every process got here (so nobody
   // leaves while a peer still needs its messages) and every send has left.
   // (From here on a member leaving the mesh is normal, so the membership
@@ -173,6 +189,9 @@ class HybridSession {
   const RankCoords coords_;
   std::unique_ptr<RegistryClient> registry_;  // keeps the mesh membership's lease
   int64_t mesh_epoch_ = 0;                    // the mesh group's epoch once complete
+  // In Recover(): the servers are expected to change, so the health check
+  // does not look at them.
+  bool recovering_ = false;
   std::unique_ptr<PeerGroup> peers_;
   std::unique_ptr<Worker> worker_;
 };

@@ -20,6 +20,7 @@ constexpr size_t kHeaderBytes = 40;
 struct MessageHeader {
   uint64_t group_id = 0;
   int32_t from = 0;
+  uint32_t generation = 0;  // PeerGroup::Reset
   uint64_t tag = 0;
   uint64_t payload_bytes = 0;
 };
@@ -28,13 +29,12 @@ struct MessageHeader {
 std::vector<uint8_t> Encode(const MessageHeader& h) {
   std::vector<uint8_t> out(kHeaderBytes, 0);
   const uint16_t flags = 0;
-  const uint32_t reserved = 0;
   std::memcpy(&out[0], &kMagic, 4);
   std::memcpy(&out[4], &kVersion, 2);
   std::memcpy(&out[6], &flags, 2);
   std::memcpy(&out[8], &h.group_id, 8);
   std::memcpy(&out[16], &h.from, 4);
-  std::memcpy(&out[20], &reserved, 4);
+  std::memcpy(&out[20], &h.generation, 4);
   std::memcpy(&out[24], &h.tag, 8);
   std::memcpy(&out[32], &h.payload_bytes, 8);
   return out;
@@ -57,9 +57,19 @@ absl::StatusOr<MessageHeader> Decode(absl::Span<const uint8_t> bytes) {
   MessageHeader h;
   std::memcpy(&h.group_id, &bytes[8], 8);
   std::memcpy(&h.from, &bytes[16], 4);
+  std::memcpy(&h.generation, &bytes[20], 4);
   std::memcpy(&h.tag, &bytes[24], 8);
   std::memcpy(&h.payload_bytes, &bytes[32], 8);
   return h;
+}
+
+// `s` with `context` appended to its message, payloads kept (they carry,
+// e.g., that a failure is recoverable).
+absl::Status WithContext(const absl::Status& s, absl::string_view context) {
+  absl::Status out(s.code(), absl::StrCat(s.message(), context));
+  s.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 // FNV-1a: a stable hash of the group name, the same in every process.
@@ -156,8 +166,9 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
                         << in.payload_bytes;
     return Accept{};
   }
-  const Key key{h->from, h->tag};
+  const Key key{h->from, h->generation, h->tag};
   absl::MutexLock lock(&mu_);
+  if (h->generation < generation_) return Accept{};  // sent before a Reset: dropped
   if (inbox_.contains(key)) {
     if (error_.ok()) {
       error_ = absl::InternalError(
@@ -174,6 +185,10 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
                   absl::MutexLock lock(&mu_);
                   auto it = inbox_.find(key);
                   if (it == inbox_.end()) return;
+                  if (key.generation < generation_) {  // Reset while it was landing
+                    inbox_.erase(it);
+                    return;
+                  }
                   if (!s.ok()) {
                     inbox_.erase(it);
                     if (error_.ok()) {
@@ -204,11 +219,12 @@ absl::Status PeerGroup::Send(int peer, uint64_t tag, std::vector<float> data) {
   h.from = rank_;
   h.tag = tag;
   h.payload_bytes = buffer->size() * sizeof(float);
-  const std::vector<uint8_t> header = Encode(h);
   {
     absl::MutexLock lock(&mu_);
+    h.generation = generation_;
     ++outstanding_sends_;
   }
+  const std::vector<uint8_t> header = Encode(h);
   transport_->Send(*to, absl::MakeConstSpan(header), buffer->data(), h.payload_bytes,
                    [this, buffer, peer, tag](absl::Status s) {
                      absl::MutexLock lock(&mu_);
@@ -248,7 +264,11 @@ absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl:
     return absl::InvalidArgumentError(
         absl::StrCat(Where(), ": cannot receive from rank ", peer, " (group of ", size_, ")"));
   }
-  const Key key{peer, tag};
+  Key key{peer, 0, tag};
+  {
+    absl::MutexLock lock(&mu_);
+    key.generation = generation_;
+  }
   AwaitOrFail([this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = inbox_.find(key);
     return it != inbox_.end() && it->second.complete;
@@ -266,8 +286,8 @@ absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl:
     return data;
   }
   if (!error_.ok()) {
-    return absl::Status(error_.code(), absl::StrCat(error_.message(), " (while waiting for ", what,
-                                                    " from ", Describe(peer), ")"));
+    return WithContext(error_,
+                       absl::StrCat(" (while waiting for ", what, " from ", Describe(peer), ")"));
   }
   return absl::DeadlineExceededError(
       absl::StrCat(Where(), ": timed out after ", absl::FormatDuration(options_.timeout),
@@ -331,6 +351,24 @@ absl::Status PeerGroup::Flush() {
                                                     absl::FormatDuration(options_.timeout)));
   }
   return error_;
+}
+
+void PeerGroup::Reset(uint32_t generation) {
+  absl::MutexLock lock(&mu_);
+  if (generation <= generation_) return;
+  generation_ = generation;
+  error_ = absl::OkStatus();
+  // Messages of older generations are never received now. Those still
+  // landing keep their buffers until they complete (then they are dropped).
+  for (auto it = inbox_.begin(); it != inbox_.end();) {
+    auto here = it++;
+    if (here->first.generation < generation && here->second.complete) inbox_.erase(here);
+  }
+}
+
+uint32_t PeerGroup::generation() {
+  absl::MutexLock lock(&mu_);
+  return generation_;
 }
 
 void PeerGroup::Abort(absl::Status status) {

@@ -119,6 +119,16 @@ class PeerGroup {
   // dead). Idempotent: the first status wins.
   void Abort(absl::Status status);
 
+  // Starts `generation` (> the current one; otherwise nothing happens): the
+  // group's failure is cleared, messages are stamped with it and only
+  // messages of it are received; those of older generations, queued or
+  // still arriving, are dropped. For a recovery that restarts a step every
+  // member runs again: a message of the abandoned attempt can never be taken
+  // for one of the rerun (tags repeat). Every member must Reset to the same
+  // generation before sending anything of it. Generations start at 0.
+  void Reset(uint32_t generation);
+  uint32_t generation();
+
   // Installs (or, with nullptr, removes) the health check: blocked waits call
   // it every health_period, outside the group's lock; a non-OK status aborts
   // the group with that status. It may block briefly (e.g. one RPC).
@@ -130,13 +140,14 @@ class PeerGroup {
  private:
   struct Key {
     int from;
+    uint32_t generation;
     uint64_t tag;
     friend bool operator==(const Key& a, const Key& b) {
-      return a.from == b.from && a.tag == b.tag;
+      return a.from == b.from && a.generation == b.generation && a.tag == b.tag;
     }
     template <typename H>
     friend H AbslHashValue(H h, const Key& k) {
-      return H::combine(std::move(h), k.from, k.tag);
+      return H::combine(std::move(h), k.from, k.generation, k.tag);
     }
   };
   struct Slot {
@@ -163,6 +174,7 @@ class PeerGroup {
   absl::flat_hash_map<Key, Slot> inbox_ ABSL_GUARDED_BY(mu_);
   int64_t outstanding_sends_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  uint32_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const std::function<absl::Status()>> health_ ABSL_GUARDED_BY(mu_);
 };
 

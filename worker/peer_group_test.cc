@@ -247,6 +247,41 @@ TEST_P(PeerGroupTest, APassingHealthCheckLeavesWaitsAlone) {
   EXPECT_TRUE(g[0]->Flush().ok());
 }
 
+TEST_P(PeerGroupTest, ResetStartsAGenerationThatNeverSeesTheAbandonedOne) {
+  auto g = MakeGroup(2, absl::Milliseconds(300));
+  // An abandoned attempt: rank 0 sent tag 5, and rank 1's wait failed.
+  ASSERT_TRUE(g[0]->Send(1, 5, {1, 2, 3}).ok());
+  ASSERT_TRUE(g[0]->Flush().ok());
+  g[1]->Abort(absl::AbortedError("a shard server died"));
+  EXPECT_EQ(g[1]->Recv(0, 6, "anything").status().code(), absl::StatusCode::kAborted);
+  // Rank 0 resets first and sends generation 1's tag 5 before rank 1 resets:
+  // kept. The old tag 5 is dropped, and the failure is cleared.
+  g[0]->Reset(1);
+  EXPECT_EQ(g[0]->generation(), 1u);
+  ASSERT_TRUE(g[0]->Send(1, 5, {7, 8}).ok());
+  ASSERT_TRUE(g[0]->Flush().ok());
+  g[1]->Reset(1);
+  auto v = g[1]->Recv(0, 5, "the rerun's tag 5", 2);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, (std::vector<float>{7, 8}));
+  // Nothing else is waiting: the old message is gone, not queued behind it.
+  EXPECT_EQ(g[1]->Recv(0, 5, "a second tag 5").status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // A straggler of generation 0 arriving now is dropped too; going back is a no-op.
+  g[0]->Reset(0);
+  EXPECT_EQ(g[0]->generation(), 1u);
+}
+
+TEST_P(PeerGroupTest, FailuresKeepTheirPayloadsThroughWaits) {
+  auto g = MakeGroup(2, absl::Seconds(60));
+  absl::Status why = absl::AbortedError("a shard server was restarted");
+  why.SetPayload("type.tessel.dev/recoverable", absl::Cord("1"));
+  g[0]->Abort(why);
+  absl::Status s = g[0]->Recv(1, 1, "anything").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(s.GetPayload("type.tessel.dev/recoverable").has_value());
+}
+
 TEST_P(PeerGroupTest, RefusesMessagesOfAnotherGroupAndBadArguments) {
   if (!factory_) factory_ = GetParam().make();
   PeerGroupOptions a_opt, b_opt;

@@ -1142,6 +1142,40 @@ absl::Status Worker::Recover() {
   return RunRecovery(-1);
 }
 
+absl::Status Worker::RecoverTo(int64_t step) {
+  if (step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(), ": RecoverTo step ", step, " < 0"));
+  }
+  if (options_.strategy == v1::STRATEGY_DDP) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(), ": DDP writes no checkpoint to recover to; use Recover()"));
+  }
+  if (layout_ == nullptr) return absl::FailedPreconditionError("RecoverTo before RegisterLayout");
+  if (!options_.recovery) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(), ": recovery is off (WorkerOptions.recovery / --recover)"));
+  }
+  return RunRecovery(step);
+}
+
+absl::StatusOr<std::vector<int64_t>> Worker::CompleteCheckpointSteps() {
+  if (servers_.empty()) return absl::FailedPreconditionError(absl::StrCat(Where(), ": no servers"));
+  v1::JobRef ref;
+  ref.set_job(options_.job);
+  v1::ListCheckpointsResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  Authorize(&ctx);
+  absl::Status s = FromGrpc(servers_[0].stub->ListCheckpoints(&ctx, ref, &resp),
+                            absl::StrCat(Where(), ": listing the job's checkpoints"));
+  if (absl::IsNotFound(s)) return std::vector<int64_t>();
+  if (!s.ok()) return Recoverable(absl::UnavailableError(s.message()));
+  std::vector<int64_t> steps;
+  for (const v1::CheckpointInfo& c : resp.checkpoints()) steps.push_back(c.step());
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
 absl::Status Worker::RunRecovery(int64_t restore_step) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options_.recovery_timeout;

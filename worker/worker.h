@@ -231,6 +231,17 @@ class Worker {
   // params()/half_params() may point elsewhere afterwards: take them again.
   // A failure names the rank or shard that did not return.
   absl::Status Recover();
+  // Recover() to the checkpoint of `step` instead of the latest: for jobs
+  // that must roll back together (the partitions of a hybrid job agree on a
+  // step every one of them has complete; CompleteCheckpointSteps).
+  absl::Status RecoverTo(int64_t step);
+  // Steps of this job's complete checkpoints (manifest written), ascending.
+  absl::StatusOr<std::vector<int64_t>> CompleteCheckpointSteps();
+  // OK while every shard server this worker uses is registered at the
+  // address it knows; otherwise the status a failed step would carry
+  // (recoverable with recovery on): for waits outside Step(), e.g. a hybrid
+  // job's worker-to-worker messages.
+  absl::Status CheckServers() { return ServersChanged(); }
   int recoveries() const { return recoveries_; }
   // This worker's registry rank: options().rank at Create, kept when an
   // elastic recovery renumbers the data-parallel ranks.

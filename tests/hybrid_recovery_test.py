@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Hybrid DP x TP x PP jobs survive a shard server's death.
+
+Each scenario runs a hybrid job (real processes: a registry, 2 shard servers
+sharing a checkpoint directory, dp*tp*pp tessel-hybrid-train processes) twice:
+once clean, once with shard server 1 killed (-9) mid-training and restarted
+with the same --shard and --checkpoint_dir, as Kubernetes would. Every
+process must notice, roll its partition back to the newest step whose
+checkpoint is complete in every partition job, and go on; the final
+parameters (gathered by rank 0) must equal the clean run's bit for bit, and
+every process must report the same rollback step.
+
+Usage: hybrid_recovery_test.py REGISTRY SERVER HYBRID_TRAIN
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REGISTRY, SERVER, TRAIN = sys.argv[1:4]
+ROOT = tempfile.mkdtemp(prefix="hybrid-recovery-", dir=os.environ.get("TEST_TMPDIR"))
+LEASE_MS = 1500
+STEPS = 3000
+procs = []
+failures = []
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def spawn(args, out):
+    p = subprocess.Popen(args, stdout=open(out, "a"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    return p
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    procs.clear()
+
+
+def check(ok, what):
+    log(("ok    " if ok else "FAIL  ") + what)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def tail(path, n=10):
+    try:
+        with open(path, errors="replace") as f:
+            lines = [l for l in f if "UCX  WARN" not in l]
+        return lines[-n:]
+    except FileNotFoundError:
+        return []
+
+
+class Cluster:
+    def __init__(self, d):
+        self.d = d
+        os.makedirs(d)
+        port = os.path.join(d, "registry.port")
+        spawn([REGISTRY, "--listen=127.0.0.1:0", "--port_file=" + port,
+               "--lease_ttl_ms=%d" % LEASE_MS], os.path.join(d, "registry.log"))
+        for _ in range(100):
+            if os.path.exists(port) and open(port).read().strip():
+                break
+            time.sleep(0.05)
+        self.reg = open(port).read().strip()
+        self.ckdir = os.path.join(d, "checkpoints")
+        self.servers = {s: self.start_server(s) for s in range(2)}
+        time.sleep(0.5)
+
+    def start_server(self, s):
+        return spawn([SERVER, "--registry=" + self.reg, "--shard=%d" % s,
+                      "--ucx_tls=posix,sysv,self", "--lease_ttl_ms=%d" % LEASE_MS,
+                      "--checkpoint_dir=" + self.ckdir],
+                     os.path.join(self.d, "server%d.log" % s))
+
+    def start_job(self, job, shape, extra):
+        dp, tp, pp = shape
+        world = dp * tp * pp
+        self.logs = [os.path.join(self.d, "%s.rank%d.log" % (job, r)) for r in range(world)]
+        self.workers = [spawn([TRAIN, "--registry=" + self.reg, "--job=" + job, "--rank=%d" % r,
+                               "--world=%d" % world, "--dp=%d" % dp, "--tp=%d" % tp,
+                               "--pp=%d" % pp, "--servers=2", "--steps=%d" % STEPS,
+                               "--layers=16,64,64,4", "--batch=16", "--samples=1024",
+                               "--micro_batches=2", "--log_every=100",
+                               "--ucx_tls=posix,sysv,self", "--lease_ttl_ms=%d" % LEASE_MS,
+                               "--checkpoint_every_steps=25", "--checkpoint_initial",
+                               "--recovery_timeout_s=30", "--step_timeout_s=60",
+                               "--out=" + os.path.join(self.d, job + ".npy")] + extra,
+                              self.logs[r]) for r in range(world)]
+
+    def wait_job(self, timeout):
+        end = time.time() + timeout
+        rcs = []
+        for p in self.workers:
+            try:
+                rcs.append(p.wait(timeout=max(0.1, end - time.time())))
+            except subprocess.TimeoutExpired:
+                rcs.append("timeout")
+        return rcs
+
+    def show(self):
+        for f in sorted(os.listdir(self.d)):
+            if f.endswith(".log"):
+                log("    --- " + f)
+                for line in tail(os.path.join(self.d, f)):
+                    log("    " + line.rstrip()[:300])
+
+
+def complete_everywhere(ckdir, job, partitions, at_least):
+    """Every partition job has a complete checkpoint (manifest) of a step >= at_least."""
+    for part in partitions:
+        pdir = os.path.join(ckdir, "%s.%s" % (job, part))
+        steps = [int(n.split("-")[1]) for n in os.listdir(pdir)
+                 if n.startswith("step-") and os.path.exists(os.path.join(pdir, n, "MANIFEST.json"))
+                 ] if os.path.isdir(pdir) else []
+        if not steps or max(steps) < at_least:
+            return False
+    return True
+
+
+def scenario(name, shape, extra):
+    dp, tp, pp = shape
+    partitions = ["p%d.t%d" % (p, t) for p in range(pp) for t in range(tp)]
+    # The clean run has a cluster of its own: a server's checkpoint writer may
+    # still be busy with a finished job's backlog.
+    clean = Cluster(os.path.join(ROOT, name + "-clean"))
+    clean.start_job("clean", shape, extra)
+    rcs = clean.wait_job(180)
+    if not check(rcs == [0] * len(rcs), "%s: clean run finishes (exit codes %s)" % (name, rcs)):
+        clean.show()
+        cleanup()
+        return
+    reference = open(os.path.join(clean.d, "clean.npy"), "rb").read()
+    cleanup()
+    d = os.path.join(ROOT, name)
+    c = Cluster(d)
+    c.start_job("fault", shape, extra)
+    # Kill shard server 1 once training is well under way and every partition
+    # has a checkpoint to go back to.
+    def step_now():
+        done = re.findall(r"step +(\d+)/", "".join(tail(c.logs[0], 50)))
+        return int(done[-1]) if done else 0
+    end = time.time() + 60
+    while time.time() < end and not (step_now() >= 200 and
+                                     complete_everywhere(c.ckdir, "fault", partitions, 50)):
+        time.sleep(0.01)
+    if not check(all(p.poll() is None for p in c.workers) and step_now() < STEPS,
+                 "%s: the fault lands while training (at step %d of %d)" % (name, step_now(), STEPS)):
+        c.show()
+        cleanup()
+        return
+    t0 = time.time()
+    c.servers[1].send_signal(signal.SIGKILL)
+    c.servers[1].wait()
+    time.sleep(0.5)
+    c.servers[1] = c.start_server(1)
+    rcs = c.wait_job(180)
+    elapsed = time.time() - t0
+    ok = check(rcs == [0] * len(rcs),
+               "%s: every process recovers and finishes after kill -9 of shard server 1 "
+               "(exit codes %s, %.1f s after the kill)" % (name, rcs, elapsed))
+    steps = set()
+    for path in c.logs:
+        m = re.findall(r"every partition rolled back from step \d+ to the checkpoint of step (\d+)",
+                        open(path, errors="replace").read())
+        steps.add(m[-1] if m else None)
+    ok &= check(len(steps) == 1 and None not in steps,
+                "%s: every process rolled back to the same checkpoint (steps %s)" %
+                (name, sorted(str(s) for s in steps)))
+    same = (os.path.exists(os.path.join(d, "fault.npy")) and
+            open(os.path.join(d, "fault.npy"), "rb").read() == reference)
+    ok &= check(same, "%s: final parameters bitwise equal to the clean run" % name)
+    if not ok:
+        c.show()
+    cleanup()
+
+
+def main():
+    try:
+        # Two data-parallel replicas of a two-stage pipeline (zero2, fp32).
+        scenario("dp2-pp2", (2, 1, 2), [])
+        # Tensor parallelism and pipeline, zero1 in bf16.
+        scenario("tp2-pp2-bf16", (1, 2, 2), ["--strategy=zero1", "--precision=bf16"])
+    finally:
+        cleanup()
+    if failures:
+        log("FAIL: %d check(s) failed; logs under %s" % (len(failures), ROOT))
+        return 1
+    shutil.rmtree(ROOT, ignore_errors=True)
+    log("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
