@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Hybrid DP x TP x PP jobs survive a shard server's death.
+"""Hybrid DP x TP x PP jobs survive a shard server's death, and resume after
+a worker process's.
 
 Each scenario runs a hybrid job (real processes: a registry, 2 shard servers
 sharing a checkpoint directory, dp*tp*pp tessel-hybrid-train processes) twice:
@@ -8,7 +9,9 @@ with the same --shard and --checkpoint_dir, as Kubernetes would. Every
 process must notice, roll its partition back to the newest step whose
 checkpoint is complete in every partition job, and go on; the final
 parameters (gathered by rank 0) must equal the clean run's bit for bit, and
-every process must report the same rollback step.
+every process must report the same rollback step. When a worker process is
+killed instead, the others stop within a bounded time naming it, and the job
+restarted with --resume ends bitwise as the clean run.
 
 Usage: hybrid_recovery_test.py REGISTRY SERVER HYBRID_TRAIN
 """
@@ -134,6 +137,24 @@ def complete_everywhere(ckdir, job, partitions, at_least):
     return True
 
 
+def wait_for_training(name, c, job, partitions):
+    """Until training is well under way (step 200) and every partition has a
+    checkpoint to go back to; False (a failed check) if the job ended first."""
+    def step_now():
+        done = re.findall(r"step +(\d+)/", "".join(tail(c.logs[0], 50)))
+        return int(done[-1]) if done else 0
+    end = time.time() + 60
+    while time.time() < end and not (step_now() >= 200 and
+                                     complete_everywhere(c.ckdir, job, partitions, 50)):
+        time.sleep(0.01)
+    if check(all(p.poll() is None for p in c.workers) and step_now() < STEPS,
+             "%s: the fault lands while training (at step %d of %d)" % (name, step_now(), STEPS)):
+        return True
+    c.show()
+    cleanup()
+    return False
+
+
 def scenario(name, shape, extra):
     dp, tp, pp = shape
     partitions = ["p%d.t%d" % (p, t) for p in range(pp) for t in range(tp)]
@@ -153,17 +174,7 @@ def scenario(name, shape, extra):
     c.start_job("fault", shape, extra)
     # Kill shard server 1 once training is well under way and every partition
     # has a checkpoint to go back to.
-    def step_now():
-        done = re.findall(r"step +(\d+)/", "".join(tail(c.logs[0], 50)))
-        return int(done[-1]) if done else 0
-    end = time.time() + 60
-    while time.time() < end and not (step_now() >= 200 and
-                                     complete_everywhere(c.ckdir, "fault", partitions, 50)):
-        time.sleep(0.01)
-    if not check(all(p.poll() is None for p in c.workers) and step_now() < STEPS,
-                 "%s: the fault lands while training (at step %d of %d)" % (name, step_now(), STEPS)):
-        c.show()
-        cleanup()
+    if not wait_for_training(name, c, "fault", partitions):
         return
     t0 = time.time()
     c.servers[1].send_signal(signal.SIGKILL)
@@ -191,12 +202,68 @@ def scenario(name, shape, extra):
     cleanup()
 
 
+def worker_death(name, shape, extra):
+    """A hybrid job does not replace a lost process: the others stop within a
+    bounded time naming it, and the job restarted with --resume goes on from
+    the newest checkpoint complete in every partition, bitwise."""
+    dp, tp, pp = shape
+    partitions = ["p%d.t%d" % (p, t) for p in range(pp) for t in range(tp)]
+    clean = Cluster(os.path.join(ROOT, name + "-clean"))
+    clean.start_job("job", shape, extra)
+    rcs = clean.wait_job(180)
+    if not check(rcs == [0] * len(rcs), "%s: clean run finishes (exit codes %s)" % (name, rcs)):
+        clean.show()
+        cleanup()
+        return
+    reference = open(os.path.join(clean.d, "job.npy"), "rb").read()
+    cleanup()
+    d = os.path.join(ROOT, name)
+    c = Cluster(d)
+    c.start_job("job", shape, extra)
+    if not wait_for_training(name, c, "job", partitions):
+        return
+    t0 = time.time()
+    c.workers[1].send_signal(signal.SIGKILL)
+    rcs = c.wait_job(60)
+    elapsed = time.time() - t0
+    others = [rc for r, rc in enumerate(rcs) if r != 1]
+    ok = check(all(rc not in (0, "timeout") for rc in others) and elapsed < 30,
+               "%s: the other processes stop, non-zero, %.1f s after kill -9 of rank 1 (exit "
+               "codes %s)" % (name, elapsed, rcs))
+    named = all("rank 1 (" in "".join(tail(c.logs[r], 30)) and "--resume" in
+                "".join(tail(c.logs[r], 30)) for r in range(len(rcs)) if r != 1)
+    ok &= check(named, "%s: each names rank 1 and says to restart with --resume" % name)
+    for log_path in c.logs:
+        os.rename(log_path, log_path + ".first")
+    time.sleep(LEASE_MS / 1000.0 + 0.5)  # rank 1's membership lapses
+    c.start_job("job", shape, extra + ["--resume"])
+    rcs = c.wait_job(180)
+    ok &= check(rcs == [0] * len(rcs), "%s: the job restarted with --resume finishes (exit codes "
+                "%s)" % (name, rcs))
+    steps = set()
+    for path in c.logs:
+        m = re.findall(r"every partition resumes from the checkpoint of step (\d+)",
+                       open(path, errors="replace").read())
+        steps.add(m[-1] if m else None)
+    ok &= check(len(steps) == 1 and None not in steps,
+                "%s: every process resumed from the same checkpoint (steps %s)" %
+                (name, sorted(str(x) for x in steps)))
+    same = (os.path.exists(os.path.join(d, "job.npy")) and
+            open(os.path.join(d, "job.npy"), "rb").read() == reference)
+    ok &= check(same, "%s: final parameters bitwise equal to the clean run" % name)
+    if not ok:
+        c.show()
+    cleanup()
+
+
 def main():
     try:
         # Two data-parallel replicas of a two-stage pipeline (zero2, fp32).
         scenario("dp2-pp2", (2, 1, 2), [])
         # Tensor parallelism and pipeline, zero1 in bf16.
         scenario("tp2-pp2-bf16", (1, 2, 2), ["--strategy=zero1", "--precision=bf16"])
+        # A worker process dies: the job stops, and resumes when restarted.
+        worker_death("dp2-pp2-worker", (2, 1, 2), [])
     finally:
         cleanup()
     if failures:

@@ -78,6 +78,10 @@ ABSL_FLAG(bool, recover, true,
           "partition back to the newest checkpoint complete in all of them, then go on "
           "(needs --checkpoint_every_steps); a lost worker process is not replaced: restart "
           "the job");
+ABSL_FLAG(bool, resume, false,
+          "worker mode: start every partition from the newest checkpoint complete in all of "
+          "them (every process of the job passes it; e.g. after a worker process was lost) "
+          "instead of the initial parameters");
 ABSL_FLAG(int, recovery_timeout_s, 60,
           "worker mode: how long a recovery waits for the lost shard server");
 ABSL_FLAG(int, lease_ttl_ms, 3000, "worker mode: registry lease of this process's memberships");
@@ -403,6 +407,7 @@ int RunWorker() {
   o.worker.checkpoint.set_initial(absl::GetFlag(FLAGS_checkpoint_initial));
   o.worker.checkpoint.set_keep_last(absl::GetFlag(FLAGS_keep_checkpoints));
   o.worker.recovery = absl::GetFlag(FLAGS_recover);
+  o.worker.resume = absl::GetFlag(FLAGS_resume);
   o.worker.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
   o.worker.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
   o.config = config;
@@ -467,13 +472,15 @@ int RunLocal() {
   if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"), 2);
   const int servers = absl::GetFlag(FLAGS_servers);
   if (servers < 1) return Fail(absl::InvalidArgumentError("--servers must be >= 1"), 2);
-  if (absl::GetFlag(FLAGS_checkpoint_every_steps) != 0 || absl::GetFlag(FLAGS_checkpoint_initial)) {
-    return Fail(absl::InvalidArgumentError(
-                    "--checkpoint_every_steps/--checkpoint_initial are for worker mode: --local "
-                    "starts its shard servers without a checkpoint directory. Run the registry, "
-                    "tessel-server --checkpoint_dir=DIR and the processes yourself "
-                    "(docs/hybrid.md, Recovery)"),
-                2);
+  if (absl::GetFlag(FLAGS_checkpoint_every_steps) != 0 || absl::GetFlag(FLAGS_checkpoint_initial) ||
+      absl::GetFlag(FLAGS_resume)) {
+    return Fail(
+        absl::InvalidArgumentError(
+            "--checkpoint_every_steps/--checkpoint_initial/--resume are for worker mode: --local "
+            "starts its shard servers without a checkpoint directory. Run the registry, "
+            "tessel-server --checkpoint_dir=DIR and the processes yourself "
+            "(docs/hybrid.md, Recovery)"),
+        2);
   }
   const std::string out_flag = absl::GetFlag(FLAGS_out);
   if (replay) {

@@ -216,6 +216,13 @@ absl::Status HybridSession::Start() {
                                      "': ", worker.status().message()));
   }
   worker_ = std::move(*worker);
+  if (w.resume) {
+    absl::StatusOr<int64_t> step = AgreeCheckpointStep();
+    if (!step.ok()) return step.status();
+    worker_->SetResumeStep(*step);
+    TESSEL_LOG(INFO) << "job '" << w.job << "' " << Describe()
+                     << ": every partition resumes from the checkpoint of step " << *step;
+  }
   TESSEL_LOG(INFO) << "job '" << w.job << "' " << Describe() << ": mesh of " << w.world_size
                    << " connected; partition job '" << partition.job << "' as rank " << coords_.d
                    << " of " << config.dp;
@@ -286,7 +293,9 @@ absl::Status HybridSession::MeshHealth() {
           ? std::string("the mesh membership changed")
           : absl::StrCat(absl::StrJoin(gone, ", "), " left the mesh or stopped heartbeating"),
       " (group '", group, "' epoch ", mesh_epoch_, " -> ", now,
-      "); the step cannot complete: restart the job"));
+      "); the step cannot complete. A hybrid job does not replace a lost process: restart every "
+      "process of the job with --resume (it goes on from the newest checkpoint complete in every "
+      "partition; needs --checkpoint_every_steps)"));
 }
 
 absl::Status HybridSession::Recover(const absl::Status& why) {
@@ -309,8 +318,24 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
   absl::Status s = peers_->Barrier(all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
                                    "the recovery barrier (every process stopped its step)");
   if (!s.ok()) return s;
-  // 2. The newest step every partition job has a complete checkpoint of:
-  // each process sends its partition's list, rank 0 intersects and answers.
+  // 2. The newest step every partition job has a complete checkpoint of.
+  absl::StatusOr<int64_t> step = AgreeCheckpointStep();
+  if (!step.ok()) return step.status();
+  // 3. Every partition rolls back to it.
+  s = worker_->RecoverTo(*step);
+  if (!s.ok()) return s;
+  TESSEL_LOG(WARNING) << where << ": recovered in "
+                      << absl::FormatDuration(
+                             absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+                      << ": every partition rolled back from step " << from
+                      << " to the checkpoint of step " << *step << " (peer generation "
+                      << peers_->generation() << ")";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> HybridSession::AgreeCheckpointStep() {
+  const int world = options_.worker.world_size;
+  const std::string where = absl::StrCat("job '", options_.worker.job, "' ", Describe());
   absl::StatusOr<std::vector<int64_t>> mine = worker_->CompleteCheckpointSteps();
   const std::string listed = mine.ok() ? absl::StrJoin(*mine, ",") : std::string("!");
   const uint64_t list_tag = HybridTag(HybridMessage::kRecovery, 0, 0, 1);
@@ -329,9 +354,10 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
         int64_t v = 0;
         if (absl::SimpleAtoi(part, &v)) steps.push_back(v);
       }
-      if (text == "!")
+      if (text == "!") {
         why_none = absl::StrCat(DescribeRank(options_.config, r),
                                 " could not list its partition's checkpoints");
+      }
       std::vector<int64_t> both;
       std::set_intersection(common.begin(), common.end(), steps.begin(), steps.end(),
                             std::back_inserter(both));
@@ -340,34 +366,24 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
     chosen = common.empty() ? absl::StrCat("none", why_none.empty() ? "" : ": ", why_none)
                             : absl::StrCat(common.back());
     for (int r = 1; r < world; ++r) {
-      s = peers_->Send(r, step_tag, TextToFloats(chosen));
+      absl::Status s = peers_->Send(r, step_tag, TextToFloats(chosen));
       if (!s.ok()) return s;
     }
   } else {
-    s = peers_->Send(0, list_tag, TextToFloats(listed));
+    absl::Status s = peers_->Send(0, list_tag, TextToFloats(listed));
     if (!s.ok()) return s;
-    absl::StatusOr<std::vector<float>> got = peers_->Recv(0, step_tag, "the step to roll back to");
+    absl::StatusOr<std::vector<float>> got = peers_->Recv(0, step_tag, "the checkpoint step");
     if (!got.ok()) return got.status();
     chosen = FloatsToText(*got);
   }
   int64_t step = -1;
   if (!absl::SimpleAtoi(chosen, &step)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        where, ": cannot recover: no step has a complete checkpoint in every partition job (",
-        chosen,
-        "). Recovery needs --checkpoint_every_steps and --checkpoint_initial, servers sharing "
-        "one --checkpoint_dir, and --keep_checkpoints >= 3"));
+        where, ": no step has a complete checkpoint in every partition job (", chosen,
+        "). Checkpoints need --checkpoint_every_steps (and --checkpoint_initial), servers "
+        "sharing one --checkpoint_dir, and --keep_checkpoints >= 3"));
   }
-  // 3. Every partition rolls back to it.
-  s = worker_->RecoverTo(step);
-  if (!s.ok()) return s;
-  TESSEL_LOG(WARNING) << where << ": recovered in "
-                      << absl::FormatDuration(
-                             absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
-                      << ": every partition rolled back from step " << from
-                      << " to the checkpoint of step " << step << " (peer generation "
-                      << peers_->generation() << ")";
-  return absl::OkStatus();
+  return step;
 }
 
 absl::Status HybridSession::Finish() {

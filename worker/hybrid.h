@@ -170,6 +170,10 @@ class HybridSession {
   // is returned as it is.
   absl::Status Recover(const absl::Status& why);
 
+  // With HybridOptions.worker.resume, Connect has already agreed with every
+  // process on the checkpoint step to resume from (the newest complete in
+  // every partition job): RegisterLayout restores it.
+
   // Call after the last step: waits until every process got here (so nobody
   // leaves while a peer still needs its messages) and every send has left.
   // (From here on a member leaving the mesh is normal, so the membership
@@ -184,6 +188,11 @@ class HybridSession {
   // mesh group's epoch moved past the complete view's (a member left or its
   // lease lapsed), or this process's own lease is lost.
   absl::Status MeshHealth();
+  // Collective: the newest step whose checkpoint is complete in every
+  // partition job (each process sends its partition's list to rank 0, which
+  // intersects and answers). FailedPrecondition, the same on every process,
+  // if there is none.
+  absl::StatusOr<int64_t> AgreeCheckpointStep();
 
   const HybridOptions options_;
   const RankCoords coords_;

@@ -235,6 +235,10 @@ class Worker {
   // that must roll back together (the partitions of a hybrid job agree on a
   // step every one of them has complete; CompleteCheckpointSteps).
   absl::Status RecoverTo(int64_t step);
+  // Before RegisterLayout with WorkerOptions::resume: the checkpoint to
+  // resume from, decided after Connect (e.g. a hybrid job's partitions agree
+  // on one); -1 = the latest.
+  void SetResumeStep(int64_t step) { options_.resume_step = step; }
   // Steps of this job's complete checkpoints (manifest written), ascending.
   absl::StatusOr<std::vector<int64_t>> CompleteCheckpointSteps();
   // OK while every shard server this worker uses is registered at the
