@@ -1,12 +1,15 @@
 // tessel-server: a shard server. Owns ranges of jobs' parameters and optimizer
 // state, receives gradient buckets and serves parameters over UCX, and is
 // controlled over gRPC. Joins the registry as shard `--shard` of `--pool`.
+#include <algorithm>
 #include <csignal>
 #include <iostream>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/synchronization/notification.h"
 #include "core/log.h"
 #include "gpu/device.h"
 #include "rpc/auth.h"
@@ -40,6 +43,10 @@ ABSL_FLAG(bool, allow_anonymous_reads, true,
 ABSL_FLAG(int, join_timeout_s, 30,
           "seconds to keep trying to join while a previous server of this shard still holds "
           "its lease (after a crash and restart)");
+ABSL_FLAG(int, stall_report_s, 30,
+          "log a WARNING naming the ranks and buckets a step waits for once it has been in "
+          "progress this many seconds, and again every as many seconds while it stays stuck "
+          "(0 = off)");
 ABSL_FLAG(int, checkpoint_write_delay_ms, 0, "testing only: pause per MiB of checkpoint written");
 
 namespace {
@@ -50,6 +57,38 @@ int Fail(const std::string& message) {
   std::cerr << "tessel-server: " << message << "\n";
   return 1;
 }
+
+// Watches the data plane's jobs for stalled steps (a worker that died or
+// hangs mid-step) and logs each job's StallReport. Owns one thread, which
+// wakes every min(1 s, stall / 2); the destructor stops and joins it within
+// one wake-up, on every exit path of main.
+class StallWatcher {
+ public:
+  StallWatcher(tessel::DataPlane* plane, absl::Duration stall) : plane_(plane), stall_(stall) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~StallWatcher() {
+    stop_.Notify();
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    const absl::Duration period = std::min(absl::Seconds(1), stall_ / 2);
+    while (!stop_.WaitForNotificationWithTimeout(period)) {
+      for (const auto& job : plane_->Jobs()) {
+        if (auto report = job->StallReport(absl::Now(), stall_)) {
+          TESSEL_LOG(WARNING) << *report;
+        }
+      }
+    }
+  }
+
+  tessel::DataPlane* const plane_;
+  const absl::Duration stall_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,14 +97,23 @@ int main(int argc, char** argv) {
       "Usage: tessel-server --registry=HOST:PORT --shard=N [--pool=default]\n"
       "                     [--listen=127.0.0.1:0] [--ucx_tls=posix,sysv,self]\n"
       "                     [--tls_ca=CA --tls_cert=CERT --tls_key=KEY] "
-      "[--admin_token_file=FILE]\n\n"
+      "[--admin_token_file=FILE]\n"
+      "                     [--stall_report_s=30]\n\n"
       "The server registers its gRPC and UCX addresses in the registry; workers\n"
-      "find it there and create jobs on it. Stop it with SIGINT or SIGTERM.");
+      "find it there and create jobs on it. A step in progress for longer than\n"
+      "--stall_report_s is logged (WARNING) with the ranks and buckets it waits for.\n"
+      "Stop it with SIGINT or SIGTERM.");
   absl::ParseCommandLine(argc, argv);
   const int shard = absl::GetFlag(FLAGS_shard);
   const std::string registry_address = absl::GetFlag(FLAGS_registry);
   if (registry_address.empty()) return Fail("--registry is required (host:port)");
   if (shard < 0) return Fail("--shard is required and must be >= 0");
+  const int stall_report_s = absl::GetFlag(FLAGS_stall_report_s);
+  if (stall_report_s < 0) {
+    std::cerr << "tessel-server: --stall_report_s must be >= 0 (0 turns stall reports off); got "
+              << stall_report_s << "\n";
+    return 2;
+  }
   tessel::SetLogLabel(absl::StrCat("server[", shard, "]"));
   if (absl::GetFlag(FLAGS_verbose)) tessel::SetMinLogLevel(tessel::LogLevel::kDebug);
 
@@ -105,6 +153,10 @@ int main(int argc, char** argv) {
   }
   tessel::DataPlane plane(transport->get(), &checkpointer);
   tessel::ShardService service(&plane, service_options);
+  std::unique_ptr<StallWatcher> stall_watcher;
+  if (stall_report_s > 0) {
+    stall_watcher = std::make_unique<StallWatcher>(&plane, absl::Seconds(stall_report_s));
+  }
   std::string bound;
   auto server =
       tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound, *server_credentials);

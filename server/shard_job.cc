@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/digest.h"
 #include "rpc/job_spec.h"
@@ -207,7 +208,8 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h) {
     ++rejected_;
     return s;
   }
-  reserved_[h.bucket][h.rank] = 1;
+  reserved_[h.bucket][h.rank] = kReserved;
+  if (!step_started_) step_started_ = absl::Now();
   if (half_) return rank_grads_half_[h.rank].data() + (br.begin - range_.begin);
   return rank_grads_[h.rank].data() + (br.begin - range_.begin);
 }
@@ -238,8 +240,10 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
   }
   if (!s.ok()) {
     reserved_[h.bucket][h.rank] = 0;
+    if (!StepInProgressLocked()) ResetStallWatchLocked();
     return c;
   }
+  reserved_[h.bucket][h.rank] = kReceived;
   pushed_bytes_ += static_cast<int64_t>(h.payload_bytes);
   if (++arrived_[h.bucket] == world_) c.update = h.bucket;
   return c;
@@ -282,6 +286,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   ++version_;
   ++applied_steps_;
   buckets_updated_ = 0;
+  ResetStallWatchLocked();
   for (auto& r : reserved_) std::fill(r.begin(), r.end(), 0);
   std::fill(arrived_.begin(), arrived_.end(), 0);
   serve.version = version_;
@@ -348,6 +353,84 @@ bool ShardJob::StepInProgressLocked() const {
     }
   }
   return false;
+}
+
+void ShardJob::ResetStallWatchLocked() {
+  step_started_.reset();
+  stall_reported_.reset();
+}
+
+namespace {
+
+// "bucket 2 of 4", "buckets 0-3 of 4", "buckets 0-2, 5, 7-9 of 12": the
+// buckets (ascending) of a shard that has `total`.
+std::string DescribeBuckets(const std::vector<int>& buckets, int total) {
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < buckets.size();) {
+    size_t j = i;
+    while (j + 1 < buckets.size() && buckets[j + 1] == buckets[j] + 1) ++j;
+    runs.push_back(j == i ? absl::StrCat(buckets[i]) : absl::StrCat(buckets[i], "-", buckets[j]));
+    i = j + 1;
+  }
+  return absl::StrCat(buckets.size() == 1 ? "bucket " : "buckets ", absl::StrJoin(runs, ", "),
+                      " of ", total);
+}
+
+}  // namespace
+
+std::optional<std::string> ShardJob::StallReport(absl::Time now, absl::Duration after) {
+  absl::MutexLock lock(&mu_);
+  if (!step_started_ || now - *step_started_ <= after) return std::nullopt;
+  if (stall_reported_ && now - *stall_reported_ < after) return std::nullopt;
+  stall_reported_ = now;
+  // Who the step waits for: per rank, the buckets it has not pushed, and
+  // those whose payload is still on its way.
+  auto who = [&](int rank) {
+    if (static_cast<size_t>(rank) < worker_ids_.size()) {
+      return absl::StrCat("rank ", rank, " (registry rank ", worker_ids_[rank], "; ");
+    }
+    return absl::StrCat("rank ", rank, " (");
+  };
+  std::vector<std::string> missing, receiving;
+  for (int r = 0; r < world_; ++r) {
+    std::vector<int> not_pushed, in_flight;
+    for (int b = 0; b < num_buckets_; ++b) {
+      if (reserved_[b][r] == 0) not_pushed.push_back(b);
+      if (reserved_[b][r] == kReserved) in_flight.push_back(b);
+    }
+    if (!not_pushed.empty()) {
+      missing.push_back(absl::StrCat(who(r), DescribeBuckets(not_pushed, num_buckets_), ")"));
+    }
+    if (!in_flight.empty()) {
+      receiving.push_back(absl::StrCat(who(r), DescribeBuckets(in_flight, num_buckets_), ")"));
+    }
+  }
+  std::string out = absl::StrCat(
+      "job '", spec_.job(), "' shard ", shard_, ": step ", version_, " (epoch ", epoch_,
+      ") stalled for ",
+      absl::FormatDuration(absl::Trunc(now - *step_started_, absl::Milliseconds(100))));
+  if (!missing.empty()) {
+    absl::StrAppend(&out, ", waiting for pushes from ", absl::StrJoin(missing, ", "));
+  }
+  if (!receiving.empty()) {
+    absl::StrAppend(&out, missing.empty() ? ", " : "; ", "receives not finished from ",
+                    absl::StrJoin(receiving, ", "));
+  }
+  if (missing.empty() && receiving.empty()) {
+    absl::StrAppend(&out, ", every push arrived; ", buckets_updated_, " of ", num_buckets_,
+                    " buckets updated (", updates_running_, " running)");
+  }
+  std::vector<int> pullers;
+  for (const Puller& p : deferred_) {
+    if (p.version == version_ + 1) pullers.push_back(p.rank);
+  }
+  std::sort(pullers.begin(), pullers.end());
+  pullers.erase(std::unique(pullers.begin(), pullers.end()), pullers.end());
+  if (!pullers.empty()) {
+    absl::StrAppend(&out, "; pulls waiting for step ", version_ + 1, ": ",
+                    pullers.size() == 1 ? "rank " : "ranks ", absl::StrJoin(pullers, ", "));
+  }
+  return out;
 }
 
 ShardSnapshot ShardJob::SnapshotLocked() {
@@ -465,6 +548,7 @@ void ShardJob::StartAt(int64_t step) {
   absl::MutexLock lock(&mu_);
   version_ = step;
   restored_from_ = step;
+  ResetStallWatchLocked();
 }
 
 int64_t ShardJob::restored_from() {
@@ -684,6 +768,7 @@ absl::StatusOr<v1::WriteStateResponse> ShardJob::WriteState(const v1::WriteState
     initialized_ = true;
   }
   version_ = req.step();
+  ResetStallWatchLocked();
   drop();
   resp.set_step(version_);
   resp.set_staged(0);

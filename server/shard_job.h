@@ -20,20 +20,27 @@
 // bucket, size, step, duplicate) is refused with a status naming the problem,
 // and changes nothing.
 //
+// Stall watch: a step is in progress from the first push reservation of
+// step == version until the version advances. StallReport says, once it has
+// lasted too long, which ranks have not pushed which buckets, so a dead or
+// stuck worker is named in the server's log rather than leaving a silent hang.
+//
 // Threads: Accept*/Complete* run on the transport thread, UpdateBucket on the
-// server's compute thread, Stats on gRPC threads; all bookkeeping is under
-// mu_. The optimizer kernel runs outside mu_ on a bucket no one else may
-// touch until the step ends (the protocol guarantees it).
+// server's compute thread, Stats on gRPC threads, StallReport on the server's
+// stall watcher; all bookkeeping is under mu_. The optimizer kernel runs outside mu_ on a bucket no
+// one else may touch until the step ends (the protocol guarantees it).
 #ifndef TESSEL_SERVER_SHARD_JOB_H_
 #define TESSEL_SERVER_SHARD_JOB_H_
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/layout.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
@@ -121,6 +128,19 @@ class ShardJob {
   void CountPulled(uint64_t bytes);
   v1::ShardStats Stats();
   int64_t version();
+
+  // If the current step has been in progress for longer than `after` at
+  // `now`: one log line naming the job, shard, step, epoch, how long, and
+  // what the step waits for (per rank the buckets it has not pushed, with its
+  // registry rank when worker_ids are set; receives not finished; pulls
+  // waiting for the step). At most one report per `after` of a step, so a
+  // caller polling more often logs a stall once every `after`. nullopt
+  // otherwise. Pure apart from mu_: the caller supplies the time.
+  //
+  // Example:
+  //   job 'b' shard 0: step 41 (epoch 2) stalled for 2.1s, waiting for pushes
+  //   from rank 1 (buckets 0-3 of 4); pulls waiting for step 42: ranks 0, 2
+  std::optional<std::string> StallReport(absl::Time now, absl::Duration after);
   // Copies of the owned range, for tests and checkpoints.
   std::vector<float> ParamsSnapshot();
 
@@ -139,6 +159,9 @@ class ShardJob {
   std::string DigestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardSnapshot SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool StepInProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // No step in progress any more (the version moved, or the only push was
+  // withdrawn): the next push starts a new stall clock.
+  void ResetStallWatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool is_ddp() const { return spec_.strategy() == v1::STRATEGY_DDP; }
 
   const v1::JobSpec spec_;
@@ -169,7 +192,10 @@ class ShardJob {
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   int init_buckets_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint8_t> init_seen_ ABSL_GUARDED_BY(mu_);
-  // Per bucket: which ranks have reserved / completed their push this step.
+  // Per bucket and rank, this step's push: 0 = not yet, kReserved = its
+  // payload is being received, kReceived = it landed.
+  static constexpr uint8_t kReserved = 1;
+  static constexpr uint8_t kReceived = 2;
   std::vector<std::vector<uint8_t>> reserved_ ABSL_GUARDED_BY(mu_);
   std::vector<int> arrived_ ABSL_GUARDED_BY(mu_);
   int buckets_updated_ ABSL_GUARDED_BY(mu_) = 0;
@@ -185,6 +211,10 @@ class ShardJob {
   int64_t applied_steps_ ABSL_GUARDED_BY(mu_) = 0;
   int recoveries_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> worker_ids_ ABSL_GUARDED_BY(mu_);
+  // When the current step's first push was reserved (nullopt: no step in
+  // progress), and when StallReport last reported it.
+  std::optional<absl::Time> step_started_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Time> stall_reported_ ABSL_GUARDED_BY(mu_);
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
   // WriteState staging: masters then state slots, and which elements came.
   std::vector<float> staged_ ABSL_GUARDED_BY(mu_);

@@ -26,7 +26,7 @@ pids+=($!)
 for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 REG="$(cat "$tmp/port")"
 "$SERVER" --registry="$REG" --shard=0 --ucx_tls=posix,sysv,self --lease_ttl_ms=1500 \
-  --checkpoint_dir="$tmp/checkpoints" > "$tmp/server.log" 2>&1 &
+  --checkpoint_dir="$tmp/checkpoints" --stall_report_s=2 > "$tmp/server.log" 2>&1 &
 pids+=($!)
 sleep 0.5
 
@@ -89,6 +89,12 @@ elapsed=$(since "$start")
 grep "did not return" "$tmp/b0.log" | tail -1
 echo "survivors gave up $elapsed s after the kill (lease 3 s + recovery_timeout 8 s)"
 awk -v e="$elapsed" 'BEGIN { exit !(e < 25) }' || fail "took $elapsed s: the wait is not bounded"
+# The server names what job b's stuck step waits for: rank 1, whatever it had
+# pushed when it died (if it had pushed all of step k, the survivors pushed
+# k+1 without it). Its buckets may be missing or half received ("rank 1 (").
+stalled="job 'b' shard 0: step [0-9]+ \(epoch [0-9]+\) stalled for [^,]*, .*rank 1 \("
+grep -qE "$stalled" "$tmp/server.log" || fail "the server did not report job b's step waiting for rank 1"
+grep -E "$stalled" "$tmp/server.log" | tail -1
 
 echo "== C. DDP: kill -9 rank 0, its replacement takes the survivors' state; bitwise as without"
 DDP=(--strategy=ddp --optimizer=adam --lr=0.01 --world=3 --servers=1 --layers=16,32,4 --samples=512
