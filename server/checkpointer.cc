@@ -26,8 +26,9 @@ int64_t StepOfDir(const std::string& name) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(std::unique_ptr<CheckpointStore> store, absl::Duration finalize_timeout)
-    : store_(std::move(store)), finalize_timeout_(finalize_timeout) {
+Checkpointer::Checkpointer(std::unique_ptr<CheckpointStore> store, absl::Duration finalize_timeout,
+                           int max_queued)
+    : store_(std::move(store)), finalize_timeout_(finalize_timeout), max_queued_(max_queued) {
   if (store_ == nullptr) return;
   writer_ = std::thread([this] { WriterLoop(); });
   finalizer_ = std::thread([this] { FinalizerLoop(); });
@@ -48,11 +49,41 @@ absl::Status Checkpointer::NotEnabled() const {
       "--checkpoint_dir=DIR (a directory every shard server of the pool shares)");
 }
 
-absl::Status Checkpointer::Submit(ShardSnapshot snapshot) {
+absl::Status Checkpointer::Submit(ShardSnapshot snapshot, bool wait) {
   if (!enabled()) return NotEnabled();
   absl::MutexLock lock(&mu_);
+  if (wait && max_queued_ > 0 && static_cast<int>(queue_.size()) >= max_queued_ && !stop_) {
+    TESSEL_LOG(WARNING) << "checkpoint writer is " << queue_.size()
+                        << " snapshot(s) behind; holding step " << snapshot.step << " of job '"
+                        << snapshot.job
+                        << "' until it catches up (checkpoints are taken faster than the disk "
+                           "writes them: raise --checkpoint_every_steps)";
+    const absl::Time start = absl::Now();
+    mu_.Await(absl::Condition(
+        +[](Checkpointer* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+          return c->stop_ || static_cast<int>(c->queue_.size()) < c->max_queued_;
+        },
+        this));
+    ++backpressure_waits_;
+    backpressure_time_ += absl::Now() - start;
+  }
+  if (stop_) {
+    return absl::UnavailableError(absl::StrCat("checkpoint of job '", snapshot.job, "' step ",
+                                               snapshot.step,
+                                               " not taken: the server is shutting down"));
+  }
   queue_.push_back(std::move(snapshot));
   return absl::OkStatus();
+}
+
+int64_t Checkpointer::backpressure_waits() {
+  absl::MutexLock lock(&mu_);
+  return backpressure_waits_;
+}
+
+absl::Duration Checkpointer::backpressure_time() {
+  absl::MutexLock lock(&mu_);
+  return backpressure_time_;
 }
 
 CheckpointProgress Checkpointer::Progress(const std::string& job) {

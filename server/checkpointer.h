@@ -55,13 +55,27 @@ struct CheckpointProgress {
 class Checkpointer {
  public:
   // `store` may be null: checkpoints are then refused with a message saying
-  // how to enable them (--checkpoint_dir).
+  // how to enable them (--checkpoint_dir). At most `max_queued` snapshots
+  // wait for the writer (0 = no bound): each is a copy of a shard's state,
+  // so an unbounded backlog behind a slow disk grows memory without limit
+  // and makes recoveries roll back ever further.
   Checkpointer(std::unique_ptr<CheckpointStore> store,
-               absl::Duration finalize_timeout = absl::Minutes(10));
+               absl::Duration finalize_timeout = absl::Minutes(10), int max_queued = 8);
   ~Checkpointer();
 
   bool enabled() const { return store_ != nullptr; }
-  absl::Status Submit(ShardSnapshot snapshot);
+  // Queues a snapshot for the writer. With `wait` (the server's compute
+  // thread), first waits while max_queued snapshots are queued: backpressure,
+  // the step's parameters are served once the disk has caught up, so
+  // training runs at the speed checkpoints can be written. Every shard
+  // writes every snapshot it takes (skipping one would leave checkpoints
+  // that never complete). Without `wait` (threads that must not block: the
+  // transport's, RPC handlers) it queues at once. Fails only when the
+  // checkpointer is disabled or shutting down.
+  absl::Status Submit(ShardSnapshot snapshot, bool wait = true);
+  // Times Submit waited for room, and for how long in all.
+  int64_t backpressure_waits();
+  absl::Duration backpressure_time();
   CheckpointProgress Progress(const std::string& job);
   // Blocks until every submitted snapshot is written (tests, shutdown).
   void Drain();
@@ -101,7 +115,10 @@ class Checkpointer {
 
   std::unique_ptr<CheckpointStore> store_;
   const absl::Duration finalize_timeout_;
+  const int max_queued_;
   absl::Mutex mu_;
+  int64_t backpressure_waits_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration backpressure_time_ ABSL_GUARDED_BY(mu_);
   std::deque<ShardSnapshot> queue_ ABSL_GUARDED_BY(mu_);
   int writing_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);

@@ -3,7 +3,9 @@
 #include "server/checkpointer.h"
 
 #include <numeric>
+#include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace tessel {
@@ -103,6 +105,88 @@ TEST_F(CheckpointerTest, KeepsTheLastKAndDeletes) {
   ASSERT_TRUE(ck_->Delete("j", 3).ok());
   EXPECT_EQ(ck_->List("j")->size(), 1u);
   EXPECT_EQ(ck_->Delete("j", 3).code(), absl::StatusCode::kNotFound);
+}
+
+// A store whose Put blocks until the test opens the gate.
+class GatedStore : public MemoryStore {
+ public:
+  absl::Status Put(const std::string& path, const std::vector<Chunk>& chunks) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++puts_waiting_;
+      mu_.Await(absl::Condition(&open_));
+      --puts_waiting_;
+    }
+    return MemoryStore::Put(path, chunks);
+  }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  bool WriterBlocked() {
+    absl::MutexLock lock(&mu_);
+    return puts_waiting_ > 0;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  int puts_waiting_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+TEST(CheckpointerBackpressureTest, SubmitWaitsForRoomAndOnlyWhenAskedTo) {
+  auto owned = std::make_unique<GatedStore>();
+  GatedStore* store = owned.get();
+  Checkpointer ck(std::move(owned), absl::Seconds(5), /*max_queued=*/1);
+  std::vector<float> all(kParams, 1.f);
+  ASSERT_TRUE(ck.Submit(Snap(0, 1, 1, all)).ok());  // taken by the writer, which blocks
+  for (int i = 0; i < 200 && !store->WriterBlocked(); ++i) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(store->WriterBlocked());
+  ASSERT_TRUE(ck.Submit(Snap(0, 1, 2, all)).ok());  // queued: the queue is full now
+  // Threads that must not block still queue at once.
+  ASSERT_TRUE(ck.Submit(Snap(0, 1, 3, all), /*wait=*/false).ok());
+  absl::Notification submitted;
+  std::thread compute([&] {
+    EXPECT_TRUE(ck.Submit(Snap(0, 1, 4, all)).ok());
+    submitted.Notify();
+  });
+  EXPECT_FALSE(submitted.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  store->Open();  // the disk catches up
+  EXPECT_TRUE(submitted.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  compute.join();
+  ck.Drain();
+  EXPECT_EQ(ck.backpressure_waits(), 1);
+  EXPECT_GT(ck.backpressure_time(), absl::ZeroDuration());  // it blocked: see above
+  auto list = ck.List("j");
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 2u);  // keep_last 2 of the 4, every one written
+  EXPECT_EQ((*list)[1].step, 4);
+}
+
+TEST(CheckpointerBackpressureTest, ShutdownReleasesAWaitingSubmit) {
+  auto owned = std::make_unique<GatedStore>();
+  GatedStore* store = owned.get();
+  auto ck = std::make_unique<Checkpointer>(std::move(owned), absl::Seconds(5), 1);
+  std::vector<float> all(kParams, 1.f);
+  ASSERT_TRUE(ck->Submit(Snap(0, 1, 1, all)).ok());
+  for (int i = 0; i < 200 && !store->WriterBlocked(); ++i) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(ck->Submit(Snap(0, 1, 2, all)).ok());
+  absl::Notification done;
+  absl::Status waited;
+  Checkpointer* raw = ck.get();
+  std::thread compute([&] {
+    waited = raw->Submit(Snap(0, 1, 3, all));
+    done.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  // Shutting down releases the waiting Submit at once, while the writer is
+  // still busy (the destructor then joins it: open the gate after that).
+  std::thread stopper([&] { ck.reset(); });
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  store->Open();
+  stopper.join();
+  compute.join();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
 }
 
 TEST(CheckpointerDisabledTest, SaysHowToEnable) {

@@ -227,7 +227,7 @@ absl::StatusOr<v1::SaveCheckpointResponse> DataPlane::SaveCheckpoint(
   if (!snapshot.ok()) return snapshot.status();
   if (snapshot->has_value()) {
     resp.set_immediate(true);
-    absl::Status s = checkpointer_->Submit(std::move(**snapshot));
+    absl::Status s = checkpointer_->Submit(std::move(**snapshot), /*wait=*/false);  // an RPC
     if (!s.ok()) return s;
   }
   return resp;
@@ -312,23 +312,24 @@ Accept DataPlane::OnFrame(const Incoming& in) {
       }
       FrameHeader header = *h;
       PeerId from = in.from;
-      return Accept{*dst, [this, job, header, from](absl::Status s) {
-                      if (!s.ok()) {
-                        TESSEL_LOG(WARNING)
-                            << "receive of " << DescribeHeader(header) << " failed: " << s;
-                        SendError(from, header, s);
-                      }
-                      ShardJob::Completion c = job->CompleteReceive(header, s);
-                      if (c.serve.snapshot.has_value()) {  // step 0 (CheckpointPolicy.initial)
-                        absl::Status w = checkpointer_->Submit(std::move(*c.serve.snapshot));
-                        if (!w.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << w;
-                      }
-                      if (c.update.has_value()) {
-                        absl::MutexLock lock(&mu_);
-                        updates_.emplace_back(job, *c.update);
-                      }
-                      if (!c.serve.pullers.empty()) ServeParams(job, c.serve);
-                    }};
+      return Accept{
+          *dst, [this, job, header, from](absl::Status s) {
+            if (!s.ok()) {
+              TESSEL_LOG(WARNING) << "receive of " << DescribeHeader(header) << " failed: " << s;
+              SendError(from, header, s);
+            }
+            ShardJob::Completion c = job->CompleteReceive(header, s);
+            if (c.serve.snapshot.has_value()) {  // step 0 (CheckpointPolicy.initial)
+              // The transport's thread: never wait here.
+              absl::Status w = checkpointer_->Submit(std::move(*c.serve.snapshot), /*wait=*/false);
+              if (!w.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << w;
+            }
+            if (c.update.has_value()) {
+              absl::MutexLock lock(&mu_);
+              updates_.emplace_back(job, *c.update);
+            }
+            if (!c.serve.pullers.empty()) ServeParams(job, c.serve);
+          }};
     }
     case FrameType::kPull: {
       auto serve = job->AcceptPull(*h, in.from);

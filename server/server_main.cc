@@ -47,6 +47,10 @@ ABSL_FLAG(int, stall_report_s, 30,
           "log a WARNING naming the ranks and buckets a step waits for once it has been in "
           "progress this many seconds, and again every as many seconds while it stays stuck "
           "(0 = off)");
+ABSL_FLAG(int, checkpoint_max_queued, 8,
+          "snapshots that may wait for the checkpoint writer (each a copy of a shard's state); "
+          "when the disk falls that far behind, training on this server pauses until it catches "
+          "up, which bounds memory and how far a recovery rolls back (0 = no bound)");
 ABSL_FLAG(int, checkpoint_write_delay_ms, 0, "testing only: pause per MiB of checkpoint written");
 
 namespace {
@@ -140,7 +144,12 @@ int main(int argc, char** argv) {
         absl::GetFlag(FLAGS_checkpoint_dir),
         absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_write_delay_ms)));
   }
-  tessel::Checkpointer checkpointer(std::move(store));
+  if (absl::GetFlag(FLAGS_checkpoint_max_queued) < 0) {
+    std::cerr << "tessel-server: --checkpoint_max_queued must be >= 0\n";
+    return 2;
+  }
+  tessel::Checkpointer checkpointer(std::move(store), absl::Minutes(10),
+                                    absl::GetFlag(FLAGS_checkpoint_max_queued));
   tessel::ShardServiceOptions service_options;
   service_options.ucx_address = (*transport)->address();
   service_options.shard_index = shard;
