@@ -39,6 +39,9 @@ REGISTRY, SERVER, TRAIN = sys.argv[1:4]
 ROOT = tempfile.mkdtemp(prefix="elastic-", dir=os.environ.get("TEST_TMPDIR"))
 SHARDS, EVERY, STEPS = 2, 5, 400
 LEASE_MS = 1500
+# No shard server is killed here: a long lease keeps a server starved by a
+# loaded machine (sanitizer builds, parallel tests) from being declared dead.
+SERVER_LEASE_MS = 6000
 MODEL = ["--layers=32,256,256,8", "--samples=4096", "--batch=64", "--optimizer=adam",
          "--lr=0.01", "--ucx_tls=posix,sysv,self", "--log_every=1000000"]
 procs = []
@@ -97,7 +100,7 @@ class Cluster:
         self.ckdir = ckdir or os.path.join(d, "checkpoints")
         for s in range(SHARDS):
             spawn([SERVER, "--registry=" + self.reg, "--shard=%d" % s,
-                   "--ucx_tls=posix,sysv,self", "--lease_ttl_ms=%d" % LEASE_MS,
+                   "--ucx_tls=posix,sysv,self", "--lease_ttl_ms=%d" % SERVER_LEASE_MS,
                    "--checkpoint_dir=" + self.ckdir], os.path.join(d, "server%d.log" % s))
         self.workers = {}
 
