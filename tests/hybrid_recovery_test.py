@@ -30,7 +30,7 @@ ROOT = tempfile.mkdtemp(prefix="hybrid-recovery-", dir=os.environ.get("TEST_TMPD
 # parallel tests) keeps its lease; a killed server's successor joins once the
 # dead one's has lapsed.
 LEASE_MS = 3000
-STEPS = 3000
+STEPS = 1500
 procs = []
 failures = []
 
