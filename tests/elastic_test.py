@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+from proc_util import check, cleanup, failures, log, spawn
+
 REGISTRY, SERVER, TRAIN = sys.argv[1:4]
 ROOT = tempfile.mkdtemp(prefix="elastic-", dir=os.environ.get("TEST_TMPDIR"))
 SHARDS, EVERY, STEPS = 2, 5, 400
@@ -44,37 +46,6 @@ LEASE_MS = 1500
 SERVER_LEASE_MS = 6000
 MODEL = ["--layers=32,256,256,8", "--samples=4096", "--batch=64", "--optimizer=adam",
          "--lr=0.01", "--ucx_tls=posix,sysv,self", "--log_every=1000000"]
-procs = []
-failures = []
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def check(cond, what):
-    log(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
-    return cond
-
-
-def spawn(args, out):
-    p = subprocess.Popen(args, stdout=open(out, "a"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
-
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    procs.clear()
 
 
 def tail(path, n=12):

@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 
+from proc_util import cleanup, log, spawn
+
 REGISTRY, SERVER, TRAIN, CTL = sys.argv[1:5]
 RUNS = int(os.environ.get("TESSEL_FAULT_RUNS", "4"))
 SEED = int(os.environ.get("TESSEL_FAULT_SEED", "1"))
@@ -52,29 +54,6 @@ STRATEGIES = os.environ.get("TESSEL_FAULT_STRATEGIES",
 MODEL = ["--layers=32,256,256,8", "--samples=4096", "--batch=64", "--optimizer=adam",
          "--lr=0.01", "--ucx_tls=posix,sysv,self"]
 
-procs = []
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def spawn(args, out):
-    p = subprocess.Popen(args, stdout=open(out, "a"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
-
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    procs.clear()
 
 
 class Cluster:

@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from proc_util import check, cleanup, failures, log, spawn
+
 REGISTRY, SERVER, TRAIN = sys.argv[1:4]
 ROOT = tempfile.mkdtemp(prefix="hybrid-recovery-", dir=os.environ.get("TEST_TMPDIR"))
 # Long enough that a process starved by a loaded machine (sanitizer builds,
@@ -31,37 +33,6 @@ ROOT = tempfile.mkdtemp(prefix="hybrid-recovery-", dir=os.environ.get("TEST_TMPD
 # dead one's has lapsed.
 LEASE_MS = 3000
 STEPS = 1500
-procs = []
-failures = []
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def spawn(args, out):
-    p = subprocess.Popen(args, stdout=open(out, "a"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
-
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    procs.clear()
-
-
-def check(ok, what):
-    log(("ok    " if ok else "FAIL  ") + what)
-    if not ok:
-        failures.append(what)
-    return ok
 
 
 def tail(path, n=10):
@@ -140,6 +111,20 @@ def complete_everywhere(ckdir, job, partitions, at_least):
     return True
 
 
+def clean_run(name, shape, extra):
+    """The same job without a fault, on a cluster of its own (a server's
+    checkpoint writer may still be busy with a finished job's backlog):
+    rank 0's final parameters, or None (a failed check)."""
+    clean = Cluster(os.path.join(ROOT, name + "-clean"))
+    clean.start_job("job", shape, extra)
+    rcs = clean.wait_job(180)
+    ok = check(rcs == [0] * len(rcs), "%s: clean run finishes (exit codes %s)" % (name, rcs))
+    if not ok:
+        clean.show()
+    cleanup()
+    return open(os.path.join(clean.d, "job.npy"), "rb").read() if ok else None
+
+
 def wait_for_training(name, c, job, partitions):
     """Until training is well under way (step 200) and every partition has a
     checkpoint to go back to; False (a failed check) if the job ended first."""
@@ -161,17 +146,9 @@ def wait_for_training(name, c, job, partitions):
 def scenario(name, shape, extra):
     dp, tp, pp = shape
     partitions = ["p%d.t%d" % (p, t) for p in range(pp) for t in range(tp)]
-    # The clean run has a cluster of its own: a server's checkpoint writer may
-    # still be busy with a finished job's backlog.
-    clean = Cluster(os.path.join(ROOT, name + "-clean"))
-    clean.start_job("clean", shape, extra)
-    rcs = clean.wait_job(180)
-    if not check(rcs == [0] * len(rcs), "%s: clean run finishes (exit codes %s)" % (name, rcs)):
-        clean.show()
-        cleanup()
+    reference = clean_run(name, shape, extra)
+    if reference is None:
         return
-    reference = open(os.path.join(clean.d, "clean.npy"), "rb").read()
-    cleanup()
     d = os.path.join(ROOT, name)
     c = Cluster(d)
     c.start_job("fault", shape, extra)
@@ -211,15 +188,9 @@ def worker_death(name, shape, extra):
     the newest checkpoint complete in every partition, bitwise."""
     dp, tp, pp = shape
     partitions = ["p%d.t%d" % (p, t) for p in range(pp) for t in range(tp)]
-    clean = Cluster(os.path.join(ROOT, name + "-clean"))
-    clean.start_job("job", shape, extra)
-    rcs = clean.wait_job(180)
-    if not check(rcs == [0] * len(rcs), "%s: clean run finishes (exit codes %s)" % (name, rcs)):
-        clean.show()
-        cleanup()
+    reference = clean_run(name, shape, extra)
+    if reference is None:
         return
-    reference = open(os.path.join(clean.d, "job.npy"), "rb").read()
-    cleanup()
     d = os.path.join(ROOT, name)
     c = Cluster(d)
     c.start_job("job", shape, extra)
