@@ -9,59 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/log.h"
+#include "worker/peer_message.h"
 
 namespace tessel {
 namespace {
-
-constexpr uint32_t kMagic = 0x31475054;  // "TPG1" little-endian
-constexpr uint16_t kVersion = 1;
-constexpr size_t kHeaderBytes = 40;
-
-struct MessageHeader {
-  uint64_t group_id = 0;
-  int32_t from = 0;
-  uint32_t generation = 0;  // PeerGroup::Reset
-  uint64_t tag = 0;
-  uint64_t payload_bytes = 0;
-};
-
-// Little-endian hosts only (as all of Tessel): fields are copied as they lie.
-std::vector<uint8_t> Encode(const MessageHeader& h) {
-  std::vector<uint8_t> out(kHeaderBytes, 0);
-  const uint16_t flags = 0;
-  std::memcpy(&out[0], &kMagic, 4);
-  std::memcpy(&out[4], &kVersion, 2);
-  std::memcpy(&out[6], &flags, 2);
-  std::memcpy(&out[8], &h.group_id, 8);
-  std::memcpy(&out[16], &h.from, 4);
-  std::memcpy(&out[20], &h.generation, 4);
-  std::memcpy(&out[24], &h.tag, 8);
-  std::memcpy(&out[32], &h.payload_bytes, 8);
-  return out;
-}
-
-absl::StatusOr<MessageHeader> Decode(absl::Span<const uint8_t> bytes) {
-  if (bytes.size() != kHeaderBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("header of ", bytes.size(), " bytes, expected ", kHeaderBytes));
-  }
-  uint32_t magic = 0;
-  uint16_t version = 0;
-  std::memcpy(&magic, &bytes[0], 4);
-  std::memcpy(&version, &bytes[4], 2);
-  if (magic != kMagic) return absl::InvalidArgumentError("bad magic (not a peer-group message)");
-  if (version != kVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("peer-group message version ", version, ", this build speaks ", kVersion));
-  }
-  MessageHeader h;
-  std::memcpy(&h.group_id, &bytes[8], 8);
-  std::memcpy(&h.from, &bytes[16], 4);
-  std::memcpy(&h.generation, &bytes[20], 4);
-  std::memcpy(&h.tag, &bytes[24], 8);
-  std::memcpy(&h.payload_bytes, &bytes[32], 8);
-  return h;
-}
 
 // `s` with `context` appended to its message, payloads kept (they carry,
 // e.g., that a failure is recoverable).
@@ -145,7 +96,7 @@ absl::StatusOr<PeerId> PeerGroup::PeerFor(int rank) {
 }
 
 Accept PeerGroup::OnMessage(const Incoming& in) {
-  absl::StatusOr<MessageHeader> h = Decode(in.header);
+  absl::StatusOr<PeerMessageHeader> h = DecodePeerHeader(in.header);
   if (!h.ok()) {
     TESSEL_LOG(WARNING) << Where() << ": refused a message: " << h.status().message();
     return Accept{};
@@ -214,7 +165,7 @@ absl::Status PeerGroup::Send(int peer, uint64_t tag, std::vector<float> data) {
   absl::StatusOr<PeerId> to = PeerFor(peer);
   if (!to.ok()) return to.status();
   auto buffer = std::make_shared<std::vector<float>>(std::move(data));
-  MessageHeader h;
+  PeerMessageHeader h;
   h.group_id = group_id_;
   h.from = rank_;
   h.tag = tag;
@@ -224,7 +175,7 @@ absl::Status PeerGroup::Send(int peer, uint64_t tag, std::vector<float> data) {
     h.generation = generation_;
     ++outstanding_sends_;
   }
-  const std::vector<uint8_t> header = Encode(h);
+  const std::vector<uint8_t> header = EncodePeerHeader(h);
   transport_->Send(*to, absl::MakeConstSpan(header), buffer->data(), h.payload_bytes,
                    [this, buffer, peer, tag](absl::Status s) {
                      absl::MutexLock lock(&mu_);
