@@ -396,9 +396,10 @@ TEST(HybridMeshTest, ProcessesThatDisagreeOrAreMissingAreNamed) {
   EXPECT_THAT(alone.LogTail("alone0", 5), HasSubstr("missing rank(s) {1}"));
 }
 
-// kill -9 of one process mid-training: its peer's wait ends within a few
-// seconds (its lease lapses, the mesh epoch moves), naming it, long before
-// the 60 s step deadline.
+// kill -9 of one process mid-training, nobody replacing it: its peer pauses
+// within a few seconds (its lease lapses, the mesh epoch moves), naming it,
+// and gives up after --recovery_timeout_s, long before the 60 s step
+// deadline.
 TEST(HybridMeshTest, AKilledPeerEndsItsPeersWaitNamingIt) {
   ClusterOptions co;
   co.servers = 1;
@@ -414,7 +415,9 @@ TEST(HybridMeshTest, AKilledPeerEndsItsPeersWaitNamingIt) {
                             absl::StrCat("--rank=", r), "--world=2", "--tp=2", "--servers=1",
                             "--steps=100000000", "--step_timeout_s=60", "--connect_timeout_s=30",
                             "--layers=16,32,32,4", "--batch=12", "--samples=512",
-                            "--log_every=100000000", "--ucx_tls=posix,sysv,self"})
+                            "--log_every=100000000", "--ucx_tls=posix,sysv,self",
+                            // Nobody replaces it: give up soon after pausing.
+                            "--recovery_timeout_s=5"})
                     .ok());
   }
   RegistryClient registry(cluster.registry_address());
@@ -442,6 +445,7 @@ TEST(HybridMeshTest, AKilledPeerEndsItsPeersWaitNamingIt) {
   EXPECT_LT(secs, 20) << "the peer's death was found by the deadline, not the membership";
   const std::string tail = group.LogTail("r0", 5);
   EXPECT_THAT(tail, HasSubstr("rank 1 (d0 p0 t1) left the mesh or stopped heartbeating")) << tail;
+  EXPECT_THAT(tail, HasSubstr("did not return within 5s")) << tail;
   std::printf("[hybrid] kill -9 of rank 1: rank 0 stopped %.1f s later: %s\n", secs, tail.c_str());
 }
 

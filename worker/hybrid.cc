@@ -17,6 +17,8 @@ namespace {
 
 // The tag's index field (layer, stage boundary or partition) has 12 bits.
 constexpr int kMaxTagIndex = 4095;
+// HybridMessage::kRecovery index of the welcome a replacement receives.
+constexpr int kWelcomeIndex = 3;
 
 [[noreturn]] void Fatal(const std::string& message) {
   TESSEL_LOG(ERROR) << message;
@@ -192,8 +194,10 @@ absl::Status HybridSession::Start() {
   peers_ = std::make_unique<PeerGroup>(std::move(*transport), w.rank, w.world_size, po);
 
   registry_ = std::make_unique<RegistryClient>(w.registry, *credentials);
-  absl::StatusOr<MeshView> mesh = JoinMesh(registry_.get(), po.name, w.rank, w.world_size,
-                                           peers_->address(), w.connect_timeout);
+  // A replacement waits for its dead predecessor's lease to lapse.
+  absl::StatusOr<MeshView> mesh =
+      JoinMesh(registry_.get(), po.name, w.rank, w.world_size, peers_->address(), w.connect_timeout,
+               /*wait_for_rank=*/w.resume && w.recovery);
   if (!mesh.ok()) {
     return absl::Status(mesh.status().code(), absl::StrCat("job '", w.job, "' ", Describe(), ": ",
                                                            mesh.status().message()));
@@ -202,8 +206,34 @@ absl::Status HybridSession::Start() {
   absl::Status s = peers_->Connect(mesh->addresses);
   if (!s.ok()) return s;
   peers_->SetHealthCheck([this] { return MeshHealth(); });
-  s = CheckSameConfig();
-  if (!s.ok()) return s;
+  // With --resume this process either replaces one a running job lost (its
+  // peers, recovering, welcome it with their generation and configuration)
+  // or is one of a whole job restarting (nobody welcomes it).
+  bool replacement = false;
+  if (w.resume && w.recovery) {
+    const absl::Duration grace = std::max(absl::Seconds(5), 2 * w.lease_ttl);
+    absl::StatusOr<PeerGroup::Message> welcome =
+        peers_->RecvAny(HybridTag(HybridMessage::kRecovery, 0, 0, kWelcomeIndex), grace);
+    if (welcome.ok()) {
+      const std::string theirs = FloatsToText(welcome->data);
+      if (theirs != ConfigText()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job '", w.job, "': ", Describe(), " was started with '", ConfigText(),
+                         "' but ", DescribeRank(config, welcome->from), " runs with '", theirs,
+                         "': start the replacement with the job's flags"));
+      }
+      peers_->Reset(welcome->generation);
+      replacement = true;
+      TESSEL_LOG(WARNING) << "job '" << w.job << "' " << Describe()
+                          << ": joins the running job as a replacement (welcomed by "
+                          << DescribeRank(config, welcome->from) << ", peer generation "
+                          << welcome->generation << ")";
+    }
+  }
+  if (!replacement) {
+    s = CheckSameConfig();
+    if (!s.ok()) return s;
+  }
 
   WorkerOptions partition = w;
   partition.job = PartitionJobName(w.job, coords_.p, coords_.t);
@@ -216,7 +246,15 @@ absl::Status HybridSession::Start() {
                                      "': ", worker.status().message()));
   }
   worker_ = std::move(*worker);
+  worker_->SetWaitCheck([this] { return MeshMembership(); });
   if (w.resume) {
+    if (replacement) {  // the survivors' recovery barrier (HybridSession::Recover)
+      std::vector<int> all(w.world_size);
+      for (int r = 0; r < w.world_size; ++r) all[r] = r;
+      s = peers_->Barrier(all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
+                          "the recovery barrier (every process stopped its step)");
+      if (!s.ok()) return s;
+    }
     absl::StatusOr<int64_t> step = AgreeCheckpointStep();
     if (!step.ok()) return step.status();
     worker_->SetResumeStep(*step);
@@ -229,11 +267,16 @@ absl::Status HybridSession::Start() {
   return absl::OkStatus();
 }
 
+std::string HybridSession::ConfigText() const {
+  const HybridConfig& c = options_.config;
+  return absl::StrCat("dp=", c.dp, " tp=", c.tp, " pp=", c.pp, " micro_batches=", c.micro_batches,
+                      " strategy=", v1::Strategy_Name(options_.worker.strategy), " ",
+                      options_.fingerprint);
+}
+
 absl::Status HybridSession::CheckSameConfig() {
   const HybridConfig& c = options_.config;
-  const std::string mine = absl::StrCat(
-      "dp=", c.dp, " tp=", c.tp, " pp=", c.pp, " micro_batches=", c.micro_batches,
-      " strategy=", v1::Strategy_Name(options_.worker.strategy), " ", options_.fingerprint);
+  const std::string mine = ConfigText();
   const int world = options_.worker.world_size;
   if (world == 1) return absl::OkStatus();
   const uint64_t tag = HybridTag(HybridMessage::kConfig, 0, 0, 0);
@@ -271,6 +314,10 @@ absl::Status HybridSession::MeshHealth() {
     absl::Status servers = worker_->CheckServers();
     if (!servers.ok()) return servers;
   }
+  return MeshMembership();
+}
+
+absl::Status HybridSession::MeshMembership() {
   absl::Status lease = registry_->lease_status();
   if (!lease.ok()) {
     return absl::AbortedError(absl::StrCat("job '", options_.worker.job, "' ", Describe(),
@@ -287,15 +334,23 @@ absl::Status HybridSession::MeshHealth() {
     for (const v1::Member& m : view->members()) present = present || m.rank() == r;
     if (!present) gone.push_back(DescribeRank(options_.config, r));
   }
+  const std::string who = gone.empty() ? std::string("the mesh membership changed")
+                                       : absl::StrCat(absl::StrJoin(gone, ", "),
+                                                      " left the mesh or stopped heartbeating");
+  if (options_.worker.recovery && worker_ != nullptr) {
+    return Worker::MarkRecoverable(absl::AbortedError(absl::StrCat(
+        "job '", options_.worker.job, "' ", Describe(), ": ", who, " (group '", group, "' epoch ",
+        mesh_epoch_, " -> ", now, "); pausing for up to ",
+        absl::FormatDuration(options_.worker.recovery_timeout),
+        " until a replacement joins (start it with the same flags, its --rank and --resume), "
+        "then rolling every partition back to a common checkpoint")));
+  }
   return absl::AbortedError(absl::StrCat(
-      "job '", options_.worker.job, "' ", Describe(), ": ",
-      gone.empty()
-          ? std::string("the mesh membership changed")
-          : absl::StrCat(absl::StrJoin(gone, ", "), " left the mesh or stopped heartbeating"),
-      " (group '", group, "' epoch ", mesh_epoch_, " -> ", now,
-      "); the step cannot complete. A hybrid job does not replace a lost process: restart every "
-      "process of the job with --resume (it goes on from the newest checkpoint complete in every "
-      "partition; needs --checkpoint_every_steps)"));
+      "job '", options_.worker.job, "' ", Describe(), ": ", who, " (group '", group, "' epoch ",
+      mesh_epoch_, " -> ", now,
+      "); the step cannot complete. Recovery is off (--recover): restart every process of the "
+      "job with --resume (it goes on from the newest checkpoint complete in every partition; "
+      "needs --checkpoint_every_steps)"));
 }
 
 absl::Status HybridSession::Recover(const absl::Status& why) {
@@ -310,13 +365,30 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
     bool* flag;
     ~Done() { *flag = false; }
   } done{&recovering_};
+  // 0. Every process present: a lost one replaced. (A shard server's death
+  // leaves the mesh as it was.)
+  std::vector<int> replaced;
+  absl::Status s = AwaitWholeMesh(start + options_.worker.recovery_timeout, &replaced);
+  if (!s.ok()) return s;
   // 1. A new generation: from here on, nothing of the abandoned step is
-  // received. Meeting every process also means each has stopped its step.
+  // received. Every survivor has been through the same recoveries, so they
+  // agree on it; the first survivor hands it to each replacement with a
+  // welcome (HybridSession::Start). Meeting every process also means each
+  // has stopped its step.
   peers_->Reset(peers_->generation() + 1);
   std::vector<int> all(world);
   for (int r = 0; r < world; ++r) all[r] = r;
-  absl::Status s = peers_->Barrier(all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
-                                   "the recovery barrier (every process stopped its step)");
+  int welcomer = 0;
+  while (std::find(replaced.begin(), replaced.end(), welcomer) != replaced.end()) ++welcomer;
+  if (rank() == welcomer) {
+    for (int r : replaced) {
+      s = peers_->Send(r, HybridTag(HybridMessage::kRecovery, 0, 0, kWelcomeIndex),
+                       TextToFloats(ConfigText()));
+      if (!s.ok()) return s;
+    }
+  }
+  s = peers_->Barrier(all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
+                      "the recovery barrier (every process stopped its step)");
   if (!s.ok()) return s;
   // 2. The newest step every partition job has a complete checkpoint of.
   absl::StatusOr<int64_t> step = AgreeCheckpointStep();
@@ -331,6 +403,78 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
                       << " to the checkpoint of step " << *step << " (peer generation "
                       << peers_->generation() << ")";
   return absl::OkStatus();
+}
+
+absl::Status HybridSession::AwaitWholeMesh(absl::Time deadline, std::vector<int>* replaced) {
+  const std::string where = absl::StrCat("job '", options_.worker.job, "' ", Describe());
+  const std::string group = MeshGroupName(options_.worker.job);
+  const int world = options_.worker.world_size;
+  // A lost process shows in the partition job or in the mesh first,
+  // whichever lease lapsed first: wait until the mesh has it too, so that
+  // an old view (the dead member still listed) is never taken for whole.
+  if (!worker_->CheckMembers().ok() || registry_->group_epoch() > mesh_epoch_) {
+    while (registry_->group_epoch() <= mesh_epoch_) {
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(where, ": a worker of its partition job left, but the mesh group '", group,
+                         "' did not register it within the recovery timeout; giving up"));
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  bool logged = false;
+  for (;;) {
+    absl::Status lease = registry_->lease_status();
+    if (!lease.ok()) {
+      return absl::AbortedError(absl::StrCat(where, ": this process lost its mesh membership (",
+                                             lease.message(), ") while recovering; exiting"));
+    }
+    absl::StatusOr<v1::View> view = registry_->GetView(group);
+    std::vector<std::string> addresses(world);
+    std::vector<std::string> missing;
+    if (view.ok()) {
+      for (const v1::Member& m : view->members()) {
+        if (m.role() == v1::ROLE_WORKER && m.rank() >= 0 && m.rank() < world) {
+          addresses[m.rank()] = m.ucx_address();
+        }
+      }
+      for (int r = 0; r < world; ++r) {
+        if (addresses[r].empty()) missing.push_back(DescribeRank(options_.config, r));
+      }
+    }
+    if (view.ok() && missing.empty()) {
+      const std::vector<std::string> before = peers_->addresses();
+      replaced->clear();
+      for (int r = 0; r < world; ++r) {
+        if (addresses[r] != before[r]) replaced->push_back(r);
+      }
+      peers_->UpdateAddresses(addresses);
+      mesh_epoch_ = view->epoch();
+      if (!replaced->empty()) {
+        std::vector<std::string> names;
+        for (int r : *replaced) names.push_back(DescribeRank(options_.config, r));
+        TESSEL_LOG(WARNING) << where << ": " << absl::StrJoin(names, ", ")
+                            << " replaced; the mesh is whole again at epoch " << mesh_epoch_;
+      }
+      return absl::OkStatus();
+    }
+    const std::string what =
+        view.ok() ? absl::StrCat(absl::StrJoin(missing, ", "),
+                                 " (start a replacement with the same flags, its --rank and "
+                                 "--resume)")
+                  : absl::StrCat("the registry (", view.status().message(), ")");
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          where, ": ", what, " did not return within ",
+          absl::FormatDuration(options_.worker.recovery_timeout),
+          " (--recovery_timeout_s); giving up. Restart every process of the job with --resume"));
+    }
+    if (!logged) {
+      TESSEL_LOG(WARNING) << where << ": paused; waiting for " << what;
+      logged = true;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
 }
 
 absl::StatusOr<int64_t> HybridSession::AgreeCheckpointStep() {
@@ -391,6 +535,7 @@ absl::Status HybridSession::Finish() {
   // has already turned this off (they entered the barrier before anyone
   // could pass it).
   peers_->SetHealthCheck(nullptr);
+  worker_->SetWaitCheck(nullptr);
   std::vector<int> all(options_.worker.world_size);
   for (int r = 0; r < options_.worker.world_size; ++r) all[r] = r;
   absl::Status s = peers_->Barrier(all, HybridTag(HybridMessage::kBarrier, 0, 0, 0),

@@ -188,11 +188,22 @@ class HybridSession {
   // mesh group's epoch moved past the complete view's (a member left or its
   // lease lapsed), or this process's own lease is lost.
   absl::Status MeshHealth();
+  // The mesh part of it (this process's lease, members gone or replaced),
+  // also run by the partition Worker's waits: a step of this partition may
+  // wait for a process of another one that died.
+  absl::Status MeshMembership();
   // Collective: the newest step whose checkpoint is complete in every
   // partition job (each process sends its partition's list to rank 0, which
   // intersects and answers). FailedPrecondition, the same on every process,
   // if there is none.
   absl::StatusOr<int64_t> AgreeCheckpointStep();
+  // Recover's first step: waits (until `deadline`) until every rank is in
+  // the mesh group; `replaced` gets the ranks now at another address (their
+  // peer endpoints are remade). If the partition job or the mesh saw a
+  // member leave, first waits until the mesh registered it, so a view that
+  // still lists the dead process is never taken for whole.
+  absl::Status AwaitWholeMesh(absl::Time deadline, std::vector<int>* replaced);
+  std::string ConfigText() const;
 
   const HybridOptions options_;
   const RankCoords coords_;

@@ -317,6 +317,44 @@ void PeerGroup::Reset(uint32_t generation) {
   }
 }
 
+std::vector<std::string> PeerGroup::addresses() {
+  absl::MutexLock lock(&mu_);
+  return addresses_;
+}
+
+void PeerGroup::UpdateAddresses(const std::vector<std::string>& addresses) {
+  absl::MutexLock lock(&mu_);
+  if (addresses.size() != addresses_.size()) return;
+  for (size_t r = 0; r < addresses.size(); ++r) {
+    if (addresses[r] == addresses_[r]) continue;
+    // The old endpoint is abandoned, not closed: its peer is gone.
+    addresses_[r] = addresses[r];
+    peers_[r] = -1;
+  }
+}
+
+absl::StatusOr<PeerGroup::Message> PeerGroup::RecvAny(uint64_t tag, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, tag]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [key, slot] : inbox_) {
+      if (key.tag == tag && key.generation >= generation_ && slot.complete) return true;
+    }
+    return false;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat(Where(), ": no message with tag ", tag,
+                                                    " within ", absl::FormatDuration(timeout)));
+  }
+  for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
+    if (it->first.tag == tag && it->first.generation >= generation_ && it->second.complete) {
+      Message m{it->first.from, it->first.generation, std::move(it->second.data)};
+      inbox_.erase(it);
+      return m;
+    }
+  }
+  return absl::InternalError(absl::StrCat(Where(), ": RecvAny lost its message"));
+}
+
 uint32_t PeerGroup::generation() {
   absl::MutexLock lock(&mu_);
   return generation_;
@@ -335,7 +373,8 @@ void PeerGroup::SetHealthCheck(std::function<absl::Status()> check) {
 }
 
 absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& group, int rank,
-                                  int size, const std::string& address, absl::Duration timeout) {
+                                  int size, const std::string& address, absl::Duration timeout,
+                                  bool wait_for_rank) {
   v1::Member me;
   me.set_group(group);
   me.set_role(v1::ROLE_WORKER);
@@ -343,6 +382,12 @@ absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& g
   me.set_ucx_address(address);
   me.set_pid(getpid());
   absl::StatusOr<v1::View> joined = registry->Join(me);
+  const absl::Time join_deadline = absl::Now() + timeout;
+  while (wait_for_rank && !joined.ok() && absl::IsAlreadyExists(joined.status()) &&
+         absl::Now() < join_deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    joined = registry->Join(me);
+  }
   if (!joined.ok()) {
     return absl::Status(joined.status().code(),
                         absl::StrCat("rank ", rank, " could not join group '", group,

@@ -129,6 +129,22 @@ class PeerGroup {
   void Reset(uint32_t generation);
   uint32_t generation();
 
+  // The addresses of ranks 0..size-1 as last connected, and a new set (a
+  // member was replaced by a process at another address): endpoints of
+  // ranks whose address changed are made again on their next send.
+  std::vector<std::string> addresses();
+  void UpdateAddresses(const std::vector<std::string>& addresses);
+
+  // A message with `tag` from any rank, of this generation or a newer one
+  // (a replacement process learning the generation its peers are at), within
+  // `timeout`; DeadlineExceeded if none came.
+  struct Message {
+    int from = 0;
+    uint32_t generation = 0;
+    std::vector<float> data;
+  };
+  absl::StatusOr<Message> RecvAny(uint64_t tag, absl::Duration timeout);
+
   // Installs (or, with nullptr, removes) the health check: blocked waits call
   // it every health_period, outside the group's lock; a non-OK status aborts
   // the group with that status. It may block briefly (e.g. one RPC).
@@ -185,13 +201,15 @@ class PeerGroup {
 // `registry` keeps the membership's lease; keep it alive as long as the group
 // is used. Fails, naming the missing ranks, after `timeout`, or at once if a
 // member with a rank >= size is present (processes disagree on the world
-// size).
+// size). With `wait_for_rank`, a rank still held (by a dead predecessor whose
+// lease has not lapsed yet) is retried until `timeout`.
 struct MeshView {
   std::vector<std::string> addresses;
   int64_t epoch = 0;
 };
 absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& group, int rank,
-                                  int size, const std::string& address, absl::Duration timeout);
+                                  int size, const std::string& address, absl::Duration timeout,
+                                  bool wait_for_rank = false);
 
 }  // namespace tessel
 

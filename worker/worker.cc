@@ -750,6 +750,12 @@ absl::Status Worker::WaitFor(const std::function<bool()>& done,
       mu_.Lock();
       if (!servers.ok()) return servers;
     }
+    if (!finished && wait_check_) {
+      mu_.Unlock();
+      absl::Status outside = wait_check_();
+      mu_.Lock();
+      if (!outside.ok()) return outside;
+    }
   }
   if (!error_.ok()) return Recoverable(error_);
   if (!send_error_.ok()) {
@@ -1083,6 +1089,16 @@ absl::Status Untagged(const absl::Status& s) { return absl::Status(s.code(), s.m
 
 bool Worker::IsRecoverable(const absl::Status& status) {
   return !status.ok() && status.GetPayload(kRecoverableUrl).has_value();
+}
+
+absl::Status Worker::MarkRecoverable(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kRecoverableUrl, absl::Cord("1"));
+  return status;
+}
+
+absl::Status Worker::CheckMembers() {
+  if (registry_->group_epoch() <= view_epoch_) return absl::OkStatus();
+  return MembershipChanged();
 }
 
 absl::Status Worker::Recoverable(absl::Status s) const {

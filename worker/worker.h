@@ -222,6 +222,18 @@ class Worker {
   // True for a failed step's status that Recover() can repair: a worker or
   // shard server left, came back, or the job was rolled back under us.
   static bool IsRecoverable(const absl::Status& status);
+  // `status` tagged so that IsRecoverable() holds: for layers on top whose
+  // own waits see a loss Recover() repairs (a hybrid job's mesh).
+  static absl::Status MarkRecoverable(absl::Status status);
+  // OK unless one of the job's workers left or was replaced since the
+  // membership was last complete (then: the status a failed step carries).
+  absl::Status CheckMembers();
+  // Installs (nullptr removes) a check a blocked wait (a step's parameters,
+  // a barrier) runs every 250 ms on the driving thread: a non-OK status ends
+  // the wait with it. For what only a layer on top can see: a hybrid job's
+  // process of another partition lost, which this partition's step waits
+  // for indirectly.
+  void SetWaitCheck(std::function<absl::Status()> check) { wait_check_ = std::move(check); }
   // Waits (up to recovery_timeout) until every rank and shard is present,
   // then rolls back: rank 0 restores every shard from the latest complete
   // checkpoint at a new epoch (frames of the old one are refused), the other
@@ -456,7 +468,8 @@ class Worker {
   // DDP: false for a replacement worker until a recovery gave it the job's
   // state (parameters and optimizer state live only on the workers).
   bool holds_state_ = true;
-  int micro_batches_ = 0;  // AccumulateGradients calls this step
+  std::function<absl::Status()> wait_check_;  // SetWaitCheck
+  int micro_batches_ = 0;                     // AccumulateGradients calls this step
   absl::Time last_checkpoint_ = absl::Now();
   std::string token_;
   ClientCredentials credentials_;  // for every gRPC channel (mutual TLS or not)
