@@ -74,14 +74,14 @@ ABSL_FLAG(int, keep_checkpoints, 3,
           "worker mode: checkpoints each partition job keeps (>= 3 with --recover: partitions "
           "roll back to a step all of them have complete)");
 ABSL_FLAG(bool, recover, true,
-          "worker mode: when a shard server dies, wait for it to come back and roll every "
-          "partition back to the newest checkpoint complete in all of them, then go on "
-          "(needs --checkpoint_every_steps); a lost worker process is not replaced: restart "
-          "the job");
+          "worker mode: when a shard server or a worker process dies, wait (up to "
+          "--recovery_timeout_s) for it to come back (a lost process: a replacement started "
+          "with its --rank and --resume) and roll every partition back to the newest checkpoint "
+          "complete in all of them, then go on (needs --checkpoint_every_steps)");
 ABSL_FLAG(bool, resume, false,
-          "worker mode: start every partition from the newest checkpoint complete in all of "
-          "them (every process of the job passes it; e.g. after a worker process was lost) "
-          "instead of the initial parameters");
+          "worker mode: a replacement for a lost process of a running job (its peers welcome "
+          "it), or, when every process passes it, a whole restart from the newest checkpoint "
+          "complete in every partition instead of the initial parameters");
 ABSL_FLAG(int, recovery_timeout_s, 60,
           "worker mode: how long a recovery waits for the lost shard server");
 ABSL_FLAG(int, lease_ttl_ms, 3000, "worker mode: registry lease of this process's memberships");
