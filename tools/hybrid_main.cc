@@ -83,7 +83,7 @@ ABSL_FLAG(bool, resume, false,
           "it), or, when every process passes it, a whole restart from the newest checkpoint "
           "complete in every partition instead of the initial parameters");
 ABSL_FLAG(int, recovery_timeout_s, 60,
-          "worker mode: how long a recovery waits for the lost shard server");
+          "worker mode: how long a recovery waits for the lost shard server or process");
 ABSL_FLAG(int, lease_ttl_ms, 3000, "worker mode: registry lease of this process's memberships");
 ABSL_FLAG(bool, local, false,
           "launcher: start a local cluster (--servers shard servers, embedded registry), run "
