@@ -129,9 +129,11 @@ def clean_run(name, shape, extra):
     return open(os.path.join(clean.d, "job.npy"), "rb").read() if ok else None
 
 
-def wait_for_training(name, c, job, partitions):
+def wait_for_training(name, c, job, shape):
     """Until training is well under way (step 200) and every partition has a
     checkpoint to go back to; False (a failed check) if the job ended first."""
+    dp, tp, pp = shape
+    partitions = ["p%d.t%d" % (p, t) for p in range(pp) for t in range(tp)]
     def step_now():
         done = re.findall(r"step +(\d+)/", "".join(tail(c.logs[0], 50)))
         return int(done[-1]) if done else 0
@@ -147,9 +149,20 @@ def wait_for_training(name, c, job, partitions):
     return False
 
 
+def same_step_and_bits(name, paths, pattern, npy, reference, who):
+    """Every log in `paths` names the same checkpoint step (the last match of
+    `pattern`), and `npy` holds exactly `reference`."""
+    steps = set()
+    for path in paths:
+        m = re.findall(pattern, open(path, errors="replace").read())
+        steps.add(m[-1] if m else None)
+    ok = check(len(steps) == 1 and None not in steps,
+               "%s: %s (steps %s)" % (name, who, sorted(str(x) for x in steps)))
+    same = os.path.exists(npy) and open(npy, "rb").read() == reference
+    return check(same, "%s: final parameters bitwise equal to the clean run" % name) and ok
+
+
 def scenario(name, shape, extra):
-    dp, tp, pp = shape
-    partitions = ["p%d.t%d" % (p, t) for p in range(pp) for t in range(tp)]
     reference = clean_run(name, shape, extra)
     if reference is None:
         return
@@ -158,7 +171,7 @@ def scenario(name, shape, extra):
     c.start_job("fault", shape, extra)
     # Kill shard server 1 once training is well under way and every partition
     # has a checkpoint to go back to.
-    if not wait_for_training(name, c, "fault", partitions):
+    if not wait_for_training(name, c, "fault", shape):
         return
     t0 = time.time()
     c.servers[1].send_signal(signal.SIGKILL)
@@ -170,17 +183,9 @@ def scenario(name, shape, extra):
     ok = check(rcs == [0] * len(rcs),
                "%s: every process recovers and finishes after kill -9 of shard server 1 "
                "(exit codes %s, %.1f s after the kill)" % (name, rcs, elapsed))
-    steps = set()
-    for path in c.logs:
-        m = re.findall(r"every partition rolled back from step \d+ to the checkpoint of step (\d+)",
-                        open(path, errors="replace").read())
-        steps.add(m[-1] if m else None)
-    ok &= check(len(steps) == 1 and None not in steps,
-                "%s: every process rolled back to the same checkpoint (steps %s)" %
-                (name, sorted(str(s) for s in steps)))
-    same = (os.path.exists(os.path.join(d, "fault.npy")) and
-            open(os.path.join(d, "fault.npy"), "rb").read() == reference)
-    ok &= check(same, "%s: final parameters bitwise equal to the clean run" % name)
+    ok &= same_step_and_bits(
+        name, c.logs, r"every partition rolled back from step \d+ to the checkpoint of step (\d+)",
+        os.path.join(d, "fault.npy"), reference, "every process rolled back to the same checkpoint")
     if not ok:
         c.show()
     cleanup()
@@ -196,9 +201,7 @@ def worker_replaced(name, shape, extra, victim):
     d = os.path.join(ROOT, name)
     c = Cluster(d)
     c.start_job("job", shape, extra)
-    dp, tp, pp = shape
-    partitions = ["p%d.t%d" % (p, t) for p in range(pp) for t in range(tp)]
-    if not wait_for_training(name, c, "job", partitions):
+    if not wait_for_training(name, c, "job", shape):
         return
     t0 = time.time()
     c.workers[victim].send_signal(signal.SIGKILL)
@@ -214,17 +217,11 @@ def worker_replaced(name, shape, extra, victim):
     text = open(replacement_log, errors="replace").read()
     ok &= check("joins the running job as a replacement" in text,
                 "%s: the replacement is welcomed into the running job" % name)
-    steps = set()
-    for path in [l for r, l in enumerate(c.logs) if r != victim] + [replacement_log]:
-        m = re.findall(r"(?:rolled back from step \d+ to the checkpoint of step|resumes from the "
-                       r"checkpoint of step) (\d+)", open(path, errors="replace").read())
-        steps.add(m[-1] if m else None)
-    ok &= check(len(steps) == 1 and None not in steps,
-                "%s: survivors and the replacement agree on the checkpoint (steps %s)" %
-                (name, sorted(str(x) for x in steps)))
-    same = (os.path.exists(os.path.join(d, "job.npy")) and
-            open(os.path.join(d, "job.npy"), "rb").read() == reference)
-    ok &= check(same, "%s: final parameters bitwise equal to the clean run" % name)
+    ok &= same_step_and_bits(
+        name, [l for r, l in enumerate(c.logs) if r != victim] + [replacement_log],
+        r"(?:rolled back from step \d+ to the checkpoint of step|resumes from the checkpoint of "
+        r"step) (\d+)", os.path.join(d, "job.npy"), reference,
+        "survivors and the replacement agree on the checkpoint")
     if not ok:
         c.show()
         for line in tail(replacement_log, 15):

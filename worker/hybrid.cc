@@ -248,11 +248,8 @@ absl::Status HybridSession::Start() {
   worker_ = std::move(*worker);
   worker_->SetWaitCheck([this] { return MeshMembership(); });
   if (w.resume) {
-    if (replacement) {  // the survivors' recovery barrier (HybridSession::Recover)
-      std::vector<int> all(w.world_size);
-      for (int r = 0; r < w.world_size; ++r) all[r] = r;
-      s = peers_->Barrier(all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
-                          "the recovery barrier (every process stopped its step)");
+    if (replacement) {  // meets the survivors in Recover
+      s = RecoveryBarrier();
       if (!s.ok()) return s;
     }
     absl::StatusOr<int64_t> step = AgreeCheckpointStep();
@@ -357,7 +354,6 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
   if (!options_.worker.recovery || !Worker::IsRecoverable(why) || worker_ == nullptr) return why;
   const absl::Time start = absl::Now();
   const int64_t from = worker_->step();
-  const int world = options_.worker.world_size;
   const std::string where = absl::StrCat("job '", options_.worker.job, "' ", Describe());
   TESSEL_LOG(WARNING) << where << ": " << why.message() << "; recovering";
   recovering_ = true;
@@ -376,8 +372,6 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
   // welcome (HybridSession::Start). Meeting every process also means each
   // has stopped its step.
   peers_->Reset(peers_->generation() + 1);
-  std::vector<int> all(world);
-  for (int r = 0; r < world; ++r) all[r] = r;
   int welcomer = 0;
   while (std::find(replaced.begin(), replaced.end(), welcomer) != replaced.end()) ++welcomer;
   if (rank() == welcomer) {
@@ -387,8 +381,7 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
       if (!s.ok()) return s;
     }
   }
-  s = peers_->Barrier(all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
-                      "the recovery barrier (every process stopped its step)");
+  s = RecoveryBarrier();
   if (!s.ok()) return s;
   // 2. The newest step every partition job has a complete checkpoint of.
   absl::StatusOr<int64_t> step = AgreeCheckpointStep();
@@ -403,6 +396,13 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
                       << " to the checkpoint of step " << *step << " (peer generation "
                       << peers_->generation() << ")";
   return absl::OkStatus();
+}
+
+absl::Status HybridSession::RecoveryBarrier() {
+  std::vector<int> all(options_.worker.world_size);
+  for (int r = 0; r < options_.worker.world_size; ++r) all[r] = r;
+  return peers_->Barrier(all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
+                         "the recovery barrier (every process stopped its step)");
 }
 
 absl::Status HybridSession::AwaitWholeMesh(absl::Time deadline, std::vector<int>* replaced) {

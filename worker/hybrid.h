@@ -204,6 +204,9 @@ class HybridSession {
   // still lists the dead process is never taken for whole.
   absl::Status AwaitWholeMesh(absl::Time deadline, std::vector<int>* replaced);
   std::string ConfigText() const;
+  // Every process of the mesh, at this generation: the survivors in Recover
+  // and a replacement in Start meet here.
+  absl::Status RecoveryBarrier();
 
   const HybridOptions options_;
   const RankCoords coords_;

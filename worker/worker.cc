@@ -1109,7 +1109,7 @@ absl::Status Worker::Recoverable(absl::Status s) const {
   if (c == absl::StatusCode::kFailedPrecondition || c == absl::StatusCode::kNotFound ||
       c == absl::StatusCode::kAborted || c == absl::StatusCode::kUnavailable ||
       c == absl::StatusCode::kCancelled) {
-    s.SetPayload(kRecoverableUrl, absl::Cord("1"));
+    return MarkRecoverable(std::move(s));
   }
   return s;
 }
