@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 
 namespace tessel {
@@ -78,6 +79,27 @@ class Transport {
 
   // Short name for logs and benchmarks, e.g. "ucx" or "inproc".
   virtual std::string name() const = 0;
+
+  // Sends a probe into this transport's own receive queue, from a second
+  // endpoint in this process, and waits up to `timeout` for it to arrive.
+  // FailedPrecondition means the queue is wedged: nothing sent to this
+  // address will ever be received again. (UCX shared memory: a peer killed
+  // in the middle of writing a message into the receive FIFO leaves a slot
+  // claimed but never filled, and the FIFO is read strictly in order.) The
+  // cure is Reset(). Transports that cannot wedge return OK.
+  virtual absl::Status CheckReceiveQueue(absl::Duration timeout) {
+    (void)timeout;
+    return absl::OkStatus();
+  }
+
+  // Replaces this endpoint with a fresh one at a new address(): every
+  // PeerId connected or seen so far fails its sends (Unavailable), every
+  // operation in flight completes with Unavailable, and the handler stays.
+  // Peers must Connect() to the new address; replies to senders work as
+  // before.
+  virtual absl::Status Reset() {
+    return absl::UnimplementedError(name() + " transport cannot be reset");
+  }
 };
 
 }  // namespace tessel

@@ -222,6 +222,75 @@ TEST_P(TransportConformanceTest, SendAfterShutdownIsCancelledNotLost) {
   EXPECT_FALSE(result.ok());
 }
 
+TEST_P(TransportConformanceTest, HealthyReceiveQueuePassesTheProbe) {
+  EXPECT_TRUE(a_->CheckReceiveQueue(absl::Seconds(10)).ok());
+  EXPECT_TRUE(a_->CheckReceiveQueue(absl::Seconds(10)).ok());  // and again
+}
+
+// Reset: a fresh endpoint at a new address; what was connected before fails,
+// the handler stays, and peers that connect to the new address get through
+// and are answered.
+TEST_P(TransportConformanceTest, ResetGivesAFreshAddressAndFailsOldPeers) {
+  const std::string before = b_->address();
+  auto to_c = b_->Connect(c_->address());
+  ASSERT_TRUE(to_c.ok());
+  absl::Mutex mu;
+  int received = 0;
+  PeerId last_from = 0;
+  b_->SetHandler([&](const Incoming& in) {
+    absl::MutexLock lock(&mu);
+    ++received;
+    last_from = in.from;
+    return Accept{};
+  });
+  absl::Status reset = b_->Reset();
+  if (absl::IsUnimplemented(reset)) GTEST_SKIP() << reset;
+  ASSERT_TRUE(reset.ok()) << reset;
+  EXPECT_NE(b_->address(), before);
+  EXPECT_TRUE(b_->CheckReceiveQueue(absl::Seconds(10)).ok());
+
+  std::vector<uint8_t> h = Header(7, 16);
+  absl::Notification failed;
+  absl::Status old_send;
+  b_->Send(*to_c, absl::MakeConstSpan(h), nullptr, 0, [&](absl::Status s) {
+    old_send = s;
+    failed.Notify();
+  });
+  ASSERT_TRUE(failed.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(old_send.code(), absl::StatusCode::kUnavailable) << old_send;
+
+  auto to_b = a_->Connect(b_->address());
+  ASSERT_TRUE(to_b.ok());
+  absl::Notification sent;
+  a_->Send(*to_b, absl::MakeConstSpan(h), nullptr, 0, [&](absl::Status) { sent.Notify(); });
+  ASSERT_TRUE(sent.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                        +[](int* n) { return *n == 1; }, &received),
+                                    absl::Seconds(10)));
+  }
+  // b answers a through the reply endpoint of a's message.
+  std::atomic<int> replies{0};
+  a_->SetHandler([&](const Incoming&) {
+    ++replies;
+    return Accept{};
+  });
+  PeerId reply_to;
+  {
+    absl::MutexLock lock(&mu);
+    reply_to = last_from;
+  }
+  absl::Notification answered;
+  b_->Send(reply_to, absl::MakeConstSpan(h), nullptr, 0, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    answered.Notify();
+  });
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  for (int i = 0; i < 1000 && replies.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(replies.load(), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, TransportConformanceTest,
                          ::testing::Values(InProc(), Ucx("posix,sysv,self"), Ucx("tcp,self")),
                          [](const ::testing::TestParamInfo<Backend>& info) {

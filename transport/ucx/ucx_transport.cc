@@ -46,6 +46,7 @@ void MessageDelivered() {}
 #endif
 
 constexpr unsigned kAmId = 7;
+constexpr unsigned kProbeAmId = 8;  // CheckReceiveQueue's probes
 
 absl::Status UcsError(const char* what, ucs_status_t s) {
   return absl::UnavailableError(absl::StrCat(what, ": ", ucs_status_string(s)));
@@ -120,27 +121,9 @@ absl::Status UcxTransport::Init() {
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  s = ucp_worker_create(context_, &wp, &worker_);
-  if (s != UCS_OK) return UcsError("ucp_worker_create", s);
+  s = ucp_worker_create(context_, &wp, &probe_worker_);
+  if (s != UCS_OK) return UcsError("ucp_worker_create (probe)", s);
 
-  ucp_address_t* addr = nullptr;
-  size_t len = 0;
-  s = ucp_worker_get_address(worker_, &addr, &len);
-  if (s != UCS_OK) return UcsError("ucp_worker_get_address", s);
-  address_.assign(reinterpret_cast<const char*>(addr), len);
-  ucp_worker_release_address(worker_, addr);
-
-  ucp_am_handler_param_t hp{};
-  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  hp.id = kAmId;
-  hp.cb = &UcxTransport::OnAm;
-  hp.arg = this;
-  s = ucp_worker_set_am_recv_handler(worker_, &hp);
-  if (s != UCS_OK) return UcsError("ucp_worker_set_am_recv_handler", s);
-
-  s = ucp_worker_get_efd(worker_, &ucp_fd_);
-  if (s != UCS_OK) return UcsError("ucp_worker_get_efd", s);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (epoll_fd_ < 0 || event_fd_ < 0) {
@@ -148,16 +131,168 @@ absl::Status UcxTransport::Init() {
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = ucp_fd_;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, ucp_fd_, &ev);
   ev.data.fd = event_fd_;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev);
+  absl::Status created = CreateWorker();
+  if (!created.ok()) return created;
 
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
 
+absl::Status UcxTransport::CreateWorker() {
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucs_status_t s = ucp_worker_create(context_, &wp, &worker_);
+  if (s != UCS_OK) {
+    worker_ = nullptr;
+    return UcsError("ucp_worker_create", s);
+  }
+  ucp_address_t* addr = nullptr;
+  size_t len = 0;
+  s = ucp_worker_get_address(worker_, &addr, &len);
+  if (s != UCS_OK) return UcsError("ucp_worker_get_address", s);
+  std::string address(reinterpret_cast<const char*>(addr), len);
+  ucp_worker_release_address(worker_, addr);
+
+  for (const auto& [id, cb] : {std::pair<unsigned, ucp_am_recv_callback_t>{kAmId, &OnAm},
+                               std::pair<unsigned, ucp_am_recv_callback_t>{kProbeAmId, &OnProbe}}) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = id;
+    hp.cb = cb;
+    hp.arg = this;
+    s = ucp_worker_set_am_recv_handler(worker_, &hp);
+    if (s != UCS_OK) return UcsError("ucp_worker_set_am_recv_handler", s);
+  }
+
+  s = ucp_worker_get_efd(worker_, &ucp_fd_);
+  if (s != UCS_OK) return UcsError("ucp_worker_get_efd", s);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = ucp_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, ucp_fd_, &ev);
+
+  // The probe endpoint: probe_worker_ -> worker_, as a peer on this host
+  // would reach it (shared memory when UCX_TLS allows it).
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  s = ucp_ep_create(probe_worker_, &ep, &probe_ep_);
+  if (s != UCS_OK) {
+    probe_ep_ = nullptr;
+    return UcsError("ucp_ep_create (probe)", s);
+  }
+  absl::MutexLock lock(&address_mu_);
+  address_ = std::move(address);
+  return absl::OkStatus();
+}
+
+void UcxTransport::DestroyWorker(const absl::Status& why) {
+  std::vector<std::pair<ucp_worker_h, void*>> closing;
+  ucp_request_param_t cp{};
+  cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  if (probe_ep_ != nullptr) {
+    void* r = ucp_ep_close_nbx(probe_ep_, &cp);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.emplace_back(probe_worker_, r);
+    probe_ep_ = nullptr;
+  }
+  for (Peer& p : peers_) {
+    if (p.owned && p.ep != nullptr && worker_ != nullptr) {
+      void* r = ucp_ep_close_nbx(p.ep, &cp);
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.emplace_back(worker_, r);
+    }
+    // Its PeerId stays taken and fails from now on.
+    p.ep = nullptr;
+    p.failed = true;
+  }
+  peer_by_ep_.clear();
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  for (auto [w, r] : closing) {
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && absl::Now() < deadline) {
+      ucp_worker_progress(w);
+    }
+    if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
+  }
+  if (worker_ != nullptr) {
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, ucp_fd_, nullptr);
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+    ucp_fd_ = -1;
+  }
+  // Operations towards dead peers never complete: they end here. (Any that
+  // the destroy completed have removed themselves.)
+  std::vector<ucx_internal::PendingOp*> left(in_flight_.begin(), in_flight_.end());
+  in_flight_.clear();
+  for (ucx_internal::PendingOp* op : left) {
+    if (op->done) op->done(why);
+    delete op;
+  }
+}
+
 UcxTransport::~UcxTransport() { Shutdown(); }
+
+std::string UcxTransport::address() const {
+  absl::MutexLock lock(&address_mu_);
+  return address_;
+}
+
+ucs_status_t UcxTransport::OnProbe(void* arg, const void* header, size_t header_length, void*,
+                                   size_t, const ucp_am_recv_param_t*) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  uint64_t seq = 0;
+  if (header_length == sizeof(seq)) std::memcpy(&seq, header, sizeof(seq));
+  absl::MutexLock lock(&self->probe_mu_);
+  self->probe_seen_ = std::max(self->probe_seen_, seq);
+  return UCS_OK;
+}
+
+absl::Status UcxTransport::CheckReceiveQueue(absl::Duration timeout) {
+  const uint64_t seq = probe_seq_.fetch_add(1) + 1;
+  const bool posted = Post([this, seq] {
+    if (probe_ep_ == nullptr) return;
+    // The header must outlive a send UCX queues; the callback frees it.
+    auto* header = new uint64_t(seq);
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.send = [](void* request, ucs_status_t, void* user_data) {
+      delete static_cast<uint64_t*>(user_data);
+      ucp_request_free(request);
+    };
+    rp.user_data = header;
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(probe_ep_, kProbeAmId, header, sizeof(*header), nullptr, 0, &rp);
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) delete header;
+  });
+  if (!posted) return absl::UnavailableError("transport is shut down");
+  absl::MutexLock lock(&probe_mu_);
+  auto arrived = [this, seq]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(probe_mu_) { return probe_seen_ >= seq; };
+  if (probe_mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this process's UCX receive queue is wedged: a probe sent to its own address did not "
+      "arrive within ",
+      absl::FormatDuration(timeout),
+      " (a peer on this host was probably killed while writing a message into it)"));
+}
+
+absl::Status UcxTransport::Reset() {
+  absl::Status result = absl::UnavailableError("transport is shut down");
+  absl::Notification done;
+  const bool posted = Post([this, &result, &done] {
+    DestroyWorker(absl::UnavailableError(
+        "UCX worker reset (its receive queue was wedged); connect to the new address"));
+    result = CreateWorker();
+    done.Notify();
+  });
+  if (!posted) return result;
+  done.WaitForNotification();
+  return result;
+}
 
 void UcxTransport::SetHandler(Handler handler) {
   // Installed through the queue so the progress thread sees it without a race.
@@ -204,7 +339,12 @@ void UcxTransport::Loop() {
       absl::MutexLock lock(&mu_);
       if (stop_ && tasks_.empty()) break;
     }
+    if (worker_ == nullptr) {  // a failed Reset: nothing to progress
+      absl::SleepFor(absl::Milliseconds(10));
+      continue;
+    }
     while (ucp_worker_progress(worker_) != 0) did = true;
+    while (ucp_worker_progress(probe_worker_) != 0) did = true;
     if (did) {
       last_active = absl::Now();
       continue;
@@ -381,32 +521,10 @@ void UcxTransport::Shutdown() {
   ssize_t unused = write(event_fd_, &one, sizeof(one));
   (void)unused;
   if (thread_.joinable()) thread_.join();
-  // The progress thread is gone: this thread now owns the worker.
-  std::vector<void*> closing;
-  for (Peer& p : peers_) {
-    if (!p.owned || p.ep == nullptr) continue;
-    ucp_request_param_t cp{};
-    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    void* r = ucp_ep_close_nbx(p.ep, &cp);
-    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
-  }
-  const absl::Time deadline = absl::Now() + absl::Seconds(2);
-  for (void* r : closing) {
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && absl::Now() < deadline) {
-      ucp_worker_progress(worker_);
-    }
-    if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
-  }
-  if (worker_ != nullptr) ucp_worker_destroy(worker_);
-  // Operations towards dead peers never complete: they end here, cancelled.
-  // (Any that the destroy completed have removed themselves.)
-  std::vector<ucx_internal::PendingOp*> left(in_flight_.begin(), in_flight_.end());
-  in_flight_.clear();
-  for (ucx_internal::PendingOp* op : left) {
-    if (op->done) op->done(absl::CancelledError("UCX transport shut down"));
-    delete op;
-  }
+  // The progress thread is gone: this thread now owns the workers.
+  DestroyWorker(absl::CancelledError("UCX transport shut down"));
+  if (probe_worker_ != nullptr) ucp_worker_destroy(probe_worker_);
+  probe_worker_ = nullptr;
   if (context_ != nullptr) ucp_cleanup(context_);
   worker_ = nullptr;
   context_ = nullptr;

@@ -20,6 +20,11 @@
 // (tcp only on one host, about half the bandwidth) and fails sends to a dead
 // peer with Unavailable.
 //
+// A peer killed in the middle of writing into this process's shared-memory
+// receive FIFO wedges it for good (UCX reads the FIFO strictly in order).
+// CheckReceiveQueue() finds that with a probe from a second UCX worker in
+// this process; Reset() cures it with a fresh UCX worker at a new address.
+//
 // Example:
 //   absl::StatusOr<std::unique_ptr<UcxTransport>> t = UcxTransport::Create({});
 //   PeerId server = *(*t)->Connect(server_ucx_address);
@@ -29,6 +34,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
@@ -62,13 +68,15 @@ class UcxTransport : public Transport {
   static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(const UcxOptions& options);
   ~UcxTransport() override;
 
-  std::string address() const override { return address_; }
+  std::string address() const override;
   void SetHandler(Handler handler) override;
   absl::StatusOr<PeerId> Connect(absl::string_view address) override;
   void Send(PeerId to, absl::Span<const uint8_t> header, const void* payload, size_t payload_bytes,
             SendDone done) override;
   void Shutdown() override;
   std::string name() const override { return "ucx"; }
+  absl::Status CheckReceiveQueue(absl::Duration timeout) override;
+  absl::Status Reset() override;
 
  private:
   struct Peer {
@@ -84,18 +92,28 @@ class UcxTransport : public Transport {
   void Loop();
   bool RunTasks();
 
-  // Progress-thread only.
+  // Progress-thread only (and Init/Shutdown, before and after the thread).
+  // CreateWorker makes the UCX worker that peers send to, with its handlers,
+  // event fd and the probe endpoint; DestroyWorker closes its endpoints,
+  // destroys it and ends what was in flight with `why`.
+  absl::Status CreateWorker();
+  void DestroyWorker(const absl::Status& why);
   PeerId PeerForEp(ucp_ep_h ep);
   void DoSend(PeerId to, std::vector<uint8_t> header, const void* payload, size_t bytes,
               SendDone done);
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t OnProbe(void* arg, const void* header, size_t header_length, void* data,
+                              size_t length, const ucp_am_recv_param_t* param);
 
   const UcxOptions options_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  std::string address_;
+  // A second worker in this process that sends CheckReceiveQueue's probes
+  // to worker_ through the same transports a peer on this host would use.
+  ucp_worker_h probe_worker_ = nullptr;
+  ucp_ep_h probe_ep_ = nullptr;
   Handler handler_;
   int epoll_fd_ = -1;
   int event_fd_ = -1;
@@ -108,6 +126,13 @@ class UcxTransport : public Transport {
   // never completes them; Shutdown cancels what is left, so every `done`
   // runs once and nothing leaks.
   absl::flat_hash_set<ucx_internal::PendingOp*> in_flight_;
+
+  mutable absl::Mutex address_mu_;
+  std::string address_ ABSL_GUARDED_BY(address_mu_);
+
+  absl::Mutex probe_mu_;
+  uint64_t probe_seen_ ABSL_GUARDED_BY(probe_mu_) = 0;
+  std::atomic<uint64_t> probe_seq_{0};
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
