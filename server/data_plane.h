@@ -41,6 +41,8 @@ class DataPlane {
   // Asks the job's shard to snapshot at `step` (see ShardJob::RequestCheckpoint).
   absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(const v1::SaveCheckpointRequest& req);
   Checkpointer* checkpointer() { return checkpointer_; }
+  // Where workers send frames now (it changes if the transport is reset).
+  std::string ucx_address() const { return transport_->address(); }
   absl::Status DeleteJob(const std::string& job);
   std::shared_ptr<ShardJob> FindJob(const std::string& job);
   std::vector<std::shared_ptr<ShardJob>> Jobs();

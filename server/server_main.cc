@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/log.h"
 #include "gpu/device.h"
@@ -47,6 +48,13 @@ ABSL_FLAG(int, stall_report_s, 30,
           "log a WARNING naming the ranks and buckets a step waits for once it has been in "
           "progress this many seconds, and again every as many seconds while it stays stuck "
           "(0 = off)");
+ABSL_FLAG(int, receive_check_ms, 1000,
+          "every this many milliseconds, probe this server's own UCX receive queue; a "
+          "worker killed while writing into it (shared memory) wedges it for good, and "
+          "the server then re-creates its UCX endpoint at a new address and re-joins the "
+          "registry, so workers reconnect and recover. 0 turns the check off");
+ABSL_FLAG(int, receive_check_timeout_ms, 3000,
+          "how long a probe may take before the receive queue counts as wedged");
 ABSL_FLAG(int, checkpoint_max_queued, 8,
           "snapshots that may wait for the checkpoint writer (each a copy of a shard's state); "
           "when the disk falls that far behind, training on this server pauses until it catches "
@@ -93,6 +101,39 @@ class StallWatcher {
   absl::Notification stop_;
   std::thread thread_;
 };
+
+// The receive queue is wedged (`why`): leaves the registry, re-creates the
+// UCX endpoint at a new address and joins again with it. Workers see the
+// new address, reconnect and recover as after a server restart (the
+// registry epoch moves twice). Jobs on this server stay; their recovery
+// re-creates them from checkpoints.
+absl::Status RenewEndpoint(tessel::UcxTransport* transport, tessel::RegistryClient* registry,
+                           tessel::v1::Member* me, const absl::Status& why) {
+  TESSEL_LOG(ERROR) << why.message()
+                    << "; re-creating the UCX endpoint at a new address and re-joining the "
+                       "registry, so every worker reconnects and recovers";
+  absl::Status left = registry->Leave();
+  if (!left.ok()) TESSEL_LOG(WARNING) << "leaving the registry: " << left.message();
+  absl::Status reset = transport->Reset();
+  if (!reset.ok()) {
+    return absl::InternalError(
+        absl::StrCat("cannot re-create the UCX endpoint: ", reset.message()));
+  }
+  me->set_ucx_address(transport->address());
+  const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
+  auto view = registry->Join(*me, absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)));
+  while (!view.ok() && absl::Now() < deadline && !g_stop) {
+    absl::SleepFor(absl::Milliseconds(100));
+    view = registry->Join(*me, absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)));
+  }
+  if (!view.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot re-join the registry with the new UCX address: ", view.status().message()));
+  }
+  TESSEL_LOG(WARNING) << "UCX endpoint re-created; re-joined the registry at epoch "
+                      << view->epoch();
+  return absl::OkStatus();
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,7 +192,6 @@ int main(int argc, char** argv) {
   tessel::Checkpointer checkpointer(std::move(store), absl::Minutes(10),
                                     absl::GetFlag(FLAGS_checkpoint_max_queued));
   tessel::ShardServiceOptions service_options;
-  service_options.ucx_address = (*transport)->address();
   service_options.shard_index = shard;
   service_options.pool = absl::GetFlag(FLAGS_pool);
   service_options.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
@@ -194,10 +234,23 @@ int main(int argc, char** argv) {
                    << "' serving control on " << bound
                    << (tls.enabled() ? " (mutual TLS)" : " (plaintext)") << ", data over UCX";
 
+  const int check_ms = absl::GetFlag(FLAGS_receive_check_ms);
+  const absl::Duration check_timeout =
+      absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_receive_check_timeout_ms)));
+  absl::Time next_check = absl::Now() + absl::Milliseconds(check_ms);
   while (!g_stop) {
     absl::SleepFor(absl::Milliseconds(100));
     if (!registry.lease_status().ok()) {
       TESSEL_LOG(ERROR) << "lost registry lease; exiting so a supervisor restarts this server";
+      return 2;
+    }
+    if (check_ms <= 0 || absl::Now() < next_check) continue;
+    next_check = absl::Now() + absl::Milliseconds(check_ms);
+    absl::Status queue = (*transport)->CheckReceiveQueue(check_timeout);
+    if (queue.ok() || g_stop) continue;
+    absl::Status renewed = RenewEndpoint(transport->get(), &registry, &me, queue);
+    if (!renewed.ok()) {
+      TESSEL_LOG(ERROR) << renewed.message() << "; exiting so a supervisor restarts this server";
       return 2;
     }
   }

@@ -99,7 +99,7 @@ grpc::Status ShardService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ser
   grpc::Status auth = Authorize(ctx, false);
   if (!auth.ok()) return auth;
   resp->set_version(kVersion);
-  resp->set_ucx_address(options_.ucx_address);
+  resp->set_ucx_address(plane_->ucx_address());
   resp->set_shard_index(options_.shard_index);
   resp->set_pool(options_.pool);
   return grpc::Status::OK;

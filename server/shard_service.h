@@ -20,7 +20,6 @@
 namespace tessel {
 
 struct ShardServiceOptions {
-  std::string ucx_address;
   int shard_index = 0;
   std::string pool;
   std::string admin_token;  // "" = no authorization

@@ -18,15 +18,19 @@ its own, and then, against a clean run of the same steps:
 It prints runs, faults, recoveries, lost/double-applied updates, stale frames
 refused by servers, and recovery times.
 
-Usage: fault_injection.py REGISTRY SERVER TRAIN TESSELCTL
+Usage: fault_injection.py REGISTRY SERVER TRAIN TESSELCTL [CRASH_SENDER]
+With CRASH_SENDER (transport's ucx_crash_sender) a fault may also be a
+"wedge": a process dies inside a send into a shard server's shared-memory
+receive queue, as a worker killed mid-push does; the server must find it
+and renew its endpoint, and the job recover, with the same checks.
 Environment: TESSEL_FAULT_RUNS (default 4), TESSEL_FAULT_SEED (default 1),
 TESSEL_FAULT_STEPS (default 240), TESSEL_FAULT_REPORT (write a JSON summary),
-TESSEL_FAULT_STRATEGIES (default zero2,zero1,fsdp,zero1-bf16,ddp; runs cycle through them,
-so CI's 4 runs leave ddp to the long runs: a ddp run once hung after a server
-kill, see docs/fault-injection.md).
+TESSEL_FAULT_STRATEGIES (default zero2,ddp,fsdp,zero1-bf16,zero1; runs cycle
+through them, so CI's 4 runs leave plain zero1 to the longer runs).
 DDP writes no checkpoint: a replacement worker takes the survivors' state and
 nothing rolls back; the same checks apply.
 """
+import base64
 import glob
 import json
 import os
@@ -42,6 +46,10 @@ import time
 from proc_util import cleanup, log, spawn
 
 REGISTRY, SERVER, TRAIN, CTL = sys.argv[1:5]
+# Optional: ucx_crash_sender, for "wedge" faults (a process dies inside a
+# send into a shard server's shared-memory receive queue, as a worker killed
+# mid-push does; the server must find the wedge and renew its endpoint).
+CRASH = sys.argv[5] if len(sys.argv) > 5 else None
 RUNS = int(os.environ.get("TESSEL_FAULT_RUNS", "4"))
 SEED = int(os.environ.get("TESSEL_FAULT_SEED", "1"))
 STEPS = int(os.environ.get("TESSEL_FAULT_STEPS", "240"))
@@ -52,7 +60,7 @@ RECOVERY_TIMEOUT_S = 25
 # strategy[-precision]: zero1/zero2/fsdp/ddp in fp32, and zero1 in bf16
 # (mixed precision: half on the wire and on workers, fp32 masters on servers).
 STRATEGIES = os.environ.get("TESSEL_FAULT_STRATEGIES",
-                            "zero2,zero1,fsdp,zero1-bf16,ddp").split(",")
+                            "zero2,ddp,fsdp,zero1-bf16,zero1").split(",")
 MODEL = ["--layers=32,256,256,8", "--samples=4096", "--batch=64", "--optimizer=adam",
          "--lr=0.01", "--ucx_tls=posix,sysv,self"]
 
@@ -107,6 +115,21 @@ class Cluster:
         if resume:
             args.append("--resume")
         return spawn(args, os.path.join(self.d, "worker%d.log" % r))
+
+    def wedge_server(self, s):
+        """Runs ucx_crash_sender into server s's receive queue; True if it
+        died (SIGSEGV) inside the send."""
+        out = subprocess.run([CTL, "--registry", self.reg, "members", "--group", "default", "-o",
+                              "json"], capture_output=True, text=True).stdout
+        for view in json.loads(out):
+            for m in view.get("members", []):
+                if m.get("role") == "ROLE_SERVER" and int(m.get("rank", 0)) == s:
+                    address = base64.b64decode(m["ucx_address"]).hex()
+                    env = dict(os.environ, UCX_HANDLE_ERRORS="none")
+                    p = subprocess.run([CRASH, address, "posix,sysv,self"], env=env,
+                                       capture_output=True, timeout=60)
+                    return p.returncode == -signal.SIGSEGV
+        return False
 
     def steps_done(self):
         try:
@@ -204,7 +227,8 @@ def fault_run(i, rng, clean):
         # partition or a long stall), a replacement takes over, then SIGCONT:
         # the stale process must stand down, its frames refused.
         kind, how = rng.choice([("worker", "kill"), ("server", "kill"), ("worker", "kill"),
-                                ("server", "kill"), ("worker", "pause"), ("server", "pause")])
+                                ("server", "kill"), ("worker", "pause"), ("server", "pause")] +
+                               ([("server", "wedge")] if CRASH else []))
         who = rng.randrange(WORLD if kind == "worker" else SHARDS)
         at = rng.randrange(STEPS // 10, STEPS * 8 // 10)
         # Wait until training has reached step `at` (or a checkpoint write is
@@ -214,10 +238,13 @@ def fault_run(i, rng, clean):
             if all(p.poll() is not None for p in c.workers.values()):
                 break
             time.sleep(0.005)
-        if how == "pause" and faults:
+        ddp_worker = strategy.startswith("ddp") and kind == "worker"
+        if (how == "pause" or ddp_worker) and faults:
             # Pause only a process that is training: a replacement still
             # starting up would merely start late. (Kills may land inside
-            # the previous recovery.)
+            # the previous recovery, except a DDP worker's: DDP keeps its
+            # state only on the workers, and killing the last one that holds
+            # it before the replacement has it loses the job by design.)
             end = time.time() + 30
             while time.time() < end and c.steps_done() <= faults[-1]["at_step"] + 2:
                 time.sleep(0.01)
@@ -232,7 +259,11 @@ def fault_run(i, rng, clean):
             break  # training is over: nothing left to recover
         kill_ms = int(time.time() * 1000)
         at_step = c.steps_done()
-        if how == "kill":
+        if how == "wedge":
+            if not c.wedge_server(who):
+                zombies.append("ucx_crash_sender did not die inside its send to server %d" % who)
+            down = 0
+        elif how == "kill":
             target.send_signal(signal.SIGKILL)
             target.wait()
             down = rng.uniform(0.1, 2.5)
@@ -241,6 +272,11 @@ def fault_run(i, rng, clean):
             down = LEASE_MS / 1000.0 + rng.uniform(0.5, 1.5)  # the lease lapses meanwhile
         faults.append({"kind": kind, "how": how, "who": who, "at_step": at_step,
                        "down_s": round(down, 2), "mid_checkpoint": in_ckpt, "kill_ms": kill_ms})
+        if how == "wedge":
+            log("  run %d (%s): a writer dies inside a send into server %d's receive queue near "
+                "step %d%s" % (i, strategy, who, at_step,
+                               " during a checkpoint write" if in_ckpt else ""))
+            continue  # the server renews its own endpoint
         log("  run %d (%s): %s %s %d near step %d%s, replaced after %.1fs" %
             (i, strategy, "kill -9" if how == "kill" else "SIGSTOP", kind, who, at_step,
              " during a checkpoint write" if in_ckpt else "", down))
@@ -348,6 +384,7 @@ def main():
         "worker_faults": sum(f["kind"] == "worker" for f in faults),
         "server_faults": sum(f["kind"] == "server" for f in faults),
         "paused_then_replaced": sum(f["how"] == "pause" for f in faults),
+        "server_queues_wedged": sum(f["how"] == "wedge" for f in faults),
         "stale_processes_stood_down": sum(f.get("stale_process_rc") not in (None, 0, "still running")
                                           for f in faults),
         "mid_checkpoint_faults": sum(bool(f["mid_checkpoint"]) for f in faults),
@@ -364,7 +401,8 @@ def main():
         "recovery_ms_by_fault": {
             "%s %s" % (kind, how): "n=%d median=%s max=%s" % (
                 len(ms), statistics.median(ms) if ms else "-", max(ms) if ms else "-")
-            for kind in ("worker", "server") for how in ("kill", "pause")
+            for kind, how in (("worker", "kill"), ("worker", "pause"), ("server", "kill"),
+                              ("server", "pause"), ("server", "wedge"))
             for ms in [[f["recovery_ms"] for f in faults
                         if f["kind"] == kind and f["how"] == how and "recovery_ms" in f]]},
         "seconds": round(time.time() - t0, 1),

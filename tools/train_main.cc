@@ -408,8 +408,11 @@ int TrainMlp(tessel::Worker* worker, int steps) {
     if (!params.ok()) return Fail(params.status());
     std::printf("worker 0: test accuracy %.2f%%\n", 100.0 * job.TestAccuracy(params->data()));
     if (worker->options().recovery) {
-      std::printf("worker 0: recoveries %d, stale frames dropped %lld\n", worker->recoveries(),
-                  static_cast<long long>(worker->stale_frames_dropped()));
+      std::printf(
+          "worker 0: recoveries %d, stale frames dropped %lld, wedged UCX endpoints renewed "
+          "%lld\n",
+          worker->recoveries(), static_cast<long long>(worker->stale_frames_dropped()),
+          static_cast<long long>(worker->endpoint_renewals()));
     }
     std::fflush(stdout);
   }

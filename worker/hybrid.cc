@@ -366,6 +366,16 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
   std::vector<int> replaced;
   absl::Status s = AwaitWholeMesh(start + options_.worker.recovery_timeout, &replaced);
   if (!s.ok()) return s;
+  // A process killed while writing into this one's shared-memory mesh queue
+  // wedges it for good (transport/transport.h). Renewing the mesh endpoint
+  // in place is not built for hybrid jobs (peers would take the new address
+  // for a replacement): say so now rather than time out in the barrier.
+  s = peers_->CheckReceiveQueue(absl::Seconds(3));
+  if (!s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": the worker-to-worker (mesh) endpoint cannot recover in place: ", s.message(),
+        ". Restart the whole job with --resume (it goes on from the newest checkpoint)"));
+  }
   // 1. A new generation: from here on, nothing of the abandoned step is
   // received. Every survivor has been through the same recoveries, so they
   // agree on it; the first survivor hands it to each replacement with a

@@ -88,6 +88,10 @@ class PeerGroup {
   int size() const { return size_; }
   const PeerGroupOptions& options() const { return options_; }
   std::string address() const { return transport_->address(); }
+  // Transport::CheckReceiveQueue of this rank's endpoint.
+  absl::Status CheckReceiveQueue(absl::Duration timeout) {
+    return transport_->CheckReceiveQueue(timeout);
+  }
   std::string Describe(int rank) const;
 
   // The transport addresses of ranks 0..size-1 (this rank's included).

@@ -179,7 +179,8 @@ absl::Status Worker::Start() {
   me.set_group(options_.job);
   me.set_role(v1::ROLE_WORKER);
   me.set_rank(options_.rank);
-  me.set_ucx_address(transport_->address());
+  registered_address_ = transport_->address();
+  me.set_ucx_address(registered_address_);
   auto joined = registry_->Join(me, options_.lease_ttl);
   // A replacement for a crashed worker waits for the old lease to lapse.
   const absl::Time join_deadline = absl::Now() + options_.connect_timeout;
@@ -190,14 +191,24 @@ absl::Status Worker::Start() {
   }
   if (!joined.ok()) return joined.status();
   const int world = options_.world_size;
-  auto view = registry_->WaitForView(
-      options_.job,
-      [world](const v1::View& v) {
-        int n = 0;
-        for (const auto& m : v.members()) n += m.role() == v1::ROLE_WORKER && m.rank() < world;
-        return n == world;
-      },
-      options_.connect_timeout);
+  auto complete = [world](const v1::View& v) {
+    int n = 0;
+    for (const auto& m : v.members()) n += m.role() == v1::ROLE_WORKER && m.rank() < world;
+    return n == world;
+  };
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  absl::StatusOr<v1::View> view = absl::DeadlineExceededError("not waited");
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration slice =
+        options_.connect_check ? std::min(absl::Milliseconds(500), left) : left;
+    view = registry_->WaitForView(options_.job, complete, std::max(slice, absl::ZeroDuration()));
+    if (view.ok() || !absl::IsDeadlineExceeded(view.status()) || absl::Now() >= deadline) break;
+    if (options_.connect_check) {
+      absl::Status outside = options_.connect_check();
+      if (!outside.ok()) return outside;
+    }
+  }
   if (!view.ok()) {
     return absl::DeadlineExceededError(
         absl::StrCat(Where(), ": not all ", world, " workers joined: ", view.status().message()));
@@ -1248,6 +1259,7 @@ void Worker::ResetForRecovery() {
 absl::Status Worker::RecoverOnce(absl::Time deadline, absl::Time elastic_at, int64_t restore_step,
                                  int64_t after_epoch) {
   ResetForRecovery();
+  RenewWedgedEndpoint();
   // The workers to go on with: all of them, or (elastic) the survivors.
   std::vector<int> ids;
   absl::Status s = WaitForMembers(deadline, elastic_at, &ids);
@@ -1292,7 +1304,7 @@ absl::Status Worker::WaitForMembers(absl::Time deadline, absl::Time elastic_at,
       me.set_group(options_.job);
       me.set_role(v1::ROLE_WORKER);
       me.set_rank(id_);
-      me.set_ucx_address(transport_->address());
+      me.set_ucx_address(registered_address_);
       auto joined = registry_->Join(me, options_.lease_ttl);
       if (!joined.ok()) {
         return absl::AbortedError(absl::StrCat(
@@ -1482,14 +1494,42 @@ absl::Status Worker::Reconnect(const v1::View& pool) {
           absl::UnavailableError(absl::StrCat(Where(), ": cannot reach the restarted shard ",
                                               srv.shard, " over UCX: ", peer.status().message())));
     }
-    TESSEL_LOG(INFO) << Where() << ": shard " << srv.shard << " is back at " << now->grpc_address()
-                     << " (was " << srv.grpc_address << ")";
+    if (srv.ucx_address.empty()) {
+      TESSEL_LOG(INFO) << Where() << ": shard " << srv.shard << " at " << now->grpc_address()
+                       << " connected again over UCX (this worker's endpoint is new)";
+    } else {
+      TESSEL_LOG(INFO) << Where() << ": shard " << srv.shard << " is back at "
+                       << now->grpc_address() << " (was " << srv.grpc_address << ")";
+    }
     srv.grpc_address = now->grpc_address();
     srv.stub = v1::ShardServer::NewStub(MakeChannel(srv.grpc_address, credentials_));
     srv.peer = *peer;
     srv.ucx_address = now->ucx_address();
   }
   return absl::OkStatus();
+}
+
+void Worker::RenewWedgedEndpoint() {
+  // A server killed while writing into this worker's shared-memory receive
+  // queue wedges it for good (transport/transport.h): nothing any server
+  // sends would arrive again. The cure is a fresh endpoint; every server is
+  // then connected again (Reconnect: no address matches ""). The registry
+  // keeps the first address: it names this process, and servers answer
+  // through the endpoint each message arrives on.
+  absl::Status queue = transport_->CheckReceiveQueue(absl::Seconds(3));
+  if (queue.ok()) return;
+  TESSEL_LOG(WARNING) << Where() << ": " << queue.message()
+                      << "; re-creating this worker's UCX endpoint";
+  absl::Status reset = transport_->Reset();
+  if (!reset.ok()) {
+    TESSEL_LOG(ERROR) << Where() << ": cannot re-create the UCX endpoint: " << reset.message();
+    return;
+  }
+  ++endpoint_renewals_;
+  for (Server& srv : servers_) {
+    srv.ucx_address.clear();
+    srv.peer = ~PeerId{0};
+  }
 }
 
 void Worker::SettleReceives(absl::Duration limit) {
@@ -1759,12 +1799,20 @@ absl::Status Worker::AllReduceMean(absl::Span<float> data) {
     o.ucx = options_.ucx;
     o.tls = options_.tls;
     o.token = token_;
+    // A rank lost meanwhile never joins: stop waiting, let recovery start over.
+    o.connect_check = [this] { return CheckMembers(); };
     auto w = Worker::Connect(o);
-    if (!w.ok()) return w.status();
+    if (!w.ok()) {
+      reducers_.erase(data.size());
+      return w.status();
+    }
     (*w)->reduce_only_ = true;
     const std::vector<float> zeros(data.size(), 0.f);
     absl::Status s = (*w)->RegisterLayout({{"data", {static_cast<int64_t>(data.size())}}}, zeros);
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      reducers_.erase(data.size());
+      return s;
+    }
     reducer = std::move(*w);
   }
   std::copy(data.begin(), data.end(), reducer->grads().begin());
@@ -1902,7 +1950,9 @@ absl::Status Worker::ReleaseReducer(size_t size) {
 }
 
 void Worker::DropReducers() {
-  for (auto& [size, reducer] : reducers_) reducer->DeleteJobOnServers();
+  for (auto& [size, reducer] : reducers_) {
+    if (reducer != nullptr) reducer->DeleteJobOnServers();
+  }
   reducers_.clear();
 }
 

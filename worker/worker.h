@@ -93,6 +93,10 @@ struct WorkerOptions {
   int64_t bucket_bytes = 4 << 20;  // data-path bucket size
   int64_t align_elems = 64;        // shard range alignment (elements)
   absl::Duration connect_timeout = absl::Seconds(60);
+  // Polled about every 0.5 s while Connect waits for the other workers to
+  // join; a non-OK status ends the wait with it. (AllReduceMean's reducers:
+  // the parent job's membership changed, so some rank will never join.)
+  std::function<absl::Status()> connect_check;
   absl::Duration step_timeout = absl::Seconds(120);
   absl::Duration lease_ttl = absl::Seconds(3);
   UcxOptions ucx;
@@ -266,6 +270,9 @@ class Worker {
   const std::vector<int>& worker_ids() const { return member_ids_; }
   // Data frames this worker dropped because they came from an older epoch.
   int64_t stale_frames_dropped();
+  // How often a recovery found this worker's UCX receive queue wedged and
+  // re-created its endpoint (RenewWedgedEndpoint).
+  int64_t endpoint_renewals() const { return endpoint_renewals_.load(); }
 
   // --- fsdp -------------------------------------------------------------
   int num_units() const { return static_cast<int>(units_.size()); }
@@ -389,6 +396,9 @@ class Worker {
   absl::Status WaitForMembers(absl::Time deadline, absl::Time elastic_at, std::vector<int>* ids);
   absl::Status Reconnect(const v1::View& pool);
   void SettleReceives(absl::Duration limit);
+  // Probes the UCX receive queue; if wedged, resets the transport and marks
+  // every server for reconnection.
+  void RenewWedgedEndpoint();
   absl::Status RestoreShards(int64_t restore_step, const std::vector<int>& ids, int64_t* epoch,
                              int64_t* step);
   // ids: the workers that restore recorded, in data-parallel rank order.
@@ -514,6 +524,8 @@ class Worker {
   std::vector<std::vector<float>> retired_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<uint16_t>> retired_half_ ABSL_GUARDED_BY(mu_);
   int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> endpoint_renewals_{0};
+  std::string registered_address_;  // the UCX address this worker joined with
 };
 
 }  // namespace tessel
