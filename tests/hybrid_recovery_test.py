@@ -12,7 +12,9 @@ parameters (gathered by rank 0) must equal the clean run's bit for bit, and
 every process must report the same rollback step. When a worker process is
 killed instead and a replacement is started with --resume, the others
 welcome it, everyone rolls back to a common checkpoint, and the job ends
-bitwise as the clean run.
+bitwise as the clean run. When none replaces it, the others give up after
+the recovery timeout, and the whole job restarted with --resume ends
+bitwise as the clean run too.
 
 Usage: hybrid_recovery_test.py REGISTRY SERVER HYBRID_TRAIN
 """
@@ -115,10 +117,20 @@ def complete_everywhere(ckdir, job, partitions, at_least):
     return True
 
 
+_clean = {}
+
+
 def clean_run(name, shape, extra):
     """The same job without a fault, on a cluster of its own (a server's
     checkpoint writer may still be busy with a finished job's backlog):
-    rank 0's final parameters, or None (a failed check)."""
+    rank 0's final parameters, or None (a failed check). Once per job."""
+    key = (shape, tuple(extra))
+    if key not in _clean:
+        _clean[key] = clean_run_once(name, shape, extra)
+    return _clean[key]
+
+
+def clean_run_once(name, shape, extra):
     clean = Cluster(os.path.join(ROOT, name + "-clean"))
     clean.start_job("job", shape, extra)
     rcs = clean.wait_job(180)
@@ -229,6 +241,45 @@ def worker_replaced(name, shape, extra, victim):
     cleanup()
 
 
+def whole_restart(name, shape, extra):
+    """A worker process dies and none replaces it: the others give up after
+    the recovery timeout, naming it; every process restarted with --resume
+    goes on from the newest checkpoint complete in every partition, bitwise
+    as the clean run. (A process killed mid-send may have wedged a shard
+    server's receive queue: the server renews its endpoint on its own.)"""
+    reference = clean_run(name, shape, extra)
+    if reference is None:
+        return
+    d = os.path.join(ROOT, name)
+    c = Cluster(d)
+    c.start_job("job", shape, extra + ["--recovery_timeout_s=4"])
+    if not wait_for_training(name, c, "job", shape):
+        return
+    t0 = time.time()
+    c.workers[1].send_signal(signal.SIGKILL)
+    rcs = c.wait_job(60)
+    elapsed = time.time() - t0
+    others = [rc for r, rc in enumerate(rcs) if r != 1]
+    ok = check(all(rc not in (0, "timeout") for rc in others) and elapsed < 30,
+               "%s: the others stop, non-zero, %.1f s after kill -9 of rank 1 (exit codes %s)" %
+               (name, elapsed, rcs))
+    said = all("--resume" in "".join(tail(c.logs[r], 30)) for r in range(len(rcs)) if r != 1)
+    ok &= check(said, "%s: each says to restart with --resume" % name)
+    for log_path in c.logs:
+        os.rename(log_path, log_path + ".first")
+    time.sleep(LEASE_MS / 1000.0 + 0.5)  # rank 1's membership lapses
+    c.start_job("job", shape, extra + ["--resume"])
+    rcs = c.wait_job(180)
+    ok &= check(rcs == [0] * len(rcs), "%s: the job restarted with --resume finishes (exit codes "
+                "%s)" % (name, rcs))
+    ok &= same_step_and_bits(
+        name, c.logs, r"every partition resumes from the checkpoint of step (\d+)",
+        os.path.join(d, "job.npy"), reference, "every process resumed from the same checkpoint")
+    if not ok:
+        c.show()
+    cleanup()
+
+
 def main():
     try:
         # Two data-parallel replicas of a two-stage pipeline (zero2, fp32).
@@ -240,6 +291,8 @@ def main():
         # Rank 0 (which coordinates the agreement on the checkpoint) replaced.
         worker_replaced("tp2-pp2-bf16-replace-0", (1, 2, 2),
                         ["--strategy=zero1", "--precision=bf16"], 0)
+        # Every process gone (one killed, the others gave up): a whole restart.
+        whole_restart("dp2-pp2-restart", (2, 1, 2), [])
     finally:
         cleanup()
     if failures:
