@@ -119,16 +119,22 @@ class Cluster:
     def wedge_server(self, s):
         """Runs ucx_crash_sender into server s's receive queue; True if it
         died (SIGSEGV) inside the send."""
-        out = subprocess.run([CTL, "--registry", self.reg, "members", "--group", "default", "-o",
-                              "json"], capture_output=True, text=True).stdout
-        for view in json.loads(out):
-            for m in view.get("members", []):
-                if m.get("role") == "ROLE_SERVER" and int(m.get("rank", 0)) == s:
-                    address = base64.b64decode(m["ucx_address"]).hex()
-                    env = dict(os.environ, UCX_HANDLE_ERRORS="none")
-                    p = subprocess.run([CRASH, address, "posix,sysv,self"], env=env,
-                                       capture_output=True, timeout=60)
-                    return p.returncode == -signal.SIGSEGV
+        # The live server's address: a restarted one may not have joined
+        # yet, and its dead predecessor may still be listed.
+        end = time.time() + 15
+        while time.time() < end:
+            out = subprocess.run([CTL, "--registry", self.reg, "members", "--group", "default",
+                                  "-o", "json"], capture_output=True, text=True).stdout
+            for view in json.loads(out or "[]"):
+                for m in view.get("members", []):
+                    if (m.get("role") == "ROLE_SERVER" and int(m.get("rank", 0)) == s and
+                            int(m.get("pid", 0)) == self.servers[s].pid):
+                        address = base64.b64decode(m["ucx_address"]).hex()
+                        env = dict(os.environ, UCX_HANDLE_ERRORS="none")
+                        p = subprocess.run([CRASH, address, "posix,sysv,self"], env=env,
+                                           capture_output=True, timeout=60)
+                        return p.returncode == -signal.SIGSEGV
+            time.sleep(0.05)
         return False
 
     def steps_done(self):
@@ -239,12 +245,13 @@ def fault_run(i, rng, clean):
                 break
             time.sleep(0.005)
         ddp_worker = strategy.startswith("ddp") and kind == "worker"
-        if (how == "pause" or ddp_worker) and faults:
+        if (how in ("pause", "wedge") or ddp_worker) and faults:
             # Pause only a process that is training: a replacement still
             # starting up would merely start late. (Kills may land inside
             # the previous recovery, except a DDP worker's: DDP keeps its
             # state only on the workers, and killing the last one that holds
-            # it before the replacement has it loses the job by design.)
+            # it before the replacement has it loses the job by design. A
+            # wedge needs a live server to write into.)
             end = time.time() + 30
             while time.time() < end and c.steps_done() <= faults[-1]["at_step"] + 2:
                 time.sleep(0.01)

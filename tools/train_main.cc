@@ -1,8 +1,10 @@
 // tessel-train: one worker process. Trains the demo MLP (default) or replays
 // fixed gradients from .npy files (--grads), through the Worker SDK against
 // real shard servers. Normally started by tessel-demo or tessel-replay.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -212,8 +214,8 @@ int Replay(tessel::Worker* worker, int steps) {
 // One zero2 step with per-layer gradients: forward over the full parameters,
 // then each layer's backward writes into a unit buffer that is pushed (and
 // freed once sent) right away, so no full-model gradient buffer exists.
-absl::StatusOr<float> Zero2UnitStep(tessel::Worker* worker, const tessel::MlpJob& job, int64_t k,
-                                    int rank, int world) {
+absl::StatusOr<float> Zero2UnitStep(float* computed, tessel::Worker* worker,
+                                    const tessel::MlpJob& job, int64_t k, int rank, int world) {
   tessel::model::Dataset batch = job.Batch(k, rank, world);
   tessel::model::MlpStepper stepper(job.model(), batch.x.data(), batch.y.data(),
                                     job.config().batch);
@@ -229,6 +231,7 @@ absl::StatusOr<float> Zero2UnitStep(tessel::Worker* worker, const tessel::MlpJob
   const int layers = worker->num_units();
   for (int l = 0; l < layers; ++l) stepper.Forward(l, params + worker->unit_range(l).begin);
   const float loss = stepper.Loss();
+  *computed = loss;
   for (int l = layers - 1; l >= 0; --l) {
     const float* layer = params + worker->unit_range(l).begin;
     if (half) {
@@ -264,8 +267,8 @@ absl::StatusOr<const float*> GatherForCompute(tessel::Worker* worker, int unit,
   return static_cast<const float*>(scratch->data());
 }
 
-absl::StatusOr<float> FsdpStep(tessel::Worker* worker, const tessel::MlpJob& job, int64_t k,
-                               int rank, int world) {
+absl::StatusOr<float> FsdpStep(float* computed, tessel::Worker* worker, const tessel::MlpJob& job,
+                               int64_t k, int rank, int world) {
   tessel::model::Dataset batch = job.Batch(k, rank, world);
   tessel::model::MlpStepper stepper(job.model(), batch.x.data(), batch.y.data(),
                                     job.config().batch);
@@ -282,6 +285,7 @@ absl::StatusOr<float> FsdpStep(tessel::Worker* worker, const tessel::MlpJob& job
   }
   if (!s.ok()) return s;
   const float loss = stepper.Loss();
+  *computed = loss;
   s = worker->Prefetch(layers - 1);
   for (int l = layers - 1; l >= 0 && s.ok(); --l) {
     auto params = GatherForCompute(worker, l, &params_fp32);
@@ -336,9 +340,11 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   LossLog loss_log(worker->registry_rank());  // its file stays with the process
   for (int64_t k = worker->step(); k < steps; ++k) {
     absl::StatusOr<float> loss;
+    // This step's loss once the forward pass has run (NaN before).
+    float computed = std::numeric_limits<float>::quiet_NaN();
     if (units) {
-      loss =
-          fsdp ? FsdpStep(worker, job, k, rank, world) : Zero2UnitStep(worker, job, k, rank, world);
+      loss = fsdp ? FsdpStep(&computed, worker, job, k, rank, world)
+                  : Zero2UnitStep(&computed, worker, job, k, rank, world);
     } else if (micro_batches > 1) {  // gradient accumulation through the SDK
       float sum = 0;
       absl::Status acc;
@@ -347,7 +353,10 @@ int TrainMlp(tessel::Worker* worker, int steps) {
                                   micro.data());
         acc = worker->AccumulateGradients(micro);
       }
-      if (acc.ok()) acc = worker->Step();
+      if (acc.ok()) {
+        computed = sum / micro_batches;
+        acc = worker->Step();
+      }
       loss = acc.ok() ? absl::StatusOr<float>(sum / micro_batches) : acc;
     } else {
       absl::Status ready = absl::OkStatus();
@@ -370,12 +379,18 @@ int TrainMlp(tessel::Worker* worker, int steps) {
         ready = worker->GradientsReady(static_cast<int64_t>(t.offset),
                                        static_cast<int64_t>(t.offset + t.numel));
       });
+      computed = l;
       if (ready.ok()) ready = worker->Step();
       loss = ready.ok() ? absl::StatusOr<float>(l) : ready;
     }
     if (!loss.ok() && tessel::Worker::IsRecoverable(loss.status())) {
-      k = RecoverOrFail(worker, loss.status()) - 1;  // the loop goes on at the checkpoint's step
-      if (k < -1) return 1;
+      const int64_t next = RecoverOrFail(worker, loss.status());
+      if (next < 0) return 1;
+      // The servers may have finished this step before the fault struck (the
+      // checkpoint restored holds its update): its loss, computed above, is
+      // then that of a completed step.
+      if (next == k + 1 && !std::isnan(computed)) loss_log.Add(k, computed);
+      k = next - 1;  // the loop goes on at the checkpoint's step
       rank = worker->options().rank;
       world = worker->options().world_size;
       loss_sum = 0;
