@@ -30,7 +30,6 @@ through them, so CI's 4 runs leave plain zero1 to the longer runs).
 DDP writes no checkpoint: a replacement worker takes the survivors' state and
 nothing rolls back; the same checks apply.
 """
-import base64
 import glob
 import json
 import os
@@ -43,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from proc_util import cleanup, log, spawn
+from proc_util import cleanup, crash_into, log, spawn, start_registry
 
 REGISTRY, SERVER, TRAIN, CTL = sys.argv[1:5]
 # Optional: ucx_crash_sender, for "wedge" faults (a process dies inside a
@@ -72,14 +71,7 @@ class Cluster:
     def __init__(self, d, strategy, write_delay_ms):
         self.d, self.strategy, self.write_delay_ms = d, strategy, write_delay_ms
         os.makedirs(d)
-        port = os.path.join(d, "registry.port")
-        self.registry = spawn([REGISTRY, "--listen=127.0.0.1:0", "--port_file=" + port,
-                               "--lease_ttl_ms=%d" % LEASE_MS], os.path.join(d, "registry.log"))
-        for _ in range(100):
-            if os.path.exists(port) and open(port).read().strip():
-                break
-            time.sleep(0.05)
-        self.reg = open(port).read().strip()
+        self.registry, self.reg = start_registry(REGISTRY, d, LEASE_MS)
         self.ckdir = os.path.join(d, "checkpoints")
         self.servers = {s: self.start_server(s) for s in range(SHARDS)}
         self.wait_servers()
@@ -117,25 +109,12 @@ class Cluster:
         return spawn(args, os.path.join(self.d, "worker%d.log" % r))
 
     def wedge_server(self, s):
-        """Runs ucx_crash_sender into server s's receive queue; True if it
-        died (SIGSEGV) inside the send."""
-        # The live server's address: a restarted one may not have joined
-        # yet, and its dead predecessor may still be listed.
-        end = time.time() + 15
-        while time.time() < end:
-            out = subprocess.run([CTL, "--registry", self.reg, "members", "--group", "default",
-                                  "-o", "json"], capture_output=True, text=True).stdout
-            for view in json.loads(out or "[]"):
-                for m in view.get("members", []):
-                    if (m.get("role") == "ROLE_SERVER" and int(m.get("rank", 0)) == s and
-                            int(m.get("pid", 0)) == self.servers[s].pid):
-                        address = base64.b64decode(m["ucx_address"]).hex()
-                        env = dict(os.environ, UCX_HANDLE_ERRORS="none")
-                        p = subprocess.run([CRASH, address, "posix,sysv,self"], env=env,
-                                           capture_output=True, timeout=60)
-                        return p.returncode == -signal.SIGSEGV
-            time.sleep(0.05)
-        return False
+        """Runs ucx_crash_sender into the live server s's receive queue (a
+        restarted one may not have joined yet, and its dead predecessor may
+        still be listed); True if it died inside the send."""
+        _, died = crash_into(CRASH, CTL, self.reg, "default", "ROLE_SERVER", s,
+                             pid=self.servers[s].pid)
+        return died
 
     def steps_done(self):
         try:

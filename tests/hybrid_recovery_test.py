@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from proc_util import check, cleanup, failures, log, spawn
+from proc_util import check, cleanup, failures, log, spawn, start_registry
 
 REGISTRY, SERVER, TRAIN = sys.argv[1:4]
 ROOT = tempfile.mkdtemp(prefix="hybrid-recovery-", dir=os.environ.get("TEST_TMPDIR"))
@@ -51,14 +51,7 @@ class Cluster:
     def __init__(self, d):
         self.d = d
         os.makedirs(d)
-        port = os.path.join(d, "registry.port")
-        spawn([REGISTRY, "--listen=127.0.0.1:0", "--port_file=" + port,
-               "--lease_ttl_ms=%d" % LEASE_MS], os.path.join(d, "registry.log"))
-        for _ in range(100):
-            if os.path.exists(port) and open(port).read().strip():
-                break
-            time.sleep(0.05)
-        self.reg = open(port).read().strip()
+        _, self.reg = start_registry(REGISTRY, d, LEASE_MS)
         self.ckdir = os.path.join(d, "checkpoints")
         self.servers = {s: self.start_server(s) for s in range(2)}
         time.sleep(0.5)

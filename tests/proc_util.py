@@ -1,8 +1,13 @@
 """Helpers shared by the multi-process test drivers (fault_injection.py,
-elastic_test.py, hybrid_recovery_test.py): every process they start goes
-through spawn(), so cleanup() can kill whatever is left, and check() records
-failed checks in `failures`."""
+elastic_test.py, hybrid_recovery_test.py, wedge_recovery_test.py): every
+process they start goes through spawn(), so cleanup() can kill whatever is
+left, and check() records failed checks in `failures`."""
+import base64
+import json
+import os
+import signal
 import subprocess
+import time
 
 procs = []
 failures = []
@@ -37,3 +42,38 @@ def check(cond, what):
     if not cond:
         failures.append(what)
     return cond
+
+
+def start_registry(binary, d, lease_ms):
+    """Starts tessel-registry on a free loopback port, logging to
+    d/registry.log; returns (process, "host:port")."""
+    port = os.path.join(d, "registry.port")
+    p = spawn([binary, "--listen=127.0.0.1:0", "--port_file=" + port,
+               "--lease_ttl_ms=%d" % lease_ms], os.path.join(d, "registry.log"))
+    for _ in range(200):
+        if os.path.exists(port) and open(port).read().strip():
+            break
+        time.sleep(0.05)
+    return p, open(port).read().strip()
+
+
+def crash_into(crash, ctl, registry, group, role, rank, pid=None, tls="posix,sysv,self"):
+    """Runs ucx_crash_sender into the UCX receive queue of the member
+    (group, role, rank[, pid]) listed by `tesselctl members`, waiting up to
+    15 s for it to be listed. Returns (its hex UCX address or None, True if
+    the sender died by SIGSEGV inside its send)."""
+    end = time.time() + 15
+    while time.time() < end:
+        out = subprocess.run([ctl, "--registry", registry, "members", "--group", group, "-o",
+                              "json"], capture_output=True, text=True).stdout
+        for view in json.loads(out or "[]"):
+            for m in view.get("members", []):
+                if (m.get("role") == role and int(m.get("rank", 0)) == rank and
+                        (pid is None or int(m.get("pid", 0)) == pid)):
+                    address = base64.b64decode(m["ucx_address"]).hex()
+                    env = dict(os.environ, UCX_HANDLE_ERRORS="none")
+                    p = subprocess.run([crash, address, tls], env=env, capture_output=True,
+                                       timeout=60)
+                    return address, p.returncode == -signal.SIGSEGV
+        time.sleep(0.05)
+    return None, False

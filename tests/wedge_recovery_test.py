@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from proc_util import check, cleanup, failures, log, spawn
+from proc_util import check, cleanup, crash_into, failures, log, spawn, start_registry
 
 REGISTRY, SERVER, TRAIN, CTL, CRASH = sys.argv[1:6]
 ROOT = tempfile.mkdtemp(prefix="wedge-", dir=os.environ.get("TEST_TMPDIR"))
@@ -42,14 +42,7 @@ class Cluster:
     def __init__(self, d, strategy):
         self.d, self.strategy = d, strategy
         os.makedirs(d)
-        port = os.path.join(d, "registry.port")
-        spawn([REGISTRY, "--listen=127.0.0.1:0", "--port_file=" + port,
-               "--lease_ttl_ms=%d" % LEASE_MS], os.path.join(d, "registry.log"))
-        for _ in range(200):
-            if os.path.exists(port) and open(port).read().strip():
-                break
-            time.sleep(0.05)
-        self.reg = open(port).read().strip()
+        _, self.reg = start_registry(REGISTRY, d, LEASE_MS)
         self.servers = {s: self.start_server(s) for s in range(2)}
         for _ in range(200):
             if len(self.members("default")) >= 2:
@@ -83,12 +76,6 @@ class Cluster:
             return []
         return [m for v in views for m in v.get("members", [])]
 
-    def ucx_address(self, group, role, rank):
-        for m in self.members(group):
-            if m.get("role") == role and int(m.get("rank", 0)) == rank:
-                return base64.b64decode(m["ucx_address"]).hex()
-        raise RuntimeError("no %s %d in group %s" % (role, rank, group))
-
     def steps_done(self):
         try:
             lines = [l for l in open(os.path.join(self.d, "loss.txt.rank1")) if l.strip()]
@@ -101,11 +88,10 @@ class Cluster:
         while time.time() < end and self.steps_done() < step:
             time.sleep(0.005)
 
-    def crash_into(self, hex_address):
-        """Runs ucx_crash_sender into that queue; True if it died by SIGSEGV."""
-        env = dict(os.environ, UCX_HANDLE_ERRORS="none")
-        p = subprocess.run([CRASH, hex_address, TLS], env=env, capture_output=True, timeout=60)
-        return p.returncode == -11
+    def wedge(self, group, role, rank):
+        """ucx_crash_sender dies inside a send into that member's queue:
+        returns (its address, True if it died by SIGSEGV)."""
+        return crash_into(CRASH, CTL, self.reg, group, role, rank, tls=TLS)
 
     def finish(self):
         rcs = []
@@ -152,9 +138,9 @@ def server_scenario():
     want = clean("zero2")
     c = Cluster(os.path.join(ROOT, "server-zero2"), "zero2")
     c.wait_step(AT)
-    address = c.ucx_address("default", "ROLE_SERVER", 0)
     t0 = time.time()
-    check(c.crash_into(address), "a writer died (SIGSEGV) inside a send into shard 0's queue")
+    address, died = c.wedge("default", "ROLE_SERVER", 0)
+    check(died, "a writer died (SIGSEGV) inside a send into shard 0's queue")
     rcs = c.finish()
     log("  training finished %.1f s after the wedge" % (time.time() - t0))
     ok = check(rcs == [0, 0], "server: both workers finished (%s)" % rcs)
@@ -162,7 +148,10 @@ def server_scenario():
                 "server: shard 0 found its receive queue wedged")
     ok &= check(grep(os.path.join(c.d, "server0.log"), "UCX endpoint re-created") >= 1,
                 "server: shard 0 re-created its UCX endpoint and re-joined the registry")
-    ok &= check(c.ucx_address("default", "ROLE_SERVER", 0) != address,
+    now = [m["ucx_address"] for m in c.members("default")
+           if m.get("role") == "ROLE_SERVER" and int(m.get("rank", 0)) == 0]
+    ok &= check(address is not None and len(now) == 1 and
+                base64.b64decode(now[0]).hex() != address,
                 "server: the registry holds shard 0's new address")
     ok &= check(result(c.d) is not None and result(c.d) == want,
                 "server: final parameters bitwise equal to the clean run")
@@ -175,8 +164,8 @@ def worker_scenario():
     want = clean("ddp")
     c = Cluster(os.path.join(ROOT, "worker-ddp"), "ddp")
     c.wait_step(AT)
-    address = c.ucx_address("wq", "ROLE_WORKER", 0)
-    check(c.crash_into(address), "a writer died (SIGSEGV) inside a send into worker 0's queue")
+    _, died = c.wedge("wq", "ROLE_WORKER", 0)
+    check(died, "a writer died (SIGSEGV) inside a send into worker 0's queue")
     c.servers[1].kill()
     c.servers[1].wait()
     time.sleep(0.5)
