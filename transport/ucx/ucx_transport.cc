@@ -256,17 +256,27 @@ absl::Status UcxTransport::CheckReceiveQueue(absl::Duration timeout) {
   const bool posted = Post([this, seq] {
     if (probe_ep_ == nullptr) return;
     // The header must outlive a send UCX queues; the callback frees it.
-    auto* header = new uint64_t(seq);
+    struct ProbeSend {
+      UcxTransport* self;
+      uint64_t seq;
+    };
+    auto* send = new ProbeSend{this, seq};
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.send = [](void* request, ucs_status_t, void* user_data) {
-      delete static_cast<uint64_t*>(user_data);
+      auto* done = static_cast<ProbeSend*>(user_data);
+      --done->self->probes_pending_;
+      delete done;
       ucp_request_free(request);
     };
-    rp.user_data = header;
+    rp.user_data = send;
     ucs_status_ptr_t r =
-        ucp_am_send_nbx(probe_ep_, kProbeAmId, header, sizeof(*header), nullptr, 0, &rp);
-    if (r == nullptr || UCS_PTR_IS_ERR(r)) delete header;
+        ucp_am_send_nbx(probe_ep_, kProbeAmId, &send->seq, sizeof(send->seq), nullptr, 0, &rp);
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+      delete send;
+    } else {
+      ++probes_pending_;  // the probe worker is progressed until it completes
+    }
   });
   if (!posted) return absl::UnavailableError("transport is shut down");
   absl::MutexLock lock(&probe_mu_);
@@ -344,7 +354,11 @@ void UcxTransport::Loop() {
       continue;
     }
     while (ucp_worker_progress(worker_) != 0) did = true;
-    while (ucp_worker_progress(probe_worker_) != 0) did = true;
+    // The probe worker only has work while a probe send is queued (an
+    // eager probe completes at once): keep it off the data path otherwise.
+    if (probes_pending_ > 0) {
+      while (ucp_worker_progress(probe_worker_) != 0) did = true;
+    }
     if (did) {
       last_active = absl::Now();
       continue;

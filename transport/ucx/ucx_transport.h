@@ -114,6 +114,7 @@ class UcxTransport : public Transport {
   // to worker_ through the same transports a peer on this host would use.
   ucp_worker_h probe_worker_ = nullptr;
   ucp_ep_h probe_ep_ = nullptr;
+  int probes_pending_ = 0;  // probe sends UCX still holds (progress thread)
   Handler handler_;
   int epoll_fd_ = -1;
   int event_fd_ = -1;
