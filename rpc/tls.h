@@ -28,22 +28,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "rpc/tls_options.h"
 
 namespace tessel {
-
-// Paths of PEM files (the flags --tls_ca, --tls_cert, --tls_key, and
-// --tls_server_name of every binary). All empty: insecure.
-struct TlsOptions {
-  std::string ca_file;    // CA certificate(s) the peer's certificate must chain to
-  std::string cert_file;  // this process's certificate (chain), presented to peers
-  std::string key_file;   // the private key of cert_file
-  // Client side: the name the server's certificate must carry, instead of the
-  // host part of the address dialed (e.g. when dialing an IP that is not in
-  // the certificate). Empty: the dialed host.
-  std::string server_name;
-
-  bool enabled() const { return !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
-};
 
 // What a channel needs: credentials (insecure when !tls) and the name
 // override, if any. Cheap to copy; share one per process.

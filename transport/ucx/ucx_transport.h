@@ -46,18 +46,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transport/transport.h"
+#include "transport/ucx/ucx_options.h"
 
 namespace tessel {
-
-struct UcxOptions {
-  // UCX_TLS for this endpoint ("" = UCX's environment or default).
-  std::string tls;
-  bool peer_error_handling = false;
-  // Keep polling (with sched_yield) this long after the last activity,
-  // then sleep on the event fd. The environment variable
-  // TESSEL_UCX_SPIN_US, when set, overrides it (a tuning knob).
-  absl::Duration spin = absl::Milliseconds(5);
-};
 
 namespace ucx_internal {
 struct PendingOp;  // a send or receive UCX holds (ucx_transport.cc)

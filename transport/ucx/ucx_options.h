@@ -1,0 +1,24 @@
+// UcxOptions: how a UCX endpoint is made. A plain struct with no UCX types,
+// so public headers (the worker SDK's options) can carry it.
+#ifndef TESSEL_TRANSPORT_UCX_UCX_OPTIONS_H_
+#define TESSEL_TRANSPORT_UCX_UCX_OPTIONS_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace tessel {
+
+struct UcxOptions {
+  // UCX_TLS for this endpoint ("" = UCX's environment or default).
+  std::string tls;
+  bool peer_error_handling = false;
+  // Keep polling (with sched_yield) this long after the last activity,
+  // then sleep on the event fd. The environment variable
+  // TESSEL_UCX_SPIN_US, when set, overrides it (a tuning knob).
+  absl::Duration spin = absl::Milliseconds(5);
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_TRANSPORT_UCX_UCX_OPTIONS_H_
