@@ -7,17 +7,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "core/log.h"
 #include "proto/registry.grpc.pb.h"
+#include "registry/backend_factory.h"
+#include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
-#include "server/etcd_registry.h"
-#include "server/etcd_test_util.h"
-#include "server/memory_registry.h"
-#include "server/registry_service.h"
 
 ABSL_FLAG(int, members, 200, "members joining one group (each op is timed this many times)");
 
@@ -110,21 +109,18 @@ int main(int argc, char** argv) {
   tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
   std::printf("%d members join one group, heartbeat, read the view (up to %d members), leave\n", n,
               n);
-  tessel::Run("memory", std::make_unique<tessel::MemoryRegistry>(absl::Seconds(3)), n);
-  if (!tessel::EtcdProcess::Available()) {
-    std::printf("etcd: skipped (%s)\n", tessel::EtcdProcess::kMissing);
-    return 0;
+  tessel::RegistryBackends backends("/tmp");
+  for (const std::string& name : tessel::RegistryBackends::Names()) {
+    if (absl::Status available = tessel::RegistryBackends::Available(name); !available.ok()) {
+      std::printf("%s: skipped (%s)\n", name.c_str(), std::string(available.message()).c_str());
+      continue;
+    }
+    auto registry = backends.Make(name);
+    if (!registry.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(registry.status().message()).c_str());
+      return 1;
+    }
+    tessel::Run(name.c_str(), std::move(*registry), n);
   }
-  auto etcd = tessel::EtcdProcess::Start("/tmp");
-  if (!etcd.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(etcd.status().message()).c_str());
-    return 1;
-  }
-  auto registry = tessel::EtcdRegistry::Connect({.endpoints = {(*etcd)->endpoint()}});
-  if (!registry.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(registry.status().message()).c_str());
-    return 1;
-  }
-  tessel::Run("etcd", std::move(*registry), n);
   return 0;
 }

@@ -5,7 +5,7 @@
 # registry, the epoch does not move. Then a server is killed (-9):
 # its lease lapses, the registry bumps the epoch, and we time it (health
 # checks are off here, so that this is the lease path; see
-# server/health_checker_test for eviction by health checks).
+# registry/health_checker_test for eviction by health checks).
 set -uo pipefail
 REGISTRY="$1" SERVER="$2"
 if [ ! -x /usr/bin/etcd ]; then

@@ -18,8 +18,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "registry/registry_service.h"
 #include "rpc/tls.h"
-#include "server/registry_service.h"
 #include "tools/process.h"
 
 namespace tessel {

@@ -254,7 +254,7 @@ extern "C" const char* __tsan_default_suppressions() {
          // gRPC reads the creation time of an error status (a Cord another
          // gRPC thread wrote) with absl::ParseTime, inside its own
          // uninstrumented hand-over; Tessel never calls ParseTime. Seen in
-         // //server:health_checker_test in two CI runs, never locally.
+         // //registry:health_checker_test in two CI runs, never locally.
          "race:absl::*::ParseTime\n"
          // libucs unlocks its global mutexes from its ELF destructor at exit
          // and from its fork handlers, on threads TSan did not see lock them.

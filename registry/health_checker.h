@@ -20,8 +20,8 @@
 // Example:
 //   HealthChecker checker(registry.get(), {.period = absl::Seconds(1)});
 //   checker.Start();
-#ifndef TESSEL_SERVER_HEALTH_CHECKER_H_
-#define TESSEL_SERVER_HEALTH_CHECKER_H_
+#ifndef TESSEL_REGISTRY_HEALTH_CHECKER_H_
+#define TESSEL_REGISTRY_HEALTH_CHECKER_H_
 
 #include <memory>
 #include <string>
@@ -32,8 +32,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/health.grpc.pb.h"
+#include "registry/registry.h"
 #include "rpc/tls.h"
-#include "server/registry.h"
 
 namespace tessel {
 
@@ -83,4 +83,4 @@ class HealthChecker {
 
 }  // namespace tessel
 
-#endif  // TESSEL_SERVER_HEALTH_CHECKER_H_
+#endif  // TESSEL_REGISTRY_HEALTH_CHECKER_H_

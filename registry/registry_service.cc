@@ -1,8 +1,8 @@
-#include "server/registry_service.h"
+#include "registry/registry_service.h"
 
 #include "core/log.h"
+#include "registry/memory/memory_registry.h"
 #include "rpc/grpc_util.h"
-#include "server/memory_registry.h"
 
 namespace tessel {
 

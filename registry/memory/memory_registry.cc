@@ -1,4 +1,4 @@
-#include "server/memory_registry.h"
+#include "registry/memory/memory_registry.h"
 
 #include <limits>
 

@@ -1,5 +1,6 @@
 // gRPC adapter for a Registry backend (tessel.v1.Registry). Handlers only
-// translate; the logic is in the backend (memory_registry.h, etcd_registry.h).
+// translate; the logic is in the backend (memory/memory_registry.h,
+// etcd/etcd_registry.h).
 // The service also hosts what runs beside the handlers: the timer that calls
 // Registry::ExpireLeases every 50 ms, and optionally the HealthChecker
 // (health_checker.h) that evicts members failing grpc.health.v1 checks.
@@ -20,8 +21,8 @@
 //   RegistryService service(std::make_unique<MemoryRegistry>(absl::Seconds(5)));
 //   std::string bound;
 //   auto server = StartGrpcServer("127.0.0.1:0", {&service}, &bound);
-#ifndef TESSEL_SERVER_REGISTRY_SERVICE_H_
-#define TESSEL_SERVER_REGISTRY_SERVICE_H_
+#ifndef TESSEL_REGISTRY_REGISTRY_SERVICE_H_
+#define TESSEL_REGISTRY_REGISTRY_SERVICE_H_
 
 #include <atomic>
 #include <memory>
@@ -29,9 +30,9 @@
 #include <thread>
 
 #include "proto/registry.grpc.pb.h"
+#include "registry/health_checker.h"
+#include "registry/registry.h"
 #include "rpc/auth.h"
-#include "server/health_checker.h"
-#include "server/registry.h"
 
 namespace tessel {
 
@@ -72,4 +73,4 @@ class RegistryService final : public v1::Registry::Service {
 
 }  // namespace tessel
 
-#endif  // TESSEL_SERVER_REGISTRY_SERVICE_H_
+#endif  // TESSEL_REGISTRY_REGISTRY_SERVICE_H_

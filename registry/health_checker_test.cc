@@ -3,16 +3,14 @@
 // is evicted after exactly `failure_threshold` consecutive failed checks
 // (NOT_SERVING, or its server gone), never before, and a success resets the
 // count.
-#include "server/health_checker.h"
+#include "registry/health_checker.h"
 
 #include <memory>
 
 #include "gtest/gtest.h"
 #include "proto/registry.grpc.pb.h"
+#include "registry/backend_factory.h"
 #include "rpc/grpc_util.h"
-#include "server/etcd_registry.h"
-#include "server/etcd_test_util.h"
-#include "server/memory_registry.h"
 
 namespace tessel {
 namespace {
@@ -22,17 +20,11 @@ constexpr int kThreshold = 3;
 class HealthCheckerTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "memory") {
-      registry_ = std::make_unique<MemoryRegistry>(absl::Seconds(30));
-    } else {
-      if (!EtcdProcess::Available()) GTEST_SKIP() << EtcdProcess::kMissing;
-      auto etcd = EtcdProcess::Start(::testing::TempDir());
-      ASSERT_TRUE(etcd.ok()) << etcd.status();
-      etcd_ = std::move(*etcd);
-      auto r = EtcdRegistry::Connect({.endpoints = {etcd_->endpoint()}});
-      ASSERT_TRUE(r.ok()) << r.status();
-      registry_ = std::move(*r);
-    }
+    absl::Status available = RegistryBackends::Available(GetParam());
+    if (!available.ok()) GTEST_SKIP() << available.message();
+    auto made = backends_.Make(GetParam(), {.default_ttl = absl::Seconds(30)});
+    ASSERT_TRUE(made.ok()) << made.status();
+    registry_ = std::move(*made);
     checker_ = std::make_unique<HealthChecker>(
         registry_.get(), HealthCheckOptions{.period = absl::ZeroDuration(),
                                             .timeout = absl::Milliseconds(500),
@@ -67,7 +59,7 @@ class HealthCheckerTest : public ::testing::TestWithParam<std::string> {
   }
 
   v1::Registry::Service placeholder_;
-  std::unique_ptr<EtcdProcess> etcd_;
+  RegistryBackends backends_{::testing::TempDir()};  // this test's own etcd, if any
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<HealthChecker> checker_;
 };
@@ -152,7 +144,8 @@ TEST_P(HealthCheckerTest, BackgroundChecksEvict) {
   server->Shutdown();
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, HealthCheckerTest, ::testing::Values("memory", "etcd"),
+INSTANTIATE_TEST_SUITE_P(Backends, HealthCheckerTest,
+                         ::testing::ValuesIn(RegistryBackends::Names()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -13,8 +13,8 @@
 //   req.set_key("/tessel/");
 //   req.set_range_end(EtcdClient::PrefixEnd("/tessel/"));
 //   auto resp = (*etcd)->Range(req);
-#ifndef TESSEL_SERVER_ETCD_CLIENT_H_
-#define TESSEL_SERVER_ETCD_CLIENT_H_
+#ifndef TESSEL_REGISTRY_ETCD_ETCD_CLIENT_H_
+#define TESSEL_REGISTRY_ETCD_ETCD_CLIENT_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -85,4 +85,4 @@ class EtcdClient {
 
 }  // namespace tessel
 
-#endif  // TESSEL_SERVER_ETCD_CLIENT_H_
+#endif  // TESSEL_REGISTRY_ETCD_ETCD_CLIENT_H_

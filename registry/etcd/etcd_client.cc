@@ -1,4 +1,4 @@
-#include "server/etcd_client.h"
+#include "registry/etcd/etcd_client.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

@@ -41,8 +41,8 @@
 //   auto registry = EtcdRegistry::Connect({.endpoints = {"127.0.0.1:2379"}});
 //   if (!registry.ok()) return registry.status();  // names the endpoint
 //   auto joined = (*registry)->Join(member, absl::ZeroDuration());
-#ifndef TESSEL_SERVER_ETCD_REGISTRY_H_
-#define TESSEL_SERVER_ETCD_REGISTRY_H_
+#ifndef TESSEL_REGISTRY_ETCD_ETCD_REGISTRY_H_
+#define TESSEL_REGISTRY_ETCD_ETCD_REGISTRY_H_
 
 #include <map>
 #include <memory>
@@ -52,8 +52,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "server/etcd_client.h"
-#include "server/registry.h"
+#include "registry/etcd/etcd_client.h"
+#include "registry/registry.h"
 
 namespace tessel {
 
@@ -131,4 +131,4 @@ class EtcdRegistry final : public Registry {
 
 }  // namespace tessel
 
-#endif  // TESSEL_SERVER_ETCD_REGISTRY_H_
+#endif  // TESSEL_REGISTRY_ETCD_ETCD_REGISTRY_H_

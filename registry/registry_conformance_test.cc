@@ -1,21 +1,21 @@
-// One conformance suite for every Registry backend (memory, etcd), then what
-// only one backend promises: exact +1 epochs on an injectable clock
-// (memory), durable state across registry restarts (etcd), and the gRPC
-// service end to end.
-#include "server/registry.h"
-
+// One conformance suite for every Registry backend (memory, etcd), each built
+// by RegistryBackends (backend_factory.h), then what only one backend
+// promises: exact +1 epochs on an injectable clock (memory), durable state
+// across registry restarts (etcd), and the gRPC service end to end.
 #include <algorithm>
 #include <atomic>
 #include <memory>
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "registry/backend_factory.h"
+#include "registry/etcd/etcd_registry.h"
+#include "registry/etcd/etcd_test_util.h"
+#include "registry/memory/memory_registry.h"
+#include "registry/registry.h"
+#include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
-#include "server/etcd_registry.h"
-#include "server/etcd_test_util.h"
-#include "server/memory_registry.h"
-#include "server/registry_service.h"
 
 namespace tessel {
 namespace {
@@ -29,31 +29,26 @@ v1::Member Worker(const std::string& group, int rank) {
   return m;
 }
 
-// One etcd for the whole test binary, started by the first test that needs
-// it and killed after the last; each test uses its own key prefix.
-std::unique_ptr<EtcdProcess>& EtcdInstance() {
-  static auto* etcd = new std::unique_ptr<EtcdProcess>();
-  return *etcd;
+// One set of backends for the whole test binary: its etcd is started by the
+// first test that needs it and killed after the last; each test uses its own
+// key prefix.
+std::unique_ptr<RegistryBackends>& BackendsInstance() {
+  static auto* backends = new std::unique_ptr<RegistryBackends>();
+  return *backends;
 }
 
-EtcdProcess* SharedEtcd() {
-  std::unique_ptr<EtcdProcess>& etcd = EtcdInstance();
-  if (etcd == nullptr) {
-    auto started = EtcdProcess::Start(::testing::TempDir());
-    if (!started.ok()) {
-      ADD_FAILURE() << started.status();
-      return nullptr;
-    }
-    etcd = std::move(*started);
-  }
-  return etcd.get();
+RegistryBackends& Backends() {
+  std::unique_ptr<RegistryBackends>& backends = BackendsInstance();
+  if (backends == nullptr) backends = std::make_unique<RegistryBackends>(::testing::TempDir());
+  return *backends;
 }
 
-class EtcdEnvironment : public ::testing::Environment {
+class BackendsEnvironment : public ::testing::Environment {
  public:
-  void TearDown() override { EtcdInstance().reset(); }
+  void TearDown() override { BackendsInstance().reset(); }
 };
-const auto* const kEtcdEnvironment = ::testing::AddGlobalTestEnvironment(new EtcdEnvironment);
+const auto* const kBackendsEnvironment =
+    ::testing::AddGlobalTestEnvironment(new BackendsEnvironment);
 
 // A key prefix of this test's own, e.g. /test/Backends_RegistryConformanceTest.Join_etcd.
 std::string TestPrefix() {
@@ -66,10 +61,8 @@ std::string TestPrefix() {
 class RegistryConformanceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "etcd") {
-      if (!EtcdProcess::Available()) GTEST_SKIP() << EtcdProcess::kMissing;
-      ASSERT_NE(SharedEtcd(), nullptr);
-    }
+    absl::Status available = RegistryBackends::Available(GetParam());
+    if (!available.ok()) GTEST_SKIP() << available.message();
     registry_ = Make();
     ASSERT_NE(registry_, nullptr);
     // The host's expiry timer, as RegistryService runs it.
@@ -87,10 +80,8 @@ class RegistryConformanceTest : public ::testing::TestWithParam<std::string> {
 
   // A new registry over the same state (for etcd); default ttl 1 s.
   std::unique_ptr<Registry> Make() {
-    if (GetParam() == "memory") return std::make_unique<MemoryRegistry>(absl::Seconds(1));
-    auto r = EtcdRegistry::Connect({.endpoints = {SharedEtcd()->endpoint()},
-                                    .prefix = TestPrefix(),
-                                    .default_ttl = absl::Seconds(1)});
+    auto r =
+        Backends().Make(GetParam(), {.default_ttl = absl::Seconds(1), .etcd_prefix = TestPrefix()});
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(*r) : nullptr;
   }
@@ -266,7 +257,8 @@ TEST_P(RegistryConformanceTest, ListGroupsAndMembers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, RegistryConformanceTest, ::testing::Values("memory", "etcd"),
+INSTANTIATE_TEST_SUITE_P(Backends, RegistryConformanceTest,
+                         ::testing::ValuesIn(RegistryBackends::Names()),
                          [](const auto& info) { return info.param; });
 
 // etcd only: the state lives in etcd, so a new registry process sees the
@@ -274,11 +266,10 @@ INSTANTIATE_TEST_SUITE_P(Backends, RegistryConformanceTest, ::testing::Values("m
 // including expiries that happened while no registry ran.
 TEST(EtcdRegistryTest, RestartKeepsMembersAndEpochs) {
   if (!EtcdProcess::Available()) GTEST_SKIP() << EtcdProcess::kMissing;
-  ASSERT_NE(SharedEtcd(), nullptr);
-  EtcdRegistryOptions options{.endpoints = {SharedEtcd()->endpoint()}, .prefix = TestPrefix()};
+  const RegistryBackendOptions options{.etcd_prefix = TestPrefix()};
   int64_t lease0, lease1, epoch;
   {
-    auto first = EtcdRegistry::Connect(options);
+    auto first = Backends().Make("etcd", options);
     ASSERT_TRUE(first.ok()) << first.status();
     auto a = (*first)->Join(Worker("job", 0), absl::Seconds(30));
     auto b = (*first)->Join(Worker("job", 1), absl::Seconds(30));
@@ -290,7 +281,7 @@ TEST(EtcdRegistryTest, RestartKeepsMembersAndEpochs) {
     EXPECT_EQ(epoch, 3);
   }
   absl::SleepFor(absl::Milliseconds(2500));
-  auto second = EtcdRegistry::Connect(options);
+  auto second = Backends().Make("etcd", options);
   ASSERT_TRUE(second.ok()) << second.status();
   auto view = (*second)->GetView("job");
   ASSERT_TRUE(view.ok()) << view.status();
@@ -311,10 +302,9 @@ TEST(EtcdRegistryTest, RestartKeepsMembersAndEpochs) {
 // the watcher bumps the epoch exactly once between them).
 TEST(EtcdRegistryTest, TwoRegistriesShareOneEtcd) {
   if (!EtcdProcess::Available()) GTEST_SKIP() << EtcdProcess::kMissing;
-  ASSERT_NE(SharedEtcd(), nullptr);
-  EtcdRegistryOptions options{.endpoints = {SharedEtcd()->endpoint()}, .prefix = TestPrefix()};
-  auto one = EtcdRegistry::Connect(options);
-  auto two = EtcdRegistry::Connect(options);
+  const RegistryBackendOptions options{.etcd_prefix = TestPrefix()};
+  auto one = Backends().Make("etcd", options);
+  auto two = Backends().Make("etcd", options);
   ASSERT_TRUE(one.ok() && two.ok());
   auto a = (*one)->Join(Worker("job", 0), absl::Seconds(1));
   ASSERT_TRUE(a.ok());

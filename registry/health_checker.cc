@@ -1,4 +1,4 @@
-#include "server/health_checker.h"
+#include "registry/health_checker.h"
 
 #include <algorithm>
 

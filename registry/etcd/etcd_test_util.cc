@@ -1,4 +1,4 @@
-#include "server/etcd_test_util.h"
+#include "registry/etcd/etcd_test_util.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/etcd_client.h"
+#include "registry/etcd/etcd_client.h"
 
 namespace tessel {
 namespace {

@@ -10,12 +10,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "core/log.h"
+#include "registry/etcd/etcd_registry.h"
+#include "registry/memory/memory_registry.h"
+#include "registry/registry_service.h"
 #include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/tls_flags.h"
-#include "server/etcd_registry.h"
-#include "server/memory_registry.h"
-#include "server/registry_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port for the Registry gRPC service (port 0 picks a free port)");

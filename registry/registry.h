@@ -1,9 +1,10 @@
 // Registry: membership of groups (training jobs and shard-server pools) under
 // leases. This is the interface; the backends are MemoryRegistry
-// (memory_registry.h: one process, tests, LocalCluster) and EtcdRegistry
-// (etcd_registry.h: production, state in etcd). The gRPC adapter that serves
-// either is registry_service.h. One conformance suite (registry_test.cc) runs
-// against every backend.
+// (memory/memory_registry.h: one process, tests, LocalCluster) and
+// EtcdRegistry (etcd/etcd_registry.h: production, state in etcd). The gRPC
+// adapter that serves either is registry_service.h. One conformance suite
+// (registry_conformance_test.cc) runs against every backend, each built by
+// backend_factory.h.
 //
 // Contract (every backend):
 //   - Join adds a member and returns a lease; (group, role, rank) is unique
@@ -32,8 +33,8 @@
 //   std::unique_ptr<Registry> registry = std::make_unique<MemoryRegistry>(absl::Seconds(5));
 //   auto joined = registry->Join(member, absl::ZeroDuration());
 //   registry->Heartbeat(joined->lease_id);
-#ifndef TESSEL_SERVER_REGISTRY_H_
-#define TESSEL_SERVER_REGISTRY_H_
+#ifndef TESSEL_REGISTRY_REGISTRY_H_
+#define TESSEL_REGISTRY_REGISTRY_H_
 
 #include <cstdint>
 #include <string>
@@ -89,4 +90,4 @@ std::string DescribeMember(const v1::Member& member);
 
 }  // namespace tessel
 
-#endif  // TESSEL_SERVER_REGISTRY_H_
+#endif  // TESSEL_REGISTRY_REGISTRY_H_

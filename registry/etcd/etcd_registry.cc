@@ -1,4 +1,4 @@
-#include "server/etcd_registry.h"
+#include "registry/etcd/etcd_registry.h"
 
 #include <algorithm>
 #include <set>

@@ -8,8 +8,8 @@
 //   auto etcd = EtcdProcess::Start(::testing::TempDir());
 //   ASSERT_TRUE(etcd.ok()) << etcd.status();
 //   EtcdRegistry::Connect({.endpoints = {(*etcd)->endpoint()}});
-#ifndef TESSEL_SERVER_ETCD_TEST_UTIL_H_
-#define TESSEL_SERVER_ETCD_TEST_UTIL_H_
+#ifndef TESSEL_REGISTRY_ETCD_ETCD_TEST_UTIL_H_
+#define TESSEL_REGISTRY_ETCD_ETCD_TEST_UTIL_H_
 
 #include <sys/types.h>
 
@@ -43,4 +43,4 @@ class EtcdProcess {
 
 }  // namespace tessel
 
-#endif  // TESSEL_SERVER_ETCD_TEST_UTIL_H_
+#endif  // TESSEL_REGISTRY_ETCD_ETCD_TEST_UTIL_H_

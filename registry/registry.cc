@@ -1,4 +1,4 @@
-#include "server/registry.h"
+#include "registry/registry.h"
 
 #include "absl/strings/str_cat.h"
 

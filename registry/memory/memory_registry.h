@@ -12,8 +12,8 @@
 //   MemoryRegistry registry(absl::Seconds(5));
 //   auto joined = registry.Join(member, absl::ZeroDuration());
 //   registry.Heartbeat(joined->lease_id);
-#ifndef TESSEL_SERVER_MEMORY_REGISTRY_H_
-#define TESSEL_SERVER_MEMORY_REGISTRY_H_
+#ifndef TESSEL_REGISTRY_MEMORY_MEMORY_REGISTRY_H_
+#define TESSEL_REGISTRY_MEMORY_MEMORY_REGISTRY_H_
 
 #include <functional>
 #include <map>
@@ -24,7 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/random/random.h"
 #include "absl/synchronization/mutex.h"
-#include "server/registry.h"
+#include "registry/registry.h"
 
 namespace tessel {
 
@@ -68,4 +68,4 @@ class MemoryRegistry final : public Registry {
 
 }  // namespace tessel
 
-#endif  // TESSEL_SERVER_MEMORY_REGISTRY_H_
+#endif  // TESSEL_REGISTRY_MEMORY_MEMORY_REGISTRY_H_
