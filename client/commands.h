@@ -1,0 +1,34 @@
+// tesselctl's command groups, one file each. Each Add* function declares its
+// subcommands (flags and help text) on `app` and appends what runs when one
+// of them was chosen; main runs it after resolving the global flags `g`.
+//
+// Subcommands appear in --help in the order main adds them.
+#ifndef TESSEL_CLIENT_COMMANDS_H_
+#define TESSEL_CLIENT_COMMANDS_H_
+
+#include <functional>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "client/context.h"
+
+namespace tessel::ctl {
+
+// A leaf subcommand and its action; the action returns the exit code.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+// members.cc: `members`.
+void AddMemberCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands);
+// jobs.cc: `jobs`.
+void AddJobCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands);
+// shards.cc: `shards`, `stats`.
+void AddShardCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands);
+// checkpoint.cc: `checkpoint save|list|show|verify|restore|delete`.
+void AddCheckpointCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands);
+
+}  // namespace tessel::ctl
+
+#endif  // TESSEL_CLIENT_COMMANDS_H_
