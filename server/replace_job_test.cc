@@ -1,4 +1,4 @@
-// Recovery on the server side (DataPlane::ReplaceJob): a job replaced from a
+// Recovery on the server side (JobTable::ReplaceJob): a job replaced from a
 // checkpoint at a newer epoch drops its newer state, refuses frames of the
 // old epoch, keeps its counters, replays bitwise, and refuses a stale or
 // conflicting replace while accepting the same one again.
@@ -8,8 +8,7 @@
 #include "gtest/gtest.h"
 #include "server/checkpoint_store.h"
 #include "server/checkpointer.h"
-#include "server/data_plane.h"
-#include "transport/inproc/inproc_transport.h"
+#include "server/job_table.h"
 
 namespace tessel {
 namespace {
@@ -39,9 +38,7 @@ v1::JobSpec Spec(v1::Strategy strategy) {
 class ReplaceJobTest : public ::testing::Test {
  protected:
   ReplaceJobTest()
-      : transport_(InProcTransport::Create(std::make_shared<InProcFabric>())),
-        checkpointer_(std::make_unique<MemoryStore>(), absl::Seconds(5)),
-        plane_(transport_.get(), &checkpointer_) {}
+      : checkpointer_(std::make_unique<MemoryStore>(), absl::Seconds(5)), jobs_(&checkpointer_) {}
 
   v1::CreateJobRequest Request(v1::Strategy strategy, int64_t epoch) {
     v1::CreateJobRequest req;
@@ -92,20 +89,19 @@ class ReplaceJobTest : public ::testing::Test {
     }
     ASSERT_EQ(job.version(), step + 1);
   }
-  std::unique_ptr<InProcTransport> transport_;
   Checkpointer checkpointer_;
-  DataPlane plane_;
+  JobTable jobs_;
 };
 
 TEST_F(ReplaceJobTest, RollsBackRefusesTheOldEpochAndReplaysBitwise) {
-  ASSERT_TRUE(plane_.CreateJob(Request(v1::STRATEGY_ZERO2, 3)).ok());
-  std::shared_ptr<ShardJob> old = plane_.FindJob("r");
+  ASSERT_TRUE(jobs_.CreateJob(Request(v1::STRATEGY_ZERO2, 3)).ok());
+  std::shared_ptr<ShardJob> old = jobs_.FindJob("r");
   Init(*old, 3);
   for (int k = 0; k < 3; ++k) Step(*old, 3);
   v1::SaveCheckpointRequest save;
   save.set_job("r");
   save.set_step(3);
-  ASSERT_TRUE(plane_.SaveCheckpoint(save).ok());
+  ASSERT_TRUE(jobs_.SaveCheckpoint(save).ok());
   checkpointer_.Drain();
   const std::string at3 = old->Stats().state_digest();
   Step(*old, 3);
@@ -119,11 +115,11 @@ TEST_F(ReplaceJobTest, RollsBackRefusesTheOldEpochAndReplaysBitwise) {
   replace.set_restore(true);
   replace.set_restore_step(3);
   replace.set_replace(true);
-  auto r = plane_.CreateJob(replace);
+  auto r = jobs_.CreateJob(replace);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->created());
   EXPECT_EQ(r->step(), 3);
-  std::shared_ptr<ShardJob> job = plane_.FindJob("r");
+  std::shared_ptr<ShardJob> job = jobs_.FindJob("r");
   ASSERT_NE(job, old);
   v1::ShardStats st = job->Stats();
   EXPECT_EQ(st.step(), 3);
@@ -140,16 +136,16 @@ TEST_F(ReplaceJobTest, RollsBackRefusesTheOldEpochAndReplaysBitwise) {
   EXPECT_EQ(job->Stats().stale_epoch_frames(), 2);
 
   // The same replace again changes nothing; a stale or conflicting one is refused.
-  auto again = plane_.CreateJob(replace);
+  auto again = jobs_.CreateJob(replace);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_FALSE(again->created());
-  EXPECT_EQ(plane_.FindJob("r"), job);
+  EXPECT_EQ(jobs_.FindJob("r"), job);
   v1::CreateJobRequest older = replace;
   older.set_epoch(3);
-  EXPECT_TRUE(absl::IsFailedPrecondition(plane_.CreateJob(older).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(jobs_.CreateJob(older).status()));
   v1::CreateJobRequest other_step = replace;
   other_step.set_restore_step(0);
-  EXPECT_TRUE(absl::IsFailedPrecondition(plane_.CreateJob(other_step).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(jobs_.CreateJob(other_step).status()));
 
   // Replaying steps 3 and 4 gives the bits of the first time.
   Step(*job, 4);
@@ -161,19 +157,19 @@ TEST_F(ReplaceJobTest, RollsBackRefusesTheOldEpochAndReplaysBitwise) {
 TEST_F(ReplaceJobTest, ZeroNeedsACheckpointAndDdpStartsEmptyAtTheWorkersStep) {
   v1::CreateJobRequest zero = Request(v1::STRATEGY_ZERO1, 2);
   zero.set_replace(true);
-  EXPECT_TRUE(absl::IsInvalidArgument(plane_.CreateJob(zero).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(jobs_.CreateJob(zero).status()));
   zero.set_restore(true);
   zero.set_restore_step(9);
-  EXPECT_TRUE(absl::IsNotFound(plane_.CreateJob(zero).status()));  // no such checkpoint
+  EXPECT_TRUE(absl::IsNotFound(jobs_.CreateJob(zero).status()));  // no such checkpoint
 
-  ASSERT_TRUE(plane_.CreateJob(Request(v1::STRATEGY_DDP, 2)).ok());
+  ASSERT_TRUE(jobs_.CreateJob(Request(v1::STRATEGY_DDP, 2)).ok());
   v1::CreateJobRequest ddp = Request(v1::STRATEGY_DDP, 3);
   ddp.set_replace(true);
   ddp.set_start_step(7);
-  auto r = plane_.CreateJob(ddp);
+  auto r = jobs_.CreateJob(ddp);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->step(), 7);
-  v1::ShardStats st = plane_.FindJob("r")->Stats();
+  v1::ShardStats st = jobs_.FindJob("r")->Stats();
   EXPECT_EQ(st.step(), 7);
   EXPECT_EQ(st.epoch(), 3);
   EXPECT_EQ(st.recoveries(), 1);
@@ -184,8 +180,8 @@ TEST_F(ReplaceJobTest, ZeroNeedsACheckpointAndDdpStartsEmptyAtTheWorkersStep) {
 // change nothing; the same replace again is accepted, a different list at the
 // same epoch and step is refused as a conflict.
 TEST_F(ReplaceJobTest, ElasticReplaceRecordsTheWorkersForTheSmallerWorld) {
-  ASSERT_TRUE(plane_.CreateJob(Request(v1::STRATEGY_DDP, 2)).ok());
-  EXPECT_EQ(plane_.FindJob("r")->Stats().worker_ids_size(), 0);  // 0..world-1
+  ASSERT_TRUE(jobs_.CreateJob(Request(v1::STRATEGY_DDP, 2)).ok());
+  EXPECT_EQ(jobs_.FindJob("r")->Stats().worker_ids_size(), 0);  // 0..world-1
 
   v1::CreateJobRequest shrink = Request(v1::STRATEGY_DDP, 3);
   shrink.set_replace(true);
@@ -193,31 +189,31 @@ TEST_F(ReplaceJobTest, ElasticReplaceRecordsTheWorkersForTheSmallerWorld) {
   shrink.mutable_spec()->set_world_size(1);
   shrink.add_worker_ids(1);
   shrink.add_worker_ids(0);
-  EXPECT_TRUE(absl::IsInvalidArgument(plane_.CreateJob(shrink).status()));  // 2 ids, world 1
+  EXPECT_TRUE(absl::IsInvalidArgument(jobs_.CreateJob(shrink).status()));  // 2 ids, world 1
   shrink.clear_worker_ids();
   shrink.mutable_spec()->set_world_size(2);
   shrink.add_worker_ids(1);
   shrink.add_worker_ids(1);
-  EXPECT_TRUE(absl::IsInvalidArgument(plane_.CreateJob(shrink).status()));  // duplicate
+  EXPECT_TRUE(absl::IsInvalidArgument(jobs_.CreateJob(shrink).status()));  // duplicate
   shrink.set_worker_ids(1, -1);
-  EXPECT_TRUE(absl::IsInvalidArgument(plane_.CreateJob(shrink).status()));  // negative
-  EXPECT_EQ(plane_.FindJob("r")->Stats().epoch(), 2);                       // nothing changed
+  EXPECT_TRUE(absl::IsInvalidArgument(jobs_.CreateJob(shrink).status()));  // negative
+  EXPECT_EQ(jobs_.FindJob("r")->Stats().epoch(), 2);                       // nothing changed
 
   shrink.clear_worker_ids();
   shrink.mutable_spec()->set_world_size(1);
   shrink.add_worker_ids(2);
-  auto r = plane_.CreateJob(shrink);
+  auto r = jobs_.CreateJob(shrink);
   ASSERT_TRUE(r.ok()) << r.status();
-  v1::ShardStats st = plane_.FindJob("r")->Stats();
+  v1::ShardStats st = jobs_.FindJob("r")->Stats();
   EXPECT_EQ(st.world_size(), 1);
   ASSERT_EQ(st.worker_ids_size(), 1);
   EXPECT_EQ(st.worker_ids(0), 2);
   EXPECT_EQ(st.epoch(), 3);
-  EXPECT_TRUE(plane_.CreateJob(shrink).ok());  // the same one again
+  EXPECT_TRUE(jobs_.CreateJob(shrink).ok());  // the same one again
 
   shrink.set_worker_ids(0, 0);  // another survivor set at the same epoch and step
-  EXPECT_TRUE(absl::IsFailedPrecondition(plane_.CreateJob(shrink).status()));
-  EXPECT_EQ(plane_.FindJob("r")->Stats().worker_ids(0), 2);
+  EXPECT_TRUE(absl::IsFailedPrecondition(jobs_.CreateJob(shrink).status()));
+  EXPECT_EQ(jobs_.FindJob("r")->Stats().worker_ids(0), 2);
 }
 
 }  // namespace

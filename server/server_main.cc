@@ -4,23 +4,17 @@
 #include <algorithm>
 #include <csignal>
 #include <iostream>
-#include <thread>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "core/log.h"
 #include "gpu/device.h"
 #include "rpc/auth.h"
-#include "rpc/grpc_util.h"
-#include "rpc/registry_client.h"
 #include "rpc/tls_flags.h"
-#include "server/checkpoint_store.h"
-#include "server/checkpointer.h"
-#include "server/data_plane.h"
-#include "server/shard_service.h"
+#include "server/shard_server.h"
 #include "transport/ucx/ucx_transport.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
@@ -69,71 +63,6 @@ int Fail(const std::string& message) {
   std::cerr << "tessel-server: " << message << "\n";
   return 1;
 }
-
-// Watches the data plane's jobs for stalled steps (a worker that died or
-// hangs mid-step) and logs each job's StallReport. Owns one thread, which
-// wakes every min(1 s, stall / 2); the destructor stops and joins it within
-// one wake-up, on every exit path of main.
-class StallWatcher {
- public:
-  StallWatcher(tessel::DataPlane* plane, absl::Duration stall) : plane_(plane), stall_(stall) {
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~StallWatcher() {
-    stop_.Notify();
-    thread_.join();
-  }
-
- private:
-  void Run() {
-    const absl::Duration period = std::min(absl::Seconds(1), stall_ / 2);
-    while (!stop_.WaitForNotificationWithTimeout(period)) {
-      for (const auto& job : plane_->Jobs()) {
-        if (auto report = job->StallReport(absl::Now(), stall_)) {
-          TESSEL_LOG(WARNING) << *report;
-        }
-      }
-    }
-  }
-
-  tessel::DataPlane* const plane_;
-  const absl::Duration stall_;
-  absl::Notification stop_;
-  std::thread thread_;
-};
-
-// The receive queue is wedged (`why`): leaves the registry, re-creates the
-// UCX endpoint at a new address and joins again with it. Workers see the
-// new address, reconnect and recover as after a server restart (the
-// registry epoch moves twice). Jobs on this server stay; their recovery
-// re-creates them from checkpoints.
-absl::Status RenewEndpoint(tessel::UcxTransport* transport, tessel::RegistryClient* registry,
-                           tessel::v1::Member* me, const absl::Status& why) {
-  TESSEL_LOG(ERROR) << why.message()
-                    << "; re-creating the UCX endpoint at a new address and re-joining the "
-                       "registry, so every worker reconnects and recovers";
-  absl::Status left = registry->Leave();
-  if (!left.ok()) TESSEL_LOG(WARNING) << "leaving the registry: " << left.message();
-  absl::Status reset = transport->Reset();
-  if (!reset.ok()) {
-    return absl::InternalError(
-        absl::StrCat("cannot re-create the UCX endpoint: ", reset.message()));
-  }
-  me->set_ucx_address(transport->address());
-  const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
-  auto view = registry->Join(*me, absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)));
-  while (!view.ok() && absl::Now() < deadline && !g_stop) {
-    absl::SleepFor(absl::Milliseconds(100));
-    view = registry->Join(*me, absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)));
-  }
-  if (!view.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot re-join the registry with the new UCX address: ", view.status().message()));
-  }
-  TESSEL_LOG(WARNING) << "UCX endpoint re-created; re-joined the registry at epoch "
-                      << view->epoch();
-  return absl::OkStatus();
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -159,6 +88,10 @@ int main(int argc, char** argv) {
               << stall_report_s << "\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_checkpoint_max_queued) < 0) {
+    std::cerr << "tessel-server: --checkpoint_max_queued must be >= 0\n";
+    return 2;
+  }
   tessel::SetLogLabel(absl::StrCat("server[", shard, "]"));
   if (absl::GetFlag(FLAGS_verbose)) tessel::SetMinLogLevel(tessel::LogLevel::kDebug);
 
@@ -167,98 +100,53 @@ int main(int argc, char** argv) {
                            ? "CUDA device: " + cuda.reason
                            : "CUDA: " + cuda.reason + "; optimizer kernels run on the CPU path");
 
-  // TLS first: a bad certificate path fails before anything is started.
-  const tessel::TlsOptions tls = tessel::TlsOptionsFromFlags();
-  auto server_credentials = tessel::LoadServerCredentials(tls);
+  tessel::ShardServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.registry = registry_address;
+  options.pool = absl::GetFlag(FLAGS_pool);
+  options.shard = shard;
+  options.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
+  options.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoint_max_queued = absl::GetFlag(FLAGS_checkpoint_max_queued);
+  options.checkpoint_write_delay =
+      absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_write_delay_ms));
+  options.admin.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
+  options.tls = tessel::TlsOptionsFromFlags();
+  options.stall_report = absl::Seconds(stall_report_s);
+  options.receive_check_period = absl::Milliseconds(absl::GetFlag(FLAGS_receive_check_ms));
+  options.receive_check_timeout =
+      absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_receive_check_timeout_ms)));
+  options.cancelled = [] { return g_stop != 0; };
+  // TLS first: a bad certificate path fails before anything is started
+  // (ShardServer::Start loads the credentials again).
+  auto server_credentials = tessel::LoadServerCredentials(options.tls);
   if (!server_credentials.ok()) return Fail(std::string(server_credentials.status().message()));
-  auto client_credentials = tessel::LoadClientCredentials(tls);
+  auto client_credentials = tessel::LoadClientCredentials(options.tls);
   if (!client_credentials.ok()) return Fail(std::string(client_credentials.status().message()));
+  if (!absl::GetFlag(FLAGS_admin_token_file).empty()) {
+    auto token = tessel::ReadTokenFile("--admin_token_file", absl::GetFlag(FLAGS_admin_token_file));
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    options.admin.token = *token;
+  }
 
   tessel::UcxOptions ucx;
   ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
   ucx.peer_error_handling = absl::GetFlag(FLAGS_ucx_peer_errors);
   auto transport = tessel::UcxTransport::Create(ucx);
   if (!transport.ok()) return Fail(std::string(transport.status().message()));
-  std::unique_ptr<tessel::CheckpointStore> store;
-  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
-    store = std::make_unique<tessel::LocalFsStore>(
-        absl::GetFlag(FLAGS_checkpoint_dir),
-        absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_write_delay_ms)));
-  }
-  if (absl::GetFlag(FLAGS_checkpoint_max_queued) < 0) {
-    std::cerr << "tessel-server: --checkpoint_max_queued must be >= 0\n";
-    return 2;
-  }
-  tessel::Checkpointer checkpointer(std::move(store), absl::Minutes(10),
-                                    absl::GetFlag(FLAGS_checkpoint_max_queued));
-  tessel::ShardServiceOptions service_options;
-  service_options.shard_index = shard;
-  service_options.pool = absl::GetFlag(FLAGS_pool);
-  service_options.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
-  if (!absl::GetFlag(FLAGS_admin_token_file).empty()) {
-    auto token = tessel::ReadTokenFile("--admin_token_file", absl::GetFlag(FLAGS_admin_token_file));
-    if (!token.ok()) return Fail(std::string(token.status().message()));
-    service_options.admin_token = *token;
-  }
-  tessel::DataPlane plane(transport->get(), &checkpointer);
-  tessel::ShardService service(&plane, service_options);
-  std::unique_ptr<StallWatcher> stall_watcher;
-  if (stall_report_s > 0) {
-    stall_watcher = std::make_unique<StallWatcher>(&plane, absl::Seconds(stall_report_s));
-  }
-  std::string bound;
-  auto server =
-      tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound, *server_credentials);
-  if (!server.ok()) return Fail(std::string(server.status().message()));
-
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  tessel::RegistryClient registry(registry_address, *client_credentials);
-  tessel::v1::Member me;
-  me.set_group(absl::GetFlag(FLAGS_pool));
-  me.set_role(tessel::v1::ROLE_SERVER);
-  me.set_rank(shard);
-  me.set_grpc_address(bound);
-  me.set_ucx_address((*transport)->address());
-  // A server restarted after a crash finds its old lease still live until it
-  // lapses: keep trying for a while instead of exiting.
-  const absl::Time join_deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
-  auto view = registry.Join(me, absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)));
-  while (!view.ok() && absl::IsAlreadyExists(view.status()) && absl::Now() < join_deadline &&
-         !g_stop) {
-    absl::SleepFor(absl::Milliseconds(100));
-    view = registry.Join(me, absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms)));
-  }
-  if (!view.ok()) return Fail(std::string(view.status().message()));
-  TESSEL_LOG(INFO) << "shard " << shard << " of pool '" << absl::GetFlag(FLAGS_pool)
-                   << "' serving control on " << bound
-                   << (tls.enabled() ? " (mutual TLS)" : " (plaintext)") << ", data over UCX";
+  auto server = tessel::ShardServer::Start(std::move(options), std::move(*transport));
+  if (!server.ok()) return Fail(std::string(server.status().message()));
 
-  const int check_ms = absl::GetFlag(FLAGS_receive_check_ms);
-  const absl::Duration check_timeout =
-      absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_receive_check_timeout_ms)));
-  absl::Time next_check = absl::Now() + absl::Milliseconds(check_ms);
-  while (!g_stop) {
-    absl::SleepFor(absl::Milliseconds(100));
-    if (!registry.lease_status().ok()) {
-      TESSEL_LOG(ERROR) << "lost registry lease; exiting so a supervisor restarts this server";
-      return 2;
-    }
-    if (check_ms <= 0 || absl::Now() < next_check) continue;
-    next_check = absl::Now() + absl::Milliseconds(check_ms);
-    absl::Status queue = (*transport)->CheckReceiveQueue(check_timeout);
-    if (queue.ok() || g_stop) continue;
-    absl::Status renewed = RenewEndpoint(transport->get(), &registry, &me, queue);
-    if (!renewed.ok()) {
-      TESSEL_LOG(ERROR) << renewed.message() << "; exiting so a supervisor restarts this server";
-      return 2;
-    }
+  std::optional<absl::Status> ended;
+  while (!g_stop && !(ended = (*server)->WaitFor(absl::Milliseconds(100)))) {
   }
-  TESSEL_LOG(INFO) << "stopping; finishing checkpoint writes";
-  checkpointer.Drain();
-  absl::Status left = registry.Leave();
-  (void)left;
-  (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-  (*transport)->Shutdown();
+  if (ended.has_value() && !ended->ok()) {
+    TESSEL_LOG(ERROR) << ended->message() << "; exiting so a supervisor restarts this server";
+    return 2;
+  }
+  (*server)->Shutdown();
   return 0;
 }

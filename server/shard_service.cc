@@ -38,7 +38,7 @@ grpc::Status ShardService::Authorize(grpc::ServerContext* ctx, bool mutating) co
 }
 
 v1::ShardStats ShardService::StatsOf(ShardJob& job) {
-  job.SetCheckpointProgress(plane_->checkpointer()->Progress(job.spec().job()));
+  job.SetCheckpointProgress(jobs_->checkpointer()->Progress(job.spec().job()));
   return job.Stats();
 }
 
@@ -52,7 +52,7 @@ grpc::Status ShardService::CreateJob(grpc::ServerContext* ctx, const v1::CreateJ
         absl::StrCat("this server is shard ", options_.shard_index,
                      " of its pool; CreateJob asked for shard ", req->shard_index()));
   }
-  auto r = plane_->CreateJob(*req);
+  auto r = jobs_->CreateJob(*req);
   if (!r.ok()) return ToGrpc(r.status());
   *resp = *r;
   return grpc::Status::OK;
@@ -62,7 +62,7 @@ grpc::Status ShardService::SetEpoch(grpc::ServerContext* ctx, const v1::SetEpoch
                                     v1::SetEpochResponse* resp) {
   grpc::Status auth = Authorize(ctx, true);
   if (!auth.ok()) return auth;
-  auto job = plane_->FindJob(req->job());
+  auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   absl::Status s = job->SetEpoch(req->epoch());
   resp->set_epoch(job->epoch());
@@ -73,7 +73,7 @@ grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* 
                                     v1::ShardStats* resp) {
   grpc::Status auth = Authorize(ctx, false);
   if (!auth.ok()) return auth;
-  auto job = plane_->FindJob(req->job());
+  auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   *resp = StatsOf(*job);
   return grpc::Status::OK;
@@ -83,7 +83,7 @@ grpc::Status ShardService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobs
                                     v1::ListJobsResponse* resp) {
   grpc::Status auth = Authorize(ctx, false);
   if (!auth.ok()) return auth;
-  for (auto& job : plane_->Jobs()) *resp->add_jobs() = StatsOf(*job);
+  for (auto& job : jobs_->Jobs()) *resp->add_jobs() = StatsOf(*job);
   return grpc::Status::OK;
 }
 
@@ -91,7 +91,7 @@ grpc::Status ShardService::DeleteJob(grpc::ServerContext* ctx, const v1::JobRef*
                                      v1::DeleteJobResponse*) {
   grpc::Status auth = Authorize(ctx, true);
   if (!auth.ok()) return auth;
-  return ToGrpc(plane_->DeleteJob(req->job()));
+  return ToGrpc(jobs_->DeleteJob(req->job()));
 }
 
 grpc::Status ShardService::GetServerInfo(grpc::ServerContext* ctx, const v1::ServerInfoRequest*,
@@ -99,7 +99,7 @@ grpc::Status ShardService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ser
   grpc::Status auth = Authorize(ctx, false);
   if (!auth.ok()) return auth;
   resp->set_version(kVersion);
-  resp->set_ucx_address(plane_->ucx_address());
+  resp->set_ucx_address(transport_->address());
   resp->set_shard_index(options_.shard_index);
   resp->set_pool(options_.pool);
   return grpc::Status::OK;
@@ -110,7 +110,7 @@ grpc::Status ShardService::SaveCheckpoint(grpc::ServerContext* ctx,
                                           v1::SaveCheckpointResponse* resp) {
   grpc::Status auth = Authorize(ctx, true);
   if (!auth.ok()) return auth;
-  auto r = plane_->SaveCheckpoint(*req);
+  auto r = jobs_->SaveCheckpoint(*req);
   if (!r.ok()) return ToGrpc(r.status());
   *resp = *r;
   return grpc::Status::OK;
@@ -120,7 +120,7 @@ grpc::Status ShardService::ListCheckpoints(grpc::ServerContext* ctx, const v1::J
                                            v1::ListCheckpointsResponse* resp) {
   grpc::Status auth = Authorize(ctx, false);
   if (!auth.ok()) return auth;
-  auto all = plane_->checkpointer()->List(req->job());
+  auto all = jobs_->checkpointer()->List(req->job());
   if (!all.ok()) return ToGrpc(all.status());
   for (const Manifest& m : *all) *resp->add_checkpoints() = InfoOf(m, false);
   return grpc::Status::OK;
@@ -130,7 +130,7 @@ grpc::Status ShardService::GetCheckpoint(grpc::ServerContext* ctx, const v1::Che
                                          v1::CheckpointInfo* resp) {
   grpc::Status auth = Authorize(ctx, false);
   if (!auth.ok()) return auth;
-  auto m = plane_->checkpointer()->Read(req->job(), req->step());
+  auto m = jobs_->checkpointer()->Read(req->job(), req->step());
   if (!m.ok()) return ToGrpc(m.status());
   *resp = InfoOf(*m, true);
   return grpc::Status::OK;
@@ -140,9 +140,9 @@ grpc::Status ShardService::VerifyCheckpoint(grpc::ServerContext* ctx, const v1::
                                             v1::VerifyCheckpointResponse* resp) {
   grpc::Status auth = Authorize(ctx, false);
   if (!auth.ok()) return auth;
-  auto m = plane_->checkpointer()->Read(req->job(), req->step());
+  auto m = jobs_->checkpointer()->Read(req->job(), req->step());
   if (!m.ok()) return ToGrpc(m.status());
-  auto problems = plane_->checkpointer()->Verify(*m);
+  auto problems = jobs_->checkpointer()->Verify(*m);
   if (!problems.ok()) return ToGrpc(problems.status());
   resp->set_ok(problems->empty());
   for (const std::string& p : *problems) resp->add_problems(p);
@@ -153,14 +153,14 @@ grpc::Status ShardService::DeleteCheckpoint(grpc::ServerContext* ctx, const v1::
                                             v1::DeleteCheckpointResponse*) {
   grpc::Status auth = Authorize(ctx, true);
   if (!auth.ok()) return auth;
-  return ToGrpc(plane_->checkpointer()->Delete(req->job(), req->step()));
+  return ToGrpc(jobs_->checkpointer()->Delete(req->job(), req->step()));
 }
 
 grpc::Status ShardService::ReadState(grpc::ServerContext* ctx, const v1::ReadStateRequest* req,
                                      v1::ShardState* resp) {
   grpc::Status auth = Authorize(ctx, false);
   if (!auth.ok()) return auth;
-  auto job = plane_->FindJob(req->job());
+  auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   auto r = job->ReadState(*req);
   if (!r.ok()) return ToGrpc(r.status());
@@ -172,7 +172,7 @@ grpc::Status ShardService::WriteState(grpc::ServerContext* ctx, const v1::WriteS
                                       v1::WriteStateResponse* resp) {
   grpc::Status auth = Authorize(ctx, true);
   if (!auth.ok()) return auth;
-  auto job = plane_->FindJob(req->job());
+  auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   auto r = job->WriteState(*req);
   if (!r.ok()) return ToGrpc(r.status());

@@ -1,5 +1,5 @@
 // gRPC adapter for the shard server's control plane (tessel.v1.ShardServer).
-// Handlers translate between protos and DataPlane/ShardJob/Checkpointer, and
+// Handlers translate between protos and JobTable/ShardJob/Checkpointer, and
 // enforce the admin token; no other logic here.
 //
 // Authorization: when the server has an admin token, every RPC that changes
@@ -15,7 +15,8 @@
 
 #include "proto/shard.grpc.pb.h"
 #include "rpc/auth.h"
-#include "server/data_plane.h"
+#include "server/job_table.h"
+#include "transport/transport.h"
 
 namespace tessel {
 
@@ -28,8 +29,11 @@ struct ShardServiceOptions {
 
 class ShardService final : public v1::ShardServer::Service {
  public:
-  ShardService(DataPlane* plane, ShardServiceOptions options)
-      : plane_(plane),
+  // `jobs` and `transport` (whose address GetServerInfo reports) are not
+  // owned and must outlive the service.
+  ShardService(JobTable* jobs, const Transport* transport, ShardServiceOptions options)
+      : jobs_(jobs),
+        transport_(transport),
         options_(std::move(options)),
         auth_({options_.admin_token, options_.allow_anonymous_reads}, "this shard server") {}
 
@@ -62,7 +66,8 @@ class ShardService final : public v1::ShardServer::Service {
   grpc::Status Authorize(grpc::ServerContext* ctx, bool mutating) const;
   v1::ShardStats StatsOf(ShardJob& job);
 
-  DataPlane* const plane_;
+  JobTable* const jobs_;
+  const Transport* const transport_;
   const ShardServiceOptions options_;
   const AdminAuth auth_;
 };

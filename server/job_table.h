@@ -1,0 +1,64 @@
+// JobTable: the shard server's jobs, and the rules that create, replace,
+// find and delete them. CreateJob validates a request and is idempotent (a
+// repeat with the same spec answers as the first did, moving the epoch
+// forward); a restore loads a checkpoint; ReplaceJob is recovery (the job
+// starts again from a checkpoint, or DDP empty at the workers' step, at a
+// newer epoch, refusing a stale recovery); SaveCheckpoint asks a job's shard
+// for a snapshot. Transport-free: the ShardService drives it from gRPC, the
+// DataPlane looks jobs up in it to route frames (FindById).
+//
+// Threads: any; the table is under mu_, and each ShardJob guards itself.
+// Jobs are shared: one deleted or replaced here lives on for the frames and
+// RPCs that still hold it.
+//
+// Example:
+//   JobTable jobs(&checkpointer);
+//   auto created = jobs.CreateJob(request);
+//   std::shared_ptr<ShardJob> job = jobs.FindJob("demo");
+#ifndef TESSEL_SERVER_JOB_TABLE_H_
+#define TESSEL_SERVER_JOB_TABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/shard.pb.h"
+#include "server/checkpointer.h"
+#include "server/shard_job.h"
+
+namespace tessel {
+
+class JobTable {
+ public:
+  // `checkpointer` (not owned) restores and receives snapshots; may be a
+  // disabled one.
+  explicit JobTable(Checkpointer* checkpointer);
+
+  absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& req);
+  // CreateJob with `replace` (recovery): the job starts again from a
+  // checkpoint (or, DDP, empty at start_step) at a newer epoch, whatever this
+  // server held; see CreateJobRequest.replace.
+  absl::StatusOr<v1::CreateJobResponse> ReplaceJob(const v1::CreateJobRequest& req);
+  // Asks the job's shard to snapshot at `step` (see ShardJob::RequestCheckpoint).
+  absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(const v1::SaveCheckpointRequest& req);
+  absl::Status DeleteJob(const std::string& job);
+  // nullptr if there is no job of that name.
+  std::shared_ptr<ShardJob> FindJob(const std::string& job);
+  // The job a frame's job_id names (JobId of its name), nullptr if none.
+  std::shared_ptr<ShardJob> FindById(uint64_t job_id);
+  std::vector<std::shared_ptr<ShardJob>> Jobs();
+  Checkpointer* checkpointer() { return checkpointer_; }
+
+ private:
+  Checkpointer* const checkpointer_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<ShardJob>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_SERVER_JOB_TABLE_H_

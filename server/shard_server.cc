@@ -1,0 +1,190 @@
+#include "server/shard_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/log.h"
+#include "proto/registry.pb.h"
+#include "rpc/grpc_util.h"
+#include "rpc/registry_client.h"
+#include "server/checkpoint_store.h"
+#include "server/checkpointer.h"
+#include "server/data_plane.h"
+#include "server/endpoint_keeper.h"
+#include "server/job_table.h"
+#include "server/shard_service.h"
+#include "server/stall_watcher.h"
+
+namespace tessel {
+namespace {
+constexpr absl::Duration kSupervisePeriod = absl::Milliseconds(100);
+
+absl::Status Validate(const ShardServerOptions& o) {
+  if (o.registry.empty()) return absl::InvalidArgumentError("registry address is required");
+  if (o.shard < 0) return absl::InvalidArgumentError("shard must be >= 0");
+  if (o.stall_report < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("stall_report must be >= 0 (0 turns stall reports off)");
+  }
+  if (o.checkpoint_max_queued < 0) {
+    return absl::InvalidArgumentError("checkpoint_max_queued must be >= 0");
+  }
+  if (o.lease_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("lease_ttl must be positive");
+  }
+  if (o.receive_check_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("receive_check_timeout must be positive");
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
+    ShardServerOptions options, std::unique_ptr<Transport> transport) {
+  if (transport == nullptr) return absl::InvalidArgumentError("a transport is required");
+  absl::Status valid = Validate(options);
+  if (!valid.ok()) return valid;
+  std::unique_ptr<ShardServer> server(new ShardServer(std::move(options), std::move(transport)));
+  absl::Status s = server->Init();
+  if (!s.ok()) return s;
+  return server;
+}
+
+ShardServer::ShardServer(ShardServerOptions options, std::unique_ptr<Transport> transport)
+    : options_(std::move(options)), transport_(std::move(transport)) {}
+
+ShardServer::~ShardServer() { Stop(/*drain=*/false); }
+
+absl::Status ShardServer::Init() {
+  // TLS first: a bad certificate path fails before anything is started.
+  auto server_credentials = LoadServerCredentials(options_.tls);
+  if (!server_credentials.ok()) return server_credentials.status();
+  auto client_credentials = LoadClientCredentials(options_.tls);
+  if (!client_credentials.ok()) return client_credentials.status();
+
+  std::unique_ptr<CheckpointStore> store;
+  if (!options_.checkpoint_dir.empty()) {
+    store =
+        std::make_unique<LocalFsStore>(options_.checkpoint_dir, options_.checkpoint_write_delay);
+  }
+  checkpointer_ = std::make_unique<Checkpointer>(std::move(store), absl::Minutes(10),
+                                                 options_.checkpoint_max_queued);
+  ShardServiceOptions service_options;
+  service_options.shard_index = options_.shard;
+  service_options.pool = options_.pool;
+  service_options.admin_token = options_.admin.token;
+  service_options.allow_anonymous_reads = options_.admin.allow_anonymous_reads;
+  jobs_ = std::make_unique<JobTable>(checkpointer_.get());
+  plane_ = std::make_unique<DataPlane>(transport_.get(), jobs_.get(), checkpointer_.get());
+  service_ = std::make_unique<ShardService>(jobs_.get(), transport_.get(), service_options);
+  if (options_.stall_report > absl::ZeroDuration()) {
+    stall_watcher_ =
+        std::make_unique<StallWatcher>([this] { return jobs_->Jobs(); }, options_.stall_report);
+  }
+  auto grpc_server =
+      StartGrpcServer(options_.listen, {service_.get()}, &grpc_address_, *server_credentials);
+  if (!grpc_server.ok()) return grpc_server.status();
+  grpc_server_ = std::move(*grpc_server);
+
+  registry_ = std::make_unique<RegistryClient>(options_.registry, *client_credentials);
+  v1::Member me;
+  me.set_group(options_.pool);
+  me.set_role(v1::ROLE_SERVER);
+  me.set_rank(options_.shard);
+  me.set_grpc_address(grpc_address_);
+  me.set_ucx_address(transport_->address());
+  // A server restarted after a crash finds its old lease still live until it
+  // lapses: keep trying for a while instead of failing.
+  auto cancelled = [this] { return options_.cancelled && options_.cancelled(); };
+  const absl::Time join_deadline = absl::Now() + options_.join_timeout;
+  auto view = registry_->Join(me, options_.lease_ttl);
+  while (!view.ok() && absl::IsAlreadyExists(view.status()) && absl::Now() < join_deadline &&
+         !cancelled()) {
+    absl::SleepFor(absl::Milliseconds(100));
+    view = registry_->Join(me, options_.lease_ttl);
+  }
+  if (!view.ok()) return view.status();
+  TESSEL_LOG(INFO) << "shard " << options_.shard << " of pool '" << options_.pool
+                   << "' serving control on " << grpc_address_
+                   << (options_.tls.enabled() ? " (mutual TLS)" : " (plaintext)") << ", data over "
+                   << (transport_->name() == "ucx" ? std::string("UCX") : transport_->name());
+
+  EndpointKeeperOptions keeper;
+  keeper.probe_timeout = options_.receive_check_timeout;
+  keeper.join_timeout = options_.join_timeout;
+  keeper.lease_ttl = options_.lease_ttl;
+  keeper_ = std::make_unique<EndpointKeeper>(transport_.get(), registry_.get(), me, keeper);
+  supervisor_ = std::thread([this] { Supervise(); });
+  return absl::OkStatus();
+}
+
+std::string ShardServer::transport_address() const { return transport_->address(); }
+
+void ShardServer::Supervise() {
+  const absl::Duration period = options_.receive_check_period;
+  absl::Time next_check = absl::Now() + period;
+  while (!stop_.WaitForNotificationWithTimeout(kSupervisePeriod)) {
+    if (!registry_->lease_status().ok()) {
+      End(absl::UnavailableError("lost registry lease"));
+      return;
+    }
+    if (period <= absl::ZeroDuration() || absl::Now() < next_check) continue;
+    next_check = absl::Now() + period;
+    absl::Status kept = keeper_->Check([this] { return stop_.HasBeenNotified(); });
+    if (!kept.ok()) {
+      End(kept);
+      return;
+    }
+  }
+}
+
+void ShardServer::End(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (!ended_.has_value()) ended_ = std::move(status);
+}
+
+absl::Status ShardServer::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](std::optional<absl::Status>* ended) { return ended->has_value(); }, &ended_));
+  return *ended_;
+}
+
+std::optional<absl::Status> ShardServer::WaitFor(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](std::optional<absl::Status>* ended) { return ended->has_value(); }, &ended_),
+      timeout);
+  return ended_;
+}
+
+void ShardServer::Shutdown() { Stop(/*drain=*/true); }
+
+void ShardServer::Stop(bool drain) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  End(absl::OkStatus());
+  stop_.Notify();
+  if (supervisor_.joinable()) supervisor_.join();
+  stall_watcher_.reset();
+  if (drain) {
+    TESSEL_LOG(INFO) << "stopping; finishing checkpoint writes";
+    if (checkpointer_ != nullptr) checkpointer_->Drain();
+    if (registry_ != nullptr) {
+      absl::Status left = registry_->Leave();
+      (void)left;
+    }
+  }
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  }
+  transport_->Shutdown();
+}
+
+}  // namespace tessel

@@ -1,0 +1,155 @@
+// ShardServer: one shard server, in-process. Wires what a shard server is
+// made of: the checkpoint store and Checkpointer, the JobTable, the
+// DataPlane over an injected Transport, the ShardService (tessel.v1.ShardServer) with the
+// standard grpc.health.v1 service on one gRPC server, the registry
+// membership (shard `shard` of `pool`, under a lease), the StallWatcher, and
+// the EndpointKeeper that probes the receive queue and renews a wedged
+// endpoint. `tessel-server` (server_main.cc) is this class behind flags;
+// tests run several of them in one process over the in-process transport.
+//
+// Life: Start() returns once the server serves gRPC and has joined the
+// registry (retrying for up to `join_timeout` while a previous server of the
+// shard still holds its lease, after a crash and restart). It then runs
+// until Shutdown(), or until it fails by itself: its registry lease is lost
+// (the registry declared it dead) or a wedged endpoint cannot be renewed.
+// Either way a supervisor should restart the process; Wait()/WaitFor()
+// report the failure.
+//
+// Threads: Start, Wait, WaitFor and Shutdown may be called from any thread.
+// The server owns a supervisor thread (lease watch and receive-queue checks,
+// every 100 ms), the stall watcher's thread, the data plane's compute thread
+// and gRPC's threads; the transport runs its own progress thread.
+//
+// Example:
+//   ShardServerOptions options;
+//   options.registry = "127.0.0.1:7070";
+//   options.shard = 0;
+//   auto server = ShardServer::Start(options, InProcTransport::Create(fabric));
+//   if (!server.ok()) return server.status();
+//   ... (*server)->grpc_address() ...
+//   (*server)->Shutdown();
+#ifndef TESSEL_SERVER_SHARD_SERVER_H_
+#define TESSEL_SERVER_SHARD_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "rpc/auth.h"
+#include "rpc/tls.h"
+#include "transport/transport.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace tessel {
+
+class Checkpointer;
+class DataPlane;
+class EndpointKeeper;
+class JobTable;
+class RegistryClient;
+class ShardService;
+class StallWatcher;
+
+struct ShardServerOptions {
+  // host:port of the control gRPC service (port 0 picks a free port).
+  std::string listen = "127.0.0.1:0";
+  // host:port of the membership registry (required).
+  std::string registry;
+  // Server pool to join; workers find servers by pool.
+  std::string pool = "default";
+  // This server's shard index within the pool (required, >= 0).
+  int shard = -1;
+  absl::Duration lease_ttl = absl::Seconds(3);
+  // Keep trying to join this long while a previous server of this shard
+  // still holds its lease; also bounds the re-join after an endpoint renewal.
+  absl::Duration join_timeout = absl::Seconds(30);
+  // Root of the checkpoint store, shared by every server of the pool
+  // ("" = checkpoints disabled).
+  std::string checkpoint_dir;
+  // Snapshots that may wait for the checkpoint writer (0 = no bound).
+  int checkpoint_max_queued = 8;
+  // Testing only: pause per MiB of checkpoint written.
+  absl::Duration checkpoint_write_delay = absl::ZeroDuration();
+  // Admin token ("" = no authorization) and whether reads need it.
+  AdminAuthOptions admin;
+  // Mutual TLS for the gRPC server and the registry client (off when empty).
+  TlsOptions tls;
+  // Log a stalled step after this long, and again every as long (0 = off).
+  absl::Duration stall_report = absl::Seconds(30);
+  // Probe the receive queue this often (0 = off), each probe waiting up to
+  // receive_check_timeout.
+  absl::Duration receive_check_period = absl::Seconds(1);
+  absl::Duration receive_check_timeout = absl::Seconds(3);
+  // Polled while Start() retries the join: true gives up (e.g. a signal).
+  std::function<bool()> cancelled;
+};
+
+class ShardServer {
+ public:
+  // Starts a server whose data path is `transport` (owned from now on).
+  // InvalidArgument for bad options; otherwise the error that stopped it
+  // (credentials, gRPC bind, registry join).
+  static absl::StatusOr<std::unique_ptr<ShardServer>> Start(ShardServerOptions options,
+                                                            std::unique_ptr<Transport> transport);
+  // Stops without finishing checkpoint writes if Shutdown() was not called.
+  ~ShardServer();
+
+  ShardServer(const ShardServer&) = delete;
+  ShardServer& operator=(const ShardServer&) = delete;
+
+  // The bound "host:port" of the gRPC service.
+  const std::string& grpc_address() const { return grpc_address_; }
+  // Where workers send frames now (changes when the endpoint is renewed).
+  std::string transport_address() const;
+  const ShardServerOptions& options() const { return options_; }
+
+  // Blocks until the server stops: OK after Shutdown(), else why it failed
+  // (Unavailable "lost registry lease ...", or the endpoint renewal's error).
+  absl::Status Wait();
+  // As Wait(), for at most `timeout`: nullopt while the server still runs.
+  std::optional<absl::Status> WaitFor(absl::Duration timeout);
+
+  // Stops gracefully: finishes queued checkpoint writes, leaves the
+  // registry, stops gRPC (1 s grace) and the transport. Idempotent.
+  void Shutdown();
+
+ private:
+  ShardServer(ShardServerOptions options, std::unique_ptr<Transport> transport);
+  absl::Status Init();
+  void Supervise();
+  void End(absl::Status status);
+  void Stop(bool drain);
+
+  const ShardServerOptions options_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<JobTable> jobs_;
+  std::unique_ptr<DataPlane> plane_;
+  std::unique_ptr<ShardService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::string grpc_address_;
+  std::unique_ptr<RegistryClient> registry_;
+  std::unique_ptr<StallWatcher> stall_watcher_;
+  // Used by the supervisor thread only, once started.
+  std::unique_ptr<EndpointKeeper> keeper_;
+  absl::Notification stop_;
+  std::thread supervisor_;
+
+  absl::Mutex mu_;
+  // Set once the server stops: OK by Shutdown, or why it failed.
+  std::optional<absl::Status> ended_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_SERVER_SHARD_SERVER_H_

@@ -1,0 +1,218 @@
+// ShardServer in-process: shard servers over the in-process transport join an
+// embedded registry on loopback, answer control RPCs over gRPC, exchange
+// frames with a worker-side endpoint, and end when their lease is lost.
+#include "server/shard_server.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "core/wire.h"
+#include "gtest/gtest.h"
+#include "proto/shard.grpc.pb.h"
+#include "registry/registry_service.h"
+#include "rpc/grpc_util.h"
+#include "rpc/registry_client.h"
+#include "transport/inproc/inproc_transport.h"
+
+namespace tessel {
+namespace {
+
+constexpr int kFloats = 8;
+
+class ShardServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
+    auto server = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    registry_server_ = std::move(*server);
+  }
+  void TearDown() override {
+    registry_->Stop();
+    registry_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+  }
+
+  absl::StatusOr<std::unique_ptr<ShardServer>> StartShard(int shard) {
+    ShardServerOptions options;
+    options.registry = registry_address_;
+    options.shard = shard;
+    options.lease_ttl = absl::Milliseconds(600);
+    options.receive_check_period = absl::Milliseconds(100);  // inproc: nothing to check
+    return ShardServer::Start(options, InProcTransport::Create(fabric_));
+  }
+
+  std::shared_ptr<InProcFabric> fabric_ = std::make_shared<InProcFabric>();
+  std::unique_ptr<RegistryService> registry_;
+  std::unique_ptr<grpc::Server> registry_server_;
+  std::string registry_address_;
+};
+
+// DDP, world 1, one shard of one bucket: the served mean is the pushed gradient.
+v1::CreateJobRequest DdpJob() {
+  v1::CreateJobRequest req;
+  v1::JobSpec* spec = req.mutable_spec();
+  spec->set_job("j");
+  spec->set_strategy(v1::STRATEGY_DDP);
+  spec->set_world_size(1);
+  spec->set_num_shards(1);
+  spec->set_bucket_bytes(kFloats * 4);
+  v1::TensorSpec* t = spec->add_tensors();
+  t->set_name("w");
+  t->add_shape(kFloats);
+  t->set_dtype(v1::DTYPE_F32);
+  spec->mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
+  spec->mutable_optimizer()->set_lr(0.1);
+  req.set_shard_index(0);
+  req.set_epoch(1);
+  return req;
+}
+
+FrameHeader Header(FrameType type, int64_t step, uint64_t payload_bytes) {
+  FrameHeader h;
+  h.type = type;
+  h.job_id = JobId("j");
+  h.epoch = 1;
+  h.step = step;
+  h.payload_bytes = payload_bytes;
+  return h;
+}
+
+TEST_F(ShardServerTest, JoinsAnswersControlRpcsAndServesFrames) {
+  auto server = StartShard(0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ShardServer& s = **server;
+
+  RegistryClient viewer(registry_address_);
+  auto view = viewer.GetView("default");
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_EQ(view->members_size(), 1);
+  EXPECT_EQ(view->members(0).role(), v1::ROLE_SERVER);
+  EXPECT_EQ(view->members(0).rank(), 0);
+  EXPECT_EQ(view->members(0).grpc_address(), s.grpc_address());
+  EXPECT_EQ(view->members(0).ucx_address(), s.transport_address());
+
+  auto stub = v1::ShardServer::NewStub(MakeChannel(s.grpc_address()));
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::ServerInfoResponse info;
+    ASSERT_TRUE(stub->GetServerInfo(&ctx, v1::ServerInfoRequest(), &info).ok());
+    EXPECT_EQ(info.shard_index(), 0);
+    EXPECT_EQ(info.pool(), "default");
+    EXPECT_EQ(info.ucx_address(), s.transport_address());
+  }
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::CreateJobResponse created;
+    grpc::Status st = stub->CreateJob(&ctx, DdpJob(), &created);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_TRUE(created.created());
+    EXPECT_EQ(created.range_end() - created.range_begin(), kFloats);
+  }
+
+  // A worker-side endpoint: push a gradient for step 0, pull step 1.
+  auto worker = InProcTransport::Create(fabric_);
+  std::vector<float> params(kFloats, 0.f);
+  absl::Notification served;
+  FrameHeader got;
+  worker->SetHandler([&](const Incoming& in) {
+    auto h = DecodeHeader(in.header.data(), in.header.size());
+    if (!h.ok() || h->type != FrameType::kParams) {
+      ADD_FAILURE() << "unexpected frame: "
+                    << (h.ok() ? DescribeHeader(*h) : h.status().ToString());
+      return Accept{};
+    }
+    got = *h;
+    return Accept{params.data(), [&](absl::Status st) {
+                    EXPECT_TRUE(st.ok()) << st;
+                    served.Notify();
+                  }};
+  });
+  auto peer = worker->Connect(s.transport_address());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  std::vector<float> grad(kFloats);
+  for (int i = 0; i < kFloats; ++i) grad[i] = 0.5f * i - 1.f;
+  HeaderBytes push = EncodeHeader(Header(FrameType::kPush, 0, kFloats * 4));
+  worker->Send(*peer, absl::MakeConstSpan(push), grad.data(), kFloats * 4,
+               [](absl::Status st) { EXPECT_TRUE(st.ok()) << st; });
+  FrameHeader pull_header = Header(FrameType::kPull, 1, 0);
+  pull_header.bucket_count = 1;
+  HeaderBytes pull = EncodeHeader(pull_header);
+  worker->Send(*peer, absl::MakeConstSpan(pull), nullptr, 0, nullptr);
+  ASSERT_TRUE(served.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(got.step, 1);
+  EXPECT_EQ(got.payload_bytes, uint64_t{kFloats * 4});
+  EXPECT_EQ(std::memcmp(params.data(), grad.data(), kFloats * 4), 0);
+
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::JobRef ref;
+    ref.set_job("j");
+    v1::ShardStats stats;
+    ASSERT_TRUE(stub->GetStats(&ctx, ref, &stats).ok());
+    EXPECT_EQ(stats.step(), 1);
+    EXPECT_EQ(stats.pushed_bytes(), kFloats * 4);
+    EXPECT_EQ(stats.pulled_bytes(), kFloats * 4);
+    EXPECT_EQ(stats.rejected_frames(), 0);
+  }
+  worker->Shutdown();
+
+  EXPECT_FALSE(s.WaitFor(absl::Milliseconds(300)).has_value()) << "still running";
+  s.Shutdown();
+  EXPECT_TRUE(s.Wait().ok());
+  auto after = viewer.GetView("default");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->members_size(), 0) << "Shutdown leaves the registry";
+}
+
+TEST_F(ShardServerTest, ShardsOfOnePoolRunInOneProcess) {
+  auto a = StartShard(0);
+  auto b = StartShard(1);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE((*a)->transport_address(), (*b)->transport_address());
+  RegistryClient viewer(registry_address_);
+  auto view = viewer.GetView("default");
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->members_size(), 2);
+  // The same shard twice: its lease is held, the join gives up after join_timeout.
+  ShardServerOptions dup;
+  dup.registry = registry_address_;
+  dup.shard = 1;
+  dup.join_timeout = absl::Milliseconds(300);
+  auto c = ShardServer::Start(dup, InProcTransport::Create(fabric_));
+  EXPECT_TRUE(absl::IsAlreadyExists(c.status())) << c.status();
+}
+
+TEST_F(ShardServerTest, LostLeaseEndsTheServer) {
+  auto server = StartShard(0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto members = registry_->registry().ListMembers();
+  ASSERT_TRUE(members.ok()) << members.status();
+  ASSERT_EQ(members->size(), 1u);
+  ASSERT_TRUE(registry_->registry().Leave((*members)[0].lease_id).ok());
+  auto ended = (*server)->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(ended.has_value()) << "the server did not notice its lease was gone";
+  EXPECT_TRUE(absl::IsUnavailable(*ended)) << *ended;
+  EXPECT_EQ(ended->message(), "lost registry lease");
+}
+
+TEST_F(ShardServerTest, RefusesBadOptions) {
+  ShardServerOptions options;
+  options.registry = registry_address_;
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ShardServer::Start(options, InProcTransport::Create(fabric_)).status()));  // no shard
+  options.shard = 0;
+  options.registry.clear();
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ShardServer::Start(options, InProcTransport::Create(fabric_)).status()));
+  options.registry = registry_address_;
+  EXPECT_TRUE(absl::IsInvalidArgument(ShardServer::Start(options, nullptr).status()));
+}
+
+}  // namespace
+}  // namespace tessel
