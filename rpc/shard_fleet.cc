@@ -68,10 +68,8 @@ v1::ShardServer::Stub* ShardFleet::Stub(int shard) const {
   return it == shards_.end() ? nullptr : it->second.stub.get();
 }
 
-absl::Status ShardFleet::Describe(int shard, absl::string_view what,
-                                  const grpc::Status& status) const {
-  if (status.ok()) return absl::OkStatus();
-  return FromGrpc(status, absl::StrCat(what, " on shard ", shard, " (", address(shard), ")"));
+std::string ShardFleet::OnShard(int shard, absl::string_view what) const {
+  return absl::StrCat(what, " on shard ", shard, " (", address(shard), ")");
 }
 
 absl::Status ShardFleet::UnknownShard(int shard, absl::string_view what) {

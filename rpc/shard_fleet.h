@@ -77,9 +77,8 @@ class ShardFleet {
   absl::Status Call(int shard, ShardRpc<Request, Response> rpc, const Request& request,
                     Response* response, absl::string_view what,
                     absl::Duration timeout = absl::ZeroDuration()) const {
-    v1::ShardServer::Stub* stub = Stub(shard);
-    if (stub == nullptr) return UnknownShard(shard, what);
-    return Describe(shard, what, Invoke(stub, rpc, request, response, timeout));
+    if (!has(shard)) return UnknownShard(shard, what);
+    return CallWithPrefix(shard, rpc, request, response, OnShard(shard, what), timeout);
   }
 
   // As Call, but a failure reads "<prefix>: <message>" with `prefix` taken
@@ -90,7 +89,8 @@ class ShardFleet {
                               absl::Duration timeout = absl::ZeroDuration()) const {
     v1::ShardServer::Stub* stub = Stub(shard);
     if (stub == nullptr) return UnknownShard(shard, prefix);
-    return FromGrpc(Invoke(stub, rpc, request, response, timeout), prefix);
+    auto ctx = Context(timeout);
+    return FromGrpc((stub->*rpc)(ctx.get(), request, response), prefix);
   }
 
   // Runs `call` for every known shard in ascending order and returns the
@@ -110,13 +110,8 @@ class ShardFleet {
     std::string address;
     std::unique_ptr<v1::ShardServer::Stub> stub;
   };
-  template <typename Request, typename Response>
-  grpc::Status Invoke(v1::ShardServer::Stub* stub, ShardRpc<Request, Response> rpc,
-                      const Request& request, Response* response, absl::Duration timeout) const {
-    auto ctx = Context(timeout);
-    return (stub->*rpc)(ctx.get(), request, response);
-  }
-  absl::Status Describe(int shard, absl::string_view what, const grpc::Status& status) const;
+  // "<what> on shard S (address)".
+  std::string OnShard(int shard, absl::string_view what) const;
   static absl::Status UnknownShard(int shard, absl::string_view what);
 
   ControlOptions options_;

@@ -64,6 +64,12 @@ void ExpectDeadline(const v1::ShardStats& stats, absl::Duration timeout) {
   EXPECT_LE(stats.step(), ms + 100);
 }
 
+// The call most tests make: GetStats through ShardFleet::Call.
+absl::Status GetStats(const ShardFleet& fleet, int shard, const v1::JobRef& ref,
+                      v1::ShardStats* stats, absl::Duration timeout = absl::ZeroDuration()) {
+  return fleet.Call(shard, &v1::ShardServer::Stub::GetStats, ref, stats, "GetStats", timeout);
+}
+
 class ShardFleetTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -90,15 +96,12 @@ TEST_F(ShardFleetTest, SendsTheTokenAndADeadline) {
   ShardFleet fleet({.token = "tessel-test-token-0123456789", .timeout = absl::Seconds(7)});
   fleet.Connect(0, address_);
   v1::ShardStats stats;
-  ASSERT_TRUE(fleet.Call(0, &v1::ShardServer::Stub::GetStats, Job("mlp"), &stats, "GetStats").ok());
+  ASSERT_TRUE(GetStats(fleet, 0, Job("mlp"), &stats).ok());
   EXPECT_EQ(stats.job(), "Bearer tessel-test-token-0123456789");
   ExpectDeadline(stats, absl::Seconds(7));  // the fleet's default
 
   // A per-call timeout overrides the fleet's.
-  ASSERT_TRUE(fleet
-                  .Call(0, &v1::ShardServer::Stub::GetStats, Job("mlp"), &stats, "GetStats",
-                        absl::Seconds(2))
-                  .ok());
+  ASSERT_TRUE(GetStats(fleet, 0, Job("mlp"), &stats, absl::Seconds(2)).ok());
   ExpectDeadline(stats, absl::Seconds(2));
 }
 
@@ -106,7 +109,7 @@ TEST_F(ShardFleetTest, NoTokenNoHeader) {
   ShardFleet fleet;
   fleet.Connect(0, address_);
   v1::ShardStats stats;
-  ASSERT_TRUE(fleet.Call(0, &v1::ShardServer::Stub::GetStats, Job("mlp"), &stats, "GetStats").ok());
+  ASSERT_TRUE(GetStats(fleet, 0, Job("mlp"), &stats).ok());
   EXPECT_EQ(stats.job(), "");
   ExpectDeadline(stats, kRpcTimeout);
 }
@@ -126,8 +129,7 @@ TEST_F(ShardFleetTest, ErrorsNameCallShardAndAddressAndKeepTheCode) {
   ShardFleet fleet;
   fleet.Connect(2, address_);
   v1::ShardStats stats;
-  absl::Status s =
-      fleet.Call(2, &v1::ShardServer::Stub::GetStats, Job("missing"), &stats, "GetStats");
+  absl::Status s = GetStats(fleet, 2, Job("missing"), &stats);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(s.message(), absl::StrCat("GetStats on shard 2 (", address_, "): no job 'missing'"));
 
@@ -140,7 +142,7 @@ TEST_F(ShardFleetTest, UnreachableShardIsUnavailableAndNamed) {
   ShardFleet fleet({.timeout = absl::Seconds(2)});
   fleet.Connect(0, "127.0.0.1:1");
   v1::ShardStats stats;
-  absl::Status s = fleet.Call(0, &v1::ShardServer::Stub::GetStats, Job("mlp"), &stats, "GetStats");
+  absl::Status s = GetStats(fleet, 0, Job("mlp"), &stats);
   EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable ||
               s.code() == absl::StatusCode::kDeadlineExceeded)
       << s;
@@ -154,7 +156,7 @@ TEST_F(ShardFleetTest, UnknownShardIsNotFound) {
   EXPECT_EQ(fleet.Stub(1), nullptr);
   EXPECT_EQ(fleet.address(1), "");
   v1::ShardStats stats;
-  absl::Status s = fleet.Call(1, &v1::ShardServer::Stub::GetStats, Job("mlp"), &stats, "GetStats");
+  absl::Status s = GetStats(fleet, 1, Job("mlp"), &stats);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(s.message()), HasSubstr("GetStats: shard 1 is not connected"));
   EXPECT_TRUE(service_.calls().empty());
@@ -167,8 +169,7 @@ TEST_F(ShardFleetTest, ForEachStopsAtTheFirstFailure) {
   absl::Status s = fleet.ForEach([&](int shard) {
     called.push_back(shard);
     v1::ShardStats stats;
-    return fleet.Call(shard, &v1::ShardServer::Stub::GetStats, Job(shard == 1 ? "missing" : "mlp"),
-                      &stats, "GetStats");
+    return GetStats(fleet, shard, Job(shard == 1 ? "missing" : "mlp"), &stats);
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(s.message()), HasSubstr("on shard 1 ("));

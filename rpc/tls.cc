@@ -150,40 +150,37 @@ absl::StatusOr<PemFiles> LoadPem(const TlsOptions& o, const TlsFlagNames& n, boo
   return pem;
 }
 
-}  // namespace
-
-absl::StatusOr<ClientCredentials> LoadClientCredentials(const TlsOptions& options) {
-  ClientCredentials out;
-  if (!options.enabled()) return out;
-  auto pem = LoadPem(options, TlsFlagNames(), /*require_all=*/true);
-  if (!pem.ok()) return pem.status();
+// Client credentials from loaded PEM text; an empty CA means gRPC's default
+// roots.
+absl::StatusOr<ClientCredentials> ClientFromPem(const PemFiles& pem,
+                                                const std::string& server_name) {
   grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = pem->ca;
-  ssl.pem_cert_chain = pem->cert;
-  ssl.pem_private_key = pem->key;
+  ssl.pem_root_certs = pem.ca;
+  ssl.pem_cert_chain = pem.cert;
+  ssl.pem_private_key = pem.key;
+  ClientCredentials out;
   out.credentials = grpc::SslCredentials(ssl);
   if (out.credentials == nullptr) {
     return absl::InternalError("gRPC refused the TLS client credentials");
   }
-  out.server_name = options.server_name;
+  out.server_name = server_name;
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ClientCredentials> LoadClientCredentials(const TlsOptions& options) {
+  if (!options.enabled()) return ClientCredentials();
+  auto pem = LoadPem(options, TlsFlagNames(), /*require_all=*/true);
+  if (!pem.ok()) return pem.status();
+  return ClientFromPem(*pem, options.server_name);
 }
 
 absl::StatusOr<ClientCredentials> LoadTlsClientCredentials(const TlsOptions& options,
                                                            const TlsFlagNames& names) {
   auto pem = LoadPem(options, names, /*require_all=*/false);
   if (!pem.ok()) return pem.status();
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = pem->ca;  // empty: gRPC's default roots
-  ssl.pem_cert_chain = pem->cert;
-  ssl.pem_private_key = pem->key;
-  ClientCredentials out;
-  out.credentials = grpc::SslCredentials(ssl);
-  if (out.credentials == nullptr) {
-    return absl::InternalError("gRPC refused the TLS client credentials");
-  }
-  out.server_name = options.server_name;
-  return out;
+  return ClientFromPem(*pem, options.server_name);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(
