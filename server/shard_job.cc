@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -105,7 +104,9 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
       world_(spec.world_size()),
       num_buckets_(layout_.num_buckets(shard)),
       half_(JobHalfType(spec)),
-      epoch_(epoch) {
+      epoch_(epoch),
+      pushes_(num_buckets_, world_),
+      staging_(range_.size(), is_ddp() ? 0 : StateSlots(optimizer)) {
   const size_t n = static_cast<size_t>(range_.size());
   values_.assign(n, 0.f);
   if (!is_ddp()) {
@@ -121,8 +122,6 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
     rank_grads_.assign(world_, std::vector<float>(n, 0.f));
   }
   init_seen_.assign(num_buckets_, 0);
-  reserved_.assign(num_buckets_, std::vector<uint8_t>(world_, 0));
-  arrived_.assign(num_buckets_, 0);
   initialized_ = is_ddp() || num_buckets_ == 0;
 }
 
@@ -200,7 +199,7 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h) {
     s = absl::FailedPreconditionError(
         absl::StrCat(where, "push for step ", h.step, " but the shard is at step ", version_));
   }
-  if (s.ok() && reserved_[h.bucket][h.rank]) {
+  if (s.ok() && pushes_.slot(h.bucket, h.rank) != PushTracker::Slot::kEmpty) {
     s = absl::AlreadyExistsError(absl::StrCat(where, "rank ", h.rank, " already pushed bucket ",
                                               h.bucket, " of step ", h.step));
   }
@@ -208,8 +207,7 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h) {
     ++rejected_;
     return s;
   }
-  reserved_[h.bucket][h.rank] = kReserved;
-  if (!step_started_) step_started_ = absl::Now();
+  pushes_.Reserve(h.bucket, h.rank, absl::Now());
   if (half_) return rank_grads_half_[h.rank].data() + (br.begin - range_.begin);
   return rank_grads_[h.rank].data() + (br.begin - range_.begin);
 }
@@ -239,13 +237,12 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
     return c;
   }
   if (!s.ok()) {
-    reserved_[h.bucket][h.rank] = 0;
-    if (!StepInProgressLocked()) ResetStallWatchLocked();
+    pushes_.Release(h.bucket, h.rank);
+    if (!StepInProgressLocked()) pushes_.StopClock();
     return c;
   }
-  reserved_[h.bucket][h.rank] = kReceived;
   pushed_bytes_ += static_cast<int64_t>(h.payload_bytes);
-  if (++arrived_[h.bucket] == world_) c.update = h.bucket;
+  if (pushes_.Receive(h.bucket, h.rank)) c.update = h.bucket;
   return c;
 }
 
@@ -286,9 +283,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   ++version_;
   ++applied_steps_;
   buckets_updated_ = 0;
-  ResetStallWatchLocked();
-  for (auto& r : reserved_) std::fill(r.begin(), r.end(), 0);
-  std::fill(arrived_.begin(), arrived_.end(), 0);
+  pushes_.NextStep();
   serve.version = version_;
   const int64_t every = spec_.checkpoint().every_steps();
   auto requested = std::find(checkpoint_requests_.begin(), checkpoint_requests_.end(), version_);
@@ -346,69 +341,21 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
 }
 
 bool ShardJob::StepInProgressLocked() const {
-  if (buckets_updated_ > 0 || updates_running_ > 0) return true;
-  for (const auto& r : reserved_) {
-    for (uint8_t x : r) {
-      if (x) return true;
-    }
-  }
-  return false;
+  return buckets_updated_ > 0 || updates_running_ > 0 || pushes_.AnyPushed();
 }
-
-void ShardJob::ResetStallWatchLocked() {
-  step_started_.reset();
-  stall_reported_.reset();
-}
-
-namespace {
-
-// "bucket 2 of 4", "buckets 0-3 of 4", "buckets 0-2, 5, 7-9 of 12": the
-// buckets (ascending) of a shard that has `total`.
-std::string DescribeBuckets(const std::vector<int>& buckets, int total) {
-  std::vector<std::string> runs;
-  for (size_t i = 0; i < buckets.size();) {
-    size_t j = i;
-    while (j + 1 < buckets.size() && buckets[j + 1] == buckets[j] + 1) ++j;
-    runs.push_back(j == i ? absl::StrCat(buckets[i]) : absl::StrCat(buckets[i], "-", buckets[j]));
-    i = j + 1;
-  }
-  return absl::StrCat(buckets.size() == 1 ? "bucket " : "buckets ", absl::StrJoin(runs, ", "),
-                      " of ", total);
-}
-
-}  // namespace
 
 std::optional<std::string> ShardJob::StallReport(absl::Time now, absl::Duration after) {
   absl::MutexLock lock(&mu_);
-  if (!step_started_ || now - *step_started_ <= after) return std::nullopt;
-  if (stall_reported_ && now - *stall_reported_ < after) return std::nullopt;
-  stall_reported_ = now;
+  const std::optional<absl::Duration> stalled = pushes_.StallDue(now, after);
+  if (!stalled) return std::nullopt;
   // Who the step waits for: per rank, the buckets it has not pushed, and
   // those whose payload is still on its way.
-  auto who = [&](int rank) {
-    if (static_cast<size_t>(rank) < worker_ids_.size()) {
-      return absl::StrCat("rank ", rank, " (registry rank ", worker_ids_[rank], "; ");
-    }
-    return absl::StrCat("rank ", rank, " (");
-  };
-  std::vector<std::string> missing, receiving;
-  for (int r = 0; r < world_; ++r) {
-    std::vector<int> not_pushed, in_flight;
-    for (int b = 0; b < num_buckets_; ++b) {
-      if (reserved_[b][r] == 0) not_pushed.push_back(b);
-      if (reserved_[b][r] == kReserved) in_flight.push_back(b);
-    }
-    if (!not_pushed.empty()) {
-      missing.push_back(absl::StrCat(who(r), DescribeBuckets(not_pushed, num_buckets_), ")"));
-    }
-    if (!in_flight.empty()) {
-      receiving.push_back(absl::StrCat(who(r), DescribeBuckets(in_flight, num_buckets_), ")"));
-    }
-  }
+  const PushTracker::Waiting waiting = pushes_.DescribeWaiting(worker_ids_);
+  const std::vector<std::string>& missing = waiting.pushes;
+  const std::vector<std::string>& receiving = waiting.receives;
   std::string out = absl::StrCat(
       "job '", spec_.job(), "' shard ", shard_, ": step ", version_, " (epoch ", epoch_,
-      ") stalled for ",
-      absl::FormatDuration(absl::Trunc(now - *step_started_, absl::Milliseconds(100))));
+      ") stalled for ", absl::FormatDuration(absl::Trunc(*stalled, absl::Milliseconds(100))));
   if (!missing.empty()) {
     absl::StrAppend(&out, ", waiting for pushes from ", absl::StrJoin(missing, ", "));
   }
@@ -548,7 +495,7 @@ void ShardJob::StartAt(int64_t step) {
   absl::MutexLock lock(&mu_);
   version_ = step;
   restored_from_ = step;
-  ResetStallWatchLocked();
+  pushes_.StopClock();
 }
 
 int64_t ShardJob::restored_from() {
@@ -691,85 +638,52 @@ absl::StatusOr<v1::ShardState> ShardJob::ReadState(const v1::ReadStateRequest& r
 absl::StatusOr<v1::WriteStateResponse> ShardJob::WriteState(const v1::WriteStateRequest& req) {
   const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
   const int64_t n = range_.size();
-  const int slots = static_cast<int>(state_.size());
   absl::MutexLock lock(&mu_);
-  auto drop = [&] {
-    std::vector<float>().swap(staged_);
-    std::vector<uint8_t>().swap(staged_seen_);
-    staged_count_ = 0;
-    staged_step_ = -1;
-  };
   if (req.step() < 0) return absl::InvalidArgumentError(absl::StrCat(where, "negative step"));
   if (req.epoch() != 0 && req.epoch() != epoch_) {
     // A writer from before a recovery (a zombie): nothing of it is kept.
-    drop();
+    staging_.Drop();
     return absl::FailedPreconditionError(absl::StrCat(where, "WriteState from epoch ", req.epoch(),
                                                       " but the job is at epoch ", epoch_));
   }
-  const int64_t count = static_cast<int64_t>(req.params().size() / sizeof(float));
   if (!req.params().empty() || !req.state().empty()) {
     if (is_ddp()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "DDP shards hold no parameters; send only the commit"));
     }
-    if (req.params().size() % sizeof(float) != 0 ||
-        req.state().size() != req.params().size() * static_cast<size_t>(slots) ||
-        req.offset() < 0 || req.offset() > n || count > n - req.offset()) {
-      drop();
+    if (!staging_.Stage(req.step(), req.offset(), req.params(), req.state())) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, "WriteState chunk at offset ", req.offset(), " with ", req.params().size(),
           " param bytes and ", req.state().size(), " state bytes does not fit a range of ", n,
-          " elements with ", slots, " state slots; staging dropped"));
-    }
-    if (staged_step_ != req.step()) {
-      drop();
-      staged_.assign(static_cast<size_t>(n) * (1 + slots), 0.f);
-      staged_seen_.assign(static_cast<size_t>(n), 0);
-      staged_step_ = req.step();
-    }
-    const size_t at = static_cast<size_t>(req.offset());
-    std::memcpy(staged_.data() + at, req.params().data(), req.params().size());
-    for (int k = 0; k < slots; ++k) {
-      std::memcpy(staged_.data() + static_cast<size_t>(n) * (1 + k) + at,
-                  req.state().data() + static_cast<size_t>(k) * req.params().size(),
-                  req.params().size());
-    }
-    for (int64_t i = 0; i < count; ++i) {
-      if (!staged_seen_[at + i]) {
-        staged_seen_[at + i] = 1;
-        ++staged_count_;
-      }
+          " elements with ", state_.size(), " state slots; staging dropped"));
     }
   }
   v1::WriteStateResponse resp;
-  resp.set_staged(staged_count_);
+  resp.set_staged(staging_.staged());
   resp.set_step(version_);
   if (!req.commit()) return resp;
-  if (!is_ddp() && (staged_step_ != req.step() || staged_count_ != n)) {
-    const int64_t got = staged_step_ == req.step() ? staged_count_ : 0;
-    drop();
+  if (!is_ddp() && !staging_.Complete(req.step())) {
+    const int64_t got = staging_.step() == req.step() ? staging_.staged() : 0;
+    staging_.Drop();
     return absl::FailedPreconditionError(
         absl::StrCat(where, "commit of step ", req.step(), " with ", got, " of ", n,
                      " elements staged; send every chunk of the range first; nothing changed"));
   }
   if (StepInProgressLocked() || !deferred_.empty()) {
-    drop();
+    staging_.Drop();
     return absl::FailedPreconditionError(
         absl::StrCat(where,
                      "a step is in progress (buckets pushed or pulls waiting); write the state "
                      "between steps, when every worker is idle; nothing changed"));
   }
   if (!is_ddp()) {
-    std::copy(staged_.begin(), staged_.begin() + n, values_.begin());
-    for (int k = 0; k < slots; ++k) {
-      std::copy(staged_.begin() + n * (1 + k), staged_.begin() + n * (2 + k), state_[k].begin());
-    }
+    staging_.CopyTo(values_, state_);
     RefreshHalf(0, static_cast<size_t>(n));
     initialized_ = true;
   }
   version_ = req.step();
-  ResetStallWatchLocked();
-  drop();
+  pushes_.StopClock();
+  staging_.Drop();
   resp.set_step(version_);
   resp.set_staged(0);
   return resp;

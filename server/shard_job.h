@@ -24,6 +24,9 @@
 // step == version until the version advances. StallReport says, once it has
 // lasted too long, which ranks have not pushed which buckets, so a dead or
 // stuck worker is named in the server's log rather than leaving a silent hang.
+// The per-bucket push bookkeeping and the stall clock are a PushTracker's
+// (push_tracker.h); WriteState's chunks wait in a StateStaging
+// (state_staging.h).
 //
 // Threads: Accept*/Complete* run on the transport thread, UpdateBucket on the
 // server's compute thread, Stats on gRPC threads, StallReport on the server's
@@ -47,6 +50,8 @@
 #include "core/wire.h"
 #include "proto/shard.pb.h"
 #include "server/checkpointer.h"
+#include "server/push_tracker.h"
+#include "server/state_staging.h"
 
 namespace tessel {
 
@@ -159,9 +164,6 @@ class ShardJob {
   std::string DigestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardSnapshot SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool StepInProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // No step in progress any more (the version moved, or the only push was
-  // withdrawn): the next push starts a new stall clock.
-  void ResetStallWatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool is_ddp() const { return spec_.strategy() == v1::STRATEGY_DDP; }
 
   const v1::JobSpec spec_;
@@ -192,12 +194,8 @@ class ShardJob {
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   int init_buckets_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint8_t> init_seen_ ABSL_GUARDED_BY(mu_);
-  // Per bucket and rank, this step's push: 0 = not yet, kReserved = its
-  // payload is being received, kReceived = it landed.
-  static constexpr uint8_t kReserved = 1;
-  static constexpr uint8_t kReceived = 2;
-  std::vector<std::vector<uint8_t>> reserved_ ABSL_GUARDED_BY(mu_);
-  std::vector<int> arrived_ ABSL_GUARDED_BY(mu_);
+  // This step's pushes per bucket and rank, and its stall clock.
+  PushTracker pushes_ ABSL_GUARDED_BY(mu_);
   int buckets_updated_ ABSL_GUARDED_BY(mu_) = 0;
   int updates_running_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Puller> deferred_ ABSL_GUARDED_BY(mu_);
@@ -211,16 +209,9 @@ class ShardJob {
   int64_t applied_steps_ ABSL_GUARDED_BY(mu_) = 0;
   int recoveries_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> worker_ids_ ABSL_GUARDED_BY(mu_);
-  // When the current step's first push was reserved (nullopt: no step in
-  // progress), and when StallReport last reported it.
-  std::optional<absl::Time> step_started_ ABSL_GUARDED_BY(mu_);
-  std::optional<absl::Time> stall_reported_ ABSL_GUARDED_BY(mu_);
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
-  // WriteState staging: masters then state slots, and which elements came.
-  std::vector<float> staged_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> staged_seen_ ABSL_GUARDED_BY(mu_);
-  int64_t staged_count_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t staged_step_ ABSL_GUARDED_BY(mu_) = -1;
+  // WriteState's chunks until the commit.
+  StateStaging staging_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessel

@@ -1,0 +1,100 @@
+#include "server/push_tracker.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tessel {
+
+PushTracker::PushTracker(int num_buckets, int world)
+    : num_buckets_(num_buckets),
+      world_(world),
+      slots_(num_buckets, std::vector<Slot>(world, Slot::kEmpty)),
+      received_(num_buckets, 0) {}
+
+bool PushTracker::AnyPushed() const {
+  for (const auto& bucket : slots_) {
+    for (Slot s : bucket) {
+      if (s != Slot::kEmpty) return true;
+    }
+  }
+  return false;
+}
+
+void PushTracker::Reserve(int bucket, int rank, absl::Time now) {
+  Slot& s = slots_[bucket][rank];
+  assert(s == Slot::kEmpty);
+  s = Slot::kReceiving;
+  if (!started_) started_ = now;
+}
+
+void PushTracker::Release(int bucket, int rank) {
+  Slot& s = slots_[bucket][rank];
+  assert(s == Slot::kReceiving);
+  s = Slot::kEmpty;
+}
+
+bool PushTracker::Receive(int bucket, int rank) {
+  Slot& s = slots_[bucket][rank];
+  assert(s == Slot::kReceiving);
+  s = Slot::kReceived;
+  return ++received_[bucket] == world_;
+}
+
+void PushTracker::NextStep() {
+  for (auto& bucket : slots_) std::fill(bucket.begin(), bucket.end(), Slot::kEmpty);
+  std::fill(received_.begin(), received_.end(), 0);
+  StopClock();
+}
+
+void PushTracker::StopClock() {
+  started_.reset();
+  reported_.reset();
+}
+
+std::optional<absl::Duration> PushTracker::StallDue(absl::Time now, absl::Duration after) {
+  if (!started_ || now - *started_ <= after) return std::nullopt;
+  if (reported_ && now - *reported_ < after) return std::nullopt;
+  reported_ = now;
+  return now - *started_;
+}
+
+PushTracker::Waiting PushTracker::DescribeWaiting(const std::vector<int>& worker_ids) const {
+  auto who = [&](int rank) {
+    if (static_cast<size_t>(rank) < worker_ids.size()) {
+      return absl::StrCat("rank ", rank, " (registry rank ", worker_ids[rank], "; ");
+    }
+    return absl::StrCat("rank ", rank, " (");
+  };
+  Waiting out;
+  for (int r = 0; r < world_; ++r) {
+    std::vector<int> not_pushed, in_flight;
+    for (int b = 0; b < num_buckets_; ++b) {
+      if (slots_[b][r] == Slot::kEmpty) not_pushed.push_back(b);
+      if (slots_[b][r] == Slot::kReceiving) in_flight.push_back(b);
+    }
+    if (!not_pushed.empty()) {
+      out.pushes.push_back(absl::StrCat(who(r), DescribeBuckets(not_pushed, num_buckets_), ")"));
+    }
+    if (!in_flight.empty()) {
+      out.receives.push_back(absl::StrCat(who(r), DescribeBuckets(in_flight, num_buckets_), ")"));
+    }
+  }
+  return out;
+}
+
+std::string DescribeBuckets(const std::vector<int>& buckets, int total) {
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < buckets.size();) {
+    size_t j = i;
+    while (j + 1 < buckets.size() && buckets[j + 1] == buckets[j] + 1) ++j;
+    runs.push_back(j == i ? absl::StrCat(buckets[i]) : absl::StrCat(buckets[i], "-", buckets[j]));
+    i = j + 1;
+  }
+  return absl::StrCat(buckets.size() == 1 ? "bucket " : "buckets ", absl::StrJoin(runs, ", "),
+                      " of ", total);
+}
+
+}  // namespace tessel

@@ -1,0 +1,91 @@
+// PushTracker: one shard's bookkeeping of the step in progress. Per bucket
+// and rank it knows whether the rank's push has not come yet, is being
+// received, or has landed; it says when a bucket is complete (every rank's
+// push landed, so the bucket can be reduced); it runs the step's stall
+// clock; and it describes what a stalled step waits for.
+//
+// Contract:
+//   Reserve(b, r, now)  an empty slot starts receiving; the first reserve of
+//                       a step starts the stall clock at `now`.
+//   Release(b, r)       a failed receive: the slot is empty again (the rank
+//                       may push the bucket again). The clock keeps running.
+//   Receive(b, r)       the payload landed; true exactly when this completed
+//                       bucket b.
+//   NextStep()          the version moved: every slot empty, clock stopped.
+//   StopClock()         no step is in progress any more (the caller knows):
+//                       the next reserve starts a new clock.
+//   StallDue(now, d)    the clock has run for more than d and the step was
+//                       not reported within the last d: returns how long it
+//                       has run and marks it reported. So a caller polling
+//                       more often reports a stall once every d.
+// Calls that break the protocol (a reserve of a taken slot, a receive of a
+// slot not receiving, an index out of range) are programmer errors, asserted
+// in debug builds: the caller (ShardJob) validates frames first.
+//
+// Threads: none of its own and no lock: the owner serializes every call
+// (ShardJob holds its mutex). Pure: the caller supplies the time.
+//
+// Example:
+//   PushTracker pushes(/*num_buckets=*/4, /*world=*/2);
+//   pushes.Reserve(0, 1, absl::Now());
+//   if (pushes.Receive(0, 1)) { /* bucket 0 is complete: reduce it */ }
+//   if (auto age = pushes.StallDue(absl::Now(), absl::Seconds(30))) {
+//     PushTracker::Waiting w = pushes.DescribeWaiting(worker_ids);  // for the log
+//   }
+#ifndef TESSEL_SERVER_PUSH_TRACKER_H_
+#define TESSEL_SERVER_PUSH_TRACKER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace tessel {
+
+class PushTracker {
+ public:
+  enum class Slot : uint8_t { kEmpty, kReceiving, kReceived };
+
+  PushTracker(int num_buckets, int world);
+
+  Slot slot(int bucket, int rank) const { return slots_[bucket][rank]; }
+  // Some rank has pushed (or is pushing) some bucket of this step.
+  bool AnyPushed() const;
+
+  void Reserve(int bucket, int rank, absl::Time now);
+  void Release(int bucket, int rank);
+  bool Receive(int bucket, int rank);
+  void NextStep();
+  void StopClock();
+  std::optional<absl::Duration> StallDue(absl::Time now, absl::Duration after);
+
+  // What the step waits for, one entry per rank that owes something, in
+  // rank order: e.g. "rank 1 (buckets 0-3 of 4)", or with registry ranks
+  // (`worker_ids`, by data-parallel rank; may be empty or shorter)
+  // "rank 1 (registry rank 5; bucket 2 of 4)".
+  struct Waiting {
+    std::vector<std::string> pushes;    // buckets not pushed yet
+    std::vector<std::string> receives;  // buckets whose payload is on its way
+  };
+  Waiting DescribeWaiting(const std::vector<int>& worker_ids) const;
+
+ private:
+  const int num_buckets_;
+  const int world_;
+  std::vector<std::vector<Slot>> slots_;  // [bucket][rank]
+  std::vector<int> received_;             // per bucket: ranks whose push landed
+  // When the step's first push was reserved (nullopt: no step in progress),
+  // and when StallDue last reported it.
+  std::optional<absl::Time> started_;
+  std::optional<absl::Time> reported_;
+};
+
+// "bucket 2 of 4", "buckets 0-3 of 4", "buckets 0-2, 5, 7-9 of 12": the
+// buckets (ascending, not empty) of a shard that has `total`.
+std::string DescribeBuckets(const std::vector<int>& buckets, int total);
+
+}  // namespace tessel
+
+#endif  // TESSEL_SERVER_PUSH_TRACKER_H_

@@ -1,0 +1,127 @@
+// PushTracker: slot transitions, bucket completion in any arrival order, the
+// stall clock's start, stop and once-per-period reports, and the
+// descriptions of what a step waits for.
+#include "server/push_tracker.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tessel {
+namespace {
+
+using Slot = PushTracker::Slot;
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+
+TEST(PushTrackerTest, SlotsMoveFromEmptyThroughReceivingToReceived) {
+  PushTracker t(2, 2);
+  EXPECT_FALSE(t.AnyPushed());
+  t.Reserve(1, 0, kT0);
+  EXPECT_EQ(t.slot(1, 0), Slot::kReceiving);
+  EXPECT_EQ(t.slot(0, 0), Slot::kEmpty);
+  EXPECT_TRUE(t.AnyPushed());
+  t.Release(1, 0);  // the receive failed: the rank may push again
+  EXPECT_EQ(t.slot(1, 0), Slot::kEmpty);
+  EXPECT_FALSE(t.AnyPushed());
+  t.Reserve(1, 0, kT0);
+  EXPECT_FALSE(t.Receive(1, 0));
+  EXPECT_EQ(t.slot(1, 0), Slot::kReceived);
+  t.Reserve(1, 1, kT0);
+  EXPECT_TRUE(t.Receive(1, 1)) << "the last rank completes the bucket";
+  t.NextStep();
+  for (int b = 0; b < 2; ++b) {
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(t.slot(b, r), Slot::kEmpty);
+  }
+  EXPECT_FALSE(t.AnyPushed());
+}
+
+// Whatever the order of reserves and receives, each bucket completes exactly
+// once, on its last rank's receive.
+TEST(PushTrackerTest, EveryBucketCompletesOnceInAnyOrder) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int buckets = 1 + static_cast<int>(rng() % 6);
+    const int world = 1 + static_cast<int>(rng() % 5);
+    PushTracker t(buckets, world);
+    std::vector<std::pair<int, int>> pushes;
+    for (int b = 0; b < buckets; ++b) {
+      for (int r = 0; r < world; ++r) pushes.emplace_back(b, r);
+    }
+    std::shuffle(pushes.begin(), pushes.end(), rng);
+    for (auto [b, r] : pushes) t.Reserve(b, r, kT0);
+    std::shuffle(pushes.begin(), pushes.end(), rng);
+    std::vector<int> landed(buckets, 0), completed(buckets, 0);
+    for (auto [b, r] : pushes) {
+      const bool done = t.Receive(b, r);
+      ++landed[b];
+      EXPECT_EQ(done, landed[b] == world);
+      completed[b] += done;
+    }
+    EXPECT_EQ(std::accumulate(completed.begin(), completed.end(), 0), buckets);
+    t.NextStep();
+    EXPECT_FALSE(t.AnyPushed());
+  }
+}
+
+TEST(PushTrackerTest, StallClockReportsOncePerPeriodAndStopsWithTheStep) {
+  const absl::Duration after = absl::Seconds(10);
+  PushTracker t(1, 2);
+  EXPECT_FALSE(t.StallDue(kT0 + absl::Hours(1), after)) << "no step in progress";
+  t.Reserve(0, 0, kT0);
+  t.Reserve(0, 1, kT0 + absl::Seconds(5));  // the clock started at the first push
+  EXPECT_FALSE(t.StallDue(kT0 + after, after)) << "exactly `after` is not yet a stall";
+  auto due = t.StallDue(kT0 + absl::Seconds(11), after);
+  ASSERT_TRUE(due.has_value());
+  EXPECT_EQ(*due, absl::Seconds(11));
+  EXPECT_FALSE(t.StallDue(kT0 + absl::Seconds(12), after)) << "reported within the period";
+  EXPECT_FALSE(t.StallDue(kT0 + absl::Seconds(20), after));
+  due = t.StallDue(kT0 + absl::Seconds(21), after);
+  ASSERT_TRUE(due.has_value());
+  EXPECT_EQ(*due, absl::Seconds(21));
+
+  t.StopClock();
+  EXPECT_FALSE(t.StallDue(kT0 + absl::Hours(1), after));
+  // A reserve after StopClock starts a fresh clock; Release keeps it running.
+  t.NextStep();
+  t.Reserve(0, 0, kT0 + absl::Seconds(100));
+  t.Release(0, 0);
+  EXPECT_TRUE(t.StallDue(kT0 + absl::Seconds(111), after).has_value());
+  t.NextStep();
+  EXPECT_FALSE(t.StallDue(kT0 + absl::Hours(1), after));
+}
+
+TEST(PushTrackerTest, DescribesWhatTheStepWaitsFor) {
+  PushTracker t(4, 3);
+  // Rank 0 pushed everything; rank 1 has bucket 2 in flight and pushed 3;
+  // rank 2 pushed nothing.
+  for (int b = 0; b < 4; ++b) {
+    t.Reserve(b, 0, kT0);
+    t.Receive(b, 0);
+  }
+  t.Reserve(2, 1, kT0);
+  t.Reserve(3, 1, kT0);
+  t.Receive(3, 1);
+  PushTracker::Waiting w = t.DescribeWaiting({});
+  EXPECT_EQ(w.pushes,
+            (std::vector<std::string>{"rank 1 (buckets 0-1 of 4)", "rank 2 (buckets 0-3 of 4)"}));
+  EXPECT_EQ(w.receives, (std::vector<std::string>{"rank 1 (bucket 2 of 4)"}));
+  // Registry ranks where known (worker_ids may be shorter than the world).
+  w = t.DescribeWaiting({7, 5});
+  EXPECT_EQ(w.pushes, (std::vector<std::string>{"rank 1 (registry rank 5; buckets 0-1 of 4)",
+                                                "rank 2 (buckets 0-3 of 4)"}));
+  EXPECT_EQ(w.receives, (std::vector<std::string>{"rank 1 (registry rank 5; bucket 2 of 4)"}));
+}
+
+TEST(PushTrackerTest, DescribeBucketsJoinsRuns) {
+  EXPECT_EQ(DescribeBuckets({2}, 4), "bucket 2 of 4");
+  EXPECT_EQ(DescribeBuckets({0, 1, 2, 3}, 4), "buckets 0-3 of 4");
+  EXPECT_EQ(DescribeBuckets({0, 1, 2, 5, 7, 8, 9}, 12), "buckets 0-2, 5, 7-9 of 12");
+  EXPECT_EQ(DescribeBuckets({1, 3}, 4), "buckets 1, 3 of 4");
+}
+
+}  // namespace
+}  // namespace tessel
