@@ -22,7 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/log.h"
-#include "tools/cluster.h"
+#include "testing/local_cluster.h"
 #include "worker/worker.h"
 
 ABSL_FLAG(int, workers, 2, "worker processes");

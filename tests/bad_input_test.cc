@@ -18,7 +18,7 @@
 #include "rpc/job_spec.h"
 #include "rpc/registry_client.h"
 #include "server/data_plane.h"
-#include "tools/cluster.h"
+#include "testing/local_cluster.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/ucx/ucx_transport.h"
 

@@ -33,11 +33,11 @@
 #include "gtest/gtest.h"
 #include "model/split_mlp.h"
 #include "rpc/registry_client.h"
-#include "tools/cluster.h"
+#include "testing/local_cluster.h"
+#include "testing/process.h"
 #include "tools/hybrid_launch.h"
 #include "tools/hybrid_mlp.h"
 #include "tools/mlp_job.h"
-#include "tools/process.h"
 #include "transport/inproc/inproc_transport.h"
 #include "worker/peer_group.h"
 

@@ -18,9 +18,9 @@
 #include "core/npy.h"
 #include "core/optimizer.h"
 #include "gtest/gtest.h"
+#include "testing/process.h"
 #include "tests/replay_fixture.h"
 #include "tools/mlp_job.h"
-#include "tools/process.h"
 
 namespace tessel {
 namespace {

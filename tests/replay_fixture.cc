@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/npy.h"
 #include "gtest/gtest.h"
+#include "testing/process.h"
 #include "tools/mlp_job.h"
-#include "tools/process.h"
 
 namespace tessel {
 

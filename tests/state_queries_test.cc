@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/optimizer.h"
 #include "gtest/gtest.h"
-#include "tools/cluster.h"
+#include "testing/local_cluster.h"
 #include "worker/worker.h"
 
 namespace tessel {

@@ -18,7 +18,7 @@
 #include "core/npy.h"
 #include "rpc/job_spec.h"
 #include "rpc/tls_flags.h"
-#include "tools/cluster.h"
+#include "testing/local_cluster.h"
 #include "tools/hybrid_mlp.h"
 #include "tools/mlp_job.h"
 #include "tools/train_flags.h"

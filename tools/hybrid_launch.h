@@ -19,7 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "tools/cluster.h"
+#include "testing/local_cluster.h"
 #include "worker/hybrid.h"
 
 namespace tessel {

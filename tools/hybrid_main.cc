@@ -41,7 +41,7 @@
 #include "core/npy.h"
 #include "core/precision.h"
 #include "rpc/tls_flags.h"
-#include "tools/cluster.h"
+#include "testing/local_cluster.h"
 #include "tools/hybrid_launch.h"
 #include "tools/hybrid_mlp.h"
 #include "tools/hybrid_replay.h"

@@ -32,10 +32,10 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "rpc/tls_flags.h"
-#include "tools/cluster.h"
+#include "testing/local_cluster.h"
+#include "testing/process.h"
 #include "tools/hybrid_mlp.h"
 #include "tools/mlp_job.h"
-#include "tools/process.h"
 #include "tools/train_flags.h"
 
 ABSL_FLAG(std::string, init, "", "initial parameters: 1-D float32 .npy (required)");

@@ -16,7 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "tools/process.h"
+#include "testing/process.h"
 #include "transport/ucx/ucx_transport.h"
 
 extern char** environ;

@@ -7,8 +7,8 @@
 //   LocalCluster cluster({.servers = 2, .run_dir = MakeRunDir("demo")});
 //   RETURN_IF_ERROR(cluster.Start());
 //   RETURN_IF_ERROR(cluster.RunWorkers(2, worker_args, absl::Minutes(5), &g_stop));
-#ifndef TESSEL_TOOLS_CLUSTER_H_
-#define TESSEL_TOOLS_CLUSTER_H_
+#ifndef TESSEL_TESTING_LOCAL_CLUSTER_H_
+#define TESSEL_TESTING_LOCAL_CLUSTER_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "registry/registry_service.h"
 #include "rpc/tls.h"
-#include "tools/process.h"
+#include "testing/process.h"
 
 namespace tessel {
 
@@ -69,4 +69,4 @@ class LocalCluster {
 
 }  // namespace tessel
 
-#endif  // TESSEL_TOOLS_CLUSTER_H_
+#endif  // TESSEL_TESTING_LOCAL_CLUSTER_H_

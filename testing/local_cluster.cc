@@ -1,4 +1,4 @@
-#include "tools/cluster.h"
+#include "testing/local_cluster.h"
 
 #include "absl/strings/str_cat.h"
 #include "rpc/grpc_util.h"

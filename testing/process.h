@@ -10,8 +10,8 @@
 //   group.Start("server0", {server_bin, "--shard=0", ...});
 //   absl::Status s = group.WaitAll({"worker0", "worker1"}, absl::Minutes(5));
 //   // s names the first process that failed, how, and the tail of its log.
-#ifndef TESSEL_TOOLS_PROCESS_H_
-#define TESSEL_TOOLS_PROCESS_H_
+#ifndef TESSEL_TESTING_PROCESS_H_
+#define TESSEL_TESTING_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -64,4 +64,4 @@ std::string MakeRunDir(const std::string& prefix);
 
 }  // namespace tessel
 
-#endif  // TESSEL_TOOLS_PROCESS_H_
+#endif  // TESSEL_TESTING_PROCESS_H_
