@@ -19,22 +19,21 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/log.h"
 #include "testing/local_cluster.h"
+#include "worker/train_flags.h"
 #include "worker/worker.h"
+#include "worker/worker_flags.h"
 
 ABSL_FLAG(int, workers, 2, "worker processes");
 ABSL_FLAG(int, servers, 2, "shard server processes");
 ABSL_FLAG(std::string, sizes_mib, "1,16,64", "gradient sizes S in MiB (comma-separated)");
 ABSL_FLAG(int, iters, 10, "timed steps per size (after 3 warm-up steps)");
-ABSL_FLAG(int64_t, bucket_bytes, 4 << 20, "data-path bucket size");
-ABSL_FLAG(std::string, ucx_tls, "",
-          "UCX_TLS for every process; empty = the local cluster's default (posix,sysv,self)");
 // Internal: worker mode.
 ABSL_FLAG(std::string, role, "launcher", "launcher or worker (internal)");
-ABSL_FLAG(std::string, registry, "", "internal: registry address");
 ABSL_FLAG(int, rank, 0, "internal: worker rank");
 ABSL_FLAG(std::string, result, "", "internal: rank 0 writes timings here");
 
@@ -56,16 +55,16 @@ int RunWorker() {
   std::ofstream result;
   if (rank == 0) result.open(absl::GetFlag(FLAGS_result));
   for (int mib : Sizes()) {
-    tessel::WorkerOptions o;
-    o.registry = absl::GetFlag(FLAGS_registry);
+    auto options = tessel::WorkerOptionsFromFlags();
+    if (!options.ok()) {
+      std::cerr << options.status() << "\n";
+      return 1;
+    }
+    tessel::WorkerOptions o = std::move(*options);
     o.job = absl::StrCat("bench", mib);
     o.rank = rank;
     o.world_size = absl::GetFlag(FLAGS_workers);
     o.num_servers = absl::GetFlag(FLAGS_servers);
-    o.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
-    o.optimizer.kind = tessel::OptimizerParams::Kind::kSgd;
-    o.optimizer.lr = 1e-3f;
-    o.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
     auto worker = tessel::Worker::Connect(o);
     if (!worker.ok()) {
       std::cerr << worker.status() << "\n";
@@ -102,7 +101,10 @@ int RunWorker() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Tessel data-path benchmark: W workers push and pull S bytes through N shard servers.\n"
-      "Usage: datapath_bench [--workers=2] [--servers=2] [--sizes_mib=1,16,64] [--iters=10]");
+      "Usage: datapath_bench [--workers=2] [--servers=2] [--sizes_mib=1,16,64] [--iters=10]\n"
+      "       [--bucket_bytes=4194304] [--ucx_tls=...] [--strategy=zero2] [--optimizer=sgd]");
+  // The data path is what is measured: the cheapest update by default.
+  absl::SetFlag(&FLAGS_optimizer, "sgd");
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_role) == "worker") return RunWorker();
   tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
@@ -134,6 +136,9 @@ int main(int argc, char** argv) {
         absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
         absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
         absl::StrCat("--ucx_tls=", copt.ucx_tls),
+        absl::StrCat("--strategy=", absl::GetFlag(FLAGS_strategy)),
+        absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
+        absl::StrFormat("--lr=%.17g", absl::GetFlag(FLAGS_lr)),
         "--result=" + result};
     names.push_back(absl::StrCat("bench", r));
     s = cluster.processes().Start(names.back(), argv);

@@ -34,6 +34,9 @@
 
 namespace tessel {
 
+// The largest world (data-parallel workers) a job may have.
+inline constexpr int kMaxWorldSize = 4096;
+
 struct TensorDesc {
   std::string name;
   std::vector<int64_t> shape;

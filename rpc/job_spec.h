@@ -16,7 +16,6 @@
 
 namespace tessel {
 
-inline constexpr int kMaxWorldSize = 4096;
 
 absl::StatusOr<OptimizerParams> OptimizerFromProto(const v1::OptimizerConfig& c);
 v1::OptimizerConfig OptimizerToProto(const OptimizerParams& p);

@@ -24,8 +24,7 @@ struct Measured {
   int64_t server_params = 0, server_optimizer = 0, server_grads = 0;
 };
 
-Measured RunJob(v1::Strategy strategy, const std::string& job,
-                v1::DType precision = v1::DTYPE_F32) {
+Measured RunJob(Strategy strategy, const std::string& job, Precision precision = Precision::kFp32) {
   ClusterOptions copt;
   copt.servers = kServers;
   copt.run_dir = MakeRunDir("memory");
@@ -45,7 +44,7 @@ Measured RunJob(v1::Strategy strategy, const std::string& job,
       o.strategy = strategy;
       o.optimizer.kind = OptimizerParams::Kind::kAdam;
       o.ucx.tls = "posix,sysv,self";
-      if (strategy == v1::STRATEGY_FSDP || strategy == v1::STRATEGY_ZERO2) {
+      if (strategy == Strategy::kFsdp || strategy == Strategy::kZero2) {
         o.fsdp_units = {0, 1, 2, 3};
       }
       o.precision = precision;
@@ -56,9 +55,9 @@ Measured RunJob(v1::Strategy strategy, const std::string& job,
       std::vector<float> init(kParams, 0.5f);
       ASSERT_TRUE((*w)->RegisterLayout(tensors, init).ok());
       for (int step = 0; step < 2; ++step) {
-        if (strategy == v1::STRATEGY_ZERO2) {
+        if (strategy == Strategy::kZero2) {
           for (int u = 3; u >= 0; --u) {  // backward: each unit's grads pushed and freed
-            if (precision == v1::DTYPE_F32) {
+            if (precision == Precision::kFp32) {
               std::fill((*w)->UnitGrads(u).begin(), (*w)->UnitGrads(u).end(), 0.01f);
             } else {
               std::fill((*w)->UnitHalfGrads(u).begin(), (*w)->UnitHalfGrads(u).end(), 0x2000);
@@ -66,9 +65,9 @@ Measured RunJob(v1::Strategy strategy, const std::string& job,
             ASSERT_TRUE((*w)->PushUnit(u).ok());
           }
           ASSERT_TRUE((*w)->Step().ok());
-        } else if (strategy == v1::STRATEGY_FSDP) {
+        } else if (strategy == Strategy::kFsdp) {
           ASSERT_TRUE((*w)->Prefetch(0).ok());
-          const bool half = precision != v1::DTYPE_F32;
+          const bool half = precision != Precision::kFp32;
           auto gather = [&](int u) {
             return half ? (*w)->GatherHalf(u).status() : (*w)->Gather(u).status();
           };
@@ -95,7 +94,7 @@ Measured RunJob(v1::Strategy strategy, const std::string& job,
           }
           ASSERT_TRUE((*w)->FinishStep().ok());
         } else {
-          if (precision != v1::DTYPE_F32) {
+          if (precision != Precision::kFp32) {
             std::fill((*w)->half_grads().begin(), (*w)->half_grads().end(), 0x2000);
           } else {
             std::fill((*w)->grads().begin(), (*w)->grads().end(), 0.01f);
@@ -108,9 +107,9 @@ Measured RunJob(v1::Strategy strategy, const std::string& job,
         auto stats = (*w)->ServerStats();
         ASSERT_TRUE(stats.ok()) << stats.status();
         for (const auto& st : *stats) {
-          out[0].server_params += st.memory().params_bytes();
-          out[0].server_optimizer += st.memory().optimizer_bytes();
-          out[0].server_grads += st.memory().grad_buffer_bytes();
+          out[0].server_params += st.params_bytes;
+          out[0].server_optimizer += st.optimizer_bytes;
+          out[0].server_grads += st.grad_buffer_bytes;
         }
       }
     });
@@ -125,7 +124,7 @@ void ExpectNear(int64_t got, double want, const std::string& what) {
 }
 
 TEST(MemoryContractTest, DdpKeepsSixteenBytesPerParamOnTheWorker) {
-  Measured m = RunJob(v1::STRATEGY_DDP, "mem-ddp");
+  Measured m = RunJob(Strategy::kDdp, "mem-ddp");
   ExpectNear(m.worker.params_bytes + m.worker.grads_bytes + m.worker.optimizer_bytes,
              16.0 * kParams, "DDP worker bytes (4 params + 4 grads + 8 Adam)");
   // Servers: only reduction buffers, W receive buffers + the averaged gradient.
@@ -135,10 +134,10 @@ TEST(MemoryContractTest, DdpKeepsSixteenBytesPerParamOnTheWorker) {
 }
 
 TEST(MemoryContractTest, ZeroKeepsParamsOnTheWorkerAndStateOnServers) {
-  for (auto strategy : {v1::STRATEGY_ZERO1, v1::STRATEGY_ZERO2}) {
+  for (auto strategy : {Strategy::kZero1, Strategy::kZero2}) {
     Measured m = RunJob(strategy, absl::StrCat("mem-z", static_cast<int>(strategy)));
     ExpectNear(m.worker.params_bytes, 4.0 * kParams, "fp32 params on the worker");
-    if (strategy == v1::STRATEGY_ZERO1) {
+    if (strategy == Strategy::kZero1) {
       ExpectNear(m.worker.grads_bytes, 4.0 * kParams, "ZeRO-1: a full gradient buffer");
     } else {
       // ZeRO-2: gradients per unit, freed once pushed: none held between
@@ -160,11 +159,11 @@ TEST(MemoryContractTest, ZeroKeepsParamsOnTheWorkerAndStateOnServers) {
 // the servers 4 + 2 (masters + served half copy) + 8 + 2 W (half receive
 // buffers).
 TEST(MemoryContractTest, MixedPrecisionKeepsHalfOnWorkersAndFp32OnServers) {
-  for (auto strategy : {v1::STRATEGY_ZERO1, v1::STRATEGY_ZERO2}) {
-    const v1::DType precision = strategy == v1::STRATEGY_ZERO1 ? v1::DTYPE_F16 : v1::DTYPE_BF16;
+  for (auto strategy : {Strategy::kZero1, Strategy::kZero2}) {
+    const Precision precision = strategy == Strategy::kZero1 ? Precision::kFp16 : Precision::kBf16;
     Measured m = RunJob(strategy, absl::StrCat("mem-mp", static_cast<int>(strategy)), precision);
     ExpectNear(m.worker.params_bytes, 2.0 * kParams, "half params on the worker");
-    if (strategy == v1::STRATEGY_ZERO1) {
+    if (strategy == Strategy::kZero1) {
       ExpectNear(m.worker.grads_bytes, 2.0 * kParams, "ZeRO-1: a full half gradient buffer");
     } else {
       EXPECT_EQ(m.worker.grads_bytes, 0) << "ZeRO-2: half gradients per unit, freed once pushed";
@@ -182,7 +181,7 @@ TEST(MemoryContractTest, MixedPrecisionKeepsHalfOnWorkersAndFp32OnServers) {
 // parameter, now (2 + 2 + K) with K = 12; servers hold half receive buffers,
 // the fp32 mean and its half copy.
 TEST(MemoryContractTest, MixedPrecisionDdpKeepsMastersOnTheWorker) {
-  Measured m = RunJob(v1::STRATEGY_DDP, "mem-ddp-mp", v1::DTYPE_BF16);
+  Measured m = RunJob(Strategy::kDdp, "mem-ddp-mp", Precision::kBf16);
   ExpectNear(m.worker.params_bytes, 6.0 * kParams, "fp32 masters + half params");
   ExpectNear(m.worker.grads_bytes, 2.0 * kParams, "half grads");
   ExpectNear(m.worker.optimizer_bytes, 8.0 * kParams, "fp32 Adam state");
@@ -195,7 +194,7 @@ TEST(MemoryContractTest, MixedPrecisionDdpKeepsMastersOnTheWorker) {
 // FSDP under mixed precision: the worker holds half units only (half the
 // fp32 peak); servers as for ZeRO mixed precision.
 TEST(MemoryContractTest, MixedPrecisionFsdpHoldsHalfUnits) {
-  Measured m = RunJob(v1::STRATEGY_FSDP, "mem-fsdp-mp", v1::DTYPE_F16);
+  Measured m = RunJob(Strategy::kFsdp, "mem-fsdp-mp", Precision::kFp16);
   EXPECT_EQ(m.worker.params_bytes, 0);
   EXPECT_EQ(m.worker.grads_bytes, 0);
   EXPECT_GE(m.worker.peak_bytes, 3 * 2 * kUnit) << "two units of half params + one of grads";
@@ -206,7 +205,7 @@ TEST(MemoryContractTest, MixedPrecisionFsdpHoldsHalfUnits) {
 }
 
 TEST(MemoryContractTest, FsdpHoldsOnlyTheUnitsInUse) {
-  Measured m = RunJob(v1::STRATEGY_FSDP, "mem-fsdp");
+  Measured m = RunJob(Strategy::kFsdp, "mem-fsdp");
   // After the step nothing is held; at the peak, a gathered unit, the
   // prefetched next one and the unit's gradients (plus one still sending).
   EXPECT_EQ(m.worker.params_bytes, 0);

@@ -34,7 +34,7 @@ class StateQueriesTest : public ::testing::Test {
     delete cluster_;
   }
 
-  WorkerOptions Options(const std::string& job, int rank, int world, v1::Strategy strategy,
+  WorkerOptions Options(const std::string& job, int rank, int world, Strategy strategy,
                         int servers = 2) {
     WorkerOptions o;
     o.registry = cluster_->registry_address();
@@ -80,7 +80,7 @@ LocalCluster* StateQueriesTest::cluster_ = nullptr;
 
 TEST_F(StateQueriesTest, SynchronizeGradientsIsTheRankOrderMeanAndChangesNothing) {
   constexpr int kWorld = 3;
-  for (v1::Strategy strategy : {v1::STRATEGY_ZERO1, v1::STRATEGY_DDP}) {
+  for (Strategy strategy : {Strategy::kZero1, Strategy::kDdp}) {
     const std::string job = absl::StrCat("sg", static_cast<int>(strategy));
     // The expected mean: ranks summed in rank order, divided by W.
     std::vector<std::vector<float>> grads(kWorld, std::vector<float>(kParams));
@@ -119,7 +119,7 @@ TEST_F(StateQueriesTest, SynchronizeGradientsRefusesPerUnitGradients) {
   RunRanks(
       1,
       [&](int r) {
-        WorkerOptions o = Options("sg-fsdp", r, 1, v1::STRATEGY_FSDP);
+        WorkerOptions o = Options("sg-fsdp", r, 1, Strategy::kFsdp);
         o.fsdp_units = {0, 1};
         return o;
       },
@@ -139,7 +139,7 @@ TEST_F(StateQueriesTest, SerializeThenDeserializeAcrossStrategyWorldAndShards) {
   std::vector<std::string> blobs(2);
   std::vector<float> straight;
   RunRanks(
-      2, [&](int r) { return Options("ser-a", r, 2, v1::STRATEGY_ZERO2); },
+      2, [&](int r) { return Options("ser-a", r, 2, Strategy::kZero2); },
       [&](int r, Worker* w) {
         for (int64_t k = 0; k < 5; ++k) {
           if (k == 3) {
@@ -156,7 +156,7 @@ TEST_F(StateQueriesTest, SerializeThenDeserializeAcrossStrategyWorldAndShards) {
   EXPECT_EQ(blobs[0], blobs[1]) << "every rank serializes the same state";
   std::vector<float> resumed;
   RunRanks(
-      1, [&](int r) { return Options("ser-b", r, 1, v1::STRATEGY_DDP, 1); },
+      1, [&](int r) { return Options("ser-b", r, 1, Strategy::kDdp, 1); },
       [&](int, Worker* w) {
         // A damaged blob is refused and changes nothing.
         std::string bad = blobs[0];
@@ -176,7 +176,7 @@ TEST_F(StateQueriesTest, SerializeThenDeserializeAcrossStrategyWorldAndShards) {
   EXPECT_EQ(resumed, straight);
   // And back into a ZeRO-1 job on 2 servers with 2 workers.
   RunRanks(
-      2, [&](int r) { return Options("ser-c", r, 2, v1::STRATEGY_ZERO1); },
+      2, [&](int r) { return Options("ser-c", r, 2, Strategy::kZero1); },
       [&](int r, Worker* w) {
         absl::Status s = w->Deserialize(blobs[r]);
         ASSERT_TRUE(s.ok()) << s;
@@ -191,7 +191,7 @@ TEST_F(StateQueriesTest, SerializeThenDeserializeAcrossStrategyWorldAndShards) {
 TEST_F(StateQueriesTest, DeserializeRefusesAnotherModel) {
   std::string blob;
   RunRanks(
-      1, [&](int r) { return Options("ser-d", r, 1, v1::STRATEGY_ZERO2); },
+      1, [&](int r) { return Options("ser-d", r, 1, Strategy::kZero2); },
       [&](int, Worker* w) {
         auto b = w->Serialize();
         ASSERT_TRUE(b.ok()) << b.status();
@@ -200,7 +200,7 @@ TEST_F(StateQueriesTest, DeserializeRefusesAnotherModel) {
   RunRanks(
       1,
       [&](int r) {
-        WorkerOptions o = Options("ser-e", r, 1, v1::STRATEGY_ZERO2);
+        WorkerOptions o = Options("ser-e", r, 1, Strategy::kZero2);
         o.optimizer.kind = OptimizerParams::Kind::kSgd;
         o.optimizer.momentum = 0.9f;
         return o;
@@ -214,7 +214,7 @@ TEST_F(StateQueriesTest, DeserializeRefusesAnotherModel) {
 
 TEST_F(StateQueriesTest, SynchronizeOptimizerStateChecksShardsAndRepairsDdpRanks) {
   RunRanks(
-      2, [&](int r) { return Options("sos-z", r, 2, v1::STRATEGY_ZERO2); },
+      2, [&](int r) { return Options("sos-z", r, 2, Strategy::kZero2); },
       [&](int, Worker* w) {
         for (int64_t i = 0; i < kParams; ++i) w->grads()[i] = Grad(0, 0, i);
         ASSERT_TRUE(w->Step().ok());
@@ -226,7 +226,7 @@ TEST_F(StateQueriesTest, SynchronizeOptimizerStateChecksShardsAndRepairsDdpRanks
       });
   std::vector<std::vector<float>> params(3);
   RunRanks(
-      3, [&](int r) { return Options("sos-d", r, 3, v1::STRATEGY_DDP); },
+      3, [&](int r) { return Options("sos-d", r, 3, Strategy::kDdp); },
       [&](int r, Worker* w) {
         for (int64_t i = 0; i < kParams; ++i) w->grads()[i] = Grad(r, 0, i);
         ASSERT_TRUE(w->Step().ok());
@@ -256,7 +256,7 @@ TEST_F(StateQueriesTest, EarlyStoppingDecidesAlikeOnEveryRank) {
   RunRanks(
       2,
       [&](int r) {
-        WorkerOptions o = Options("es", r, 2, v1::STRATEGY_ZERO1);
+        WorkerOptions o = Options("es", r, 2, Strategy::kZero1);
         o.early_stopping.patience = 2;
         return o;
       },
@@ -276,7 +276,7 @@ TEST_F(StateQueriesTest, EarlyStoppingDecidesAlikeOnEveryRank) {
   RunRanks(
       2,
       [&](int r) {
-        WorkerOptions o = Options("es-hook", r, 2, v1::STRATEGY_DDP);
+        WorkerOptions o = Options("es-hook", r, 2, Strategy::kDdp);
         o.early_stop_hook = [](double mean, const EarlyStopping&) { return mean < 0.5; };
         return o;
       },

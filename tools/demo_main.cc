@@ -21,7 +21,7 @@
 #include "testing/local_cluster.h"
 #include "tools/hybrid_mlp.h"
 #include "tools/mlp_job.h"
-#include "tools/train_flags.h"
+#include "worker/train_flags.h"
 
 ABSL_FLAG(int, servers, 2, "shard server processes");
 ABSL_FLAG(int, workers, 2, "worker processes");
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   std::printf(
       "Tessel demo: %d shard servers + %d workers (separate processes), strategy %s, "
       "optimizer %s lr=%g, precision %s\n",
-      servers, workers, tessel::StrategyName(*strategy).c_str(),
+      servers, workers, std::string(tessel::StrategyName(*strategy)).c_str(),
       tessel::OptimizerKindName(optimizer->kind), optimizer->lr,
       absl::GetFlag(FLAGS_precision).c_str());
   std::printf("model: MLP %s, %zu parameters; %d steps x %d workers x %d samples; logs in %s\n",
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::vector<float> reference = tessel::TrainReference(
       job, *optimizer, workers, steps, *precision, absl::GetFlag(FLAGS_micro_batches),
-      /*half_mean=*/*strategy == tessel::v1::STRATEGY_DDP);
+      /*half_mean=*/*strategy == tessel::Strategy::kDdp);
   const double diff = tessel::MaxRelativeDifference(*final_params, reference);
   std::printf("max relative difference vs single process: %.3g (tolerance %g)\n", diff,
               absl::GetFlag(FLAGS_tolerance));

@@ -46,45 +46,20 @@
 #include "tools/hybrid_mlp.h"
 #include "tools/hybrid_replay.h"
 #include "tools/mlp_job.h"
-#include "tools/train_flags.h"
 #include "worker/hybrid.h"
+#include "worker/train_flags.h"
+#include "worker/worker_flags.h"
 
-ABSL_FLAG(std::string, registry, "", "registry host:port (worker mode; required)");
 ABSL_FLAG(std::string, job, "hybrid", "base job name: partitions are <job>.p<p>.t<t>");
 ABSL_FLAG(int, rank, 0, "this process's global rank in [0, dp*tp*pp)");
 ABSL_FLAG(int, world, 1, "number of processes; must equal dp*tp*pp");
 ABSL_FLAG(int, servers, 2, "shard servers (worker mode: ranks 0..n-1 of the pool; 0 = all)");
-ABSL_FLAG(std::string, pool, "default", "shard server pool");
 ABSL_FLAG(std::string, out, "", "rank 0 writes the final reassembled parameters here (.npy)");
 ABSL_FLAG(int, log_every, 0, "print the loss every N steps (0 = ten times per run)");
-ABSL_FLAG(int, step_timeout_s, 120,
-          "seconds any wait (a peer's message, a step on the servers) may take");
-ABSL_FLAG(int, connect_timeout_s, 60, "seconds to wait for the servers and every peer");
 ABSL_FLAG(int, sync_grads_every, 0,
           "every N steps, query each partition's data-parallel mean gradient "
           "(Worker::SynchronizeGradients) before the step and print rank 0's norm; "
           "the training itself is unchanged (0 = never)");
-ABSL_FLAG(int, checkpoint_every_steps, 0,
-          "worker mode: every partition job checkpoints at each multiple of N steps (servers "
-          "need --checkpoint_dir); needed for --recover (0 = never)");
-ABSL_FLAG(bool, checkpoint_initial, false,
-          "worker mode: also checkpoint step 0, so a failure before the first checkpoint can "
-          "recover");
-ABSL_FLAG(int, keep_checkpoints, 3,
-          "worker mode: checkpoints each partition job keeps (>= 3 with --recover: partitions "
-          "roll back to a step all of them have complete)");
-ABSL_FLAG(bool, recover, true,
-          "worker mode: when a shard server or a worker process dies, wait (up to "
-          "--recovery_timeout_s) for it to come back (a lost process: a replacement started "
-          "with its --rank and --resume) and roll every partition back to the newest checkpoint "
-          "complete in all of them, then go on (needs --checkpoint_every_steps)");
-ABSL_FLAG(bool, resume, false,
-          "worker mode: a replacement for a lost process of a running job (its peers welcome "
-          "it), or, when every process passes it, a whole restart from the newest checkpoint "
-          "complete in every partition instead of the initial parameters");
-ABSL_FLAG(int, recovery_timeout_s, 60,
-          "worker mode: how long a recovery waits for the lost shard server or process");
-ABSL_FLAG(int, lease_ttl_ms, 3000, "worker mode: registry lease of this process's memberships");
 ABSL_FLAG(bool, local, false,
           "launcher: start a local cluster (--servers shard servers, embedded registry), run "
           "dp*tp*pp worker processes and compare with single-process training");
@@ -389,27 +364,21 @@ int RunWorker() {
   }
 
   tessel::HybridOptions o;
-  o.worker.registry = absl::GetFlag(FLAGS_registry);
+  auto worker_options = tessel::WorkerOptionsFromFlags();
+  if (!worker_options.ok()) return Fail(worker_options.status(), 2);
+  o.worker = std::move(*worker_options);
+  if (o.worker.elastic_min_workers != 0 || o.worker.resume_step != -1 ||
+      o.worker.checkpoint_interval > absl::ZeroDuration()) {
+    return Fail(absl::InvalidArgumentError(
+                    "--elastic_min_workers, --resume_step and --checkpoint_every_s are not for "
+                    "hybrid jobs: a lost process is replaced (--resume), partitions agree on the "
+                    "checkpoint to resume from, and checkpoints follow --checkpoint_every_steps"),
+                2);
+  }
   o.worker.job = absl::GetFlag(FLAGS_job);
   o.worker.rank = rank;
   o.worker.world_size = world;
   o.worker.num_servers = absl::GetFlag(FLAGS_servers);
-  o.worker.server_pool = absl::GetFlag(FLAGS_pool);
-  o.worker.strategy = *strategy;
-  o.worker.optimizer = *optimizer;
-  o.worker.precision = tessel::DTypeOf(*precision);
-  o.worker.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
-  o.worker.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
-  o.worker.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
-  o.worker.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
-  o.worker.tls = tessel::TlsOptionsFromFlags();
-  o.worker.checkpoint.set_every_steps(absl::GetFlag(FLAGS_checkpoint_every_steps));
-  o.worker.checkpoint.set_initial(absl::GetFlag(FLAGS_checkpoint_initial));
-  o.worker.checkpoint.set_keep_last(absl::GetFlag(FLAGS_keep_checkpoints));
-  o.worker.recovery = absl::GetFlag(FLAGS_recover);
-  o.worker.resume = absl::GetFlag(FLAGS_resume);
-  o.worker.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
-  o.worker.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
   o.config = config;
   o.fingerprint = Fingerprint(*mlp, steps);
   auto session = tessel::HybridSession::Connect(o);

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/layer_kernels.h"
-#include "tools/train_flags.h"
+#include "worker/train_flags.h"
 
 ABSL_FLAG(int, dp, 1, "hybrid: data-parallel replicas");
 ABSL_FLAG(int, tp, 1, "hybrid: tensor-parallel ranks per pipeline stage");

@@ -36,7 +36,7 @@
 #include "testing/process.h"
 #include "tools/hybrid_mlp.h"
 #include "tools/mlp_job.h"
-#include "tools/train_flags.h"
+#include "worker/train_flags.h"
 
 ABSL_FLAG(std::string, init, "", "initial parameters: 1-D float32 .npy (required)");
 ABSL_FLAG(std::string, grads, "", "directory of step{K}_rank{R}.npy (required)");

@@ -15,47 +15,19 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
-#include "rpc/auth.h"
-#include "rpc/tls_flags.h"
 #include "tools/mlp_job.h"
-#include "tools/train_flags.h"
+#include "worker/train_flags.h"
 #include "worker/worker.h"
+#include "worker/worker_flags.h"
 
-ABSL_FLAG(std::string, registry, "", "registry host:port (required)");
 ABSL_FLAG(std::string, job, "demo", "job name");
 ABSL_FLAG(int, rank, 0, "this worker's rank");
 ABSL_FLAG(int, world, 1, "number of workers");
 ABSL_FLAG(int, servers, 0, "shard servers to use (0 = every server in the pool)");
-ABSL_FLAG(std::string, pool, "default", "shard server pool");
 ABSL_FLAG(std::string, init, "", "replay mode: initial parameters (1-D float32 .npy)");
 ABSL_FLAG(std::string, grads, "", "replay mode: directory of step{K}_rank{R}.npy gradients");
 ABSL_FLAG(std::string, out, "", "rank 0 writes the final parameters here (.npy)");
 ABSL_FLAG(int, log_every, 50, "print progress every N steps (rank 0)");
-ABSL_FLAG(int, step_timeout_s, 120, "seconds a step may take before the worker gives up");
-ABSL_FLAG(bool, resume, false, "start from the job's checkpoint (zero1/zero2) instead of --init");
-ABSL_FLAG(int64_t, resume_step, -1, "with --resume: the checkpoint's step (-1 = latest)");
-ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "every shard checkpoints at multiples of N steps");
-ABSL_FLAG(int, checkpoint_every_s, 0, "rank 0 asks for a checkpoint every N seconds");
-ABSL_FLAG(int, keep_checkpoints, 3, "complete checkpoints kept per job");
-ABSL_FLAG(std::string, token_file, "", "admin token file for servers that require one");
-ABSL_FLAG(bool, recover, true,
-          "when a worker or shard server dies, pause, wait for it to come back and roll the job "
-          "back to the latest checkpoint (false: fail the step)");
-ABSL_FLAG(int, recovery_timeout_s, 60,
-          "seconds to wait for a lost worker or shard server to return before giving up");
-ABSL_FLAG(bool, checkpoint_initial, false,
-          "also checkpoint step 0 (so a recovery before the first periodic checkpoint restarts "
-          "from the initial parameters)");
-ABSL_FLAG(int, lease_ttl_ms, 3000,
-          "registry lease of this worker: a dead worker is noticed about this long after it died");
-ABSL_FLAG(int, elastic_min_workers, 0,
-          "job policy when a worker is lost (needs --recover): 0 = wait for a replacement "
-          "(--rank=R --resume); N = if none joins within --elastic_grace_s, go on from the "
-          "latest checkpoint with the survivors, renumbered, as long as at least N remain. "
-          "Each worker keeps --batch, so the global batch shrinks");
-ABSL_FLAG(double, elastic_grace_s, 10,
-          "with --elastic_min_workers: seconds to wait for a replacement before going on "
-          "without the lost worker(s)");
 ABSL_FLAG(std::string, loss_log, "",
           "every rank appends 'STEP LOSS' to PATH.rankR for every completed step (a replayed "
           "step again)");
@@ -67,47 +39,28 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
-tessel::WorkerOptions OptionsFromFlags(const tessel::OptimizerParams& opt,
-                                       tessel::v1::Strategy strategy) {
-  tessel::WorkerOptions o;
-  o.registry = absl::GetFlag(FLAGS_registry);
-  o.job = absl::GetFlag(FLAGS_job);
-  o.rank = absl::GetFlag(FLAGS_rank);
-  o.world_size = absl::GetFlag(FLAGS_world);
-  o.num_servers = absl::GetFlag(FLAGS_servers);
-  o.server_pool = absl::GetFlag(FLAGS_pool);
-  o.strategy = strategy;
-  o.optimizer = opt;
-  o.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
-  o.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
-  o.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
-  if (o.shuffle_seed != 0) o.shuffle_seed += static_cast<uint64_t>(o.rank) * 7919;
-  o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
-  if (auto half = tessel::PrecisionFromFlags(); half.ok()) o.precision = tessel::DTypeOf(*half);
+// The worker options (worker/worker_flags.h) plus what this tool decides:
+// identity, and one unit per MLP layer for the per-unit strategies.
+absl::StatusOr<tessel::WorkerOptions> OptionsFromFlags() {
+  auto o = tessel::WorkerOptionsFromFlags();
+  if (!o.ok()) return o.status();
+  o->job = absl::GetFlag(FLAGS_job);
+  o->rank = absl::GetFlag(FLAGS_rank);
+  o->world_size = absl::GetFlag(FLAGS_world);
+  o->num_servers = absl::GetFlag(FLAGS_servers);
+  o->shuffle_seed = tessel::ShuffleSeedFor(o->rank);
   // fsdp gathers per unit; zero2 keeps gradients per unit and frees each
   // unit's as soon as it is pushed. One unit per MLP layer (replay: four).
-  if (strategy == tessel::v1::STRATEGY_FSDP ||
-      (strategy == tessel::v1::STRATEGY_ZERO2 && absl::GetFlag(FLAGS_micro_batches) == 1)) {
+  if (o->strategy == tessel::Strategy::kFsdp ||
+      (o->strategy == tessel::Strategy::kZero2 && absl::GetFlag(FLAGS_micro_batches) == 1)) {
     if (!absl::GetFlag(FLAGS_grads).empty()) {
-      o.fsdp_units = {0, 1, 2, 3};  // replay: the flat vector in four tensors
+      o->fsdp_units = {0, 1, 2, 3};  // replay: the flat vector in four tensors
     } else if (auto config = tessel::MlpJobFromFlags(); config.ok()) {
       for (size_t l = 0; l + 1 < config->layers.size(); ++l) {
-        o.fsdp_units.push_back(static_cast<int>(2 * l));  // one unit per layer
+        o->fsdp_units.push_back(static_cast<int>(2 * l));  // one unit per layer
       }
     }
   }
-  o.tls = tessel::TlsOptionsFromFlags();
-  o.resume = absl::GetFlag(FLAGS_resume);
-  o.resume_step = absl::GetFlag(FLAGS_resume_step);
-  o.checkpoint.set_every_steps(absl::GetFlag(FLAGS_checkpoint_every_steps));
-  o.checkpoint.set_keep_last(absl::GetFlag(FLAGS_keep_checkpoints));
-  o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
-  o.checkpoint.set_initial(absl::GetFlag(FLAGS_checkpoint_initial));
-  o.recovery = absl::GetFlag(FLAGS_recover);
-  o.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
-  o.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
-  o.elastic_min_workers = absl::GetFlag(FLAGS_elastic_min_workers);
-  o.elastic_grace = absl::Seconds(absl::GetFlag(FLAGS_elastic_grace_s));
   return o;
 }
 
@@ -153,7 +106,7 @@ class LossLog {
 int Replay(tessel::Worker* worker, int steps) {
   auto init = tessel::ReadNpyF32(absl::GetFlag(FLAGS_init));
   if (!init.ok()) return Fail(init.status());
-  const bool fsdp = worker->options().strategy == tessel::v1::STRATEGY_FSDP;
+  const bool fsdp = worker->options().strategy == tessel::Strategy::kFsdp;
   const bool units = !worker->options().fsdp_units.empty();
   std::vector<tessel::TensorDesc> tensors = {{"flat", {static_cast<int64_t>(init->size())}}};
   if (units) {  // four tensors, one unit each
@@ -324,7 +277,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   absl::Time window_start = absl::Now();
   double loss_sum = 0;
   int window = 0;
-  const bool fsdp = worker->options().strategy == tessel::v1::STRATEGY_FSDP;
+  const bool fsdp = worker->options().strategy == tessel::Strategy::kFsdp;
   std::vector<float> work_params, work_grads;  // mixed precision: fp32 compute buffers
   if (worker->half_type()) {
     work_params.resize(job.model().num_params());
@@ -444,21 +397,11 @@ int main(int argc, char** argv) {
       "       [--init=INIT.npy --grads=DIR]  (replay mode)  [--out=FINAL.npy]");
   absl::ParseCommandLine(argc, argv);
   tessel::SetLogLabel(absl::StrCat("worker[", absl::GetFlag(FLAGS_rank), "]"));
-  auto optimizer = tessel::OptimizerFromFlags();
-  if (!optimizer.ok()) return Fail(optimizer.status());
-  auto strategy = tessel::StrategyFromFlags();
-  if (!strategy.ok()) return Fail(strategy.status());
-  auto precision = tessel::PrecisionFromFlags();
-  if (!precision.ok()) return Fail(precision.status());
+  auto options = OptionsFromFlags();
+  if (!options.ok()) return Fail(options.status());
   const int steps = absl::GetFlag(FLAGS_steps);
   if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"));
-  tessel::WorkerOptions options = OptionsFromFlags(*optimizer, *strategy);
-  if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    auto token = tessel::ReadTokenFile("--token_file", absl::GetFlag(FLAGS_token_file));
-    if (!token.ok()) return Fail(token.status());
-    options.token = *token;
-  }
-  auto worker = tessel::Worker::Connect(options);
+  auto worker = tessel::Worker::Connect(*options);
   if (!worker.ok()) return Fail(worker.status());
 
   const bool replay = !absl::GetFlag(FLAGS_grads).empty();

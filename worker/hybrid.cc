@@ -10,7 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/log.h"
-#include "transport/ucx/ucx_transport.h"
+#include "rpc/tls.h"
+#include "worker/internal/make_transport.h"
 
 namespace tessel {
 namespace {
@@ -65,11 +66,11 @@ absl::Status ValidateHybridConfig(const HybridConfig& c, int world_size) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateHybridStrategy(v1::Strategy strategy) {
-  if (strategy == v1::STRATEGY_ZERO1 || strategy == v1::STRATEGY_ZERO2) return absl::OkStatus();
+absl::Status ValidateHybridStrategy(Strategy strategy) {
+  if (strategy == Strategy::kZero1 || strategy == Strategy::kZero2) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "hybrid partitions reduce through the shard servers with strategy zero1 or zero2; got ",
-      v1::Strategy_Name(strategy), ": use --strategy=zero2 (or zero1)"));
+      StrategyName(strategy), ": use --strategy=zero2 (or zero1)"));
 }
 
 RankCoords CoordsOf(const HybridConfig& c, int rank) {
@@ -185,7 +186,7 @@ absl::Status HybridSession::Start() {
   const HybridConfig config = options_.config;
   auto credentials = LoadClientCredentials(w.tls);
   if (!credentials.ok()) return credentials.status();
-  auto transport = UcxTransport::Create(w.ucx);
+  auto transport = internal::MakeTransport(w);
   if (!transport.ok()) return transport.status();
   PeerGroupOptions po;
   po.name = MeshGroupName(w.job);
@@ -267,7 +268,7 @@ absl::Status HybridSession::Start() {
 std::string HybridSession::ConfigText() const {
   const HybridConfig& c = options_.config;
   return absl::StrCat("dp=", c.dp, " tp=", c.tp, " pp=", c.pp, " micro_batches=", c.micro_batches,
-                      " strategy=", v1::Strategy_Name(options_.worker.strategy), " ",
+                      " strategy=", StrategyName(options_.worker.strategy), " ",
                       options_.fingerprint);
 }
 

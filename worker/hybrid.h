@@ -69,7 +69,7 @@ inline constexpr int64_t kMaxHybridSteps = int64_t{1} << 32;
 absl::Status ValidateHybridConfig(const HybridConfig& config, int world_size);
 // The partitions' strategy must be zero1 or zero2 (servers keep the master
 // parameters and optimizer state); anything else is refused.
-absl::Status ValidateHybridStrategy(v1::Strategy strategy);
+absl::Status ValidateHybridStrategy(Strategy strategy);
 
 struct RankCoords {
   int d = 0;  // data-parallel replica

@@ -1,8 +1,10 @@
-// Flags shared by tessel-demo, tessel-replay and the worker process
-// tessel-train: one definition, so a launcher forwards exactly what a worker
-// parses.
-#ifndef TESSEL_TOOLS_TRAIN_FLAGS_H_
-#define TESSEL_TOOLS_TRAIN_FLAGS_H_
+// Training flags shared by every binary that trains or launches training
+// (tessel-train, tessel-hybrid-train, tessel-demo, tessel-replay, the
+// benchmarks): one definition, so a launcher forwards exactly what a worker
+// parses. worker/worker_flags.h turns them, with a worker process's own
+// flags, into WorkerOptions.
+#ifndef TESSEL_WORKER_TRAIN_FLAGS_H_
+#define TESSEL_WORKER_TRAIN_FLAGS_H_
 
 #include <optional>
 #include <string>
@@ -12,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
-#include "proto/shard.pb.h"
+#include "worker/options.h"
 
 ABSL_DECLARE_FLAG(std::string, strategy);
 ABSL_DECLARE_FLAG(std::string, optimizer);
@@ -39,13 +41,15 @@ namespace tessel {
 
 // Optimizer from --optimizer and its hyper-parameter flags, validated.
 absl::StatusOr<OptimizerParams> OptimizerFromFlags();
-absl::StatusOr<v1::Strategy> StrategyFromFlags();
+// --strategy (ddp, zero1, zero2, fsdp); "hybrid" is refused with a pointer
+// to tessel-hybrid-train.
+absl::StatusOr<Strategy> StrategyFromFlags();
 // --precision: nullopt for fp32, else the half type.
 absl::StatusOr<std::optional<HalfType>> PrecisionFromFlags();
-v1::DType DTypeOf(std::optional<HalfType> half);
+Precision PrecisionOf(std::optional<HalfType> half);
 // The shared flags as command-line arguments, to forward to workers.
 std::vector<std::string> ForwardedTrainFlags();
 
 }  // namespace tessel
 
-#endif  // TESSEL_TOOLS_TRAIN_FLAGS_H_
+#endif  // TESSEL_WORKER_TRAIN_FLAGS_H_

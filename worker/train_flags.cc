@@ -1,11 +1,10 @@
-#include "tools/train_flags.h"
+#include "worker/train_flags.h"
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "rpc/job_spec.h"
 
 ABSL_FLAG(std::string, strategy, "zero2",
           "ddp, zero1, zero2 or fsdp (hybrid DPxTPxPP: tessel-hybrid-train)");
@@ -78,16 +77,15 @@ absl::StatusOr<OptimizerParams> OptimizerFromFlags() {
   return p;
 }
 
-absl::StatusOr<v1::Strategy> StrategyFromFlags() {
-  auto s = ParseStrategy(absl::GetFlag(FLAGS_strategy));
-  if (!s.ok()) return s;
-  if (*s == v1::STRATEGY_HYBRID) {
+absl::StatusOr<Strategy> StrategyFromFlags() {
+  const std::string name = absl::AsciiStrToLower(absl::GetFlag(FLAGS_strategy));
+  if (name == "hybrid") {
     return absl::UnimplementedError(absl::StrCat(
         "--strategy=", absl::GetFlag(FLAGS_strategy),
         " runs through tessel-hybrid-train (--dp --tp --pp --micro_batches); this tool takes "
         "ddp, zero1, zero2 or fsdp"));
   }
-  return s;
+  return StrategyFromName(name);
 }
 
 absl::StatusOr<std::optional<HalfType>> PrecisionFromFlags() {
@@ -99,9 +97,9 @@ absl::StatusOr<std::optional<HalfType>> PrecisionFromFlags() {
       absl::StrCat("--precision must be fp32, fp16 or bf16; got '", p, "'"));
 }
 
-v1::DType DTypeOf(std::optional<HalfType> half) {
-  if (!half) return v1::DTYPE_F32;
-  return *half == HalfType::kF16 ? v1::DTYPE_F16 : v1::DTYPE_BF16;
+Precision PrecisionOf(std::optional<HalfType> half) {
+  if (!half) return Precision::kFp32;
+  return *half == HalfType::kF16 ? Precision::kFp16 : Precision::kBf16;
 }
 
 std::vector<std::string> ForwardedTrainFlags() {

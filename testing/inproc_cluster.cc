@@ -1,0 +1,88 @@
+#include "testing/inproc_cluster.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "registry/registry_service.h"
+#include "rpc/grpc_util.h"
+#include "server/shard_server.h"
+#include "transport/inproc/inproc_transport.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace tessel {
+namespace {
+// Every endpoint of a test process is on this host: shared memory only.
+constexpr char kUcxTls[] = "posix,sysv,self";
+}  // namespace
+
+InProcCluster::InProcCluster(Options options)
+    : options_(std::move(options)), fabric_(std::make_shared<InProcFabric>()) {}
+
+InProcCluster::~InProcCluster() { Stop(); }
+
+TransportFactory InProcCluster::transport_factory() const {
+  if (options_.transport == Kind::kUcx) {
+    return []() -> absl::StatusOr<std::unique_ptr<Transport>> {
+      auto t = UcxTransport::Create({.tls = kUcxTls});
+      if (!t.ok()) return t.status();
+      return std::unique_ptr<Transport>(std::move(*t));
+    };
+  }
+  std::shared_ptr<InProcFabric> fabric = fabric_;
+  return [fabric]() -> absl::StatusOr<std::unique_ptr<Transport>> {
+    return std::unique_ptr<Transport>(InProcTransport::Create(fabric));
+  };
+}
+
+absl::Status InProcCluster::Start() {
+  registry_ = std::make_unique<RegistryService>(options_.lease_ttl);
+  auto server = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_);
+  if (!server.ok()) return server.status();
+  registry_server_ = std::move(*server);
+  const TransportFactory make = transport_factory();
+  for (int s = 0; s < options_.servers; ++s) {
+    ShardServerOptions o;
+    o.registry = registry_address_;
+    o.pool = options_.pool;
+    o.shard = s;
+    o.lease_ttl = options_.lease_ttl;
+    o.checkpoint_dir = options_.checkpoint_dir;
+    o.stall_report = absl::ZeroDuration();
+    auto transport = make();
+    if (!transport.ok()) return transport.status();
+    auto started = ShardServer::Start(o, std::move(*transport));
+    if (!started.ok()) {
+      return absl::Status(started.status().code(),
+                          absl::StrCat("shard server ", s, ": ", started.status().message()));
+    }
+    servers_.push_back(std::move(*started));
+  }
+  return absl::OkStatus();
+}
+
+void InProcCluster::Stop() {
+  for (auto& s : servers_) s->Shutdown();
+  servers_.clear();
+  if (registry_server_ != nullptr) {
+    registry_->Stop();
+    registry_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    registry_server_.reset();
+  }
+  registry_.reset();
+}
+
+WorkerOptions InProcCluster::worker_options(const std::string& job, int rank, int world) const {
+  WorkerOptions o;
+  o.registry = registry_address_;
+  o.server_pool = options_.pool;
+  o.job = job;
+  o.rank = rank;
+  o.world_size = world;
+  o.transport = transport_factory();
+  o.lease_ttl = options_.lease_ttl;
+  o.connect_timeout = absl::Seconds(30);
+  o.step_timeout = absl::Seconds(30);
+  return o;
+}
+
+}  // namespace tessel

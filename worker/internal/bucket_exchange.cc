@@ -1,0 +1,244 @@
+#include "worker/internal/bucket_exchange.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+
+namespace tessel::internal {
+
+BucketExchange::BucketExchange(JobContext* ctx, DataChannel* channel)
+    : ctx_(ctx), channel_(channel), shuffle_rng_(ctx->options.shuffle_seed) {}
+
+void BucketExchange::Allocate() {
+  const Layout& layout = *ctx_->layout;
+  const size_t n = static_cast<size_t>(layout.num_params());
+  if (ctx_->unit_grads()) {
+    if (!ctx_->fsdp()) {  // zero2 with units: full params, per-unit grads
+      if (ctx_->half) {
+        buffers_.params_half.assign(n, 0);
+      } else {
+        buffers_.params.assign(n, 0.f);
+      }
+    }
+  } else if (ctx_->half) {
+    buffers_.params_half.assign(n, 0);
+    buffers_.grads_half.assign(n, 0);
+    if (ctx_->ddp()) buffers_.params.assign(n, 0.f);  // DDP keeps fp32 masters on the worker
+  } else {
+    buffers_.params.assign(n, 0.f);
+    buffers_.grads.assign(n, 0.f);
+  }
+  const int shards = channel_->num_shards();
+  ready_elems_.assign(static_cast<size_t>(shards), {});
+  pushed_.assign(static_cast<size_t>(shards), {});
+  for (int s = 0; s < shards; ++s) {
+    ready_elems_[s].assign(static_cast<size_t>(layout.num_buckets(s)), 0);
+    pushed_[s].assign(static_cast<size_t>(layout.num_buckets(s)), 0);
+  }
+}
+
+absl::Status BucketExchange::AccumulateGradients(absl::Span<const float> micro) {
+  std::vector<float>& grads = buffers_.grads;
+  if (grads.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        ctx_->Where(),
+        ": gradient accumulation needs a full fp32 gradient buffer (ddp, zero1, or zero2 "
+        "without units or mixed precision)"));
+  }
+  if (micro.size() != grads.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx_->Where(), ": micro-batch gradient has ",
+                                                   micro.size(), " floats; the model has ",
+                                                   grads.size()));
+  }
+  if (micro_batches_++ == 0) {
+    std::copy(micro.begin(), micro.end(), grads.begin());
+  } else {
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] += micro[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BucketExchange::GradientsReady(int64_t begin, int64_t end) {
+  const Layout& layout = *ctx_->layout;
+  if (begin < 0 || end > layout.num_params() || begin > end) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx_->Where(), ": GradientsReady range [", begin,
+                                                   ", ", end, ") is outside [0, ",
+                                                   layout.num_params(), ")"));
+  }
+  if (ctx_->options.shuffle_seed != 0) return absl::OkStatus();  // Exchange pushes shuffled
+  while (begin < end) {
+    const int s = layout.ShardOf(begin);
+    const int b = layout.BucketOf(s, begin);
+    const Range br = layout.bucket_range(s, b);
+    const int64_t upto = std::min(end, br.end);
+    ready_elems_[s][b] += upto - begin;
+    if (ready_elems_[s][b] > br.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(ctx_->Where(), ": gradients of bucket ", b,
+                                                     " of shard ", s, " were handed over twice"));
+    }
+    if (ready_elems_[s][b] == br.size() && !pushed_[s][b]) PushBucket(s, b);
+    begin = upto;
+  }
+  return absl::OkStatus();
+}
+
+int64_t BucketExchange::unpushed() const {
+  int64_t n = 0;
+  for (const auto& shard : pushed_) n += std::count(shard.begin(), shard.end(), 0);
+  return n;
+}
+
+void BucketExchange::PushBucket(int shard, int bucket) {
+  pushed_[shard][bucket] = 1;
+  const int64_t begin = ctx_->layout->bucket_range(shard, bucket).begin;
+  channel_->Send(channel_->Header(FrameType::kPush, ctx_->step, shard, bucket),
+                 ctx_->half ? static_cast<const void*>(buffers_.grads_half.data() + begin)
+                            : static_cast<const void*>(buffers_.grads.data() + begin));
+}
+
+void BucketExchange::SendInit(const float* source) {
+  const Layout& layout = *ctx_->layout;
+  for (int s = 0; s < channel_->num_shards(); ++s) {
+    for (int b = 0; b < layout.num_buckets(s); ++b) {
+      channel_->Send(channel_->Header(FrameType::kInit, 0, s, b),
+                     source + layout.bucket_range(s, b).begin);
+    }
+  }
+}
+
+absl::Status BucketExchange::Exchange(int64_t version) {
+  std::vector<std::pair<int, int>> todo;
+  for (size_t s = 0; s < pushed_.size(); ++s) {
+    for (size_t b = 0; b < pushed_[s].size(); ++b) {
+      if (!pushed_[s][b]) todo.emplace_back(static_cast<int>(s), static_cast<int>(b));
+    }
+  }
+  if (micro_batches_ > 1) {
+    const float count = static_cast<float>(micro_batches_);
+    for (float& g : buffers_.grads) g /= count;
+  }
+  micro_batches_ = 0;
+  const bool shuffle = ctx_->options.shuffle_seed != 0;
+  if (shuffle) std::shuffle(todo.begin(), todo.end(), shuffle_rng_);
+  SendPulls(version);
+  for (const auto& [shard, bucket] : todo) {
+    if (shuffle && shuffle_rng_() % 3 == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(shuffle_rng_() % 2000));
+    }
+    PushBucket(shard, bucket);
+  }
+  return WaitForParams(version);
+}
+
+absl::Status BucketExchange::Pull(int64_t version) {
+  SendPulls(version);
+  return WaitForParams(version);
+}
+
+void BucketExchange::SendPulls(int64_t version) {
+  const Layout& layout = *ctx_->layout;
+  const int shards = channel_->num_shards();
+  int64_t expected = 0;
+  for (int s = 0; s < shards; ++s) expected += layout.num_buckets(s);
+  {
+    absl::MutexLock lock(&channel_->mu());
+    expect_version_ = version;
+    expected_ = expected;
+    received_ = 0;
+    received_by_shard_.assign(static_cast<size_t>(shards), 0);
+  }
+  channel_->ClearReceiveError();
+  for (int s = 0; s < shards; ++s) {
+    if (layout.num_buckets(s) == 0) continue;
+    FrameHeader h = channel_->Header(FrameType::kPull, version, s, 0);
+    h.bucket_count = static_cast<uint32_t>(layout.num_buckets(s));
+    channel_->Send(h, nullptr);
+  }
+}
+
+absl::Status BucketExchange::WaitForParams(int64_t version) {
+  return channel_->WaitFor(
+      [&] { return received_ == expected_; },
+      [&] {
+        const Layout& layout = *ctx_->layout;
+        std::vector<std::string> missing;  // under mu(), as `done`
+        for (int s = 0; s < channel_->num_shards(); ++s) {
+          const int want = layout.num_buckets(s);
+          if (received_by_shard_[s] < want) {
+            missing.push_back(absl::StrCat("shard ", s, " (", channel_->address(s),
+                                           "): ", received_by_shard_[s], "/", want, " buckets"));
+          }
+        }
+        return absl::StrCat("parameters of step ", version, " (missing ",
+                            absl::StrJoin(missing, ", "), ")");
+      });
+}
+
+void BucketExchange::NextStep() {
+  for (auto& v : ready_elems_) std::fill(v.begin(), v.end(), 0);
+  for (auto& v : pushed_) std::fill(v.begin(), v.end(), 0);
+  micro_batches_ = 0;
+}
+
+void BucketExchange::Reset() {
+  {
+    absl::MutexLock lock(&channel_->mu());
+    expect_version_ = -1;  // accept no PARAMS until the rollback's pull
+    received_ = 0;
+    expected_ = 0;
+  }
+  NextStep();
+}
+
+void BucketExchange::RetireLocked(bool stuck, std::vector<std::vector<float>>* retired,
+                                  std::vector<std::vector<uint16_t>>* retired_half) {
+  if (!stuck) return;
+  // DDP receives the averaged gradient; its parameters are its own state.
+  std::vector<float>& target = ctx_->ddp() ? buffers_.grads : buffers_.params;
+  if (!target.empty()) {
+    retired->push_back(std::move(target));
+    target.assign(retired->back().size(), 0.f);
+  }
+  std::vector<uint16_t>& target_half = ctx_->ddp() ? buffers_.grads_half : buffers_.params_half;
+  if (!target_half.empty()) {
+    retired_half->push_back(std::move(target_half));
+    target_half.assign(retired_half->back().size(), 0);
+  }
+}
+
+Accept BucketExchange::OnParams(const FrameHeader& h) {
+  const Layout& layout = *ctx_->layout;
+  if (h.shard < 0 || h.shard >= channel_->num_shards() || h.bucket < 0 ||
+      h.bucket >= layout.num_buckets(h.shard)) {
+    TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(h);
+    return Accept{};
+  }
+  const Range br = layout.bucket_range(h.shard, h.bucket);
+  absl::MutexLock lock(&channel_->mu());
+  if (h.step != expect_version_ || h.epoch != ctx_->epoch.load() ||
+      h.payload_bytes != static_cast<uint64_t>(br.size()) * (ctx_->half ? 2 : 4)) {
+    TESSEL_LOG(WARNING) << "dropping stale or mis-sized " << DescribeHeader(h)
+                        << " (expecting step " << expect_version_ << ", epoch "
+                        << ctx_->epoch.load() << ")";
+    channel_->CountStaleLocked();
+    return Accept{};
+  }
+  // ZeRO pulls parameters; DDP pulls the averaged gradient.
+  const bool ddp = ctx_->ddp();
+  void* dst =
+      ctx_->half
+          ? static_cast<void*>((ddp ? buffers_.grads_half.data() : buffers_.params_half.data()) +
+                               br.begin)
+          : static_cast<void*>((ddp ? buffers_.grads.data() : buffers_.params.data()) + br.begin);
+  const int shard = h.shard;
+  return channel_->Receive(dst, h.epoch, [this, shard] {
+    ++received_;
+    ++received_by_shard_[shard];
+  });
+}
+
+}  // namespace tessel::internal

@@ -1,0 +1,105 @@
+// BucketExchange: one step of the full-buffer strategies (ddp, zero1, zero2)
+// on the wire. It holds the model-sized buffers the training code writes
+// (gradients) and reads (parameters; for DDP the averaged gradient lands in
+// the gradient buffer), pushes each (shard, bucket) of gradients exactly once
+// per step, as soon as the caller hands its elements over or at the step's
+// end, and counts the PARAMS frames of the step's pull.
+//
+// Contract:
+//   - A step is: GradientsReady* (optional), then Exchange(step + 1), which
+//     pushes every bucket not pushed yet, pulls, and waits until every
+//     bucket of every shard has arrived; then NextStep().
+//   - PARAMS frames of another step or epoch, or of the wrong size, are
+//     dropped and counted as stale; none ever lands in a buffer.
+//   - Results do not depend on push order (the servers reduce in rank
+//     order): with a shuffle seed, buckets go in a random order with pauses.
+//
+// Threads: the driving thread calls everything; OnParams runs on the
+// transport's progress thread. Receive counters are under the channel's mu().
+#ifndef TESSEL_WORKER_INTERNAL_BUCKET_EXCHANGE_H_
+#define TESSEL_WORKER_INTERNAL_BUCKET_EXCHANGE_H_
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "worker/internal/data_channel.h"
+#include "worker/internal/job_context.h"
+
+namespace tessel::internal {
+
+// The worker's model-sized buffers; each is empty when the strategy and
+// precision do not use it.
+struct ModelBuffers {
+  std::vector<float> params;  // zero1/zero2 fp32; DDP: fp32 masters
+  std::vector<float> grads;   // fp32 full-buffer modes
+  std::vector<uint16_t> params_half;
+  std::vector<uint16_t> grads_half;
+};
+
+class BucketExchange : public FrameSink {
+ public:
+  BucketExchange(JobContext* ctx, DataChannel* channel);
+
+  // Sizes the buffers for the registered layout (ctx->layout, ctx->half)
+  // and the strategy, and the per-bucket bookkeeping for every shard.
+  void Allocate();
+  ModelBuffers& buffers() { return buffers_; }
+  const ModelBuffers& buffers() const { return buffers_; }
+
+  // Adds one micro-batch's gradient (the first call of a step overwrites).
+  absl::Status AccumulateGradients(absl::Span<const float> micro);
+  int micro_batches() const { return micro_batches_; }
+  // Elements [begin, end) are final: buckets they complete are pushed now.
+  absl::Status GradientsReady(int64_t begin, int64_t end);
+  // Per-unit zero2: the unit's buckets were pushed from its own buffer.
+  void MarkPushed(int shard, int bucket) { pushed_[shard][bucket] = 1; }
+  // Buckets not pushed yet this step.
+  int64_t unpushed() const;
+
+  // Sends rank 0's initial fp32 parameters (INIT) from `source`.
+  void SendInit(const float* source);
+  // Averages accumulated micro-batches, pushes what is left (the pull of
+  // `version` first, so pulls queue behind no push), waits for the pull.
+  absl::Status Exchange(int64_t version);
+  // Pulls the parameters of `version` (after a restore) and waits for them.
+  absl::Status Pull(int64_t version);
+  // Forgets the step's hand-overs and pushes.
+  void NextStep();
+  // A recovery starts: accept no PARAMS until the rollback's pull.
+  void Reset();
+  // Under the channel's mu(): a transfer may still write into the receive
+  // buffer (stuck), so it is retired (kept, never read) and replaced.
+  void RetireLocked(bool stuck, std::vector<std::vector<float>>* retired,
+                    std::vector<std::vector<uint16_t>>* retired_half);
+
+  Accept OnParams(const FrameHeader& h) override;
+
+ private:
+  void PushBucket(int shard, int bucket);
+  void SendPulls(int64_t version);
+  absl::Status WaitForParams(int64_t version);
+
+  JobContext* const ctx_;
+  DataChannel* const channel_;
+  ModelBuffers buffers_;
+  int micro_batches_ = 0;  // AccumulateGradients calls this step
+  // Per (shard, bucket): elements handed over this step, and pushed flag.
+  std::vector<std::vector<int64_t>> ready_elems_;
+  std::vector<std::vector<uint8_t>> pushed_;
+  std::mt19937_64 shuffle_rng_;
+
+  // Under channel_->mu().
+  int64_t expect_version_ = -1;
+  int64_t received_ = 0;
+  int64_t expected_ = 0;
+  std::vector<int> received_by_shard_;
+};
+
+}  // namespace tessel::internal
+
+#endif  // TESSEL_WORKER_INTERNAL_BUCKET_EXCHANGE_H_

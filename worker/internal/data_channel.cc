@@ -1,0 +1,202 @@
+#include "worker/internal/data_channel.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+
+namespace tessel::internal {
+
+DataChannel::DataChannel(JobContext* ctx, std::unique_ptr<Transport> transport)
+    : ctx_(ctx), transport_(std::move(transport)) {
+  transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
+}
+
+DataChannel::~DataChannel() { transport_->Shutdown(); }
+
+FrameHeader DataChannel::Header(FrameType type, int64_t step, int shard, int bucket) const {
+  FrameHeader h;
+  h.type = type;
+  h.job_id = ctx_->job_id;
+  h.epoch = ctx_->epoch;
+  h.step = step;
+  h.rank = ctx_->rank.load();
+  h.shard = shard;
+  h.bucket = bucket;
+  if (type == FrameType::kPush || type == FrameType::kInit) {
+    const uint64_t elem = type == FrameType::kPush && ctx_->half ? 2 : 4;  // INIT: fp32 masters
+    h.payload_bytes =
+        static_cast<uint64_t>(ctx_->layout->bucket_range(shard, bucket).size()) * elem;
+  }
+  return h;
+}
+
+void DataChannel::Send(const FrameHeader& h, const void* payload,
+                       std::shared_ptr<const void> keep) {
+  HeaderBytes bytes = EncodeHeader(h);
+  {
+    absl::MutexLock lock(&mu_);
+    ++outstanding_sends_;
+  }
+  transport_->Send(peers_[static_cast<size_t>(h.shard)], absl::MakeConstSpan(bytes), payload,
+                   h.payload_bytes,
+                   [this, keep = std::move(keep), epoch = h.epoch](absl::Status s) {
+                     absl::MutexLock lock(&mu_);
+                     --outstanding_sends_;
+                     if (!s.ok() && send_error_.ok() && epoch == ctx_->epoch.load()) {
+                       send_error_ = s;
+                     }
+                   });
+}
+
+void DataChannel::WaitForSends() {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](int64_t* n) { return *n == 0; }, &outstanding_sends_),
+                       ctx_->options.step_timeout);
+}
+
+absl::Status DataChannel::WaitFor(const std::function<bool()>& done,
+                                  const std::function<std::string()>& what) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return done() || !error_.ok() || !send_error_.ok();
+  };
+  struct Arg {
+    decltype(ready)* f;
+  } arg{&ready};
+  // Wait in slices so a membership change (a worker left or its lease
+  // lapsed, a server restarted) ends the wait within about a heartbeat, with
+  // the reason, instead of at the step deadline.
+  const absl::Duration timeout = ctx_->options.step_timeout;
+  const absl::Time deadline = absl::Now() + timeout;
+  bool finished = false;
+  while (!finished && absl::Now() < deadline) {
+    finished = mu_.AwaitWithTimeout(absl::Condition(
+                                        +[](Arg* a) { return (*a->f)(); }, &arg),
+                                    std::min(absl::Milliseconds(250), deadline - absl::Now()));
+    if (!finished && check_) {
+      mu_.Unlock();
+      absl::Status outside = check_();
+      mu_.Lock();
+      if (!outside.ok()) return outside;
+    }
+  }
+  if (!error_.ok()) return ctx_->Recoverable(error_);
+  if (!send_error_.ok()) {
+    return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
+        ctx_->Where(), ": sending to a shard server failed: ", send_error_.message())));
+  }
+  if (!finished) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        ctx_->Where(), ": ", what(), " did not complete within ", absl::FormatDuration(timeout),
+        ". A worker or server may have died: check the registry (tesselctl members)"));
+  }
+  return absl::OkStatus();
+}
+
+Accept DataChannel::Receive(void* dst, int64_t epoch, std::function<void()> landed) {
+  ++inflight_receives_;
+  return Accept{dst, [this, epoch, landed = std::move(landed)](absl::Status s) {
+                  absl::MutexLock lock(&mu_);
+                  --inflight_receives_;
+                  if (epoch != ctx_->epoch.load()) return;  // a recovery started meanwhile
+                  if (!s.ok()) {
+                    if (error_.ok()) error_ = s;
+                    return;
+                  }
+                  landed();
+                }};
+}
+
+Accept DataChannel::OnFrame(const Incoming& in) {
+  auto h = DecodeHeader(in.header.data(), in.header.size());
+  if (!h.ok()) {
+    TESSEL_LOG(WARNING) << "dropping malformed frame: " << h.status();
+    return Accept{};
+  }
+  if (h->type == FrameType::kError) {
+    auto message = std::make_shared<std::string>(in.payload_bytes, '\0');
+    FrameHeader about = *h;
+    auto record = [this, message, about](absl::Status) {
+      absl::MutexLock lock(&mu_);
+      if (about.epoch != ctx_->epoch.load()) {  // about a frame of an epoch recovery left behind
+        ++stale_dropped_;
+        return;
+      }
+      if (!error_.ok()) return;
+      error_ = absl::Status(static_cast<absl::StatusCode>(about.code),
+                            absl::StrCat(ctx_->Where(), ": shard ", about.shard, " refused ",
+                                         DescribeHeader(about), ": ", *message));
+    };
+    if (in.payload_bytes == 0) {
+      record(absl::OkStatus());
+      return Accept{};
+    }
+    return Accept{message->data(), record};
+  }
+  if (h->type == FrameType::kParams && h->job_id == ctx_->job_id && ctx_->layout != nullptr &&
+      sink_ != nullptr) {
+    return sink_->OnParams(*h);
+  }
+  TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(*h);
+  return Accept{};
+}
+
+void DataChannel::ClearErrors() {
+  absl::MutexLock lock(&mu_);
+  error_ = absl::OkStatus();
+  send_error_ = absl::OkStatus();
+}
+
+void DataChannel::ClearReceiveError() {
+  absl::MutexLock lock(&mu_);
+  error_ = absl::OkStatus();
+}
+
+void DataChannel::SetEpoch(int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  ctx_->epoch = epoch;
+  error_ = absl::OkStatus();
+  send_error_ = absl::OkStatus();
+}
+
+void DataChannel::SettleReceives(absl::Duration limit,
+                                 const std::function<void(bool stuck)>& retire) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](int64_t* n) { return *n == 0; }, &inflight_receives_),
+                       limit);
+  retire(inflight_receives_ > 0);
+}
+
+int64_t DataChannel::inflight_receives() {
+  absl::MutexLock lock(&mu_);
+  return inflight_receives_;
+}
+
+bool DataChannel::RenewIfWedged() {
+  // A server killed while writing into this worker's shared-memory receive
+  // queue wedges it for good (transport/transport.h): nothing any server
+  // sends would arrive again. The cure is a fresh endpoint.
+  absl::Status queue = transport_->CheckReceiveQueue(absl::Seconds(3));
+  if (queue.ok()) return false;
+  TESSEL_LOG(WARNING) << ctx_->Where() << ": " << queue.message()
+                      << "; re-creating this worker's UCX endpoint";
+  absl::Status reset = transport_->Reset();
+  if (!reset.ok()) {
+    TESSEL_LOG(ERROR) << ctx_->Where()
+                      << ": cannot re-create the UCX endpoint: " << reset.message();
+    return false;
+  }
+  ++endpoint_renewals_;
+  std::fill(peers_.begin(), peers_.end(), kNoPeer);
+  return true;
+}
+
+int64_t DataChannel::stale_dropped() {
+  absl::MutexLock lock(&mu_);
+  return stale_dropped_;
+}
+
+}  // namespace tessel::internal

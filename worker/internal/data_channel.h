@@ -1,0 +1,131 @@
+// DataChannel: a worker's data-path endpoint towards its shard servers. It
+// owns the Transport and one peer per shard, stamps and sends frames,
+// counts what is in flight, keeps the first failure of the step (an ERROR
+// frame, a failed send or receive), drops frames of an old epoch, and
+// implements the one blocking wait every step uses (WaitFor). PARAMS frames
+// go to the installed FrameSink (BucketExchange or FsdpUnits), which decides
+// where their payload lands.
+//
+// Contract:
+//   - Frames carry (job, epoch, step, rank, shard, bucket) from JobContext;
+//     an ERROR or failed transfer of another epoch than the current one is
+//     ignored (a recovery moved on), counted in stale_dropped().
+//   - WaitFor returns OK once `done` holds, the first error otherwise
+//     (recoverable when recovery is on), and DeadlineExceeded naming `what`
+//     after step_timeout. Every 250 ms it runs the periodic check (lease,
+//     membership, servers: installed by the Worker) without the lock.
+//
+// Threads: the driving thread calls everything except OnFrame and the
+// completions, which run on the transport's progress thread. Counters and
+// errors are under mu(); sinks keep their receive counters under mu() too,
+// so WaitFor conditions see them.
+#ifndef TESSEL_WORKER_INTERNAL_DATA_CHANNEL_H_
+#define TESSEL_WORKER_INTERNAL_DATA_CHANNEL_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/wire.h"
+#include "transport/transport.h"
+#include "worker/internal/job_context.h"
+
+namespace tessel::internal {
+
+// Where the payload of a PARAMS frame lands. Runs on the progress thread.
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  // A PARAMS frame of this job, once the layout is registered.
+  virtual Accept OnParams(const FrameHeader& h) = 0;
+};
+
+class DataChannel {
+ public:
+  // Installs itself as the transport's handler.
+  DataChannel(JobContext* ctx, std::unique_ptr<Transport> transport);
+  ~DataChannel();
+
+  Transport& transport() { return *transport_; }
+  void SetSink(FrameSink* sink) { sink_ = sink; }
+  // Runs every 250 ms inside WaitFor, without the lock (driving thread).
+  void SetPeriodicCheck(std::function<absl::Status()> check) { check_ = std::move(check); }
+
+  // Peers: one per shard; kNoPeer until connected (sends to it fail).
+  static constexpr PeerId kNoPeer = ~PeerId{0};
+  void SetShards(int n) {
+    peers_.assign(static_cast<size_t>(n), kNoPeer);
+    addresses_.assign(static_cast<size_t>(n), std::string());
+  }
+  void SetPeer(int shard, PeerId peer) { peers_[static_cast<size_t>(shard)] = peer; }
+  // The shard's gRPC address, for messages.
+  void SetAddress(int shard, std::string a) {
+    addresses_[static_cast<size_t>(shard)] = std::move(a);
+  }
+  const std::string& address(int shard) const { return addresses_[static_cast<size_t>(shard)]; }
+  int num_shards() const { return static_cast<int>(peers_.size()); }
+
+  // A header of this worker for (type, step, shard, bucket); PUSH and INIT
+  // get the bucket's payload size (PUSH in half under mixed precision).
+  FrameHeader Header(FrameType type, int64_t step, int shard, int bucket) const;
+  // Sends a frame to its shard; a failed send fails the step in progress.
+  // `keep` (if any) is held until the send completes: the payload's owner.
+  void Send(const FrameHeader& h, const void* payload, std::shared_ptr<const void> keep = nullptr);
+  void WaitForSends();
+
+  // `done` and `what` run under mu().
+  absl::Status WaitFor(const std::function<bool()>& done, const std::function<std::string()>& what);
+
+  // For sinks, under mu(): a transfer into `dst` of `epoch`; `landed` runs
+  // under mu() once it arrived while that epoch is still current.
+  Accept Receive(void* dst, int64_t epoch, std::function<void()> landed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountStaleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++stale_dropped_; }
+  absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }
+
+  // Forgets the step's failures (a recovery starts over).
+  void ClearErrors();
+  // Forgets a refusal or failed receive (a new pull starts), not a failed send.
+  void ClearReceiveError();
+  // Moves to a new fencing epoch: from here on, refusals and failed sends of
+  // the old one are ignored.
+  void SetEpoch(int64_t epoch);
+  // Waits up to `limit` for receives in flight to land; `retire(stuck)`
+  // then runs under mu() (stuck: some are still in flight, from a dead or
+  // stalled server, and their buffers must never be read again).
+  void SettleReceives(absl::Duration limit, const std::function<void(bool stuck)>& retire);
+  int64_t inflight_receives();
+
+  // Probes the receive queue; if it is wedged (transport/transport.h),
+  // re-creates the endpoint. True if it did: every peer must reconnect.
+  bool RenewIfWedged();
+  int64_t endpoint_renewals() const { return endpoint_renewals_.load(); }
+  int64_t stale_dropped();
+
+ private:
+  Accept OnFrame(const Incoming& in);
+
+  JobContext* const ctx_;
+  std::unique_ptr<Transport> transport_;
+  FrameSink* sink_ = nullptr;
+  std::function<absl::Status()> check_;
+  std::vector<PeerId> peers_;           // driving thread
+  std::vector<std::string> addresses_;  // driving thread
+
+  absl::Mutex mu_;
+  int64_t outstanding_sends_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t inflight_receives_ ABSL_GUARDED_BY(mu_) = 0;  // accepted, not yet landed
+  absl::Status error_ ABSL_GUARDED_BY(mu_);             // ERROR frame or failed receive
+  absl::Status send_error_ ABSL_GUARDED_BY(mu_);
+  int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> endpoint_renewals_{0};
+};
+
+}  // namespace tessel::internal
+
+#endif  // TESSEL_WORKER_INTERNAL_DATA_CHANNEL_H_

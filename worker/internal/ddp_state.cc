@@ -1,0 +1,49 @@
+#include "worker/internal/ddp_state.h"
+
+#include <algorithm>
+
+#include "core/digest.h"
+
+namespace tessel::internal {
+
+void DdpState::Init(size_t n, bool holds) {
+  holds_ = holds;
+  slots_.assign(static_cast<size_t>(StateSlots(optimizer_)), std::vector<float>(n, 0.f));
+  float* state[kMaxStateSlots] = {};
+  for (size_t k = 0; k < slots_.size(); ++k) state[k] = slots_[k].data();
+  InitState(optimizer_, state, n);
+}
+
+void DdpState::Apply(int64_t step, std::optional<HalfType> half, ModelBuffers* b) {
+  float* state[kMaxStateSlots] = {};
+  if (!half) {
+    for (size_t k = 0; k < slots_.size(); ++k) state[k] = slots_[k].data();
+    ApplyUpdate(optimizer_, step, b->params.data(), b->grads.data(), state, b->params.size());
+    return;
+  }
+  constexpr size_t kChunk = 16384;
+  std::vector<float> widened(std::min(kChunk, b->params.size()));
+  for (size_t begin = 0; begin < b->params.size(); begin += kChunk) {
+    const size_t n = std::min(kChunk, b->params.size() - begin);
+    HalfToFloat(*half, b->grads_half.data() + begin, widened.data(), n);
+    for (size_t k = 0; k < slots_.size(); ++k) state[k] = slots_[k].data() + begin;
+    ApplyUpdate(optimizer_, step, b->params.data() + begin, widened.data(), state, n);
+    FloatToHalf(*half, b->params.data() + begin, b->params_half.data() + begin, n);
+  }
+}
+
+uint64_t DdpState::Digest(int64_t step, const std::vector<float>& params) const {
+  tessel::Digest d;
+  d.UpdateInt(step);
+  d.Update(params.data(), params.size() * sizeof(float));
+  for (const auto& slot : slots_) d.Update(slot.data(), slot.size() * sizeof(float));
+  return d.value();
+}
+
+int64_t DdpState::bytes() const {
+  int64_t b = 0;
+  for (const auto& s : slots_) b += static_cast<int64_t>(s.size() * sizeof(float));
+  return b;
+}
+
+}  // namespace tessel::internal

@@ -1,0 +1,93 @@
+// DdpState: the local update equals the optimizer kernel on the averaged
+// gradient, bit for bit; mixed precision widens chunk by chunk and rounds the
+// masters; the digest tells states apart.
+#include "worker/internal/ddp_state.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace tessel::internal {
+namespace {
+
+OptimizerParams Adam() {
+  OptimizerParams o;
+  o.kind = OptimizerParams::Kind::kAdam;
+  o.lr = 1e-2f;
+  return o;
+}
+
+ModelBuffers Buffers(size_t n, bool half) {
+  ModelBuffers b;
+  b.params.resize(n);
+  for (size_t i = 0; i < n; ++i) b.params[i] = std::sin(static_cast<float>(i));
+  if (half) {
+    b.params_half.resize(n);
+    b.grads_half.resize(n);
+    std::vector<float> g(n);
+    for (size_t i = 0; i < n; ++i) g[i] = 0.01f * std::cos(static_cast<float>(i));
+    FloatToHalf(HalfType::kBF16, g.data(), b.grads_half.data(), n);
+  } else {
+    b.grads.resize(n);
+    for (size_t i = 0; i < n; ++i) b.grads[i] = 0.01f * std::cos(static_cast<float>(i));
+  }
+  return b;
+}
+
+TEST(DdpStateTest, ApplyEqualsTheOptimizerKernel) {
+  constexpr size_t n = 40000;  // more than one chunk of the half path
+  for (bool half : {false, true}) {
+    SCOPED_TRACE(half ? "bf16" : "fp32");
+    ModelBuffers b = Buffers(n, half);
+    DdpState ddp(Adam());
+    ddp.Init(n, true);
+    EXPECT_EQ(ddp.bytes(), static_cast<int64_t>(2 * n * sizeof(float)));
+
+    std::vector<float> want = b.params;
+    std::vector<float> grad(n);
+    if (half) {
+      HalfToFloat(HalfType::kBF16, b.grads_half.data(), grad.data(), n);
+    } else {
+      grad = b.grads;
+    }
+    std::vector<std::vector<float>> slots(2, std::vector<float>(n));
+    float* state[kMaxStateSlots] = {slots[0].data(), slots[1].data()};
+    InitState(Adam(), state, n);
+    for (int64_t step = 1; step <= 3; ++step) {
+      ApplyUpdate(Adam(), step, want.data(), grad.data(), state, n);
+      ddp.Apply(step, half ? std::optional<HalfType>(HalfType::kBF16) : std::nullopt, &b);
+    }
+    ASSERT_EQ(b.params, want);
+    EXPECT_EQ(ddp.slots()[0], slots[0]);
+    if (half) {
+      std::vector<uint16_t> rounded(n);
+      FloatToHalf(HalfType::kBF16, want.data(), rounded.data(), n);
+      EXPECT_EQ(b.params_half, rounded);
+    }
+  }
+}
+
+TEST(DdpStateTest, DigestCoversStepParamsAndState) {
+  ModelBuffers b = Buffers(100, false);
+  DdpState ddp(Adam());
+  ddp.Init(100, true);
+  const uint64_t d = ddp.Digest(5, b.params);
+  EXPECT_EQ(d, ddp.Digest(5, b.params));
+  EXPECT_NE(d, ddp.Digest(6, b.params));
+  b.params[7] += 1e-7f;
+  EXPECT_NE(d, ddp.Digest(5, b.params));
+  b.params[7] -= 1e-7f;
+  ddp.slots()[1][3] = 1.f;
+  EXPECT_NE(d, ddp.Digest(5, b.params));
+}
+
+TEST(DdpStateTest, AReplacementHoldsNoState) {
+  DdpState ddp(Adam());
+  ddp.Init(10, /*holds=*/false);
+  EXPECT_FALSE(ddp.holds_state());
+  ddp.set_holds_state(true);
+  EXPECT_TRUE(ddp.holds_state());
+}
+
+}  // namespace
+}  // namespace tessel::internal

@@ -1,0 +1,65 @@
+// JobContext: who this worker is in its job, read by every collaborator of
+// the Worker (worker/internal/*): options, registry identity, the fencing
+// epoch stamped on frames, the step, the layout once registered.
+//
+// Threads: the driving thread writes everything but `epoch` (written only by
+// the driving thread, read by the transport's progress thread) and `rank`
+// (an elastic recovery renumbers ranks; the progress thread reads it for
+// messages). Collaborators keep a pointer; the Worker owns the context.
+#ifndef TESSEL_WORKER_INTERNAL_JOB_CONTEXT_H_
+#define TESSEL_WORKER_INTERNAL_JOB_CONTEXT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/layout.h"
+#include "core/precision.h"
+#include "worker/options.h"
+
+namespace tessel::internal {
+
+struct JobContext {
+  explicit JobContext(const WorkerOptions& o);
+
+  // "job 'J' rank R (registry rank I) step S": the prefix of every message.
+  std::string Where() const;
+  bool ddp() const { return options.strategy == Strategy::kDdp; }
+  bool fsdp() const { return options.strategy == Strategy::kFsdp; }
+  bool elastic() const { return options.elastic_min_workers > 0; }
+  // zero2 with units: gradients live per unit (UnitGrads/PushUnit), freed
+  // once pushed, instead of in a full-model buffer.
+  bool unit_grads() const {
+    return fsdp() || (options.strategy == Strategy::kZero2 && !options.fsdp_units.empty());
+  }
+  // `s` tagged recoverable (Worker::IsRecoverable) when recovery is on and
+  // its code is one a rollback repairs: a stale epoch or step, a job the
+  // (restarted) server does not have yet, a lost peer. Others pass as is.
+  absl::Status Recoverable(absl::Status s) const;
+
+  // rank and world_size change only in an elastic recovery; everything else
+  // is as given to Connect.
+  WorkerOptions options;
+  std::atomic<int> rank{0};  // options.rank, for the progress thread
+  const int id;              // registry rank (options.rank at Connect)
+  const uint64_t job_id;
+  std::string token;  // admin token (options.token or $TESSEL_TOKEN)
+  // The job's fencing epoch, stamped on every frame: the registry epoch at
+  // the start, a newer one after each recovery.
+  std::atomic<int64_t> epoch{0};
+  int64_t step = 0;
+  std::unique_ptr<Layout> layout;  // set by RegisterLayout
+  std::optional<HalfType> half;    // mixed precision
+};
+
+// The payload a status carries when Worker::IsRecoverable holds.
+absl::Status MarkRecoverable(absl::Status status);
+bool IsRecoverable(const absl::Status& status);
+// The same status without the recoverable tag.
+absl::Status Untagged(const absl::Status& status);
+
+}  // namespace tessel::internal
+
+#endif  // TESSEL_WORKER_INTERNAL_JOB_CONTEXT_H_

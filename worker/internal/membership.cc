@@ -1,0 +1,442 @@
+#include "worker/internal/membership.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+
+namespace tessel::internal {
+
+Membership::Membership(JobContext* ctx, DataChannel* channel, const ClientCredentials& credentials)
+    : ctx_(ctx),
+      channel_(channel),
+      registry_(std::make_unique<RegistryClient>(ctx->options.registry, credentials)),
+      fleet_(ControlOptions{credentials, ctx->token}) {
+  for (int r = 0; r < ctx->options.world_size; ++r) member_ids_.push_back(r);
+}
+
+Membership::~Membership() {
+  absl::Status s = registry_->Leave();
+  (void)s;
+}
+
+absl::Status Membership::FindServers() {
+  const WorkerOptions& o = ctx_->options;
+  const int want = o.num_servers;
+  auto pool = registry_->WaitForView(
+      o.server_pool,
+      [&](const v1::View& v) {
+        int n = 0, contiguous = 0;
+        for (const auto& m : v.members()) {
+          n += m.role() == v1::ROLE_SERVER;
+          contiguous += m.role() == v1::ROLE_SERVER && m.rank() < want;
+        }
+        return want == 0 ? n > 0 : contiguous == want;
+      },
+      o.connect_timeout);
+  if (!pool.ok()) {
+    return absl::UnavailableError(absl::StrCat(ctx_->Where(), ": shard servers of pool '",
+                                               o.server_pool,
+                                               "' not found: ", pool.status().message()));
+  }
+  std::vector<const v1::Member*> members;
+  for (const auto& m : pool->members()) {
+    if (m.role() != v1::ROLE_SERVER) continue;
+    if (want != 0 && m.rank() >= want) continue;
+    members.push_back(&m);
+  }
+  std::sort(members.begin(), members.end(),
+            [](const v1::Member* a, const v1::Member* b) { return a->rank() < b->rank(); });
+  channel_->SetShards(static_cast<int>(members.size()));
+  ucx_addresses_.assign(members.size(), std::string());
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int shard = static_cast<int>(i);
+    if (members[i]->rank() != shard) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          ctx_->Where(), ": pool '", o.server_pool, "' has no shard server ", i,
+          " (servers present: ", DescribeView(*pool), "); start it or set num_servers"));
+    }
+    fleet_.Connect(shard, members[i]->grpc_address());
+    channel_->SetAddress(shard, members[i]->grpc_address());
+    auto peer = channel_->transport().Connect(members[i]->ucx_address());
+    if (!peer.ok() && o.recovery) {
+      // A server that just died still holds its lease. Recovery waits for
+      // its successor and connects then (Reconnect: the address differs).
+      TESSEL_LOG(WARNING) << ctx_->Where() << ": cannot reach shard " << i
+                          << " over UCX yet: " << peer.status().message();
+      continue;
+    }
+    if (!peer.ok()) {
+      return absl::UnavailableError(absl::StrCat(ctx_->Where(), ": cannot reach shard ", i,
+                                                 " over UCX: ", peer.status().message()));
+    }
+    channel_->SetPeer(shard, *peer);
+    ucx_addresses_[i] = members[i]->ucx_address();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Membership::RefuseLateReplacement() {
+  // A replacement for a worker the job went on without (elastic) would
+  // only disturb the survivors: refuse it before it joins.
+  if (!ctx_->options.resume || fleet_.size() == 0) return absl::OkStatus();
+  v1::JobRef ref;
+  ref.set_job(ctx_->options.job);
+  v1::ShardStats st;
+  if (fleet_.Call(0, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats").ok() &&
+      st.worker_ids_size() > 0 &&
+      std::find(st.worker_ids().begin(), st.worker_ids().end(), ctx_->id) ==
+          st.worker_ids().end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ctx_->Where(), ": the job went on without this worker: an elastic recovery at epoch ",
+        st.epoch(), " continued with ", st.worker_ids_size(), " worker(s), registry ranks ",
+        absl::StrJoin(st.worker_ids(), ", "),
+        ". A replacement cannot rejoin it; restart the whole job from a checkpoint with "
+        "--resume and the world size you want"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Join() {
+  const WorkerOptions& o = ctx_->options;
+  // Servers first: a worker is useless without its shards.
+  absl::Status s = FindServers();
+  if (s.ok()) s = RefuseLateReplacement();
+  if (!s.ok()) return s;
+  v1::Member me;
+  me.set_group(o.job);
+  me.set_role(v1::ROLE_WORKER);
+  me.set_rank(o.rank);
+  registered_address_ = channel_->transport().address();
+  me.set_ucx_address(registered_address_);
+  auto joined = registry_->Join(me, o.lease_ttl);
+  // A replacement for a crashed worker waits for the old lease to lapse.
+  const absl::Time join_deadline = absl::Now() + o.connect_timeout;
+  while (o.recovery && !joined.ok() && absl::IsAlreadyExists(joined.status()) &&
+         absl::Now() < join_deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    joined = registry_->Join(me, o.lease_ttl);
+  }
+  if (!joined.ok()) return joined.status();
+  const int world = o.world_size;
+  auto complete = [world](const v1::View& v) {
+    int n = 0;
+    for (const auto& m : v.members()) n += m.role() == v1::ROLE_WORKER && m.rank() < world;
+    return n == world;
+  };
+  const absl::Time deadline = absl::Now() + o.connect_timeout;
+  absl::StatusOr<v1::View> view = absl::DeadlineExceededError("not waited");
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration slice = o.connect_check ? std::min(absl::Milliseconds(500), left) : left;
+    view = registry_->WaitForView(o.job, complete, std::max(slice, absl::ZeroDuration()));
+    if (view.ok() || !absl::IsDeadlineExceeded(view.status()) || absl::Now() >= deadline) break;
+    if (o.connect_check) {
+      absl::Status outside = o.connect_check();
+      if (!outside.ok()) return outside;
+    }
+  }
+  if (!view.ok()) {
+    return absl::DeadlineExceededError(absl::StrCat(ctx_->Where(), ": not all ", world,
+                                                    " workers joined: ", view.status().message()));
+  }
+  ctx_->epoch = view->epoch();
+  view_epoch_ = view->epoch();
+  Remember(*view);
+  TESSEL_LOG(INFO) << ctx_->Where() << ": world of " << world << " complete at epoch "
+                   << ctx_->epoch.load() << ", " << num_servers() << " shard server(s)";
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Check() {
+  if (!registry_->lease_status().ok()) {
+    // Declared dead while alive (paused, starved or cut off): recovery
+    // re-joins if the rank is still free, else this process stands down.
+    return ctx_->Recoverable(absl::AbortedError(absl::StrCat(
+        ctx_->Where(),
+        ": this worker's registry lease lapsed (it was paused or cut off for longer than the "
+        "lease ttl) and the job went on without it. ",
+        registry_->lease_status().message())));
+  }
+  absl::Status s = CheckMembers();
+  if (s.ok()) s = CheckServers();  // a shard server died or was restarted
+  if (s.ok() && wait_check_) s = wait_check_();
+  return s;
+}
+
+absl::Status Membership::CheckMembers() {
+  if (registry_->group_epoch() <= view_epoch_) return absl::OkStatus();
+  return MembershipChanged();
+}
+
+void Membership::Remember(const v1::View& view) {
+  member_addresses_.clear();
+  for (const auto& m : view.members()) {
+    if (m.role() == v1::ROLE_WORKER) member_addresses_[m.rank()] = m.ucx_address();
+  }
+}
+
+std::string Membership::AfterPause() const {
+  return ctx_->ddp()
+             ? "giving every worker the state of the most advanced one (DDP keeps its state on "
+               "the workers: nothing rolls back)"
+             : "rolling back to the latest checkpoint";
+}
+
+absl::Status Membership::MembershipChanged() {
+  const WorkerOptions& o = ctx_->options;
+  std::string who = "membership changed";
+  auto view = registry_->GetView(o.job);
+  if (view.ok()) {
+    // Only a change to this job's workers matters: one of them gone or
+    // replaced by another process. A newcomer that is not one of them (a
+    // late replacement being refused) changes nothing here.
+    bool same = true;
+    for (int id : member_ids_) {
+      bool found = false;
+      for (const auto& m : view->members()) {
+        found = found ||
+                (m.role() == v1::ROLE_WORKER && m.rank() == id && member_addresses_.count(id) > 0 &&
+                 member_addresses_.at(id) == m.ucx_address());
+      }
+      same = same && found;
+    }
+    if (same) {
+      view_epoch_ = view->epoch();
+      return absl::OkStatus();
+    }
+    std::vector<std::string> missing;
+    for (int r = 0; r < o.world_size; ++r) {
+      bool present = false;
+      for (const auto& m : view->members()) {
+        present = present || (m.role() == v1::ROLE_WORKER && m.rank() == member_ids_[r]);
+      }
+      if (!present) missing.push_back(absl::StrCat(r));
+    }
+    if (!missing.empty()) {
+      who = absl::StrCat("worker rank(s) ", absl::StrJoin(missing, ", "),
+                         " left the job or stopped heartbeating");
+    }
+  }
+  if (o.recovery) {
+    return ctx_->Recoverable(absl::AbortedError(absl::StrCat(
+        ctx_->Where(), ": ", who, " (membership epoch ", view_epoch_, " -> ",
+        registry_->group_epoch(), "); pausing for up to ", absl::FormatDuration(o.recovery_timeout),
+        " until the job is complete again (start the missing rank with --resume)",
+        ctx_->elastic() ? absl::StrCat(" or, after ", absl::FormatDuration(o.elastic_grace),
+                                       " without a replacement, going on without it (elastic)")
+                        : std::string(),
+        ", then ", AfterPause())));
+  }
+  return absl::AbortedError(absl::StrCat(
+      ctx_->Where(), ": ", who, " (membership epoch ", view_epoch_, " -> ",
+      registry_->group_epoch(),
+      "); the step cannot complete. Restart the missing worker(s) and resume from the latest "
+      "checkpoint (--resume)"));
+}
+
+absl::Status Membership::CheckServers() {
+  const WorkerOptions& o = ctx_->options;
+  auto pool = registry_->GetView(o.server_pool);
+  if (!pool.ok()) return absl::OkStatus();  // the registry is unreachable: not a verdict
+  std::vector<std::string> gone;
+  for (int shard = 0; shard < num_servers(); ++shard) {
+    bool same = false;
+    for (const auto& m : pool->members()) {
+      same = same || (m.role() == v1::ROLE_SERVER && m.rank() == shard &&
+                      m.ucx_address() == ucx_addresses_[shard]);
+    }
+    if (!same) gone.push_back(absl::StrCat(shard, " (", fleet_.address(shard), ")"));
+  }
+  if (gone.empty()) return absl::OkStatus();
+  const std::string what =
+      absl::StrCat("shard server(s) ", absl::StrJoin(gone, ", "), " of pool '", o.server_pool,
+                   "' left, stopped heartbeating or were restarted");
+  if (o.recovery) {
+    return ctx_->Recoverable(absl::AbortedError(absl::StrCat(
+        ctx_->Where(), ": ", what, "; pausing for up to ", absl::FormatDuration(o.recovery_timeout),
+        " until every shard is back (restart it with the same --shard and --checkpoint_dir), "
+        "then ",
+        AfterPause())));
+  }
+  return absl::AbortedError(
+      absl::StrCat(ctx_->Where(), ": ", what,
+                   "; the step cannot complete. Restart the server and resume every "
+                   "worker from the latest checkpoint (--resume)"));
+}
+
+absl::Status Membership::Rejoin() {
+  if (registry_->lease_status().ok()) return absl::OkStatus();
+  // Declared dead while paused or cut off: take the rank again if it is free.
+  v1::Member me;
+  me.set_group(ctx_->options.job);
+  me.set_role(v1::ROLE_WORKER);
+  me.set_rank(ctx_->id);
+  me.set_ucx_address(registered_address_);
+  auto joined = registry_->Join(me, ctx_->options.lease_ttl);
+  if (!joined.ok()) {
+    return absl::AbortedError(
+        absl::StrCat(ctx_->Where(),
+                     ": this worker's registry lease lapsed (it was paused or cut off for longer "
+                     "than the lease ttl) and rank ",
+                     ctx_->id, " cannot be re-joined (", joined.status().message(),
+                     "): a replacement has taken over. Exiting"));
+  }
+  TESSEL_LOG(WARNING) << ctx_->Where() << ": the registry lease had lapsed; re-joined as rank "
+                      << ctx_->id;
+  return absl::OkStatus();
+}
+
+absl::Status Membership::WaitForComplete(absl::Time deadline, absl::Time elastic_at,
+                                         std::vector<int>* ids) {
+  const WorkerOptions& o = ctx_->options;
+  const int world = o.world_size;
+  bool logged = false;
+  std::string missing;
+  for (;;) {
+    absl::Status rejoined = Rejoin();
+    if (!rejoined.ok()) return rejoined;
+    auto job = registry_->GetView(o.job);
+    auto pool = registry_->GetView(o.server_pool);
+    missing.clear();
+    if (job.ok() && pool.ok()) {
+      std::vector<std::string> ranks, gone;
+      std::vector<int> present_ids;
+      for (int r = 0; r < world; ++r) {
+        bool present = false;
+        for (const auto& m : job->members()) {
+          present = present || (m.role() == v1::ROLE_WORKER && m.rank() == member_ids_[r]);
+        }
+        if (present) {
+          present_ids.push_back(member_ids_[r]);
+        } else {
+          ranks.push_back(absl::StrCat(member_ids_[r]));
+        }
+      }
+      for (int sh = 0; sh < num_servers(); ++sh) {
+        bool present = false;
+        for (const auto& m : pool->members()) {
+          present = present || (m.role() == v1::ROLE_SERVER && m.rank() == sh);
+        }
+        if (!present) gone.push_back(absl::StrCat(sh));
+      }
+      const int survivors = static_cast<int>(present_ids.size());
+      // Elastic: no replacement within the grace period, enough survivors.
+      const bool shrink = ctx_->elastic() && !ranks.empty() && gone.empty() &&
+                          survivors >= o.elastic_min_workers && absl::Now() >= elastic_at;
+      if (!ranks.empty()) {
+        absl::StrAppend(&missing, "worker rank(s) ", absl::StrJoin(ranks, ", "),
+                        " (start a replacement with --rank=", ranks.size() == 1 ? ranks[0] : "R",
+                        " --resume)");
+        if (ctx_->elastic()) {
+          absl::StrAppend(
+              &missing,
+              survivors >= o.elastic_min_workers
+                  ? absl::StrCat("; without one, the job goes on elastically with ", survivors,
+                                 " worker(s) after ", absl::FormatDuration(o.elastic_grace))
+                  : absl::StrCat(
+                        "; only ", survivors,
+                        " worker(s) left, fewer than elastic_min_workers=", o.elastic_min_workers));
+        }
+      }
+      if (!gone.empty()) {
+        absl::StrAppend(&missing, missing.empty() ? "" : " and ", "shard server(s) ",
+                        absl::StrJoin(gone, ", "), " of pool '", o.server_pool,
+                        "' (restart tessel-server --shard=", gone.size() == 1 ? gone[0] : "N",
+                        " with the same --checkpoint_dir)");
+      }
+      if (missing.empty() || shrink) {
+        // A worker that was paused or cut off past its lease may find its
+        // rank taken by a replacement: it must not train alongside it.
+        for (const auto& m : job->members()) {
+          if (m.role() == v1::ROLE_WORKER && m.rank() == ctx_->id &&
+              m.pid() != static_cast<int64_t>(getpid())) {
+            return absl::AbortedError(
+                absl::StrCat(ctx_->Where(), ": rank ", ctx_->id,
+                             " is now held by another process (pid ", m.pid(), " on ", m.host(),
+                             "): this worker's lease lapsed while it was paused or cut off, and a "
+                             "replacement took over. Exiting"));
+          }
+        }
+        *ids = shrink ? present_ids : member_ids_;
+        if (shrink) {
+          TESSEL_LOG(WARNING) << ctx_->Where() << ": no replacement for "
+                              << absl::StrJoin(ranks, ", ") << " within "
+                              << absl::FormatDuration(o.elastic_grace)
+                              << "; going on elastically with the " << survivors
+                              << " worker(s) left (registry ranks "
+                              << absl::StrJoin(present_ids, ", ") << ")";
+        }
+        view_epoch_ = job->epoch();
+        Remember(*job);
+        return Reconnect(*pool);
+      }
+    } else {
+      missing = absl::StrCat("the registry at ", o.registry, " (",
+                             (job.ok() ? pool.status() : job.status()).message(), ")");
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(ctx_->Where(), ": ", missing, " did not return within ",
+                       absl::FormatDuration(o.recovery_timeout), " (recovery_timeout); giving up"));
+    }
+    if (!logged) {
+      TESSEL_LOG(WARNING) << ctx_->Where() << ": paused; waiting for " << missing;
+      logged = true;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+absl::Status Membership::Reconnect(const v1::View& pool) {
+  for (int shard = 0; shard < num_servers(); ++shard) {
+    const v1::Member* now = nullptr;
+    for (const auto& m : pool.members()) {
+      if (m.role() == v1::ROLE_SERVER && m.rank() == shard) now = &m;
+    }
+    if (now == nullptr || now->ucx_address() == ucx_addresses_[shard]) continue;
+    auto peer = channel_->transport().Connect(now->ucx_address());
+    if (!peer.ok()) {
+      return ctx_->Recoverable(
+          absl::UnavailableError(absl::StrCat(ctx_->Where(), ": cannot reach the restarted shard ",
+                                              shard, " over UCX: ", peer.status().message())));
+    }
+    if (ucx_addresses_[shard].empty()) {
+      TESSEL_LOG(INFO) << ctx_->Where() << ": shard " << shard << " at " << now->grpc_address()
+                       << " connected again over UCX (this worker's endpoint is new)";
+    } else {
+      TESSEL_LOG(INFO) << ctx_->Where() << ": shard " << shard << " is back at "
+                       << now->grpc_address() << " (was " << fleet_.address(shard) << ")";
+    }
+    fleet_.Connect(shard, now->grpc_address());
+    channel_->SetAddress(shard, now->grpc_address());
+    channel_->SetPeer(shard, *peer);
+    ucx_addresses_[shard] = now->ucx_address();
+  }
+  return absl::OkStatus();
+}
+
+void Membership::Adopt(const std::vector<int>& ids) {
+  if (ids == member_ids_) return;
+  const int rank = static_cast<int>(std::find(ids.begin(), ids.end(), ctx_->id) - ids.begin());
+  const int from = ctx_->options.world_size;
+  {
+    absl::MutexLock lock(&channel_->mu());
+    ctx_->options.rank = rank;
+    ctx_->options.world_size = static_cast<int>(ids.size());
+    ctx_->rank = rank;
+  }
+  member_ids_ = ids;
+  TESSEL_LOG(WARNING) << ctx_->Where() << ": the job continues elastically with " << ids.size()
+                      << " of " << from << " workers (registry ranks " << absl::StrJoin(ids, ", ")
+                      << "); this worker is now rank " << rank << " of " << ids.size();
+}
+
+void Membership::ForgetServerEndpoints() {
+  std::fill(ucx_addresses_.begin(), ucx_addresses_.end(), std::string());
+}
+
+}  // namespace tessel::internal

@@ -1,0 +1,101 @@
+// Membership: a worker's view of who takes part in its job. It joins the
+// registry, finds the pool's shard servers (gRPC through a ShardFleet, UCX
+// through the DataChannel), waits for the whole world, and afterwards tells
+// whether anything changed that a step cannot survive: a worker left or was
+// replaced, a shard server died or restarted, this worker's own lease lapsed.
+//
+// Contract:
+//   - Join() returns once every rank of the world is registered, with the
+//     fencing epoch set to the registry's.
+//   - Check() (run by every blocking wait) is OK while the world and the
+//     servers are the ones last seen complete; otherwise it returns the
+//     status a failed step carries, recoverable when recovery is on, with a
+//     message that names who is missing and what to start.
+//   - WaitForComplete() (recovery) waits until every rank and shard is back
+//     (or, elastic, enough survivors after the grace), reconnects restarted
+//     servers and says which workers go on.
+//
+// Threads: the driving thread only. The registry client heartbeats on its own
+// thread.
+#ifndef TESSEL_WORKER_INTERNAL_MEMBERSHIP_H_
+#define TESSEL_WORKER_INTERNAL_MEMBERSHIP_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/registry.pb.h"
+#include "rpc/registry_client.h"
+#include "rpc/shard_fleet.h"
+#include "worker/internal/data_channel.h"
+#include "worker/internal/job_context.h"
+
+namespace tessel::internal {
+
+class Membership {
+ public:
+  Membership(JobContext* ctx, DataChannel* channel, const ClientCredentials& credentials);
+  ~Membership();  // leaves the registry
+
+  // Finds the servers, joins the registry and waits for the whole world.
+  absl::Status Join();
+
+  ShardFleet& fleet() { return fleet_; }
+  RegistryClient& registry() { return *registry_; }
+  int num_servers() const { return static_cast<int>(ucx_addresses_.size()); }
+
+  // What every blocking wait runs: lease, members, servers, then the
+  // caller's own check (SetWaitCheck).
+  absl::Status Check();
+  void SetWaitCheck(std::function<absl::Status()> check) { wait_check_ = std::move(check); }
+  // OK unless one of the job's workers left or was replaced since the
+  // membership was last complete.
+  absl::Status CheckMembers();
+  // OK while every shard server is registered at the UCX address we know.
+  absl::Status CheckServers();
+
+  // Recovery: waits (until `deadline`) for every worker and shard; sets
+  // *ids to the workers that go on (registry ranks in data-parallel order;
+  // elastic: the survivors after `elastic_at`) and reconnects restarted
+  // servers.
+  absl::Status WaitForComplete(absl::Time deadline, absl::Time elastic_at, std::vector<int>* ids);
+  // Takes on the workers a recovery settled on (elastic: renumbered survivors).
+  void Adopt(const std::vector<int>& ids);
+  // After the data channel renewed its endpoint: every server reconnects.
+  void ForgetServerEndpoints();
+
+  int64_t view_epoch() const { return view_epoch_; }
+  // Registry ranks of the job's workers in data-parallel rank order.
+  const std::vector<int>& member_ids() const { return member_ids_; }
+  // What a recovery does once the job is whole again, for pause messages.
+  std::string AfterPause() const;
+
+ private:
+  absl::Status FindServers();
+  absl::Status RefuseLateReplacement();
+  absl::Status MembershipChanged();
+  void Remember(const v1::View& view);
+  absl::Status Reconnect(const v1::View& pool);
+  absl::Status Rejoin();
+
+  JobContext* const ctx_;
+  DataChannel* const channel_;
+  std::unique_ptr<RegistryClient> registry_;
+  ShardFleet fleet_;
+  std::vector<std::string> ucx_addresses_;  // per shard; "" = connect again
+  std::vector<int> member_ids_;             // registry ranks in data-parallel rank order
+  // Registry rank -> UCX address of the job's workers when last complete
+  // (a restarted process has a new address).
+  std::map<int, std::string> member_addresses_;
+  int64_t view_epoch_ = 0;          // registry epoch of the job group when last complete
+  std::string registered_address_;  // the UCX address this worker joined with
+  std::function<absl::Status()> wait_check_;
+};
+
+}  // namespace tessel::internal
+
+#endif  // TESSEL_WORKER_INTERNAL_MEMBERSHIP_H_

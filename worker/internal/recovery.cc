@@ -1,0 +1,342 @@
+#include "worker/internal/recovery.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+#include "worker/internal/server_state.h"
+
+namespace tessel::internal {
+
+absl::Status RecoveryCoordinator::Run(int64_t restore_step) {
+  JobContext& ctx = *p_.ctx;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + ctx.options.recovery_timeout;
+  const int64_t from = ctx.step;
+  // Only a restore newer than anything this worker knew when the failure
+  // struck counts; a retry may take the same restore again (the job cannot
+  // have moved past it without this worker).
+  const int64_t after_epoch = std::max(ctx.epoch.load(), p_.membership->view_epoch());
+  const absl::Time elastic_at = start + ctx.options.elastic_grace;
+  for (int attempt = 1;; ++attempt) {
+    absl::Status s = Once(deadline, elastic_at, restore_step, after_epoch);
+    if (s.ok()) {
+      ++recoveries_;
+      TESSEL_LOG(WARNING)
+          << ctx.Where() << ": recovered in "
+          << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+          << (ctx.ddp()
+                  ? absl::StrCat(": servers re-created and every worker's state aligned at step ",
+                                 ctx.step, " (this worker was at ", from, ")")
+                  : absl::StrCat(": rolled back from step ", from, " to the checkpoint of step ",
+                                 ctx.step))
+          << ", epoch " << ctx.epoch.load() << " (attempt " << attempt << ")";
+      return s;
+    }
+    if (!IsRecoverable(s) || absl::Now() >= deadline) return Untagged(s);
+    TESSEL_LOG(WARNING) << ctx.Where() << ": recovery attempt " << attempt
+                        << " did not complete, trying again: " << s.message();
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+void RecoveryCoordinator::Reset() {
+  p_.exchange->Reset();
+  p_.units->Reset();
+  p_.channel->ClearErrors();
+}
+
+void RecoveryCoordinator::SettleReceives(absl::Duration limit) {
+  // PARAMS accepted before the rollback land where the checkpoint's will.
+  // A live server's finish within moments; what is still in flight after
+  // that comes from a dead or stalled server and could land at any time (a
+  // stalled one may wake up), so the buffers it targets are retired (kept
+  // alive, never read again) and replaced by fresh ones.
+  p_.channel->SettleReceives(limit, [this](bool stuck) {
+    p_.units->RetireLocked(stuck, &retired_, &retired_half_);
+    p_.exchange->RetireLocked(stuck, &retired_, &retired_half_);
+  });
+  if (const int64_t n = p_.channel->inflight_receives(); n > 0) {
+    TESSEL_LOG(WARNING) << p_.ctx->Where() << ": " << n
+                        << " parameter transfer(s) from before the rollback are still in flight "
+                           "(a dead or stalled server); their buffers were replaced";
+  }
+}
+
+absl::Status RecoveryCoordinator::Once(absl::Time deadline, absl::Time elastic_at,
+                                       int64_t restore_step, int64_t after_epoch) {
+  JobContext& ctx = *p_.ctx;
+  Reset();
+  // A server killed while writing into this worker's receive queue wedges
+  // it; a fresh endpoint reconnects to every server (no address matches
+  // ""). The registry keeps the first address: it names this process, and
+  // servers answer through the endpoint each message arrives on.
+  if (p_.channel->RenewIfWedged()) p_.membership->ForgetServerEndpoints();
+  // The workers to go on with: all of them, or (elastic) the survivors.
+  std::vector<int> ids;
+  absl::Status s = p_.membership->WaitForComplete(deadline, elastic_at, &ids);
+  if (!s.ok()) return s;
+  SettleReceives(absl::Seconds(1));
+  int64_t epoch = 0, step = 0;
+  // The first of them restores every shard and records the membership
+  // there; the others adopt whatever that restore recorded.
+  if (ids.front() == ctx.id) {
+    s = RestoreShards(restore_step, ids, &epoch, &step);
+  } else {
+    s = AwaitRestore(deadline, after_epoch, &epoch, &step, &ids);
+  }
+  if (!s.ok()) return s;
+  p_.collectives->DropAll();  // named by the old epoch; the new one gets fresh ones
+  p_.channel->SetEpoch(epoch);
+  p_.membership->Adopt(ids);
+  p_.spec->set_world_size(static_cast<int>(ids.size()));
+  // DDP keeps its own state: the ranks align it among themselves.
+  if (ctx.ddp()) return ctx.Recoverable(AlignDdpState(step));
+  ctx.step = step;
+  if (ctx.fsdp()) return p_.units->Barrier(step);
+  return p_.exchange->Pull(step);
+}
+
+absl::Status RecoveryCoordinator::RestoreShards(int64_t restore_step, const std::vector<int>& ids,
+                                                int64_t* epoch, int64_t* step) {
+  JobContext& ctx = *p_.ctx;
+  const ShardFleet& fleet = p_.membership->fleet();
+  const bool ddp = ctx.ddp();
+  // The step to go back to: the latest complete checkpoint (DDP: ours).
+  *step = ctx.step;
+  if (!ddp) {
+    v1::CheckpointRef ref;
+    ref.set_job(ctx.options.job);
+    ref.set_step(restore_step);
+    v1::CheckpointInfo info;
+    absl::Status s =
+        fleet.Call(0, &v1::ShardServer::Stub::GetCheckpoint, ref, &info,
+                   absl::StrCat(ctx.Where(), ": finding the checkpoint to roll back to"));
+    if (absl::IsNotFound(s)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(s.message(),
+                       ". Recovery needs a complete checkpoint: run with "
+                       "CheckpointPolicy.every_steps (--checkpoint_every_steps) and initial "
+                       "(--checkpoint_initial) on servers sharing one --checkpoint_dir"));
+    }
+    if (!s.ok()) return ctx.Recoverable(absl::UnavailableError(s.message()));
+    *step = info.step();
+  }
+  // An epoch above every one in use: ours, the registry's, every shard's.
+  int64_t e = std::max(ctx.epoch.load(), p_.membership->view_epoch());
+  absl::Status s = fleet.ForEach([&](int shard) -> absl::Status {
+    v1::JobRef ref;
+    ref.set_job(ctx.options.job);
+    v1::ShardStats st;
+    absl::Status g = fleet.Call(shard, &v1::ShardServer::Stub::GetStats, ref, &st,
+                                absl::StrCat(ctx.Where(), ": GetStats"));
+    if (g.ok()) {
+      e = std::max(e, st.epoch());
+    } else if (!absl::IsNotFound(g)) {
+      return ctx.Recoverable(absl::UnavailableError(g.message()));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  *epoch = e + 1;
+  s = fleet.ForEach([&](int shard) -> absl::Status {
+    v1::CreateJobRequest req;
+    *req.mutable_spec() = *p_.spec;
+    req.mutable_spec()->set_world_size(static_cast<int>(ids.size()));
+    for (int id : ids) req.add_worker_ids(id);
+    req.set_shard_index(shard);
+    req.set_epoch(*epoch);
+    req.set_restore(!ddp);
+    req.set_restore_step(*step);
+    req.set_replace(true);
+    req.set_start_step(*step);
+    v1::CreateJobResponse resp;
+    absl::Status c = fleet.Call(shard, &v1::ShardServer::Stub::CreateJob, req, &resp,
+                                absl::StrCat(ctx.Where(), ": restoring to step ", *step),
+                                absl::Minutes(5));  // a restore reads the checkpoint
+    if (!c.ok()) {
+      if (absl::IsInvalidArgument(c) || absl::IsPermissionDenied(c) || absl::IsUnauthenticated(c)) {
+        return c;  // will not get better by trying again
+      }
+      // Others may: the server died again, or pruning removed checkpoint C
+      // while it was read (the next attempt picks the newest one).
+      return ctx.Recoverable(absl::UnavailableError(c.message()));
+    }
+    const Range r = ctx.layout->shard_range(shard);
+    if (resp.range_begin() != r.begin || resp.range_end() != r.end || resp.step() != *step) {
+      return absl::InternalError(absl::StrCat(
+          ctx.Where(), ": shard ", shard, " restored [", resp.range_begin(), ", ", resp.range_end(),
+          ") at step ", resp.step(), "; expected [", r.begin, ", ", r.end, ") at step ", *step));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  TESSEL_LOG(INFO) << ctx.Where() << ": restored " << fleet.size() << " shard(s) to step " << *step
+                   << " at epoch " << *epoch << " for " << ids.size() << " worker(s)";
+  return absl::OkStatus();
+}
+
+absl::Status RecoveryCoordinator::AwaitRestore(absl::Time deadline, int64_t after_epoch,
+                                               int64_t* epoch, int64_t* step,
+                                               std::vector<int>* ids) {
+  JobContext& ctx = *p_.ctx;
+  const ShardFleet& fleet = p_.membership->fleet();
+  std::string last = "no answer yet";
+  int polls = 0;
+  for (;;) {
+    int64_t e = -1, k = -1;
+    std::vector<int> restored_ids;
+    bool unreachable = false;
+    // Restored by this recovery: a newer epoch, every shard the same, and
+    // still at the step it was restored to (no step can pass without us).
+    const absl::Status ready = fleet.ForEach([&](int shard) -> absl::Status {
+      v1::JobRef ref;
+      ref.set_job(ctx.options.job);
+      v1::ShardStats st;
+      absl::Status g = fleet.Call(shard, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats",
+                                  absl::Seconds(5));
+      if (!g.ok()) {
+        last = absl::StrCat("shard ", shard, ": ", g.message());
+        unreachable = !absl::IsNotFound(g);
+        return g;
+      }
+      if (st.epoch() <= after_epoch || st.restored_from_step() != st.step() ||
+          (e >= 0 && (st.epoch() != e || st.step() != k))) {
+        last = absl::StrCat("shard ", shard, " at epoch ", st.epoch(), " step ", st.step(),
+                            " (restored from ", st.restored_from_step(), ")");
+        return absl::UnavailableError(last);
+      }
+      std::vector<int> shard_ids(st.worker_ids().begin(), st.worker_ids().end());
+      if (shard_ids.empty()) {
+        for (int r = 0; r < st.world_size(); ++r) shard_ids.push_back(r);
+      }
+      if (e >= 0 && shard_ids != restored_ids) {
+        last =
+            absl::StrCat("shard ", shard, " restored for workers ", absl::StrJoin(shard_ids, ","),
+                         ", another shard for ", absl::StrJoin(restored_ids, ","));
+        return absl::UnavailableError(last);
+      }
+      e = st.epoch();
+      k = st.step();
+      restored_ids = std::move(shard_ids);
+      return absl::OkStatus();
+    });
+    if (ready.ok()) {
+      if (std::find(restored_ids.begin(), restored_ids.end(), ctx.id) == restored_ids.end()) {
+        // Not recoverable: the job went on without this worker.
+        return absl::AbortedError(
+            absl::StrCat(ctx.Where(), ": the job went on without this worker (registry rank ",
+                         ctx.id, "): a recovery at epoch ", e, " restored step ", k, " for ",
+                         restored_ids.size(), " worker(s), registry ranks ",
+                         absl::StrJoin(restored_ids, ", "), " (elastic continuation). Exiting"));
+      }
+      *epoch = e;
+      *step = k;
+      *ids = std::move(restored_ids);
+      return absl::OkStatus();
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(ctx.Where(), ": the first worker did not restore the shard servers within ",
+                       absl::FormatDuration(ctx.options.recovery_timeout), " (last seen: ", last,
+                       "); is it running with recovery enabled?"));
+    }
+    absl::Status changed = p_.membership->CheckMembers();  // someone left again: start over
+    if (!changed.ok()) return changed;
+    if (++polls % 10 == 0 || unreachable) {
+      absl::Status servers = p_.membership->CheckServers();  // a server died again
+      if (!servers.ok()) return servers;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+absl::Status RecoveryCoordinator::AlignDdpState(int64_t server_step) {
+  JobContext& ctx = *p_.ctx;
+  ModelBuffers& buffers = p_.exchange->buffers();
+  DdpState& ddp = *p_.ddp;
+  // Per rank: step + 1 (0: holds no state) and the digest of its state.
+  const uint64_t mine[2] = {ddp.holds_state() ? static_cast<uint64_t>(ctx.step) + 1 : 0,
+                            ddp.holds_state() ? ddp.Digest(ctx.step, buffers.params) : 0};
+  auto all = p_.collectives->AllGatherWords(mine);
+  if (!all.ok()) return all.status();
+  const int world = ctx.options.world_size;
+  int donor = -1;
+  for (int r = 0; r < world; ++r) {
+    if ((*all)[2 * r] > 0 && (donor < 0 || (*all)[2 * r] > (*all)[2 * donor])) donor = r;
+  }
+  if (donor < 0) {
+    // Not recoverable: nobody can supply the state.
+    return absl::DataLossError(absl::StrCat(
+        ctx.Where(),
+        ": no worker of this DDP job holds its state (every one was restarted): DDP keeps "
+        "parameters and optimizer state only on the workers and writes no checkpoint. Start the "
+        "job afresh, or use zero1/zero2/fsdp with --checkpoint_every_steps to survive losing "
+        "every worker"));
+  }
+  const int64_t target = static_cast<int64_t>((*all)[2 * donor]) - 1;
+  std::vector<std::string> behind;
+  for (int r = 0; r < world; ++r) {
+    const uint64_t step1 = (*all)[2 * r];
+    if (step1 == (*all)[2 * donor] && (*all)[2 * r + 1] == (*all)[2 * donor + 1]) continue;
+    behind.push_back(step1 == 0                   ? absl::StrCat(r, " (no state: a replacement)")
+                     : step1 == (*all)[2 * donor] ? absl::StrCat(r, " (same step, other state)")
+                                                  : absl::StrCat(r, " (at step ", step1 - 1, ")"));
+  }
+  if (!behind.empty()) {
+    TESSEL_LOG(WARNING) << ctx.Where() << ": rank(s) " << absl::StrJoin(behind, ", ")
+                        << " differ from rank " << donor << " at step " << target
+                        << "; every rank takes rank " << donor << "'s state";
+    absl::Status s = BroadcastDdpState(donor, &ctx, &buffers, &ddp, p_.collectives);
+    if (!s.ok()) return s;
+  }
+  ddp.set_holds_state(true);
+  if (target == server_step) return absl::OkStatus();
+  // The first worker re-created the servers at its own step; move them to
+  // the job's, and let nobody push before they are there.
+  absl::Status wrote = absl::OkStatus();
+  if (ctx.rank.load() == 0) {
+    TrainState at;
+    at.step = target;
+    wrote = WriteServerState(ctx, p_.membership->fleet(), at);
+  }
+  absl::Status s = p_.collectives->AgreeOk(
+      wrote.ok(), absl::StrCat("moving the shard servers to step ", target));
+  return wrote.ok() ? s : wrote;
+}
+
+absl::Status BroadcastDdpState(int root, JobContext* ctx, ModelBuffers* buffers, DdpState* ddp,
+                               JobCollectives* collectives) {
+  // step, then params, then every optimizer state slot, as raw bytes.
+  const size_t n = buffers->params.size();
+  const size_t floats = n * (1 + ddp->slots().size());
+  std::string wire(sizeof(int64_t) + floats * sizeof(float), '\0');
+  if (ctx->rank.load() == root) {
+    char* at = wire.data();
+    std::memcpy(at, &ctx->step, sizeof(int64_t));
+    at += sizeof(int64_t);
+    std::memcpy(at, buffers->params.data(), n * sizeof(float));
+    at += n * sizeof(float);
+    for (const auto& slot : ddp->slots()) {
+      std::memcpy(at, slot.data(), n * sizeof(float));
+      at += n * sizeof(float);
+    }
+  }
+  absl::Status s = collectives->Broadcast(root, &wire);
+  if (!s.ok()) return s;
+  const char* at = wire.data();
+  std::memcpy(&ctx->step, at, sizeof(int64_t));
+  at += sizeof(int64_t);
+  std::memcpy(buffers->params.data(), at, n * sizeof(float));
+  at += n * sizeof(float);
+  for (auto& slot : ddp->slots()) {
+    std::memcpy(slot.data(), at, n * sizeof(float));
+    at += n * sizeof(float);
+  }
+  if (ctx->half) FloatToHalf(*ctx->half, buffers->params.data(), buffers->params_half.data(), n);
+  return collectives->ReleaseBytes(wire.size());
+}
+
+}  // namespace tessel::internal

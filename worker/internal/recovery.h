@@ -1,0 +1,92 @@
+// RecoveryCoordinator: brings a job whose worker or shard server was lost
+// back to a consistent step (docs/architecture.md, "Recovery").
+//
+// Protocol: every worker that sees a member missing stops its step with a
+// recoverable status; Run() waits until all ranks and shards are present
+// again (or, elastic, enough survivors), reconnects restarted servers, and
+// then the first of the workers that go on replaces the job on every shard
+// with the latest complete checkpoint at a fresh epoch above every epoch in
+// use, while the others poll the shards until they all report that restore.
+// Everyone then pulls the checkpoint's parameters (fsdp: waits for the step
+// on every shard). DDP, whose state lives on the workers, re-creates the
+// servers empty and aligns the ranks on the most advanced one's state.
+// Frames of the old epoch are refused by servers and dropped by workers, so
+// nothing from before the rollback is applied.
+//
+// Depends on (never the reverse): Membership, DataChannel, BucketExchange,
+// FsdpUnits, DdpState, JobCollectives.
+//
+// Threads: the driving thread.
+#ifndef TESSEL_WORKER_INTERNAL_RECOVERY_H_
+#define TESSEL_WORKER_INTERNAL_RECOVERY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/shard.pb.h"
+#include "worker/internal/bucket_exchange.h"
+#include "worker/internal/data_channel.h"
+#include "worker/internal/ddp_state.h"
+#include "worker/internal/fsdp_units.h"
+#include "worker/internal/job_collectives.h"
+#include "worker/internal/job_context.h"
+#include "worker/internal/membership.h"
+
+namespace tessel::internal {
+
+struct RecoveryParts {
+  JobContext* ctx;
+  DataChannel* channel;
+  Membership* membership;
+  BucketExchange* exchange;
+  FsdpUnits* units;
+  DdpState* ddp;
+  JobCollectives* collectives;
+  v1::JobSpec* spec;  // as registered; world_size follows an elastic recovery
+};
+
+class RecoveryCoordinator {
+ public:
+  explicit RecoveryCoordinator(const RecoveryParts& parts) : p_(parts) {}
+
+  // Rolls back to the checkpoint of `restore_step` (-1: the latest complete
+  // one), retrying until recovery_timeout. On success ctx.step is the
+  // restored step and the buffers hold its parameters.
+  absl::Status Run(int64_t restore_step);
+  int recoveries() const { return recoveries_; }
+
+ private:
+  absl::Status Once(absl::Time deadline, absl::Time elastic_at, int64_t restore_step,
+                    int64_t after_epoch);
+  void Reset();
+  void SettleReceives(absl::Duration limit);
+  absl::Status RestoreShards(int64_t restore_step, const std::vector<int>& ids, int64_t* epoch,
+                             int64_t* step);
+  // ids: the workers that restore recorded, in data-parallel rank order.
+  absl::Status AwaitRestore(absl::Time deadline, int64_t after_epoch, int64_t* epoch, int64_t* step,
+                            std::vector<int>* ids);
+  // DDP, after a restore: the ranks compare (step, state digest); if any
+  // differs or holds no state (a replacement), every rank takes the state of
+  // the lowest rank at the highest step, and the servers (re-created at
+  // `server_step`) move to that step. Exact: each rank applied the same
+  // averaged gradients, so a rank one step ahead is that rank's future.
+  absl::Status AlignDdpState(int64_t server_step);
+
+  RecoveryParts p_;
+  int recoveries_ = 0;
+  // Buffers a transfer from before a rollback may still write into: kept
+  // until the transport is shut down (under the channel's mu()).
+  std::vector<std::vector<float>> retired_;
+  std::vector<std::vector<uint16_t>> retired_half_;
+};
+
+// DDP: every rank takes rank `root`'s step, params and optimizer state, bit
+// for bit (a broadcast through `collectives`).
+absl::Status BroadcastDdpState(int root, JobContext* ctx, ModelBuffers* buffers, DdpState* ddp,
+                               JobCollectives* collectives);
+
+}  // namespace tessel::internal
+
+#endif  // TESSEL_WORKER_INTERNAL_RECOVERY_H_

@@ -1,0 +1,188 @@
+#include "worker/internal/state_queries.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+#include "worker/internal/server_state.h"
+#include "worker/train_state.h"
+
+namespace tessel::internal {
+
+StateQueries::StateQueries(const StateQueryParts& parts)
+    : p_(parts), stopper_(parts.ctx->options.early_stopping) {}
+
+absl::StatusOr<std::vector<ShardReport>> StateQueries::ServerStats() {
+  const ShardFleet& fleet = *p_.fleet;
+  std::vector<ShardReport> out;
+  absl::Status s = fleet.ForEach([&](int shard) -> absl::Status {
+    v1::JobRef ref;
+    ref.set_job(p_.ctx->options.job);
+    v1::ShardStats st;
+    absl::Status r = fleet.Call(shard, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats");
+    if (!r.ok()) return r;
+    ShardReport rep;
+    rep.shard = shard;
+    rep.range = Range{st.range_begin(), st.range_end()};
+    rep.epoch = st.epoch();
+    rep.step = st.step();
+    rep.initialized = st.initialized();
+    rep.step_in_progress = st.step_in_progress();
+    rep.state_digest = st.state_digest();
+    rep.params_bytes = st.memory().params_bytes();
+    rep.optimizer_bytes = st.memory().optimizer_bytes();
+    rep.grad_buffer_bytes = st.memory().grad_buffer_bytes();
+    rep.rejected_frames = st.rejected_frames();
+    rep.stale_epoch_frames = st.stale_epoch_frames();
+    rep.applied_steps = st.applied_steps();
+    rep.recoveries = st.recoveries();
+    out.push_back(std::move(rep));
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<absl::Span<const float>> StateQueries::SynchronizeGradients() {
+  const JobContext& ctx = *p_.ctx;
+  if (ctx.layout == nullptr) {
+    return absl::FailedPreconditionError("SynchronizeGradients before RegisterLayout");
+  }
+  if (ctx.unit_grads()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ctx.Where(), ": SynchronizeGradients needs a full gradient buffer; with ",
+        ctx.fsdp() ? "fsdp" : "per-unit zero2",
+        " each unit's gradients are pushed and freed as backward goes (the servers average them)"));
+  }
+  const ModelBuffers& b = p_.exchange->buffers();
+  std::vector<float>& synced = synced_grads_;
+  const size_t n = static_cast<size_t>(ctx.layout->num_params());
+  synced.resize(n);
+  if (ctx.half) {
+    HalfToFloat(*ctx.half, b.grads_half.data(), synced.data(), n);
+  } else {
+    std::copy(b.grads.begin(), b.grads.end(), synced.begin());
+    const int micro = p_.exchange->micro_batches();
+    if (micro > 1) {  // as Step() will: the mean over micro-batches
+      const float count = static_cast<float>(micro);
+      for (float& g : synced) g /= count;
+    }
+  }
+  absl::Status s = p_.collectives->AllReduceMean(absl::MakeSpan(synced));
+  if (!s.ok()) return s;
+  return absl::MakeConstSpan(synced);
+}
+
+absl::StatusOr<OptimizerStateReport> StateQueries::SynchronizeOptimizerState() {
+  JobContext& ctx = *p_.ctx;
+  if (ctx.layout == nullptr) {
+    return absl::FailedPreconditionError("SynchronizeOptimizerState before RegisterLayout");
+  }
+  OptimizerStateReport report;
+  report.step = ctx.step;
+  if (!ctx.ddp()) {
+    // One copy, sharded: nothing to copy around; check the shards agree on the step.
+    auto stats = ServerStats();
+    if (!stats.ok()) return stats.status();
+    for (const ShardReport& st : *stats) {
+      report.digests.push_back(st.state_digest);
+      if (st.step != ctx.step || st.step_in_progress || !st.initialized) report.consistent = false;
+    }
+    return report;
+  }
+  const uint64_t mine[2] = {static_cast<uint64_t>(ctx.step),
+                            p_.ddp->Digest(ctx.step, p_.exchange->buffers().params)};
+  auto all = p_.collectives->AllGatherWords(mine);
+  if (!all.ok()) return all.status();
+  const int world = ctx.options.world_size;
+  for (int r = 0; r < world; ++r) {
+    if ((*all)[2 * r] != (*all)[0]) {  // the same verdict on every rank, before anything changes
+      return absl::FailedPreconditionError(absl::StrCat(
+          ctx.Where(), ": rank 0 is at step ", (*all)[0], " and rank ", r, " at ", (*all)[2 * r],
+          "; ranks must call SynchronizeOptimizerState at the same step"));
+    }
+    report.digests.push_back(absl::StrFormat("%016x", (*all)[2 * r + 1]));
+    if ((*all)[2 * r + 1] != (*all)[1]) report.repaired_ranks.push_back(r);
+  }
+  report.consistent = report.repaired_ranks.empty();
+  if (report.consistent) return report;
+  TESSEL_LOG(WARNING) << ctx.Where() << ": optimizer state differs from rank 0's on rank(s) "
+                      << absl::StrJoin(report.repaired_ranks, ", ") << "; copying rank 0's";
+  absl::Status s = BroadcastDdpState(0, &ctx, &p_.exchange->buffers(), p_.ddp, p_.collectives);
+  if (!s.ok()) return s;
+  return report;
+}
+
+absl::StatusOr<std::string> StateQueries::Serialize() {
+  const JobContext& ctx = *p_.ctx;
+  if (ctx.layout == nullptr)
+    return absl::FailedPreconditionError("Serialize before RegisterLayout");
+  TrainState state;
+  state.spec = *p_.spec;
+  state.step = ctx.step;
+  const size_t n = static_cast<size_t>(ctx.layout->num_params());
+  if (ctx.ddp()) {
+    state.params = p_.exchange->buffers().params;
+    state.state = p_.ddp->slots();
+    return EncodeTrainState(state);
+  }
+  // Every rank reads between two barriers: no shard can start the next step
+  // while anyone reads.
+  absl::Status s = p_.collectives->AgreeOk(true, "Serialize");
+  if (!s.ok()) return s;
+  state.params.assign(n, 0.f);
+  state.state.assign(static_cast<size_t>(StateSlots(ctx.options.optimizer)), std::vector<float>(n));
+  absl::Status read = ReadServerState(ctx, *p_.fleet, &state);
+  s = p_.collectives->AgreeOk(read.ok(), "Serialize");
+  if (!read.ok()) return read;
+  if (!s.ok()) return s;
+  return EncodeTrainState(state);
+}
+
+absl::Status StateQueries::Deserialize(absl::string_view blob) {
+  JobContext& ctx = *p_.ctx;
+  if (ctx.layout == nullptr) {
+    return absl::FailedPreconditionError("Deserialize before RegisterLayout");
+  }
+  absl::StatusOr<TrainState> state = DecodeTrainState(blob);
+  absl::Status fits = state.ok() ? CheckTrainStateFits(*state, *p_.spec) : state.status();
+  if (!fits.ok()) {
+    fits = absl::Status(fits.code(), absl::StrCat(ctx.Where(), ": Deserialize: ", fits.message()));
+  }
+  // Agree before touching anything: a rank with a bad blob stops everyone.
+  absl::Status s = p_.collectives->AgreeOk(fits.ok(), "Deserialize (checking the blob)");
+  if (!fits.ok()) return fits;
+  if (!s.ok()) return s;
+  absl::Status wrote = absl::OkStatus();
+  if (ctx.options.rank == 0) wrote = WriteServerState(ctx, *p_.fleet, *state);
+  s = p_.collectives->AgreeOk(wrote.ok(), "Deserialize (writing the shard servers)");
+  if (!wrote.ok()) return wrote;
+  if (!s.ok()) return s;
+  ctx.step = state->step;
+  p_.exchange->NextStep();
+  if (ctx.ddp()) {
+    ModelBuffers& b = p_.exchange->buffers();
+    b.params = state->params;
+    p_.ddp->slots() = state->state;
+    if (ctx.half) FloatToHalf(*ctx.half, b.params.data(), b.params_half.data(), b.params.size());
+    return absl::OkStatus();
+  }
+  if (ctx.fsdp()) return p_.units->Barrier(ctx.step);  // units are gathered per step
+  return p_.exchange->Pull(ctx.step);
+}
+
+absl::StatusOr<bool> StateQueries::ReportMetric(float value) {
+  std::vector<float> mean = {value};
+  absl::Status s = p_.collectives->AllReduceMean(absl::MakeSpan(mean));
+  if (!s.ok()) return s;
+  stopper_.Observe(mean[0]);
+  const WorkerOptions& o = p_.ctx->options;
+  const bool stop =
+      o.early_stop_hook ? o.early_stop_hook(mean[0], stopper_) : stopper_.ShouldStop();
+  early_stop_ = early_stop_ || stop;
+  return early_stop_;
+}
+
+}  // namespace tessel::internal

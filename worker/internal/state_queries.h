@@ -1,0 +1,71 @@
+// StateQueries: the seeds' state queries, for every strategy. Each is a
+// collective (every rank calls it at the same point, between steps) built on
+// JobCollectives, and changes nothing unless it says so:
+//   SynchronizeGradients   the data-parallel mean of this step's gradients,
+//                          reduced in rank order exactly as the step will.
+//   SynchronizeOptimizerState  ZeRO/FSDP: every shard at this step, with its
+//                          digest; DDP: compares every rank's (step, params,
+//                          state) digest and copies rank 0's onto any that
+//                          drifted.
+//   Serialize/Deserialize  the whole training state as a portable blob
+//                          (worker/train_state.h); a bad blob is refused on
+//                          every rank and changes nothing.
+//   ReportMetric           early stopping over the job-wide mean.
+//   ServerStats            every shard server's view of the job.
+//
+// Threads: the driving thread.
+#ifndef TESSEL_WORKER_INTERNAL_STATE_QUERIES_H_
+#define TESSEL_WORKER_INTERNAL_STATE_QUERIES_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "core/early_stopping.h"
+#include "proto/shard.pb.h"
+#include "rpc/shard_fleet.h"
+#include "worker/internal/bucket_exchange.h"
+#include "worker/internal/ddp_state.h"
+#include "worker/internal/fsdp_units.h"
+#include "worker/internal/job_collectives.h"
+#include "worker/internal/job_context.h"
+#include "worker/internal/recovery.h"
+#include "worker/reports.h"
+
+namespace tessel::internal {
+
+struct StateQueryParts {
+  JobContext* ctx;
+  BucketExchange* exchange;
+  FsdpUnits* units;
+  DdpState* ddp;
+  JobCollectives* collectives;
+  const ShardFleet* fleet;
+  const v1::JobSpec* spec;
+};
+
+class StateQueries {
+ public:
+  explicit StateQueries(const StateQueryParts& parts);
+
+  absl::StatusOr<absl::Span<const float>> SynchronizeGradients();
+  absl::StatusOr<OptimizerStateReport> SynchronizeOptimizerState();
+  absl::StatusOr<std::string> Serialize();
+  absl::Status Deserialize(absl::string_view blob);
+  absl::StatusOr<bool> ReportMetric(float value);
+  bool ShouldEarlyStop() const { return early_stop_; }
+  const EarlyStopping& early_stopping() const { return stopper_; }
+  absl::StatusOr<std::vector<ShardReport>> ServerStats();
+
+ private:
+  StateQueryParts p_;
+  std::vector<float> synced_grads_;  // SynchronizeGradients' result
+  EarlyStopping stopper_;
+  bool early_stop_ = false;
+};
+
+}  // namespace tessel::internal
+
+#endif  // TESSEL_WORKER_INTERNAL_STATE_QUERIES_H_

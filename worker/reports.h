@@ -1,0 +1,52 @@
+// What the worker SDK reports: the outcome of SynchronizeOptimizerState, the
+// worker's memory, and each shard server's view of the job. Plain C++ types
+// (no protocol headers), part of the SDK's public surface.
+#ifndef TESSEL_WORKER_REPORTS_H_
+#define TESSEL_WORKER_REPORTS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/layout.h"
+
+namespace tessel {
+
+// What SynchronizeOptimizerState found.
+struct OptimizerStateReport {
+  int64_t step = 0;
+  // DDP: one digest of (step, params, optimizer state) per rank, as found
+  // before any repair. ZeRO/FSDP: one state digest per shard.
+  std::vector<std::string> digests;
+  bool consistent = true;           // all ranks equal (DDP), all shards at step (ZeRO)
+  std::vector<int> repaired_ranks;  // DDP: ranks overwritten with rank 0's state
+};
+
+struct WorkerMemory {
+  int64_t params_bytes = 0;
+  int64_t grads_bytes = 0;
+  int64_t optimizer_bytes = 0;  // DDP only: optimizer state lives on the worker
+  int64_t peak_bytes = 0;       // fsdp: most parameter + gradient bytes held at once
+};
+
+// One shard server's view of the job (control plane), for tools and tests.
+struct ShardReport {
+  int shard = 0;
+  Range range;
+  int64_t epoch = 0;
+  int64_t step = 0;  // updates applied
+  bool initialized = false;
+  bool step_in_progress = false;  // some gradients of the next step have arrived
+  std::string state_digest;       // hex digest of params + optimizer state + step
+  int64_t params_bytes = 0;       // fp32 masters held
+  int64_t optimizer_bytes = 0;
+  int64_t grad_buffer_bytes = 0;
+  int64_t rejected_frames = 0;
+  int64_t stale_epoch_frames = 0;
+  int64_t applied_steps = 0;
+  int recoveries = 0;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_WORKER_REPORTS_H_

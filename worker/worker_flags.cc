@@ -1,0 +1,92 @@
+#include "worker/worker_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "rpc/auth.h"
+#include "rpc/tls_flags.h"
+#include "worker/train_flags.h"
+
+ABSL_FLAG(std::string, registry, "", "registry host:port (required)");
+ABSL_FLAG(std::string, pool, "default", "shard server pool");
+ABSL_FLAG(int, step_timeout_s, 120,
+          "seconds any wait (a step on the servers, a peer's message) may take before the worker "
+          "gives up");
+ABSL_FLAG(int, connect_timeout_s, 60, "seconds to wait for the servers and every other worker");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
+          "every shard checkpoints at multiples of N steps (servers need --checkpoint_dir); "
+          "needed for --recover with zero1/zero2/fsdp and hybrid (0 = never)");
+ABSL_FLAG(int, checkpoint_every_s, 0, "rank 0 asks for a checkpoint every N seconds (0 = never)");
+ABSL_FLAG(bool, checkpoint_initial, false,
+          "also checkpoint step 0 (so a recovery before the first periodic checkpoint restarts "
+          "from the initial parameters)");
+ABSL_FLAG(int, keep_checkpoints, 3,
+          "complete checkpoints kept per job (hybrid with --recover: >= 3, partitions roll back "
+          "to a step all of them have complete)");
+ABSL_FLAG(bool, recover, true,
+          "when a worker or shard server dies, pause, wait (up to --recovery_timeout_s) for it "
+          "to come back (a lost worker: a replacement started with its --rank and --resume) and "
+          "roll the job back to the latest checkpoint, then go on (false: fail the step)");
+ABSL_FLAG(bool, resume, false,
+          "start from the job's checkpoint instead of the initial parameters: a replacement for "
+          "a lost worker of a running job, or, when every worker passes it, a whole restart");
+ABSL_FLAG(int64_t, resume_step, -1, "with --resume: the checkpoint's step (-1 = latest)");
+ABSL_FLAG(int, recovery_timeout_s, 60,
+          "seconds to wait for a lost worker or shard server to return before giving up");
+ABSL_FLAG(int, lease_ttl_ms, 3000,
+          "registry lease of this worker: a dead worker is noticed about this long after it died");
+ABSL_FLAG(int, elastic_min_workers, 0,
+          "job policy when a worker is lost (needs --recover): 0 = wait for a replacement "
+          "(--rank=R --resume); N = if none joins within --elastic_grace_s, go on from the "
+          "latest checkpoint with the survivors, renumbered, as long as at least N remain. "
+          "Each worker keeps --batch, so the global batch shrinks");
+ABSL_FLAG(double, elastic_grace_s, 10,
+          "with --elastic_min_workers: seconds to wait for a replacement before going on "
+          "without the lost worker(s)");
+ABSL_FLAG(std::string, token_file, "", "admin token file for servers that require one");
+
+namespace tessel {
+
+uint64_t ShuffleSeedFor(int rank) {
+  const uint64_t seed = absl::GetFlag(FLAGS_shuffle_seed);
+  return seed == 0 ? 0 : seed + static_cast<uint64_t>(rank) * 7919;
+}
+
+absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
+  WorkerOptions o;
+  auto optimizer = OptimizerFromFlags();
+  if (!optimizer.ok()) return optimizer.status();
+  auto strategy = StrategyFromFlags();
+  if (!strategy.ok()) return strategy.status();
+  auto half = PrecisionFromFlags();
+  if (!half.ok()) return half.status();
+  o.registry = absl::GetFlag(FLAGS_registry);
+  o.server_pool = absl::GetFlag(FLAGS_pool);
+  o.strategy = *strategy;
+  o.optimizer = *optimizer;
+  o.precision = PrecisionOf(*half);
+  o.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
+  o.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
+  o.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
+  o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  o.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  o.tls = TlsOptionsFromFlags();
+  o.resume = absl::GetFlag(FLAGS_resume);
+  o.resume_step = absl::GetFlag(FLAGS_resume_step);
+  o.checkpoint.every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  o.checkpoint.keep_last = absl::GetFlag(FLAGS_keep_checkpoints);
+  o.checkpoint.initial = absl::GetFlag(FLAGS_checkpoint_initial);
+  o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
+  o.recovery = absl::GetFlag(FLAGS_recover);
+  o.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
+  o.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
+  o.elastic_min_workers = absl::GetFlag(FLAGS_elastic_min_workers);
+  o.elastic_grace = absl::Seconds(absl::GetFlag(FLAGS_elastic_grace_s));
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    auto token = ReadTokenFile("--token_file", absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) return token.status();
+    o.token = *token;
+  }
+  return o;
+}
+
+}  // namespace tessel

@@ -1,0 +1,222 @@
+// The worker SDK's unit tests: one suite, run over the in-process transport
+// (the seeds' InMemoryCommunicationBackend) and over UCX, against real shard
+// servers and a real registry inside the test process (testing/inproc_cluster).
+// Workers are threads. Every strategy must equal single-process training bit
+// for bit; bad input gets a clear error and changes nothing.
+#include "worker/worker.h"
+
+#include <cmath>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "core/optimizer.h"
+#include "gtest/gtest.h"
+#include "testing/inproc_cluster.h"
+
+namespace tessel {
+namespace {
+
+constexpr int kWorld = 2;
+constexpr int kSteps = 4;
+// Three tensors, so fsdp has units that straddle shard boundaries.
+const std::vector<TensorDesc> kTensors = {{"w1", {37, 11}}, {"b1", {11}}, {"w2", {11, 29}}};
+
+int64_t NumParams() {
+  int64_t n = 0;
+  for (const auto& t : kTensors) {
+    int64_t k = 1;
+    for (int64_t d : t.shape) k *= d;
+    n += k;
+  }
+  return n;
+}
+
+std::vector<float> Init() {
+  std::vector<float> p(static_cast<size_t>(NumParams()));
+  for (size_t i = 0; i < p.size(); ++i) p[i] = std::sin(0.37f * static_cast<float>(i));
+  return p;
+}
+
+// Rank r's gradient at `step` (0-based) for parameters `params`.
+float Grad(int rank, int64_t step, size_t i, float param) {
+  return 0.01f * std::cos(static_cast<float>(i) * 0.11f + static_cast<float>(rank) +
+                          0.5f * static_cast<float>(step)) +
+         0.001f * param;
+}
+
+OptimizerParams Adam() {
+  OptimizerParams o;
+  o.kind = OptimizerParams::Kind::kAdam;
+  o.lr = 1e-2f;
+  return o;
+}
+
+// Single-process training on the mean of the ranks' gradients.
+std::vector<float> Reference(int steps) {
+  std::vector<float> params = Init();
+  const size_t n = params.size();
+  const OptimizerParams opt = Adam();
+  std::vector<std::vector<float>> slots(StateSlots(opt), std::vector<float>(n));
+  float* state[kMaxStateSlots] = {};
+  for (size_t k = 0; k < slots.size(); ++k) state[k] = slots[k].data();
+  InitState(opt, state, n);
+  std::vector<std::vector<float>> grads(kWorld, std::vector<float>(n));
+  std::vector<float> mean(n);
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int r = 0; r < kWorld; ++r) {
+      for (size_t i = 0; i < n; ++i) grads[r][i] = Grad(r, s, i, params[i]);
+    }
+    const float* srcs[kWorld] = {grads[0].data(), grads[1].data()};
+    ReduceMean(srcs, kWorld, mean.data(), n);
+    ApplyUpdate(opt, s + 1, params.data(), mean.data(), state, n);
+  }
+  return params;
+}
+
+class WorkerTest : public ::testing::TestWithParam<InProcCluster::Kind> {
+ protected:
+  void SetUp() override {
+    InProcCluster::Options options;
+    options.servers = 2;
+    options.transport = GetParam();
+    cluster_ = std::make_unique<InProcCluster>(options);
+    ASSERT_TRUE(cluster_->Start().ok());
+  }
+  void TearDown() override { cluster_->Stop(); }
+
+  WorkerOptions Options(const std::string& job, int rank, Strategy strategy) {
+    WorkerOptions o = cluster_->worker_options(job, rank, kWorld);
+    o.strategy = strategy;
+    o.optimizer = Adam();
+    o.bucket_bytes = 1024;  // several buckets per shard
+    if (strategy == Strategy::kFsdp) o.fsdp_units = {0, 2};
+    return o;
+  }
+
+  // Runs `body(rank)` on kWorld threads and waits for all.
+  static void OnRanks(const std::function<void(int)>& body) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r) threads.emplace_back(body, r);
+    for (auto& t : threads) t.join();
+  }
+
+  // Trains kSteps with `strategy`; returns rank 0's final parameters.
+  std::vector<float> Train(const std::string& job, Strategy strategy) {
+    std::vector<std::vector<float>> out(kWorld);
+    OnRanks([&](int r) {
+      auto w = Worker::Connect(Options(job, r, strategy));
+      ASSERT_TRUE(w.ok()) << w.status();
+      Worker& worker = **w;
+      ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
+      for (int64_t s = 0; s < kSteps; ++s) {
+        if (strategy == Strategy::kFsdp) {
+          for (int u = 0; u < worker.num_units(); ++u) {
+            auto p = worker.Gather(u);
+            ASSERT_TRUE(p.ok()) << p.status();
+            const Range range = worker.unit_range(u);
+            absl::Span<float> g = worker.UnitGrads(u);
+            ASSERT_EQ(g.size(), static_cast<size_t>(range.size()));
+            for (size_t i = 0; i < g.size(); ++i) {
+              g[i] = Grad(r, s, static_cast<size_t>(range.begin) + i, (*p)[i]);
+            }
+            worker.Release(u);
+            ASSERT_TRUE(worker.PushUnit(u).ok());
+          }
+          ASSERT_TRUE(worker.FinishStep().ok());
+        } else {
+          absl::Span<float> p = worker.params();
+          absl::Span<float> g = worker.grads();
+          for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(r, s, i, p[i]);
+          // Hand the first half over early: pushes overlap "backward".
+          ASSERT_TRUE(worker.GradientsReady(0, static_cast<int64_t>(g.size()) / 2).ok());
+          ASSERT_TRUE(worker.Step().ok());
+        }
+        EXPECT_EQ(worker.step(), s + 1);
+      }
+      auto all = worker.GatherAll();
+      ASSERT_TRUE(all.ok()) << all.status();
+      out[r] = std::move(*all);
+    });
+    EXPECT_EQ(out[0], out[1]) << "ranks disagree";
+    return out[0];
+  }
+
+  std::unique_ptr<InProcCluster> cluster_;
+};
+
+TEST_P(WorkerTest, EveryStrategyEqualsSingleProcessTrainingBitwise) {
+  const std::vector<float> want = Reference(kSteps);
+  for (Strategy s : {Strategy::kZero2, Strategy::kZero1, Strategy::kDdp, Strategy::kFsdp}) {
+    SCOPED_TRACE(std::string(StrategyName(s)));
+    const std::vector<float> got = Train(std::string("eq-") + std::string(StrategyName(s)), s);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << "parameter " << i;
+    }
+  }
+}
+
+TEST_P(WorkerTest, StateQueriesAreCollectivesOverTheJob) {
+  OnRanks([&](int r) {
+    auto w = Worker::Connect(Options("queries", r, Strategy::kZero2));
+    ASSERT_TRUE(w.ok()) << w.status();
+    Worker& worker = **w;
+    ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
+    absl::Span<float> g = worker.grads();
+    for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(r + 1) * 0.5f;
+    auto mean = worker.SynchronizeGradients();
+    ASSERT_TRUE(mean.ok()) << mean.status();
+    for (float x : *mean) ASSERT_EQ(x, 0.75f);
+    auto stop = worker.ReportMetric(static_cast<float>(r));
+    ASSERT_TRUE(stop.ok()) << stop.status();
+    EXPECT_FALSE(*stop);
+    auto report = worker.SynchronizeOptimizerState();
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->consistent);
+    EXPECT_EQ(report->digests.size(), 2u);  // one per shard
+    auto blob = worker.Serialize();
+    ASSERT_TRUE(blob.ok()) << blob.status();
+    EXPECT_TRUE(worker.Deserialize(*blob).ok());
+    EXPECT_FALSE(worker.Deserialize("not a blob").ok());
+    EXPECT_EQ(worker.step(), 0);
+  });
+}
+
+TEST_P(WorkerTest, BadInputIsRefusedAndChangesNothing) {
+  WorkerOptions bad = Options("bad", 2, Strategy::kZero2);  // rank 2 of 2
+  auto refused = Worker::Connect(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("rank 2 is outside [0, 2)"), std::string::npos);
+
+  OnRanks([&](int r) {
+    auto w = Worker::Connect(Options("bad", r, Strategy::kZero2));
+    ASSERT_TRUE(w.ok()) << w.status();
+    Worker& worker = **w;
+    EXPECT_EQ(worker.Step().code(), absl::StatusCode::kFailedPrecondition);
+    if (r == 0) {  // rank 0 seeds the servers: its init must fit the layout
+      const std::vector<float> short_init(3, 0.f);
+      absl::Status s = worker.RegisterLayout(kTensors, short_init);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(s.message().find("init has 3 floats but the layout has"), std::string::npos);
+    }
+    ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
+    EXPECT_EQ(worker.RegisterLayout(kTensors, Init()).code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(worker.GradientsReady(0, NumParams() + 1).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(worker.AccumulateGradients(std::vector<float>(5)).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(worker.Gather(0).status().code(), absl::StatusCode::kInvalidArgument);
+    // Nothing above changed the job: a step still trains from Init().
+    for (float& g : worker.grads()) g = 0.f;
+    ASSERT_TRUE(worker.Step().ok());
+    EXPECT_EQ(worker.step(), 1);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, WorkerTest,
+                         ::testing::Values(InProcCluster::Kind::kInProc, InProcCluster::Kind::kUcx),
+                         [](const auto& info) { return InProcCluster::KindName(info.param); });
+
+}  // namespace
+}  // namespace tessel
