@@ -46,6 +46,7 @@
 #include "tools/hybrid_mlp.h"
 #include "tools/hybrid_replay.h"
 #include "tools/mlp_job.h"
+#include "worker/collectives.h"
 #include "worker/hybrid.h"
 #include "worker/train_flags.h"
 #include "worker/worker_flags.h"
@@ -238,9 +239,9 @@ absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp&
     ++window_steps;
     if (in_loss_group && ((k + 1) % log_every == 0 || k + 1 == steps)) {
       std::vector<float> sum = {loss_rank ? *loss : 0.0f};
-      s = hs.peers().AllReduceSum(loss_group,
-                                  tessel::HybridTag(tessel::HybridMessage::kLoss, k, 0, 0),
-                                  absl::MakeSpan(sum), absl::StrCat("the loss of step ", k));
+      s = tessel::AllReduceSum(hs.peers(), loss_group,
+                               tessel::HybridTag(tessel::HybridMessage::kLoss, k, 0, 0),
+                               absl::MakeSpan(sum), absl::StrCat("the loss of step ", k));
       if (!s.ok()) {
         if (absl::Status r = recovered(s, &k); !r.ok()) return r;
         continue;

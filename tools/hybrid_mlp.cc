@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/layer_kernels.h"
+#include "worker/collectives.h"
 #include "worker/train_flags.h"
 
 ABSL_FLAG(int, dp, 1, "hybrid: data-parallel replicas");
@@ -132,9 +133,10 @@ absl::Status HybridMlpStage::Forward(int j) {
         // Only tensor rank 0's partial starts from the bias.
         kernels::Linear(rows_, split_.local_in(l), split_.local_out(l), input, w,
                         coords_.t == 0 ? b : nullptr, out.data(), &scratch_);
-        absl::Status s = peers_->AllReduceSum(
-            tensor_group_, HybridTag(HybridMessage::kForwardSum, step_, j, l), absl::MakeSpan(out),
-            absl::StrCat("the tensor-parallel sum of fc", l, "'s output, ", Where(j)));
+        absl::Status s =
+            AllReduceSum(*peers_, tensor_group_, HybridTag(HybridMessage::kForwardSum, step_, j, l),
+                         absl::MakeSpan(out),
+                         absl::StrCat("the tensor-parallel sum of fc", l, "'s output, ", Where(j)));
         if (!s.ok()) return s;
         break;
       }
@@ -203,8 +205,9 @@ absl::Status HybridMlpStage::Backward(int j) {
     std::vector<float> dx(m * in);
     kernels::InputGrad(rows_, in, out, d.data(), params_ + wt.offset, dx.data());
     if (split_.split(l) == LayerSplit::kColumn) {
-      absl::Status s = peers_->AllReduceSum(
-          tensor_group_, HybridTag(HybridMessage::kBackwardSum, step_, j, l), absl::MakeSpan(dx),
+      absl::Status s = AllReduceSum(
+          *peers_, tensor_group_, HybridTag(HybridMessage::kBackwardSum, step_, j, l),
+          absl::MakeSpan(dx),
           absl::StrCat("the tensor-parallel sum of fc", l, "'s input gradient, ", Where(j)));
       if (!s.ok()) return s;
     }

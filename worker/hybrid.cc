@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "core/log.h"
 #include "rpc/tls.h"
+#include "worker/collectives.h"
 #include "worker/internal/make_transport.h"
 
 namespace tessel {
@@ -24,21 +25,6 @@ constexpr int kWelcomeIndex = 3;
 [[noreturn]] void Fatal(const std::string& message) {
   TESSEL_LOG(ERROR) << message;
   std::abort();
-}
-
-// Text as floats (one character each, exact) so it can travel in a PeerGroup.
-std::vector<float> TextToFloats(const std::string& text) {
-  std::vector<float> out;
-  out.reserve(text.size());
-  for (unsigned char c : text) out.push_back(static_cast<float>(c));
-  return out;
-}
-
-std::string FloatsToText(const std::vector<float>& v) {
-  std::string out;
-  out.reserve(v.size());
-  for (float f : v) out.push_back(static_cast<char>(static_cast<unsigned char>(f)));
-  return out;
 }
 
 }  // namespace
@@ -216,7 +202,7 @@ absl::Status HybridSession::Start() {
     absl::StatusOr<PeerGroup::Message> welcome =
         peers_->RecvAny(HybridTag(HybridMessage::kRecovery, 0, 0, kWelcomeIndex), grace);
     if (welcome.ok()) {
-      const std::string theirs = FloatsToText(welcome->data);
+      const std::string& theirs = welcome->bytes;
       if (theirs != ConfigText()) {
         return absl::FailedPreconditionError(
             absl::StrCat("job '", w.job, "': ", Describe(), " was started with '", ConfigText(),
@@ -283,25 +269,15 @@ absl::Status HybridSession::CheckSameConfig() {
         "job '", options_.worker.job, "': ", Describe(), " was started with '", mine, "' but ",
         DescribeRank(c, other), " with '", theirs, "': start every process with the same flags"));
   };
-  if (rank() == 0) {
-    for (int r = 1; r < world; ++r) {
-      absl::Status s = peers_->Send(r, tag, TextToFloats(mine));
-      if (!s.ok()) return s;
-    }
-    for (int r = 1; r < world; ++r) {
-      absl::StatusOr<std::vector<float>> theirs =
-          peers_->Recv(r, tag, "the configuration check at start-up");
-      if (!theirs.ok()) return theirs.status();
-      if (FloatsToText(*theirs) != mine) return differs(r, FloatsToText(*theirs));
-    }
-    return absl::OkStatus();
+  std::vector<int> everyone(world);
+  for (int r = 0; r < world; ++r) everyone[r] = r;
+  absl::StatusOr<std::vector<std::string>> all =
+      AllGather(*peers_, everyone, tag, mine, "the configuration check at start-up");
+  if (!all.ok()) return all.status();
+  // Rank 0 names the first process that differs; the others compare with it.
+  for (int r = rank() == 0 ? 1 : 0; r < (rank() == 0 ? world : 1); ++r) {
+    if ((*all)[r] != mine) return differs(r, (*all)[r]);
   }
-  absl::Status s = peers_->Send(0, tag, TextToFloats(mine));
-  if (!s.ok()) return s;
-  absl::StatusOr<std::vector<float>> theirs =
-      peers_->Recv(0, tag, "the configuration check at start-up");
-  if (!theirs.ok()) return theirs.status();
-  if (FloatsToText(*theirs) != mine) return differs(0, FloatsToText(*theirs));
   return absl::OkStatus();
 }
 
@@ -387,8 +363,8 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
   while (std::find(replaced.begin(), replaced.end(), welcomer) != replaced.end()) ++welcomer;
   if (rank() == welcomer) {
     for (int r : replaced) {
-      s = peers_->Send(r, HybridTag(HybridMessage::kRecovery, 0, 0, kWelcomeIndex),
-                       TextToFloats(ConfigText()));
+      s = peers_->SendBytes(r, HybridTag(HybridMessage::kRecovery, 0, 0, kWelcomeIndex),
+                            ConfigText());
       if (!s.ok()) return s;
     }
   }
@@ -412,8 +388,8 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
 absl::Status HybridSession::RecoveryBarrier() {
   std::vector<int> all(options_.worker.world_size);
   for (int r = 0; r < options_.worker.world_size; ++r) all[r] = r;
-  return peers_->Barrier(all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
-                         "the recovery barrier (every process stopped its step)");
+  return Barrier(*peers_, all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
+                 "the recovery barrier (every process stopped its step)");
 }
 
 absl::Status HybridSession::AwaitWholeMesh(absl::Time deadline, std::vector<int>* replaced) {
@@ -500,10 +476,10 @@ absl::StatusOr<int64_t> HybridSession::AgreeCheckpointStep() {
     std::vector<int64_t> common = mine.ok() ? *mine : std::vector<int64_t>();
     std::string why_none = mine.ok() ? std::string() : std::string(mine.status().message());
     for (int r = 1; r < world; ++r) {
-      absl::StatusOr<std::vector<float>> theirs =
-          peers_->Recv(r, list_tag, "its partition's checkpoint list");
+      absl::StatusOr<std::string> theirs =
+          peers_->RecvBytes(r, list_tag, "its partition's checkpoint list");
       if (!theirs.ok()) return theirs.status();
-      const std::string text = FloatsToText(*theirs);
+      const std::string& text = *theirs;
       std::vector<int64_t> steps;
       for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
         int64_t v = 0;
@@ -520,17 +496,14 @@ absl::StatusOr<int64_t> HybridSession::AgreeCheckpointStep() {
     }
     chosen = common.empty() ? absl::StrCat("none", why_none.empty() ? "" : ": ", why_none)
                             : absl::StrCat(common.back());
-    for (int r = 1; r < world; ++r) {
-      absl::Status s = peers_->Send(r, step_tag, TextToFloats(chosen));
-      if (!s.ok()) return s;
-    }
   } else {
-    absl::Status s = peers_->Send(0, list_tag, TextToFloats(listed));
+    absl::Status s = peers_->SendBytes(0, list_tag, listed);
     if (!s.ok()) return s;
-    absl::StatusOr<std::vector<float>> got = peers_->Recv(0, step_tag, "the checkpoint step");
-    if (!got.ok()) return got.status();
-    chosen = FloatsToText(*got);
   }
+  std::vector<int> everyone(world);
+  for (int r = 0; r < world; ++r) everyone[r] = r;
+  absl::Status s = Broadcast(*peers_, everyone, 0, step_tag, &chosen, "the checkpoint step");
+  if (!s.ok()) return s;
   int64_t step = -1;
   if (!absl::SimpleAtoi(chosen, &step)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -549,8 +522,8 @@ absl::Status HybridSession::Finish() {
   worker_->SetWaitCheck(nullptr);
   std::vector<int> all(options_.worker.world_size);
   for (int r = 0; r < options_.worker.world_size; ++r) all[r] = r;
-  absl::Status s = peers_->Barrier(all, HybridTag(HybridMessage::kBarrier, 0, 0, 0),
-                                   "the final barrier (every process done)");
+  absl::Status s = Barrier(*peers_, all, HybridTag(HybridMessage::kBarrier, 0, 0, 0),
+                           "the final barrier (every process done)");
   absl::Status f = peers_->Flush();
   return s.ok() ? f : s;
 }

@@ -111,7 +111,7 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
                         << size_ << ")";
     return Accept{};
   }
-  if (h->payload_bytes != in.payload_bytes || h->payload_bytes % sizeof(float) != 0) {
+  if (h->payload_bytes != in.payload_bytes) {
     TESSEL_LOG(WARNING) << Where() << ": refused a message from " << Describe(h->from)
                         << ": header says " << h->payload_bytes << " payload bytes, got "
                         << in.payload_bytes;
@@ -129,7 +129,7 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
     return Accept{};
   }
   Slot& slot = inbox_[key];
-  slot.data.resize(h->payload_bytes / sizeof(float));
+  slot.data.resize(h->payload_bytes);
   // The vector's buffer stays put while the map rehashes (a move keeps it),
   // and nobody takes the slot before it is complete.
   return Accept{slot.data.data(), [this, key](absl::Status s) {
@@ -154,6 +154,21 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
 }
 
 absl::Status PeerGroup::Send(int peer, uint64_t tag, std::vector<float> data) {
+  auto buffer = std::make_shared<std::vector<float>>(std::move(data));
+  const void* at = buffer->data();
+  const size_t bytes = buffer->size() * sizeof(float);
+  return SendPayload(peer, tag, std::move(buffer), at, bytes);
+}
+
+absl::Status PeerGroup::SendBytes(int peer, uint64_t tag, std::string bytes) {
+  auto buffer = std::make_shared<std::string>(std::move(bytes));
+  const void* at = buffer->data();
+  const size_t size = buffer->size();
+  return SendPayload(peer, tag, std::move(buffer), at, size);
+}
+
+absl::Status PeerGroup::SendPayload(int peer, uint64_t tag, std::shared_ptr<const void> owner,
+                                    const void* data, size_t bytes) {
   if (peer < 0 || peer >= size_ || peer == rank_) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(), ": cannot send to rank ", peer, " (group of ", size_, ")"));
@@ -164,20 +179,19 @@ absl::Status PeerGroup::Send(int peer, uint64_t tag, std::vector<float> data) {
   }
   absl::StatusOr<PeerId> to = PeerFor(peer);
   if (!to.ok()) return to.status();
-  auto buffer = std::make_shared<std::vector<float>>(std::move(data));
   PeerMessageHeader h;
   h.group_id = group_id_;
   h.from = rank_;
   h.tag = tag;
-  h.payload_bytes = buffer->size() * sizeof(float);
+  h.payload_bytes = bytes;
   {
     absl::MutexLock lock(&mu_);
     h.generation = generation_;
     ++outstanding_sends_;
   }
   const std::vector<uint8_t> header = EncodePeerHeader(h);
-  transport_->Send(*to, absl::MakeConstSpan(header), buffer->data(), h.payload_bytes,
-                   [this, buffer, peer, tag](absl::Status s) {
+  transport_->Send(*to, absl::MakeConstSpan(header), data, bytes,
+                   [this, owner = std::move(owner), peer, tag](absl::Status s) {
                      absl::MutexLock lock(&mu_);
                      --outstanding_sends_;
                      if (!s.ok() && error_.ok()) {
@@ -209,8 +223,8 @@ bool PeerGroup::AwaitOrFail(const std::function<bool()>& done) {
   }
 }
 
-absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl::string_view what,
-                                                   int64_t expected) {
+absl::StatusOr<std::vector<uint8_t>> PeerGroup::RecvPayload(int peer, uint64_t tag,
+                                                            absl::string_view what) {
   if (peer < 0 || peer >= size_ || peer == rank_) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(), ": cannot receive from rank ", peer, " (group of ", size_, ")"));
@@ -227,13 +241,8 @@ absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl:
   absl::MutexLock lock(&mu_);
   auto it = inbox_.find(key);
   if (it != inbox_.end() && it->second.complete) {
-    std::vector<float> data = std::move(it->second.data);
+    std::vector<uint8_t> data = std::move(it->second.data);
     inbox_.erase(it);
-    if (expected >= 0 && static_cast<int64_t>(data.size()) != expected) {
-      return absl::InternalError(absl::StrCat(Where(), ": ", what, " from ", Describe(peer),
-                                              " has ", data.size(), " floats, expected ",
-                                              expected));
-    }
     return data;
   }
   if (!error_.ok()) {
@@ -247,49 +256,25 @@ absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl:
                    "same step?"));
 }
 
-absl::Status PeerGroup::AllReduceSum(absl::Span<const int> members, uint64_t tag,
-                                     absl::Span<float> data, absl::string_view what) {
-  int self = -1;
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (members[i] < 0 || members[i] >= size_ || (i > 0 && members[i] <= members[i - 1])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(), ": AllReduceSum members must be ascending ranks in [0, ", size_,
-                       "), got {", absl::StrJoin(members, ", "), "}"));
-    }
-    if (members[i] == rank_) self = static_cast<int>(i);
-  }
-  if (self < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(), ": AllReduceSum over {", absl::StrJoin(members, ", "), "} without this rank"));
-  }
-  if (members.size() == 1) return absl::OkStatus();
-  for (int m : members) {
-    if (m == rank_) continue;
-    absl::Status s = Send(m, tag, std::vector<float>(data.begin(), data.end()));
-    if (!s.ok()) return s;
-  }
-  std::vector<std::vector<float>> got(members.size());
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (static_cast<int>(i) == self) continue;
-    absl::StatusOr<std::vector<float>> v =
-        Recv(members[i], tag, what, static_cast<int64_t>(data.size()));
-    if (!v.ok()) return v.status();
-    got[i] = std::move(*v);
-  }
-  got[self].assign(data.begin(), data.end());
-  // Left to right in member order: the same bits on every member.
-  std::vector<float>& acc = got[0];
-  for (size_t i = 1; i < got.size(); ++i) {
-    const float* add = got[i].data();
-    for (size_t e = 0; e < acc.size(); ++e) acc[e] += add[e];
-  }
-  std::copy(acc.begin(), acc.end(), data.begin());
-  return absl::OkStatus();
+absl::StatusOr<std::string> PeerGroup::RecvBytes(int peer, uint64_t tag, absl::string_view what) {
+  absl::StatusOr<std::vector<uint8_t>> data = RecvPayload(peer, tag, what);
+  if (!data.ok()) return data.status();
+  return std::string(data->begin(), data->end());
 }
 
-absl::Status PeerGroup::Barrier(absl::Span<const int> members, uint64_t tag,
-                                absl::string_view what) {
-  return AllReduceSum(members, tag, absl::Span<float>(), what);
+absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl::string_view what,
+                                                   int64_t expected) {
+  absl::StatusOr<std::vector<uint8_t>> data = RecvPayload(peer, tag, what);
+  if (!data.ok()) return data.status();
+  if (data->size() % sizeof(float) != 0 ||
+      (expected >= 0 && static_cast<int64_t>(data->size() / sizeof(float)) != expected)) {
+    return absl::InternalError(absl::StrCat(
+        Where(), ": ", what, " from ", Describe(peer), " has ", data->size(), " bytes, expected ",
+        expected >= 0 ? absl::StrCat(expected) : "whole", " floats"));
+  }
+  std::vector<float> out(data->size() / sizeof(float));
+  std::memcpy(out.data(), data->data(), data->size());
+  return out;
 }
 
 absl::Status PeerGroup::Flush() {
@@ -347,7 +332,8 @@ absl::StatusOr<PeerGroup::Message> PeerGroup::RecvAny(uint64_t tag, absl::Durati
   }
   for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
     if (it->first.tag == tag && it->first.generation >= generation_ && it->second.complete) {
-      Message m{it->first.from, it->first.generation, std::move(it->second.data)};
+      Message m{it->first.from, it->first.generation,
+                std::string(it->second.data.begin(), it->second.data.end())};
       inbox_.erase(it);
       return m;
     }

@@ -4,19 +4,14 @@
 //
 // Each rank owns one PeerGroup over its own Transport endpoint (UCX between
 // processes, the in-process backend in tests: the same code runs over both,
-// checked by one conformance suite). Messages are vectors of floats sent to a
-// peer rank under a 64-bit tag; the receiver asks for (peer, tag) and gets the
-// message whenever it arrives, before or after the ask. (peer, tag) must be
+// checked by one conformance suite). Messages are bytes (or, typed, floats)
+// sent to a peer rank under a 64-bit tag; the receiver asks for (peer, tag)
+// and gets the message whenever it arrives, before or after the ask. (peer, tag) must be
 // unique among the messages in flight from that peer: callers build tags from
 // (kind, step, micro-batch, layer), see worker/hybrid.h.
 //
-// AllReduceSum sums a vector over a subgroup IN FIXED RANK ORDER: every member
-// sends its vector to every other member, and each member computes
-// v_{m0} + v_{m1} + ... + v_{mk} left to right in the order of `members`, so
-// every member gets the same bits whatever order messages arrive in, and a
-// single process can reproduce the result exactly. (All-to-all costs
-// (k-1) messages per member: right for the small tensor-parallel groups of one
-// host; a ring would need a different fixed order.)
+// Collectives over a group (all-reduce, all-gather, broadcast, barrier) are
+// worker/collectives.h's; this class moves messages only.
 //
 // Every wait has a deadline (PeerGroupOptions::timeout) and, on expiry, a
 // DeadlineExceeded status naming this rank, the peer (through
@@ -32,9 +27,8 @@
 // the group, are refused and logged; a second message for a (peer, tag) that
 // is still unclaimed fails the group (a tag reuse is a bug).
 //
-// Threads: Send, Recv, AllReduceSum, Barrier and Flush may be called from any
-// thread, but the collective calls of one group must be issued in the same
-// order on every member (as with any collective library). The transport's
+// Threads: Send, Recv and Flush may be called from any thread (collectives
+// built on them must be issued in the same order on every member). The transport's
 // progress thread runs the receive handler, which only stores messages.
 //
 // Example:
@@ -43,7 +37,7 @@
 //   RETURN_IF_ERROR(group.Connect(addresses));
 //   RETURN_IF_ERROR(group.Send(rank + 1, tag, activations));
 //   auto grad = group.Recv(rank + 1, grad_tag, "gradient of micro-batch 0");
-//   RETURN_IF_ERROR(group.AllReduceSum({0, 1}, sum_tag, absl::MakeSpan(partial), "fc1"));
+//   RETURN_IF_ERROR(group.SendBytes(0, hello_tag, "config text"));
 #ifndef TESSEL_WORKER_PEER_GROUP_H_
 #define TESSEL_WORKER_PEER_GROUP_H_
 
@@ -98,23 +92,17 @@ class PeerGroup {
   // Endpoints are created on first use.
   absl::Status Connect(const std::vector<std::string>& addresses);
 
-  // Queues `data` to `peer` under `tag`; returns at once. A failed send fails
-  // the group: later calls return its status.
+  // Queues `bytes` to `peer` under `tag`; returns at once. A failed send
+  // fails the group: later calls return its status.
+  absl::Status SendBytes(int peer, uint64_t tag, std::string bytes);
+  // The same for floats (no copy: the vector is kept until sent).
   absl::Status Send(int peer, uint64_t tag, std::vector<float> data);
 
-  // Waits for the message (peer, tag) and returns it. If `expected` >= 0 the
-  // message must have that many floats.
+  // Waits for the message (peer, tag) and returns its bytes.
+  absl::StatusOr<std::string> RecvBytes(int peer, uint64_t tag, absl::string_view what);
+  // The same as floats. If `expected` >= 0 the message must have that many.
   absl::StatusOr<std::vector<float>> Recv(int peer, uint64_t tag, absl::string_view what,
                                           int64_t expected = -1);
-
-  // data <- sum over `members` (ascending ranks, including this one) of their
-  // `data`, in member order. Every member passes the same members, tag and
-  // size.
-  absl::Status AllReduceSum(absl::Span<const int> members, uint64_t tag, absl::Span<float> data,
-                            absl::string_view what);
-
-  // Returns once every member has reached the barrier with this tag.
-  absl::Status Barrier(absl::Span<const int> members, uint64_t tag, absl::string_view what);
 
   // Waits until every message this rank sent has left (its buffer released).
   absl::Status Flush();
@@ -145,7 +133,7 @@ class PeerGroup {
   struct Message {
     int from = 0;
     uint32_t generation = 0;
-    std::vector<float> data;
+    std::string bytes;
   };
   absl::StatusOr<Message> RecvAny(uint64_t tag, absl::Duration timeout);
 
@@ -171,11 +159,17 @@ class PeerGroup {
     }
   };
   struct Slot {
-    std::vector<float> data;  // the payload lands here
+    // The payload lands here (a vector: its buffer stays put when the map
+    // moves the slot; a short std::string's would not).
+    std::vector<uint8_t> data;
     bool complete = false;
   };
 
   Accept OnMessage(const Incoming& in);
+  // Sends `bytes` bytes at `data`, kept alive by `owner` until sent.
+  absl::Status SendPayload(int peer, uint64_t tag, std::shared_ptr<const void> owner,
+                           const void* data, size_t bytes);
+  absl::StatusOr<std::vector<uint8_t>> RecvPayload(int peer, uint64_t tag, absl::string_view what);
   // Waits until `done` (under mu_) holds or the group fails, up to the
   // deadline, running the health check meanwhile. True if `done` holds.
   bool AwaitOrFail(const std::function<bool()>& done);

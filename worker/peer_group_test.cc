@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/ucx/ucx_transport.h"
+#include "worker/collectives.h"
 
 namespace tessel {
 namespace {
@@ -149,7 +150,7 @@ TEST_P(PeerGroupTest, AllReduceSumsInRankOrderWithTheSameBitsEverywhere) {
         // Stagger the ranks so messages arrive in different orders each round.
         absl::SleepFor(absl::Milliseconds((r * 7 + round * 13) % 20));
         status[r] =
-            g[r]->AllReduceSum({0, 1, 2, 3}, 100 + round, absl::MakeSpan(out[r]), "test sum");
+            AllReduceSum(*g[r], {0, 1, 2, 3}, 100 + round, absl::MakeSpan(out[r]), "test sum");
       });
     }
     for (auto& t : threads) t.join();
@@ -168,8 +169,8 @@ TEST_P(PeerGroupTest, DisjointSubgroupsReduceIndependentlyUnderOneTag) {
   for (int r = 0; r < 4; ++r) {
     threads.emplace_back([&, r] {
       const std::vector<int> members = r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
-      status[r] = g[r]->AllReduceSum(members, 5, absl::MakeSpan(data[r]), "subgroup sum");
-      if (status[r].ok()) status[r] = g[r]->Barrier({0, 1, 2, 3}, 6, "barrier");
+      status[r] = AllReduceSum(*g[r], members, 5, absl::MakeSpan(data[r]), "subgroup sum");
+      if (status[r].ok()) status[r] = Barrier(*g[r], {0, 1, 2, 3}, 6, "barrier");
     });
   }
   for (auto& t : threads) t.join();
@@ -192,7 +193,7 @@ TEST_P(PeerGroupTest, WaitsHaveADeadlineThatNamesPeerAndWhat) {
   EXPECT_THAT(msg, HasSubstr("group 'test.mesh' rank 0 (test)"));
 
   std::vector<float> data = {1};
-  absl::Status s = g[0]->AllReduceSum({0, 1}, 3, absl::MakeSpan(data), "sum of fc1 forward");
+  absl::Status s = AllReduceSum(*g[0], {0, 1}, 3, absl::MakeSpan(data), "sum of fc1 forward");
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(s.message()), HasSubstr("sum of fc1 forward"));
 }
@@ -218,7 +219,7 @@ TEST_P(PeerGroupTest, AFailingHealthCheckEndsWaitsLongBeforeTheDeadline) {
   });
   const absl::Time start = absl::Now();
   std::vector<float> data = {1};
-  absl::Status s = g[0]->AllReduceSum({0, 1}, 1, absl::MakeSpan(data), "a sum");
+  absl::Status s = AllReduceSum(*g[0], {0, 1}, 1, absl::MakeSpan(data), "a sum");
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 (test) left the mesh"));
@@ -300,11 +301,65 @@ TEST_P(PeerGroupTest, RefusesMessagesOfAnotherGroupAndBadArguments) {
   EXPECT_EQ(a.Send(0, 1, {}).code(), absl::StatusCode::kInvalidArgument);  // to itself
   EXPECT_EQ(a.Send(2, 1, {}).code(), absl::StatusCode::kInvalidArgument);
   std::vector<float> data = {1};
-  EXPECT_EQ(a.AllReduceSum({1, 0}, 1, absl::MakeSpan(data), "x").code(),
+  EXPECT_EQ(AllReduceSum(a, {1, 0}, 1, absl::MakeSpan(data), "x").code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(a.AllReduceSum({1}, 1, absl::MakeSpan(data), "x").code(),
+  EXPECT_EQ(AllReduceSum(a, {1}, 1, absl::MakeSpan(data), "x").code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(a.AllReduceSum({0}, 1, absl::MakeSpan(data), "x").ok());
+  EXPECT_TRUE(AllReduceSum(a, {0}, 1, absl::MakeSpan(data), "x").ok());
+}
+
+TEST_P(PeerGroupTest, BytesTravelExactlyAndFloatReceiversCheckTheirSize) {
+  auto g = MakeGroup(2, absl::Seconds(60));
+  std::string bytes(1001, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(g[0]->SendBytes(1, 1, bytes).ok());
+  ASSERT_TRUE(g[0]->SendBytes(1, 2, "").ok());
+  ASSERT_TRUE(g[0]->SendBytes(1, 3, "abc").ok());
+  auto got = g[1]->RecvBytes(0, 1, "bytes");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, bytes);
+  auto empty = g[1]->RecvBytes(0, 2, "nothing");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->empty());
+  // Three bytes are not floats: a float receiver refuses them, naming them.
+  auto floats = g[1]->Recv(0, 3, "three bytes as floats");
+  EXPECT_EQ(floats.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(floats.status().message()), ::testing::HasSubstr("has 3 bytes"));
+}
+
+TEST_P(PeerGroupTest, AllGatherAndBroadcastCarryBytesToEveryMember) {
+  constexpr int kSize = 3;
+  auto g = MakeGroup(kSize, absl::Seconds(60));
+  std::vector<std::thread> threads;
+  std::vector<std::vector<std::string>> gathered(kSize);
+  std::vector<std::string> broadcast(kSize);
+  std::vector<absl::Status> status(kSize);
+  for (int r = 0; r < kSize; ++r) {
+    threads.emplace_back([&, r] {
+      const std::vector<int> all = {0, 1, 2};
+      // Different lengths per rank: all-gather carries each as it is.
+      auto out = AllGather(*g[r], all, 10, std::string(static_cast<size_t>(r) * 5, 'a' + r),
+                           "the test gather");
+      if (!out.ok()) {
+        status[r] = out.status();
+        return;
+      }
+      gathered[r] = std::move(*out);
+      broadcast[r] = r == 2 ? std::string("from rank 2\0with a zero", 24) : std::string();
+      status[r] = Broadcast(*g[r], all, 2, 11, &broadcast[r], "the test broadcast");
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kSize; ++r) {
+    ASSERT_TRUE(status[r].ok()) << status[r];
+    ASSERT_EQ(gathered[r].size(), 3u);
+    for (int from = 0; from < kSize; ++from) {
+      EXPECT_EQ(gathered[r][from], std::string(static_cast<size_t>(from) * 5, 'a' + from));
+    }
+    EXPECT_EQ(broadcast[r], std::string("from rank 2\0with a zero", 24));
+  }
+  EXPECT_EQ(Broadcast(*g[0], {0, 1}, 2, 12, &broadcast[0], "x").code(),
+            absl::StatusCode::kInvalidArgument);  // the root is not a member
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PeerGroupTest,
