@@ -17,6 +17,7 @@
 #include "core/precision.h"
 #include "tools/mlp_job.h"
 #include "worker/train_flags.h"
+#include "worker/unit_step.h"
 #include "worker/worker.h"
 #include "worker/worker_flags.h"
 
@@ -160,105 +161,23 @@ int Replay(tessel::Worker* worker, int steps) {
   return 0;
 }
 
-// One fsdp training step of the MLP: each layer's parameters are gathered
-// just before its forward and again before its backward, the next layer is
-// prefetched meanwhile, and each layer's gradients are pushed right after its
-// backward. Returns the loss.
-// One zero2 step with per-layer gradients: forward over the full parameters,
-// then each layer's backward writes into a unit buffer that is pushed (and
-// freed once sent) right away, so no full-model gradient buffer exists.
-absl::StatusOr<float> Zero2UnitStep(float* computed, tessel::Worker* worker,
-                                    const tessel::MlpJob& job, int64_t k, int rank, int world) {
-  tessel::model::Dataset batch = job.Batch(k, rank, world);
-  tessel::model::MlpStepper stepper(job.model(), batch.x.data(), batch.y.data(),
-                                    job.config().batch);
-  // Mixed precision: compute in fp32 from the half parameters; each unit's
-  // gradient is rounded into its half unit buffer before the push.
-  const auto half = worker->half_type();
-  std::vector<float> widened, unit_grads;
-  if (half) {
-    widened.resize(worker->half_params().size());
-    tessel::HalfToFloat(*half, worker->half_params().data(), widened.data(), widened.size());
+// The MLP as the SDK's per-unit step recipe (worker/unit_step.h) sees it:
+// one unit per layer, over the batch of step k for this rank.
+class MlpUnits : public tessel::UnitModel {
+ public:
+  MlpUnits(const tessel::MlpJob& job, int64_t k, int rank, int world)
+      : batch_(job.Batch(k, rank, world)),
+        stepper_(job.model(), batch_.x.data(), batch_.y.data(), job.config().batch) {}
+  void Forward(int unit, const float* params) override { stepper_.Forward(unit, params); }
+  float Loss() override { return stepper_.Loss(); }
+  void Backward(int unit, const float* params, float* grads) override {
+    stepper_.Backward(unit, params, grads);
   }
-  const float* params = half ? widened.data() : worker->params().data();
-  const int layers = worker->num_units();
-  for (int l = 0; l < layers; ++l) stepper.Forward(l, params + worker->unit_range(l).begin);
-  const float loss = stepper.Loss();
-  *computed = loss;
-  for (int l = layers - 1; l >= 0; --l) {
-    const float* layer = params + worker->unit_range(l).begin;
-    if (half) {
-      absl::Span<uint16_t> out = worker->UnitHalfGrads(l);
-      unit_grads.assign(out.size(), 0.f);
-      stepper.Backward(l, layer, unit_grads.data());
-      tessel::FloatToHalf(*half, unit_grads.data(), out.data(), out.size());
-    } else {
-      stepper.Backward(l, layer, worker->UnitGrads(l).data());
-    }
-    absl::Status s = worker->PushUnit(l);
-    if (!s.ok()) return s;
-  }
-  absl::Status s = worker->Step();
-  if (!s.ok()) return s;
-  return loss;
-}
 
-// A unit's parameters as fp32 for the model: the gathered view, or under
-// mixed precision the gathered half values widened into `scratch`.
-absl::StatusOr<const float*> GatherForCompute(tessel::Worker* worker, int unit,
-                                              std::vector<float>* scratch) {
-  const auto half = worker->half_type();
-  if (!half) {
-    auto params = worker->Gather(unit);
-    if (!params.ok()) return params.status();
-    return params->data();
-  }
-  auto params = worker->GatherHalf(unit);
-  if (!params.ok()) return params.status();
-  scratch->resize(params->size());
-  tessel::HalfToFloat(*half, params->data(), scratch->data(), params->size());
-  return static_cast<const float*>(scratch->data());
-}
-
-absl::StatusOr<float> FsdpStep(float* computed, tessel::Worker* worker, const tessel::MlpJob& job,
-                               int64_t k, int rank, int world) {
-  tessel::model::Dataset batch = job.Batch(k, rank, world);
-  tessel::model::MlpStepper stepper(job.model(), batch.x.data(), batch.y.data(),
-                                    job.config().batch);
-  const int layers = worker->num_units();
-  const auto half = worker->half_type();
-  std::vector<float> params_fp32, grads_fp32;  // mixed precision: one unit, widened
-  absl::Status s = worker->Prefetch(0);
-  for (int l = 0; l < layers && s.ok(); ++l) {
-    auto params = GatherForCompute(worker, l, &params_fp32);
-    if (!params.ok()) return params.status();
-    if (l + 1 < layers) s = worker->Prefetch(l + 1);
-    stepper.Forward(l, *params);
-    worker->Release(l);
-  }
-  if (!s.ok()) return s;
-  const float loss = stepper.Loss();
-  *computed = loss;
-  s = worker->Prefetch(layers - 1);
-  for (int l = layers - 1; l >= 0 && s.ok(); --l) {
-    auto params = GatherForCompute(worker, l, &params_fp32);
-    if (!params.ok()) return params.status();
-    if (l > 0) s = worker->Prefetch(l - 1);
-    if (half) {
-      absl::Span<uint16_t> out = worker->UnitHalfGrads(l);
-      grads_fp32.assign(out.size(), 0.f);
-      stepper.Backward(l, *params, grads_fp32.data());
-      tessel::FloatToHalf(*half, grads_fp32.data(), out.data(), out.size());
-    } else {
-      stepper.Backward(l, *params, worker->UnitGrads(l).data());
-    }
-    worker->Release(l);
-    if (s.ok()) s = worker->PushUnit(l);
-  }
-  if (s.ok()) s = worker->FinishStep();
-  if (!s.ok()) return s;
-  return loss;
-}
+ private:
+  tessel::model::Dataset batch_;  // before stepper_, which points into it
+  tessel::model::MlpStepper stepper_;
+};
 
 int TrainMlp(tessel::Worker* worker, int steps) {
   auto config = tessel::MlpJobFromFlags();
@@ -277,7 +196,6 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   absl::Time window_start = absl::Now();
   double loss_sum = 0;
   int window = 0;
-  const bool fsdp = worker->options().strategy == tessel::Strategy::kFsdp;
   std::vector<float> work_params, work_grads;  // mixed precision: fp32 compute buffers
   if (worker->half_type()) {
     work_params.resize(job.model().num_params());
@@ -296,8 +214,9 @@ int TrainMlp(tessel::Worker* worker, int steps) {
     // This step's loss once the forward pass has run (NaN before).
     float computed = std::numeric_limits<float>::quiet_NaN();
     if (units) {
-      loss = fsdp ? FsdpStep(&computed, worker, job, k, rank, world)
-                  : Zero2UnitStep(&computed, worker, job, k, rank, world);
+      MlpUnits model(job, k, rank, world);
+      absl::Status step = tessel::UnitStep(*worker, model, &computed);
+      loss = step.ok() ? absl::StatusOr<float>(computed) : step;
     } else if (micro_batches > 1) {  // gradient accumulation through the SDK
       float sum = 0;
       absl::Status acc;
