@@ -212,11 +212,6 @@ void BucketExchange::RetireLocked(bool stuck, std::vector<std::vector<float>>* r
 
 Accept BucketExchange::OnParams(const FrameHeader& h) {
   const Layout& layout = *ctx_->layout;
-  if (h.shard < 0 || h.shard >= channel_->num_shards() || h.bucket < 0 ||
-      h.bucket >= layout.num_buckets(h.shard)) {
-    TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(h);
-    return Accept{};
-  }
   const Range br = layout.bucket_range(h.shard, h.bucket);
   absl::MutexLock lock(&channel_->mu());
   if (h.step != expect_version_ || h.epoch != ctx_->epoch.load() ||

@@ -136,7 +136,8 @@ Accept DataChannel::OnFrame(const Incoming& in) {
     return Accept{message->data(), record};
   }
   if (h->type == FrameType::kParams && h->job_id == ctx_->job_id && ctx_->layout != nullptr &&
-      sink_ != nullptr) {
+      sink_ != nullptr && h->shard >= 0 && h->shard < num_shards() && h->bucket >= 0 &&
+      h->bucket < ctx_->layout->num_buckets(h->shard)) {
     return sink_->OnParams(*h);
   }
   TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(*h);

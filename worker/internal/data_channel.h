@@ -41,7 +41,8 @@ namespace tessel::internal {
 class FrameSink {
  public:
   virtual ~FrameSink() = default;
-  // A PARAMS frame of this job, once the layout is registered.
+  // A PARAMS frame of this job for an existing (shard, bucket), once the
+  // layout is registered.
   virtual Accept OnParams(const FrameHeader& h) = 0;
 };
 

@@ -250,11 +250,6 @@ Accept FsdpUnits::OnParams(const FrameHeader& h) {
     return Accept{};
   }
   const Layout& layout = *ctx_->layout;
-  if (h.shard < 0 || h.shard >= channel_->num_shards() || h.bucket < 0 ||
-      h.bucket >= layout.num_buckets(h.shard)) {
-    TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(h);
-    return Accept{};
-  }
   const Range br = layout.bucket_range(h.shard, h.bucket);
   const int unit =
       static_cast<int>(std::upper_bound(unit_starts_.begin(), unit_starts_.end(), br.begin) -
