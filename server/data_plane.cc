@@ -11,15 +11,6 @@ DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpo
   compute_ = std::thread([this] { ComputeLoop(); });
 }
 
-DataPlane::DataPlane(Transport* transport, Checkpointer* checkpointer)
-    : owned_jobs_(std::make_unique<JobTable>(checkpointer)),
-      transport_(transport),
-      jobs_(owned_jobs_.get()),
-      checkpointer_(checkpointer) {
-  transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
-  compute_ = std::thread([this] { ComputeLoop(); });
-}
-
 DataPlane::~DataPlane() {
   {
     absl::MutexLock lock(&mu_);

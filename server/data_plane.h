@@ -37,14 +37,6 @@ class DataPlane {
   // Installs the transport's handler. `jobs` and `checkpointer` (not owned;
   // the checkpointer may be a disabled one) must outlive the plane.
   DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer);
-  // Transitional, for tests/bad_input_test.cc until it builds a JobTable
-  // itself: a plane that owns its table, with CreateJob and FindJob
-  // forwarded to it. New code uses the constructor above.
-  DataPlane(Transport* transport, Checkpointer* checkpointer);
-  absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& req) {
-    return jobs_->CreateJob(req);
-  }
-  std::shared_ptr<ShardJob> FindJob(const std::string& job) { return jobs_->FindJob(job); }
 
   ~DataPlane();
 
@@ -57,7 +49,6 @@ class DataPlane {
   void ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve);
   void ComputeLoop();
 
-  std::unique_ptr<JobTable> owned_jobs_;  // transitional constructor only
   Transport* const transport_;
   JobTable* const jobs_;
   Checkpointer* const checkpointer_;

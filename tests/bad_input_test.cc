@@ -18,6 +18,7 @@
 #include "rpc/job_spec.h"
 #include "rpc/registry_client.h"
 #include "server/data_plane.h"
+#include "server/job_table.h"
 #include "testing/local_cluster.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/ucx/ucx_transport.h"
@@ -67,7 +68,7 @@ class InProcBackend : public Backend {
   InProcBackend() {
     auto fabric = std::make_shared<InProcFabric>();
     server_transport_ = InProcTransport::Create(fabric);
-    plane_ = std::make_unique<DataPlane>(server_transport_.get(), &checkpointer_);
+    plane_ = std::make_unique<DataPlane>(server_transport_.get(), &jobs_, &checkpointer_);
     client_ = InProcTransport::Create(fabric);
     server_peer_ = *client_->Connect(server_transport_->address());
   }
@@ -76,10 +77,10 @@ class InProcBackend : public Backend {
     server_transport_->Shutdown();
   }
   absl::Status CreateJob(const v1::CreateJobRequest& req) override {
-    return plane_->CreateJob(req).status();
+    return jobs_.CreateJob(req).status();
   }
   absl::StatusOr<v1::ShardStats> Stats(const std::string& job) override {
-    auto j = plane_->FindJob(job);
+    auto j = jobs_.FindJob(job);
     if (j == nullptr) return absl::NotFoundError(job);
     return j->Stats();
   }
@@ -88,6 +89,7 @@ class InProcBackend : public Backend {
 
  private:
   Checkpointer checkpointer_{nullptr};
+  JobTable jobs_{&checkpointer_};
   std::unique_ptr<InProcTransport> server_transport_;
   std::unique_ptr<DataPlane> plane_;
   std::unique_ptr<InProcTransport> client_;
