@@ -61,7 +61,7 @@ namespace tessel {
 struct PeerGroupOptions {
   // Group name; messages carry its hash, so two groups never mix.
   std::string name = "mesh";
-  // Deadline of every wait (Recv, AllReduceSum, Barrier, Flush).
+  // Deadline of every wait (Recv, RecvBytes, Flush, and the collectives on top).
   absl::Duration timeout = absl::Seconds(120);
   // How a rank is named in messages, e.g. "rank 3 (d1 p0 t1)"; default "rank 3".
   std::function<std::string(int rank)> describe;
