@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/log.h"
+#include "rpc/registry_client.h"
 #include "rpc/tls.h"
 #include "worker/collectives.h"
 #include "worker/internal/make_transport.h"

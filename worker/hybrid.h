@@ -45,11 +45,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "rpc/registry_client.h"
 #include "worker/peer_group.h"
 #include "worker/worker.h"
 
 namespace tessel {
+
+class RegistryClient;  // rpc/registry_client.h
 
 struct HybridConfig {
   int dp = 1;  // data-parallel replicas

@@ -53,10 +53,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "rpc/registry_client.h"
 #include "transport/transport.h"
 
 namespace tessel {
+
+class RegistryClient;  // rpc/registry_client.h
 
 struct PeerGroupOptions {
   // Group name; messages carry its hash, so two groups never mix.
