@@ -274,7 +274,7 @@ absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl:
         expected >= 0 ? absl::StrCat(expected) : "whole", " floats"));
   }
   std::vector<float> out(data->size() / sizeof(float));
-  std::memcpy(out.data(), data->data(), data->size());
+  if (!out.empty()) std::memcpy(out.data(), data->data(), data->size());  // never memcpy(nullptr)
   return out;
 }
 
