@@ -4,7 +4,11 @@
 //
 // Each endpoint has its own progress thread; a send runs the receiver's
 // handler on the receiver's thread, copies the payload into the destination
-// it chose, then completes the send on the sender's thread.
+// it chose, then completes the send on the sender's thread. Endpoints may be
+// destroyed while messages to or from them are queued (a worker or server
+// stopping in a test): the payload is copied when the send is queued, and a
+// peer is reached through the fabric by address, never by a pointer that may
+// be stale.
 //
 // Example:
 //   auto fabric = std::make_shared<InProcFabric>();
@@ -34,6 +38,10 @@ class InProcFabric {
   std::string Register(InProcTransport* t);
   void Unregister(const std::string& address);
   InProcTransport* Find(const std::string& address);
+  // Queues `task` on the endpoint at `address` if it is still `expected`
+  // (registered; not shut down): under the fabric's lock, so the endpoint
+  // cannot go away in between. False if it is gone.
+  bool PostTo(const std::string& address, InProcTransport* expected, std::function<void()> task);
 
  private:
   absl::Mutex mu_;
@@ -55,13 +63,15 @@ class InProcTransport : public Transport {
   std::string name() const override { return "inproc"; }
 
  private:
+  friend class InProcFabric;  // PostTo
   explicit InProcTransport(std::shared_ptr<InProcFabric> fabric);
   void Post(std::function<void()> task);
   void Loop();
   // Receiver side: runs on this endpoint's thread.
-  void Deliver(InProcTransport* sender, std::vector<uint8_t> header, const void* payload,
-               size_t bytes, SendDone done);
-  PeerId PeerFor(InProcTransport* t);
+  void Deliver(InProcTransport* sender, const std::string& sender_address,
+               std::vector<uint8_t> header, std::shared_ptr<const std::vector<uint8_t>> payload,
+               SendDone done);
+  PeerId PeerFor(InProcTransport* t, const std::string& address);
 
   std::shared_ptr<InProcFabric> fabric_;
   std::string address_;
@@ -70,7 +80,8 @@ class InProcTransport : public Transport {
   absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<InProcTransport*> peers_ ABSL_GUARDED_BY(mu_);  // PeerId = index
+  // PeerId = index: the endpoint (compared, never dereferenced) and its address.
+  std::vector<std::pair<InProcTransport*, std::string>> peers_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -85,6 +85,13 @@ class BucketExchangeTest : public ::testing::Test {
     exchange_->Allocate();
   }
 
+  // The server first (nothing more arrives), then the channel (its transport
+  // stops), then the exchange the channel delivered into.
+  void TearDown() override {
+    server_.reset();
+    channel_.reset();
+  }
+
   FrameHeader Params(int bucket, int64_t step, int64_t epoch, uint64_t bytes) {
     FrameHeader h;
     h.type = FrameType::kParams;
