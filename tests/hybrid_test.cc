@@ -35,9 +35,9 @@
 #include "rpc/registry_client.h"
 #include "testing/local_cluster.h"
 #include "testing/process.h"
-#include "tools/hybrid_launch.h"
-#include "tools/hybrid_mlp.h"
-#include "tools/mlp_job.h"
+#include "tools/internal/hybrid_launch.h"
+#include "tools/internal/hybrid_mlp.h"
+#include "tools/internal/mlp_job.h"
 #include "transport/inproc/inproc_transport.h"
 #include "worker/peer_group.h"
 

@@ -9,7 +9,7 @@
 #include "core/npy.h"
 #include "gtest/gtest.h"
 #include "testing/process.h"
-#include "tools/mlp_job.h"
+#include "tools/internal/mlp_job.h"
 
 namespace tessel {
 

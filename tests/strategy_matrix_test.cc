@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "testing/process.h"
 #include "tests/replay_fixture.h"
-#include "tools/mlp_job.h"
+#include "tools/internal/mlp_job.h"
 
 namespace tessel {
 namespace {

@@ -19,8 +19,8 @@
 #include "rpc/job_spec.h"
 #include "rpc/tls_flags.h"
 #include "testing/local_cluster.h"
-#include "tools/hybrid_mlp.h"
-#include "tools/mlp_job.h"
+#include "tools/internal/hybrid_mlp.h"
+#include "tools/internal/mlp_job.h"
 #include "worker/train_flags.h"
 
 ABSL_FLAG(int, servers, 2, "shard server processes");

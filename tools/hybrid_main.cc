@@ -18,7 +18,7 @@
 // gradients in fp32, and rounds each tensor's final gradient to half as it
 // becomes ready. Tensor-parallel sums and pipeline activations stay fp32.
 //
-// Replay mode (--grads=DIR --init=INIT.npy, tools/hybrid_replay.h): no model
+// Replay mode (--grads=DIR --init=INIT.npy, tools/internal/hybrid_replay.h): no model
 // compute; each process feeds its replica's gradient files, sliced to its
 // partition, into its partition job. tessel-replay --strategy=hybrid runs it
 // through --local.
@@ -42,10 +42,10 @@
 #include "core/precision.h"
 #include "rpc/tls_flags.h"
 #include "testing/local_cluster.h"
-#include "tools/hybrid_launch.h"
-#include "tools/hybrid_mlp.h"
-#include "tools/hybrid_replay.h"
-#include "tools/mlp_job.h"
+#include "tools/internal/hybrid_launch.h"
+#include "tools/internal/hybrid_mlp.h"
+#include "tools/internal/hybrid_replay.h"
+#include "tools/internal/mlp_job.h"
 #include "worker/collectives.h"
 #include "worker/hybrid.h"
 #include "worker/train_flags.h"
@@ -259,7 +259,7 @@ absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp&
   return absl::OkStatus();
 }
 
-// Replay: per step, replica d's gradient files (tools/hybrid_replay.h)
+// Replay: per step, replica d's gradient files (tools/internal/hybrid_replay.h)
 // sliced to this process's partition go into the partition job: with one
 // micro-batch straight into grads(), with several through
 // Worker::AccumulateGradients (sum in order, mean at Step). Mixed precision
@@ -503,7 +503,7 @@ int RunLocal() {
               absl::ToDoubleSeconds(absl::Now() - t0));
   if (replay) {
     // No model to train here, so no reference to compute: the result equals
-    // flat single-process training on the same files (tools/hybrid_replay.h).
+    // flat single-process training on the same files (tools/internal/hybrid_replay.h).
     std::printf("replayed %d steps x %d replicas (dp=%d x tp=%d x pp=%d) -> %s\n", steps, config.dp,
                 config.dp, config.tp, config.pp, o.out.c_str());
     return 0;

@@ -17,7 +17,7 @@
 // parameter count); replica d's gradient of step k is step{k}_rank{d}.npy,
 // or with M > 1 the mean of step{k}_rank{d}_micro{m}.npy, m in [0, M). The
 // D*T*P processes each step their partition's slice; the result equals flat
-// training on the same files bit for bit (tools/hybrid_replay.h). This hands
+// training on the same files bit for bit (tools/internal/hybrid_replay.h). This hands
 // over to tessel-hybrid-train --local, which checks every file first.
 #include <unistd.h>
 
@@ -34,8 +34,8 @@
 #include "rpc/tls_flags.h"
 #include "testing/local_cluster.h"
 #include "testing/process.h"
-#include "tools/hybrid_mlp.h"
-#include "tools/mlp_job.h"
+#include "tools/internal/hybrid_mlp.h"
+#include "tools/internal/mlp_job.h"
 #include "worker/train_flags.h"
 
 ABSL_FLAG(std::string, init, "", "initial parameters: 1-D float32 .npy (required)");

@@ -15,7 +15,7 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
-#include "tools/mlp_job.h"
+#include "tools/internal/mlp_job.h"
 #include "worker/train_flags.h"
 #include "worker/unit_step.h"
 #include "worker/worker.h"

@@ -23,7 +23,7 @@
 // configuration. While the job runs, a process that leaves the mesh (dies,
 // or stops heartbeating) ends its peers' waits within a few seconds, naming
 // it, through the mesh group's epoch (PeerGroup::SetHealthCheck). Tags, the 1F1B schedule and the
-// group helpers below are what a model's stage code (e.g. tools/hybrid_mlp.h) builds on.
+// group helpers below are what a model's stage code (e.g. tools/internal/hybrid_mlp.h) builds on.
 // docs/hybrid.md describes the whole design.
 //
 // Example:

@@ -11,8 +11,8 @@
 //   o.args = {"--layers=16,32,32,4", "--steps=5"};
 //   o.out = cluster.run_dir() + "/final.npy";
 //   RETURN_IF_ERROR(RunHybridWorkers(&cluster, FindBinary("tools/tessel-hybrid-train"), o));
-#ifndef TESSEL_TOOLS_HYBRID_LAUNCH_H_
-#define TESSEL_TOOLS_HYBRID_LAUNCH_H_
+#ifndef TESSEL_TOOLS_INTERNAL_HYBRID_LAUNCH_H_
+#define TESSEL_TOOLS_INTERNAL_HYBRID_LAUNCH_H_
 
 #include <string>
 #include <vector>
@@ -43,4 +43,4 @@ absl::Status RunHybridWorkers(LocalCluster* cluster, const std::string& binary,
 
 }  // namespace tessel
 
-#endif  // TESSEL_TOOLS_HYBRID_LAUNCH_H_
+#endif  // TESSEL_TOOLS_INTERNAL_HYBRID_LAUNCH_H_

@@ -1,4 +1,4 @@
-#include "tools/hybrid_launch.h"
+#include "tools/internal/hybrid_launch.h"
 
 #include "absl/strings/str_cat.h"
 

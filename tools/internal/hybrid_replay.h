@@ -18,8 +18,8 @@
 //   auto init = ValidateHybridReplayInputs(init_path, dir, split.model(), dp, m, steps);
 //   if (!init.ok()) return init.status();  // nothing started yet
 //   std::vector<float> part = split.Slice(*init, p, t);
-#ifndef TESSEL_TOOLS_HYBRID_REPLAY_H_
-#define TESSEL_TOOLS_HYBRID_REPLAY_H_
+#ifndef TESSEL_TOOLS_INTERNAL_HYBRID_REPLAY_H_
+#define TESSEL_TOOLS_INTERNAL_HYBRID_REPLAY_H_
 
 #include <cstdint>
 #include <string>
@@ -49,4 +49,4 @@ absl::StatusOr<std::vector<float>> ValidateHybridReplayInputs(
 
 }  // namespace tessel
 
-#endif  // TESSEL_TOOLS_HYBRID_REPLAY_H_
+#endif  // TESSEL_TOOLS_INTERNAL_HYBRID_REPLAY_H_

@@ -1,4 +1,4 @@
-#include "tools/mlp_job.h"
+#include "tools/internal/mlp_job.h"
 
 #include <cmath>
 #include <limits>

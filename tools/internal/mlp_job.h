@@ -7,8 +7,8 @@
 //   std::vector<float> params(job.model().num_params());
 //   job.Init(params.data());
 //   float loss = job.Gradients(params.data(), step, rank, world, grads.data(), {});
-#ifndef TESSEL_TOOLS_MLP_JOB_H_
-#define TESSEL_TOOLS_MLP_JOB_H_
+#ifndef TESSEL_TOOLS_INTERNAL_MLP_JOB_H_
+#define TESSEL_TOOLS_INTERNAL_MLP_JOB_H_
 
 #include <functional>
 #include <optional>
@@ -87,4 +87,4 @@ double MaxRelativeDifference(const std::vector<float>& a, const std::vector<floa
 
 }  // namespace tessel
 
-#endif  // TESSEL_TOOLS_MLP_JOB_H_
+#endif  // TESSEL_TOOLS_INTERNAL_MLP_JOB_H_

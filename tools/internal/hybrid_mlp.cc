@@ -1,4 +1,4 @@
-#include "tools/hybrid_mlp.h"
+#include "tools/internal/hybrid_mlp.h"
 
 #include <algorithm>
 #include <cmath>

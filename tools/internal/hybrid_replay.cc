@@ -1,4 +1,4 @@
-#include "tools/hybrid_replay.h"
+#include "tools/internal/hybrid_replay.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"

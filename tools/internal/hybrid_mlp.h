@@ -32,8 +32,8 @@
 // (With mixed precision the caller passes fp32 buffers instead: the half
 // parameters widened to float, and gradients it rounds to half in `ready`;
 // see tools/hybrid_main.cc.)
-#ifndef TESSEL_TOOLS_HYBRID_MLP_H_
-#define TESSEL_TOOLS_HYBRID_MLP_H_
+#ifndef TESSEL_TOOLS_INTERNAL_HYBRID_MLP_H_
+#define TESSEL_TOOLS_INTERNAL_HYBRID_MLP_H_
 
 #include <cstdint>
 #include <functional>
@@ -47,7 +47,7 @@
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "model/split_mlp.h"
-#include "tools/mlp_job.h"
+#include "tools/internal/mlp_job.h"
 #include "worker/hybrid.h"
 #include "worker/peer_group.h"
 
@@ -164,4 +164,4 @@ absl::StatusOr<HybridReferenceDiffs> CompareWithReferences(
 
 }  // namespace tessel
 
-#endif  // TESSEL_TOOLS_HYBRID_MLP_H_
+#endif  // TESSEL_TOOLS_INTERNAL_HYBRID_MLP_H_
