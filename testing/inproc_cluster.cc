@@ -39,29 +39,46 @@ absl::Status InProcCluster::Start() {
   auto server = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_);
   if (!server.ok()) return server.status();
   registry_server_ = std::move(*server);
-  const TransportFactory make = transport_factory();
+  servers_.resize(static_cast<size_t>(options_.servers));
   for (int s = 0; s < options_.servers; ++s) {
-    ShardServerOptions o;
-    o.registry = registry_address_;
-    o.pool = options_.pool;
-    o.shard = s;
-    o.lease_ttl = options_.lease_ttl;
-    o.checkpoint_dir = options_.checkpoint_dir;
-    o.stall_report = absl::ZeroDuration();
-    auto transport = make();
-    if (!transport.ok()) return transport.status();
-    auto started = ShardServer::Start(o, std::move(*transport));
-    if (!started.ok()) {
-      return absl::Status(started.status().code(),
-                          absl::StrCat("shard server ", s, ": ", started.status().message()));
-    }
-    servers_.push_back(std::move(*started));
+    absl::Status started = StartServer(s);
+    if (!started.ok()) return started;
   }
   return absl::OkStatus();
 }
 
+absl::Status InProcCluster::StartServer(int shard) {
+  ShardServerOptions o;
+  o.registry = registry_address_;
+  o.pool = options_.pool;
+  o.shard = shard;
+  o.lease_ttl = options_.lease_ttl;
+  o.checkpoint_dir = options_.checkpoint_dir;
+  o.stall_report = absl::ZeroDuration();
+  auto transport = transport_factory()();
+  if (!transport.ok()) return transport.status();
+  auto started = ShardServer::Start(o, std::move(*transport));
+  if (!started.ok()) {
+    return absl::Status(started.status().code(),
+                        absl::StrCat("shard server ", shard, ": ", started.status().message()));
+  }
+  servers_[static_cast<size_t>(shard)] = std::move(*started);
+  return absl::OkStatus();
+}
+
+absl::Status InProcCluster::RestartServer(int shard) {
+  if (shard < 0 || shard >= static_cast<int>(servers_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no shard server ", shard));
+  }
+  servers_[static_cast<size_t>(shard)]->Shutdown();
+  servers_[static_cast<size_t>(shard)].reset();
+  return StartServer(shard);
+}
+
 void InProcCluster::Stop() {
-  for (auto& s : servers_) s->Shutdown();
+  for (auto& s : servers_) {
+    if (s != nullptr) s->Shutdown();
+  }
   servers_.clear();
   if (registry_server_ != nullptr) {
     registry_->Stop();

@@ -51,6 +51,10 @@ class InProcCluster {
 
   absl::Status Start();
   void Stop();
+  // Stops shard server `shard` gracefully (it leaves the registry) and starts
+  // a new one for the shard at a new address: a server restart, as after a
+  // crash, for recovery tests (give the cluster a checkpoint_dir).
+  absl::Status RestartServer(int shard);
 
   const std::string& registry_address() const { return registry_address_; }
   // Options for a worker of `job` with this cluster's registry and transport.
@@ -64,6 +68,8 @@ class InProcCluster {
   std::unique_ptr<RegistryService> registry_;
   std::unique_ptr<grpc::Server> registry_server_;
   std::string registry_address_;
+  absl::Status StartServer(int shard);
+
   std::vector<std::unique_ptr<ShardServer>> servers_;
 };
 

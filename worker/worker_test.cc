@@ -5,11 +5,15 @@
 // for bit; bad input gets a clear error and changes nothing.
 #include "worker/worker.h"
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "core/optimizer.h"
 #include "gtest/gtest.h"
 #include "testing/inproc_cluster.h"
@@ -212,6 +216,82 @@ TEST_P(WorkerTest, BadInputIsRefusedAndChangesNothing) {
     ASSERT_TRUE(worker.Step().ok());
     EXPECT_EQ(worker.step(), 1);
   });
+}
+
+// A shard server restarts between steps 3 and 4 (a crash and a restart, as a
+// supervisor would do it): the next step fails recoverably on every worker,
+// Recover() rolls the job back to its latest complete checkpoint, and the
+// training that goes on from there ends bitwise where uninterrupted training
+// does. Exercises Membership, RecoveryCoordinator and the DataChannel's
+// fencing over the in-process transport as well as UCX.
+TEST_P(WorkerTest, ARestartedShardServerIsRecoveredFromAndTrainingEndsBitwise) {
+  cluster_->Stop();
+  InProcCluster::Options options;
+  options.servers = 2;
+  options.transport = GetParam();
+  options.checkpoint_dir =
+      absl::StrCat(::testing::TempDir(), "/ckpt-", InProcCluster::KindName(GetParam()));
+  cluster_ = std::make_unique<InProcCluster>(options);
+  ASSERT_TRUE(cluster_->Start().ok());
+  constexpr int kTotal = 6;
+  constexpr int kBeforeRestart = 3;
+  std::atomic<int> arrived{0};
+  absl::Notification restarted;
+  std::vector<std::vector<float>> out(kWorld);
+  std::vector<int> recoveries(kWorld, 0);
+  std::thread restarter([&] {
+    while (arrived.load() < kWorld) absl::SleepFor(absl::Milliseconds(5));
+    absl::Status s = cluster_->RestartServer(1);
+    EXPECT_TRUE(s.ok()) << s;
+    restarted.Notify();
+  });
+  OnRanks([&](int r) {
+    WorkerOptions o = Options("recover", r, Strategy::kZero2);
+    o.recovery = true;
+    o.recovery_timeout = absl::Seconds(30);
+    o.checkpoint.every_steps = 2;
+    o.checkpoint.initial = true;
+    auto w = Worker::Connect(o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    Worker& worker = **w;
+    ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
+    for (int64_t s = worker.step(); s < kTotal; ++s) {
+      if (s == kBeforeRestart && !restarted.HasBeenNotified()) {
+        // The checkpoint of step 2 is written in the background: restart
+        // once it is complete, so the recovery has it to go back to.
+        for (int i = 0; i < 500; ++i) {
+          auto steps = worker.CompleteCheckpointSteps();
+          ASSERT_TRUE(steps.ok()) << steps.status();
+          if (!steps->empty() && steps->back() == 2) break;
+          absl::SleepFor(absl::Milliseconds(10));
+        }
+        arrived.fetch_add(1);
+        restarted.WaitForNotification();
+      }
+      absl::Span<float> p = worker.params();
+      absl::Span<float> g = worker.grads();
+      for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(r, s, i, p[i]);
+      absl::Status st = worker.Step();
+      if (Worker::IsRecoverable(st)) {
+        st = worker.Recover();
+        ASSERT_TRUE(st.ok()) << st;
+        EXPECT_EQ(worker.step(), 2);  // back to the checkpoint of step 2
+        s = worker.step() - 1;        // the loop adds one
+        continue;
+      }
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    recoveries[r] = worker.recoveries();
+    auto all = worker.GatherAll();
+    ASSERT_TRUE(all.ok()) << all.status();
+    out[r] = std::move(*all);
+  });
+  restarter.join();
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(recoveries[r], 1) << "rank " << r;
+  EXPECT_EQ(out[0], out[1]);
+  const std::vector<float> want = Reference(kTotal);
+  ASSERT_EQ(out[0].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(out[0][i], want[i]) << "parameter " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, WorkerTest,
