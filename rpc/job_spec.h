@@ -16,7 +16,6 @@
 
 namespace tessel {
 
-
 absl::StatusOr<OptimizerParams> OptimizerFromProto(const v1::OptimizerConfig& c);
 v1::OptimizerConfig OptimizerToProto(const OptimizerParams& p);
 

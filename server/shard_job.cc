@@ -407,8 +407,10 @@ absl::StatusOr<std::optional<ShardSnapshot>> ShardJob::RequestCheckpoint(int64_t
   absl::MutexLock lock(&mu_);
   const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
   if (is_ddp()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, "DDP keeps parameters on the workers; shard servers checkpoint zero1, zero2 and fsdp jobs"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(where,
+                     "DDP keeps parameters on the workers; shard servers checkpoint zero1, zero2 "
+                     "and fsdp jobs"));
   }
   if (cancel) {
     checkpoint_requests_.erase(
