@@ -272,22 +272,24 @@ absl::Span<uint16_t> Worker::half_grads() {
   return absl::MakeSpan(p_->exchange->buffers().grads_half);
 }
 
-absl::Span<float> Worker::tensor_params(const std::string& name) {
-  const Layout* layout = p_->ctx.layout.get();
+namespace {
+// Tensor `name`'s elements of a model-sized buffer; empty if there is no such
+// tensor or the buffer is not held.
+absl::Span<float> TensorView(const Layout* layout, std::vector<float>& flat,
+                             const std::string& name) {
   const int i = layout == nullptr ? -1 : layout->FindTensor(name);
-  std::vector<float>& flat = p_->exchange->buffers().params;
   if (i < 0 || flat.empty()) return {};
   const TensorSlot& t = layout->tensors()[i];
   return absl::MakeSpan(flat.data() + t.offset, static_cast<size_t>(t.numel));
 }
+}  // namespace
+
+absl::Span<float> Worker::tensor_params(const std::string& name) {
+  return TensorView(p_->ctx.layout.get(), p_->exchange->buffers().params, name);
+}
 
 absl::Span<float> Worker::tensor_grads(const std::string& name) {
-  const Layout* layout = p_->ctx.layout.get();
-  const int i = layout == nullptr ? -1 : layout->FindTensor(name);
-  std::vector<float>& flat = p_->exchange->buffers().grads;
-  if (i < 0 || flat.empty()) return {};
-  const TensorSlot& t = layout->tensors()[i];
-  return absl::MakeSpan(flat.data() + t.offset, static_cast<size_t>(t.numel));
+  return TensorView(p_->ctx.layout.get(), p_->exchange->buffers().grads, name);
 }
 
 absl::Status Worker::AccumulateGradients(absl::Span<const float> micro) {

@@ -1,6 +1,8 @@
 #include "worker/internal/ddp_state.h"
 
 #include <algorithm>
+#include <cstring>
+#include <string>
 
 #include "core/digest.h"
 
@@ -44,6 +46,38 @@ int64_t DdpState::bytes() const {
   int64_t b = 0;
   for (const auto& s : slots_) b += static_cast<int64_t>(s.size() * sizeof(float));
   return b;
+}
+
+absl::Status BroadcastDdpState(int root, JobContext* ctx, ModelBuffers* buffers, DdpState* ddp,
+                               JobCollectives* collectives) {
+  // step, then params, then every optimizer state slot, as raw bytes.
+  const size_t n = buffers->params.size();
+  const size_t floats = n * (1 + ddp->slots().size());
+  std::string wire(sizeof(int64_t) + floats * sizeof(float), '\0');
+  if (ctx->rank.load() == root) {
+    char* at = wire.data();
+    std::memcpy(at, &ctx->step, sizeof(int64_t));
+    at += sizeof(int64_t);
+    std::memcpy(at, buffers->params.data(), n * sizeof(float));
+    at += n * sizeof(float);
+    for (const auto& slot : ddp->slots()) {
+      std::memcpy(at, slot.data(), n * sizeof(float));
+      at += n * sizeof(float);
+    }
+  }
+  absl::Status s = collectives->Broadcast(root, &wire);
+  if (!s.ok()) return s;
+  const char* at = wire.data();
+  std::memcpy(&ctx->step, at, sizeof(int64_t));
+  at += sizeof(int64_t);
+  std::memcpy(buffers->params.data(), at, n * sizeof(float));
+  at += n * sizeof(float);
+  for (auto& slot : ddp->slots()) {
+    std::memcpy(slot.data(), at, n * sizeof(float));
+    at += n * sizeof(float);
+  }
+  if (ctx->half) FloatToHalf(*ctx->half, buffers->params.data(), buffers->params_half.data(), n);
+  return collectives->ReleaseBytes(wire.size());
 }
 
 }  // namespace tessel::internal

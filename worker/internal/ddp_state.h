@@ -20,6 +20,8 @@
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "worker/internal/bucket_exchange.h"
+#include "worker/internal/job_collectives.h"
+#include "worker/internal/job_context.h"
 
 namespace tessel::internal {
 
@@ -46,6 +48,11 @@ class DdpState {
   bool holds_ = true;
   std::vector<std::vector<float>> slots_;
 };
+
+// DDP: every rank takes rank `root`'s step, params and optimizer state, bit
+// for bit (a broadcast through `collectives`).
+absl::Status BroadcastDdpState(int root, JobContext* ctx, ModelBuffers* buffers, DdpState* ddp,
+                               JobCollectives* collectives);
 
 }  // namespace tessel::internal
 

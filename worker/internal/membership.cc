@@ -100,18 +100,23 @@ absl::Status Membership::RefuseLateReplacement() {
   return absl::OkStatus();
 }
 
+v1::Member Membership::Me() const {
+  v1::Member me;
+  me.set_group(ctx_->options.job);
+  me.set_role(v1::ROLE_WORKER);
+  me.set_rank(ctx_->id);
+  me.set_ucx_address(registered_address_);
+  return me;
+}
+
 absl::Status Membership::Join() {
   const WorkerOptions& o = ctx_->options;
   // Servers first: a worker is useless without its shards.
   absl::Status s = FindServers();
   if (s.ok()) s = RefuseLateReplacement();
   if (!s.ok()) return s;
-  v1::Member me;
-  me.set_group(o.job);
-  me.set_role(v1::ROLE_WORKER);
-  me.set_rank(o.rank);
   registered_address_ = channel_->transport().address();
-  me.set_ucx_address(registered_address_);
+  const v1::Member me = Me();
   auto joined = registry_->Join(me, o.lease_ttl);
   // A replacement for a crashed worker waits for the old lease to lapse.
   const absl::Time join_deadline = absl::Now() + o.connect_timeout;
@@ -271,12 +276,7 @@ absl::Status Membership::CheckServers() {
 absl::Status Membership::Rejoin() {
   if (registry_->lease_status().ok()) return absl::OkStatus();
   // Declared dead while paused or cut off: take the rank again if it is free.
-  v1::Member me;
-  me.set_group(ctx_->options.job);
-  me.set_role(v1::ROLE_WORKER);
-  me.set_rank(ctx_->id);
-  me.set_ucx_address(registered_address_);
-  auto joined = registry_->Join(me, ctx_->options.lease_ttl);
+  auto joined = registry_->Join(Me(), ctx_->options.lease_ttl);
   if (!joined.ok()) {
     return absl::AbortedError(
         absl::StrCat(ctx_->Where(),

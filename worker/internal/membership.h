@@ -75,6 +75,9 @@ class Membership {
   std::string AfterPause() const;
 
  private:
+  // This worker as a registry member: its registry rank and the UCX
+  // address it first joined with (its identity, kept across endpoint renewals).
+  v1::Member Me() const;
   absl::Status FindServers();
   absl::Status RefuseLateReplacement();
   absl::Status MembershipChanged();

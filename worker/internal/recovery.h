@@ -82,11 +82,6 @@ class RecoveryCoordinator {
   std::vector<std::vector<uint16_t>> retired_half_;
 };
 
-// DDP: every rank takes rank `root`'s step, params and optimizer state, bit
-// for bit (a broadcast through `collectives`).
-absl::Status BroadcastDdpState(int root, JobContext* ctx, ModelBuffers* buffers, DdpState* ddp,
-                               JobCollectives* collectives);
-
 }  // namespace tessel::internal
 
 #endif  // TESSEL_WORKER_INTERNAL_RECOVERY_H_

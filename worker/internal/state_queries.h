@@ -31,7 +31,6 @@
 #include "worker/internal/fsdp_units.h"
 #include "worker/internal/job_collectives.h"
 #include "worker/internal/job_context.h"
-#include "worker/internal/recovery.h"
 #include "worker/reports.h"
 
 namespace tessel::internal {
