@@ -5,7 +5,9 @@
 #   plain       bazel test //...                       (-c opt, the build users run)
 #   asan+ubsan  bazel test --config=sanitize //...     (AddressSanitizer and
 #               UndefinedBehaviorSanitizer together; the fuzz test is left out:
-#               it builds its own asan+ubsan fuzzers)
+#               it builds its own asan+ubsan fuzzers, and so are tests tagged
+#               "plain_only": images, manifests and network namespaces, which
+#               exercise packaging and deployment, not our code's memory)
 #   tsan        bazel test --config=tsan, the tests tagged "concurrency"
 #               (threads in one process: transports, peer groups, registry,
 #               health checks, checkpointer, workers on threads)
@@ -30,7 +32,7 @@ rc=0
 for run in $runs; do
   case "$run" in
     plain) flags=(); label=plain; filter=() ;;
-    sanitize) flags=(--config=sanitize); label=asan+ubsan; filter=(--test_tag_filters=-fuzz) ;;
+    sanitize) flags=(--config=sanitize); label=asan+ubsan; filter=(--test_tag_filters=-fuzz,-plain_only) ;;
     tsan) flags=(--config=tsan); label=tsan; filter=(--test_tag_filters=concurrency) ;;
     *) echo "test.sh: unknown run '$run' (plain, sanitize, tsan)" >&2; exit 2 ;;
   esac
