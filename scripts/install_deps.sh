@@ -18,6 +18,8 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev python3-numpy clang libclang-rt-14-dev
   # Mutual TLS: certificates (scripts/gen_certs.sh), OpenSSL headers (rpc/tls.cc).
   openssl libssl-dev
+  # OCI images built offline from Debian packages (deploy/image/build.sh).
+  mmdebstrap umoci
 )
 
 missing=()
