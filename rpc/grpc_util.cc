@@ -1,6 +1,12 @@
 #include "rpc/grpc_util.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -45,9 +51,54 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+namespace {
+// "host" of "host:port" or "[v6]:port" (brackets kept).
+std::string HostOf(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) return std::string(address);
+  return std::string(address.substr(0, colon));
+}
+
+bool IsWildcard(absl::string_view host) {
+  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::" || host == "*";
+}
+
+std::string FirstNonLoopbackIPv4() {
+  ifaddrs* addresses = nullptr;
+  if (getifaddrs(&addresses) != 0) return "";
+  std::string found;
+  for (ifaddrs* a = addresses; a != nullptr && found.empty(); a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char text[INET_ADDRSTRLEN];
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) found = text;
+  }
+  freeifaddrs(addresses);
+  return found;
+}
+}  // namespace
+
+absl::StatusOr<std::string> AdvertiseHost(absl::string_view listen, absl::string_view advertise) {
+  if (!advertise.empty()) return std::string(advertise);
+  const std::string host = HostOf(listen);
+  if (!IsWildcard(host)) return host;
+  const char* pod_ip = std::getenv("POD_IP");
+  if (pod_ip != nullptr && *pod_ip != '\0') return std::string(pod_ip);
+  std::string found = FirstNonLoopbackIPv4();
+  if (!found.empty()) return found;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "listening on ", listen,
+      " (every interface) but this host has no non-loopback IPv4 "
+      "address to register; pass --advertise_address=HOST (the address other hosts dial) or "
+      "listen on a specific address"));
+}
+
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     absl::string_view address, const std::vector<grpc::Service*>& services, std::string* bound,
-    std::shared_ptr<grpc::ServerCredentials> credentials) {
+    std::shared_ptr<grpc::ServerCredentials> credentials, absl::string_view advertise) {
+  auto host = AdvertiseHost(address, advertise);
+  if (!host.ok()) return host.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -62,10 +113,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", address, " (address in use or not permitted?)"));
   }
-  std::vector<std::string> parts = absl::StrSplit(address, absl::MaxSplits(':', 1));
-  std::string host = parts[0].empty() || parts[0] == "0.0.0.0" ? "127.0.0.1" : parts[0];
-  if (address.rfind("[", 0) == 0) host = std::string(address.substr(0, address.rfind(':')));
-  *bound = absl::StrCat(host, ":", port);
+  *bound = absl::StrCat(*host, ":", port);
   return server;
 }
 

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -38,12 +39,25 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout = kRpcTimeout)
 absl::Status FromGrpc(const grpc::Status& s, absl::string_view what);
 grpc::Status ToGrpc(const absl::Status& s);
 
+// The host other processes should dial to reach a server listening on
+// `listen` ("host:port"): `advertise` when given; else the listen host
+// unless it is a wildcard (0.0.0.0, [::], empty); for a wildcard the
+// environment's POD_IP (Kubernetes' downward API), else this host's first
+// up, non-loopback IPv4 address. Never 127.0.0.1 for a wildcard listen:
+// peers on other hosts would dial their own loopback. FailedPrecondition
+// when a wildcard listen finds no address (pass --advertise_address).
+absl::StatusOr<std::string> AdvertiseHost(absl::string_view listen, absl::string_view advertise);
+
 // Starts a gRPC server on `address` (port 0 picks a free port). On success
-// returns the server and writes the bound "host:port" to *bound. Plaintext
-// unless `credentials` (LoadServerCredentials) say otherwise.
+// returns the server and writes the "host:port" others dial to *bound (the
+// host from AdvertiseHost(address, advertise), the port bound). Plaintext
+// unless `credentials` (LoadServerCredentials) say otherwise. Every server
+// also serves grpc.health.v1 (gRPC's default health service; rpc/health.h's
+// HealthReporter sets what it answers).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     absl::string_view address, const std::vector<grpc::Service*>& services, std::string* bound,
-    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr,
+    absl::string_view advertise = "");
 
 }  // namespace tessel
 
