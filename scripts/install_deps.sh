@@ -20,6 +20,8 @@ PACKAGES=(
   openssl libssl-dev
   # OCI images built offline from Debian packages (deploy/image/build.sh).
   mmdebstrap umoci
+  # Network namespaces as hosts in multi-host tests (tests/netns.py): ip, ss.
+  iproute2
 )
 
 missing=()
