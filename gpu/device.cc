@@ -5,22 +5,6 @@
 
 namespace tessel {
 
-CudaInfo DetectCuda() {
-  CudaInfo info;
-  int n = TesselCudaDeviceCount(&info.runtime_version);
-  if (n <= 0) {
-    info.reason = n == 0 ? "no CUDA device"
-                         : absl::StrCat("no usable CUDA device (cudaGetDeviceCount error ", -n,
-                                        n == -35 ? ": no driver installed" : "", ")");
-    return info;
-  }
-  info.available = true;
-  info.devices = n;
-  char name[256];
-  if (TesselCudaDeviceName(name, sizeof(name)) == 0) info.reason = name;
-  return info;
-}
-
 absl::Status ApplyUpdateOnDevice(const OptimizerParams& p, int64_t step, float* params,
                                  const float* grad, float* const* state, size_t n) {
   CudaInfo info = DetectCuda();

@@ -1,31 +1,22 @@
-// GPU detection and the CUDA optimizer path.
+// The CUDA optimizer path.
 //
-// The CUDA kernels (gpu/optimizer_kernels.cu) are always compiled and linked
-// with nvcc; whether they run is decided at run time. On a machine without a
-// CUDA device or driver, DetectCuda() says why and every caller keeps to the
-// CPU kernels (core/optimizer.h), which are the reference implementation.
+// The CUDA kernels (gpu/optimizer_kernels.cu) are compiled and linked with
+// nvcc; whether they run is decided at run time. On a machine without a CUDA
+// device or driver, DetectCuda() (gpu/detect.h) says why and every caller keeps
+// to the CPU kernels (core/optimizer.h), which are the reference implementation.
+// This library links the CUDA runtime; binaries that only need to know whether
+// a device exists use //gpu:detect alone and link no CUDA.
 //
 // Example:
-//   CudaInfo cuda = DetectCuda();
-//   if (!cuda.available) LOG << "optimizer on CPU: " << cuda.reason;
+//   if (DetectCuda().available) status = ApplyUpdateOnDevice(p, step, ...);
 #ifndef TESSEL_GPU_DEVICE_H_
 #define TESSEL_GPU_DEVICE_H_
 
-#include <string>
-
 #include "absl/status/status.h"
 #include "core/optimizer.h"
+#include "gpu/detect.h"
 
 namespace tessel {
-
-struct CudaInfo {
-  bool available = false;
-  int devices = 0;
-  int runtime_version = 0;  // e.g. 13000
-  std::string reason;       // why not available, or the device name
-};
-
-CudaInfo DetectCuda();
 
 // Adam/AdamW/SGD update of n parameters held in host memory, computed on
 // device 0 (copy in, kernel, copy out). FailedPrecondition without a device.

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu/optimizer_kernels.h"
 #include "gtest/gtest.h"
 
 namespace tessel {
@@ -21,6 +22,19 @@ TEST(DeviceTest, DetectionNeverCrashesAndExplainsItself) {
     absl::Status s = ApplyUpdateOnDevice(opt, 1, p.data(), g.data(), nullptr, 4);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(s.message().find("CPU"), std::string::npos) << s;
+  }
+}
+
+TEST(DeviceTest, RunTimeDetectionAgreesWithTheLinkedRuntime) {
+  // DetectCuda loads libcudart with dlopen; here the runtime is also linked
+  // (the kernels need it), and both must see the same runtime and devices.
+  int linked_runtime = 0;
+  const int linked_devices = TesselCudaDeviceCount(&linked_runtime);
+  CudaInfo info = DetectCuda();
+  EXPECT_EQ(info.runtime_version, linked_runtime) << info.reason;
+  EXPECT_EQ(info.available, linked_devices > 0) << info.reason;
+  if (linked_devices > 0) {
+    EXPECT_EQ(info.devices, linked_devices);
   }
 }
 
