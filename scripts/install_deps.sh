@@ -22,7 +22,18 @@ PACKAGES=(
   mmdebstrap umoci
   # Network namespaces as hosts in multi-host tests (tests/netns.py): ip, ss.
   iproute2
+  # The manifest test (tests/manifests_test.py) reads kustomize's YAML.
+  python3-yaml
 )
+
+# Not Debian packages: the npm packages that validate Kubernetes manifests
+# (deploy/validate/install.sh: pinned, into /var/cache/tessel-npm; installs
+# Debian's nodejs and npm only when node is missing). A failure here does not
+# stop the rest: only //tests:manifests_test needs them, and says so.
+npm_deps() {
+  bash "$(dirname "$0")/../deploy/validate/install.sh" ||
+    echo "install_deps: warning: deploy/validate/install.sh failed; //tests:manifests_test will fail" >&2
+}
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -30,6 +41,7 @@ for p in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps: all ${#PACKAGES[@]} packages present"
+  npm_deps
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -40,6 +52,7 @@ echo "install_deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"
+npm_deps
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "install_deps: note: /usr/local/cuda/bin/nvcc not found; //gpu targets need the CUDA toolkit" >&2
 fi
