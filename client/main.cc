@@ -13,6 +13,7 @@
 #include "CLI/CLI.hpp"
 #include "client/commands.h"
 #include "client/context.h"
+#include "core/version.h"
 #include "rpc/auth.h"
 #include "rpc/tls.h"
 
@@ -82,6 +83,7 @@ int Main(int argc, char** argv) {
       "Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unreachable, 5 not authorized "
       "(token or TLS), 6 checkpoint damaged."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(kVersion));
   app.fallthrough();  // global options may also follow the subcommand
   AddGlobalFlags(app, g);
   std::vector<Command> commands;

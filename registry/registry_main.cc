@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "core/log.h"
+#include "core/version.h"
 #include "registry/etcd/etcd_registry.h"
 #include "registry/memory/memory_registry.h"
 #include "registry/registry_service.h"
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
       "--tls_*, which secure this registry's own service.\n\n"
       "Security: --tls_ca/--tls_cert/--tls_key serve mutual TLS (health checks use the\n"
       "same certificates); --admin_token_file gates ListGroups (docs/operations.md).");
+  tessel::UseVersionForVersionFlag();
   absl::ParseCommandLine(argc, argv);
   tessel::SetLogLabel("registry");
   const std::string backend = absl::GetFlag(FLAGS_backend);

@@ -11,7 +11,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
-#include "gpu/device.h"
+#include "core/version.h"
+#include "gpu/detect.h"
 #include "rpc/auth.h"
 #include "rpc/tls_flags.h"
 #include "server/shard_server.h"
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
       "find it there and create jobs on it. A step in progress for longer than\n"
       "--stall_report_s is logged (WARNING) with the ranks and buckets it waits for.\n"
       "Stop it with SIGINT or SIGTERM.");
+  tessel::UseVersionForVersionFlag();
   absl::ParseCommandLine(argc, argv);
   const int shard = absl::GetFlag(FLAGS_shard);
   const std::string registry_address = absl::GetFlag(FLAGS_registry);

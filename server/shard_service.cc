@@ -2,11 +2,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/version.h"
 #include "rpc/grpc_util.h"
 
 namespace tessel {
 namespace {
-constexpr char kVersion[] = "tessel 0.1.0 (wire v1, checkpoint v1)";
 
 grpc::Status NoJob(const std::string& job) {
   return grpc::Status(grpc::StatusCode::NOT_FOUND,

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
+#include "core/version.h"
 #include "tools/internal/mlp_job.h"
 #include "worker/train_flags.h"
 #include "worker/unit_step.h"
@@ -314,6 +315,7 @@ int main(int argc, char** argv) {
       "Usage: tessel-train --registry=HOST:PORT --rank=R --world=W [--job=demo]\n"
       "       [--strategy=zero2] [--optimizer=adam --lr=1e-3 ...] [--steps=300]\n"
       "       [--init=INIT.npy --grads=DIR]  (replay mode)  [--out=FINAL.npy]");
+  tessel::UseVersionForVersionFlag();
   absl::ParseCommandLine(argc, argv);
   tessel::SetLogLabel(absl::StrCat("worker[", absl::GetFlag(FLAGS_rank), "]"));
   auto options = OptionsFromFlags();
