@@ -7,7 +7,7 @@
 namespace tessel {
 
 RegistryService::RegistryService(std::unique_ptr<Registry> registry,
-                                 std::optional<HealthCheckOptions> health, AdminAuthOptions auth)
+                                 std::optional<HealthCheckOptions> health, AuthOptions auth)
     : registry_(std::move(registry)), auth_(std::move(auth), "this registry") {
   expirer_ = std::thread([this] {
     while (!stop_.load()) {
@@ -22,7 +22,7 @@ RegistryService::RegistryService(std::unique_ptr<Registry> registry,
   }
 }
 
-RegistryService::RegistryService(absl::Duration default_ttl, AdminAuthOptions auth)
+RegistryService::RegistryService(absl::Duration default_ttl, AuthOptions auth)
     : RegistryService(std::make_unique<MemoryRegistry>(default_ttl), std::nullopt,
                       std::move(auth)) {}
 
@@ -34,8 +34,12 @@ void RegistryService::Stop() {
   if (expirer_.joinable()) expirer_.join();
 }
 
-grpc::Status RegistryService::Join(grpc::ServerContext*, const v1::JoinRequest* req,
+grpc::Status RegistryService::Join(grpc::ServerContext* ctx, const v1::JoinRequest* req,
                                    v1::JoinResponse* resp) {
+  const bool server = req->member().role() == v1::ROLE_SERVER;
+  grpc::Status auth = auth_.Check(*ctx, "Registry", server ? "Join/SERVER" : "Join/WORKER",
+                                  server ? "" : req->member().group());
+  if (!auth.ok()) return auth;
   auto joined = registry_->Join(req->member(), absl::Milliseconds(req->lease_ttl_ms()));
   if (!joined.ok()) return ToGrpc(joined.status());
   resp->set_lease_id(joined->lease_id);
@@ -46,21 +50,27 @@ grpc::Status RegistryService::Join(grpc::ServerContext*, const v1::JoinRequest* 
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                         v1::HeartbeatResponse* resp) {
+  grpc::Status auth = auth_.Check(*ctx, "Registry", "Heartbeat");
+  if (!auth.ok()) return auth;
   auto epoch = registry_->Heartbeat(req->lease_id());
   if (!epoch.ok()) return ToGrpc(epoch.status());
   resp->set_epoch(*epoch);
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::Leave(grpc::ServerContext*, const v1::LeaveRequest* req,
+grpc::Status RegistryService::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* req,
                                     v1::LeaveResponse*) {
+  grpc::Status auth = auth_.Check(*ctx, "Registry", "Leave");
+  if (!auth.ok()) return auth;
   return ToGrpc(registry_->Leave(req->lease_id()));
 }
 
-grpc::Status RegistryService::GetView(grpc::ServerContext*, const v1::GetViewRequest* req,
+grpc::Status RegistryService::GetView(grpc::ServerContext* ctx, const v1::GetViewRequest* req,
                                       v1::GetViewResponse* resp) {
+  grpc::Status auth = auth_.Check(*ctx, "Registry", "GetView");
+  if (!auth.ok()) return auth;
   auto view = registry_->GetView(req->group());
   if (!view.ok()) return ToGrpc(view.status());
   *resp->mutable_view() = std::move(*view);
@@ -69,6 +79,8 @@ grpc::Status RegistryService::GetView(grpc::ServerContext*, const v1::GetViewReq
 
 grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
                                     grpc::ServerWriter<v1::View>* writer) {
+  grpc::Status auth = auth_.Check(*ctx, "Registry", "Watch");
+  if (!auth.ok()) return auth;
   int64_t after = req->after_epoch();
   if (after == 0) {
     auto view = registry_->GetView(req->group());
@@ -88,7 +100,7 @@ grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchReq
 
 grpc::Status RegistryService::ListGroups(grpc::ServerContext* ctx, const v1::ListGroupsRequest*,
                                          v1::ListGroupsResponse* resp) {
-  grpc::Status auth = auth_.Check(*ctx, Access::kRead, "ListGroups");
+  grpc::Status auth = auth_.Check(*ctx, "Registry", "ListGroups");
   if (!auth.ok()) return auth;
   auto views = registry_->ListGroups();
   if (!views.ok()) return ToGrpc(views.status());

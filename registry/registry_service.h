@@ -8,14 +8,19 @@
 // Threads: gRPC's handler threads, plus one expiry thread and one health
 // check thread, all owned here and joined by Stop().
 //
-// Authorization (rpc/auth.h): Join, Heartbeat, Leave, GetView and Watch are
-// member operations, open to every client the transport lets in (with mutual
-// TLS: holders of a certificate from the cluster's CA); Heartbeat and Leave
-// act only on the caller's own lease, named by its unguessable id.
-// ListGroups, which lists every job and pool with their addresses, is an
-// operator read: with an admin token it needs the token unless
-// `allow_anonymous_reads`. The registry has no admin-only RPC today; one
-// added later (e.g. evicting a member) must check Access::kAdmin.
+// Authorization (rpc/auth.h, service "Registry" of its role table): with no
+// credential configured everything is open, as before roles. Heartbeat and
+// Leave are always open: they act only on the caller's own lease, named by
+// its unguessable id. The member operations stay open (mutual TLS is what
+// keeps strangers out) until member credentials are configured: with server
+// tokens (--server_token_file) or certificate roles (--cert_roles) a Join as
+// ROLE_SERVER needs a server or admin credential; with worker tokens or
+// certificate roles a Join of any other role needs a worker credential
+// covering the group (the job) or an admin's; with either, GetView and Watch
+// need some credential. ListGroups, which lists every job and pool with
+// their addresses, is an operator read: admin or reader, anonymous while
+// `allow_anonymous_reads`. An RPC added later needs its row in the table
+// (auth_test fails otherwise).
 //
 // Example:
 //   RegistryService service(std::make_unique<MemoryRegistry>(absl::Seconds(5)));
@@ -42,9 +47,9 @@ class RegistryService final : public v1::Registry::Service {
   // is positive.
   explicit RegistryService(std::unique_ptr<Registry> registry,
                            std::optional<HealthCheckOptions> health = std::nullopt,
-                           AdminAuthOptions auth = {});
+                           AuthOptions auth = {});
   // Serves a MemoryRegistry with this default ttl, without health checks.
-  explicit RegistryService(absl::Duration default_ttl, AdminAuthOptions auth = {});
+  explicit RegistryService(absl::Duration default_ttl, AuthOptions auth = {});
   ~RegistryService() override;
 
   Registry& registry() { return *registry_; }
@@ -66,7 +71,7 @@ class RegistryService final : public v1::Registry::Service {
  private:
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<HealthChecker> health_checker_;
-  const AdminAuth auth_;
+  const Authorizer auth_;
   std::atomic<bool> stop_{false};
   std::thread expirer_;
 };

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Generates the certificates for Tessel's mutual TLS (tests, demos, a first
-# deployment): a CA, a server certificate, a client certificate, and an
-# "untrusted" CA with a certificate of its own for negative tests.
+# deployment): a CA, a server certificate, a client certificate, role
+# certificates, and an "untrusted" CA with a certificate of its own for
+# negative tests.
 #
-#   scripts/gen_certs.sh OUTDIR
+#   scripts/gen_certs.sh OUTDIR [WORKER_JOB...]
 #
 # OUTDIR/ca.crt                     the CA every process trusts (--tls_ca)
 # OUTDIR/server.crt, server.key     registry and shard servers (--tls_cert/--tls_key);
@@ -11,6 +12,18 @@
 # OUTDIR/client.crt, client.key     workers, launchers and tesselctl
 # OUTDIR/untrusted-ca.crt           a CA nobody trusts, and
 # OUTDIR/untrusted.crt, .key        a certificate it issued: must be refused
+#
+# Role certificates (docs/operations.md, Roles and credentials): the role is
+# the subject's O (organization) "tessel:ROLE", and a worker's CN
+# "worker:JOB" scopes it to one job (Kubernetes' convention: O = group,
+# CN = user). server.crt and client.crt carry no role.
+# OUTDIR/admin.crt, admin.key       O=tessel:admin: tesselctl, an operator
+# OUTDIR/worker.crt, worker.key     O=tessel:worker, CN=tessel-worker: a worker of any job
+# OUTDIR/reader.crt, reader.key     O=tessel:reader: stats and listings
+# OUTDIR/server-role.crt, .key      O=tessel:server: registry and shard servers (server
+#                                   and client use, like server.crt)
+# OUTDIR/worker-JOB.crt, .key       O=tessel:worker, CN=worker:JOB, for each WORKER_JOB
+#                                   given (letters, digits, '.', '_', '-')
 #
 # Keys are ECDSA P-256, certificates valid 365 days, leaf certificates carry
 # subjectAltName DNS:localhost, IP:127.0.0.1 (and IP:::1), so a client that
@@ -25,21 +38,31 @@ set -euo pipefail
 
 usage() {
   cat >&2 <<EOF
-usage: $0 OUTDIR
-Writes ca.crt, server.{crt,key}, client.{crt,key}, untrusted-ca.crt and
-untrusted.{crt,key} into OUTDIR (created if needed). Needs openssl.
+usage: $0 OUTDIR [WORKER_JOB...]
+Writes ca.crt, server.{crt,key}, client.{crt,key}, the role certificates
+admin, worker, reader and server-role .{crt,key}, worker-JOB.{crt,key} for
+each WORKER_JOB, untrusted-ca.crt and untrusted.{crt,key} into OUTDIR
+(created if needed). Needs openssl.
 EOF
   exit 2
 }
 
-[ $# -eq 1 ] || usage
+[ $# -ge 1 ] || usage
 case "$1" in -h | --help) usage ;; esac
+out=$1
+shift
+jobs=("$@")
+for job in "${jobs[@]}"; do
+  [[ "$job" =~ ^[A-Za-z0-9._-]{1,64}$ ]] || {
+    echo "gen_certs: WORKER_JOB '$job': use 1 to 64 letters, digits, '.', '_' or '-'" >&2
+    exit 2
+  }
+done
 command -v openssl >/dev/null || {
   echo "gen_certs: openssl not found; install Debian's openssl package (scripts/install_deps.sh)" >&2
   exit 1
 }
 
-out=$1
 mkdir -p "$out"
 umask 077
 days=365
@@ -82,11 +105,19 @@ EOF
 ca ca "/CN=Tessel test CA"
 leaf server ca "/CN=tessel-server" "serverAuth,clientAuth"
 leaf client ca "/CN=tessel-client" "clientAuth"
+leaf admin ca "/O=tessel:admin/CN=tessel-admin" "clientAuth"
+leaf worker ca "/O=tessel:worker/CN=tessel-worker" "clientAuth"
+leaf reader ca "/O=tessel:reader/CN=tessel-reader" "clientAuth"
+leaf server-role ca "/O=tessel:server/CN=tessel-server" "serverAuth,clientAuth"
+for job in "${jobs[@]}"; do
+  leaf "worker-$job" ca "/O=tessel:worker/CN=worker:$job" "clientAuth"
+done
 ca untrusted-ca "/CN=Untrusted test CA"
 leaf untrusted untrusted-ca "/CN=tessel-untrusted" "serverAuth,clientAuth"
 
 # Certificates are public; keys stay owner-only.
 chmod 644 "$out"/*.crt
 chmod 600 "$out"/*.key
-openssl verify -CAfile "$out/ca.crt" "$out/server.crt" "$out/client.crt" >/dev/null
+openssl verify -CAfile "$out/ca.crt" "$out/server.crt" "$out/client.crt" "$out/admin.crt" \
+  "$out/worker.crt" "$out/reader.crt" "$out/server-role.crt" >/dev/null
 echo "gen_certs: certificates in $out are ready (CA: $out/ca.crt)"

@@ -1,5 +1,8 @@
 #include "server/shard_service.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/version.h"
@@ -32,9 +35,41 @@ v1::CheckpointInfo InfoOf(const Manifest& m, bool with_manifest) {
 }
 }  // namespace
 
-grpc::Status ShardService::Authorize(grpc::ServerContext* ctx, bool mutating) const {
-  return auth_.Check(*ctx, mutating ? Access::kAdmin : Access::kRead,
-                     mutating ? "changes" : "reads");
+grpc::Status ShardService::Authorize(grpc::ServerContext* ctx, absl::string_view rpc,
+                                     absl::string_view job) const {
+  return auth_.Check(*ctx, "ShardServer", rpc, job);
+}
+
+grpc::Status ShardService::CheckRestore(const Caller& caller, const v1::CreateJobRequest& req) {
+  if (!auth_.enabled() || !req.restore() || req.restore_step() < 0 || caller.Has(Role::kAdmin)) {
+    return grpc::Status::OK;
+  }
+  const std::string& job = req.spec().job();
+  const int64_t step = req.restore_step();
+  if (std::shared_ptr<ShardJob> have = jobs_->FindJob(job)) {
+    // Nothing is loaded: a restore of a job already here only joins it, and
+    // one that stands at `step`, restored from it, loses nothing.
+    if (!req.replace()) return grpc::Status::OK;
+    if (have->restored_from() == step && have->version() == step) return grpc::Status::OK;
+  }
+  auto all = jobs_->checkpointer()->List(job);
+  if (!all.ok()) return grpc::Status::OK;  // the restore itself reports it
+  const int64_t settled_ms = absl::ToUnixMillis(absl::Now() - kRecentCheckpointGrace);
+  int64_t latest = -1, latest_settled = -1;
+  for (const Manifest& m : *all) {
+    latest = std::max(latest, m.step);
+    if (m.created_unix_ms <= settled_ms) latest_settled = std::max(latest_settled, m.step);
+  }
+  if (step >= latest_settled) return grpc::Status::OK;
+  return auth_.Deny(
+      caller, "CreateJob",
+      absl::StrCat("restore the checkpoint of step ", step, " of job '", job,
+                   "': the latest complete checkpoint is step ", latest,
+                   ", and going back to an older one is an operator's rewind"),
+      absl::StrCat("tesselctl checkpoint restore --job ", job, " --step ", step,
+                   " --token_file=ADMIN_TOKEN_FILE, then start the workers with --resume "
+                   "--resume_step=",
+                   step));
 }
 
 v1::ShardStats ShardService::StatsOf(ShardJob& job) {
@@ -44,8 +79,12 @@ v1::ShardStats ShardService::StatsOf(ShardJob& job) {
 
 grpc::Status ShardService::CreateJob(grpc::ServerContext* ctx, const v1::CreateJobRequest* req,
                                      v1::CreateJobResponse* resp) {
-  grpc::Status auth = Authorize(ctx, true);
-  if (!auth.ok()) return auth;
+  if (auth_.enabled()) {
+    const Caller caller = auth_.Identify(*ctx);
+    grpc::Status auth = auth_.Check(caller, "ShardServer", "CreateJob", req->spec().job());
+    if (auth.ok()) auth = CheckRestore(caller, *req);
+    if (!auth.ok()) return auth;
+  }
   if (req->shard_index() != options_.shard_index) {
     return grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
@@ -60,7 +99,7 @@ grpc::Status ShardService::CreateJob(grpc::ServerContext* ctx, const v1::CreateJ
 
 grpc::Status ShardService::SetEpoch(grpc::ServerContext* ctx, const v1::SetEpochRequest* req,
                                     v1::SetEpochResponse* resp) {
-  grpc::Status auth = Authorize(ctx, true);
+  grpc::Status auth = Authorize(ctx, "SetEpoch", req->job());
   if (!auth.ok()) return auth;
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
@@ -71,7 +110,7 @@ grpc::Status ShardService::SetEpoch(grpc::ServerContext* ctx, const v1::SetEpoch
 
 grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* req,
                                     v1::ShardStats* resp) {
-  grpc::Status auth = Authorize(ctx, false);
+  grpc::Status auth = Authorize(ctx, "GetStats", req->job());
   if (!auth.ok()) return auth;
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
@@ -81,22 +120,39 @@ grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* 
 
 grpc::Status ShardService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
                                     v1::ListJobsResponse* resp) {
-  grpc::Status auth = Authorize(ctx, false);
+  grpc::Status auth = Authorize(ctx, "ListJobs");
   if (!auth.ok()) return auth;
-  for (auto& job : jobs_->Jobs()) *resp->add_jobs() = StatsOf(*job);
+  // A caller that holds only job-scoped worker credentials sees its jobs.
+  std::optional<Caller> scoped;
+  if (auth_.enabled() && !auth_.options().allow_anonymous_reads) {
+    Caller caller = auth_.Identify(*ctx);
+    bool all = false;
+    for (const Grant& g : caller.grants) all = all || g.role != Role::kWorker || g.jobs.empty();
+    if (!all) scoped = std::move(caller);
+  }
+  for (auto& job : jobs_->Jobs()) {
+    if (scoped.has_value() && !scoped->MayActOnJob(job->spec().job())) continue;
+    *resp->add_jobs() = StatsOf(*job);
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status ShardService::DeleteJob(grpc::ServerContext* ctx, const v1::JobRef* req,
                                      v1::DeleteJobResponse*) {
-  grpc::Status auth = Authorize(ctx, true);
-  if (!auth.ok()) return auth;
+  if (auth_.enabled()) {
+    // A worker may clean up the reducer helper jobs its SDK created.
+    const Caller caller = auth_.Identify(*ctx);
+    if (!IsHelperJob(req->job()) || !caller.MayActOnJob(req->job())) {
+      grpc::Status auth = auth_.Check(caller, "ShardServer", "DeleteJob", req->job());
+      if (!auth.ok()) return auth;
+    }
+  }
   return ToGrpc(jobs_->DeleteJob(req->job()));
 }
 
 grpc::Status ShardService::GetServerInfo(grpc::ServerContext* ctx, const v1::ServerInfoRequest*,
                                          v1::ServerInfoResponse* resp) {
-  grpc::Status auth = Authorize(ctx, false);
+  grpc::Status auth = Authorize(ctx, "GetServerInfo");
   if (!auth.ok()) return auth;
   resp->set_version(kVersion);
   resp->set_ucx_address(transport_->address());
@@ -108,7 +164,7 @@ grpc::Status ShardService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ser
 grpc::Status ShardService::SaveCheckpoint(grpc::ServerContext* ctx,
                                           const v1::SaveCheckpointRequest* req,
                                           v1::SaveCheckpointResponse* resp) {
-  grpc::Status auth = Authorize(ctx, true);
+  grpc::Status auth = Authorize(ctx, "SaveCheckpoint", req->job());
   if (!auth.ok()) return auth;
   auto r = jobs_->SaveCheckpoint(*req);
   if (!r.ok()) return ToGrpc(r.status());
@@ -118,7 +174,7 @@ grpc::Status ShardService::SaveCheckpoint(grpc::ServerContext* ctx,
 
 grpc::Status ShardService::ListCheckpoints(grpc::ServerContext* ctx, const v1::JobRef* req,
                                            v1::ListCheckpointsResponse* resp) {
-  grpc::Status auth = Authorize(ctx, false);
+  grpc::Status auth = Authorize(ctx, "ListCheckpoints", req->job());
   if (!auth.ok()) return auth;
   auto all = jobs_->checkpointer()->List(req->job());
   if (!all.ok()) return ToGrpc(all.status());
@@ -128,7 +184,7 @@ grpc::Status ShardService::ListCheckpoints(grpc::ServerContext* ctx, const v1::J
 
 grpc::Status ShardService::GetCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
                                          v1::CheckpointInfo* resp) {
-  grpc::Status auth = Authorize(ctx, false);
+  grpc::Status auth = Authorize(ctx, "GetCheckpoint", req->job());
   if (!auth.ok()) return auth;
   auto m = jobs_->checkpointer()->Read(req->job(), req->step());
   if (!m.ok()) return ToGrpc(m.status());
@@ -138,7 +194,7 @@ grpc::Status ShardService::GetCheckpoint(grpc::ServerContext* ctx, const v1::Che
 
 grpc::Status ShardService::VerifyCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
                                             v1::VerifyCheckpointResponse* resp) {
-  grpc::Status auth = Authorize(ctx, false);
+  grpc::Status auth = Authorize(ctx, "VerifyCheckpoint", req->job());
   if (!auth.ok()) return auth;
   auto m = jobs_->checkpointer()->Read(req->job(), req->step());
   if (!m.ok()) return ToGrpc(m.status());
@@ -151,14 +207,14 @@ grpc::Status ShardService::VerifyCheckpoint(grpc::ServerContext* ctx, const v1::
 
 grpc::Status ShardService::DeleteCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
                                             v1::DeleteCheckpointResponse*) {
-  grpc::Status auth = Authorize(ctx, true);
+  grpc::Status auth = Authorize(ctx, "DeleteCheckpoint", req->job());
   if (!auth.ok()) return auth;
   return ToGrpc(jobs_->checkpointer()->Delete(req->job(), req->step()));
 }
 
 grpc::Status ShardService::ReadState(grpc::ServerContext* ctx, const v1::ReadStateRequest* req,
                                      v1::ShardState* resp) {
-  grpc::Status auth = Authorize(ctx, false);
+  grpc::Status auth = Authorize(ctx, "ReadState", req->job());
   if (!auth.ok()) return auth;
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
@@ -170,7 +226,7 @@ grpc::Status ShardService::ReadState(grpc::ServerContext* ctx, const v1::ReadSta
 
 grpc::Status ShardService::WriteState(grpc::ServerContext* ctx, const v1::WriteStateRequest* req,
                                       v1::WriteStateResponse* resp) {
-  grpc::Status auth = Authorize(ctx, true);
+  grpc::Status auth = Authorize(ctx, "WriteState", req->job());
   if (!auth.ok()) return auth;
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());

@@ -1,18 +1,35 @@
 // gRPC adapter for the shard server's control plane (tessel.v1.ShardServer).
 // Handlers translate between protos and JobTable/ShardJob/Checkpointer, and
-// enforce the admin token; no other logic here.
+// check the caller's role; no other logic here.
 //
-// Authorization: when the server has an admin token, every RPC that changes
-// state (CreateJob, SetEpoch, DeleteJob, SaveCheckpoint, DeleteCheckpoint)
-// needs metadata `authorization: Bearer <token>`; read-only RPCs need it too
-// unless `allow_anonymous_reads`. Refusals are UNAUTHENTICATED (no token) or
-// PERMISSION_DENIED (wrong token); the check is rpc/auth.h's, shared with
-// the registry.
+// Authorization: every RPC is checked against rpc/auth.h's role table
+// (RoleTable(), service "ShardServer") once the server has any credential
+// configured (admin token, worker tokens, certificate roles): an admin may do
+// everything; a worker, on its own job(s), CreateJob, SetEpoch,
+// SaveCheckpoint, ReadState, WriteState and the reads; readers the reads;
+// reads are anonymous while `allow_anonymous_reads`, ReadState never.
+// Two decisions the table cannot make are taken here:
+//  - Restores (CreateJob with restore): a worker credential may restore the
+//    job's latest complete checkpoint (restore_step -1, or that step), which
+//    is what the worker SDK's --resume and automatic recovery do, but not an
+//    older one: going back is an operator's rewind (tesselctl checkpoint
+//    restore --step, admin). Checkpoints completed less than
+//    kRecentCheckpointGrace ago do not count as newer, so a recovery that
+//    resolved "the latest" just before another checkpoint completed is not
+//    refused. A restore that loads nothing is allowed: of a job already here
+//    (not replace), or of a job here that stands at that very step, restored
+//    from it and not trained since (workers joining an operator's restore
+//    with --resume --resume_step).
+//  - DeleteJob: a worker may delete the reducer helper jobs its SDK creates
+//    ("J~sync<N>.e<E>", IsHelperJob) within its scope; other jobs: admin.
+// ListJobs shows a caller holding only job-scoped worker credentials (when
+// anonymous reads are off) just its jobs.
 #ifndef TESSEL_SERVER_SHARD_SERVICE_H_
 #define TESSEL_SERVER_SHARD_SERVICE_H_
 
 #include <string>
 
+#include "absl/time/time.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/auth.h"
 #include "server/job_table.h"
@@ -23,9 +40,12 @@ namespace tessel {
 struct ShardServiceOptions {
   int shard_index = 0;
   std::string pool;
-  std::string admin_token;  // "" = no authorization
-  bool allow_anonymous_reads = true;
+  AuthOptions auth;  // no credential configured = no authorization
 };
+
+// Checkpoints that completed less than this long ago do not make an older
+// one a rewind for a worker's restore (see the file comment).
+inline constexpr absl::Duration kRecentCheckpointGrace = absl::Seconds(60);
 
 class ShardService final : public v1::ShardServer::Service {
  public:
@@ -35,7 +55,7 @@ class ShardService final : public v1::ShardServer::Service {
       : jobs_(jobs),
         transport_(transport),
         options_(std::move(options)),
-        auth_({options_.admin_token, options_.allow_anonymous_reads}, "this shard server") {}
+        auth_(options_.auth, "this shard server") {}
 
   grpc::Status CreateJob(grpc::ServerContext*, const v1::CreateJobRequest*,
                          v1::CreateJobResponse*) override;
@@ -63,13 +83,17 @@ class ShardService final : public v1::ShardServer::Service {
                           v1::WriteStateResponse*) override;
 
  private:
-  grpc::Status Authorize(grpc::ServerContext* ctx, bool mutating) const;
+  // The role table's check of `rpc` on `job`.
+  grpc::Status Authorize(grpc::ServerContext* ctx, absl::string_view rpc,
+                         absl::string_view job = "") const;
+  // A worker's restore of an older checkpoint (see the file comment).
+  grpc::Status CheckRestore(const Caller& caller, const v1::CreateJobRequest& req);
   v1::ShardStats StatsOf(ShardJob& job);
 
   JobTable* const jobs_;
   const Transport* const transport_;
   const ShardServiceOptions options_;
-  const AdminAuth auth_;
+  const Authorizer auth_;
 };
 
 }  // namespace tessel
