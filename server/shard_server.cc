@@ -74,8 +74,7 @@ absl::Status ShardServer::Init() {
   ShardServiceOptions service_options;
   service_options.shard_index = options_.shard;
   service_options.pool = options_.pool;
-  service_options.admin_token = options_.admin.token;
-  service_options.allow_anonymous_reads = options_.admin.allow_anonymous_reads;
+  service_options.auth = options_.admin;
   jobs_ = std::make_unique<JobTable>(checkpointer_.get());
   plane_ = std::make_unique<DataPlane>(transport_.get(), jobs_.get(), checkpointer_.get());
   service_ = std::make_unique<ShardService>(jobs_.get(), transport_.get(), service_options);
@@ -88,7 +87,8 @@ absl::Status ShardServer::Init() {
   if (!grpc_server.ok()) return grpc_server.status();
   grpc_server_ = std::move(*grpc_server);
 
-  registry_ = std::make_unique<RegistryClient>(options_.registry, *client_credentials);
+  registry_ = std::make_unique<RegistryClient>(options_.registry, *client_credentials,
+                                               options_.registry_token);
   v1::Member me;
   me.set_group(options_.pool);
   me.set_role(v1::ROLE_SERVER);

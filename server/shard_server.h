@@ -79,8 +79,12 @@ struct ShardServerOptions {
   int checkpoint_max_queued = 8;
   // Testing only: pause per MiB of checkpoint written.
   absl::Duration checkpoint_write_delay = absl::ZeroDuration();
-  // Admin token ("" = no authorization) and whether reads need it.
-  AdminAuthOptions admin;
+  // Who may call which RPC (rpc/auth.h: admin and worker tokens,
+  // certificate roles, anonymous reads); nothing configured = everything.
+  AuthOptions admin;
+  // Token this server presents to the registry (its --server_token_file);
+  // "" = none.
+  std::string registry_token;
   // Mutual TLS for the gRPC server and the registry client (off when empty).
   TlsOptions tls;
   // Log a stalled step after this long, and again every as long (0 = off).
