@@ -33,9 +33,22 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "root of the checkpoint store, shared by every server of the pool (empty = "
           "checkpoints disabled)");
 ABSL_FLAG(std::string, admin_token_file, "",
-          "file holding the admin token; when set, state-changing RPCs need it");
+          "file holding the admin token (role admin: everything, e.g. tesselctl); with any "
+          "credential configured every RPC needs a role (docs/operations.md, Roles and "
+          "credentials)");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "file of worker tokens (role worker: create, train and checkpoint its own job; not "
+          "delete jobs or checkpoints, not restore an older checkpoint), one per line, each "
+          "optionally scoped to jobs: 'TOKEN' or 'TOKEN job1,job2'");
 ABSL_FLAG(bool, allow_anonymous_reads, true,
-          "with an admin token: let read-only RPCs (stats, listings) through without it");
+          "with credentials configured: let read-only RPCs (stats, listings, checkpoint list) "
+          "through without one (ReadState always needs one)");
+ABSL_FLAG(bool, cert_roles, false,
+          "enforce roles on the strength of client certificates alone (mutual TLS: subject "
+          "O=tessel:admin|worker|reader, CN=worker:JOB), even without token files");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the token this server presents to the registry (the registry's "
+          "--server_token_file)");
 ABSL_FLAG(int, join_timeout_s, 30,
           "seconds to keep trying to join while a previous server of this shard still holds "
           "its lease (after a crash and restart)");
@@ -113,7 +126,6 @@ int main(int argc, char** argv) {
   options.checkpoint_max_queued = absl::GetFlag(FLAGS_checkpoint_max_queued);
   options.checkpoint_write_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_write_delay_ms));
-  options.admin.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
   options.tls = tessel::TlsOptionsFromFlags();
   options.stall_report = absl::Seconds(stall_report_s);
   options.receive_check_period = absl::Milliseconds(absl::GetFlag(FLAGS_receive_check_ms));
@@ -126,10 +138,19 @@ int main(int argc, char** argv) {
   if (!server_credentials.ok()) return Fail(std::string(server_credentials.status().message()));
   auto client_credentials = tessel::LoadClientCredentials(options.tls);
   if (!client_credentials.ok()) return Fail(std::string(client_credentials.status().message()));
-  if (!absl::GetFlag(FLAGS_admin_token_file).empty()) {
-    auto token = tessel::ReadTokenFile("--admin_token_file", absl::GetFlag(FLAGS_admin_token_file));
+  tessel::AuthFlags auth_flags;
+  auth_flags.admin_token_file = absl::GetFlag(FLAGS_admin_token_file);
+  auth_flags.worker_token_file = absl::GetFlag(FLAGS_worker_token_file);
+  auth_flags.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
+  auth_flags.certificate_roles = absl::GetFlag(FLAGS_cert_roles);
+  auth_flags.tls = options.tls.enabled();
+  auto auth = tessel::LoadAuthOptions(auth_flags);
+  if (!auth.ok()) return Fail(std::string(auth.status().message()));
+  options.admin = *std::move(auth);
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    auto token = tessel::ReadTokenFile("--token_file", absl::GetFlag(FLAGS_token_file));
     if (!token.ok()) return Fail(std::string(token.status().message()));
-    options.admin.token = *token;
+    options.registry_token = *token;
   }
 
   tessel::UcxOptions ucx;
