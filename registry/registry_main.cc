@@ -25,9 +25,23 @@ ABSL_FLAG(int, lease_ttl_ms, 3000,
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound host:port to this file");
 ABSL_FLAG(std::string, admin_token_file, "",
           "file holding the admin token; when set, ListGroups (every job and pool) needs it "
-          "unless --allow_anonymous_reads. Member operations never need it");
+          "unless --allow_anonymous_reads. Member operations need a credential only once "
+          "member credentials are configured (--worker_token_file, --server_token_file, "
+          "--cert_roles)");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "file of worker tokens, one per line, optionally scoped to jobs ('TOKEN' or 'TOKEN "
+          "job1,job2'); when set, a Join of a worker needs one covering its job (or the admin "
+          "token), and GetView/Watch need a credential");
+ABSL_FLAG(std::string, server_token_file, "",
+          "file of shard-server tokens, one per line (tessel-server --token_file); when set, a "
+          "Join as a shard server needs one (or the admin token), and GetView/Watch need a "
+          "credential");
 ABSL_FLAG(bool, allow_anonymous_reads, true,
-          "with an admin token: let ListGroups through without it");
+          "with credentials configured: let ListGroups through without one");
+ABSL_FLAG(bool, cert_roles, false,
+          "take roles from client certificates alone (mutual TLS: subject "
+          "O=tessel:admin|worker|server|reader, CN=worker:JOB) and require them for every "
+          "member operation, even without token files");
 ABSL_FLAG(std::string, backend, "memory",
           "where membership lives: 'memory' (this process; lost on exit) or 'etcd' (durable, "
           "shared by several registry processes)");
@@ -93,15 +107,17 @@ int main(int argc, char** argv) {
                  "use --tls_ca, --tls_cert and --tls_key)\n";
     return 2;
   }
-  tessel::AdminAuthOptions auth;
-  auth.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
-  if (!absl::GetFlag(FLAGS_admin_token_file).empty()) {
-    auto token = tessel::ReadTokenFile("--admin_token_file", absl::GetFlag(FLAGS_admin_token_file));
-    if (!token.ok()) {
-      std::cerr << "tessel-registry: " << token.status().message() << "\n";
-      return 1;
-    }
-    auth.token = *token;
+  tessel::AuthFlags auth_flags;
+  auth_flags.admin_token_file = absl::GetFlag(FLAGS_admin_token_file);
+  auth_flags.worker_token_file = absl::GetFlag(FLAGS_worker_token_file);
+  auth_flags.server_token_file = absl::GetFlag(FLAGS_server_token_file);
+  auth_flags.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
+  auth_flags.certificate_roles = absl::GetFlag(FLAGS_cert_roles);
+  auth_flags.tls = tessel::TlsOptionsFromFlags().enabled();
+  auto auth = tessel::LoadAuthOptions(auth_flags);
+  if (!auth.ok()) {
+    std::cerr << "tessel-registry: " << auth.status().message() << "\n";
+    return 1;
   }
   auto credentials = tessel::LoadServerCredentials(tessel::TlsOptionsFromFlags());
   if (!credentials.ok()) {
@@ -160,7 +176,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   health.credentials = *client_credentials;
-  tessel::RegistryService service(std::move(registry), health, std::move(auth));
+  tessel::RegistryService service(std::move(registry), health, *std::move(auth));
   std::string bound;
   auto server =
       tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound, *credentials);
