@@ -181,7 +181,10 @@ absl::Status HybridSession::Start() {
   po.describe = [config](int r) { return DescribeRank(config, r); };
   peers_ = std::make_unique<PeerGroup>(std::move(*transport), w.rank, w.world_size, po);
 
-  registry_ = std::make_unique<RegistryClient>(w.registry, *credentials);
+  // The worker's token: registries with member credentials ask for it.
+  std::string token = w.token;
+  if (const char* env = std::getenv("TESSEL_TOKEN"); token.empty() && env != nullptr) token = env;
+  registry_ = std::make_unique<RegistryClient>(w.registry, *credentials, token);
   // A replacement waits for its dead predecessor's lease to lapse.
   absl::StatusOr<MeshView> mesh =
       JoinMesh(registry_.get(), po.name, w.rank, w.world_size, peers_->address(), w.connect_timeout,

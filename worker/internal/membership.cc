@@ -13,7 +13,7 @@ namespace tessel::internal {
 Membership::Membership(JobContext* ctx, DataChannel* channel, const ClientCredentials& credentials)
     : ctx_(ctx),
       channel_(channel),
-      registry_(std::make_unique<RegistryClient>(ctx->options.registry, credentials)),
+      registry_(std::make_unique<RegistryClient>(ctx->options.registry, credentials, ctx->token)),
       fleet_(ControlOptions{credentials, ctx->token}) {
   for (int r = 0; r < ctx->options.world_size; ++r) member_ids_.push_back(r);
 }
