@@ -345,12 +345,15 @@ class FakeClock {
 TEST(MemoryRegistryTest, JoinLeaveAndExpiryBumpEpochsByOne) {
   FakeClock clock;
   MemoryRegistry registry(absl::Seconds(3), [&] { return clock.Now(); });
+  const int64_t before = absl::ToUnixMillis(absl::Now());
   auto a = registry.Join(Worker("job", 0), absl::ZeroDuration());
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->view.epoch(), 1);
+  // A group's first epoch is the registry's start time in Unix ms + 1.
+  const int64_t base = a->view.epoch() - 1;
+  EXPECT_GE(base + 1, before);
   auto b = registry.Join(Worker("job", 1), absl::Seconds(1));
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->view.epoch(), 2);
+  EXPECT_EQ(b->view.epoch(), base + 2);
   EXPECT_EQ(b->view.members_size(), 2);
 
   clock.Advance(absl::Milliseconds(800));
@@ -359,15 +362,35 @@ TEST(MemoryRegistryTest, JoinLeaveAndExpiryBumpEpochsByOne) {
   EXPECT_EQ(registry.ExpireLeases(), 0);  // renewed
   clock.Advance(absl::Milliseconds(1300));
   EXPECT_EQ(registry.ExpireLeases(), 1);  // b lapsed, a (3 s) alive
-  EXPECT_EQ(registry.GetView("job")->epoch(), 3);
+  EXPECT_EQ(registry.GetView("job")->epoch(), base + 3);
   EXPECT_EQ(registry.GetView("job")->members_size(), 1);
   EXPECT_EQ(registry.Heartbeat(b->lease_id).status().code(), absl::StatusCode::kNotFound);
 
   ASSERT_TRUE(registry.Leave(a->lease_id).ok());
-  EXPECT_EQ(registry.GetView("job")->epoch(), 4);
+  EXPECT_EQ(registry.GetView("job")->epoch(), base + 4);
   EXPECT_EQ(registry.Leave(a->lease_id).code(), absl::StatusCode::kNotFound);
   auto c = registry.Join(Worker("job", 0), absl::ZeroDuration());
-  EXPECT_EQ(c->view.epoch(), 5);
+  EXPECT_EQ(c->view.epoch(), base + 5);
+}
+
+// A restarted memory registry (a new process) hands out epochs newer than
+// any its predecessor did: members fence with them.
+TEST(MemoryRegistryTest, EpochsDoNotGoBackAcrossARestart) {
+  int64_t last = 0;
+  {
+    MemoryRegistry first(absl::Seconds(3));
+    for (int i = 0; i < 50; ++i) {
+      auto joined = first.Join(Worker("job", 0), absl::ZeroDuration());
+      ASSERT_TRUE(joined.ok());
+      ASSERT_TRUE(first.Leave(joined->lease_id).ok());
+    }
+    last = first.GetView("job")->epoch();
+  }
+  absl::SleepFor(absl::Milliseconds(2));
+  MemoryRegistry second(absl::Seconds(3));
+  auto joined = second.Join(Worker("job", 0), absl::ZeroDuration());
+  ASSERT_TRUE(joined.ok());
+  EXPECT_GT(joined->view.epoch(), last);
 }
 
 // The real gRPC service on a free port, with real clients: heartbeats keep a

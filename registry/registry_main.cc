@@ -3,12 +3,15 @@
 #include <csignal>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "core/flag_config.h"
 #include "core/log.h"
 #include "core/version.h"
 #include "registry/etcd/etcd_registry.h"
@@ -16,12 +19,22 @@
 #include "registry/registry_service.h"
 #include "rpc/auth.h"
 #include "rpc/grpc_util.h"
+#include "rpc/health.h"
 #include "rpc/tls_flags.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port for the Registry gRPC service (port 0 picks a free port)");
 ABSL_FLAG(int, lease_ttl_ms, 3000,
           "default lease time-to-live of members, in milliseconds (etcd rounds up to seconds)");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host in the address this registry reports (--port_file, logs); default: the "
+          "--listen host, or for a wildcard --listen $POD_IP, else this host's first "
+          "non-loopback IPv4 address");
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of a plaintext gRPC listener serving only grpc.health.v1, for Kubernetes "
+          "probes (also under mutual TLS): service \"\" is readiness (SERVING while the "
+          "backend answers: etcd reachable), \"liveness\" answers while the process does; "
+          "empty = none (the service port answers the same)");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound host:port to this file");
 ABSL_FLAG(std::string, admin_token_file, "",
           "file holding the admin token; when set, ListGroups (every job and pool) needs it "
@@ -94,7 +107,7 @@ int main(int argc, char** argv) {
       "Security: --tls_ca/--tls_cert/--tls_key serve mutual TLS (health checks use the\n"
       "same certificates); --admin_token_file gates ListGroups (docs/operations.md).");
   tessel::UseVersionForVersionFlag();
-  absl::ParseCommandLine(argc, argv);
+  tessel::ParseCommandLineWithConfig(argc, argv, "registry");
   tessel::SetLogLabel("registry");
   const std::string backend = absl::GetFlag(FLAGS_backend);
   tessel::TlsOptions etcd_tls;
@@ -177,13 +190,20 @@ int main(int argc, char** argv) {
   }
   health.credentials = *client_credentials;
   tessel::RegistryService service(std::move(registry), health, *std::move(auth));
+  // Readiness: SERVING while the backend answers (etcd reachable).
+  tessel::HealthReporter readiness({"tessel.v1.Registry"});
+  if (absl::Status s = readiness.Listen(absl::GetFlag(FLAGS_health_listen)); !s.ok()) {
+    std::cerr << "tessel-registry: " << s.message() << "\n";
+    return 1;
+  }
   std::string bound;
-  auto server =
-      tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound, *credentials);
+  auto server = tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound,
+                                        *credentials, absl::GetFlag(FLAGS_advertise_address));
   if (!server.ok()) {
     std::cerr << "tessel-registry: " << server.status().message() << "\n";
     return 1;
   }
+  readiness.Attach(server->get());
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     FILE* f = std::fopen(absl::GetFlag(FLAGS_port_file).c_str(), "w");
     if (f != nullptr) {
@@ -200,7 +220,22 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  // The backend check runs on its own thread: an etcd call may take up to
+  // --etcd_timeout_ms, and a signal must still stop the registry at once.
+  absl::Notification stopping;
+  std::thread backend_check([&] {
+    do {
+      auto members = service.registry().ListMembers();
+      readiness.SetReady(members.ok(), members.ok() ? backend + " backend answers"
+                                                    : "backend unreachable: " +
+                                                          std::string(members.status().message()));
+    } while (!stopping.WaitForNotificationWithTimeout(absl::Seconds(1)));
+  });
   while (!g_stop) absl::SleepFor(absl::Milliseconds(100));
+  stopping.Notify();
+  backend_check.join();
+  readiness.SetReady(false, "draining: the registry is stopping");
+  readiness.Detach(server->get());
   service.Stop();
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   return 0;

@@ -47,6 +47,7 @@ absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Du
     stop_ = false;
   }
   group_epoch_.store(resp.view().epoch());
+  last_contact_ns_.store(absl::ToUnixNanos(absl::Now()));
   const absl::Duration period = absl::Milliseconds(resp.lease_ttl_ms()) / 3;
   heartbeat_ = std::thread([this, id = resp.lease_id(), period] { HeartbeatLoop(id, period); });
   return resp.view();
@@ -80,7 +81,10 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
       TESSEL_LOG(ERROR) << lease_status_.message();
       return;
     }
-    if (s.ok()) group_epoch_.store(resp.epoch());
+    if (s.ok()) {
+      group_epoch_.store(resp.epoch());
+      last_contact_ns_.store(absl::ToUnixNanos(absl::Now()));
+    }
     if (!s.ok()) TESSEL_LOG(WARNING) << "heartbeat failed (will retry): " << s.error_message();
   }
 }
@@ -109,6 +113,11 @@ absl::Status RegistryClient::Leave() {
   Prepare(&ctx);
   SetDeadline(&ctx, absl::Seconds(2));
   return FromGrpc(stub_->Leave(&ctx, req, &resp), "leaving registry");
+}
+
+absl::Time RegistryClient::last_contact() const {
+  const int64_t ns = last_contact_ns_.load();
+  return ns == std::numeric_limits<int64_t>::min() ? absl::InfinitePast() : absl::FromUnixNanos(ns);
 }
 
 absl::Status RegistryClient::lease_status() {

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,6 +48,9 @@ class RegistryClient {
                                 absl::Duration ttl = absl::ZeroDuration());
   absl::Status Leave();
   absl::Status lease_status();
+  // When the registry last answered a Join or Heartbeat of this client
+  // (InfinitePast before the first).
+  absl::Time last_contact() const;
   // The epoch of this member's group as of the last heartbeat (or join):
   // a change means someone joined, left or lapsed.
   int64_t group_epoch() const { return group_epoch_.load(); }
@@ -74,6 +78,7 @@ class RegistryClient {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_;
   std::atomic<int64_t> group_epoch_{0};
+  std::atomic<int64_t> last_contact_ns_{std::numeric_limits<int64_t>::min()};
 };
 
 // Short human description of a view, e.g. "epoch 4: worker 0, worker 1".

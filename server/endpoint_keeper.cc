@@ -16,6 +16,7 @@ absl::Status EndpointKeeper::Check(const std::function<bool()>& stopping) {
   auto stop = [&] { return stopping && stopping(); };
   absl::Status queue = transport_->CheckReceiveQueue(options_.probe_timeout);
   if (queue.ok() || absl::IsUnimplemented(queue) || stop()) return absl::OkStatus();
+  if (options_.on_wedged) options_.on_wedged();
   return Renew(queue, stop);
 }
 

@@ -39,6 +39,9 @@ struct EndpointKeeperOptions {
   absl::Duration join_timeout = absl::Seconds(30);
   // The lease ttl of the re-join.
   absl::Duration lease_ttl = absl::Seconds(3);
+  // Called once a probe has found the queue wedged, before the renewal
+  // (e.g. to report NOT_SERVING). May be empty.
+  std::function<void()> on_wedged;
 };
 
 class EndpointKeeper {

@@ -10,6 +10,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "core/flag_config.h"
+#include "core/hostname.h"
 #include "core/log.h"
 #include "core/version.h"
 #include "gpu/detect.h"
@@ -22,7 +24,28 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "host:port of the control gRPC service (port 0 picks a free port)");
 ABSL_FLAG(std::string, registry, "", "host:port of the membership registry (required)");
 ABSL_FLAG(std::string, pool, "default", "server pool to join; workers find servers by pool");
-ABSL_FLAG(int, shard, -1, "this server's shard index within the pool (required, >= 0)");
+ABSL_FLAG(int, shard, -1,
+          "this server's shard index within the pool (>= 0; required unless "
+          "--shard_from_hostname)");
+ABSL_FLAG(bool, shard_from_hostname, false,
+          "take the shard index from the trailing -N of $HOSTNAME (else the host name): the "
+          "pod ordinal of a Kubernetes StatefulSet, e.g. tessel-server-1 is shard 1");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host registered for this server's gRPC address (what other hosts dial); default: "
+          "the --listen host, or for a wildcard --listen (0.0.0.0) $POD_IP, else this host's "
+          "first non-loopback IPv4 address; never 127.0.0.1 for a wildcard");
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of a plaintext gRPC listener serving only grpc.health.v1, for Kubernetes "
+          "probes (also under mutual TLS): service \"\" is readiness (SERVING only while joined "
+          "and in touch with the registry), service \"liveness\" answers while the process "
+          "does; empty = none (the service port answers the same)");
+ABSL_FLAG(std::string, ucx_port_range, "",
+          "LO-HI: UCX's tcp transport listens only on ports in this range (UCX_TCP_PORT_RANGE), "
+          "so a firewall or NetworkPolicy can name them; empty = any port");
+ABSL_FLAG(bool, exit_on_lost_lease, false,
+          "exit (status 2) when the registry no longer knows this server's lease, for a "
+          "supervisor to restart it; by default the server keeps its jobs and joins again "
+          "(a restarted memory registry, or an eviction) and workers recover");
 ABSL_FLAG(int, lease_ttl_ms, 3000, "registry lease time-to-live, in milliseconds");
 ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports (UCX_TLS), e.g. 'posix,sysv,self' or 'tcp'; empty = UCX default");
@@ -86,17 +109,31 @@ int main(int argc, char** argv) {
       "                     [--listen=127.0.0.1:0] [--ucx_tls=posix,sysv,self]\n"
       "                     [--tls_ca=CA --tls_cert=CERT --tls_key=KEY] "
       "[--admin_token_file=FILE]\n"
-      "                     [--stall_report_s=30]\n\n"
+      "                     [--stall_report_s=30]\n"
+      "       tessel-server --config=tessel.json --shard_from_hostname \\\n"
+      "                     --advertise_address=$(POD_IP)      (Kubernetes; deploy/)\n\n"
       "The server registers its gRPC and UCX addresses in the registry; workers\n"
       "find it there and create jobs on it. A step in progress for longer than\n"
       "--stall_report_s is logged (WARNING) with the ranks and buckets it waits for.\n"
+      "Readiness (grpc.health.v1, also on --health_listen) is SERVING only while the\n"
+      "server is joined and in touch with the registry. A lost lease (a restarted\n"
+      "memory registry) makes it join again; its jobs stay and workers recover.\n"
       "Stop it with SIGINT or SIGTERM.");
   tessel::UseVersionForVersionFlag();
-  absl::ParseCommandLine(argc, argv);
-  const int shard = absl::GetFlag(FLAGS_shard);
+  tessel::ParseCommandLineWithConfig(argc, argv, "server");
+  int shard = absl::GetFlag(FLAGS_shard);
+  if (absl::GetFlag(FLAGS_shard_from_hostname)) {
+    auto ordinal = tessel::OrdinalFromHostname();
+    if (!ordinal.ok()) return Fail(std::string(ordinal.status().message()));
+    if (shard >= 0 && shard != *ordinal) {
+      return Fail(
+          absl::StrCat("--shard=", shard, " contradicts --shard_from_hostname (", *ordinal, ")"));
+    }
+    shard = *ordinal;
+  }
   const std::string registry_address = absl::GetFlag(FLAGS_registry);
   if (registry_address.empty()) return Fail("--registry is required (host:port)");
-  if (shard < 0) return Fail("--shard is required and must be >= 0");
+  if (shard < 0) return Fail("--shard is required and must be >= 0 (or --shard_from_hostname)");
   const int stall_report_s = absl::GetFlag(FLAGS_stall_report_s);
   if (stall_report_s < 0) {
     std::cerr << "tessel-server: --stall_report_s must be >= 0 (0 turns stall reports off); got "
@@ -117,6 +154,9 @@ int main(int argc, char** argv) {
 
   tessel::ShardServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
+  options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  options.health_listen = absl::GetFlag(FLAGS_health_listen);
+  options.exit_on_lost_lease = absl::GetFlag(FLAGS_exit_on_lost_lease);
   options.registry = registry_address;
   options.pool = absl::GetFlag(FLAGS_pool);
   options.shard = shard;
@@ -156,6 +196,7 @@ int main(int argc, char** argv) {
   tessel::UcxOptions ucx;
   ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
   ucx.peer_error_handling = absl::GetFlag(FLAGS_ucx_peer_errors);
+  ucx.tcp_port_range = absl::GetFlag(FLAGS_ucx_port_range);
   auto transport = tessel::UcxTransport::Create(ucx);
   if (!transport.ok()) return Fail(std::string(transport.status().message()));
   std::signal(SIGINT, OnSignal);

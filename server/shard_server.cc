@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "proto/registry.pb.h"
 #include "rpc/grpc_util.h"
+#include "rpc/health.h"
 #include "rpc/registry_client.h"
 #include "server/checkpoint_store.h"
 #include "server/checkpointer.h"
@@ -82,10 +83,16 @@ absl::Status ShardServer::Init() {
     stall_watcher_ =
         std::make_unique<StallWatcher>([this] { return jobs_->Jobs(); }, options_.stall_report);
   }
-  auto grpc_server =
-      StartGrpcServer(options_.listen, {service_.get()}, &grpc_address_, *server_credentials);
+  // Health first: liveness answers (and readiness says NOT_SERVING) while
+  // the server starts and joins.
+  health_ = std::make_unique<HealthReporter>(std::vector<std::string>{"tessel.v1.ShardServer"});
+  absl::Status health = health_->Listen(options_.health_listen);
+  if (!health.ok()) return health;
+  auto grpc_server = StartGrpcServer(options_.listen, {service_.get()}, &grpc_address_,
+                                     *server_credentials, options_.advertise_address);
   if (!grpc_server.ok()) return grpc_server.status();
   grpc_server_ = std::move(*grpc_server);
+  health_->Attach(grpc_server_.get());
 
   registry_ = std::make_unique<RegistryClient>(options_.registry, *client_credentials,
                                                options_.registry_token);
@@ -115,7 +122,9 @@ absl::Status ShardServer::Init() {
   keeper.probe_timeout = options_.receive_check_timeout;
   keeper.join_timeout = options_.join_timeout;
   keeper.lease_ttl = options_.lease_ttl;
+  keeper.on_wedged = [this] { health_->SetReady(false, "renewing a wedged UCX endpoint"); };
   keeper_ = std::make_unique<EndpointKeeper>(transport_.get(), registry_.get(), me, keeper);
+  health_->SetReady(true, absl::StrCat("joined the registry as shard ", options_.shard));
   supervisor_ = std::thread([this] { Supervise(); });
   return absl::OkStatus();
 }
@@ -127,9 +136,13 @@ void ShardServer::Supervise() {
   absl::Time next_check = absl::Now() + period;
   while (!stop_.WaitForNotificationWithTimeout(kSupervisePeriod)) {
     if (!registry_->lease_status().ok()) {
-      End(absl::UnavailableError("lost registry lease"));
-      return;
+      if (options_.exit_on_lost_lease) {
+        End(absl::UnavailableError("lost registry lease"));
+        return;
+      }
+      if (!Rejoin()) return;
     }
+    UpdateReadiness();
     if (period <= absl::ZeroDuration() || absl::Now() < next_check) continue;
     next_check = absl::Now() + period;
     absl::Status kept = keeper_->Check([this] { return stop_.HasBeenNotified(); });
@@ -139,6 +152,42 @@ void ShardServer::Supervise() {
     }
   }
 }
+
+void ShardServer::UpdateReadiness() {
+  const absl::Duration silent = absl::Now() - registry_->last_contact();
+  if (silent > options_.lease_ttl) {
+    health_->SetReady(false,
+                      absl::StrCat("cut off from the registry: no answer for ",
+                                   absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1)))));
+  } else {
+    health_->SetReady(true, "in touch with the registry");
+  }
+}
+
+bool ShardServer::Rejoin() {
+  health_->SetReady(false, "lost the registry lease; joining again");
+  TESSEL_LOG(WARNING) << "the registry no longer knows this server's lease (the registry restarted "
+                         "or declared the server dead); joining again as shard "
+                      << options_.shard << " (jobs stay; workers recover as after a restart)";
+  absl::Time next_report = absl::Now() + absl::Seconds(10);
+  for (;;) {
+    auto view = registry_->Join(keeper_->member(), options_.lease_ttl);
+    if (view.ok()) {
+      TESSEL_LOG(INFO) << "joined the registry again at epoch " << view->epoch();
+      health_->SetReady(true, "joined the registry again");
+      return true;
+    }
+    if (absl::Now() >= next_report) {
+      TESSEL_LOG(WARNING) << "still joining the registry: " << view.status().message();
+      next_report = absl::Now() + absl::Seconds(10);
+    }
+    if (stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200))) return false;
+  }
+}
+
+const std::string& ShardServer::health_address() const { return health_->health_address(); }
+
+bool ShardServer::ready() const { return health_ != nullptr && health_->ready(); }
 
 void ShardServer::End(absl::Status status) {
   absl::MutexLock lock(&mu_);
@@ -172,6 +221,7 @@ void ShardServer::Stop(bool drain) {
   End(absl::OkStatus());
   stop_.Notify();
   if (supervisor_.joinable()) supervisor_.join();
+  if (health_ != nullptr) health_->SetReady(false, "draining: the server is stopping");
   stall_watcher_.reset();
   if (drain) {
     TESSEL_LOG(INFO) << "stopping; finishing checkpoint writes";
@@ -182,8 +232,10 @@ void ShardServer::Stop(bool drain) {
     }
   }
   if (grpc_server_ != nullptr) {
+    if (health_ != nullptr) health_->Detach(grpc_server_.get());
     grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }
+  if (health_ != nullptr) health_->Shutdown();
   transport_->Shutdown();
 }
 

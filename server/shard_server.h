@@ -10,10 +10,20 @@
 // Life: Start() returns once the server serves gRPC and has joined the
 // registry (retrying for up to `join_timeout` while a previous server of the
 // shard still holds its lease, after a crash and restart). It then runs
-// until Shutdown(), or until it fails by itself: its registry lease is lost
-// (the registry declared it dead) or a wedged endpoint cannot be renewed.
-// Either way a supervisor should restart the process; Wait()/WaitFor()
-// report the failure.
+// until Shutdown(), or until it fails by itself: a wedged endpoint cannot be
+// renewed, or (with `exit_on_lost_lease`) its registry lease is lost. By
+// default a lost lease (a memory registry restarted, or the registry
+// declared this server dead) is not fatal: the server keeps its jobs and
+// joins again, retrying until the registry answers; workers see the shard
+// leave and come back and recover as after a server restart. Wait()/WaitFor()
+// report a failure; a supervisor should then restart the process.
+//
+// Readiness (grpc.health.v1 service "" and "tessel.v1.ShardServer", on the
+// service port and on `health_listen`): SERVING only while joined and in
+// touch with the registry; NOT_SERVING while starting, re-joining, cut off
+// from the registry (no heartbeat answered for a lease ttl), renewing a
+// wedged endpoint and draining. Service "liveness": SERVING while the
+// process answers.
 //
 // Threads: Start, Wait, WaitFor and Shutdown may be called from any thread.
 // The server owns a supervisor thread (lease watch and receive-queue checks,
@@ -54,6 +64,7 @@ namespace tessel {
 class Checkpointer;
 class DataPlane;
 class EndpointKeeper;
+class HealthReporter;
 class JobTable;
 class RegistryClient;
 class ShardService;
@@ -62,6 +73,15 @@ class StallWatcher;
 struct ShardServerOptions {
   // host:port of the control gRPC service (port 0 picks a free port).
   std::string listen = "127.0.0.1:0";
+  // The host registered for the gRPC address ("" = AdvertiseHost's default:
+  // the listen host, or for a wildcard listen POD_IP or this host's first
+  // non-loopback IPv4; rpc/grpc_util.h).
+  std::string advertise_address;
+  // Plaintext grpc.health.v1-only listener for probes ("" = none).
+  std::string health_listen;
+  // End the server (for a supervisor to restart) when the registry loses its
+  // lease, instead of joining again.
+  bool exit_on_lost_lease = false;
   // host:port of the membership registry (required).
   std::string registry;
   // Server pool to join; workers find servers by pool.
@@ -110,8 +130,12 @@ class ShardServer {
   ShardServer(const ShardServer&) = delete;
   ShardServer& operator=(const ShardServer&) = delete;
 
-  // The bound "host:port" of the gRPC service.
+  // The registered "host:port" of the gRPC service.
   const std::string& grpc_address() const { return grpc_address_; }
+  // The bound "host:port" of the health-only listener ("" without one).
+  const std::string& health_address() const;
+  // What readiness answers now.
+  bool ready() const;
   // Where workers send frames now (changes when the endpoint is renewed).
   std::string transport_address() const;
   const ShardServerOptions& options() const { return options_; }
@@ -130,6 +154,9 @@ class ShardServer {
   ShardServer(ShardServerOptions options, std::unique_ptr<Transport> transport);
   absl::Status Init();
   void Supervise();
+  // Joins again after a lost lease, until joined or stopping. False: stopping.
+  bool Rejoin();
+  void UpdateReadiness();
   void End(absl::Status status);
   void Stop(bool drain);
 
@@ -141,6 +168,7 @@ class ShardServer {
   std::unique_ptr<ShardService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::string grpc_address_;
+  std::unique_ptr<HealthReporter> health_;
   std::unique_ptr<RegistryClient> registry_;
   std::unique_ptr<StallWatcher> stall_watcher_;
   // Used by the supervisor thread only, once started.

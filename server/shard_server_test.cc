@@ -1,6 +1,7 @@
 // ShardServer in-process: shard servers over the in-process transport join an
 // embedded registry on loopback, answer control RPCs over gRPC, exchange
-// frames with a worker-side endpoint, and end when their lease is lost.
+// frames with a worker-side endpoint, join again when their lease is lost
+// (or end, with exit_on_lost_lease), and report readiness truthfully.
 #include "server/shard_server.h"
 
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/wire.h"
 #include "gtest/gtest.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/shard.grpc.pb.h"
 #include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
@@ -34,12 +36,14 @@ class ShardServerTest : public ::testing::Test {
     registry_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
   }
 
-  absl::StatusOr<std::unique_ptr<ShardServer>> StartShard(int shard) {
+  absl::StatusOr<std::unique_ptr<ShardServer>> StartShard(
+      int shard, const std::function<void(ShardServerOptions*)>& adjust = {}) {
     ShardServerOptions options;
     options.registry = registry_address_;
     options.shard = shard;
     options.lease_ttl = absl::Milliseconds(600);
     options.receive_check_period = absl::Milliseconds(100);  // inproc: nothing to check
+    if (adjust) adjust(&options);
     return ShardServer::Start(options, InProcTransport::Create(fabric_));
   }
 
@@ -188,8 +192,8 @@ TEST_F(ShardServerTest, ShardsOfOnePoolRunInOneProcess) {
   EXPECT_TRUE(absl::IsAlreadyExists(c.status())) << c.status();
 }
 
-TEST_F(ShardServerTest, LostLeaseEndsTheServer) {
-  auto server = StartShard(0);
+TEST_F(ShardServerTest, LostLeaseEndsTheServerWhenAskedTo) {
+  auto server = StartShard(0, [](ShardServerOptions* o) { o->exit_on_lost_lease = true; });
   ASSERT_TRUE(server.ok()) << server.status();
   auto members = registry_->registry().ListMembers();
   ASSERT_TRUE(members.ok()) << members.status();
@@ -199,6 +203,105 @@ TEST_F(ShardServerTest, LostLeaseEndsTheServer) {
   ASSERT_TRUE(ended.has_value()) << "the server did not notice its lease was gone";
   EXPECT_TRUE(absl::IsUnavailable(*ended)) << *ended;
   EXPECT_EQ(ended->message(), "lost registry lease");
+}
+
+// grpc.health.v1 Check of `service` at `address`: "SERVING", "NOT_SERVING",
+// or the RPC's error.
+std::string Health(const std::string& address, const std::string& service = "") {
+  auto stub = grpc::health::v1::Health::NewStub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Seconds(2));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status s = stub->Check(&ctx, request, &response);
+  if (!s.ok()) return "error: " + s.error_message();
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? "SERVING"
+                                                                             : "NOT_SERVING";
+}
+
+// Polls `condition` every 50 ms for up to `timeout`.
+bool Eventually(const std::function<bool()>& condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return condition();
+}
+
+// An evicted (or forgotten) lease is not the end: the server joins again,
+// keeps its jobs, and stays ready.
+TEST_F(ShardServerTest, LostLeaseRejoinsAndKeepsItsJobs) {
+  auto server = StartShard(0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  {
+    auto stub = v1::ShardServer::NewStub(MakeChannel((*server)->grpc_address()));
+    grpc::ClientContext ctx;
+    v1::CreateJobResponse resp;
+    ASSERT_TRUE(stub->CreateJob(&ctx, DdpJob(), &resp).ok());
+  }
+  auto members = registry_->registry().ListMembers();
+  ASSERT_TRUE(members.ok() && members->size() == 1u);
+  const int64_t old_lease = (*members)[0].lease_id;
+  ASSERT_TRUE(registry_->registry().Leave(old_lease).ok());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto now = registry_->registry().ListMembers();
+        return now.ok() && now->size() == 1u && (*now)[0].lease_id != old_lease;
+      },
+      absl::Seconds(10)))
+      << "the server did not join again";
+  EXPECT_FALSE((*server)->WaitFor(absl::Milliseconds(300)).has_value()) << "still running";
+  EXPECT_TRUE(Eventually([&] { return (*server)->ready(); }, absl::Seconds(5)));
+  auto stub = v1::ShardServer::NewStub(MakeChannel((*server)->grpc_address()));
+  grpc::ClientContext ctx;
+  v1::JobRef ref;
+  ref.set_job("j");
+  v1::ShardStats stats;
+  EXPECT_TRUE(stub->GetStats(&ctx, ref, &stats).ok()) << "the job survived the re-join";
+  (*server)->Shutdown();
+}
+
+// Readiness tells the truth on the service port and the health-only port:
+// SERVING once joined, NOT_SERVING while cut off from the registry (here:
+// the registry process is gone), SERVING again once a new registry (a
+// restarted memory registry, which forgot every lease) has it joined again.
+// Liveness answers throughout.
+TEST_F(ShardServerTest, ReadinessFollowsTheRegistryAcrossARestart) {
+  auto server = StartShard(0, [](ShardServerOptions* o) { o->health_listen = "127.0.0.1:0"; });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string health = (*server)->health_address();
+  ASSERT_FALSE(health.empty());
+  EXPECT_EQ(Health(health), "SERVING");
+  EXPECT_EQ(Health(health, "tessel.v1.ShardServer"), "SERVING");
+  EXPECT_EQ(Health((*server)->grpc_address()), "SERVING");
+
+  // The registry goes away.
+  registry_->Stop();
+  registry_server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  registry_server_.reset();
+  EXPECT_TRUE(Eventually([&] { return Health(health) == "NOT_SERVING"; }, absl::Seconds(5)))
+      << Health(health);
+  EXPECT_EQ(Health(health, "liveness"), "SERVING");
+  EXPECT_EQ(Health((*server)->grpc_address()), "NOT_SERVING");
+
+  // A new registry on the same address: it knows no lease; the server joins.
+  registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
+  std::string again;
+  auto restarted = StartGrpcServer(registry_address_, {registry_.get()}, &again);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  registry_server_ = std::move(*restarted);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto members = registry_->registry().ListMembers();
+        return members.ok() && members->size() == 1u;
+      },
+      absl::Seconds(10)))
+      << "the server did not join the restarted registry";
+  EXPECT_TRUE(Eventually([&] { return Health(health) == "SERVING"; }, absl::Seconds(5)));
+  EXPECT_FALSE((*server)->WaitFor(absl::Milliseconds(100)).has_value()) << "still running";
+  (*server)->Shutdown();
 }
 
 TEST_F(ShardServerTest, RefusesBadOptions) {

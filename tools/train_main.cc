@@ -2,6 +2,7 @@
 // fixed gradients from .npy files (--grads), through the Worker SDK against
 // real shard servers. Normally started by tessel-demo or tessel-replay.
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <limits>
@@ -9,9 +10,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/flag_config.h"
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
@@ -23,7 +26,9 @@
 #include "worker/worker_flags.h"
 
 ABSL_FLAG(std::string, job, "demo", "job name");
-ABSL_FLAG(int, rank, 0, "this worker's rank");
+ABSL_FLAG(int, rank, -1,
+          "this worker's rank (0 .. --world-1); unset: $JOB_COMPLETION_INDEX (a Kubernetes "
+          "Indexed Job's completion index), else $TESSEL_RANK");
 ABSL_FLAG(int, world, 1, "number of workers");
 ABSL_FLAG(int, servers, 0, "shard servers to use (0 = every server in the pool)");
 ABSL_FLAG(std::string, init, "", "replay mode: initial parameters (1-D float32 .npy)");
@@ -35,6 +40,45 @@ ABSL_FLAG(std::string, loss_log, "",
           "step again)");
 
 namespace {
+
+// SIGTERM (preemption, `kubectl delete pod`, a scale-down): finish the step
+// in progress, ask the servers for a checkpoint at the next step boundary,
+// run that one more step, leave the job and exit with 143 (128 + SIGTERM;
+// an Indexed Job retries the index, and its replacement recovers from that
+// checkpoint, losing nothing).
+volatile std::sig_atomic_t g_terminate = 0;
+void OnTerminate(int) { g_terminate = 1; }
+constexpr int kTerminatedExit = 143;
+
+// What to do after a completed step when SIGTERM has arrived: -1 = go on,
+// else the exit status. The checkpoint is asked for once, then one more step
+// runs so the servers reach it.
+class Preemption {
+ public:
+  int AfterStep(tessel::Worker* worker) {
+    if (!g_terminate) return -1;
+    if (requested_step_ < 0) {
+      absl::Status s = worker->RequestCheckpoint();
+      if (s.ok()) {
+        requested_step_ = worker->step() + 1;
+        std::cerr << "tessel-train: SIGTERM: rank " << worker->options().rank
+                  << " asked for a checkpoint at step " << requested_step_
+                  << "; one more step, then leaving\n";
+        return -1;
+      }
+      std::cerr << "tessel-train: SIGTERM: no checkpoint (" << s.message()
+                << "); leaving after step " << worker->step() << "\n";
+      return kTerminatedExit;
+    }
+    if (worker->step() < requested_step_) return -1;
+    std::cerr << "tessel-train: SIGTERM: rank " << worker->options().rank << " leaves at step "
+              << worker->step() << " (checkpoint at step " << requested_step_ << ")\n";
+    return kTerminatedExit;
+  }
+
+ private:
+  int64_t requested_step_ = -1;
+};
 
 int Fail(const absl::Status& s) {
   std::cerr << "tessel-train: " << s.message() << "\n";
@@ -48,6 +92,21 @@ absl::StatusOr<tessel::WorkerOptions> OptionsFromFlags() {
   if (!o.ok()) return o.status();
   o->job = absl::GetFlag(FLAGS_job);
   o->rank = absl::GetFlag(FLAGS_rank);
+  if (o->rank < 0) {
+    for (const char* name : {"JOB_COMPLETION_INDEX", "TESSEL_RANK"}) {
+      const char* value = std::getenv(name);
+      if (value == nullptr || *value == '\0') continue;
+      if (!absl::SimpleAtoi(value, &o->rank) || o->rank < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("$", name, "='", value, "' is not a rank (an integer >= 0)"));
+      }
+      break;
+    }
+    if (o->rank < 0) {
+      return absl::InvalidArgumentError(
+          "--rank is required (or $JOB_COMPLETION_INDEX / $TESSEL_RANK in the environment)");
+    }
+  }
   o->world_size = absl::GetFlag(FLAGS_world);
   o->num_servers = absl::GetFlag(FLAGS_servers);
   o->shuffle_seed = tessel::ShuffleSeedFor(o->rank);
@@ -120,6 +179,7 @@ int Replay(tessel::Worker* worker, int steps) {
   }
   absl::Status s = worker->RegisterLayout(tensors, *init);
   if (!s.ok()) return Fail(s);
+  Preemption preemption;
   for (int64_t k = worker->step(); k < steps; ++k) {
     // rank, not fixed: an elastic recovery renumbers the workers.
     const std::string path = absl::StrCat(absl::GetFlag(FLAGS_grads), "/step", k, "_rank",
@@ -158,6 +218,7 @@ int Replay(tessel::Worker* worker, int steps) {
       continue;
     }
     if (!s.ok()) return Fail(s);
+    if (int rc = preemption.AfterStep(worker); rc >= 0) return rc;
   }
   return 0;
 }
@@ -209,6 +270,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
         "--micro_batches=", micro_batches, " must be >= 1 and divide --batch=", config->batch)));
   }
   std::vector<float> micro(micro_batches > 1 ? job.model().num_params() : 0);
+  Preemption preemption;
   LossLog loss_log(worker->registry_rank());  // its file stays with the process
   for (int64_t k = worker->step(); k < steps; ++k) {
     absl::StatusOr<float> loss;
@@ -273,6 +335,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
     }
     if (!loss.ok()) return Fail(loss.status());
     loss_log.Add(k, *loss);
+    if (int rc = preemption.AfterStep(worker); rc >= 0) return rc;
     loss_sum += *loss;
     ++window;
     if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
@@ -313,13 +376,19 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Tessel worker process (started by tessel-demo / tessel-replay).\n\n"
       "Usage: tessel-train --registry=HOST:PORT --rank=R --world=W [--job=demo]\n"
+      "       tessel-train --config=tessel.json   (rank from $JOB_COMPLETION_INDEX)\n"
       "       [--strategy=zero2] [--optimizer=adam --lr=1e-3 ...] [--steps=300]\n"
-      "       [--init=INIT.npy --grads=DIR]  (replay mode)  [--out=FINAL.npy]");
+      "       [--init=INIT.npy --grads=DIR]  (replay mode)  [--out=FINAL.npy]\n\n"
+      "SIGTERM (preemption): the worker asks the servers for a checkpoint at the next\n"
+      "step boundary, runs that step, leaves the job and exits with status 143; the\n"
+      "job recovers from that checkpoint when the rank is replaced (or goes on with\n"
+      "fewer workers under --elastic_min_workers).");
   tessel::UseVersionForVersionFlag();
-  absl::ParseCommandLine(argc, argv);
-  tessel::SetLogLabel(absl::StrCat("worker[", absl::GetFlag(FLAGS_rank), "]"));
+  tessel::ParseCommandLineWithConfig(argc, argv, "worker");
   auto options = OptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
+  tessel::SetLogLabel(absl::StrCat("worker[", options->rank, "]"));
+  std::signal(SIGTERM, OnTerminate);
   const int steps = absl::GetFlag(FLAGS_steps);
   if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"));
   auto worker = tessel::Worker::Connect(*options);

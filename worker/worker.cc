@@ -329,27 +329,34 @@ absl::Status Worker::Step() {
 }
 
 void Worker::MaybeCheckpoint() {
-  internal::JobContext& ctx = p_->ctx;
-  const WorkerOptions& o = ctx.options;
+  const WorkerOptions& o = p_->ctx.options;
   if (o.rank != 0 || o.checkpoint_interval <= absl::ZeroDuration() ||
       absl::Now() - p_->last_checkpoint < o.checkpoint_interval) {
     return;
   }
   p_->last_checkpoint = absl::Now();
+  absl::Status s = RequestCheckpoint();
+  if (!s.ok()) {
+    TESSEL_LOG(WARNING) << p_->ctx.Where() << ": periodic checkpoint not scheduled: " << s;
+  }
+}
+
+absl::Status Worker::RequestCheckpoint() {
+  internal::JobContext& ctx = p_->ctx;
+  if (ctx.ddp()) {
+    return absl::FailedPreconditionError(
+        "DDP keeps its state on the workers: there is no server checkpoint to ask for");
+  }
   // Every shard is at step and no bucket of the next step can complete
   // before this rank pushes it, so step + 1 is a boundary no shard has passed.
   const ShardFleet& fleet = p_->membership->fleet();
-  absl::Status s = fleet.ForAll([&](int shard) {
+  return fleet.ForAll([&](int shard) {
     v1::SaveCheckpointRequest req;
-    req.set_job(o.job);
+    req.set_job(ctx.options.job);
     req.set_step(ctx.step + 1);
     v1::SaveCheckpointResponse resp;
-    absl::Status r =
-        fleet.Call(shard, &v1::ShardServer::Stub::SaveCheckpoint, req, &resp, "SaveCheckpoint");
-    if (!r.ok()) TESSEL_LOG(WARNING) << ctx.Where() << ": periodic checkpoint not scheduled: " << r;
-    return r;
+    return fleet.Call(shard, &v1::ShardServer::Stub::SaveCheckpoint, req, &resp, "SaveCheckpoint");
   });
-  (void)s;
 }
 
 // --- fsdp ------------------------------------------------------------------

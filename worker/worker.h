@@ -119,6 +119,14 @@ class Worker {
   // the status names the job, step, shard and cause.
   absl::Status Step();
 
+  // Asks every shard server to snapshot the job when it completes the next
+  // step (step() + 1): a boundary no shard can pass before this worker
+  // pushes it, so any rank may ask. For a worker about to leave (SIGTERM,
+  // preemption): ask, run one more step, then go, and the job's recovery
+  // loses nothing. FailedPrecondition for DDP (its state lives on workers)
+  // or servers without --checkpoint_dir.
+  absl::Status RequestCheckpoint();
+
   // --- recovery (WorkerOptions::recovery) --------------------------------
   // True for a failed step's status that Recover() can repair: a worker or
   // shard server left, came back, or the job was rolled back under us.

@@ -42,6 +42,9 @@ ABSL_FLAG(int, elastic_min_workers, 0,
 ABSL_FLAG(double, elastic_grace_s, 10,
           "with --elastic_min_workers: seconds to wait for a replacement before going on "
           "without the lost worker(s)");
+ABSL_FLAG(std::string, ucx_port_range, "",
+          "LO-HI: UCX's tcp transport listens only on ports in this range (UCX_TCP_PORT_RANGE), "
+          "so a firewall or NetworkPolicy can name them; empty = any port");
 ABSL_FLAG(std::string, token_file, "", "admin token file for servers that require one");
 
 namespace tessel {
@@ -66,6 +69,7 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   o.precision = PrecisionOf(*half);
   o.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
   o.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
+  o.ucx.tcp_port_range = absl::GetFlag(FLAGS_ucx_port_range);
   o.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
   o.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));

@@ -8,14 +8,18 @@
 namespace tessel {
 
 MemoryRegistry::MemoryRegistry(absl::Duration default_ttl, std::function<absl::Time()> clock)
-    : default_ttl_(default_ttl), clock_(std::move(clock)) {}
+    : default_ttl_(default_ttl),
+      clock_(std::move(clock)),
+      epoch_base_(absl::ToUnixMillis(absl::Now())) {}
 
 absl::StatusOr<Registry::Joined> MemoryRegistry::Join(const v1::Member& member,
                                                       absl::Duration ttl) {
   if (ttl == absl::ZeroDuration()) ttl = default_ttl_;
   if (absl::Status valid = ValidateJoin(member, ttl); !valid.ok()) return valid;
   absl::MutexLock lock(&mu_);
-  Group& g = groups_[member.group()];
+  auto [group, created] = groups_.try_emplace(member.group());
+  Group& g = group->second;
+  if (created) g.epoch = epoch_base_;
   auto slot = std::make_pair(static_cast<int>(member.role()), member.rank());
   auto it = g.lease_by_slot.find(slot);
   if (it != g.lease_by_slot.end()) {

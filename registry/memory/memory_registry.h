@@ -1,10 +1,13 @@
 // MemoryRegistry: the Registry backend that keeps membership in this
 // process's memory. Pure logic with an injectable clock: leases lapse only
 // when the host calls ExpireLeases (RegistryService does so every 50 ms).
-// State is lost when the process exits; epochs restart at 0 (use EtcdRegistry
-// where a registry restart must not reset epochs).
-//
-// Every membership change bumps the group's epoch by exactly one.
+// State is lost when the process exits. Epochs still never go backwards
+// across a restart: a group's first epoch is the registry's start time in
+// Unix milliseconds, and every membership change bumps it by exactly one
+// (a registry would need more than one change per millisecond of its life
+// to overtake its successor). Members fence with epochs, so a restarted
+// registry's epochs must be newer than anything its predecessor handed out.
+// EtcdRegistry keeps epochs (and members) in etcd instead.
 //
 // Thread-safe.
 //
@@ -60,6 +63,8 @@ class MemoryRegistry final : public Registry {
 
   const absl::Duration default_ttl_;
   const std::function<absl::Time()> clock_;
+  // First epoch of every group: the Unix milliseconds at construction.
+  const int64_t epoch_base_;
   absl::Mutex mu_;
   absl::BitGen lease_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);

@@ -13,6 +13,10 @@ struct UcxOptions {
   // UCX_TLS for this endpoint ("" = UCX's environment or default).
   std::string tls;
   bool peer_error_handling = false;
+  // "LO-HI": UCX's tcp transport listens only on ports in this range
+  // (UCX_TCP_PORT_RANGE), so a firewall or NetworkPolicy can name them.
+  // "" = any port.
+  std::string tcp_port_range = {};
   // Keep polling (with sched_yield) this long after the last activity,
   // then sleep on the event fd. The environment variable
   // TESSEL_UCX_SPIN_US, when set, overrides it (a tuning knob).

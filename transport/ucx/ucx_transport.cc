@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -110,6 +111,21 @@ absl::Status UcxTransport::Init() {
       return absl::InvalidArgumentError(
           absl::StrCat("UCX rejected TLS '", options_.tls, "': ", ucs_status_string(s)));
     }
+  }
+  if (!options_.tcp_port_range.empty()) {
+    int lo = 0, hi = 0;
+    char rest = 0;
+    if (std::sscanf(options_.tcp_port_range.c_str(), "%d-%d%c", &lo, &hi, &rest) != 2 || lo < 1 ||
+        hi > 65535 || lo > hi) {
+      ucp_config_release(config);
+      return absl::InvalidArgumentError(
+          absl::StrCat("UCX tcp port range '", options_.tcp_port_range,
+                       "' must be LO-HI with 1 <= LO <= HI <= 65535"));
+    }
+    // Transport-level settings are read from the environment when UCX opens
+    // its interfaces (ucp_config_modify does not reach them in UCX 1.13):
+    // the range is process-wide, as one process has one data endpoint.
+    setenv("UCX_TCP_PORT_RANGE", options_.tcp_port_range.c_str(), /*overwrite=*/1);
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
