@@ -19,13 +19,21 @@ Example:
     # every process started through br is killed; namespaces, veths, the
     # bridge, /etc/netns/<ns>, firewall changes are gone.
 
-Names. Everything this module creates is named from PREFIX ("tsl") and the
+Naming. Everything this module creates is named from PREFIX ("tsl") and the
 pid of the creating process: the bridge link "tsl-<pid>-b<n>", the root end
 of each veth "tsl-<pid>-v<k>", each namespace "tsl-<pid>-<n>-<host name>"
 (and /etc/netns/<that>). Parallel test processes never collide, and a
 Bridge() sweeps away what an earlier process that died without cleaning up
 (kill -9, a Bazel timeout) left: anything with the prefix whose pid is no
 longer running.
+
+Name lookups. A namespace has no DNS server (its resolv.conf points at its own
+loopback, so a lookup fails at once instead of timing out): names come from
+hosts_file(). gRPC's default c-ares resolver then still waits about 3 s per
+lookup for an AAAA answer nobody gives (measured with Debian 12's gRPC), so
+popen() and run() set GRPC_DNS_RESOLVER=native (glibc: /etc/hosts answers
+at once) unless the caller's env sets it. Kubernetes' cluster DNS answers
+AAAA queries, so this is the test hosts' quirk, not a deployment's.
 
 Firewall. With br_netfilter loaded and net.bridge.bridge-nf-call-iptables=1,
 frames crossing a bridge go through the root namespace's iptables FORWARD
@@ -52,6 +60,9 @@ PREFIX = "tsl"
 IP = shutil.which("ip") or "/sbin/ip"
 NF_SYSCTL = "/proc/sys/net/bridge/bridge-nf-call-iptables"
 STATE_DIR = "/run/tessel-netns"
+# Set in the environment of every process started in a namespace (see Name
+# lookups).
+HOST_ENV = {"GRPC_DNS_RESOLVER": "native"}
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 _bridge_count = 0
@@ -121,6 +132,13 @@ def _delete_netns(ns):
     _kill_netns_pids(ns)
     _sh([IP, "netns", "delete", ns], check=False)
     shutil.rmtree(os.path.join("/etc/netns", ns), ignore_errors=True)
+
+
+def _host_env(env):
+    out = dict(os.environ if env is None else env)
+    for k, v in HOST_ENV.items():
+        out.setdefault(k, v)
+    return out
 
 
 def _iptables():
@@ -276,10 +294,12 @@ class Host:
 
     def popen(self, argv, env=None, stdout=None, stderr=None, **kwargs):
         """Starts argv inside the namespace (subprocess.Popen arguments; env
-        is the whole environment, None inherits). `ip netns exec` execs the
-        command itself, so the Popen's pid is the process's pid and
-        kill()/send_signal() reach it. The Bridge kills it on close."""
-        p = subprocess.Popen(self.argv(argv), env=env, stdout=stdout, stderr=stderr, **kwargs)
+        is the whole environment, None inherits; plus HOST_ENV where env
+        does not set those). `ip netns exec` execs the command itself, so
+        the Popen's pid is the process's pid and kill()/send_signal() reach
+        it. The Bridge kills it on close."""
+        p = subprocess.Popen(self.argv(argv), env=_host_env(env), stdout=stdout, stderr=stderr,
+                             **kwargs)
         self.bridge._procs.append(p)
         return p
 
@@ -289,7 +309,8 @@ class Host:
         if "stdout" not in kwargs and "stderr" not in kwargs:
             kwargs["capture_output"] = True
         kwargs.setdefault("text", True)
-        return subprocess.run(self.argv(argv), timeout=timeout, check=check, env=env, **kwargs)
+        return subprocess.run(self.argv(argv), timeout=timeout, check=check, env=_host_env(env),
+                              **kwargs)
 
     def hosts_file(self, mapping):
         """Writes /etc/netns/NS/hosts, which `ip netns exec` bind-mounts over
