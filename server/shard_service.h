@@ -45,7 +45,7 @@ struct ShardServiceOptions {
 
 // Checkpoints that completed less than this long ago do not make an older
 // one a rewind for a worker's restore (see the file comment).
-inline constexpr absl::Duration kRecentCheckpointGrace = absl::Seconds(60);
+inline constexpr absl::Duration kRecentCheckpointGrace = absl::Seconds(10);
 
 class ShardService final : public v1::ShardServer::Service {
  public:

@@ -11,7 +11,7 @@
 #     registry; exit 2 for a missing key or a key that is not the cert's
 #  5. a plaintext shard server cannot join the TLS registry
 #  6. tokens: ListGroups without / with a wrong token; an admin RPC on a
-#     shard server without the token
+#     shard server without the token (roles in depth: roles_test.sh)
 #  7. bad certificate paths stop a server at start-up with a clear message
 #  8. tessel-demo and tessel-hybrid-train --local (embedded registry,
 #     LocalCluster) forward --tls_* to every process they start
@@ -108,12 +108,13 @@ expect 1 "joining registry at .*--tls_cert" "$SERVER" --registry="$REG" --shard=
   --pool=intruders --ucx_tls=posix,sysv,self
 
 step "6. admin tokens"
-expect 5 "this registry requires an admin token for ListGroups" "$CTL" members "${CLIENT_TLS[@]}"
-expect 5 "admin token is not valid for this registry" "$CTL" members \
+expect 5 "this registry requires an admin or reader credential for ListGroups" "$CTL" members \
+  "${CLIENT_TLS[@]}"
+expect 5 "the token is not valid for this registry" "$CTL" members \
   --token_file "$tmp/wrong-token" "${CLIENT_TLS[@]}"
 expect 0 "default" "$CTL" members --group default "${CLIENT_TLS[@]}"  # member read: no token
-expect 5 "this shard server requires an admin token" "$CTL" checkpoint delete --job tls \
-  --step 1 "${CLIENT_TLS[@]}"
+expect 5 "this shard server requires an admin credential for DeleteCheckpoint" "$CTL" checkpoint \
+  delete --job tls --step 1 "${CLIENT_TLS[@]}"
 
 step "7. bad certificate paths at start-up"
 expect 1 "cannot read --tls_ca file '/nonexistent/ca.crt'" "$REGISTRY" --listen=127.0.0.1:0 \
