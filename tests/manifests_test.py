@@ -34,19 +34,34 @@
    shard; every worker must exit 0, and the one of completion index 0 must
    be rank 0, print the last step and a falling loss; then the servers and
    the registry must stop on SIGTERM within terminationGracePeriodSeconds.
+5. Runs the prod overlay the same way with the Secrets deploy/README.md
+   tells an operator to create, made as it says (scripts/gen_certs.sh with
+   its subjectAltNames, random tokens): 3 etcd members (Debian's etcd bound
+   at the image path) forming a cluster over peer TLS, 2 registries on it
+   over client TLS, 4 servers and 4 workers over mutual TLS with the admin,
+   server and worker tokens, checkpoints on one shared claim. Checks that
+   every pod gets ready, the shard map, that a checkpoint completes on the
+   shared claim, that the worker token may not delete it while the admin
+   token lists it; then deletes the Job (SIGTERM: every worker asks for a
+   checkpoint at the next step, runs it and exits 143 within its grace
+   period, and that checkpoint completes) and the rest.
 
 Every process, namespace, veth, bridge and temporary directory is removed at
 the end, also on failure (netns.Bridge.close runs at exit and on SIGTERM).
-Needs root, kubectl (kustomize v5), node with kubernetes-models, iproute2,
-python3-yaml.
+Not emulated: scheduling, resource limits, seccomp, NetworkPolicies, load
+balancing (a ClusterIP name is its first backend), restarts. Needs root,
+kubectl (kustomize v5), node with kubernetes-models, iproute2, python3-yaml,
+etcd (Debian's etcd-server).
 
 Usage: manifests_test.py --deploy=deploy/base/kustomization.yaml
     --validator=deploy/validate/k8s_validate.js --registry=BIN --server=BIN
-    --train=BIN --probe=BIN --ctl=BIN [--kubectl=kubectl] [--npm_dir=DIR]
-    [--steps=render,validate,flags,run]
+    --train=BIN --probe=BIN --ctl=BIN --gen_certs=scripts/gen_certs.sh
+    [--kubectl=kubectl] [--etcd=/usr/bin/etcd] [--npm_dir=DIR]
+    [--steps=render,validate,flags,run,prod]
 """
 import argparse
 import collections
+import glob
 import json
 import os
 import posixpath
@@ -59,6 +74,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import yaml
 
@@ -80,6 +96,8 @@ APP_LABELS = ["app.kubernetes.io/name", "app.kubernetes.io/component",
 UID = 65532
 READY_TIMEOUT_S = 90
 JOB_TIMEOUT_S = 300
+PROD_READY_TIMEOUT_S = 120
+PROD_CHECKPOINT_TIMEOUT_S = 180
 
 failures = []
 
@@ -623,8 +641,8 @@ def rand5():
 
 
 def plan_pods(ov):
-    """The pods the dev overlay's workloads would create, as the controllers
-    name them, with their labels and annotations."""
+    """The pods the overlay's workloads would create, named as their
+    controllers name them, with their labels and annotations."""
     pods = []
     for w in ov.workloads():
         kind, name = w["kind"], w["metadata"]["name"]
@@ -635,7 +653,7 @@ def plan_pods(ov):
             rs = "%x" % random.getrandbits(36)
             for i in range(w["spec"].get("replicas", 1)):
                 pods.append(dict(workload=w, name="%s-%s-%s" % (name, rs, rand5()),
-                                 labels=labels, annotations=annotations, index=None))
+                                 labels=labels, annotations=annotations, index=i))
         elif kind == "StatefulSet":
             for i in range(w["spec"].get("replicas", 1)):
                 pn = "%s-%d" % (name, i)
@@ -655,18 +673,18 @@ def plan_pods(ov):
 
 
 def hosts_for(ov, pods):
-    """{name: ip} the cluster's DNS would answer for its Services: a
-    ClusterIP Service is its one ready backend (port == targetPort is
-    checked in step 3); a headless one also names each StatefulSet pod."""
-    names = {}
+    """{name: ip} the cluster's DNS would answer for its Services, and the
+    Services with several backends: /etc/hosts cannot balance, so a ClusterIP
+    name points at its first backend (port == targetPort is checked in step
+    3); a headless Service also names each of its StatefulSet's pods."""
+    names, several = {}, []
     for s in ov.of_kind("Service"):
         sname = s["metadata"]["name"]
         backends = [p for p in pods if selects(s["spec"].get("selector"), p["labels"])]
         if not backends:
             continue
-        if s["spec"].get("clusterIP") != "None" and len(backends) != 1:
-            raise RuntimeError("Service %s has %d backends; /etc/hosts cannot balance them" %
-                               (sname, len(backends)))
+        if s["spec"].get("clusterIP") != "None" and len(backends) > 1:
+            several.append(sname)
         for suffix in ("", "." + NAMESPACE, "." + NAMESPACE + ".svc",
                        "." + NAMESPACE + ".svc.cluster.local"):
             names[sname + suffix] = backends[0]["ip"]
@@ -674,199 +692,269 @@ def hosts_for(ov, pods):
                 if p["workload"]["kind"] == "StatefulSet" and \
                         p["workload"]["spec"].get("serviceName") == sname:
                     names[p["name"] + "." + sname + suffix] = p["ip"]
-    return names
+    return names, several
 
 
-def pod_spec_json(ov, pod, bins, tmp, claims):
-    """The pod_exec.py spec of the pod's one container."""
-    w = pod["workload"]
-    ps = pod_spec(w)
-    if len(ps["containers"]) != 1 or ps.get("initContainers"):
-        raise RuntimeError("pod %s: one container and no init containers are emulated" %
-                           pod["name"])
-    c = ps["containers"][0]
-    d = os.path.join(tmp, "pods", pod["name"])
-    os.makedirs(os.path.join(d, "scratch"))
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "HOSTNAME": pod["name"]}
-    for e in c.get("env", []):
-        if "value" in e:
-            env[e["name"]] = expand(e["value"], env)
-        elif "fieldRef" in e.get("valueFrom", {}):
-            env[e["name"]] = field_ref(e["valueFrom"]["fieldRef"]["fieldPath"], pod)
-        else:
-            raise RuntimeError("pod %s: env %s: only value and fieldRef are emulated" %
-                               (pod["name"], e["name"]))
-    argv = [expand(a, env) for a in argv_of(c)]
-    volumes = {}
-    for v in ps.get("volumes", []):
-        vd = os.path.join(d, "volumes", v["name"])
-        if "configMap" in v:
-            cm = ov.get("ConfigMap", v["configMap"]["name"])
-            if cm is None:
-                raise RuntimeError("pod %s: no ConfigMap %s" % (pod["name"],
-                                                                v["configMap"]["name"]))
-            os.makedirs(vd)
-            items = v["configMap"].get("items") or [{"key": k, "path": k} for k in cm["data"]]
-            for it in items:
-                with open(os.path.join(vd, it["path"]), "w") as f:
-                    f.write(cm["data"][it["key"]])
-                os.chmod(os.path.join(vd, it["path"]), 0o644)
-        elif "emptyDir" in v:
-            os.makedirs(vd)
-            os.chmod(vd, 0o777)
-        elif "persistentVolumeClaim" in v:
-            vd = claims.setdefault(v["persistentVolumeClaim"]["claimName"],
-                                   os.path.join(tmp, "claims", v["persistentVolumeClaim"]
-                                                ["claimName"]))
-            os.makedirs(vd, exist_ok=True)
-            os.chmod(vd, 0o777)
-        else:
-            raise RuntimeError("pod %s: volume %s: only configMap, emptyDir and "
-                               "persistentVolumeClaim are emulated" % (pod["name"], v["name"]))
-        volumes[v["name"]] = vd
-    mounts = [{"src": volumes[m["name"]], "dst": m["mountPath"], "ro": bool(m.get("readOnly"))}
-              for m in c.get("volumeMounts", [])]
-    local = bins.local(argv[0])
-    if local is None:
-        raise RuntimeError("pod %s: %s is not a binary of the image" % (pod["name"], argv[0]))
-    mounts.append({"src": os.path.realpath(local), "dst": argv[0], "ro": True})
-    psc, csc = ps.get("securityContext", {}), c.get("securityContext", {})
-    uid = csc.get("runAsUser", psc.get("runAsUser", 0))
-    gid = csc.get("runAsGroup", psc.get("runAsGroup", 0))
-    groups = sorted({gid} | ({psc["fsGroup"]} if "fsGroup" in psc else set()) |
-                    set(psc.get("supplementalGroups", [])))
-    spec = {"argv": argv, "env": env, "hostname": pod["name"], "mounts": mounts,
-            "scratch": os.path.join(d, "scratch"), "uid": uid, "gid": gid, "groups": groups,
-            "read_only_root": bool(csc.get("readOnlyRootFilesystem")),
-            "no_new_privs": csc.get("allowPrivilegeEscalation") is False,
-            "working_dir": c.get("workingDir")}
-    path = os.path.join(d, "spec.json")
-    with open(path, "w") as f:
-        json.dump(spec, f, indent=1)
-    return path, os.path.join(d, "log"), c
+class Cluster:
+    """An overlay's pods as processes: one network namespace per pod on a
+    bridge (the root namespace is the node), one mount namespace per
+    container (tests/pod_exec.py). `secrets` {name: {key: bytes}} are the
+    Secrets the cluster would hold."""
 
+    def __init__(self, ov, bins, probe_bin, tmp, secrets=None):
+        self.ov, self.bins, self.probe_bin = ov, bins, probe_bin
+        self.tmp = os.path.join(tmp, "run-" + ov.name)
+        self.secrets = secrets or {}
+        self.claims = {}
+        self.procs = {}
+        self.pods = plan_pods(ov)
+        self.P = "overlays/%s run: " % ov.name
 
-def probe(bins_probe, pod, pr):
-    """One kubelet-style gRPC probe of the pod: (ok, answer)."""
-    g = pr["grpc"]
-    r = subprocess.run([bins_probe, "--address=%s:%d" % (pod["ip"], g["port"]),
-                        "--service=" + g.get("service", ""),
-                        "--timeout_ms=%d" % (1000 * pr.get("timeoutSeconds", 1))],
-                       capture_output=True, text=True, timeout=30)
-    return r.returncode == 0, (r.stdout.strip() or r.stderr.strip())
-
-
-def members(ctl, registry):
-    r = subprocess.run([ctl, "--registry", registry, "members", "-o", "json"],
-                       capture_output=True, text=True, timeout=30)
-    try:
-        return json.loads(r.stdout or "[]")
-    except ValueError:
-        return []
-
-
-def run_dev(ov, bins, probe_bin, ctl, tmp):
-    """Step 4: the dev overlay's pods as processes in namespaces."""
-    P = "overlays/%s run: " % ov.name
-    pods = plan_pods(ov)
-    claims = {}
-    procs = {}
-    with netns.Bridge("manifests") as bridge:
-        for p in pods:
+    def start(self, bridge):
+        for p in self.pods:
             p["host"] = bridge.add_host(p["name"])
             p["ip"], p["host_ip"] = p["host"].ip, bridge.ip
-        names = hosts_for(ov, pods)
-        log("      pods: " + ", ".join("%s %s" % (p["name"], p["ip"]) for p in pods))
+        names, several = hosts_for(self.ov, self.pods)
+        log("      pods: " + ", ".join("%s %s" % (p["name"], p["ip"]) for p in self.pods))
         log("      /etc/hosts of every pod: " + ", ".join(
-            "%s %s" % (n, ip) for n, ip in sorted(names.items()) if "." not in n))
-        for p in pods:
+            "%s %s" % (n, ip) for n, ip in sorted(names.items()) if "." not in n) +
+            ("; first backend only: %s" % ", ".join(several) if several else ""))
+        for p in self.pods:
             p["host"].hosts_file(names)
-            spec, logf, c = pod_spec_json(ov, p, bins, tmp, claims)
-            p["log"], p["container"] = logf, c
+            spec = self.spec(p)
             with open(spec) as f:
                 log("      %s: %s" % (p["name"], " ".join(json.load(f)["argv"])))
-        start = time.time()
-        for p in pods:
+        self.t0 = time.time()
+        for p in self.pods:
             with open(p["log"], "w") as out:
-                procs[p["name"]] = p["host"].popen([sys.executable, POD_EXEC,
-                                                    os.path.join(os.path.dirname(p["log"]),
-                                                                 "spec.json")],
-                                                   stdout=out, stderr=subprocess.STDOUT)
+                self.procs[p["name"]] = p["host"].popen(
+                    [sys.executable, POD_EXEC, os.path.join(p["dir"], "spec.json")],
+                    stdout=out, stderr=subprocess.STDOUT)
 
-        def died(p):
-            rc = procs[p["name"]].poll()
-            return rc is not None and p["workload"]["kind"] != "Job"
+    def spec(self, pod):
+        """Writes the pod_exec.py spec of the pod's one container."""
+        w = pod["workload"]
+        ps = pod_spec(w)
+        if len(ps["containers"]) != 1 or ps.get("initContainers"):
+            raise RuntimeError("pod %s: one container and no init containers are emulated" %
+                               pod["name"])
+        c = ps["containers"][0]
+        d = pod["dir"] = os.path.join(self.tmp, "pods", pod["name"])
+        pod["log"], pod["container"] = os.path.join(d, "log"), c
+        os.makedirs(os.path.join(d, "scratch"))
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "HOSTNAME": pod["name"]}
+        for e in c.get("env", []):
+            if "value" in e:
+                env[e["name"]] = expand(e["value"], env)
+            elif "fieldRef" in e.get("valueFrom", {}):
+                env[e["name"]] = field_ref(e["valueFrom"]["fieldRef"]["fieldPath"], pod)
+            else:
+                raise RuntimeError("pod %s: env %s: only value and fieldRef are emulated" %
+                                   (pod["name"], e["name"]))
+        argv = [expand(a, env) for a in argv_of(c)]
+        psc, csc = ps.get("securityContext", {}), c.get("securityContext", {})
+        fs_group = psc.get("fsGroup")
+        volumes = {}
+        for v in ps.get("volumes", []):
+            vd = os.path.join(d, "volumes", v["name"])
+            if "configMap" in v or "secret" in v:
+                kind = "configMap" if "configMap" in v else "secret"
+                ref = v[kind].get("name") or v[kind].get("secretName")
+                data = (self.ov.get("ConfigMap", ref) or {}).get("data") if kind == "configMap" \
+                    else self.secrets.get(ref)
+                if data is None:
+                    raise RuntimeError("pod %s: volume %s: no %s %s" %
+                                       (pod["name"], v["name"], kind, ref))
+                os.makedirs(vd)
+                items = v[kind].get("items") or [{"key": k, "path": k} for k in sorted(data)]
+                for it in items:
+                    f = os.path.join(vd, it["path"])
+                    content = data[it["key"]]
+                    with open(f, "wb") as out:
+                        out.write(content.encode() if isinstance(content, str) else content)
+                    os.chmod(f, it.get("mode", v[kind].get("defaultMode", 0o644)))
+                    if fs_group is not None:
+                        os.chown(f, 0, fs_group)
+            elif "emptyDir" in v:
+                os.makedirs(vd)
+                os.chmod(vd, 0o777)
+            elif "persistentVolumeClaim" in v:
+                vd = self.claim(v["persistentVolumeClaim"]["claimName"])
+            else:
+                raise RuntimeError("pod %s: volume %s: only configMap, secret, emptyDir and "
+                                   "persistentVolumeClaim are emulated" % (pod["name"],
+                                                                            v["name"]))
+            volumes[v["name"]] = vd
+        for t in w["spec"].get("volumeClaimTemplates", []):
+            volumes[t["metadata"]["name"]] = self.claim(
+                "%s-%s" % (t["metadata"]["name"], pod["name"]))
+        mounts = [{"src": volumes[m["name"]], "dst": m["mountPath"],
+                   "ro": bool(m.get("readOnly"))} for m in c.get("volumeMounts", [])]
+        local = self.bins.local(argv[0])
+        if local is None:
+            raise RuntimeError("pod %s: %s is not a binary of the image" % (pod["name"],
+                                                                             argv[0]))
+        mounts.append({"src": os.path.realpath(local), "dst": argv[0], "ro": True})
+        uid = csc.get("runAsUser", psc.get("runAsUser", 0))
+        gid = csc.get("runAsGroup", psc.get("runAsGroup", 0))
+        groups = sorted({gid} | ({fs_group} if fs_group is not None else set()) |
+                        set(psc.get("supplementalGroups", [])))
+        spec = {"argv": argv, "env": env, "hostname": pod["name"], "mounts": mounts,
+                "scratch": os.path.join(d, "scratch"), "uid": uid, "gid": gid,
+                "groups": groups, "read_only_root": bool(csc.get("readOnlyRootFilesystem")),
+                "no_new_privs": csc.get("allowPrivilegeEscalation") is False,
+                "working_dir": c.get("workingDir")}
+        path = os.path.join(d, "spec.json")
+        with open(path, "w") as f:
+            json.dump(spec, f, indent=1)
+        return path
 
-        def dump(p):
-            return "\n      --- %s (%s):\n%s" % (p["name"], p["log"], tail(p["log"]))
+    def claim(self, name):
+        """A claim's volume: one directory, shared by every pod that mounts it."""
+        if name not in self.claims:
+            self.claims[name] = os.path.join(self.tmp, "claims", name)
+            os.makedirs(self.claims[name])
+            os.chmod(self.claims[name], 0o777)
+        return self.claims[name]
 
-        # Readiness, as the kubelet asks it, for every pod with a probe.
-        probed = [p for p in pods if "readinessProbe" in p["container"]]
+    def of(self, kind, name=None):
+        return [p for p in self.pods if p["workload"]["kind"] == kind and
+                (name is None or p["workload"]["metadata"]["name"] == name)]
+
+    def rc(self, p):
+        return self.procs[p["name"]].poll()
+
+    def dump(self, p):
+        return "\n      --- %s (%s):\n%s" % (p["name"], p["log"], tail(p["log"]))
+
+    def probe(self, p, pr):
+        """One probe as the kubelet makes it, from the node: (ok, answer)."""
+        timeout = pr.get("timeoutSeconds", 1)
+        if "grpc" in pr:
+            g = pr["grpc"]
+            r = subprocess.run([self.probe_bin, "--address=%s:%d" % (p["ip"], g["port"]),
+                                "--service=" + g.get("service", ""),
+                                "--timeout_ms=%d" % (1000 * timeout)],
+                               capture_output=True, text=True, timeout=30)
+            return r.returncode == 0, (r.stdout.strip() or r.stderr.strip())
+        if "httpGet" in pr:
+            h = pr["httpGet"]
+            url = "http://%s:%d%s" % (p["ip"], h["port"], h.get("path", "/"))
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as r:
+                    return 200 <= r.status < 400, "HTTP %d %s" % (r.status, r.read(200))
+            except (OSError, ValueError) as e:
+                return False, "%s: %s" % (url, e)
+        raise RuntimeError("pod %s: only grpc and httpGet probes are emulated" % p["name"])
+
+    def wait_ready(self, timeout):
+        """Waits for every pod with a readinessProbe; checks each is ready,
+        alive (livenessProbe) and still running."""
+        probed = [p for p in self.pods if "readinessProbe" in p["container"]]
         ready = {}
-        while len(ready) < len(probed) and time.time() - start < READY_TIMEOUT_S:
+        while len(ready) < len(probed) and time.time() - self.t0 < timeout:
             for p in probed:
-                if p["name"] in ready:
-                    continue
-                if died(p):
-                    break
-                ok, _ = probe(probe_bin, p, p["container"]["readinessProbe"])
-                if ok:
-                    ready[p["name"]] = time.time() - start
-            if any(died(p) for p in probed):
+                if p["name"] not in ready and self.rc(p) is None and \
+                        self.probe(p, p["container"]["readinessProbe"])[0]:
+                    ready[p["name"]] = time.time() - self.t0
+            if any(self.rc(p) is not None for p in probed):
                 break
             time.sleep(0.5)
         for p in probed:
+            pr = p["container"]["readinessProbe"]
+            kind = "grpc" if "grpc" in pr else "httpGet"
             ok = p["name"] in ready
-            check(ok, P + "%s ready (readinessProbe %s) %s" % (
-                p["name"], p["container"]["readinessProbe"]["grpc"],
-                "after %.1f s" % ready[p["name"]] if ok else
-                "never, %s%s" % (probe(probe_bin, p, p["container"]["readinessProbe"])[1],
-                                 dump(p))))
+            check(ok, self.P + "%s ready (readinessProbe %s %s) %s" % (
+                p["name"], kind, pr[kind], "after %.1f s" % ready[p["name"]] if ok else
+                "never: %s%s" % (self.probe(p, pr)[1], self.dump(p))))
             if ok and "livenessProbe" in p["container"]:
-                alive, answer = probe(probe_bin, p, p["container"]["livenessProbe"])
-                check(alive, P + "%s alive (livenessProbe %s): %s" %
-                      (p["name"], p["container"]["livenessProbe"]["grpc"], answer))
-        for p in probed:
-            rc = procs[p["name"]].poll()
-            check(rc is None, P + "%s still running (%s)%s" %
-                  (p["name"], "exited with rc %s" % rc if rc is not None else "ok",
-                   dump(p) if rc is not None else ""))
-        # The registry lists each server at its pod IP, shard = pod ordinal.
-        reg = [p for p in pods if p["workload"]["kind"] == "Deployment"][0]
-        cfg = None
-        for w, c, name in tessel_containers(ov):
-            cfg = cfg or config_of(ov, w, c)[1]
-        registry = "%s:%d" % (reg["ip"], port_of(cfg["registry"]["listen"]))
-        servers = [p for p in pods if p["workload"]["kind"] == "StatefulSet"]
+                alive, answer = self.probe(p, p["container"]["livenessProbe"])
+                check(alive, self.P + "%s alive (livenessProbe): %s" % (p["name"], answer))
+            rc = self.rc(p)
+            check(rc is None, self.P + "%s still running%s" %
+                  (p["name"], " (exited with rc %s)%s" % (rc, self.dump(p))
+                   if rc is not None else ""))
+        return len(ready) == len(probed)
+
+    def check_shards(self, ctl, registry, extra=()):
+        """The registry lists server N at pod tessel-server-N's IP."""
+        cfg = self.config()
         want = {(p["index"], "%s:%d" % (p["ip"], port_of(cfg["server"]["listen"])))
-                for p in servers}
+                for p in self.of("StatefulSet", "tessel-server")}
         got = set()
-        for v in members(ctl, registry):
+        r = subprocess.run([ctl, "--registry", registry] + list(extra) +
+                           ["members", "-o", "json"], capture_output=True, text=True, timeout=30)
+        try:
+            views = json.loads(r.stdout or "[]")
+        except ValueError:
+            views = []
+        for v in views:
             for m in v.get("members", []):
                 if m.get("role") == "ROLE_SERVER":
                     got.add((int(m.get("rank", 0)), m.get("grpc_address")))
-        check(got == want, P + "the registry lists shard N at tessel-server-N's pod IP: %s%s" %
-              (sorted(want), "" if got == want else " (got %s)" % sorted(got)))
+        check(got == want, self.P + "the registry lists shard N at tessel-server-N's pod IP: "
+              "%s%s" % (sorted(want), "" if got == want else " (got %s; %s)" %
+                        (sorted(got), r.stderr.strip())))
+
+    def config(self):
+        for w, c, name in tessel_containers(self.ov):
+            cfg = config_of(self.ov, w, c)[1]
+            if cfg:
+                return cfg
+        return {}
+
+    def stop(self, pods):
+        """Deletion: SIGTERM, then each pod's grace period."""
+        for p in pods:
+            if self.rc(p) is None:
+                self.procs[p["name"]].send_signal(signal.SIGTERM)
+        for p in pods:
+            grace = pod_spec(p["workload"]).get("terminationGracePeriodSeconds", 30)
+            t0 = time.time()
+            try:
+                rc = self.procs[p["name"]].wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                rc = None
+            check(rc is not None, self.P + "%s stops on SIGTERM within its %d s grace period "
+                  "(%s)" % (p["name"], grace, "rc %s after %.1f s" % (rc, time.time() - t0)
+                            if rc is not None else "still running" + self.dump(p)))
+
+
+def losses(text):
+    """(step, of, loss) of rank 0's progress lines."""
+    return [(int(a), int(b), float(l)) for a, b, l in
+            re.findall(r"(?m)^step\s+(\d+)/(\d+)\s+loss\s+([0-9.eE+-]+)", text)]
+
+
+def run_dev(ov, bins, probe_bin, ctl, tmp):
+    """Step 4: the dev overlay's pods, until the Indexed Job completes."""
+    cl = Cluster(ov, bins, probe_bin, tmp)
+    P = cl.P
+    with netns.Bridge("manifests-dev") as bridge:
+        cl.start(bridge)
+        cl.wait_ready(READY_TIMEOUT_S)
+        cfg = cl.config()
+        reg = cl.of("Deployment")[0]
+        cl.check_shards(ctl, "%s:%d" % (reg["ip"], port_of(cfg["registry"]["listen"])))
         # The Job: every worker exits 0; index 0 is rank 0 and reports.
-        workers = [p for p in pods if p["workload"]["kind"] == "Job"]
-        end = start + JOB_TIMEOUT_S
+        workers = cl.of("Job")
+        end = cl.t0 + JOB_TIMEOUT_S
         for p in workers:
             try:
-                procs[p["name"]].wait(timeout=max(1, end - time.time()))
+                cl.procs[p["name"]].wait(timeout=max(1, end - time.time()))
             except subprocess.TimeoutExpired:
                 pass
-        took = time.time() - start
+        took = time.time() - cl.t0
         for p in workers:
-            rc = procs[p["name"]].poll()
+            rc = cl.rc(p)
             check(rc == 0, P + "worker %s (completion index %d) exits 0 (%s)%s" %
                   (p["name"], p["index"], "rc %s" % rc if rc is not None else
-                   "still running after %d s" % JOB_TIMEOUT_S, "" if rc == 0 else dump(p)))
+                   "still running after %d s" % JOB_TIMEOUT_S, "" if rc == 0 else cl.dump(p)))
         w0 = [p for p in workers if p["index"] == 0][0]
         with open(w0["log"], errors="replace") as f:
             text = f.read()
-        steps = [(int(a), int(b), float(l)) for a, b, l in
-                 re.findall(r"(?m)^step\s+(\d+)/(\d+)\s+loss\s+([0-9.eE+-]+)", text)]
+        steps = losses(text)
         total = cfg["worker"]["steps"]
         check(bool(steps) and steps[-1][0] == steps[-1][1] == total,
               P + "index 0 is rank 0 and trains to the last step: %s" %
@@ -876,19 +964,124 @@ def run_dev(ov, bins, probe_bin, ctl, tmp):
         check("worker 0: test accuracy" in text, P + "rank 0 reports: %s" % (
             [l for l in text.splitlines() if "accuracy" in l][-1:] or "nothing"))
         log("      job done %.1f s after the pods started" % took)
-        # Deletion: SIGTERM, then the grace period.
-        for p in servers + [reg]:
-            procs[p["name"]].send_signal(signal.SIGTERM)
-        for p in servers + [reg]:
-            grace = pod_spec(p["workload"]).get("terminationGracePeriodSeconds", 30)
-            t0 = time.time()
-            try:
-                rc = procs[p["name"]].wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                rc = None
-            check(rc is not None, P + "%s stops on SIGTERM within its %d s grace period "
-                  "(%s)" % (p["name"], grace, "rc %s after %.1f s" % (rc, time.time() - t0)
-                            if rc is not None else "still running" + dump(p)))
+        cl.stop(cl.of("StatefulSet") + cl.of("Deployment"))
+    check(not bridge.leftovers(), P + "no namespace, veth or bridge left (%s)" %
+          (bridge.leftovers() or "none"))
+
+
+def prod_secrets(gen_certs, tmp):
+    """The Secrets deploy/README.md tells an operator to create, made the
+    same way (scripts/gen_certs.sh with its TESSEL_CERT_SANS, random
+    tokens); returns ({name: {key: bytes}}, certificate directory)."""
+    d = os.path.join(tmp, "certs")
+    ns = NAMESPACE
+    sans = ("DNS:tessel,DNS:tessel-etcd-client,DNS:tessel-etcd-client.{ns}.svc,"
+            "DNS:*.tessel-etcd.{ns}.svc,DNS:*.tessel-etcd.{ns}.svc.cluster.local").format(ns=ns)
+    subprocess.run(["bash", gen_certs, d], env=dict(os.environ, TESSEL_CERT_SANS=sans),
+                   check=True, capture_output=True, timeout=120)
+
+    def read(name):
+        with open(os.path.join(d, name), "rb") as f:
+            return f.read()
+
+    secrets = {
+        "tessel-tls": {"ca.crt": read("ca.crt"), "tls.crt": read("server.crt"),
+                       "tls.key": read("server.key")},
+        "tessel-etcd-tls": {k: read(k) for k in ("ca.crt", "server.crt", "server.key",
+                                                 "client.crt", "client.key")},
+    }
+    for t in ("admin", "worker", "server"):
+        secrets["tessel-%s-token" % t] = {
+            "token": ("%s-%s\n" % (t, os.urandom(18).hex())).encode()}
+    return secrets, d
+
+
+def run_prod(ov, bins, probe_bin, ctl, gen_certs, tmp):
+    """Step 5: the prod overlay's pods (3 etcd members, 2 registries over
+    etcd, 4 servers, 4 GPU workers on the CPU path) with the Secrets of
+    deploy/README.md, until the job's first checkpoint is complete on the
+    shared claim; then the tokens' limits, and SIGTERM."""
+    secrets, certs = prod_secrets(gen_certs, tmp)
+    cl = Cluster(ov, bins, probe_bin, tmp, secrets)
+    P = cl.P
+    tokens = {}
+    for t in ("admin", "worker"):
+        tokens[t] = os.path.join(tmp, "%s.token" % t)
+        with open(tokens[t], "wb") as f:
+            f.write(secrets["tessel-%s-token" % t]["token"])
+    tls = ["--tls_ca", os.path.join(certs, "ca.crt"), "--tls_cert",
+           os.path.join(certs, "client.crt"), "--tls_key", os.path.join(certs, "client.key"),
+           "--tls_server_name", "tessel"]
+    with netns.Bridge("manifests-prod") as bridge:
+        cl.start(bridge)
+        cl.wait_ready(PROD_READY_TIMEOUT_S)
+        cfg = cl.config()
+        regs = cl.of("Deployment")
+        registry = "%s:%d" % (regs[0]["ip"], port_of(cfg["registry"]["listen"]))
+        cl.check_shards(ctl, registry, tls + ["--token_file", tokens["admin"]])
+        # Training: the first checkpoint completes on the shared claim.
+        job, every = cfg["worker"]["job"], cfg["worker"].get("checkpoint_every_steps", 0)
+        workers = cl.of("Job")
+        claim = [m["src"] for m in json.load(open(os.path.join(
+            cl.of("StatefulSet", "tessel-server")[0]["dir"], "spec.json")))["mounts"]
+                 if m["dst"] == cfg["server"]["checkpoint_dir"]]
+        manifest = None
+        end = time.time() + PROD_CHECKPOINT_TIMEOUT_S
+        while claim and every and time.time() < end and all(cl.rc(p) is None for p in workers):
+            found = sorted(glob.glob(os.path.join(claim[0], job, "step-*", "MANIFEST.json")))
+            if found:
+                manifest = found[0]
+                break
+            time.sleep(0.5)
+        check(manifest is not None, P + "a checkpoint of job %s completes on the shared claim "
+              "(%s)%s" % (job, os.path.relpath(manifest, claim[0]) if manifest else "none",
+                          "" if manifest else "".join(cl.dump(p) for p in workers[:1] +
+                                                      cl.of("StatefulSet")[:1])))
+        for p in workers:
+            check(cl.rc(p) is None, P + "worker %s (index %d) training%s" % (
+                p["name"], p["index"], "" if cl.rc(p) is None else
+                ": exited rc %s%s" % (cl.rc(p), cl.dump(p))))
+        with open(cl.of("Job")[0]["log"], errors="replace") as f:
+            text = f.read()
+        steps = losses(text)
+        check(bool(steps), P + "rank 0 reports progress: %s" % (
+            "%d steps, loss %.4f" % (steps[-1][0], steps[-1][2]) if steps else "nothing"))
+        if manifest:
+            step = str(int(os.path.basename(os.path.dirname(manifest))[len("step-"):]))
+            # The worker token may not delete a checkpoint; the admin token may list them.
+            r = subprocess.run([ctl, "--registry", registry] + tls +
+                               ["--token_file", tokens["worker"], "checkpoint", "delete",
+                                "--job", job, "--step", step],
+                               capture_output=True, text=True, timeout=60)
+            check(r.returncode == 5 and os.path.exists(manifest),
+                  P + "the worker token cannot delete checkpoint %s (exit %d: %s)" %
+                  (step, r.returncode, (r.stderr or r.stdout).strip().splitlines()[-1:]))
+            r = subprocess.run([ctl, "--registry", registry] + tls +
+                               ["--token_file", tokens["admin"], "checkpoint", "list",
+                                "--job", job], capture_output=True, text=True, timeout=60)
+            check(r.returncode == 0, P + "the admin token lists the checkpoints (exit %d%s)" %
+                  (r.returncode, "" if r.returncode == 0 else ": " + r.stderr.strip()))
+        # Deleting the Job: every worker gets SIGTERM, asks for a checkpoint at
+        # the next step, runs it, leaves and exits 143 within its grace period;
+        # that checkpoint completes (a replacement would lose nothing).
+        cl.stop(workers)
+        asked = []
+        for p in workers:
+            with open(p["log"], errors="replace") as f:
+                asked += [int(n) for n in re.findall(r"asked for a checkpoint at step (\d+)",
+                                                     f.read())]
+            check(cl.rc(p) == 143, P + "worker %s left on SIGTERM with exit 143 (%s)" %
+                  (p["name"], cl.rc(p)))
+        final = os.path.join(claim[0], job, "step-%010d" % max(asked), "MANIFEST.json") \
+            if asked and claim else None
+        end = time.time() + 15
+        while final and not os.path.exists(final) and time.time() < end:
+            time.sleep(0.2)
+        check(final is not None and os.path.exists(final),
+              P + "the checkpoint asked for on SIGTERM completes (%s)" %
+              (os.path.relpath(final, claim[0]) if final else "none asked for"))
+        # Then the rest of the deployment.
+        cl.stop(cl.of("StatefulSet", "tessel-server") + regs + cl.of("StatefulSet", "tessel-etcd"))
     check(not bridge.leftovers(), P + "no namespace, veth or bridge left (%s)" %
           (bridge.leftovers() or "none"))
 
@@ -902,12 +1095,13 @@ def main():
     ap.add_argument("--train", required=True)
     ap.add_argument("--probe", required=True, help="tessel-health-probe")
     ap.add_argument("--ctl", required=True, help="tesselctl")
+    ap.add_argument("--gen_certs", required=True, help="scripts/gen_certs.sh")
     ap.add_argument("--etcd", default=shutil.which("etcd") or "/usr/bin/etcd",
                     help="an etcd binary whose flags the etcd manifests' are checked against")
     ap.add_argument("--kubectl", default=shutil.which("kubectl") or "kubectl")
     ap.add_argument("--npm_dir", default=os.environ.get("TESSEL_NPM_DIR",
                                                         "/var/cache/tessel-npm"))
-    ap.add_argument("--steps", default="render,validate,flags,run")
+    ap.add_argument("--steps", default="render,validate,flags,run,prod")
     a = ap.parse_args()
     steps = set(a.steps.split(","))
     t0 = time.time()
@@ -940,14 +1134,22 @@ def main():
             log("== 4. run overlays/dev: one network namespace per pod")
             if check(bool(dev), "overlays/dev rendered"):
                 run_dev(dev[0], bins, a.probe, a.ctl, tmp)
+        if "prod" in steps:
+            prod = [ov for ov in overlays if ov.name == "prod"]
+            log("== 5. run overlays/prod with the Secrets of deploy/README.md, to its first "
+                "checkpoint")
+            if check(bool(prod), "overlays/prod rendered") and check(
+                    IMAGE_BIN + "etcd" in bins.paths,
+                    "an etcd binary to run the etcd pods (%s; Debian's etcd-server)" % a.etcd):
+                run_prod(prod[0], bins, a.probe, a.ctl, a.gen_certs, tmp)
     finally:
         keep = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
-        if failures and keep and os.path.isdir(os.path.join(tmp, "pods")):
-            for pod in os.listdir(os.path.join(tmp, "pods")):
-                for f in ("log", "spec.json"):
-                    src = os.path.join(tmp, "pods", pod, f)
-                    if os.path.exists(src):
-                        shutil.copy(src, os.path.join(keep, "%s.%s" % (pod, f)))
+        if failures and keep:
+            for f in glob.glob(os.path.join(tmp, "run-*", "pods", "*", "*")):
+                if os.path.basename(f) in ("log", "spec.json"):
+                    parts = f.split(os.sep)
+                    shutil.copy(f, os.path.join(keep, "%s.%s.%s" % (
+                        parts[-4], parts[-2], parts[-1])))
         shutil.rmtree(tmp, ignore_errors=True)
     log("%s: %d check(s) failed in %.1f s" % ("FAIL" if failures else "PASS", len(failures),
                                              time.time() - t0))

@@ -124,14 +124,20 @@ def setup(spec):
     name = spec["hostname"].encode()
     _check(_libc.sethostname(name, len(name)), "sethostname")
 
+    # Parents before children, as container runtimes mount them. Sources are
+    # held open first: a mount (e.g. an emptyDir on /tmp) may hide the path
+    # of a later one's source.
+    mounts = sorted(spec["mounts"], key=lambda m: len(m["dst"].rstrip("/").split("/")))
+    held = [os.open(m["src"], os.O_PATH) for m in mounts]
     scratch = spec["scratch"]
     _mount("tmpfs", scratch, "tmpfs", 0, "mode=0700")
     overlays = _Overlays(scratch)
-    for m in spec["mounts"]:
+    for m in mounts:
         if not os.path.lexists(m["dst"]):
             overlays.make_room(m["dst"], os.path.isdir(m["src"]))
-    for m in spec["mounts"]:
-        _mount(m["src"], m["dst"], None, MS_BIND)
+    for m, fd in zip(mounts, held):
+        _mount("/proc/self/fd/%d" % fd, m["dst"], None, MS_BIND)
+        os.close(fd)
         if m.get("ro"):
             _mount(None, m["dst"], None, MS_REMOUNT | MS_BIND | MS_RDONLY)
     if spec.get("read_only_root"):
