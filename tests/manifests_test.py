@@ -283,7 +283,8 @@ def check_flags(ov, bins, tmp):
                   (where, posixpath.basename(image_path),
                    ": no " + ", ".join(unknown) if unknown else ""))
             env_names = {e["name"] for e in c.get("env", [])}
-            refs = [v for a in argv for v in re.findall(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)", a)]
+            refs = [v for a in argv
+                    for v in re.findall(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)", a)]
             check(all(r in env_names for r in refs),
                   "%s: every $(VAR) of the command line is in its env (%s)" %
                   (where, ", ".join(refs) or "none"))

@@ -23,7 +23,8 @@ const path = require("path");
 const { createRequire } = require("module");
 
 function usage(msg) {
-  process.stderr.write(`k8s_validate: ${msg}\nusage: node k8s_validate.js [--models DIR] [FILE.json]\n`);
+  process.stderr.write(
+    `k8s_validate: ${msg}\nusage: node k8s_validate.js [--models DIR] [FILE.json]\n`);
   process.exit(2);
 }
 
@@ -69,7 +70,10 @@ function modelFor(apiVersion, kind) {
   try {
     mod = modelsRequire(id);
   } catch (e) {
-    return { error: `no schema for ${apiVersion} ${kind} in kubernetes-models ${modelsVersion} (a CRD or an API this version does not know); cannot validate it` };
+    return {
+      error: `no schema for ${apiVersion} ${kind} in kubernetes-models ${modelsVersion} ` +
+        "(a CRD or an API this version does not know); cannot validate it",
+    };
   }
   const Model = mod[kind];
   if (typeof Model !== "function") return { error: `${id} exports no ${kind}` };
@@ -177,5 +181,6 @@ for (const obj of objects) {
     console.log(`ok   ${r.name}`);
   }
 }
-console.log(`${objects.length - failed}/${objects.length} valid (kubernetes-models ${modelsVersion})`);
+console.log(
+  `${objects.length - failed}/${objects.length} valid (kubernetes-models ${modelsVersion})`);
 process.exit(failed ? 1 : 0);
