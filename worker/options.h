@@ -103,7 +103,17 @@ struct WorkerOptions {
   // wrote it. After RegisterLayout, step() is the restored step.
   bool resume = false;
   int64_t resume_step = -1;
-  // Admin token for servers that require one ("" = $TESSEL_TOKEN if set).
+  // Decide `resume` by itself at RegisterLayout: resume when the job is
+  // already under way on the servers (past step 0) or, not there, has a
+  // complete checkpoint; start afresh otherwise. What a process started
+  // again with the same command line needs (a Kubernetes Job's replacement
+  // pod, a supervisor's restart). A job name reused with old checkpoints in
+  // the servers' --checkpoint_dir resumes them.
+  bool auto_resume = false;
+  // Bearer token for servers and registries that require a credential
+  // ("" = $TESSEL_TOKEN if set): a worker-role token (--worker_token_file on
+  // the servers, docs/operations.md "Roles and credentials"), or the admin
+  // token.
   std::string token;
   // Early stopping (ReportMetric / ShouldEarlyStop): the patience rule over
   // the job-wide mean of the reported metric, and optionally a hook that

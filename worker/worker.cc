@@ -155,6 +155,14 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   v1::JobSpec spec = internal::MakeJobSpec(o, tensors, num_servers());
   auto layout = ValidateJobSpec(spec);
   if (!layout.ok()) return layout.status();
+  if (o.auto_resume && !o.resume) {
+    auto under_way = JobUnderWay();
+    if (!under_way.ok()) return under_way.status();
+    if (*under_way) {
+      ctx.options.resume = true;
+      TESSEL_LOG(INFO) << ctx.Where() << ": the job is under way (or has a checkpoint): resuming";
+    }
+  }
   const bool ddp = ctx.ddp();
   const size_t n = static_cast<size_t>(layout->num_params());
   if (ddp && o.resume && !o.recovery) {
@@ -199,6 +207,25 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     TESSEL_LOG(INFO) << ctx.Where() << ": resumed from the checkpoint of step " << ctx.step;
   }
   return s;
+}
+
+absl::StatusOr<bool> Worker::JobUnderWay() {
+  const internal::JobContext& ctx = p_->ctx;
+  const ShardFleet& fleet = p_->membership->fleet();
+  v1::JobRef ref;
+  ref.set_job(ctx.options.job);
+  v1::ShardStats stats;
+  absl::Status s = fleet.Call(0, &v1::ShardServer::Stub::GetStats, ref, &stats,
+                              absl::StrCat(ctx.Where(), ": GetStats"));
+  if (s.ok() && stats.step() > 0) return true;
+  if (!s.ok() && !absl::IsNotFound(s)) return s;
+  if (ctx.ddp()) return false;  // DDP writes no checkpoint
+  v1::ListCheckpointsResponse checkpoints;
+  s = fleet.Call(0, &v1::ShardServer::Stub::ListCheckpoints, ref, &checkpoints,
+                 absl::StrCat(ctx.Where(), ": ListCheckpoints"));
+  if (absl::IsNotFound(s) || absl::IsFailedPrecondition(s)) return false;
+  if (!s.ok()) return s;
+  return checkpoints.checkpoints_size() > 0;
 }
 
 absl::Status Worker::CreateJobs(bool ddp) {

@@ -257,6 +257,9 @@ class Worker {
   absl::Status Start();
   // Builds the job spec and creates (or, resuming, restores) the job on every shard.
   absl::Status CreateJobs(bool ddp);
+  // WorkerOptions::auto_resume: true when the job is past step 0 on the
+  // servers, or has a checkpoint.
+  absl::StatusOr<bool> JobUnderWay();
   absl::Status PullInitial(absl::Span<const float> init);
   void MaybeCheckpoint();
   absl::Status RunRecovery(int64_t restore_step);

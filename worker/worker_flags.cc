@@ -29,6 +29,10 @@ ABSL_FLAG(bool, recover, true,
 ABSL_FLAG(bool, resume, false,
           "start from the job's checkpoint instead of the initial parameters: a replacement for "
           "a lost worker of a running job, or, when every worker passes it, a whole restart");
+ABSL_FLAG(bool, auto_resume, false,
+          "resume when the job is already under way on the servers or has a checkpoint, start "
+          "afresh otherwise: one command line for the first start and every restart (a "
+          "Kubernetes Job's replacement pod)");
 ABSL_FLAG(int64_t, resume_step, -1, "with --resume: the checkpoint's step (-1 = latest)");
 ABSL_FLAG(int, recovery_timeout_s, 60,
           "seconds to wait for a lost worker or shard server to return before giving up");
@@ -45,7 +49,9 @@ ABSL_FLAG(double, elastic_grace_s, 10,
 ABSL_FLAG(std::string, ucx_port_range, "",
           "LO-HI: UCX's tcp transport listens only on ports in this range (UCX_TCP_PORT_RANGE), "
           "so a firewall or NetworkPolicy can name them; empty = any port");
-ABSL_FLAG(std::string, token_file, "", "admin token file for servers that require one");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding this worker's token for servers and registries that require one: a "
+          "worker token (their --worker_token_file), or the admin token");
 
 namespace tessel {
 
@@ -76,6 +82,7 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   o.tls = TlsOptionsFromFlags();
   o.resume = absl::GetFlag(FLAGS_resume);
   o.resume_step = absl::GetFlag(FLAGS_resume_step);
+  o.auto_resume = absl::GetFlag(FLAGS_auto_resume);
   o.checkpoint.every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   o.checkpoint.keep_last = absl::GetFlag(FLAGS_keep_checkpoints);
   o.checkpoint.initial = absl::GetFlag(FLAGS_checkpoint_initial);
