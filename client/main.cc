@@ -4,8 +4,9 @@
 // own file (commands.h).
 //
 // Exit codes: 0 ok; 1 the operation failed; 2 usage error; 3 not found;
-// 4 unreachable or timed out; 5 not authorized (admin token, or the TLS
-// handshake refused); 6 checkpoint damaged.
+// 4 unreachable or timed out; 5 not authorized (no credential, a wrong token,
+// a role that may not do it, or the TLS handshake refused); 6 checkpoint
+// damaged.
 #include <cstdlib>
 #include <iostream>
 #include <vector>
@@ -38,8 +39,9 @@ void AddGlobalFlags(CLI::App& app, Globals& g) {
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
   app.add_option("--token_file", g.token_file,
-                 "file with the admin token (env TESSEL_TOKEN); needed for changes when the "
-                 "servers require it");
+                 "file with a token (env TESSEL_TOKEN): the admin token for changes (deleting, "
+                 "restoring an older checkpoint); a reader or worker token does what its role "
+                 "allows (docs/operations.md, Roles and credentials)");
   app.add_option("--timeout", g.timeout_s, "seconds per RPC")->capture_default_str();
   app.add_option("--tls_ca", g.tls.ca_file,
                  "mutual TLS: PEM file of the cluster's CA (env TESSEL_TLS_CA); with --tls_cert "
@@ -53,7 +55,8 @@ void AddGlobalFlags(CLI::App& app, Globals& g) {
                  "(env TESSEL_TLS_SERVER_NAME)");
 }
 
-// The admin token (--token_file, else $TESSEL_TOKEN) and the TLS credentials.
+// The token (--token_file, else $TESSEL_TOKEN) and the TLS credentials; a
+// client certificate may carry a role instead of a token.
 // A bad file is a usage error (exit 2) whatever its status code.
 int ResolveCredentials(Globals& g) {
   if (!g.token_file.empty()) {
@@ -81,7 +84,7 @@ int Main(int argc, char** argv) {
   CLI::App app{
       "tesselctl: operate a Tessel cluster (members, jobs, shards, stats, checkpoints).\n"
       "Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unreachable, 5 not authorized "
-      "(token or TLS), 6 checkpoint damaged."};
+      "(credential, role or TLS), 6 checkpoint damaged."};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(kVersion));
   app.fallthrough();  // global options may also follow the subcommand
