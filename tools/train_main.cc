@@ -1,11 +1,14 @@
 // tessel-train: one worker process. Trains the demo MLP (default) or replays
 // fixed gradients from .npy files (--grads), through the Worker SDK against
 // real shard servers. Normally started by tessel-demo or tessel-replay.
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -35,6 +38,9 @@ ABSL_FLAG(std::string, init, "", "replay mode: initial parameters (1-D float32 .
 ABSL_FLAG(std::string, grads, "", "replay mode: directory of step{K}_rank{R}.npy gradients");
 ABSL_FLAG(std::string, out, "", "rank 0 writes the final parameters here (.npy)");
 ABSL_FLAG(int, log_every, 50, "print progress every N steps (rank 0)");
+ABSL_FLAG(int, preempt_grace_s, 20,
+          "after SIGTERM, exit (status 143) within this many seconds even if the checkpoint "
+          "step cannot complete (keep it below the pod's terminationGracePeriodSeconds)");
 ABSL_FLAG(std::string, loss_log, "",
           "every rank appends 'STEP LOSS' to PATH.rankR for every completed step (a replayed "
           "step again)");
@@ -49,6 +55,20 @@ namespace {
 volatile std::sig_atomic_t g_terminate = 0;
 void OnTerminate(int) { g_terminate = 1; }
 constexpr int kTerminatedExit = 143;
+
+// The extra step cannot finish when the servers are going away too (a whole
+// deployment deleted at once): after --preempt_grace_s the process exits
+// 143 wherever it is, before Kubernetes' SIGKILL at the pod's
+// terminationGracePeriodSeconds.
+void StartPreemptionWatchdog(absl::Duration grace) {
+  std::thread([grace] {
+    while (!g_terminate) absl::SleepFor(absl::Milliseconds(100));
+    absl::SleepFor(grace);
+    std::cerr << "tessel-train: SIGTERM: not done within --preempt_grace_s ("
+              << absl::FormatDuration(grace) << "); exiting now\n";
+    std::_Exit(kTerminatedExit);
+  }).detach();
+}
 
 // What to do after a completed step when SIGTERM has arrived: -1 = go on,
 // else the exit status. The checkpoint is asked for once, then one more step
@@ -389,6 +409,7 @@ int main(int argc, char** argv) {
   if (!options.ok()) return Fail(options.status());
   tessel::SetLogLabel(absl::StrCat("worker[", options->rank, "]"));
   std::signal(SIGTERM, OnTerminate);
+  StartPreemptionWatchdog(absl::Seconds(std::max(0, absl::GetFlag(FLAGS_preempt_grace_s))));
   const int steps = absl::GetFlag(FLAGS_steps);
   if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"));
   auto worker = tessel::Worker::Connect(*options);
