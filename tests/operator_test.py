@@ -26,19 +26,11 @@ import sys
 import tempfile
 import time
 
-import proc_util
-from proc_util import check, cleanup, failures, log, start_registry
+from proc_util import check, cleanup, failures, log, spawn, start_registry
 
 REGISTRY, SERVER, TRAIN = sys.argv[1:4]
 ROOT = tempfile.mkdtemp(prefix="operator-", dir=os.environ.get("TEST_TMPDIR"))
 STEPS = 1200
-
-
-def popen(args, out, env=None):
-    p = subprocess.Popen(args, stdout=open(out, "a"), stderr=subprocess.STDOUT,
-                         env=dict(os.environ, **(env or {})))
-    proc_util.procs.append(p)
-    return p
 
 
 def read(path):
@@ -74,7 +66,7 @@ class Cluster:
         self.workers = {}
 
     def server(self, i):
-        return popen([SERVER, "--config=" + self.config, "--shard_from_hostname"],
+        return spawn([SERVER, "--config=" + self.config, "--shard_from_hostname"],
                      os.path.join(self.d, "server%d.log" % i),
                      env={"HOSTNAME": "tessel-server-%d" % i})
 
@@ -82,7 +74,7 @@ class Cluster:
         args = [TRAIN, "--config=" + self.config]
         if out:
             args.append("--out=" + out)
-        self.workers[rank] = popen(args, os.path.join(self.d, "worker%d.log" % rank),
+        self.workers[rank] = spawn(args, os.path.join(self.d, "worker%d.log" % rank),
                                    env={"JOB_COMPLETION_INDEX": str(rank)})
         return self.workers[rank]
 
@@ -139,7 +131,7 @@ def main():
     c.registry.wait()
     t_kill = time.time()
     time.sleep(1.0)
-    registry = popen([REGISTRY, "--listen=" + c.address, "--lease_ttl_ms=1500"],
+    registry = spawn([REGISTRY, "--listen=" + c.address, "--lease_ttl_ms=1500"],
                      os.path.join(c.d, "registry.log"))
     end = time.time() + 20
     while time.time() < end and not all("joined the registry again" in c.log("server%d" % i)

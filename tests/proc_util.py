@@ -17,9 +17,11 @@ def log(*a):
     print(*a, flush=True)
 
 
-def spawn(args, out):
-    """Starts `args` with stdout and stderr appended to the file `out`."""
-    p = subprocess.Popen(args, stdout=open(out, "a"), stderr=subprocess.STDOUT)
+def spawn(args, out, env=None):
+    """Starts `args` with stdout and stderr appended to the file `out`, with
+    `env` (a dict) added to this process's environment."""
+    p = subprocess.Popen(args, stdout=open(out, "a"), stderr=subprocess.STDOUT,
+                         env=dict(os.environ, **env) if env else None)
     procs.append(p)
     return p
 
