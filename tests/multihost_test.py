@@ -41,6 +41,9 @@ done).
 
 Needs root (network namespaces). Usage:
   multihost_test.py REGISTRY SERVER TRAIN TESSELCTL DEMO HEALTH_PROBE
+TESSEL_MULTIHOST_KEEP=1 keeps the logs of a passing run (a failing run's are
+always kept and their ends printed); TESSEL_MULTIHOST_BUDGET_S bounds the
+whole run (default 240 s).
 """
 import json
 import os
@@ -394,7 +397,7 @@ def clean_run(name, layout, tls, ref, digests_ref):
         if not ok or not res["bitwise"]:
             c.show()
     except Exception as e:
-        check(False, "%s: %s" % (name, e))
+        check(False, str(e) if str(e).startswith(name) else "%s: %s" % (name, e))
         c.show()
     finally:
         c.close()
@@ -518,7 +521,7 @@ def kill_run(ref, digests_ref):
         if not ok or not res["bitwise"]:
             c.show()
     except Exception as e:
-        check(False, "%s: %s" % (name, e))
+        check(False, str(e) if str(e).startswith(name) else "%s: %s" % (name, e))
         c.show()
     finally:
         c.close()
@@ -552,6 +555,9 @@ def main():
     if os.geteuid() != 0:
         log("multihost_test needs root: it creates network namespaces, veths and a bridge")
         return 1
+    # A Bazel timeout sends SIGTERM: unwind, so every Cluster closes (kills
+    # its processes, removes its namespaces) before the SIGKILL.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     t0 = time.time()
     try:
         ref = reference()
@@ -562,12 +568,19 @@ def main():
         kill_run(ref, digests)
     except Exception as e:
         check(False, "multihost: %s" % e)
-    summary()
-    log("multihost: %.1f s in all" % (time.time() - t0))
+    except SystemExit:
+        log("multihost: terminated; every cluster started so far is stopped and removed")
+        raise
+    finally:
+        summary()
+        log("multihost: %.1f s in all" % (time.time() - t0))
     if failures:
         log("%d check(s) failed; logs in %s" % (len(failures), ROOT))
         return 1
-    shutil.rmtree(ROOT, ignore_errors=True)
+    if os.environ.get("TESSEL_MULTIHOST_KEEP"):
+        log("multihost: logs kept in %s" % ROOT)
+    else:
+        shutil.rmtree(ROOT, ignore_errors=True)
     log("multihost: all checks passed")
     return 0
 
