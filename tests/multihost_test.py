@@ -8,8 +8,15 @@ Nothing can reach another host's 127.0.0.1, so an address that registers
 the loopback, or a transport that only works on one machine, fails here.
 Data moves over UCX tcp (shared memory cannot cross hosts).
 
+UCX 1.13 in a namespace sees two tcp devices, lo and eth0, and with the
+default UCX_NET_DEVICES listens on both (inside --ucx_port_range) but never
+dials a peer's loopback address: a remote tcp/lo address counts as
+unreachable (with UCX_NET_DEVICES=lo every connection fails "Destination is
+unreachable"). So nothing beyond --ucx_tls=tcp is needed.
+
 Runs, one after another, of the same job (the built-in MLP 64-128-10, zero2,
-Adam, 2 workers x 2 shards, checkpoint every 50 steps, --recover):
+Adam, 3000 steps, 2 workers x 2 shards, checkpoint every 100 steps,
+--recover):
   reference       tessel-demo: a local cluster compared with the same
                   training in one process ("max relative difference 0"); its
                   final parameters are the bits every run below must match.
