@@ -424,7 +424,14 @@ def main():
     for tag in (cpu_tag, gpu_tag):
         archive = os.path.join(out, "tessel-%s.tar" % tag)
         names = run(["tar", "-tf", archive]).stdout.split() if os.path.exists(archive) else []
-        check({"oci-layout", "index.json"} <= set(names), "OCI archive %s" % archive)
+        refs = []
+        if "index.json" in names:
+            index = json.loads(run(["tar", "-xOf", archive, "index.json"]).stdout)
+            refs = [m.get("annotations", {}).get("org.opencontainers.image.ref.name")
+                    for m in index["manifests"]]
+        check("oci-layout" in names and refs == ["tessel:" + tag],
+              "OCI archive %s holds one image, tessel:%s (%s)" % (os.path.basename(archive), tag,
+                                                                   refs))
     cpu_layers = images[cpu_tag]["manifest"]["layers"]
     gpu_layers = images[gpu_tag]["manifest"]["layers"]
     check(gpu_layers[:len(cpu_layers)] == cpu_layers and len(gpu_layers) == len(cpu_layers) + 1,

@@ -42,6 +42,7 @@ BINS=()
 NAMES=(tessel-registry tessel-server tessel-train tesselctl)
 TARGETS=(//registry:tessel-registry //server:tessel-server //tools:tessel-train //client:tesselctl)
 UID_TESSEL=65532
+IMAGE_NAME=tessel
 MULTIARCH="x86_64-linux-gnu"
 
 die() {
@@ -202,8 +203,8 @@ if [ -n "$CACHE" ]; then
   # does not have) and this run's come out after extraction. Measured here
   # against this host's mirror the cache saves nothing (the mirror serves
   # 18 MB in under a second); on a slow link it saves those 18 MB. The
-  # package lists are fetched every time (about 9 MB): caching them too cost
-  # more in copying than it saved. One build at a time uses the cache.
+  # package lists are fetched every time (about 9 MB): caching them too (51 MB
+  # unpacked) made no measurable difference. One build at a time uses the cache.
   exec {lock}>"$CACHE/.lock"
   flock "$lock"
   hooks+=(
@@ -431,6 +432,18 @@ for tag in "${TAGS[@]}"; do
     [ "$other" == "$tag" ] || umoci rm --image "$one:$other"
   done
   umoci gc --layout "$one"
+  # In an archive the reference names the image as well as the tag, so that
+  # `podman load` makes localhost/tessel:<tag> and `ctr images import`
+  # docker.io/library/tessel:<tag> (the layout keeps bare tags, as umoci and
+  # `skopeo copy oci:DIR:<tag>` expect).
+  python3 - "$one/index.json" "$IMAGE_NAME:$tag" <<'EOF_PY'
+import json, sys
+path, ref = sys.argv[1], sys.argv[2]
+index = json.load(open(path))
+for m in index["manifests"]:
+    m.setdefault("annotations", {})["org.opencontainers.image.ref.name"] = ref
+json.dump(index, open(path, "w"), separators=(",", ":"))
+EOF_PY
   tar -C "$one" -cf "$OUT/tessel-$tag.tar" oci-layout index.json blobs
   rm -rf "$one"
 done
