@@ -345,10 +345,10 @@ class FakeClock {
 TEST(MemoryRegistryTest, JoinLeaveAndExpiryBumpEpochsByOne) {
   FakeClock clock;
   MemoryRegistry registry(absl::Seconds(3), [&] { return clock.Now(); });
-  const int64_t before = absl::ToUnixMillis(absl::Now());
+  const int64_t before = absl::ToUnixMicros(absl::Now());
   auto a = registry.Join(Worker("job", 0), absl::ZeroDuration());
   ASSERT_TRUE(a.ok());
-  // A group's first epoch is the registry's start time in Unix ms + 1.
+  // A group's first epoch is the registry's start time in Unix us + 1.
   const int64_t base = a->view.epoch() - 1;
   EXPECT_GE(base + 1, before);
   auto b = registry.Join(Worker("job", 1), absl::Seconds(1));

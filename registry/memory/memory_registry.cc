@@ -10,7 +10,7 @@ namespace tessel {
 MemoryRegistry::MemoryRegistry(absl::Duration default_ttl, std::function<absl::Time()> clock)
     : default_ttl_(default_ttl),
       clock_(std::move(clock)),
-      epoch_base_(absl::ToUnixMillis(absl::Now())) {}
+      epoch_base_(absl::ToUnixMicros(absl::Now())) {}
 
 absl::StatusOr<Registry::Joined> MemoryRegistry::Join(const v1::Member& member,
                                                       absl::Duration ttl) {

@@ -3,8 +3,8 @@
 // when the host calls ExpireLeases (RegistryService does so every 50 ms).
 // State is lost when the process exits. Epochs still never go backwards
 // across a restart: a group's first epoch is the registry's start time in
-// Unix milliseconds, and every membership change bumps it by exactly one
-// (a registry would need more than one change per millisecond of its life
+// Unix microseconds, and every membership change bumps it by exactly one
+// (a registry would need more than one change per microsecond of its life
 // to overtake its successor). Members fence with epochs, so a restarted
 // registry's epochs must be newer than anything its predecessor handed out.
 // EtcdRegistry keeps epochs (and members) in etcd instead.
@@ -63,7 +63,7 @@ class MemoryRegistry final : public Registry {
 
   const absl::Duration default_ttl_;
   const std::function<absl::Time()> clock_;
-  // First epoch of every group: the Unix milliseconds at construction.
+  // First epoch of every group: the Unix microseconds at construction.
   const int64_t epoch_base_;
   absl::Mutex mu_;
   absl::BitGen lease_ids_ ABSL_GUARDED_BY(mu_);
