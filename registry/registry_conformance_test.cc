@@ -344,8 +344,8 @@ class FakeClock {
 // Memory only: an injectable clock, and epochs that move by exactly one.
 TEST(MemoryRegistryTest, JoinLeaveAndExpiryBumpEpochsByOne) {
   FakeClock clock;
-  MemoryRegistry registry(absl::Seconds(3), [&] { return clock.Now(); });
   const int64_t before = absl::ToUnixMicros(absl::Now());
+  MemoryRegistry registry(absl::Seconds(3), [&] { return clock.Now(); });
   auto a = registry.Join(Worker("job", 0), absl::ZeroDuration());
   ASSERT_TRUE(a.ok());
   // A group's first epoch is the registry's start time in Unix us + 1.
