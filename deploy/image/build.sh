@@ -115,7 +115,7 @@ done
 # One version line from all four binaries: "tessel 0.1.0 (wire v1, checkpoint v1)".
 VERSION_LINE=""
 for name in "${NAMES[@]}"; do
-  line="$("${BIN[$name]}" --version 2>&1 | head -n1)" || die "$name --version failed: $line"
+  line="$("${BIN[$name]}" --version 2>/dev/null | head -n1)" || die "$name --version failed"
   [[ "$line" == "tessel "* ]] || die "$name --version printed '$line', not 'tessel <release> (...)'"
   [ -z "$VERSION_LINE" ] || [ "$line" == "$VERSION_LINE" ] ||
     die "$name --version says '$line' but ${NAMES[0]} says '$VERSION_LINE': mixed builds"
