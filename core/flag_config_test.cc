@@ -79,8 +79,7 @@ TEST_F(FlagConfigTest, RefusesUnknownSectionsBadJsonAndMissingFiles) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ApplyFlagConfig(Write("{not json"), "worker").code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ApplyFlagConfig(Write("[1, 2]"), "worker").code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ApplyFlagConfig(Write("[1, 2]"), "worker").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ApplyFlagConfig(Write(R"({"worker": {"config": "other.json"}})"), "worker").code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ApplyFlagConfig("/nonexistent/tessel.json", "worker").code(),
