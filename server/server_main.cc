@@ -73,8 +73,9 @@ ABSL_FLAG(std::string, token_file, "",
           "file holding the token this server presents to the registry (the registry's "
           "--server_token_file)");
 ABSL_FLAG(int, join_timeout_s, 30,
-          "seconds to keep trying to join while a previous server of this shard still holds "
-          "its lease (after a crash and restart)");
+          "seconds to keep trying to join the registry while a previous server of this shard "
+          "still holds its lease (after a crash and restart) or the registry is not reachable "
+          "yet (started after this server)");
 ABSL_FLAG(int, stall_report_s, 30,
           "log a WARNING naming the ranks and buckets a step waits for once it has been in "
           "progress this many seconds, and again every as many seconds while it stays stuck "

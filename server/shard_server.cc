@@ -103,13 +103,26 @@ absl::Status ShardServer::Init() {
   me.set_grpc_address(grpc_address_);
   me.set_ucx_address(transport_->address());
   // A server restarted after a crash finds its old lease still live until it
-  // lapses: keep trying for a while instead of failing.
+  // lapses, and a server started with (or before) its registry finds nobody
+  // listening yet (pods of a deployment start in any order): keep trying for
+  // a while instead of failing.
   auto cancelled = [this] { return options_.cancelled && options_.cancelled(); };
   const absl::Time join_deadline = absl::Now() + options_.join_timeout;
   auto view = registry_->Join(me, options_.lease_ttl);
-  while (!view.ok() && absl::IsAlreadyExists(view.status()) && absl::Now() < join_deadline &&
-         !cancelled()) {
-    absl::SleepFor(absl::Milliseconds(100));
+  bool logged = false;
+  while (!view.ok() &&
+         (absl::IsAlreadyExists(view.status()) || absl::IsUnavailable(view.status()) ||
+          absl::IsDeadlineExceeded(view.status())) &&
+         absl::Now() < join_deadline && !cancelled()) {
+    if (!logged) {
+      logged = true;
+      health_->SetReady(false, absl::StrCat("starting: waiting to join the registry at ",
+                                            options_.registry, " (", view.status().message(), ")"));
+      TESSEL_LOG(WARNING) << "cannot join the registry at " << options_.registry << " yet ("
+                          << view.status().message() << "); trying again for up to "
+                          << absl::FormatDuration(options_.join_timeout) << " (--join_timeout_s)";
+    }
+    absl::SleepFor(absl::Milliseconds(absl::IsAlreadyExists(view.status()) ? 100 : 250));
     view = registry_->Join(me, options_.lease_ttl);
   }
   if (!view.ok()) return view.status();

@@ -9,7 +9,8 @@
 //
 // Life: Start() returns once the server serves gRPC and has joined the
 // registry (retrying for up to `join_timeout` while a previous server of the
-// shard still holds its lease, after a crash and restart). It then runs
+// shard still holds its lease, after a crash and restart, or while the
+// registry is not reachable yet). It then runs
 // until Shutdown(), or until it fails by itself: a wedged endpoint cannot be
 // renewed, or (with `exit_on_lost_lease`) its registry lease is lost. By
 // default a lost lease (a memory registry restarted, or the registry

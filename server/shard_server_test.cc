@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -302,6 +303,49 @@ TEST_F(ShardServerTest, ReadinessFollowsTheRegistryAcrossARestart) {
   EXPECT_TRUE(Eventually([&] { return Health(health) == "SERVING"; }, absl::Seconds(5)));
   EXPECT_FALSE((*server)->WaitFor(absl::Milliseconds(100)).has_value()) << "still running";
   (*server)->Shutdown();
+}
+
+// Pods of a deployment start in any order: a server whose registry is not
+// listening yet keeps trying (up to join_timeout), answers liveness and says
+// NOT_SERVING meanwhile, and joins once the registry is up; with none
+// within join_timeout, Start fails naming the registry.
+TEST_F(ShardServerTest, AServerStartedBeforeItsRegistryWaitsAndJoins) {
+  registry_->Stop();
+  registry_server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  registry_server_.reset();
+  std::thread later([&] {
+    absl::SleepFor(absl::Seconds(1));
+    registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
+    std::string again;
+    auto restarted = StartGrpcServer(registry_address_, {registry_.get()}, &again);
+    ASSERT_TRUE(restarted.ok()) << restarted.status();
+    registry_server_ = std::move(*restarted);
+  });
+  const absl::Time t0 = absl::Now();
+  auto server = StartShard(0, [](ShardServerOptions* o) { o->join_timeout = absl::Seconds(20); });
+  later.join();
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(900)) << "joined before the registry was up?";
+  auto members = registry_->registry().ListMembers();
+  ASSERT_TRUE(members.ok());
+  EXPECT_EQ(members->size(), 1u);
+  EXPECT_EQ(Health((*server)->grpc_address()), "SERVING");
+  (*server)->Shutdown();
+
+  // Nobody at the address within join_timeout: Start fails and says where.
+  registry_->Stop();
+  registry_server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  registry_server_.reset();
+  auto alone = StartShard(1, [](ShardServerOptions* o) { o->join_timeout = absl::Seconds(1); });
+  ASSERT_FALSE(alone.ok());
+  EXPECT_TRUE(absl::IsUnavailable(alone.status()) || absl::IsDeadlineExceeded(alone.status()))
+      << alone.status();
+  // TearDown stops a registry: give it one again.
+  registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
+  std::string again;
+  auto restarted = StartGrpcServer(registry_address_, {registry_.get()}, &again);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  registry_server_ = std::move(*restarted);
 }
 
 TEST_F(ShardServerTest, RefusesBadOptions) {

@@ -1042,9 +1042,16 @@ def run_prod(ov, bins, probe_bin, ctl, gen_certs, tmp):
             check(cl.rc(p) is None, P + "worker %s (index %d) training%s" % (
                 p["name"], p["index"], "" if cl.rc(p) is None else
                 ": exited rc %s%s" % (cl.rc(p), cl.dump(p))))
-        with open(cl.of("Job")[0]["log"], errors="replace") as f:
-            text = f.read()
-        steps = losses(text)
+        # Rank 0 prints its progress line after the step's checkpoint boundary
+        # (where a job with elastic_max_workers also looks for newcomers).
+        end = time.time() + 30
+        while True:
+            with open(cl.of("Job")[0]["log"], errors="replace") as f:
+                text = f.read()
+            steps = losses(text)
+            if steps or time.time() > end or cl.rc(cl.of("Job")[0]) is not None:
+                break
+            time.sleep(0.2)
         check(bool(steps), P + "rank 0 reports progress: %s" % (
             "%d steps, loss %.4f" % (steps[-1][0], steps[-1][2]) if steps else "nothing"))
         if manifest:
@@ -1073,7 +1080,11 @@ def run_prod(ov, bins, probe_bin, ctl, gen_certs, tmp):
                                                      f.read())]
             check(cl.rc(p) == 143, P + "worker %s left on SIGTERM with exit 143 (%s)" %
                   (p["name"], cl.rc(p)))
-        final = os.path.join(claim[0], job, "step-%010d" % max(asked), "MANIFEST.json") \
+        # Each worker asks for the step after the one it finished when its
+        # SIGTERM came; the first to leave ends the job at its step, so the
+        # smallest step asked for is the one every worker reaches (a later
+        # one cannot complete without the worker that left).
+        final = os.path.join(claim[0], job, "step-%010d" % min(asked), "MANIFEST.json") \
             if asked and claim else None
         end = time.time() + 15
         while final and not os.path.exists(final) and time.time() < end:

@@ -14,6 +14,13 @@ Indexed Job's completion index (JOB_COMPLETION_INDEX).
                     exits 143. Started again (as the Job would), it rejoins;
                     the job recovers from exactly that checkpoint (nothing
                     lost) and ends bitwise equal to a clean run.
+  scale up          the Indexed Job grows from 2 to 3 (`kubectl patch`
+                    parallelism and completions): a worker with completion
+                    index 2 and the same config (elastic_max_workers=3)
+                    joins the running job, is admitted at the next
+                    checkpoint boundary with nothing rolled back, and the
+                    run ends bitwise equal to a clean 2-worker run to that
+                    checkpoint resumed by 3 workers.
 
 Usage: operator_test.py REGISTRY SERVER TRAIN
 """
@@ -44,7 +51,7 @@ def read(path):
 class Cluster:
     """A registry, 2 shard servers and 2 workers from one config file."""
 
-    def __init__(self, name):
+    def __init__(self, name, **worker_config):
         self.d = os.path.join(ROOT, name)
         os.makedirs(self.d)
         self.registry, self.address = start_registry(REGISTRY, self.d, 1500)
@@ -60,7 +67,7 @@ class Cluster:
                            "samples": 4096, "batch": 64, "ucx_tls": "posix,sysv,self",
                            "checkpoint_every_steps": 50, "lease_ttl_ms": 1500, "servers": 2,
                            "auto_resume": True,
-                           "log_every": 100, "recovery_timeout_s": 60},
+                           "log_every": 100, "recovery_timeout_s": 60, **worker_config},
             }, f)
         self.servers = [self.server(i) for i in range(2)]
         self.workers = {}
@@ -70,8 +77,8 @@ class Cluster:
                      os.path.join(self.d, "server%d.log" % i),
                      env={"HOSTNAME": "tessel-server-%d" % i})
 
-    def worker(self, rank, out=None):
-        args = [TRAIN, "--config=" + self.config]
+    def worker(self, rank, out=None, extra=()):
+        args = [TRAIN, "--config=" + self.config] + list(extra)
         if out:
             args.append("--out=" + out)
         self.workers[rank] = spawn(args, os.path.join(self.d, "worker%d.log" % rank),
@@ -179,9 +186,63 @@ def main():
           "preemption: final parameters bitwise equal to the clean run")
     cleanup()
 
+
+    # Scale up: the Indexed Job patched from 2 to 3 (parallelism and
+    # completions), as `kubectl patch job` does; its new pod has completion
+    # index 2 and the same config, which allows up to 3 workers.
+    c = Cluster("scale-up", elastic_max_workers=3)
+    out = os.path.join(c.d, "final.npy")
+    c.worker(0, out)
+    c.worker(1)
+    check(c.wait_step(200), "scale up: training under way with 2 workers")
+    t_join = time.time()
+    c.worker(2)  # JOB_COMPLETION_INDEX=2
+    finished = finish(c, out)
+    grew = re.search(r"admitting 1 new worker\(s\) \(registry rank\(s\) 2\) at the checkpoint of "
+                     r"step (\d+)", c.log("worker0"))
+    admitted = re.search(r"admitted after (\S+) at step (\d+)", c.log("worker2"))
+    check(grew is not None and admitted is not None and grew.group(1) == admitted.group(2) and
+          int(grew.group(1)) % 50 == 0,
+          "scale up: the newcomer was admitted at a checkpoint boundary (step %s; it waited %s)"
+          % (grew.group(1) if grew else "?", admitted.group(1) if admitted else "?"))
+    check(all("the job grows from 2 to 3 workers" in c.log("worker%d" % r) for r in range(3)) and
+          "rolled back from" not in c.log("worker0") + c.log("worker1") and
+          "nothing rolled back" in c.log("worker0"),
+          "scale up: every worker went on as one of 3, nothing rolled back")
+    boundary = int(grew.group(1)) if grew else 0
+    joined = re.search(r"running with 2 worker\(s\) \(registry ranks 0, 1\) at step (\d+)",
+                       c.log("worker2"))
+    log("scale up: worker 2 found the job at step %s, was admitted at step %d; the run took "
+        "%.1f s after it started" % (joined.group(1) if joined else "?", boundary,
+                                     time.time() - t_join))
+    cleanup()
+    # Reference: a clean 2-worker run to the boundary, then a clean resume of
+    # 3 workers from its checkpoint.
+    if boundary:
+        r = Cluster("scale-up-reference")
+        r_out = os.path.join(r.d, "final.npy")
+        for rank in range(2):
+            r.worker(rank, extra=["--steps=%d" % boundary])
+        first = all(p.wait(timeout=120) == 0 for p in r.workers.values())
+        manifest = os.path.join(r.d, "ckpt", "op", "step-%010d" % boundary, "MANIFEST.json")
+        end = time.time() + 30
+        while time.time() < end and not os.path.exists(manifest):
+            time.sleep(0.05)
+        check(first and os.path.exists(manifest),
+              "scale up: reference 2-worker run to step %d and its checkpoint" % boundary)
+        for rank in range(3):
+            r.worker(rank, r_out if rank == 0 else None,
+                     extra=["--world=3", "--resume", "--resume_step=%d" % boundary])
+        check(finish(r, r_out) and same(out, r_out),
+              "scale up: final parameters bitwise equal to a clean resume of 3 workers from "
+              "the checkpoint of step %d" % boundary)
+        cleanup()
+
     if failures:
         log("FAILED: %d check(s): %s" % (len(failures), "; ".join(failures)))
-        for name in ("registry-restart", "preemption"):
+        for name in ("registry-restart", "preemption", "scale-up", "scale-up-reference"):
+            if not os.path.isdir(os.path.join(ROOT, name)):
+                continue
             for f in sorted(os.listdir(os.path.join(ROOT, name))):
                 if f.endswith(".log"):
                     log("---- %s/%s\n%s" % (name, f, read(os.path.join(ROOT, name, f))[-2500:]))

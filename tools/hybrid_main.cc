@@ -368,10 +368,11 @@ int RunWorker() {
   auto worker_options = tessel::WorkerOptionsFromFlags();
   if (!worker_options.ok()) return Fail(worker_options.status(), 2);
   o.worker = std::move(*worker_options);
-  if (o.worker.elastic_min_workers != 0 || o.worker.resume_step != -1 ||
-      o.worker.checkpoint_interval > absl::ZeroDuration()) {
+  if (o.worker.elastic_min_workers != 0 || o.worker.elastic_max_workers != 0 ||
+      o.worker.resume_step != -1 || o.worker.checkpoint_interval > absl::ZeroDuration()) {
     return Fail(absl::InvalidArgumentError(
-                    "--elastic_min_workers, --resume_step and --checkpoint_every_s are not for "
+                    "--elastic_min_workers, --elastic_max_workers, --resume_step and "
+                    "--checkpoint_every_s are not for "
                     "hybrid jobs: a lost process is replaced (--resume), partitions agree on the "
                     "checkpoint to resume from, and checkpoints follow --checkpoint_every_steps"),
                 2);

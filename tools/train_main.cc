@@ -91,12 +91,26 @@ class Preemption {
       return kTerminatedExit;
     }
     if (worker->step() < requested_step_) return -1;
+    return Leave(worker);
+  }
+  // A step failed recoverably after SIGTERM: another worker left first (a
+  // whole Job being deleted), so the step asked for cannot complete; the
+  // checkpoint the first leaver asked for is the job's. Leave now rather
+  // than wait in a recovery until the grace period ends.
+  int AfterFailedStep(tessel::Worker* worker) {
+    if (!g_terminate) return -1;
+    std::cerr << "tessel-train: SIGTERM: rank " << worker->options().rank << " leaves at step "
+              << worker->step() << " (another worker left first; its checkpoint is the job's)\n";
+    return kTerminatedExit;
+  }
+
+ private:
+  int Leave(tessel::Worker* worker) {
     std::cerr << "tessel-train: SIGTERM: rank " << worker->options().rank << " leaves at step "
               << worker->step() << " (checkpoint at step " << requested_step_ << ")\n";
     return kTerminatedExit;
   }
 
- private:
   int64_t requested_step_ = -1;
 };
 
@@ -233,6 +247,7 @@ int Replay(tessel::Worker* worker, int steps) {
       s = worker->Step();
     }
     if (!s.ok() && tessel::Worker::IsRecoverable(s)) {
+      if (int rc = preemption.AfterFailedStep(worker); rc >= 0) return rc;
       k = RecoverOrFail(worker, s) - 1;  // the loop goes on at the checkpoint's step
       if (k < -1) return 1;
       continue;
@@ -265,14 +280,15 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   auto config = tessel::MlpJobFromFlags();
   if (!config.ok()) return Fail(config.status());
   tessel::MlpJob job(*config);
-  // Data for step k is Batch(k, rank, world); an elastic recovery changes
-  // rank and world (each worker keeps its batch), so both are re-read then.
-  int rank = worker->options().rank;
-  int world = worker->options().world_size;
   std::vector<float> init(job.model().num_params());
   job.Init(init.data());
   absl::Status s = worker->RegisterLayout(job.Tensors(), init);
   if (!s.ok()) return Fail(s);
+  // Data for step k is Batch(k, rank, world); an elastic recovery changes
+  // rank and world (each worker keeps its batch), so both are re-read then.
+  // Read after RegisterLayout: a newcomer (elastic growth) gets its rank there.
+  int rank = worker->options().rank;
+  int world = worker->options().world_size;
   const auto& tensors = job.model().tensors();
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   absl::Time window_start = absl::Now();
@@ -339,6 +355,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
       loss = ready.ok() ? absl::StatusOr<float>(l) : ready;
     }
     if (!loss.ok() && tessel::Worker::IsRecoverable(loss.status())) {
+      if (int rc = preemption.AfterFailedStep(worker); rc >= 0) return rc;
       const int64_t next = RecoverOrFail(worker, loss.status());
       if (next < 0) return 1;
       // The servers may have finished this step before the fault struck (the
@@ -402,7 +419,11 @@ int main(int argc, char** argv) {
       "SIGTERM (preemption): the worker asks the servers for a checkpoint at the next\n"
       "step boundary, runs that step, leaves the job and exits with status 143; the\n"
       "job recovers from that checkpoint when the rank is replaced (or goes on with\n"
-      "fewer workers under --elastic_min_workers).");
+      "fewer workers under --elastic_min_workers).\n\n"
+      "With --elastic_max_workers=N, a worker started with a rank the running job\n"
+      "does not have (--rank in [world, N), e.g. the new index of a scaled-up\n"
+      "Indexed Job) joins it: the job's workers admit it at the next checkpoint\n"
+      "boundary and go on together, nothing rolled back.");
   tessel::UseVersionForVersionFlag();
   tessel::ParseCommandLineWithConfig(argc, argv, "worker");
   auto options = OptionsFromFlags();

@@ -1,5 +1,7 @@
 #include "worker/options.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/layout.h"
 
@@ -66,10 +68,6 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("world_size must be in [1, ", kMaxWorldSize, "], got ", o.world_size));
   }
-  if (o.rank < 0 || o.rank >= o.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", o.rank, " is outside [0, ", o.world_size, ")"));
-  }
   if (o.num_servers < 0) return absl::InvalidArgumentError("num_servers must be >= 0");
   if (o.elastic_min_workers < 0 || o.elastic_min_workers > o.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("elastic_min_workers must be in [0, ",
@@ -82,6 +80,31 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& o) {
   }
   if (o.elastic_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("elastic_grace must be >= 0");
+  }
+  if (o.elastic_max_workers != 0) {
+    if (o.elastic_max_workers < o.world_size || o.elastic_max_workers > kMaxWorldSize) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("elastic_max_workers must be 0 (off) or in [world_size=", o.world_size, ", ",
+                       kMaxWorldSize, "], got ", o.elastic_max_workers));
+    }
+    if (!o.recovery) {
+      return absl::InvalidArgumentError(
+          "elastic_max_workers needs recovery (WorkerOptions.recovery / --recover): a job grows "
+          "through a recovery at a checkpoint boundary");
+    }
+    if (o.checkpoint.every_steps <= 0) {
+      return absl::InvalidArgumentError(
+          "elastic_max_workers needs checkpoint.every_steps > 0 (--checkpoint_every_steps): new "
+          "workers are admitted at checkpoint boundaries");
+    }
+  }
+  const int max_rank = std::max(o.world_size, o.elastic_max_workers);
+  if (o.rank < 0 || o.rank >= max_rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", o.rank, " is outside [0, ", max_rank, ")",
+                     o.elastic_max_workers > 0
+                         ? " (elastic_max_workers: ranks from world_size up join the running job)"
+                         : ""));
   }
   return ValidateOptimizerParams(o.optimizer);
 }

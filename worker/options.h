@@ -72,7 +72,7 @@ using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<Transport>
 struct WorkerOptions {
   std::string registry;  // host:port of the registry (required)
   std::string job;       // job name (required)
-  int rank = 0;          // in [0, world_size)
+  int rank = 0;          // in [0, world_size); [0, elastic_max_workers) with growth
   int world_size = 1;
   std::string server_pool = "default";
   int num_servers = 0;  // shard servers to use: ranks 0..n-1 of the pool; 0 = all present
@@ -166,6 +166,24 @@ struct WorkerOptions {
   // continuation"). A worker that comes back after that is refused.
   int elastic_min_workers = 0;
   absl::Duration elastic_grace = absl::Seconds(10);
+  // Elastic growth, a job policy (needs recovery and checkpoint.every_steps;
+  // every strategy but hybrid). 0 = off. N > world_size: the job admits new
+  // workers until it has N (a Kubernetes Indexed Job scaled up, or a
+  // replacement that came after an elastic shrink). A worker whose registry
+  // rank is not one of the running job's (rank in [world_size, N), or one the
+  // job went on without) is a newcomer: Connect registers it and returns;
+  // RegisterLayout waits (up to max(connect_timeout, recovery_timeout)) to be
+  // admitted. The job's workers admit the newcomers they all see at the next
+  // checkpoint boundary (a step that is a multiple of checkpoint.every_steps):
+  // Step() (FinishStep() for fsdp) returns a recoverable status after that
+  // step was applied, and Recover() restores every shard from that step's
+  // checkpoint for the larger world (nothing rolls back; DDP re-creates the
+  // servers at the step and the newcomers take the workers' state). Newcomers
+  // are numbered after the existing workers in registry-rank order; the
+  // training loop re-reads rank and world size after Recover(), as after an
+  // elastic shrink. The result is bitwise a clean resume of the larger world
+  // from that checkpoint. Every worker of the job passes the same N.
+  int elastic_max_workers = 0;
 };
 
 // Checks what can be checked before connecting: names, rank and world size,

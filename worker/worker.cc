@@ -155,6 +155,9 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   v1::JobSpec spec = internal::MakeJobSpec(o, tensors, num_servers());
   auto layout = ValidateJobSpec(spec);
   if (!layout.ok()) return layout.status();
+  // A newcomer (elastic growth) takes part in the recovery that admits it.
+  const bool newcomer = p_->membership->newcomer();
+  if (newcomer) ctx.options.resume = true;
   if (o.auto_resume && !o.resume) {
     auto under_way = JobUnderWay();
     if (!under_way.ok()) return under_way.status();
@@ -201,7 +204,9 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     if (ctx.half) FloatToHalf(*ctx.half, b.params.data(), b.params_half.data(), n);
   }
   if (ddp && !join_recovery) return absl::OkStatus();
-  s = join_recovery ? p_->recovery->Run(o.resume_step) : PullInitial(init);
+  s = newcomer        ? p_->recovery->Admit()
+      : join_recovery ? p_->recovery->Run(o.resume_step)
+                      : PullInitial(init);
   if (!s.ok()) ctx.layout.reset();
   if (s.ok() && o.resume && !join_recovery) {
     TESSEL_LOG(INFO) << ctx.Where() << ": resumed from the checkpoint of step " << ctx.step;
@@ -352,7 +357,44 @@ absl::Status Worker::Step() {
   p_->exchange->NextStep();
   if (ctx.ddp() && !reduce_only_) p_->ddp.Apply(ctx.step, ctx.half, &p_->exchange->buffers());
   MaybeCheckpoint();
-  return absl::OkStatus();
+  return AdmitNewcomers();
+}
+
+absl::Status Worker::AdmitNewcomers() {
+  internal::JobContext& ctx = p_->ctx;
+  const WorkerOptions& o = ctx.options;
+  const int room = o.elastic_max_workers - o.world_size;
+  if (reduce_only_ || room <= 0 || o.checkpoint.every_steps <= 0 ||
+      ctx.step % o.checkpoint.every_steps != 0) {
+    return absl::OkStatus();
+  }
+  // Each rank's view of the registry differs in timing: admit only the
+  // newcomers every rank sees (each rank sends its first k, in order).
+  constexpr uint64_t kNone = ~uint64_t{0};
+  const int k = std::min(room, 8);
+  std::vector<uint64_t> mine(static_cast<size_t>(k), kNone);
+  const std::vector<int> seen = p_->membership->Newcomers();
+  for (size_t i = 0; i < seen.size() && i < mine.size(); ++i) mine[i] = seen[i];
+  auto all = p_->collectives->AllGatherWords(mine);
+  if (!all.ok()) return all.status();
+  std::vector<int> agreed;
+  for (int i = 0; i < k; ++i) {
+    const uint64_t id = (*all)[static_cast<size_t>(i)];  // rank 0's list
+    if (id == kNone) continue;
+    bool everywhere = true;
+    for (int r = 1; r < o.world_size && everywhere; ++r) {
+      const auto begin = all->begin() + static_cast<std::ptrdiff_t>(r) * k;
+      everywhere = std::find(begin, begin + k, id) != begin + k;
+    }
+    if (everywhere) agreed.push_back(static_cast<int>(id));
+  }
+  if (agreed.empty()) return absl::OkStatus();
+  p_->membership->PlanGrowth(agreed, ctx.step);
+  return ctx.Recoverable(absl::AbortedError(
+      absl::StrCat(ctx.Where(), ": admitting ", agreed.size(), " new worker(s) (registry rank(s) ",
+                   absl::StrJoin(agreed, ", "), ") at the checkpoint of step ", ctx.step,
+                   ": the job grows from ", o.world_size, " to ", o.world_size + agreed.size(),
+                   " workers. Recover() admits them; nothing rolls back")));
 }
 
 void Worker::MaybeCheckpoint() {
@@ -418,7 +460,7 @@ absl::Status Worker::FinishStep() {
   if (!s.ok()) return s;
   ++ctx.step;
   MaybeCheckpoint();
-  return absl::OkStatus();
+  return AdmitNewcomers();
 }
 
 absl::StatusOr<std::vector<float>> Worker::GatherAll() {

@@ -116,7 +116,12 @@ class Worker {
   absl::Status GradientsReady(int64_t begin, int64_t end);
   // Pushes what is left, waits for the updated parameters (or the averaged
   // gradient, applied locally, for DDP). On error the step is not applied and
-  // the status names the job, step, shard and cause.
+  // the status names the job, step, shard and cause, with one exception that
+  // a recovery loop already handles: with elastic growth
+  // (WorkerOptions::elastic_max_workers) a step that reaches a checkpoint
+  // boundary while newcomers wait is applied (step() moved on) and returns a
+  // recoverable status; Recover() admits them without rolling back (step()
+  // stays), and the loop re-reads rank and world size.
   absl::Status Step();
 
   // Asks every shard server to snapshot the job when it completes the next
@@ -262,6 +267,10 @@ class Worker {
   absl::StatusOr<bool> JobUnderWay();
   absl::Status PullInitial(absl::Span<const float> init);
   void MaybeCheckpoint();
+  // Elastic growth, after a step: at a checkpoint boundary the ranks agree
+  // on the newcomers they all see; if any, a recoverable status (Recover()
+  // admits them).
+  absl::Status AdmitNewcomers();
   absl::Status RunRecovery(int64_t restore_step);
   void DeleteJobOnServers();
   // JobCollectives' reducer: a reduce-only Worker of one vector size (worker.cc).

@@ -46,6 +46,12 @@ ABSL_FLAG(int, elastic_min_workers, 0,
 ABSL_FLAG(double, elastic_grace_s, 10,
           "with --elastic_min_workers: seconds to wait for a replacement before going on "
           "without the lost worker(s)");
+ABSL_FLAG(int, elastic_max_workers, 0,
+          "0 = the job keeps its world size; N > --world = it grows up to N workers: a worker "
+          "started with a rank the job does not have (--rank in [world, N), e.g. the new index "
+          "of a scaled-up Indexed Job) joins the running job and is admitted at the next "
+          "checkpoint boundary (needs --recover and --checkpoint_every_steps; every worker of "
+          "the job passes the same N)");
 ABSL_FLAG(std::string, ucx_port_range, "",
           "LO-HI: UCX's tcp transport listens only on ports in this range (UCX_TCP_PORT_RANGE), "
           "so a firewall or NetworkPolicy can name them; empty = any port");
@@ -92,6 +98,7 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   o.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
   o.elastic_min_workers = absl::GetFlag(FLAGS_elastic_min_workers);
   o.elastic_grace = absl::Seconds(absl::GetFlag(FLAGS_elastic_grace_s));
+  o.elastic_max_workers = absl::GetFlag(FLAGS_elastic_max_workers);
   if (!absl::GetFlag(FLAGS_token_file).empty()) {
     auto token = ReadTokenFile("--token_file", absl::GetFlag(FLAGS_token_file));
     if (!token.ok()) return token.status();

@@ -40,6 +40,7 @@ ABSL_DECLARE_FLAG(int, recovery_timeout_s);
 ABSL_DECLARE_FLAG(int, lease_ttl_ms);
 ABSL_DECLARE_FLAG(int, elastic_min_workers);
 ABSL_DECLARE_FLAG(double, elastic_grace_s);
+ABSL_DECLARE_FLAG(int, elastic_max_workers);
 ABSL_DECLARE_FLAG(std::string, token_file);
 
 namespace tessel {

@@ -5,6 +5,7 @@
 // for bit; bad input gets a clear error and changes nothing.
 #include "worker/worker.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -56,8 +57,9 @@ OptimizerParams Adam() {
   return o;
 }
 
-// Single-process training on the mean of the ranks' gradients.
-std::vector<float> Reference(int steps) {
+// Single-process training on the mean of the ranks' gradients: of kWorld
+// ranks, or of `grown` ranks from step `grow_at` on.
+std::vector<float> Reference(int steps, int grow_at = -1, int grown = kWorld) {
   std::vector<float> params = Init();
   const size_t n = params.size();
   const OptimizerParams opt = Adam();
@@ -65,14 +67,16 @@ std::vector<float> Reference(int steps) {
   float* state[kMaxStateSlots] = {};
   for (size_t k = 0; k < slots.size(); ++k) state[k] = slots[k].data();
   InitState(opt, state, n);
-  std::vector<std::vector<float>> grads(kWorld, std::vector<float>(n));
+  std::vector<std::vector<float>> grads(std::max(kWorld, grown), std::vector<float>(n));
   std::vector<float> mean(n);
   for (int64_t s = 0; s < steps; ++s) {
-    for (int r = 0; r < kWorld; ++r) {
+    const int world = grow_at >= 0 && s >= grow_at ? grown : kWorld;
+    std::vector<const float*> srcs;
+    for (int r = 0; r < world; ++r) {
       for (size_t i = 0; i < n; ++i) grads[r][i] = Grad(r, s, i, params[i]);
+      srcs.push_back(grads[r].data());
     }
-    const float* srcs[kWorld] = {grads[0].data(), grads[1].data()};
-    ReduceMean(srcs, kWorld, mean.data(), n);
+    ReduceMean(srcs.data(), world, mean.data(), n);
     ApplyUpdate(opt, s + 1, params.data(), mean.data(), state, n);
   }
   return params;
@@ -292,6 +296,141 @@ TEST_P(WorkerTest, ARestartedShardServerIsRecoveredFromAndTrainingEndsBitwise) {
   const std::vector<float> want = Reference(kTotal);
   ASSERT_EQ(out[0].size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(out[0][i], want[i]) << "parameter " << i;
+}
+
+// Elastic growth: two workers train; a third (rank 2 with
+// elastic_max_workers=3, as a scaled-up Indexed Job's new index) joins while
+// they run. At the next checkpoint boundary (step 2) their Step() returns a
+// recoverable status after applying the step, Recover() admits the newcomer
+// without rolling back, and the three go on from step 2 as ranks 0, 1, 2.
+// Every rank ends bitwise equal to single-process training on the mean of 2
+// ranks' gradients for steps 0-1 and of 3 ranks' after: what a clean resume
+// of 3 workers from the checkpoint of step 2 computes. zero2 restores the
+// servers from that checkpoint; DDP re-creates them and the newcomer takes
+// the workers' state; fsdp gathers unit by unit.
+TEST_P(WorkerTest, ANewcomerIsAdmittedAtTheNextCheckpointBoundaryAndTrainingEndsBitwise) {
+  cluster_->Stop();
+  InProcCluster::Options options;
+  options.servers = 2;
+  options.transport = GetParam();
+  options.checkpoint_dir =
+      absl::StrCat(::testing::TempDir(), "/grow-", InProcCluster::KindName(GetParam()));
+  cluster_ = std::make_unique<InProcCluster>(options);
+  ASSERT_TRUE(cluster_->Start().ok());
+  constexpr int kTotal = 5;
+  constexpr int kBoundary = 2;
+  const std::vector<float> want = Reference(kTotal, kBoundary, 3);
+  for (Strategy strategy : {Strategy::kZero2, Strategy::kDdp, Strategy::kFsdp}) {
+    SCOPED_TRACE(std::string(StrategyName(strategy)));
+    const std::string job = absl::StrCat("grow-", StrategyName(strategy));
+    absl::Notification newcomer_registered;
+    std::vector<std::vector<float>> out(3);
+    std::vector<int64_t> admitted_at(3, -1);
+    std::vector<int> final_rank(3, -1), final_world(3, -1);
+    auto body = [&](int id) {
+      WorkerOptions o = Options(job, id, strategy);
+      o.recovery = true;
+      o.recovery_timeout = absl::Seconds(30);
+      o.checkpoint.every_steps = kBoundary;
+      o.elastic_max_workers = 3;
+      auto w = Worker::Connect(o);
+      ASSERT_TRUE(w.ok()) << w.status();
+      Worker& worker = **w;
+      if (id == 2) newcomer_registered.Notify();
+      ASSERT_TRUE(worker.RegisterLayout(kTensors, id == 2 ? std::vector<float>() : Init()).ok());
+      if (id == 2) {
+        admitted_at[id] = worker.step();
+        EXPECT_EQ(worker.options().rank, 2);
+        EXPECT_EQ(worker.options().world_size, 3);
+      }
+      for (int64_t s = worker.step(); s < kTotal; ++s) {
+        // The newcomer is registered before the boundary step runs, so every
+        // rank sees it there.
+        if (s == kBoundary - 1) newcomer_registered.WaitForNotification();
+        const int rank = worker.options().rank;
+        absl::Status st;
+        if (strategy == Strategy::kFsdp) {
+          for (int u = 0; u < worker.num_units() && st.ok(); ++u) {
+            auto p = worker.Gather(u);
+            ASSERT_TRUE(p.ok()) << p.status();
+            const Range range = worker.unit_range(u);
+            absl::Span<float> g = worker.UnitGrads(u);
+            for (size_t i = 0; i < g.size(); ++i) {
+              g[i] = Grad(rank, s, static_cast<size_t>(range.begin) + i, (*p)[i]);
+            }
+            worker.Release(u);
+            st = worker.PushUnit(u);
+          }
+          if (st.ok()) st = worker.FinishStep();
+        } else {
+          absl::Span<float> p = worker.params();
+          absl::Span<float> g = worker.grads();
+          for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(rank, s, i, p[i]);
+          st = worker.Step();
+        }
+        if (Worker::IsRecoverable(st)) {
+          EXPECT_EQ(s + 1, kBoundary) << st;  // only the boundary step, applied
+          EXPECT_EQ(worker.step(), kBoundary);
+          EXPECT_NE(st.message().find("admitting 1 new worker(s) (registry rank(s) 2)"),
+                    std::string::npos)
+              << st;
+          st = worker.Recover();
+          ASSERT_TRUE(st.ok()) << st;
+          admitted_at[id] = worker.step();  // nothing rolled back
+          EXPECT_EQ(worker.options().world_size, 3);
+          s = worker.step() - 1;
+          continue;
+        }
+        ASSERT_TRUE(st.ok()) << st;
+      }
+      final_rank[id] = worker.options().rank;
+      final_world[id] = worker.options().world_size;
+      auto all = worker.GatherAll();
+      ASSERT_TRUE(all.ok()) << all.status();
+      out[id] = std::move(*all);
+    };
+    std::vector<std::thread> threads;
+    for (int id = 0; id < 3; ++id) threads.emplace_back(body, id);
+    for (auto& t : threads) t.join();
+    for (int id = 0; id < 3; ++id) {
+      EXPECT_EQ(admitted_at[id], kBoundary) << "worker " << id;
+      EXPECT_EQ(final_rank[id], id);
+      EXPECT_EQ(final_world[id], 3);
+      ASSERT_EQ(out[id].size(), want.size()) << "worker " << id;
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(out[id][i], want[i]) << "worker " << id << " parameter " << i;
+      }
+    }
+  }
+}
+
+// A rank beyond the world without elastic growth is bad input; with growth,
+// a job already at elastic_max_workers has no room and says so.
+TEST_P(WorkerTest, GrowthOptionsAreChecked) {
+  WorkerOptions o = Options("grow-bad", 2, Strategy::kZero2);
+  o.recovery = true;
+  o.checkpoint.every_steps = 2;
+  o.elastic_max_workers = 1;  // below world_size
+  auto refused = Worker::Connect(o);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("elastic_max_workers must be 0 (off) or in"),
+            std::string::npos)
+      << refused.status();
+  o.elastic_max_workers = 3;
+  o.checkpoint.every_steps = 0;
+  refused = Worker::Connect(o);
+  EXPECT_NE(refused.status().message().find("needs checkpoint.every_steps"), std::string::npos)
+      << refused.status();
+  o.checkpoint.every_steps = 2;
+  o.recovery = false;
+  refused = Worker::Connect(o);
+  EXPECT_NE(refused.status().message().find("needs recovery"), std::string::npos)
+      << refused.status();
+  o.recovery = true;
+  o.elastic_max_workers = 2;
+  refused = Worker::Connect(o);  // rank 2 of 2, growth up to 2: no such rank
+  EXPECT_NE(refused.status().message().find("rank 2 is outside [0, 2)"), std::string::npos)
+      << refused.status();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, WorkerTest,

@@ -79,6 +79,64 @@ absl::Status Membership::FindServers() {
   return absl::OkStatus();
 }
 
+absl::Status Membership::ClassifyJoin() {
+  const WorkerOptions& o = ctx_->options;
+  if (o.elastic_max_workers == 0) return RefuseLateReplacement();
+  if (fleet_.size() == 0) return absl::OkStatus();
+  // A rank beyond the world can only join a job that is running: wait for it.
+  const absl::Time deadline = absl::Now() + o.connect_timeout;
+  v1::JobRef ref;
+  ref.set_job(o.job);
+  for (bool logged = false;; logged = true) {
+    v1::ShardStats st;
+    absl::Status g = fleet_.Call(0, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats");
+    if (g.ok()) {
+      std::vector<int> ids(st.worker_ids().begin(), st.worker_ids().end());
+      if (ids.empty()) {
+        for (int r = 0; r < st.world_size(); ++r) ids.push_back(r);
+      }
+      if (std::find(ids.begin(), ids.end(), ctx_->id) != ids.end()) return absl::OkStatus();
+      if (static_cast<int>(ids.size()) >= o.elastic_max_workers) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            ctx_->Where(), ": the running job already has ", ids.size(),
+            " workers (registry ranks ", absl::StrJoin(ids, ", "),
+            "), elastic_max_workers=", o.elastic_max_workers, ": no room for this one"));
+      }
+      newcomer_ = true;
+      join_epoch_ = st.epoch();
+      member_ids_ = ids;
+      {
+        absl::MutexLock lock(&channel_->mu());
+        ctx_->options.world_size = static_cast<int>(ids.size());
+        ctx_->options.rank = static_cast<int>(ids.size());  // prospective
+        ctx_->rank = ctx_->options.rank;
+      }
+      TESSEL_LOG(INFO) << ctx_->Where() << ": the job is running with " << ids.size()
+                       << " worker(s) (registry ranks " << absl::StrJoin(ids, ", ") << ") at step "
+                       << st.step() << "; joining it as a newcomer, admitted at the next "
+                       << "checkpoint boundary (a multiple of " << o.checkpoint.every_steps
+                       << " steps)";
+      return absl::OkStatus();
+    }
+    if (!absl::IsNotFound(g)) return g;
+    // Not created yet: ranks of the world start it; a rank beyond waits.
+    if (ctx_->id < o.world_size) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(ctx_->Where(), ": rank ", ctx_->id, " is beyond the world of ", o.world_size,
+                       " and joins a running job, but job '", o.job,
+                       "' did not start on the shard servers "
+                       "within ",
+                       absl::FormatDuration(o.connect_timeout), " (connect_timeout)"));
+    }
+    if (!logged) {
+      TESSEL_LOG(INFO) << ctx_->Where() << ": rank " << ctx_->id << " is beyond the world of "
+                       << o.world_size << ": waiting for the job to start, then joining it";
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
 absl::Status Membership::RefuseLateReplacement() {
   // A replacement for a worker the job went on without (elastic) would
   // only disturb the survivors: refuse it before it joins.
@@ -113,7 +171,7 @@ absl::Status Membership::Join() {
   const WorkerOptions& o = ctx_->options;
   // Servers first: a worker is useless without its shards.
   absl::Status s = FindServers();
-  if (s.ok()) s = RefuseLateReplacement();
+  if (s.ok()) s = ClassifyJoin();
   if (!s.ok()) return s;
   registered_address_ = channel_->transport().address();
   const v1::Member me = Me();
@@ -126,6 +184,15 @@ absl::Status Membership::Join() {
     joined = registry_->Join(me, o.lease_ttl);
   }
   if (!joined.ok()) return joined.status();
+  if (newcomer_) {
+    // No world to wait for: the job's workers admit this one (Admitted).
+    auto view = registry_->GetView(o.job);
+    if (!view.ok()) return view.status();
+    ctx_->epoch = view->epoch();
+    view_epoch_ = view->epoch();
+    Remember(*view);
+    return absl::OkStatus();
+  }
   const int world = o.world_size;
   auto complete = [world](const v1::View& v) {
     int n = 0;
@@ -362,6 +429,14 @@ absl::Status Membership::WaitForComplete(absl::Time deadline, absl::Time elastic
           }
         }
         *ids = shrink ? present_ids : member_ids_;
+        for (int n : growth_) {  // the newcomers agreed on, if still there
+          for (const auto& m : job->members()) {
+            if (m.role() == v1::ROLE_WORKER && m.rank() == n) {
+              ids->push_back(n);
+              break;
+            }
+          }
+        }
         if (shrink) {
           TESSEL_LOG(WARNING) << ctx_->Where() << ": no replacement for "
                               << absl::StrJoin(ranks, ", ") << " within "
@@ -430,9 +505,50 @@ void Membership::Adopt(const std::vector<int>& ids) {
     ctx_->rank = rank;
   }
   member_ids_ = ids;
-  TESSEL_LOG(WARNING) << ctx_->Where() << ": the job continues elastically with " << ids.size()
-                      << " of " << from << " workers (registry ranks " << absl::StrJoin(ids, ", ")
-                      << "); this worker is now rank " << rank << " of " << ids.size();
+  if (static_cast<int>(ids.size()) > from || newcomer_) {
+    TESSEL_LOG(WARNING) << ctx_->Where() << ": the job grows from " << from << " to " << ids.size()
+                        << " workers (registry ranks " << absl::StrJoin(ids, ", ")
+                        << "); this worker is rank " << rank << " of " << ids.size();
+  } else {
+    TESSEL_LOG(WARNING) << ctx_->Where() << ": the job continues elastically with " << ids.size()
+                        << " of " << from << " workers (registry ranks " << absl::StrJoin(ids, ", ")
+                        << "); this worker is now rank " << rank << " of " << ids.size();
+  }
+}
+
+absl::Status Membership::Admitted(const std::vector<int>& ids) {
+  // Every worker the restore names, with the address it has now.
+  auto view = registry_->GetView(ctx_->options.job);
+  if (!view.ok()) return ctx_->Recoverable(absl::UnavailableError(view.status().message()));
+  Adopt(ids);
+  newcomer_ = false;
+  view_epoch_ = view->epoch();
+  Remember(*view);
+  return absl::OkStatus();
+}
+
+std::vector<int> Membership::Newcomers() {
+  std::vector<int> out;
+  auto view = registry_->GetView(ctx_->options.job);
+  if (!view.ok()) return out;
+  for (const auto& m : view->members()) {
+    if (m.role() == v1::ROLE_WORKER &&
+        std::find(member_ids_.begin(), member_ids_.end(), m.rank()) == member_ids_.end()) {
+      out.push_back(m.rank());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Membership::PlanGrowth(std::vector<int> newcomers, int64_t step) {
+  growth_ = std::move(newcomers);
+  growth_step_ = step;
+}
+
+void Membership::ClearGrowth() {
+  growth_.clear();
+  growth_step_ = -1;
 }
 
 void Membership::ForgetServerEndpoints() {

@@ -13,7 +13,11 @@
 //     message that names who is missing and what to start.
 //   - WaitForComplete() (recovery) waits until every rank and shard is back
 //     (or, elastic, enough survivors after the grace), reconnects restarted
-//     servers and says which workers go on.
+//     servers and says which workers go on (with growth planned, the
+//     newcomers present are appended).
+//   - A newcomer (elastic growth: a rank the running job does not have)
+//     joins the registry without waiting for a world; the job's workers see
+//     it in Newcomers() and admit it at a checkpoint boundary.
 //
 // Threads: the driving thread only. The registry client heartbeats on its own
 // thread.
@@ -63,8 +67,30 @@ class Membership {
   // elastic: the survivors after `elastic_at`) and reconnects restarted
   // servers.
   absl::Status WaitForComplete(absl::Time deadline, absl::Time elastic_at, std::vector<int>* ids);
-  // Takes on the workers a recovery settled on (elastic: renumbered survivors).
+  // Takes on the workers a recovery settled on (elastic: renumbered
+  // survivors, or the workers and the newcomers they admitted).
   void Adopt(const std::vector<int>& ids);
+
+  // --- elastic growth (WorkerOptions::elastic_max_workers) ---
+  // True from Join() until Admitted() when this worker is not one of the
+  // running job's workers: it waits to be admitted at a checkpoint boundary.
+  bool newcomer() const { return newcomer_; }
+  // A newcomer: the shards' epoch when it joined (only a restore at a newer
+  // epoch can admit it).
+  int64_t join_epoch() const { return join_epoch_; }
+  // A newcomer: the job's workers restored the shards for `ids`, which
+  // include this worker; it takes its rank among them.
+  absl::Status Admitted(const std::vector<int>& ids);
+  // Registry ranks of the workers registered for the job that are not among
+  // its workers (newcomers waiting), ascending; empty if the registry cannot
+  // be read.
+  std::vector<int> Newcomers();
+  // The job's workers agreed at the boundary `step` to admit `newcomers`:
+  // the next WaitForComplete appends those present to the workers that go
+  // on. growth_step() is -1 when no growth is planned.
+  void PlanGrowth(std::vector<int> newcomers, int64_t step);
+  int64_t growth_step() const { return growth_step_; }
+  void ClearGrowth();
   // After the data channel renewed its endpoint: every server reconnects.
   void ForgetServerEndpoints();
 
@@ -79,6 +105,9 @@ class Membership {
   // address it first joined with (its identity, kept across endpoint renewals).
   v1::Member Me() const;
   absl::Status FindServers();
+  // Whether this worker is one of the running job's workers, a newcomer
+  // (growth on) or a late replacement to refuse (growth off).
+  absl::Status ClassifyJoin();
   absl::Status RefuseLateReplacement();
   absl::Status MembershipChanged();
   void Remember(const v1::View& view);
@@ -97,6 +126,10 @@ class Membership {
   int64_t view_epoch_ = 0;          // registry epoch of the job group when last complete
   std::string registered_address_;  // the UCX address this worker joined with
   std::function<absl::Status()> wait_check_;
+  bool newcomer_ = false;
+  int64_t join_epoch_ = 0;
+  std::vector<int> growth_;  // newcomers agreed on at growth_step_
+  int64_t growth_step_ = -1;
 };
 
 }  // namespace tessel::internal

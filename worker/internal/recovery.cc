@@ -20,6 +20,13 @@ absl::Status RecoveryCoordinator::Run(int64_t restore_step) {
   // have moved past it without this worker).
   const int64_t after_epoch = std::max(ctx.epoch.load(), p_.membership->view_epoch());
   const absl::Time elastic_at = start + ctx.options.elastic_grace;
+  // Growth: the boundary's checkpoint, which every worker has reached.
+  const int64_t growth_step = p_.membership->growth_step();
+  if (growth_step >= 0 && restore_step < 0 && !ctx.ddp()) restore_step = growth_step;
+  struct ClearGrowth {
+    Membership* m;
+    ~ClearGrowth() { m->ClearGrowth(); }
+  } clear_growth{p_.membership};
   for (int attempt = 1;; ++attempt) {
     absl::Status s = Once(deadline, elastic_at, restore_step, after_epoch);
     if (s.ok()) {
@@ -30,6 +37,9 @@ absl::Status RecoveryCoordinator::Run(int64_t restore_step) {
           << (ctx.ddp()
                   ? absl::StrCat(": servers re-created and every worker's state aligned at step ",
                                  ctx.step, " (this worker was at ", from, ")")
+              : from == ctx.step
+                  ? absl::StrCat(": every shard restored from the checkpoint of step ", ctx.step,
+                                 ", this worker's step (nothing rolled back)")
                   : absl::StrCat(": rolled back from step ", from, " to the checkpoint of step ",
                                  ctx.step))
           << ", epoch " << ctx.epoch.load() << " (attempt " << attempt << ")";
@@ -83,14 +93,20 @@ absl::Status RecoveryCoordinator::Once(absl::Time deadline, absl::Time elastic_a
   // The first of them restores every shard and records the membership
   // there; the others adopt whatever that restore recorded.
   if (ids.front() == ctx.id) {
-    s = RestoreShards(restore_step, ids, &epoch, &step);
+    s = RestoreShards(deadline, restore_step, ids, &epoch, &step);
   } else {
     s = AwaitRestore(deadline, after_epoch, &epoch, &step, &ids);
   }
   if (!s.ok()) return s;
+  p_.membership->Adopt(ids);
+  return TakeRestore(epoch, step, ids);
+}
+
+absl::Status RecoveryCoordinator::TakeRestore(int64_t epoch, int64_t step,
+                                              const std::vector<int>& ids) {
+  JobContext& ctx = *p_.ctx;
   p_.collectives->DropAll();  // named by the old epoch; the new one gets fresh ones
   p_.channel->SetEpoch(epoch);
-  p_.membership->Adopt(ids);
   p_.spec->set_world_size(static_cast<int>(ids.size()));
   // DDP keeps its own state: the ranks align it among themselves.
   if (ctx.ddp()) return ctx.Recoverable(AlignDdpState(step));
@@ -99,8 +115,31 @@ absl::Status RecoveryCoordinator::Once(absl::Time deadline, absl::Time elastic_a
   return p_.exchange->Pull(step);
 }
 
-absl::Status RecoveryCoordinator::RestoreShards(int64_t restore_step, const std::vector<int>& ids,
-                                                int64_t* epoch, int64_t* step) {
+absl::Status RecoveryCoordinator::Admit() {
+  JobContext& ctx = *p_.ctx;
+  const WorkerOptions& o = ctx.options;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + std::max(o.connect_timeout, o.recovery_timeout);
+  TESSEL_LOG(INFO) << ctx.Where() << ": waiting to be admitted (up to "
+                   << absl::FormatDuration(deadline - start) << ")";
+  Reset();
+  int64_t epoch = 0, step = 0;
+  std::vector<int> ids;
+  absl::Status s = AwaitRestore(deadline, p_.membership->join_epoch(), &epoch, &step, &ids);
+  if (!s.ok()) return Untagged(s);
+  s = p_.membership->Admitted(ids);
+  if (s.ok()) s = TakeRestore(epoch, step, ids);
+  if (!s.ok()) return s;
+  TESSEL_LOG(WARNING) << ctx.Where() << ": admitted after "
+                      << absl::FormatDuration(
+                             absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+                      << " at step " << ctx.step << ", epoch " << epoch;
+  return absl::OkStatus();
+}
+
+absl::Status RecoveryCoordinator::RestoreShards(absl::Time deadline, int64_t restore_step,
+                                                const std::vector<int>& ids, int64_t* epoch,
+                                                int64_t* step) {
   JobContext& ctx = *p_.ctx;
   const ShardFleet& fleet = p_.membership->fleet();
   const bool ddp = ctx.ddp();
@@ -114,6 +153,14 @@ absl::Status RecoveryCoordinator::RestoreShards(int64_t restore_step, const std:
     absl::Status s =
         fleet.Call(0, &v1::ShardServer::Stub::GetCheckpoint, ref, &info,
                    absl::StrCat(ctx.Where(), ": finding the checkpoint to roll back to"));
+    // Growth: the boundary's checkpoint may still be being written.
+    while (absl::IsNotFound(s) && restore_step >= 0 &&
+           restore_step == p_.membership->growth_step() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+      s = fleet.Call(0, &v1::ShardServer::Stub::GetCheckpoint, ref, &info,
+                     absl::StrCat(ctx.Where(), ": the checkpoint of step ", restore_step,
+                                  " to grow the job at"));
+    }
     if (absl::IsNotFound(s)) {
       return absl::FailedPreconditionError(
           absl::StrCat(s.message(),
@@ -223,7 +270,14 @@ absl::Status RecoveryCoordinator::AwaitRestore(absl::Time deadline, int64_t afte
       restored_ids = std::move(shard_ids);
       return absl::OkStatus();
     });
-    if (ready.ok()) {
+    const bool newcomer = p_.membership->newcomer();
+    if (ready.ok() && newcomer &&
+        std::find(restored_ids.begin(), restored_ids.end(), ctx.id) == restored_ids.end()) {
+      // A recovery of the job without this newcomer: wait for the next.
+      last = absl::StrCat("a recovery at epoch ", e, " restored step ", k, " for registry ranks ",
+                          absl::StrJoin(restored_ids, ", "), ", not yet this one");
+      after_epoch = e;
+    } else if (ready.ok()) {
       if (std::find(restored_ids.begin(), restored_ids.end(), ctx.id) == restored_ids.end()) {
         // Not recoverable: the job went on without this worker.
         return absl::AbortedError(
@@ -237,11 +291,24 @@ absl::Status RecoveryCoordinator::AwaitRestore(absl::Time deadline, int64_t afte
       *ids = std::move(restored_ids);
       return absl::OkStatus();
     }
+    if (absl::Now() >= deadline && newcomer) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          ctx.Where(), ": not admitted to the running job within ",
+          absl::FormatDuration(std::max(ctx.options.connect_timeout, ctx.options.recovery_timeout)),
+          " (last seen: ", last,
+          "). Its workers admit newcomers at checkpoint boundaries (multiples of "
+          "--checkpoint_every_steps) when they run with --elastic_max_workers above their "
+          "world size; do they?"));
+    }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(ctx.Where(), ": the first worker did not restore the shard servers within ",
                        absl::FormatDuration(ctx.options.recovery_timeout), " (last seen: ", last,
                        "); is it running with recovery enabled?"));
+    }
+    if (newcomer) {  // not one of the job's workers: their comings and goings are theirs
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
     }
     absl::Status changed = p_.membership->CheckMembers();  // someone left again: start over
     if (!changed.ok()) return changed;

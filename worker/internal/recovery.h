@@ -55,6 +55,10 @@ class RecoveryCoordinator {
   // one), retrying until recovery_timeout. On success ctx.step is the
   // restored step and the buffers hold its parameters.
   absl::Status Run(int64_t restore_step);
+  // A newcomer (elastic growth): waits until the job's workers restore the
+  // shards for a world that includes it, then takes its rank and the
+  // restored step's parameters (DDP: the workers' state).
+  absl::Status Admit();
   int recoveries() const { return recoveries_; }
 
  private:
@@ -62,11 +66,15 @@ class RecoveryCoordinator {
                     int64_t after_epoch);
   void Reset();
   void SettleReceives(absl::Duration limit);
-  absl::Status RestoreShards(int64_t restore_step, const std::vector<int>& ids, int64_t* epoch,
-                             int64_t* step);
+  absl::Status RestoreShards(absl::Time deadline, int64_t restore_step, const std::vector<int>& ids,
+                             int64_t* epoch, int64_t* step);
   // ids: the workers that restore recorded, in data-parallel rank order.
+  // A newcomer waits on past restores that do not include it.
   absl::Status AwaitRestore(absl::Time deadline, int64_t after_epoch, int64_t* epoch, int64_t* step,
                             std::vector<int>* ids);
+  // After the restore: the new epoch, the workers that go on, their step's
+  // parameters (DDP: aligned state).
+  absl::Status TakeRestore(int64_t epoch, int64_t step, const std::vector<int>& ids);
   // DDP, after a restore: the ranks compare (step, state digest); if any
   // differs or holds no state (a replacement), every rank takes the state of
   // the lowest rank at the highest step, and the servers (re-created at
