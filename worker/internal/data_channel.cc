@@ -33,6 +33,19 @@ FrameHeader DataChannel::Header(FrameType type, int64_t step, int shard, int buc
 
 void DataChannel::Send(const FrameHeader& h, const void* payload,
                        std::shared_ptr<const void> keep) {
+  if (peers_[static_cast<size_t>(h.shard)] == kNoPeer) {
+    // Never connected (the UCX connection failed when the server was
+    // found): say so, instead of the transport's "unknown peer".
+    absl::MutexLock lock(&mu_);
+    if (send_error_.ok() && h.epoch == ctx_->epoch.load()) {
+      send_error_ = ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
+          ctx_->Where(), ": shard ", h.shard, " (", addresses_[static_cast<size_t>(h.shard)],
+          ") is not connected over UCX: this worker could not reach its UCX address. Check that "
+          "--ucx_tls (e.g. tcp across hosts) and UCX_NET_DEVICES reach that host, and that no "
+          "firewall or NetworkPolicy blocks the server's --ucx_port_range")));
+    }
+    return;
+  }
   HeaderBytes bytes = EncodeHeader(h);
   {
     absl::MutexLock lock(&mu_);

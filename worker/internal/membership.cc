@@ -475,9 +475,10 @@ absl::Status Membership::Reconnect(const v1::View& pool) {
     if (now == nullptr || now->ucx_address() == ucx_addresses_[shard]) continue;
     auto peer = channel_->transport().Connect(now->ucx_address());
     if (!peer.ok()) {
-      return ctx_->Recoverable(
-          absl::UnavailableError(absl::StrCat(ctx_->Where(), ": cannot reach the restarted shard ",
-                                              shard, " over UCX: ", peer.status().message())));
+      return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
+          ctx_->Where(), ": cannot reach ", ucx_addresses_[shard].empty() ? "" : "the restarted ",
+          "shard ", shard, " at ", now->grpc_address(), " over UCX: ", peer.status().message(),
+          " (check that --ucx_tls and UCX_NET_DEVICES reach that host)")));
     }
     if (ucx_addresses_[shard].empty()) {
       TESSEL_LOG(INFO) << ctx_->Where() << ": shard " << shard << " at " << now->grpc_address()
