@@ -37,11 +37,9 @@ absl::Status RecoveryCoordinator::Run(int64_t restore_step) {
           << (ctx.ddp()
                   ? absl::StrCat(": servers re-created and every worker's state aligned at step ",
                                  ctx.step, " (this worker was at ", from, ")")
-              : from == ctx.step
-                  ? absl::StrCat(": every shard restored from the checkpoint of step ", ctx.step,
-                                 ", this worker's step (nothing rolled back)")
                   : absl::StrCat(": rolled back from step ", from, " to the checkpoint of step ",
-                                 ctx.step))
+                                 ctx.step,
+                                 from == ctx.step ? " (this worker's own step: nothing lost)" : ""))
           << ", epoch " << ctx.epoch.load() << " (attempt " << attempt << ")";
       return s;
     }
