@@ -34,8 +34,9 @@ import sys
 import tempfile
 import time
 
+import proc_util
 DEADLINE = time.time() + 840  # under the Bazel timeout ("long": 900 s)
-procs = []
+procs = proc_util.procs  # what cleanup() kills
 failures = []
 
 
@@ -60,15 +61,7 @@ def run(args, cap=60, **kw):
 
 
 def cleanup(tmp):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    procs.clear()
+    proc_util.cleanup()
     # Mounts made for the image's processes live in their own mount
     # namespaces and are gone with them; --one-file-system guards the host
     # should one have survived.

@@ -10,6 +10,14 @@
 
 namespace tessel::internal {
 
+std::vector<int> WorkerIdsOf(const v1::ShardStats& stats) {
+  std::vector<int> ids(stats.worker_ids().begin(), stats.worker_ids().end());
+  if (ids.empty()) {
+    for (int r = 0; r < stats.world_size(); ++r) ids.push_back(r);
+  }
+  return ids;
+}
+
 Membership::Membership(JobContext* ctx, DataChannel* channel, const ClientCredentials& credentials)
     : ctx_(ctx),
       channel_(channel),
@@ -91,10 +99,7 @@ absl::Status Membership::ClassifyJoin() {
     v1::ShardStats st;
     absl::Status g = fleet_.Call(0, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats");
     if (g.ok()) {
-      std::vector<int> ids(st.worker_ids().begin(), st.worker_ids().end());
-      if (ids.empty()) {
-        for (int r = 0; r < st.world_size(); ++r) ids.push_back(r);
-      }
+      const std::vector<int> ids = WorkerIdsOf(st);
       if (std::find(ids.begin(), ids.end(), ctx_->id) != ids.end()) return absl::OkStatus();
       if (static_cast<int>(ids.size()) >= o.elastic_max_workers) {
         return absl::FailedPreconditionError(absl::StrCat(

@@ -33,12 +33,17 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "proto/registry.pb.h"
+#include "proto/shard.pb.h"
 #include "rpc/registry_client.h"
 #include "rpc/shard_fleet.h"
 #include "worker/internal/data_channel.h"
 #include "worker/internal/job_context.h"
 
 namespace tessel::internal {
+
+// The registry ranks of a job's workers as a shard records them: the list
+// its last recovery wrote, or 0..world_size-1 when none has.
+std::vector<int> WorkerIdsOf(const v1::ShardStats& stats);
 
 class Membership {
  public:

@@ -253,10 +253,7 @@ absl::Status RecoveryCoordinator::AwaitRestore(absl::Time deadline, int64_t afte
                             " (restored from ", st.restored_from_step(), ")");
         return absl::UnavailableError(last);
       }
-      std::vector<int> shard_ids(st.worker_ids().begin(), st.worker_ids().end());
-      if (shard_ids.empty()) {
-        for (int r = 0; r < st.world_size(); ++r) shard_ids.push_back(r);
-      }
+      std::vector<int> shard_ids = WorkerIdsOf(st);
       if (e >= 0 && shard_ids != restored_ids) {
         last =
             absl::StrCat("shard ", shard, " restored for workers ", absl::StrJoin(shard_ids, ","),
