@@ -8,10 +8,14 @@ namespace tessel {
 DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer)
     : transport_(transport), jobs_(jobs), checkpointer_(checkpointer) {
   transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
+  jobs_->SetReplacedListener([this](ShardJob& old, const std::vector<ShardJob::Puller>& waiting) {
+    RefuseReplacedPulls(old, waiting);
+  });
   compute_ = std::thread([this] { ComputeLoop(); });
 }
 
 DataPlane::~DataPlane() {
+  jobs_->SetReplacedListener(nullptr);
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -116,6 +120,31 @@ void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Statu
   HeaderBytes bytes = EncodeHeader(h);
   transport_->Send(to, absl::MakeConstSpan(bytes), message->data(), message->size(),
                    [message](absl::Status) {});
+}
+
+void DataPlane::RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::Puller>& waiting) {
+  // Stamped with the old epoch, as if refusing the PULL itself: the worker
+  // takes an ERROR of its own epoch as recoverable and recovers again, now
+  // to the restore that replaced this job.
+  const int64_t epoch = old.epoch();
+  const absl::Status refused = absl::AbortedError(absl::StrCat(
+      "the job was restored by a newer recovery while this pull waited (it was at epoch ", epoch,
+      "); recover again"));
+  for (const ShardJob::Puller& p : waiting) {
+    FrameHeader h;
+    h.type = FrameType::kPull;
+    h.job_id = old.job_id();
+    h.epoch = epoch;
+    h.step = p.version;
+    h.rank = p.rank;
+    h.shard = old.shard();
+    h.bucket = p.first_bucket;
+    h.bucket_count = static_cast<uint32_t>(p.bucket_count);
+    SendError(p.reply_to, h, refused);
+  }
+  TESSEL_LOG(INFO) << "job '" << old.spec().job() << "' shard " << old.shard() << ": told "
+                   << waiting.size() << " pull(s) of epoch " << epoch
+                   << " that a newer recovery replaced the job";
 }
 
 void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve) {

@@ -46,6 +46,8 @@ class DataPlane {
  private:
   Accept OnFrame(const Incoming& in);
   void SendError(PeerId to, const FrameHeader& about, const absl::Status& s);
+  // JobTable's ReplacedListener: an ERROR to each pull the old job owed.
+  void RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::Puller>& waiting);
   void ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve);
   void ComputeLoop();
 

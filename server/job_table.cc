@@ -160,41 +160,56 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::ReplaceJob(const v1::CreateJobRe
     job = std::move(*restored);
   }
   job->SetWorkerIds({req.worker_ids().begin(), req.worker_ids().end()});
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job->job_id());
-  int64_t dropped_step = -1;
-  if (it != jobs_.end()) {
-    ShardJob& have = *it->second;
-    if (have.spec().job() != name) {
-      return absl::AlreadyExistsError(absl::StrCat("job name '", name, "' collides with job '",
-                                                   have.spec().job(),
-                                                   "' on the data path; choose another name"));
+  std::shared_ptr<ShardJob> replaced;
+  v1::CreateJobResponse resp;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job->job_id());
+    int64_t dropped_step = -1;
+    if (it != jobs_.end()) {
+      replaced = it->second;
+      ShardJob& have = *it->second;
+      if (have.spec().job() != name) {
+        return absl::AlreadyExistsError(absl::StrCat("job name '", name, "' collides with job '",
+                                                     have.spec().job(),
+                                                     "' on the data path; choose another name"));
+      }
+      if (auto done = overtaken(have)) {  // a concurrent replace won the race
+        if (!done->ok()) return *done;
+        return respond(have, false);
+      }
+      dropped_step = have.version();
+      job->InheritCounters(have);
     }
-    if (auto done = overtaken(have)) {  // a concurrent replace won the race
-      if (!done->ok()) return *done;
-      return respond(have, false);
+    TESSEL_LOG(INFO) << "recovery: job '" << name << "' shard " << req.shard_index()
+                     << (ddp ? " re-created empty at step "
+                             : " restored from the checkpoint of step ")
+                     << step << " at epoch " << req.epoch()
+                     << (dropped_step >= 0
+                             ? absl::StrCat(", dropping its state of step ", dropped_step)
+                             : std::string(", new on this server"))
+                     << (ddp ? std::string()
+                             : absl::StrCat(" (", from_shards, " shards then, ",
+                                            req.spec().num_shards(), " now)"));
+    resp = respond(*job, true);
+    jobs_[job->job_id()] = std::move(job);
+    const int dropped = checkpointer_->Forget(name, step);
+    if (dropped > 0) {
+      TESSEL_LOG(INFO) << "recovery: dropped " << dropped << " queued checkpoint write(s) of job '"
+                       << name << "' past step " << step;
     }
-    dropped_step = have.version();
-    job->InheritCounters(have);
   }
-  TESSEL_LOG(INFO) << "recovery: job '" << name << "' shard " << req.shard_index()
-                   << (ddp ? " re-created empty at step "
-                           : " restored from the checkpoint of step ")
-                   << step << " at epoch " << req.epoch()
-                   << (dropped_step >= 0
-                           ? absl::StrCat(", dropping its state of step ", dropped_step)
-                           : std::string(", new on this server"))
-                   << (ddp ? std::string()
-                           : absl::StrCat(" (", from_shards, " shards then, ",
-                                          req.spec().num_shards(), " now)"));
-  v1::CreateJobResponse resp = respond(*job, true);
-  jobs_[job->job_id()] = std::move(job);
-  const int dropped = checkpointer_->Forget(name, step);
-  if (dropped > 0) {
-    TESSEL_LOG(INFO) << "recovery: dropped " << dropped << " queued checkpoint write(s) of job '"
-                     << name << "' past step " << step;
+  if (replaced != nullptr) {
+    const std::vector<ShardJob::Puller> waiting = replaced->TakeWaitingPulls();
+    absl::MutexLock lock(&listener_mu_);
+    if (replaced_ && !waiting.empty()) replaced_(*replaced, waiting);
   }
   return resp;
+}
+
+void JobTable::SetReplacedListener(ReplacedListener listener) {
+  absl::MutexLock lock(&listener_mu_);
+  replaced_ = std::move(listener);
 }
 
 absl::StatusOr<v1::SaveCheckpointResponse> JobTable::SaveCheckpoint(

@@ -19,6 +19,7 @@
 #define TESSEL_SERVER_JOB_TABLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,11 +53,21 @@ class JobTable {
   std::shared_ptr<ShardJob> FindById(uint64_t job_id);
   std::vector<std::shared_ptr<ShardJob>> Jobs();
   Checkpointer* checkpointer() { return checkpointer_; }
+  // Called (outside the table's lock) after ReplaceJob put a new job in the
+  // place of `old`, with the pulls `old` still owed: workers of the old
+  // epoch waiting for a step that will never come. The data plane answers
+  // them with an ERROR of their epoch, which their step reports as
+  // recoverable at once, instead of after the step timeout. nullptr removes.
+  using ReplacedListener =
+      std::function<void(ShardJob& old, const std::vector<ShardJob::Puller>& waiting)>;
+  void SetReplacedListener(ReplacedListener listener);
 
  private:
   Checkpointer* const checkpointer_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<ShardJob>> jobs_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex listener_mu_;
+  ReplacedListener replaced_ ABSL_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace tessel

@@ -4,6 +4,7 @@
 // conflicting replace while accepting the same one again.
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "server/checkpoint_store.h"
@@ -152,6 +153,57 @@ TEST_F(ReplaceJobTest, RollsBackRefusesTheOldEpochAndReplaysBitwise) {
   Step(*job, 4);
   EXPECT_EQ(job->Stats().state_digest(), at5);
   EXPECT_EQ(job->Stats().applied_steps(), 7);
+}
+
+// A worker that finished one recovery pushed and pulled the next step; a
+// second recovery (the first worker's own pull failed, so it restored again
+// at a newer epoch) replaces the job. The pull it still owed is handed to
+// the listener (the data plane answers it with an ERROR of its epoch, which
+// the worker's step reports as recoverable at once) instead of waiting for
+// the step timeout; the new job owes nothing.
+TEST_F(ReplaceJobTest, PullsTheReplacedJobOwedGoToTheListener) {
+  std::vector<ShardJob::Puller> told;
+  int64_t told_epoch = -1;
+  jobs_.SetReplacedListener([&](ShardJob& old, const std::vector<ShardJob::Puller>& waiting) {
+    told_epoch = old.epoch();
+    told = waiting;
+  });
+  ASSERT_TRUE(jobs_.CreateJob(Request(v1::STRATEGY_ZERO2, 3)).ok());
+  std::shared_ptr<ShardJob> old = jobs_.FindJob("r");
+  Init(*old, 3);
+  Step(*old, 3);
+  v1::SaveCheckpointRequest save;
+  save.set_job("r");
+  save.set_step(1);
+  ASSERT_TRUE(jobs_.SaveCheckpoint(save).ok());
+  Step(*old, 3);  // the snapshot of step 1 is taken as step 2 begins
+  checkpointer_.Drain();
+  // Rank 1 pulls step 3 (in flight: the shard is at 2) and waits.
+  FrameHeader pull = Header(FrameType::kPull, 3, 3, 1, 0, *old);
+  pull.payload_bytes = 0;
+  pull.bucket_count = static_cast<uint32_t>(old->layout().num_buckets(0));
+  auto serve = old->AcceptPull(pull, /*reply_to=*/42);
+  ASSERT_TRUE(serve.ok()) << serve.status();
+  EXPECT_TRUE(serve->pullers.empty());  // deferred
+
+  v1::CreateJobRequest replace = Request(v1::STRATEGY_ZERO2, 5);
+  replace.set_restore(true);
+  replace.set_restore_step(1);
+  replace.set_replace(true);
+  ASSERT_TRUE(jobs_.CreateJob(replace).ok());
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told_epoch, 3);
+  EXPECT_EQ(told[0].reply_to, 42u);
+  EXPECT_EQ(told[0].rank, 1);
+  EXPECT_EQ(told[0].version, 3);
+  EXPECT_EQ(told[0].bucket_count, old->layout().num_buckets(0));
+  EXPECT_TRUE(old->TakeWaitingPulls().empty());  // handed over once
+
+  // The same replace again replaces nothing and tells nobody.
+  told.clear();
+  ASSERT_TRUE(jobs_.CreateJob(replace).ok());
+  EXPECT_TRUE(told.empty());
+  jobs_.SetReplacedListener(nullptr);
 }
 
 TEST_F(ReplaceJobTest, ZeroNeedsACheckpointAndDdpStartsEmptyAtTheWorkersStep) {

@@ -340,6 +340,13 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
   return serve;
 }
 
+std::vector<ShardJob::Puller> ShardJob::TakeWaitingPulls() {
+  absl::MutexLock lock(&mu_);
+  std::vector<Puller> waiting;
+  waiting.swap(deferred_);
+  return waiting;
+}
+
 bool ShardJob::StepInProgressLocked() const {
   return buckets_updated_ > 0 || updates_running_ > 0 || pushes_.AnyPushed();
 }

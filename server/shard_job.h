@@ -104,6 +104,10 @@ class ShardJob {
   Serve UpdateBucket(int bucket);
   // PULL header arrived. Returns whom to serve now (possibly nobody: deferred).
   absl::StatusOr<Serve> AcceptPull(const FrameHeader& h, uint64_t reply_to);
+  // The pulls still waiting for a step, handed over and forgotten: the job
+  // was replaced (a recovery at a newer epoch) and they will never be
+  // answered here; the data plane tells each puller so.
+  std::vector<Puller> TakeWaitingPulls();
   // Payload of bucket `b` to send for the current version (params in the
   // job's wire precision), and its size in bytes.
   const void* served_bucket(int b) const;
