@@ -24,6 +24,10 @@ PACKAGES=(
   iproute2
   # The manifest test (tests/manifests_test.py) reads kustomize's YAML.
   python3-yaml
+  # The Python package (python/): pybind11 and Python's headers to build it;
+  # PyTorch (CPU) and scikit-learn's digits for tessel.torch, its tests and
+  # examples, all run by /usr/bin/python3.
+  pybind11-dev python3-dev python3-torch python3-sklearn
 )
 
 # Not Debian packages: the npm packages that validate Kubernetes manifests

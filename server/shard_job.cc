@@ -110,10 +110,10 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
   const size_t n = static_cast<size_t>(range_.size());
   values_.assign(n, 0.f);
   if (!is_ddp()) {
-    state_.assign(StateSlots(optimizer_), std::vector<float>(n, 0.f));
+    state_.assign(StateSlots(optimizer), std::vector<float>(n, 0.f));
     float* state[kMaxStateSlots] = {};
     for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data();
-    InitState(optimizer_, state, n);  // a restore overwrites it
+    InitState(optimizer, state, n);  // a restore overwrites it
   }
   if (half_) {
     rank_grads_half_.assign(world_, std::vector<uint16_t>(n, 0));
@@ -248,10 +248,12 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
 
 ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   int64_t step;
+  OptimizerParams optimizer;
   {
     absl::MutexLock lock(&mu_);
     ++updates_running_;
     step = version_ + 1;
+    optimizer = optimizer_;
   }
   const Range br = layout_.bucket_range(shard_, bucket);
   const size_t off = static_cast<size_t>(br.begin - range_.begin);
@@ -273,7 +275,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   } else {
     float* state[kMaxStateSlots] = {};
     for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + off;
-    ReduceAndApply(optimizer_, step, values_.data() + off, srcs.data(), world_, state, n);
+    ReduceAndApply(optimizer, step, values_.data() + off, srcs.data(), world_, state, n);
     RefreshHalf(off, n);
   }
   absl::MutexLock lock(&mu_);
@@ -462,6 +464,34 @@ const void* ShardJob::served_bucket(int b) const {
 
 uint64_t ShardJob::served_bytes(int b) const {
   return static_cast<uint64_t>(layout_.bucket_range(shard_, b).size()) * wire_bytes();
+}
+
+absl::Status ShardJob::SetOptimizer(const OptimizerParams& optimizer, int64_t step) {
+  const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
+  if (is_ddp()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "DDP runs the optimizer on the workers; the servers only average"));
+  }
+  absl::Status valid = ValidateOptimizerParams(optimizer);
+  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat(where, valid.message()));
+  absl::MutexLock lock(&mu_);
+  if (optimizer.kind != optimizer_.kind) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "the optimizer is ", OptimizerKindName(optimizer_.kind), "; it cannot become ",
+        OptimizerKindName(optimizer.kind), " (its state would not fit)"));
+  }
+  if (step != version_ + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "new optimizer settings from step ", step, " but the shard is at step ",
+                     version_, ": set them between steps, before pushing step ", version_ + 1));
+  }
+  if (buckets_updated_ > 0 || updates_running_ > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "step ", step, " is already being applied (every rank pushed some of ",
+                     "its buckets): set new optimizer settings before pushing a step"));
+  }
+  optimizer_ = optimizer;
+  return absl::OkStatus();
 }
 
 absl::Status ShardJob::SetEpoch(int64_t epoch) {

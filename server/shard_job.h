@@ -122,6 +122,10 @@ class ShardJob {
 
   absl::Status SetEpoch(int64_t epoch);
   int64_t epoch();
+  // New hyper-parameters from `step` on (a learning-rate schedule): the
+  // shard must be at step - 1; the kind may not change. Validated like a
+  // new job's; on error nothing changes.
+  absl::Status SetOptimizer(const OptimizerParams& optimizer, int64_t step);
   // Recovery: this job replaces `previous` (same name): it carries on its
   // counters (refused frames, bytes, applied steps) and counts one recovery.
   void InheritCounters(ShardJob& previous);
@@ -175,7 +179,7 @@ class ShardJob {
   const int shard_;
   const Range range_;
   const uint64_t job_id_;
-  const OptimizerParams optimizer_;
+  OptimizerParams optimizer_ ABSL_GUARDED_BY(mu_);
   const int world_;
   const int num_buckets_;
 

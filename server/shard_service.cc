@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/version.h"
 #include "rpc/grpc_util.h"
+#include "rpc/job_spec.h"
 
 namespace tessel {
 namespace {
@@ -105,6 +106,23 @@ grpc::Status ShardService::SetEpoch(grpc::ServerContext* ctx, const v1::SetEpoch
   if (job == nullptr) return NoJob(req->job());
   absl::Status s = job->SetEpoch(req->epoch());
   resp->set_epoch(job->epoch());
+  return ToGrpc(s);
+}
+
+grpc::Status ShardService::SetOptimizer(grpc::ServerContext* ctx,
+                                        const v1::SetOptimizerRequest* req,
+                                        v1::SetOptimizerResponse* resp) {
+  grpc::Status auth = Authorize(ctx, "SetOptimizer", req->job());
+  if (!auth.ok()) return auth;
+  auto job = jobs_->FindJob(req->job());
+  if (job == nullptr) return NoJob(req->job());
+  auto optimizer = OptimizerFromProto(req->optimizer());
+  if (!optimizer.ok()) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("job '", req->job(), "': ", optimizer.status().message())));
+  }
+  absl::Status s = job->SetOptimizer(*optimizer, req->step());
+  resp->set_step(job->version());
   return ToGrpc(s);
 }
 

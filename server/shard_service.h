@@ -61,6 +61,8 @@ class ShardService final : public v1::ShardServer::Service {
                          v1::CreateJobResponse*) override;
   grpc::Status SetEpoch(grpc::ServerContext*, const v1::SetEpochRequest*,
                         v1::SetEpochResponse*) override;
+  grpc::Status SetOptimizer(grpc::ServerContext*, const v1::SetOptimizerRequest*,
+                            v1::SetOptimizerResponse*) override;
   grpc::Status GetStats(grpc::ServerContext*, const v1::JobRef*, v1::ShardStats*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse*) override;

@@ -410,6 +410,41 @@ void Worker::MaybeCheckpoint() {
   }
 }
 
+absl::Status Worker::SetOptimizer(const OptimizerParams& optimizer) {
+  internal::JobContext& ctx = p_->ctx;
+  OptimizerParams& current = ctx.options.optimizer;
+  if (optimizer.kind != current.kind) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ctx.Where(), ": the optimizer is ", OptimizerKindName(current.kind), "; it cannot become ",
+        OptimizerKindName(optimizer.kind), " (its state would not fit)"));
+  }
+  absl::Status valid = ValidateOptimizerParams(optimizer);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx.Where(), ": ", valid.message()));
+  }
+  if (ctx.layout != nullptr && !ctx.ddp()) {
+    // Every shard is at step() and none can apply step() + 1 before this
+    // rank pushes it: the new values are in place for that step.
+    const ShardFleet& fleet = p_->membership->fleet();
+    v1::SetOptimizerRequest req;
+    req.set_job(ctx.options.job);
+    *req.mutable_optimizer() = OptimizerToProto(optimizer);
+    req.set_step(ctx.step + 1);
+    absl::Status s = fleet.ForAll([&](int shard) {
+      v1::SetOptimizerResponse resp;
+      return fleet.Call(shard, &v1::ShardServer::Stub::SetOptimizer, req, &resp,
+                        absl::StrCat(ctx.Where(), ": SetOptimizer"));
+    });
+    // A shard that took them and one that did not would disagree: the
+    // caller retries (the same values are accepted again) or stops.
+    if (!s.ok()) return s;
+  }
+  current = optimizer;
+  *p_->spec.mutable_optimizer() = OptimizerToProto(optimizer);
+  p_->ddp.set_optimizer(optimizer);
+  return absl::OkStatus();
+}
+
 absl::Status Worker::RequestCheckpoint() {
   internal::JobContext& ctx = p_->ctx;
   if (ctx.ddp()) {

@@ -132,6 +132,15 @@ class Worker {
   // or servers without --checkpoint_dir.
   absl::Status RequestCheckpoint();
 
+  // New optimizer hyper-parameters (a learning-rate schedule, weight decay,
+  // momentum...) from the next step on, on every shard (DDP: this worker).
+  // The kind may not change. Every rank of the job calls it with the same
+  // values between the same two steps (after Step() returned, before
+  // pushing the next), so every shard applies the next step with them, on
+  // every strategy; recoveries and restores keep them. Before
+  // RegisterLayout it only changes options(). On error nothing changed.
+  absl::Status SetOptimizer(const OptimizerParams& optimizer);
+
   // --- recovery (WorkerOptions::recovery) --------------------------------
   // True for a failed step's status that Recover() can repair: a worker or
   // shard server left, came back, or the job was rolled back under us.

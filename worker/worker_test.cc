@@ -59,10 +59,11 @@ OptimizerParams Adam() {
 
 // Single-process training on the mean of the ranks' gradients: of kWorld
 // ranks, or of `grown` ranks from step `grow_at` on.
-std::vector<float> Reference(int steps, int grow_at = -1, int grown = kWorld) {
+std::vector<float> Reference(int steps, int grow_at = -1, int grown = kWorld,
+                             float lr_from_step_2 = 0) {
   std::vector<float> params = Init();
   const size_t n = params.size();
-  const OptimizerParams opt = Adam();
+  OptimizerParams opt = Adam();
   std::vector<std::vector<float>> slots(StateSlots(opt), std::vector<float>(n));
   float* state[kMaxStateSlots] = {};
   for (size_t k = 0; k < slots.size(); ++k) state[k] = slots[k].data();
@@ -77,6 +78,7 @@ std::vector<float> Reference(int steps, int grow_at = -1, int grown = kWorld) {
       srcs.push_back(grads[r].data());
     }
     ReduceMean(srcs.data(), world, mean.data(), n);
+    if (s == 2 && lr_from_step_2 > 0) opt.lr = lr_from_step_2;
     ApplyUpdate(opt, s + 1, params.data(), mean.data(), state, n);
   }
   return params;
@@ -400,6 +402,53 @@ TEST_P(WorkerTest, ANewcomerIsAdmittedAtTheNextCheckpointBoundaryAndTrainingEnds
       for (size_t i = 0; i < want.size(); ++i) {
         ASSERT_EQ(out[id][i], want[i]) << "worker " << id << " parameter " << i;
       }
+    }
+  }
+}
+
+// A learning-rate schedule: after two steps every rank sets a new lr
+// (SetOptimizer); the third step on uses it, on the servers (zero2) as on
+// the workers (ddp), bitwise as single-process training that changed lr
+// there. Another kind, or an invalid value, is refused and changes nothing.
+TEST_P(WorkerTest, NewOptimizerSettingsApplyFromTheNextStep) {
+  constexpr float kNewLr = 2.5e-3f;
+  const std::vector<float> want = Reference(kSteps, -1, kWorld, kNewLr);
+  for (Strategy strategy : {Strategy::kZero2, Strategy::kDdp}) {
+    SCOPED_TRACE(std::string(StrategyName(strategy)));
+    std::vector<std::vector<float>> out(kWorld);
+    OnRanks([&](int r) {
+      auto w = Worker::Connect(Options(absl::StrCat("lr-", StrategyName(strategy)), r, strategy));
+      ASSERT_TRUE(w.ok()) << w.status();
+      Worker& worker = **w;
+      ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
+      for (int64_t s = 0; s < kSteps; ++s) {
+        if (s == 2) {
+          OptimizerParams sgd = Adam();
+          sgd.kind = OptimizerParams::Kind::kSgd;
+          absl::Status refused = worker.SetOptimizer(sgd);
+          EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+          EXPECT_NE(refused.message().find("cannot become SGD"), std::string::npos) << refused;
+          OptimizerParams bad = Adam();
+          bad.lr = -1;
+          EXPECT_EQ(worker.SetOptimizer(bad).code(), absl::StatusCode::kInvalidArgument);
+          EXPECT_EQ(worker.options().optimizer.lr, Adam().lr);  // unchanged
+          OptimizerParams next = Adam();
+          next.lr = kNewLr;
+          ASSERT_TRUE(worker.SetOptimizer(next).ok());
+        }
+        absl::Span<float> p = worker.params();
+        absl::Span<float> g = worker.grads();
+        for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(r, s, i, p[i]);
+        ASSERT_TRUE(worker.Step().ok());
+      }
+      EXPECT_EQ(worker.options().optimizer.lr, kNewLr);
+      auto all = worker.GatherAll();
+      ASSERT_TRUE(all.ok()) << all.status();
+      out[r] = std::move(*all);
+    });
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_EQ(out[r].size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(out[r][i], want[i]) << "parameter " << i;
     }
   }
 }

@@ -37,6 +37,8 @@ class DdpState {
   void Apply(int64_t step, std::optional<HalfType> half, ModelBuffers* buffers);
   uint64_t Digest(int64_t step, const std::vector<float>& params) const;
 
+  // New hyper-parameters (same kind) for the next Apply.
+  void set_optimizer(const OptimizerParams& optimizer) { optimizer_ = optimizer; }
   bool holds_state() const { return holds_; }
   void set_holds_state(bool holds) { holds_ = holds; }
   std::vector<std::vector<float>>& slots() { return slots_; }
@@ -44,7 +46,7 @@ class DdpState {
   int64_t bytes() const;
 
  private:
-  const OptimizerParams optimizer_;
+  OptimizerParams optimizer_;
   bool holds_ = true;
   std::vector<std::vector<float>> slots_;
 };

@@ -1,0 +1,397 @@
+"""tessel.torch: train a PyTorch model through Tessel's shard servers.
+
+    import tessel.torch as tt
+    tt.init()                                   # from tessel-launch's environment
+    model = Net()
+    opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-3),
+                                  model=model, strategy="zero2")
+    for x, y in my_slice_of_the_data:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()         # buckets are pushed as gradients appear
+        opt.step()                              # the model holds the new parameters
+
+What it does. Each parameter group of the torch optimizer is one Tessel job
+(job, job.g1, job.g2, ...) whose tensors are that group's parameters in
+order. The parameters' storage becomes the worker's parameter buffer and
+their .grad the worker's gradient buffer, so backward writes gradients
+straight into what is pushed and a step writes the new values straight into
+the model: no copies. An autograd hook on each parameter hands its gradient
+range to the worker as soon as backward produced it (GradientsReady), so
+pushes overlap the rest of backward. The update runs on the shard servers
+(zero1, zero2) or, for ddp, on each worker after the servers averaged the
+gradients, with the torch optimizer's hyper-parameters. The initial
+parameters are rank 0's.
+
+Supported torch optimizers: SGD (momentum, dampening, nesterov,
+weight_decay), Adam, AdamW, RMSprop (alpha, momentum, centered), Adagrad
+(lr_decay, initial_accumulator_value). Not (a ValueError says so): amsgrad,
+maximize, sparse or non-float32 parameters. Learning-rate schedulers (and any
+change to param_groups' hyper-parameters) take effect at the next step, on
+the servers too: step() sends changed values before it pushes.
+
+Environment (tessel-launch sets it): TESSEL_REGISTRY, TESSEL_JOB,
+TESSEL_RANK, TESSEL_WORLD_SIZE, TESSEL_NUM_SERVERS, and optionally
+TESSEL_UCX_TLS, TESSEL_TOKEN.
+"""
+import os
+
+import numpy as np
+import torch
+
+import tessel
+
+_config = None
+_optimizers = []
+
+_STRATEGIES = ("ddp", "zero1", "zero2")
+
+
+def init(registry=None, job=None, rank=None, world_size=None, num_servers=None, ucx_tls=None,
+         token=None, connect_timeout_s=60.0, step_timeout_s=120.0):
+    """Where this process takes part: arguments, else the environment tessel-launch sets."""
+    global _config
+
+    def pick(value, env, kind, default=None):
+        if value is not None:
+            return value
+        raw = os.environ.get(env)
+        if raw is None or raw == "":
+            if default is None:
+                raise ValueError(f"tessel.torch.init: no {env.lower().replace('tessel_', '')} "
+                                 f"given and ${env} is not set (run under tessel-launch, or pass it)")
+            return default
+        try:
+            return kind(raw)
+        except ValueError:
+            raise ValueError(f"tessel.torch.init: ${env}={raw!r} is not a {kind.__name__}") from None
+
+    cfg = dict(
+        registry=pick(registry, "TESSEL_REGISTRY", str),
+        job=pick(job, "TESSEL_JOB", str),
+        rank=pick(rank, "TESSEL_RANK", int),
+        world_size=pick(world_size, "TESSEL_WORLD_SIZE", int),
+        num_servers=pick(num_servers, "TESSEL_NUM_SERVERS", int, 0),
+        ucx_tls=pick(ucx_tls, "TESSEL_UCX_TLS", str, ""),
+        token=pick(token, "TESSEL_TOKEN", str, ""),
+        connect_timeout_s=float(connect_timeout_s),
+        step_timeout_s=float(step_timeout_s),
+    )
+    if cfg["world_size"] < 1:
+        raise ValueError(f"tessel.torch.init: world_size must be >= 1, got {cfg['world_size']}")
+    if not 0 <= cfg["rank"] < cfg["world_size"]:
+        raise ValueError(f"tessel.torch.init: rank {cfg['rank']} is outside "
+                         f"[0, {cfg['world_size']})")
+    _config = cfg
+    return dict(cfg)
+
+
+def _require_init():
+    if _config is None:
+        raise RuntimeError("call tessel.torch.init() first")
+    return _config
+
+
+def rank():
+    return _require_init()["rank"]
+
+
+def size():
+    return _require_init()["world_size"]
+
+
+def shutdown():
+    """Leaves every job this process joined; the models keep their last values."""
+    global _config
+    while _optimizers:
+        _optimizers.pop().close()
+    _config = None
+
+
+def _hyper(optimizer, group):
+    """The Tessel optimizer settings of one torch parameter group."""
+    name = type(optimizer).__name__
+    if group.get("maximize", False):
+        raise ValueError(f"{name}(maximize=True) is not supported")
+    if isinstance(optimizer, torch.optim.AdamW):
+        kind = "adamw"
+    elif isinstance(optimizer, torch.optim.Adam):
+        kind = "adam"
+    elif isinstance(optimizer, torch.optim.SGD):
+        kind = "sgd"
+    elif isinstance(optimizer, torch.optim.RMSprop):
+        kind = "rmsprop"
+    elif isinstance(optimizer, torch.optim.Adagrad):
+        kind = "adagrad"
+    else:
+        raise ValueError(f"tessel.torch supports torch.optim SGD, Adam, AdamW, RMSprop and "
+                         f"Adagrad; got {name}")
+    h = {"kind": kind, "lr": float(group["lr"]), "weight_decay": float(group["weight_decay"])}
+    if kind == "sgd":
+        h.update(momentum=float(group["momentum"]), dampening=float(group["dampening"]),
+                 nesterov=bool(group["nesterov"]))
+    elif kind in ("adam", "adamw"):
+        if group.get("amsgrad", False):
+            raise ValueError(f"{name}(amsgrad=True) is not supported")
+        b1, b2 = group["betas"]
+        h.update(beta1=float(b1), beta2=float(b2), eps=float(group["eps"]))
+    elif kind == "rmsprop":
+        h.update(alpha=float(group["alpha"]), eps=float(group["eps"]),
+                 momentum=float(group["momentum"]), centered=bool(group["centered"]))
+    else:
+        h.update(lr_decay=float(group["lr_decay"]), eps=float(group["eps"]),
+                 initial_accumulator_value=float(group["initial_accumulator_value"]))
+    return h
+
+
+class _Group:
+    """One torch parameter group = one Tessel job and its worker."""
+
+    def __init__(self, index, params, names, hyper):
+        self.index = index
+        self.params = params
+        self.names = names
+        self.hyper = hyper
+        self.worker = None
+        self.ranges = []  # (begin, end) of each parameter in the flat buffers
+        self.flat_params = None
+        self.flat_grads = None
+        self.grad_views = []
+        self.ready = []  # backward passes seen per parameter this step
+
+
+class DistributedOptimizer:
+    """A torch optimizer whose update runs through Tessel (see the module's docs).
+
+    optimizer:  a torch.optim SGD, Adam, AdamW, RMSprop or Adagrad over the model's parameters.
+    model:      the module (for tensor names in errors and checkpoints); optional.
+    strategy:   "ddp", "zero1" or "zero2".
+    backward_passes_per_step: backward calls per step (gradient accumulation): each
+                parameter's gradient is handed over after that many.
+    overlap:    push buckets from autograd hooks while backward runs (default).
+    """
+
+    def __init__(self, optimizer, model=None, strategy="zero2", bucket_bytes=4 << 20,
+                 backward_passes_per_step=1, overlap=True, job=None):
+        cfg = _require_init()
+        if strategy not in _STRATEGIES:
+            raise ValueError(f"strategy {strategy!r}: one of {', '.join(_STRATEGIES)} "
+                             f"(fsdp has its own wrapper, not built yet)")
+        if backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.overlap = bool(overlap)
+        self._hooks = []
+        names = {}
+        if model is not None:
+            names = {id(p): n for n, p in model.named_parameters()}
+        self._groups = []
+        seen = set()
+        for gi, group in enumerate(optimizer.param_groups):
+            params = [p for p in group["params"]]
+            for p in params:
+                if id(p) in seen:
+                    raise ValueError("a parameter appears in two parameter groups")
+                seen.add(id(p))
+                if p.dtype != torch.float32:
+                    raise ValueError(f"parameter {names.get(id(p), '?')} is {p.dtype}; Tessel "
+                                     f"keeps float32 parameters (use precision= for half)")
+                if p.is_sparse or p.layout != torch.strided:
+                    raise ValueError(f"parameter {names.get(id(p), '?')} is not a dense tensor")
+                if p.device.type != "cpu":
+                    raise ValueError(f"parameter {names.get(id(p), '?')} is on {p.device}; "
+                                     f"this binding trains CPU models")
+            if not params:
+                continue
+            pnames = [names.get(id(p), f"g{gi}.p{i}") for i, p in enumerate(params)]
+            self._groups.append(_Group(gi, params, pnames, _hyper(optimizer, group)))
+        if not self._groups:
+            raise ValueError("the optimizer has no parameters")
+        base_job = job or cfg["job"]
+        for g in self._groups:
+            g.worker = tessel.Worker(
+                cfg["registry"], base_job if g.index == 0 else f"{base_job}.g{g.index}",
+                cfg["rank"], cfg["world_size"], strategy=strategy, optimizer=g.hyper,
+                num_servers=cfg["num_servers"], bucket_bytes=int(bucket_bytes),
+                ucx_tls=cfg["ucx_tls"], connect_timeout_s=cfg["connect_timeout_s"],
+                step_timeout_s=cfg["step_timeout_s"], token=cfg["token"])
+            self._bind(g)
+        self.step_count = 0
+        _optimizers.append(self)
+
+    def close(self):
+        """Leaves the jobs. The parameters move into memory of their own first
+        (they lived in the workers' buffers), so the model stays usable."""
+        for g in self._groups:
+            if g.worker is None:
+                continue
+            with torch.no_grad():
+                for p in g.params:
+                    p.data = p.data.clone()
+                    p.grad = None if p.grad is None else p.grad.clone()
+            g.worker.close()
+            g.worker = None
+        self._hooks = []
+
+    # --- setup -------------------------------------------------------------
+    def _bind(self, g):
+        offset = 0
+        init = []
+        for p in g.params:
+            n = p.numel()
+            g.ranges.append((offset, offset + n))
+            offset += n
+            init.append(p.detach().reshape(-1).numpy())
+        flat_init = np.concatenate(init).astype(np.float32, copy=False)
+        shapes = [list(p.shape) if p.dim() > 0 else [1] for p in g.params]
+        w = g.worker
+        w.register_layout(g.names, shapes, flat_init)
+        if self.strategy == "ddp":
+            w.synchronize_optimizer_state()  # every rank takes rank 0's parameters exactly
+        g.shapes = [tuple(p.shape) for p in g.params]
+        self._rebind(g)
+        g.flat_grads.zero_()
+        g.ready = [0] * len(g.params)
+        if self.overlap:
+            for i, p in enumerate(g.params):
+                self._hooks.append(self._hook(g, i, p))
+
+    def _hook(self, g, i, p):
+        # The AccumulateGrad node of p: its post-hook runs once p.grad holds
+        # this backward's gradient (Horovod's way, torch 1.x).
+        acc = p.expand_as(p).grad_fn.next_functions[0][0]
+        begin, end = g.ranges[i]
+
+        def hook(*_):
+            if g.worker is None:  # closed
+                return
+            self._adopt_grad(g, i, p)
+            if not any(g.ready):  # this step's first gradient: settings before pushes
+                self._sync_group(g)
+            g.ready[i] += 1
+            if g.ready[i] == self.backward_passes_per_step:
+                g.worker.gradients_ready(begin, end)
+
+        acc.register_hook(hook)
+        return acc  # keep the node alive
+
+    @staticmethod
+    def _worker(g):
+        if g.worker is None:
+            raise RuntimeError("this DistributedOptimizer was closed (tessel.torch.shutdown)")
+        return g.worker
+
+    def _rebind(self, g):
+        """Points the parameters at the worker's buffers again (a load or a
+        recovery may have moved them)."""
+        g.flat_params = torch.from_numpy(g.worker.params())
+        g.flat_grads = torch.from_numpy(g.worker.grads())
+        g.grad_views = []
+        for p, (b, e) in zip(g.params, g.ranges):
+            with torch.no_grad():
+                p.data = g.flat_params[b:e].view(p.shape)
+            view = g.flat_grads[b:e].view(p.shape)
+            g.grad_views.append(view)
+            p.grad = view
+        g.param_ptrs = [p.data_ptr() for p in g.params]
+
+    @staticmethod
+    def _adopt_grad(g, i, p):
+        """p.grad back into the worker's buffer if something replaced it."""
+        view = g.grad_views[i]
+        if p.grad is None:
+            return
+        if p.grad.data_ptr() != view.data_ptr():
+            view.copy_(p.grad)
+            p.grad = view
+
+    # --- torch.optim.Optimizer's interface ---------------------------------
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def zero_grad(self, set_to_none=False):
+        """Zeroes the gradients in place (the buffers stay the model's .grad)."""
+        for g in self._groups:
+            g.flat_grads.zero_()
+            for p, view in zip(g.params, g.grad_views):
+                p.grad = view
+
+    def _sync_hyper(self):
+        """Hyper-parameters changed in param_groups (an lr_scheduler, by hand) go to
+        the servers before the step's pushes, so the step uses them, as in torch."""
+        for g in self._groups:
+            self._sync_group(g)
+
+    def _sync_group(self, g):
+        now = _hyper(self.optimizer, self.optimizer.param_groups[g.index])
+        if now != g.hyper:
+            self._worker(g).set_optimizer(now)
+            g.hyper = now
+
+    def step(self, closure=None):
+        """One synchronous step of every parameter group; the model holds the new values."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for g in self._groups:
+            self._worker(g)  # closed?
+        self._sync_hyper()
+        for g in self._groups:
+            for i, p in enumerate(g.params):
+                if tuple(p.shape) != g.shapes[i] or p.data_ptr() != g.param_ptrs[i]:
+                    raise ValueError(
+                        f"parameter {g.names[i]} was replaced or reshaped (now {tuple(p.shape)}, "
+                        f"was {g.shapes[i]}) after the DistributedOptimizer was made; Tessel "
+                        f"keeps the registered layout: make a new optimizer for a new model")
+            for i, p in enumerate(g.params):
+                if p.grad is None:
+                    # No gradient this step: zero (torch would skip the update).
+                    g.grad_views[i].zero_()
+                    p.grad = g.grad_views[i]
+                else:
+                    self._adopt_grad(g, i, p)
+            self._worker(g).step()
+            g.ready = [0] * len(g.params)
+        self.step_count += 1
+        return loss
+
+    def synchronize_gradients(self):
+        """The mean over ranks of this step's gradients, per parameter (a copy; nothing applied)."""
+        out = []
+        for g in self._groups:
+            mean = torch.from_numpy(self._worker(g).synchronize_gradients())
+            for p, (b, e) in zip(g.params, g.ranges):
+                out.append(mean[b:e].view(p.shape).clone())
+        return out
+
+    def should_early_stop(self, metric):
+        """Reports this rank's metric; the job-wide decision, the same on every rank."""
+        return self._groups[0].worker.report_metric(float(metric))
+
+    def request_checkpoint(self):
+        """Asks the shard servers to snapshot every group at the next step (zero1, zero2)."""
+        for g in self._groups:
+            self._worker(g).request_checkpoint()
+
+    def state_dict(self):
+        """The whole training state (parameters, optimizer state, step) of every group:
+        portable across world sizes, shard counts and strategies."""
+        return {"tessel": 1, "groups": [self._worker(g).serialize() for g in self._groups]}
+
+    def load_state_dict(self, state):
+        if not isinstance(state, dict) or state.get("tessel") != 1:
+            raise ValueError("not a tessel.torch DistributedOptimizer state_dict")
+        blobs = state["groups"]
+        if len(blobs) != len(self._groups):
+            raise ValueError(f"the state has {len(blobs)} parameter group(s), this optimizer "
+                             f"{len(self._groups)}")
+        for g, blob in zip(self._groups, blobs):
+            self._worker(g).deserialize(blob)
+            self._rebind(g)
+
+    @property
+    def workers(self):
+        return [g.worker for g in self._groups]

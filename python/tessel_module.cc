@@ -1,0 +1,381 @@
+// tessel._tessel: the worker SDK (worker/worker.h) for Python, with pybind11.
+//
+// A thin layer: every method calls the C++ Worker and turns a non-OK status
+// into a Python exception (ValueError for bad input, tessel.RecoverableError
+// for a step Recover() can repair, tessel.TesselError otherwise). params(),
+// grads() and unit views are NumPy arrays over the worker's own buffers (no
+// copy); they keep the Worker alive. Blocking calls (connect, steps,
+// gathers, recovery) release the GIL. python/tessel/torch.py builds the
+// PyTorch binding on top.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "core/optimizer.h"
+#include "worker/worker.h"
+
+namespace py = pybind11;
+
+namespace tessel {
+namespace {
+
+PyObject* g_tessel_error = nullptr;
+PyObject* g_recoverable_error = nullptr;
+
+// Raises the Python exception for a non-OK status.
+void Check(const absl::Status& s) {
+  if (s.ok()) return;
+  const std::string message(s.message());
+  if (Worker::IsRecoverable(s)) {
+    PyErr_SetString(g_recoverable_error, message.c_str());
+  } else if (absl::IsInvalidArgument(s) || absl::IsOutOfRange(s)) {
+    PyErr_SetString(PyExc_ValueError, message.c_str());
+  } else {
+    PyErr_SetString(g_tessel_error,
+                    absl::StrCat(absl::StatusCodeToString(s.code()), ": ", message).c_str());
+  }
+  throw py::error_already_set();
+}
+
+template <typename T>
+T Take(absl::StatusOr<T> v) {
+  Check(v.status());
+  return *std::move(v);
+}
+
+// A NumPy view of `span` that keeps `owner` (the Python Worker) alive.
+template <typename T>
+py::array View(absl::Span<T> span, py::handle owner, bool writeable) {
+  py::array_t<std::remove_const_t<T>> a({static_cast<py::ssize_t>(span.size())},
+                                        {static_cast<py::ssize_t>(sizeof(T))},
+                                        const_cast<std::remove_const_t<T>*>(span.data()), owner);
+  if (!writeable) {
+    py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  }
+  return std::move(a);
+}
+
+OptimizerParams OptimizerFromDict(const py::dict& d) {
+  OptimizerParams o;
+  for (auto item : d) {
+    const std::string key = py::str(item.first);
+    py::handle v = item.second;
+    if (key == "kind") {
+      const std::string k = py::str(v);
+      if (k == "sgd") {
+        o.kind = OptimizerParams::Kind::kSgd;
+      } else if (k == "adam") {
+        o.kind = OptimizerParams::Kind::kAdam;
+      } else if (k == "adamw") {
+        o.kind = OptimizerParams::Kind::kAdamW;
+      } else if (k == "rmsprop") {
+        o.kind = OptimizerParams::Kind::kRmsprop;
+      } else if (k == "adagrad") {
+        o.kind = OptimizerParams::Kind::kAdagrad;
+      } else {
+        throw py::value_error(
+            absl::StrCat("optimizer kind '", k, "': one of sgd, adam, adamw, rmsprop, adagrad"));
+      }
+    } else if (key == "lr") {
+      o.lr = v.cast<float>();
+    } else if (key == "momentum") {
+      o.momentum = v.cast<float>();
+    } else if (key == "dampening") {
+      o.dampening = v.cast<float>();
+    } else if (key == "nesterov") {
+      o.nesterov = v.cast<bool>();
+    } else if (key == "weight_decay") {
+      o.weight_decay = v.cast<float>();
+    } else if (key == "beta1") {
+      o.beta1 = v.cast<float>();
+    } else if (key == "beta2") {
+      o.beta2 = v.cast<float>();
+    } else if (key == "eps") {
+      o.eps = v.cast<float>();
+    } else if (key == "alpha") {
+      o.alpha = v.cast<float>();
+    } else if (key == "centered") {
+      o.centered = v.cast<bool>();
+    } else if (key == "lr_decay") {
+      o.lr_decay = v.cast<float>();
+    } else if (key == "initial_accumulator_value") {
+      o.initial_accumulator_value = v.cast<float>();
+    } else {
+      throw py::value_error(absl::StrCat("unknown optimizer setting '", key, "'"));
+    }
+  }
+  return o;
+}
+
+// The options a Python caller gives, by keyword; the rest keep the SDK's defaults.
+WorkerOptions MakeOptions(const std::string& registry, const std::string& job, int rank,
+                          int world_size, const std::string& strategy, const py::dict& optimizer,
+                          int num_servers, int64_t bucket_bytes, const std::string& precision,
+                          const std::vector<int>& units, const std::string& ucx_tls,
+                          double connect_timeout_s, double step_timeout_s, bool recovery,
+                          bool auto_resume, int64_t checkpoint_every_steps, bool checkpoint_initial,
+                          const std::string& token) {
+  WorkerOptions o;
+  o.registry = registry;
+  o.job = job;
+  o.rank = rank;
+  o.world_size = world_size;
+  auto s = StrategyFromName(strategy);
+  if (!s.ok()) throw py::value_error(std::string(s.status().message()));
+  o.strategy = *s;
+  o.optimizer = OptimizerFromDict(optimizer);
+  o.num_servers = num_servers;
+  o.bucket_bytes = bucket_bytes;
+  auto p = PrecisionFromName(precision);
+  if (!p.ok()) throw py::value_error(std::string(p.status().message()));
+  o.precision = *p;
+  o.fsdp_units = units;
+  o.ucx.tls = ucx_tls;
+  o.connect_timeout = absl::Seconds(connect_timeout_s);
+  o.step_timeout = absl::Seconds(step_timeout_s);
+  o.recovery = recovery;
+  o.auto_resume = auto_resume;
+  o.checkpoint.every_steps = checkpoint_every_steps;
+  o.checkpoint.initial = checkpoint_initial;
+  o.token = token;
+  return o;
+}
+
+// The Python-visible worker: the C++ one, closed explicitly or when collected.
+struct PyWorker {
+  std::unique_ptr<Worker> w;
+  Worker& get() {
+    if (w == nullptr) throw py::value_error("the worker was closed");
+    return *w;
+  }
+};
+
+}  // namespace
+}  // namespace tessel
+
+PYBIND11_MODULE(_tessel, m) {
+  using tessel::Check;
+  using tessel::PyWorker;
+  using tessel::Take;
+  using tessel::View;
+  using tessel::Worker;
+  m.doc() = "Tessel's worker SDK (C++), for Python. Use tessel.torch for PyTorch.";
+  static py::exception<std::runtime_error> tessel_error(m, "TesselError", PyExc_RuntimeError);
+  static py::exception<std::runtime_error> recoverable(m, "RecoverableError", tessel_error.ptr());
+  tessel::g_tessel_error = tessel_error.ptr();
+  tessel::g_recoverable_error = recoverable.ptr();
+
+  py::class_<PyWorker>(m, "Worker")
+      .def(py::init([](const std::string& registry, const std::string& job, int rank,
+                       int world_size, const std::string& strategy, const py::dict& optimizer,
+                       int num_servers, int64_t bucket_bytes, const std::string& precision,
+                       const std::vector<int>& units, const std::string& ucx_tls,
+                       double connect_timeout_s, double step_timeout_s, bool recovery,
+                       bool auto_resume, int64_t checkpoint_every_steps, bool checkpoint_initial,
+                       const std::string& token) {
+             tessel::WorkerOptions o = tessel::MakeOptions(
+                 registry, job, rank, world_size, strategy, optimizer, num_servers, bucket_bytes,
+                 precision, units, ucx_tls, connect_timeout_s, step_timeout_s, recovery,
+                 auto_resume, checkpoint_every_steps, checkpoint_initial, token);
+             absl::StatusOr<std::unique_ptr<Worker>> w;
+             {
+               py::gil_scoped_release release;
+               w = Worker::Connect(o);
+             }
+             auto* pw = new PyWorker;
+             pw->w = Take(std::move(w));
+             return pw;
+           }),
+           py::arg("registry"), py::arg("job"), py::arg("rank"), py::arg("world_size"),
+           py::arg("strategy") = "zero2", py::arg("optimizer") = py::dict(),
+           py::arg("num_servers") = 0, py::arg("bucket_bytes") = int64_t{4} << 20,
+           py::arg("precision") = "fp32", py::arg("units") = std::vector<int>(),
+           py::arg("ucx_tls") = "", py::arg("connect_timeout_s") = 60.0,
+           py::arg("step_timeout_s") = 120.0, py::arg("recovery") = false,
+           py::arg("auto_resume") = false, py::arg("checkpoint_every_steps") = 0,
+           py::arg("checkpoint_initial") = false, py::arg("token") = "",
+           "Joins the job (registry host:port, job name, rank of world_size) and waits for the "
+           "world and the shard servers.")
+      .def(
+          "register_layout",
+          [](PyWorker& self, const std::vector<std::string>& names,
+             const std::vector<std::vector<int64_t>>& shapes,
+             std::optional<py::array_t<float, py::array::c_style | py::array::forcecast>> init) {
+            if (names.size() != shapes.size()) {
+              throw py::value_error(
+                  absl::StrCat(names.size(), " tensor names but ", shapes.size(), " shapes"));
+            }
+            std::vector<tessel::TensorDesc> tensors;
+            for (size_t i = 0; i < names.size(); ++i) tensors.push_back({names[i], shapes[i]});
+            absl::Span<const float> span;
+            if (init.has_value()) span = absl::MakeConstSpan(init->data(), init->size());
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = self.get().RegisterLayout(tensors, span);
+            }
+            Check(s);
+          },
+          py::arg("names"), py::arg("shapes"), py::arg("init") = py::none(),
+          "Declares the model's tensors (in order) and creates the job on the shard servers; "
+          "`init` (float32, num_params) is rank 0's initial parameters.")
+      .def(
+          "params",
+          [](py::object self) {
+            return View(self.cast<PyWorker&>().get().params(), self, /*writeable=*/true);
+          },
+          "The parameters (a float32 NumPy view of the worker's buffer).")
+      .def(
+          "grads",
+          [](py::object self) {
+            return View(self.cast<PyWorker&>().get().grads(), self, /*writeable=*/true);
+          },
+          "The gradient buffer Step() pushes (a float32 NumPy view).")
+      .def(
+          "gradients_ready",
+          [](PyWorker& self, int64_t begin, int64_t end) {
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = self.get().GradientsReady(begin, end);
+            }
+            Check(s);
+          },
+          py::arg("begin"), py::arg("end"),
+          "Gradients of flat elements [begin, end) are final: complete buckets are pushed now.")
+      .def(
+          "step",
+          [](PyWorker& self) {
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = self.get().Step();
+            }
+            Check(s);
+          },
+          "Pushes the gradients, waits for the updated parameters (one synchronous step).")
+      .def(
+          "recover",
+          [](PyWorker& self) {
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = self.get().Recover();
+            }
+            Check(s);
+          },
+          "After a RecoverableError: rolls back to the latest complete checkpoint.")
+      .def(
+          "set_optimizer",
+          [](PyWorker& self, const py::dict& optimizer) {
+            const tessel::OptimizerParams o = tessel::OptimizerFromDict(optimizer);
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = self.get().SetOptimizer(o);
+            }
+            Check(s);
+          },
+          py::arg("optimizer"),
+          "New hyper-parameters (same kind) from the next step on; every rank passes the same.")
+      .def(
+          "request_checkpoint", [](PyWorker& self) { Check(self.get().RequestCheckpoint()); },
+          "Asks every shard server to snapshot the job at the next step.")
+      .def(
+          "synchronize_gradients",
+          [](PyWorker& self) {
+            absl::StatusOr<absl::Span<const float>> g;
+            {
+              py::gil_scoped_release release;
+              g = self.get().SynchronizeGradients();
+            }
+            absl::Span<const float> v = Take(std::move(g));
+            py::array_t<float> out(static_cast<py::ssize_t>(v.size()));
+            std::memcpy(out.mutable_data(), v.data(), v.size() * sizeof(float));
+            return out;
+          },
+          "The mean over ranks of this step's gradients (a copy); the step is not applied.")
+      .def(
+          "all_reduce_mean",
+          [](PyWorker& self, py::array_t<float, py::array::c_style> data) {
+            if (!data.writeable()) throw py::value_error("all_reduce_mean needs a writeable array");
+            absl::Status s;
+            float* p = data.mutable_data();
+            const size_t n = static_cast<size_t>(data.size());
+            {
+              py::gil_scoped_release release;
+              s = self.get().AllReduceMean(absl::MakeSpan(p, n));
+            }
+            Check(s);
+          },
+          py::arg("data"), "The mean over ranks of `data` (float32, C order), in place.")
+      .def(
+          "serialize",
+          [](PyWorker& self) {
+            absl::StatusOr<std::string> blob;
+            {
+              py::gil_scoped_release release;
+              blob = self.get().Serialize();
+            }
+            return py::bytes(Take(std::move(blob)));
+          },
+          "The whole training state as a portable blob (any world size, shard count, strategy).")
+      .def(
+          "deserialize",
+          [](PyWorker& self, const py::bytes& blob) {
+            std::string b = blob;
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = self.get().Deserialize(b);
+            }
+            Check(s);
+          },
+          py::arg("blob"), "Loads a serialize() blob (every rank passes the same bytes).")
+      .def(
+          "synchronize_optimizer_state",
+          [](PyWorker& self) {
+            absl::StatusOr<tessel::OptimizerStateReport> r;
+            {
+              py::gil_scoped_release release;
+              r = self.get().SynchronizeOptimizerState();
+            }
+            return Take(std::move(r)).consistent;
+          },
+          "DDP: every rank takes rank 0's state exactly; returns whether they were equal.")
+      .def(
+          "report_metric",
+          [](PyWorker& self, float value) {
+            absl::StatusOr<bool> stop;
+            {
+              py::gil_scoped_release release;
+              stop = self.get().ReportMetric(value);
+            }
+            return Take(std::move(stop));
+          },
+          py::arg("value"), "Early stopping: the job-wide decision for this metric report.")
+      .def("should_early_stop", [](PyWorker& self) { return self.get().ShouldEarlyStop(); })
+      .def_property_readonly("rank", [](PyWorker& self) { return self.get().options().rank; })
+      .def_property_readonly("world_size",
+                             [](PyWorker& self) { return self.get().options().world_size; })
+      .def_property_readonly("current_step", [](PyWorker& self) { return self.get().step(); })
+      .def_property_readonly("epoch", [](PyWorker& self) { return self.get().epoch(); })
+      .def_property_readonly("num_servers", [](PyWorker& self) { return self.get().num_servers(); })
+      .def_property_readonly("num_params",
+                             [](PyWorker& self) { return self.get().layout().num_params(); })
+      .def_property_readonly("recoveries", [](PyWorker& self) { return self.get().recoveries(); })
+      .def(
+          "close",
+          [](PyWorker& self) {
+            py::gil_scoped_release release;
+            self.w.reset();
+          },
+          "Leaves the job (the worker's views become invalid).");
+}

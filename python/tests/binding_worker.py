@@ -1,0 +1,120 @@
+"""One rank of the binding test (under tessel-launch, 2 ranks): bad input gets
+a clear Python exception and changes nothing; state_dict round-trips
+bitwise; synchronize_gradients, should_early_stop and shutdown behave.
+Prints "rank R: N checks passed" or raises."""
+import sys
+
+import numpy as np
+import torch
+
+import exact_model
+import tessel
+import tessel.torch as tt
+
+checks = 0
+
+
+def expect_raises(kind, fragment, fn):
+    global checks
+    try:
+        fn()
+    except kind as e:
+        if fragment not in str(e):
+            raise AssertionError(f"{kind.__name__} without {fragment!r}: {e}") from e
+        checks += 1
+        return
+    raise AssertionError(f"expected {kind.__name__} ({fragment!r}); nothing was raised")
+
+
+def check(cond, what):
+    global checks
+    if not cond:
+        raise AssertionError(what)
+    checks += 1
+
+
+torch.set_num_threads(1)
+expect_raises(ValueError, "rank 5 is outside [0, 2)", lambda: tt.init(rank=5, world_size=2))
+expect_raises(RuntimeError, "call tessel.torch.init() first", tt.rank)
+cfg = tt.init()
+rank, world = tt.rank(), tt.size()
+check(world == 2, "launched with 2 ranks")
+
+model = exact_model.make_model()
+# Bad input: nothing is created, nothing changes.
+expect_raises(ValueError, "is torch.float64", lambda: tt.DistributedOptimizer(
+    torch.optim.SGD(exact_model.make_model().double().parameters(), lr=0.1)))
+expect_raises(ValueError, "supports torch.optim SGD, Adam, AdamW, RMSprop and Adagrad; got Adadelta",
+              lambda: tt.DistributedOptimizer(torch.optim.Adadelta(model.parameters())))
+expect_raises(ValueError, "amsgrad=True", lambda: tt.DistributedOptimizer(
+    torch.optim.Adam(model.parameters(), amsgrad=True)))
+expect_raises(ValueError, "strategy 'fsdp'", lambda: tt.DistributedOptimizer(
+    torch.optim.Adam(model.parameters()), strategy="fsdp"))
+expect_raises(ValueError, "backward_passes_per_step", lambda: tt.DistributedOptimizer(
+    torch.optim.Adam(model.parameters()), backward_passes_per_step=0))
+expect_raises(tessel.TesselError, "UNAVAILABLE", lambda: tessel.Worker(
+    "127.0.0.1:1", "nowhere", 0, 1, connect_timeout_s=0.5))
+before = exact_model.flat(model).clone()
+
+opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model=model,
+                              strategy="zero2", bucket_bytes=512, job=cfg["job"] + "-binding")
+check(torch.equal(exact_model.flat(model), before), "joining keeps rank 0's initial parameters")
+loss_fn = torch.nn.CrossEntropyLoss()
+per = exact_model.BATCH // world
+
+
+def train(step):
+    tokens, labels = exact_model.batch(step)
+    sl = slice(rank * per, (rank + 1) * per)
+    opt.zero_grad()
+    loss_fn(model(tokens[sl]), labels[sl]).backward()
+    opt.step()
+
+
+for s in range(3):
+    train(s)
+state = opt.state_dict()
+at3 = exact_model.flat(model).clone()
+# A negative learning rate is refused at the step; nothing changed; the fix goes on.
+opt.param_groups[0]["lr"] = -1.0
+tokens, labels = exact_model.batch(3)
+opt.zero_grad()
+expect_raises(ValueError, "lr", lambda: (loss_fn(model(tokens[:per]), labels[:per]).backward(),
+                                         opt.step()))
+check(torch.equal(exact_model.flat(model), at3), "a refused setting changes no parameter")
+opt.param_groups[0]["lr"] = 1e-2
+for s in range(3, 5):
+    train(s)
+at5 = exact_model.flat(model).clone()
+check(not torch.equal(at5, at3), "training moved the parameters")
+opt.load_state_dict(state)
+check(torch.equal(exact_model.flat(model), at3), "load_state_dict restores step 3 bitwise")
+for s in range(3, 5):
+    train(s)
+check(torch.equal(exact_model.flat(model), at5), "steps 3-4 again give the same bits")
+expect_raises(ValueError, "not a tessel.torch", lambda: opt.load_state_dict({"x": 1}))
+
+# Collective queries.
+tokens, labels = exact_model.batch(9)
+opt.zero_grad()
+loss_fn(model(tokens[rank * per:(rank + 1) * per]), labels[rank * per:(rank + 1) * per]).backward()
+mean = opt.synchronize_gradients()
+check([tuple(g.shape) for g in mean] == [tuple(p.shape) for p in model.parameters()],
+      "synchronize_gradients: one tensor per parameter")
+check(all(torch.isfinite(g).all() for g in mean), "finite mean gradients")
+opt.step()
+stop = opt.should_early_stop(1.0 + rank)
+check(isinstance(stop, bool), "should_early_stop answers a bool")
+
+# A parameter replaced behind the optimizer's back is refused.
+w = model.fc.weight
+saved = w.data
+w.data = torch.zeros(3, 3)
+expect_raises(ValueError, "was replaced or reshaped", opt.step)
+w.data = saved
+
+tt.shutdown()
+after = exact_model.flat(model)  # still readable: copied out of the workers' buffers
+check(after.shape == at5.shape and torch.isfinite(after).all(), "the model survives shutdown")
+expect_raises(RuntimeError, "closed", opt.step)
+print(f"rank {rank}: {checks} checks passed", flush=True)

@@ -1,0 +1,72 @@
+"""The model and data of the exactness test: convolution, embedding, layer norm.
+
+Shared by the worker script (exact_worker.py) and the single-process
+reference (exact_test.py), so both build the same thing from the same seed.
+"""
+import torch
+from torch import nn
+
+VOCAB, SEQ, CLASSES, BATCH = 23, 12, 5, 16
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 8)
+        self.conv = nn.Conv1d(8, 6, kernel_size=3, padding=1)
+        self.norm = nn.LayerNorm(6)
+        self.fc = nn.Linear(6 * SEQ, CLASSES)
+
+    def forward(self, tokens):
+        h = self.emb(tokens).transpose(1, 2)           # B x 8 x SEQ
+        h = torch.relu(self.conv(h)).transpose(1, 2)   # B x SEQ x 6
+        h = self.norm(h)
+        return self.fc(h.reshape(h.shape[0], -1))
+
+
+def make_model():
+    torch.manual_seed(0)
+    return Net()
+
+
+def batch(step):
+    """The whole batch of `step`: every rank takes its slice of it."""
+    g = torch.Generator().manual_seed(1000 + step)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    labels = torch.randint(0, CLASSES, (BATCH,), generator=g)
+    return tokens, labels
+
+
+def _groups(model):
+    """Two parameter groups: weights decay, biases and norms do not, at their own lr."""
+    decay = [p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() > 1]
+    rest = [p for n, p in model.named_parameters() if not (n.endswith("weight") and p.dim() > 1)]
+    return torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0, "lr": 3e-3}],
+                             lr=1e-2, weight_decay=0.05)
+
+
+# Each takes the model (parameter groups need its names).
+OPTIMIZERS = {
+    "sgd": lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, dampening=0.1,
+                                     weight_decay=1e-3),
+    "nesterov": lambda m: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, nesterov=True),
+    "adam": lambda m: torch.optim.Adam(m.parameters(), lr=1e-2, weight_decay=1e-3),
+    "adamw": lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.05),
+    "rmsprop": lambda m: torch.optim.RMSprop(m.parameters(), lr=1e-3, momentum=0.5, centered=True),
+    "adagrad": lambda m: torch.optim.Adagrad(m.parameters(), lr=0.05, lr_decay=1e-3, eps=1e-10,
+                                             initial_accumulator_value=0.1),
+    "groups": _groups,
+    # With learning-rate schedules (SCHEDULES): the servers must follow them.
+    "adam-steplr": lambda m: torch.optim.Adam(m.parameters(), lr=1e-2),
+    "sgd-warmup": lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9),
+}
+
+# Made after the optimizer, stepped after each opt.step(), as torch users do.
+SCHEDULES = {
+    "adam-steplr": lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5),
+    "sgd-warmup": lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda k: min(1.0, (k + 1) / 4)),
+}
+
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])

@@ -1,0 +1,45 @@
+"""One rank of the exactness test: trains exact_model.Net through tessel.torch
+on this rank's slice of each batch, once per STRATEGY:OPTIMIZER given, each
+as its own job; rank 0 saves each run's final parameters.
+
+Usage (under tessel-launch): exact_worker.py STEPS OUTDIR STRATEGY:OPTIMIZER...
+"""
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+import exact_model
+import tessel.torch as tt
+
+steps, outdir, combos = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+cfg = tt.init()
+rank, world = tt.rank(), tt.size()
+torch.set_num_threads(1)
+loss_fn = torch.nn.CrossEntropyLoss()
+per = exact_model.BATCH // world
+for combo in combos:
+    strategy, opt_name = combo.split(":")
+    model = exact_model.make_model()
+    opt = tt.DistributedOptimizer(exact_model.OPTIMIZERS[opt_name](model),
+                                  model=model, strategy=strategy, bucket_bytes=512,
+                                  job=f"{cfg['job']}-{strategy}-{opt_name}")
+    make_schedule = exact_model.SCHEDULES.get(opt_name)
+    schedule = make_schedule(opt.optimizer) if make_schedule else None
+    start = time.perf_counter()
+    for step in range(steps):
+        tokens, labels = exact_model.batch(step)
+        sl = slice(rank * per, (rank + 1) * per)
+        opt.zero_grad()
+        loss_fn(model(tokens[sl]), labels[sl]).backward()
+        opt.step()
+        if schedule:
+            schedule.step()
+    ms = (time.perf_counter() - start) * 1e3 / steps
+    if rank == 0:
+        np.save(os.path.join(outdir, f"{strategy}-{opt_name}.npy"), exact_model.flat(model).numpy())
+        print(f"{combo}: {steps} steps, {ms:.2f} ms/step", flush=True)
+    opt.close()
+tt.shutdown()
