@@ -143,6 +143,38 @@ def _hyper(optimizer, group):
     return h
 
 
+def clip_grad_norm_(optimizer, max_norm, norm_type=2.0):
+    """torch.nn.utils.clip_grad_norm_ for a DistributedOptimizer: the norm is the
+    job-wide one, of the mean gradient over all ranks (what the step applies),
+    across every parameter group; if above max_norm, every rank scales its
+    gradient by max_norm / (norm + 1e-6) before the step, so the applied mean is
+    clipped as torch clips a single process's. Returns the norm (a tensor).
+
+    Call it between backward and step on every rank. It costs one extra
+    reduction through the servers, and needs overlap=False (with overlap the
+    hooks have pushed the gradients during backward, before they could be
+    scaled)."""
+    if not isinstance(optimizer, DistributedOptimizer):
+        raise ValueError("clip_grad_norm_ takes a tessel.torch.DistributedOptimizer")
+    if optimizer.overlap:
+        raise ValueError("clip_grad_norm_ needs the DistributedOptimizer made with overlap=False: "
+                         "with overlap, backward's hooks have already pushed the gradients")
+    max_norm = float(max_norm)
+    norm_type = float(norm_type)
+    if not max_norm > 0:
+        raise ValueError(f"max_norm must be > 0, got {max_norm}")
+    means = optimizer.synchronize_gradients()
+    if norm_type == float("inf"):
+        total = max(g.abs().max() for g in means)
+    else:
+        total = torch.norm(torch.stack([torch.norm(g, norm_type) for g in means]), norm_type)
+    coef = max_norm / (float(total) + 1e-6)
+    if coef < 1.0:
+        for g in optimizer._groups:
+            g.flat_grads.mul_(coef)
+    return total
+
+
 class _Group:
     """One torch parameter group = one Tessel job and its worker."""
 
@@ -296,6 +328,16 @@ class DistributedOptimizer:
             p.grad = view
         g.param_ptrs = [p.data_ptr() for p in g.params]
 
+    def _collect_grads(self, g):
+        """Every parameter's gradient in the worker's buffer."""
+        for i, p in enumerate(g.params):
+            if p.grad is None:
+                # No gradient this step: zero (torch would skip the update).
+                g.grad_views[i].zero_()
+                p.grad = g.grad_views[i]
+            else:
+                self._adopt_grad(g, i, p)
+
     @staticmethod
     def _adopt_grad(g, i, p):
         """p.grad back into the worker's buffer if something replaced it."""
@@ -338,21 +380,15 @@ class DistributedOptimizer:
                 loss = closure()
         for g in self._groups:
             self._worker(g)  # closed?
-        self._sync_hyper()
-        for g in self._groups:
             for i, p in enumerate(g.params):
                 if tuple(p.shape) != g.shapes[i] or p.data_ptr() != g.param_ptrs[i]:
                     raise ValueError(
                         f"parameter {g.names[i]} was replaced or reshaped (now {tuple(p.shape)}, "
                         f"was {g.shapes[i]}) after the DistributedOptimizer was made; Tessel "
                         f"keeps the registered layout: make a new optimizer for a new model")
-            for i, p in enumerate(g.params):
-                if p.grad is None:
-                    # No gradient this step: zero (torch would skip the update).
-                    g.grad_views[i].zero_()
-                    p.grad = g.grad_views[i]
-                else:
-                    self._adopt_grad(g, i, p)
+        self._sync_hyper()
+        for g in self._groups:
+            self._collect_grads(g)
             self._worker(g).step()
             g.ready = [0] * len(g.params)
         self.step_count += 1
@@ -362,6 +398,7 @@ class DistributedOptimizer:
         """The mean over ranks of this step's gradients, per parameter (a copy; nothing applied)."""
         out = []
         for g in self._groups:
+            self._collect_grads(g)
             mean = torch.from_numpy(self._worker(g).synchronize_gradients())
             for p, (b, e) in zip(g.params, g.ranges):
                 out.append(mean[b:e].view(p.shape).clone())

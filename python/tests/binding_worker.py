@@ -106,6 +106,8 @@ opt.step()
 stop = opt.should_early_stop(1.0 + rank)
 check(isinstance(stop, bool), "should_early_stop answers a bool")
 
+expect_raises(ValueError, "overlap=False", lambda: tt.clip_grad_norm_(opt, 1.0))
+
 # A parameter replaced behind the optimizer's back is refused.
 w = model.fc.weight
 saved = w.data

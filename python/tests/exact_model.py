@@ -59,7 +59,13 @@ OPTIMIZERS = {
     # With learning-rate schedules (SCHEDULES): the servers must follow them.
     "adam-steplr": lambda m: torch.optim.Adam(m.parameters(), lr=1e-2),
     "sgd-warmup": lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9),
+    # Gradient clipping by the global norm (CLIP: max_norm; the norms here are 2-3.6,
+    # so every step clips).
+    "adam-clip": lambda m: torch.optim.Adam(m.parameters(), lr=1e-2),
+    "sgd-clip": lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
 }
+
+CLIP = {"adam-clip": 0.25, "sgd-clip": 0.25}
 
 # Made after the optimizer, stepped after each opt.step(), as torch users do.
 SCHEDULES = {

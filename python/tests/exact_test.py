@@ -42,6 +42,8 @@ def reference(opt_name, steps):
         tokens, labels = exact_model.batch(step)
         opt.zero_grad()
         loss_fn(model(tokens), labels).backward()
+        if opt_name in exact_model.CLIP:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), exact_model.CLIP[opt_name])
         opt.step()
         if schedule:
             schedule.step()
@@ -73,6 +75,9 @@ def main():
     second = tempfile.mkdtemp(prefix="exact-2-")
     out, secs = launch(args, first, "exact", combos)
     print(f"launch 1: {len(combos)} runs of {args.steps} steps in {secs:.1f} s")
+    for line in out.splitlines():
+        if "gradient norms" in line and line.startswith("zero2"):
+            print("  rank 0,", line)
     again = ["zero2:adam", "ddp:rmsprop", "zero1:sgd"]
     _, secs2 = launch(args, second, "exact-again", again)
     print(f"launch 2: {len(again)} runs in {secs2:.1f} s")

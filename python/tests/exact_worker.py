@@ -23,23 +23,30 @@ per = exact_model.BATCH // world
 for combo in combos:
     strategy, opt_name = combo.split(":")
     model = exact_model.make_model()
+    clip = exact_model.CLIP.get(opt_name)
     opt = tt.DistributedOptimizer(exact_model.OPTIMIZERS[opt_name](model),
                                   model=model, strategy=strategy, bucket_bytes=512,
-                                  job=f"{cfg['job']}-{strategy}-{opt_name}")
+                                  job=f"{cfg['job']}-{strategy}-{opt_name}",
+                                  overlap=clip is None)
     make_schedule = exact_model.SCHEDULES.get(opt_name)
     schedule = make_schedule(opt.optimizer) if make_schedule else None
+    norms = []
     start = time.perf_counter()
     for step in range(steps):
         tokens, labels = exact_model.batch(step)
         sl = slice(rank * per, (rank + 1) * per)
         opt.zero_grad()
         loss_fn(model(tokens[sl]), labels[sl]).backward()
+        if clip:
+            norms.append(float(tt.clip_grad_norm_(opt, clip)))
         opt.step()
         if schedule:
             schedule.step()
     ms = (time.perf_counter() - start) * 1e3 / steps
     if rank == 0:
         np.save(os.path.join(outdir, f"{strategy}-{opt_name}.npy"), exact_model.flat(model).numpy())
-        print(f"{combo}: {steps} steps, {ms:.2f} ms/step", flush=True)
+        print(f"{combo}: {steps} steps, {ms:.2f} ms/step"
+              + (f", gradient norms {' '.join(f'{n:.3f}' for n in norms)}" if norms else ""),
+              flush=True)
     opt.close()
 tt.shutdown()
