@@ -1,0 +1,129 @@
+// tessel-launch's worker side: the environment each worker process gets, the
+// command line split at "--", and the supervisor that starts N copies of a
+// command, restarts the ones that fail within a job-wide budget (torchrun's
+// --max_restarts) and says how the run ended as an exit status. The main
+// (tools/launch_main.cc) adds flags, the embedded cluster and signals.
+//
+// The supervisor is single-threaded: Start() and Supervise() run on the
+// caller's thread and own every worker process (a ProcessGroup; each worker
+// dies with this process, PR_SET_PDEATHSIG).
+//
+// Example:
+//   LaunchOptions o;
+//   o.nproc_per_node = 2;
+//   o.registry = cluster.registry_address();
+//   o.num_servers = 2;
+//   o.run_dir = cluster.run_dir();
+//   o.command = {"/usr/bin/python3", "train.py"};
+//   WorkerSupervisor workers(o, &cluster.processes(), &std::cerr);
+//   LaunchResult r = workers.Run(&g_signal);  // r.exit_code: 0, a worker's, 128+signal
+#ifndef TESSEL_TOOLS_INTERNAL_LAUNCH_H_
+#define TESSEL_TOOLS_INTERNAL_LAUNCH_H_
+
+#include <csignal>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "testing/process.h"
+
+namespace tessel {
+
+// argv split at the first "--": the launcher's own arguments (argv[0]
+// included, ready for flag parsing) and the worker command after it.
+struct SplitArgs {
+  std::vector<char*> launcher;  // argv[0] and the flags before "--"
+  std::vector<std::string> command;
+  bool has_separator = false;
+};
+SplitArgs SplitAtSeparator(int argc, char** argv);
+
+// The executable a command name runs: a name with a '/' as it is (relative
+// to the working directory, made absolute), else the first match on the
+// colon-separated `path_env` (as execvp does). NotFound saying so otherwise.
+absl::StatusOr<std::string> ResolveCommand(const std::string& command, const std::string& path_env);
+
+// The folder holding the Python package `tessel/` (python/tessel/__init__.py
+// in this binary's runfiles), for PYTHONPATH; "" when this build has none.
+std::string FindPythonPackageRoot();
+
+// Fails unless a TCP connection to HOST:PORT opens within `timeout` (tried
+// again every 100 ms): the check that --registry names a running registry.
+absl::Status CheckReachable(const std::string& host_port, absl::Duration timeout);
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  std::string registry;  // host:port the workers use
+  int num_servers = 0;   // TESSEL_NUM_SERVERS (0: every server of the pool)
+  std::string job = "default-job";
+  int max_restarts = 0;              // job-wide budget, as torchrun's --max_restarts
+  std::string config;                // TESSEL_CONFIG when not empty (an absolute path)
+  std::string run_dir;               // worker logs; TESSEL_RUN_DIR
+  std::string python_root;           // prepended to PYTHONPATH when not empty
+  std::string inherited_pythonpath;  // this process's $PYTHONPATH
+  std::vector<std::string> command;  // argv; command[0] an absolute path
+  absl::Duration timeout = absl::InfiniteDuration();
+  std::string env_binary = "/usr/bin/env";  // sets the environment, then execs the command
+};
+
+// NAME=VALUE pairs every worker of `rank` gets on top of the launcher's own
+// environment (docs/launch.md lists them).
+std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const LaunchOptions& options,
+                                                                   int rank, int restart_count);
+
+// How a process ended, from ProcessGroup's failure status ("process 'NAME'
+// (pid P) exited with status S; ..." or "... was killed by signal N ...").
+struct ProcessExit {
+  std::string name;
+  int exit_code = 0;  // when signal == 0
+  int signal = 0;
+  // The status a shell would report: the exit code, or 128 + signal.
+  int ShellStatus() const { return signal != 0 ? 128 + signal : exit_code; }
+};
+absl::StatusOr<ProcessExit> ParseProcessExit(const absl::Status& failure);
+
+struct LaunchResult {
+  int exit_code = 0;    // 0; a failed worker's ShellStatus; 128+signal; 124 (timeout); 1
+  std::string message;  // what happened, for the user ("" on success)
+};
+
+class WorkerSupervisor {
+ public:
+  // `servers` (may be null): processes that must stay up while workers run
+  // (the embedded cluster's); one exiting ends the run with status 1.
+  // Progress lines (where the logs are, restarts) go to `report`.
+  WorkerSupervisor(LaunchOptions options, ProcessGroup* servers, std::ostream* report);
+  ~WorkerSupervisor() { StopAll(); }
+
+  // Starts every rank, then waits until all exit 0 (exit_code 0), a worker
+  // fails with no restart left, a server exits, `*stop_signal` turns
+  // non-zero (128 + that signal) or the timeout passes (124). Workers are
+  // stopped (SIGTERM, then SIGKILL after 3 s) before it returns on failure.
+  LaunchResult Run(const volatile std::sig_atomic_t* stop_signal);
+
+  // Stops every worker still running.
+  void StopAll() { workers_.StopAll(); }
+
+  int restarts_used() const { return restarts_used_; }
+  // The log file of `rank`'s latest process.
+  std::string LogPath(int rank) const { return workers_.LogPath(current_[rank]); }
+
+ private:
+  absl::Status StartRank(int rank, int restart_count);
+  int RankOf(const std::string& process_name) const;
+
+  LaunchOptions options_;
+  ProcessGroup* servers_;
+  std::ostream* report_;
+  ProcessGroup workers_;
+  std::vector<std::string> current_;  // per rank: its latest process's name
+  int restarts_used_ = 0;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_TOOLS_INTERNAL_LAUNCH_H_

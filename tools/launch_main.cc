@@ -1,0 +1,244 @@
+// tessel-launch: torchrun for Tessel. Starts an embedded registry and shard
+// servers on this host (or uses a running registry), then N copies of a
+// worker command with their rank, world size and the registry's address in
+// the environment; restarts failed workers within a budget and stops
+// everything it started on the way out (docs/launch.md).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "core/flag_config.h"
+#include "core/log.h"
+#include "core/version.h"
+#include "testing/local_cluster.h"
+#include "tools/internal/launch.h"
+
+ABSL_FLAG(int, nproc_per_node, 1, "worker processes to start (ranks 0 .. N-1)");
+ABSL_FLAG(int, servers, 1,
+          "shard server processes to start on this host (with --registry: none are started "
+          "and TESSEL_NUM_SERVERS is 0, every server of the pool)");
+ABSL_FLAG(std::string, registry, "",
+          "host:port of a running tessel-registry whose shard servers the workers use; empty = "
+          "start an embedded registry and --servers shard servers here");
+ABSL_FLAG(std::string, job, "default-job", "job name, given to the workers as TESSEL_JOB");
+ABSL_FLAG(int, max_restarts, 0,
+          "restarts of failed workers allowed in the whole job (as torchrun's): a worker that "
+          "exits non-zero or dies of a signal is started again, same rank and command, with "
+          "TESSEL_RESTART_COUNT raised, while restarts remain");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "checkpoint root for the shard servers started here (their --checkpoint_dir); empty = "
+          "no checkpoints");
+ABSL_FLAG(int, timeout_s, 0,
+          "stop everything and exit 124 when the workers have not all finished after this many "
+          "seconds (0 = no limit)");
+ABSL_FLAG(std::string, run_dir, "",
+          "folder for the logs (workerR.log, serverS.log) and TESSEL_RUN_DIR; empty = a new "
+          "folder tessel-launch-XXXXXX under $TMPDIR");
+
+namespace {
+volatile std::sig_atomic_t g_signal = 0;
+void OnSignal(int sig) {
+  if (g_signal == 0) g_signal = sig;
+}
+
+// Bad input: nothing has been started.
+int UsageError(const std::string& message) {
+  std::cerr << "tessel-launch: " << message << "\n"
+            << "usage: tessel-launch --nproc_per_node=N --servers=S [flags] -- COMMAND ARGS... "
+               "(--help lists the flags)\n";
+  return 2;
+}
+
+int Interrupted() {
+  std::cerr << "tessel-launch: interrupted by signal " << g_signal << " (" << strsignal(g_signal)
+            << "): stopped every process started\n";
+  return 128 + g_signal;
+}
+
+std::string Absolute(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
+  return absl::StrCat(cwd, "/", path);
+}
+
+// --help, --helpfull, --version and the like: answered without a command.
+bool AsksForHelp(const std::vector<char*>& args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    absl::string_view a = args[i];
+    absl::ConsumePrefix(&a, "-");
+    absl::ConsumePrefix(&a, "-");
+    if (absl::StartsWith(a, "help") || a == "version" || a == "only_check_args") return true;
+  }
+  return false;
+}
+
+// --help shows this binary's flags and --config (Abseil's default shows the
+// flags of a file named after the program, which this is not).
+void ShowOwnFlagsInHelp() {
+  absl::FlagsUsageConfig config;
+  auto own = [](absl::string_view file) {
+    return absl::EndsWith(file, "tools/launch_main.cc") ||
+           absl::EndsWith(file, "core/flag_config.cc");
+  };
+  config.contains_help_flags = own;
+  config.contains_helpshort_flags = own;
+  absl::SetFlagsUsageConfig(config);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Starts a Tessel job's worker processes on this host, as torchrun does.\n\n"
+      "Usage: tessel-launch --nproc_per_node=N --servers=S [--registry=HOST:PORT] [--job=NAME]\n"
+      "                     [--max_restarts=K] [--checkpoint_dir=DIR] [--config=FILE]\n"
+      "                     [--timeout_s=T] [--run_dir=DIR] -- COMMAND ARGS...\n\n"
+      "Without --registry it starts an embedded registry and S shard servers here. Then it\n"
+      "starts N copies of COMMAND ARGS (looked up on PATH) with TESSEL_REGISTRY, TESSEL_JOB,\n"
+      "TESSEL_RANK, TESSEL_WORLD_SIZE, TESSEL_NUM_SERVERS, TESSEL_RESTART_COUNT,\n"
+      "TESSEL_RUN_DIR, TESSEL_CONFIG (with --config), RANK, WORLD_SIZE, LOCAL_RANK,\n"
+      "LOCAL_WORLD_SIZE and PYTHONPATH (the tessel Python package first) in their\n"
+      "environment. Rank 0's stdout is shown here; every worker's log is in the run folder.\n"
+      "--config=FILE applies its \"common\" keys that are flags here, then its \"launch\"\n"
+      "section; flags on the command line win. The shard servers started here read the same\n"
+      "file (\"common\" and \"server\"), on loopback whatever its listen addresses say.\n\n"
+      "Exit status: 0 when every worker exits 0; a failed worker's status (its exit code, or\n"
+      "128+signal) once --max_restarts is used up; 130/143 on SIGINT/SIGTERM; 124 after\n"
+      "--timeout_s; 1 when a shard server stops; 2 for bad input (nothing started).");
+  tessel::UseVersionForVersionFlag();
+  ShowOwnFlagsInHelp();
+  tessel::SplitArgs split = tessel::SplitAtSeparator(argc, argv);
+  if (!split.has_separator && !AsksForHelp(split.launcher)) {
+    // Said before Abseil parses what may be the command's own flags.
+    return UsageError("missing '--' and the worker command after it");
+  }
+  std::vector<char*> positional = tessel::ParseCommandLineWithConfig(
+      static_cast<int>(split.launcher.size()), split.launcher.data(), "launch");
+  tessel::SetLogLabel("launch");
+  tessel::SetMinLogLevel(tessel::LogLevel::kWarning);  // the embedded registry's INFO lines
+
+  if (positional.size() > 1) {
+    return UsageError(absl::StrCat("unexpected argument '", positional[1],
+                                   "' before '--': the worker command goes after '--'"));
+  }
+  if (!split.has_separator) return UsageError("missing '--' and the worker command after it");
+  if (split.command.empty()) return UsageError("no worker command after '--'");
+  const int nproc = absl::GetFlag(FLAGS_nproc_per_node);
+  const int servers = absl::GetFlag(FLAGS_servers);
+  const std::string registry = absl::GetFlag(FLAGS_registry);
+  const int max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  const int timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  if (nproc < 1 || nproc > 1024) return UsageError("--nproc_per_node must be in 1..1024");
+  if (registry.empty() && (servers < 1 || servers > 64)) {
+    return UsageError("--servers must be in 1..64 (or name a running registry with --registry)");
+  }
+  if (max_restarts < 0) return UsageError("--max_restarts must be >= 0");
+  if (timeout_s < 0) return UsageError("--timeout_s must be >= 0 (0 = no limit)");
+  if (absl::GetFlag(FLAGS_job).empty()) return UsageError("--job must not be empty");
+  const char* path_env = std::getenv("PATH");
+  auto command = tessel::ResolveCommand(split.command[0], path_env != nullptr ? path_env : "");
+  if (!command.ok()) return UsageError(std::string(command.status().message()));
+
+  tessel::LaunchOptions options;
+  options.nproc_per_node = nproc;
+  options.job = absl::GetFlag(FLAGS_job);
+  options.max_restarts = max_restarts;
+  options.config = Absolute(
+      tessel::FindConfigArg(static_cast<int>(split.launcher.size()), split.launcher.data()));
+  options.python_root = tessel::FindPythonPackageRoot();
+  if (const char* p = std::getenv("PYTHONPATH")) options.inherited_pythonpath = p;
+  options.command = split.command;
+  options.command[0] = *command;
+  if (timeout_s > 0) options.timeout = absl::Seconds(timeout_s);
+  if (access(options.env_binary.c_str(), X_OK) != 0) {
+    return UsageError(
+        absl::StrCat("cannot run ", options.env_binary, ", which sets the workers' environment"));
+  }
+  if (!options.config.empty() && access(options.config.c_str(), R_OK) != 0) {
+    return UsageError(absl::StrCat("--config: cannot read ", options.config));
+  }
+  if (!registry.empty()) {
+    absl::Status reachable = tessel::CheckReachable(registry, absl::Seconds(5));
+    if (!reachable.ok()) return UsageError(std::string(reachable.message()));
+  }
+  options.run_dir = absl::GetFlag(FLAGS_run_dir).empty() ? tessel::MakeRunDir("tessel-launch")
+                                                         : Absolute(absl::GetFlag(FLAGS_run_dir));
+  if (access(options.run_dir.c_str(), W_OK) != 0 && mkdir(options.run_dir.c_str(), 0755) != 0) {
+    return UsageError(absl::StrCat("--run_dir: cannot create ", options.run_dir));
+  }
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+
+  std::unique_ptr<tessel::LocalCluster> cluster;
+  if (registry.empty()) {
+    tessel::ClusterOptions copt;
+    copt.servers = servers;
+    copt.run_dir = options.run_dir;
+    if (!options.config.empty()) {
+      // The servers read the file's "common" and "server" sections, but they
+      // all run here: on loopback, on ports of their own, as shards 0..S-1.
+      copt.server_args = {"--config=" + options.config, "--listen=127.0.0.1:0", "--health_listen=",
+                          "--advertise_address=", "--shard_from_hostname=false"};
+    }
+    if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+      copt.server_args.push_back("--checkpoint_dir=" +
+                                 Absolute(absl::GetFlag(FLAGS_checkpoint_dir)));
+    }
+    cluster = std::make_unique<tessel::LocalCluster>(copt);
+    std::cerr << "tessel-launch: starting an embedded registry and " << servers
+              << " shard server(s); logs in " << options.run_dir << "\n";
+    absl::Status s = cluster->Start();
+    if (g_signal != 0) {
+      cluster->Stop();
+      return Interrupted();
+    }
+    if (!s.ok()) {
+      cluster->Stop();
+      std::cerr << "tessel-launch: the shard servers did not start: " << s.message() << "\n";
+      return 1;
+    }
+    options.registry = cluster->registry_address();
+    options.num_servers = servers;
+    std::cerr << "tessel-launch: registry at " << options.registry << ", " << servers
+              << " shard server(s) registered (" << options.run_dir << "/server<S>.log)\n";
+  } else {
+    options.registry = registry;
+    options.num_servers = 0;
+    std::cerr << "tessel-launch: using the registry at " << registry
+              << " and the shard servers registered there\n";
+  }
+  std::cerr << "tessel-launch: job '" << options.job << "': " << nproc << " worker(s) of "
+            << absl::StrJoin(options.command, " ") << "; rank 0's stdout follows, its stderr and "
+            << "the other ranks' output are in " << options.run_dir << "/worker<R>.log\n"
+            << std::flush;
+
+  tessel::WorkerSupervisor workers(options, cluster ? &cluster->processes() : nullptr, &std::cerr);
+  tessel::LaunchResult result = workers.Run(&g_signal);
+  workers.StopAll();
+  if (cluster != nullptr) cluster->Stop();
+  std::cout << std::flush;
+  if (result.exit_code == 0) {
+    std::cerr << "tessel-launch: all " << nproc << " worker(s) exited 0"
+              << (workers.restarts_used() > 0
+                      ? absl::StrCat(" (after ", workers.restarts_used(), " restart(s))")
+                      : "")
+              << "\n";
+    return 0;
+  }
+  if (g_signal != 0) return Interrupted();
+  std::cerr << "tessel-launch: " << result.message << "\n"
+            << "tessel-launch: stopped every process started; exiting with status "
+            << result.exit_code << "\n";
+  return result.exit_code;
+}
