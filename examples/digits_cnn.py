@@ -15,6 +15,7 @@ example's test prints (tessel-launch sets RANK and WORLD_SIZE; give
 MASTER_ADDR and MASTER_PORT).
 """
 import argparse
+import contextlib
 import time
 
 import numpy as np
@@ -52,7 +53,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--batch", type=int, default=64, help="global batch (all workers)")
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--strategy", default="zero2", choices=["ddp", "zero1", "zero2"])
+    ap.add_argument("--strategy", default="zero2", choices=["ddp", "zero1", "zero2", "fsdp"])
     ap.add_argument("--backend", default="tessel", choices=["tessel", "gloo"])
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -75,9 +76,11 @@ def main():
     if args.backend == "tessel":
         opt = tt.DistributedOptimizer(adam, model=model, strategy=args.strategy)
         net = model
+        full_model = opt.gathered  # fsdp: every unit's parameters, for evaluation
     else:
         net = torch.nn.parallel.DistributedDataParallel(model)
         opt = adam
+        full_model = contextlib.nullcontext
     loss_fn = nn.CrossEntropyLoss()
     per = args.batch // world
     steps_per_epoch = len(y_train) // args.batch
@@ -95,12 +98,12 @@ def main():
             step_times.append(time.perf_counter() - start)
             total += loss.item()
         if rank == 0:
-            with torch.no_grad():
+            with torch.no_grad(), full_model():
                 acc = (model(x_test).argmax(1) == y_test).float().mean().item()
             print(f"epoch {epoch + 1:2d}/{args.epochs}: loss {total / steps_per_epoch:.4f}, "
                   f"test accuracy {100 * acc:.2f}%", flush=True)
     if rank == 0:
-        with torch.no_grad():
+        with torch.no_grad(), full_model():
             acc = (model(x_test).argmax(1) == y_test).float().mean().item()
         ms = 1e3 * float(np.median(step_times[steps_per_epoch:] or step_times))
         print(f"digits_cnn: backend {args.backend}, {world} workers, "

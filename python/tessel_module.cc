@@ -148,6 +148,12 @@ WorkerOptions MakeOptions(const std::string& registry, const std::string& job, i
   return o;
 }
 
+void CheckUnit(Worker& w, int unit) {
+  if (unit < 0 || unit >= w.num_units()) {
+    throw py::value_error(absl::StrCat("unit ", unit, " is outside [0, ", w.num_units(), ")"));
+  }
+}
+
 // The Python-visible worker: the C++ one, closed explicitly or when collected.
 struct PyWorker {
   std::unique_ptr<Worker> w;
@@ -162,6 +168,7 @@ struct PyWorker {
 
 PYBIND11_MODULE(_tessel, m) {
   using tessel::Check;
+  using tessel::CheckUnit;
   using tessel::PyWorker;
   using tessel::Take;
   using tessel::View;
@@ -272,6 +279,89 @@ PYBIND11_MODULE(_tessel, m) {
             Check(s);
           },
           "After a RecoverableError: rolls back to the latest complete checkpoint.")
+      // --- fsdp: parameters and gradients unit by unit ------------------
+      .def_property_readonly("num_units", [](PyWorker& self) { return self.get().num_units(); })
+      .def(
+          "unit_range",
+          [](PyWorker& self, int unit) {
+            CheckUnit(self.get(), unit);
+            const tessel::Range r = self.get().unit_range(unit);
+            return std::make_pair(r.begin, r.end);
+          },
+          py::arg("unit"), "The unit's flat element range [begin, end).")
+      .def(
+          "prefetch",
+          [](PyWorker& self, int unit) {
+            CheckUnit(self.get(), unit);
+            Check(self.get().Prefetch(unit));
+          },
+          py::arg("unit"), "Starts gathering the unit's parameters in the background.")
+      .def(
+          "gather",
+          [](py::object self, int unit) {
+            Worker& w = self.cast<PyWorker&>().get();
+            CheckUnit(w, unit);
+            absl::StatusOr<absl::Span<const float>> p;
+            {
+              py::gil_scoped_release release;
+              p = w.Gather(unit);
+            }
+            return View(Take(std::move(p)), self, /*writeable=*/true);
+          },
+          py::arg("unit"),
+          "Waits for the unit's parameters of this step: a view valid until release(unit).")
+      .def(
+          "release",
+          [](PyWorker& self, int unit) {
+            CheckUnit(self.get(), unit);
+            self.get().Release(unit);
+          },
+          py::arg("unit"), "Frees the unit's parameters (drop every view of them first).")
+      .def(
+          "unit_grads",
+          [](py::object self, int unit) {
+            Worker& w = self.cast<PyWorker&>().get();
+            CheckUnit(w, unit);
+            return View(w.UnitGrads(unit), self, /*writeable=*/true);
+          },
+          py::arg("unit"), "A zeroed buffer for the unit's gradients, valid until push_unit.")
+      .def(
+          "push_unit",
+          [](PyWorker& self, int unit) {
+            CheckUnit(self.get(), unit);
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = self.get().PushUnit(unit);
+            }
+            Check(s);
+          },
+          py::arg("unit"), "Pushes the unit's gradients (drop every view of them first).")
+      .def(
+          "finish_step",
+          [](PyWorker& self) {
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = self.get().FinishStep();
+            }
+            Check(s);
+          },
+          "fsdp: waits until every shard applied this step.")
+      .def(
+          "gather_all",
+          [](PyWorker& self) {
+            absl::StatusOr<std::vector<float>> all;
+            {
+              py::gil_scoped_release release;
+              all = self.get().GatherAll();
+            }
+            std::vector<float> v = Take(std::move(all));
+            py::array_t<float> out(static_cast<py::ssize_t>(v.size()));
+            std::memcpy(out.mutable_data(), v.data(), v.size() * sizeof(float));
+            return out;
+          },
+          "The full parameters at the current step (a copy).")
       .def(
           "set_optimizer",
           [](PyWorker& self, const py::dict& optimizer) {

@@ -43,7 +43,7 @@ import tessel
 _config = None
 _optimizers = []
 
-_STRATEGIES = ("ddp", "zero1", "zero2")
+_STRATEGIES = ("ddp", "zero1", "zero2", "fsdp")
 
 
 def init(registry=None, job=None, rank=None, world_size=None, num_servers=None, ucx_tls=None,
@@ -175,6 +175,33 @@ def clip_grad_norm_(optimizer, max_norm, norm_type=2.0):
     return total
 
 
+class _Gathered:
+    def __init__(self, opt):
+        self.opt = opt
+        self.held = []
+
+    def __enter__(self):
+        if self.opt.strategy == "fsdp":
+            g = self.opt._groups[0]
+            self.opt._worker(g)
+            for u, unit in enumerate(g.units):
+                if not unit["held"]:
+                    self.opt._hold_unit(g, u)
+                    self.held.append(u)
+        return self.opt
+
+    def __exit__(self, *exc):
+        if self.held:
+            g = self.opt._groups[0]
+            for u in self.held:
+                unit = g.units[u]
+                self.opt._empty_params(g, unit["members"])
+                unit.pop("grads", None)
+                g.worker.release(u)
+                unit["held"] = False
+        return False
+
+
 class _Group:
     """One torch parameter group = one Tessel job and its worker."""
 
@@ -206,8 +233,7 @@ class DistributedOptimizer:
                  backward_passes_per_step=1, overlap=True, job=None):
         cfg = _require_init()
         if strategy not in _STRATEGIES:
-            raise ValueError(f"strategy {strategy!r}: one of {', '.join(_STRATEGIES)} "
-                             f"(fsdp has its own wrapper, not built yet)")
+            raise ValueError(f"strategy {strategy!r}: one of {', '.join(_STRATEGIES)}")
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
         self.optimizer = optimizer
@@ -240,6 +266,9 @@ class DistributedOptimizer:
             self._groups.append(_Group(gi, params, pnames, _hyper(optimizer, group)))
         if not self._groups:
             raise ValueError("the optimizer has no parameters")
+        units = []
+        if strategy == "fsdp":
+            units = self._fsdp_units(model)
         base_job = job or cfg["job"]
         for g in self._groups:
             g.worker = tessel.Worker(
@@ -247,14 +276,177 @@ class DistributedOptimizer:
                 cfg["rank"], cfg["world_size"], strategy=strategy, optimizer=g.hyper,
                 num_servers=cfg["num_servers"], bucket_bytes=int(bucket_bytes),
                 ucx_tls=cfg["ucx_tls"], connect_timeout_s=cfg["connect_timeout_s"],
-                step_timeout_s=cfg["step_timeout_s"], token=cfg["token"])
-            self._bind(g)
+                step_timeout_s=cfg["step_timeout_s"], token=cfg["token"],
+                units=[first for first, _ in units])
+            if strategy == "fsdp":
+                self._bind_fsdp(g, units)
+            else:
+                self._bind(g)
         self.step_count = 0
         _optimizers.append(self)
+
+    # --- fsdp (ZeRO-3) --------------------------------------------------------
+    # The worker keeps no full copy: a unit's parameters are gathered from
+    # the shard servers when its module's forward starts (the next unit is
+    # prefetched meanwhile), its gradients are written into the unit's own
+    # buffer, and once backward produced every one of them the unit is
+    # released and pushed. Between steps the parameters are empty tensors;
+    # `with opt.gathered():` holds them all (evaluation, inspection).
+
+    def _fsdp_units(self, model):
+        """Units: the model's top-level children that own parameters, in parameter order
+        (parameters of the model itself form units of their own)."""
+        if model is None:
+            raise ValueError("strategy 'fsdp' needs model= (its modules are the units)")
+        if len(self._groups) != 1:
+            raise ValueError("strategy 'fsdp' takes one parameter group")
+        named = list(model.named_parameters())
+        if [id(p) for _, p in named] != [id(p) for p in self._groups[0].params]:
+            raise ValueError("strategy 'fsdp' needs the optimizer over model.parameters(), "
+                             "in that order")
+        units = []  # (index of the unit's first tensor, module)
+        children = dict(model.named_children())
+        last = None
+        for i, (name, _) in enumerate(named):
+            head = name.split(".")[0]
+            key = head if head in children else f"<root>.{name}"
+            if key != last:
+                if any(k == key for _, _, k in units):
+                    raise ValueError(f"the parameters of {head} are not contiguous in "
+                                     f"model.parameters(); fsdp units must be")
+                units.append((i, children.get(head, model), key))
+                last = key
+        return [(first, module) for first, module, _ in units]
+
+    def _bind_fsdp(self, g, units):
+        flat_init = np.concatenate([p.detach().reshape(-1).numpy() for p in g.params])
+        shapes = [list(p.shape) if p.dim() > 0 else [1] for p in g.params]
+        g.worker.register_layout(g.names, shapes, flat_init.astype(np.float32, copy=False))
+        g.shapes = [tuple(p.shape) for p in g.params]
+        g.units = []
+        firsts = [first for first, _ in units] + [len(g.params)]
+        for u, (first, module) in enumerate(units):
+            members = list(range(first, firsts[u + 1]))
+            begin, _ = g.worker.unit_range(u)
+            offsets = []
+            off = 0
+            for i in members:
+                n = g.params[i].numel()
+                offsets.append((off, off + n))
+                off += n
+            g.units.append({"members": members, "offsets": offsets, "held": False,
+                            "pushed": False, "done": 0, "begin": begin})
+            self._hooks.append(module.register_forward_pre_hook(self._unit_pre_hook(g, u)))
+        g.unit_of = {}
+        for u, unit in enumerate(g.units):
+            for i in unit["members"]:
+                g.unit_of[i] = u
+        for i, p in enumerate(g.params):
+            self._hooks.append(self._fsdp_grad_hook(g, i, p))
+        self._empty_params(g)
+        g.param_ptrs = None
+
+    @staticmethod
+    def _empty_params(g, members=None):
+        with torch.no_grad():
+            for i in (members if members is not None else range(len(g.params))):
+                g.params[i].data = torch.empty(0)
+                g.params[i].grad = None
+
+    def _unit_pre_hook(self, g, u):
+        def hook(module, inputs):
+            if g.worker is None:
+                raise RuntimeError("this DistributedOptimizer was closed (tessel.torch.shutdown)")
+            self._sync_group(g)  # new settings reach the servers before any push
+            self._hold_unit(g, u)
+            if u + 1 < len(g.units) and not g.units[u + 1]["held"]:
+                g.worker.prefetch(u + 1)
+        return hook
+
+    def _hold_unit(self, g, u):
+        unit = g.units[u]
+        if unit["held"]:
+            return
+        params = torch.from_numpy(g.worker.gather(u))
+        grads = torch.from_numpy(g.worker.unit_grads(u))
+        with torch.no_grad():
+            for i, (b, e) in zip(unit["members"], unit["offsets"]):
+                p = g.params[i]
+                p.data = params[b:e].view(g.shapes[i])
+                p.grad = grads[b:e].view(g.shapes[i])
+        unit["grads"] = grads
+        unit["held"] = True
+        unit["done"] = 0
+
+    def _fsdp_grad_hook(self, g, i, p):
+        acc = p.expand_as(p).grad_fn.next_functions[0][0] if p.numel() else None
+        if acc is None:  # an empty parameter now: hooks need the node made while bound
+            raise ValueError("internal: fsdp hooks are made before parameters are emptied")
+        u = g.unit_of[i]
+
+        def hook(*_):
+            if g.worker is None:
+                return
+            unit = g.units[u]
+            unit["done"] += 1
+            if unit["done"] == len(unit["members"]) * self.backward_passes_per_step:
+                self._push_unit(g, u)
+
+        acc.register_hook(hook)
+        return acc
+
+    def _push_unit(self, g, u):
+        unit = g.units[u]
+        if unit["pushed"]:
+            return
+        if not unit["held"]:
+            grads = torch.from_numpy(g.worker.unit_grads(u))  # a zero gradient
+            del grads
+        else:
+            for i in unit["members"]:
+                p = g.params[i]
+                b, e = unit["offsets"][unit["members"].index(i)]
+                if p.grad is not None and p.grad.data_ptr() != unit["grads"][b:e].data_ptr():
+                    unit["grads"][b:e].copy_(p.grad.reshape(-1))
+            self._empty_params(g, unit["members"])
+            unit.pop("grads", None)
+            g.worker.release(u)
+            unit["held"] = False
+        g.worker.push_unit(u)
+        unit["pushed"] = True
+
+    def _fsdp_step(self, g):
+        for u in range(len(g.units)):
+            self._push_unit(g, u)  # units backward did not reach: a zero gradient
+        g.worker.finish_step()
+        for unit in g.units:
+            unit["pushed"] = False
+            unit["done"] = 0
+
+    def gathered(self):
+        """A context in which every parameter holds its full value of this step
+        (fsdp gathers and releases every unit; other strategies hold them anyway)."""
+        return _Gathered(self)
 
     def close(self):
         """Leaves the jobs. The parameters move into memory of their own first
         (they lived in the workers' buffers), so the model stays usable."""
+        if self.strategy == "fsdp":
+            for g in self._groups:
+                if g.worker is None:
+                    continue
+                full = torch.from_numpy(g.worker.gather_all())
+                off = 0
+                with torch.no_grad():
+                    for i, p in enumerate(g.params):
+                        n = int(np.prod(g.shapes[i]))
+                        p.data = full[off:off + n].view(g.shapes[i]).clone()
+                        p.grad = None
+                        off += n
+                g.worker.close()
+                g.worker = None
+            self._hooks = []
+            return
         for g in self._groups:
             if g.worker is None:
                 continue
@@ -355,6 +547,12 @@ class DistributedOptimizer:
 
     def zero_grad(self, set_to_none=False):
         """Zeroes the gradients in place (the buffers stay the model's .grad)."""
+        if self.strategy == "fsdp":
+            for g in self._groups:
+                for unit in g.units:
+                    if unit.get("grads") is not None:
+                        unit["grads"].zero_()
+            return
         for g in self._groups:
             g.flat_grads.zero_()
             for p, view in zip(g.params, g.grad_views):
@@ -378,6 +576,13 @@ class DistributedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self.strategy == "fsdp":
+            g = self._groups[0]
+            self._worker(g)  # closed?
+            self._sync_hyper()
+            self._fsdp_step(g)
+            self.step_count += 1
+            return loss
         for g in self._groups:
             self._worker(g)  # closed?
             for i, p in enumerate(g.params):
@@ -427,7 +632,15 @@ class DistributedOptimizer:
                              f"{len(self._groups)}")
         for g, blob in zip(self._groups, blobs):
             self._worker(g).deserialize(blob)
-            self._rebind(g)
+            if self.strategy == "fsdp":
+                for u, unit in enumerate(g.units):  # gathered before the load: stale
+                    if unit["held"]:
+                        self._empty_params(g, unit["members"])
+                        unit.pop("grads", None)
+                        g.worker.release(u)
+                        unit["held"] = False
+            else:
+                self._rebind(g)
 
     @property
     def workers(self):

@@ -115,7 +115,30 @@ w.data = torch.zeros(3, 3)
 expect_raises(ValueError, "was replaced or reshaped", opt.step)
 w.data = saved
 
+# fsdp: between steps the worker holds no parameters; gathered() holds them all.
+fmodel = exact_model.make_model()
+fopt = tt.DistributedOptimizer(torch.optim.SGD(fmodel.parameters(), lr=0.1), model=fmodel,
+                               strategy="fsdp", job=cfg["job"] + "-fsdp")
+check(all(p.numel() == 0 for p in fmodel.parameters()), "fsdp: no parameters held after joining")
+for s in range(2):
+    tokens, labels = exact_model.batch(s)
+    fopt.zero_grad()
+    loss_fn(fmodel(tokens[rank * per:(rank + 1) * per]),
+            labels[rank * per:(rank + 1) * per]).backward()
+    check(all(p.numel() == 0 for p in fmodel.parameters()),
+          "fsdp: every unit released once backward pushed it")
+    fopt.step()
+with fopt.gathered():
+    full = exact_model.flat(fmodel).clone()
+    check(full.numel() == exact_model.flat(exact_model.make_model()).numel(),
+          "fsdp: gathered() holds every parameter")
+check(all(p.numel() == 0 for p in fmodel.parameters()), "fsdp: released after gathered()")
+expect_raises(ValueError, "one parameter group", lambda: tt.DistributedOptimizer(
+    exact_model.OPTIMIZERS["groups"](exact_model.make_model()), model=exact_model.make_model(),
+    strategy="fsdp"))
+
 tt.shutdown()
+check(torch.equal(exact_model.flat(fmodel), full), "fsdp: shutdown leaves the full model")
 after = exact_model.flat(model)  # still readable: copied out of the workers' buffers
 check(after.shape == at5.shape and torch.isfinite(after).all(), "the model survives shutdown")
 expect_raises(RuntimeError, "closed", opt.step)

@@ -44,7 +44,9 @@ for combo in combos:
             schedule.step()
     ms = (time.perf_counter() - start) * 1e3 / steps
     if rank == 0:
-        np.save(os.path.join(outdir, f"{strategy}-{opt_name}.npy"), exact_model.flat(model).numpy())
+        with opt.gathered():
+            np.save(os.path.join(outdir, f"{strategy}-{opt_name}.npy"),
+                    exact_model.flat(model).numpy())
         print(f"{combo}: {steps} steps, {ms:.2f} ms/step"
               + (f", gradient norms {' '.join(f'{n:.3f}' for n in norms)}" if norms else ""),
               flush=True)
