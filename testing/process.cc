@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 
 namespace tessel {
 
@@ -23,7 +24,8 @@ std::string ProcessGroup::LogPath(const std::string& name) const {
 }
 
 absl::Status ProcessGroup::Start(const std::string& name, const std::vector<std::string>& argv,
-                                 bool inherit_stdout) {
+                                 bool inherit_stdout,
+                                 const std::vector<std::pair<std::string, std::string>>& env) {
   if (argv.empty()) return absl::InvalidArgumentError("empty argv");
   if (access(argv[0].c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("cannot execute ", argv[0], ": ", std::strerror(errno),
@@ -37,6 +39,20 @@ absl::Status ProcessGroup::Start(const std::string& name, const std::vector<std:
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The child's environment, made before fork (after it, in a process with
+  // threads, only async-signal-safe calls are allowed).
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const absl::string_view entry(*e);
+    const absl::string_view key = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const auto& [k, v] : env) overridden = overridden || k == key;
+    if (!overridden) env_strings.emplace_back(entry);
+  }
+  for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
@@ -48,13 +64,28 @@ absl::Status ProcessGroup::Start(const std::string& name, const std::vector<std:
     if (getppid() != parent) _exit(127);
     dup2(fd, STDERR_FILENO);
     if (!inherit_stdout) dup2(fd, STDOUT_FILENO);
-    execv(args[0], args.data());
-    dprintf(fd, "execv %s failed: %s\n", args[0], std::strerror(errno));
+    execve(args[0], args.data(), envp.data());
+    dprintf(fd, "execve %s failed: %s\n", args[0], std::strerror(errno));
     _exit(127);
   }
   close(fd);
   children_.push_back(Child{name, pid, false, 0});
   return absl::OkStatus();
+}
+
+std::optional<ProcessGroup::Exit> ProcessGroup::ExitOf(const std::string& name) const {
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
+    if (it->name != name) continue;
+    if (!it->exited) return std::nullopt;
+    Exit e;
+    if (WIFSIGNALED(it->status)) {
+      e.signal = WTERMSIG(it->status);
+    } else {
+      e.exit_code = WEXITSTATUS(it->status);
+    }
+    return e;
+  }
+  return std::nullopt;
 }
 
 std::string ProcessGroup::LogTail(const std::string& name, int lines) const {

@@ -15,7 +15,9 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,8 +30,10 @@ class ProcessGroup {
   explicit ProcessGroup(std::string log_dir) : log_dir_(std::move(log_dir)) {}
   ~ProcessGroup() { StopAll(); }
 
+  // `env`: NAME=VALUE pairs set on top of this process's environment.
   absl::Status Start(const std::string& name, const std::vector<std::string>& argv,
-                     bool inherit_stdout = false);
+                     bool inherit_stdout = false,
+                     const std::vector<std::pair<std::string, std::string>>& env = {});
   // Waits until every process in `names` exited with status 0. Fails as soon
   // as any process of the group (named or not) exits abnormally or non-zero,
   // or `stop_requested` turns true, or the timeout passes.
@@ -39,6 +43,16 @@ class ProcessGroup {
   absl::Status CheckAlive();
   void StopAll();
   std::string LogPath(const std::string& name) const;
+  // How the (latest) process called `name` ended, once it has been reaped by
+  // WaitAll/CheckAlive/StopAll; nullopt while it runs or if there is none.
+  struct Exit {
+    int exit_code = 0;  // when signal == 0
+    int signal = 0;
+    // What a shell reports: the exit code, or 128 + signal.
+    int ShellStatus() const { return signal != 0 ? 128 + signal : exit_code; }
+    bool ok() const { return signal == 0 && exit_code == 0; }
+  };
+  std::optional<Exit> ExitOf(const std::string& name) const;
   std::string LogTail(const std::string& name, int lines) const;
 
  private:

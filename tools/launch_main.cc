@@ -160,10 +160,6 @@ int main(int argc, char** argv) {
   options.command = split.command;
   options.command[0] = *command;
   if (timeout_s > 0) options.timeout = absl::Seconds(timeout_s);
-  if (access(options.env_binary.c_str(), X_OK) != 0) {
-    return UsageError(
-        absl::StrCat("cannot run ", options.env_binary, ", which sets the workers' environment"));
-  }
   if (!options.config.empty() && access(options.config.c_str(), R_OK) != 0) {
     return UsageError(absl::StrCat("--config: cannot read ", options.config));
   }
@@ -195,6 +191,7 @@ int main(int argc, char** argv) {
       copt.server_args.push_back("--checkpoint_dir=" +
                                  Absolute(absl::GetFlag(FLAGS_checkpoint_dir)));
     }
+    options.ucx_tls = copt.ucx_tls;  // the workers talk to these servers as they do
     cluster = std::make_unique<tessel::LocalCluster>(copt);
     std::cerr << "tessel-launch: starting an embedded registry and " << servers
               << " shard server(s); logs in " << options.run_dir << "\n";

@@ -51,23 +51,11 @@ bool ConnectOnce(const addrinfo* address, absl::Duration timeout) {
   return ok;
 }
 
-// The int after `prefix` in `text` (digits only), or -1.
-int IntAfter(absl::string_view text, absl::string_view prefix) {
-  const size_t at = text.find(prefix);
-  if (at == absl::string_view::npos) return -1;
-  absl::string_view rest = text.substr(at + prefix.size());
-  size_t digits = 0;
-  while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
-  int value = -1;
-  if (digits == 0 || !absl::SimpleAtoi(rest.substr(0, digits), &value)) return -1;
-  return value;
-}
-
 std::string DescribeExit(const ProcessExit& e) {
-  if (e.signal != 0) {
-    return absl::StrCat("was killed by signal ", e.signal, " (", strsignal(e.signal), ")");
+  if (e.how.signal != 0) {
+    return absl::StrCat("was killed by signal ", e.how.signal, " (", strsignal(e.how.signal), ")");
   }
-  return absl::StrCat("exited with status ", e.exit_code);
+  return absl::StrCat("exited with status ", e.how.exit_code);
 }
 
 }  // namespace
@@ -189,6 +177,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const LaunchO
       {"LOCAL_WORLD_SIZE", absl::StrCat(o.nproc_per_node)},
   };
   if (!o.config.empty()) env.push_back({"TESSEL_CONFIG", o.config});
+  if (!o.ucx_tls.empty()) env.push_back({"TESSEL_UCX_TLS", o.ucx_tls});
   if (!o.python_root.empty()) {
     env.push_back({"PYTHONPATH", o.inherited_pythonpath.empty()
                                      ? o.python_root
@@ -197,30 +186,13 @@ std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const LaunchO
   return env;
 }
 
-absl::StatusOr<ProcessExit> ParseProcessExit(const absl::Status& failure) {
-  const absl::string_view m = failure.message();
-  constexpr absl::string_view kOpen = "process '";
-  ProcessExit e;
-  if (absl::StartsWith(m, kOpen)) {
-    const size_t close = m.find('\'', kOpen.size());
-    if (close != absl::string_view::npos) {
-      e.name = std::string(m.substr(kOpen.size(), close - kOpen.size()));
-      // Only the process's own line: the log tail after it may say anything.
-      absl::string_view rest = m.substr(close);
-      rest = rest.substr(0, rest.find("; last lines of "));
-      e.signal = IntAfter(rest, ") was killed by signal ");
-      e.exit_code = IntAfter(rest, ") exited with status ");
-      if (e.signal > 0 && e.exit_code < 0) {
-        e.exit_code = 0;
-        return e;
-      }
-      if (e.exit_code >= 0 && e.signal < 0) {
-        e.signal = 0;
-        return e;
-      }
-    }
+std::optional<ProcessExit> FirstFailure(const ProcessGroup& group,
+                                        const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const std::optional<ProcessGroup::Exit> how = group.ExitOf(name);
+    if (how.has_value() && !how->ok()) return ProcessExit{name, *how};
   }
-  return absl::InternalError(absl::StrCat("cannot tell which process ended how from: ", m));
+  return std::nullopt;
 }
 
 WorkerSupervisor::WorkerSupervisor(LaunchOptions options, ProcessGroup* servers,
@@ -232,15 +204,12 @@ WorkerSupervisor::WorkerSupervisor(LaunchOptions options, ProcessGroup* servers,
       current_(options_.nproc_per_node) {}
 
 absl::Status WorkerSupervisor::StartRank(int rank, int restart_count) {
-  std::vector<std::string> argv = {options_.env_binary};
-  for (const auto& [name, value] : WorkerEnvironment(options_, rank, restart_count)) {
-    argv.push_back(absl::StrCat(name, "=", value));
-  }
-  argv.insert(argv.end(), options_.command.begin(), options_.command.end());
+  const std::vector<std::string>& argv = options_.command;
   const std::string name = restart_count == 0
                                ? absl::StrCat("worker", rank)
                                : absl::StrCat("worker", rank, ".restart", restart_count);
-  absl::Status s = workers_.Start(name, argv, /*inherit_stdout=*/rank == 0);
+  absl::Status s = workers_.Start(name, argv, /*inherit_stdout=*/rank == 0,
+                                  WorkerEnvironment(options_, rank, restart_count));
   if (s.ok()) current_[rank] = name;
   return s;
 }
@@ -288,8 +257,8 @@ LaunchResult WorkerSupervisor::Run(const volatile std::sig_atomic_t* stop_signal
       }
       continue;
     }
-    auto exit = ParseProcessExit(s);
-    const int rank = exit.ok() ? RankOf(exit->name) : -1;
+    const std::optional<ProcessExit> exit = FirstFailure(workers_, current_);
+    const int rank = exit.has_value() ? RankOf(exit->name) : -1;
     if (rank < 0) return fail(1, std::string(s.message()));
     const std::string log = workers_.LogPath(exit->name);
     const std::string tail = workers_.LogTail(exit->name, 15);

@@ -67,7 +67,7 @@ struct LaunchOptions {
   std::string inherited_pythonpath;  // this process's $PYTHONPATH
   std::vector<std::string> command;  // argv; command[0] an absolute path
   absl::Duration timeout = absl::InfiniteDuration();
-  std::string env_binary = "/usr/bin/env";  // sets the environment, then execs the command
+  std::string ucx_tls;  // TESSEL_UCX_TLS when not empty: the embedded servers' transports
 };
 
 // NAME=VALUE pairs every worker of `rank` gets on top of the launcher's own
@@ -75,16 +75,15 @@ struct LaunchOptions {
 std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const LaunchOptions& options,
                                                                    int rank, int restart_count);
 
-// How a process ended, from ProcessGroup's failure status ("process 'NAME'
-// (pid P) exited with status S; ..." or "... was killed by signal N ...").
+// A worker process that ended badly: its name and how.
 struct ProcessExit {
   std::string name;
-  int exit_code = 0;  // when signal == 0
-  int signal = 0;
-  // The status a shell would report: the exit code, or 128 + signal.
-  int ShellStatus() const { return signal != 0 ? 128 + signal : exit_code; }
+  ProcessGroup::Exit how;
+  int ShellStatus() const { return how.ShellStatus(); }
 };
-absl::StatusOr<ProcessExit> ParseProcessExit(const absl::Status& failure);
+// The first of `names` that has exited non-zero or by a signal, if any.
+std::optional<ProcessExit> FirstFailure(const ProcessGroup& group,
+                                        const std::vector<std::string>& names);
 
 struct LaunchResult {
   int exit_code = 0;    // 0; a failed worker's ShellStatus; 128+signal; 124 (timeout); 1

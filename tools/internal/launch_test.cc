@@ -97,30 +97,53 @@ TEST(WorkerEnvironment, TesselAndTorchrunNames) {
   EXPECT_EQ(EnvMap(o, 0, 0)["PYTHONPATH"], "/r/tessel/python:/a:/b");
 }
 
-// ParseProcessExit reads ProcessGroup's own failure messages: this test
-// breaks if their wording changes.
-TEST(ParseProcessExit, ExitCodesAndSignalsFromProcessGroup) {
-  const std::string dir = MakeRunDir("parse-exit");
+// FirstFailure names the first listed process that exited non-zero or by a
+// signal, with how (ProcessGroup::ExitOf), and none while all are well.
+TEST(FirstFailure, ExitCodesAndSignals) {
+  const std::string dir = MakeRunDir("first-failure");
   ProcessGroup group(dir);
-  ASSERT_TRUE(
-      group.Start("exits3", {"/bin/sh", "-c", "echo 'was killed by signal 9' >&2; exit 3"}).ok());
-  absl::Status s = group.WaitAll({"exits3"}, absl::Seconds(30));
-  auto e = ParseProcessExit(s);
-  ASSERT_TRUE(e.ok()) << e.status() << " from " << s;
+  ASSERT_TRUE(group.Start("fine", {"/bin/sh", "-c", "exit 0"}).ok());
+  ASSERT_TRUE(group.WaitAll({"fine"}, absl::Seconds(30)).ok());
+  EXPECT_FALSE(FirstFailure(group, {"fine"}).has_value());
+  ASSERT_TRUE(group.Start("exits3", {"/bin/sh", "-c", "exit 3"}).ok());
+  EXPECT_FALSE(group.WaitAll({"exits3"}, absl::Seconds(30)).ok());
+  auto e = FirstFailure(group, {"fine", "exits3"});
+  ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->name, "exits3");
-  EXPECT_EQ(e->exit_code, 3);
-  EXPECT_EQ(e->signal, 0);
+  EXPECT_EQ(e->how.exit_code, 3);
+  EXPECT_EQ(e->how.signal, 0);
   EXPECT_EQ(e->ShellStatus(), 3);
 
-  ASSERT_TRUE(group.Start("killed", {"/bin/sh", "-c", "kill -9 $$"}).ok());
-  s = group.WaitAll({"killed"}, absl::Seconds(30));
-  e = ParseProcessExit(s);
-  ASSERT_TRUE(e.ok()) << e.status() << " from " << s;
-  EXPECT_EQ(e->name, "killed");
-  EXPECT_EQ(e->signal, 9);
+  ProcessGroup killed_group(dir);
+  ASSERT_TRUE(killed_group.Start("killed", {"/bin/sh", "-c", "kill -9 $$"}).ok());
+  EXPECT_FALSE(killed_group.WaitAll({"killed"}, absl::Seconds(30)).ok());
+  e = FirstFailure(killed_group, {"killed"});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->how.signal, 9);
   EXPECT_EQ(e->ShellStatus(), 137);
+}
 
-  EXPECT_FALSE(ParseProcessExit(absl::DeadlineExceededError("slow")).ok());
+// ProcessGroup::Start's env: on top of the parent's environment, overriding it.
+TEST(ProcessGroupEnv, SetsAndOverrides) {
+  const std::string dir = MakeRunDir("env");
+  ProcessGroup group(dir);
+  setenv("TESSEL_ENV_TEST_KEPT", "kept", 1);
+  setenv("TESSEL_ENV_TEST_OVERRIDDEN", "old", 1);
+  const std::string out = dir + "/env.txt";
+  ASSERT_TRUE(group
+                  .Start("env",
+                         {"/bin/sh", "-c",
+                          "echo \"$TESSEL_ENV_TEST_KEPT $TESSEL_ENV_TEST_OVERRIDDEN "
+                          "$TESSEL_ENV_TEST_NEW\" > " +
+                              out},
+                         false,
+                         {{"TESSEL_ENV_TEST_OVERRIDDEN", "new"}, {"TESSEL_ENV_TEST_NEW", "x y"}})
+                  .ok());
+  ASSERT_TRUE(group.WaitAll({"env"}, absl::Seconds(30)).ok());
+  std::ifstream in(out);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "kept new x y");
 }
 
 class SupervisorTest : public ::testing::Test {
