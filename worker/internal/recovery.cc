@@ -27,6 +27,7 @@ absl::Status RecoveryCoordinator::Run(int64_t restore_step) {
     Membership* m;
     ~ClearGrowth() { m->ClearGrowth(); }
   } clear_growth{p_.membership};
+  own_restore_.reset();
   for (int attempt = 1;; ++attempt) {
     absl::Status s = Once(deadline, elastic_at, restore_step, after_epoch);
     if (s.ok()) {
@@ -91,7 +92,15 @@ absl::Status RecoveryCoordinator::Once(absl::Time deadline, absl::Time elastic_a
   // The first of them restores every shard and records the membership
   // there; the others adopt whatever that restore recorded.
   if (ids.front() == ctx.id) {
-    s = RestoreShards(deadline, restore_step, ids, &epoch, &step);
+    if (own_restore_.has_value() && own_restore_->ids == ids && StillRestored(*own_restore_)) {
+      epoch = own_restore_->epoch;
+      step = own_restore_->step;
+      TESSEL_LOG(INFO) << ctx.Where() << ": every shard still holds this worker's restore of step "
+                       << step << " at epoch " << epoch << "; taking it again";
+    } else {
+      s = RestoreShards(deadline, restore_step, ids, &epoch, &step);
+      if (s.ok()) own_restore_ = OwnRestore{epoch, step, ids};
+    }
   } else {
     s = AwaitRestore(deadline, after_epoch, &epoch, &step, &ids);
   }
@@ -221,6 +230,26 @@ absl::Status RecoveryCoordinator::RestoreShards(absl::Time deadline, int64_t res
   TESSEL_LOG(INFO) << ctx.Where() << ": restored " << fleet.size() << " shard(s) to step " << *step
                    << " at epoch " << *epoch << " for " << ids.size() << " worker(s)";
   return absl::OkStatus();
+}
+
+bool RecoveryCoordinator::StillRestored(const OwnRestore& r) {
+  JobContext& ctx = *p_.ctx;
+  const ShardFleet& fleet = p_.membership->fleet();
+  return fleet
+      .ForEach([&](int shard) -> absl::Status {
+        v1::JobRef ref;
+        ref.set_job(ctx.options.job);
+        v1::ShardStats st;
+        absl::Status g = fleet.Call(shard, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats",
+                                    absl::Seconds(5));
+        if (!g.ok()) return g;
+        if (st.epoch() != r.epoch || st.step() != r.step || st.restored_from_step() != r.step ||
+            WorkerIdsOf(st) != r.ids) {
+          return absl::FailedPreconditionError("moved on");
+        }
+        return absl::OkStatus();
+      })
+      .ok();
 }
 
 absl::Status RecoveryCoordinator::AwaitRestore(absl::Time deadline, int64_t after_epoch,

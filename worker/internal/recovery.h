@@ -21,6 +21,7 @@
 #define TESSEL_WORKER_INTERNAL_RECOVERY_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -81,8 +82,20 @@ class RecoveryCoordinator {
   // `server_step`) move to that step. Exact: each rank applied the same
   // averaged gradients, so a rank one step ahead is that rank's future.
   absl::Status AlignDdpState(int64_t server_step);
+  // A restore this worker made in the current Run(), and whether every shard
+  // still holds it untouched (same epoch and workers, no step since).
+  struct OwnRestore {
+    int64_t epoch = -1;
+    int64_t step = -1;
+    std::vector<int> ids;
+  };
+  bool StillRestored(const OwnRestore& r);
 
   RecoveryParts p_;
+  // An attempt that restored the shards but then failed on its own (its
+  // pull met a stale endpoint) takes the same restore again: the other
+  // workers may already have taken it, and a newer one would strand them.
+  std::optional<OwnRestore> own_restore_;
   int recoveries_ = 0;
   // Buffers a transfer from before a rollback may still write into: kept
   // until the transport is shut down (under the channel's mu()).
