@@ -44,6 +44,14 @@ void Check(const absl::Status& s) {
   throw py::error_already_set();
 }
 
+// Runs `f` (a blocking SDK call: connect, a step, a gather) without the
+// GIL, so other Python threads run meanwhile.
+template <typename F>
+auto Unlocked(F&& f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
 template <typename T>
 T Take(absl::StatusOr<T> v) {
   Check(v.status());
@@ -60,6 +68,13 @@ py::array View(absl::Span<T> span, py::handle owner, bool writeable) {
     py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   }
   return std::move(a);
+}
+
+// A NumPy array of its own holding `v`.
+py::array_t<float> Copy(absl::Span<const float> v) {
+  py::array_t<float> out(static_cast<py::ssize_t>(v.size()));
+  std::memcpy(out.mutable_data(), v.data(), v.size() * sizeof(float));
+  return out;
 }
 
 OptimizerParams OptimizerFromDict(const py::dict& d) {
@@ -169,8 +184,10 @@ struct PyWorker {
 PYBIND11_MODULE(_tessel, m) {
   using tessel::Check;
   using tessel::CheckUnit;
+  using tessel::Copy;
   using tessel::PyWorker;
   using tessel::Take;
+  using tessel::Unlocked;
   using tessel::View;
   using tessel::Worker;
   m.doc() = "Tessel's worker SDK (C++), for Python. Use tessel.torch for PyTorch.";
@@ -191,13 +208,8 @@ PYBIND11_MODULE(_tessel, m) {
                  registry, job, rank, world_size, strategy, optimizer, num_servers, bucket_bytes,
                  precision, units, ucx_tls, connect_timeout_s, step_timeout_s, recovery,
                  auto_resume, checkpoint_every_steps, checkpoint_initial, token);
-             absl::StatusOr<std::unique_ptr<Worker>> w;
-             {
-               py::gil_scoped_release release;
-               w = Worker::Connect(o);
-             }
              auto* pw = new PyWorker;
-             pw->w = Take(std::move(w));
+             pw->w = Take(Unlocked([&] { return Worker::Connect(o); }));
              return pw;
            }),
            py::arg("registry"), py::arg("job"), py::arg("rank"), py::arg("world_size"),
@@ -223,12 +235,7 @@ PYBIND11_MODULE(_tessel, m) {
             for (size_t i = 0; i < names.size(); ++i) tensors.push_back({names[i], shapes[i]});
             absl::Span<const float> span;
             if (init.has_value()) span = absl::MakeConstSpan(init->data(), init->size());
-            absl::Status s;
-            {
-              py::gil_scoped_release release;
-              s = self.get().RegisterLayout(tensors, span);
-            }
-            Check(s);
+            Check(Unlocked([&] { return self.get().RegisterLayout(tensors, span); }));
           },
           py::arg("names"), py::arg("shapes"), py::arg("init") = py::none(),
           "Declares the model's tensors (in order) and creates the job on the shard servers; "
@@ -248,36 +255,15 @@ PYBIND11_MODULE(_tessel, m) {
       .def(
           "gradients_ready",
           [](PyWorker& self, int64_t begin, int64_t end) {
-            absl::Status s;
-            {
-              py::gil_scoped_release release;
-              s = self.get().GradientsReady(begin, end);
-            }
-            Check(s);
+            Check(Unlocked([&] { return self.get().GradientsReady(begin, end); }));
           },
           py::arg("begin"), py::arg("end"),
           "Gradients of flat elements [begin, end) are final: complete buckets are pushed now.")
       .def(
-          "step",
-          [](PyWorker& self) {
-            absl::Status s;
-            {
-              py::gil_scoped_release release;
-              s = self.get().Step();
-            }
-            Check(s);
-          },
+          "step", [](PyWorker& self) { Check(Unlocked([&] { return self.get().Step(); })); },
           "Pushes the gradients, waits for the updated parameters (one synchronous step).")
       .def(
-          "recover",
-          [](PyWorker& self) {
-            absl::Status s;
-            {
-              py::gil_scoped_release release;
-              s = self.get().Recover();
-            }
-            Check(s);
-          },
+          "recover", [](PyWorker& self) { Check(Unlocked([&] { return self.get().Recover(); })); },
           "After a RecoverableError: rolls back to the latest complete checkpoint.")
       // --- fsdp: parameters and gradients unit by unit ------------------
       .def_property_readonly("num_units", [](PyWorker& self) { return self.get().num_units(); })
@@ -301,12 +287,8 @@ PYBIND11_MODULE(_tessel, m) {
           [](py::object self, int unit) {
             Worker& w = self.cast<PyWorker&>().get();
             CheckUnit(w, unit);
-            absl::StatusOr<absl::Span<const float>> p;
-            {
-              py::gil_scoped_release release;
-              p = w.Gather(unit);
-            }
-            return View(Take(std::move(p)), self, /*writeable=*/true);
+            return View(Take(Unlocked([&] { return w.Gather(unit); })), self,
+                        /*writeable=*/true);
           },
           py::arg("unit"),
           "Waits for the unit's parameters of this step: a view valid until release(unit).")
@@ -329,49 +311,25 @@ PYBIND11_MODULE(_tessel, m) {
           "push_unit",
           [](PyWorker& self, int unit) {
             CheckUnit(self.get(), unit);
-            absl::Status s;
-            {
-              py::gil_scoped_release release;
-              s = self.get().PushUnit(unit);
-            }
-            Check(s);
+            Check(Unlocked([&] { return self.get().PushUnit(unit); }));
           },
           py::arg("unit"), "Pushes the unit's gradients (drop every view of them first).")
       .def(
           "finish_step",
-          [](PyWorker& self) {
-            absl::Status s;
-            {
-              py::gil_scoped_release release;
-              s = self.get().FinishStep();
-            }
-            Check(s);
-          },
+          [](PyWorker& self) { Check(Unlocked([&] { return self.get().FinishStep(); })); },
           "fsdp: waits until every shard applied this step.")
       .def(
           "gather_all",
           [](PyWorker& self) {
-            absl::StatusOr<std::vector<float>> all;
-            {
-              py::gil_scoped_release release;
-              all = self.get().GatherAll();
-            }
-            std::vector<float> v = Take(std::move(all));
-            py::array_t<float> out(static_cast<py::ssize_t>(v.size()));
-            std::memcpy(out.mutable_data(), v.data(), v.size() * sizeof(float));
-            return out;
+            const std::vector<float> all = Take(Unlocked([&] { return self.get().GatherAll(); }));
+            return Copy(absl::MakeConstSpan(all));
           },
           "The full parameters at the current step (a copy).")
       .def(
           "set_optimizer",
           [](PyWorker& self, const py::dict& optimizer) {
             const tessel::OptimizerParams o = tessel::OptimizerFromDict(optimizer);
-            absl::Status s;
-            {
-              py::gil_scoped_release release;
-              s = self.get().SetOptimizer(o);
-            }
-            Check(s);
+            Check(Unlocked([&] { return self.get().SetOptimizer(o); }));
           },
           py::arg("optimizer"),
           "New hyper-parameters (same kind) from the next step on; every rank passes the same.")
@@ -381,74 +339,41 @@ PYBIND11_MODULE(_tessel, m) {
       .def(
           "synchronize_gradients",
           [](PyWorker& self) {
-            absl::StatusOr<absl::Span<const float>> g;
-            {
-              py::gil_scoped_release release;
-              g = self.get().SynchronizeGradients();
-            }
-            absl::Span<const float> v = Take(std::move(g));
-            py::array_t<float> out(static_cast<py::ssize_t>(v.size()));
-            std::memcpy(out.mutable_data(), v.data(), v.size() * sizeof(float));
-            return out;
+            return Copy(Take(Unlocked([&] { return self.get().SynchronizeGradients(); })));
           },
           "The mean over ranks of this step's gradients (a copy); the step is not applied.")
       .def(
           "all_reduce_mean",
           [](PyWorker& self, py::array_t<float, py::array::c_style> data) {
             if (!data.writeable()) throw py::value_error("all_reduce_mean needs a writeable array");
-            absl::Status s;
-            float* p = data.mutable_data();
-            const size_t n = static_cast<size_t>(data.size());
-            {
-              py::gil_scoped_release release;
-              s = self.get().AllReduceMean(absl::MakeSpan(p, n));
-            }
-            Check(s);
+            const absl::Span<float> span(data.mutable_data(), static_cast<size_t>(data.size()));
+            Check(Unlocked([&] { return self.get().AllReduceMean(span); }));
           },
           py::arg("data"), "The mean over ranks of `data` (float32, C order), in place.")
       .def(
           "serialize",
           [](PyWorker& self) {
-            absl::StatusOr<std::string> blob;
-            {
-              py::gil_scoped_release release;
-              blob = self.get().Serialize();
-            }
-            return py::bytes(Take(std::move(blob)));
+            return py::bytes(Take(Unlocked([&] { return self.get().Serialize(); })));
           },
           "The whole training state as a portable blob (any world size, shard count, strategy).")
       .def(
           "deserialize",
           [](PyWorker& self, const py::bytes& blob) {
             std::string b = blob;
-            absl::Status s;
-            {
-              py::gil_scoped_release release;
-              s = self.get().Deserialize(b);
-            }
-            Check(s);
+            Check(Unlocked([&] { return self.get().Deserialize(b); }));
           },
           py::arg("blob"), "Loads a serialize() blob (every rank passes the same bytes).")
       .def(
           "synchronize_optimizer_state",
           [](PyWorker& self) {
-            absl::StatusOr<tessel::OptimizerStateReport> r;
-            {
-              py::gil_scoped_release release;
-              r = self.get().SynchronizeOptimizerState();
-            }
-            return Take(std::move(r)).consistent;
+            return Take(Unlocked([&] { return self.get().SynchronizeOptimizerState(); }))
+                .consistent;
           },
           "DDP: every rank takes rank 0's state exactly; returns whether they were equal.")
       .def(
           "report_metric",
           [](PyWorker& self, float value) {
-            absl::StatusOr<bool> stop;
-            {
-              py::gil_scoped_release release;
-              stop = self.get().ReportMetric(value);
-            }
-            return Take(std::move(stop));
+            return Take(Unlocked([&] { return self.get().ReportMetric(value); }));
           },
           py::arg("value"), "Early stopping: the job-wide decision for this metric report.")
       .def("should_early_stop", [](PyWorker& self) { return self.get().ShouldEarlyStop(); })
