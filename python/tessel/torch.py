@@ -227,17 +227,31 @@ class DistributedOptimizer:
     backward_passes_per_step: backward calls per step (gradient accumulation): each
                 parameter's gradient is handed over after that many.
     overlap:    push buckets from autograd hooks while backward runs (default).
+    recovery:   survive a lost worker or shard server (zero1, zero2, fsdp; one parameter
+                group): the servers checkpoint every `checkpoint_every_steps` steps (they need
+                --checkpoint_dir; tessel-launch --checkpoint_dir gives it), a step that fails
+                because a member was lost rolls back to the latest checkpoint once it is back
+                (tessel-launch --max_restarts restarts it), and a restarted worker resumes
+                there. Write the loop over `opt.step_count`, which goes back on a rollback:
+                    while opt.step_count < total_steps:
+                        x, y = batch(opt.step_count) ...
     """
 
     def __init__(self, optimizer, model=None, strategy="zero2", bucket_bytes=4 << 20,
-                 backward_passes_per_step=1, overlap=True, job=None):
+                 backward_passes_per_step=1, overlap=True, job=None, recovery=False,
+                 checkpoint_every_steps=0):
         cfg = _require_init()
         if strategy not in _STRATEGIES:
             raise ValueError(f"strategy {strategy!r}: one of {', '.join(_STRATEGIES)}")
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
+        if recovery and (strategy == "ddp" or checkpoint_every_steps < 1):
+            raise ValueError("recovery needs strategy zero1, zero2 or fsdp and "
+                             "checkpoint_every_steps >= 1")
         self.optimizer = optimizer
         self.strategy = strategy
+        self.recovery = bool(recovery)
+        self.recoveries = 0
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.overlap = bool(overlap)
         self._hooks = []
@@ -266,6 +280,9 @@ class DistributedOptimizer:
             self._groups.append(_Group(gi, params, pnames, _hyper(optimizer, group)))
         if not self._groups:
             raise ValueError("the optimizer has no parameters")
+        if recovery and len(self._groups) > 1:
+            raise ValueError("recovery takes one parameter group (each group is a job, and "
+                             "their checkpoints could roll back to different steps)")
         units = []
         if strategy == "fsdp":
             units = self._fsdp_units(model)
@@ -277,13 +294,20 @@ class DistributedOptimizer:
                 num_servers=cfg["num_servers"], bucket_bytes=int(bucket_bytes),
                 ucx_tls=cfg["ucx_tls"], connect_timeout_s=cfg["connect_timeout_s"],
                 step_timeout_s=cfg["step_timeout_s"], token=cfg["token"],
-                units=[first for first, _ in units])
+                units=[first for first, _ in units], recovery=self.recovery,
+                auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
+                checkpoint_initial=self.recovery)
             if strategy == "fsdp":
                 self._bind_fsdp(g, units)
             else:
                 self._bind(g)
-        self.step_count = 0
         _optimizers.append(self)
+
+    @property
+    def step_count(self):
+        """Steps applied to the job so far (goes back on a recovery's rollback; a
+        restarted worker starts where the job resumed)."""
+        return self._worker(self._groups[0]).current_step
 
     # --- fsdp (ZeRO-3) --------------------------------------------------------
     # The worker keeps no full copy: a unit's parameters are gathered from
@@ -580,8 +604,7 @@ class DistributedOptimizer:
             g = self._groups[0]
             self._worker(g)  # closed?
             self._sync_hyper()
-            self._fsdp_step(g)
-            self.step_count += 1
+            self._recovering(g, lambda: self._fsdp_step(g))
             return loss
         for g in self._groups:
             self._worker(g)  # closed?
@@ -594,10 +617,30 @@ class DistributedOptimizer:
         self._sync_hyper()
         for g in self._groups:
             self._collect_grads(g)
-            self._worker(g).step()
+            self._recovering(g, self._worker(g).step)
             g.ready = [0] * len(g.params)
-        self.step_count += 1
         return loss
+
+    def _recovering(self, g, step):
+        """Runs `step`; with recovery on, a step lost to a lost member rolls the job
+        back to its latest checkpoint instead (step_count goes back)."""
+        try:
+            step()
+        except tessel.RecoverableError:
+            if not self.recovery:
+                raise
+            g.worker.recover()
+            self.recoveries += 1
+            if self.strategy == "fsdp":
+                for unit in g.units:  # the SDK dropped what it held: gather afresh
+                    if unit["held"]:
+                        self._empty_params(g, unit["members"])
+                        unit.pop("grads", None)
+                    unit["held"] = unit["pushed"] = False
+                    unit["done"] = 0
+            else:
+                self._rebind(g)
+                g.flat_grads.zero_()
 
     def synchronize_gradients(self):
         """The mean over ranks of this step's gradients, per parameter (a copy; nothing applied)."""
