@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,15 @@ py::array View(absl::Span<T> span, py::handle owner, bool writeable) {
     py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   }
   return std::move(a);
+}
+
+// Half bit patterns (bf16, fp16) as an int16 view: torch has no uint16, and
+// tensor.view(torch.bfloat16) reinterprets int16 bits as they are.
+template <typename T>
+py::array HalfView(absl::Span<T> span, py::handle owner) {
+  using I = std::conditional_t<std::is_const_v<T>, const int16_t, int16_t>;
+  return View(absl::Span<I>(reinterpret_cast<I*>(span.data()), span.size()), owner,
+              /*writeable=*/true);
 }
 
 // A NumPy array of its own holding `v`.
@@ -185,6 +195,7 @@ PYBIND11_MODULE(_tessel, m) {
   using tessel::Check;
   using tessel::CheckUnit;
   using tessel::Copy;
+  using tessel::HalfView;
   using tessel::PyWorker;
   using tessel::Take;
   using tessel::Unlocked;
@@ -252,6 +263,32 @@ PYBIND11_MODULE(_tessel, m) {
             return View(self.cast<PyWorker&>().get().grads(), self, /*writeable=*/true);
           },
           "The gradient buffer Step() pushes (a float32 NumPy view).")
+      .def(
+          "half_params",
+          [](py::object self) {
+            return HalfView(self.cast<PyWorker&>().get().half_params(), self);
+          },
+          "Mixed precision: the parameters as half bit patterns (an int16 NumPy view).")
+      .def(
+          "half_grads",
+          [](py::object self) { return HalfView(self.cast<PyWorker&>().get().half_grads(), self); },
+          "Mixed precision: the gradient buffer as half bit patterns (an int16 NumPy view).")
+      .def(
+          "gather_half",
+          [](py::object self, int unit) {
+            Worker& w = self.cast<PyWorker&>().get();
+            CheckUnit(w, unit);
+            return HalfView(Take(Unlocked([&] { return w.GatherHalf(unit); })), self);
+          },
+          py::arg("unit"), "Mixed precision fsdp: gather(unit) as half bit patterns (int16).")
+      .def(
+          "unit_half_grads",
+          [](py::object self, int unit) {
+            Worker& w = self.cast<PyWorker&>().get();
+            CheckUnit(w, unit);
+            return HalfView(w.UnitHalfGrads(unit), self);
+          },
+          py::arg("unit"), "Mixed precision fsdp: unit_grads(unit) as half bit patterns (int16).")
       .def(
           "gradients_ready",
           [](PyWorker& self, int64_t begin, int64_t end) {

@@ -227,6 +227,8 @@ class DistributedOptimizer:
     backward_passes_per_step: backward calls per step (gradient accumulation): each
                 parameter's gradient is handed over after that many.
     overlap:    push buckets from autograd hooks while backward runs (default).
+    precision:  "fp32", or "bf16": bf16 parameters and gradients on the workers and the wire
+                (the model computes in bf16), fp32 masters and state on the servers.
     recovery:   survive a lost worker or shard server (zero1, zero2, fsdp; one parameter
                 group): the servers checkpoint every `checkpoint_every_steps` steps (they need
                 --checkpoint_dir; tessel-launch --checkpoint_dir gives it), a step that fails
@@ -239,18 +241,22 @@ class DistributedOptimizer:
 
     def __init__(self, optimizer, model=None, strategy="zero2", bucket_bytes=4 << 20,
                  backward_passes_per_step=1, overlap=True, job=None, recovery=False,
-                 checkpoint_every_steps=0):
+                 checkpoint_every_steps=0, precision="fp32"):
         cfg = _require_init()
         if strategy not in _STRATEGIES:
             raise ValueError(f"strategy {strategy!r}: one of {', '.join(_STRATEGIES)}")
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision {precision!r}: fp32 or bf16 (fp16 needs dynamic loss "
+                             f"scaling, not built yet, and CPU torch has no fp16 matmul)")
         if recovery and (strategy == "ddp" or checkpoint_every_steps < 1):
             raise ValueError("recovery needs strategy zero1, zero2 or fsdp and "
                              "checkpoint_every_steps >= 1")
         self.optimizer = optimizer
         self.strategy = strategy
         self.recovery = bool(recovery)
+        self.precision = precision
         self.recoveries = 0
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.overlap = bool(overlap)
@@ -296,7 +302,7 @@ class DistributedOptimizer:
                 step_timeout_s=cfg["step_timeout_s"], token=cfg["token"],
                 units=[first for first, _ in units], recovery=self.recovery,
                 auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
-                checkpoint_initial=self.recovery)
+                checkpoint_initial=self.recovery, precision=precision)
             if strategy == "fsdp":
                 self._bind_fsdp(g, units)
             else:
@@ -391,8 +397,12 @@ class DistributedOptimizer:
         unit = g.units[u]
         if unit["held"]:
             return
-        params = torch.from_numpy(g.worker.gather(u))
-        grads = torch.from_numpy(g.worker.unit_grads(u))
+        if self.precision == "bf16":
+            params = torch.from_numpy(g.worker.gather_half(u)).view(torch.bfloat16)
+            grads = torch.from_numpy(g.worker.unit_half_grads(u)).view(torch.bfloat16)
+        else:
+            params = torch.from_numpy(g.worker.gather(u))
+            grads = torch.from_numpy(g.worker.unit_grads(u))
         with torch.no_grad():
             for i, (b, e) in zip(unit["members"], unit["offsets"]):
                 p = g.params[i]
@@ -424,8 +434,11 @@ class DistributedOptimizer:
         if unit["pushed"]:
             return
         if not unit["held"]:
-            grads = torch.from_numpy(g.worker.unit_grads(u))  # a zero gradient
-            del grads
+            # A zero gradient: the buffer comes zeroed.
+            if self.precision == "bf16":
+                g.worker.unit_half_grads(u)
+            else:
+                g.worker.unit_grads(u)
         else:
             for i in unit["members"]:
                 p = g.params[i]
@@ -475,9 +488,15 @@ class DistributedOptimizer:
             if g.worker is None:
                 continue
             with torch.no_grad():
-                for p in g.params:
-                    p.data = p.data.clone()
-                    p.grad = None if p.grad is None else p.grad.clone()
+                if self.precision == "bf16":  # the fp32 masters, as the model was made
+                    full = torch.from_numpy(g.worker.gather_all())
+                    for p, (b, e) in zip(g.params, g.ranges):
+                        p.data = full[b:e].view(p.shape).clone()
+                        p.grad = None
+                else:
+                    for p in g.params:
+                        p.data = p.data.clone()
+                        p.grad = None if p.grad is None else p.grad.clone()
             g.worker.close()
             g.worker = None
         self._hooks = []
@@ -533,8 +552,12 @@ class DistributedOptimizer:
     def _rebind(self, g):
         """Points the parameters at the worker's buffers again (a load or a
         recovery may have moved them)."""
-        g.flat_params = torch.from_numpy(g.worker.params())
-        g.flat_grads = torch.from_numpy(g.worker.grads())
+        if self.precision == "bf16":  # the model computes in bf16; the servers keep fp32
+            g.flat_params = torch.from_numpy(g.worker.half_params()).view(torch.bfloat16)
+            g.flat_grads = torch.from_numpy(g.worker.half_grads()).view(torch.bfloat16)
+        else:
+            g.flat_params = torch.from_numpy(g.worker.params())
+            g.flat_grads = torch.from_numpy(g.worker.grads())
         g.grad_views = []
         for p, (b, e) in zip(g.params, g.ranges):
             with torch.no_grad():

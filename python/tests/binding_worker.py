@@ -52,6 +52,8 @@ expect_raises(ValueError, "strategy 'fsdp'", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(model.parameters()), strategy="fsdp"))
 expect_raises(ValueError, "backward_passes_per_step", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(model.parameters()), backward_passes_per_step=0))
+expect_raises(ValueError, "fp32 or bf16", lambda: tt.DistributedOptimizer(
+    torch.optim.Adam(model.parameters()), precision="fp16"))
 expect_raises(ValueError, "recovery needs strategy zero1, zero2 or fsdp", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(model.parameters()), strategy="ddp", recovery=True, checkpoint_every_steps=2))
 expect_raises(tessel.TesselError, "UNAVAILABLE", lambda: tessel.Worker(

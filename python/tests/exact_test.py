@@ -15,6 +15,7 @@ differences.
 Usage: exact_test.py --launch=tessel-launch --worker=exact_worker.py [--steps=8]
 """
 import argparse
+import copy
 import os
 import subprocess
 import sys
@@ -50,6 +51,32 @@ def reference(opt_name, steps):
     return exact_model.flat(model).numpy()
 
 
+def reference_bf16(opt_name, steps, strategy, world=2):
+    """Mixed precision as Tessel defines it, in torch: the model computes in bf16
+    (the fp32 masters rounded), each rank's bf16 gradient is widened and the mean
+    taken in fp32 (ddp: the mean rounded to bf16 again, as its servers return it),
+    and torch's optimizer updates the fp32 masters. Returns the masters rounded
+    to bf16, what the workers hold."""
+    master = exact_model.make_model()
+    opt = exact_model.OPTIMIZERS[opt_name](master)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    per = exact_model.BATCH // world
+    for step in range(steps):
+        half = copy.deepcopy(master).to(torch.bfloat16)
+        tokens, labels = exact_model.batch(step)
+        grads = []
+        for r in range(world):
+            half.zero_grad()
+            loss_fn(half(tokens[r * per:(r + 1) * per]).float(),
+                    labels[r * per:(r + 1) * per]).backward()
+            grads.append([p.grad.float() for p in half.parameters()])
+        for i, p in enumerate(master.parameters()):
+            mean = (grads[0][i] + grads[1][i]) / 2
+            p.grad = mean.to(torch.bfloat16).float() if strategy == "ddp" else mean
+        opt.step()
+    return exact_model.flat(master).to(torch.bfloat16).float().numpy()
+
+
 def launch(args, outdir, job, combos):
     cmd = [args.launch, "--nproc_per_node=2", "--servers=2", f"--job={job}", "--timeout_s=300",
            "--", "/usr/bin/python3", args.worker, str(args.steps), outdir] + combos
@@ -74,6 +101,9 @@ def main():
     # and takes one parameter group.
     combos = [f"{s}:{o}" for s in STRATEGIES for o in exact_model.OPTIMIZERS
               if not (s == "fsdp" and (o in exact_model.CLIP or o == "groups"))]
+    # Mixed precision: bf16 on the workers and the wire, fp32 masters on the servers.
+    bf16 = [f"{s}:{o}:bf16" for s in ("ddp", "zero2", "fsdp") for o in ("sgd", "adam")]
+    combos += bf16
     first = tempfile.mkdtemp(prefix="exact-1-")
     second = tempfile.mkdtemp(prefix="exact-2-")
     out, secs = launch(args, first, "exact", combos)
@@ -81,7 +111,7 @@ def main():
     for line in out.splitlines():
         if "gradient norms" in line and line.startswith("zero2"):
             print("  rank 0,", line)
-    again = ["zero2:adam", "ddp:rmsprop", "zero1:sgd", "fsdp:adamw"]
+    again = ["zero2:adam", "ddp:rmsprop", "zero1:sgd", "fsdp:adamw", "zero2:adam:bf16"]
     _, secs2 = launch(args, second, "exact-again", again)
     print(f"launch 2: {len(again)} runs in {secs2:.1f} s")
     failures = []
@@ -111,10 +141,20 @@ def main():
                 failures.append(f"{strategy} {opt_name}: training did not move the parameters")
             if same == "NO":
                 failures.append(f"{strategy} {opt_name}: differs from ddp's bits")
+    print(f"{'bf16':9} {'optimizer':9} {'vs torch bf16 compute + fp32 masters':>38}")
+    for combo in bf16:
+        strategy, opt_name, _ = combo.split(":")
+        want = reference_bf16(opt_name, args.steps, strategy)
+        got = np.load(os.path.join(first, f"{combo.replace(':', '-')}.npy"))
+        rel = float(np.abs(got - want).max() / np.abs(want).max())
+        worst[(strategy, opt_name + ":bf16")] = rel
+        print(f"{strategy:9} {opt_name:9} {'bitwise equal' if np.array_equal(got, want) else f'{rel:.3g}':>38}")
+        if not rel < TOLERANCE:
+            failures.append(f"{combo}: relative difference {rel:.3g} >= {TOLERANCE}")
     for combo in again:
-        s, o = combo.split(":")
-        a = np.load(os.path.join(first, f"{s}-{o}.npy"))
-        b = np.load(os.path.join(second, f"{s}-{o}.npy"))
+        name = combo.replace(":", "-") + ".npy"
+        a = np.load(os.path.join(first, name))
+        b = np.load(os.path.join(second, name))
         ok = np.array_equal(a, b)
         print(f"run to run, {combo}: {'bitwise equal' if ok else 'DIFFERENT'}")
         if not ok:

@@ -21,13 +21,14 @@ torch.set_num_threads(1)
 loss_fn = torch.nn.CrossEntropyLoss()
 per = exact_model.BATCH // world
 for combo in combos:
-    strategy, opt_name = combo.split(":")
+    strategy, opt_name, *rest = combo.split(":")
+    precision = rest[0] if rest else "fp32"
     model = exact_model.make_model()
     clip = exact_model.CLIP.get(opt_name)
     opt = tt.DistributedOptimizer(exact_model.OPTIMIZERS[opt_name](model),
                                   model=model, strategy=strategy, bucket_bytes=512,
-                                  job=f"{cfg['job']}-{strategy}-{opt_name}",
-                                  overlap=clip is None)
+                                  job=f"{cfg['job']}-{strategy}-{opt_name}-{precision}",
+                                  overlap=clip is None, precision=precision)
     make_schedule = exact_model.SCHEDULES.get(opt_name)
     schedule = make_schedule(opt.optimizer) if make_schedule else None
     norms = []
@@ -36,7 +37,7 @@ for combo in combos:
         tokens, labels = exact_model.batch(step)
         sl = slice(rank * per, (rank + 1) * per)
         opt.zero_grad()
-        loss_fn(model(tokens[sl]), labels[sl]).backward()
+        loss_fn(model(tokens[sl]).float(), labels[sl]).backward()
         if clip:
             norms.append(float(tt.clip_grad_norm_(opt, clip)))
         opt.step()
@@ -45,8 +46,8 @@ for combo in combos:
     ms = (time.perf_counter() - start) * 1e3 / steps
     if rank == 0:
         with opt.gathered():
-            np.save(os.path.join(outdir, f"{strategy}-{opt_name}.npy"),
-                    exact_model.flat(model).numpy())
+            np.save(os.path.join(outdir, f"{combo.replace(':', '-')}.npy"),
+                    exact_model.flat(model).float().numpy())
         print(f"{combo}: {steps} steps, {ms:.2f} ms/step"
               + (f", gradient norms {' '.join(f'{n:.3f}' for n in norms)}" if norms else ""),
               flush=True)
