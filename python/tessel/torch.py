@@ -277,6 +277,9 @@ class DistributedOptimizer:
                                      f"keeps float32 parameters (use precision= for half)")
                 if p.is_sparse or p.layout != torch.strided:
                     raise ValueError(f"parameter {names.get(id(p), '?')} is not a dense tensor")
+                if not p.requires_grad:
+                    raise ValueError(f"parameter {names.get(id(p), '?')} does not require a "
+                                     f"gradient (frozen): leave it out of the optimizer")
                 if p.device.type != "cpu":
                     raise ValueError(f"parameter {names.get(id(p), '?')} is on {p.device}; "
                                      f"this binding trains CPU models")

@@ -52,6 +52,10 @@ expect_raises(ValueError, "strategy 'fsdp'", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(model.parameters()), strategy="fsdp"))
 expect_raises(ValueError, "backward_passes_per_step", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(model.parameters()), backward_passes_per_step=0))
+frozen = exact_model.make_model()
+frozen.fc.bias.requires_grad_(False)
+expect_raises(ValueError, "parameter fc.bias does not require a gradient", lambda:
+              tt.DistributedOptimizer(torch.optim.SGD(frozen.parameters(), lr=0.1), model=frozen))
 expect_raises(ValueError, "fp32 or bf16", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(model.parameters()), precision="fp16"))
 expect_raises(ValueError, "recovery needs strategy zero1, zero2 or fsdp", lambda: tt.DistributedOptimizer(
