@@ -311,7 +311,7 @@ void ReduceMeanBlock(const float* const* srcs, int w, size_t off, size_t len, fl
 // block of ReduceAndApply so both run the very same code.
 class Update {
  public:
-  Update(const OptimizerParams& p, int64_t step) : kind_(p.kind) {
+  Update(const OptimizerParams& p, int64_t step) : kind_(p.kind), grad_scale_(p.grad_scale) {
     if (step < 1) Fatal("ApplyUpdate: step must be >= 1 (torch's state['step'] after increment)");
     weight_decay_ = p.weight_decay != 0;
     switch (kind_) {
@@ -338,6 +338,23 @@ class Update {
 
   // Updates params[0, n) from grad[0, n); state slots start at `off`.
   void Run(float* params, const float* grad, float* const* state, size_t off, size_t n) const {
+    if (grad_scale_ != 1.0f) {  // loss scaling: grad * grad_scale, a block at a time
+      alignas(64) float scaled[kScaleBlock];
+      for (size_t done = 0; done < n; done += kScaleBlock) {
+        const size_t len = std::min(kScaleBlock, n - done);
+        for (size_t i = 0; i < len; ++i) scaled[i] = grad[done + i] * grad_scale_;
+        RunScaled(params + done, scaled, state, off + done, len);
+      }
+      return;
+    }
+    RunScaled(params, grad, state, off, n);
+  }
+
+ private:
+  static constexpr size_t kScaleBlock = 1024;
+
+  void RunScaled(float* params, const float* grad, float* const* state, size_t off,
+                 size_t n) const {
     switch (kind_) {
       case Kind::kSgd:
         if (momentum_) {
@@ -372,7 +389,6 @@ class Update {
     Fatal("ApplyUpdate: unknown OptimizerParams::Kind");
   }
 
- private:
   template <bool kWeightDecay, bool kNesterov>
   void RunSgdMomentumWith(float* params, const float* grad, float* buf, size_t n) const {
     if (first_) {
@@ -424,6 +440,7 @@ class Update {
   }
 
   Kind kind_;
+  float grad_scale_ = 1.0f;
   bool weight_decay_ = false;
   bool momentum_ = false;  // SGD: momentum != 0; RMSprop: momentum > 0
   bool nesterov_ = false;
@@ -579,6 +596,10 @@ absl::Status ValidateOptimizerParams(const OptimizerParams& p) {
   }
   if (!FiniteNonNegative(p.weight_decay)) {
     return Invalid(p, "weight_decay", p.weight_decay, "must be finite and >= 0");
+  }
+  if (!(std::isfinite(p.grad_scale) && p.grad_scale > 0)) {
+    return Invalid(p, "grad_scale", p.grad_scale,
+                   "must be finite and > 0 (1 / the loss scale; 1 = no scaling)");
   }
   absl::Status s;
   switch (p.kind) {

@@ -100,6 +100,11 @@ struct OptimizerParams {
   // and state `sum` starts at initial_accumulator_value (see InitState).
   float lr_decay = 0;
   float initial_accumulator_value = 0;
+  // Every kind: each gradient element is multiplied by grad_scale (in float)
+  // before the update. Mixed-precision loss scaling sets it to 1 / the loss
+  // scale, as torch's GradScaler unscales (grad * inv_scale). At 1 (the
+  // default) the gradient is used as it is, bit for bit.
+  float grad_scale = 1.0f;
 };
 
 // Returns "SGD", "Adam", "AdamW", "RMSprop" or "Adagrad".
@@ -111,7 +116,7 @@ const char* OptimizerKindName(OptimizerParams::Kind kind);
 // eps >= 0, alpha >= 0, momentum >= 0; Adagrad: eps >= 0, lr_decay >= 0,
 // initial_accumulator_value >= 0. In addition, rejecting what torch would
 // silently accept but is almost certainly a configuration mistake:
-//   - every value must be finite;
+//   - every value must be finite, and grad_scale > 0;
 //   - RMSprop's alpha must be <= 1 (above 1, square_avg turns negative and
 //     every update NaN), and centered RMSprop needs alpha > 0 (with alpha == 0
 //     its variance estimate g^2 - g^2 is 0 up to rounding: torch's FMA yields

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <ostream>
 #include <random>
 #include <string>
@@ -479,6 +480,42 @@ TEST_P(OptimizerConfigTest, ReduceAndApplyBitwiseEqualsReduceMeanThenApply) {
         EXPECT_TRUE(BitwiseEqual(fused.state[k], unfused.state[k]))
             << "w=" << w << " n=" << n << " slot " << k;
       }
+    }
+  }
+}
+
+// (d) Loss scaling: grad_scale multiplies each gradient element (in float)
+// before the update, exactly as scaling the gradient first would; the fused
+// path does it after the mean. Spans block boundaries and odd lengths.
+TEST_P(OptimizerConfigTest, GradScaleEqualsScalingTheGradientFirst) {
+  const Config& config = GetParam();
+  OptimizerParams scaled_params = config.params;
+  scaled_params.grad_scale = 1.0f / 1024.0f;
+  std::mt19937_64 rng(13);
+  for (size_t n : {1, 1023, 1025, 3000}) {
+    const std::vector<float> init = RandomVector(rng, n, -2.0, 2.0);
+    Trajectory scaled(scaled_params, init);
+    Trajectory fused(scaled_params, init);
+    Trajectory reference(config.params, init);
+    for (int64_t step = 1; step <= 3; ++step) {
+      std::vector<float> a = RandomGrad(rng, n), b = RandomGrad(rng, n);
+      for (float& x : a) x *= 1024.0f;  // what a loss scale of 1024 produces
+      for (float& x : b) x *= 1024.0f;
+      const float* srcs[2] = {a.data(), b.data()};
+      std::vector<float> mean(n);
+      ReduceMean(srcs, 2, mean.data(), n);
+      scaled.Step(step, mean);
+      std::vector<float*> state = fused.StatePtrs();
+      ReduceAndApply(scaled_params, step, fused.params.data(), srcs, 2, state.data(), n);
+      std::vector<float> unscaled(mean);
+      for (float& x : unscaled) x *= scaled_params.grad_scale;
+      reference.Step(step, unscaled);
+    }
+    EXPECT_TRUE(BitwiseEqual(scaled.params, reference.params)) << "n=" << n;
+    EXPECT_TRUE(BitwiseEqual(fused.params, reference.params)) << "n=" << n;
+    for (size_t k = 0; k < reference.state.size(); ++k) {
+      EXPECT_TRUE(BitwiseEqual(scaled.state[k], reference.state[k])) << "n=" << n << " slot " << k;
+      EXPECT_TRUE(BitwiseEqual(fused.state[k], reference.state[k])) << "n=" << n << " slot " << k;
     }
   }
 }
@@ -1077,6 +1114,22 @@ TEST(ValidateOptimizerParamsTest, RejectsBadValuesWithClearMessages) {
   p = Sgd();
   p.kind = static_cast<Kind>(42);
   ExpectRejected(p, "optimizer kind 42");
+}
+
+TEST(ValidateOptimizerParamsTest, GradScaleMustBeFiniteAndPositive) {
+  for (Kind kind : {Kind::kSgd, Kind::kAdam, Kind::kAdamW, Kind::kRmsprop, Kind::kAdagrad}) {
+    OptimizerParams p;
+    p.kind = kind;
+    p.grad_scale = 1.0f / 65536.0f;
+    EXPECT_TRUE(ValidateOptimizerParams(p).ok()) << OptimizerKindName(kind);
+    for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+      p.grad_scale = bad;
+      absl::Status s = ValidateOptimizerParams(p);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+      EXPECT_NE(s.message().find("grad_scale"), std::string::npos) << s;
+    }
+  }
 }
 
 TEST(ValidateOptimizerParamsTest, RejectsBadRmspropAndAdagradValues) {

@@ -157,7 +157,8 @@ bool SameOptimizer(const tessel::OptimizerParams& a, const tessel::OptimizerPara
          SameBits(a.weight_decay, b.weight_decay) && SameBits(a.beta1, b.beta1) &&
          SameBits(a.beta2, b.beta2) && SameBits(a.eps, b.eps) && SameBits(a.alpha, b.alpha) &&
          a.centered == b.centered && SameBits(a.lr_decay, b.lr_decay) &&
-         SameBits(a.initial_accumulator_value, b.initial_accumulator_value);
+         SameBits(a.initial_accumulator_value, b.initial_accumulator_value) &&
+         SameBits(a.grad_scale, b.grad_scale);
 }
 
 }  // namespace

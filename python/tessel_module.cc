@@ -132,6 +132,8 @@ OptimizerParams OptimizerFromDict(const py::dict& d) {
       o.lr_decay = v.cast<float>();
     } else if (key == "initial_accumulator_value") {
       o.initial_accumulator_value = v.cast<float>();
+    } else if (key == "grad_scale") {
+      o.grad_scale = v.cast<float>();
     } else {
       throw py::value_error(absl::StrCat("unknown optimizer setting '", key, "'"));
     }

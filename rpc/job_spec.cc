@@ -45,6 +45,7 @@ absl::StatusOr<OptimizerParams> OptimizerFromProto(const v1::OptimizerConfig& c)
       return absl::InvalidArgumentError(
           "optimizer kind must be SGD, ADAM, ADAMW, RMSPROP or ADAGRAD");
   }
+  p.grad_scale = c.grad_scale() == 0 ? 1.0f : static_cast<float>(c.grad_scale());
   absl::Status s = ValidateOptimizerParams(p);
   if (!s.ok()) return s;
   return p;
@@ -54,6 +55,7 @@ v1::OptimizerConfig OptimizerToProto(const OptimizerParams& p) {
   v1::OptimizerConfig c;
   c.set_lr(p.lr);
   c.set_weight_decay(p.weight_decay);
+  if (p.grad_scale != 1.0f) c.set_grad_scale(p.grad_scale);
   switch (p.kind) {
     case OptimizerParams::Kind::kSgd:
       c.set_kind(v1::OptimizerConfig::SGD);

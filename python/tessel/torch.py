@@ -44,6 +44,9 @@ _config = None
 _optimizers = []
 
 _STRATEGIES = ("ddp", "zero1", "zero2", "fsdp")
+# Mixed precision: the dtype the model computes in (its parameters and .grad
+# are views of the worker's half buffers); the servers keep fp32 masters.
+_HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def init(registry=None, job=None, rank=None, world_size=None, num_servers=None, ucx_tls=None,
@@ -159,6 +162,9 @@ def clip_grad_norm_(optimizer, max_norm, norm_type=2.0):
     if optimizer.overlap:
         raise ValueError("clip_grad_norm_ needs the DistributedOptimizer made with overlap=False: "
                          "with overlap, backward's hooks have already pushed the gradients")
+    if optimizer.loss_scale is not None:
+        raise ValueError("clip_grad_norm_ with loss scaling is not supported: the gradients are "
+                         "scaled and in half precision until the servers unscale them")
     max_norm = float(max_norm)
     norm_type = float(norm_type)
     if not max_norm > 0:
@@ -226,9 +232,21 @@ class DistributedOptimizer:
     strategy:   "ddp", "zero1" or "zero2".
     backward_passes_per_step: backward calls per step (gradient accumulation): each
                 parameter's gradient is handed over after that many.
-    overlap:    push buckets from autograd hooks while backward runs (default).
-    precision:  "fp32", or "bf16": bf16 parameters and gradients on the workers and the wire
-                (the model computes in bf16), fp32 masters and state on the servers.
+    overlap:    push buckets from autograd hooks while backward runs (the default, except
+                with loss scaling, whose overflow decision must come before any push).
+    precision:  "fp32"; "bf16" or "fp16": half parameters and gradients on the workers and
+                the wire (the model computes in half), fp32 masters and state on the servers.
+    loss_scale: "dynamic" (the default for fp16), a number (a static scale), or None (the
+                default for fp32 and bf16: no scaling). Scale the loss before backward with
+                `opt.scale_loss(loss).backward()`. step() then checks every rank's gradients
+                for inf/NaN with one job-wide reduction: if any rank overflowed, every rank
+                skips the step (step() returns False, nothing is pushed) and a dynamic scale is
+                multiplied by backoff_factor; otherwise the servers unscale the mean gradient
+                (grad * 1/scale in fp32, as torch's GradScaler does) and update, and after
+                growth_interval steps in a row without overflow the scale grows by
+                growth_factor. Same rules and defaults as torch.cuda.amp.GradScaler
+                (init_scale 2**16, growth_factor 2, backoff_factor 0.5, growth_interval 2000).
+                fsdp holds each unit's gradients until step() under loss scaling.
     recovery:   survive a lost worker or shard server (zero1, zero2, fsdp; one parameter
                 group): the servers checkpoint every `checkpoint_every_steps` steps (they need
                 --checkpoint_dir; tessel-launch --checkpoint_dir gives it), a step that fails
@@ -240,16 +258,49 @@ class DistributedOptimizer:
     """
 
     def __init__(self, optimizer, model=None, strategy="zero2", bucket_bytes=4 << 20,
-                 backward_passes_per_step=1, overlap=True, job=None, recovery=False,
-                 checkpoint_every_steps=0, precision="fp32"):
+                 backward_passes_per_step=1, overlap=None, job=None, recovery=False,
+                 checkpoint_every_steps=0, precision="fp32", loss_scale=None,
+                 init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
         cfg = _require_init()
         if strategy not in _STRATEGIES:
             raise ValueError(f"strategy {strategy!r}: one of {', '.join(_STRATEGIES)}")
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision {precision!r}: fp32 or bf16 (fp16 needs dynamic loss "
-                             f"scaling, not built yet, and CPU torch has no fp16 matmul)")
+        if precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"precision {precision!r}: fp32, bf16 or fp16")
+        if loss_scale is None and precision == "fp16":
+            loss_scale = "dynamic"
+        self._dynamic = loss_scale == "dynamic"
+        if self._dynamic:
+            scale = init_scale
+            if not growth_factor > 1.0:
+                raise ValueError(f"growth_factor must be > 1, got {growth_factor}")
+            if not 0.0 < backoff_factor < 1.0:
+                raise ValueError(f"backoff_factor must be in (0, 1), got {backoff_factor}")
+            if int(growth_interval) != growth_interval or growth_interval < 1:
+                raise ValueError(f"growth_interval must be an integer >= 1, got {growth_interval}")
+        elif loss_scale is None:
+            scale = None
+        elif isinstance(loss_scale, str):
+            raise ValueError(f"loss_scale {loss_scale!r}: 'dynamic', a number or None")
+        else:
+            scale = loss_scale
+        if scale is not None:
+            scale = float(scale)
+            if not (np.isfinite(scale) and scale > 0 and np.isfinite(np.float32(1.0 / scale))
+                    and np.float32(1.0 / scale) > 0):
+                raise ValueError(f"the loss scale must be a finite number > 0 whose inverse is "
+                                 f"a normal float32, got {scale}")
+            if overlap:
+                raise ValueError("loss scaling needs overlap=False: whether a step is skipped "
+                                 "is decided after backward, before anything is pushed")
+            overlap = False
+        elif overlap is None:
+            overlap = True
+        self._scale = scale
+        self._growth = (float(growth_factor), float(backoff_factor), int(growth_interval))
+        self._good_steps = 0
+        self.skipped_steps = 0
         if recovery and (strategy == "ddp" or checkpoint_every_steps < 1):
             raise ValueError("recovery needs strategy zero1, zero2 or fsdp and "
                              "checkpoint_every_steps >= 1")
@@ -286,7 +337,7 @@ class DistributedOptimizer:
             if not params:
                 continue
             pnames = [names.get(id(p), f"g{gi}.p{i}") for i, p in enumerate(params)]
-            self._groups.append(_Group(gi, params, pnames, _hyper(optimizer, group)))
+            self._groups.append(_Group(gi, params, pnames, self._hyper_of(group)))
         if not self._groups:
             raise ValueError("the optimizer has no parameters")
         if recovery and len(self._groups) > 1:
@@ -311,6 +362,66 @@ class DistributedOptimizer:
             else:
                 self._bind(g)
         _optimizers.append(self)
+
+    def _hyper_of(self, group):
+        h = _hyper(self.optimizer, group)
+        if self._scale is not None:  # the servers unscale: grad * float32(1 / scale)
+            h["grad_scale"] = float(np.float32(1.0 / self._scale))
+        return h
+
+    @property
+    def loss_scale(self):
+        """The current loss scale (a float), or None without loss scaling."""
+        return self._scale
+
+    def scale_loss(self, loss):
+        """loss times the current loss scale (as torch's GradScaler.scale); backward that."""
+        if self._scale is None:
+            return loss
+        return loss * torch.tensor(self._scale, dtype=torch.float32)
+
+    def _overflowed(self):
+        """Whether any rank's gradients hold an inf or NaN: one job-wide reduction,
+        so every rank takes the same decision."""
+        bad = 0.0
+        for g in self._groups:
+            if self.strategy == "fsdp":
+                grads = [unit["grads"] for unit in g.units if unit.get("grads") is not None]
+            else:
+                grads = [g.flat_grads]
+            if any(not bool(torch.isfinite(t).all()) for t in grads):
+                bad = 1.0
+        flag = np.array([bad], dtype=np.float32)
+        self._worker(self._groups[0]).all_reduce_mean(flag)
+        return bool(flag[0] > 0)
+
+    def _skip_step(self):
+        """Every rank drops this step's gradients; a dynamic scale backs off."""
+        self.skipped_steps += 1
+        if self._dynamic:
+            self._scale *= self._growth[1]
+            self._good_steps = 0
+        if self.strategy == "fsdp":
+            g = self._groups[0]
+            for u, unit in enumerate(g.units):
+                if unit["held"]:
+                    unit["grads"].zero_()  # the unit's buffer outlives the release
+                    self._empty_params(g, unit["members"])
+                    unit.pop("grads", None)
+                    g.worker.release(u)
+                    unit["held"] = False
+                unit["done"] = 0
+            return
+        for g in self._groups:
+            g.flat_grads.zero_()
+            g.ready = [0] * len(g.params)
+
+    def _scale_stepped(self):
+        if self._dynamic:
+            self._good_steps += 1
+            if self._good_steps == self._growth[2]:
+                self._scale *= self._growth[0]
+                self._good_steps = 0
 
     @property
     def step_count(self):
@@ -400,9 +511,9 @@ class DistributedOptimizer:
         unit = g.units[u]
         if unit["held"]:
             return
-        if self.precision == "bf16":
-            params = torch.from_numpy(g.worker.gather_half(u)).view(torch.bfloat16)
-            grads = torch.from_numpy(g.worker.unit_half_grads(u)).view(torch.bfloat16)
+        if self.precision in _HALF:
+            params = torch.from_numpy(g.worker.gather_half(u)).view(_HALF[self.precision])
+            grads = torch.from_numpy(g.worker.unit_half_grads(u)).view(_HALF[self.precision])
         else:
             params = torch.from_numpy(g.worker.gather(u))
             grads = torch.from_numpy(g.worker.unit_grads(u))
@@ -426,7 +537,8 @@ class DistributedOptimizer:
                 return
             unit = g.units[u]
             unit["done"] += 1
-            if unit["done"] == len(unit["members"]) * self.backward_passes_per_step:
+            if (unit["done"] == len(unit["members"]) * self.backward_passes_per_step
+                    and self._scale is None):  # loss scaling pushes in step(), if at all
                 self._push_unit(g, u)
 
         acc.register_hook(hook)
@@ -438,7 +550,7 @@ class DistributedOptimizer:
             return
         if not unit["held"]:
             # A zero gradient: the buffer comes zeroed.
-            if self.precision == "bf16":
+            if self.precision in _HALF:
                 g.worker.unit_half_grads(u)
             else:
                 g.worker.unit_grads(u)
@@ -491,7 +603,7 @@ class DistributedOptimizer:
             if g.worker is None:
                 continue
             with torch.no_grad():
-                if self.precision == "bf16":  # the fp32 masters, as the model was made
+                if self.precision in _HALF:  # the fp32 masters, as the model was made
                     full = torch.from_numpy(g.worker.gather_all())
                     for p, (b, e) in zip(g.params, g.ranges):
                         p.data = full[b:e].view(p.shape).clone()
@@ -555,9 +667,10 @@ class DistributedOptimizer:
     def _rebind(self, g):
         """Points the parameters at the worker's buffers again (a load or a
         recovery may have moved them)."""
-        if self.precision == "bf16":  # the model computes in bf16; the servers keep fp32
-            g.flat_params = torch.from_numpy(g.worker.half_params()).view(torch.bfloat16)
-            g.flat_grads = torch.from_numpy(g.worker.half_grads()).view(torch.bfloat16)
+        if self.precision in _HALF:  # the model computes in half; the servers keep fp32
+            dtype = _HALF[self.precision]
+            g.flat_params = torch.from_numpy(g.worker.half_params()).view(dtype)
+            g.flat_grads = torch.from_numpy(g.worker.half_grads()).view(dtype)
         else:
             g.flat_params = torch.from_numpy(g.worker.params())
             g.flat_grads = torch.from_numpy(g.worker.grads())
@@ -615,22 +728,28 @@ class DistributedOptimizer:
             self._sync_group(g)
 
     def _sync_group(self, g):
-        now = _hyper(self.optimizer, self.optimizer.param_groups[g.index])
+        now = self._hyper_of(self.optimizer.param_groups[g.index])
         if now != g.hyper:
             self._worker(g).set_optimizer(now)
             g.hyper = now
 
     def step(self, closure=None):
-        """One synchronous step of every parameter group; the model holds the new values."""
-        loss = None
+        """One synchronous step of every parameter group; the model holds the new values.
+        Returns the closure's loss if one is given; otherwise True, or False when loss
+        scaling skipped the step because a rank's gradients overflowed."""
+        loss = True
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         if self.strategy == "fsdp":
             g = self._groups[0]
             self._worker(g)  # closed?
+            if self._scale is not None and self._overflowed():
+                self._skip_step()
+                return False if closure is None else loss
             self._sync_hyper()
             self._recovering(g, lambda: self._fsdp_step(g))
+            self._scale_stepped()
             return loss
         for g in self._groups:
             self._worker(g)  # closed?
@@ -640,11 +759,16 @@ class DistributedOptimizer:
                         f"parameter {g.names[i]} was replaced or reshaped (now {tuple(p.shape)}, "
                         f"was {g.shapes[i]}) after the DistributedOptimizer was made; Tessel "
                         f"keeps the registered layout: make a new optimizer for a new model")
-        self._sync_hyper()
         for g in self._groups:
             self._collect_grads(g)
+        if self._scale is not None and self._overflowed():
+            self._skip_step()
+            return False if closure is None else loss
+        self._sync_hyper()
+        for g in self._groups:
             self._recovering(g, self._worker(g).step)
             g.ready = [0] * len(g.params)
+        self._scale_stepped()
         return loss
 
     def _recovering(self, g, step):
@@ -688,9 +812,13 @@ class DistributedOptimizer:
             self._worker(g).request_checkpoint()
 
     def state_dict(self):
-        """The whole training state (parameters, optimizer state, step) of every group:
-        portable across world sizes, shard counts and strategies."""
-        return {"tessel": 1, "groups": [self._worker(g).serialize() for g in self._groups]}
+        """The whole training state (parameters, optimizer state, step) of every group,
+        and the loss scaler's: portable across world sizes, shard counts and strategies."""
+        state = {"tessel": 1, "groups": [self._worker(g).serialize() for g in self._groups]}
+        if self._scale is not None:
+            state["scaler"] = {"scale": self._scale, "good_steps": self._good_steps,
+                               "skipped_steps": self.skipped_steps}
+        return state
 
     def load_state_dict(self, state):
         if not isinstance(state, dict) or state.get("tessel") != 1:
@@ -699,6 +827,11 @@ class DistributedOptimizer:
         if len(blobs) != len(self._groups):
             raise ValueError(f"the state has {len(blobs)} parameter group(s), this optimizer "
                              f"{len(self._groups)}")
+        scaler = state.get("scaler")
+        if scaler is not None and self._scale is not None:
+            scale = float(scaler["scale"])
+            if not (np.isfinite(scale) and scale > 0):
+                raise ValueError(f"the state's loss scale {scale} is not a finite number > 0")
         for g, blob in zip(self._groups, blobs):
             self._worker(g).deserialize(blob)
             if self.strategy == "fsdp":
@@ -710,6 +843,10 @@ class DistributedOptimizer:
                         unit["held"] = False
             else:
                 self._rebind(g)
+        if scaler is not None and self._scale is not None:
+            self._scale = float(scaler["scale"])
+            self._good_steps = int(scaler["good_steps"])
+            self.skipped_steps = int(scaler["skipped_steps"])
 
     @property
     def workers(self):

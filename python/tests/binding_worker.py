@@ -56,8 +56,16 @@ frozen = exact_model.make_model()
 frozen.fc.bias.requires_grad_(False)
 expect_raises(ValueError, "parameter fc.bias does not require a gradient", lambda:
               tt.DistributedOptimizer(torch.optim.SGD(frozen.parameters(), lr=0.1), model=frozen))
-expect_raises(ValueError, "fp32 or bf16", lambda: tt.DistributedOptimizer(
-    torch.optim.Adam(model.parameters()), precision="fp16"))
+expect_raises(ValueError, "fp32, bf16 or fp16", lambda: tt.DistributedOptimizer(
+    torch.optim.Adam(model.parameters()), precision="fp8"))
+expect_raises(ValueError, "loss scaling needs overlap=False", lambda: tt.DistributedOptimizer(
+    torch.optim.Adam(model.parameters()), precision="fp16", overlap=True))
+expect_raises(ValueError, "the loss scale must be a finite number > 0", lambda:
+              tt.DistributedOptimizer(torch.optim.Adam(model.parameters()), loss_scale=0.0))
+expect_raises(ValueError, "loss_scale 'auto'", lambda: tt.DistributedOptimizer(
+    torch.optim.Adam(model.parameters()), loss_scale="auto"))
+expect_raises(ValueError, "backoff_factor must be in (0, 1)", lambda: tt.DistributedOptimizer(
+    torch.optim.Adam(model.parameters()), precision="fp16", backoff_factor=1.5))
 expect_raises(ValueError, "recovery needs strategy zero1, zero2 or fsdp", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(model.parameters()), strategy="ddp", recovery=True, checkpoint_every_steps=2))
 expect_raises(tessel.TesselError, "UNAVAILABLE", lambda: tessel.Worker(

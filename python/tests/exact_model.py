@@ -24,6 +24,32 @@ class Net(nn.Module):
         return self.fc(h.reshape(h.shape[0], -1))
 
 
+class HalfNet(nn.Module):
+    """For fp16: only layers CPU torch 1.13 runs in float16 (it has no fp16 matmul,
+    convolution or layer norm): an embedding, then an element-wise bilinear read-out."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 8)
+        self.w = nn.Parameter(torch.randn(8, CLASSES) * 0.5)
+        self.b = nn.Parameter(torch.zeros(CLASSES))
+
+    def forward(self, tokens):
+        h = self.emb(tokens).mean(1)                                  # B x 8
+        return (h.unsqueeze(2) * self.w.unsqueeze(0)).sum(1) + self.b  # B x CLASSES
+
+
+def make_half_model():
+    torch.manual_seed(0)
+    return HalfNet()
+
+
+# Dynamic loss scaling in the fp16 runs: the first scale overflows these
+# gradients in fp16 (steps are skipped and the scale backs off), and growth
+# every 3 good steps overflows again now and then.
+FP16_SCALER = dict(init_scale=2.0**20, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)
+
+
 def make_model():
     torch.manual_seed(0)
     return Net()

@@ -77,6 +77,51 @@ def reference_bf16(opt_name, steps, strategy, world=2):
     return exact_model.flat(master).to(torch.bfloat16).float().numpy()
 
 
+def reference_fp16(opt_name, steps, strategy, world=2):
+    """fp16 with dynamic loss scaling as Tessel defines it, in torch (torch's
+    GradScaler rules): the model computes in fp16 (the fp32 masters rounded) on
+    the loss times the scale; if any rank's fp16 gradient holds an inf or NaN the
+    step is skipped everywhere and the scale backs off, otherwise the widened
+    gradients' fp32 mean (ddp: rounded to fp16 again) times float32(1 / scale) is
+    torch's optimizer's gradient, and the scale grows after growth_interval good
+    steps. Returns the masters rounded to fp16, which steps were applied, and the
+    final scale."""
+    master = exact_model.make_half_model()
+    opt = exact_model.OPTIMIZERS[opt_name](master)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    per = exact_model.BATCH // world
+    cfg = exact_model.FP16_SCALER
+    scale, good, applied = cfg["init_scale"], 0, ""
+    for step in range(steps):
+        half = copy.deepcopy(master).to(torch.float16)
+        tokens, labels = exact_model.batch(step)
+        grads = []
+        for r in range(world):
+            half.zero_grad()
+            loss = loss_fn(half(tokens[r * per:(r + 1) * per]).float(),
+                           labels[r * per:(r + 1) * per])
+            (loss * torch.tensor(scale, dtype=torch.float32)).backward()
+            grads.append([p.grad.float() for p in half.parameters()])
+        if not all(bool(torch.isfinite(g).all()) for rank in grads for g in rank):
+            applied += "0"
+            scale *= cfg["backoff_factor"]
+            good = 0
+            continue
+        applied += "1"
+        inv = torch.tensor(np.float32(1.0 / scale))
+        for i, p in enumerate(master.parameters()):
+            mean = (grads[0][i] + grads[1][i]) / 2
+            if strategy == "ddp":
+                mean = mean.to(torch.float16).float()
+            p.grad = mean * inv
+        opt.step()
+        good += 1
+        if good == cfg["growth_interval"]:
+            scale *= cfg["growth_factor"]
+            good = 0
+    return exact_model.flat(master).to(torch.float16).float().numpy(), applied, scale
+
+
 def launch(args, outdir, job, combos):
     cmd = [args.launch, "--nproc_per_node=2", "--servers=2", f"--job={job}", "--timeout_s=300",
            "--", "/usr/bin/python3", args.worker, str(args.steps), outdir] + combos
@@ -104,6 +149,9 @@ def main():
     # Mixed precision: bf16 on the workers and the wire, fp32 masters on the servers.
     bf16 = [f"{s}:{o}:bf16" for s in ("ddp", "zero2", "fsdp") for o in ("sgd", "adam")]
     combos += bf16
+    # fp16 with dynamic loss scaling (a model of fp16-capable CPU layers).
+    fp16 = [f"{s}:{o}:fp16" for s in STRATEGIES for o in ("sgd", "adam")]
+    combos += fp16
     first = tempfile.mkdtemp(prefix="exact-1-")
     second = tempfile.mkdtemp(prefix="exact-2-")
     out, secs = launch(args, first, "exact", combos)
@@ -111,7 +159,8 @@ def main():
     for line in out.splitlines():
         if "gradient norms" in line and line.startswith("zero2"):
             print("  rank 0,", line)
-    again = ["zero2:adam", "ddp:rmsprop", "zero1:sgd", "fsdp:adamw", "zero2:adam:bf16"]
+    again = ["zero2:adam", "ddp:rmsprop", "zero1:sgd", "fsdp:adamw", "zero2:adam:bf16",
+             "fsdp:adam:fp16"]
     _, secs2 = launch(args, second, "exact-again", again)
     print(f"launch 2: {len(again)} runs in {secs2:.1f} s")
     failures = []
@@ -151,6 +200,26 @@ def main():
         print(f"{strategy:9} {opt_name:9} {'bitwise equal' if np.array_equal(got, want) else f'{rel:.3g}':>38}")
         if not rel < TOLERANCE:
             failures.append(f"{combo}: relative difference {rel:.3g} >= {TOLERANCE}")
+    print(f"{'fp16':9} {'optimizer':9} {'vs torch fp16 compute + GradScaler rules':>42}  "
+          f"applied steps, final scale")
+    for combo in fp16:
+        strategy, opt_name, _ = combo.split(":")
+        want, want_applied, want_scale = reference_fp16(opt_name, args.steps, strategy)
+        got = np.load(os.path.join(first, f"{combo.replace(':', '-')}.npy"))
+        rel = float(np.abs(got - want).max() / np.abs(want).max())
+        worst[(strategy, opt_name + ":fp16")] = rel
+        line = next((l for l in out.splitlines() if l.startswith(combo + ":")), "")
+        got_applied = line.split("applied ")[1].split()[0] if "applied " in line else "?"
+        got_scale = float(line.split("loss scale ")[1]) if "loss scale " in line else None
+        verdict = "bitwise equal" if np.array_equal(got, want) else f"{rel:.3g}"
+        print(f"{strategy:9} {opt_name:9} {verdict:>42}  {got_applied}, {got_scale:g}")
+        if not rel < TOLERANCE:
+            failures.append(f"{combo}: relative difference {rel:.3g} >= {TOLERANCE}")
+        if got_applied != want_applied or got_scale != want_scale:
+            failures.append(f"{combo}: applied {got_applied} scale {got_scale}, torch's rules "
+                            f"give {want_applied} scale {want_scale}")
+        if "0" not in want_applied or "1" not in want_applied:
+            failures.append(f"{combo}: the run must both skip and apply steps ({want_applied})")
     for combo in again:
         name = combo.replace(":", "-") + ".npy"
         a = np.load(os.path.join(first, name))

@@ -23,12 +23,15 @@ per = exact_model.BATCH // world
 for combo in combos:
     strategy, opt_name, *rest = combo.split(":")
     precision = rest[0] if rest else "fp32"
-    model = exact_model.make_model()
+    fp16 = precision == "fp16"
+    model = exact_model.make_half_model() if fp16 else exact_model.make_model()
     clip = exact_model.CLIP.get(opt_name)
     opt = tt.DistributedOptimizer(exact_model.OPTIMIZERS[opt_name](model),
                                   model=model, strategy=strategy, bucket_bytes=512,
                                   job=f"{cfg['job']}-{strategy}-{opt_name}-{precision}",
-                                  overlap=clip is None, precision=precision)
+                                  overlap=None if fp16 else clip is None, precision=precision,
+                                  **(exact_model.FP16_SCALER if fp16 else {}))
+    applied = []
     make_schedule = exact_model.SCHEDULES.get(opt_name)
     schedule = make_schedule(opt.optimizer) if make_schedule else None
     norms = []
@@ -37,10 +40,10 @@ for combo in combos:
         tokens, labels = exact_model.batch(step)
         sl = slice(rank * per, (rank + 1) * per)
         opt.zero_grad()
-        loss_fn(model(tokens[sl]).float(), labels[sl]).backward()
+        opt.scale_loss(loss_fn(model(tokens[sl]).float(), labels[sl])).backward()
         if clip:
             norms.append(float(tt.clip_grad_norm_(opt, clip)))
-        opt.step()
+        applied.append(opt.step())
         if schedule:
             schedule.step()
     ms = (time.perf_counter() - start) * 1e3 / steps
@@ -49,7 +52,9 @@ for combo in combos:
             np.save(os.path.join(outdir, f"{combo.replace(':', '-')}.npy"),
                     exact_model.flat(model).float().numpy())
         print(f"{combo}: {steps} steps, {ms:.2f} ms/step"
-              + (f", gradient norms {' '.join(f'{n:.3f}' for n in norms)}" if norms else ""),
+              + (f", gradient norms {' '.join(f'{n:.3f}' for n in norms)}" if norms else "")
+              + (f", applied {''.join('1' if a else '0' for a in applied)} final loss scale "
+                 f"{opt.loss_scale:g}" if fp16 else ""),
               flush=True)
     opt.close()
 tt.shutdown()
