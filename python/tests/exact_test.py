@@ -51,6 +51,22 @@ def reference(opt_name, steps):
     return exact_model.flat(model).numpy()
 
 
+def rank_grads(master, dtype, step, world, scale=1.0):
+    """Each rank's gradient of its slice of batch `step`, computed in `dtype` by a
+    copy of the fp32 masters rounded to it (the loss times `scale`), widened."""
+    half = copy.deepcopy(master).to(dtype)
+    tokens, labels = exact_model.batch(step)
+    per = exact_model.BATCH // world
+    grads = []
+    for r in range(world):
+        half.zero_grad()
+        loss = torch.nn.CrossEntropyLoss()(half(tokens[r * per:(r + 1) * per]).float(),
+                                           labels[r * per:(r + 1) * per])
+        (loss * torch.tensor(scale, dtype=torch.float32) if scale != 1.0 else loss).backward()
+        grads.append([p.grad.float() for p in half.parameters()])
+    return grads
+
+
 def reference_bf16(opt_name, steps, strategy, world=2):
     """Mixed precision as Tessel defines it, in torch: the model computes in bf16
     (the fp32 masters rounded), each rank's bf16 gradient is widened and the mean
@@ -59,17 +75,8 @@ def reference_bf16(opt_name, steps, strategy, world=2):
     to bf16, what the workers hold."""
     master = exact_model.make_model()
     opt = exact_model.OPTIMIZERS[opt_name](master)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    per = exact_model.BATCH // world
     for step in range(steps):
-        half = copy.deepcopy(master).to(torch.bfloat16)
-        tokens, labels = exact_model.batch(step)
-        grads = []
-        for r in range(world):
-            half.zero_grad()
-            loss_fn(half(tokens[r * per:(r + 1) * per]).float(),
-                    labels[r * per:(r + 1) * per]).backward()
-            grads.append([p.grad.float() for p in half.parameters()])
+        grads = rank_grads(master, torch.bfloat16, step, world)
         for i, p in enumerate(master.parameters()):
             mean = (grads[0][i] + grads[1][i]) / 2
             p.grad = mean.to(torch.bfloat16).float() if strategy == "ddp" else mean
@@ -88,20 +95,10 @@ def reference_fp16(opt_name, steps, strategy, world=2):
     final scale."""
     master = exact_model.make_half_model()
     opt = exact_model.OPTIMIZERS[opt_name](master)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    per = exact_model.BATCH // world
     cfg = exact_model.FP16_SCALER
     scale, good, applied = cfg["init_scale"], 0, ""
     for step in range(steps):
-        half = copy.deepcopy(master).to(torch.float16)
-        tokens, labels = exact_model.batch(step)
-        grads = []
-        for r in range(world):
-            half.zero_grad()
-            loss = loss_fn(half(tokens[r * per:(r + 1) * per]).float(),
-                           labels[r * per:(r + 1) * per])
-            (loss * torch.tensor(scale, dtype=torch.float32)).backward()
-            grads.append([p.grad.float() for p in half.parameters()])
+        grads = rank_grads(master, torch.float16, step, world, scale)
         if not all(bool(torch.isfinite(g).all()) for rank in grads for g in rank):
             applied += "0"
             scale *= cfg["backoff_factor"]
