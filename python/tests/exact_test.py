@@ -17,15 +17,14 @@ Usage: exact_test.py --launch=tessel-launch --worker=exact_worker.py [--steps=8]
 import argparse
 import copy
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import driver  # noqa: E402
 import exact_model  # noqa: E402
 
 STRATEGIES = ["ddp", "zero1", "zero2", "fsdp"]
@@ -120,16 +119,9 @@ def reference_fp16(opt_name, steps, strategy, world=2):
 
 
 def launch(args, outdir, job, combos):
-    cmd = [args.launch, "--nproc_per_node=2", "--servers=2", f"--job={job}", "--timeout_s=300",
-           "--", "/usr/bin/python3", args.worker, str(args.steps), outdir] + combos
-    start = time.monotonic()
-    run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=400)
-    secs = time.monotonic() - start
-    if run.returncode != 0:
-        print(run.stdout[-6000:])
-        sys.exit(f"FAIL: tessel-launch exited {run.returncode}")
-    return run.stdout, secs
+    return driver.launch(args.launch, job,
+                         ["/usr/bin/python3", args.worker, str(args.steps), outdir] + combos,
+                         timeout_s=300, wait_s=400)
 
 
 def main():
@@ -227,11 +219,7 @@ def main():
             failures.append(f"{combo}: a second launch gave different bits")
     print(f"worst relative difference: {max(worst.values()):.3g} "
           f"({max(worst, key=worst.get)}); tolerance {TOLERANCE}")
-    for f in failures:
-        print("FAIL:", f)
-    if failures:
-        sys.exit(1)
-    print("OK")
+    driver.finish(failures)
 
 
 if __name__ == "__main__":

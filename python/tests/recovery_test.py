@@ -8,26 +8,19 @@ Usage: recovery_test.py --launch=tessel-launch --worker=recovery_worker.py
 import argparse
 import os
 import re
-import subprocess
-import sys
 import tempfile
-import time
 
 import numpy as np
+
+import driver
 
 
 def launch(args, outdir, job, strategy, crash):
     ckpt = tempfile.mkdtemp(prefix="ckpt-")
-    cmd = [args.launch, "--nproc_per_node=2", "--servers=2", f"--job={job}",
-           f"--checkpoint_dir={ckpt}", "--max_restarts=1", "--timeout_s=240", "--",
-           "/usr/bin/python3", args.worker, strategy, outdir] + ([str(crash)] if crash else [])
-    start = time.monotonic()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=300)
-    if p.returncode != 0:
-        print(p.stdout[-6000:])
-        sys.exit(f"FAIL: {job}: tessel-launch exited {p.returncode}")
-    return p.stdout, time.monotonic() - start
+    return driver.launch(
+        args.launch, job,
+        ["/usr/bin/python3", args.worker, strategy, outdir] + ([str(crash)] if crash else []),
+        flags=[f"--checkpoint_dir={ckpt}", "--max_restarts=1"])
 
 
 def main():
@@ -55,11 +48,7 @@ def main():
             failures.append(f"{strategy}: rank 0 made {recoveries} recoveries, not 1")
         if not same:
             failures.append(f"{strategy}: the recovered run is not bitwise the clean one")
-    for f in failures:
-        print("FAIL:", f)
-    if failures:
-        sys.exit(1)
-    print("OK")
+    driver.finish(failures)
 
 
 if __name__ == "__main__":

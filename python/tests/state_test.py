@@ -8,21 +8,16 @@ Usage: state_test.py --launch=tessel-launch --worker=state_worker.py
 """
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 
+import driver
+
 
 def launch(args, n, job, *worker_args):
-    cmd = [args.launch, f"--nproc_per_node={n}", "--servers=2", f"--job={job}", "--timeout_s=240",
-           "--", "/usr/bin/python3", args.worker, *worker_args]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=300)
-    if p.returncode != 0:
-        print(p.stdout[-6000:])
-        sys.exit(f"FAIL: {' '.join(worker_args)}: tessel-launch exited {p.returncode}")
+    driver.launch(args.launch, job, ["/usr/bin/python3", args.worker, *worker_args], nproc=n,
+                  what=" ".join(worker_args))
 
 
 def main():
@@ -48,11 +43,7 @@ def main():
           f"(tolerance 1e-5)")
     if not rel < 1e-5:
         failures.append(f"ddp x1 resume differs by {rel:.3g}")
-    for f in failures:
-        print("FAIL:", f)
-    if failures:
-        sys.exit(1)
-    print("OK")
+    driver.finish(failures)
 
 
 if __name__ == "__main__":
