@@ -28,14 +28,31 @@ std::string Xxh64Hex(const void* data, size_t size) {
 namespace {
 
 json EntryJson(const ShardEntry& e) {
-  return json{{"shard", e.shard},
-              {"file", e.file},
-              {"range_begin", e.range_begin},
-              {"range_end", e.range_end},
-              {"state_slots", e.state_slots},
-              {"bytes", e.bytes},
-              {"xxh64", e.xxh64},
-              {"snapshot_pause_us", e.snapshot_pause_us}};
+  json j{{"shard", e.shard},
+         {"file", e.file},
+         {"range_begin", e.range_begin},
+         {"range_end", e.range_end},
+         {"state_slots", e.state_slots},
+         {"bytes", e.bytes},
+         {"xxh64", e.xxh64},
+         {"snapshot_pause_us", e.snapshot_pause_us}};
+  if (!e.tensor_skips.empty()) j["tensor_skips"] = e.tensor_skips;
+  return j;
+}
+
+// An optional array of counts >= 0 (at most `max`).
+absl::Status GetCounts(const json& j, const char* key, int64_t max, std::vector<int64_t>* out) {
+  if (!j.contains(key)) return absl::OkStatus();
+  const json& a = j.at(key);
+  if (!a.is_array()) return absl::InvalidArgumentError(absl::StrCat("'", key, "' is not an array"));
+  for (const json& s : a) {
+    if (!s.is_number_integer() || s.get<int64_t>() < 0 || s.get<int64_t>() > max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", key, "' holds ", s.dump(), ", not a count in [0, ", max, "]"));
+    }
+    out->push_back(s.get<int64_t>());
+  }
+  return absl::OkStatus();
 }
 
 // Reads an integer field strictly: it must be a JSON integer (not a float,
@@ -81,6 +98,9 @@ absl::StatusOr<ShardEntry> EntryFromJson(const json& j) {
                          GetInt(j, "bytes", &e.bytes, 0, kMaxI64),
                          GetInt(j, "snapshot_pause_us", &e.snapshot_pause_us, 0, kMaxI64, true)}) {
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("shard entry: ", s.message()));
+  }
+  if (absl::Status s = GetCounts(j, "tensor_skips", kMaxI64, &e.tensor_skips); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("shard entry: ", s.message()));
   }
   try {
     e.file = j.at("file").get<std::string>();
@@ -133,6 +153,7 @@ std::string ManifestToJson(const Manifest& m) {
             {"created_unix_ms", m.created_unix_ms},
             {"spec", spec.is_discarded() ? json(m.spec_json) : spec},
             {"shards", shards}};
+  if (!m.tensor_skips.empty()) j["tensor_skips"] = m.tensor_skips;
   return j.dump(2) + "\n";
 }
 
@@ -164,6 +185,9 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
       if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("manifest: ", s.message()));
     }
     m.spec_json = j.at("spec").dump();
+    if (absl::Status s = GetCounts(j, "tensor_skips", m.step, &m.tensor_skips); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("manifest: ", s.message()));
+    }
     for (const json& e : j.at("shards")) {
       auto entry = EntryFromJson(e);
       if (!entry.ok()) return entry.status();

@@ -37,6 +37,9 @@ struct ShardEntry {
   int64_t bytes = 0;              // = (1 + state_slots) * (range_end - range_begin) * 4
   std::string xxh64;              // 16 hex digits over the whole data file
   int64_t snapshot_pause_us = 0;  // time training paused for the in-memory copy
+  // This shard's per-tensor skips (right for the tensors in its range); the
+  // manifest's tensor_skips merges them. Empty (absent in the JSON) if none.
+  std::vector<int64_t> tensor_skips;
 };
 
 struct Manifest {
@@ -49,6 +52,10 @@ struct Manifest {
   std::string spec_json;  // the JobSpec (protobuf JSON), layout and optimizer
   int64_t created_unix_ms = 0;
   std::vector<ShardEntry> shards;  // sorted by shard, contiguous ranges
+  // Per tensor, the steps that left it without an update (no gradient on any
+  // rank: core/tensor_steps.h); "tensor_skips" in the JSON only when some
+  // tensor was skipped, absent (empty here) otherwise.
+  std::vector<int64_t> tensor_skips;
 };
 
 std::string CheckpointDir(const std::string& job, int64_t step);

@@ -49,6 +49,21 @@ TEST(CheckpointManifestTest, RoundTrips) {
   EXPECT_EQ(Xxh64Hex("", 0), "ef46db3751d8e999");  // XXH64 of the empty string
 }
 
+// Per-tensor skips (tensors left without an update) are written only when
+// some tensor was skipped, and each count must lie in [0, step].
+TEST(CheckpointManifestTest, TensorSkipsRoundTripWhenPresent) {
+  Manifest m = Sample(2, 100);
+  EXPECT_EQ(ManifestToJson(m).find("tensor_skips"), std::string::npos);
+  m.tensor_skips = {0, 3, 12};
+  auto back = ParseManifest(ManifestToJson(m));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tensor_skips, m.tensor_skips);
+  m.tensor_skips = {0, 13};  // more skips than steps
+  EXPECT_EQ(ParseManifest(ManifestToJson(m)).status().code(), absl::StatusCode::kInvalidArgument);
+  m.tensor_skips = {-1};
+  EXPECT_EQ(ParseManifest(ManifestToJson(m)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CheckpointManifestTest, RejectsInconsistentManifests) {
   EXPECT_FALSE(ParseManifest("not json").ok());
   EXPECT_FALSE(ParseManifest("[]").ok());

@@ -373,6 +373,15 @@ PYBIND11_MODULE(_tessel, m) {
           py::arg("optimizer"),
           "New hyper-parameters (same kind) from the next step on; every rank passes the same.")
       .def(
+          "skip_tensors",
+          [](PyWorker& self, const std::vector<int32_t>& tensors) {
+            Check(Unlocked([&] { return self.get().SkipTensors(tensors); }));
+          },
+          py::arg("tensors"),
+          "Tensors (layout indices) the next step leaves alone, as torch leaves a parameter "
+          "whose .grad is None: every rank passes the same set (those no rank has a gradient "
+          "for) before pushing them.")
+      .def(
           "request_checkpoint", [](PyWorker& self) { Check(self.get().RequestCheckpoint()); },
           "Asks every shard server to snapshot the job at the next step.")
       .def(

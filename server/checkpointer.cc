@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
+#include "core/tensor_steps.h"
 
 namespace tessel {
 namespace {
@@ -182,6 +183,7 @@ absl::Status Checkpointer::WriteShard(const ShardSnapshot& s) {
   e.bytes = bytes;
   e.xxh64 = sum;
   e.snapshot_pause_us = s.pause_us;
+  e.tensor_skips = s.tensor_skips;
   const std::string meta = ShardEntryToJson(e);
   return store_->Put(dir + "/" + ShardMetaName(s.shard),
                      {Chunk(reinterpret_cast<const uint8_t*>(meta.data()), meta.size())});
@@ -202,6 +204,9 @@ absl::Status Checkpointer::TryFinalize(Pending& p, bool* done) {
     entries.push_back(*e);
   }
   p.manifest.shards = entries;
+  p.manifest.tensor_skips.clear();
+  for (const ShardEntry& e : entries) MergeSkips(e.tensor_skips, &p.manifest.tensor_skips);
+  if (NoSkips(p.manifest.tensor_skips)) p.manifest.tensor_skips.clear();
   p.manifest.created_unix_ms = absl::ToUnixMillis(absl::Now());
   const std::string text = ManifestToJson(p.manifest);
   auto check = ParseManifest(text);

@@ -45,6 +45,7 @@ struct ShardSnapshot {
   std::vector<float> values;
   std::vector<std::vector<float>> state;
   int64_t pause_us = 0;
+  std::vector<int64_t> tensor_skips;  // per tensor, steps that skipped it; empty if none
 };
 
 struct CheckpointProgress {

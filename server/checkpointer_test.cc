@@ -69,6 +69,25 @@ TEST_F(CheckpointerTest, WritesFinalizesAndReslicesOntoAnotherShardCount) {
   EXPECT_EQ(ck_->Progress("j").last_step, 10);
 }
 
+// Each shard counts the skips of the tensors in its range; the manifest
+// holds their element-wise maximum (and nothing when no tensor was skipped).
+TEST_F(CheckpointerTest, TheManifestMergesTheShardsTensorSkips) {
+  ShardSnapshot a = Snap(0, 2, 10, all_), b = Snap(1, 2, 10, all_);
+  a.tensor_skips = {2, 0, 0};
+  b.tensor_skips = {0, 1, 3};
+  ASSERT_TRUE(ck_->Submit(a).ok());
+  ASSERT_TRUE(ck_->Submit(b).ok());
+  ck_->Drain();
+  auto m = ck_->Read("j", 10);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->tensor_skips, (std::vector<int64_t>{2, 1, 3}));
+  EXPECT_EQ(m->shards[1].tensor_skips, (std::vector<int64_t>{0, 1, 3}));
+  Write(2, 11);
+  m = ck_->Read("j", 11);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->tensor_skips.empty());
+}
+
 TEST_F(CheckpointerTest, IncompleteCheckpointsDoNotExist) {
   ASSERT_TRUE(ck_->Submit(Snap(1, 2, 7, all_)).ok());  // shard 0 never writes
   Write(2, 4);

@@ -53,6 +53,8 @@ class PushTracker {
   Slot slot(int bucket, int rank) const { return slots_[bucket][rank]; }
   // Some rank has pushed (or is pushing) some bucket of this step.
   bool AnyPushed() const;
+  // Every rank's push of `bucket` landed this step: its update is due or done.
+  bool Complete(int bucket) const { return received_[bucket] == world_; }
 
   void Reserve(int bucket, int rank, absl::Time now);
   void Release(int bucket, int rank);

@@ -83,9 +83,16 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
   }
   std::vector<float*> state;
   for (auto& slot : j.state_) state.push_back(slot.data());
+  absl::Status skips = ValidateSkips(manifest.tensor_skips,
+                                     static_cast<int>(j.layout_.tensors().size()), manifest.step);
+  if (!skips.ok()) {
+    return absl::DataLossError(absl::StrCat("checkpoint of job '", manifest.job, "' step ",
+                                            manifest.step, ": ", skips.message()));
+  }
   absl::Status s = checkpointer->Load(manifest, j.range_, j.values_.data(), state);
   if (!s.ok()) return s;
   absl::MutexLock lock(&j.mu_);
+  if (!NoSkips(manifest.tensor_skips)) j.tensor_skips_ = manifest.tensor_skips;
   j.version_ = manifest.step;
   j.initialized_ = true;
   j.RefreshHalf(0, j.values_.size());
@@ -123,6 +130,9 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
   }
   init_seen_.assign(num_buckets_, 0);
   initialized_ = is_ddp() || num_buckets_ == 0;
+  for (const TensorSlot& t : layout_.tensors()) {
+    owned_.push_back(t.offset < range_.end && range_.begin < t.offset + t.numel ? 1 : 0);
+  }
 }
 
 absl::Status ShardJob::CheckHeader(const FrameHeader& h) {
@@ -249,11 +259,17 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
 ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   int64_t step;
   OptimizerParams optimizer;
+  std::vector<int64_t> skips;  // copies: SkipTensors may add to skip_now_ meanwhile
+  std::vector<uint8_t> skip_now;
   {
     absl::MutexLock lock(&mu_);
     ++updates_running_;
     step = version_ + 1;
     optimizer = optimizer_;
+    if (!is_ddp() && (!tensor_skips_.empty() || !skip_now_.empty())) {
+      skips = tensor_skips_;
+      skip_now = skip_now_;
+    }
   }
   const Range br = layout_.bucket_range(shard_, bucket);
   const size_t off = static_cast<size_t>(br.begin - range_.begin);
@@ -273,9 +289,18 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
     ReduceMean(srcs.data(), world_, values_.data() + off, n);
     RefreshHalf(off, n);  // mixed precision: the mean goes back in half
   } else {
-    float* state[kMaxStateSlots] = {};
-    for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + off;
-    ReduceAndApply(optimizer, step, values_.data() + off, srcs.data(), world_, state, n);
+    // Per run of tensors at the same step; tensors no rank had a gradient
+    // for are left alone (one run, at `step`, unless some tensor was skipped).
+    ForEachUpdateRun(layout_, br, step, skips, skip_now, [&](Range run, int64_t t_step) {
+      const size_t at = static_cast<size_t>(run.begin - range_.begin);
+      const size_t rel = at - off;
+      float* state[kMaxStateSlots] = {};
+      for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + at;
+      std::vector<const float*> run_srcs(srcs.size());
+      for (size_t r = 0; r < srcs.size(); ++r) run_srcs[r] = srcs[r] + rel;
+      ReduceAndApply(optimizer, t_step, values_.data() + at, run_srcs.data(), world_, state,
+                     static_cast<size_t>(run.size()));
+    });
     RefreshHalf(off, n);
   }
   absl::MutexLock lock(&mu_);
@@ -285,6 +310,9 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   ++version_;
   ++applied_steps_;
   buckets_updated_ = 0;
+  for (size_t t = 0; t < skip_now_.size(); ++t) skip_now_[t] &= owned_[t];
+  AdvanceSkips(skip_now_, &tensor_skips_);
+  skip_now_.clear();
   pushes_.NextStep();
   serve.version = version_;
   const int64_t every = spec_.checkpoint().every_steps();
@@ -402,6 +430,7 @@ ShardSnapshot ShardJob::SnapshotLocked() {
   s.keep_last = spec_.checkpoint().keep_last();
   s.values = values_;
   s.state = state_;
+  s.tensor_skips = tensor_skips_;
   s.pause_us = absl::ToInt64Microseconds(absl::Now() - t0);
   last_pause_us_ = s.pause_us;
   google::protobuf::util::JsonPrintOptions opts;
@@ -494,6 +523,52 @@ absl::Status ShardJob::SetOptimizer(const OptimizerParams& optimizer, int64_t st
   return absl::OkStatus();
 }
 
+absl::Status ShardJob::SkipTensors(const std::vector<int32_t>& tensors, int64_t step) {
+  const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
+  if (is_ddp()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "DDP runs the optimizer on the workers; they skip tensors themselves"));
+  }
+  std::vector<uint8_t> mask;
+  absl::Status valid =
+      SkipMaskFromIndices(tensors, static_cast<int>(layout_.tensors().size()), &mask);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "SkipTensors: ", valid.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  if (step != version_ + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "tensors to skip at step ", step, " but the shard is at step ",
+                     version_, ": send them before pushing step ", version_ + 1));
+  }
+  if (!skip_now_.empty() || !mask.empty()) {
+    if (!skip_now_.empty() && skip_now_ != mask) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "another rank skips a different set of tensors at step ", step,
+                       ": every rank must skip the same ones (those no rank has a gradient for)"));
+    }
+    for (int b = 0; b < num_buckets_ && skip_now_.empty(); ++b) {
+      if (!pushes_.Complete(b)) continue;
+      const Range br = layout_.bucket_range(shard_, b);
+      for (int32_t t : tensors) {
+        const TensorSlot& ts = layout_.tensors()[static_cast<size_t>(t)];
+        if (ts.offset < br.end && br.begin < ts.offset + ts.numel) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              where, "tensor '", ts.name, "' cannot be skipped at step ", step, ": bucket ", b,
+              ", which holds it, has been pushed by every rank already"));
+        }
+      }
+    }
+  }
+  skip_now_ = std::move(mask);
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> ShardJob::tensor_skips() {
+  absl::MutexLock lock(&mu_);
+  return tensor_skips_;
+}
+
 absl::Status ShardJob::SetEpoch(int64_t epoch) {
   absl::MutexLock lock(&mu_);
   if (epoch < epoch_) {
@@ -575,6 +650,8 @@ std::string ShardJob::DigestLocked() {
   d.UpdateInt(initialized_ ? 1 : 0);
   d.Update(values_.data(), values_.size() * sizeof(float));
   for (const auto& s : state_) d.Update(s.data(), s.size() * sizeof(float));
+  if (!tensor_skips_.empty())
+    d.Update(tensor_skips_.data(), tensor_skips_.size() * sizeof(int64_t));
   return d.Hex();
 }
 
@@ -664,6 +741,7 @@ absl::StatusOr<v1::ShardState> ShardJob::ReadState(const v1::ReadStateRequest& r
   out.set_range_end(range_.end);
   out.set_offset(req.offset());
   out.set_state_slots(static_cast<int>(state_.size()));
+  for (int64_t s : tensor_skips_) out.add_tensor_skips(s);
   const size_t bytes = static_cast<size_t>(req.count()) * sizeof(float);
   out.mutable_params()->assign(reinterpret_cast<const char*>(values_.data() + req.offset()), bytes);
   std::string* st = out.mutable_state();
@@ -701,6 +779,14 @@ absl::StatusOr<v1::WriteStateResponse> ShardJob::WriteState(const v1::WriteState
   resp.set_staged(staging_.staged());
   resp.set_step(version_);
   if (!req.commit()) return resp;
+  const std::vector<int64_t> skips(req.tensor_skips().begin(), req.tensor_skips().end());
+  absl::Status skips_ok =
+      ValidateSkips(skips, static_cast<int>(layout_.tensors().size()), req.step());
+  if (!skips_ok.ok()) {
+    staging_.Drop();
+    return absl::InvalidArgumentError(absl::StrCat(where, "commit of step ", req.step(), ": ",
+                                                   skips_ok.message(), "; nothing changed"));
+  }
   if (!is_ddp() && !staging_.Complete(req.step())) {
     const int64_t got = staging_.step() == req.step() ? staging_.staged() : 0;
     staging_.Drop();
@@ -721,6 +807,8 @@ absl::StatusOr<v1::WriteStateResponse> ShardJob::WriteState(const v1::WriteState
     initialized_ = true;
   }
   version_ = req.step();
+  tensor_skips_ = NoSkips(skips) ? std::vector<int64_t>() : skips;
+  skip_now_.clear();
   pushes_.StopClock();
   staging_.Drop();
   resp.set_step(version_);

@@ -47,6 +47,7 @@
 #include "core/layout.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
+#include "core/tensor_steps.h"
 #include "core/wire.h"
 #include "proto/shard.pb.h"
 #include "server/checkpointer.h"
@@ -126,6 +127,14 @@ class ShardJob {
   // shard must be at step - 1; the kind may not change. Validated like a
   // new job's; on error nothing changes.
   absl::Status SetOptimizer(const OptimizerParams& optimizer, int64_t step);
+  // Tensors (indices into the layout) that `step` leaves alone: torch's rule
+  // for parameters no rank has a gradient for (core/tensor_steps.h). The
+  // shard must be at step - 1, and no bucket of this shard holding one of
+  // them may be complete yet; every rank sends the same set, so a different
+  // set for the same step is refused. On error nothing changes.
+  absl::Status SkipTensors(const std::vector<int32_t>& tensors, int64_t step);
+  // Per tensor, the steps that skipped it (empty: none ever did).
+  std::vector<int64_t> tensor_skips();
   // Recovery: this job replaces `previous` (same name): it carries on its
   // counters (refused frames, bytes, applied steps) and counts one recovery.
   void InheritCounters(ShardJob& previous);
@@ -218,6 +227,13 @@ class ShardJob {
   int recoveries_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> worker_ids_ ABSL_GUARDED_BY(mu_);
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
+  // Per tensor, the job's steps that skipped it (empty: none), and the
+  // tensors the step in progress skips (empty: none).
+  // Only the tensors in this shard's range (owned_) are counted: workers tell
+  // only the shards that hold a skipped tensor.
+  std::vector<int64_t> tensor_skips_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> skip_now_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> owned_;
   // WriteState's chunks until the commit.
   StateStaging staging_ ABSL_GUARDED_BY(mu_);
 };

@@ -126,6 +126,18 @@ grpc::Status ShardService::SetOptimizer(grpc::ServerContext* ctx,
   return ToGrpc(s);
 }
 
+grpc::Status ShardService::SkipTensors(grpc::ServerContext* ctx, const v1::SkipTensorsRequest* req,
+                                       v1::SkipTensorsResponse* resp) {
+  grpc::Status auth = Authorize(ctx, "SkipTensors", req->job());
+  if (!auth.ok()) return auth;
+  auto job = jobs_->FindJob(req->job());
+  if (job == nullptr) return NoJob(req->job());
+  absl::Status s = job->SkipTensors(
+      std::vector<int32_t>(req->tensors().begin(), req->tensors().end()), req->step());
+  resp->set_step(job->version());
+  return ToGrpc(s);
+}
+
 grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* req,
                                     v1::ShardStats* resp) {
   grpc::Status auth = Authorize(ctx, "GetStats", req->job());

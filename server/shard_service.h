@@ -63,6 +63,8 @@ class ShardService final : public v1::ShardServer::Service {
                         v1::SetEpochResponse*) override;
   grpc::Status SetOptimizer(grpc::ServerContext*, const v1::SetOptimizerRequest*,
                             v1::SetOptimizerResponse*) override;
+  grpc::Status SkipTensors(grpc::ServerContext*, const v1::SkipTensorsRequest*,
+                           v1::SkipTensorsResponse*) override;
   grpc::Status GetStats(grpc::ServerContext*, const v1::JobRef*, v1::ShardStats*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse*) override;

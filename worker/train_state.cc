@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/optimizer.h"
+#include "core/tensor_steps.h"
 #include "google/protobuf/util/json_util.h"
 #include "rpc/job_spec.h"
 
@@ -58,6 +59,7 @@ std::string EncodeTrainState(const TrainState& s) {
         {{"name", t.name()}, {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())}});
   }
   header["tensors"] = tensors;
+  if (!NoSkips(s.tensor_skips)) header["tensor_skips"] = s.tensor_skips;
   const std::string text = header.dump();
   std::string out(kTrainStateMagic, kMagicBytes);
   PutU32(&out, kTrainStateVersion);
@@ -134,6 +136,17 @@ absl::StatusOr<TrainState> DecodeTrainState(absl::string_view bytes) {
                                 " state slots; the header says ", slots));
   }
   s.step = step;
+  if (header.contains("tensor_skips")) {
+    const nlohmann::json& skips = header["tensor_skips"];
+    if (!skips.is_array()) return Corrupt("header field 'tensor_skips' is not an array");
+    for (const nlohmann::json& v : skips) {
+      if (!v.is_number_integer()) return Corrupt("header field 'tensor_skips' holds a non-integer");
+      s.tensor_skips.push_back(v.get<int64_t>());
+    }
+    absl::Status valid =
+        ValidateSkips(s.tensor_skips, static_cast<int>(layout->tensors().size()), step);
+    if (!valid.ok()) return Corrupt(std::string(valid.message()));
+  }
   const char* p = bytes.data() + body + header_len;
   s.params.resize(static_cast<size_t>(n));
   std::memcpy(s.params.data(), p, static_cast<size_t>(n) * 4);

@@ -45,6 +45,9 @@ struct TrainState {
   int64_t step = 0;  // optimizer steps applied
   std::vector<float> params;
   std::vector<std::vector<float>> state;  // StateSlots(optimizer) slots of params.size()
+  // Per tensor, the steps that left it without an update (core/tensor_steps.h);
+  // empty if none did. "tensor_skips" in the header, only when not empty.
+  std::vector<int64_t> tensor_skips;
 };
 
 std::string EncodeTrainState(const TrainState& state);

@@ -45,6 +45,22 @@ TEST(TrainStateTest, RoundTripsBitwise) {
   EXPECT_TRUE(CheckTrainStateFits(*back, s.spec).ok());
 }
 
+TEST(TrainStateTest, TensorSkipsRoundTripAndAreValidated) {
+  TrainState s = Example();
+  s.tensor_skips = {0};  // none skipped: not written
+  auto back = DecodeTrainState(EncodeTrainState(s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->tensor_skips.empty());
+  s.tensor_skips = {5};
+  back = DecodeTrainState(EncodeTrainState(s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tensor_skips, (std::vector<int64_t>{5}));
+  s.tensor_skips = {18};  // more than the 17 steps
+  EXPECT_EQ(DecodeTrainState(EncodeTrainState(s)).status().code(), absl::StatusCode::kDataLoss);
+  s.tensor_skips = {1, 1};  // two counts for one tensor
+  EXPECT_EQ(DecodeTrainState(EncodeTrainState(s)).status().code(), absl::StatusCode::kDataLoss);
+}
+
 TEST(TrainStateTest, EveryTruncationAndEveryFlippedByteIsRefused) {
   const std::string blob = EncodeTrainState(Example(4));
   for (size_t len = 0; len < blob.size(); ++len) {

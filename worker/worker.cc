@@ -355,7 +355,9 @@ absl::Status Worker::Step() {
   if (!s.ok()) return s;
   ++ctx.step;
   p_->exchange->NextStep();
-  if (ctx.ddp() && !reduce_only_) p_->ddp.Apply(ctx.step, ctx.half, &p_->exchange->buffers());
+  if (ctx.ddp() && !reduce_only_) {
+    p_->ddp.Apply(ctx.step, ctx.half, *ctx.layout, &p_->exchange->buffers());
+  }
   MaybeCheckpoint();
   return AdmitNewcomers();
 }
@@ -443,6 +445,47 @@ absl::Status Worker::SetOptimizer(const OptimizerParams& optimizer) {
   *p_->spec.mutable_optimizer() = OptimizerToProto(optimizer);
   p_->ddp.set_optimizer(optimizer);
   return absl::OkStatus();
+}
+
+absl::Status Worker::SkipTensors(absl::Span<const int32_t> tensors) {
+  internal::JobContext& ctx = p_->ctx;
+  if (ctx.layout == nullptr) {
+    return absl::FailedPreconditionError("SkipTensors before RegisterLayout");
+  }
+  std::vector<uint8_t> mask;
+  absl::Status valid =
+      SkipMaskFromIndices(tensors, static_cast<int>(ctx.layout->tensors().size()), &mask);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ctx.Where(), ": SkipTensors: ", valid.message()));
+  }
+  if (mask.empty()) return absl::OkStatus();
+  if (ctx.ddp()) {  // the update runs here
+    p_->ddp.set_skip_now(std::move(mask));
+    return absl::OkStatus();
+  }
+  // Every shard is at step() and none can complete a bucket holding these
+  // tensors before this rank pushes it.
+  const ShardFleet& fleet = p_->membership->fleet();
+  v1::SkipTensorsRequest req;
+  req.set_job(ctx.options.job);
+  req.set_step(ctx.step + 1);
+  for (size_t t = 0; t < mask.size(); ++t) {
+    if (mask[t] != 0) req.add_tensors(static_cast<int32_t>(t));
+  }
+  // Only the shards holding one of them: another may finish the step first.
+  return fleet.ForAll([&](int shard) {
+    const Range r = ctx.layout->shard_range(shard);
+    bool holds = false;
+    for (int32_t t : req.tensors()) {
+      const TensorSlot& ts = ctx.layout->tensors()[static_cast<size_t>(t)];
+      holds = holds || (ts.offset < r.end && r.begin < ts.offset + ts.numel);
+    }
+    if (!holds) return absl::OkStatus();
+    v1::SkipTensorsResponse resp;
+    return fleet.Call(shard, &v1::ShardServer::Stub::SkipTensors, req, &resp,
+                      absl::StrCat(ctx.Where(), ": SkipTensors"));
+  });
 }
 
 absl::Status Worker::RequestCheckpoint() {

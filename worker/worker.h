@@ -141,6 +141,21 @@ class Worker {
   // RegisterLayout it only changes options(). On error nothing changed.
   absl::Status SetOptimizer(const OptimizerParams& optimizer);
 
+  // Tensors (indices into layout().tensors()) the next step leaves alone:
+  // torch's rule for parameters without a gradient (p.grad is None), which
+  // keep their values and optimizer state, weight decay and momentum
+  // included, while each tensor's own step count (Adam's bias corrections,
+  // Adagrad's lr_decay) counts only its updates (core/tensor_steps.h). Pass
+  // the tensors no rank has a gradient for (a tensor one rank has a gradient
+  // for is updated with the mean, the other ranks' zeros included): every
+  // rank calls it with the same set after the previous step returned and
+  // before it pushes a bucket holding one of them (Step() or GradientsReady
+  // of their range). Applies to that one step; on every strategy; kept by
+  // checkpoints, Serialize and recoveries. An empty set does nothing.
+  // InvalidArgument for an index out of range or given twice; on error
+  // nothing changed.
+  absl::Status SkipTensors(absl::Span<const int32_t> tensors);
+
   // --- recovery (WorkerOptions::recovery) --------------------------------
   // True for a failed step's status that Recover() can repair: a worker or
   // shard server left, came back, or the job was rolled back under us.

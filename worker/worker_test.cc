@@ -453,6 +453,124 @@ TEST_P(WorkerTest, NewOptimizerSettingsApplyFromTheNextStep) {
   }
 }
 
+// torch's rule for parameters without a gradient: a step may leave tensors
+// out (SkipTensors: no rank had a gradient for them). They keep their values
+// and state (weight decay included), and each tensor's Adam step counts only
+// its own updates, on the servers (zero2, fsdp) as on the workers (ddp),
+// bitwise as torch's per-parameter loop. The skips travel in Serialize's
+// blob: loaded into a job of another strategy, the next step still uses each
+// tensor's own step. Bad indices are refused and change nothing.
+TEST_P(WorkerTest, TensorsWithoutGradientsKeepTheirValuesAndState) {
+  const std::vector<std::vector<int32_t>> skip = {{1}, {}, {0, 2}, {2}};
+  const int steps = static_cast<int>(skip.size());
+  OptimizerParams opt = Adam();
+  opt.weight_decay = 0.05f;
+  auto skipped = [&](int64_t s, size_t t) {
+    return s < steps &&
+           std::find(skip[s].begin(), skip[s].end(), static_cast<int32_t>(t)) != skip[s].end();
+  };
+  std::vector<int64_t> begin;
+  std::vector<int64_t> end;
+  for (const auto& t : kTensors) {
+    int64_t k = 1;
+    for (int64_t d : t.shape) k *= d;
+    begin.push_back(end.empty() ? 0 : end.back());
+    end.push_back(begin.back() + k);
+  }
+  auto tensor_of = [&](size_t i) {
+    size_t t = 0;
+    while (static_cast<int64_t>(i) >= end[t]) ++t;
+    return t;
+  };
+  // Reference: steps + 1 steps (the last without skips), per tensor.
+  std::vector<float> want = Init();
+  const size_t n = want.size();
+  std::vector<std::vector<float>> slots(2, std::vector<float>(n, 0.f));
+  std::vector<int64_t> tensor_step(kTensors.size(), 0);
+  for (int64_t s = 0; s <= steps; ++s) {
+    std::vector<std::vector<float>> g(kWorld, std::vector<float>(n));
+    for (int r = 0; r < kWorld; ++r) {
+      for (size_t i = 0; i < n; ++i)
+        g[r][i] = skipped(s, tensor_of(i)) ? 0.f : Grad(r, s, i, want[i]);
+    }
+    const float* srcs[kWorld] = {g[0].data(), g[1].data()};
+    std::vector<float> mean(n);
+    ReduceMean(srcs, kWorld, mean.data(), n);
+    for (size_t t = 0; t < kTensors.size(); ++t) {
+      if (skipped(s, t)) continue;
+      float* st[kMaxStateSlots] = {slots[0].data() + begin[t], slots[1].data() + begin[t]};
+      ApplyUpdate(opt, ++tensor_step[t], want.data() + begin[t], mean.data() + begin[t], st,
+                  static_cast<size_t>(end[t] - begin[t]));
+    }
+  }
+  for (Strategy strategy : {Strategy::kZero2, Strategy::kDdp, Strategy::kFsdp}) {
+    SCOPED_TRACE(std::string(StrategyName(strategy)));
+    const Strategy next = strategy == Strategy::kZero2 ? Strategy::kDdp : Strategy::kZero2;
+    std::vector<std::vector<float>> out(kWorld);
+    OnRanks([&](int r) {
+      auto run = [&](Worker& worker, int64_t s) {
+        if (worker.options().strategy == Strategy::kFsdp) {
+          for (int u = 0; u < worker.num_units(); ++u) {
+            auto p = worker.Gather(u);
+            ASSERT_TRUE(p.ok()) << p.status();
+            const Range range = worker.unit_range(u);
+            absl::Span<float> g = worker.UnitGrads(u);
+            for (size_t i = 0; i < g.size(); ++i) {
+              const size_t at = static_cast<size_t>(range.begin) + i;
+              g[i] = skipped(s, tensor_of(at)) ? 0.f : Grad(r, s, at, (*p)[i]);
+            }
+            worker.Release(u);
+            ASSERT_TRUE(worker.PushUnit(u).ok());
+          }
+          ASSERT_TRUE(worker.FinishStep().ok());
+          return;
+        }
+        absl::Span<float> p = worker.params();
+        absl::Span<float> g = worker.grads();
+        for (size_t i = 0; i < g.size(); ++i) {
+          g[i] = skipped(s, tensor_of(i)) ? 0.f : Grad(r, s, i, p[i]);
+        }
+        ASSERT_TRUE(worker.Step().ok());
+      };
+      WorkerOptions o = Options(absl::StrCat("skip-", StrategyName(strategy)), r, strategy);
+      o.optimizer = opt;
+      auto w = Worker::Connect(o);
+      ASSERT_TRUE(w.ok()) << w.status();
+      Worker& worker = **w;
+      ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
+      for (int64_t s = 0; s < steps; ++s) {
+        if (s == 0) {
+          for (std::vector<int32_t> bad : {std::vector<int32_t>{3}, {-1}, {1, 1}}) {
+            absl::Status refused = worker.SkipTensors(bad);
+            EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+          }
+        }
+        ASSERT_TRUE(worker.SkipTensors(skip[s]).ok());
+        run(worker, s);
+      }
+      auto blob = worker.Serialize();
+      ASSERT_TRUE(blob.ok()) << blob.status();
+      // The blob in a job of another strategy: each tensor's step goes on.
+      WorkerOptions o2 = Options(absl::StrCat("skip-", StrategyName(strategy), "-then"), r, next);
+      o2.optimizer = opt;
+      auto w2 = Worker::Connect(o2);
+      ASSERT_TRUE(w2.ok()) << w2.status();
+      ASSERT_TRUE((*w2)->RegisterLayout(kTensors, Init()).ok());
+      ASSERT_TRUE((*w2)->Deserialize(*blob).ok());
+      run(**w2, steps);
+      auto all = (*w2)->GatherAll();
+      ASSERT_TRUE(all.ok()) << all.status();
+      out[r] = std::move(*all);
+    });
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_EQ(out[r].size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(out[r][i], want[i]) << "rank " << r << " parameter " << i;
+      }
+    }
+  }
+}
+
 // A rank beyond the world without elastic growth is bad input; with growth,
 // a job already at elastic_max_workers has no room and says so.
 TEST_P(WorkerTest, GrowthOptionsAreChecked) {

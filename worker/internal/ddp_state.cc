@@ -16,22 +16,31 @@ void DdpState::Init(size_t n, bool holds) {
   InitState(optimizer_, state, n);
 }
 
-void DdpState::Apply(int64_t step, std::optional<HalfType> half, ModelBuffers* b) {
-  float* state[kMaxStateSlots] = {};
-  if (!half) {
-    for (size_t k = 0; k < slots_.size(); ++k) state[k] = slots_[k].data();
-    ApplyUpdate(optimizer_, step, b->params.data(), b->grads.data(), state, b->params.size());
-    return;
-  }
+void DdpState::Apply(int64_t step, std::optional<HalfType> half, const Layout& layout,
+                     ModelBuffers* b) {
+  const Range all{0, static_cast<int64_t>(b->params.size())};
   constexpr size_t kChunk = 16384;
-  std::vector<float> widened(std::min(kChunk, b->params.size()));
-  for (size_t begin = 0; begin < b->params.size(); begin += kChunk) {
-    const size_t n = std::min(kChunk, b->params.size() - begin);
-    HalfToFloat(*half, b->grads_half.data() + begin, widened.data(), n);
-    for (size_t k = 0; k < slots_.size(); ++k) state[k] = slots_[k].data() + begin;
-    ApplyUpdate(optimizer_, step, b->params.data() + begin, widened.data(), state, n);
-    FloatToHalf(*half, b->params.data() + begin, b->params_half.data() + begin, n);
-  }
+  std::vector<float> widened(half ? std::min(kChunk, b->params.size()) : 0);
+  ForEachUpdateRun(layout, all, step, skips_, skip_now_, [&](Range run, int64_t t_step) {
+    float* state[kMaxStateSlots] = {};
+    if (!half) {
+      const size_t at = static_cast<size_t>(run.begin);
+      for (size_t k = 0; k < slots_.size(); ++k) state[k] = slots_[k].data() + at;
+      ApplyUpdate(optimizer_, t_step, b->params.data() + at, b->grads.data() + at, state,
+                  static_cast<size_t>(run.size()));
+      return;
+    }
+    for (size_t begin = static_cast<size_t>(run.begin); begin < static_cast<size_t>(run.end);
+         begin += kChunk) {
+      const size_t n = std::min(kChunk, static_cast<size_t>(run.end) - begin);
+      HalfToFloat(*half, b->grads_half.data() + begin, widened.data(), n);
+      for (size_t k = 0; k < slots_.size(); ++k) state[k] = slots_[k].data() + begin;
+      ApplyUpdate(optimizer_, t_step, b->params.data() + begin, widened.data(), state, n);
+      FloatToHalf(*half, b->params.data() + begin, b->params_half.data() + begin, n);
+    }
+  });
+  AdvanceSkips(skip_now_, &skips_);
+  skip_now_.clear();
 }
 
 uint64_t DdpState::Digest(int64_t step, const std::vector<float>& params) const {
@@ -39,6 +48,7 @@ uint64_t DdpState::Digest(int64_t step, const std::vector<float>& params) const 
   d.UpdateInt(step);
   d.Update(params.data(), params.size() * sizeof(float));
   for (const auto& slot : slots_) d.Update(slot.data(), slot.size() * sizeof(float));
+  if (!skips_.empty()) d.Update(skips_.data(), skips_.size() * sizeof(int64_t));
   return d.value();
 }
 
@@ -50,14 +60,19 @@ int64_t DdpState::bytes() const {
 
 absl::Status BroadcastDdpState(int root, JobContext* ctx, ModelBuffers* buffers, DdpState* ddp,
                                JobCollectives* collectives) {
-  // step, then params, then every optimizer state slot, as raw bytes.
+  // step, per-tensor skips, then params, then every optimizer state slot, as raw bytes.
   const size_t n = buffers->params.size();
   const size_t floats = n * (1 + ddp->slots().size());
-  std::string wire(sizeof(int64_t) + floats * sizeof(float), '\0');
+  const size_t tensors = ctx->layout != nullptr ? ctx->layout->tensors().size() : 0;
+  std::string wire(sizeof(int64_t) * (1 + tensors) + floats * sizeof(float), '\0');
   if (ctx->rank.load() == root) {
     char* at = wire.data();
     std::memcpy(at, &ctx->step, sizeof(int64_t));
     at += sizeof(int64_t);
+    std::vector<int64_t> skips = ddp->skips();
+    skips.resize(tensors, 0);
+    std::memcpy(at, skips.data(), tensors * sizeof(int64_t));
+    at += tensors * sizeof(int64_t);
     std::memcpy(at, buffers->params.data(), n * sizeof(float));
     at += n * sizeof(float);
     for (const auto& slot : ddp->slots()) {
@@ -70,6 +85,10 @@ absl::Status BroadcastDdpState(int root, JobContext* ctx, ModelBuffers* buffers,
   const char* at = wire.data();
   std::memcpy(&ctx->step, at, sizeof(int64_t));
   at += sizeof(int64_t);
+  std::vector<int64_t> skips(tensors);
+  std::memcpy(skips.data(), at, tensors * sizeof(int64_t));
+  at += tensors * sizeof(int64_t);
+  ddp->set_skips(std::move(skips));
   std::memcpy(buffers->params.data(), at, n * sizeof(float));
   at += n * sizeof(float);
   for (auto& slot : ddp->slots()) {

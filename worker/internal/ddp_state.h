@@ -17,8 +17,10 @@
 #include <optional>
 #include <vector>
 
+#include "core/layout.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
+#include "core/tensor_steps.h"
 #include "worker/internal/bucket_exchange.h"
 #include "worker/internal/job_collectives.h"
 #include "worker/internal/job_context.h"
@@ -33,9 +35,22 @@ class DdpState {
   // replacement that waits for the survivors' state.
   void Init(size_t n, bool holds);
   // Applies the averaged gradient of `step` (buffers.grads or grads_half) to
-  // buffers.params (and rounds them to params_half).
-  void Apply(int64_t step, std::optional<HalfType> half, ModelBuffers* buffers);
+  // buffers.params (and rounds them to params_half), tensor by tensor at
+  // each tensor's own step, leaving out the tensors set_skip_now named
+  // (core/tensor_steps.h); then counts them and forgets the set.
+  void Apply(int64_t step, std::optional<HalfType> half, const Layout& layout,
+             ModelBuffers* buffers);
   uint64_t Digest(int64_t step, const std::vector<float>& params) const;
+
+  // The tensors the next Apply leaves alone (a mask over the layout's
+  // tensors; empty = none).
+  void set_skip_now(std::vector<uint8_t> mask) { skip_now_ = std::move(mask); }
+  // Per tensor, the steps that skipped it (empty: none ever did).
+  const std::vector<int64_t>& skips() const { return skips_; }
+  void set_skips(std::vector<int64_t> skips) {
+    skips_ = NoSkips(skips) ? std::vector<int64_t>() : std::move(skips);
+    skip_now_.clear();
+  }
 
   // New hyper-parameters (same kind) for the next Apply.
   void set_optimizer(const OptimizerParams& optimizer) { optimizer_ = optimizer; }
@@ -49,6 +64,8 @@ class DdpState {
   OptimizerParams optimizer_;
   bool holds_ = true;
   std::vector<std::vector<float>> slots_;
+  std::vector<int64_t> skips_;
+  std::vector<uint8_t> skip_now_;
 };
 
 // DDP: every rank takes rank `root`'s step, params and optimizer state, bit

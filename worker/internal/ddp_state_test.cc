@@ -34,8 +34,13 @@ ModelBuffers Buffers(size_t n, bool half) {
   return b;
 }
 
-TEST(DdpStateTest, ApplyEqualsTheOptimizerKernel) {
+// Tensor b gets no gradient at step 2: it keeps its values and state, and its
+// own step lags by one from then on (torch's per-parameter state['step']).
+TEST(DdpStateTest, ApplyEqualsTheOptimizerKernelPerTensor) {
   constexpr size_t n = 40000;  // more than one chunk of the half path
+  constexpr size_t na = 30000;
+  auto layout = Layout::Create({{"a", {static_cast<int64_t>(na)}}, {"b", {10000}}}, 1, 1, n);
+  ASSERT_TRUE(layout.ok());
   for (bool half : {false, true}) {
     SCOPED_TRACE(half ? "bf16" : "fp32");
     ModelBuffers b = Buffers(n, half);
@@ -54,9 +59,17 @@ TEST(DdpStateTest, ApplyEqualsTheOptimizerKernel) {
     float* state[kMaxStateSlots] = {slots[0].data(), slots[1].data()};
     InitState(Adam(), state, n);
     for (int64_t step = 1; step <= 3; ++step) {
-      ApplyUpdate(Adam(), step, want.data(), grad.data(), state, n);
-      ddp.Apply(step, half ? std::optional<HalfType>(HalfType::kBF16) : std::nullopt, &b);
+      ApplyUpdate(Adam(), step, want.data(), grad.data(), state, na);
+      if (step != 2) {
+        float* tail[kMaxStateSlots] = {slots[0].data() + na, slots[1].data() + na};
+        ApplyUpdate(Adam(), step == 1 ? 1 : step - 1, want.data() + na, grad.data() + na, tail,
+                    n - na);
+      } else {
+        ddp.set_skip_now({0, 1});
+      }
+      ddp.Apply(step, half ? std::optional<HalfType>(HalfType::kBF16) : std::nullopt, *layout, &b);
     }
+    EXPECT_EQ(ddp.skips(), (std::vector<int64_t>{0, 1}));
     ASSERT_EQ(b.params, want);
     EXPECT_EQ(ddp.slots()[0], slots[0]);
     if (half) {
@@ -78,7 +91,12 @@ TEST(DdpStateTest, DigestCoversStepParamsAndState) {
   EXPECT_NE(d, ddp.Digest(5, b.params));
   b.params[7] -= 1e-7f;
   ddp.slots()[1][3] = 1.f;
-  EXPECT_NE(d, ddp.Digest(5, b.params));
+  const uint64_t d2 = ddp.Digest(5, b.params);
+  EXPECT_NE(d, d2);
+  ddp.set_skips({0, 0});  // none: the same state
+  EXPECT_EQ(d2, ddp.Digest(5, b.params));
+  ddp.set_skips({0, 1});
+  EXPECT_NE(d2, ddp.Digest(5, b.params));
 }
 
 TEST(DdpStateTest, AReplacementHoldsNoState) {

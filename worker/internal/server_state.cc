@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor_steps.h"
 
 namespace tessel::internal {
 namespace {
@@ -12,7 +13,9 @@ constexpr int64_t kChunk = 1 << 20;
 
 absl::Status ReadServerState(const JobContext& ctx, const ShardFleet& fleet, TrainState* out) {
   const size_t slots = out->state.size();
-  return fleet.ForEach([&](int shard) -> absl::Status {
+  // Each shard's per-tensor skips, merged after.
+  std::vector<std::vector<int64_t>> skips(static_cast<size_t>(ctx.layout->num_shards()));
+  absl::Status s = fleet.ForEach([&](int shard) -> absl::Status {
     const Range r = ctx.layout->shard_range(shard);
     for (int64_t off = 0; off < r.size(); off += kChunk) {
       v1::ReadStateRequest req;
@@ -32,12 +35,18 @@ absl::Status ReadServerState(const JobContext& ctx, const ShardFleet& fleet, Tra
             absl::StrCat(ctx.Where(), ": shard ", shard, " sent a state chunk of the wrong size"));
       }
       std::memcpy(out->params.data() + r.begin + off, st.params().data(), bytes);
+      if (off == 0) skips[shard].assign(st.tensor_skips().begin(), st.tensor_skips().end());
       for (size_t k = 0; k < slots; ++k) {
         std::memcpy(out->state[k].data() + r.begin + off, st.state().data() + k * bytes, bytes);
       }
     }
     return absl::OkStatus();
   });
+  if (!s.ok()) return s;
+  out->tensor_skips.clear();  // each shard's counts are right for its own tensors
+  for (const auto& shard_skips : skips) MergeSkips(shard_skips, &out->tensor_skips);
+  if (NoSkips(out->tensor_skips)) out->tensor_skips.clear();
+  return absl::OkStatus();
 }
 
 absl::Status WriteServerState(const JobContext& ctx, const ShardFleet& fleet,
@@ -64,6 +73,9 @@ absl::Status WriteServerState(const JobContext& ctx, const ShardFleet& fleet,
       }
       off += count;
       req.set_commit(off >= r.size() || ddp);
+      if (req.commit()) {
+        for (int64_t s : state.tensor_skips) req.add_tensor_skips(s);
+      }
       v1::WriteStateResponse resp;
       absl::Status s = fleet.Call(shard, &v1::ShardServer::Stub::WriteState, req, &resp,
                                   absl::StrCat(ctx.Where(), ": WriteState"), absl::Minutes(1));

@@ -126,6 +126,7 @@ absl::StatusOr<std::string> StateQueries::Serialize() {
   if (ctx.ddp()) {
     state.params = p_.exchange->buffers().params;
     state.state = p_.ddp->slots();
+    state.tensor_skips = p_.ddp->skips();
     return EncodeTrainState(state);
   }
   // Every rank reads between two barriers: no shard can start the next step
@@ -166,6 +167,7 @@ absl::Status StateQueries::Deserialize(absl::string_view blob) {
     ModelBuffers& b = p_.exchange->buffers();
     b.params = state->params;
     p_.ddp->slots() = state->state;
+    p_.ddp->set_skips(state->tensor_skips);
     if (ctx.half) FloatToHalf(*ctx.half, b.params.data(), b.params_half.data(), b.params.size());
     return absl::OkStatus();
   }
