@@ -222,6 +222,9 @@ class _Group:
         self.flat_grads = None
         self.grad_views = []
         self.ready = []  # backward passes seen per parameter this step
+        # torch's p.grad is not None, per parameter: fsdp frees the tensors between
+        # steps, so it is kept here (the other strategies read p.grad itself).
+        self.has_grad = [p.grad is not None for p in params]
 
 
 class DistributedOptimizer:
@@ -247,6 +250,17 @@ class DistributedOptimizer:
                 growth_factor. Same rules and defaults as torch.cuda.amp.GradScaler
                 (init_scale 2**16, growth_factor 2, backoff_factor 0.5, growth_interval 2000).
                 fsdp holds each unit's gradients until step() under loss scaling.
+    find_unused_parameters: torch's rule for parameters without a gradient (as torch
+                DDP's flag of that name). A parameter whose .grad is None at step() (never
+                used, or zero_grad(set_to_none=True) and not used since) is left alone by
+                torch's optimizer: its value and state stay, weight decay and momentum
+                included, and its own step count (Adam's bias corrections) counts only its
+                updates. With True, step() finds the parameters no rank has a gradient for
+                (one extra job-wide reduction, shared with the loss scaler's) and the servers
+                skip exactly those, so training equals single-process torch on the whole
+                batch; a parameter some ranks used gets the mean with the others' zeros, as
+                torch DDP does. With False (the default) every parameter must have a
+                gradient at every step: a missing one raises ValueError naming it.
     recovery:   survive a lost worker or shard server (zero1, zero2, fsdp; one parameter
                 group): the servers checkpoint every `checkpoint_every_steps` steps (they need
                 --checkpoint_dir; tessel-launch --checkpoint_dir gives it), a step that fails
@@ -260,7 +274,8 @@ class DistributedOptimizer:
     def __init__(self, optimizer, model=None, strategy="zero2", bucket_bytes=4 << 20,
                  backward_passes_per_step=1, overlap=None, job=None, recovery=False,
                  checkpoint_every_steps=0, precision="fp32", loss_scale=None,
-                 init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+                 init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+                 find_unused_parameters=False):
         cfg = _require_init()
         if strategy not in _STRATEGIES:
             raise ValueError(f"strategy {strategy!r}: one of {', '.join(_STRATEGIES)}")
@@ -311,6 +326,8 @@ class DistributedOptimizer:
         self.recoveries = 0
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.overlap = bool(overlap)
+        self.find_unused_parameters = bool(find_unused_parameters)
+        self.skipped_tensors = 0  # parameter updates left out (no rank had a gradient)
         self._hooks = []
         names = {}
         if model is not None:
@@ -380,20 +397,59 @@ class DistributedOptimizer:
             return loss
         return loss * torch.tensor(self._scale, dtype=torch.float32)
 
-    def _overflowed(self):
-        """Whether any rank's gradients hold an inf or NaN: one job-wide reduction,
-        so every rank takes the same decision."""
+    def _agree(self):
+        """The job-wide decisions of a step, the same on every rank: whether any
+        rank's gradients overflowed (loss scaling), and per group the parameters
+        no rank has a gradient for (find_unused_parameters). One reduction for
+        both, none when neither is asked for. Returns (overflowed, skips)."""
+        if self.strategy == "fsdp":
+            for g in self._groups:
+                for unit in g.units:
+                    if unit["held"]:
+                        self._adopt_unit_grads(g, unit)
+        missing = [[i for i, h in enumerate(g.has_grad) if not h] for g in self._groups]
+        if not self.find_unused_parameters and any(missing):
+            names = [g.names[i] for g, m in zip(self._groups, missing) for i in m]
+            raise ValueError(
+                f"parameter(s) {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} got no "
+                f"gradient this step (.grad is None): make the DistributedOptimizer with "
+                f"find_unused_parameters=True to leave them out as torch does (this rank's "
+                f"other gradients may already have been pushed: the job cannot finish this step)")
+        if self._scale is None and not self.find_unused_parameters:
+            return False, None
         bad = 0.0
-        for g in self._groups:
-            if self.strategy == "fsdp":
-                grads = [unit["grads"] for unit in g.units if unit.get("grads") is not None]
-            else:
-                grads = [g.flat_grads]
-            if any(not bool(torch.isfinite(t).all()) for t in grads):
-                bad = 1.0
-        flag = np.array([bad], dtype=np.float32)
-        self._worker(self._groups[0]).all_reduce_mean(flag)
-        return bool(flag[0] > 0)
+        if self._scale is not None:
+            for g in self._groups:
+                if self.strategy == "fsdp":
+                    grads = [unit["grads"] for unit in g.units if unit.get("grads") is not None]
+                else:
+                    grads = [g.flat_grads]
+                if any(not bool(torch.isfinite(t).all()) for t in grads):
+                    bad = 1.0
+        flags = [bad]
+        if self.find_unused_parameters:
+            for g in self._groups:
+                flags += [1.0 if h else 0.0 for h in g.has_grad]
+        flags = np.array(flags, dtype=np.float32)
+        self._worker(self._groups[0]).all_reduce_mean(flags)
+        skips = None
+        if self.find_unused_parameters:
+            skips, at = [], 1
+            for g in self._groups:
+                n = len(g.params)
+                skips.append([i for i in range(n) if flags[at + i] == 0])
+                at += n
+        return bool(flags[0] > 0), skips
+
+    def _skip_tensors(self, skips):
+        """Tells each group's servers (ddp: its worker) which parameters this step
+        leaves alone, before anything of theirs is pushed."""
+        if skips is None:
+            return
+        for g, s in zip(self._groups, skips):
+            if s:
+                self._worker(g).skip_tensors(s)
+                self.skipped_tensors += len(s)
 
     def _skip_step(self):
         """Every rank drops this step's gradients; a dynamic scale backs off."""
@@ -521,7 +577,9 @@ class DistributedOptimizer:
             for i, (b, e) in zip(unit["members"], unit["offsets"]):
                 p = g.params[i]
                 p.data = params[b:e].view(g.shapes[i])
-                p.grad = grads[b:e].view(g.shapes[i])
+                # torch's None-ness: backward gives a parameter without a gradient
+                # a new .grad (copied into the unit's buffer when pushed).
+                p.grad = grads[b:e].view(g.shapes[i]) if g.has_grad[i] else None
         unit["grads"] = grads
         unit["held"] = True
         unit["done"] = 0
@@ -537,6 +595,7 @@ class DistributedOptimizer:
                 return
             unit = g.units[u]
             unit["done"] += 1
+            g.has_grad[i] = True
             if (unit["done"] == len(unit["members"]) * self.backward_passes_per_step
                     and self._scale is None):  # loss scaling pushes in step(), if at all
                 self._push_unit(g, u)
@@ -555,11 +614,7 @@ class DistributedOptimizer:
             else:
                 g.worker.unit_grads(u)
         else:
-            for i in unit["members"]:
-                p = g.params[i]
-                b, e = unit["offsets"][unit["members"].index(i)]
-                if p.grad is not None and p.grad.data_ptr() != unit["grads"][b:e].data_ptr():
-                    unit["grads"][b:e].copy_(p.grad.reshape(-1))
+            self._adopt_unit_grads(g, unit)
             self._empty_params(g, unit["members"])
             unit.pop("grads", None)
             g.worker.release(u)
@@ -567,7 +622,22 @@ class DistributedOptimizer:
         g.worker.push_unit(u)
         unit["pushed"] = True
 
-    def _fsdp_step(self, g):
+    @staticmethod
+    def _adopt_unit_grads(g, unit):
+        """A held unit's gradients into its buffer (backward made a new .grad for a
+        parameter that had none); those parameters have a gradient now."""
+        for i, (b, e) in zip(unit["members"], unit["offsets"]):
+            p = g.params[i]
+            if p.grad is None:
+                continue
+            g.has_grad[i] = True
+            view = unit["grads"][b:e]
+            if p.grad.data_ptr() != view.data_ptr():
+                view.copy_(p.grad.reshape(-1))
+                p.grad = view.view(g.shapes[i])
+
+    def _fsdp_step(self, g, skips=None):
+        self._skip_tensors(skips)
         for u in range(len(g.units)):
             self._push_unit(g, u)  # units backward did not reach: a zero gradient
         g.worker.finish_step()
@@ -680,16 +750,18 @@ class DistributedOptimizer:
                 p.data = g.flat_params[b:e].view(p.shape)
             view = g.flat_grads[b:e].view(p.shape)
             g.grad_views.append(view)
-            p.grad = view
+            if p.grad is not None:  # None stays None, as torch's optimizer sees it
+                p.grad = view
         g.param_ptrs = [p.data_ptr() for p in g.params]
 
     def _collect_grads(self, g):
-        """Every parameter's gradient in the worker's buffer."""
+        """Every parameter's gradient in the worker's buffer; g.has_grad says which
+        have one (torch's p.grad is not None). A parameter without one pushes zeros
+        (part of the mean if another rank has one) and keeps .grad None."""
         for i, p in enumerate(g.params):
+            g.has_grad[i] = p.grad is not None
             if p.grad is None:
-                # No gradient this step: zero (torch would skip the update).
                 g.grad_views[i].zero_()
-                p.grad = g.grad_views[i]
             else:
                 self._adopt_grad(g, i, p)
 
@@ -709,17 +781,31 @@ class DistributedOptimizer:
         return self.optimizer.param_groups
 
     def zero_grad(self, set_to_none=False):
-        """Zeroes the gradients in place (the buffers stay the model's .grad)."""
+        """As torch's: zeroes the gradients in place (the buffers stay the model's
+        .grad; a parameter whose .grad is None keeps None), or with set_to_none
+        sets every .grad to None, so a parameter unused until the next step()
+        has no gradient there (see find_unused_parameters)."""
         if self.strategy == "fsdp":
             for g in self._groups:
                 for unit in g.units:
                     if unit.get("grads") is not None:
                         unit["grads"].zero_()
+                if set_to_none:
+                    g.has_grad = [False] * len(g.params)
+                    for unit in g.units:
+                        if unit["held"]:
+                            for i in unit["members"]:
+                                g.params[i].grad = None
             return
         for g in self._groups:
+            if set_to_none:
+                for p in g.params:
+                    p.grad = None
+                continue
             g.flat_grads.zero_()
             for p, view in zip(g.params, g.grad_views):
-                p.grad = view
+                if p.grad is not None:
+                    p.grad = view
 
     def _sync_hyper(self):
         """Hyper-parameters changed in param_groups (an lr_scheduler, by hand) go to
@@ -744,11 +830,12 @@ class DistributedOptimizer:
         if self.strategy == "fsdp":
             g = self._groups[0]
             self._worker(g)  # closed?
-            if self._scale is not None and self._overflowed():
+            overflowed, skips = self._agree()
+            if overflowed:
                 self._skip_step()
                 return False if closure is None else loss
             self._sync_hyper()
-            self._recovering(g, lambda: self._fsdp_step(g))
+            self._recovering(g, lambda: self._fsdp_step(g, skips))
             self._scale_stepped()
             return loss
         for g in self._groups:
@@ -761,10 +848,12 @@ class DistributedOptimizer:
                         f"keeps the registered layout: make a new optimizer for a new model")
         for g in self._groups:
             self._collect_grads(g)
-        if self._scale is not None and self._overflowed():
+        overflowed, skips = self._agree()
+        if overflowed:
             self._skip_step()
             return False if closure is None else loss
         self._sync_hyper()
+        self._skip_tensors(skips)
         for g in self._groups:
             self._recovering(g, self._worker(g).step)
             g.ready = [0] * len(g.params)

@@ -131,6 +131,42 @@ w.data = torch.zeros(3, 3)
 expect_raises(ValueError, "was replaced or reshaped", opt.step)
 w.data = saved
 
+# A parameter without a gradient: torch leaves it alone. Without
+# find_unused_parameters that is refused by name before anything is pushed,
+# and the next step goes on; with it, the parameter keeps its bits (and .grad
+# stays None, as torch's), and the counter says how many were left out.
+for unused in (False, True):
+    umodel = exact_model.make_branch_model()
+    uopt = tt.DistributedOptimizer(torch.optim.AdamW(umodel.parameters(), lr=1e-2), model=umodel,
+                                   strategy="zero2", overlap=False, find_unused_parameters=unused,
+                                   job=f"{cfg['job']}-unused-{unused}")
+    check(all(p.grad is None for p in umodel.parameters()), "a fresh model's .grad stays None")
+    tokens, labels = exact_model.batch(0)  # step 0: `extra`, `rare` and `never` unused
+
+    def fwd(step=0):
+        uopt.zero_grad(set_to_none=True)
+        loss_fn(umodel(tokens[rank * per:(rank + 1) * per], step),
+                labels[rank * per:(rank + 1) * per]).backward()
+
+    before = exact_model.flat(umodel).clone()
+    fwd()
+    if not unused:
+        expect_raises(ValueError, "extra.weight, extra.bias, rare.weight, rare.bias, never.weight",
+                      uopt.step)
+        check(torch.equal(exact_model.flat(umodel), before), "a refused step changes nothing")
+        for m in (umodel.extra, umodel.rare, umodel.never):  # given by hand: all have one
+            for p in m.parameters():
+                p.grad = torch.zeros_like(p)
+        check(uopt.step() is True and uopt.step_count == 1, "with every gradient the step goes on")
+    else:
+        never = umodel.never.weight.detach().clone()
+        check(uopt.step() is True, "the step with unused parameters is applied")
+        check(torch.equal(umodel.never.weight.detach(), never) and umodel.never.weight.grad is None,
+              "an unused parameter keeps its bits and its None .grad")
+        check(uopt.skipped_tensors == 6, f"6 parameters left out, not {uopt.skipped_tensors}")
+        check(not torch.equal(exact_model.flat(umodel), before), "the used ones moved")
+    uopt.close()
+
 # fsdp: between steps the worker holds no parameters; gathered() holds them all.
 fmodel = exact_model.make_model()
 fopt = tt.DistributedOptimizer(torch.optim.SGD(fmodel.parameters(), lr=0.1), model=fmodel,

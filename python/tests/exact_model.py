@@ -39,6 +39,41 @@ class HalfNet(nn.Module):
         return (h.unsqueeze(2) * self.w.unsqueeze(0)).sum(1) + self.b  # B x CLASSES
 
 
+class BranchNet(nn.Module):
+    """For parameters without a gradient (find_unused_parameters): `extra` is used by
+    a slice only if one of its sequences starts with a repeated token (so one rank
+    may use it and the other not, or neither), `rare` by nobody except every third step,
+    and `never` by nobody ever (its .grad stays None: torch never updates it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 8)
+        self.trunk = nn.Linear(8, 8)
+        self.head = nn.Linear(8, CLASSES)
+        self.extra = nn.Linear(8, CLASSES)
+        self.rare = nn.Linear(8, CLASSES)
+        self.never = nn.Linear(8, CLASSES)
+
+    def forward(self, tokens, step):
+        h = torch.relu(self.trunk(self.emb(tokens).mean(1)))
+        out = self.head(h)
+        if bool((tokens[:, 0] == tokens[:, 1]).any()):
+            out = out + self.extra(h)
+        if step % 3 == 2:
+            out = out + self.rare(h)
+        return out
+
+
+def make_branch_model():
+    torch.manual_seed(0)
+    return BranchNet()
+
+
+# Optimizers whose update reads the per-parameter step or decays weights: a
+# parameter without a gradient must keep both its value and its step.
+UNUSED_OPTIMIZERS = ("adam", "sgd", "adagrad")
+
+
 def make_half_model():
     torch.manual_seed(0)
     return HalfNet()

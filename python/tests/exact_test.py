@@ -118,6 +118,25 @@ def reference_fp16(opt_name, steps, strategy, world=2):
     return exact_model.flat(master).to(torch.float16).float().numpy(), applied, scale
 
 
+def reference_unused(opt_name, steps, set_to_none, world=2):
+    """torch on the whole batch with exact_model.BranchNet, whose slices decide
+    on their own which branches to use: the loss is the mean of the slices'
+    losses (the whole batch's mean), and torch's optimizer leaves every
+    parameter whose .grad is None alone."""
+    model = exact_model.make_branch_model()
+    opt = exact_model.OPTIMIZERS[opt_name](model)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    per = exact_model.BATCH // world
+    for step in range(steps):
+        tokens, labels = exact_model.batch(step)
+        opt.zero_grad(set_to_none=set_to_none)
+        loss = sum(loss_fn(model(tokens[r * per:(r + 1) * per], step),
+                           labels[r * per:(r + 1) * per]) for r in range(world)) / world
+        loss.backward()
+        opt.step()
+    return model
+
+
 def launch(args, outdir, job, combos):
     return driver.launch(args.launch, job,
                          ["/usr/bin/python3", args.worker, str(args.steps), outdir] + combos,
@@ -141,6 +160,11 @@ def main():
     # fp16 with dynamic loss scaling (a model of fp16-capable CPU layers).
     fp16 = [f"{s}:{o}:fp16" for s in STRATEGIES for o in ("sgd", "adam")]
     combos += fp16
+    # Parameters without gradients (find_unused_parameters), with
+    # zero_grad(set_to_none=True), and Adam with zero_grad() keeping zeros.
+    unused = [f"{s}:{o}:unused" for s in STRATEGIES for o in exact_model.UNUSED_OPTIMIZERS]
+    unused += [f"{s}:adam:unused-keep" for s in STRATEGIES]
+    combos += unused
     first = tempfile.mkdtemp(prefix="exact-1-")
     second = tempfile.mkdtemp(prefix="exact-2-")
     out, secs = launch(args, first, "exact", combos)
@@ -209,6 +233,40 @@ def main():
                             f"give {want_applied} scale {want_scale}")
         if "0" not in want_applied or "1" not in want_applied:
             failures.append(f"{combo}: the run must both skip and apply steps ({want_applied})")
+    print(f"{'unused':9} {'optimizer':9} {'max|d|/max|w|':>14}  never used: kept bitwise; "
+          f"bitwise vs ddp; updates left out")
+    branch = exact_model.make_branch_model()
+    sizes = [p.numel() for p in branch.parameters()]
+    names = [n for n, _ in branch.named_parameters()]
+    never = [i for i, n in enumerate(names) if n.startswith("never.")]
+    offsets = np.cumsum([0] + sizes)
+    init_branch = exact_model.flat(branch).numpy()
+    for variant in ("unused", "unused-keep"):
+        for opt_name in exact_model.UNUSED_OPTIMIZERS:
+            base = None
+            for strategy in STRATEGIES:
+                combo = f"{strategy}:{opt_name}:{variant}"
+                if combo not in combos:
+                    continue
+                want = exact_model.flat(
+                    reference_unused(opt_name, args.steps, variant == "unused")).numpy()
+                got = np.load(os.path.join(first, f"{combo.replace(':', '-')}.npy"))
+                rel = float(np.abs(got - want).max() / np.abs(want).max())
+                kept = all(np.array_equal(got[offsets[i]:offsets[i + 1]],
+                                          init_branch[offsets[i]:offsets[i + 1]]) for i in never)
+                same = "-" if base is None else ("yes" if np.array_equal(got, base) else "NO")
+                base = got if base is None else base
+                line = next((l for l in out.splitlines() if l.startswith(combo + ":")), "")
+                left = line.split(", ")[-1].split()[0] if "left out" in line else "?"
+                worst[(strategy, f"{opt_name}:{variant}")] = rel
+                print(f"{strategy:9} {opt_name + ('' if variant == 'unused' else '-keep'):9} "
+                      f"{rel:14.3g}  {'yes' if kept else 'NO':>4} {same:>4} {left:>4}")
+                if not rel < TOLERANCE:
+                    failures.append(f"{combo}: relative difference {rel:.3g} >= {TOLERANCE}")
+                if not kept:
+                    failures.append(f"{combo}: a parameter that never had a gradient changed")
+                if same == "NO":
+                    failures.append(f"{combo}: differs from ddp's bits")
     for combo in again:
         name = combo.replace(":", "-") + ".npy"
         a = np.load(os.path.join(first, name))

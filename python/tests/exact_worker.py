@@ -22,14 +22,22 @@ loss_fn = torch.nn.CrossEntropyLoss()
 per = exact_model.BATCH // world
 for combo in combos:
     strategy, opt_name, *rest = combo.split(":")
-    precision = rest[0] if rest else "fp32"
-    fp16 = precision == "fp16"
-    model = exact_model.make_half_model() if fp16 else exact_model.make_model()
+    variant = rest[0] if rest else "fp32"
+    fp16 = variant == "fp16"
+    # unused: parameters without gradients, zero_grad(set_to_none=True);
+    # unused-keep: the same with zero_grad() keeping zeroed gradients.
+    unused = variant in ("unused", "unused-keep")
+    precision = "fp32" if unused else variant
+    if unused:
+        model = exact_model.make_branch_model()
+    else:
+        model = exact_model.make_half_model() if fp16 else exact_model.make_model()
     clip = exact_model.CLIP.get(opt_name)
     opt = tt.DistributedOptimizer(exact_model.OPTIMIZERS[opt_name](model),
                                   model=model, strategy=strategy, bucket_bytes=512,
-                                  job=f"{cfg['job']}-{strategy}-{opt_name}-{precision}",
+                                  job=f"{cfg['job']}-{strategy}-{opt_name}-{variant}",
                                   overlap=None if fp16 else clip is None, precision=precision,
+                                  find_unused_parameters=unused,
                                   **(exact_model.FP16_SCALER if fp16 else {}))
     applied = []
     make_schedule = exact_model.SCHEDULES.get(opt_name)
@@ -39,8 +47,9 @@ for combo in combos:
     for step in range(steps):
         tokens, labels = exact_model.batch(step)
         sl = slice(rank * per, (rank + 1) * per)
-        opt.zero_grad()
-        opt.scale_loss(loss_fn(model(tokens[sl]).float(), labels[sl])).backward()
+        opt.zero_grad(set_to_none=variant == "unused")
+        logits = model(tokens[sl], step) if unused else model(tokens[sl])
+        opt.scale_loss(loss_fn(logits.float(), labels[sl])).backward()
         if clip:
             norms.append(float(tt.clip_grad_norm_(opt, clip)))
         applied.append(opt.step())
@@ -54,7 +63,8 @@ for combo in combos:
         print(f"{combo}: {steps} steps, {ms:.2f} ms/step"
               + (f", gradient norms {' '.join(f'{n:.3f}' for n in norms)}" if norms else "")
               + (f", applied {''.join('1' if a else '0' for a in applied)} final loss scale "
-                 f"{opt.loss_scale:g}" if fp16 else ""),
+                 f"{opt.loss_scale:g}" if fp16 else "")
+              + (f", {opt.skipped_tensors} parameter updates left out" if unused else ""),
               flush=True)
     opt.close()
 tt.shutdown()
