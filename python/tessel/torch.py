@@ -149,35 +149,47 @@ def _hyper(optimizer, group):
 def clip_grad_norm_(optimizer, max_norm, norm_type=2.0):
     """torch.nn.utils.clip_grad_norm_ for a DistributedOptimizer: the norm is the
     job-wide one, of the mean gradient over all ranks (what the step applies),
-    across every parameter group; if above max_norm, every rank scales its
-    gradient by max_norm / (norm + 1e-6) before the step, so the applied mean is
-    clipped as torch clips a single process's. Returns the norm (a tensor).
+    across every parameter group; if above max_norm, the step multiplies that
+    mean by max_norm / (norm + 1e-6) (float32) where the update runs (the
+    servers; ddp: the workers), as torch multiplies a single process's
+    gradients. Returns the norm (a tensor).
 
     Call it between backward and step on every rank. It costs one extra
-    reduction through the servers, and needs overlap=False (with overlap the
+    reduction through the servers (and, on a step that clips, new settings sent
+    to them with the factor), and needs overlap=False (with overlap the
     hooks have pushed the gradients during backward, before they could be
-    scaled)."""
+    scaled).
+
+    With loss scaling it works on the unscaled gradients, as torch's recipe
+    (scaler.unscale_(opt); clip_grad_norm_(...); scaler.step(opt)) does: the
+    norm is that of the mean gradient times float32(1 / scale), and the
+    clipping factor joins the unscaling on the servers for this step (the
+    gradients stay in half precision until then). If the gradients
+    overflowed the norm is inf or NaN, nothing is clipped, and step() skips."""
     if not isinstance(optimizer, DistributedOptimizer):
         raise ValueError("clip_grad_norm_ takes a tessel.torch.DistributedOptimizer")
     if optimizer.overlap:
         raise ValueError("clip_grad_norm_ needs the DistributedOptimizer made with overlap=False: "
                          "with overlap, backward's hooks have already pushed the gradients")
-    if optimizer.loss_scale is not None:
-        raise ValueError("clip_grad_norm_ with loss scaling is not supported: the gradients are "
-                         "scaled and in half precision until the servers unscale them")
     max_norm = float(max_norm)
     norm_type = float(norm_type)
     if not max_norm > 0:
         raise ValueError(f"max_norm must be > 0, got {max_norm}")
     means = optimizer.synchronize_gradients()
+    if optimizer.strategy == "ddp" and optimizer.precision in _HALF:
+        # what ddp's servers hand back, and its workers apply: the mean in half
+        half = _HALF[optimizer.precision]
+        means = [g.to(half).float() for g in means]
+    if optimizer.loss_scale is not None:  # torch's unscale_: grad * float32(1 / scale)
+        inv = torch.tensor(np.float32(1.0 / optimizer.loss_scale))
+        means = [g * inv for g in means]
     if norm_type == float("inf"):
         total = max(g.abs().max() for g in means)
     else:
         total = torch.norm(torch.stack([torch.norm(g, norm_type) for g in means]), norm_type)
     coef = max_norm / (float(total) + 1e-6)
-    if coef < 1.0:
-        for g in optimizer._groups:
-            g.flat_grads.mul_(coef)
+    if np.isfinite(float(total)) and coef < 1.0:  # overflowed: step() skips anyway
+        optimizer._clip_coef = coef
     return total
 
 
@@ -313,6 +325,7 @@ class DistributedOptimizer:
         elif overlap is None:
             overlap = True
         self._scale = scale
+        self._clip_coef = None  # clip_grad_norm_ under loss scaling, for the next step only
         self._growth = (float(growth_factor), float(backoff_factor), int(growth_interval))
         self._good_steps = 0
         self.skipped_steps = 0
@@ -382,8 +395,13 @@ class DistributedOptimizer:
 
     def _hyper_of(self, group):
         h = _hyper(self.optimizer, group)
+        if self._scale is None and self._clip_coef is not None:  # clip_grad_norm_, this step
+            h["grad_scale"] = float(np.float32(self._clip_coef))
         if self._scale is not None:  # the servers unscale: grad * float32(1 / scale)
-            h["grad_scale"] = float(np.float32(1.0 / self._scale))
+            inv = float(np.float32(1.0 / self._scale))
+            if self._clip_coef is not None:  # and clip (clip_grad_norm_), this step
+                inv = float(np.float32(inv * self._clip_coef))
+            h["grad_scale"] = inv
         return h
 
     @property
@@ -454,6 +472,7 @@ class DistributedOptimizer:
     def _skip_step(self):
         """Every rank drops this step's gradients; a dynamic scale backs off."""
         self.skipped_steps += 1
+        self._clip_coef = None
         if self._dynamic:
             self._scale *= self._growth[1]
             self._good_steps = 0
@@ -473,6 +492,7 @@ class DistributedOptimizer:
             g.ready = [0] * len(g.params)
 
     def _scale_stepped(self):
+        self._clip_coef = None  # this step's only
         if self._dynamic:
             self._good_steps += 1
             if self._good_steps == self._growth[2]:
@@ -785,6 +805,7 @@ class DistributedOptimizer:
         .grad; a parameter whose .grad is None keeps None), or with set_to_none
         sets every .grad to None, so a parameter unused until the next step()
         has no gradient there (see find_unused_parameters)."""
+        self._clip_coef = None  # a clip factor belongs to the gradients it was measured on
         if self.strategy == "fsdp":
             for g in self._groups:
                 for unit in g.units:

@@ -90,12 +90,14 @@ def reference_fp16(opt_name, steps, strategy, world=2):
     step is skipped everywhere and the scale backs off, otherwise the widened
     gradients' fp32 mean (ddp: rounded to fp16 again) times float32(1 / scale) is
     torch's optimizer's gradient, and the scale grows after growth_interval good
-    steps. Returns the masters rounded to fp16, which steps were applied, and the
-    final scale."""
+    steps. With clipping (exact_model.CLIP), torch's recipe: unscale, then
+    torch.nn.utils.clip_grad_norm_ on the unscaled fp32 gradients, then step.
+    Returns the masters rounded to fp16, which steps were applied, the final
+    scale and how many steps clipped."""
     master = exact_model.make_half_model()
     opt = exact_model.OPTIMIZERS[opt_name](master)
     cfg = exact_model.FP16_SCALER
-    scale, good, applied = cfg["init_scale"], 0, ""
+    scale, good, applied, clipped = cfg["init_scale"], 0, "", 0
     for step in range(steps):
         grads = rank_grads(master, torch.float16, step, world, scale)
         if not all(bool(torch.isfinite(g).all()) for rank in grads for g in rank):
@@ -110,12 +112,15 @@ def reference_fp16(opt_name, steps, strategy, world=2):
             if strategy == "ddp":
                 mean = mean.to(torch.float16).float()
             p.grad = mean * inv
+        if opt_name in exact_model.CLIP:
+            norm = torch.nn.utils.clip_grad_norm_(master.parameters(), exact_model.CLIP[opt_name])
+            clipped += int(float(norm) > exact_model.CLIP[opt_name])
         opt.step()
         good += 1
         if good == cfg["growth_interval"]:
             scale *= cfg["growth_factor"]
             good = 0
-    return exact_model.flat(master).to(torch.float16).float().numpy(), applied, scale
+    return exact_model.flat(master).to(torch.float16).float().numpy(), applied, scale, clipped
 
 
 def reference_unused(opt_name, steps, set_to_none, world=2):
@@ -159,6 +164,8 @@ def main():
     combos += bf16
     # fp16 with dynamic loss scaling (a model of fp16-capable CPU layers).
     fp16 = [f"{s}:{o}:fp16" for s in STRATEGIES for o in ("sgd", "adam")]
+    # ... with clipping by the global norm of the unscaled gradients (not fsdp).
+    fp16 += [f"{s}:{o}:fp16" for s in STRATEGIES if s != "fsdp" for o in exact_model.CLIP]
     combos += fp16
     # Parameters without gradients (find_unused_parameters), with
     # zero_grad(set_to_none=True), and Adam with zero_grad() keeping zeros.
@@ -217,7 +224,7 @@ def main():
           f"applied steps, final scale")
     for combo in fp16:
         strategy, opt_name, _ = combo.split(":")
-        want, want_applied, want_scale = reference_fp16(opt_name, args.steps, strategy)
+        want, want_applied, want_scale, clipped = reference_fp16(opt_name, args.steps, strategy)
         got = np.load(os.path.join(first, f"{combo.replace(':', '-')}.npy"))
         rel = float(np.abs(got - want).max() / np.abs(want).max())
         worst[(strategy, opt_name + ":fp16")] = rel
@@ -225,7 +232,10 @@ def main():
         got_applied = line.split("applied ")[1].split()[0] if "applied " in line else "?"
         got_scale = float(line.split("loss scale ")[1]) if "loss scale " in line else None
         verdict = "bitwise equal" if np.array_equal(got, want) else f"{rel:.3g}"
-        print(f"{strategy:9} {opt_name:9} {verdict:>42}  {got_applied}, {got_scale:g}")
+        note = f", clipped {clipped} of {want_applied.count('1')}" if opt_name in exact_model.CLIP else ""
+        print(f"{strategy:9} {opt_name:9} {verdict:>42}  {got_applied}, {got_scale:g}{note}")
+        if opt_name in exact_model.CLIP and clipped == 0:
+            failures.append(f"{combo}: no step clipped; the test would not see clipping")
         if not rel < TOLERANCE:
             failures.append(f"{combo}: relative difference {rel:.3g} >= {TOLERANCE}")
         if got_applied != want_applied or got_scale != want_scale:
