@@ -200,23 +200,22 @@ class _Gathered:
 
     def __enter__(self):
         if self.opt.strategy == "fsdp":
-            g = self.opt._groups[0]
-            self.opt._worker(g)
-            for u, unit in enumerate(g.units):
-                if not unit["held"]:
-                    self.opt._hold_unit(g, u)
-                    self.held.append(u)
+            for g in self.opt._groups:
+                self.opt._worker(g)
+                for u, unit in enumerate(g.units):
+                    if not unit["held"]:
+                        self.opt._hold_unit(g, u)
+                        self.held.append((g, u))
         return self.opt
 
     def __exit__(self, *exc):
-        if self.held:
-            g = self.opt._groups[0]
-            for u in self.held:
-                unit = g.units[u]
-                self.opt._empty_params(g, unit["members"])
-                unit.pop("grads", None)
-                g.worker.release(u)
-                unit["held"] = False
+        for g, u in self.held:
+            unit = g.units[u]
+            self.opt._empty_params(g, unit["members"])
+            unit.pop("grads", None)
+            g.worker.release(u)
+            unit["held"] = False
+        self.held = []
         return False
 
 
@@ -373,7 +372,7 @@ class DistributedOptimizer:
         if recovery and len(self._groups) > 1:
             raise ValueError("recovery takes one parameter group (each group is a job, and "
                              "their checkpoints could roll back to different steps)")
-        units = []
+        units = [[] for _ in self._groups]
         if strategy == "fsdp":
             units = self._fsdp_units(model)
         base_job = job or cfg["job"]
@@ -384,11 +383,11 @@ class DistributedOptimizer:
                 num_servers=cfg["num_servers"], bucket_bytes=int(bucket_bytes),
                 ucx_tls=cfg["ucx_tls"], connect_timeout_s=cfg["connect_timeout_s"],
                 step_timeout_s=cfg["step_timeout_s"], token=cfg["token"],
-                units=[first for first, _ in units], recovery=self.recovery,
+                units=[first for first, _ in units[self._groups.index(g)]], recovery=self.recovery,
                 auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
                 checkpoint_initial=self.recovery, precision=precision)
             if strategy == "fsdp":
-                self._bind_fsdp(g, units)
+                self._bind_fsdp(g, units[self._groups.index(g)])
             else:
                 self._bind(g)
         _optimizers.append(self)
@@ -477,15 +476,15 @@ class DistributedOptimizer:
             self._scale *= self._growth[1]
             self._good_steps = 0
         if self.strategy == "fsdp":
-            g = self._groups[0]
-            for u, unit in enumerate(g.units):
-                if unit["held"]:
-                    unit["grads"].zero_()  # the unit's buffer outlives the release
-                    self._empty_params(g, unit["members"])
-                    unit.pop("grads", None)
-                    g.worker.release(u)
-                    unit["held"] = False
-                unit["done"] = 0
+            for g in self._groups:
+                for u, unit in enumerate(g.units):
+                    if unit["held"]:
+                        unit["grads"].zero_()  # the unit's buffer outlives the release
+                        self._empty_params(g, unit["members"])
+                        unit.pop("grads", None)
+                        g.worker.release(u)
+                        unit["held"] = False
+                    unit["done"] = 0
             return
         for g in self._groups:
             g.flat_grads.zero_()
@@ -514,29 +513,36 @@ class DistributedOptimizer:
     # `with opt.gathered():` holds them all (evaluation, inspection).
 
     def _fsdp_units(self, model):
-        """Units: the model's top-level children that own parameters, in parameter order
-        (parameters of the model itself form units of their own)."""
+        """Units, per parameter group: the model's top-level children that own
+        parameters of the group, in the group's parameter order (parameters of the
+        model itself form units of their own). A module whose parameters are in
+        several groups has a unit in each, all gathered by its forward."""
         if model is None:
             raise ValueError("strategy 'fsdp' needs model= (its modules are the units)")
-        if len(self._groups) != 1:
-            raise ValueError("strategy 'fsdp' takes one parameter group")
         named = list(model.named_parameters())
-        if [id(p) for _, p in named] != [id(p) for p in self._groups[0].params]:
-            raise ValueError("strategy 'fsdp' needs the optimizer over model.parameters(), "
-                             "in that order")
-        units = []  # (index of the unit's first tensor, module)
+        in_groups = sorted(id(p) for g in self._groups for p in g.params)
+        if sorted(id(p) for _, p in named) != in_groups:
+            raise ValueError("strategy 'fsdp' needs the optimizer's parameter groups to hold "
+                             "exactly model.parameters()")
         children = dict(model.named_children())
-        last = None
-        for i, (name, _) in enumerate(named):
+        key_of = {}
+        for name, p in named:
             head = name.split(".")[0]
-            key = head if head in children else f"<root>.{name}"
-            if key != last:
-                if any(k == key for _, _, k in units):
-                    raise ValueError(f"the parameters of {head} are not contiguous in "
-                                     f"model.parameters(); fsdp units must be")
-                units.append((i, children.get(head, model), key))
-                last = key
-        return [(first, module) for first, module, _ in units]
+            key_of[id(p)] = (head, head if head in children else f"<root>.{name}")
+        per_group = []
+        for g in self._groups:
+            units = []  # (index of the unit's first tensor, module, key)
+            last = None
+            for i, p in enumerate(g.params):
+                head, key = key_of[id(p)]
+                if key != last:
+                    if any(k == key for _, _, k in units):
+                        raise ValueError(f"the parameters of {head} are not contiguous in "
+                                         f"parameter group {g.index}; fsdp units must be")
+                    units.append((i, children.get(head, model), key))
+                    last = key
+            per_group.append([(first, module) for first, module, _ in units])
+        return per_group
 
     def _bind_fsdp(self, g, units):
         flat_init = np.concatenate([p.detach().reshape(-1).numpy() for p in g.params])
@@ -656,8 +662,7 @@ class DistributedOptimizer:
                 view.copy_(p.grad.reshape(-1))
                 p.grad = view.view(g.shapes[i])
 
-    def _fsdp_step(self, g, skips=None):
-        self._skip_tensors(skips)
+    def _fsdp_step(self, g):
         for u in range(len(g.units)):
             self._push_unit(g, u)  # units backward did not reach: a zero gradient
         g.worker.finish_step()
@@ -849,14 +854,16 @@ class DistributedOptimizer:
             with torch.enable_grad():
                 loss = closure()
         if self.strategy == "fsdp":
-            g = self._groups[0]
-            self._worker(g)  # closed?
+            for g in self._groups:
+                self._worker(g)  # closed?
             overflowed, skips = self._agree()
             if overflowed:
                 self._skip_step()
                 return False if closure is None else loss
             self._sync_hyper()
-            self._recovering(g, lambda: self._fsdp_step(g, skips))
+            self._skip_tensors(skips)
+            for g in self._groups:
+                self._recovering(g, lambda: self._fsdp_step(g))
             self._scale_stepped()
             return loss
         for g in self._groups:

@@ -185,9 +185,9 @@ with fopt.gathered():
     check(full.numel() == exact_model.flat(exact_model.make_model()).numel(),
           "fsdp: gathered() holds every parameter")
 check(all(p.numel() == 0 for p in fmodel.parameters()), "fsdp: released after gathered()")
-expect_raises(ValueError, "one parameter group", lambda: tt.DistributedOptimizer(
-    exact_model.OPTIMIZERS["groups"](exact_model.make_model()), model=exact_model.make_model(),
-    strategy="fsdp"))
+other = exact_model.make_model()
+expect_raises(ValueError, "to hold exactly model.parameters()", lambda: tt.DistributedOptimizer(
+    torch.optim.SGD(other.fc.parameters(), lr=0.1), model=other, strategy="fsdp"))
 
 tt.shutdown()
 check(torch.equal(exact_model.flat(fmodel), full), "fsdp: shutdown leaves the full model")

@@ -155,10 +155,9 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    # fsdp frees each unit's gradients once pushed (no clipping by the global norm there)
-    # and takes one parameter group.
+    # fsdp frees each unit's gradients once pushed (no clipping by the global norm there).
     combos = [f"{s}:{o}" for s in STRATEGIES for o in exact_model.OPTIMIZERS
-              if not (s == "fsdp" and (o in exact_model.CLIP or o == "groups"))]
+              if not (s == "fsdp" and o in exact_model.CLIP)]
     # Mixed precision: bf16 on the workers and the wire, fp32 masters on the servers.
     bf16 = [f"{s}:{o}:bf16" for s in ("ddp", "zero2", "fsdp") for o in ("sgd", "adam")]
     combos += bf16
