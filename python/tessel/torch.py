@@ -168,6 +168,9 @@ def clip_grad_norm_(optimizer, max_norm, norm_type=2.0):
     overflowed the norm is inf or NaN, nothing is clipped, and step() skips."""
     if not isinstance(optimizer, DistributedOptimizer):
         raise ValueError("clip_grad_norm_ takes a tessel.torch.DistributedOptimizer")
+    if optimizer.strategy == "fsdp":
+        raise ValueError("clip_grad_norm_ is not available with fsdp: its units' gradients are "
+                         "pushed and freed during backward")
     if optimizer.overlap:
         raise ValueError("clip_grad_norm_ needs the DistributedOptimizer made with overlap=False: "
                          "with overlap, backward's hooks have already pushed the gradients")
@@ -911,6 +914,9 @@ class DistributedOptimizer:
 
     def synchronize_gradients(self):
         """The mean over ranks of this step's gradients, per parameter (a copy; nothing applied)."""
+        if self.strategy == "fsdp":
+            raise ValueError("synchronize_gradients (and clip_grad_norm_) is not available with "
+                             "fsdp: its units' gradients are pushed and freed during backward")
         out = []
         for g in self._groups:
             self._collect_grads(g)

@@ -185,6 +185,7 @@ with fopt.gathered():
     check(full.numel() == exact_model.flat(exact_model.make_model()).numel(),
           "fsdp: gathered() holds every parameter")
 check(all(p.numel() == 0 for p in fmodel.parameters()), "fsdp: released after gathered()")
+expect_raises(ValueError, "not available with fsdp", lambda: tt.clip_grad_norm_(fopt, 1.0))
 other = exact_model.make_model()
 expect_raises(ValueError, "to hold exactly model.parameters()", lambda: tt.DistributedOptimizer(
     torch.optim.SGD(other.fc.parameters(), lr=0.1), model=other, strategy="fsdp"))
