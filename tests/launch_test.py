@@ -14,6 +14,9 @@
                inherited value kept).
   registry     --registry: no registry or servers started, the workers train
                on the servers registered there (TESSEL_NUM_SERVERS=0).
+  nodes        two launchers as two hosts (--nnodes=2, --node_rank=0 and 1, one
+               worker each) on that registry: one job of world 2, RANK 0 and
+               1, LOCAL_RANK 0 on both, GROUP_RANK the node's; both exit 0.
   restarts     a worker found on PATH that exits 3 in its first attempt:
                with --max_restarts=1 the job succeeds and the restart is
                reported; with --max_restarts=0 the launcher exits 3 with the
@@ -204,6 +207,28 @@ def test_registry():
                 "no servers started")
     if not ok:
         show(p)
+
+    log("== nodes: --nnodes=2, one launcher per node rank, on the same registry")
+    cmd = ('env > "$TESSEL_RUN_DIR/env.$RANK"; ' + TRAIN_CMD)
+    nodes = [subprocess.Popen([LAUNCH, "--nnodes=2", "--node_rank=%d" % k, "--nproc_per_node=1",
+                               "--registry=" + address, "--job=nodes",
+                               "--run_dir=%s/node%d" % (d, k), "--timeout_s=100", "--", "sh",
+                               "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=ENV) for k in range(2)]
+    outs = [n.communicate(timeout=120) for n in nodes]
+    ok = check(all(n.returncode == 0 for n in nodes), "both nodes' launchers exit 0")
+    ok &= check("step    40/40" in outs[0][0] and os.path.exists(d + "/node1/worker1.log"),
+                "node 0 shows rank 0's progress; node 1 logs rank 1 to worker1.log")
+    for k in range(2):
+        e = env_file("%s/node%d/env.%d" % (d, k, k))
+        ok &= check((e.get("RANK"), e.get("TESSEL_RANK"), e.get("LOCAL_RANK"), e.get("GROUP_RANK"),
+                     e.get("WORLD_SIZE"), e.get("TESSEL_WORLD_SIZE")) ==
+                    (str(k), str(k), "0", str(k), "2", "2"),
+                    "node %d: RANK=%d LOCAL_RANK=0 GROUP_RANK=%d WORLD_SIZE=2" % (k, k, k))
+    ok &= check("node 1 of 2: ranks 1..1 of 2" in outs[1][1], "node 1 says which ranks it runs")
+    if not ok:
+        for out, err in outs:
+            log("--- stdout:\n" + out[-2000:] + "--- stderr:\n" + err[-2000:])
     cleanup()
 
 
@@ -323,6 +348,8 @@ def test_bad_input():
         (["--nproc_per_node=0", "--", "true"], 2, "--nproc_per_node must be"),
         (["--servers=0", "--", "true"], 2, "--servers must be"),
         (["--max_restarts=-1", "--", "true"], 2, "--max_restarts must be"),
+        (["--nnodes=2", "--", "true"], 2, "--nnodes > 1 needs --registry"),
+        (["--nnodes=2", "--node_rank=2", "--", "true"], 2, "--node_rank must be in [0, 2)"),
         (["--bogus_flag=1", "--", "true"], 1, "Unknown command line flag 'bogus_flag'"),
         (["--nproc_per_node=two", "--", "true"], 1, "nproc_per_node"),
         (["--", "no-such-command-xyz"], 2, "command 'no-such-command-xyz' not found on PATH"),
@@ -342,6 +369,7 @@ def test_bad_input():
     p = launch(["--help"], timeout=30)
     out = p.stdout + p.stderr
     check(all(f in out for f in ("--nproc_per_node (worker processes", "--max_restarts (",
+                                 "--nnodes (", "--node_rank (",
                                  "--servers (", "--registry (", "--config (", "--timeout_s (")),
           "--help lists tessel-launch's flags with their help")
 

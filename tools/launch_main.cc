@@ -23,7 +23,13 @@
 #include "testing/local_cluster.h"
 #include "tools/internal/launch.h"
 
-ABSL_FLAG(int, nproc_per_node, 1, "worker processes to start (ranks 0 .. N-1)");
+ABSL_FLAG(int, nproc_per_node, 1,
+          "worker processes to start on this host (ranks node_rank*N .. node_rank*N + N-1)");
+ABSL_FLAG(int, nnodes, 1,
+          "hosts in the job (as torchrun's): each runs tessel-launch with the same --nnodes, "
+          "--nproc_per_node, --job and --registry and its own --node_rank; the world is "
+          "nnodes x nproc_per_node. More than 1 needs --registry (a registry every host reaches)");
+ABSL_FLAG(int, node_rank, 0, "this host's index in [0, nnodes) (as torchrun's)");
 ABSL_FLAG(int, servers, 1,
           "shard server processes to start on this host (with --registry: none are started "
           "and TESSEL_NUM_SERVERS is 0, every server of the pool)");
@@ -32,7 +38,7 @@ ABSL_FLAG(std::string, registry, "",
           "start an embedded registry and --servers shard servers here");
 ABSL_FLAG(std::string, job, "default-job", "job name, given to the workers as TESSEL_JOB");
 ABSL_FLAG(int, max_restarts, 0,
-          "restarts of failed workers allowed in the whole job (as torchrun's): a worker that "
+          "restarts of failed workers allowed on this host (as torchrun's): a worker that "
           "exits non-zero or dies of a signal is started again, same rank and command, with "
           "TESSEL_RESTART_COUNT raised, while restarts remain");
 ABSL_FLAG(std::string, checkpoint_dir, "",
@@ -102,13 +108,17 @@ int main(int argc, char** argv) {
       "Starts a Tessel job's worker processes on this host, as torchrun does.\n\n"
       "Usage: tessel-launch --nproc_per_node=N --servers=S [--registry=HOST:PORT] [--job=NAME]\n"
       "                     [--max_restarts=K] [--checkpoint_dir=DIR] [--config=FILE]\n"
-      "                     [--timeout_s=T] [--run_dir=DIR] -- COMMAND ARGS...\n\n"
+      "                     [--timeout_s=T] [--run_dir=DIR] -- COMMAND ARGS...\n"
+      "  many hosts: tessel-launch --nnodes=M --node_rank=K --nproc_per_node=N\n"
+      "                     --registry=HOST:PORT --job=NAME -- COMMAND ARGS...   (on each host)\n\n"
       "Without --registry it starts an embedded registry and S shard servers here. Then it\n"
       "starts N copies of COMMAND ARGS (looked up on PATH) with TESSEL_REGISTRY, TESSEL_JOB,\n"
       "TESSEL_RANK, TESSEL_WORLD_SIZE, TESSEL_NUM_SERVERS, TESSEL_RESTART_COUNT,\n"
       "TESSEL_RUN_DIR, TESSEL_CONFIG (with --config), RANK, WORLD_SIZE, LOCAL_RANK,\n"
-      "LOCAL_WORLD_SIZE and PYTHONPATH (the tessel Python package first) in their\n"
-      "environment. Rank 0's stdout is shown here; every worker's log is in the run folder.\n"
+      "LOCAL_WORLD_SIZE, GROUP_RANK (the node rank) and PYTHONPATH (the tessel Python\n"
+      "package first) in their\n"
+      "environment. The first local rank's stdout is shown here; every worker's log is in\n"
+      "the run folder.\n"
       "--config=FILE applies its \"common\" keys that are flags here, then its \"launch\"\n"
       "section; flags on the command line win. The shard servers started here read the same\n"
       "file (\"common\" and \"server\"), on loopback whatever its listen addresses say.\n\n"
@@ -138,7 +148,19 @@ int main(int argc, char** argv) {
   const std::string registry = absl::GetFlag(FLAGS_registry);
   const int max_restarts = absl::GetFlag(FLAGS_max_restarts);
   const int timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  const int nnodes = absl::GetFlag(FLAGS_nnodes);
+  const int node_rank = absl::GetFlag(FLAGS_node_rank);
   if (nproc < 1 || nproc > 1024) return UsageError("--nproc_per_node must be in 1..1024");
+  if (nnodes < 1 || nnodes > 4096) return UsageError("--nnodes must be in 1..4096");
+  if (node_rank < 0 || node_rank >= nnodes) {
+    return UsageError(absl::StrCat("--node_rank must be in [0, ", nnodes, ") (--nnodes=", nnodes,
+                                   "), got ", node_rank));
+  }
+  if (nnodes > 1 && registry.empty()) {
+    return UsageError(
+        "--nnodes > 1 needs --registry=HOST:PORT: the registry (and shard servers) every host's "
+        "workers use; an embedded one would serve this host only");
+  }
   if (registry.empty() && (servers < 1 || servers > 64)) {
     return UsageError("--servers must be in 1..64 (or name a running registry with --registry)");
   }
@@ -151,6 +173,8 @@ int main(int argc, char** argv) {
 
   tessel::LaunchOptions options;
   options.nproc_per_node = nproc;
+  options.nnodes = nnodes;
+  options.node_rank = node_rank;
   options.job = absl::GetFlag(FLAGS_job);
   options.max_restarts = max_restarts;
   options.config = Absolute(
@@ -215,8 +239,13 @@ int main(int argc, char** argv) {
     std::cerr << "tessel-launch: using the registry at " << registry
               << " and the shard servers registered there\n";
   }
+  const int first = node_rank * nproc;
   std::cerr << "tessel-launch: job '" << options.job << "': " << nproc << " worker(s) of "
-            << absl::StrJoin(options.command, " ") << "; rank 0's stdout follows, its stderr and "
+            << absl::StrJoin(options.command, " ")
+            << (nnodes > 1 ? absl::StrCat(" (node ", node_rank, " of ", nnodes, ": ranks ", first,
+                                          "..", first + nproc - 1, " of ", nnodes * nproc, ")")
+                           : "")
+            << "; rank " << first << "'s stdout follows, its stderr and "
             << "the other ranks' output are in " << options.run_dir << "/worker<R>.log\n"
             << std::flush;
 

@@ -160,21 +160,25 @@ absl::Status CheckReachable(const std::string& host_port, absl::Duration timeout
                                              "; is tessel-registry running there?"));
 }
 
-std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const LaunchOptions& o, int rank,
+std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const LaunchOptions& o,
+                                                                   int local_rank,
                                                                    int restart_count) {
+  const int rank = o.node_rank * o.nproc_per_node + local_rank;
+  const int world = o.nnodes * o.nproc_per_node;
   std::vector<std::pair<std::string, std::string>> env = {
       {"TESSEL_REGISTRY", o.registry},
       {"TESSEL_JOB", o.job},
       {"TESSEL_RANK", absl::StrCat(rank)},
-      {"TESSEL_WORLD_SIZE", absl::StrCat(o.nproc_per_node)},
+      {"TESSEL_WORLD_SIZE", absl::StrCat(world)},
       {"TESSEL_NUM_SERVERS", absl::StrCat(o.num_servers)},
       {"TESSEL_RESTART_COUNT", absl::StrCat(restart_count)},
       {"TESSEL_RUN_DIR", o.run_dir},
-      // torchrun's names; one node, so the local rank is the rank.
+      // torchrun's names.
       {"RANK", absl::StrCat(rank)},
-      {"WORLD_SIZE", absl::StrCat(o.nproc_per_node)},
-      {"LOCAL_RANK", absl::StrCat(rank)},
+      {"WORLD_SIZE", absl::StrCat(world)},
+      {"LOCAL_RANK", absl::StrCat(local_rank)},
       {"LOCAL_WORLD_SIZE", absl::StrCat(o.nproc_per_node)},
+      {"GROUP_RANK", absl::StrCat(o.node_rank)},
   };
   if (!o.config.empty()) env.push_back({"TESSEL_CONFIG", o.config});
   if (!o.ucx_tls.empty()) env.push_back({"TESSEL_UCX_TLS", o.ucx_tls});
@@ -203,14 +207,15 @@ WorkerSupervisor::WorkerSupervisor(LaunchOptions options, ProcessGroup* servers,
       workers_(options_.run_dir),
       current_(options_.nproc_per_node) {}
 
-absl::Status WorkerSupervisor::StartRank(int rank, int restart_count) {
+absl::Status WorkerSupervisor::StartRank(int local_rank, int restart_count) {
   const std::vector<std::string>& argv = options_.command;
+  const int rank = GlobalRank(local_rank);
   const std::string name = restart_count == 0
                                ? absl::StrCat("worker", rank)
                                : absl::StrCat("worker", rank, ".restart", restart_count);
-  absl::Status s = workers_.Start(name, argv, /*inherit_stdout=*/rank == 0,
-                                  WorkerEnvironment(options_, rank, restart_count));
-  if (s.ok()) current_[rank] = name;
+  absl::Status s = workers_.Start(name, argv, /*inherit_stdout=*/local_rank == 0,
+                                  WorkerEnvironment(options_, local_rank, restart_count));
+  if (s.ok()) current_[local_rank] = name;
   return s;
 }
 
@@ -236,7 +241,9 @@ LaunchResult WorkerSupervisor::Run(const volatile std::sig_atomic_t* stop_signal
   };
   for (int r = 0; r < options_.nproc_per_node; ++r) {
     absl::Status s = StartRank(r, 0);
-    if (!s.ok()) return fail(1, absl::StrCat("cannot start rank ", r, ": ", s.message()));
+    if (!s.ok()) {
+      return fail(1, absl::StrCat("cannot start rank ", GlobalRank(r), ": ", s.message()));
+    }
   }
   for (;;) {
     if (*stop_signal != 0) return interrupted();
@@ -258,8 +265,9 @@ LaunchResult WorkerSupervisor::Run(const volatile std::sig_atomic_t* stop_signal
       continue;
     }
     const std::optional<ProcessExit> exit = FirstFailure(workers_, current_);
-    const int rank = exit.has_value() ? RankOf(exit->name) : -1;
-    if (rank < 0) return fail(1, std::string(s.message()));
+    const int local = exit.has_value() ? RankOf(exit->name) : -1;
+    if (local < 0) return fail(1, std::string(s.message()));
+    const int rank = GlobalRank(local);
     const std::string log = workers_.LogPath(exit->name);
     const std::string tail = workers_.LogTail(exit->name, 15);
     if (restarts_used_ < options_.max_restarts) {
@@ -269,7 +277,7 @@ LaunchResult WorkerSupervisor::Run(const volatile std::sig_atomic_t* stop_signal
                << options_.max_restarts << ", TESSEL_RESTART_COUNT=" << restarts_used_
                << "); last lines of " << log << ":\n"
                << tail << (tail.empty() ? "" : "\n") << std::flush;
-      absl::Status started = StartRank(rank, restarts_used_);
+      absl::Status started = StartRank(local, restarts_used_);
       if (!started.ok()) {
         return fail(1, absl::StrCat("cannot restart rank ", rank, ": ", started.message()));
       }

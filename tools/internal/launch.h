@@ -57,6 +57,11 @@ absl::Status CheckReachable(const std::string& host_port, absl::Duration timeout
 
 struct LaunchOptions {
   int nproc_per_node = 1;
+  // Many hosts (torchrun's --nnodes/--node_rank): this host's workers are
+  // ranks node_rank * nproc_per_node + [0, nproc_per_node) of a world of
+  // nnodes * nproc_per_node.
+  int nnodes = 1;
+  int node_rank = 0;
   std::string registry;  // host:port the workers use
   int num_servers = 0;   // TESSEL_NUM_SERVERS (0: every server of the pool)
   std::string job = "default-job";
@@ -70,10 +75,11 @@ struct LaunchOptions {
   std::string ucx_tls;  // TESSEL_UCX_TLS when not empty: the embedded servers' transports
 };
 
-// NAME=VALUE pairs every worker of `rank` gets on top of the launcher's own
-// environment (docs/launch.md lists them).
+// NAME=VALUE pairs the worker of `local_rank` on this host gets on top of
+// the launcher's own environment (docs/launch.md lists them).
 std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const LaunchOptions& options,
-                                                                   int rank, int restart_count);
+                                                                   int local_rank,
+                                                                   int restart_count);
 
 // A worker process that ended badly: its name and how.
 struct ProcessExit {
@@ -108,12 +114,16 @@ class WorkerSupervisor {
   void StopAll() { workers_.StopAll(); }
 
   int restarts_used() const { return restarts_used_; }
-  // The log file of `rank`'s latest process.
-  std::string LogPath(int rank) const { return workers_.LogPath(current_[rank]); }
+  // The log file of this host's `local_rank`'s latest process.
+  std::string LogPath(int local_rank) const { return workers_.LogPath(current_[local_rank]); }
 
  private:
-  absl::Status StartRank(int rank, int restart_count);
+  absl::Status StartRank(int local_rank, int restart_count);
+  // The local rank of a process, -1 if none.
   int RankOf(const std::string& process_name) const;
+  int GlobalRank(int local_rank) const {
+    return options_.node_rank * options_.nproc_per_node + local_rank;
+  }
 
   LaunchOptions options_;
   ProcessGroup* servers_;

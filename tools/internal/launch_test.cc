@@ -86,6 +86,7 @@ TEST(WorkerEnvironment, TesselAndTorchrunNames) {
   EXPECT_EQ(env["WORLD_SIZE"], "4");
   EXPECT_EQ(env["LOCAL_RANK"], "3");
   EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "4");
+  EXPECT_EQ(env["GROUP_RANK"], "0");
   EXPECT_EQ(env.count("TESSEL_CONFIG"), 0u);
   EXPECT_EQ(env.count("PYTHONPATH"), 0u);
 
@@ -95,6 +96,22 @@ TEST(WorkerEnvironment, TesselAndTorchrunNames) {
   EXPECT_EQ(EnvMap(o, 0, 0)["PYTHONPATH"], "/r/tessel/python");
   o.inherited_pythonpath = "/a:/b";
   EXPECT_EQ(EnvMap(o, 0, 0)["PYTHONPATH"], "/r/tessel/python:/a:/b");
+}
+
+// Many hosts: this host's local rank 1 of 4 on node 2 of 3 is rank 9 of 12.
+TEST(WorkerEnvironment, NodeRanksOffsetTheRanks) {
+  LaunchOptions o;
+  o.nproc_per_node = 4;
+  o.nnodes = 3;
+  o.node_rank = 2;
+  auto env = EnvMap(o, 1, 0);
+  EXPECT_EQ(env["TESSEL_RANK"], "9");
+  EXPECT_EQ(env["RANK"], "9");
+  EXPECT_EQ(env["TESSEL_WORLD_SIZE"], "12");
+  EXPECT_EQ(env["WORLD_SIZE"], "12");
+  EXPECT_EQ(env["LOCAL_RANK"], "1");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "4");
+  EXPECT_EQ(env["GROUP_RANK"], "2");
 }
 
 // FirstFailure names the first listed process that exited non-zero or by a
