@@ -4,9 +4,29 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace tessel {
+
+absl::Status ValidateJobName(absl::string_view job) {
+  if (job.empty() || job.size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job name must be 1 to 128 characters, got ", job.size()));
+  }
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  bool ok = alnum(job[0]);
+  for (char c : job) ok = ok && (alnum(c) || c == '.' || c == '_' || c == '~' || c == '-');
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job name '", absl::CHexEscape(job),
+        "' may hold only letters, digits, '.', '_', '~' and '-', starting with a letter or digit "
+        "(it names checkpoint folders and registry groups)"));
+  }
+  return absl::OkStatus();
+}
 
 std::vector<int64_t> SplitAligned(int64_t n, int parts, int64_t align) {
   // Work in alignment units so boundaries are aligned; spread the remainder

@@ -31,11 +31,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tessel {
 
 // The largest world (data-parallel workers) a job may have.
 inline constexpr int kMaxWorldSize = 4096;
+
+// A job's name names its checkpoint folder, its registry group and its
+// metrics: 1 to 128 characters, letters, digits, '.', '_', '~' and '-',
+// starting with a letter or digit. InvalidArgument saying so otherwise.
+absl::Status ValidateJobName(absl::string_view job);
 
 struct TensorDesc {
   std::string name;

@@ -25,6 +25,17 @@ TEST(LayoutTest, PacksTensorsInOrderAndStraddlesShards) {
   EXPECT_EQ(layout->FindTensor("zzz"), -1);
 }
 
+TEST(LayoutTest, JobNamesAreSafeForFoldersAndGroups) {
+  for (const char* ok : {"a", "mlp-1", "exact.g1", "J~sync16.e5", "A_b.c-d", "7"}) {
+    EXPECT_TRUE(ValidateJobName(ok).ok()) << ok;
+  }
+  for (const char* bad : {"", "a/b", "../x", ".hidden", "-x", "~x", "a b", "a\n", "a:b"}) {
+    EXPECT_EQ(ValidateJobName(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_FALSE(ValidateJobName(std::string(129, 'x')).ok());
+  EXPECT_TRUE(ValidateJobName(std::string(128, 'x')).ok());
+}
+
 TEST(LayoutTest, MoreShardsThanUnitsLeavesLeadingShardsEmpty) {
   auto layout = Layout::Create({{"w", {5}}}, 4, 4, 4);
   ASSERT_TRUE(layout.ok());

@@ -89,9 +89,7 @@ v1::OptimizerConfig OptimizerToProto(const OptimizerParams& p) {
 }
 
 absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
-  if (spec.job().empty() || spec.job().size() > 128) {
-    return absl::InvalidArgumentError("job name must be 1 to 128 characters");
-  }
+  if (absl::Status name = ValidateJobName(spec.job()); !name.ok()) return name;
   if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("job '", spec.job(),
                                                    "': world_size must be in [1, ", kMaxWorldSize,

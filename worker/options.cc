@@ -64,6 +64,9 @@ std::optional<HalfType> HalfTypeOf(Precision precision) {
 absl::Status ValidateWorkerOptions(const WorkerOptions& o) {
   if (o.registry.empty()) return absl::InvalidArgumentError("WorkerOptions.registry is empty");
   if (o.job.empty()) return absl::InvalidArgumentError("WorkerOptions.job is empty");
+  if (absl::Status name = ValidateJobName(o.job); !name.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("WorkerOptions.job: ", name.message()));
+  }
   if (o.world_size < 1 || o.world_size > kMaxWorldSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("world_size must be in [1, ", kMaxWorldSize, "], got ", o.world_size));

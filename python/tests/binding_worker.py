@@ -58,6 +58,8 @@ expect_raises(ValueError, "parameter fc.bias does not require a gradient", lambd
               tt.DistributedOptimizer(torch.optim.SGD(frozen.parameters(), lr=0.1), model=frozen))
 expect_raises(ValueError, "fp32, bf16 or fp16", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(model.parameters()), precision="fp8"))
+expect_raises(ValueError, "may hold only letters, digits", lambda: tt.DistributedOptimizer(
+    torch.optim.Adam(model.parameters()), job="../elsewhere"))
 expect_raises(ValueError, "loss scaling needs overlap=False", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(model.parameters()), precision="fp16", overlap=True))
 expect_raises(ValueError, "the loss scale must be a finite number > 0", lambda:
