@@ -1,9 +1,13 @@
 // Data-path benchmark: W worker processes each push S bytes of gradients and
 // pull S bytes of parameters through N shard server processes, per step, over
 // the real stack (worker SDK, UCX, shard servers reducing in rank order and
-// applying plain SGD). Prints, per size, the median step time and the
-// bandwidth in GB/s (1e9 B/s) by the nccl-tests convention for an allreduce
-// of S bytes over W ranks: algbw = S / t, busbw = algbw * 2 (W - 1) / W.
+// applying plain SGD). A step is timed as the collectives baselines time
+// theirs: every rank passes a barrier (a job-wide AllReduceMean of one float,
+// not timed), then times its Step(); the step's time is the maximum over the
+// ranks. Prints, per size, the median (and min, max) of those step times over
+// the iterations and the bandwidth in GB/s (1e9 B/s) by the nccl-tests
+// convention for an allreduce of S bytes over W ranks: algbw = S / t,
+// busbw = algbw * 2 (W - 1) / W.
 //
 // Usage: datapath_bench [--workers=2] [--servers=2] [--sizes_mib=1,16,64]
 //                       [--iters=10] [--ucx_tls=posix,sysv,self]
@@ -12,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -52,8 +57,7 @@ int RunWorker() {
   const int rank = absl::GetFlag(FLAGS_rank);
   tessel::SetLogLabel(absl::StrCat("bench-worker[", rank, "]"));
   tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
-  std::ofstream result;
-  if (rank == 0) result.open(absl::GetFlag(FLAGS_result));
+  std::ofstream result(absl::StrCat(absl::GetFlag(FLAGS_result), ".", rank));
   for (int mib : Sizes()) {
     auto options = tessel::WorkerOptionsFromFlags();
     if (!options.ok()) {
@@ -79,19 +83,19 @@ int RunWorker() {
     }
     std::fill((*worker)->grads().begin(), (*worker)->grads().end(), 1e-3f * (rank + 1));
     std::vector<double> times;
+    std::vector<float> token(1);
     for (int i = 0; i < 3 + absl::GetFlag(FLAGS_iters); ++i) {
+      s = (*worker)->AllReduceMean(absl::MakeSpan(token));  // the barrier
       const absl::Time t0 = absl::Now();
-      s = (*worker)->Step();
+      if (s.ok()) s = (*worker)->Step();
       if (!s.ok()) {
         std::cerr << s << "\n";
         return 1;
       }
       if (i >= 3) times.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
     }
-    if (rank == 0) {
-      for (double t : times) result << mib << " " << t << "\n";
-      result.flush();
-    }
+    for (size_t i = 0; i < times.size(); ++i) result << mib << " " << i << " " << times[i] << "\n";
+    result.flush();
   }
   return 0;
 }
@@ -150,14 +154,25 @@ int main(int argc, char** argv) {
     std::cerr << s.message() << "\n";
     return 1;
   }
-  std::ifstream in(result);
+  // Per (size, iteration): the slowest rank's time.
+  std::map<std::pair<int, int>, double> step;
+  for (int r = 0; r < workers; ++r) {
+    std::ifstream in(absl::StrCat(result, ".", r));
+    int mib, iter;
+    double t;
+    while (in >> mib >> iter >> t) {
+      double& slot = step[{mib, iter}];
+      slot = std::max(slot, t);
+    }
+  }
   std::vector<std::pair<int, double>> rows;
-  int mib;
-  double t;
-  while (in >> mib >> t) rows.emplace_back(mib, t);
-  std::printf("# tessel datapath: %d workers, %d servers, bucket %lld B, UCX_TLS=%s\n", workers,
-              copt.servers, static_cast<long long>(absl::GetFlag(FLAGS_bucket_bytes)),
-              copt.ucx_tls.empty() ? "(default)" : copt.ucx_tls.c_str());
+  for (const auto& [key, t] : step) rows.emplace_back(key.first, t);
+  std::printf(
+      "# tessel datapath: %d workers, %d servers, bucket %lld B, UCX_TLS=%s, %s; step = barrier, "
+      "then the slowest rank's Step()\n",
+      workers, copt.servers, static_cast<long long>(absl::GetFlag(FLAGS_bucket_bytes)),
+      copt.ucx_tls.empty() ? "(default)" : copt.ucx_tls.c_str(),
+      absl::GetFlag(FLAGS_optimizer).c_str());
   std::printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
               "algbw_GBs", "busbw_GBs");
   for (int size : Sizes()) {

@@ -1,7 +1,13 @@
-/* MPI_Allreduce baseline for benchmarks/run_datapath.sh: float32 sum over
- * S bytes, median over iterations of (max over ranks) time after a barrier,
- * printed with the same columns as datapath_bench.
- * Usage: mpirun -np W mpi_allreduce SIZES_MIB ITERS */
+/* Open MPI baselines for benchmarks/run_datapath: float32 sum over S bytes,
+ * timed as every side of that comparison is: MPI_Barrier, then the
+ * collective, and the iteration's time is the maximum over ranks. The median
+ * (min, max) over iterations is printed with the same columns as
+ * datapath_bench.
+ *   allreduce  MPI_Allreduce of S bytes.
+ *   rs_ag      MPI_Reduce_scatter_block of S bytes then MPI_Allgather back to
+ *              S bytes: the same two phases as a parameter server's push
+ *              (reduce-scatter) and pull (all-gather), in one timed window.
+ * Usage: mpirun -np W mpi_allreduce SIZES_MIB ITERS [allreduce|rs_ag] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,23 +25,38 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const char* sizes = argc > 1 ? argv[1] : "1,16,64";
   int iters = argc > 2 ? atoi(argv[2]) : 10;
+  const char* mode = argc > 3 ? argv[3] : "allreduce";
+  int rs_ag = strcmp(mode, "rs_ag") == 0;
+  if (iters < 1 || (!rs_ag && strcmp(mode, "allreduce") != 0)) {
+    if (rank == 0) fprintf(stderr, "usage: mpi_allreduce SIZES_MIB ITERS [allreduce|rs_ag]\n");
+    MPI_Finalize();
+    return 2;
+  }
   char* copy = strdup(sizes);
   if (rank == 0) {
-    printf("# MPI_Allreduce float32 sum, %d ranks\n", n);
+    printf("# MPI %s float32 sum, %d ranks; step = barrier, then the slowest rank\n",
+           rs_ag ? "Reduce_scatter_block + Allgather" : "Allreduce", n);
     printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
            "algbw_GBs", "busbw_GBs");
   }
   for (char* tok = strtok(copy, ","); tok; tok = strtok(NULL, ",")) {
     int mib = atoi(tok);
     size_t count = (size_t)mib << 18;
+    size_t part = count / n;
     float* in = malloc(count * sizeof(float));
     float* out = malloc(count * sizeof(float));
+    float* mine = malloc((part > 0 ? part : 1) * sizeof(float));
     for (size_t i = 0; i < count; i++) in[i] = 1e-3f * (rank + 1);
     double* t = malloc(sizeof(double) * iters);
     for (int i = 0; i < 3 + iters; i++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
-      MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      if (rs_ag) {
+        MPI_Reduce_scatter_block(in, mine, (int)part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allgather(mine, (int)part, MPI_FLOAT, out, (int)part, MPI_FLOAT, MPI_COMM_WORLD);
+      } else {
+        MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      }
       double dt = MPI_Wtime() - t0, mx;
       MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       if (i >= 3) t[i - 3] = mx;
@@ -45,9 +66,11 @@ int main(int argc, char** argv) {
       double med = t[iters / 2], algbw = (double)count * 4 / med / 1e9;
       printf("%-8d %10.2f %10.2f %10.2f %10.3f %10.3f\n", mib, med * 1e3, t[0] * 1e3,
              t[iters - 1] * 1e3, algbw, algbw * 2.0 * (n - 1) / n);
+      fflush(stdout);
     }
     free(in);
     free(out);
+    free(mine);
     free(t);
   }
   free(copy);

@@ -1,0 +1,127 @@
+// Gloo's C++ allreduce (Debian's libgloo-dev, TCP on "lo") for
+// benchmarks/run_datapath: float32 sum over S bytes, timed as every side of
+// that comparison is: gloo::barrier, then gloo::allreduce (ring), and the
+// iteration's time is the maximum over ranks. Prints the median (min, max)
+// over iterations with the same columns as datapath_bench.
+// Adapted from ../shared/anchors/gloo_coll.cc (the anchors' measurement).
+// Build (run_datapath does): g++ -O2 -std=c++17 -o gloo_allreduce gloo_allreduce.cc -lgloo -lpthread
+// Usage: gloo_allreduce RANKS SIZES_MIB ITERS     (forks RANKS processes)
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& sizes, int iters) {
+  gloo::transport::tcp::attr attr;
+  attr.iface = "lo";
+  auto dev = gloo::transport::tcp::CreateDevice(attr);
+  gloo::rendezvous::FileStore store(dir);
+  gloo::rendezvous::PrefixStore prefix("bench", store);
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, n);
+  ctx->connectFullMesh(prefix, dev);
+  ctx->setTimeout(std::chrono::seconds(300));
+  uint32_t tag = 1;
+  if (rank == 0) {
+    std::printf("# gloo allreduce (ring, tcp on lo) float32 sum, %d ranks; step = barrier, then "
+                "the slowest rank\n",
+                n);
+    std::printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
+                "algbw_GBs", "busbw_GBs");
+  }
+  for (int mib : sizes) {
+    const size_t count = static_cast<size_t>(mib) << 18;
+    std::vector<float> in(count, 1e-3f * static_cast<float>(rank + 1)), out(count, 0.f);
+    std::vector<double> ts;
+    for (int it = 0; it < 3 + iters; ++it) {
+      gloo::BarrierOptions bo(ctx);
+      bo.setTag(tag++);
+      gloo::barrier(bo);
+      const double t0 = Now();
+      gloo::AllreduceOptions o(ctx);
+      o.setInput(in.data(), count);
+      o.setOutput(out.data(), count);
+      o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      o.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<float>));
+      o.setTag(tag++);
+      gloo::allreduce(o);
+      if (it >= 3) ts.push_back(Now() - t0);
+    }
+    std::vector<double> mx(ts);
+    gloo::AllreduceOptions o(ctx);
+    o.setInput(ts.data(), ts.size());
+    o.setOutput(mx.data(), mx.size());
+    o.setReduceFunction(static_cast<ReduceFn>(&gloo::max<double>));
+    o.setTag(tag++);
+    gloo::allreduce(o);
+    if (rank == 0) {
+      std::sort(mx.begin(), mx.end());
+      const double med = mx[mx.size() / 2];
+      const double algbw = static_cast<double>(count) * 4 / med / 1e9;
+      std::printf("%-8d %10.2f %10.2f %10.2f %10.3f %10.3f\n", mib, med * 1e3, mx.front() * 1e3,
+                  mx.back() * 1e3, algbw, algbw * 2.0 * (n - 1) / n);
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: gloo_allreduce RANKS SIZES_MIB ITERS\n");
+    return 2;
+  }
+  const int n = std::atoi(argv[1]);
+  std::vector<int> sizes;
+  std::stringstream list(argv[2]);
+  for (std::string s; std::getline(list, s, ',');) sizes.push_back(std::atoi(s.c_str()));
+  const int iters = std::atoi(argv[3]);
+  if (n < 1 || iters < 1 || sizes.empty()) {
+    std::fprintf(stderr, "usage: gloo_allreduce RANKS SIZES_MIB ITERS\n");
+    return 2;
+  }
+  char tmpl[] = "/tmp/gloo_allreduce_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::vector<pid_t> kids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t p = fork();
+    if (p == 0) {
+      RunRank(r, n, dir, sizes, iters);
+      _exit(0);
+    }
+    kids.push_back(p);
+  }
+  int rc = 0;
+  for (pid_t p : kids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+  }
+  const std::string cmd = "rm -rf " + dir;
+  if (std::system(cmd.c_str()) != 0) rc = rc == 0 ? 0 : rc;
+  return rc;
+}

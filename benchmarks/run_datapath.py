@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Tessel's data path against the all-reduce it replaces, measured fairly.
+
+Every contender runs in the same invocation, interleaved (one run of each per
+repeat, the order rotated each repeat), each after the machine was quiet
+(>= 90 % idle CPU for 3 one-second windows in a row, or --quiet_max_s passed:
+such a run is flagged NOT-QUIET). Every contender times a step the same way:
+a barrier, then the step, and the step's time is the slowest rank's; each run
+reports the median over --iters steps (after 3 warm-up steps), and the summary
+gives min / median / max of those per-run medians and the ratio of medians.
+
+Contenders, for each world size W in --workers:
+  tessel-<opt>     datapath_bench: W workers push and pull S bytes through
+                   --servers shard servers (UCX shared memory), the update
+                   <opt> (sgd, adam) on the servers.
+  mpi-allreduce    Open MPI MPI_Allreduce (its default transports).
+  mpi-rs_ag        Open MPI MPI_Reduce_scatter_block + MPI_Allgather: the
+                   push (reduce-scatter) and pull (all-gather) of a step.
+  gloo-allreduce   Gloo's C++ ring allreduce over TCP on lo (libgloo-dev).
+  with --tcp:      tessel-tcp-sgd (UCX over TCP) and mpi-tcp-allreduce
+                   (--mca pml ob1 --mca btl tcp,self).
+
+Ratio lines, one per (W, size, Tessel variant, baseline), end the output:
+  64    W=2 tessel-sgd   21.10 ms vs mpi-allreduce   25.32 ms  ratio 1.20x
+(> 1: Tessel's step is faster; ratio = baseline median / Tessel median).
+
+Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
+         [--sizes_mib=1,16,64,256] [--repeats=5] [--iters=10]
+         [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$")
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_tcp_if_include", "lo",
+          "--mca", "oob_tcp_if_include", "lo"]
+
+
+def cpu_times():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return sum(v), v[3] + v[4]  # total, idle + iowait
+
+
+def wait_quiet(max_s, need=3):
+    """Blocks until `need` consecutive 1 s windows were >= 90 % idle; returns
+    (quiet, idle % of the last window, seconds waited)."""
+    start, ok, idle = time.time(), 0, 0
+    while True:
+        t0, i0 = cpu_times()
+        time.sleep(1)
+        t1, i1 = cpu_times()
+        idle = 100 * (i1 - i0) // max(1, t1 - t0)
+        ok = ok + 1 if idle >= 90 else 0
+        if ok >= need:
+            return True, idle, time.time() - start
+        if time.time() - start >= max_s:
+            return False, idle, time.time() - start
+
+
+def parse(out):
+    """{size_mib: median step ms} from a contender's table."""
+    rows = {}
+    for line in out.splitlines():
+        m = ROW.match(line)
+        if m:
+            rows[int(m.group(1))] = float(m.group(2))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--mpi", required=True)
+    ap.add_argument("--gloo_src", required=True)
+    ap.add_argument("--workers", default="2,4")
+    ap.add_argument("--servers", type=int, default=2)
+    ap.add_argument("--sizes_mib", default="1,16,64,256")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--optimizers", default="sgd,adam")
+    ap.add_argument("--tcp", action="store_true")
+    ap.add_argument("--no_gloo", action="store_true")
+    ap.add_argument("--quiet_max_s", type=float, default=120)
+    ap.add_argument("--timeout_s", type=float, default=900, help="per contender run")
+    args = ap.parse_args()
+    worlds = [int(w) for w in args.workers.split(",")]
+    sizes = [int(s) for s in args.sizes_mib.split(",")]
+    if args.repeats < 1 or args.iters < 1 or not worlds or not sizes:
+        ap.error("--repeats, --iters, --workers and --sizes_mib must be positive")
+    if shutil.which("mpirun") is None:
+        sys.exit("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
+    tmp = tempfile.mkdtemp(prefix="run-datapath-")
+    gloo = None
+    if not args.no_gloo:
+        if not os.path.exists("/usr/include/gloo/allreduce.h"):
+            print("# installing libgloo-dev (Gloo's C++ library) for the gloo baseline", flush=True)
+            subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "libgloo-dev"],
+                           check=True, stdout=subprocess.DEVNULL,
+                           env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        gloo = os.path.join(tmp, "gloo_allreduce")
+        subprocess.run(["g++", "-O2", "-std=c++17", "-o", gloo, args.gloo_src, "-lgloo",
+                        "-lpthread"], check=True)
+    size_arg = ",".join(str(s) for s in sizes)
+    contenders = []  # (world, name, argv)
+    for w in worlds:
+        for opt in args.optimizers.split(","):
+            contenders.append((w, f"tessel-{opt}",
+                               [args.bench, f"--workers={w}", f"--servers={args.servers}",
+                                f"--sizes_mib={size_arg}", f"--iters={args.iters}",
+                                f"--optimizer={opt}", "--ucx_tls=posix,sysv,self"]))
+        for mode in ("allreduce", "rs_ag"):
+            contenders.append((w, f"mpi-{mode}",
+                               MPIRUN + ["-np", str(w), args.mpi, size_arg, str(args.iters), mode]))
+        if gloo:
+            contenders.append((w, "gloo-allreduce", [gloo, str(w), size_arg, str(args.iters)]))
+        if args.tcp:
+            contenders.append((w, "tessel-tcp-sgd",
+                               [args.bench, f"--workers={w}", f"--servers={args.servers}",
+                                f"--sizes_mib={size_arg}", f"--iters={args.iters}",
+                                "--optimizer=sgd", "--ucx_tls=tcp,self"]))
+            contenders.append((w, "mpi-tcp-allreduce",
+                               MPIRUN + ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "-np",
+                                         str(w), args.mpi, size_arg, str(args.iters),
+                                         "allreduce"]))
+    results = {}  # (world, name, size) -> [per-run median ms]
+    not_quiet = 0
+    print(f"# {len(contenders)} contenders x {args.repeats} repeats, interleaved; sizes "
+          f"{size_arg} MiB; {args.iters} timed steps per run; W = {args.workers}", flush=True)
+    for rep in range(args.repeats):
+        k = rep % len(contenders)
+        for w, name, argv in contenders[k:] + contenders[:k]:
+            quiet, idle, waited = wait_quiet(args.quiet_max_s)
+            not_quiet += 0 if quiet else 1
+            start = time.time()
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout_s)
+            rows = parse(p.stdout)
+            print(f"repeat {rep + 1} W={w} {name:18} {'quiet' if quiet else 'NOT-QUIET'} "
+                  f"(idle {idle}% after {waited:.0f} s) {time.time() - start:6.1f} s  " +
+                  " ".join(f"{s}:{rows[s]:.2f}ms" for s in sizes if s in rows), flush=True)
+            if p.returncode != 0 or any(s not in rows for s in sizes):
+                sys.stdout.write(p.stdout[-2000:] + p.stderr[-2000:])
+                sys.exit(f"{name} W={w} failed (exit {p.returncode})")
+            for s in sizes:
+                results.setdefault((w, name, s), []).append(rows[s])
+    print(f"\n# per-run median step time, ms: min / median / max over {args.repeats} runs; "
+          f"busbw GB/s at the median (allreduce convention, S * 2(W-1)/W / t); "
+          f"{not_quiet} run(s) NOT-QUIET")
+    print(f"{'W':>2} {'contender':18} {'S_MiB':>6} {'min':>9} {'median':>9} {'max':>9} "
+          f"{'busbw':>8}")
+    for (w, name, s), ts in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+        med = statistics.median(ts)
+        busbw = (s << 20) * 2.0 * (w - 1) / w / (med / 1e3) / 1e9
+        print(f"{w:>2} {name:18} {s:>6} {min(ts):9.2f} {med:9.2f} {max(ts):9.2f} {busbw:8.3f}")
+    print("\n# ratio of medians: baseline / Tessel (> 1: Tessel's step is faster)")
+    names = sorted({n for _, n, _ in contenders})
+    for w in worlds:
+        for s in sizes:
+            for t in [n for n in names if n.startswith("tessel-")]:
+                tmed = statistics.median(results[(w, t, s)])
+                tcp = "tcp" in t
+                for b in [n for n in names if not n.startswith("tessel-") and ("tcp" in n) == tcp]:
+                    bmed = statistics.median(results[(w, b, s)])
+                    print(f"{s:<5} W={w} {t:15} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "
+                          f"ratio {bmed / tmed:.2f}x")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
