@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/log.h"
+#include "rpc/grpc_util.h"
 #include "testing/local_cluster.h"
 #include "worker/train_flags.h"
 #include "worker/worker.h"
@@ -84,7 +85,12 @@ int RunWorker() {
     std::fill((*worker)->grads().begin(), (*worker)->grads().end(), 1e-3f * (rank + 1));
     std::vector<double> times;
     std::vector<float> token(1);
+    int64_t shard_calls = 0, registry_calls = 0;
     for (int i = 0; i < 3 + absl::GetFlag(FLAGS_iters); ++i) {
+      if (i == 3) {  // control calls during the timed steps (barriers included)
+        shard_calls = -tessel::ClientCalls(tessel::RpcService::kShard);
+        registry_calls = -tessel::ClientCalls(tessel::RpcService::kRegistry);
+      }
       s = (*worker)->AllReduceMean(absl::MakeSpan(token));  // the barrier
       const absl::Time t0 = absl::Now();
       if (s.ok()) s = (*worker)->Step();
@@ -94,8 +100,14 @@ int RunWorker() {
       }
       if (i >= 3) times.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
     }
+    shard_calls += tessel::ClientCalls(tessel::RpcService::kShard);
+    registry_calls += tessel::ClientCalls(tessel::RpcService::kRegistry);
     for (size_t i = 0; i < times.size(); ++i) result << mib << " " << i << " " << times[i] << "\n";
     result.flush();
+    if (rank == 0) {
+      std::ofstream calls(absl::StrCat(absl::GetFlag(FLAGS_result), ".calls"), std::ios::app);
+      calls << mib << " " << shard_calls << " " << registry_calls << "\n";
+    }
   }
   return 0;
 }
@@ -167,14 +179,22 @@ int main(int argc, char** argv) {
   }
   std::vector<std::pair<int, double>> rows;
   for (const auto& [key, t] : step) rows.emplace_back(key.first, t);
+  std::map<int, std::pair<int64_t, int64_t>> calls;  // rank 0's, per size
+  {
+    std::ifstream in(result + ".calls");
+    int mib;
+    int64_t shard, registry;
+    while (in >> mib >> shard >> registry) calls[mib] = {shard, registry};
+  }
   std::printf(
       "# tessel datapath: %d workers, %d servers, bucket %lld B, UCX_TLS=%s, %s; step = barrier, "
       "then the slowest rank's Step()\n",
       workers, copt.servers, static_cast<long long>(absl::GetFlag(FLAGS_bucket_bytes)),
       copt.ucx_tls.empty() ? "(default)" : copt.ucx_tls.c_str(),
       absl::GetFlag(FLAGS_optimizer).c_str());
-  std::printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
-              "algbw_GBs", "busbw_GBs");
+  std::printf("%-8s %10s %10s %10s %10s %10s   %s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
+              "algbw_GBs", "busbw_GBs",
+              "rank 0's control RPCs in the timed steps: shard, registry");
   for (int size : Sizes()) {
     std::vector<double> ts;
     for (auto& [m, v] : rows) {
@@ -186,8 +206,10 @@ int main(int argc, char** argv) {
     const double bytes = static_cast<double>(int64_t{size} << 20);
     const double algbw = bytes / med / 1e9;
     const double busbw = algbw * 2.0 * (workers - 1) / workers;
-    std::printf("%-8d %10.2f %10.2f %10.2f %10.3f %10.3f\n", size, med * 1e3, ts.front() * 1e3,
-                ts.back() * 1e3, algbw, busbw);
+    std::printf("%-8d %10.2f %10.2f %10.2f %10.3f %10.3f   %lld %lld\n", size, med * 1e3,
+                ts.front() * 1e3, ts.back() * 1e3, algbw, busbw,
+                static_cast<long long>(calls[size].first),
+                static_cast<long long>(calls[size].second));
   }
   return 0;
 }

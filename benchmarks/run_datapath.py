@@ -38,7 +38,8 @@ import sys
 import tempfile
 import time
 
-ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$")
+ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)"
+                 r"(?:\s+(\d+)\s+(\d+))?\s*$")
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_tcp_if_include", "lo",
           "--mca", "oob_tcp_if_include", "lo"]
 
@@ -65,13 +66,16 @@ def wait_quiet(max_s, need=3):
             return False, idle, time.time() - start
 
 
-def parse(out):
-    """{size_mib: median step ms} from a contender's table."""
+def parse(out, calls=None):
+    """{size_mib: median step ms} from a contender's table; datapath_bench's
+    control-RPC counts (shard, registry) per size go into `calls`."""
     rows = {}
     for line in out.splitlines():
         m = ROW.match(line)
         if m:
             rows[int(m.group(1))] = float(m.group(2))
+            if m.group(7) is not None and calls is not None:
+                calls[int(m.group(1))] = (int(m.group(7)), int(m.group(8)))
     return rows
 
 
@@ -131,6 +135,7 @@ def main():
                                          str(w), args.mpi, size_arg, str(args.iters),
                                          "allreduce"]))
     results = {}  # (world, name, size) -> [per-run median ms]
+    rpcs = {}  # (world, tessel name, size) -> most (shard, registry) control calls in a run
     not_quiet = 0
     print(f"# {len(contenders)} contenders x {args.repeats} repeats, interleaved; sizes "
           f"{size_arg} MiB; {args.iters} timed steps per run; W = {args.workers}", flush=True)
@@ -141,7 +146,11 @@ def main():
             not_quiet += 0 if quiet else 1
             start = time.time()
             p = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout_s)
-            rows = parse(p.stdout)
+            calls = {}
+            rows = parse(p.stdout, calls)
+            for s, c in calls.items():
+                prev = rpcs.get((w, name, s), (0, 0))
+                rpcs[(w, name, s)] = (max(prev[0], c[0]), max(prev[1], c[1]))
             print(f"repeat {rep + 1} W={w} {name:18} {'quiet' if quiet else 'NOT-QUIET'} "
                   f"(idle {idle}% after {waited:.0f} s) {time.time() - start:6.1f} s  " +
                   " ".join(f"{s}:{rows[s]:.2f}ms" for s in sizes if s in rows), flush=True)
@@ -159,6 +168,11 @@ def main():
         med = statistics.median(ts)
         busbw = (s << 20) * 2.0 * (w - 1) / w / (med / 1e3) / 1e9
         print(f"{w:>2} {name:18} {s:>6} {min(ts):9.2f} {med:9.2f} {max(ts):9.2f} {busbw:8.3f}")
+    print(f"\n# Tessel's control RPCs (gRPC) during a run's {args.iters} timed steps, rank 0, the "
+          f"most in any run: shard servers (per step: must be 0), registry (lease heartbeats, "
+          f"by time)")
+    for (w, name, s), (shard, registry) in sorted(rpcs.items()):
+        print(f"{w:>2} {name:18} {s:>6}  shard {shard}  registry {registry}")
     print("\n# ratio of medians: baseline / Tessel (> 1: Tessel's step is faster)")
     names = sorted({n for _, n, _ in contenders})
     for w in worlds:

@@ -6,6 +6,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
+#include <atomic>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,18 @@ std::shared_ptr<grpc::Channel> MakeChannel(absl::string_view address,
     args.SetSslTargetNameOverride(credentials.server_name);
   }
   return grpc::CreateCustomChannel(std::string(address), credentials.credentials, args);
+}
+
+namespace {
+std::atomic<int64_t> g_client_calls[2];
+}  // namespace
+
+void CountClientCall(RpcService service) {
+  g_client_calls[static_cast<int>(service)].fetch_add(1, std::memory_order_relaxed);
+}
+
+int64_t ClientCalls(RpcService service) {
+  return g_client_calls[static_cast<int>(service)].load(std::memory_order_relaxed);
 }
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {

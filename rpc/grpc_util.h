@@ -34,6 +34,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(absl::string_view address,
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout = kRpcTimeout);
 
+// Control calls this process started as a client, per service: a steady-state
+// training step should make none (benchmarks/datapath_bench reports them).
+// ShardFleet and RegistryClient count every call they prepare (a registry
+// client's lease heartbeats included: those go by time, not by step).
+enum class RpcService { kShard = 0, kRegistry = 1 };
+void CountClientCall(RpcService service);
+int64_t ClientCalls(RpcService service);
+
 // "<what>: <message>" with the gRPC code; an UNAVAILABLE that looks like a
 // TLS problem gets a hint saying which flag to check.
 absl::Status FromGrpc(const grpc::Status& s, absl::string_view what);

@@ -15,7 +15,10 @@ RegistryClient::RegistryClient(const std::string& address, const ClientCredentia
       token_(std::move(token)),
       stub_(v1::Registry::NewStub(MakeChannel(address, credentials))) {}
 
-void RegistryClient::Prepare(grpc::ClientContext* ctx) const { AddToken(ctx, token_); }
+void RegistryClient::Prepare(grpc::ClientContext* ctx) const {
+  CountClientCall(RpcService::kRegistry);
+  AddToken(ctx, token_);
+}
 
 RegistryClient::~RegistryClient() {
   absl::Status s = Leave();

@@ -40,6 +40,7 @@ const std::string& ShardFleet::address(int shard) const {
 }
 
 std::unique_ptr<grpc::ClientContext> ShardFleet::Context(absl::Duration timeout) const {
+  CountClientCall(RpcService::kShard);
   auto ctx = std::make_unique<grpc::ClientContext>();
   SetDeadline(ctx.get(), timeout == absl::ZeroDuration() ? options_.timeout : timeout);
   AddToken(ctx.get(), options_.token);
