@@ -122,7 +122,7 @@ TEST(TensorStepsTest, BucketedRunsEqualPerTensorUpdatesWithTheirOwnSteps) {
       ref_state[t].assign(slots, std::vector<float>(l.tensors()[t].numel));
       float* st[kMaxStateSlots] = {};
       for (int k = 0; k < slots; ++k) st[k] = ref_state[t][k].data();
-      InitState(p, st, ref_state[t].empty() ? 0 : l.tensors()[t].numel);
+      if (l.tensors()[t].numel > 0) InitState(p, st, l.tensors()[t].numel);
     }
     // Flat, updated bucket by bucket over both shards.
     std::vector<float> flat = init;
@@ -161,11 +161,10 @@ TEST(TensorStepsTest, BucketedRunsEqualPerTensorUpdatesWithTheirOwnSteps) {
     }
     for (size_t t = 0; t < l.tensors().size(); ++t) {
       const TensorSlot& ts = l.tensors()[t];
+      if (ts.numel == 0) continue;  // (memcmp of an empty vector's null data is undefined)
       ASSERT_EQ(0, std::memcmp(ref_w[t].data(), flat.data() + ts.offset, ts.numel * sizeof(float)))
           << OptimizerKindName(p.kind) << " tensor " << ts.name;
-      if (ts.numel > 0) {
-        EXPECT_EQ(ref_steps[t], 6 - skips[t]) << ts.name;
-      }
+      EXPECT_EQ(ref_steps[t], 6 - skips[t]) << ts.name;
     }
     EXPECT_EQ(skips, (std::vector<int64_t>{2, 1, 0, 3}));
   }
