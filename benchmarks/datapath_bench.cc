@@ -84,6 +84,7 @@ int RunWorker() {
     }
     std::fill((*worker)->grads().begin(), (*worker)->grads().end(), 1e-3f * (rank + 1));
     std::vector<double> times;
+    std::vector<tessel::StepPhases> phases;
     std::vector<float> token(1);
     int64_t shard_calls = 0, registry_calls = 0;
     for (int i = 0; i < 3 + absl::GetFlag(FLAGS_iters); ++i) {
@@ -98,11 +99,17 @@ int RunWorker() {
         std::cerr << s << "\n";
         return 1;
       }
-      if (i >= 3) times.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+      if (i >= 3) {
+        times.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+        phases.push_back((*worker)->last_step_phases());
+      }
     }
     shard_calls += tessel::ClientCalls(tessel::RpcService::kShard);
     registry_calls += tessel::ClientCalls(tessel::RpcService::kRegistry);
-    for (size_t i = 0; i < times.size(); ++i) result << mib << " " << i << " " << times[i] << "\n";
+    for (size_t i = 0; i < times.size(); ++i) {
+      result << mib << " " << i << " " << times[i] << " " << phases[i].push_ns * 1e-9 << " "
+             << phases[i].wait_ns * 1e-9 << " " << phases[i].pull_ns * 1e-9 << "\n";
+    }
     result.flush();
     if (rank == 0) {
       std::ofstream calls(absl::StrCat(absl::GetFlag(FLAGS_result), ".calls"), std::ios::app);
@@ -166,19 +173,30 @@ int main(int argc, char** argv) {
     std::cerr << s.message() << "\n";
     return 1;
   }
-  // Per (size, iteration): the slowest rank's time.
-  std::map<std::pair<int, int>, double> step;
+  // Per (size, iteration): the slowest rank's time, and that rank's phases.
+  struct Slowest {
+    double t = -1, push = 0, wait = 0, pull = 0;
+  };
+  std::map<std::pair<int, int>, Slowest> step;
   for (int r = 0; r < workers; ++r) {
     std::ifstream in(absl::StrCat(result, ".", r));
     int mib, iter;
-    double t;
-    while (in >> mib >> iter >> t) {
-      double& slot = step[{mib, iter}];
-      slot = std::max(slot, t);
+    double t, push, wait, pull;
+    while (in >> mib >> iter >> t >> push >> wait >> pull) {
+      Slowest& slot = step[{mib, iter}];
+      if (t > slot.t) slot = Slowest{t, push, wait, pull};
     }
   }
   std::vector<std::pair<int, double>> rows;
-  for (const auto& [key, t] : step) rows.emplace_back(key.first, t);
+  std::map<int, std::vector<Slowest>> by_size;
+  for (const auto& [key, s] : step) {
+    rows.emplace_back(key.first, s.t);
+    by_size[key.first].push_back(s);
+  }
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
   std::map<int, std::pair<int64_t, int64_t>> calls;  // rank 0's, per size
   {
     std::ifstream in(result + ".calls");
@@ -192,9 +210,10 @@ int main(int argc, char** argv) {
       workers, copt.servers, static_cast<long long>(absl::GetFlag(FLAGS_bucket_bytes)),
       copt.ucx_tls.empty() ? "(default)" : copt.ucx_tls.c_str(),
       absl::GetFlag(FLAGS_optimizer).c_str());
-  std::printf("%-8s %10s %10s %10s %10s %10s   %s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
-              "algbw_GBs", "busbw_GBs",
-              "rank 0's control RPCs in the timed steps: shard, registry");
+  std::printf("%-8s %10s %10s %10s %10s %10s   %s   %s\n", "S_MiB", "t_med_ms", "t_min_ms",
+              "t_max_ms", "algbw_GBs", "busbw_GBs",
+              "rank 0's control RPCs in the timed steps: shard, registry",
+              "the slowest rank's phases, median ms (Worker::last_step_phases)");
   for (int size : Sizes()) {
     std::vector<double> ts;
     for (auto& [m, v] : rows) {
@@ -206,10 +225,17 @@ int main(int argc, char** argv) {
     const double bytes = static_cast<double>(int64_t{size} << 20);
     const double algbw = bytes / med / 1e9;
     const double busbw = algbw * 2.0 * (workers - 1) / workers;
-    std::printf("%-8d %10.2f %10.2f %10.2f %10.3f %10.3f   %lld %lld\n", size, med * 1e3,
-                ts.front() * 1e3, ts.back() * 1e3, algbw, busbw,
-                static_cast<long long>(calls[size].first),
-                static_cast<long long>(calls[size].second));
+    std::vector<double> push, wait, pull;
+    for (const Slowest& s : by_size[size]) {
+      push.push_back(s.push);
+      wait.push_back(s.wait);
+      pull.push_back(s.pull);
+    }
+    std::printf(
+        "%-8d %10.2f %10.2f %10.2f %10.3f %10.3f   %lld %lld   push %.2f wait %.2f pull %.2f\n",
+        size, med * 1e3, ts.front() * 1e3, ts.back() * 1e3, algbw, busbw,
+        static_cast<long long>(calls[size].first), static_cast<long long>(calls[size].second),
+        median_of(push) * 1e3, median_of(wait) * 1e3, median_of(pull) * 1e3);
   }
   return 0;
 }

@@ -39,7 +39,7 @@ import tempfile
 import time
 
 ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)"
-                 r"(?:\s+(\d+)\s+(\d+))?\s*$")
+                 r"(?:\s+(\d+)\s+(\d+))?(?:\s+push ([0-9.]+) wait ([0-9.]+) pull ([0-9.]+))?\s*$")
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_tcp_if_include", "lo",
           "--mca", "oob_tcp_if_include", "lo"]
 
@@ -66,9 +66,10 @@ def wait_quiet(max_s, need=3):
             return False, idle, time.time() - start
 
 
-def parse(out, calls=None):
+def parse(out, calls=None, phases=None):
     """{size_mib: median step ms} from a contender's table; datapath_bench's
-    control-RPC counts (shard, registry) per size go into `calls`."""
+    control-RPC counts (shard, registry) and phases (push, wait, pull ms) per
+    size go into `calls` and `phases`."""
     rows = {}
     for line in out.splitlines():
         m = ROW.match(line)
@@ -76,6 +77,8 @@ def parse(out, calls=None):
             rows[int(m.group(1))] = float(m.group(2))
             if m.group(7) is not None and calls is not None:
                 calls[int(m.group(1))] = (int(m.group(7)), int(m.group(8)))
+            if m.group(9) is not None and phases is not None:
+                phases[int(m.group(1))] = tuple(float(m.group(k)) for k in (9, 10, 11))
     return rows
 
 
@@ -136,6 +139,7 @@ def main():
                                          "allreduce"]))
     results = {}  # (world, name, size) -> [per-run median ms]
     rpcs = {}  # (world, tessel name, size) -> most (shard, registry) control calls in a run
+    phases = {}  # (world, tessel name, size) -> [(push, wait, pull) ms per run]
     not_quiet = 0
     print(f"# {len(contenders)} contenders x {args.repeats} repeats, interleaved; sizes "
           f"{size_arg} MiB; {args.iters} timed steps per run; W = {args.workers}", flush=True)
@@ -146,8 +150,10 @@ def main():
             not_quiet += 0 if quiet else 1
             start = time.time()
             p = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout_s)
-            calls = {}
-            rows = parse(p.stdout, calls)
+            calls, phase = {}, {}
+            rows = parse(p.stdout, calls, phase)
+            for s, ph in phase.items():
+                phases.setdefault((w, name, s), []).append(ph)
             for s, c in calls.items():
                 prev = rpcs.get((w, name, s), (0, 0))
                 rpcs[(w, name, s)] = (max(prev[0], c[0]), max(prev[1], c[1]))
@@ -173,6 +179,12 @@ def main():
           f"by time)")
     for (w, name, s), (shard, registry) in sorted(rpcs.items()):
         print(f"{w:>2} {name:18} {s:>6}  shard {shard}  registry {registry}")
+    print("\n# Tessel's step by phase (Worker::last_step_phases of the slowest rank), median ms "
+          "over runs: push (handing the gradients to the transport), wait (until the first "
+          "updated bucket returns: the other ranks' pushes, reduction, update), pull (the rest)")
+    for (w, name, s), ps in sorted(phases.items()):
+        med = [statistics.median(p[k] for p in ps) for k in range(3)]
+        print(f"{w:>2} {name:18} {s:>6}  push {med[0]:8.2f}  wait {med[1]:8.2f}  pull {med[2]:8.2f}")
     print("\n# ratio of medians: baseline / Tessel (> 1: Tessel's step is faster)")
     names = sorted({n for _, n, _ in contenders})
     for w in worlds:

@@ -22,6 +22,19 @@ struct OptimizerStateReport {
   std::vector<int> repaired_ranks;  // DDP: ranks overwritten with rank 0's state
 };
 
+// Where this worker's last Step() spent its time: handing the buckets not
+// yet pushed to the transport (push: sends are asynchronous, so their bytes
+// mostly move during the next phase), waiting for the first updated bucket
+// to come back (wait: this and the other ranks' pushes landing, the servers'
+// reduction and update), and receiving the rest (pull: the last bucket's
+// arrival minus the first's). All zero before the first step and for fsdp, whose steps go
+// unit by unit.
+struct StepPhases {
+  int64_t push_ns = 0;
+  int64_t wait_ns = 0;
+  int64_t pull_ns = 0;
+};
+
 struct WorkerMemory {
   int64_t params_bytes = 0;
   int64_t grads_bytes = 0;

@@ -447,6 +447,8 @@ absl::Status Worker::SetOptimizer(const OptimizerParams& optimizer) {
   return absl::OkStatus();
 }
 
+StepPhases Worker::last_step_phases() const { return p_->exchange->last_phases(); }
+
 absl::Status Worker::SkipTensors(absl::Span<const int32_t> tensors) {
   internal::JobContext& ctx = p_->ctx;
   if (ctx.layout == nullptr) {

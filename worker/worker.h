@@ -274,6 +274,8 @@ class Worker {
 
   int64_t step() const;
   int64_t epoch() const;
+  // The last Step()'s push / wait / pull times (worker/reports.h).
+  StepPhases last_step_phases() const;
   int num_servers() const;
   const Layout& layout() const;
   const WorkerOptions& options() const;

@@ -140,7 +140,12 @@ class WorkerTest : public ::testing::TestWithParam<InProcCluster::Kind> {
           for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(r, s, i, p[i]);
           // Hand the first half over early: pushes overlap "backward".
           ASSERT_TRUE(worker.GradientsReady(0, static_cast<int64_t>(g.size()) / 2).ok());
+          const absl::Time t0 = absl::Now();
           ASSERT_TRUE(worker.Step().ok());
+          const int64_t took = absl::ToInt64Nanoseconds(absl::Now() - t0);
+          const StepPhases ph = worker.last_step_phases();
+          EXPECT_TRUE(ph.push_ns >= 0 && ph.wait_ns >= 0 && ph.pull_ns >= 0);
+          EXPECT_LE(ph.push_ns + ph.wait_ns + ph.pull_ns, took) << "phases lie inside Step()";
         }
         EXPECT_EQ(worker.step(), s + 1);
       }

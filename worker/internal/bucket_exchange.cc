@@ -124,6 +124,7 @@ absl::Status BucketExchange::Exchange(int64_t version) {
   micro_batches_ = 0;
   const bool shuffle = ctx_->options.shuffle_seed != 0;
   if (shuffle) std::shuffle(todo.begin(), todo.end(), shuffle_rng_);
+  const absl::Time start = absl::Now();
   SendPulls(version);
   for (const auto& [shard, bucket] : todo) {
     if (shuffle && shuffle_rng_() % 3 == 0) {
@@ -131,7 +132,16 @@ absl::Status BucketExchange::Exchange(int64_t version) {
     }
     PushBucket(shard, bucket);
   }
-  return WaitForParams(version);
+  const absl::Time pushed = absl::Now();
+  absl::Status s = WaitForParams(version);
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&channel_->mu());
+  const absl::Time first = std::max(first_received_at_, pushed);
+  const absl::Time last = std::max(last_received_at_, first);
+  last_phases_.push_ns = absl::ToInt64Nanoseconds(pushed - start);
+  last_phases_.wait_ns = absl::ToInt64Nanoseconds(first - pushed);
+  last_phases_.pull_ns = absl::ToInt64Nanoseconds(last - first);
+  return s;
 }
 
 absl::Status BucketExchange::Pull(int64_t version) {
@@ -231,6 +241,9 @@ Accept BucketExchange::OnParams(const FrameHeader& h) {
           : static_cast<void*>((ddp ? buffers_.grads.data() : buffers_.params.data()) + br.begin);
   const int shard = h.shard;
   return channel_->Receive(dst, h.epoch, [this, shard] {
+    const absl::Time now = absl::Now();
+    if (received_ == 0) first_received_at_ = now;
+    last_received_at_ = now;
     ++received_;
     ++received_by_shard_[shard];
   });

@@ -26,9 +26,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/internal/data_channel.h"
 #include "worker/internal/job_context.h"
+#include "worker/reports.h"
 
 namespace tessel::internal {
 
@@ -66,6 +68,8 @@ class BucketExchange : public FrameSink {
   // Averages accumulated micro-batches, pushes what is left (the pull of
   // `version` first, so pulls queue behind no push), waits for the pull.
   absl::Status Exchange(int64_t version);
+  // The last successful Exchange's phases (worker/reports.h).
+  StepPhases last_phases() const { return last_phases_; }
   // Pulls the parameters of `version` (after a restore) and waits for them.
   absl::Status Pull(int64_t version);
   // Forgets the step's hand-overs and pushes.
@@ -92,11 +96,14 @@ class BucketExchange : public FrameSink {
   std::vector<std::vector<int64_t>> ready_elems_;
   std::vector<std::vector<uint8_t>> pushed_;
   std::mt19937_64 shuffle_rng_;
+  StepPhases last_phases_;
 
   // Under channel_->mu().
   int64_t expect_version_ = -1;
   int64_t received_ = 0;
   int64_t expected_ = 0;
+  absl::Time first_received_at_;  // this pull's first and last bucket
+  absl::Time last_received_at_;
   std::vector<int> received_by_shard_;
 };
 
