@@ -4,8 +4,8 @@
 // iteration's time is the maximum over ranks. Prints the median (min, max)
 // over iterations with the same columns as datapath_bench.
 // Adapted from ../shared/anchors/gloo_coll.cc (the anchors' measurement).
-// Build (run_datapath does): g++ -O2 -std=c++17 -o gloo_allreduce gloo_allreduce.cc -lgloo -lpthread
-// Usage: gloo_allreduce RANKS SIZES_MIB ITERS     (forks RANKS processes)
+// Build (run_datapath does): g++ -O2 -std=c++17 -o gloo_allreduce gloo_allreduce.cc -lgloo
+// -lpthread Usage: gloo_allreduce RANKS SIZES_MIB ITERS     (forks RANKS processes)
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,8 +29,7 @@
 namespace {
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
@@ -46,9 +45,10 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
   ctx->setTimeout(std::chrono::seconds(300));
   uint32_t tag = 1;
   if (rank == 0) {
-    std::printf("# gloo allreduce (ring, tcp on lo) float32 sum, %d ranks; step = barrier, then "
-                "the slowest rank\n",
-                n);
+    std::printf(
+        "# gloo allreduce (ring, tcp on lo) float32 sum, %d ranks; step = barrier, then "
+        "the slowest rank\n",
+        n);
     std::printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
                 "algbw_GBs", "busbw_GBs");
   }
