@@ -48,23 +48,28 @@ struct TensorDesc {
   std::vector<int64_t> shape;
 };
 
-struct TensorSlot {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t offset = 0;  // first element in the flat vector
-  int64_t numel = 0;
-};
-
-// Half-open element range [begin, end).
 struct Range {
   int64_t begin = 0;
   int64_t end = 0;
   int64_t size() const { return end - begin; }
   bool empty() const { return end <= begin; }
+  // Some element of one lies inside the other (an empty range inside `o`'s
+  // span counts).
+  bool Overlaps(const Range& o) const { return begin < o.end && o.begin < end; }
   friend bool operator==(const Range& a, const Range& b) {
     return a.begin == b.begin && a.end == b.end;
   }
 };
+
+struct TensorSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // first element in the flat vector
+  int64_t numel = 0;
+  Range range() const { return Range{offset, offset + numel}; }
+};
+
+// Half-open element range [begin, end).
 
 class Layout {
  public:

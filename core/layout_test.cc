@@ -25,6 +25,13 @@ TEST(LayoutTest, PacksTensorsInOrderAndStraddlesShards) {
   EXPECT_EQ(layout->FindTensor("zzz"), -1);
 }
 
+TEST(LayoutTest, RangesOverlapWhenAnElementIsShared) {
+  EXPECT_TRUE((Range{0, 10}).Overlaps(Range{9, 12}));
+  EXPECT_FALSE((Range{0, 10}).Overlaps(Range{10, 12}));
+  EXPECT_FALSE((Range{5, 10}).Overlaps(Range{0, 5}));
+  EXPECT_EQ((TensorSlot{"t", {3, 4}, 7, 12}).range(), (Range{7, 19}));
+}
+
 TEST(LayoutTest, JobNamesAreSafeForFoldersAndGroups) {
   for (const char* ok : {"a", "mlp-1", "exact.g1", "J~sync16.e5", "A_b.c-d", "7"}) {
     EXPECT_TRUE(ValidateJobName(ok).ok()) << ok;

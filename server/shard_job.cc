@@ -130,9 +130,8 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
   }
   init_seen_.assign(num_buckets_, 0);
   initialized_ = is_ddp() || num_buckets_ == 0;
-  for (const TensorSlot& t : layout_.tensors()) {
-    owned_.push_back(t.offset < range_.end && range_.begin < t.offset + t.numel ? 1 : 0);
-  }
+  for (const TensorSlot& t : layout_.tensors())
+    owned_.push_back(t.range().Overlaps(range_) ? 1 : 0);
 }
 
 absl::Status ShardJob::CheckHeader(const FrameHeader& h) {
@@ -291,14 +290,19 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   } else {
     // Per run of tensors at the same step; tensors no rank had a gradient
     // for are left alone (one run, at `step`, unless some tensor was skipped).
+    std::vector<const float*> run_srcs;
     ForEachUpdateRun(layout_, br, step, skips, skip_now, [&](Range run, int64_t t_step) {
       const size_t at = static_cast<size_t>(run.begin - range_.begin);
       const size_t rel = at - off;
       float* state[kMaxStateSlots] = {};
       for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + at;
-      std::vector<const float*> run_srcs(srcs.size());
-      for (size_t r = 0; r < srcs.size(); ++r) run_srcs[r] = srcs[r] + rel;
-      ReduceAndApply(optimizer, t_step, values_.data() + at, run_srcs.data(), world_, state,
+      const float* const* from = srcs.data();
+      if (rel != 0) {  // a later run of the bucket (only when some tensor was skipped)
+        run_srcs.resize(srcs.size());
+        for (size_t r = 0; r < srcs.size(); ++r) run_srcs[r] = srcs[r] + rel;
+        from = run_srcs.data();
+      }
+      ReduceAndApply(optimizer, t_step, values_.data() + at, from, world_, state,
                      static_cast<size_t>(run.size()));
     });
     RefreshHalf(off, n);
@@ -552,7 +556,7 @@ absl::Status ShardJob::SkipTensors(const std::vector<int32_t>& tensors, int64_t 
       const Range br = layout_.bucket_range(shard_, b);
       for (int32_t t : tensors) {
         const TensorSlot& ts = layout_.tensors()[static_cast<size_t>(t)];
-        if (ts.offset < br.end && br.begin < ts.offset + ts.numel) {
+        if (ts.range().Overlaps(br)) {
           return absl::FailedPreconditionError(absl::StrCat(
               where, "tensor '", ts.name, "' cannot be skipped at step ", step, ": bucket ", b,
               ", which holds it, has been pushed by every rank already"));

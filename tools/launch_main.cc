@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
     std::cerr << "tessel-launch: using the registry at " << registry
               << " and the shard servers registered there\n";
   }
-  const int first = node_rank * nproc;
+  const int first = options.GlobalRank(0);
   std::cerr << "tessel-launch: job '" << options.job << "': " << nproc << " worker(s) of "
             << absl::StrJoin(options.command, " ")
             << (nnodes > 1 ? absl::StrCat(" (node ", node_rank, " of ", nnodes, ": ranks ", first,

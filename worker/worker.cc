@@ -480,8 +480,7 @@ absl::Status Worker::SkipTensors(absl::Span<const int32_t> tensors) {
     const Range r = ctx.layout->shard_range(shard);
     bool holds = false;
     for (int32_t t : req.tensors()) {
-      const TensorSlot& ts = ctx.layout->tensors()[static_cast<size_t>(t)];
-      holds = holds || (ts.offset < r.end && r.begin < ts.offset + ts.numel);
+      holds = holds || ctx.layout->tensors()[static_cast<size_t>(t)].range().Overlaps(r);
     }
     if (!holds) return absl::OkStatus();
     v1::SkipTensorsResponse resp;

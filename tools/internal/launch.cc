@@ -163,7 +163,7 @@ absl::Status CheckReachable(const std::string& host_port, absl::Duration timeout
 std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const LaunchOptions& o,
                                                                    int local_rank,
                                                                    int restart_count) {
-  const int rank = o.node_rank * o.nproc_per_node + local_rank;
+  const int rank = o.GlobalRank(local_rank);
   const int world = o.nnodes * o.nproc_per_node;
   std::vector<std::pair<std::string, std::string>> env = {
       {"TESSEL_REGISTRY", o.registry},

@@ -62,6 +62,7 @@ struct LaunchOptions {
   // nnodes * nproc_per_node.
   int nnodes = 1;
   int node_rank = 0;
+  int GlobalRank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
   std::string registry;  // host:port the workers use
   int num_servers = 0;   // TESSEL_NUM_SERVERS (0: every server of the pool)
   std::string job = "default-job";
@@ -121,9 +122,7 @@ class WorkerSupervisor {
   absl::Status StartRank(int local_rank, int restart_count);
   // The local rank of a process, -1 if none.
   int RankOf(const std::string& process_name) const;
-  int GlobalRank(int local_rank) const {
-    return options_.node_rank * options_.nproc_per_node + local_rank;
-  }
+  int GlobalRank(int local_rank) const { return options_.GlobalRank(local_rank); }
 
   LaunchOptions options_;
   ProcessGroup* servers_;
