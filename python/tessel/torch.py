@@ -379,18 +379,18 @@ class DistributedOptimizer:
         if strategy == "fsdp":
             units = self._fsdp_units(model)
         base_job = job or cfg["job"]
-        for g in self._groups:
+        for g, g_units in zip(self._groups, units):
             g.worker = tessel.Worker(
                 cfg["registry"], base_job if g.index == 0 else f"{base_job}.g{g.index}",
                 cfg["rank"], cfg["world_size"], strategy=strategy, optimizer=g.hyper,
                 num_servers=cfg["num_servers"], bucket_bytes=int(bucket_bytes),
                 ucx_tls=cfg["ucx_tls"], connect_timeout_s=cfg["connect_timeout_s"],
                 step_timeout_s=cfg["step_timeout_s"], token=cfg["token"],
-                units=[first for first, _ in units[self._groups.index(g)]], recovery=self.recovery,
+                units=[first for first, _ in g_units], recovery=self.recovery,
                 auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
                 checkpoint_initial=self.recovery, precision=precision)
             if strategy == "fsdp":
-                self._bind_fsdp(g, units[self._groups.index(g)])
+                self._bind_fsdp(g, g_units)
             else:
                 self._bind(g)
         _optimizers.append(self)
@@ -856,29 +856,20 @@ class DistributedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self.strategy == "fsdp":
-            for g in self._groups:
-                self._worker(g)  # closed?
-            overflowed, skips = self._agree()
-            if overflowed:
-                self._skip_step()
-                return False if closure is None else loss
-            self._sync_hyper()
-            self._skip_tensors(skips)
-            for g in self._groups:
-                self._recovering(g, lambda: self._fsdp_step(g))
-            self._scale_stepped()
-            return loss
+        fsdp = self.strategy == "fsdp"
         for g in self._groups:
             self._worker(g)  # closed?
+            if fsdp:
+                continue
             for i, p in enumerate(g.params):
                 if tuple(p.shape) != g.shapes[i] or p.data_ptr() != g.param_ptrs[i]:
                     raise ValueError(
                         f"parameter {g.names[i]} was replaced or reshaped (now {tuple(p.shape)}, "
                         f"was {g.shapes[i]}) after the DistributedOptimizer was made; Tessel "
                         f"keeps the registered layout: make a new optimizer for a new model")
-        for g in self._groups:
-            self._collect_grads(g)
+        if not fsdp:
+            for g in self._groups:
+                self._collect_grads(g)
         overflowed, skips = self._agree()
         if overflowed:
             self._skip_step()
@@ -886,7 +877,7 @@ class DistributedOptimizer:
         self._sync_hyper()
         self._skip_tensors(skips)
         for g in self._groups:
-            self._recovering(g, self._worker(g).step)
+            self._recovering(g, (lambda: self._fsdp_step(g)) if fsdp else self._worker(g).step)
             g.ready = [0] * len(g.params)
         self._scale_stepped()
         return loss
