@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/cli.h"
 #include "core/log.h"
 #include "rpc/grpc_util.h"
 #include "testing/local_cluster.h"
@@ -128,9 +128,9 @@ int main(int argc, char** argv) {
       "       [--bucket_bytes=4194304] [--ucx_tls=...] [--strategy=zero2] [--optimizer=sgd]");
   // The data path is what is measured: the cheapest update by default.
   absl::SetFlag(&FLAGS_optimizer, "sgd");
-  absl::ParseCommandLine(argc, argv);
+  tessel::SetDefaultLogLevel(tessel::LogLevel::kWarning);
+  tessel::ParseFlags(argc, argv);
   if (absl::GetFlag(FLAGS_role) == "worker") return RunWorker();
-  tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
 
   const int workers = absl::GetFlag(FLAGS_workers);
   tessel::ClusterOptions copt;

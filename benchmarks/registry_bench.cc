@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "core/cli.h"
 #include "core/log.h"
 #include "proto/registry.grpc.pb.h"
 #include "registry/backend_factory.h"
@@ -104,9 +104,9 @@ void Run(const char* name, std::unique_ptr<Registry> registry, int n) {
 }  // namespace tessel
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  tessel::SetDefaultLogLevel(tessel::LogLevel::kWarning);
+  tessel::ParseFlags(argc, argv);
   const int n = absl::GetFlag(FLAGS_members);
-  tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
   std::printf("%d members join one group, heartbeat, read the view (up to %d members), leave\n", n,
               n);
   tessel::RegistryBackends backends("/tmp");

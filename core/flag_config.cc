@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/cli.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, config, "",
@@ -134,7 +135,7 @@ std::vector<char*> ParseCommandLineWithConfig(int argc, char** argv, absl::strin
       std::exit(2);
     }
   }
-  return absl::ParseCommandLine(argc, argv);
+  return ParseFlags(argc, argv);
 }
 
 }  // namespace tessel

@@ -41,7 +41,8 @@ absl::Status ApplyFlagConfig(const std::string& path, absl::string_view section)
 // The `--config` value in argv ("--config=F" or "--config F"), or "".
 std::string FindConfigArg(int argc, char** argv);
 
-// absl::ParseCommandLine with --config: applies the file named by --config
+// tessel::ParseFlags (core/cli.h: --help, --version, --log_format,
+// --log_level) with --config: applies the file named by --config
 // (if any) first, so the command line overrides it. On a bad config prints
 // "<program>: <error>" to stderr and exits with status 2 (usage error).
 // Returns the positional arguments, as absl::ParseCommandLine does.

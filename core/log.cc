@@ -6,47 +6,151 @@
 #include <cstring>
 #include <mutex>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
 
 namespace tessel {
 namespace {
-std::mutex label_mu;
-std::string& Label() {
-  static std::string* label = new std::string("tessel");
-  return *label;
+
+struct ProcessContext {
+  std::mutex mu;
+  std::string label = "tessel";
+  LogContext context;
+};
+
+ProcessContext& Process() {
+  static ProcessContext* process = new ProcessContext();
+  return *process;
 }
+
 std::atomic<int> min_level{static_cast<int>(LogLevel::kInfo)};
+std::atomic<int> log_format{static_cast<int>(LogFormat::kText)};
+std::atomic<int64_t> process_step{-1};
+std::atomic<bool> process_has_step{false};
+thread_local const ScopedLogContext* scoped_context = nullptr;
+
+constexpr char kLetters[] = {'D', 'I', 'W', 'E'};
+constexpr const char* kNames[] = {"debug", "info", "warning", "error"};
+
 }  // namespace
 
 void SetLogLabel(absl::string_view label) {
-  std::lock_guard<std::mutex> lock(label_mu);
-  Label() = std::string(label);
+  ProcessContext& p = Process();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.label = std::string(label);
 }
 
 void SetMinLogLevel(LogLevel level) { min_level.store(static_cast<int>(level)); }
 
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= min_level.load(); }
 
-namespace internal {
+void SetLogFormat(LogFormat format) { log_format.store(static_cast<int>(format)); }
 
-LogLine::LogLine(LogLevel level, const char* file, int line) : level_(level) {
-  static const char kLetters[] = {'D', 'I', 'W', 'E'};
-  const char* base = std::strrchr(file, '/');
-  std::string label;
-  {
-    std::lock_guard<std::mutex> lock(label_mu);
-    label = Label();
+LogFormat GetLogFormat() { return static_cast<LogFormat>(log_format.load()); }
+
+absl::Status ParseLogLevel(absl::string_view text, LogLevel* level) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  for (int i = 0; i < 4; ++i) {
+    if (lower == kNames[i]) {
+      *level = static_cast<LogLevel>(i);
+      return absl::OkStatus();
+    }
   }
-  stream_ << kLetters[static_cast<int>(level)]
-          << absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::LocalTimeZone()) << " " << label
-          << " " << (base ? base + 1 : file) << ":" << line << "] ";
+  if (lower == "warn") {
+    *level = LogLevel::kWarning;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("log level \"", text, "\" is not one of debug, info, warning, error"));
 }
 
+absl::Status ParseLogFormat(absl::string_view text, LogFormat* format) {
+  if (text == "text") {
+    *format = LogFormat::kText;
+  } else if (text == "json") {
+    *format = LogFormat::kJson;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log format \"", text, "\" is not one of text, json"));
+  }
+  return absl::OkStatus();
+}
+
+void SetLogContext(const LogContext& context) {
+  ProcessContext& p = Process();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.context = context;
+  p.context.step.reset();  // kept in process_step, which SetLogStep changes without the lock
+  process_has_step.store(context.step.has_value());
+  process_step.store(context.step.value_or(-1));
+}
+
+void SetLogStep(int64_t step) {
+  process_step.store(step);
+  process_has_step.store(true);
+}
+
+ScopedLogContext::ScopedLogContext(LogContext context)
+    : context_(std::move(context)), outer_(scoped_context) {
+  scoped_context = this;
+}
+
+ScopedLogContext::~ScopedLogContext() { scoped_context = outer_; }
+
+std::string FormatRfc3339Utc(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+}
+
+namespace internal {
+
+std::string FormatLogLine(LogLevel level, absl::Time time, absl::string_view file, int line,
+                          absl::string_view message) {
+  const size_t slash = file.rfind('/');
+  const absl::string_view base = slash == absl::string_view::npos ? file : file.substr(slash + 1);
+  std::string label;
+  LogContext context;
+  {
+    ProcessContext& p = Process();
+    std::lock_guard<std::mutex> lock(p.mu);
+    label = p.label;
+    context = p.context;
+  }
+  if (process_has_step.load()) context.step = process_step.load();
+  // Scopes override the process's fields; the innermost scope wins, field by field.
+  bool job = false, rank = false, shard = false, step = false;
+  for (const ScopedLogContext* s = scoped_context; s != nullptr; s = s->outer()) {
+    const LogContext& c = s->context();
+    if (!job && !c.job.empty()) job = true, context.job = c.job;
+    if (!rank && c.rank) rank = true, context.rank = c.rank;
+    if (!shard && c.shard) shard = true, context.shard = c.shard;
+    if (!step && c.step) step = true, context.step = c.step;
+  }
+  const int l = static_cast<int>(level);
+  if (GetLogFormat() == LogFormat::kJson) {
+    nlohmann::ordered_json j;
+    j["time"] = FormatRfc3339Utc(time);
+    j["level"] = kNames[l];
+    j["process"] = label;
+    j["source"] = absl::StrCat(base, ":", line);
+    if (!context.job.empty()) j["job"] = context.job;
+    if (context.rank) j["rank"] = *context.rank;
+    if (context.shard) j["shard"] = *context.shard;
+    if (context.step) j["step"] = *context.step;
+    j["msg"] = std::string(message);
+    // Invalid UTF-8 in a message is replaced rather than thrown on.
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  }
+  return absl::StrCat(std::string(1, kLetters[l]), " ", FormatRfc3339Utc(time), " ", label, " ",
+                      base, ":", line, "] ", message, "\n");
+}
+
+LogLine::LogLine(LogLevel level, const char* file, int line)
+    : level_(level), file_(file), line_(line), time_(absl::Now()) {}
+
 LogLine::~LogLine() {
-  stream_ << '\n';
-  const std::string s = stream_.str();
-  (void)level_;
+  const std::string s = FormatLogLine(level_, time_, file_, line_, stream_.str());
   ssize_t unused = ::write(STDERR_FILENO, s.data(), s.size());
   (void)unused;
 }

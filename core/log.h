@@ -1,28 +1,84 @@
-// Minimal leveled logging to stderr.
+// Leveled logging to stderr, one line per call, for people and for log
+// pipelines.
 //
 // Debian 12's Abseil (20220623) predates absl/log, so this is the smallest
-// thing that serves: a timestamped line per call, prefixed by the process
-// label set once at start-up (e.g. "server[1]"). Thread-safe: each line is
-// written with a single write(2).
+// thing that serves. Every line carries an RFC 3339 UTC timestamp with
+// milliseconds and the process label set once at start-up (e.g. "server[1]").
+// Two formats (SetLogFormat; the binaries' --log_format flag, core/cli.h):
+//
+//   text  I 2026-11-25T01:56:03.123Z server[1] shard_job.cc:88] job mlp: step 40 done
+//   json  {"time":"2026-11-25T01:56:03.123Z","level":"info","process":"server[1]",
+//          "source":"shard_job.cc:88","job":"mlp","shard":1,"step":40,
+//          "msg":"job mlp: step 40 done"}
+//
+// The json fields job, rank, shard and step come from the process's context
+// (SetLogContext, SetLogStep) and, for one thread, from a ScopedLogContext
+// (a shard server's RPC handler, which serves many jobs); absent ones are
+// left out. Thread-safe: each line is written with a single write(2).
 //
 // Example:
 //   tessel::SetLogLabel("worker[0]");
+//   tessel::SetLogContext({.job = "mlp", .rank = 0});
 //   TESSEL_LOG(INFO) << "joined job " << job << " at epoch " << epoch;
 #ifndef TESSEL_CORE_LOG_H_
 #define TESSEL_CORE_LOG_H_
 
+#include <cstdint>
+#include <optional>
 #include <sstream>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace tessel {
 
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+enum class LogFormat { kText, kJson };
 
 void SetLogLabel(absl::string_view label);
 void SetMinLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
+void SetLogFormat(LogFormat format);
+LogFormat GetLogFormat();
+
+// "debug", "info", "warning" (or "warn"), "error"; InvalidArgument otherwise.
+absl::Status ParseLogLevel(absl::string_view text, LogLevel* level);
+// "text" or "json"; InvalidArgument otherwise.
+absl::Status ParseLogFormat(absl::string_view text, LogFormat* format);
+
+// The fields json lines carry beyond time, level, process and source.
+struct LogContext {
+  std::string job = "";                        // empty: absent
+  std::optional<int> rank = std::nullopt;      // a worker's rank
+  std::optional<int> shard = std::nullopt;     // a shard server's index
+  std::optional<int64_t> step = std::nullopt;  // the training step in progress
+};
+
+// The process's context (replaces it; SetLogStep changes only the step).
+void SetLogContext(const LogContext& context);
+void SetLogStep(int64_t step);
+
+// Overrides the process's job and step on this thread while it lives (fields
+// left empty keep the process's). Nests.
+class ScopedLogContext {
+ public:
+  explicit ScopedLogContext(LogContext context);
+  ~ScopedLogContext();
+  ScopedLogContext(const ScopedLogContext&) = delete;
+  ScopedLogContext& operator=(const ScopedLogContext&) = delete;
+
+  const LogContext& context() const { return context_; }
+  const ScopedLogContext* outer() const { return outer_; }
+
+ private:
+  LogContext context_;
+  const ScopedLogContext* outer_;
+};
+
+// The RFC 3339 UTC form of `t` with milliseconds: 2026-11-25T01:56:03.123Z.
+std::string FormatRfc3339Utc(absl::Time t);
 
 namespace internal {
 class LogLine {
@@ -33,8 +89,15 @@ class LogLine {
 
  private:
   LogLevel level_;
+  const char* file_;
+  int line_;
+  absl::Time time_;
   std::ostringstream stream_;
 };
+
+// The line LogLine writes, for tests: `message` as logged at `time`.
+std::string FormatLogLine(LogLevel level, absl::Time time, absl::string_view file, int line,
+                          absl::string_view message);
 
 // Lower precedence than <<: turns a streamed line into void for `?:`.
 struct Voidify {

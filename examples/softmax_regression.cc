@@ -28,12 +28,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/cli.h"
 #include "worker/train_flags.h"  // --steps and --micro_batches
 #include "worker/worker.h"
 #include "worker/worker_flags.h"
@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
       "Start one process per rank, each with the same flags but --rank. Model flags: --classes,\n"
       "--dim, --samples. Rank 0 prints the loss on the training set every --log_every steps,\n"
       "the final accuracy, and writes the parameters to --out. See examples/README.md.");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = tessel::ParseFlags(argc, argv);
   if (args.size() > 1) return UsageError(absl::StrCat("unexpected argument '", args[1], "'"));
 
   const int classes = absl::GetFlag(FLAGS_classes), dim = absl::GetFlag(FLAGS_dim);

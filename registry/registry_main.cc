@@ -13,7 +13,6 @@
 #include "absl/synchronization/notification.h"
 #include "core/flag_config.h"
 #include "core/log.h"
-#include "core/version.h"
 #include "registry/etcd/etcd_registry.h"
 #include "registry/memory/memory_registry.h"
 #include "registry/registry_service.h"
@@ -106,7 +105,6 @@ int main(int argc, char** argv) {
       "--tls_*, which secure this registry's own service.\n\n"
       "Security: --tls_ca/--tls_cert/--tls_key serve mutual TLS (health checks use the\n"
       "same certificates); --admin_token_file gates ListGroups (docs/operations.md).");
-  tessel::UseVersionForVersionFlag();
   tessel::ParseCommandLineWithConfig(argc, argv, "registry");
   tessel::SetLogLabel("registry");
   const std::string backend = absl::GetFlag(FLAGS_backend);

@@ -13,7 +13,6 @@
 #include "core/flag_config.h"
 #include "core/hostname.h"
 #include "core/log.h"
-#include "core/version.h"
 #include "gpu/detect.h"
 #include "rpc/auth.h"
 #include "rpc/tls_flags.h"
@@ -120,7 +119,6 @@ int main(int argc, char** argv) {
       "server is joined and in touch with the registry. A lost lease (a restarted\n"
       "memory registry) makes it join again; its jobs stay and workers recover.\n"
       "Stop it with SIGINT or SIGTERM.");
-  tessel::UseVersionForVersionFlag();
   tessel::ParseCommandLineWithConfig(argc, argv, "server");
   int shard = absl::GetFlag(FLAGS_shard);
   if (absl::GetFlag(FLAGS_shard_from_hostname)) {
@@ -146,6 +144,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   tessel::SetLogLabel(absl::StrCat("server[", shard, "]"));
+  tessel::SetLogContext({.shard = shard});
   if (absl::GetFlag(FLAGS_verbose)) tessel::SetMinLogLevel(tessel::LogLevel::kDebug);
 
   const tessel::CudaInfo cuda = tessel::DetectCuda();

@@ -9,11 +9,11 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/cli.h"
 #include "core/log.h"
 #include "core/npy.h"
 #include "rpc/job_spec.h"
@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
       "[--steps=1500]\n"
       "                   [--layers=64,512,512,10 --batch=64] [--ucx_tls=...]\n\n"
       "Ctrl-C stops every process the demo started.");
-  absl::ParseCommandLine(argc, argv);
+  tessel::SetDefaultLogLevel(tessel::LogLevel::kWarning);
+  tessel::ParseFlags(argc, argv);
   tessel::SetLogLabel("demo");
   if (absl::GetFlag(FLAGS_strategy) == "hybrid") {
     // Hybrid DPxTPxPP has its own launcher; hand over with the same flags.
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
     execv(argv_exec[0], argv_exec.data());
     return Fail(absl::NotFoundError(absl::StrCat("cannot run ", args[0])));
   }
-  if (!absl::GetFlag(FLAGS_verbose)) tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
+  if (absl::GetFlag(FLAGS_verbose)) tessel::SetMinLogLevel(tessel::LogLevel::kInfo);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 

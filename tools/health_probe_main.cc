@@ -13,11 +13,10 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/version.h"
+#include "core/cli.h"
 #include "proto/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, address, "", "host:port of a plaintext grpc.health.v1 service (required)");
@@ -34,8 +33,7 @@ int main(int argc, char** argv) {
       "[--timeout_ms=1000]\n"
       "Prints SERVING, NOT_SERVING, UNKNOWN, SERVICE_UNKNOWN or UNREACHABLE: <reason>; "
       "exits 0 only for SERVING (1: not serving, 2: no answer or bad usage).");
-  tessel::UseVersionForVersionFlag();
-  absl::ParseCommandLine(argc, argv);
+  tessel::ParseFlags(argc, argv);
   const std::string address = absl::GetFlag(FLAGS_address);
   const int timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   if (address.empty() || timeout_ms <= 0) {

@@ -32,11 +32,11 @@
 #include <optional>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/cli.h"
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
@@ -549,6 +549,6 @@ int main(int argc, char** argv) {
       "INIT: the MLP's flat parameter vector (length = its parameter count). Replica d's\n"
       "gradient of step k: DIR/step{k}_rank{d}.npy, or with M > 1 the mean of\n"
       "DIR/step{k}_rank{d}_micro{m}.npy for m in [0, M); each the whole flat vector.");
-  absl::ParseCommandLine(argc, argv);
+  tessel::ParseFlags(argc, argv);
   return absl::GetFlag(FLAGS_local) ? RunLocal() : RunWorker();
 }

@@ -12,14 +12,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "core/cli.h"
 #include "core/flag_config.h"
 #include "core/log.h"
-#include "core/version.h"
 #include "testing/local_cluster.h"
 #include "tools/internal/launch.h"
 
@@ -84,23 +83,13 @@ bool AsksForHelp(const std::vector<char*>& args) {
     absl::string_view a = args[i];
     absl::ConsumePrefix(&a, "-");
     absl::ConsumePrefix(&a, "-");
-    if (absl::StartsWith(a, "help") || a == "version" || a == "only_check_args") return true;
+    if (absl::StartsWith(a, "help") || a == "h" || a == "version" || a == "only_check_args") {
+      return true;
+    }
   }
   return false;
 }
 
-// --help shows this binary's flags and --config (Abseil's default shows the
-// flags of a file named after the program, which this is not).
-void ShowOwnFlagsInHelp() {
-  absl::FlagsUsageConfig config;
-  auto own = [](absl::string_view file) {
-    return absl::EndsWith(file, "tools/launch_main.cc") ||
-           absl::EndsWith(file, "core/flag_config.cc");
-  };
-  config.contains_help_flags = own;
-  config.contains_helpshort_flags = own;
-  absl::SetFlagsUsageConfig(config);
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,17 +114,15 @@ int main(int argc, char** argv) {
       "Exit status: 0 when every worker exits 0; a failed worker's status (its exit code, or\n"
       "128+signal) once --max_restarts is used up; 130/143 on SIGINT/SIGTERM; 124 after\n"
       "--timeout_s; 1 when a shard server stops; 2 for bad input (nothing started).");
-  tessel::UseVersionForVersionFlag();
-  ShowOwnFlagsInHelp();
   tessel::SplitArgs split = tessel::SplitAtSeparator(argc, argv);
   if (!split.has_separator && !AsksForHelp(split.launcher)) {
     // Said before Abseil parses what may be the command's own flags.
     return UsageError("missing '--' and the worker command after it");
   }
+  tessel::SetDefaultLogLevel(tessel::LogLevel::kWarning);  // the embedded registry's INFO lines
   std::vector<char*> positional = tessel::ParseCommandLineWithConfig(
       static_cast<int>(split.launcher.size()), split.launcher.data(), "launch");
   tessel::SetLogLabel("launch");
-  tessel::SetMinLogLevel(tessel::LogLevel::kWarning);  // the embedded registry's INFO lines
 
   if (positional.size() > 1) {
     return UsageError(absl::StrCat("unexpected argument '", positional[1],

@@ -26,9 +26,9 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "core/cli.h"
 #include "core/log.h"
 #include "core/npy.h"
 #include "rpc/tls_flags.h"
@@ -103,10 +103,10 @@ int main(int argc, char** argv) {
       "gradient of step k is DIR/step{k}_rank{d}.npy, or with M > 1 the mean (sum in order,\n"
       "divided by M) of DIR/step{k}_rank{d}_micro{m}.npy, m in [0,M). --workers is unused:\n"
       "D*T*P processes run. The result equals flat training on the same files.");
-  absl::ParseCommandLine(argc, argv);
+  tessel::SetDefaultLogLevel(tessel::LogLevel::kWarning);
+  tessel::ParseFlags(argc, argv);
   if (absl::GetFlag(FLAGS_strategy) == "hybrid") return RunHybrid();
   tessel::SetLogLabel("replay");
-  tessel::SetMinLogLevel(tessel::LogLevel::kWarning);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   if (absl::GetFlag(FLAGS_init).empty() || absl::GetFlag(FLAGS_grads).empty() ||

@@ -21,7 +21,6 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
-#include "core/version.h"
 #include "tools/internal/mlp_job.h"
 #include "worker/train_flags.h"
 #include "worker/unit_step.h"
@@ -215,6 +214,7 @@ int Replay(tessel::Worker* worker, int steps) {
   if (!s.ok()) return Fail(s);
   Preemption preemption;
   for (int64_t k = worker->step(); k < steps; ++k) {
+    tessel::SetLogStep(k);
     // rank, not fixed: an elastic recovery renumbers the workers.
     const std::string path = absl::StrCat(absl::GetFlag(FLAGS_grads), "/step", k, "_rank",
                                           worker->options().rank, ".npy");
@@ -424,11 +424,11 @@ int main(int argc, char** argv) {
       "does not have (--rank in [world, N), e.g. the new index of a scaled-up\n"
       "Indexed Job) joins it: the job's workers admit it at the next checkpoint\n"
       "boundary and go on together, nothing rolled back.");
-  tessel::UseVersionForVersionFlag();
   tessel::ParseCommandLineWithConfig(argc, argv, "worker");
   auto options = OptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
   tessel::SetLogLabel(absl::StrCat("worker[", options->rank, "]"));
+  tessel::SetLogContext({.job = options->job, .rank = options->rank});
   std::signal(SIGTERM, OnTerminate);
   StartPreemptionWatchdog(absl::Seconds(std::max(0, absl::GetFlag(FLAGS_preempt_grace_s))));
   const int steps = absl::GetFlag(FLAGS_steps);
