@@ -17,13 +17,19 @@ void AtomicAdd(std::atomic<double>& a, double v) {
   }
 }
 
-// Prometheus's float text: integers without a fraction, +Inf/-Inf/NaN.
+// Prometheus's float text: integers exactly (below 2^53), others in the
+// shortest form that reads back the same; +Inf/-Inf/NaN.
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+    return absl::StrCat(static_cast<int64_t>(v));
+  }
   char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%.9g", v);
+  for (int digits : {9, 15, 17}) {
+    std::snprintf(buffer, sizeof(buffer), "%.*g", digits, v);
+    if (std::strtod(buffer, nullptr) == v) break;
+  }
   return buffer;
 }
 
@@ -124,6 +130,18 @@ Gauge* Family::GetGauge(const std::vector<std::string>& values) {
 Histogram* Family::GetHistogram(const std::vector<std::string>& values) {
   if (type_ != Type::kHistogram) Die(name_ + " is not a histogram");
   return &Find(values)->histogram;
+}
+
+bool Family::Has(const std::vector<std::string>& values) {
+  absl::MutexLock lock(&mu_);
+  return series_.count(values) > 0;
+}
+
+void Family::RemoveIf(const std::function<bool(const std::vector<std::string>&)>& match) {
+  absl::MutexLock lock(&mu_);
+  for (auto s = series_.begin(); s != series_.end();) {
+    s = match(s->first) ? series_.erase(s) : std::next(s);
+  }
 }
 
 void Family::Remove(const std::vector<std::string>& values) {

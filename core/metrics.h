@@ -89,6 +89,10 @@ class Family {
   Counter* GetCounter(const std::vector<std::string>& values);
   Gauge* GetGauge(const std::vector<std::string>& values);
   Histogram* GetHistogram(const std::vector<std::string>& values);
+  // Whether the series exists (without creating it).
+  bool Has(const std::vector<std::string>& values);
+  // Drops every series for which `match(label values)` holds.
+  void RemoveIf(const std::function<bool(const std::vector<std::string>&)>& match);
   // Drops a series (a job that ended); its pointer dangles afterwards.
   void Remove(const std::vector<std::string>& values);
   // Drops every series whose label `label` has value `value`.

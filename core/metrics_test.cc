@@ -35,6 +35,20 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeWithSumAndCount) {
             "t_seconds_count{job=\"a\"} 5\n");
 }
 
+TEST(MetricsTest, ValuesReadBackExactly) {
+  Registry r;
+  Family& f = r.AddGauge("t_v", "v", {"k"});
+  f.GetGauge({"epoch"})->Set(1795573200123456.0);
+  f.GetGauge({"start"})->Set(1795573200.25);
+  f.GetGauge({"tenth"})->Set(0.1);
+  f.GetGauge({"third"})->Set(1.0 / 3);
+  const std::string text = r.Expose();
+  EXPECT_NE(text.find("t_v{k=\"epoch\"} 1795573200123456\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("t_v{k=\"start\"} 1795573200.25\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("t_v{k=\"tenth\"} 0.1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("t_v{k=\"third\"} 0.33333333333333331\n"), std::string::npos) << text;
+}
+
 TEST(MetricsTest, LabelValuesAndHelpAreEscaped) {
   Registry r;
   r.AddGauge("t_g", "a \\ b\nc", {"job"}).GetGauge({"x\"y\\z\nw"})->Set(1);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/log.h"
+#include "registry/registry_metrics.h"
 #include "rpc/grpc_util.h"
 
 namespace tessel {
@@ -127,6 +128,7 @@ std::vector<Registry::Leased> HealthChecker::RunOnce() {
       continue;
     }
     live.erase(m.lease_id);
+    RegistryMetrics().evictions.GetCounter({"health_check"})->Add();
     evicted.push_back(m);
   }
   // Forget members that are gone, and channels nobody needs.

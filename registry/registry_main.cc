@@ -19,6 +19,7 @@
 #include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/health.h"
+#include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -192,6 +193,11 @@ int main(int argc, char** argv) {
   tessel::HealthReporter readiness({"tessel.v1.Registry"});
   if (absl::Status s = readiness.Listen(absl::GetFlag(FLAGS_health_listen)); !s.ok()) {
     std::cerr << "tessel-registry: " << s.message() << "\n";
+    return 1;
+  }
+  auto metrics_http = tessel::StartMetricsServerFromFlags();
+  if (!metrics_http.ok()) {
+    std::cerr << "tessel-registry: " << metrics_http.status().message() << "\n";
     return 1;
   }
   std::string bound;

@@ -1,7 +1,10 @@
 #include "registry/registry_service.h"
 
+#include <map>
+
 #include "core/log.h"
 #include "registry/memory/memory_registry.h"
+#include "registry/registry_metrics.h"
 #include "rpc/grpc_util.h"
 
 namespace tessel {
@@ -12,7 +15,10 @@ RegistryService::RegistryService(std::unique_ptr<Registry> registry,
   expirer_ = std::thread([this] {
     while (!stop_.load()) {
       int n = registry_->ExpireLeases();
-      if (n > 0) TESSEL_LOG(WARNING) << n << " lease(s) lapsed; members removed";
+      if (n > 0) {
+        TESSEL_LOG(WARNING) << n << " lease(s) lapsed; members removed";
+        RegistryMetrics().evictions.GetCounter({"lease_expired"})->Add(n);
+      }
       absl::SleepFor(absl::Milliseconds(50));
     }
   });
@@ -20,6 +26,26 @@ RegistryService::RegistryService(std::unique_ptr<Registry> registry,
     health_checker_ = std::make_unique<HealthChecker>(registry_.get(), *health);
     health_checker_->Start();
   }
+  metrics_ = metrics::Default().AddCollector([this] { CollectMetrics(); });
+}
+
+void RegistryService::CollectMetrics() {
+  RegistryFamilies& f = RegistryMetrics();
+  auto members = registry_->ListMembers();
+  auto groups = registry_->ListGroups();
+  if (!members.ok() || !groups.ok()) return;  // keep the last values (etcd unreachable)
+  std::map<std::vector<std::string>, int> counts;
+  for (const Registry::Leased& m : *members) {
+    ++counts[{m.member.group(), m.member.role() == v1::ROLE_SERVER ? "server" : "worker"}];
+  }
+  f.members.RemoveIf([](const std::vector<std::string>&) { return true; });
+  f.epoch.RemoveIf([](const std::vector<std::string>&) { return true; });
+  for (const auto& [labels, n] : counts) f.members.GetGauge(labels)->Set(n);
+  for (const v1::View& v : *groups) {
+    f.epoch.GetGauge({v.group()})->Set(static_cast<double>(v.epoch()));
+  }
+  f.leases.GetGauge({})->Set(static_cast<double>(members->size()));
+  f.groups.GetGauge({})->Set(static_cast<double>(groups->size()));
 }
 
 RegistryService::RegistryService(absl::Duration default_ttl, AuthOptions auth)
@@ -88,6 +114,12 @@ grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchReq
     if (!writer->Write(*view)) return grpc::Status::OK;
     after = view->epoch();
   }
+  metrics::Gauge* streams = RegistryMetrics().watch_streams.GetGauge({});
+  streams->Add(1);
+  struct Closed {
+    metrics::Gauge* g;
+    ~Closed() { g->Add(-1); }
+  } closed{streams};
   while (!ctx->IsCancelled() && !stop_.load()) {
     auto view = registry_->WaitForChange(req->group(), after, absl::Milliseconds(200));
     if (absl::IsDeadlineExceeded(view.status())) continue;

@@ -34,6 +34,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/metrics.h"
 #include "proto/registry.grpc.pb.h"
 #include "registry/health_checker.h"
 #include "registry/registry.h"
@@ -69,11 +70,14 @@ class RegistryService final : public v1::Registry::Service {
                           v1::ListGroupsResponse*) override;
 
  private:
+  void CollectMetrics();
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<HealthChecker> health_checker_;
   const Authorizer auth_;
   std::atomic<bool> stop_{false};
   std::thread expirer_;
+  // tessel_registry_* gauges, read from the registry on each scrape.
+  metrics::Registry::CollectorHandle metrics_;
 };
 
 }  // namespace tessel

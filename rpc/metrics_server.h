@@ -18,8 +18,11 @@
 #include <string>
 #include <thread>
 
+#include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "core/metrics.h"
+
+ABSL_DECLARE_FLAG(std::string, metrics_address);
 
 namespace httplib {
 class Server;

@@ -24,6 +24,8 @@ PACKAGES=(
   iproute2
   # The manifest test (tests/manifests_test.py) reads kustomize's YAML.
   python3-yaml
+  # Observability: promtool checks every /metrics scrape (tests/metrics_test.py).
+  prometheus
   # The Python package (python/): pybind11 and Python's headers to build it;
   # PyTorch (CPU) and scikit-learn's digits for tessel.torch, its tests and
   # examples, all run by /usr/bin/python3.

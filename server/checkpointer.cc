@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "core/log.h"
 #include "core/tensor_steps.h"
+#include "server/checkpoint_metrics.h"
 
 namespace tessel {
 namespace {
@@ -77,6 +78,11 @@ absl::Status Checkpointer::Submit(ShardSnapshot snapshot, bool wait) {
   return absl::OkStatus();
 }
 
+int64_t Checkpointer::queued() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(queue_.size()) + writing_;
+}
+
 int64_t Checkpointer::backpressure_waits() {
   absl::MutexLock lock(&mu_);
   return backpressure_waits_;
@@ -131,6 +137,10 @@ void Checkpointer::WriterLoop() {
     }
     const absl::Time t0 = absl::Now();
     absl::Status st = WriteShard(s);
+    int64_t bytes = static_cast<int64_t>(s.values.size());
+    for (const auto& slot : s.state) bytes += static_cast<int64_t>(slot.size());
+    CheckpointWritten(s.job, s.shard, absl::ToDoubleSeconds(absl::Now() - t0),
+                      bytes * static_cast<int64_t>(sizeof(float)), st.ok());
     absl::MutexLock lock(&mu_);
     --writing_;
     CheckpointProgress& p = progress_[s.job];
@@ -216,6 +226,7 @@ absl::Status Checkpointer::TryFinalize(Pending& p, bool* done) {
                   {Chunk(reinterpret_cast<const uint8_t*>(text.data()), text.size())});
   if (!st.ok()) return st;
   *done = true;
+  CheckpointFinalized(p.job, p.step);
   TESSEL_LOG(INFO) << "checkpoint " << p.job << " step " << p.step << " complete (" << p.num_shards
                    << " shards)";
   Prune(p.job, p.keep_last);

@@ -75,6 +75,8 @@ class Checkpointer {
   // checkpointer is disabled or shutting down.
   absl::Status Submit(ShardSnapshot snapshot, bool wait = true);
   // Times Submit waited for room, and for how long in all.
+  // Snapshots queued or being written.
+  int64_t queued();
   int64_t backpressure_waits();
   absl::Duration backpressure_time();
   CheckpointProgress Progress(const std::string& job);

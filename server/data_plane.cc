@@ -1,12 +1,15 @@
 #include "server/data_plane.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 
 namespace tessel {
 
-DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer)
-    : transport_(transport), jobs_(jobs), checkpointer_(checkpointer) {
+DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
+                     ServerMetrics* metrics)
+    : transport_(transport), jobs_(jobs), checkpointer_(checkpointer), metrics_(metrics) {
   transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
   jobs_->SetReplacedListener([this](ShardJob& old, const std::vector<ShardJob::Puller>& waiting) {
     RefuseReplacedPulls(old, waiting);
@@ -23,6 +26,11 @@ DataPlane::~DataPlane() {
   compute_.join();
 }
 
+int64_t DataPlane::update_queue_depth() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(updates_.size());
+}
+
 int64_t DataPlane::rejected_unrouted() {
   absl::MutexLock lock(&mu_);
   return rejected_unrouted_;
@@ -36,9 +44,10 @@ Accept DataPlane::OnFrame(const Incoming& in) {
       ++rejected_unrouted_;
     }
     FrameHeader unknown;
-    SendError(in.from, unknown, h.status());
+    SendError(in.from, unknown, h.status(), "malformed");
     return Accept{};
   }
+  if (metrics_ != nullptr) metrics_->FrameReceived(h->type, in.payload_bytes);
   if (h->type == FrameType::kError) {
     TESSEL_LOG(WARNING) << "ignoring ERROR frame sent to a server: " << DescribeHeader(*h);
     return Accept{};
@@ -52,7 +61,8 @@ Accept DataPlane::OnFrame(const Incoming& in) {
     SendError(
         in.from, *h,
         absl::NotFoundError(absl::StrCat("no such job on this shard server (job id ", h->job_id,
-                                         "); create it first (CreateJob) or check the job name")));
+                                         "); create it first (CreateJob) or check the job name")),
+        "unknown_job");
     return Accept{};
   }
   if (h->payload_bytes != in.payload_bytes) {
@@ -60,7 +70,8 @@ Accept DataPlane::OnFrame(const Incoming& in) {
     SendError(in.from, *h,
               absl::InvalidArgumentError(absl::StrCat("frame header announces ", h->payload_bytes,
                                                       " payload bytes but ", in.payload_bytes,
-                                                      " arrived (truncated or padded frame)")));
+                                                      " arrived (truncated or padded frame)")),
+              "size_mismatch");
     return Accept{};
   }
   switch (h->type) {
@@ -105,13 +116,20 @@ Accept DataPlane::OnFrame(const Incoming& in) {
       job->CountRejected();
       SendError(in.from, *h,
                 absl::InvalidArgumentError(absl::StrCat("shard servers do not accept ",
-                                                        FrameTypeName(h->type), " frames")));
+                                                        FrameTypeName(h->type), " frames")),
+                "bad_type");
       return Accept{};
   }
 }
 
-void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Status& s) {
+void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Status& s,
+                          absl::string_view reason) {
   TESSEL_LOG(DEBUG) << "refusing " << DescribeHeader(about) << ": " << s;
+  if (metrics_ != nullptr) {
+    metrics_->FrameRefused(reason.empty() ? RefusalReason(static_cast<int>(s.code()))
+                                          : std::string(reason));
+    metrics_->FrameSent(FrameType::kError, s.message().size());
+  }
   FrameHeader h = about;
   h.type = FrameType::kError;
   h.code = static_cast<int32_t>(s.code());
@@ -176,6 +194,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       h.payload_bytes = job->served_bytes(b);
       HeaderBytes bytes = EncodeHeader(h);
       job->CountPulled(h.payload_bytes);
+      if (metrics_ != nullptr) metrics_->FrameSent(FrameType::kParams, h.payload_bytes);
       transport_->Send(p.reply_to, absl::MakeConstSpan(bytes), job->served_bucket(b),
                        h.payload_bytes, [job](absl::Status s) {
                          if (!s.ok()) TESSEL_LOG(WARNING) << "sending parameters failed: " << s;
@@ -197,7 +216,12 @@ void DataPlane::ComputeLoop() {
       work = std::move(updates_.front());
       updates_.pop_front();
     }
+    const auto start = std::chrono::steady_clock::now();
     ShardJob::Serve serve = work.first->UpdateBucket(work.second);
+    if (metrics_ != nullptr) {
+      metrics_->BucketUpdated(work.first->spec().job(), work.first->bucket_elements(work.second),
+                              metrics::SecondsSince(start));
+    }
     if (serve.snapshot.has_value()) {
       absl::Status s = checkpointer_->Submit(std::move(*serve.snapshot));
       if (!s.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << s;

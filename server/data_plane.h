@@ -27,6 +27,7 @@
 #include "proto/shard.pb.h"
 #include "server/checkpointer.h"
 #include "server/job_table.h"
+#include "server/server_metrics.h"
 #include "server/shard_job.h"
 #include "transport/transport.h"
 
@@ -35,17 +36,23 @@ namespace tessel {
 class DataPlane {
  public:
   // Installs the transport's handler. `jobs` and `checkpointer` (not owned;
-  // the checkpointer may be a disabled one) must outlive the plane.
-  DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer);
+  // the checkpointer may be a disabled one) must outlive the plane, as must
+  // `metrics` (not owned; null: none).
+  DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
+            ServerMetrics* metrics = nullptr);
 
   ~DataPlane();
 
   // Frames refused before reaching a job (malformed, unknown job).
   int64_t rejected_unrouted();
+  // Complete buckets waiting for the compute thread.
+  int64_t update_queue_depth();
 
  private:
   Accept OnFrame(const Incoming& in);
-  void SendError(PeerId to, const FrameHeader& about, const absl::Status& s);
+  // `reason`: the metrics label ("" = the status code's name).
+  void SendError(PeerId to, const FrameHeader& about, const absl::Status& s,
+                 absl::string_view reason = "");
   // JobTable's ReplacedListener: an ERROR to each pull the old job owed.
   void RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::Puller>& waiting);
   void ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve);
@@ -54,6 +61,7 @@ class DataPlane {
   Transport* const transport_;
   JobTable* const jobs_;
   Checkpointer* const checkpointer_;
+  ServerMetrics* const metrics_;
   absl::Mutex mu_;
   std::deque<std::pair<std::shared_ptr<ShardJob>, int>> updates_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

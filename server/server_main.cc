@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "gpu/detect.h"
 #include "rpc/auth.h"
+#include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
 #include "server/shard_server.h"
 #include "transport/ucx/ucx_transport.h"
@@ -192,6 +193,10 @@ int main(int argc, char** argv) {
     if (!token.ok()) return Fail(std::string(token.status().message()));
     options.registry_token = *token;
   }
+
+  // Metrics before the server: a taken --metrics_address fails before it joins.
+  auto metrics_http = tessel::StartMetricsServerFromFlags();
+  if (!metrics_http.ok()) return Fail(std::string(metrics_http.status().message()));
 
   tessel::UcxOptions ucx;
   ucx.tls = absl::GetFlag(FLAGS_ucx_tls);

@@ -659,7 +659,7 @@ std::string ShardJob::DigestLocked() {
   return d.Hex();
 }
 
-v1::ShardStats ShardJob::Stats() {
+v1::ShardStats ShardJob::Stats(bool with_digest) {
   absl::MutexLock lock(&mu_);
   v1::ShardStats st;
   st.set_job(spec_.job());
@@ -681,7 +681,7 @@ v1::ShardStats ShardJob::Stats() {
     mem->set_optimizer_bytes(n * static_cast<int64_t>(state_.size()));
     mem->set_grad_buffer_bytes(wire * world_);
   }
-  st.set_state_digest(DigestLocked());
+  if (with_digest) st.set_state_digest(DigestLocked());
   st.set_rejected_frames(rejected_);
   st.set_pushed_bytes(pushed_bytes_);
   st.set_pulled_bytes(pulled_bytes_);

@@ -87,6 +87,8 @@ class ShardJob {
   const Layout& layout() const { return layout_; }
   int shard() const { return shard_; }
   Range range() const { return range_; }
+  // Elements of this shard's part of bucket `b`.
+  int64_t bucket_elements(int b) const { return layout_.bucket_range(shard_, b).size(); }
   uint64_t job_id() const { return job_id_; }
 
   // PUSH or INIT header arrived: validates it and returns where its payload
@@ -148,7 +150,9 @@ class ShardJob {
   std::vector<int> worker_ids();
   void CountRejected();
   void CountPulled(uint64_t bytes);
-  v1::ShardStats Stats();
+  // `with_digest`: hash the state (under the job's lock, in proportion to its
+  // size) for state_digest; metrics scrapes leave it out.
+  v1::ShardStats Stats(bool with_digest = true);
   int64_t version();
 
   // If the current step has been in progress for longer than `after` at

@@ -77,7 +77,12 @@ absl::Status ShardServer::Init() {
   service_options.pool = options_.pool;
   service_options.auth = options_.admin;
   jobs_ = std::make_unique<JobTable>(checkpointer_.get());
-  plane_ = std::make_unique<DataPlane>(transport_.get(), jobs_.get(), checkpointer_.get());
+  metrics_ = std::make_unique<ServerMetrics>(options_.shard);
+  plane_ = std::make_unique<DataPlane>(transport_.get(), jobs_.get(), checkpointer_.get(),
+                                       metrics_.get());
+  metrics_watch_ = metrics_->Watch(
+      jobs_.get(), [plane = plane_.get()] { return plane->update_queue_depth(); },
+      checkpointer_.get());
   service_ = std::make_unique<ShardService>(jobs_.get(), transport_.get(), service_options);
   if (options_.stall_report > absl::ZeroDuration()) {
     stall_watcher_ =
@@ -236,6 +241,7 @@ void ShardServer::Stop(bool drain) {
   if (supervisor_.joinable()) supervisor_.join();
   if (health_ != nullptr) health_->SetReady(false, "draining: the server is stopping");
   stall_watcher_.reset();
+  metrics_watch_ = metrics::Registry::CollectorHandle();
   if (drain) {
     TESSEL_LOG(INFO) << "stopping; finishing checkpoint writes";
     if (checkpointer_ != nullptr) checkpointer_->Drain();

@@ -54,6 +54,7 @@
 #include "absl/time/time.h"
 #include "rpc/auth.h"
 #include "rpc/tls.h"
+#include "server/server_metrics.h"
 #include "transport/transport.h"
 
 namespace grpc {
@@ -162,6 +163,8 @@ class ShardServer {
   void Stop(bool drain);
 
   const ShardServerOptions options_;
+  // Outlives the plane that updates it.
+  std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<JobTable> jobs_;
@@ -181,6 +184,8 @@ class ShardServer {
   // Set once the server stops: OK by Shutdown, or why it failed.
   std::optional<absl::Status> ended_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Reads jobs_, plane_ and checkpointer_ on each scrape: destroyed first.
+  metrics::Registry::CollectorHandle metrics_watch_;
 };
 
 }  // namespace tessel

@@ -5,6 +5,7 @@
 // over UCX and gRPC on loopback. Each test checks the refusal code and text,
 // and that the server's state digest (params, optimizer state, step) is the
 // same before and after.
+#include <atomic>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/metrics.h"
 #include "gtest/gtest.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/grpc_util.h"
@@ -19,6 +21,7 @@
 #include "rpc/registry_client.h"
 #include "server/data_plane.h"
 #include "server/job_table.h"
+#include "server/server_metrics.h"
 #include "testing/local_cluster.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/ucx/ucx_transport.h"
@@ -61,6 +64,9 @@ class Backend {
   virtual PeerId server() = 0;
   // Why the backend could not start (the test stops there, with the reason).
   virtual absl::Status ready() const { return absl::OkStatus(); }
+  // tessel_server_frames_refused_total for `reason` on this server; -1 where
+  // the backend cannot read it (a server process: tests/metrics_test.py).
+  virtual double Refused(const std::string& reason) { return -1; }
 };
 
 class InProcBackend : public Backend {
@@ -68,7 +74,8 @@ class InProcBackend : public Backend {
   InProcBackend() {
     auto fabric = std::make_shared<InProcFabric>();
     server_transport_ = InProcTransport::Create(fabric);
-    plane_ = std::make_unique<DataPlane>(server_transport_.get(), &jobs_, &checkpointer_);
+    plane_ =
+        std::make_unique<DataPlane>(server_transport_.get(), &jobs_, &checkpointer_, &metrics_);
     client_ = InProcTransport::Create(fabric);
     server_peer_ = *client_->Connect(server_transport_->address());
   }
@@ -86,8 +93,21 @@ class InProcBackend : public Backend {
   }
   Transport* client() override { return client_.get(); }
   PeerId server() override { return server_peer_; }
+  double Refused(const std::string& reason) override {
+    const std::string text = metrics::Default().Expose();
+    const std::string key = absl::StrCat("tessel_server_frames_refused_total{shard=\"",
+                                         metrics_.shard(), "\",reason=\"", reason, "\"} ");
+    const size_t at = text.find(key);
+    return at == std::string::npos ? 0 : std::stod(text.substr(at + key.size()));
+  }
 
  private:
+  // A shard label of its own: each test's server starts from zero.
+  static int NextShard() {
+    static std::atomic<int> next{1000};
+    return next++;
+  }
+  ServerMetrics metrics_{NextShard()};
   Checkpointer checkpointer_{nullptr};
   JobTable jobs_{&checkpointer_};
   std::unique_ptr<InProcTransport> server_transport_;
@@ -331,6 +351,26 @@ TEST_P(BadInputTest, CorruptHeaderAndLyingLength) {
   lying.payload_bytes = 512;
   HeaderBytes lie = EncodeHeader(h);
   ExpectRefused(lie, lying, grads_.data(), absl::StatusCode::kInvalidArgument, "truncated");
+}
+
+TEST_P(BadInputTest, RefusalsAreCountedByReason) {
+  if (backend_->Refused("malformed") < 0)
+    GTEST_SKIP() << "a server process: metrics_test scrapes it";
+  FrameHeader unknown = Header(FrameType::kPush, 0, 0);
+  unknown.job_id = JobId("no-such-job");
+  ExpectRefused(unknown, grads_.data(), absl::StatusCode::kNotFound, "no such job");
+  HeaderBytes bad = EncodeHeader(Header(FrameType::kPush, 0, 0));
+  bad[0] = 'X';
+  ExpectRefused(bad, Header(FrameType::kPush, 0, 0), grads_.data(),
+                absl::StatusCode::kInvalidArgument, "magic");
+  ExpectRefused(Header(FrameType::kPush, 0, 0, /*step=*/5), grads_.data(),
+                absl::StatusCode::kFailedPrecondition, "push for step 5");
+  ExpectRefused(Header(FrameType::kPush, 0, 0, /*step=*/6), grads_.data(),
+                absl::StatusCode::kFailedPrecondition, "push for step 6");
+  EXPECT_EQ(backend_->Refused("unknown_job"), 1);
+  EXPECT_EQ(backend_->Refused("malformed"), 1);
+  EXPECT_EQ(backend_->Refused("failed_precondition"), 2);
+  EXPECT_EQ(backend_->Refused("invalid_argument"), 0);
 }
 
 TEST_P(BadInputTest, BadRankBucketShardAndRoles) {

@@ -72,7 +72,10 @@ using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<Transport>
 struct WorkerOptions {
   std::string registry;  // host:port of the registry (required)
   std::string job;       // job name (required)
-  int rank = 0;          // in [0, world_size); [0, elastic_max_workers) with growth
+  // Serve this worker's Prometheus metrics at http://HOST:PORT/metrics
+  // (port 0 picks one, logged); "" = off. worker/internal/worker_metrics.h.
+  std::string metrics_address;
+  int rank = 0;  // in [0, world_size); [0, elastic_max_workers) with growth
   int world_size = 1;
   std::string server_pool = "default";
   int num_servers = 0;  // shard servers to use: ranks 0..n-1 of the pool; 0 = all present

@@ -1,12 +1,15 @@
 #include "worker/worker.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include "rpc/job_spec.h"
+#include "rpc/metrics_server.h"
 #include "rpc/tls.h"
 #include "worker/internal/bucket_exchange.h"
 #include "worker/internal/convert.h"
@@ -19,6 +22,7 @@
 #include "worker/internal/membership.h"
 #include "worker/internal/recovery.h"
 #include "worker/internal/state_queries.h"
+#include "worker/internal/worker_metrics.h"
 
 namespace tessel {
 
@@ -44,6 +48,8 @@ struct WorkerParts {
   std::unique_ptr<StateQueries> queries;
   v1::JobSpec spec;  // as registered
   absl::Time last_checkpoint = absl::Now();
+  std::unique_ptr<MetricsServer> http;     // WorkerOptions.metrics_address
+  std::unique_ptr<WorkerMetrics> metrics;  // from the first step (none when reduce-only)
 };
 
 }  // namespace internal
@@ -125,6 +131,15 @@ absl::Status Worker::Start() {
   if (!credentials.ok()) {
     return absl::Status(credentials.status().code(),
                         absl::StrCat(ctx.Where(), ": ", credentials.status().message()));
+  }
+  if (!ctx.options.metrics_address.empty()) {
+    auto http = MetricsServer::Start(ctx.options.metrics_address);
+    if (!http.ok()) {
+      return absl::Status(http.status().code(),
+                          absl::StrCat(ctx.Where(), ": ", http.status().message()));
+    }
+    p_->http = *std::move(http);
+    TESSEL_LOG(INFO) << ctx.Where() << ": metrics at http://" << p_->http->address() << "/metrics";
   }
   auto transport = internal::MakeTransport(ctx.options);
   if (!transport.ok()) return transport.status();
@@ -355,9 +370,13 @@ absl::Status Worker::Step() {
   if (!s.ok()) return s;
   ++ctx.step;
   p_->exchange->NextStep();
+  double update_seconds = 0;
   if (ctx.ddp() && !reduce_only_) {
+    const auto start = std::chrono::steady_clock::now();
     p_->ddp.Apply(ctx.step, ctx.half, *ctx.layout, &p_->exchange->buffers());
+    update_seconds = metrics::SecondsSince(start);
   }
+  StepMetrics(p_->exchange->last_phases(), update_seconds);
   MaybeCheckpoint();
   return AdmitNewcomers();
 }
@@ -538,6 +557,7 @@ absl::Status Worker::FinishStep() {
   absl::Status s = p_->units->Barrier(ctx.step + 1);
   if (!s.ok()) return s;
   ++ctx.step;
+  StepMetrics(StepPhases{}, 0);
   MaybeCheckpoint();
   return AdmitNewcomers();
 }
@@ -595,7 +615,22 @@ absl::Status Worker::RunRecovery(int64_t restore_step) {
     return absl::FailedPreconditionError(
         absl::StrCat(ctx.Where(), ": recovery is off (WorkerOptions.recovery / --recover)"));
   }
-  return p_->recovery->Run(restore_step);
+  const int64_t from = ctx.step;
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = p_->recovery->Run(restore_step);
+  if (s.ok() && p_->metrics != nullptr) {
+    p_->metrics->Recovered(metrics::SecondsSince(start), from, ctx.step);
+  }
+  return s;
+}
+
+void Worker::StepMetrics(const StepPhases& phases, double update_seconds) {
+  if (reduce_only_) return;
+  const internal::JobContext& ctx = p_->ctx;
+  if (p_->metrics == nullptr) {
+    p_->metrics = std::make_unique<internal::WorkerMetrics>(ctx.options.job, ctx.options.rank);
+  }
+  p_->metrics->StepDone(ctx.step, phases, update_seconds);
 }
 
 absl::Status Worker::Recover() { return RunRecovery(-1); }

@@ -298,6 +298,8 @@ class Worker {
   // admits them).
   absl::Status AdmitNewcomers();
   absl::Status RunRecovery(int64_t restore_step);
+  // Records a finished step in the worker's metrics (not for reduce-only jobs).
+  void StepMetrics(const StepPhases& phases, double update_seconds);
   void DeleteJobOnServers();
   // JobCollectives' reducer: a reduce-only Worker of one vector size (worker.cc).
   class ServerReducer;

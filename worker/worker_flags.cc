@@ -3,6 +3,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "rpc/auth.h"
+#include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
 #include "worker/train_flags.h"
 
@@ -75,6 +76,7 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   auto half = PrecisionFromFlags();
   if (!half.ok()) return half.status();
   o.registry = absl::GetFlag(FLAGS_registry);
+  o.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   o.server_pool = absl::GetFlag(FLAGS_pool);
   o.strategy = *strategy;
   o.optimizer = *optimizer;

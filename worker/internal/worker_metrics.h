@@ -1,0 +1,49 @@
+// A worker's Prometheus metrics (served when WorkerOptions.metrics_address,
+// tessel-train --metrics_address, is set):
+//   tessel_worker_step_seconds{job,rank}           time from one step's end to the
+//                                                  next's: compute plus exchange
+//   tessel_worker_step_phase_seconds{job,rank,phase}  push (handing buckets to
+//       the transport), wait (for the servers' reduction and optimizer),
+//       pull (receiving the parameters), update (DDP's local optimizer step)
+//   tessel_worker_step{job,rank}                   steps completed
+//   tessel_worker_recoveries_total{job,rank}
+//   tessel_worker_recovery_seconds{job,rank}
+//   tessel_worker_rolled_back_steps_total{job,rank}  steps redone after recoveries
+// The SDK's internal reduce-only jobs record none.
+#ifndef TESSEL_WORKER_INTERNAL_WORKER_METRICS_H_
+#define TESSEL_WORKER_INTERNAL_WORKER_METRICS_H_
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "core/metrics.h"
+#include "worker/reports.h"
+
+namespace tessel::internal {
+
+class WorkerMetrics {
+ public:
+  WorkerMetrics(const std::string& job, int rank);
+
+  // A step ended at `step` with these exchange phases (and DDP's local update).
+  void StepDone(int64_t step, const StepPhases& phases, double update_seconds);
+  // A recovery took `seconds` and moved the worker from `from` to step `to`.
+  void Recovered(double seconds, int64_t from, int64_t to);
+
+ private:
+  metrics::Histogram* step_seconds_;
+  metrics::Histogram* push_;
+  metrics::Histogram* wait_;
+  metrics::Histogram* pull_;
+  metrics::Histogram* update_;
+  metrics::Gauge* step_;
+  metrics::Counter* recoveries_;
+  metrics::Histogram* recovery_seconds_;
+  metrics::Counter* rolled_back_;
+  std::optional<std::chrono::steady_clock::time_point> last_end_;
+};
+
+}  // namespace tessel::internal
+
+#endif  // TESSEL_WORKER_INTERNAL_WORKER_METRICS_H_
