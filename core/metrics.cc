@@ -66,9 +66,27 @@ const char* TypeName(Type t) {
 
 }  // namespace
 
-void Counter::Add(double v) { AtomicAdd(value_, v); }
+namespace {
+std::atomic<bool>& EnabledFlag() {
+  static std::atomic<bool> enabled{[] {
+    const char* e = std::getenv("TESSEL_METRICS");
+    return e == nullptr || std::string(e) != "off";
+  }()};
+  return enabled;
+}
+}  // namespace
 
-void Gauge::Add(double v) { AtomicAdd(value_, v); }
+bool Enabled() { return EnabledFlag().load(std::memory_order_relaxed); }
+
+void SetEnabled(bool enabled) { EnabledFlag().store(enabled); }
+
+void Counter::Add(double v) {
+  if (Enabled()) AtomicAdd(value_, v);
+}
+
+void Gauge::Add(double v) {
+  if (Enabled()) AtomicAdd(value_, v);
+}
 
 Histogram::Histogram(const std::vector<double>* bounds)
     : bounds_(bounds), buckets_(new std::atomic<uint64_t>[bounds->size() + 1]) {
@@ -76,6 +94,7 @@ Histogram::Histogram(const std::vector<double>* bounds)
 }
 
 void Histogram::Observe(double v) {
+  if (!Enabled()) return;
   const size_t i = std::lower_bound(bounds_->begin(), bounds_->end(), v) - bounds_->begin();
   buckets_[i].fetch_add(1, std::memory_order_relaxed);
   count_.fetch_add(1, std::memory_order_relaxed);

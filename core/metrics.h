@@ -10,6 +10,10 @@
 // runs at the start of each exposition. Labels must stay bounded: job,
 // shard, rank, method, reason; never a bucket or a step.
 //
+// TESSEL_METRICS=off in the environment turns recording off (every update
+// returns at once; series stay at zero): benchmarks/metrics_overhead.py
+// compares the two.
+//
 // Example:
 //   auto& steps = tessel::metrics::Default().AddHistogram(
 //       "tessel_worker_step_seconds", "time of one training step", {"job", "rank"},
@@ -32,6 +36,10 @@
 
 namespace tessel::metrics {
 
+// Whether updates are recorded (false under TESSEL_METRICS=off).
+bool Enabled();
+void SetEnabled(bool enabled);
+
 // A value that only goes up (reset only when the process restarts).
 class Counter {
  public:
@@ -45,7 +53,9 @@ class Counter {
 // A value that goes up and down.
 class Gauge {
  public:
-  void Set(double v) { value_.store(v, std::memory_order_relaxed); }
+  void Set(double v) {
+    if (Enabled()) value_.store(v, std::memory_order_relaxed);
+  }
   void Add(double v);
   double value() const { return value_.load(std::memory_order_relaxed); }
 

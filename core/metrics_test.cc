@@ -91,6 +91,16 @@ TEST(MetricsTest, AddingAFamilyAgainSharesIt) {
   EXPECT_DEATH(a.GetGauge({"j"}), "not a gauge");
 }
 
+TEST(MetricsTest, DisabledRecordsNothing) {
+  Registry r;
+  Counter* c = r.AddCounter("t_off", "c", {}).GetCounter({});
+  SetEnabled(false);
+  c->Add(5);
+  SetEnabled(true);
+  c->Add(1);
+  EXPECT_EQ(c->value(), 1);
+}
+
 TEST(MetricsTest, ConcurrentUpdatesAreAllCounted) {
   Registry r;
   Counter* c = r.AddCounter("t_n", "n", {}).GetCounter({});

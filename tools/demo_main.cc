@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "rpc/job_spec.h"
+#include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
 #include "testing/local_cluster.h"
 #include "tools/internal/hybrid_mlp.h"
@@ -98,6 +99,20 @@ int main(int argc, char** argv) {
   copt.run_dir = tessel::MakeRunDir("tessel-demo");
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
   copt.tls = tessel::TlsOptionsFromFlags();
+  // --metrics_address: this process (the embedded registry) serves there;
+  // every server and worker on a free port of the same host (logged in
+  // their logs under the run folder).
+  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  std::string others_metrics;
+  std::unique_ptr<tessel::MetricsServer> metrics_http;
+  if (!metrics_address.empty()) {
+    auto http = tessel::MetricsServer::Start(metrics_address);
+    if (!http.ok()) return Fail(http.status());
+    metrics_http = *std::move(http);
+    others_metrics = absl::StrCat(
+        "--metrics_address=", metrics_address.substr(0, metrics_address.rfind(':')), ":0");
+    copt.server_args.push_back(others_metrics);
+  }
   tessel::LocalCluster cluster(copt);
   std::printf(
       "Tessel demo: %d shard servers + %d workers (separate processes), strategy %s, "
@@ -115,11 +130,18 @@ int main(int argc, char** argv) {
   if (!s.ok()) return Fail(s);
   std::printf("registry (embedded) at %s; %d shard servers registered\n",
               cluster.registry_address().c_str(), servers);
+  if (metrics_http != nullptr) {
+    std::printf(
+        "metrics: the registry's at http://%s/metrics; servers' and workers' on free "
+        "ports (their logs say which)\n",
+        metrics_http->address().c_str());
+  }
   std::fflush(stdout);
   const std::string final_path = copt.run_dir + "/final.npy";
   std::vector<std::string> args = tessel::ForwardedTrainFlags();
   for (const std::string& a : tessel::ForwardedMlpFlags()) args.push_back(a);
   args.push_back("--job=demo");
+  if (!others_metrics.empty()) args.push_back(others_metrics);
   args.push_back("--out=" + final_path);
   const int log_every = absl::GetFlag(FLAGS_log_every);
   args.push_back(absl::StrCat("--log_every=", log_every > 0 ? log_every : std::max(1, steps / 10)));
