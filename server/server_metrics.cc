@@ -83,6 +83,11 @@ ServerMetrics::ServerMetrics(int shard) : shard_(absl::StrCat(shard)) {
   received_bytes_ = f.received_bytes.GetCounter({shard_});
   sent_ = {f.sent.GetCounter({shard_, "params"}), f.sent.GetCounter({shard_, "error"})};
   sent_bytes_ = f.sent_bytes.GetCounter({shard_});
+  // The routing refusals exist from the start, so a rate() or an alert on
+  // them has a series at 0.
+  for (const char* reason : {"malformed", "unknown_job", "size_mismatch", "bad_type"}) {
+    f.refused.GetCounter({shard_, reason});
+  }
 }
 
 void ServerMetrics::FrameReceived(FrameType type, uint64_t payload_bytes) {

@@ -414,9 +414,12 @@ def check_consistency(ov, bins):
             continue
         listen, health = ports[name]
         cports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
-        check(cports == {"grpc": listen, "health": health},
-              P + "%s: containerPorts grpc=%d health=%d as in the config (%s)" %
-              (name, listen, health, cports))
+        want_ports = {"grpc": listen, "health": health}
+        metrics = cfg[SECTIONS[name]].get("metrics_address")
+        if metrics:
+            want_ports["metrics"] = port_of(metrics)
+        check(cports == want_ports,
+              P + "%s: containerPorts %s as in the config (%s)" % (name, want_ports, cports))
         rp, lp, sp = (c.get(k, {}) for k in ("readinessProbe", "livenessProbe", "startupProbe"))
         check(rp.get("grpc") == {"port": health, "service": ""},
               P + "%s: readinessProbe is gRPC on health port %d, service \"\"" % (name, health))
@@ -425,6 +428,32 @@ def check_consistency(ov, bins):
               (name, health))
         check(not sp or sp.get("grpc", {}).get("port") == health,
               P + "%s: startupProbe (if any) on the health port" % name)
+    # Workers: a containerPort "metrics" when they serve metrics.
+    _, wc0 = by_name["tessel-train"]
+    wmetrics = cfg.get("worker", {}).get("metrics_address")
+    wports = {p.get("name"): p["containerPort"] for p in wc0.get("ports", [])}
+    check(wports == ({"metrics": port_of(wmetrics)} if wmetrics else {}),
+          P + "tessel-train: containerPorts %s as in the config" % wports)
+    # Prometheus Operator monitors, if any: each endpoint's port is a named
+    # port of what it selects (Services' ports, workers' containerPorts).
+    for sm in ov.of_kind("ServiceMonitor"):
+        sel = sm["spec"]["selector"].get("matchLabels", {})
+        svcs = [s for s in ov.of_kind("Service") if selects(sel, s["metadata"].get("labels", {}))]
+        for e in sm["spec"]["endpoints"]:
+            check(svcs and all(e["port"] in {p.get("name") for p in s["spec"]["ports"]}
+                               for s in svcs),
+                  P + "ServiceMonitor %s: port %s is a port of every Service it selects (%s)" %
+                  (sm["metadata"]["name"], e["port"],
+                   ", ".join(s["metadata"]["name"] for s in svcs)))
+    for pm in ov.of_kind("PodMonitor"):
+        sel = pm["spec"]["selector"].get("matchLabels", {})
+        pods = [w for w in ov.workloads()
+                if selects(sel, w["spec"]["template"]["metadata"].get("labels", {}))]
+        for e in pm["spec"]["podMetricsEndpoints"]:
+            check(pods and all(e["port"] in {p.get("name") for c in containers_of(w)
+                                             for p in c.get("ports", [])} for w in pods),
+                  P + "PodMonitor %s: port %s is a containerPort of the pods it selects" %
+                  (pm["metadata"]["name"], e["port"]))
     # The registry address every binary is given: a Service of the registry.
     host, rport = cfg["common"]["registry"].rsplit(":", 1)
     svc = ov.get("Service", host.split(".")[0])
@@ -539,6 +568,11 @@ def check_consistency(ov, bins):
             "tessel-train": {port_range(wcfg["ucx_port_range"]) + ("tessel",)}
             if "ucx_port_range" in wcfg else set(),
         }
+        # /metrics: from Prometheus pods only.
+        for name in want:
+            m = cfg.get(SECTIONS[name], {}).get("metrics_address")
+            if m:
+                want[name].add((port_of(m), port_of(m), "prometheus"))
         for name, (w, c) in sorted(by_name.items()):
             labels = w["spec"]["template"]["metadata"]["labels"]
             got = set()
@@ -552,6 +586,12 @@ def check_consistency(ov, bins):
                     elif all(f.get("podSelector", {}).get("matchLabels", {}).get(TESSEL_LABEL[0])
                              == TESSEL_LABEL[1] and len(f) == 1 for f in froms):
                         who = "tessel"
+                    elif all(f.get("namespaceSelector") == {} and
+                             f.get("podSelector") == {"matchExpressions": [
+                                 {"key": "app.kubernetes.io/name", "operator": "In",
+                                  "values": ["prometheus"]}]} and len(f) == 2
+                             for f in froms):
+                        who = "prometheus"
                     else:
                         who = "other"
                     for p in rule.get("ports", []):

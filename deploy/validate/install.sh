@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the npm packages of k8s_validate.js (kubernetes-models, pinned
+# Installs the npm packages of k8s_validate.js (kubernetes-models and
+# @kubernetes-models/prometheus-operator, pinned
 # with every dependency by package-lock.json) into DIR, default
 # /var/cache/tessel-npm (env TESSEL_NPM_DIR), from the npm registry, so that
 # validation runs offline afterwards. Needs node and npm: when they are
@@ -13,7 +14,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 dir=${1:-${TESSEL_NPM_DIR:-/var/cache/tessel-npm}}
 stamp="$dir/.lock-$(sha256sum "$here/package-lock.json" | cut -c1-16)"
 
-if [ -f "$stamp" ] && [ -f "$dir/node_modules/kubernetes-models/package.json" ]; then
+if [ -f "$stamp" ] && [ -f "$dir/node_modules/kubernetes-models/package.json" ] &&
+  [ -f "$dir/node_modules/@kubernetes-models/prometheus-operator/package.json" ]; then
   echo "validate/install: kubernetes-models present in $dir"
   exit 0
 fi

@@ -65,7 +65,11 @@ function modelFor(apiVersion, kind) {
   if (!/^([a-z0-9.-]+\/)?v[0-9a-z]+$/.test(apiVersion)) {
     return { error: `malformed apiVersion "${apiVersion}"` };
   }
-  const id = `kubernetes-models/${apiVersion}/${kind}`;
+  // The Prometheus Operator's CRDs (ServiceMonitor, PodMonitor) have their
+  // own package; everything else is in kubernetes-models.
+  const id = apiVersion.startsWith("monitoring.coreos.com/")
+    ? `@kubernetes-models/prometheus-operator/${apiVersion}/${kind}`
+    : `kubernetes-models/${apiVersion}/${kind}`;
   let mod;
   try {
     mod = modelsRequire(id);
