@@ -16,6 +16,8 @@
 #include "absl/time/time.h"
 #include "client/commands.h"
 #include "client/context.h"
+#include "client/output.h"
+#include "core/log.h"
 #include "proto/shard.grpc.pb.h"
 
 namespace tessel::ctl {
@@ -105,14 +107,15 @@ int Save(const Globals& g, const std::string& job, bool wait, int wait_s) {
     while (absl::Now() < deadline) {
       auto info = GetCheckpoint(c, job, target);
       if (info.ok()) {
-        if (g.output == "json") {
-          std::cout << ProtoJson(*info).dump(2) << "\n";
-        } else {
-          std::cout << "checkpoint of job '" << job << "' at step " << target
-                    << " complete: " << info->num_shards() << " shards, " << Bytes(info->bytes())
-                    << ", training paused at most " << MaxPause(info->snapshot_pause_us())
-                    << " us for the copy\n";
-        }
+        Render(
+            g, ProtoJson(*info),
+            [&](std::ostream& o) {
+              o << "checkpoint of job '" << job << "' at step " << target
+                << " complete: " << info->num_shards() << " shards, " << Bytes(info->bytes())
+                << ", training paused at most " << MaxPause(info->snapshot_pause_us())
+                << " us for the copy\n";
+            },
+            std::cout);
         return kOk;
       }
       absl::SleepFor(absl::Milliseconds(100));
@@ -133,8 +136,8 @@ int List(const Globals& g, const std::string& job) {
   absl::Status s =
       c.fleet().CallWithPrefix(c.AnyShard(), &Stub::ListCheckpoints, ref, &resp, "ListCheckpoints");
   if (!s.ok()) return Fail(s);
-  if (g.output == "json") {
-    std::cout << ProtoJson(resp).dump(2) << "\n";
+  if (g.output != "table") {
+    Render(g, ProtoJson(resp), nullptr, std::cout);
     return kOk;
   }
   std::vector<std::vector<std::string>> rows;
@@ -155,7 +158,27 @@ int Show(const Globals& g, const std::string& job, int64_t step) {
   if (absl::Status s = c.ConnectServers(); !s.ok()) return Fail(s);
   auto info = GetCheckpoint(c, job, step);
   if (!info.ok()) return Fail(info.status());
-  std::cout << info->manifest_json();
+  // -o json and yaml: the manifest itself; the table: what it says, in short.
+  const nlohmann::json manifest = nlohmann::json::parse(info->manifest_json(), nullptr, false);
+  if (manifest.is_discarded()) {
+    return Fail(absl::DataLossError(
+        absl::StrCat("the manifest of job '", job, "' step ", info->step(), " is not JSON")));
+  }
+  Render(
+      g, manifest,
+      [&](std::ostream& o) {
+        o << "Job:       " << job << "\n"
+          << "Step:      " << info->step() << "\n"
+          << "Epoch:     " << info->epoch() << "\n"
+          << "Shards:    " << info->num_shards() << "\n"
+          << "Params:    " << info->num_params() << "\n"
+          << "Bytes:     " << Bytes(info->bytes()) << "\n"
+          << "Created:   " << FormatRfc3339Utc(absl::FromUnixMillis(info->created_unix_ms()))
+          << "\n"
+          << "Pause:     " << MaxPause(info->snapshot_pause_us()) << " us at most\n"
+          << "(-o json or -o yaml for the whole manifest)\n";
+      },
+      std::cout);
   return kOk;
 }
 
@@ -166,8 +189,8 @@ int Verify(const Globals& g, const std::string& job, int64_t step) {
   absl::Status s = c.fleet().CallWithPrefix(c.AnyShard(), &Stub::VerifyCheckpoint, Ref(job, step),
                                             &resp, "VerifyCheckpoint", kCheckpointIoTimeout);
   if (!s.ok()) return Fail(s);
-  if (g.output == "json") {
-    std::cout << ProtoJson(resp).dump(2) << "\n";
+  if (g.output != "table") {
+    Render(g, ProtoJson(resp), nullptr, std::cout);
   } else if (resp.ok()) {
     std::cout << "checkpoint of job '" << job << "' at step "
               << (step < 0 ? std::string("latest") : absl::StrCat(step))
@@ -260,7 +283,7 @@ struct Args {
 
 }  // namespace
 
-void AddCheckpointCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands) {
+void AddCheckpointCommands(CLI::App& app, Globals& g, std::vector<Command>* commands) {
   auto a = std::make_shared<Args>();
   CLI::App* cp = app.add_subcommand("checkpoint", "save, list, show, verify, restore, delete");
   cp->require_subcommand(1);

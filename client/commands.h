@@ -21,13 +21,24 @@ struct Command {
 };
 
 // members.cc: `members`.
-void AddMemberCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands);
+void AddMemberCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
 // jobs.cc: `jobs`.
-void AddJobCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands);
+void AddJobCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
 // shards.cc: `shards`, `stats`.
-void AddShardCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands);
+void AddShardCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
+// jobs.cc also: `describe job NAME`, `delete job NAME`.
 // checkpoint.cc: `checkpoint save|list|show|verify|restore|delete`.
-void AddCheckpointCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands);
+void AddCheckpointCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
+
+// version.cc: `version` (this client and the pool's shard servers).
+void AddVersionCommand(CLI::App& app, Globals& g, std::vector<Command>* commands);
+// config.cc: `config view|get-contexts|current-context|use-context|set-context|delete-context`.
+void AddConfigCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
+// completion.cc: `completion bash`.
+void AddCompletionCommand(CLI::App& app, Globals& g, std::vector<Command>* commands);
+
+// -w/--watch and --watch_interval on a read command.
+void AddWatchFlags(CLI::App* command, Globals& g);
 
 }  // namespace tessel::ctl
 

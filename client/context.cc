@@ -1,7 +1,5 @@
 #include "client/context.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
 #include <iostream>
 
@@ -57,7 +55,7 @@ int Fail(const absl::Status& s) {
 }
 
 void PrintTable(const std::vector<std::string>& header,
-                const std::vector<std::vector<std::string>>& rows) {
+                const std::vector<std::vector<std::string>>& rows, std::ostream& os) {
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
   for (const auto& r : rows) {
@@ -71,7 +69,7 @@ void PrintTable(const std::vector<std::string>& header,
       out += r[c];
       if (c + 1 < r.size()) out += std::string(width[c] - r[c].size() + 2, ' ');
     }
-    std::cout << out << "\n";
+    os << out << "\n";
   };
   line(header);
   for (const auto& r : rows) line(r);
@@ -82,16 +80,6 @@ std::string Bytes(int64_t b) {
   if (b >= (1 << 20)) return absl::StrFormat("%.2f MiB", b / double(1 << 20));
   if (b >= (1 << 10)) return absl::StrFormat("%.1f KiB", b / 1024.0);
   return absl::StrCat(b, " B");
-}
-
-nlohmann::json ProtoJson(const google::protobuf::Message& m) {
-  std::string text;
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.preserve_proto_field_names = true;
-  opts.always_print_primitive_fields = true;
-  auto st = google::protobuf::util::MessageToJsonString(m, &text, opts);
-  (void)st;
-  return nlohmann::json::parse(text, nullptr, false);
 }
 
 Cluster::Cluster(const Globals& g)

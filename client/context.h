@@ -9,6 +9,7 @@
 #include <google/protobuf/message.h>
 
 #include <cstdint>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,11 @@ enum ExitCode {
 struct Globals {
   std::string registry = "127.0.0.1:7070";
   std::string pool = "default";
-  std::string output = "table";
+  std::string output = "table";  // table, json or yaml
+  std::string context;           // the config file's context in use ("" = none)
+  bool token_file_from_context = false;
+  bool watch = false;  // --watch: jobs, members
+  double watch_interval_s = 2;
   std::string token_file;
   int timeout_s = 10;
   std::string token;
@@ -51,13 +56,11 @@ int ExitFor(const absl::Status& s);
 // and returns ExitFor(s).
 int Fail(const absl::Status& s);
 
-// A table printed with aligned columns.
+// A table printed with aligned columns (to `out`, default stdout).
 void PrintTable(const std::vector<std::string>& header,
-                const std::vector<std::vector<std::string>>& rows);
+                const std::vector<std::vector<std::string>>& rows, std::ostream& out = std::cout);
 // "1.50 MiB" and the like.
 std::string Bytes(int64_t b);
-// A message as JSON with the proto field names and every primitive field.
-nlohmann::json ProtoJson(const google::protobuf::Message& m);
 
 // The registry, and the shard servers of --pool once ConnectServers() found
 // them (shard index = registry rank).

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
 #include "client/context.h"
+#include "client/output.h"
 #include "proto/registry.grpc.pb.h"
 #include "rpc/registry_client.h"
 
@@ -17,7 +18,7 @@ std::string RoleName(v1::Role r) {
   return r == v1::ROLE_SERVER ? "server" : r == v1::ROLE_WORKER ? "worker" : "?";
 }
 
-int Members(const Globals& g, const std::string& group) {
+int Members(const Globals& g, const std::string& group, std::ostream& out) {
   RegistryClient registry(g.registry, g.credentials, g.token);
   std::vector<v1::View> views;
   if (!group.empty()) {
@@ -29,32 +30,38 @@ int Members(const Globals& g, const std::string& group) {
     if (!all.ok()) return Fail(all.status());
     views = *all;
   }
-  if (g.output == "json") {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& v : views) out.push_back(ProtoJson(v));
-    std::cout << out.dump(2) << "\n";
-    return kOk;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& v : views) {
-    for (const auto& m : v.members()) {
-      rows.push_back({v.group(), absl::StrCat(v.epoch()), RoleName(m.role()),
-                      absl::StrCat(m.rank()), m.grpc_address().empty() ? "-" : m.grpc_address(),
-                      m.host(), absl::StrCat(m.pid())});
-    }
-  }
-  PrintTable({"GROUP", "EPOCH", "ROLE", "RANK", "GRPC", "HOST", "PID"}, rows);
+  nlohmann::json data = nlohmann::json::array();
+  for (const auto& v : views) data.push_back(ProtoJson(v));
+  Render(
+      g, data,
+      [&](std::ostream& o) {
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& v : views) {
+          for (const auto& m : v.members()) {
+            rows.push_back({v.group(), absl::StrCat(v.epoch()), RoleName(m.role()),
+                            absl::StrCat(m.rank()),
+                            m.grpc_address().empty() ? "-" : m.grpc_address(), m.host(),
+                            absl::StrCat(m.pid())});
+          }
+        }
+        PrintTable({"GROUP", "EPOCH", "ROLE", "RANK", "GRPC", "HOST", "PID"}, rows, o);
+      },
+      out);
   return kOk;
 }
 
 }  // namespace
 
-void AddMemberCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands) {
+void AddMemberCommands(CLI::App& app, Globals& g, std::vector<Command>* commands) {
   auto group = std::make_shared<std::string>();
   CLI::App* members =
       app.add_subcommand("members", "registry members: groups, epochs, roles, ranks");
   members->add_option("--group", *group, "only this group (a job or a server pool)");
-  commands->push_back({members, [&g, group] { return Members(g, *group); }});
+  AddWatchFlags(members, g);
+  commands->push_back({members, [&g, group] {
+                         return Watchable(g,
+                                          [&](std::ostream& o) { return Members(g, *group, o); });
+                       }});
 }
 
 }  // namespace tessel::ctl

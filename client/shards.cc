@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
 #include "client/context.h"
+#include "client/output.h"
 
 namespace tessel::ctl {
 namespace {
@@ -21,43 +22,44 @@ int Shards(const Globals& g, const std::string& job) {
   if (absl::Status s = c.ConnectServers(); !s.ok()) return Fail(s);
   auto rows = CollectShards(c, job);
   if (!rows.ok()) return Fail(rows.status());
-  if (g.output == "json") {
-    json out = json::array();
-    for (const auto& r : *rows) {
-      json j = {{"shard", r.shard}, {"address", r.address}};
-      if (r.stats.ok()) {
-        j["stats"] = ProtoJson(*r.stats);
-        j["health"] = r.stats->checkpoint_error().empty() ? "ok" : "degraded";
-      } else {
-        j["health"] = "unreachable";
-        j["error"] = std::string(r.stats.status().message());
-      }
-      out.push_back(j);
-    }
-    std::cout << out.dump(2) << "\n";
-    return kOk;
-  }
-  std::vector<std::vector<std::string>> table;
+  json out = json::array();
   int unhealthy = 0;
   for (const auto& r : *rows) {
-    if (!r.stats.ok()) {
+    json j = {{"shard", r.shard}, {"address", r.address}};
+    if (r.stats.ok()) {
+      j["stats"] = ProtoJson(*r.stats);
+      j["health"] = r.stats->checkpoint_error().empty() ? "ok" : "degraded";
+    } else {
       ++unhealthy;
-      table.push_back({absl::StrCat(r.shard), r.address, "-", "-", "-", "-", "-", "-",
-                       absl::StrCat("unreachable: ", r.stats.status().message())});
-      continue;
+      j["health"] = "unreachable";
+      j["error"] = std::string(r.stats.status().message());
     }
-    const auto& st = *r.stats;
-    std::string health = "ok";
-    if (!st.checkpoint_error().empty()) health = "degraded: " + st.checkpoint_error();
-    table.push_back({absl::StrCat(st.shard_index()), r.address,
-                     absl::StrCat("[", st.range_begin(), ", ", st.range_end(), ")"),
-                     Bytes(st.memory().params_bytes()), Bytes(st.memory().optimizer_bytes()),
-                     Bytes(st.memory().grad_buffer_bytes()), absl::StrCat(st.step()),
-                     absl::StrCat(st.epoch()), health});
+    out.push_back(j);
   }
-  PrintTable({"SHARD", "ADDRESS", "RANGE", "PARAMS", "OPTIMIZER", "GRAD_BUFFERS", "STEP", "EPOCH",
-              "HEALTH"},
-             table);
+  Render(
+      g, out,
+      [&](std::ostream& o) {
+        std::vector<std::vector<std::string>> table;
+        for (const auto& r : *rows) {
+          if (!r.stats.ok()) {
+            table.push_back({absl::StrCat(r.shard), r.address, "-", "-", "-", "-", "-", "-",
+                             absl::StrCat("unreachable: ", r.stats.status().message())});
+            continue;
+          }
+          const auto& st = *r.stats;
+          std::string health = "ok";
+          if (!st.checkpoint_error().empty()) health = "degraded: " + st.checkpoint_error();
+          table.push_back({absl::StrCat(st.shard_index()), r.address,
+                           absl::StrCat("[", st.range_begin(), ", ", st.range_end(), ")"),
+                           Bytes(st.memory().params_bytes()), Bytes(st.memory().optimizer_bytes()),
+                           Bytes(st.memory().grad_buffer_bytes()), absl::StrCat(st.step()),
+                           absl::StrCat(st.epoch()), health});
+        }
+        PrintTable({"SHARD", "ADDRESS", "RANGE", "PARAMS", "OPTIMIZER", "GRAD_BUFFERS", "STEP",
+                    "EPOCH", "HEALTH"},
+                   table, o);
+      },
+      std::cout);
   return unhealthy ? kUnavailable : kOk;
 }
 
@@ -104,25 +106,26 @@ int Stats(const Globals& g, const std::string& job) {
             {"recoveries", recoveries},
             {"last_checkpoint_step", ckpt == INT64_MAX ? -1 : ckpt},
             {"max_snapshot_pause_us", pause}};
-  if (g.output == "json") {
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::vector<std::vector<std::string>> table;
-    for (auto& [k, v] : j.items()) {
-      std::string value = v.is_string() ? v.get<std::string>() : v.dump();
-      if (k.size() > 6 && k.substr(k.size() - 6) == "_bytes") {
-        value = absl::StrCat(Bytes(v.get<int64_t>()), " (", v.dump(), ")");
-      }
-      table.push_back({k, value});
-    }
-    PrintTable({"STAT", "VALUE"}, table);
-  }
+  Render(
+      g, j,
+      [&](std::ostream& o) {
+        std::vector<std::vector<std::string>> table;
+        for (auto& [k, v] : j.items()) {
+          std::string value = v.is_string() ? v.get<std::string>() : v.dump();
+          if (k.size() > 6 && k.substr(k.size() - 6) == "_bytes") {
+            value = absl::StrCat(Bytes(v.get<int64_t>()), " (", v.dump(), ")");
+          }
+          table.push_back({k, value});
+        }
+        PrintTable({"STAT", "VALUE"}, table, o);
+      },
+      std::cout);
   return reachable == static_cast<int>(rows->size()) ? kOk : kUnavailable;
 }
 
 }  // namespace
 
-void AddShardCommands(CLI::App& app, const Globals& g, std::vector<Command>* commands) {
+void AddShardCommands(CLI::App& app, Globals& g, std::vector<Command>* commands) {
   auto job = std::make_shared<std::string>();
   CLI::App* shards = app.add_subcommand("shards", "per shard: range, bytes, step, epoch, health");
   shards->add_option("--job", *job, "job name")->required();

@@ -11,7 +11,7 @@ PACKAGES=(
   # Libraries.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libucx-dev ucx-utils libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev libcli11-dev
+  nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev libcli11-dev libyaml-cpp-dev
   # The registry's etcd backend: tests start a real etcd on loopback.
   etcd-server etcd-client
   # Baselines and interop in tests and benchmarks; fuzzing (libFuzzer).

@@ -38,7 +38,7 @@ start_server() {  # pool shard [extra flags]
 }
 wait_pool() {  # pool count
   for _ in $(seq 200); do
-    n=$("$CTL" members --group "$1" -o json 2>/dev/null | grep -c '"role": "ROLE_SERVER"')
+    n=$("$CTL" members --group "$1" -o json 2>/dev/null | grep -c '"role": "server"')
     [ "$n" -ge "$2" ] && return 0
     sleep 0.05
   done

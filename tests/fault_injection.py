@@ -88,7 +88,7 @@ class Cluster:
         for _ in range(200):
             out = subprocess.run([CTL, "--registry", self.reg, "members", "-o", "json"],
                                  capture_output=True, text=True).stdout
-            if out.count('"ROLE_SERVER"') >= SHARDS:
+            if out.count('"role": "server"') >= SHARDS:
                 return
             time.sleep(0.05)
         raise RuntimeError("servers did not register")
@@ -112,7 +112,7 @@ class Cluster:
         """Runs ucx_crash_sender into the live server s's receive queue (a
         restarted one may not have joined yet, and its dead predecessor may
         still be listed); True if it died inside the send."""
-        _, died = crash_into(CRASH, CTL, self.reg, "default", "ROLE_SERVER", s,
+        _, died = crash_into(CRASH, CTL, self.reg, "default", "server", s,
                              pid=self.servers[s].pid)
         return died
 

@@ -341,7 +341,7 @@ def check_image(tag, image, layout, tmp, host_version, release, variant):
             return None
         for view in json.loads(r.stdout or "[]"):
             for m in view.get("members", []):
-                if m.get("role") == "ROLE_SERVER" and int(m.get("rank", -1)) == 0:
+                if m.get("role") == "server" and int(m.get("rank", -1)) == 0:
                     return m
         return None
 

@@ -932,7 +932,7 @@ class Cluster:
             views = []
         for v in views:
             for m in v.get("members", []):
-                if m.get("role") == "ROLE_SERVER":
+                if m.get("role") == "server":
                     got.add((int(m.get("rank", 0)), m.get("grpc_address")))
         check(got == want, self.P + "the registry lists shard N at tessel-server-N's pod IP: "
               "%s%s" % (sorted(want), "" if got == want else " (got %s; %s)" %

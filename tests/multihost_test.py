@@ -257,7 +257,7 @@ class Cluster:
         got = {}
         for view in json.loads(out or "[]"):
             for m in view.get("members", []):
-                if m.get("role") == "ROLE_SERVER":
+                if m.get("role") == "server":
                     got[int(m.get("rank", 0))] = (m.get("grpc_address", ""),
                                                   int(m.get("pid", 0)))
         return got

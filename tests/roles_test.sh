@@ -61,7 +61,7 @@ start_server() {  # name shard flags...
 wait_servers() {  # count ctl-flags...
   local want=$1 n=0; shift
   for _ in $(seq 200); do
-    n=$("$CTL" members --group default -o json "$@" 2>/dev/null | grep -c '"role": "ROLE_SERVER"')
+    n=$("$CTL" members --group default -o json "$@" 2>/dev/null | grep -c '"role": "server"')
     [ "$n" -ge "$want" ] && return 0
     sleep 0.05
   done
@@ -85,7 +85,7 @@ grpc_of_shard0() {  # ctl-flags...: the gRPC address shard 0 registered
 import json, sys
 for v in json.load(sys.stdin):
     for m in v.get("members", []):
-        if m.get("role") == "ROLE_SERVER" and int(m.get("rank", 0)) == 0:
+        if m.get("role") == "server" and int(m.get("rank", 0)) == 0:
             print(m["grpcAddress"] if "grpcAddress" in m else m["grpc_address"])'
 }
 

@@ -59,7 +59,7 @@ for s in 0 1; do
   pids+=($!)
 done
 for _ in $(seq 200); do
-  n=$("$CTL" members --group default -o json "${CLIENT_TLS[@]}" 2>/dev/null | grep -c '"role": "ROLE_SERVER"')
+  n=$("$CTL" members --group default -o json "${CLIENT_TLS[@]}" 2>/dev/null | grep -c '"role": "server"')
   [ "$n" -ge 2 ] && break
   sleep 0.05
 done

@@ -139,7 +139,7 @@ def server_scenario():
     c = Cluster(os.path.join(ROOT, "server-zero2"), "zero2")
     c.wait_step(AT)
     t0 = time.time()
-    address, died = c.wedge("default", "ROLE_SERVER", 0)
+    address, died = c.wedge("default", "server", 0)
     check(died, "a writer died (SIGSEGV) inside a send into shard 0's queue")
     rcs = c.finish()
     log("  training finished %.1f s after the wedge" % (time.time() - t0))
@@ -149,7 +149,7 @@ def server_scenario():
     ok &= check(grep(os.path.join(c.d, "server0.log"), "UCX endpoint re-created") >= 1,
                 "server: shard 0 re-created its UCX endpoint and re-joined the registry")
     now = [m["ucx_address"] for m in c.members("default")
-           if m.get("role") == "ROLE_SERVER" and int(m.get("rank", 0)) == 0]
+           if m.get("role") == "server" and int(m.get("rank", 0)) == 0]
     ok &= check(address is not None and len(now) == 1 and
                 base64.b64decode(now[0]).hex() != address,
                 "server: the registry holds shard 0's new address")
@@ -164,7 +164,7 @@ def worker_scenario():
     want = clean("ddp")
     c = Cluster(os.path.join(ROOT, "worker-ddp"), "ddp")
     c.wait_step(AT)
-    _, died = c.wedge("wq", "ROLE_WORKER", 0)
+    _, died = c.wedge("wq", "worker", 0)
     check(died, "a writer died (SIGSEGV) inside a send into worker 0's queue")
     c.servers[1].kill()
     c.servers[1].wait()
