@@ -96,7 +96,7 @@ same "$tmp/ck60_from3.npy" "$tmp/straight60.npy"
 
 step "2b. reshard restore 3 -> 2 servers"
 for _ in $(seq 100); do "$CTL" --pool b checkpoint list --job ck | grep -q '^60 ' && break; sleep 0.1; done
-"$CTL" --pool b checkpoint show --job ck --step 60 | grep -q '"num_shards": 3' || fail "step 60 not written by 3 shards"
+"$CTL" --pool b checkpoint show --job ck --step 60 -o json | grep -q '"num_shards": 3' || fail "step 60 not written by 3 shards"
 stop_pool b 0 1 2
 start_server c 0; start_server c 1; wait_pool c 2
 "$CTL" --pool c checkpoint restore --job ck --step 60 --token_file "$tmp/token" || fail "restore 3->2"
