@@ -42,6 +42,15 @@ absl::StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& path
                                  {"tid", 0},
                                  {"args", {{"name", process}}}};
   t->Write(meta.dump() + ",");
+  // The host: files of one host share a clock (the merge tool keeps it).
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  nlohmann::ordered_json labels = {{"name", "process_labels"},
+                                   {"ph", "M"},
+                                   {"pid", static_cast<int>(::getpid())},
+                                   {"tid", 0},
+                                   {"args", {{"labels", absl::StrCat("host=", host)}}}};
+  t->Write(labels.dump() + ",");
   return t;
 }
 
@@ -51,8 +60,11 @@ Timeline::Timeline(std::string path, std::FILE* f, std::string process, Timeline
 Timeline::~Timeline() {
   absl::MutexLock lock(&mu_);
   // A last event without a trailing comma closes the array.
-  nlohmann::ordered_json end = {{"name", "end"}, {"ph", "i"}, {"s", "p"},
-                                {"ts", NowUs()},  {"pid", static_cast<int>(::getpid())},
+  nlohmann::ordered_json end = {{"name", "end"},
+                                {"ph", "i"},
+                                {"s", "p"},
+                                {"ts", NowUs()},
+                                {"pid", static_cast<int>(::getpid())},
                                 {"tid", 0}};
   Write(end.dump() + "]");
   std::fclose(file_);

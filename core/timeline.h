@@ -49,8 +49,8 @@ class Timeline {
   // Creates (truncates) `path`; "{rank}" or "{shard}" in it are the caller's
   // to replace. Unavailable naming the path when it cannot be written.
   static absl::StatusOr<std::unique_ptr<Timeline>> Open(const std::string& path,
-                                                       const std::string& process,
-                                                       TimelineOptions options = {});
+                                                        const std::string& process,
+                                                        TimelineOptions options = {});
   ~Timeline();  // flushes and closes the array
 
   // Whether events of `step` are recorded.

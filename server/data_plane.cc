@@ -8,8 +8,12 @@
 namespace tessel {
 
 DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
-                     ServerMetrics* metrics)
-    : transport_(transport), jobs_(jobs), checkpointer_(checkpointer), metrics_(metrics) {
+                     ServerMetrics* metrics, Timeline* timeline)
+    : transport_(transport),
+      jobs_(jobs),
+      checkpointer_(checkpointer),
+      metrics_(metrics),
+      timeline_(timeline) {
   transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
   jobs_->SetReplacedListener([this](ShardJob& old, const std::vector<ShardJob::Puller>& waiting) {
     RefuseReplacedPulls(old, waiting);
@@ -89,6 +93,13 @@ Accept DataPlane::OnFrame(const Incoming& in) {
             if (!s.ok()) {
               TESSEL_LOG(WARNING) << "receive of " << DescribeHeader(header) << " failed: " << s;
               SendError(from, header, s);
+            } else if (timeline_ != nullptr && header.type == FrameType::kPush) {
+              timeline_->Instant("push received", "data path", Timeline::NowUs(),
+                                 {.job = job->spec().job(),
+                                  .step = header.step + 1,
+                                  .rank = static_cast<int>(header.rank),
+                                  .shard = job->shard(),
+                                  .bucket = static_cast<int>(header.bucket)});
             }
             ShardJob::Completion c = job->CompleteReceive(header, s);
             if (c.serve.snapshot.has_value()) {  // step 0 (CheckpointPolicy.initial)
@@ -195,6 +206,14 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       HeaderBytes bytes = EncodeHeader(h);
       job->CountPulled(h.payload_bytes);
       if (metrics_ != nullptr) metrics_->FrameSent(FrameType::kParams, h.payload_bytes);
+      if (timeline_ != nullptr) {
+        timeline_->Instant("params sent", "data path", Timeline::NowUs(),
+                           {.job = job->spec().job(),
+                            .step = serve.version,
+                            .rank = static_cast<int>(p.rank),
+                            .shard = job->shard(),
+                            .bucket = b});
+      }
       transport_->Send(p.reply_to, absl::MakeConstSpan(bytes), job->served_bucket(b),
                        h.payload_bytes, [job](absl::Status s) {
                          if (!s.ok()) TESSEL_LOG(WARNING) << "sending parameters failed: " << s;
@@ -217,7 +236,16 @@ void DataPlane::ComputeLoop() {
       updates_.pop_front();
     }
     const auto start = std::chrono::steady_clock::now();
+    const int64_t start_us = timeline_ != nullptr ? Timeline::NowUs() : 0;
+    const int64_t step = timeline_ != nullptr ? work.first->version() + 1 : 0;
     ShardJob::Serve serve = work.first->UpdateBucket(work.second);
+    if (timeline_ != nullptr) {
+      timeline_->Span("reduce + update", "optimizer", start_us, Timeline::NowUs(),
+                      {.job = work.first->spec().job(),
+                       .step = step,
+                       .shard = work.first->shard(),
+                       .bucket = work.second});
+    }
     if (metrics_ != nullptr) {
       metrics_->BucketUpdated(work.first->spec().job(), work.first->bucket_elements(work.second),
                               metrics::SecondsSince(start));

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "core/timeline.h"
 #include "proto/shard.pb.h"
 #include "server/checkpointer.h"
 #include "server/job_table.h"
@@ -39,7 +40,7 @@ class DataPlane {
   // the checkpointer may be a disabled one) must outlive the plane, as must
   // `metrics` (not owned; null: none).
   DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
-            ServerMetrics* metrics = nullptr);
+            ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr);
 
   ~DataPlane();
 
@@ -62,6 +63,7 @@ class DataPlane {
   JobTable* const jobs_;
   Checkpointer* const checkpointer_;
   ServerMetrics* const metrics_;
+  Timeline* const timeline_;  // --timeline; not owned
   absl::Mutex mu_;
   std::deque<std::pair<std::shared_ptr<ShardJob>, int>> updates_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -51,6 +51,12 @@ ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports (UCX_TLS), e.g. 'posix,sysv,self' or 'tcp'; empty = UCX default");
 ABSL_FLAG(bool, ucx_peer_errors, false,
           "use UCX peer error handling (tcp only on one host; detects dead peers in UCX)");
+ABSL_FLAG(std::string, timeline, "",
+          "write a Chrome-trace/Perfetto timeline of each step per bucket (pushes received, the "
+          "reduction and update, parameters sent) to this file; \"{shard}\" in it becomes the "
+          "shard; merge a job's files with tools/tessel-timeline; empty: off");
+ABSL_FLAG(int64_t, timeline_first_step, 1, "first step --timeline records");
+ABSL_FLAG(int64_t, timeline_steps, 100, "steps --timeline records (0: every step)");
 ABSL_FLAG(bool, verbose, false, "log every refused frame");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "root of the checkpoint store, shared by every server of the pool (empty = "
@@ -169,6 +175,9 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_write_delay_ms));
   options.tls = tessel::TlsOptionsFromFlags();
   options.stall_report = absl::Seconds(stall_report_s);
+  options.timeline = absl::GetFlag(FLAGS_timeline);
+  options.timeline_first_step = absl::GetFlag(FLAGS_timeline_first_step);
+  options.timeline_steps = absl::GetFlag(FLAGS_timeline_steps);
   options.receive_check_period = absl::Milliseconds(absl::GetFlag(FLAGS_receive_check_ms));
   options.receive_check_timeout =
       absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_receive_check_timeout_ms)));

@@ -78,8 +78,16 @@ absl::Status ShardServer::Init() {
   service_options.auth = options_.admin;
   jobs_ = std::make_unique<JobTable>(checkpointer_.get());
   metrics_ = std::make_unique<ServerMetrics>(options_.shard);
+  if (!options_.timeline.empty()) {
+    auto timeline = Timeline::Open(
+        TimelinePath(options_.timeline, -1, options_.shard),
+        absl::StrCat("server[", options_.shard, "]"),
+        {.first_step = options_.timeline_first_step, .steps = options_.timeline_steps});
+    if (!timeline.ok()) return timeline.status();
+    timeline_ = *std::move(timeline);
+  }
   plane_ = std::make_unique<DataPlane>(transport_.get(), jobs_.get(), checkpointer_.get(),
-                                       metrics_.get());
+                                       metrics_.get(), timeline_.get());
   metrics_watch_ = metrics_->Watch(
       jobs_.get(), [plane = plane_.get()] { return plane->update_queue_depth(); },
       checkpointer_.get());

@@ -52,6 +52,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "core/timeline.h"
 #include "rpc/auth.h"
 #include "rpc/tls.h"
 #include "server/server_metrics.h"
@@ -73,6 +74,12 @@ class ShardService;
 class StallWatcher;
 
 struct ShardServerOptions {
+  // Chrome-trace timeline of steps timeline_first_step .. + timeline_steps - 1
+  // ("{shard}" replaced; "" = off): per bucket, pushes received, the
+  // reduction and update, parameters sent (core/timeline.h).
+  std::string timeline;
+  int64_t timeline_first_step = 1;
+  int64_t timeline_steps = 100;
   // host:port of the control gRPC service (port 0 picks a free port).
   std::string listen = "127.0.0.1:0";
   // The host registered for the gRPC address ("" = AdvertiseHost's default:
@@ -163,8 +170,9 @@ class ShardServer {
   void Stop(bool drain);
 
   const ShardServerOptions options_;
-  // Outlives the plane that updates it.
+  // Outlive the plane that updates them.
   std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<Timeline> timeline_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<JobTable> jobs_;

@@ -31,6 +31,9 @@ ABSL_FLAG(double, tolerance, 1e-6, "largest acceptable relative difference vs si
 ABSL_FLAG(bool, skip_reference, false, "do not run the single-process comparison");
 ABSL_FLAG(int, log_every, 0, "print progress every N steps (0 = ten times per run)");
 ABSL_FLAG(bool, verbose, false, "show the embedded registry's log lines");
+ABSL_FLAG(std::string, timeline_dir, "",
+          "write every server's and worker's --timeline of steps 1-20 here (server-S.json, "
+          "worker-R.json); merge them with tools/tessel-timeline (not for fsdp or hybrid)");
 
 namespace {
 volatile int g_stop = 0;
@@ -113,6 +116,11 @@ int main(int argc, char** argv) {
         "--metrics_address=", metrics_address.substr(0, metrics_address.rfind(':')), ":0");
     copt.server_args.push_back(others_metrics);
   }
+  const std::string timeline_dir = absl::GetFlag(FLAGS_timeline_dir);
+  if (!timeline_dir.empty()) {
+    copt.server_args.push_back("--timeline=" + timeline_dir + "/server-{shard}.json");
+    copt.server_args.push_back("--timeline_steps=20");
+  }
   tessel::LocalCluster cluster(copt);
   std::printf(
       "Tessel demo: %d shard servers + %d workers (separate processes), strategy %s, "
@@ -142,6 +150,10 @@ int main(int argc, char** argv) {
   for (const std::string& a : tessel::ForwardedMlpFlags()) args.push_back(a);
   args.push_back("--job=demo");
   if (!others_metrics.empty()) args.push_back(others_metrics);
+  if (!timeline_dir.empty()) {
+    args.push_back("--timeline=" + timeline_dir + "/worker-{rank}.json");
+    args.push_back("--timeline_steps=20");
+  }
   args.push_back("--out=" + final_path);
   const int log_every = absl::GetFlag(FLAGS_log_every);
   args.push_back(absl::StrCat("--log_every=", log_every > 0 ? log_every : std::max(1, steps / 10)));

@@ -75,6 +75,12 @@ struct WorkerOptions {
   // Serve this worker's Prometheus metrics at http://HOST:PORT/metrics
   // (port 0 picks one, logged); "" = off. worker/internal/worker_metrics.h.
   std::string metrics_address;
+  // Write a Chrome-trace timeline of steps timeline_first_step ..
+  // + timeline_steps - 1 here ("{rank}" is replaced by the rank; "" = off):
+  // per bucket, push sent and parameters received (core/timeline.h).
+  std::string timeline;
+  int64_t timeline_first_step = 1;
+  int64_t timeline_steps = 100;  // 0: every step
   int rank = 0;  // in [0, world_size); [0, elastic_max_workers) with growth
   int world_size = 1;
   std::string server_pool = "default";

@@ -49,6 +49,7 @@ struct WorkerParts {
   v1::JobSpec spec;  // as registered
   absl::Time last_checkpoint = absl::Now();
   std::unique_ptr<MetricsServer> http;     // WorkerOptions.metrics_address
+  std::unique_ptr<Timeline> timeline;      // WorkerOptions.timeline
   std::unique_ptr<WorkerMetrics> metrics;  // from the first step (none when reduce-only)
 };
 
@@ -140,6 +141,18 @@ absl::Status Worker::Start() {
     }
     p_->http = *std::move(http);
     TESSEL_LOG(INFO) << ctx.Where() << ": metrics at http://" << p_->http->address() << "/metrics";
+  }
+  if (!ctx.options.timeline.empty()) {
+    auto timeline = Timeline::Open(
+        TimelinePath(ctx.options.timeline, ctx.options.rank, -1),
+        absl::StrCat("worker[", ctx.options.rank, "]"),
+        {.first_step = ctx.options.timeline_first_step, .steps = ctx.options.timeline_steps});
+    if (!timeline.ok()) {
+      return absl::Status(timeline.status().code(),
+                          absl::StrCat(ctx.Where(), ": ", timeline.status().message()));
+    }
+    p_->timeline = *std::move(timeline);
+    ctx.timeline = p_->timeline.get();
   }
   auto transport = internal::MakeTransport(ctx.options);
   if (!transport.ok()) return transport.status();

@@ -59,6 +59,12 @@ ABSL_FLAG(std::string, ucx_port_range, "",
 ABSL_FLAG(std::string, token_file, "",
           "file holding this worker's token for servers and registries that require one: a "
           "worker token (their --worker_token_file), or the admin token");
+ABSL_FLAG(std::string, timeline, "",
+          "write a Chrome-trace/Perfetto timeline of each step per bucket (push sent, parameters "
+          "received) to this file; \"{rank}\" in it becomes the rank; merge the files of a job "
+          "with tools/tessel-timeline (docs/observability.md); empty: off");
+ABSL_FLAG(int64_t, timeline_first_step, 1, "first step --timeline records");
+ABSL_FLAG(int64_t, timeline_steps, 100, "steps --timeline records (0: every step)");
 
 namespace tessel {
 
@@ -77,6 +83,9 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   if (!half.ok()) return half.status();
   o.registry = absl::GetFlag(FLAGS_registry);
   o.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  o.timeline = absl::GetFlag(FLAGS_timeline);
+  o.timeline_first_step = absl::GetFlag(FLAGS_timeline_first_step);
+  o.timeline_steps = absl::GetFlag(FLAGS_timeline_steps);
   o.server_pool = absl::GetFlag(FLAGS_pool);
   o.strategy = *strategy;
   o.optimizer = *optimizer;

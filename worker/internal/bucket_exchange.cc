@@ -94,6 +94,7 @@ int64_t BucketExchange::unpushed() const {
 
 void BucketExchange::PushBucket(int shard, int bucket) {
   pushed_[shard][bucket] = 1;
+
   const int64_t begin = ctx_->layout->bucket_range(shard, bucket).begin;
   channel_->Send(channel_->Header(FrameType::kPush, ctx_->step, shard, bucket),
                  ctx_->half ? static_cast<const void*>(buffers_.grads_half.data() + begin)
@@ -125,6 +126,7 @@ absl::Status BucketExchange::Exchange(int64_t version) {
   const bool shuffle = ctx_->options.shuffle_seed != 0;
   if (shuffle) std::shuffle(todo.begin(), todo.end(), shuffle_rng_);
   const absl::Time start = absl::Now();
+  const int64_t start_us = Timeline::NowUs();
   SendPulls(version);
   for (const auto& [shard, bucket] : todo) {
     if (shuffle && shuffle_rng_() % 3 == 0) {
@@ -141,6 +143,12 @@ absl::Status BucketExchange::Exchange(int64_t version) {
   last_phases_.push_ns = absl::ToInt64Nanoseconds(pushed - start);
   last_phases_.wait_ns = absl::ToInt64Nanoseconds(first - pushed);
   last_phases_.pull_ns = absl::ToInt64Nanoseconds(last - first);
+  if (ctx_->timeline != nullptr) {
+    const int64_t first_push = channel_->TakeFirstPushUs();
+    const int64_t begin = first_push >= 0 ? std::min(first_push, start_us) : start_us;
+    ctx_->timeline->Span("exchange", "exchange", begin, absl::ToUnixMicros(last),
+                         {.job = ctx_->options.job, .step = version, .rank = ctx_->rank.load()});
+  }
   return s;
 }
 
@@ -240,8 +248,18 @@ Accept BucketExchange::OnParams(const FrameHeader& h) {
                                br.begin)
           : static_cast<void*>((ddp ? buffers_.grads.data() : buffers_.params.data()) + br.begin);
   const int shard = h.shard;
-  return channel_->Receive(dst, h.epoch, [this, shard] {
+  const int bucket = h.bucket;
+  const int64_t step = h.step;
+  return channel_->Receive(dst, h.epoch, [this, shard, bucket, step] {
     const absl::Time now = absl::Now();
+    if (ctx_->timeline != nullptr) {
+      ctx_->timeline->Instant("params", "exchange", absl::ToUnixMicros(now),
+                              {.job = ctx_->options.job,
+                               .step = step,
+                               .rank = ctx_->rank.load(),
+                               .shard = shard,
+                               .bucket = bucket});
+    }
     if (received_ == 0) first_received_at_ = now;
     last_received_at_ = now;
     ++received_;

@@ -33,6 +33,18 @@ FrameHeader DataChannel::Header(FrameType type, int64_t step, int shard, int buc
 
 void DataChannel::Send(const FrameHeader& h, const void* payload,
                        std::shared_ptr<const void> keep) {
+  if (h.type == FrameType::kPush && ctx_->timeline != nullptr &&
+      ctx_->timeline->Records(h.step + 1)) {
+    const int64_t now = Timeline::NowUs();
+    int64_t none = -1;
+    first_push_us_.compare_exchange_strong(none, now);
+    ctx_->timeline->Instant("push", "exchange", now,
+                            {.job = ctx_->options.job,
+                             .step = h.step + 1,
+                             .rank = static_cast<int>(h.rank),
+                             .shard = static_cast<int>(h.shard),
+                             .bucket = static_cast<int>(h.bucket)});
+  }
   if (peers_[static_cast<size_t>(h.shard)] == kNoPeer) {
     // Never connected (the UCX connection failed when the server was
     // found): say so, instead of the transport's "unknown peer".

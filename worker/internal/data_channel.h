@@ -77,6 +77,9 @@ class DataChannel {
   // Sends a frame to its shard; a failed send fails the step in progress.
   // `keep` (if any) is held until the send completes: the payload's owner.
   void Send(const FrameHeader& h, const void* payload, std::shared_ptr<const void> keep = nullptr);
+  // With a timeline: when the step's first push was sent (-1: none since the
+  // last call), and forget it.
+  int64_t TakeFirstPushUs() { return first_push_us_.exchange(-1); }
   void WaitForSends();
 
   // `done` and `what` run under mu().
@@ -109,6 +112,7 @@ class DataChannel {
   int64_t stale_dropped();
 
  private:
+  std::atomic<int64_t> first_push_us_{-1};  // for the timeline
   Accept OnFrame(const Incoming& in);
 
   JobContext* const ctx_;

@@ -17,6 +17,7 @@
 
 #include "core/layout.h"
 #include "core/precision.h"
+#include "core/timeline.h"
 #include "worker/options.h"
 
 namespace tessel::internal {
@@ -51,6 +52,7 @@ struct JobContext {
   std::atomic<int64_t> epoch{0};
   int64_t step = 0;
   std::unique_ptr<Layout> layout;  // set by RegisterLayout
+  Timeline* timeline = nullptr;    // WorkerOptions.timeline; not owned
   std::optional<HalfType> half;    // mixed precision
 };
 
