@@ -35,7 +35,8 @@ void AddProcessMetrics(metrics::Registry* registry) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& address,
-                                                                    metrics::Registry* registry) {
+                                                                    metrics::Registry* registry,
+                                                                    std::vector<HttpPage> pages) {
   const size_t colon = address.rfind(':');
   int port = -1;
   if (colon == std::string::npos || colon == 0 ||
@@ -68,6 +69,13 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
     for (const std::string& p : self->pages_) absl::StrAppend(&body, p, "\n");
     res.set_content(body, "text/plain; charset=utf-8");
   });
+  for (HttpPage& page : pages) {
+    s->pages_.push_back(page.path);
+    s->server_->Get(page.path, [type = page.content_type, body = std::move(page.body)](
+                                   const httplib::Request&, httplib::Response& res) {
+      res.set_content(body(), type);
+    });
+  }
   const int bound = port == 0 ? s->server_->bind_to_any_port(host)
                               : (s->server_->bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
@@ -76,6 +84,12 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   }
   s->address_ = absl::StrCat(address.substr(0, colon), ":", bound);
   s->thread_ = std::thread([server = s->server_.get()] { server->listen_after_bind(); });
+  // httplib's stop() does nothing before its listen loop has begun, and that
+  // loop would then never end: wait for it, so that destroying the server
+  // right away still stops it.
+  for (int i = 0; i < 5000 && !s->server_->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return s;
 }
 
@@ -84,19 +98,11 @@ MetricsServer::~MetricsServer() {
   if (thread_.joinable()) thread_.join();
 }
 
-void MetricsServer::AddPage(const std::string& path, const std::string& content_type,
-                            std::function<std::string()> body) {
-  pages_.push_back(path);
-  server_->Get(path, [content_type, body = std::move(body)](const httplib::Request&,
-                                                            httplib::Response& res) {
-    res.set_content(body(), content_type);
-  });
-}
-
-absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags() {
+absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(
+    std::vector<HttpPage> pages) {
   const std::string address = absl::GetFlag(FLAGS_metrics_address);
   if (address.empty()) return std::unique_ptr<MetricsServer>();
-  auto s = MetricsServer::Start(address);
+  auto s = MetricsServer::Start(address, &metrics::Default(), std::move(pages));
   if (!s.ok()) return s.status();
   TESSEL_LOG(INFO) << "metrics at http://" << (*s)->address() << "/metrics";
   return s;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
@@ -30,20 +31,27 @@ class Server;
 
 namespace tessel {
 
+// A page served beside /metrics (the registry's status page): `body()` is
+// called on the server's threads for each request.
+struct HttpPage {
+  std::string path;
+  std::string content_type;
+  std::function<std::string()> body;
+};
+
 class MetricsServer {
  public:
-  // Listens on `address` (HOST:PORT; port 0 picks a free one). InvalidArgument
-  // for a malformed address, Unavailable when it cannot be bound.
+  // Listens on `address` (HOST:PORT; port 0 picks a free one), serving
+  // `pages` too (fixed before the first request: cpp-httplib's routes may
+  // not change while it serves). InvalidArgument for a malformed address,
+  // Unavailable when it cannot be bound.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& address, metrics::Registry* registry = &metrics::Default());
+      const std::string& address, metrics::Registry* registry = &metrics::Default(),
+      std::vector<HttpPage> pages = {});
   ~MetricsServer();  // stops serving and joins the server's threads
 
   // HOST:PORT with the port actually bound.
   const std::string& address() const { return address_; }
-
-  // Serves `body()` with `content_type` at `path` (before requests arrive).
-  void AddPage(const std::string& path, const std::string& content_type,
-               std::function<std::string()> body);
 
  private:
   MetricsServer() = default;
@@ -53,9 +61,11 @@ class MetricsServer {
   std::vector<std::string> pages_;
 };
 
-// Starts the server --metrics_address names, logging "metrics at
-// http://ADDRESS/metrics"; null (and no error) when the flag is empty.
-absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags();
+// Starts the server --metrics_address names (with `pages`), logging
+// "metrics at http://ADDRESS/metrics"; null (and no error) when the flag is
+// empty.
+absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(
+    std::vector<HttpPage> pages = {});
 
 }  // namespace tessel
 

@@ -41,9 +41,10 @@ TEST(MetricsServerTest, BadOrTakenAddressesAreRefused) {
 
 TEST(MetricsServerTest, PagesAreServedAndIndexed) {
   metrics::Registry registry;
-  auto server = MetricsServer::Start("127.0.0.1:0", &registry);
+  auto server =
+      MetricsServer::Start("127.0.0.1:0", &registry,
+                           {{"/status", "text/html", [] { return std::string("<p>ok</p>"); }}});
   ASSERT_TRUE(server.ok());
-  (*server)->AddPage("/status", "text/html", [] { return std::string("<p>ok</p>"); });
   const std::string address = (*server)->address();
   httplib::Client client("127.0.0.1", std::stoi(address.substr(address.rfind(':') + 1)));
   EXPECT_EQ(client.Get("/status")->body, "<p>ok</p>");

@@ -260,6 +260,9 @@ extern "C" const char* __tsan_default_suppressions() {
          "called_from_lib:libucm.so\n"
          "called_from_lib:libnuma.so\n"
          "called_from_lib:libxxhash.so\n"
+         // cpp-httplib (/metrics) and yaml-cpp (tesselctl).
+         "called_from_lib:libcpp-httplib.so\n"
+         "called_from_lib:libyaml-cpp.so\n"
          "called_from_lib:libstdc++.so\n"
          "called_from_lib:libgcc_s.so\n"
          "called_from_lib:libabsl_bad_any_cast_impl.so\n"
