@@ -16,6 +16,7 @@
 #include "registry/etcd/etcd_registry.h"
 #include "registry/memory/memory_registry.h"
 #include "registry/registry_service.h"
+#include "registry/status_page.h"
 #include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/health.h"
@@ -195,12 +196,15 @@ int main(int argc, char** argv) {
     std::cerr << "tessel-registry: " << s.message() << "\n";
     return 1;
   }
-  auto metrics_http = tessel::StartMetricsServerFromFlags();
+  // The status page names the registry by its advertised address, known
+  // once it listens; the page reads it on each request.
+  std::string bound;
+  tessel::StatusPage status(&service, health.credentials);
+  auto metrics_http = tessel::StartMetricsServerFromFlags(status.Pages());
   if (!metrics_http.ok()) {
     std::cerr << "tessel-registry: " << metrics_http.status().message() << "\n";
     return 1;
   }
-  std::string bound;
   auto server = tessel::StartGrpcServer(absl::GetFlag(FLAGS_listen), {&service}, &bound,
                                         *credentials, absl::GetFlag(FLAGS_advertise_address));
   if (!server.ok()) {
@@ -208,6 +212,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   readiness.Attach(server->get());
+  status.SetAddress(bound);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     FILE* f = std::fopen(absl::GetFlag(FLAGS_port_file).c_str(), "w");
     if (f != nullptr) {

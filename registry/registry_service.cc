@@ -54,6 +54,13 @@ RegistryService::RegistryService(absl::Duration default_ttl, AuthOptions auth)
 
 RegistryService::~RegistryService() { Stop(); }
 
+std::map<std::string, std::vector<RegistryService::ProgressPoint>> RegistryService::Progress() {
+  absl::MutexLock lock(&progress_mu_);
+  std::map<std::string, std::vector<ProgressPoint>> out;
+  for (const auto& [group, points] : progress_) out[group].assign(points.begin(), points.end());
+  return out;
+}
+
 void RegistryService::Stop() {
   stop_.store(true);
   if (health_checker_ != nullptr) health_checker_->Stop();
@@ -70,6 +77,10 @@ grpc::Status RegistryService::Join(grpc::ServerContext* ctx, const v1::JoinReque
   if (!joined.ok()) return ToGrpc(joined.status());
   resp->set_lease_id(joined->lease_id);
   resp->set_lease_ttl_ms(absl::ToInt64Milliseconds(joined->ttl));
+  if (!server) {
+    absl::MutexLock lock(&progress_mu_);
+    leases_[joined->lease_id] = {req->member().group(), req->member().rank()};
+  }
   *resp->mutable_view() = std::move(joined->view);
   TESSEL_LOG(INFO) << "join " << req->member().group() << " " << v1::Role_Name(req->member().role())
                    << " rank " << req->member().rank() << " -> epoch " << resp->view().epoch();
@@ -83,6 +94,18 @@ grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
   auto epoch = registry_->Heartbeat(req->lease_id());
   if (!epoch.ok()) return ToGrpc(epoch.status());
   resp->set_epoch(*epoch);
+  if (req->has_progress()) {
+    absl::MutexLock lock(&progress_mu_);
+    auto lease = leases_.find(req->lease_id());
+    if (lease != leases_.end() && lease->second.second == 0) {  // rank 0 speaks for the job
+      std::deque<ProgressPoint>& points = progress_[lease->second.first];
+      if (points.empty() || points.back().step != req->progress().step()) {
+        points.push_back(
+            {absl::ToUnixMillis(absl::Now()), req->progress().step(), req->progress().loss()});
+        if (points.size() > kMaxProgress) points.pop_front();
+      }
+    }
+  }
   return grpc::Status::OK;
 }
 
@@ -90,6 +113,10 @@ grpc::Status RegistryService::Leave(grpc::ServerContext* ctx, const v1::LeaveReq
                                     v1::LeaveResponse*) {
   grpc::Status auth = auth_.Check(*ctx, "Registry", "Leave");
   if (!auth.ok()) return auth;
+  {
+    absl::MutexLock lock(&progress_mu_);
+    leases_.erase(req->lease_id());
+  }
   return ToGrpc(registry_->Leave(req->lease_id()));
 }
 

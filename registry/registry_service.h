@@ -30,10 +30,15 @@
 #define TESSEL_REGISTRY_REGISTRY_SERVICE_H_
 
 #include <atomic>
+#include <deque>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "core/metrics.h"
 #include "proto/registry.grpc.pb.h"
 #include "registry/health_checker.h"
@@ -54,6 +59,17 @@ class RegistryService final : public v1::Registry::Service {
   ~RegistryService() override;
 
   Registry& registry() { return *registry_; }
+
+  // Training progress rank 0 of a group reported with its heartbeats
+  // (Worker::ReportLoss): the last kMaxProgress points, oldest first. Kept
+  // in this process only (the status page's loss curve).
+  struct ProgressPoint {
+    int64_t unix_ms;
+    int64_t step;
+    double loss;
+  };
+  static constexpr size_t kMaxProgress = 600;
+  std::map<std::string, std::vector<ProgressPoint>> Progress();
   // Ends Watch streams promptly and stops the background threads (call
   // before grpc::Server::Shutdown).
   void Stop();
@@ -76,6 +92,10 @@ class RegistryService final : public v1::Registry::Service {
   const Authorizer auth_;
   std::atomic<bool> stop_{false};
   std::thread expirer_;
+  absl::Mutex progress_mu_;
+  // Lease -> (group, rank), from Join, for heartbeats' progress.
+  std::map<int64_t, std::pair<std::string, int>> leases_ ABSL_GUARDED_BY(progress_mu_);
+  std::map<std::string, std::deque<ProgressPoint>> progress_ ABSL_GUARDED_BY(progress_mu_);
   // tessel_registry_* gauges, read from the registry on each scrape.
   metrics::Registry::CollectorHandle metrics_;
 };

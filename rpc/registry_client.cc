@@ -72,6 +72,10 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
     }
     v1::HeartbeatRequest req;
     req.set_lease_id(lease_id);
+    if (const int64_t step = progress_step_.load(); step >= 0) {
+      req.mutable_progress()->set_step(step);
+      req.mutable_progress()->set_loss(progress_loss_.load());
+    }
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     Prepare(&ctx);
@@ -90,6 +94,11 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
     }
     if (!s.ok()) TESSEL_LOG(WARNING) << "heartbeat failed (will retry): " << s.error_message();
   }
+}
+
+void RegistryClient::SetProgress(int64_t step, double loss) {
+  progress_loss_.store(loss);
+  progress_step_.store(step);
 }
 
 void RegistryClient::StopHeartbeats() {

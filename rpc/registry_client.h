@@ -55,6 +55,9 @@ class RegistryClient {
   // a change means someone joined, left or lapsed.
   int64_t group_epoch() const { return group_epoch_.load(); }
 
+  // Sent with the following heartbeats (the status page's loss curve).
+  void SetProgress(int64_t step, double loss);
+
   absl::StatusOr<v1::View> GetView(const std::string& group);
   absl::StatusOr<std::vector<v1::View>> ListGroups();
 
@@ -78,6 +81,8 @@ class RegistryClient {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_;
   std::atomic<int64_t> group_epoch_{0};
+  std::atomic<int64_t> progress_step_{-1};
+  std::atomic<double> progress_loss_{0};
   std::atomic<int64_t> last_contact_ns_{std::numeric_limits<int64_t>::min()};
 };
 

@@ -24,8 +24,9 @@ PACKAGES=(
   iproute2
   # The manifest test (tests/manifests_test.py) reads kustomize's YAML.
   python3-yaml
-  # Observability: promtool checks every /metrics scrape (tests/metrics_test.py).
-  prometheus
+  # Observability: promtool checks every /metrics scrape (tests/metrics_test.py);
+  # headless Chromium renders the registry's status page (tests/status_page_test.py).
+  prometheus chromium
   # The Python package (python/): pybind11 and Python's headers to build it;
   # PyTorch (CPU) and scikit-learn's digits for tessel.torch, its tests and
   # examples, all run by /usr/bin/python3.

@@ -372,6 +372,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
     }
     if (!loss.ok()) return Fail(loss.status());
     loss_log.Add(k, *loss);
+    worker->ReportLoss(*loss);
     if (int rc = preemption.AfterStep(worker); rc >= 0) return rc;
     loss_sum += *loss;
     ++window;

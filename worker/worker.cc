@@ -616,6 +616,10 @@ void Worker::SetWaitCheck(std::function<absl::Status()> check) {
 }
 void Worker::SetResumeStep(int64_t step) { p_->ctx.options.resume_step = step; }
 int Worker::recoveries() const { return p_->recovery->recoveries(); }
+
+void Worker::ReportLoss(double loss) {
+  if (p_->membership != nullptr) p_->membership->registry().SetProgress(p_->ctx.step, loss);
+}
 int Worker::registry_rank() const { return p_->ctx.id; }
 const std::vector<int>& Worker::worker_ids() const { return p_->membership->member_ids(); }
 int64_t Worker::stale_frames_dropped() { return p_->channel->stale_dropped(); }

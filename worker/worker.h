@@ -197,6 +197,10 @@ class Worker {
   // job's worker-to-worker messages.
   absl::Status CheckServers();
   int recoveries() const;
+  // The training loss of the step just finished, reported to the registry
+  // with the next heartbeat (about once a second): the registry's status page
+  // plots rank 0's (docs/observability.md). Cheap; call it every step.
+  void ReportLoss(double loss);
   // This worker's registry rank: options().rank at Create, kept when an
   // elastic recovery renumbers the data-parallel ranks.
   int registry_rank() const;

@@ -1,0 +1,227 @@
+#include "registry/status_page.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "nlohmann/json.hpp"
+#include "proto/shard.grpc.pb.h"
+#include "rpc/grpc_util.h"
+
+namespace tessel {
+namespace {
+
+using nlohmann::json;
+
+std::string StrategyWord(const std::string& s) { return s; }
+
+}  // namespace
+
+StatusPage::StatusPage(RegistryService* service, ClientCredentials credentials)
+    : service_(service), credentials_(std::move(credentials)) {}
+
+void StatusPage::SetAddress(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  address_ = address;
+}
+
+std::vector<HttpPage> StatusPage::Pages() {
+  return {{"/status", "text/html; charset=utf-8", [] { return Html(); }},
+          {"/status.json", "application/json", [this] { return Json(); }}};
+}
+
+std::string StatusPage::Json() {
+  absl::MutexLock lock(&mu_);
+  if (absl::Now() - computed_ < absl::Seconds(1)) return cached_;
+  cached_ = Compute();
+  computed_ = absl::Now();
+  return cached_;
+}
+
+std::string StatusPage::Compute() {
+  const absl::Time now = absl::Now();
+  json out = {{"time", FormatRfc3339Utc(now)},
+              {"registry", address_},
+              {"members", json::array()},
+              {"jobs", json::array()},
+              {"errors", json::array()}};
+  auto groups = service_->registry().ListGroups();
+  if (!groups.ok()) {
+    out["errors"].push_back(absl::StrCat("registry: ", groups.status().message()));
+    return out.dump();
+  }
+  std::map<std::string, int> workers;                        // registered workers per job group
+  std::vector<std::pair<std::string, std::string>> servers;  // (pool, address)
+  for (const v1::View& v : *groups) {
+    for (const v1::Member& m : v.members()) {
+      const bool server = m.role() == v1::ROLE_SERVER;
+      out["members"].push_back({{"group", v.group()},
+                                {"role", server ? "server" : "worker"},
+                                {"rank", m.rank()},
+                                {"address", m.grpc_address()},
+                                {"host", m.host()}});
+      if (server) {
+        servers.emplace_back(v.group(), m.grpc_address());
+      } else {
+        ++workers[v.group()];
+      }
+    }
+  }
+  // Jobs as the shard servers hold them.
+  struct JobRow {
+    v1::ShardStats first;
+    int64_t step_min = INT64_MAX;
+    int64_t step_max = 0;
+    int shards = 0;
+    std::string server;  // one that has it (for ListCheckpoints)
+  };
+  std::map<std::string, JobRow> jobs;
+  for (const auto& [pool, address] : servers) {
+    if (address.empty()) continue;
+    auto stub = v1::ShardServer::NewStub(MakeChannel(address, credentials_));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(1));
+    v1::ListJobsResponse resp;
+    grpc::Status s = stub->ListJobs(&ctx, v1::ListJobsRequest(), &resp);
+    if (!s.ok()) {
+      out["errors"].push_back(
+          absl::StrCat("pool ", pool, " server ", address, ": ", s.error_message()));
+      continue;
+    }
+    for (const v1::ShardStats& st : resp.jobs()) {
+      JobRow& row = jobs[st.job()];
+      if (row.shards == 0) {
+        row.first = st;
+        row.server = address;
+      }
+      ++row.shards;
+      row.step_min = std::min(row.step_min, st.step());
+      row.step_max = std::max(row.step_max, st.step());
+    }
+  }
+  const auto progress = service_->Progress();
+  std::set<std::string> live;
+  for (auto& [name, row] : jobs) {
+    live.insert(name);
+    json j = {{"name", name},
+              {"strategy", StrategyWord(row.first.strategy())},
+              {"world_size", row.first.world_size()},
+              {"workers", workers.count(name) ? workers[name] : 0},
+              {"shards", row.shards},
+              {"num_shards", row.first.num_shards()},
+              {"num_params", row.first.num_params()},
+              {"step", row.step_min},
+              {"epoch", row.first.epoch()},
+              {"recoveries", row.first.recoveries()},
+              {"steps_per_s", nullptr},
+              {"checkpoint", nullptr},
+              {"loss", json::array()}};
+    // Steps per second over the last 30 s of polls.
+    auto& h = history_[name];
+    h.emplace_back(now, row.step_min);
+    while (h.size() > 2 && now - h.front().first > absl::Seconds(30)) h.pop_front();
+    if (h.size() >= 2 && h.back().first > h.front().first) {
+      j["steps_per_s"] = (h.back().second - h.front().second) /
+                         absl::ToDoubleSeconds(h.back().first - h.front().first);
+    }
+    // The newest complete checkpoint and its age.
+    auto stub = v1::ShardServer::NewStub(MakeChannel(row.server, credentials_));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(1));
+    v1::JobRef ref;
+    ref.set_job(name);
+    v1::ListCheckpointsResponse list;
+    if (stub->ListCheckpoints(&ctx, ref, &list).ok() && list.checkpoints_size() > 0) {
+      const v1::CheckpointInfo& c = list.checkpoints(list.checkpoints_size() - 1);
+      j["checkpoint"] = {
+          {"step", c.step()},
+          {"created", FormatRfc3339Utc(absl::FromUnixMillis(c.created_unix_ms()))},
+          {"age_s", absl::ToDoubleSeconds(now - absl::FromUnixMillis(c.created_unix_ms()))}};
+    }
+    auto p = progress.find(name);
+    if (p != progress.end()) {
+      for (const auto& point : p->second) j["loss"].push_back({point.step, point.loss});
+    }
+    out["jobs"].push_back(j);
+  }
+  for (auto it = history_.begin(); it != history_.end();) {
+    it = live.count(it->first) ? std::next(it) : history_.erase(it);
+  }
+  return out.dump();
+}
+
+std::string StatusPage::Html() {
+  return R"HTML(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Tessel status</title>
+<style>
+ body { font-family: sans-serif; margin: 20px; color: #222; }
+ h1 { font-size: 20px; margin: 0 0 4px 0; } h2 { font-size: 16px; margin: 18px 0 6px 0; }
+ table { border-collapse: collapse; } td, th { padding: 3px 10px; text-align: left; }
+ th { background: #eee; } tr:nth-child(even) td { background: #f7f7f7; }
+ .muted { color: #777; } .err { color: #b00; } .job { margin: 10px 0 16px 0; }
+ svg { border: 1px solid #ccc; background: #fff; }
+</style></head>
+<body>
+<h1>Tessel</h1>
+<div class="muted" id="meta">loading...</div>
+<div id="errors" class="err"></div>
+<h2>Jobs</h2>
+<table id="jobs"><thead><tr><th>job</th><th>strategy</th><th>workers</th><th>shards</th>
+<th>parameters</th><th>step</th><th>steps/s</th><th>epoch</th><th>recoveries</th>
+<th>newest checkpoint</th><th>checkpoint age</th></tr></thead><tbody></tbody></table>
+<div id="plots"></div>
+<h2>Members</h2>
+<table id="members"><thead><tr><th>group</th><th>role</th><th>rank</th><th>address</th>
+<th>host</th></tr></thead><tbody></tbody></table>
+<script>
+function esc(s) { return String(s).replace(/[&<>"]/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c])); }
+function age(s) { if (s == null) return "-"; if (s < 120) return s.toFixed(1) + " s";
+  if (s < 7200) return (s / 60).toFixed(1) + " min"; return (s / 3600).toFixed(1) + " h"; }
+function plot(job) {
+  const pts = job.loss; const W = 570, H = 200, L = 60, B = 28;
+  if (pts.length < 2) return '<div class="muted">loss of ' + esc(job.name) +
+      ': no points yet (rank 0 reports them with Worker::ReportLoss)</div>';
+  const xs = pts.map(p => p[0]), ys = pts.map(p => p[1]);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+  const sx = s => L + (s - x0) / Math.max(1, x1 - x0) * (W - L - 10);
+  const sy = v => H - B - (v - y0) / Math.max(1e-12, y1 - y0) * (H - B - 10);
+  const line = pts.map(p => sx(p[0]).toFixed(1) + ',' + sy(p[1]).toFixed(1)).join(' ');
+  return '<div class="job"><b>' + esc(job.name) + '</b> loss by step (rank 0)<br>' +
+    '<svg class="loss" data-job="' + esc(job.name) + '" width="' + W + '" height="' + H + '">' +
+    '<line x1="' + L + '" y1="' + (H - B) + '" x2="' + (W - 10) + '" y2="' + (H - B) + '" stroke="#999"/>' +
+    '<line x1="' + L + '" y1="10" x2="' + L + '" y2="' + (H - B) + '" stroke="#999"/>' +
+    '<text x="' + L + '" y="' + (H - 8) + '" font-size="11">' + x0 + '</text>' +
+    '<text x="' + (W - 10) + '" y="' + (H - 8) + '" font-size="11" text-anchor="end">' + x1 + '</text>' +
+    '<text x="' + (L - 4) + '" y="' + (H - B) + '" font-size="11" text-anchor="end">' + y0.toPrecision(3) + '</text>' +
+    '<text x="' + (L - 4) + '" y="16" font-size="11" text-anchor="end">' + y1.toPrecision(3) + '</text>' +
+    '<polyline fill="none" stroke="#d62728" stroke-width="3" points="' + line + '"/></svg></div>';
+}
+async function refresh() {
+  try {
+    const r = await fetch('status.json', {cache: 'no-store'}); const s = await r.json();
+    document.getElementById('meta').textContent = 'registry ' + s.registry + ' \u00b7 ' + s.time +
+        ' \u00b7 ' + s.members.length + ' members, ' + s.jobs.length + ' jobs \u00b7 refreshes every 2 s';
+    document.getElementById('errors').innerHTML = s.errors.map(esc).join('<br>');
+    document.querySelector('#jobs tbody').innerHTML = s.jobs.map(j => '<tr><td>' + esc(j.name) +
+        '</td><td>' + esc(j.strategy) + '</td><td>' + j.workers + '/' + j.world_size + '</td><td>' +
+        j.shards + '/' + j.num_shards + '</td><td>' + j.num_params + '</td><td>' + j.step +
+        '</td><td>' + (j.steps_per_s == null ? '-' : j.steps_per_s.toFixed(1)) + '</td><td>' +
+        j.epoch + '</td><td>' + j.recoveries + '</td><td>' +
+        (j.checkpoint ? j.checkpoint.step : '-') + '</td><td>' +
+        age(j.checkpoint ? j.checkpoint.age_s : null) + '</td></tr>').join('');
+    document.getElementById('plots').innerHTML = s.jobs.map(plot).join('');
+    document.querySelector('#members tbody').innerHTML = s.members.map(m => '<tr><td>' +
+        esc(m.group) + '</td><td>' + m.role + '</td><td>' + m.rank + '</td><td>' +
+        esc(m.address || '-') + '</td><td>' + esc(m.host) + '</td></tr>').join('');
+  } catch (e) {
+    document.getElementById('errors').textContent = 'cannot read status.json: ' + e;
+  }
+}
+refresh(); setInterval(refresh, 2000);
+</script>
+</body></html>
+)HTML";
+}
+
+}  // namespace tessel
