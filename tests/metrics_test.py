@@ -10,7 +10,10 @@ by reason: tests/bad_input_test.)
 The Grafana dashboard (deploy/grafana/tessel.json): every query parses
 (`promtool check rules`) and names only metrics the scrapes carry.
 
-Usage: metrics_test.py REGISTRY SERVER TRAIN DASHBOARD
+tessel-launch --metrics_address serves its own (worker starts, failures,
+restarts) and its embedded registry's.
+
+Usage: metrics_test.py REGISTRY SERVER TRAIN DASHBOARD LAUNCH
 """
 import json
 import os
@@ -77,6 +80,36 @@ def promtool(text, what):
           "promtool check metrics: %s%s" % (what, (": " + problems[:400]) if problems else ""))
 
 
+def check_launcher(launch, d):
+    llog = os.path.join(d, "launch.log")
+    p = spawn([launch, "--nproc_per_node=2", "--servers=1", "--job=lm", "--max_restarts=1",
+               "--metrics_address=127.0.0.1:0", "--run_dir=" + os.path.join(d, "launch"), "--",
+               "/bin/sh", "-c", 'if [ "$TESSEL_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; '
+               'then exit 3; fi; sleep 3'], llog)
+    address = metrics_address(llog)
+    text = ""
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        text = scrape(address)[0]
+        s = parse(text)
+        if value(s, "tessel_launch_worker_starts_total") == 3:
+            break
+        time.sleep(0.1)
+    promtool(text, "tessel-launch")
+    s = parse(text)
+    check(value(s, "tessel_launch_worker_starts_total") == 3 and
+          value(s, "tessel_launch_worker_failures_total") == 1 and
+          value(s, "tessel_launch_restarts_total") == 1,
+          "tessel-launch: 3 starts, 1 failure, 1 restart (%s, %s, %s)" %
+          (value(s, "tessel_launch_worker_starts_total"),
+           value(s, "tessel_launch_worker_failures_total"),
+           value(s, "tessel_launch_restarts_total")))
+    check(value(s, "tessel_registry_members", role="server") == 1,
+          "tessel-launch: its embedded registry's metrics (1 server)")
+    p.wait(timeout=60)
+    check(p.returncode == 0, "tessel-launch ended 0 after the restart")
+
+
 def check_dashboard(path, scraped, d):
     dash = json.load(open(path))
     exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
@@ -100,7 +133,7 @@ def check_dashboard(path, scraped, d):
 
 
 def main():
-    registry, server, train, dashboard = sys.argv[1:5]
+    registry, server, train, dashboard, launch = sys.argv[1:6]
     if shutil.which("promtool") is None:
         check(False, "promtool on PATH (Debian's prometheus: scripts/install_deps.sh)")
         return 1
@@ -254,6 +287,7 @@ def main():
         for t in [text] + [scrape(a)[0] for a in servers] + [t for t in last if t]:
             names |= {k[0] for k in parse(t)}
         check_dashboard(dashboard, names, d)
+        check_launcher(launch, d)
         with open(os.path.join(d, "scrape-server0.txt"), "w") as f:
             f.write(scrape(servers[0])[0])
         log("--- a server's scrape (excerpt) ---")

@@ -19,6 +19,7 @@
 #include "core/cli.h"
 #include "core/flag_config.h"
 #include "core/log.h"
+#include "rpc/metrics_server.h"
 #include "testing/local_cluster.h"
 #include "tools/internal/launch.h"
 
@@ -187,6 +188,14 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
+  // --metrics_address: the launcher's own metrics (worker starts, failures,
+  // restarts) and its embedded registry's.
+  auto metrics_http = tessel::StartMetricsServerFromFlags();
+  if (!metrics_http.ok()) return UsageError(std::string(metrics_http.status().message()));
+  if (*metrics_http != nullptr) {
+    std::cerr << "tessel-launch: metrics at http://" << (*metrics_http)->address() << "/metrics\n";
+  }
+
   std::unique_ptr<tessel::LocalCluster> cluster;
   if (registry.empty()) {
     tessel::ClusterOptions copt;
@@ -201,6 +210,11 @@ int main(int argc, char** argv) {
     if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
       copt.server_args.push_back("--checkpoint_dir=" +
                                  Absolute(absl::GetFlag(FLAGS_checkpoint_dir)));
+    }
+    if (!absl::GetFlag(FLAGS_metrics_address).empty()) {
+      // The servers serve theirs on free ports of the same host (their logs say which).
+      const std::string a = absl::GetFlag(FLAGS_metrics_address);
+      copt.server_args.push_back("--metrics_address=" + a.substr(0, a.rfind(':')) + ":0");
     }
     options.ucx_tls = copt.ucx_tls;  // the workers talk to these servers as they do
     cluster = std::make_unique<tessel::LocalCluster>(copt);

@@ -207,6 +207,25 @@ WorkerSupervisor::WorkerSupervisor(LaunchOptions options, ProcessGroup* servers,
       workers_(options_.run_dir),
       current_(options_.nproc_per_node) {}
 
+LaunchFamilies& LaunchMetrics() {
+  static LaunchFamilies* f = [] {
+    metrics::Registry& r = metrics::Default();
+    auto* families = new LaunchFamilies{
+        r.AddCounter("tessel_launch_worker_starts_total",
+                     "worker processes started (first starts and restarts)", {}),
+        r.AddCounter("tessel_launch_worker_failures_total",
+                     "worker processes that exited non-zero or by a signal", {}),
+        r.AddCounter("tessel_launch_restarts_total", "restarts used of the --max_restarts budget",
+                     {}),
+    };
+    families->starts.GetCounter({});
+    families->failures.GetCounter({});
+    families->restarts.GetCounter({});
+    return families;
+  }();
+  return *f;
+}
+
 absl::Status WorkerSupervisor::StartRank(int local_rank, int restart_count) {
   const std::vector<std::string>& argv = options_.command;
   const int rank = GlobalRank(local_rank);
@@ -215,7 +234,10 @@ absl::Status WorkerSupervisor::StartRank(int local_rank, int restart_count) {
                                : absl::StrCat("worker", rank, ".restart", restart_count);
   absl::Status s = workers_.Start(name, argv, /*inherit_stdout=*/local_rank == 0,
                                   WorkerEnvironment(options_, local_rank, restart_count));
-  if (s.ok()) current_[local_rank] = name;
+  if (s.ok()) {
+    current_[local_rank] = name;
+    LaunchMetrics().starts.GetCounter({})->Add();
+  }
   return s;
 }
 
@@ -270,8 +292,10 @@ LaunchResult WorkerSupervisor::Run(const volatile std::sig_atomic_t* stop_signal
     const int rank = GlobalRank(local);
     const std::string log = workers_.LogPath(exit->name);
     const std::string tail = workers_.LogTail(exit->name, 15);
+    LaunchMetrics().failures.GetCounter({})->Add();
     if (restarts_used_ < options_.max_restarts) {
       ++restarts_used_;
+      LaunchMetrics().restarts.GetCounter({})->Add();
       *report_ << "tessel-launch: rank " << rank << " (" << exit->name << ") "
                << DescribeExit(*exit) << "; restarting it (restart " << restarts_used_ << " of "
                << options_.max_restarts << ", TESSEL_RESTART_COUNT=" << restarts_used_

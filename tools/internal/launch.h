@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/metrics.h"
 #include "testing/process.h"
 
 namespace tessel {
@@ -96,6 +97,15 @@ struct LaunchResult {
   int exit_code = 0;    // 0; a failed worker's ShellStatus; 128+signal; 124 (timeout); 1
   std::string message;  // what happened, for the user ("" on success)
 };
+
+// tessel-launch's metrics (its --metrics_address also serves the embedded
+// registry's): worker starts, failures and restarts.
+struct LaunchFamilies {
+  metrics::Family& starts;
+  metrics::Family& failures;
+  metrics::Family& restarts;
+};
+LaunchFamilies& LaunchMetrics();
 
 class WorkerSupervisor {
  public:
