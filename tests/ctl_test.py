@@ -11,7 +11,6 @@ Usage: ctl_test.py REGISTRY SERVER TRAIN TESSELCTL
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import time
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import check, cleanup, failures, log, spawn, start_registry  # noqa: E402
+from proc_util import check, finish, log, spawn, start_registry  # noqa: E402
 
 UCX = "--ucx_tls=posix,sysv,self"
 STEPS = 40
@@ -227,13 +226,8 @@ def main():
         check(lst.returncode == 0 and re.search(r"^%d " % STEPS, lst.stdout, re.M),
               "its checkpoints are kept")
     finally:
-        cleanup()
-        if not failures:
-            shutil.rmtree(d, ignore_errors=True)
-        else:
-            log("logs kept in " + d)
-    log("%d failed" % len(failures))
-    return 1 if failures else 0
+        status = finish(d)
+    return status
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import check, cleanup, failures, log, spawn  # noqa: E402
+from proc_util import check, finish, log, spawn  # noqa: E402
 
 UCX = "--ucx_tls=posix,sysv,self"
 STEPS = 120
@@ -295,13 +295,8 @@ def main():
             if "mlp" in line and ("_total" in line or "step" in line) and "bucket" not in line:
                 log("  " + line)
     finally:
-        cleanup()
-        if not failures:
-            shutil.rmtree(d, ignore_errors=True)
-        else:
-            log("logs kept in " + d)
-    log("%d failed" % len(failures))
-    return 1 if failures else 0
+        status = finish(d)
+    return status
 
 
 if __name__ == "__main__":

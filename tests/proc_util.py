@@ -5,6 +5,7 @@ left, and check() records failed checks in `failures`."""
 import base64
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -37,6 +38,19 @@ def cleanup():
         except subprocess.TimeoutExpired:
             pass
     procs.clear()
+
+
+def finish(work_dir):
+    """The end of a test driver: stops what spawn() started, removes
+    `work_dir` if every check passed (else says where its logs are), prints
+    the failure count and returns the exit status."""
+    cleanup()
+    if not failures:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    else:
+        log("logs kept in " + work_dir)
+    log("%d failed" % len(failures))
+    return 1 if failures else 0
 
 
 def check(cond, what):

@@ -21,7 +21,7 @@ import urllib.request
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import check, cleanup, failures, log, spawn  # noqa: E402
+from proc_util import check, finish, log, spawn  # noqa: E402
 
 UCX = "--ucx_tls=posix,sysv,self"
 STEPS = 800
@@ -166,13 +166,8 @@ def main():
                   "screenshot %dx%d holds the plot: %d pixels of its red line (%s)" %
                   (w, h, red, shot))
     finally:
-        cleanup()
-        if not failures:
-            shutil.rmtree(d, ignore_errors=True)
-        else:
-            log("kept " + d)
-    log("%d failed" % len(failures))
-    return 1 if failures else 0
+        status = finish(d)
+    return status
 
 
 if __name__ == "__main__":

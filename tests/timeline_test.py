@@ -11,13 +11,12 @@ Usage: timeline_test.py DEMO TIMELINE_TOOL
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import check, failures, log  # noqa: E402
+from proc_util import check, finish, log  # noqa: E402
 
 STEPS = 30
 RECORDED = 20  # the demo's --timeline_steps
@@ -109,12 +108,8 @@ def main():
         check(s.returncode == 0 and text.startswith("<svg") and "Step 10 of job demo" in text
               and text.count("<rect") > 4, "svg draws step 10")
     finally:
-        if not failures:
-            shutil.rmtree(d, ignore_errors=True)
-        else:
-            log("kept " + d)
-    log("%d failed" % len(failures))
-    return 1 if failures else 0
+        status = finish(d)
+    return status
 
 
 if __name__ == "__main__":
