@@ -336,6 +336,10 @@ extern "C" const char* __tsan_default_suppressions() {
          // gRPC's callback API hands its tag to a completion thread through
          // the uninstrumented completion queue.
          "race:grpc::internal::CallbackWithStatusTag::Run\n"
+         // Likewise a server interceptor (rpc/grpc_metrics.cc): gRPC reads it
+         // on the thread that runs the callback API's tag, and deletes it
+         // with the call's ServerContext on another, ordered by that queue.
+         "race:grpc::experimental::ServerRpcInfo::RunInterceptor\n"
          // gRPC reads the creation time of an error status (a Cord another
          // gRPC thread wrote) with absl::ParseTime, inside its own
          // uninstrumented hand-over; Tessel never calls ParseTime.
