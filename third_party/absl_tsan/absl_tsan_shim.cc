@@ -340,6 +340,12 @@ extern "C" const char* __tsan_default_suppressions() {
          // on the thread that runs the callback API's tag, and deletes it
          // with the call's ServerContext on another, ordered by that queue.
          "race:grpc::experimental::ServerRpcInfo::RunInterceptor\n"
+         // ... and the CallOpSet of a callback-API call (the default health
+         // service) that runs interceptors after its tag moves threads.
+         "race:grpc::internal::CallbackWithSuccessTag::Run\n"
+         // The interceptor's batch methods, built on one gRPC thread and
+         // handed to the interceptor on another through the same queue.
+         "race:grpc::internal::InterceptorBatchMethodsImpl\n"
          // gRPC reads the creation time of an error status (a Cord another
          // gRPC thread wrote) with absl::ParseTime, inside its own
          // uninstrumented hand-over; Tessel never calls ParseTime.
