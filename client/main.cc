@@ -148,14 +148,18 @@ size_t Distance(const std::string& a, const std::string& b) {
 // otherwise name it and suggest the nearest ones (CLI11 would say only "A
 // subcommand is required").
 int CheckCommand(CLI::App& app, int argc, char** argv) {
-  static const std::set<std::string> kTakesValue = {
-      "--registry", "--pool",     "-o",        "--output",  "--token_file",     "--timeout",
-      "--tls_ca",   "--tls_cert", "--tls_key", "--context", "--tls_server_name"};
+  // The global options that take a value (the word after them is not a command).
+  std::set<std::string> takes_value;
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_type_size() == 0) continue;  // a flag
+    for (const std::string& l : o->get_lnames()) takes_value.insert("--" + l);
+    for (const std::string& n : o->get_snames()) takes_value.insert("-" + n);
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--") break;
     if (!a.empty() && a[0] == '-') {
-      if (kTakesValue.count(a)) ++i;
+      if (takes_value.count(a)) ++i;
       continue;
     }
     std::vector<std::string> names, near;

@@ -60,8 +60,7 @@ void HandleHelp(int argc, char** argv) {
 }  // namespace
 
 void SetDefaultLogLevel(LogLevel level) {
-  static constexpr const char* kNames[] = {"debug", "info", "warning", "error"};
-  absl::SetFlag(&FLAGS_log_level, kNames[static_cast<int>(level)]);
+  absl::SetFlag(&FLAGS_log_level, std::string(LogLevelName(level)));
 }
 
 bool IsTesselFlagFile(const std::string& filename) {

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstring>
 #include <mutex>
 
 #include "absl/strings/ascii.h"
@@ -27,8 +26,7 @@ ProcessContext& Process() {
 
 std::atomic<int> min_level{static_cast<int>(LogLevel::kInfo)};
 std::atomic<int> log_format{static_cast<int>(LogFormat::kText)};
-std::atomic<int64_t> process_step{-1};
-std::atomic<bool> process_has_step{false};
+std::atomic<int64_t> process_step{-1};  // -1: none
 thread_local const ScopedLogContext* scoped_context = nullptr;
 
 constexpr char kLetters[] = {'D', 'I', 'W', 'E'};
@@ -49,6 +47,8 @@ bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= min_level.lo
 void SetLogFormat(LogFormat format) { log_format.store(static_cast<int>(format)); }
 
 LogFormat GetLogFormat() { return static_cast<LogFormat>(log_format.load()); }
+
+absl::string_view LogLevelName(LogLevel level) { return kNames[static_cast<int>(level)]; }
 
 absl::Status ParseLogLevel(absl::string_view text, LogLevel* level) {
   const std::string lower = absl::AsciiStrToLower(text);
@@ -83,14 +83,10 @@ void SetLogContext(const LogContext& context) {
   std::lock_guard<std::mutex> lock(p.mu);
   p.context = context;
   p.context.step.reset();  // kept in process_step, which SetLogStep changes without the lock
-  process_has_step.store(context.step.has_value());
   process_step.store(context.step.value_or(-1));
 }
 
-void SetLogStep(int64_t step) {
-  process_step.store(step);
-  process_has_step.store(true);
-}
+void SetLogStep(int64_t step) { process_step.store(step); }
 
 ScopedLogContext::ScopedLogContext(LogContext context)
     : context_(std::move(context)), outer_(scoped_context) {
@@ -117,7 +113,7 @@ std::string FormatLogLine(LogLevel level, absl::Time time, absl::string_view fil
     label = p.label;
     context = p.context;
   }
-  if (process_has_step.load()) context.step = process_step.load();
+  if (const int64_t step = process_step.load(); step >= 0) context.step = step;
   // Scopes override the process's fields; the innermost scope wins, field by field.
   bool job = false, rank = false, shard = false, step = false;
   for (const ScopedLogContext* s = scoped_context; s != nullptr; s = s->outer()) {

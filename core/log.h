@@ -43,6 +43,8 @@ bool LogEnabled(LogLevel level);
 void SetLogFormat(LogFormat format);
 LogFormat GetLogFormat();
 
+// "debug", "info", "warning", "error".
+absl::string_view LogLevelName(LogLevel level);
 // "debug", "info", "warning" (or "warn"), "error"; InvalidArgument otherwise.
 absl::Status ParseLogLevel(absl::string_view text, LogLevel* level);
 // "text" or "json"; InvalidArgument otherwise.
@@ -56,7 +58,8 @@ struct LogContext {
   std::optional<int64_t> step = std::nullopt;  // the training step in progress
 };
 
-// The process's context (replaces it; SetLogStep changes only the step).
+// The process's context (replaces it; SetLogStep changes only the step,
+// which is >= 0).
 void SetLogContext(const LogContext& context);
 void SetLogStep(int64_t step);
 

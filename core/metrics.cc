@@ -33,13 +33,17 @@ std::string FormatValue(double v) {
   return buffer;
 }
 
-std::string EscapeHelp(const std::string& help) {
+// The exposition format's escapes: backslash and newline everywhere, and
+// the double quote inside label values.
+std::string Escape(const std::string& text, bool quote) {
   std::string out;
-  for (char c : help) {
+  for (char c : text) {
     if (c == '\\') {
       out += "\\\\";
     } else if (c == '\n') {
       out += "\\n";
+    } else if (c == '"' && quote) {
+      out += "\\\"";
     } else {
       out += c;
     }
@@ -181,8 +185,8 @@ void Family::RemoveMatching(const std::string& label, const std::string& value) 
 void Family::Expose(std::string* out) {
   absl::MutexLock lock(&mu_);
   if (series_.empty()) return;  // promtool: a family needs a sample
-  absl::StrAppend(out, "# HELP ", name_, " ", EscapeHelp(help_), "\n# TYPE ", name_, " ",
-                  TypeName(type_), "\n");
+  absl::StrAppend(out, "# HELP ", name_, " ", Escape(help_, /*quote=*/false), "\n# TYPE ", name_,
+                  " ", TypeName(type_), "\n");
   auto labels = [&](const std::vector<std::string>& values, const std::string& extra) {
     std::vector<std::string> parts;
     for (size_t i = 0; i < values.size(); ++i) {
@@ -300,21 +304,7 @@ Registry& Default() {
   return *registry;
 }
 
-std::string EscapeLabelValue(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string EscapeLabelValue(const std::string& value) { return Escape(value, /*quote=*/true); }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -10,13 +10,8 @@
 #include "rpc/grpc_util.h"
 
 namespace tessel {
-namespace {
 
 using nlohmann::json;
-
-std::string StrategyWord(const std::string& s) { return s; }
-
-}  // namespace
 
 StatusPage::StatusPage(RegistryService* service, ClientCredentials credentials)
     : service_(service), credentials_(std::move(credentials)) {}
@@ -105,7 +100,7 @@ std::string StatusPage::Compute() {
   for (auto& [name, row] : jobs) {
     live.insert(name);
     json j = {{"name", name},
-              {"strategy", StrategyWord(row.first.strategy())},
+              {"strategy", row.first.strategy()},
               {"world_size", row.first.world_size()},
               {"workers", workers.count(name) ? workers[name] : 0},
               {"shards", row.shards},

@@ -126,7 +126,6 @@ absl::Status BucketExchange::Exchange(int64_t version) {
   const bool shuffle = ctx_->options.shuffle_seed != 0;
   if (shuffle) std::shuffle(todo.begin(), todo.end(), shuffle_rng_);
   const absl::Time start = absl::Now();
-  const int64_t start_us = Timeline::NowUs();
   SendPulls(version);
   for (const auto& [shard, bucket] : todo) {
     if (shuffle && shuffle_rng_() % 3 == 0) {
@@ -145,6 +144,7 @@ absl::Status BucketExchange::Exchange(int64_t version) {
   last_phases_.pull_ns = absl::ToInt64Nanoseconds(last - first);
   if (ctx_->timeline != nullptr) {
     const int64_t first_push = channel_->TakeFirstPushUs();
+    const int64_t start_us = absl::ToUnixMicros(start);
     const int64_t begin = first_push >= 0 ? std::min(first_push, start_us) : start_us;
     ctx_->timeline->Span("exchange", "exchange", begin, absl::ToUnixMicros(last),
                          {.job = ctx_->options.job, .step = version, .rank = ctx_->rank.load()});
