@@ -1,6 +1,7 @@
 #include "registry/registry_service.h"
 
 #include <map>
+#include <set>
 
 #include "core/log.h"
 #include "registry/memory/memory_registry.h"
@@ -13,11 +14,17 @@ RegistryService::RegistryService(std::unique_ptr<Registry> registry,
                                  std::optional<HealthCheckOptions> health, AuthOptions auth)
     : registry_(std::move(registry)), auth_(std::move(auth), "this registry") {
   expirer_ = std::thread([this] {
+    absl::Time next_prune = absl::Now();
     while (!stop_.load()) {
       int n = registry_->ExpireLeases();
       if (n > 0) {
         TESSEL_LOG(WARNING) << n << " lease(s) lapsed; members removed";
         RegistryMetrics().evictions.GetCounter({"lease_expired"})->Add(n);
+      }
+      // Workers that never said Leave (killed, evicted, lapsed in etcd).
+      if (n > 0 || absl::Now() >= next_prune) {
+        PruneLeases();
+        next_prune = absl::Now() + absl::Seconds(10);
       }
       absl::SleepFor(absl::Milliseconds(50));
     }
@@ -53,6 +60,17 @@ RegistryService::RegistryService(absl::Duration default_ttl, AuthOptions auth)
                       std::move(auth)) {}
 
 RegistryService::~RegistryService() { Stop(); }
+
+void RegistryService::PruneLeases() {
+  auto members = registry_->ListMembers();
+  if (!members.ok()) return;
+  std::set<int64_t> live;
+  for (const Registry::Leased& m : *members) live.insert(m.lease_id);
+  absl::MutexLock lock(&progress_mu_);
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    it = live.count(it->first) ? std::next(it) : leases_.erase(it);
+  }
+}
 
 std::map<std::string, std::vector<RegistryService::ProgressPoint>> RegistryService::Progress() {
   absl::MutexLock lock(&progress_mu_);

@@ -87,6 +87,8 @@ class RegistryService final : public v1::Registry::Service {
 
  private:
   void CollectMetrics();
+  // Drops leases_ entries of leases the registry no longer holds.
+  void PruneLeases();
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<HealthChecker> health_checker_;
   const Authorizer auth_;
