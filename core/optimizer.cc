@@ -35,53 +35,22 @@ using Kind = OptimizerParams::Kind;
   std::abort();
 }
 
-// Per-call scalars, derived from OptimizerParams and step exactly as torch's
-// Python code derives them (double arithmetic on the Python floats), then
-// rounded to float the way ATen converts a Scalar for a float tensor.
-struct SgdScalars {
-  float neg_lr;               // add_(d_p, alpha=-lr)
-  float weight_decay;         // d_p.add(param, alpha=weight_decay)
-  float momentum;             // buf.mul_(momentum); d_p.add(buf, alpha=momentum)
-  float one_minus_dampening;  // buf.add_(d_p, alpha=1 - dampening)
-};
+// torch keeps state['step'] as a float32 tensor and increments it by 1, so it
+// counts exactly up to 2^24 and then stays there (2^24 + 1 rounds back down).
+constexpr int64_t kTorchStepLimit = int64_t{1} << 24;
 
-struct AdamScalars {
-  float weight_decay;     // Adam: grad.add(param, alpha=weight_decay)
-  float decay;            // AdamW: param.mul_(1 - lr * weight_decay)
-  float beta1;            // exp_avg.mul_(beta1)
-  float one_minus_beta1;  // .add_(grad, alpha=1 - beta1)
-  float beta2;            // exp_avg_sq.mul_(beta2)
-  float one_minus_beta2;  // .addcmul_(grad, grad, value=1 - beta2)
-  float bc2_sqrt;         // exp_avg_sq.sqrt() / bias_correction2_sqrt
-  float eps;              // .add_(eps)
-  float neg_step_size;    // param.addcdiv_(exp_avg, denom, value=-step_size)
-};
-
-struct RmspropScalars {
-  float weight_decay;     // grad.add(param, alpha=weight_decay)
-  float alpha;            // square_avg.mul_(alpha); grad_avg.mul_(alpha)
-  float one_minus_alpha;  // .addcmul_(grad, grad, value=1 - alpha); .add_(grad, alpha=1 - alpha)
-  float eps;              // avg.add_(eps)
-  float momentum;         // buf.mul_(momentum)
-  float neg_lr;           // param.add_(buf, alpha=-lr) / param.addcdiv_(grad, avg, value=-lr)
-};
-
-struct AdagradScalars {
-  float weight_decay;  // grad.add(param, alpha=weight_decay)
-  float eps;           // std = state_sum.sqrt().add_(eps)
-  float neg_clr;       // param.addcdiv_(grad, std, value=-clr)
-};
-
-SgdScalars MakeSgdScalars(const OptimizerParams& p) {
-  SgdScalars s;
-  s.neg_lr = static_cast<float>(-static_cast<double>(p.lr));
-  s.weight_decay = p.weight_decay;
-  s.momentum = p.momentum;
-  s.one_minus_dampening = static_cast<float>(1.0 - static_cast<double>(p.dampening));
-  return s;
+// The per-kind parts of MakeOptimizerScalars: torch's Python arithmetic on
+// doubles, rounded to float once.
+void SetSgdScalars(const OptimizerParams& p, int64_t step, OptimizerScalars* s) {
+  s->has_momentum = p.momentum != 0;
+  s->momentum = p.momentum;
+  s->nesterov = p.nesterov;
+  s->first_step = step == 1;
+  s->neg_lr = static_cast<float>(-static_cast<double>(p.lr));
+  s->one_minus_dampening = static_cast<float>(1.0 - static_cast<double>(p.dampening));
 }
 
-AdamScalars MakeAdamScalars(const OptimizerParams& p, int64_t step) {
+void SetAdamScalars(const OptimizerParams& p, int64_t step, OptimizerScalars* s) {
   const double lr = p.lr;
   const double beta1 = p.beta1;
   const double beta2 = p.beta2;
@@ -90,49 +59,38 @@ AdamScalars MakeAdamScalars(const OptimizerParams& p, int64_t step) {
   const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
   const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
   const double step_size = lr / bias_correction1;
-  AdamScalars s;
-  s.weight_decay = p.weight_decay;
-  s.decay = static_cast<float>(1.0 - lr * static_cast<double>(p.weight_decay));
-  s.beta1 = p.beta1;
-  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-  s.beta2 = p.beta2;
-  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-  s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.eps = p.eps;
-  s.neg_step_size = static_cast<float>(-step_size);
-  return s;
+  s->decay = static_cast<float>(1.0 - lr * static_cast<double>(p.weight_decay));
+  s->beta1 = p.beta1;
+  s->one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  s->beta2 = p.beta2;
+  s->one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  s->bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s->eps = p.eps;
+  s->neg_step_size = static_cast<float>(-step_size);
 }
 
-RmspropScalars MakeRmspropScalars(const OptimizerParams& p) {
-  RmspropScalars s;
-  s.weight_decay = p.weight_decay;
-  s.alpha = p.alpha;
-  s.one_minus_alpha = static_cast<float>(1.0 - static_cast<double>(p.alpha));
-  s.eps = p.eps;
-  s.momentum = p.momentum;
-  s.neg_lr = static_cast<float>(-static_cast<double>(p.lr));
-  return s;
+void SetRmspropScalars(const OptimizerParams& p, OptimizerScalars* s) {
+  s->has_momentum = p.momentum > 0;
+  s->momentum = p.momentum;
+  s->centered = p.centered;
+  s->alpha = p.alpha;
+  s->one_minus_alpha = static_cast<float>(1.0 - static_cast<double>(p.alpha));
+  s->eps = p.eps;
+  s->neg_lr = static_cast<float>(-static_cast<double>(p.lr));
 }
 
-// torch keeps state['step'] as a float32 tensor and increments it by 1, so it
-// counts exactly up to 2^24 and then stays there (2^24 + 1 rounds back down).
-constexpr int64_t kTorchStepLimit = int64_t{1} << 24;
-
-AdagradScalars MakeAdagradScalars(const OptimizerParams& p, int64_t step) {
+void SetAdagradScalars(const OptimizerParams& p, int64_t step, OptimizerScalars* s) {
   // clr = lr / (1 + (step - 1) * lr_decay), step = state['step'].item().
   const double torch_step = static_cast<double>(std::min(step, kTorchStepLimit));
   const double clr =
       static_cast<double>(p.lr) / (1.0 + (torch_step - 1.0) * static_cast<double>(p.lr_decay));
-  AdagradScalars s;
-  s.weight_decay = p.weight_decay;
-  s.eps = p.eps;
-  s.neg_clr = static_cast<float>(-clr);
-  return s;
+  s->eps = p.eps;
+  s->neg_clr = static_cast<float>(-clr);
 }
 
 // SGD without momentum: param += -lr * (grad [+ wd * param]).
 template <bool kWeightDecay>
-TESSEL_VECTOR_CLONES void SgdKernel(SgdScalars s, float* __restrict param,
+TESSEL_VECTOR_CLONES void SgdKernel(const OptimizerScalars& s, float* __restrict param,
                                     const float* __restrict grad, size_t n) {
   const float neg_lr = s.neg_lr;
   const float wd = s.weight_decay;
@@ -146,7 +104,7 @@ TESSEL_VECTOR_CLONES void SgdKernel(SgdScalars s, float* __restrict param,
 // SGD with momentum. kFirst: torch's momentum buffer is None, so it becomes a
 // clone of d_p (no momentum, no dampening applied).
 template <bool kWeightDecay, bool kNesterov, bool kFirst>
-TESSEL_VECTOR_CLONES void SgdMomentumKernel(SgdScalars s, float* __restrict param,
+TESSEL_VECTOR_CLONES void SgdMomentumKernel(const OptimizerScalars& s, float* __restrict param,
                                             const float* __restrict grad, float* __restrict buf,
                                             size_t n) {
   const float neg_lr = s.neg_lr;
@@ -176,7 +134,7 @@ TESSEL_VECTOR_CLONES void SgdMomentumKernel(SgdScalars s, float* __restrict para
 // Adam (kDecoupled = false, L2 term in the gradient when kWeightDecay) and
 // AdamW (kDecoupled = true: param *= 1 - lr * wd first, no L2 term).
 template <bool kDecoupled, bool kWeightDecay>
-TESSEL_VECTOR_CLONES void AdamKernel(AdamScalars s, float* __restrict param,
+TESSEL_VECTOR_CLONES void AdamKernel(const OptimizerScalars& s, float* __restrict param,
                                      const float* __restrict grad, float* __restrict exp_avg,
                                      float* __restrict exp_avg_sq, size_t n) {
   const float wd = s.weight_decay;
@@ -215,7 +173,7 @@ TESSEL_VECTOR_CLONES void AdamKernel(AdamScalars s, float* __restrict param,
 //   param.addcdiv_(grad, avg, value=-lr)                      otherwise
 // `buf` and `grad_avg` are not touched (and may be null) when not used.
 template <bool kWeightDecay, bool kCentered, bool kMomentum>
-TESSEL_VECTOR_CLONES void RmspropKernel(RmspropScalars s, float* __restrict param,
+TESSEL_VECTOR_CLONES void RmspropKernel(const OptimizerScalars& s, float* __restrict param,
                                         const float* __restrict grad, float* __restrict square_avg,
                                         float* __restrict buf, float* __restrict grad_avg,
                                         size_t n) {
@@ -259,7 +217,7 @@ TESSEL_VECTOR_CLONES void RmspropKernel(RmspropScalars s, float* __restrict para
 //   std = state_sum.sqrt().add_(eps)
 //   param.addcdiv_(grad, std, value=-clr)
 template <bool kWeightDecay>
-TESSEL_VECTOR_CLONES void AdagradKernel(AdagradScalars s, float* __restrict param,
+TESSEL_VECTOR_CLONES void AdagradKernel(const OptimizerScalars& s, float* __restrict param,
                                         const float* __restrict grad, float* __restrict sum,
                                         size_t n) {
   const float wd = s.weight_decay;
@@ -311,38 +269,16 @@ void ReduceMeanBlock(const float* const* srcs, int w, size_t off, size_t len, fl
 // block of ReduceAndApply so both run the very same code.
 class Update {
  public:
-  Update(const OptimizerParams& p, int64_t step) : kind_(p.kind), grad_scale_(p.grad_scale) {
-    if (step < 1) Fatal("ApplyUpdate: step must be >= 1 (torch's state['step'] after increment)");
-    weight_decay_ = p.weight_decay != 0;
-    switch (kind_) {
-      case Kind::kSgd:
-        sgd_ = MakeSgdScalars(p);
-        momentum_ = p.momentum != 0;
-        nesterov_ = p.nesterov;
-        first_ = step == 1;
-        break;
-      case Kind::kAdam:
-      case Kind::kAdamW:
-        adam_ = MakeAdamScalars(p, step);
-        break;
-      case Kind::kRmsprop:
-        rmsprop_ = MakeRmspropScalars(p);
-        momentum_ = p.momentum > 0;
-        centered_ = p.centered;
-        break;
-      case Kind::kAdagrad:
-        adagrad_ = MakeAdagradScalars(p, step);
-        break;
-    }
-  }
+  Update(const OptimizerParams& p, int64_t step)
+      : kind_(p.kind), s_(MakeOptimizerScalars(p, step)) {}
 
   // Updates params[0, n) from grad[0, n); state slots start at `off`.
   void Run(float* params, const float* grad, float* const* state, size_t off, size_t n) const {
-    if (grad_scale_ != 1.0f) {  // loss scaling: grad * grad_scale, a block at a time
+    if (s_.scale_grad) {  // loss scaling: grad * grad_scale, a block at a time
       alignas(64) float scaled[kScaleBlock];
       for (size_t done = 0; done < n; done += kScaleBlock) {
         const size_t len = std::min(kScaleBlock, n - done);
-        for (size_t i = 0; i < len; ++i) scaled[i] = grad[done + i] * grad_scale_;
+        for (size_t i = 0; i < len; ++i) scaled[i] = grad[done + i] * s_.grad_scale;
         RunScaled(params + done, scaled, state, off + done, len);
       }
       return;
@@ -357,32 +293,32 @@ class Update {
                  size_t n) const {
     switch (kind_) {
       case Kind::kSgd:
-        if (momentum_) {
+        if (s_.has_momentum) {
           RunSgdMomentum(params, grad, state[0] + off, n);
-        } else if (weight_decay_) {
-          SgdKernel<true>(sgd_, params, grad, n);
+        } else if (s_.has_weight_decay) {
+          SgdKernel<true>(s_, params, grad, n);
         } else {
-          SgdKernel<false>(sgd_, params, grad, n);
+          SgdKernel<false>(s_, params, grad, n);
         }
         return;
       case Kind::kAdam:
-        if (weight_decay_) {
-          AdamKernel<false, true>(adam_, params, grad, state[0] + off, state[1] + off, n);
+        if (s_.has_weight_decay) {
+          AdamKernel<false, true>(s_, params, grad, state[0] + off, state[1] + off, n);
         } else {
-          AdamKernel<false, false>(adam_, params, grad, state[0] + off, state[1] + off, n);
+          AdamKernel<false, false>(s_, params, grad, state[0] + off, state[1] + off, n);
         }
         return;
       case Kind::kAdamW:
-        AdamKernel<true, false>(adam_, params, grad, state[0] + off, state[1] + off, n);
+        AdamKernel<true, false>(s_, params, grad, state[0] + off, state[1] + off, n);
         return;
       case Kind::kRmsprop:
         RunRmsprop(params, grad, state, off, n);
         return;
       case Kind::kAdagrad:
-        if (weight_decay_) {
-          AdagradKernel<true>(adagrad_, params, grad, state[0] + off, n);
+        if (s_.has_weight_decay) {
+          AdagradKernel<true>(s_, params, grad, state[0] + off, n);
         } else {
-          AdagradKernel<false>(adagrad_, params, grad, state[0] + off, n);
+          AdagradKernel<false>(s_, params, grad, state[0] + off, n);
         }
         return;
     }
@@ -391,19 +327,19 @@ class Update {
 
   template <bool kWeightDecay, bool kNesterov>
   void RunSgdMomentumWith(float* params, const float* grad, float* buf, size_t n) const {
-    if (first_) {
-      SgdMomentumKernel<kWeightDecay, kNesterov, true>(sgd_, params, grad, buf, n);
+    if (s_.first_step) {
+      SgdMomentumKernel<kWeightDecay, kNesterov, true>(s_, params, grad, buf, n);
     } else {
-      SgdMomentumKernel<kWeightDecay, kNesterov, false>(sgd_, params, grad, buf, n);
+      SgdMomentumKernel<kWeightDecay, kNesterov, false>(s_, params, grad, buf, n);
     }
   }
 
   void RunSgdMomentum(float* params, const float* grad, float* buf, size_t n) const {
-    if (weight_decay_ && nesterov_) {
+    if (s_.has_weight_decay && s_.nesterov) {
       RunSgdMomentumWith<true, true>(params, grad, buf, n);
-    } else if (weight_decay_) {
+    } else if (s_.has_weight_decay) {
       RunSgdMomentumWith<true, false>(params, grad, buf, n);
-    } else if (nesterov_) {
+    } else if (s_.nesterov) {
       RunSgdMomentumWith<false, true>(params, grad, buf, n);
     } else {
       RunSgdMomentumWith<false, false>(params, grad, buf, n);
@@ -415,24 +351,24 @@ class Update {
                       size_t n) const {
     // Slots: square_avg, momentum_buffer (if momentum), grad_avg (if centered).
     float* square_avg = state[0] + off;
-    if (momentum_) {
+    if (s_.has_momentum) {
       float* grad_avg = kCentered ? state[2] + off : nullptr;
-      RmspropKernel<kWeightDecay, kCentered, true>(rmsprop_, params, grad, square_avg,
-                                                   state[1] + off, grad_avg, n);
+      RmspropKernel<kWeightDecay, kCentered, true>(s_, params, grad, square_avg, state[1] + off,
+                                                   grad_avg, n);
     } else {
       float* grad_avg = kCentered ? state[1] + off : nullptr;
-      RmspropKernel<kWeightDecay, kCentered, false>(rmsprop_, params, grad, square_avg, nullptr,
-                                                    grad_avg, n);
+      RmspropKernel<kWeightDecay, kCentered, false>(s_, params, grad, square_avg, nullptr, grad_avg,
+                                                    n);
     }
   }
 
   void RunRmsprop(float* params, const float* grad, float* const* state, size_t off,
                   size_t n) const {
-    if (weight_decay_ && centered_) {
+    if (s_.has_weight_decay && s_.centered) {
       RunRmspropWith<true, true>(params, grad, state, off, n);
-    } else if (weight_decay_) {
+    } else if (s_.has_weight_decay) {
       RunRmspropWith<true, false>(params, grad, state, off, n);
-    } else if (centered_) {
+    } else if (s_.centered) {
       RunRmspropWith<false, true>(params, grad, state, off, n);
     } else {
       RunRmspropWith<false, false>(params, grad, state, off, n);
@@ -440,16 +376,7 @@ class Update {
   }
 
   Kind kind_;
-  float grad_scale_ = 1.0f;
-  bool weight_decay_ = false;
-  bool momentum_ = false;  // SGD: momentum != 0; RMSprop: momentum > 0
-  bool nesterov_ = false;
-  bool first_ = false;
-  bool centered_ = false;
-  SgdScalars sgd_{};
-  AdamScalars adam_{};
-  RmspropScalars rmsprop_{};
-  AdagradScalars adagrad_{};
+  OptimizerScalars s_;
 };
 
 absl::Status Invalid(const OptimizerParams& p, const char* field, double value,
@@ -643,6 +570,31 @@ void InitState(const OptimizerParams& p, float* const* state, size_t n) {
     const float value = p.kind == Kind::kAdagrad ? p.initial_accumulator_value : 0.0f;
     std::fill_n(state[k], n, value);
   }
+}
+
+OptimizerScalars MakeOptimizerScalars(const OptimizerParams& p, int64_t step) {
+  if (step < 1) Fatal("ApplyUpdate: step must be >= 1 (torch's state['step'] after increment)");
+  OptimizerScalars s;
+  s.scale_grad = p.grad_scale != 1.0f;
+  s.grad_scale = p.grad_scale;
+  s.has_weight_decay = p.weight_decay != 0;
+  s.weight_decay = p.weight_decay;
+  switch (p.kind) {
+    case Kind::kSgd:
+      SetSgdScalars(p, step, &s);
+      break;
+    case Kind::kAdam:
+    case Kind::kAdamW:
+      SetAdamScalars(p, step, &s);
+      break;
+    case Kind::kRmsprop:
+      SetRmspropScalars(p, &s);
+      break;
+    case Kind::kAdagrad:
+      SetAdagradScalars(p, step, &s);
+      break;
+  }
+  return s;
 }
 
 void ApplyUpdate(const OptimizerParams& p, int64_t step, float* params, const float* grad,

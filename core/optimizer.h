@@ -146,6 +146,54 @@ void InitState(const OptimizerParams& p, float* const* state, size_t n);
 void ApplyUpdate(const OptimizerParams& p, int64_t step, float* params, const float* grad,
                  float* const* state, size_t n);
 
+// What one ApplyUpdate call computes with: which terms apply, and the float
+// scalars, derived from OptimizerParams and step exactly as torch's Python
+// code derives them (double arithmetic on the Python floats), then rounded to
+// float once, the way ATen converts a Scalar for a float tensor. ApplyUpdate
+// and ReduceAndApply run on it; other implementations of the same
+// per-element arithmetic (the CUDA kernels, gpu/kernels.cu) take their values
+// from it so that they cannot drift apart. Fields the kind does not use stay
+// 0 / false. The comments give the torch expression each value enters.
+struct OptimizerScalars {
+  // Every kind: g = grad * grad_scale first when scale_grad (grad_scale != 1).
+  bool scale_grad = false;
+  float grad_scale = 1.0f;
+  // SGD, Adam, RMSprop, Adagrad: weight_decay != 0, the L2 term
+  // grad.add(param, alpha=weight_decay). AdamW never adds it (see decay).
+  bool has_weight_decay = false;
+  float weight_decay = 0;
+  // SGD: momentum != 0; RMSprop: momentum > 0 (a momentum buffer is used).
+  bool has_momentum = false;
+  float momentum = 0;  // buf.mul_(momentum); SGD nesterov: d_p.add(buf, alpha=momentum)
+  // SGD and RMSprop: param.add_(d_p, alpha=-lr) / param.addcdiv_(g, avg, value=-lr).
+  float neg_lr = 0;
+  // SGD.
+  bool nesterov = false;
+  bool first_step = false;        // step == 1: the momentum buffer becomes a copy of d_p
+  float one_minus_dampening = 0;  // buf.add_(d_p, alpha=1 - dampening)
+  // Adam and AdamW.
+  float decay = 0;            // AdamW: param.mul_(1 - lr * weight_decay)
+  float beta1 = 0;            // exp_avg.mul_(beta1)
+  float one_minus_beta1 = 0;  // .add_(grad, alpha=1 - beta1)
+  float beta2 = 0;            // exp_avg_sq.mul_(beta2)
+  float one_minus_beta2 = 0;  // .addcmul_(grad, grad, value=1 - beta2)
+  float bc2_sqrt = 0;         // exp_avg_sq.sqrt() / bias_correction2_sqrt
+  float neg_step_size = 0;    // param.addcdiv_(exp_avg, denom, value=-step_size)
+  // Adam, AdamW, RMSprop and Adagrad: denom.add_(eps).
+  float eps = 0;
+  // RMSprop.
+  bool centered = false;
+  float alpha = 0;  // square_avg.mul_(alpha); grad_avg.mul_(alpha)
+  float one_minus_alpha =
+      0;  // .addcmul_(grad, grad, value=1 - alpha); .add_(grad, alpha=1 - alpha)
+  // Adagrad: param.addcdiv_(grad, std, value=-clr), clr = lr / (1 + (step - 1) * lr_decay).
+  float neg_clr = 0;
+};
+
+// The OptimizerScalars of ApplyUpdate(p, step, ...). Aborts on step < 1, as
+// ApplyUpdate does.
+OptimizerScalars MakeOptimizerScalars(const OptimizerParams& p, int64_t step);
+
 // out[i] = (srcs[0][i] + srcs[1][i] + ... + srcs[w-1][i]) / w, summed left to
 // right in float and divided (not multiplied by 1/w). w >= 1. `out` may be
 // exactly one of the sources (in-place reduction) but must not partially

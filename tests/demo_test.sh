@@ -37,6 +37,23 @@ for mp in "fsdp fp16" "ddp bf16"; do
   grep -q "max relative difference vs single process: 0 " "$tmp/run1-$1.txt" || fail "$1 $2 differs from the mixed-precision reference"
 done
 
+# --device: the device code path (DeviceMlp, DeviceStaging, per-unit copies)
+# on the host device is the CPU's bit for bit; --device=cuda without a GPU
+# says why and trains on the CPU.
+for dv in "zero2 fp32" "fsdp fp32" "ddp bf16"; do
+  set -- $dv
+  "$demo" --steps=20 --device=host --strategy=$1 --precision=$2 > "$tmp/run1-dev-$1.txt" 2>&1 || { cat "$tmp/run1-dev-$1.txt"; fail "--device=host $1 $2 demo exited $?"; }
+  grep -q "ms/step  (host)" "$tmp/run1-dev-$1.txt" || { cat "$tmp/run1-dev-$1.txt"; fail "--device=host $1 did not compute on the host device"; }
+  grep -q "max relative difference vs single process: 0 " "$tmp/run1-dev-$1.txt" || fail "--device=host $1 $2 differs from the reference"
+done
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  "$demo" --steps=10 --device=cuda > "$tmp/run1-cuda.txt" 2>&1 || { cat "$tmp/run1-cuda.txt"; fail "--device=cuda without a GPU exited $?"; }
+  grep -q "device=cuda: .*; computing on the CPU" "$tmp/run1-cuda.txt" || { cat "$tmp/run1-cuda.txt"; fail "--device=cuda without a GPU did not say why"; }
+  grep -q "max relative difference vs single process: 0 " "$tmp/run1-cuda.txt" || fail "--device=cuda fallback differs from the reference"
+fi
+"$demo" --steps=10 --device=tpu > "$tmp/run1-tpu.txt" 2>&1 && fail "--device=tpu accepted"
+grep -q "device must be cpu, cuda or host" "$tmp/run1-tpu.txt" || { cat "$tmp/run1-tpu.txt"; fail "--device=tpu: no clear error"; }
+
 echo "== 2. a shard server dies"
 "$demo" --steps=1000000 --workers=2 --servers=2 --skip_reference --log_every=20 > "$tmp/run2.txt" 2>&1 &
 pid=$!

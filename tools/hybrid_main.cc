@@ -326,6 +326,12 @@ int RunWorker() {
   // Configuration first: nothing is started for a job that cannot run.
   auto mlp = tessel::MlpJobFromFlags();
   if (!mlp.ok()) return Fail(mlp.status(), 2);
+  if (mlp->device != "cpu") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    "--device=", mlp->device,
+                    ": hybrid (tensor/pipeline-parallel) jobs compute on the CPU only")),
+                2);
+  }
   if (replay) {
     if (absl::GetFlag(FLAGS_init).empty()) {
       return Fail(absl::InvalidArgumentError("replay mode (--grads) needs --init=INIT.npy"), 2);
@@ -429,6 +435,12 @@ int RunLocal() {
   const bool replay = ReplayMode();
   auto mlp = tessel::MlpJobFromFlags();
   if (!mlp.ok()) return Fail(mlp.status(), 2);
+  if (mlp->device != "cpu") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    "--device=", mlp->device,
+                    ": hybrid (tensor/pipeline-parallel) jobs compute on the CPU only")),
+                2);
+  }
   if (replay) mlp->batch = config.micro_batches;  // replay has no batch
   auto split = tessel::ValidateHybrid(config, config.world(), *mlp);
   if (!split.ok()) return Fail(split.status(), 2);

@@ -21,7 +21,10 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
+#include "gpu/device.h"
+#include "model/device_mlp.h"
 #include "tools/internal/mlp_job.h"
+#include "worker/device_staging.h"
 #include "worker/train_flags.h"
 #include "worker/unit_step.h"
 #include "worker/worker.h"
@@ -145,8 +148,14 @@ absl::StatusOr<tessel::WorkerOptions> OptionsFromFlags() {
   o->shuffle_seed = tessel::ShuffleSeedFor(o->rank);
   // fsdp gathers per unit; zero2 keeps gradients per unit and frees each
   // unit's as soon as it is pushed. One unit per MLP layer (replay: four).
+  // On a device, zero2 keeps full buffers: DeviceStaging overlaps their
+  // copies with backward (worker/device_staging.h).
+  auto mlp_config = tessel::MlpJobFromFlags();
+  const bool on_device =
+      mlp_config.ok() && mlp_config->device != "cpu" && absl::GetFlag(FLAGS_grads).empty();
   if (o->strategy == tessel::Strategy::kFsdp ||
-      (o->strategy == tessel::Strategy::kZero2 && absl::GetFlag(FLAGS_micro_batches) == 1)) {
+      (o->strategy == tessel::Strategy::kZero2 && absl::GetFlag(FLAGS_micro_batches) == 1 &&
+       !on_device)) {
     if (!absl::GetFlag(FLAGS_grads).empty()) {
       o->fsdp_units = {0, 1, 2, 3};  // replay: the flat vector in four tensors
     } else if (auto config = tessel::MlpJobFromFlags(); config.ok()) {
@@ -275,6 +284,181 @@ class MlpUnits : public tessel::UnitModel {
   tessel::model::Dataset batch_;  // before stepper_, which points into it
   tessel::model::MlpStepper stepper_;
 };
+
+// The MLP on a device as the per-unit recipe (worker/unit_step.h) sees it:
+// each call gets host pointers valid only until it returns (the unit is
+// released, the gradients pushed right after), so each call copies them on
+// the compute stream and waits for its copies before returning.
+class DeviceMlpUnits : public tessel::UnitModel {
+ public:
+  DeviceMlpUnits(tessel::model::DeviceMlp* mlp, tessel::gpu::Device* device, float* layer_params,
+                 float* layer_grads)
+      : mlp_(mlp), device_(device), params_(layer_params), grads_(layer_grads) {}
+  absl::Status SetBatch(const tessel::model::Dataset& batch) {
+    return mlp_->SetBatch(batch.x.data(), batch.y.data());
+  }
+  void Forward(int unit, const float* params) override {
+    Upload(unit, params);
+    mlp_->Forward(unit, params_);
+    Sync();  // `params` is released when this returns
+  }
+  float Loss() override {
+    auto loss = mlp_->Loss();
+    if (!loss.ok()) {
+      Note(loss.status());
+      return std::numeric_limits<float>::quiet_NaN();
+    }
+    return *loss;
+  }
+  void Backward(int unit, const float* params, float* grads) override {
+    Upload(unit, params);
+    mlp_->Backward(unit, params_, grads_);
+    device_->CopyToHost(tessel::gpu::Stream::kCompute, grads, grads_, Bytes(unit));
+    Sync();  // `grads` is pushed when this returns
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  size_t Bytes(int unit) const { return mlp_->model().LayerRange(unit).second * sizeof(float); }
+  void Upload(int unit, const float* params) {
+    device_->CopyToDevice(tessel::gpu::Stream::kCompute, params_, params, Bytes(unit));
+  }
+  void Sync() { Note(device_->SynchronizeStream(tessel::gpu::Stream::kCompute)); }
+  void Note(const absl::Status& s) {
+    if (status_.ok() && !s.ok()) status_ = s;
+  }
+
+  tessel::model::DeviceMlp* mlp_;
+  tessel::gpu::Device* device_;
+  float* params_;
+  float* grads_;
+  absl::Status status_;
+};
+
+// --device: the step on the device. Full-buffer strategies (ddp, zero1,
+// zero2) through DeviceStaging: each layer's gradients leave the device as
+// backward produces them and the parameters come back layer by layer ahead
+// of the next forward. fsdp through the per-unit recipe with DeviceMlpUnits.
+// The loss is what the device computed; everything else as TrainMlp.
+int TrainMlpOnDevice(tessel::Worker* worker, int steps, tessel::gpu::Device* device) {
+  auto config = tessel::MlpJobFromFlags();
+  if (!config.ok()) return Fail(config.status());
+  if (absl::GetFlag(FLAGS_micro_batches) > 1) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--device=", config->device,
+                     " computes one batch per step; --micro_batches > 1 runs on "
+                     "the CPU (--device=cpu)")));
+  }
+  tessel::MlpJob job(*config);
+  const tessel::model::Mlp& model = job.model();
+  std::vector<float> init(model.num_params());
+  job.Init(init.data());
+  absl::Status s = worker->RegisterLayout(job.Tensors(), init);
+  if (!s.ok()) return Fail(s);
+  auto mlp = tessel::model::DeviceMlp::Create(model, device, config->batch);
+  if (!mlp.ok()) return Fail(mlp.status());
+  std::vector<tessel::Range> layers;
+  size_t widest = 0;
+  for (int l = 0; l < model.num_layers(); ++l) {
+    auto [offset, count] = model.LayerRange(l);
+    layers.push_back({static_cast<int64_t>(offset), static_cast<int64_t>(offset + count)});
+    widest = std::max(widest, count);
+  }
+  const bool units = !worker->options().fsdp_units.empty();
+  std::unique_ptr<tessel::DeviceStaging> staging;
+  tessel::gpu::DeviceBuffer<float> unit_params, unit_grads;
+  if (units) {
+    auto p = tessel::gpu::DeviceBuffer<float>::Create(device, widest);
+    auto g = tessel::gpu::DeviceBuffer<float>::Create(device, widest);
+    if (!p.ok()) return Fail(p.status());
+    if (!g.ok()) return Fail(g.status());
+    unit_params = std::move(*p);
+    unit_grads = std::move(*g);
+  } else {
+    auto st = tessel::DeviceStaging::Create(worker, device, layers);
+    if (!st.ok()) return Fail(st.status());
+    staging = std::move(*st);
+  }
+  int rank = worker->options().rank;
+  int world = worker->options().world_size;
+  const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
+  absl::Time window_start = absl::Now();
+  double loss_sum = 0;
+  int window = 0;
+  Preemption preemption;
+  LossLog loss_log(worker->registry_rank());
+  for (int64_t k = worker->step(); k < steps; ++k) {
+    tessel::SetLogStep(k);
+    const tessel::model::Dataset batch = job.Batch(k, rank, world);
+    absl::StatusOr<float> loss;
+    float computed = std::numeric_limits<float>::quiet_NaN();
+    if (units) {
+      DeviceMlpUnits unit_model(mlp->get(), device, unit_params.data(), unit_grads.data());
+      absl::Status step = unit_model.SetBatch(batch);
+      if (step.ok()) step = tessel::UnitStep(*worker, unit_model, &computed);
+      if (step.ok()) step = unit_model.status();
+      loss = step.ok() ? absl::StatusOr<float>(computed) : step;
+    } else {
+      absl::Status step = (*mlp)->SetBatch(batch.x.data(), batch.y.data());
+      if (!step.ok()) return Fail(step);
+      for (int l = 0; l < model.num_layers(); ++l) {
+        staging->WaitParams(tessel::gpu::Stream::kCompute, l);
+        (*mlp)->Forward(l, staging->params() + layers[l].begin);
+      }
+      for (int l = model.num_layers(); l-- > 0;) {
+        (*mlp)->Backward(l, staging->params() + layers[l].begin,
+                         staging->grads() + layers[l].begin);
+        staging->GradientsEnqueued(layers[l]);
+      }
+      step = staging->Step();
+      auto l = (*mlp)->Loss();
+      if (!l.ok()) return Fail(l.status());
+      computed = *l;
+      loss = step.ok() ? absl::StatusOr<float>(computed) : step;
+    }
+    if (!loss.ok() && tessel::Worker::IsRecoverable(loss.status())) {
+      if (int rc = preemption.AfterFailedStep(worker); rc >= 0) return rc;
+      const int64_t next = RecoverOrFail(worker, loss.status());
+      if (next < 0) return 1;
+      if (staging) {
+        if (absl::Status r = staging->Reload(); !r.ok()) return Fail(r);
+      }
+      if (next == k + 1 && !std::isnan(computed)) loss_log.Add(k, computed);
+      k = next - 1;
+      rank = worker->options().rank;
+      world = worker->options().world_size;
+      loss_sum = 0;
+      window = 0;
+      window_start = absl::Now();
+      continue;
+    }
+    if (!loss.ok()) return Fail(loss.status());
+    loss_log.Add(k, *loss);
+    worker->ReportLoss(*loss);
+    if (int rc = preemption.AfterStep(worker); rc >= 0) return rc;
+    loss_sum += *loss;
+    ++window;
+    if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
+      const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
+      std::printf("step %5lld/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step  (%s)\n",
+                  static_cast<long long>(k + 1), steps, loss_sum / window, window / secs,
+                  window * world * config->batch / secs, 1e3 * secs / window,
+                  std::string(device->kind()).c_str());
+      std::fflush(stdout);
+      window_start = absl::Now();
+      loss_sum = 0;
+      window = 0;
+    }
+  }
+  staging.reset();  // unpins the worker's buffers before GatherAll may move them
+  if (rank == 0) {
+    auto params = worker->GatherAll();
+    if (!params.ok()) return Fail(params.status());
+    std::printf("worker 0: test accuracy %.2f%%\n", 100.0 * job.TestAccuracy(params->data()));
+    std::fflush(stdout);
+  }
+  return 0;
+}
 
 int TrainMlp(tessel::Worker* worker, int steps) {
   auto config = tessel::MlpJobFromFlags();
@@ -438,7 +622,35 @@ int main(int argc, char** argv) {
   if (!worker.ok()) return Fail(worker.status());
 
   const bool replay = !absl::GetFlag(FLAGS_grads).empty();
-  int rc = replay ? Replay(worker->get(), steps) : TrainMlp(worker->get(), steps);
+  // --device: cuda without a usable GPU (no driver, no device, no cuBLAS)
+  // says why and computes on the CPU; host is the device path on the CPU.
+  std::unique_ptr<tessel::gpu::Device> device;
+  if (auto config = tessel::MlpJobFromFlags(); !replay && config.ok() && config->device != "cpu") {
+    auto d = tessel::gpu::OpenDevice(config->device);
+    if (d.ok()) {
+      device = std::move(*d);
+      // stdout too (rank 0): launchers show workers' stdout, not their logs.
+      if ((*worker)->options().rank == 0) {
+        std::printf("worker 0: computing on %s\n", device->description().c_str());
+        std::fflush(stdout);
+      }
+      std::cerr << "tessel-train: rank " << (*worker)->options().rank << " computes on "
+                << device->description() << "\n";
+    } else if (d.status().code() == absl::StatusCode::kFailedPrecondition) {
+      if ((*worker)->options().rank == 0) {
+        std::printf("worker 0: --device=%s: %s; computing on the CPU\n", config->device.c_str(),
+                    std::string(d.status().message()).c_str());
+        std::fflush(stdout);
+      }
+      std::cerr << "tessel-train: --device=" << config->device << ": " << d.status().message()
+                << "; computing on the CPU\n";
+    } else {
+      return Fail(d.status());
+    }
+  }
+  int rc = replay   ? Replay(worker->get(), steps)
+           : device ? TrainMlpOnDevice(worker->get(), steps, device.get())
+                    : TrainMlp(worker->get(), steps);
   if (rc != 0) return rc;
   if ((*worker)->options().rank == 0 && !absl::GetFlag(FLAGS_out).empty()) {
     auto params = (*worker)->GatherAll();

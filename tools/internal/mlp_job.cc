@@ -16,6 +16,10 @@ ABSL_FLAG(int, batch, 64, "samples per worker per step");
 ABSL_FLAG(int, samples, 32768, "size of the generated data set (80% train, 20% test)");
 ABSL_FLAG(uint64_t, data_seed, 1, "seed of the generated data set");
 ABSL_FLAG(uint64_t, init_seed, 2, "seed of the initial parameters");
+ABSL_FLAG(std::string, device, "cpu",
+          "where each worker computes the MLP: cpu; cuda (CUDA device 0, cuBLAS; without a "
+          "usable GPU the worker says why and computes on the CPU); host (the device code path "
+          "emulated on the CPU, for tests: the same results as cpu, bit for bit). docs/gpu.md");
 
 namespace tessel {
 
@@ -40,6 +44,11 @@ absl::StatusOr<MlpJobConfig> MlpJobFromFlags() {
   if (c.samples < 10) return absl::InvalidArgumentError("--samples must be >= 10");
   c.data_seed = absl::GetFlag(FLAGS_data_seed);
   c.init_seed = absl::GetFlag(FLAGS_init_seed);
+  c.device = absl::GetFlag(FLAGS_device);
+  if (c.device != "cpu" && c.device != "cuda" && c.device != "host") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu, cuda or host; got '", c.device, "'"));
+  }
   return c;
 }
 
@@ -48,7 +57,8 @@ std::vector<std::string> ForwardedMlpFlags() {
           absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)),
           absl::StrCat("--samples=", absl::GetFlag(FLAGS_samples)),
           absl::StrCat("--data_seed=", absl::GetFlag(FLAGS_data_seed)),
-          absl::StrCat("--init_seed=", absl::GetFlag(FLAGS_init_seed))};
+          absl::StrCat("--init_seed=", absl::GetFlag(FLAGS_init_seed)),
+          absl::StrCat("--device=", absl::GetFlag(FLAGS_device))};
 }
 
 MlpJob::MlpJob(const MlpJobConfig& config)

@@ -36,6 +36,7 @@ struct MlpJobConfig {
   int samples = 32768;
   uint64_t data_seed = 1;
   uint64_t init_seed = 2;
+  std::string device = "cpu";  // --device: cpu, cuda or host (gpu/device.h)
 };
 
 absl::StatusOr<MlpJobConfig> MlpJobFromFlags();

@@ -1,0 +1,117 @@
+#include "model/device_mlp.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessel::model {
+
+using gpu::Stream;
+
+DeviceMlp::DeviceMlp(const Mlp& model, gpu::Device* device, int batch)
+    : model_(model), device_(device), batch_(batch) {}
+
+DeviceMlp::~DeviceMlp() {
+  // Nothing may still read or write the buffers being freed.
+  (void)device_->SynchronizeStream(Stream::kCompute);
+  device_->UnpinHost(host_x_.data());
+  device_->UnpinHost(host_y_.data());
+  device_->UnpinHost(host_loss_.data());
+}
+
+absl::StatusOr<std::unique_ptr<DeviceMlp>> DeviceMlp::Create(const Mlp& model, gpu::Device* device,
+                                                             int batch) {
+  if (batch < 1)
+    return absl::InvalidArgumentError(absl::StrCat("batch = ", batch, "; must be >= 1"));
+  std::unique_ptr<DeviceMlp> m(new DeviceMlp(model, device, batch));
+  const std::vector<int>& sizes = model.sizes();
+  const size_t rows = static_cast<size_t>(batch);
+  const size_t widest = static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end()));
+  auto alloc = [&](gpu::DeviceBuffer<float>* b, size_t n) -> absl::Status {
+    auto buffer = gpu::DeviceBuffer<float>::Create(device, n);
+    if (!buffer.ok()) return buffer.status();
+    *b = std::move(*buffer);
+    return absl::OkStatus();
+  };
+  absl::Status s = alloc(&m->x_, rows * sizes.front());
+  auto y = gpu::DeviceBuffer<int32_t>::Create(device, rows);
+  if (!y.ok()) return y.status();
+  m->y_ = std::move(*y);
+  m->activations_.resize(sizes.size() - 1);
+  for (size_t l = 0; s.ok() && l + 1 < sizes.size(); ++l) {
+    s = alloc(&m->activations_[l], rows * sizes[l + 1]);
+  }
+  if (s.ok()) s = alloc(&m->d_output_, rows * widest);
+  if (s.ok()) s = alloc(&m->d_input_, rows * widest);
+  if (s.ok()) s = alloc(&m->loss_, 1);
+  if (!s.ok()) return s;
+  m->host_x_.resize(rows * sizes.front());
+  m->host_y_.resize(rows);
+  m->host_loss_.resize(1);
+  for (auto [p, bytes] : {std::pair<void*, size_t>{m->host_x_.data(), m->host_x_.size() * 4},
+                          {m->host_y_.data(), m->host_y_.size() * 4},
+                          {m->host_loss_.data(), 4}}) {
+    if (s = device->PinHost(p, bytes); !s.ok()) return s;
+  }
+  m->batch_copied_ = device->NewEvent();
+  return m;
+}
+
+absl::Status DeviceMlp::SetBatch(const float* x, const int32_t* y) {
+  for (int i = 0; i < batch_; ++i) {
+    if (y[i] < 0 || y[i] >= model_.num_classes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "label ", y[i], " of row ", i, " is outside [0, ", model_.num_classes(), ")"));
+    }
+  }
+  if (absl::Status s = device_->Synchronize(batch_copied_.get()); !s.ok()) return s;
+  std::copy(x, x + host_x_.size(), host_x_.begin());
+  std::copy(y, y + host_y_.size(), host_y_.begin());
+  device_->CopyToDevice(Stream::kCompute, x_.data(), host_x_.data(),
+                        host_x_.size() * sizeof(float));
+  device_->CopyToDevice(Stream::kCompute, y_.data(), host_y_.data(), host_y_.size() * 4);
+  device_->Record(Stream::kCompute, batch_copied_.get());
+  return absl::OkStatus();
+}
+
+void DeviceMlp::Forward(int layer, const float* layer_params) {
+  const std::vector<int>& sizes = model_.sizes();
+  const int in = sizes[layer], out = sizes[layer + 1];
+  const float* weight = layer_params;
+  const float* bias = layer_params + static_cast<size_t>(in) * out;
+  const float* input = layer == 0 ? x_.data() : activations_[layer - 1].data();
+  float* output = activations_[layer].data();
+  const size_t n = static_cast<size_t>(batch_) * out;
+  device_->Linear(Stream::kCompute, batch_, in, out, input, weight, bias, output);
+  if (layer + 1 < model_.num_layers()) {
+    device_->Relu(Stream::kCompute, output, n);
+  } else {
+    device_->SoftmaxCrossEntropy(Stream::kCompute, output, y_.data(), batch_, out, loss_.data(),
+                                 d_output_.data());
+    device_->CopyToHost(Stream::kCompute, host_loss_.data(), loss_.data(), sizeof(float));
+  }
+}
+
+void DeviceMlp::Backward(int layer, const float* layer_params, float* layer_grads) {
+  // Mlp::LossAndGrad's order: bias gradient, weight gradient, then the
+  // gradient for the layer below, back through its ReLU.
+  const std::vector<int>& sizes = model_.sizes();
+  const int in = sizes[layer], out = sizes[layer + 1];
+  const size_t weight_numel = static_cast<size_t>(in) * out;
+  const float* input = layer == 0 ? x_.data() : activations_[layer - 1].data();
+  device_->BiasGrad(Stream::kCompute, batch_, out, d_output_.data(), layer_grads + weight_numel);
+  device_->WeightGrad(Stream::kCompute, batch_, in, out, d_output_.data(), input, layer_grads);
+  if (layer == 0) return;  // nobody needs d(loss)/d(x)
+  device_->InputGrad(Stream::kCompute, batch_, in, out, d_output_.data(), layer_params,
+                     d_input_.data());
+  device_->ReluMask(Stream::kCompute, input, d_input_.data(), static_cast<size_t>(batch_) * in);
+  std::swap(d_output_, d_input_);
+}
+
+absl::StatusOr<float> DeviceMlp::Loss() {
+  if (absl::Status s = device_->SynchronizeStream(Stream::kCompute); !s.ok()) return s;
+  return host_loss_[0];
+}
+
+}  // namespace tessel::model

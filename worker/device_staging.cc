@@ -1,0 +1,210 @@
+#include "worker/device_staging.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessel {
+
+using gpu::Stream;
+
+DeviceStaging::DeviceStaging(Worker* worker, gpu::Device* device, std::vector<Range> chunks)
+    : worker_(worker), device_(device), chunks_(std::move(chunks)), half_(worker->half_type()) {}
+
+DeviceStaging::~DeviceStaging() {
+  (void)Drain();
+  for (int s = 0; s < gpu::kNumStreams; ++s) (void)device_->SynchronizeStream(Stream(s));
+  Unpin();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceStaging>> DeviceStaging::Create(Worker* worker,
+                                                                     gpu::Device* device,
+                                                                     std::vector<Range> chunks) {
+  const WorkerOptions& o = worker->options();
+  if (!o.fsdp_units.empty() || o.strategy == Strategy::kFsdp) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", o.job,
+                     ": device staging is for the full-buffer strategies (ddp, zero1, zero2 "
+                     "without units); a per-unit job copies each unit inside its UnitModel calls"));
+  }
+  const int64_t n = static_cast<int64_t>(worker->layout().num_params());
+  if (chunks.empty()) chunks.push_back({0, n});
+  std::vector<Range> sorted = chunks;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  int64_t at = 0;
+  for (const Range& r : sorted) {
+    if (r.begin != at || r.end <= r.begin) {
+      return absl::InvalidArgumentError(absl::StrCat("device staging: chunks must tile [0, ", n,
+                                                     ") without gaps or overlaps; [", r.begin, ", ",
+                                                     r.end, ") does not follow ", at));
+    }
+    at = r.end;
+  }
+  if (at != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device staging: chunks end at ", at, ", the parameters at ", n));
+  }
+  std::unique_ptr<DeviceStaging> s(new DeviceStaging(worker, device, std::move(chunks)));
+  const size_t count = static_cast<size_t>(n);
+  auto params = gpu::DeviceBuffer<float>::Create(device, count);
+  if (!params.ok()) return params.status();
+  auto grads = gpu::DeviceBuffer<float>::Create(device, count);
+  if (!grads.ok()) return grads.status();
+  s->params_ = std::move(*params);
+  s->grads_ = std::move(*grads);
+  if (s->half_) {
+    auto hp = gpu::DeviceBuffer<uint16_t>::Create(device, count);
+    if (!hp.ok()) return hp.status();
+    auto hg = gpu::DeviceBuffer<uint16_t>::Create(device, count);
+    if (!hg.ok()) return hg.status();
+    s->half_params_ = std::move(*hp);
+    s->half_grads_ = std::move(*hg);
+  }
+  for (size_t c = 0; c < s->chunks_.size(); ++c) s->chunk_ready_.push_back(device->NewEvent());
+  s->compute_done_ = device->NewEvent();
+  if (absl::Status st = s->Reload(); !st.ok()) return st;
+  return s;
+}
+
+absl::Status DeviceStaging::Pin() {
+  Unpin();
+  auto pin = [&](void* p, size_t bytes) -> absl::Status {
+    if (p == nullptr || bytes == 0) return absl::OkStatus();
+    absl::Status s = device_->PinHost(p, bytes);
+    if (s.ok()) pinned_.push_back(p);
+    return s;
+  };
+  absl::Status s;
+  if (half_) {
+    s = pin(worker_->half_params().data(), worker_->half_params().size() * sizeof(uint16_t));
+    if (s.ok()) s = pin(worker_->half_grads().data(), worker_->half_grads().size() * 2);
+  } else {
+    s = pin(worker_->params().data(), worker_->params().size() * sizeof(float));
+    if (s.ok()) s = pin(worker_->grads().data(), worker_->grads().size() * sizeof(float));
+  }
+  return s;
+}
+
+void DeviceStaging::Unpin() {
+  for (void* p : pinned_) device_->UnpinHost(p);
+  pinned_.clear();
+}
+
+absl::Status DeviceStaging::Reload() {
+  if (absl::Status s = Drain(); !s.ok()) return s;
+  for (int s = 0; s < gpu::kNumStreams; ++s) {
+    if (absl::Status st = device_->SynchronizeStream(Stream(s)); !st.ok()) return st;
+  }
+  if (absl::Status s = Pin(); !s.ok()) return s;
+  Upload();
+  return device_->SynchronizeStream(Stream::kToDevice);
+}
+
+void DeviceStaging::Upload() {
+  // Nothing enqueued on the compute stream so far may still read the old
+  // parameters when the new ones land.
+  device_->Record(Stream::kCompute, compute_done_.get());
+  device_->Wait(Stream::kToDevice, compute_done_.get());
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const Range r = chunks_[c];
+    const size_t n = static_cast<size_t>(r.size());
+    if (half_) {
+      device_->CopyToDevice(Stream::kToDevice, half_params_.data() + r.begin,
+                            worker_->half_params().data() + r.begin, n * sizeof(uint16_t));
+      device_->HalfToFloat(Stream::kToDevice, *half_, half_params_.data() + r.begin,
+                           params_.data() + r.begin, n);
+    } else {
+      device_->CopyToDevice(Stream::kToDevice, params_.data() + r.begin,
+                            worker_->params().data() + r.begin, n * sizeof(float));
+    }
+    device_->Record(Stream::kToDevice, chunk_ready_[c].get());
+  }
+}
+
+void DeviceStaging::WaitParams(Stream stream, int chunk) {
+  device_->Wait(stream, chunk_ready_[static_cast<size_t>(chunk)].get());
+}
+
+void DeviceStaging::GradientsEnqueued(Range range) {
+  PendingCopy copy;
+  if (!spare_.empty()) {
+    copy = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    copy.computed = device_->NewEvent();
+    copy.begun = device_->NewEvent();
+    copy.landed = device_->NewEvent();
+  }
+  copy.range = range;
+  const size_t n = static_cast<size_t>(range.size());
+  device_->Record(Stream::kCompute, copy.computed.get());
+  device_->Wait(Stream::kToHost, copy.computed.get());
+  device_->Record(Stream::kToHost, copy.begun.get());
+  if (half_) {
+    device_->FloatToHalf(Stream::kToHost, *half_, grads_.data() + range.begin,
+                         half_grads_.data() + range.begin, n);
+    device_->CopyToHost(Stream::kToHost, worker_->half_grads().data() + range.begin,
+                        half_grads_.data() + range.begin, n * sizeof(uint16_t));
+  } else {
+    device_->CopyToHost(Stream::kToHost, worker_->grads().data() + range.begin,
+                        grads_.data() + range.begin, n * sizeof(float));
+  }
+  device_->Record(Stream::kToHost, copy.landed.get());
+  pending_.push_back(std::move(copy));
+}
+
+absl::Status DeviceStaging::Drain() {
+  absl::Status first;
+  for (PendingCopy& c : pending_) {
+    absl::Status s = device_->Synchronize(c.landed.get());
+    if (first.ok()) first = s;
+  }
+  for (PendingCopy& c : pending_) spare_.push_back(std::move(c));
+  pending_.clear();
+  return first;
+}
+
+absl::Status DeviceStaging::Step() {
+  device_->Record(Stream::kCompute, compute_done_.get());
+  absl::Status status;
+  size_t handed = 0;
+  for (; handed < pending_.size() && status.ok(); ++handed) {
+    PendingCopy& c = pending_[handed];
+    status = device_->Synchronize(c.landed.get());
+    if (status.ok()) status = worker_->GradientsReady(c.range.begin, c.range.end);
+  }
+  if (!status.ok()) {
+    (void)Drain();
+    return status;
+  }
+  // Kept for LastStepTiming; their events return to spare_ at the next Step.
+  for (PendingCopy& c : last_) spare_.push_back(std::move(c));
+  last_ = std::move(pending_);
+  pending_.clear();
+  status = worker_->Step();
+  if (!status.ok()) return status;
+  Upload();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceStaging::StepTiming> DeviceStaging::LastStepTiming() {
+  if (last_.empty()) return absl::FailedPreconditionError("no step has run");
+  StepTiming t;
+  const gpu::Event* origin = last_.front().computed.get();
+  for (const PendingCopy& c : last_) {
+    auto begin = device_->ElapsedMs(origin, c.begun.get());
+    auto end = device_->ElapsedMs(origin, c.landed.get());
+    if (!begin.ok()) return begin.status();
+    if (!end.ok()) return end.status();
+    t.copies.push_back({c.range, *begin, *end});
+  }
+  // The last range's `computed` follows the last backward kernel.
+  auto done = device_->ElapsedMs(origin, last_.back().computed.get());
+  if (!done.ok()) return done.status();
+  t.compute_done_ms = *done;
+  return t;
+}
+
+}  // namespace tessel

@@ -1,0 +1,142 @@
+// DeviceStaging: a worker whose model computes on a device (gpu/device.h).
+// The Worker keeps its host buffers (params(), grads(), or their half
+// copies under mixed precision) for the data path; this class keeps the
+// device copies and moves between the two on the device's copy streams,
+// ordered by events, so the copies overlap computation:
+//
+//   gradients  as backward enqueues each range's gradient on kCompute,
+//              GradientsEnqueued(range) queues its copy (cast to half first
+//              under mixed precision) on kToHost behind an event; Step() hands
+//              each range to Worker::GradientsReady as soon as its copy lands,
+//              so the push of the last layer's gradients runs while the
+//              device still computes the first layers';
+//   parameters after Worker::Step() the new parameters go back on kToDevice
+//              chunk by chunk (e.g. one chunk per layer, in forward order,
+//              widened from half on the device), each behind an event that
+//              WaitParams(chunk) puts in front of that chunk's first reader:
+//              the next forward starts once its first layer is back.
+//
+// The worker's host buffers are pinned (page-locked) so the copies are
+// asynchronous; they are re-pinned after a recovery, which may move them
+// (Reload). Only the full-buffer strategies use this path (ddp, zero1, zero2
+// without units): per-unit strategies hand the model host pointers that are
+// valid only until Release/PushUnit (worker/unit_step.h), so their device
+// model copies and waits inside each call (tools/train_main.cc).
+//
+// Where the UCX in use can move CUDA memory (UcxCudaTransports() names
+// cuda_copy or cuda_ipc) device buffers could go to UCX directly; Debian's
+// UCX has neither, and this class always stages through host memory
+// (docs/gpu.md).
+//
+// Example:
+//   auto staging = DeviceStaging::Create(worker, device, layer_chunks);
+//   for (step...) {
+//     mlp->SetBatch(...);
+//     for (l...) { staging->WaitParams(Stream::kCompute, l); mlp->Forward(l, ...); }
+//     for (l = L - 1...0) { mlp->Backward(l, ...); staging->GradientsEnqueued(range(l)); }
+//     absl::Status s = staging->Step();
+//     if (Worker::IsRecoverable(s)) { worker->Recover(); staging->Reload(); }
+//   }
+//
+// Thread safety: the driving thread only (the Worker's).
+#ifndef TESSEL_WORKER_DEVICE_STAGING_H_
+#define TESSEL_WORKER_DEVICE_STAGING_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/layout.h"
+#include "gpu/device.h"
+#include "worker/worker.h"
+
+namespace tessel {
+
+class DeviceStaging {
+ public:
+  // One copy of the last Step(), in milliseconds from the step's first
+  // gradient event: where it ran on kToHost, and when the compute stream had
+  // finished everything enqueued before Step() (the overlap test and the
+  // benchmark read these).
+  struct CopyTiming {
+    Range range;
+    double begin_ms = 0;
+    double end_ms = 0;
+  };
+  struct StepTiming {
+    std::vector<CopyTiming> copies;
+    double compute_done_ms = 0;
+  };
+
+  // After worker->RegisterLayout (and after any Recover): allocates the
+  // device parameters and gradients, pins the worker's host buffers and
+  // uploads the parameters (waits for that). `chunks`: ranges of the flat
+  // vector in the order the model first reads them, together covering it
+  // (e.g. the layers); empty = one chunk. FailedPrecondition for a per-unit
+  // strategy; InvalidArgument for chunks that do not tile the vector.
+  static absl::StatusOr<std::unique_ptr<DeviceStaging>> Create(Worker* worker, gpu::Device* device,
+                                                               std::vector<Range> chunks);
+  ~DeviceStaging();
+
+  // The device's parameters and gradients (fp32, the worker's layout).
+  float* params() const { return params_.data(); }
+  float* grads() const { return grads_.data(); }
+
+  // Makes `stream` wait until chunk `chunk`'s parameters of the current step
+  // are on the device.
+  void WaitParams(gpu::Stream stream, int chunk);
+  // The gradient of [begin, end) is enqueued on kCompute (nothing enqueued
+  // later writes it): queue its copy to the worker. Ranges may come in any
+  // order, each once per step.
+  void GradientsEnqueued(Range range);
+  // Hands every queued range to the worker as its copy lands, runs
+  // Worker::Step() and queues the new parameters' upload. On error the
+  // step's status (Worker::IsRecoverable tells a recovery from a failure);
+  // the device is idle on return.
+  absl::Status Step();
+  // After Worker::Recover() (or Deserialize): the worker's buffers may have
+  // moved and hold the restored parameters: re-pin, upload, wait.
+  absl::Status Reload();
+
+  // Copy and compute times of the last successful Step() (the device's
+  // clock).
+  absl::StatusOr<StepTiming> LastStepTiming();
+
+ private:
+  struct PendingCopy {
+    Range range;
+    std::unique_ptr<gpu::Event> computed;  // on kCompute: the gradient is final
+    std::unique_ptr<gpu::Event> begun;     // on kToHost: the copy starts
+    std::unique_ptr<gpu::Event> landed;    // on kToHost: it is in host memory
+  };
+
+  DeviceStaging(Worker* worker, gpu::Device* device, std::vector<Range> chunks);
+  absl::Status Pin();
+  void Unpin();
+  // Queues the upload of every chunk behind the compute stream's current
+  // work.
+  void Upload();
+  // Waits for every queued copy (after a failure: so nothing still writes
+  // host memory the worker may reuse).
+  absl::Status Drain();
+
+  Worker* worker_;
+  gpu::Device* device_;
+  std::vector<Range> chunks_;
+  std::optional<HalfType> half_;
+  gpu::DeviceBuffer<float> params_, grads_;
+  gpu::DeviceBuffer<uint16_t> half_params_, half_grads_;
+  std::vector<std::unique_ptr<gpu::Event>> chunk_ready_;
+  std::unique_ptr<gpu::Event> compute_done_;
+  std::vector<PendingCopy> pending_;
+  // Events of finished PendingCopies, reused (no allocation per step).
+  std::vector<PendingCopy> spare_;
+  std::vector<PendingCopy> last_;  // the last Step()'s, for LastStepTiming
+  std::vector<void*> pinned_;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_WORKER_DEVICE_STAGING_H_
