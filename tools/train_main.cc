@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <thread>
@@ -335,6 +336,92 @@ class DeviceMlpUnits : public tessel::UnitModel {
   absl::Status status_;
 };
 
+// One step of the MLP on global batch `k` of this rank: its loss, or the
+// step's status. Sets *computed to the loss as soon as the forward pass ran
+// (a step that fails afterwards may still have completed on the servers).
+using MlpStepFn =
+    std::function<absl::StatusOr<float>(int64_t k, int rank, int world, float* computed)>;
+
+// The loop TrainMlp and TrainMlpOnDevice share: runs `step` from the
+// worker's step to `steps`; on a recoverable failure recovers, then calls
+// `after_recovery`; logs losses, reports them, handles preemption and prints
+// rank 0's progress lines with `progress_suffix()` appended. Returns the
+// process's exit status.
+int RunMlpSteps(tessel::Worker* worker, int steps, const tessel::MlpJob& job, const MlpStepFn& step,
+                const std::function<absl::Status()>& after_recovery,
+                const std::function<std::string()>& progress_suffix) {
+  // Data for step k is Batch(k, rank, world); an elastic recovery changes
+  // rank and world (each worker keeps its batch), so both are re-read then.
+  // Read after RegisterLayout: a newcomer (elastic growth) gets its rank there.
+  int rank = worker->options().rank;
+  int world = worker->options().world_size;
+  const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
+  absl::Time window_start = absl::Now();
+  double loss_sum = 0;
+  int window = 0;
+  Preemption preemption;
+  LossLog loss_log(worker->registry_rank());  // its file stays with the process
+  for (int64_t k = worker->step(); k < steps; ++k) {
+    tessel::SetLogStep(k);
+    // This step's loss once the forward pass has run (NaN before).
+    float computed = std::numeric_limits<float>::quiet_NaN();
+    const absl::StatusOr<float> loss = step(k, rank, world, &computed);
+    if (!loss.ok() && tessel::Worker::IsRecoverable(loss.status())) {
+      if (int rc = preemption.AfterFailedStep(worker); rc >= 0) return rc;
+      const int64_t next = RecoverOrFail(worker, loss.status());
+      if (next < 0) return 1;
+      if (absl::Status r = after_recovery(); !r.ok()) return Fail(r);
+      // The servers may have finished this step before the fault struck (the
+      // checkpoint restored holds its update): its loss, computed above, is
+      // then that of a completed step.
+      if (next == k + 1 && !std::isnan(computed)) loss_log.Add(k, computed);
+      k = next - 1;  // the loop goes on at the checkpoint's step
+      rank = worker->options().rank;
+      world = worker->options().world_size;
+      loss_sum = 0;
+      window = 0;
+      window_start = absl::Now();
+      continue;
+    }
+    if (!loss.ok()) return Fail(loss.status());
+    loss_log.Add(k, *loss);
+    worker->ReportLoss(*loss);
+    if (int rc = preemption.AfterStep(worker); rc >= 0) return rc;
+    loss_sum += *loss;
+    ++window;
+    if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
+      const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
+      std::printf("step %5lld/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step%s\n",
+                  static_cast<long long>(k + 1), steps, loss_sum / window, window / secs,
+                  window * world * job.config().batch / secs, 1e3 * secs / window,
+                  progress_suffix().c_str());
+      std::fflush(stdout);
+      window_start = absl::Now();
+      loss_sum = 0;
+      window = 0;
+    }
+  }
+  return 0;
+}
+
+// After training: rank 0 prints the test accuracy (and, with recovery on,
+// what recovery did).
+int ReportFinal(tessel::Worker* worker, const tessel::MlpJob& job) {
+  if (worker->options().rank != 0) return 0;
+  auto params = worker->GatherAll();
+  if (!params.ok()) return Fail(params.status());
+  std::printf("worker 0: test accuracy %.2f%%\n", 100.0 * job.TestAccuracy(params->data()));
+  if (worker->options().recovery) {
+    std::printf(
+        "worker 0: recoveries %d, stale frames dropped %lld, wedged UCX endpoints renewed "
+        "%lld\n",
+        worker->recoveries(), static_cast<long long>(worker->stale_frames_dropped()),
+        static_cast<long long>(worker->endpoint_renewals()));
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 // --device: the step on the device. Full-buffer strategies (ddp, zero1,
 // zero2) through DeviceStaging: each layer's gradients leave the device as
 // backward produces them and the parameters come back layer by layer ahead
@@ -379,28 +466,17 @@ int TrainMlpOnDevice(tessel::Worker* worker, int steps, tessel::gpu::Device* dev
     if (!st.ok()) return Fail(st.status());
     staging = std::move(*st);
   }
-  int rank = worker->options().rank;
-  int world = worker->options().world_size;
-  const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
-  absl::Time window_start = absl::Now();
-  double loss_sum = 0;
-  int window = 0;
-  Preemption preemption;
-  LossLog loss_log(worker->registry_rank());
-  for (int64_t k = worker->step(); k < steps; ++k) {
-    tessel::SetLogStep(k);
+  auto step = [&](int64_t k, int rank, int world, float* computed) -> absl::StatusOr<float> {
     const tessel::model::Dataset batch = job.Batch(k, rank, world);
-    absl::StatusOr<float> loss;
-    float computed = std::numeric_limits<float>::quiet_NaN();
+    absl::Status status;
     if (units) {
       DeviceMlpUnits unit_model(mlp->get(), device, unit_params.data(), unit_grads.data());
-      absl::Status step = unit_model.SetBatch(batch);
-      if (step.ok()) step = tessel::UnitStep(*worker, unit_model, &computed);
-      if (step.ok()) step = unit_model.status();
-      loss = step.ok() ? absl::StatusOr<float>(computed) : step;
+      status = unit_model.SetBatch(batch);
+      if (status.ok()) status = tessel::UnitStep(*worker, unit_model, computed);
+      if (status.ok()) status = unit_model.status();
     } else {
-      absl::Status step = (*mlp)->SetBatch(batch.x.data(), batch.y.data());
-      if (!step.ok()) return Fail(step);
+      status = (*mlp)->SetBatch(batch.x.data(), batch.y.data());
+      if (!status.ok()) return status;
       for (int l = 0; l < model.num_layers(); ++l) {
         staging->WaitParams(tessel::gpu::Stream::kCompute, l);
         (*mlp)->Forward(l, staging->params() + layers[l].begin);
@@ -410,54 +486,20 @@ int TrainMlpOnDevice(tessel::Worker* worker, int steps, tessel::gpu::Device* dev
                          staging->grads() + layers[l].begin);
         staging->GradientsEnqueued(layers[l]);
       }
-      step = staging->Step();
-      auto l = (*mlp)->Loss();
-      if (!l.ok()) return Fail(l.status());
-      computed = *l;
-      loss = step.ok() ? absl::StatusOr<float>(computed) : step;
+      status = staging->Step();
+      auto loss = (*mlp)->Loss();
+      if (!loss.ok()) return loss.status();  // a device error: not recoverable
+      *computed = *loss;
     }
-    if (!loss.ok() && tessel::Worker::IsRecoverable(loss.status())) {
-      if (int rc = preemption.AfterFailedStep(worker); rc >= 0) return rc;
-      const int64_t next = RecoverOrFail(worker, loss.status());
-      if (next < 0) return 1;
-      if (staging) {
-        if (absl::Status r = staging->Reload(); !r.ok()) return Fail(r);
-      }
-      if (next == k + 1 && !std::isnan(computed)) loss_log.Add(k, computed);
-      k = next - 1;
-      rank = worker->options().rank;
-      world = worker->options().world_size;
-      loss_sum = 0;
-      window = 0;
-      window_start = absl::Now();
-      continue;
-    }
-    if (!loss.ok()) return Fail(loss.status());
-    loss_log.Add(k, *loss);
-    worker->ReportLoss(*loss);
-    if (int rc = preemption.AfterStep(worker); rc >= 0) return rc;
-    loss_sum += *loss;
-    ++window;
-    if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
-      const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
-      std::printf("step %5lld/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step  (%s)\n",
-                  static_cast<long long>(k + 1), steps, loss_sum / window, window / secs,
-                  window * world * config->batch / secs, 1e3 * secs / window,
-                  std::string(device->kind()).c_str());
-      std::fflush(stdout);
-      window_start = absl::Now();
-      loss_sum = 0;
-      window = 0;
-    }
-  }
-  staging.reset();  // unpins the worker's buffers before GatherAll may move them
-  if (rank == 0) {
-    auto params = worker->GatherAll();
-    if (!params.ok()) return Fail(params.status());
-    std::printf("worker 0: test accuracy %.2f%%\n", 100.0 * job.TestAccuracy(params->data()));
-    std::fflush(stdout);
-  }
-  return 0;
+    if (!status.ok()) return status;
+    return *computed;
+  };
+  const std::string suffix = absl::StrCat("  (", device->kind(), ")");
+  int rc = RunMlpSteps(
+      worker, steps, job, step, [&] { return staging ? staging->Reload() : absl::OkStatus(); },
+      [&] { return suffix; });
+  staging.reset();  // unpins the worker's buffers
+  return rc != 0 ? rc : ReportFinal(worker, job);
 }
 
 int TrainMlp(tessel::Worker* worker, int steps) {
@@ -468,16 +510,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   job.Init(init.data());
   absl::Status s = worker->RegisterLayout(job.Tensors(), init);
   if (!s.ok()) return Fail(s);
-  // Data for step k is Batch(k, rank, world); an elastic recovery changes
-  // rank and world (each worker keeps its batch), so both are re-read then.
-  // Read after RegisterLayout: a newcomer (elastic growth) gets its rank there.
-  int rank = worker->options().rank;
-  int world = worker->options().world_size;
   const auto& tensors = job.model().tensors();
-  const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
-  absl::Time window_start = absl::Now();
-  double loss_sum = 0;
-  int window = 0;
   std::vector<float> work_params, work_grads;  // mixed precision: fp32 compute buffers
   if (worker->half_type()) {
     work_params.resize(job.model().num_params());
@@ -490,17 +523,14 @@ int TrainMlp(tessel::Worker* worker, int steps) {
         "--micro_batches=", micro_batches, " must be >= 1 and divide --batch=", config->batch)));
   }
   std::vector<float> micro(micro_batches > 1 ? job.model().num_params() : 0);
-  Preemption preemption;
-  LossLog loss_log(worker->registry_rank());  // its file stays with the process
-  for (int64_t k = worker->step(); k < steps; ++k) {
-    absl::StatusOr<float> loss;
-    // This step's loss once the forward pass has run (NaN before).
-    float computed = std::numeric_limits<float>::quiet_NaN();
+  auto step = [&](int64_t k, int rank, int world, float* computed) -> absl::StatusOr<float> {
     if (units) {
       MlpUnits model(job, k, rank, world);
-      absl::Status step = tessel::UnitStep(*worker, model, &computed);
-      loss = step.ok() ? absl::StatusOr<float>(computed) : step;
-    } else if (micro_batches > 1) {  // gradient accumulation through the SDK
+      absl::Status status = tessel::UnitStep(*worker, model, computed);
+      if (!status.ok()) return status;
+      return *computed;
+    }
+    if (micro_batches > 1) {  // gradient accumulation through the SDK
       float sum = 0;
       absl::Status acc;
       for (int m = 0; m < micro_batches && acc.ok(); ++m) {
@@ -508,88 +538,43 @@ int TrainMlp(tessel::Worker* worker, int steps) {
                                   micro.data());
         acc = worker->AccumulateGradients(micro);
       }
-      if (acc.ok()) {
-        computed = sum / micro_batches;
-        acc = worker->Step();
-      }
-      loss = acc.ok() ? absl::StatusOr<float>(sum / micro_batches) : acc;
-    } else {
-      absl::Status ready = absl::OkStatus();
-      // Mixed precision: compute in fp32 from the half parameters, hand over
-      // each tensor's gradient rounded to half as soon as it is final.
-      const auto half = worker->half_type();
+      if (!acc.ok()) return acc;
+      *computed = sum / micro_batches;
+      if (acc = worker->Step(); !acc.ok()) return acc;
+      return *computed;
+    }
+    absl::Status ready = absl::OkStatus();
+    // Mixed precision: compute in fp32 from the half parameters, hand over
+    // each tensor's gradient rounded to half as soon as it is final.
+    const auto half = worker->half_type();
+    if (half) {
+      tessel::HalfToFloat(*half, worker->half_params().data(), work_params.data(),
+                          work_params.size());
+    }
+    float* params = half ? work_params.data() : worker->params().data();
+    float* grads = half ? work_grads.data() : worker->grads().data();
+    *computed = job.Gradients(params, k, rank, world, grads, [&](size_t i) {
+      if (!ready.ok()) return;
+      const auto& t = tensors[i];
       if (half) {
-        tessel::HalfToFloat(*half, worker->half_params().data(), work_params.data(),
-                            work_params.size());
+        tessel::FloatToHalf(*half, work_grads.data() + t.offset,
+                            worker->half_grads().data() + t.offset, t.numel);
       }
-      float* params = half ? work_params.data() : worker->params().data();
-      float* grads = half ? work_grads.data() : worker->grads().data();
-      const float l = job.Gradients(params, k, rank, world, grads, [&](size_t i) {
-        if (!ready.ok()) return;
-        const auto& t = tensors[i];
-        if (half) {
-          tessel::FloatToHalf(*half, work_grads.data() + t.offset,
-                              worker->half_grads().data() + t.offset, t.numel);
-        }
-        ready = worker->GradientsReady(static_cast<int64_t>(t.offset),
-                                       static_cast<int64_t>(t.offset + t.numel));
+      ready = worker->GradientsReady(static_cast<int64_t>(t.offset),
+                                     static_cast<int64_t>(t.offset + t.numel));
+    });
+    if (ready.ok()) ready = worker->Step();
+    if (!ready.ok()) return ready;
+    return *computed;
+  };
+  const int rc = RunMlpSteps(
+      worker, steps, job, step, [] { return absl::OkStatus(); },
+      [&]() -> std::string {
+        if (!units) return "";
+        return absl::StrFormat("  peak per-unit buffers %.2f MiB",
+                               worker->memory().peak_bytes / 1048576.0);
       });
-      computed = l;
-      if (ready.ok()) ready = worker->Step();
-      loss = ready.ok() ? absl::StatusOr<float>(l) : ready;
-    }
-    if (!loss.ok() && tessel::Worker::IsRecoverable(loss.status())) {
-      if (int rc = preemption.AfterFailedStep(worker); rc >= 0) return rc;
-      const int64_t next = RecoverOrFail(worker, loss.status());
-      if (next < 0) return 1;
-      // The servers may have finished this step before the fault struck (the
-      // checkpoint restored holds its update): its loss, computed above, is
-      // then that of a completed step.
-      if (next == k + 1 && !std::isnan(computed)) loss_log.Add(k, computed);
-      k = next - 1;  // the loop goes on at the checkpoint's step
-      rank = worker->options().rank;
-      world = worker->options().world_size;
-      loss_sum = 0;
-      window = 0;
-      window_start = absl::Now();
-      continue;
-    }
-    if (!loss.ok()) return Fail(loss.status());
-    loss_log.Add(k, *loss);
-    worker->ReportLoss(*loss);
-    if (int rc = preemption.AfterStep(worker); rc >= 0) return rc;
-    loss_sum += *loss;
-    ++window;
-    if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
-      const double secs = absl::ToDoubleSeconds(absl::Now() - window_start);
-      std::string memory;
-      if (units) {
-        memory = absl::StrFormat("  peak per-unit buffers %.2f MiB",
-                                 worker->memory().peak_bytes / 1048576.0);
-      }
-      std::printf("step %5lld/%d  loss %.4f  %7.1f steps/s  %8.0f samples/s  %.2f ms/step%s\n",
-                  static_cast<long long>(k + 1), steps, loss_sum / window, window / secs,
-                  window * world * config->batch / secs, 1e3 * secs / window, memory.c_str());
-      std::fflush(stdout);
-      window_start = absl::Now();
-      loss_sum = 0;
-      window = 0;
-    }
-  }
-  if (rank == 0) {
-    auto params = worker->GatherAll();
-    if (!params.ok()) return Fail(params.status());
-    std::printf("worker 0: test accuracy %.2f%%\n", 100.0 * job.TestAccuracy(params->data()));
-    if (worker->options().recovery) {
-      std::printf(
-          "worker 0: recoveries %d, stale frames dropped %lld, wedged UCX endpoints renewed "
-          "%lld\n",
-          worker->recoveries(), static_cast<long long>(worker->stale_frames_dropped()),
-          static_cast<long long>(worker->endpoint_renewals()));
-    }
-    std::fflush(stdout);
-  }
-  return 0;
+  return rc != 0 ? rc : ReportFinal(worker, job);
 }
 
 }  // namespace
