@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/half_bits.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -11,50 +13,11 @@ namespace tessel {
 uint16_t FloatToF16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t abs = x & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) {  // NaN: quiet, payload truncated (as F16C does)
-    return static_cast<uint16_t>(sign | 0x7E00u | ((abs & 0x7FFFFFu) >> 13));
-  }
-  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to inf
-  if (abs < 0x38800000u) {  // subnormal half (or zero): value = abs_f / 2^-24
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to 0
-    // value = mant * 2^(exp - 150) and the half unit is 2^-24: keep mant >> (126 - exp).
-    const uint32_t exp = abs >> 23;
-    const uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
-    const uint32_t drop = 126 - exp;
-    uint32_t half = mant >> drop;
-    const uint32_t rem = mant & ((1u << drop) - 1);
-    const uint32_t halfway = 1u << (drop - 1);
-    if (rem > halfway || (rem == halfway && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  // Normal: rebias exponent (127 -> 15), keep 10 mantissa bits, round to even.
-  uint32_t half = ((abs - 0x38000000u) >> 13);
-  const uint32_t rem = abs & 0x1FFFu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // may carry into exponent
-  return static_cast<uint16_t>(sign | half);
+  return half_bits::F32ToF16(x);
 }
 
 float F16ToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu;
-  uint32_t mant = h & 0x3FFu;
-  uint32_t x;
-  if (exp == 0x1F) {
-    x = sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0);
-  } else if (exp != 0) {
-    x = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    x = sign;
-  } else {  // subnormal: normalise
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400u) == 0);
-    x = sign | static_cast<uint32_t>(112 - e) << 23 | ((mant & 0x3FFu) << 13);
-  }
+  const uint32_t x = half_bits::F16ToF32(h);
   float f;
   std::memcpy(&f, &x, 4);
   return f;
@@ -63,13 +26,11 @@ float F16ToFloat(uint16_t h) {
 uint16_t FloatToBF16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // qNaN
-  x += 0x7FFFu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
+  return half_bits::F32ToBF16(x);
 }
 
 float BF16ToFloat(uint16_t h) {
-  const uint32_t x = static_cast<uint32_t>(h) << 16;
+  const uint32_t x = half_bits::BF16ToF32(h);
   float f;
   std::memcpy(&f, &x, 4);
   return f;

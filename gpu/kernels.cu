@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/half_bits.h"
 #include "gpu/kernels.h"
 
 namespace tessel::gpu::kernels {
@@ -54,68 +55,18 @@ __global__ void FillKernel(float* __restrict__ dst, float value, size_t n) {
   for (size_t i = FirstIndex(); i < n; i += GridStride()) dst[i] = value;
 }
 
-// core/precision.cc's FloatToF16, line for line (same integer arithmetic).
+// core/precision.cc's conversions: the same code (core/half_bits.h).
 __device__ __forceinline__ uint16_t FloatToF16(float f) {
-  const uint32_t x = __float_as_uint(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t abs = x & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) {  // NaN: quiet, payload truncated (as F16C does)
-    return static_cast<uint16_t>(sign | 0x7E00u | ((abs & 0x7FFFFFu) >> 13));
-  }
-  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to inf
-  if (abs < 0x38800000u) {                                               // subnormal half (or zero)
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);           // < 2^-25: rounds to 0
-    // value = mant * 2^(exp - 150) and the half unit is 2^-24: keep mant >> (126 - exp).
-    const uint32_t exp = abs >> 23;
-    const uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
-    const uint32_t drop = 126 - exp;  // in [14, 24] here
-    uint32_t half = mant >> drop;
-    const uint32_t rem = mant & ((1u << drop) - 1);
-    const uint32_t halfway = 1u << (drop - 1);
-    if (rem > halfway || (rem == halfway && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  // Normal: rebias exponent (127 -> 15), keep 10 mantissa bits, round to even.
-  uint32_t half = ((abs - 0x38000000u) >> 13);
-  const uint32_t rem = abs & 0x1FFFu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // may carry into exponent
-  return static_cast<uint16_t>(sign | half);
+  return half_bits::F32ToF16(__float_as_uint(f));
 }
-
-// core/precision.cc's F16ToFloat.
 __device__ __forceinline__ float F16ToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu;
-  uint32_t mant = h & 0x3FFu;
-  uint32_t x;
-  if (exp == 0x1F) {
-    x = sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0);
-  } else if (exp != 0) {
-    x = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    x = sign;
-  } else {  // subnormal: normalise
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400u) == 0);
-    x = sign | static_cast<uint32_t>(112 - e) << 23 | ((mant & 0x3FFu) << 13);
-  }
-  return __uint_as_float(x);
+  return __uint_as_float(half_bits::F16ToF32(h));
 }
-
-// core/precision.cc's FloatToBF16.
 __device__ __forceinline__ uint16_t FloatToBF16(float f) {
-  uint32_t x = __float_as_uint(f);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // qNaN
-  x += 0x7FFFu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
+  return half_bits::F32ToBF16(__float_as_uint(f));
 }
-
-// core/precision.cc's BF16ToFloat.
 __device__ __forceinline__ float BF16ToFloat(uint16_t h) {
-  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+  return __uint_as_float(half_bits::BF16ToF32(h));
 }
 
 template <HalfKind kKind>
