@@ -5,6 +5,8 @@
 // tolerance. The gradient copies overlap backward.
 #include "worker/device_staging.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -222,8 +224,10 @@ TEST_P(DeviceStagingTest, TrainsAsTheCpuPathDoes) {
 // step 2 and the staging re-pins and re-uploads the restored parameters.
 TEST_P(DeviceStagingTest, RecoveryReloadsTheDevice) {
   if (GetParam().strategy == Strategy::kDdp) GTEST_SKIP() << "ddp keeps its state on workers";
+  // The process id keeps runs outside Bazel (TempDir() = /tmp/) from
+  // resuming an earlier run's checkpoints.
   StartCluster(absl::StrCat(::testing::TempDir(), "/ckpt-",
-                            Name(::testing::TestParamInfo<Case>(GetParam(), 0))));
+                            Name(::testing::TestParamInfo<Case>(GetParam(), 0)), "-", getpid()));
   model::Mlp m({32, 64, 10});
   std::atomic<int> arrived{0};
   absl::Notification restarted;
