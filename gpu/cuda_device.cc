@@ -23,6 +23,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -213,8 +214,10 @@ class CudaDevice : public Device {
 
   // Registers the whole pages inside [p, p + bytes) only: two small host
   // buffers may share a page (heap neighbours: a worker's params and grads),
-  // and registering a page twice fails. The edge pages stay pageable; a copy
-  // touching them is still correct, just staged by the driver.
+  // and registering a page twice fails. The edge pages stay pageable. A
+  // single cudaMemcpyAsync may not span pinned and pageable memory (the
+  // driver answers "invalid argument", seen on an H100), so the host copies
+  // are split at the registered region's edges (HostPieces).
   absl::Status PinHost(void* p, size_t bytes) override {
     if (p == nullptr || bytes == 0) return absl::OkStatus();
     const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -225,7 +228,7 @@ class CudaDevice : public Device {
     const cudaError_t e = cudaHostRegister(base, end - begin, cudaHostRegisterDefault);
     if (e == cudaSuccess) {
       absl::MutexLock lock(&pinned_mu_);
-      pinned_.push_back({p, base});
+      pinned_.push_back({p, base, end - begin});
       return absl::OkStatus();
     }
     ClearLastError();
@@ -243,8 +246,8 @@ class CudaDevice : public Device {
     {
       absl::MutexLock lock(&pinned_mu_);
       for (size_t i = 0; i < pinned_.size(); ++i) {
-        if (pinned_[i].first == p) {
-          base = pinned_[i].second;
+        if (pinned_[i].p == p) {
+          base = pinned_[i].base;
           pinned_.erase(pinned_.begin() + static_cast<std::ptrdiff_t>(i));
           break;
         }
@@ -303,12 +306,20 @@ class CudaDevice : public Device {
   // --- copies --------------------------------------------------------------
 
   void CopyToHost(Stream s, void* host, const void* device, size_t bytes) override {
-    if (bytes == 0) return;
-    Check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream(s)), "CopyToHost");
+    HostPieces(host, bytes, [&](size_t at, size_t n) {
+      return Check(cudaMemcpyAsync(static_cast<char*>(host) + at,
+                                   static_cast<const char*>(device) + at, n,
+                                   cudaMemcpyDeviceToHost, stream(s)),
+                   "CopyToHost");
+    });
   }
   void CopyToDevice(Stream s, void* device, const void* host, size_t bytes) override {
-    if (bytes == 0) return;
-    Check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream(s)), "CopyToDevice");
+    HostPieces(host, bytes, [&](size_t at, size_t n) {
+      return Check(cudaMemcpyAsync(static_cast<char*>(device) + at,
+                                   static_cast<const char*>(host) + at, n,
+                                   cudaMemcpyHostToDevice, stream(s)),
+                   "CopyToDevice");
+    });
   }
   // dst and src must not overlap (cudaMemcpy's rule).
   void CopyOnDevice(Stream s, void* dst, const void* src, size_t bytes) override {
@@ -617,12 +628,48 @@ class CudaDevice : public Device {
     return static_cast<kernels::PackSegment*>(p);
   }
 
+  // Calls copy(offset, bytes) for consecutive pieces of the host range
+  // [host, host + bytes), each wholly inside one registered region or wholly
+  // outside all of them, until a copy returns false. At most three pieces
+  // (pageable head, pinned middle, pageable tail) for a range inside one
+  // PinHost buffer; a range over several regions gets more.
+  template <typename CopyFn>
+  void HostPieces(const void* host, size_t bytes, CopyFn copy) {
+    if (bytes == 0) return;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(host);
+    const uintptr_t end = begin + bytes;
+    std::vector<std::pair<uintptr_t, uintptr_t>> pinned;  // overlapping regions, clipped
+    {
+      absl::MutexLock lock(&pinned_mu_);
+      for (const PinnedRegion& r : pinned_) {
+        const uintptr_t rb = reinterpret_cast<uintptr_t>(r.base);
+        const uintptr_t re = rb + r.bytes;
+        if (rb < end && begin < re) pinned.push_back({std::max(rb, begin), std::min(re, end)});
+      }
+    }
+    std::sort(pinned.begin(), pinned.end());
+    uintptr_t at = begin;
+    for (const auto& [pb, pe] : pinned) {
+      if (at < pb && !copy(at - begin, pb - at)) return;  // pageable gap
+      if (!copy(pb - begin, pe - pb)) return;             // pinned
+      at = pe;
+    }
+    if (at < end) copy(at - begin, end - at);  // pageable tail
+  }
+
+  // A PinHost registration: the caller's pointer and the whole pages
+  // registered for it.
+  struct PinnedRegion {
+    void* p;
+    void* base;
+    size_t bytes;
+  };
+
   Resources r_;
   absl::Mutex mu_;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
-  // PinHost's ranges: (the caller's pointer, the page-aligned base registered).
   absl::Mutex pinned_mu_;
-  std::vector<std::pair<void*, void*>> pinned_ ABSL_GUARDED_BY(pinned_mu_);
+  std::vector<PinnedRegion> pinned_ ABSL_GUARDED_BY(pinned_mu_);
 };
 
 // Creates the device's streams, cuBLAS handles and pool; `r` keeps whatever

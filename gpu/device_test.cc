@@ -6,11 +6,14 @@
 // stated tolerance where cuBLAS sums in its own order (matrix products).
 #include "gpu/device.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/optimizer.h"
@@ -91,6 +94,43 @@ TEST_P(DeviceTest, CopiesAndFill) {
   std::vector<float> filled = Download(a);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(filled[i], 2.5f);
   EXPECT_EQ(filled[10], host[10]);
+}
+
+// A pinned host buffer that starts and ends inside a page (as the worker's
+// heap buffers do): PinHost registers its whole pages only, and copies of
+// the whole buffer, of a range inside it and of ranges that cross its edges
+// into pageable memory all arrive. CUDA refuses one copy that spans pinned
+// and pageable memory ("invalid argument"); the device splits such copies.
+TEST_P(DeviceTest, CopiesAcrossPinnedAndPageableMemory) {
+  constexpr size_t kPage = 4096, kFloats = 5 * kPage / sizeof(float);
+  std::vector<float> backing(kFloats + 3 * kPage / sizeof(float));
+  // 100 bytes into a page, ending mid-page: head and tail pages stay pageable.
+  const uintptr_t aligned =
+      (reinterpret_cast<uintptr_t>(backing.data()) + kPage - 1) / kPage * kPage;
+  float* host = reinterpret_cast<float*>(aligned + 100);
+  const size_t n = kFloats - 64;
+  const std::vector<float> values = Random(n, 7);
+  std::copy(values.begin(), values.end(), host);
+  ASSERT_TRUE(device_->PinHost(host, n * sizeof(float)).ok());
+  auto d = DeviceBuffer<float>::Create(device_.get(), n);
+  ASSERT_TRUE(d.ok()) << d.status();
+  device_->CopyToDevice(Stream::kToDevice, d->data(), host, n * sizeof(float));
+  ASSERT_TRUE(device_->SynchronizeStream(Stream::kToDevice).ok());
+  EXPECT_EQ(Download(*d), values);
+  // Ranges (in floats): all; one inside the pinned pages; the head only;
+  // the tail only; across both edges.
+  const std::pair<size_t, size_t> ranges[] = {
+      {0, n}, {kPage / 4, kPage / 2}, {0, 10}, {n - 10, 10}, {5, n - 20}};
+  for (const auto& [at, count] : ranges) {
+    std::fill(host, host + n, -1.0f);
+    device_->CopyToHost(Stream::kToHost, host + at, d->data() + at, count * sizeof(float));
+    ASSERT_TRUE(device_->SynchronizeStream(Stream::kToHost).ok()) << at << "+" << count;
+    for (size_t i = 0; i < n; ++i) {
+      const bool inside = i >= at && i < at + count;
+      ASSERT_EQ(host[i], inside ? values[i] : -1.0f) << "range " << at << "+" << count << " at " << i;
+    }
+  }
+  device_->UnpinHost(host);
 }
 
 TEST_P(DeviceTest, ZeroSizedWorkIsFine) {

@@ -4,7 +4,8 @@
 # Needs only the NVIDIA driver and cuBLAS 13 on that machine. Writes each
 # step's log under $OUT (default ./gpu-check-out) and prints a summary last.
 #
-#   bash .gpu-bundle/gpu_check.sh [quick]
+#   bash .gpu-bundle/gpu_check.sh [quick|cuda]
+#     quick: the test suites only; cuda: everything but the demo's CPU runs
 #
 # Steps: the device, the kernels' architectures (cuobjdump, where present),
 # the three CUDA test suites (kernels vs the CPU, the device MLP vs the CPU
@@ -47,7 +48,7 @@ fi
 
 for t in gpu/device_test model/device_mlp_test worker/device_staging_test; do
   name="$(basename "$t")"
-  TEST_TMPDIR="$(mktemp -d)" step "$name" 300 "$B/$t" --gtest_color=no
+  TEST_TMPDIR="$(mktemp -d)" step "$name" 120 "$B/$t" --gtest_color=no
   say "   cuda cases: $(grep -c '^\[       OK \] .*/cuda' "$OUT/$name.log") passed," \
     "$(grep -c '^\[  FAILED  \] .*/cuda.* ms)$' "$OUT/$name.log") failed," \
     "$(grep -c '^\[  SKIPPED \] .*/cuda.* ms)$' "$OUT/$name.log") skipped; all: $(grep '^\[  PASSED  \]' "$OUT/$name.log")"
@@ -56,8 +57,9 @@ done
 [ "${1:-}" = quick ] && { cat "$summary"; exit 0; }
 
 if command -v compute-sanitizer >/dev/null; then
+  # Less the test that asks for 4 PiB on purpose (its refusal is reported).
   step compute_sanitizer 240 compute-sanitizer --tool memcheck --error-exitcode 7 \
-    "$B/gpu/device_test" --gtest_color=no '--gtest_filter=*cuda*'
+    "$B/gpu/device_test" --gtest_color=no '--gtest_filter=*cuda*:-*TooLargeAllocation*'
   tail -3 "$OUT/compute_sanitizer.log" | sed 's/^/   /' >>"$summary"
 fi
 
@@ -66,10 +68,12 @@ sed 's/^/   /' "$OUT/gpu_bench.log" >>"$summary"
 
 for run in zero2:fp32 ddp:fp32 fsdp:fp32 zero2:bf16; do
   s="${run%%:*}" p="${run#*:}"
-  for d in cpu cuda; do
+  devices="cpu cuda"
+  [ "${1:-}" = cuda ] && devices=cuda
+  for d in $devices; do
     name="demo_${s}_${p}_$d"
-    step "$name" 240 "$B/tools/tessel-demo" --strategy="$s" --precision="$p" --device="$d" --tolerance=1e-2
-    grep -E 'ms/step|final accuracy|max relative|OK$' "$OUT/$name.log" | tail -4 |
+    step "$name" 120 "$B/tools/tessel-demo" --strategy="$s" --precision="$p" --device="$d" --tolerance=1e-2
+    grep -E 'ms/step|accuracy|relative difference|OK$|FAILED' "$OUT/$name.log" | tail -7 |
       sed 's/^/   /' >>"$summary"
     # Where worker 0 computed (its own log, in the demo's log folder).
     logs="$(grep -o 'logs in [^ ;]*' "$OUT/$name.log" | head -1 | cut -d' ' -f3)"

@@ -84,6 +84,9 @@ class DeviceStagingTest : public ::testing::TestWithParam<Case> {
     o.precision = GetParam().precision;
     o.optimizer = Adam();
     o.bucket_bytes = 4096;  // several buckets
+    // A rank that fails an assertion stops stepping: its peer then fails its
+    // step in seconds instead of hanging the test.
+    o.step_timeout = absl::Seconds(20);
     return o;
   }
 

@@ -116,10 +116,13 @@ void RoundTrip(std::optional<HalfType> half, float* data, size_t n) {
 
 std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& optimizer, int world,
                                   int steps, std::optional<HalfType> half, int micro_batches,
-                                  bool half_mean) {
+                                  bool half_mean, int init_ulps) {
   const size_t n = job.model().num_params();
   std::vector<float> params(n), mean(n), working(n);
   job.Init(params.data());
+  for (int u = 0; u < init_ulps; ++u) {
+    for (float& p : params) p = std::nextafter(p, std::numeric_limits<float>::infinity());
+  }
   std::vector<std::vector<float>> grads(world, std::vector<float>(n));
   std::vector<std::vector<float>> state(StateSlots(optimizer), std::vector<float>(n, 0.f));
   float* state_ptrs[kMaxStateSlots] = {};

@@ -76,9 +76,11 @@ class MlpJob {
 // masters rounded to half, as a mixed-precision worker holds them.
 // `half_mean` (DDP under mixed precision): the mean itself is rounded to half
 // before the update, as DDP's servers return it in half.
+// `init_ulps`: every initial parameter is first moved that many ulps up (a
+// rounding-sized change, to measure how far rounding alone carries a run).
 std::vector<float> TrainReference(const MlpJob& job, const OptimizerParams& optimizer, int world,
                                   int steps, std::optional<HalfType> half = std::nullopt,
-                                  int micro_batches = 1, bool half_mean = false);
+                                  int micro_batches = 1, bool half_mean = false, int init_ulps = 0);
 
 // Rounds every element to `half` and back (the identity without `half`).
 void RoundTrip(std::optional<HalfType> half, float* data, size_t n);
