@@ -307,18 +307,18 @@ class CudaDevice : public Device {
 
   void CopyToHost(Stream s, void* host, const void* device, size_t bytes) override {
     HostPieces(host, bytes, [&](size_t at, size_t n) {
-      return Check(cudaMemcpyAsync(static_cast<char*>(host) + at,
-                                   static_cast<const char*>(device) + at, n,
-                                   cudaMemcpyDeviceToHost, stream(s)),
-                   "CopyToHost");
+      return Check(
+          cudaMemcpyAsync(static_cast<char*>(host) + at, static_cast<const char*>(device) + at, n,
+                          cudaMemcpyDeviceToHost, stream(s)),
+          "CopyToHost");
     });
   }
   void CopyToDevice(Stream s, void* device, const void* host, size_t bytes) override {
     HostPieces(host, bytes, [&](size_t at, size_t n) {
-      return Check(cudaMemcpyAsync(static_cast<char*>(device) + at,
-                                   static_cast<const char*>(host) + at, n,
-                                   cudaMemcpyHostToDevice, stream(s)),
-                   "CopyToDevice");
+      return Check(
+          cudaMemcpyAsync(static_cast<char*>(device) + at, static_cast<const char*>(host) + at, n,
+                          cudaMemcpyHostToDevice, stream(s)),
+          "CopyToDevice");
     });
   }
   // dst and src must not overlap (cudaMemcpy's rule).

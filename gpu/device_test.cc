@@ -127,7 +127,8 @@ TEST_P(DeviceTest, CopiesAcrossPinnedAndPageableMemory) {
     ASSERT_TRUE(device_->SynchronizeStream(Stream::kToHost).ok()) << at << "+" << count;
     for (size_t i = 0; i < n; ++i) {
       const bool inside = i >= at && i < at + count;
-      ASSERT_EQ(host[i], inside ? values[i] : -1.0f) << "range " << at << "+" << count << " at " << i;
+      ASSERT_EQ(host[i], inside ? values[i] : -1.0f)
+          << "range " << at << "+" << count << " at " << i;
     }
   }
   device_->UnpinHost(host);

@@ -200,9 +200,10 @@ int main(int argc, char** argv) {
     std::printf("single-process reference (CPU): train %.2f%%, test %.2f%%\n",
                 100.0 * job.TrainAccuracy(reference.data()),
                 100.0 * job.TestAccuracy(reference.data()));
-    std::printf("relative difference vs single process: %.3g in norm (%.3g at worst element); "
-                "the reference moves %.3g when its initial parameters move 1 ulp (limit %.3g)\n",
-                norm_diff, diff, rounding, limit);
+    std::printf(
+        "relative difference vs single process: %.3g in norm (%.3g at worst element); "
+        "the reference moves %.3g when its initial parameters move 1 ulp (limit %.3g)\n",
+        norm_diff, diff, rounding, limit);
     if (!(norm_diff <= limit)) {
       return Fail(absl::InternalError("the GPU run differs from single-process training"));
     }
