@@ -6,7 +6,8 @@
 //   2. overlap: one training step of an MLP on the device with each layer's
 //      gradient copied to pinned host memory behind its own event, as
 //      DeviceStaging does: how much of the copy time ran while backward was
-//      still computing (the device's own event clock);
+//      still computing (the device's own event clock), at each of
+//      --overlap_batches;
 //   3. step time: forward + backward of the demo MLP on the device vs
 //      Mlp::LossAndGrad on one CPU core.
 //
@@ -14,7 +15,7 @@
 // the CPU emulation (checks the benchmark runs; its numbers are not a GPU's).
 //
 //   bazel run //benchmarks:gpu_bench                  # cuda
-//   bazel run //benchmarks:gpu_bench -- --device=host
+//   bazel run //benchmarks:gpu_bench -- --device=host --overlap_batches=64
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,7 +37,10 @@ ABSL_FLAG(int, repeats, 5, "repeats per measurement (the median is reported)");
 ABSL_FLAG(std::string, overlap_layers, "1024,4096,4096,4096,10",
           "MLP of the overlap measurement (inputs, hidden..., classes)");
 ABSL_FLAG(std::string, demo_layers, "64,512,512,10", "the demo's MLP, for the step time");
-ABSL_FLAG(int, batch, 64, "rows per step");
+ABSL_FLAG(int, batch, 64, "rows per step of the step-time measurement");
+ABSL_FLAG(std::string, overlap_batches, "64,1024",
+          "batches of the overlap measurement: at a small batch a fast GPU finishes backward "
+          "long before PCIe has moved the gradients; at a larger one backward can cover them");
 
 namespace {
 
@@ -54,7 +58,7 @@ std::vector<int> Sizes(const std::string& s) {
   for (absl::string_view part : absl::StrSplit(s, ',')) {
     int v = 0;
     if (!absl::SimpleAtoi(part, &v) || v < 1) {
-      std::fprintf(stderr, "gpu_bench: bad layer size '%s'\n", std::string(part).c_str());
+      std::fprintf(stderr, "gpu_bench: bad size '%s' (a positive integer)\n", std::string(part).c_str());
       std::exit(2);
     }
     out.push_back(v);
@@ -117,9 +121,8 @@ void Bandwidth(Device* d) {
 // One step: forward, then backward layer by layer with each layer's gradient
 // copied to pinned host memory on kToHost behind an event (DeviceStaging's
 // pattern). Returns the fraction of copy time before backward's end.
-void Overlap(Device* d) {
+void Overlap(Device* d, int batch) {
   const tessel::model::Mlp m(Sizes(absl::GetFlag(FLAGS_overlap_layers)));
-  const int batch = absl::GetFlag(FLAGS_batch);
   auto mlp = tessel::model::DeviceMlp::Create(m, d, batch);
   CHECK_OK(mlp.status());
   std::vector<float> params(m.num_params()), grads(m.num_params());
@@ -236,7 +239,7 @@ int main(int argc, char** argv) {
   std::printf("gpu_bench on %s\n", (*device)->description().c_str());
   if (kind == "host") std::printf("(the CPU emulation: these numbers are not a GPU's)\n");
   Bandwidth(device->get());
-  Overlap(device->get());
+  for (int batch : Sizes(absl::GetFlag(FLAGS_overlap_batches))) Overlap(device->get(), batch);
   StepTime(device->get());
   return 0;
 }

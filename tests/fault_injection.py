@@ -25,8 +25,12 @@ receive queue, as a worker killed mid-push does; the server must find it
 and renew its endpoint, and the job recover, with the same checks.
 Environment: TESSEL_FAULT_RUNS (default 4), TESSEL_FAULT_SEED (default 1),
 TESSEL_FAULT_STEPS (default 240), TESSEL_FAULT_REPORT (write a JSON summary),
-TESSEL_FAULT_STRATEGIES (default zero2,ddp,fsdp,zero1-bf16,zero1; runs cycle
-through them, so CI's 4 runs leave plain zero1 to the longer runs).
+TESSEL_FAULT_STRATEGIES (default zero2,ddp,fsdp@host,zero1-bf16,zero1,fsdp,
+zero2@host; runs cycle through them, so CI's 4 runs leave plain zero1 and the
+CPU's fsdp to the longer runs). "@host" computes on the device code path's CPU
+emulation (tessel-train --device=host: device buffers, streams, per-unit
+copies, DeviceStaging's reload after recovery), and is checked against the
+clean run on the CPU: it must give the CPU's bits through every fault.
 DDP writes no checkpoint: a replacement worker takes the survivors' state and
 nothing rolls back; the same checks apply.
 """
@@ -56,10 +60,16 @@ ROOT = tempfile.mkdtemp(prefix="fault-", dir=os.environ.get("TEST_TMPDIR"))
 WORLD, SHARDS, EVERY = 2, 2, 5
 LEASE_MS = 1500
 RECOVERY_TIMEOUT_S = 25
-# strategy[-precision]: zero1/zero2/fsdp/ddp in fp32, and zero1 in bf16
-# (mixed precision: half on the wire and on workers, fp32 masters on servers).
+# strategy[-precision][@device]: zero1/zero2/fsdp/ddp in fp32, and zero1 in
+# bf16 (mixed precision: half on the wire and on workers, fp32 masters on
+# servers); @host: the device code path on the CPU emulation.
 STRATEGIES = os.environ.get("TESSEL_FAULT_STRATEGIES",
-                            "zero2,ddp,fsdp,zero1-bf16,zero1").split(",")
+                            "zero2,ddp,fsdp@host,zero1-bf16,zero1,fsdp,zero2@host").split(",")
+
+
+def on_cpu(strategy):
+    """The strategy computed on the CPU: the clean run a fault run must equal."""
+    return strategy.split("@")[0]
 MODEL = ["--layers=32,256,256,8", "--samples=4096", "--batch=64", "--optimizer=adam",
          "--lr=0.01", "--ucx_tls=posix,sysv,self"]
 
@@ -94,16 +104,19 @@ class Cluster:
         raise RuntimeError("servers did not register")
 
     def start_worker(self, r, resume):
+        name, _, device = self.strategy.partition("@")
         args = [TRAIN, "--registry=" + self.reg, "--job=fi", "--rank=%d" % r,
                 "--world=%d" % WORLD, "--servers=%d" % SHARDS, "--steps=%d" % STEPS,
-                "--strategy=" + self.strategy.split("-")[0],
-                "--precision=" + (self.strategy.split("-") + ["fp32"])[1],
+                "--strategy=" + name.split("-")[0],
+                "--precision=" + (name.split("-") + ["fp32"])[1],
                 "--recover", "--recovery_timeout_s=%d" % RECOVERY_TIMEOUT_S,
                 "--step_timeout_s=60", "--lease_ttl_ms=%d" % LEASE_MS, "--log_every=1000000",
                 "--out=" + os.path.join(self.d, "final.npy"),
                 "--loss_log=" + os.path.join(self.d, "loss.txt")] + MODEL
         if not self.strategy.startswith("ddp"):  # DDP keeps its state on the workers
             args += ["--checkpoint_every_steps=%d" % EVERY, "--checkpoint_initial"]
+        if device:
+            args.append("--device=" + device)
         if resume:
             args.append("--resume")
         return spawn(args, os.path.join(self.d, "worker%d.log" % r))
@@ -348,12 +361,13 @@ def main():
     try:
         clean = {}
         for s in STRATEGIES[:min(RUNS, len(STRATEGIES))]:
-            clean[s] = clean_run(s)
+            if on_cpu(s) not in clean:
+                clean[on_cpu(s)] = clean_run(on_cpu(s))
         results = []
         for i in range(RUNS):
             rng = random.Random(SEED * 1000003 + i)
             strategy = STRATEGIES[i % len(STRATEGIES)]
-            r = fault_run(i, rng, clean[strategy])
+            r = fault_run(i, rng, clean[on_cpu(strategy)])
             results.append(r)
             log("  run %d (%s): %s; replayed %d steps, servers refused %d stale frames, "
                 "recovery %s ms" % (i, strategy, "OK" if not r["problems"] else
