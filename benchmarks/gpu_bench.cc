@@ -58,7 +58,8 @@ std::vector<int> Sizes(const std::string& s) {
   for (absl::string_view part : absl::StrSplit(s, ',')) {
     int v = 0;
     if (!absl::SimpleAtoi(part, &v) || v < 1) {
-      std::fprintf(stderr, "gpu_bench: bad size '%s' (a positive integer)\n", std::string(part).c_str());
+      std::fprintf(stderr, "gpu_bench: bad size '%s' (a positive integer)\n",
+                   std::string(part).c_str());
       std::exit(2);
     }
     out.push_back(v);

@@ -196,12 +196,29 @@ bool ShardServer::Rejoin() {
                          "or declared the server dead); joining again as shard "
                       << options_.shard << " (jobs stay; workers recover as after a restart)";
   absl::Time next_report = absl::Now() + absl::Seconds(10);
+  std::optional<absl::Time> held_since;  // since when a live member holds this shard
   for (;;) {
     auto view = registry_->Join(keeper_->member(), options_.lease_ttl);
     if (view.ok()) {
       TESSEL_LOG(INFO) << "joined the registry again at epoch " << view->epoch();
       health_->SetReady(true, "joined the registry again");
       return true;
+    }
+    // A live member holds this shard: a replacement started while this server
+    // was cut off (a partition, a long stall) and keeps renewing its lease. A
+    // join of ours whose answer was lost would lapse within one lease, so past
+    // two the shard is someone else's: stand down rather than wait forever
+    // beside the server the job now uses.
+    if (absl::IsAlreadyExists(view.status())) {
+      if (!held_since.has_value()) held_since = absl::Now();
+      if (absl::Now() - *held_since > 2 * options_.lease_ttl) {
+        End(absl::FailedPreconditionError(
+            absl::StrCat("replaced while cut off from the registry: ", view.status().message(),
+                         "; standing down")));
+        return false;
+      }
+    } else {
+      held_since.reset();
     }
     if (absl::Now() >= next_report) {
       TESSEL_LOG(WARNING) << "still joining the registry: " << view.status().message();

@@ -264,6 +264,28 @@ TEST_F(ShardServerTest, LostLeaseRejoinsAndKeepsItsJobs) {
   (*server)->Shutdown();
 }
 
+// A server cut off long enough for a replacement to take its shard (a
+// partition, a long stall) finds the shard held when it joins again: it
+// stands down instead of waiting beside the replacement for ever.
+TEST_F(ShardServerTest, LostLeaseToAReplacementStandsDown) {
+  auto server = StartShard(0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto members = registry_->registry().ListMembers();
+  ASSERT_TRUE(members.ok() && members->size() == 1u);
+  v1::Member replacement = (*members)[0].member;
+  replacement.set_pid(replacement.pid() + 1);
+  ASSERT_TRUE(registry_->registry().Leave((*members)[0].lease_id).ok());
+  auto joined = registry_->registry().Join(replacement, absl::Seconds(30));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  auto ended = (*server)->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(ended.has_value()) << "the replaced server did not stand down";
+  EXPECT_TRUE(absl::IsFailedPrecondition(*ended)) << *ended;
+  EXPECT_NE(ended->message().find("standing down"), std::string::npos) << *ended;
+  auto now = registry_->registry().ListMembers();
+  ASSERT_TRUE(now.ok() && now->size() == 1u);
+  EXPECT_EQ((*now)[0].lease_id, joined->lease_id) << "the replacement keeps the shard";
+}
+
 // Readiness tells the truth on the service port and the health-only port:
 // SERVING once joined, NOT_SERVING while cut off from the registry (here:
 // the registry process is gone), SERVING again once a new registry (a
