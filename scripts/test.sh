@@ -7,9 +7,12 @@
 #               UndefinedBehaviorSanitizer together; the fuzz test is left out:
 #               it builds its own asan+ubsan fuzzers, and so are tests tagged
 #               "plain_only": images, manifests and network namespaces, which
-#               exercise packaging and deployment, not our code's memory, and
-#               the Python tests (//python), whose extension /usr/bin/python3
-#               loads without a sanitizer runtime)
+#               exercise packaging and deployment, not our code's memory, the
+#               HTTP/CLI/Chromium drivers and the demo's and checkpoint CLI's
+#               many-run drivers (CI time; the processes they start run under
+#               ASan in the recovery suites), and the Python tests (//python),
+#               whose extension /usr/bin/python3 loads without a sanitizer
+#               runtime)
 #   tsan        bazel test --config=tsan, the tests tagged "concurrency"
 #               (threads in one process: transports, peer groups, registry,
 #               health checks, checkpointer, workers on threads)
