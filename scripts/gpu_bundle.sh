@@ -24,6 +24,7 @@ TARGETS=(
   //server:tessel-server
 )
 bazel build "${TARGETS[@]}"
+path_of() { local rel="${1#//}"; echo "${rel/://}"; }  # //pkg:name -> pkg/name
 bin="$(bazel info bazel-bin)"
 
 out=.gpu-bundle
@@ -32,8 +33,7 @@ mkdir -p "$out/lib" "$out/ucx"
 grep -qx '/.gpu-bundle/' .git/info/exclude 2>/dev/null || echo '/.gpu-bundle/' >>.git/info/exclude
 
 for t in "${TARGETS[@]}"; do
-  rel="${t#//}"
-  rel="${rel/://}"
+  rel="$(path_of "$t")"
   mkdir -p "$out/$(dirname "$rel")"
   strip -o "$out/$rel" "$bin/$rel"
 done
@@ -52,10 +52,7 @@ copy_deps() {
     [ -e "$out/lib/$(basename "$lib")" ] || strip -o "$out/lib/$(basename "$lib")" "$(readlink -f "$lib")"
   done
 }
-for t in "${TARGETS[@]}"; do
-  rel="${t#//}"
-  copy_deps "$bin/${rel/://}"
-done
+for t in "${TARGETS[@]}"; do copy_deps "$bin/$(path_of "$t")"; done
 # UCX loads its transports (shared memory, tcp, ...) as modules at run time,
 # from UCX_MODULE_DIR; each is copied under every name it has (no links).
 for m in /usr/lib/x86_64-linux-gnu/ucx/*.so*; do

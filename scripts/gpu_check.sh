@@ -12,7 +12,8 @@
 # model, training through DeviceStaging vs the CPU path with overlap and
 # recovery), compute-sanitizer memcheck over the kernel suite, gpu_bench, and
 # the demo's real cluster (2 shard servers + 2 worker processes) on
-# --device=cuda against --device=cpu for zero2, ddp and fsdp.
+# --device=cuda against --device=cpu for zero2, ddp and fsdp in fp32 and
+# zero2 in bf16 (the CPU runs bitwise, the CUDA runs by --cuda_tolerance).
 set -uo pipefail
 B="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-$PWD/gpu-check-out}"
@@ -66,13 +67,13 @@ fi
 step gpu_bench 240 "$B/benchmarks/gpu_bench" --device=cuda
 sed 's/^/   /' "$OUT/gpu_bench.log" >>"$summary"
 
+devices="cpu cuda"
+[ "${1:-}" = cuda ] && devices=cuda
 for run in zero2:fp32 ddp:fp32 fsdp:fp32 zero2:bf16; do
   s="${run%%:*}" p="${run#*:}"
-  devices="cpu cuda"
-  [ "${1:-}" = cuda ] && devices=cuda
   for d in $devices; do
     name="demo_${s}_${p}_$d"
-    step "$name" 120 "$B/tools/tessel-demo" --strategy="$s" --precision="$p" --device="$d" --tolerance=1e-2
+    step "$name" 120 "$B/tools/tessel-demo" --strategy="$s" --precision="$p" --device="$d"
     grep -E 'ms/step|accuracy|relative difference|OK$|FAILED' "$OUT/$name.log" | tail -7 |
       sed 's/^/   /' >>"$summary"
     # Where worker 0 computed (its own log, in the demo's log folder).

@@ -181,9 +181,12 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_skip_reference)) return 0;
   std::printf("running the same training in one process for comparison...\n");
   std::fflush(stdout);
-  std::vector<float> reference = tessel::TrainReference(
-      job, *optimizer, workers, steps, *precision, absl::GetFlag(FLAGS_micro_batches),
-      /*half_mean=*/*strategy == tessel::Strategy::kDdp);
+  auto train_reference = [&](int init_ulps) {
+    return tessel::TrainReference(job, *optimizer, workers, steps, *precision,
+                                  absl::GetFlag(FLAGS_micro_batches),
+                                  /*half_mean=*/*strategy == tessel::Strategy::kDdp, init_ulps);
+  };
+  std::vector<float> reference = train_reference(/*init_ulps=*/0);
   const double diff = tessel::MaxRelativeDifference(*final_params, reference);
   if (config->device == "cuda") {
     // Not bitwise (cuBLAS's summation order), so the question is whether the
@@ -191,9 +194,7 @@ int main(int argc, char** argv) {
     // reference trained again from initial parameters 1 ulp away measures
     // how far rounding-sized differences carry this job (Adam amplifies
     // them over many steps while the loss stays the same).
-    const std::vector<float> moved = tessel::TrainReference(
-        job, *optimizer, workers, steps, *precision, absl::GetFlag(FLAGS_micro_batches),
-        /*half_mean=*/*strategy == tessel::Strategy::kDdp, /*init_ulps=*/1);
+    const std::vector<float> moved = train_reference(/*init_ulps=*/1);
     const double norm_diff = tessel::NormRelativeDifference(*final_params, reference);
     const double rounding = tessel::NormRelativeDifference(moved, reference);
     const double limit = std::max(1e-4, absl::GetFlag(FLAGS_cuda_tolerance) * rounding);
