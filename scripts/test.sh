@@ -8,9 +8,11 @@
 #               it builds its own asan+ubsan fuzzers, and so are tests tagged
 #               "plain_only": images, manifests and network namespaces, which
 #               exercise packaging and deployment, not our code's memory, the
-#               HTTP/CLI/Chromium drivers and the demo's and checkpoint CLI's
-#               many-run drivers (CI time; the processes they start run under
-#               ASan in the recovery suites), and the Python tests (//python),
+#               HTTP/CLI/Chromium drivers, the demo's and checkpoint CLI's
+#               many-run drivers and the operator, wedge and worker-death
+#               suites (CI time; the processes they start run under ASan in
+#               the fault-injection, elastic and hybrid-recovery suites), and
+#               the Python tests (//python),
 #               whose extension /usr/bin/python3 loads without a sanitizer
 #               runtime)
 #   tsan        bazel test --config=tsan, the tests tagged "concurrency"
@@ -37,8 +39,10 @@ rc=0
 for run in $runs; do
   case "$run" in
     plain) flags=(); label=plain; filter=() ;;
-    sanitize) flags=(--config=sanitize); label=asan+ubsan; filter=(--test_tag_filters=-fuzz,-plain_only) ;;
-    tsan) flags=(--config=tsan); label=tsan; filter=(--test_tag_filters=concurrency) ;;
+    # --build_tests_only: the sanitizer runs build only the tests they run
+    # (and what those depend on), not every binary and filtered-out test.
+    sanitize) flags=(--config=sanitize); label=asan+ubsan; filter=(--test_tag_filters=-fuzz,-plain_only --build_tests_only) ;;
+    tsan) flags=(--config=tsan); label=tsan; filter=(--test_tag_filters=concurrency --build_tests_only) ;;
     *) echo "test.sh: unknown run '$run' (plain, sanitize, tsan)" >&2; exit 2 ;;
   esac
   echo "== test run: $label (bazel test ${flags[*]} ${filter[*]} //... $*)"
