@@ -1,5 +1,6 @@
 #include "server/data_plane.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -8,7 +9,7 @@
 namespace tessel {
 
 DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
-                     ServerMetrics* metrics, Timeline* timeline)
+                     ServerMetrics* metrics, Timeline* timeline, int update_threads)
     : transport_(transport),
       jobs_(jobs),
       checkpointer_(checkpointer),
@@ -18,7 +19,9 @@ DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpo
   jobs_->SetReplacedListener([this](ShardJob& old, const std::vector<ShardJob::Puller>& waiting) {
     RefuseReplacedPulls(old, waiting);
   });
-  compute_ = std::thread([this] { ComputeLoop(); });
+  for (int i = 0; i < std::max(1, update_threads); ++i) {
+    compute_.emplace_back([this] { ComputeLoop(); });
+  }
 }
 
 DataPlane::~DataPlane() {
@@ -27,7 +30,7 @@ DataPlane::~DataPlane() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  compute_.join();
+  for (std::thread& t : compute_) t.join();
 }
 
 int64_t DataPlane::update_queue_depth() {
@@ -184,7 +187,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       h.type = FrameType::kParams;
       h.job_id = job->job_id();
       h.epoch = epoch;
-      h.step = serve.version;
+      h.step = p.version;
       h.rank = p.rank;
       h.shard = job->shard();
       h.bucket = p.first_bucket;
@@ -192,12 +195,12 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       transport_->Send(p.reply_to, absl::MakeConstSpan(bytes), nullptr, 0, nullptr);
       continue;
     }
-    for (int b = p.first_bucket; b < p.first_bucket + p.bucket_count; ++b) {
+    for (int b : p.buckets) {
       FrameHeader h;
       h.type = FrameType::kParams;
       h.job_id = job->job_id();
       h.epoch = epoch;
-      h.step = serve.version;
+      h.step = p.version;
       h.rank = p.rank;
       h.shard = job->shard();
       h.bucket = b;
@@ -209,7 +212,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       if (timeline_ != nullptr) {
         timeline_->Instant("params sent", "data path", Timeline::NowUs(),
                            {.job = job->spec().job(),
-                            .step = serve.version,
+                            .step = p.version,
                             .rank = static_cast<int>(p.rank),
                             .shard = job->shard(),
                             .bucket = b});

@@ -1,14 +1,18 @@
 // DataPlane: the shard server's side of the data path. Decodes every frame
 // the transport delivers, routes it to its job (looked up in the JobTable),
-// answers refusals with ERROR frames, runs bucket updates on a compute
-// thread (never on the transport thread), hands due snapshots to the
-// Checkpointer, and sends parameters to the workers that pulled them. It
-// creates and deletes no jobs: that is the JobTable's, driven over gRPC.
+// answers refusals with ERROR frames, runs bucket updates on compute
+// threads (never on the transport thread), hands due snapshots to the
+// Checkpointer, and sends parameters to the workers that pulled them, each
+// bucket as soon as its update ends. It creates and deletes no jobs: that
+// is the JobTable's, driven over gRPC.
 //
 // Threads: OnFrame and receive completions on the transport thread; bucket
-// updates on the compute thread, which the plane owns and joins on
-// destruction. The update queue and counters are under mu_; each ShardJob
-// guards itself. Shut the transport down before destroying the plane.
+// updates on `update_threads` compute threads, which take complete buckets
+// in arrival order (different buckets of a step update at once; each
+// bucket's result does not depend on which thread or when), and which the
+// plane owns and joins on destruction. The update queue and counters are
+// under mu_; each ShardJob guards itself. Shut the transport down before
+// destroying the plane.
 //
 // Example:
 //   JobTable jobs(&checkpointer);
@@ -22,6 +26,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "core/timeline.h"
@@ -38,9 +43,10 @@ class DataPlane {
  public:
   // Installs the transport's handler. `jobs` and `checkpointer` (not owned;
   // the checkpointer may be a disabled one) must outlive the plane, as must
-  // `metrics` (not owned; null: none).
+  // `metrics` (not owned; null: none). `update_threads` >= 1.
   DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
-            ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr);
+            ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr,
+            int update_threads = 1);
 
   ~DataPlane();
 
@@ -68,7 +74,7 @@ class DataPlane {
   std::deque<std::pair<std::shared_ptr<ShardJob>, int>> updates_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t rejected_unrouted_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread compute_;
+  std::vector<std::thread> compute_;
 };
 
 }  // namespace tessel

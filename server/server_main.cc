@@ -57,6 +57,9 @@ ABSL_FLAG(std::string, timeline, "",
           "shard; merge a job's files with tools/tessel-timeline; empty: off");
 ABSL_FLAG(int64_t, timeline_first_step, 1, "first step --timeline records");
 ABSL_FLAG(int64_t, timeline_steps, 100, "steps --timeline records (0: every step)");
+ABSL_FLAG(int, update_threads, 0,
+          "threads that reduce and update complete gradient buckets, different buckets of a step "
+          "at once (0: half this machine's cores, 1 to 8; at most 256)");
 ABSL_FLAG(bool, verbose, false, "log every refused frame");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "root of the checkpoint store, shared by every server of the pool (empty = "
@@ -181,6 +184,7 @@ int main(int argc, char** argv) {
   options.receive_check_period = absl::Milliseconds(absl::GetFlag(FLAGS_receive_check_ms));
   options.receive_check_timeout =
       absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_receive_check_timeout_ms)));
+  options.update_threads = absl::GetFlag(FLAGS_update_threads);
   options.cancelled = [] { return g_stop != 0; };
   // TLS first: a bad certificate path fails before anything is started
   // (ShardServer::Start loads the credentials again).

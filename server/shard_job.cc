@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,11 @@
 #include "rpc/job_spec.h"
 
 namespace tessel {
+namespace {
+// Mixed precision: elements of each rank's gradient widened to fp32 at a
+// time (64 KiB per rank: the chunk stays in cache for the reduction).
+constexpr int64_t kWidenChunk = 16384;
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& spec, int shard_index,
                                                            int64_t epoch) {
@@ -129,6 +135,7 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
     rank_grads_.assign(world_, std::vector<float>(n, 0.f));
   }
   init_seen_.assign(num_buckets_, 0);
+  bucket_updated_.assign(num_buckets_, 0);
   initialized_ = is_ddp() || num_buckets_ == 0;
   for (const TensorSlot& t : layout_.tensors())
     owned_.push_back(t.range().Overlaps(range_) ? 1 : 0);
@@ -234,14 +241,7 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
       RefreshHalf(0, values_.size());
       c.serve.version = version_;
       if (spec_.checkpoint().initial()) c.serve.snapshot = SnapshotLocked();
-      for (auto it = deferred_.begin(); it != deferred_.end();) {
-        if (it->version == version_) {
-          c.serve.pullers.push_back(*it);
-          it = deferred_.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      ServeWaitingLocked(&c.serve);
     }
     return c;
   }
@@ -271,49 +271,75 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
     }
   }
   const Range br = layout_.bucket_range(shard_, bucket);
-  const size_t off = static_cast<size_t>(br.begin - range_.begin);
-  const size_t n = static_cast<size_t>(br.size());
-  std::vector<const float*> srcs(world_);
-  std::vector<std::vector<float>> widened;
-  if (half_) {  // exact widening, then the fp32 reduction in rank order
-    widened.assign(world_, std::vector<float>(n));
-    for (int r = 0; r < world_; ++r) {
-      HalfToFloat(*half_, rank_grads_half_[r].data() + off, widened[r].data(), n);
-      srcs[r] = widened[r].data();
+  // Mixed precision widens the ranks' half gradients exactly, a chunk at a
+  // time, into this thread's scratch (no allocation once it has grown), then
+  // reduces in fp32 in rank order: element-wise, so chunking changes no bit.
+  const int64_t chunk = half_ ? kWidenChunk : br.size();
+  thread_local std::vector<float> widened;
+  thread_local std::vector<const float*> srcs;
+  thread_local std::vector<const float*> run_srcs;
+  srcs.resize(static_cast<size_t>(world_));
+  size_t off = 0;  // the chunk's offset in the shard, for `apply`
+  // Per run of tensors at the same step; tensors no rank had a gradient
+  // for are left alone (one run, at `step`, unless some tensor was skipped).
+  const std::function<void(Range, int64_t)> apply = [&](Range run, int64_t t_step) {
+    const size_t at = static_cast<size_t>(run.begin - range_.begin);
+    const size_t rel = at - off;
+    float* state[kMaxStateSlots] = {};
+    for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + at;
+    const float* const* from = srcs.data();
+    if (rel != 0) {  // a later run of the chunk (only when some tensor was skipped)
+      run_srcs.resize(srcs.size());
+      for (size_t r = 0; r < srcs.size(); ++r) run_srcs[r] = srcs[r] + rel;
+      from = run_srcs.data();
     }
-  } else {
-    for (int r = 0; r < world_; ++r) srcs[r] = rank_grads_[r].data() + off;
-  }
-  if (is_ddp()) {
-    ReduceMean(srcs.data(), world_, values_.data() + off, n);
-    RefreshHalf(off, n);  // mixed precision: the mean goes back in half
-  } else {
-    // Per run of tensors at the same step; tensors no rank had a gradient
-    // for are left alone (one run, at `step`, unless some tensor was skipped).
-    std::vector<const float*> run_srcs;
-    ForEachUpdateRun(layout_, br, step, skips, skip_now, [&](Range run, int64_t t_step) {
-      const size_t at = static_cast<size_t>(run.begin - range_.begin);
-      const size_t rel = at - off;
-      float* state[kMaxStateSlots] = {};
-      for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + at;
-      const float* const* from = srcs.data();
-      if (rel != 0) {  // a later run of the bucket (only when some tensor was skipped)
-        run_srcs.resize(srcs.size());
-        for (size_t r = 0; r < srcs.size(); ++r) run_srcs[r] = srcs[r] + rel;
-        from = run_srcs.data();
+    ReduceAndApply(optimizer, t_step, values_.data() + at, from, world_, state,
+                   static_cast<size_t>(run.size()));
+  };
+  for (int64_t c = br.begin; c < br.end; c += chunk) {
+    const Range part{c, std::min(br.end, c + chunk)};
+    off = static_cast<size_t>(part.begin - range_.begin);
+    const size_t n = static_cast<size_t>(part.size());
+    if (half_) {
+      if (widened.size() < static_cast<size_t>(world_) * n) widened.resize(world_ * n);
+      for (int r = 0; r < world_; ++r) {
+        float* to = widened.data() + static_cast<size_t>(r) * n;
+        HalfToFloat(*half_, rank_grads_half_[r].data() + off, to, n);
+        srcs[r] = to;
       }
-      ReduceAndApply(optimizer, t_step, values_.data() + at, from, world_, state,
-                     static_cast<size_t>(run.size()));
-    });
-    RefreshHalf(off, n);
+    } else {
+      for (int r = 0; r < world_; ++r) srcs[r] = rank_grads_[r].data() + off;
+    }
+    if (is_ddp()) {
+      ReduceMean(srcs.data(), world_, values_.data() + off, n);
+      continue;
+    }
+    ForEachUpdateRun(layout_, part, step, skips, skip_now, apply);
   }
+  // Mixed precision: the parameters (DDP: the mean) go back in half.
+  RefreshHalf(static_cast<size_t>(br.begin - range_.begin), static_cast<size_t>(br.size()));
   absl::MutexLock lock(&mu_);
   --updates_running_;
   Serve serve;
-  if (++buckets_updated_ < num_buckets_) return serve;
+  if (++buckets_updated_ < num_buckets_) {
+    // Early serving: the pulls of this step get this bucket now.
+    bucket_updated_[bucket] = 1;
+    for (Waiting& w : deferred_) {
+      const Puller& p = w.puller;
+      const int at = bucket - p.first_bucket;
+      if (p.version != step || at < 0 || at >= p.bucket_count || w.sent[at]) continue;
+      w.sent[at] = 1;
+      Puller now = p;
+      now.buckets.assign(1, bucket);
+      serve.pullers.push_back(std::move(now));
+    }
+    serve.version = version_;
+    return serve;
+  }
   ++version_;
   ++applied_steps_;
   buckets_updated_ = 0;
+  std::fill(bucket_updated_.begin(), bucket_updated_.end(), 0);
   for (size_t t = 0; t < skip_now_.size(); ++t) skip_now_[t] &= owned_[t];
   AdvanceSkips(skip_now_, &tensor_skips_);
   skip_now_.clear();
@@ -325,15 +351,23 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
     if (requested != checkpoint_requests_.end()) checkpoint_requests_.erase(requested);
     serve.snapshot = SnapshotLocked();
   }
-  for (auto it = deferred_.begin(); it != deferred_.end();) {
-    if (it->version == version_) {
-      serve.pullers.push_back(*it);
-      it = deferred_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  ServeWaitingLocked(&serve);
   return serve;
+}
+
+void ShardJob::ServeWaitingLocked(Serve* serve) {
+  for (auto it = deferred_.begin(); it != deferred_.end();) {
+    if (it->puller.version != version_) {
+      ++it;
+      continue;
+    }
+    Puller p = std::move(it->puller);
+    for (int i = 0; i < p.bucket_count; ++i) {
+      if (!it->sent[i]) p.buckets.push_back(p.first_bucket + i);
+    }
+    serve->pullers.push_back(std::move(p));
+    it = deferred_.erase(it);
+  }
 }
 
 absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint64_t reply_to) {
@@ -365,19 +399,33 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
   }
   Serve serve;
   serve.version = version_;
-  Puller p{reply_to, h.rank, h.step, h.bucket, static_cast<int>(h.bucket_count)};
+  Puller p{reply_to, h.rank, h.step, h.bucket, static_cast<int>(h.bucket_count), {}};
   if (ready) {
-    serve.pullers.push_back(p);
-  } else {
-    deferred_.push_back(p);
+    for (int i = 0; i < p.bucket_count; ++i) p.buckets.push_back(p.first_bucket + i);
+    serve.pullers.push_back(std::move(p));
+    return serve;
   }
+  // In flight: the buckets this step already updated go now, the rest as
+  // their updates end.
+  Waiting w{p, std::vector<uint8_t>(static_cast<size_t>(p.bucket_count), 0)};
+  if (initialized_) {
+    Puller now = p;
+    for (int i = 0; i < p.bucket_count; ++i) {
+      if (!bucket_updated_[p.first_bucket + i]) continue;
+      w.sent[i] = 1;
+      now.buckets.push_back(p.first_bucket + i);
+    }
+    if (!now.buckets.empty()) serve.pullers.push_back(std::move(now));
+  }
+  deferred_.push_back(std::move(w));
   return serve;
 }
 
 std::vector<ShardJob::Puller> ShardJob::TakeWaitingPulls() {
   absl::MutexLock lock(&mu_);
   std::vector<Puller> waiting;
-  waiting.swap(deferred_);
+  for (Waiting& w : deferred_) waiting.push_back(std::move(w.puller));
+  deferred_.clear();
   return waiting;
 }
 
@@ -409,8 +457,8 @@ std::optional<std::string> ShardJob::StallReport(absl::Time now, absl::Duration 
                     " buckets updated (", updates_running_, " running)");
   }
   std::vector<int> pullers;
-  for (const Puller& p : deferred_) {
-    if (p.version == version_ + 1) pullers.push_back(p.rank);
+  for (const Waiting& w : deferred_) {
+    if (w.puller.version == version_ + 1) pullers.push_back(w.puller.rank);
   }
   std::sort(pullers.begin(), pullers.end());
   pullers.erase(std::unique(pullers.begin(), pullers.end()), pullers.end());

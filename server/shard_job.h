@@ -15,7 +15,11 @@
 //          order) and the optimizer runs on it. When every bucket is done the
 //          version advances.
 //   PULL   for version v: answered with every bucket once version == v
-//          (deferred while the step is in flight, refused if v is gone).
+//          (refused if v is gone). While step v is in flight, each bucket
+//          is served as soon as it is updated (the step's other buckets
+//          may still be waiting for pushes or the optimizer), so parameters
+//          flow back while the shard still reduces and updates; the rest
+//          wait for their update.
 // Anything that does not fit (unknown job, stale epoch, wrong shard, rank,
 // bucket, size, step, duplicate) is refused with a status naming the problem,
 // and changes nothing.
@@ -58,17 +62,22 @@ namespace tessel {
 
 class ShardJob {
  public:
-  // A pending PULL: who asked (an opaque reply token) and for which version.
+  // A PULL: who asked (an opaque reply token), for which version and which
+  // buckets; in a Serve, also the buckets to send it now.
   struct Puller {
     uint64_t reply_to;
     int32_t rank;
     int64_t version;
     int first_bucket = 0;
     int bucket_count = 0;  // 0: notify only (an empty PARAMS frame)
+    // In a Serve: the buckets of [first_bucket, first_bucket + bucket_count)
+    // to send now, at `version` (a deferred pull gets each bucket once, as
+    // its update ends). Empty for a notify.
+    std::vector<int> buckets;
   };
   // What the data plane must do after an event.
   struct Serve {
-    std::vector<Puller> pullers;  // each gets its buckets of `version`
+    std::vector<Puller> pullers;  // each gets its `buckets` of its `version`
     int64_t version = 0;
     // A checkpoint was due at this step boundary: write it.
     std::optional<ShardSnapshot> snapshot;
@@ -102,8 +111,10 @@ class ShardJob {
     Serve serve;
   };
   Completion CompleteReceive(const FrameHeader& h, const absl::Status& s);
-  // Reduces and updates a complete bucket. Returns who to serve if this
-  // finished the step.
+  // Reduces and updates a complete bucket. Returns who to serve: the pulls
+  // of the step in progress waiting for this bucket, and if this finished
+  // the step, the snapshot due. Several threads may update different buckets
+  // of a step at once.
   Serve UpdateBucket(int bucket);
   // PULL header arrived. Returns whom to serve now (possibly nobody: deferred).
   absl::StatusOr<Serve> AcceptPull(const FrameHeader& h, uint64_t reply_to);
@@ -219,7 +230,19 @@ class ShardJob {
   PushTracker pushes_ ABSL_GUARDED_BY(mu_);
   int buckets_updated_ ABSL_GUARDED_BY(mu_) = 0;
   int updates_running_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<Puller> deferred_ ABSL_GUARDED_BY(mu_);
+  // Pulls waiting for buckets of a step not reached yet; `sent` marks, per
+  // bucket of the pull, those already served (updated in the step in
+  // progress).
+  struct Waiting {
+    Puller puller;
+    std::vector<uint8_t> sent;
+  };
+  std::vector<Waiting> deferred_ ABSL_GUARDED_BY(mu_);
+  // Per bucket: updated in the step in progress (servable at version_ + 1).
+  std::vector<uint8_t> bucket_updated_ ABSL_GUARDED_BY(mu_);
+  // Moves every deferred pull of `version_` into `serve`, with the buckets
+  // it still lacks.
+  void ServeWaitingLocked(Serve* serve) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pulled_bytes_ ABSL_GUARDED_BY(mu_) = 0;

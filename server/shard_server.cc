@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,7 @@
 namespace tessel {
 namespace {
 constexpr absl::Duration kSupervisePeriod = absl::Milliseconds(100);
+constexpr int kMaxUpdateThreads = 256;
 
 absl::Status Validate(const ShardServerOptions& o) {
   if (o.registry.empty()) return absl::InvalidArgumentError("registry address is required");
@@ -38,7 +41,18 @@ absl::Status Validate(const ShardServerOptions& o) {
   if (o.receive_check_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("receive_check_timeout must be positive");
   }
+  if (o.update_threads < 0 || o.update_threads > kMaxUpdateThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("update_threads must be in [0, ",
+                                                   kMaxUpdateThreads, "] (0 = automatic); got ",
+                                                   o.update_threads));
+  }
   return absl::OkStatus();
+}
+
+int UpdateThreads(int requested) {
+  if (requested > 0) return requested;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores / 2, 1, 8);
 }
 }  // namespace
 
@@ -86,8 +100,9 @@ absl::Status ShardServer::Init() {
     if (!timeline.ok()) return timeline.status();
     timeline_ = *std::move(timeline);
   }
+  const int update_threads = UpdateThreads(options_.update_threads);
   plane_ = std::make_unique<DataPlane>(transport_.get(), jobs_.get(), checkpointer_.get(),
-                                       metrics_.get(), timeline_.get());
+                                       metrics_.get(), timeline_.get(), update_threads);
   metrics_watch_ = metrics_->Watch(
       jobs_.get(), [plane = plane_.get()] { return plane->update_queue_depth(); },
       checkpointer_.get());
@@ -142,7 +157,8 @@ absl::Status ShardServer::Init() {
   TESSEL_LOG(INFO) << "shard " << options_.shard << " of pool '" << options_.pool
                    << "' serving control on " << grpc_address_
                    << (options_.tls.enabled() ? " (mutual TLS)" : " (plaintext)") << ", data over "
-                   << (transport_->name() == "ucx" ? std::string("UCX") : transport_->name());
+                   << (transport_->name() == "ucx" ? std::string("UCX") : transport_->name())
+                   << ", " << UpdateThreads(options_.update_threads) << " update thread(s)";
 
   EndpointKeeperOptions keeper;
   keeper.probe_timeout = options_.receive_check_timeout;

@@ -122,6 +122,9 @@ struct ShardServerOptions {
   // receive_check_timeout.
   absl::Duration receive_check_period = absl::Seconds(1);
   absl::Duration receive_check_timeout = absl::Seconds(3);
+  // Threads that reduce and update complete buckets (different buckets of a
+  // step at once); 0 = automatic: half this machine's cores, 1 to 8.
+  int update_threads = 0;
   // Polled while Start() retries the join: true gives up (e.g. a signal).
   std::function<bool()> cancelled;
 };

@@ -1,0 +1,275 @@
+// ShardJob's pipelined serving: while a step is in flight, each bucket's
+// parameters are served as soon as its update ends (to the pulls already
+// waiting, and at once to pulls that arrive after it), every bucket exactly
+// once per pull; and updates of different buckets on several threads, and
+// mixed precision widened a chunk at a time, give the very bits of one
+// reduction in rank order.
+#include <cstring>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "core/optimizer.h"
+#include "core/precision.h"
+#include "gtest/gtest.h"
+#include "rpc/job_spec.h"
+#include "server/shard_job.h"
+
+namespace tessel {
+namespace {
+
+constexpr int64_t kEpoch = 5;
+
+// One shard, `elements` floats in buckets of `bucket_floats`.
+v1::JobSpec Spec(v1::Strategy strategy, int world, int64_t elements, int64_t bucket_floats,
+                 v1::DType dtype = v1::DTYPE_F32) {
+  v1::JobSpec spec;
+  spec.set_job("serve");
+  spec.set_strategy(strategy);
+  spec.set_world_size(world);
+  spec.set_num_shards(1);
+  spec.set_bucket_bytes(bucket_floats * 4);
+  auto* t = spec.add_tensors();
+  t->set_name("w");
+  t->add_shape(elements);
+  t->set_dtype(dtype);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAM);
+  spec.mutable_optimizer()->set_lr(1e-2);
+  spec.mutable_optimizer()->set_beta1(0.9);
+  spec.mutable_optimizer()->set_beta2(0.999);
+  spec.mutable_optimizer()->set_eps(1e-8);
+  return spec;
+}
+
+float Value(int rank, int64_t i, int salt) {
+  return static_cast<float>((i * 7919 + rank * 104729 + salt * 31) % 2001 - 1000) / 997.f;
+}
+
+class Harness {
+ public:
+  explicit Harness(const v1::JobSpec& spec) {
+    auto created = ShardJob::Create(spec, 0, kEpoch);
+    EXPECT_TRUE(created.ok()) << created.status();
+    job_ = std::move(*created);
+    half_ = JobHalfType(spec);
+    if (spec.strategy() == v1::STRATEGY_DDP) return;
+    for (int b = 0; b < buckets(); ++b) {
+      FrameHeader h = Header(FrameType::kInit, 0, b);
+      h.payload_bytes = static_cast<uint64_t>(job_->bucket_elements(b)) * 4;
+      auto dst = job_->AcceptData(h);
+      EXPECT_TRUE(dst.ok()) << dst.status();
+      const Range br = job_->layout().bucket_range(0, b);
+      float* to = static_cast<float*>(*dst);
+      for (int64_t i = br.begin; i < br.end; ++i) to[i - br.begin] = Value(0, i, 99);
+      job_->CompleteReceive(h, absl::OkStatus());
+    }
+  }
+
+  int buckets() const { return job_->layout().num_buckets(0); }
+  ShardJob& job() { return *job_; }
+
+  FrameHeader Header(FrameType type, int rank, int bucket) {
+    FrameHeader h;
+    h.type = type;
+    h.job_id = job_->job_id();
+    h.epoch = kEpoch;
+    h.step = job_->version();
+    h.rank = rank;
+    h.shard = 0;
+    h.bucket = bucket;
+    return h;
+  }
+
+  // Lands rank's gradient for `bucket` (values from Value(rank, i, salt));
+  // returns the bucket to update if this completed it.
+  std::optional<int> Push(int rank, int bucket, int salt) {
+    FrameHeader h = Header(FrameType::kPush, rank, bucket);
+    const Range br = job_->layout().bucket_range(0, bucket);
+    h.payload_bytes = static_cast<uint64_t>(br.size()) * (half_ ? 2 : 4);
+    auto dst = job_->AcceptData(h);
+    EXPECT_TRUE(dst.ok()) << dst.status();
+    std::vector<float> g(static_cast<size_t>(br.size()));
+    for (int64_t i = br.begin; i < br.end; ++i) g[i - br.begin] = Value(rank, i, salt);
+    if (half_) {
+      FloatToHalf(*half_, g.data(), static_cast<uint16_t*>(*dst), g.size());
+    } else {
+      std::memcpy(*dst, g.data(), g.size() * 4);
+    }
+    return job_->CompleteReceive(h, absl::OkStatus()).update;
+  }
+
+  absl::StatusOr<ShardJob::Serve> Pull(int rank, int first, int count) {
+    FrameHeader h = Header(FrameType::kPull, rank, first);
+    h.step = job_->version() + 1;
+    h.bucket_count = static_cast<uint32_t>(count);
+    return job_->AcceptPull(h, /*reply_to=*/100 + rank);
+  }
+
+ private:
+  std::unique_ptr<ShardJob> job_;
+  std::optional<HalfType> half_;
+};
+
+// Per rank (reply_to - 100), the buckets a serve sends, at which version.
+std::map<int, std::vector<int>> Sent(const ShardJob::Serve& serve, int64_t version) {
+  std::map<int, std::vector<int>> out;
+  for (const ShardJob::Puller& p : serve.pullers) {
+    EXPECT_EQ(p.version, version);
+    for (int b : p.buckets) out[static_cast<int>(p.reply_to) - 100].push_back(b);
+  }
+  return out;
+}
+
+TEST(ShardJobServeTest, EachBucketIsServedAsSoonAsItIsUpdated) {
+  Harness t(Spec(v1::STRATEGY_ZERO2, 2, 64, 16));
+  ASSERT_EQ(t.buckets(), 4);
+  for (int r = 0; r < 2; ++r) {
+    auto s = t.Pull(r, 0, 4);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s->pullers.empty()) << "nothing is updated yet";
+  }
+  std::map<int, std::vector<int>> got;
+  for (int b : {2, 0, 3}) {
+    ASSERT_FALSE(t.Push(0, b, 1).has_value());
+    std::optional<int> complete = t.Push(1, b, 1);
+    ASSERT_EQ(complete, b);
+    ShardJob::Serve s = t.job().UpdateBucket(b);
+    EXPECT_EQ(Sent(s, 1), (std::map<int, std::vector<int>>{{0, {b}}, {1, {b}}}))
+        << "bucket " << b << " goes to both waiting pulls at once";
+    EXPECT_EQ(t.job().version(), 0) << "the step is not over";
+    EXPECT_FALSE(s.snapshot.has_value());
+  }
+  ASSERT_FALSE(t.Push(1, 1, 1).has_value());
+  ASSERT_EQ(t.Push(0, 1, 1), 1);
+  ShardJob::Serve last = t.job().UpdateBucket(1);
+  EXPECT_EQ(t.job().version(), 1);
+  EXPECT_EQ(Sent(last, 1), (std::map<int, std::vector<int>>{{0, {1}}, {1, {1}}}))
+      << "the last update sends only what was still missing";
+  EXPECT_TRUE(t.job().TakeWaitingPulls().empty()) << "every pull was answered";
+}
+
+TEST(ShardJobServeTest, APullArrivingMidStepGetsTheUpdatedBucketsAtOnce) {
+  Harness t(Spec(v1::STRATEGY_ZERO2, 2, 64, 16));
+  for (int b : {1, 3}) {
+    t.Push(0, b, 1);
+    ASSERT_EQ(t.Push(1, b, 1), b);
+    EXPECT_TRUE(t.job().UpdateBucket(b).pullers.empty()) << "nobody pulled yet";
+  }
+  auto now = t.Pull(0, 0, 4);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(Sent(*now, 1), (std::map<int, std::vector<int>>{{0, {1, 3}}}));
+  // A pull of part of the shard (FSDP pulls unit by unit) gets only its own.
+  auto part = t.Pull(1, 2, 2);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ(Sent(*part, 1), (std::map<int, std::vector<int>>{{1, {3}}}));
+  t.Push(0, 0, 1);
+  ASSERT_EQ(t.Push(1, 0, 1), 0);
+  EXPECT_EQ(Sent(t.job().UpdateBucket(0), 1), (std::map<int, std::vector<int>>{{0, {0}}}));
+  t.Push(0, 2, 1);
+  ASSERT_EQ(t.Push(1, 2, 1), 2);
+  EXPECT_EQ(Sent(t.job().UpdateBucket(2), 1),
+            (std::map<int, std::vector<int>>{{0, {2}}, {1, {2}}}));
+  EXPECT_EQ(t.job().version(), 1);
+  // Step 2 starts with nothing updated: a pull for it waits again.
+  auto next = t.Pull(0, 0, 4);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(next->pullers.empty());
+  EXPECT_EQ(t.job().TakeWaitingPulls().size(), 1u);
+}
+
+TEST(ShardJobServeTest, NotifyPullsStillWaitForTheWholeStep) {
+  Harness t(Spec(v1::STRATEGY_DDP, 2, 64, 16));
+  auto notify = t.Pull(0, 0, 0);
+  ASSERT_TRUE(notify.ok()) << notify.status();
+  for (int b = 0; b < 3; ++b) {
+    t.Push(0, b, 1);
+    ASSERT_EQ(t.Push(1, b, 1), b);
+    EXPECT_TRUE(t.job().UpdateBucket(b).pullers.empty());
+  }
+  t.Push(0, 3, 1);
+  ASSERT_EQ(t.Push(1, 3, 1), 3);
+  ShardJob::Serve done = t.job().UpdateBucket(3);
+  ASSERT_EQ(done.pullers.size(), 1u);
+  EXPECT_EQ(done.pullers[0].bucket_count, 0);
+  EXPECT_TRUE(done.pullers[0].buckets.empty()) << "a notify carries no bucket";
+  EXPECT_EQ(done.pullers[0].version, 1);
+}
+
+// Reference: one reduction in rank order of the (widened) gradients over the
+// whole shard, then Adam, as the single-threaded fp32 path does.
+std::vector<float> Reference(const v1::JobSpec& spec, int steps) {
+  const int world = spec.world_size();
+  const int64_t n = spec.tensors(0).shape(0);
+  const std::optional<HalfType> half = JobHalfType(spec);
+  auto optimizer = OptimizerFromProto(spec.optimizer());
+  EXPECT_TRUE(optimizer.ok());
+  std::vector<float> params(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) params[i] = Value(0, i, 99);
+  std::vector<std::vector<float>> state(2, std::vector<float>(static_cast<size_t>(n), 0.f));
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<std::vector<float>> grads(world, std::vector<float>(static_cast<size_t>(n)));
+    std::vector<const float*> srcs;
+    for (int r = 0; r < world; ++r) {
+      for (int64_t i = 0; i < n; ++i) grads[r][i] = Value(r, i, step);
+      if (half) {
+        std::vector<uint16_t> h(static_cast<size_t>(n));
+        FloatToHalf(*half, grads[r].data(), h.data(), h.size());
+        HalfToFloat(*half, h.data(), grads[r].data(), h.size());
+      }
+      srcs.push_back(grads[r].data());
+    }
+    float* st[kMaxStateSlots] = {state[0].data(), state[1].data()};
+    ReduceAndApply(*optimizer, step, params.data(), srcs.data(), world, st,
+                   static_cast<size_t>(n));
+  }
+  return params;
+}
+
+void ExpectBitwise(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], 4) != 0) ++differ;
+  }
+  EXPECT_EQ(differ, 0) << "elements differing from one reduction in rank order";
+}
+
+// Three steps; each step's complete buckets are updated on `threads` threads
+// at once, in reverse order of completion, as several compute threads would.
+std::vector<float> Train(Harness& t, int world, int steps, int threads) {
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<int> complete;
+    for (int b = 0; b < t.buckets(); ++b) {
+      for (int r = world - 1; r >= 0; --r) {
+        if (std::optional<int> c = t.Push(r, b, step)) complete.push_back(*c);
+      }
+    }
+    std::vector<std::thread> pool;
+    for (int k = 0; k < threads; ++k) {
+      pool.emplace_back([&, k] {
+        for (size_t i = k; i < complete.size(); i += threads) {
+          t.job().UpdateBucket(complete[complete.size() - 1 - i]);
+        }
+      });
+    }
+    for (std::thread& th : pool) th.join();
+    EXPECT_EQ(t.job().version(), step);
+  }
+  return t.job().ParamsSnapshot();
+}
+
+TEST(ShardJobServeTest, UpdatesOnSeveralThreadsAreBitwiseOneReduction) {
+  const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 3, 50000, 4096);
+  Harness t(spec);
+  ExpectBitwise(Train(t, 3, 3, 4), Reference(spec, 3));
+}
+
+TEST(ShardJobServeTest, MixedPrecisionWidensInChunksBitwise) {
+  // Buckets of 40000 elements: the widening runs in several chunks.
+  const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 3, 100000, 40000, v1::DTYPE_BF16);
+  Harness t(spec);
+  ExpectBitwise(Train(t, 3, 3, 2), Reference(spec, 3));
+}
+
+}  // namespace
+}  // namespace tessel
