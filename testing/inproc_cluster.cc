@@ -55,6 +55,9 @@ absl::Status InProcCluster::StartServer(int shard) {
   o.lease_ttl = options_.lease_ttl;
   o.checkpoint_dir = options_.checkpoint_dir;
   o.stall_report = absl::ZeroDuration();
+  // Two update threads whatever the machine: the tests check the bits of
+  // buckets updated concurrently (and TSan watches them).
+  o.update_threads = 2;
   auto transport = transport_factory()();
   if (!transport.ok()) return transport.status();
   auto started = ShardServer::Start(o, std::move(*transport));

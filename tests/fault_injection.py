@@ -91,7 +91,9 @@ class Cluster:
         return spawn([SERVER, "--registry=" + self.reg, "--shard=%d" % s,
                       "--ucx_tls=posix,sysv,self", "--lease_ttl_ms=%d" % LEASE_MS,
                       "--checkpoint_dir=" + self.ckdir,
-                      "--checkpoint_write_delay_ms=%d" % self.write_delay_ms],
+                      "--checkpoint_write_delay_ms=%d" % self.write_delay_ms,
+                      # concurrent bucket updates through every fault
+                      "--update_threads=2"],
                      os.path.join(self.d, "server%d.log" % s))
 
     def wait_servers(self):

@@ -59,7 +59,7 @@ class Cluster:
     def start_server(self, s):
         return spawn([SERVER, "--registry=" + self.reg, "--shard=%d" % s,
                       "--ucx_tls=posix,sysv,self", "--lease_ttl_ms=%d" % LEASE_MS,
-                      "--checkpoint_dir=" + self.ckdir],
+                      "--checkpoint_dir=" + self.ckdir, "--update_threads=2"],
                      os.path.join(self.d, "server%d.log" % s))
 
     def start_rank(self, job, shape, extra, r, log_path):
