@@ -38,6 +38,8 @@ ABSL_FLAG(int, workers, 2, "worker processes");
 ABSL_FLAG(int, servers, 2, "shard server processes");
 ABSL_FLAG(std::string, sizes_mib, "1,16,64", "gradient sizes S in MiB (comma-separated)");
 ABSL_FLAG(int, iters, 10, "timed steps per size (after 3 warm-up steps)");
+ABSL_FLAG(int, update_threads, 0,
+          "the shard servers' --update_threads (0: their default, half the cores)");
 // Internal: worker mode.
 ABSL_FLAG(std::string, role, "launcher", "launcher or worker (internal)");
 ABSL_FLAG(int, rank, 0, "internal: worker rank");
@@ -137,6 +139,10 @@ int main(int argc, char** argv) {
   copt.servers = absl::GetFlag(FLAGS_servers);
   copt.run_dir = tessel::MakeRunDir("tessel-bench");
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  if (absl::GetFlag(FLAGS_update_threads) > 0) {
+    copt.server_args.push_back(
+        absl::StrCat("--update_threads=", absl::GetFlag(FLAGS_update_threads)));
+  }
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();
   if (!s.ok()) {

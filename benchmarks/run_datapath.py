@@ -17,6 +17,10 @@ Contenders, for each world size W in --workers:
   mpi-rs_ag        Open MPI MPI_Reduce_scatter_block + MPI_Allgather: the
                    push (reduce-scatter) and pull (all-gather) of a step.
   gloo-allreduce   Gloo's C++ ring allreduce over TCP on lo (libgloo-dev).
+  tessel-<opt>-tN  with --update_threads=N,...: the servers run N update
+                   threads (default: one contender, the servers' default).
+  tessel-<opt>-base with --base_bench: another build's datapath_bench (e.g. an
+                   earlier commit's), for a before/after measured in one run.
   with --tcp:      tessel-tcp-sgd (UCX over TCP) and mpi-tcp-allreduce
                    (--mca pml ob1 --mca btl tcp,self).
 
@@ -27,6 +31,7 @@ Ratio lines, one per (W, size, Tessel variant, baseline), end the output:
 Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
          [--sizes_mib=1,16,64,256] [--repeats=5] [--iters=10]
          [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
+         [--update_threads=1,2] [--base_bench=OTHER/datapath_bench]
 """
 import argparse
 import os
@@ -95,6 +100,12 @@ def main():
     ap.add_argument("--optimizers", default="sgd,adam")
     ap.add_argument("--tcp", action="store_true")
     ap.add_argument("--no_gloo", action="store_true")
+    ap.add_argument("--update_threads", default="",
+                    help="comma-separated: one Tessel contender per value, tessel-<opt>-tN, "
+                         "its servers run --update_threads=N (default: one, the servers' own)")
+    ap.add_argument("--base_bench", default="",
+                    help="a second datapath_bench (e.g. built from an earlier commit): "
+                         "contenders tessel-<opt>-base, for a before/after in one run")
     ap.add_argument("--quiet_max_s", type=float, default=120)
     ap.add_argument("--timeout_s", type=float, default=900, help="per contender run")
     args = ap.parse_args()
@@ -117,12 +128,17 @@ def main():
                         "-lpthread"], check=True)
     size_arg = ",".join(str(s) for s in sizes)
     contenders = []  # (world, name, argv)
+    threads = [int(t) for t in args.update_threads.split(",") if t] or [0]
     for w in worlds:
         for opt in args.optimizers.split(","):
-            contenders.append((w, f"tessel-{opt}",
-                               [args.bench, f"--workers={w}", f"--servers={args.servers}",
-                                f"--sizes_mib={size_arg}", f"--iters={args.iters}",
-                                f"--optimizer={opt}", "--ucx_tls=posix,sysv,self"]))
+            common = [f"--workers={w}", f"--servers={args.servers}", f"--sizes_mib={size_arg}",
+                      f"--iters={args.iters}", f"--optimizer={opt}", "--ucx_tls=posix,sysv,self"]
+            for t in threads:
+                name = f"tessel-{opt}" + (f"-t{t}" if t else "")
+                extra = [f"--update_threads={t}"] if t else []
+                contenders.append((w, name, [args.bench] + common + extra))
+            if args.base_bench:
+                contenders.append((w, f"tessel-{opt}-base", [args.base_bench] + common))
         for mode in ("allreduce", "rs_ag"):
             contenders.append((w, f"mpi-{mode}",
                                MPIRUN + ["-np", str(w), args.mpi, size_arg, str(args.iters), mode]))
@@ -196,6 +212,18 @@ def main():
                     bmed = statistics.median(results[(w, b, s)])
                     print(f"{s:<5} W={w} {t:15} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "
                           f"ratio {bmed / tmed:.2f}x")
+    bases = [n for n in names if n.endswith("-base")]
+    if bases:
+        print("\n# before/after in this run: --base_bench's median / this build's (> 1: this "
+              "build is faster)")
+        for w in worlds:
+            for s in sizes:
+                for b in bases:
+                    bmed = statistics.median(results[(w, b, s)])
+                    for t in [n for n in names if n.startswith(b[:-len("-base")]) and n != b]:
+                        tmed = statistics.median(results[(w, t, s)])
+                        print(f"{s:<5} W={w} {t:15} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "
+                              f"speed-up {bmed / tmed:.2f}x")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

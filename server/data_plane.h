@@ -45,8 +45,7 @@ class DataPlane {
   // the checkpointer may be a disabled one) must outlive the plane, as must
   // `metrics` (not owned; null: none). `update_threads` >= 1.
   DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
-            ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr,
-            int update_threads = 1);
+            ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr, int update_threads = 1);
 
   ~DataPlane();
 

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "rpc/job_spec.h"
 #include "server/shard_job.h"
+#include "server/shard_job_testing.h"
 
 namespace tessel {
 namespace {
@@ -69,15 +70,7 @@ class Harness {
   ShardJob& job() { return *job_; }
 
   FrameHeader Header(FrameType type, int rank, int bucket) {
-    FrameHeader h;
-    h.type = type;
-    h.job_id = job_->job_id();
-    h.epoch = kEpoch;
-    h.step = job_->version();
-    h.rank = rank;
-    h.shard = 0;
-    h.bucket = bucket;
-    return h;
+    return JobFrame(*job_, kEpoch, type, rank, bucket);
   }
 
   // Lands rank's gradient for `bucket` (values from Value(rank, i, salt));
@@ -101,6 +94,7 @@ class Harness {
   absl::StatusOr<ShardJob::Serve> Pull(int rank, int first, int count) {
     FrameHeader h = Header(FrameType::kPull, rank, first);
     h.step = job_->version() + 1;
+    h.payload_bytes = 0;
     h.bucket_count = static_cast<uint32_t>(count);
     return job_->AcceptPull(h, /*reply_to=*/100 + rank);
   }
@@ -219,8 +213,7 @@ std::vector<float> Reference(const v1::JobSpec& spec, int steps) {
       srcs.push_back(grads[r].data());
     }
     float* st[kMaxStateSlots] = {state[0].data(), state[1].data()};
-    ReduceAndApply(*optimizer, step, params.data(), srcs.data(), world, st,
-                   static_cast<size_t>(n));
+    ReduceAndApply(*optimizer, step, params.data(), srcs.data(), world, st, static_cast<size_t>(n));
   }
   return params;
 }

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "server/shard_job.h"
+#include "server/shard_job_testing.h"
 
 namespace tessel {
 namespace {
@@ -66,16 +67,7 @@ class SkipTest : public ::testing::Test {
   }
 
   FrameHeader Header(FrameType type, int rank, int bucket) {
-    FrameHeader h;
-    h.type = type;
-    h.job_id = job_->job_id();
-    h.epoch = kEpoch;
-    h.step = job_->version();
-    h.rank = rank;
-    h.shard = 0;
-    h.bucket = bucket;
-    h.payload_bytes = job_->served_bytes(bucket);
-    return h;
+    return JobFrame(*job_, kEpoch, type, rank, bucket);
   }
 
   static float Grad(int64_t step, int rank, int i) {

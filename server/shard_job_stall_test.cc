@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/shard_job.h"
+#include "server/shard_job_testing.h"
 
 namespace tessel {
 namespace {
@@ -49,16 +50,7 @@ class StallTest : public ::testing::TestWithParam<v1::Strategy> {
   }
 
   FrameHeader Header(FrameType type, int rank, int bucket) {
-    FrameHeader h;
-    h.type = type;
-    h.job_id = job_->job_id();
-    h.epoch = kEpoch;
-    h.step = job_->version();
-    h.rank = rank;
-    h.shard = 0;
-    h.bucket = bucket;
-    h.payload_bytes = job_->served_bytes(bucket);
-    return h;
+    return JobFrame(*job_, kEpoch, type, rank, bucket);
   }
 
   // Reserves a push; with `land`, its payload also arrives, and a bucket it
