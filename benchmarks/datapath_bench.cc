@@ -89,7 +89,25 @@ int RunWorker() {
     std::vector<tessel::StepPhases> phases;
     std::vector<float> token(1);
     int64_t shard_calls = 0, registry_calls = 0;
+    // The busiest server's reduce + update time (ShardStats.update_us), read
+    // by rank 0 outside the timed steps' RPC count.
+    std::vector<int64_t> update_us;
+    auto server_update_us = [&]() -> absl::StatusOr<std::vector<int64_t>> {
+      auto reports = (*worker)->ServerStats();
+      if (!reports.ok()) return reports.status();
+      std::vector<int64_t> out;
+      for (const tessel::ShardReport& r : *reports) out.push_back(r.update_us);
+      return out;
+    };
     for (int i = 0; i < 3 + absl::GetFlag(FLAGS_iters); ++i) {
+      if (i == 3 && rank == 0) {
+        auto before = server_update_us();
+        if (!before.ok()) {
+          std::cerr << before.status() << "\n";
+          return 1;
+        }
+        update_us = *before;
+      }
       if (i == 3) {  // control calls during the timed steps (barriers included)
         shard_calls = -tessel::ClientCalls(tessel::RpcService::kShard);
         registry_calls = -tessel::ClientCalls(tessel::RpcService::kRegistry);
@@ -108,6 +126,19 @@ int RunWorker() {
     }
     shard_calls += tessel::ClientCalls(tessel::RpcService::kShard);
     registry_calls += tessel::ClientCalls(tessel::RpcService::kRegistry);
+    double update_ms = 0;  // per step, the busiest server
+    if (rank == 0) {
+      auto after = server_update_us();
+      if (!after.ok() || after->size() != update_us.size()) {
+        std::cerr << "server stats after the timed steps: "
+                  << (after.ok() ? absl::Status() : after.status()) << "\n";
+        return 1;
+      }
+      for (size_t k = 0; k < update_us.size(); ++k) {
+        update_ms =
+            std::max(update_ms, ((*after)[k] - update_us[k]) * 1e-3 / absl::GetFlag(FLAGS_iters));
+      }
+    }
     for (size_t i = 0; i < times.size(); ++i) {
       result << mib << " " << i << " " << times[i] << " " << phases[i].push_ns * 1e-9 << " "
              << phases[i].wait_ns * 1e-9 << " " << phases[i].pull_ns * 1e-9 << "\n";
@@ -115,7 +146,7 @@ int RunWorker() {
     result.flush();
     if (rank == 0) {
       std::ofstream calls(absl::StrCat(absl::GetFlag(FLAGS_result), ".calls"), std::ios::app);
-      calls << mib << " " << shard_calls << " " << registry_calls << "\n";
+      calls << mib << " " << shard_calls << " " << registry_calls << " " << update_ms << "\n";
     }
   }
   return 0;
@@ -204,11 +235,16 @@ int main(int argc, char** argv) {
     return v.empty() ? 0.0 : v[v.size() / 2];
   };
   std::map<int, std::pair<int64_t, int64_t>> calls;  // rank 0's, per size
+  std::map<int, double> update_ms;  // the busiest server's reduce + update per step
   {
     std::ifstream in(result + ".calls");
     int mib;
     int64_t shard, registry;
-    while (in >> mib >> shard >> registry) calls[mib] = {shard, registry};
+    double update;
+    while (in >> mib >> shard >> registry >> update) {
+      calls[mib] = {shard, registry};
+      update_ms[mib] = update;
+    }
   }
   std::printf(
       "# tessel datapath: %d workers, %d servers, bucket %lld B, UCX_TLS=%s, %s; step = barrier, "
@@ -219,7 +255,8 @@ int main(int argc, char** argv) {
   std::printf("%-8s %10s %10s %10s %10s %10s   %s   %s\n", "S_MiB", "t_med_ms", "t_min_ms",
               "t_max_ms", "algbw_GBs", "busbw_GBs",
               "rank 0's control RPCs in the timed steps: shard, registry",
-              "the slowest rank's phases, median ms (Worker::last_step_phases)");
+              "the slowest rank's phases, median ms (Worker::last_step_phases), and the "
+              "busiest server's reduce + update per step (ShardStats.update_us)");
   for (int size : Sizes()) {
     std::vector<double> ts;
     for (auto& [m, v] : rows) {
@@ -238,10 +275,11 @@ int main(int argc, char** argv) {
       pull.push_back(s.pull);
     }
     std::printf(
-        "%-8d %10.2f %10.2f %10.2f %10.3f %10.3f   %lld %lld   push %.2f wait %.2f pull %.2f\n",
+        "%-8d %10.2f %10.2f %10.2f %10.3f %10.3f   %lld %lld   push %.2f wait %.2f pull %.2f "
+        "update %.2f\n",
         size, med * 1e3, ts.front() * 1e3, ts.back() * 1e3, algbw, busbw,
         static_cast<long long>(calls[size].first), static_cast<long long>(calls[size].second),
-        median_of(push) * 1e3, median_of(wait) * 1e3, median_of(pull) * 1e3);
+        median_of(push) * 1e3, median_of(wait) * 1e3, median_of(pull) * 1e3, update_ms[size]);
   }
   return 0;
 }

@@ -44,7 +44,8 @@ import tempfile
 import time
 
 ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)"
-                 r"(?:\s+(\d+)\s+(\d+))?(?:\s+push ([0-9.]+) wait ([0-9.]+) pull ([0-9.]+))?\s*$")
+                 r"(?:\s+(\d+)\s+(\d+))?(?:\s+push ([0-9.]+) wait ([0-9.]+) pull ([0-9.]+))?"
+                 r"(?:\s+update ([0-9.]+))?\s*$")
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_tcp_if_include", "lo",
           "--mca", "oob_tcp_if_include", "lo"]
 
@@ -83,7 +84,8 @@ def parse(out, calls=None, phases=None):
             if m.group(7) is not None and calls is not None:
                 calls[int(m.group(1))] = (int(m.group(7)), int(m.group(8)))
             if m.group(9) is not None and phases is not None:
-                phases[int(m.group(1))] = tuple(float(m.group(k)) for k in (9, 10, 11))
+                update = float(m.group(12)) if m.group(12) is not None else float("nan")
+                phases[int(m.group(1))] = tuple(float(m.group(k)) for k in (9, 10, 11)) + (update,)
     return rows
 
 
@@ -197,10 +199,13 @@ def main():
         print(f"{w:>2} {name:18} {s:>6}  shard {shard}  registry {registry}")
     print("\n# Tessel's step by phase (Worker::last_step_phases of the slowest rank), median ms "
           "over runs: push (handing the gradients to the transport), wait (until the first "
-          "updated bucket returns: the other ranks' pushes, reduction, update), pull (the rest)")
+          "updated bucket returns: the other ranks' pushes, reduction, update), pull (the rest); "
+          "update: the busiest server's reduce + update per step, summed over its update threads "
+          "(ShardStats.update_us; nan for builds without it)")
     for (w, name, s), ps in sorted(phases.items()):
-        med = [statistics.median(p[k] for p in ps) for k in range(3)]
-        print(f"{w:>2} {name:18} {s:>6}  push {med[0]:8.2f}  wait {med[1]:8.2f}  pull {med[2]:8.2f}")
+        med = [statistics.median(p[k] for p in ps) for k in range(4)]
+        print(f"{w:>2} {name:18} {s:>6}  push {med[0]:8.2f}  wait {med[1]:8.2f}  pull {med[2]:8.2f}"
+              f"  update {med[3]:8.2f}")
     print("\n# ratio of medians: baseline / Tessel (> 1: Tessel's step is faster)")
     names = sorted({n for _, n, _ in contenders})
     for w in worlds:

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 
 #include "absl/status/status.h"
@@ -270,6 +271,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
       skip_now = skip_now_;
     }
   }
+  const auto started = std::chrono::steady_clock::now();
   const Range br = layout_.bucket_range(shard_, bucket);
   // Mixed precision widens the ranks' half gradients exactly, a chunk at a
   // time, into this thread's scratch (no allocation once it has grown), then
@@ -318,8 +320,12 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   }
   // Mixed precision: the parameters (DDP: the mean) go back in half.
   RefreshHalf(static_cast<size_t>(br.begin - range_.begin), static_cast<size_t>(br.size()));
+  const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::steady_clock::now() - started)
+                              .count();
   absl::MutexLock lock(&mu_);
   --updates_running_;
+  update_us_ += took_us;
   Serve serve;
   if (++buckets_updated_ < num_buckets_) {
     // Early serving: the pulls of this step get this bucket now.
@@ -637,10 +643,11 @@ int64_t ShardJob::epoch() {
 }
 
 void ShardJob::InheritCounters(ShardJob& previous) {
-  int64_t rejected, stale, applied, pushed, pulled;
+  int64_t rejected, stale, applied, pushed, pulled, update_us;
   int recoveries;
   {
     absl::MutexLock lock(&previous.mu_);
+    update_us = previous.update_us_;
     rejected = previous.rejected_;
     stale = previous.stale_epoch_frames_;
     applied = previous.applied_steps_;
@@ -652,6 +659,7 @@ void ShardJob::InheritCounters(ShardJob& previous) {
   rejected_ += rejected;
   stale_epoch_frames_ += stale;
   applied_steps_ += applied;
+  update_us_ += update_us;
   pushed_bytes_ += pushed;
   pulled_bytes_ += pulled;
   recoveries_ += recoveries + 1;
@@ -744,6 +752,7 @@ v1::ShardStats ShardJob::Stats(bool with_digest) {
   st.set_num_params(layout_.num_params());
   st.set_stale_epoch_frames(stale_epoch_frames_);
   st.set_applied_steps(applied_steps_);
+  st.set_update_us(update_us_);
   st.set_recoveries(recoveries_);
   for (int id : worker_ids_) st.add_worker_ids(id);
   return st;

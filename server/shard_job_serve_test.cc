@@ -255,6 +255,8 @@ TEST(ShardJobServeTest, UpdatesOnSeveralThreadsAreBitwiseOneReduction) {
   const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 3, 50000, 4096);
   Harness t(spec);
   ExpectBitwise(Train(t, 3, 3, 4), Reference(spec, 3));
+  EXPECT_GT(t.job().Stats(/*with_digest=*/false).update_us(), 0)
+      << "the time spent reducing and updating is counted";
 }
 
 TEST(ShardJobServeTest, MixedPrecisionWidensInChunksBitwise) {

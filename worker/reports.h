@@ -58,6 +58,7 @@ struct ShardReport {
   int64_t stale_epoch_frames = 0;
   int64_t applied_steps = 0;
   int recoveries = 0;
+  int64_t update_us = 0;  // reducing and updating buckets, over the job's life there
 };
 
 }  // namespace tessel

@@ -38,6 +38,7 @@ absl::StatusOr<std::vector<ShardReport>> StateQueries::ServerStats() {
     rep.stale_epoch_frames = st.stale_epoch_frames();
     rep.applied_steps = st.applied_steps();
     rep.recoveries = st.recoveries();
+    rep.update_us = st.update_us();
     out.push_back(std::move(rep));
     return absl::OkStatus();
   });
