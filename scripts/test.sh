@@ -9,9 +9,10 @@
 #               "plain_only": images, manifests and network namespaces, which
 #               exercise packaging and deployment, not our code's memory, the
 #               HTTP/CLI/Chromium drivers, the demo's and checkpoint CLI's
-#               many-run drivers and the operator, wedge and worker-death
-#               suites (CI time; the processes they start run under ASan in
-#               the fault-injection, elastic and hybrid-recovery suites), and
+#               many-run drivers and the operator, wedge, worker-death,
+#               elastic and end-to-end TLS suites (CI time; the processes
+#               they start run under ASan in the fault-injection and
+#               hybrid-recovery suites), and
 #               the Python tests (//python),
 #               whose extension /usr/bin/python3 loads without a sanitizer
 #               runtime)
