@@ -10,6 +10,16 @@
 // The receive handler, `Accept::done` and send completions all run on it and
 // must not block; they may call Send(). Send() and Connect() are thread-safe.
 //
+// Payload memory (zero-copy): a payload that lies inside memory from
+// payload_memory() may be sent as a small descriptor instead of bytes; the
+// receiver then reads it where the sender keeps it (UCX: shared memory
+// mapped into both processes with ucp_rkey_ptr; where mapping is impossible,
+// e.g. across hosts, it goes through the queues as before). The sender's
+// `done` runs once the receiver no longer needs the payload, so "keep the
+// payload unchanged until done" is all a sender must know. A receiver may
+// borrow such a payload (Accept::borrow): it reads Incoming::in_place after
+// its handler returned, and calls Release() when it is done.
+//
 // Example:
 //   transport->SetHandler([&](const Incoming& in) {
 //     return Accept{buffer, [](absl::Status s) { /* payload is in buffer */ }};
@@ -22,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -40,6 +51,11 @@ struct Incoming {
   PeerId from = 0;
   absl::Span<const uint8_t> header;  // valid only during the handler call
   size_t payload_bytes = 0;
+  // Non-null when the payload can be read where the sender keeps it (its
+  // payload memory, mapped into this process). Valid during the handler
+  // call, and after it until Release(from, lease) when the handler borrows.
+  const void* in_place = nullptr;
+  uint64_t lease = 0;
 };
 
 // The receiver's decision about an incoming payload.
@@ -49,6 +65,24 @@ struct Accept {
   void* dst = nullptr;
   // Called once the payload is in `dst` (OK) or could not be received.
   std::function<void(absl::Status)> done;
+  // Only when Incoming::in_place is set: the receiver keeps reading the
+  // payload there after the handler returns and calls Release(from, lease)
+  // once it no longer needs it; the sender's `done` runs then. `dst` and
+  // `done` are ignored. (Borrowing without in_place refuses the message.)
+  bool borrow = false;
+};
+
+// Memory for payloads that a transport can move without copying them
+// through its queues. Shared by the transport and everything allocated from
+// it, so memory may outlive the transport (it is unmapped last).
+class PayloadMemory {
+ public:
+  virtual ~PayloadMemory() = default;
+  // `bytes` of zeroed memory, or nullptr (the caller falls back to ordinary
+  // memory, whose payloads are copied as usual).
+  virtual void* Allocate(size_t bytes) = 0;
+  // False if `p` did not come from Allocate (the caller frees it itself).
+  virtual bool Free(void* p) = 0;
 };
 
 using SendDone = std::function<void(absl::Status)>;
@@ -79,6 +113,26 @@ class Transport {
 
   // Short name for logs and benchmarks, e.g. "ucx" or "inproc".
   virtual std::string name() const = 0;
+
+  // Where payloads live so that sends can skip copies (see the top of this
+  // file); nullptr if this transport always copies.
+  virtual std::shared_ptr<PayloadMemory> payload_memory() { return nullptr; }
+
+  // Ends a borrow (Accept::borrow): the sender's `done` runs. Any thread;
+  // a no-op after Shutdown or Reset (the sender learns from its own side).
+  virtual void Release(PeerId from, uint64_t lease) {
+    (void)from;
+    (void)lease;
+  }
+
+  // How payloads from payload memory moved between this endpoint and `peer`
+  // so far, in either direction: "in place" (mapped shared memory) or
+  // "copied" (through the transport's queues; also when no such payload
+  // moved yet). For logs and benchmarks.
+  virtual std::string PayloadPath(PeerId peer) {
+    (void)peer;
+    return "copied";
+  }
 
   // Sends a probe into this transport's own receive queue, from a second
   // endpoint in this process, and waits up to `timeout` for it to arrive.

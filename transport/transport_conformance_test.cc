@@ -291,6 +291,168 @@ TEST_P(TransportConformanceTest, ResetGivesAFreshAddressAndFailsOldPeers) {
   EXPECT_EQ(replies.load(), 1);
 }
 
+// Payload memory: a payload inside it reaches the receiver without a copy
+// through the transport's queues where the receiver can map it (in
+// process, UCX shared memory), through them otherwise (UCX over tcp); what
+// lands in dst is the payload either way, and the path is reported.
+TEST_P(TransportConformanceTest, PayloadMemoryPayloadLandsIntactAndSaysHowItMoved) {
+  std::shared_ptr<PayloadMemory> memory = a_->payload_memory();
+  ASSERT_NE(memory, nullptr);
+  const size_t n = 1u << 20;  // 4 MiB of floats
+  auto* src = static_cast<float*>(memory->Allocate(n * sizeof(float)));
+  ASSERT_NE(src, nullptr);
+  EXPECT_EQ(src[n - 1], 0.f);  // zeroed
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i % 7919) * 0.25f;
+  const size_t part = n / 2;  // sent from an offset inside the region
+  std::vector<float> dst(part + 2, -1.f);
+  absl::Notification received, sent;
+  std::atomic<PeerId> from{0};
+  b_->SetHandler([&](const Incoming& in) {
+    from = in.from;
+    EXPECT_EQ(in.payload_bytes, part * sizeof(float));
+    return Accept{dst.data() + 1, [&](absl::Status s) {
+                    EXPECT_TRUE(s.ok()) << s;
+                    received.Notify();
+                  }};
+  });
+  auto peer = a_->Connect(b_->address());
+  ASSERT_TRUE(peer.ok());
+  std::vector<uint8_t> h = Header(3);
+  a_->Send(*peer, absl::MakeConstSpan(h), src + 1000, part * sizeof(float), [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    sent.Notify();
+  });
+  ASSERT_TRUE(received.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(sent.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(std::equal(src + 1000, src + 1000 + part, dst.begin() + 1));
+  EXPECT_EQ(dst.front(), -1.f);
+  EXPECT_EQ(dst.back(), -1.f);
+  const bool mappable = GetParam().name.find("tcp") == std::string::npos;
+  EXPECT_EQ(b_->PayloadPath(from.load()), mappable ? "in place" : "copied") << GetParam().name;
+  EXPECT_EQ(a_->PayloadPath(*peer), mappable ? "in place" : "copied") << GetParam().name;
+  EXPECT_TRUE(memory->Free(src));
+  int not_ours = 0;
+  EXPECT_FALSE(memory->Free(&not_ours));
+}
+
+// A borrowed payload is read where the sender keeps it after the handler
+// returned; the sender's send completes only once the receiver releases it.
+TEST_P(TransportConformanceTest, BorrowedPayloadStaysTheSendersUntilReleased) {
+  std::shared_ptr<PayloadMemory> memory = a_->payload_memory();
+  const size_t n = 256u << 10;  // 1 MiB of floats
+  auto* src = static_cast<float*>(memory->Allocate(n * sizeof(float)));
+  ASSERT_NE(src, nullptr);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i) + 0.5f;
+  absl::Mutex mu;
+  const float* borrowed = nullptr;
+  PeerId from = 0;
+  uint64_t lease = 0;
+  std::vector<float> fallback(n, 0.f);
+  absl::Notification copied;
+  b_->SetHandler([&](const Incoming& in) {
+    absl::MutexLock lock(&mu);
+    from = in.from;
+    lease = in.lease;
+    if (in.in_place == nullptr) {  // not mappable here (tcp): sent through the queues
+      return Accept{fallback.data(), [&](absl::Status) { copied.Notify(); }};
+    }
+    borrowed = static_cast<const float*>(in.in_place);
+    Accept a;
+    a.borrow = true;
+    return a;
+  });
+  auto peer = a_->Connect(b_->address());
+  ASSERT_TRUE(peer.ok());
+  std::atomic<bool> done{false};
+  std::vector<uint8_t> h = Header(4);
+  a_->Send(*peer, absl::MakeConstSpan(h), src, n * sizeof(float), [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    done = true;
+  });
+  for (int i = 0; i < 2000; ++i) {
+    {
+      absl::MutexLock lock(&mu);
+      if (borrowed != nullptr) break;
+    }
+    if (copied.HasBeenNotified()) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  if (copied.HasBeenNotified()) {
+    EXPECT_TRUE(std::equal(src, src + n, fallback.begin()));
+    GTEST_SKIP() << GetParam().name << ": not mappable in place here; copied instead";
+  }
+  absl::MutexLock lock(&mu);
+  ASSERT_NE(borrowed, nullptr) << GetParam().name;
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(done.load()) << "the send completed while the payload was borrowed";
+  EXPECT_TRUE(std::equal(src, src + n, borrowed));
+  b_->Release(from, lease);
+  for (int i = 0; i < 2000 && !done.load(); ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(done.load());
+  b_->Release(from, lease);  // a second release is harmless
+  EXPECT_EQ(b_->PayloadPath(from), "in place");
+  memory->Free(src);
+}
+
+// A borrow outlives a Reset of the receiver (its mapping is kept until the
+// release) and the sender's send ends when the sender shuts down.
+TEST_P(TransportConformanceTest, BorrowSurvivesReceiverResetAndSenderShutdownEndsTheSend) {
+  std::shared_ptr<PayloadMemory> memory = a_->payload_memory();
+  const size_t n = 64u << 10;
+  auto* src = static_cast<float*>(memory->Allocate(n * sizeof(float)));
+  ASSERT_NE(src, nullptr);
+  for (size_t i = 0; i < n; ++i) src[i] = 3.f;
+  absl::Mutex mu;
+  const float* borrowed = nullptr;
+  PeerId from = 0;
+  uint64_t lease = 0;
+  b_->SetHandler([&](const Incoming& in) {
+    absl::MutexLock lock(&mu);
+    if (in.in_place == nullptr) return Accept{};
+    from = in.from;
+    lease = in.lease;
+    borrowed = static_cast<const float*>(in.in_place);
+    Accept a;
+    a.borrow = true;
+    return a;
+  });
+  auto peer = a_->Connect(b_->address());
+  ASSERT_TRUE(peer.ok());
+  absl::Notification done;
+  absl::Status result;
+  std::vector<uint8_t> h = Header(5);
+  a_->Send(*peer, absl::MakeConstSpan(h), src, n * sizeof(float), [&](absl::Status s) {
+    result = s;
+    done.Notify();
+  });
+  for (int i = 0; i < 2000; ++i) {
+    {
+      absl::MutexLock lock(&mu);
+      if (borrowed != nullptr) break;
+    }
+    if (done.HasBeenNotified()) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  {
+    absl::MutexLock lock(&mu);
+    if (borrowed == nullptr) GTEST_SKIP() << GetParam().name << ": not mappable in place here";
+  }
+  absl::Status reset = b_->Reset();
+  const bool can_reset = !absl::IsUnimplemented(reset);
+  if (can_reset) {
+    ASSERT_TRUE(reset.ok()) << reset;
+  }
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(borrowed[n - 1], 3.f);  // still mapped
+  }
+  b_->Release(from, lease);
+  // After a reset the release cannot reach the sender; its shutdown ends it.
+  if (can_reset) a_->Shutdown();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  memory->Free(src);  // after the transport shut down
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, TransportConformanceTest,
                          ::testing::Values(InProc(), Ucx("posix,sysv,self"), Ucx("tcp,self")),
                          [](const ::testing::TestParamInfo<Backend>& info) {

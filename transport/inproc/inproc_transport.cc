@@ -7,6 +7,37 @@
 
 namespace tessel {
 
+// Heap blocks by address; a send takes a reference, so a block freed while
+// a message from it is queued or borrowed lives until that ends.
+class InProcMemory : public PayloadMemory {
+ public:
+  void* Allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    std::shared_ptr<uint8_t[]> block(new uint8_t[bytes]());
+    absl::MutexLock lock(&mu_);
+    blocks_[reinterpret_cast<uintptr_t>(block.get())] = {bytes, block};
+    return block.get();
+  }
+  bool Free(void* p) override {
+    absl::MutexLock lock(&mu_);
+    return blocks_.erase(reinterpret_cast<uintptr_t>(p)) > 0;
+  }
+  // The block holding [p, p + bytes), or null.
+  std::shared_ptr<const void> Find(const void* p, size_t bytes) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    absl::MutexLock lock(&mu_);
+    auto it = blocks_.upper_bound(at);
+    if (it == blocks_.begin()) return nullptr;
+    --it;
+    if (at + bytes > it->first + it->second.first) return nullptr;
+    return it->second.second;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<uintptr_t, std::pair<size_t, std::shared_ptr<uint8_t[]>>> blocks_ ABSL_GUARDED_BY(mu_);
+};
+
 std::string InProcFabric::Register(InProcTransport* t) {
   absl::MutexLock lock(&mu_);
   std::string address = absl::StrCat("inproc:", next_++);
@@ -39,7 +70,7 @@ std::unique_ptr<InProcTransport> InProcTransport::Create(std::shared_ptr<InProcF
 }
 
 InProcTransport::InProcTransport(std::shared_ptr<InProcFabric> fabric)
-    : fabric_(std::move(fabric)) {
+    : fabric_(std::move(fabric)), memory_(std::make_shared<InProcMemory>()) {
   address_ = fabric_->Register(this);
   thread_ = std::thread([this] { Loop(); });
 }
@@ -80,20 +111,32 @@ void InProcTransport::Send(PeerId to, absl::Span<const uint8_t> header, const vo
     if (to < peers_.size()) std::tie(target, target_address) = peers_[to];
   }
   std::vector<uint8_t> h(header.begin(), header.end());
-  // Copied now: the sender's buffer is not read once Send returns, so an
-  // endpoint torn down with sends queued leaves nothing dangling.
-  const uint8_t* bytes = static_cast<const uint8_t*>(payload);
-  auto copy = std::make_shared<const std::vector<uint8_t>>(
-      payload_bytes > 0 ? bytes : nullptr, payload_bytes > 0 ? bytes + payload_bytes : nullptr);
+  // A payload in payload memory travels by reference (the block stays alive
+  // with it); any other is copied now: the sender's buffer is not read once
+  // Send returns, so an endpoint torn down with sends queued leaves nothing
+  // dangling.
+  std::shared_ptr<const void> block =
+      payload_bytes > 0 ? memory_->Find(payload, payload_bytes) : nullptr;
+  std::shared_ptr<const std::vector<uint8_t>> copy;
+  if (block != nullptr) {
+    absl::MutexLock lock(&mu_);
+    if (in_place_peers_.size() <= to) in_place_peers_.resize(to + 1, 0);
+    in_place_peers_[to] = 1;
+  } else {
+    const uint8_t* bytes = static_cast<const uint8_t*>(payload);
+    copy = std::make_shared<const std::vector<uint8_t>>(
+        payload_bytes > 0 ? bytes : nullptr, payload_bytes > 0 ? bytes + payload_bytes : nullptr);
+  }
   auto shared_done = std::make_shared<SendDone>(std::move(done));
   const bool queued =
-      target != nullptr && fabric_->PostTo(target_address, target,
-                                           [target, sender = this, sender_address = address_,
-                                            h = std::move(h), copy, shared_done]() mutable {
-                                             // Runs on the target's thread: the target is alive.
-                                             target->Deliver(sender, sender_address, std::move(h),
-                                                             copy, std::move(*shared_done));
-                                           });
+      target != nullptr &&
+      fabric_->PostTo(target_address, target,
+                      [target, sender = this, sender_address = address_, h = std::move(h), copy,
+                       block, payload, payload_bytes, shared_done]() mutable {
+                        // Runs on the target's thread: the target is alive.
+                        target->Deliver(sender, sender_address, std::move(h), copy, block, payload,
+                                        payload_bytes, std::move(*shared_done));
+                      });
   if (!queued) {
     Post([shared_done, to] {
       if (*shared_done) {
@@ -106,19 +149,54 @@ void InProcTransport::Send(PeerId to, absl::Span<const uint8_t> header, const vo
 
 void InProcTransport::Deliver(InProcTransport* sender, const std::string& sender_address,
                               std::vector<uint8_t> header,
-                              std::shared_ptr<const std::vector<uint8_t>> payload, SendDone done) {
-  const size_t bytes = payload->size();
+                              std::shared_ptr<const std::vector<uint8_t>> copy,
+                              std::shared_ptr<const void> block, const void* in_place, size_t bytes,
+                              SendDone done) {
   Incoming in;
   in.from = PeerFor(sender, sender_address);
   in.header = absl::MakeConstSpan(header);
   in.payload_bytes = bytes;
+  const void* data = copy != nullptr ? static_cast<const void*>(copy->data()) : in_place;
+  if (block != nullptr) {
+    in.in_place = in_place;
+    in.lease = next_lease_++;
+  }
   Accept accept = handler_ ? handler_(in) : Accept{};
-  if (bytes > 0 && accept.dst != nullptr) std::memcpy(accept.dst, payload->data(), bytes);
+  if (block != nullptr && (accept.borrow || accept.dst != nullptr)) {
+    absl::MutexLock lock(&mu_);
+    if (in_place_peers_.size() <= in.from) in_place_peers_.resize(in.from + 1, 0);
+    in_place_peers_[in.from] = 1;
+  }
+  if (accept.borrow && in.in_place != nullptr) {
+    borrowed_[in.lease] = Borrow{std::move(block), sender, sender_address, std::move(done)};
+    return;
+  }
+  if (accept.borrow) accept.dst = nullptr;  // borrowing a copy: refused
+  if (bytes > 0 && accept.dst != nullptr) std::memcpy(accept.dst, data, bytes);
   if ((bytes == 0 || accept.dst != nullptr) && accept.done) accept.done(absl::OkStatus());
   // Complete on the sender's thread, if it is still there.
   fabric_->PostTo(sender_address, sender, [done = std::move(done)] {
     if (done) done(absl::OkStatus());
   });
+}
+
+std::shared_ptr<PayloadMemory> InProcTransport::payload_memory() { return memory_; }
+
+void InProcTransport::Release(PeerId, uint64_t lease) {
+  Post([this, lease] {
+    auto it = borrowed_.find(lease);
+    if (it == borrowed_.end()) return;
+    Borrow b = std::move(it->second);
+    borrowed_.erase(it);
+    fabric_->PostTo(b.sender_address, b.sender, [done = std::move(b.done)] {
+      if (done) done(absl::OkStatus());
+    });
+  });
+}
+
+std::string InProcTransport::PayloadPath(PeerId peer) {
+  absl::MutexLock lock(&mu_);
+  return peer < in_place_peers_.size() && in_place_peers_[peer] ? "in place" : "copied";
 }
 
 void InProcTransport::Loop() {
@@ -146,6 +224,13 @@ void InProcTransport::Shutdown() {
     stop_ = true;
   }
   thread_.join();
+  // Borrows still open end with the endpoint: their senders hear so.
+  for (auto& [lease, b] : borrowed_) {
+    fabric_->PostTo(b.sender_address, b.sender, [done = std::move(b.done)] {
+      if (done) done(absl::CancelledError("in-process receiver shut down while borrowing"));
+    });
+  }
+  borrowed_.clear();
 }
 
 }  // namespace tessel

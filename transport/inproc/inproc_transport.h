@@ -10,6 +10,10 @@
 // peer is reached through the fabric by address, never by a pointer that may
 // be stale.
 //
+// Payload memory: blocks kept alive by reference, so a payload inside one is
+// not copied when sent: the receiver sees it in place (Incoming::in_place)
+// and may borrow it, as over UCX's shared memory.
+//
 // Example:
 //   auto fabric = std::make_shared<InProcFabric>();
 //   auto a = InProcTransport::Create(fabric);
@@ -19,6 +23,7 @@
 #define TESSEL_TRANSPORT_INPROC_INPROC_TRANSPORT_H_
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,6 +36,7 @@
 namespace tessel {
 
 class InProcTransport;
+class InProcMemory;
 
 // Address book shared by the endpoints of one test.
 class InProcFabric {
@@ -61,6 +67,9 @@ class InProcTransport : public Transport {
             SendDone done) override;
   void Shutdown() override;
   std::string name() const override { return "inproc"; }
+  std::shared_ptr<PayloadMemory> payload_memory() override;
+  void Release(PeerId from, uint64_t lease) override;
+  std::string PayloadPath(PeerId peer) override;
 
  private:
   friend class InProcFabric;  // PostTo
@@ -68,12 +77,15 @@ class InProcTransport : public Transport {
   void Post(std::function<void()> task);
   void Loop();
   // Receiver side: runs on this endpoint's thread.
+  // `block` (payload memory) holds `in_place`; else `copy` holds the bytes.
   void Deliver(InProcTransport* sender, const std::string& sender_address,
-               std::vector<uint8_t> header, std::shared_ptr<const std::vector<uint8_t>> payload,
+               std::vector<uint8_t> header, std::shared_ptr<const std::vector<uint8_t>> copy,
+               std::shared_ptr<const void> block, const void* in_place, size_t bytes,
                SendDone done);
   PeerId PeerFor(InProcTransport* t, const std::string& address);
 
   std::shared_ptr<InProcFabric> fabric_;
+  std::shared_ptr<InProcMemory> memory_;
   std::string address_;
   Handler handler_;  // set before traffic; read on the progress thread
 
@@ -82,6 +94,16 @@ class InProcTransport : public Transport {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // PeerId = index: the endpoint (compared, never dereferenced) and its address.
   std::vector<std::pair<InProcTransport*, std::string>> peers_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> in_place_peers_ ABSL_GUARDED_BY(mu_);  // by PeerId: a payload moved in place
+  // Borrowed payloads by lease (progress thread).
+  struct Borrow {
+    std::shared_ptr<const void> block;
+    InProcTransport* sender;
+    std::string sender_address;
+    SendDone done;
+  };
+  absl::flat_hash_map<uint64_t, Borrow> borrowed_;
+  uint64_t next_lease_ = 1;
   std::thread thread_;
 };
 

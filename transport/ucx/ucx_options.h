@@ -21,6 +21,13 @@ struct UcxOptions {
   // then sleep on the event fd. The environment variable
   // TESSEL_UCX_SPIN_US, when set, overrides it (a tuning knob).
   absl::Duration spin = absl::Milliseconds(5);
+  // Payloads of at least `in_place_min_bytes` that lie in payload memory
+  // (payload_memory()) travel as descriptors: a peer on this host reads
+  // them in place through shared memory, a peer elsewhere fetches them with
+  // an RMA get. false: every payload is copied through UCX's queues (today's
+  // active messages; for comparisons).
+  bool zero_copy = true;
+  size_t in_place_min_bytes = 16 << 10;
 };
 
 }  // namespace tessel

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <optional>
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -27,6 +29,106 @@ struct PendingOp {
   virtual ~PendingOp() = default;
   std::function<void(absl::Status)> done;
   absl::flat_hash_set<PendingOp*>* in_flight = nullptr;
+};
+
+struct Context {
+  ucp_context_h h = nullptr;
+  ~Context() {
+    if (h != nullptr) ucp_cleanup(h);
+  }
+};
+
+struct RemoteKey {
+  ucp_rkey_h rkey = nullptr;
+  ucp_ep_h ep = nullptr;  // unpacked on it (it keys the cache)
+  ucp_worker_h worker = nullptr;
+  uint64_t region = 0;
+  uint64_t remote_base = 0;
+  char* mapped = nullptr;  // where remote_base is mapped here; null: not mappable
+  int borrows = 0;         // borrowed payloads
+  uint64_t last_use = 0;
+  bool retired = false;  // out of the cache: its worker was reset
+};
+
+// ucp_mem_map(ALLOCATE) regions, found by address when a payload is sent.
+class Memory : public PayloadMemory {
+ public:
+  struct Region {
+    size_t bytes = 0;
+    ucp_mem_h memh = nullptr;
+    uint64_t id = 0;
+    std::shared_ptr<const std::string> rkey;  // packed
+  };
+  struct Found {
+    uint64_t id;
+    uintptr_t base;
+    std::shared_ptr<const std::string> rkey;
+  };
+
+  explicit Memory(std::shared_ptr<Context> context) : context_(std::move(context)) {}
+  ~Memory() override {
+    for (auto& [base, r] : regions_) ucp_mem_unmap(context_->h, r.memh);
+  }
+
+  void* Allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = nullptr;
+    mp.length = bytes;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    ucp_mem_h memh = nullptr;
+    if (ucp_mem_map(context_->h, &mp, &memh) != UCS_OK) return nullptr;
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    void* packed = nullptr;
+    size_t packed_len = 0;
+    if (ucp_mem_query(memh, &attr) != UCS_OK || attr.length < bytes ||
+        ucp_rkey_pack(context_->h, memh, &packed, &packed_len) != UCS_OK) {
+      ucp_mem_unmap(context_->h, memh);
+      return nullptr;
+    }
+    Region r;
+    r.bytes = bytes;
+    r.memh = memh;
+    r.rkey = std::make_shared<const std::string>(static_cast<const char*>(packed), packed_len);
+    ucp_rkey_buffer_release(packed);
+    std::memset(attr.address, 0, bytes);  // some allocation methods (heap) do not zero
+    absl::MutexLock lock(&mu_);
+    r.id = next_id_++;
+    regions_[reinterpret_cast<uintptr_t>(attr.address)] = std::move(r);
+    return attr.address;
+  }
+
+  bool Free(void* p) override {
+    ucp_mem_h memh = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
+      if (it == regions_.end()) return false;
+      memh = it->second.memh;
+      regions_.erase(it);
+    }
+    ucp_mem_unmap(context_->h, memh);
+    return true;
+  }
+
+  std::optional<Found> Find(const void* p, size_t bytes) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    absl::MutexLock lock(&mu_);
+    auto it = regions_.upper_bound(at);
+    if (it == regions_.begin()) return std::nullopt;
+    --it;
+    if (at + bytes > it->first + it->second.bytes) return std::nullopt;
+    return Found{it->second.id, it->first, it->second.rkey};
+  }
+
+ private:
+  const std::shared_ptr<Context> context_;
+  absl::Mutex mu_;
+  std::map<uintptr_t, Region> regions_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 }  // namespace ucx_internal
 
@@ -47,7 +149,31 @@ void MessageDelivered() {}
 #endif
 
 constexpr unsigned kAmId = 7;
-constexpr unsigned kProbeAmId = 8;  // CheckReceiveQueue's probes
+constexpr unsigned kProbeAmId = 8;       // CheckReceiveQueue's probes
+constexpr unsigned kDescriptorAmId = 9;  // a payload in payload memory
+constexpr unsigned kReleaseAmId = 10;    // the receiver is done with it
+
+// A descriptor's fixed part; the message header follows, then the rkey.
+struct DescriptorHead {
+  uint64_t lease;
+  uint64_t region;
+  uint64_t remote_base;
+  uint64_t offset;
+  uint64_t bytes;
+  uint32_t header_len;
+  uint32_t rkey_len;
+};
+
+// RELEASE outcomes, which also tell the sender the path its payload took.
+enum ReleaseStatus : uint8_t { kReadInPlace = 0, kResend = 1, kDropped = 2, kUnreadable = 3 };
+struct ReleaseMessage {
+  uint64_t lease;
+  uint8_t status;
+};
+
+// Remote regions kept unpacked per sender endpoint (least recently used
+// evicted beyond this).
+constexpr int kKeysPerEndpoint = 16;
 
 absl::Status UcsError(const char* what, ucs_status_t s) {
   return absl::UnavailableError(absl::StrCat(what, ": ", ucs_status_string(s)));
@@ -128,11 +254,17 @@ absl::Status UcxTransport::Init() {
     setenv("UCX_TCP_PORT_RANGE", options_.tcp_port_range.c_str(), /*overwrite=*/1);
   }
   ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  // RMA: descriptors' gets. Shared: payload memory is mapped and unmapped
+  // from any thread while the progress thread runs the workers.
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
+  params.mt_workers_shared = 1;
   s = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   if (s != UCS_OK) return UcsError("ucp_init (is libucx installed and UCX_TLS valid?)", s);
+  context_holder_ = std::make_shared<ucx_internal::Context>();
+  context_holder_->h = context_;
+  memory_ = std::make_shared<ucx_internal::Memory>(context_holder_);
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -172,8 +304,11 @@ absl::Status UcxTransport::CreateWorker() {
   std::string address(reinterpret_cast<const char*>(addr), len);
   ucp_worker_release_address(worker_, addr);
 
-  for (const auto& [id, cb] : {std::pair<unsigned, ucp_am_recv_callback_t>{kAmId, &OnAm},
-                               std::pair<unsigned, ucp_am_recv_callback_t>{kProbeAmId, &OnProbe}}) {
+  for (const auto& [id, cb] :
+       {std::pair<unsigned, ucp_am_recv_callback_t>{kAmId, &OnAm},
+        std::pair<unsigned, ucp_am_recv_callback_t>{kProbeAmId, &OnProbe},
+        std::pair<unsigned, ucp_am_recv_callback_t>{kDescriptorAmId, &OnDescriptor},
+        std::pair<unsigned, ucp_am_recv_callback_t>{kReleaseAmId, &OnRelease}}) {
     ucp_am_handler_param_t hp{};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                     UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -208,6 +343,23 @@ absl::Status UcxTransport::CreateWorker() {
 }
 
 void UcxTransport::DestroyWorker(const absl::Status& why) {
+  // Descriptor sends will never be released through this worker.
+  std::vector<Lease> unreleased;
+  for (auto& [id, lease] : leases_) unreleased.push_back(std::move(lease));
+  leases_.clear();
+  // Remote keys go before their worker; a borrowed one stays (retired), and
+  // so does the worker, until the borrow ends.
+  int kept = 0;
+  for (auto& [where, key] : remote_keys_) {
+    if (key->borrows > 0) {
+      key->retired = true;
+      ++kept;
+    } else {
+      ucp_rkey_destroy(key->rkey);
+      delete key;
+    }
+  }
+  remote_keys_.clear();
   std::vector<std::pair<ucp_worker_h, void*>> closing;
   ucp_request_param_t cp{};
   cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -236,9 +388,16 @@ void UcxTransport::DestroyWorker(const absl::Status& why) {
   }
   if (worker_ != nullptr) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, ucp_fd_, nullptr);
-    ucp_worker_destroy(worker_);
+    if (kept > 0) {
+      retired_workers_[worker_] = kept;
+    } else {
+      ucp_worker_destroy(worker_);
+    }
     worker_ = nullptr;
     ucp_fd_ = -1;
+  }
+  for (Lease& lease : unreleased) {
+    if (lease.done) lease.done(why);
   }
   // Operations towards dead peers never complete: they end here. (Any that
   // the destroy completed have removed themselves.)
@@ -481,6 +640,10 @@ void UcxTransport::DoSend(PeerId to, std::vector<uint8_t> header, const void* pa
     if (done) done(absl::UnavailableError(absl::StrCat("UCX peer ", to, " has failed")));
     return;
   }
+  if (options_.zero_copy && bytes >= options_.in_place_min_bytes && peers_[to].in_place &&
+      SendDescriptor(to, header, payload, bytes, done)) {
+    return;
+  }
   auto* op = new SendOp(std::move(header), std::move(done));
   ucp_request_param_t rp{};
   rp.op_attr_mask =
@@ -541,6 +704,236 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
   return UCS_OK;
 }
 
+std::shared_ptr<PayloadMemory> UcxTransport::payload_memory() { return memory_; }
+
+bool UcxTransport::SendDescriptor(PeerId to, std::vector<uint8_t>& header, const void* payload,
+                                  size_t bytes, SendDone& done) {
+  std::optional<ucx_internal::Memory::Found> region = memory_->Find(payload, bytes);
+  if (!region.has_value()) return false;
+  const uint64_t lease = next_lease_++;
+  DescriptorHead head{};
+  head.lease = lease;
+  head.region = region->id;
+  head.remote_base = region->base;
+  head.offset = reinterpret_cast<uintptr_t>(payload) - region->base;
+  head.bytes = bytes;
+  head.header_len = static_cast<uint32_t>(header.size());
+  head.rkey_len = static_cast<uint32_t>(region->rkey->size());
+  std::vector<uint8_t> descriptor(sizeof(head) + header.size() + region->rkey->size());
+  std::memcpy(descriptor.data(), &head, sizeof(head));
+  if (!header.empty()) std::memcpy(descriptor.data() + sizeof(head), header.data(), header.size());
+  std::memcpy(descriptor.data() + sizeof(head) + header.size(), region->rkey->data(),
+              region->rkey->size());
+  leases_[lease] = Lease{to, std::move(done), header, payload, bytes};
+  // The descriptor's own send only matters if it fails: then the lease ends.
+  auto* op = new SendOp(std::move(descriptor), [this, lease](absl::Status s) {
+    if (s.ok()) return;
+    auto it = leases_.find(lease);
+    if (it == leases_.end()) return;
+    SendDone d = std::move(it->second.done);
+    leases_.erase(it);
+    if (d) d(s);
+  });
+  ucp_request_param_t rp{};
+  rp.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  rp.cb.send = &SendComplete;
+  rp.user_data = op;
+  rp.flags = UCP_AM_SEND_FLAG_REPLY;
+  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[to].ep, kDescriptorAmId, op->header.data(),
+                                       op->header.size(), nullptr, 0, &rp);
+  if (r == nullptr) {
+    delete op;
+  } else if (UCS_PTR_IS_ERR(r)) {
+    if (op->done) op->done(UcsError("ucp_am_send_nbx (descriptor)", UCS_PTR_STATUS(r)));
+    delete op;
+  } else {
+    op->in_flight = &in_flight_;
+    in_flight_.insert(op);
+  }
+  return true;
+}
+
+void UcxTransport::SendRelease(PeerId to, uint64_t lease, uint8_t status) {
+  if (to >= peers_.size() || peers_[to].failed || peers_[to].ep == nullptr) return;
+  auto* message = new ReleaseMessage{lease, status};
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.send = [](void* request, ucs_status_t, void* user_data) {
+    delete static_cast<ReleaseMessage*>(user_data);
+    ucp_request_free(request);
+  };
+  rp.user_data = message;
+  ucs_status_ptr_t r =
+      ucp_am_send_nbx(peers_[to].ep, kReleaseAmId, message, sizeof(*message), nullptr, 0, &rp);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) delete message;
+}
+
+absl::StatusOr<ucx_internal::RemoteKey*> UcxTransport::RemoteKeyFor(
+    ucp_ep_h ep, uint64_t region, absl::Span<const uint8_t> packed, uint64_t remote_base) {
+  auto it = remote_keys_.find({ep, region});
+  if (it != remote_keys_.end()) {
+    it->second->last_use = ++key_clock_;
+    return it->second;
+  }
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t s = ucp_ep_rkey_unpack(ep, packed.data(), &rkey);
+  if (s != UCS_OK) return UcsError("ucp_ep_rkey_unpack", s);
+  auto* key = new ucx_internal::RemoteKey;
+  key->rkey = rkey;
+  key->ep = ep;
+  key->worker = worker_;
+  key->region = region;
+  key->remote_base = remote_base;
+  key->last_use = ++key_clock_;
+  void* local = nullptr;
+  if (ucp_rkey_ptr(rkey, remote_base, &local) == UCS_OK) key->mapped = static_cast<char*>(local);
+  // Keep a bounded number per endpoint: a sender that frees and allocates
+  // payload memory (job after job) leaves stale regions behind.
+  int same_ep = 0;
+  ucx_internal::RemoteKey* oldest = nullptr;
+  for (auto& [where, k] : remote_keys_) {
+    if (where.first != ep) continue;
+    ++same_ep;
+    if (k->borrows == 0 && (oldest == nullptr || k->last_use < oldest->last_use)) oldest = k;
+  }
+  if (same_ep >= kKeysPerEndpoint && oldest != nullptr) {
+    remote_keys_.erase({oldest->ep, oldest->region});
+    ucp_rkey_destroy(oldest->rkey);
+    delete oldest;
+  }
+  remote_keys_[{ep, region}] = key;
+  return key;
+}
+
+void UcxTransport::EndBorrow(ucx_internal::RemoteKey* key) {
+  if (--key->borrows > 0 || !key->retired) return;
+  ucp_worker_h w = key->worker;
+  ucp_rkey_destroy(key->rkey);
+  delete key;
+  auto it = retired_workers_.find(w);
+  if (it != retired_workers_.end() && --it->second == 0) {
+    ucp_worker_destroy(w);
+    retired_workers_.erase(it);
+  }
+}
+
+ucs_status_t UcxTransport::OnDescriptor(void* arg, const void* header, size_t header_length, void*,
+                                        size_t, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  MessageDelivered();
+  DescriptorHead head{};
+  if (header_length < sizeof(head)) {
+    std::fprintf(stderr, "tessel ucx: dropping a malformed payload descriptor (%zu bytes)\n",
+                 header_length);
+    return UCS_OK;
+  }
+  std::memcpy(&head, header, sizeof(head));
+  if (header_length != sizeof(head) + head.header_len + static_cast<size_t>(head.rkey_len) ||
+      !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+    std::fprintf(stderr, "tessel ucx: dropping a malformed payload descriptor\n");
+    return UCS_OK;
+  }
+  const auto* bytes = static_cast<const uint8_t*>(header);
+  ucp_ep_h ep = param->reply_ep;
+  const PeerId from = self->PeerForEp(ep);
+  absl::StatusOr<ucx_internal::RemoteKey*> key = self->RemoteKeyFor(
+      ep, head.region, absl::MakeConstSpan(bytes + sizeof(head) + head.header_len, head.rkey_len),
+      head.remote_base);
+  if (!key.ok()) {
+    std::fprintf(stderr, "tessel ucx: cannot reach a peer's payload memory: %s\n",
+                 std::string(key.status().message()).c_str());
+    self->SendRelease(from, head.lease, kUnreadable);
+    return UCS_OK;
+  }
+  if ((*key)->mapped == nullptr) {
+    // Not mappable here (another host, or no shared-memory transport in
+    // common): the sender sends it again through the queues, and sends
+    // everything to this endpoint that way from now on. (UCX 1.13 cannot
+    // start an RMA get on a reply endpoint, so no get instead.)
+    self->SendRelease(from, head.lease, kResend);
+    return UCS_OK;
+  }
+  Incoming in;
+  in.from = from;
+  in.header = absl::MakeConstSpan(bytes + sizeof(head), head.header_len);
+  in.payload_bytes = head.bytes;
+  in.in_place = (*key)->mapped + head.offset;
+  in.lease = head.lease;
+  Accept accept = self->handler_ ? self->handler_(in) : Accept{};
+  if (accept.borrow && in.in_place != nullptr) {
+    ++(*key)->borrows;
+    self->borrowed_[{from, head.lease}] = *key;
+    self->peers_[from].path = "in place";
+    return UCS_OK;
+  }
+  if (accept.borrow || accept.dst == nullptr || head.bytes == 0) {
+    if (accept.dst != nullptr && accept.done) accept.done(absl::OkStatus());
+    self->SendRelease(from, head.lease, kDropped);
+    return UCS_OK;
+  }
+  std::memcpy(accept.dst, in.in_place, head.bytes);
+  self->peers_[from].path = "in place";
+  if (accept.done) accept.done(absl::OkStatus());
+  self->SendRelease(from, head.lease, kReadInPlace);
+  return UCS_OK;
+}
+
+ucs_status_t UcxTransport::OnRelease(void* arg, const void* header, size_t header_length, void*,
+                                     size_t, const ucp_am_recv_param_t*) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  MessageDelivered();
+  ReleaseMessage m{};
+  if (header_length != sizeof(m)) return UCS_OK;
+  std::memcpy(&m, header, sizeof(m));
+  auto it = self->leases_.find(m.lease);
+  if (it == self->leases_.end()) return UCS_OK;
+  Lease lease = std::move(it->second);
+  self->leases_.erase(it);
+  if (m.status == kResend && lease.peer < self->peers_.size()) {
+    self->peers_[lease.peer].in_place = false;
+    self->peers_[lease.peer].path = "copied";
+    self->DoSend(lease.peer, std::move(lease.header), lease.payload, lease.bytes,
+                 std::move(lease.done));
+    return UCS_OK;
+  }
+  if (m.status == kReadInPlace && lease.peer < self->peers_.size()) {
+    self->peers_[lease.peer].path = "in place";
+  }
+  if (lease.done) {
+    lease.done(m.status == kUnreadable
+                   ? absl::UnavailableError(
+                         "the peer could not read this payload from this process's memory "
+                         "(rkey unpack failed)")
+                   : absl::OkStatus());
+  }
+  return UCS_OK;
+}
+
+void UcxTransport::Release(PeerId from, uint64_t lease) {
+  Post([this, from, lease] {
+    auto it = borrowed_.find({from, lease});
+    if (it == borrowed_.end()) return;
+    ucx_internal::RemoteKey* key = it->second;
+    borrowed_.erase(it);
+    if (!key->retired) SendRelease(from, lease, kReadInPlace);
+    EndBorrow(key);
+  });
+}
+
+std::string UcxTransport::PayloadPath(PeerId peer) {
+  std::string path = "copied";
+  absl::Notification done;
+  if (!Post([&] {
+        if (peer < peers_.size()) path = peers_[peer].path;
+        done.Notify();
+      })) {
+    return path;
+  }
+  done.WaitForNotification();
+  return path;
+}
+
 void UcxTransport::Shutdown() {
   if (shut_down_.exchange(true)) return;
   {
@@ -553,9 +946,21 @@ void UcxTransport::Shutdown() {
   if (thread_.joinable()) thread_.join();
   // The progress thread is gone: this thread now owns the workers.
   DestroyWorker(absl::CancelledError("UCX transport shut down"));
+  // Borrows end here (their readers must have stopped): keys, then workers.
+  for (auto& [where, key] : borrowed_) {
+    if (--key->borrows == 0) {
+      ucp_rkey_destroy(key->rkey);
+      delete key;
+    }
+  }
+  borrowed_.clear();
+  for (auto& [w, n] : retired_workers_) ucp_worker_destroy(w);
+  retired_workers_.clear();
   if (probe_worker_ != nullptr) ucp_worker_destroy(probe_worker_);
   probe_worker_ = nullptr;
-  if (context_ != nullptr) ucp_cleanup(context_);
+  // The context goes with the last of this transport and its payload
+  // memory (memory must be unmapped before ucp_cleanup).
+  context_holder_.reset();
   worker_ = nullptr;
   context_ = nullptr;
   if (epoll_fd_ >= 0) close(epoll_fd_);

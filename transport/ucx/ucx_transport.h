@@ -13,6 +13,23 @@
 // sleeps on the worker's event fd (UCP_FEATURE_WAKEUP) so idle processes use
 // no CPU.
 //
+// Payload memory (zero-copy): payload_memory() allocates with
+// ucp_mem_map(ALLOCATE), which on one host is a shared-memory segment. A
+// payload of at least in_place_min_bytes inside it is sent as a descriptor
+// (region, offset, size and the packed rkey; a small active message). The
+// receiver unpacks the rkey once per sender endpoint and region (cached,
+// least recently used evicted past 16 per endpoint) and maps the region
+// with ucp_rkey_ptr: the handler sees Incoming::in_place and may borrow it,
+// or the transport copies it into Accept::dst (one copy, by the receiver);
+// then the receiver sends a RELEASE message and the sender's `done` runs.
+// Where mapping is impossible (another host, no shared-memory transport in
+// UCX_TLS) the RELEASE asks for the payload again: the sender sends it
+// through the queues, and every later payload to that peer too. (An RMA get
+// would be the better fallback, but UCX 1.13 asserts when a get starts on a
+// reply endpoint, which is how servers answer.) A Reset keeps the old UCX worker until borrows of
+// regions mapped through it end; Shutdown ends them all (stop reading
+// first).
+//
 // Error handling: on one host UCX 1.13.1 offers shared memory only with
 // UCP_ERR_HANDLING_MODE_NONE (docs/architecture.md, "Data path"). The default
 // is NONE; dead peers are found by registry leases and by deadlines on every
@@ -39,10 +56,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transport/transport.h"
@@ -52,6 +71,9 @@ namespace tessel {
 
 namespace ucx_internal {
 struct PendingOp;  // a send or receive UCX holds (ucx_transport.cc)
+class Memory;      // payload memory (ucx_transport.cc)
+struct Context;    // the UCP context, shared with payload memory
+struct RemoteKey;  // a peer's region, unpacked (and mapped) here
 }  // namespace ucx_internal
 
 class UcxTransport : public Transport {
@@ -68,12 +90,28 @@ class UcxTransport : public Transport {
   std::string name() const override { return "ucx"; }
   absl::Status CheckReceiveQueue(absl::Duration timeout) override;
   absl::Status Reset() override;
+  std::shared_ptr<PayloadMemory> payload_memory() override;
+  void Release(PeerId from, uint64_t lease) override;
+  std::string PayloadPath(PeerId peer) override;
 
  private:
   struct Peer {
     ucp_ep_h ep = nullptr;
     bool failed = false;
     bool owned = true;  // created by Connect (closed by us) vs. a reply endpoint
+    // How payload-memory payloads moved to or from this peer (PayloadPath).
+    const char* path = "copied";
+    // Send payload memory as descriptors (until the peer says it cannot map it).
+    bool in_place = true;
+  };
+  // A descriptor send waiting for the receiver's RELEASE, with what it
+  // takes to send the payload again through the queues.
+  struct Lease {
+    PeerId peer;
+    SendDone done;
+    std::vector<uint8_t> header;
+    const void* payload;
+    size_t bytes;
   };
 
   explicit UcxTransport(const UcxOptions& options);
@@ -95,11 +133,29 @@ class UcxTransport : public Transport {
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t OnDescriptor(void* arg, const void* header, size_t header_length, void* data,
+                                   size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnRelease(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param);
+  // Sender side: false unless `payload` lies in payload memory.
+  bool SendDescriptor(PeerId to, std::vector<uint8_t>& header, const void* payload, size_t bytes,
+                      SendDone& done);
+  // Receiver side: tells the sender of `lease` its payload is no longer needed.
+  void SendRelease(PeerId to, uint64_t lease, uint8_t status);
+  // Receiver side: the peer's region, unpacked on `ep` (cached).
+  absl::StatusOr<ucx_internal::RemoteKey*> RemoteKeyFor(ucp_ep_h ep, uint64_t region,
+                                                        absl::Span<const uint8_t> packed,
+                                                        uint64_t remote_base);
+  // A borrow or get of `key` ended; a retired key (and its worker) goes
+  // with its last.
+  void EndBorrow(ucx_internal::RemoteKey* key);
   static ucs_status_t OnProbe(void* arg, const void* header, size_t header_length, void* data,
                               size_t length, const ucp_am_recv_param_t* param);
 
   const UcxOptions options_;
+  std::shared_ptr<ucx_internal::Context> context_holder_;
   ucp_context_h context_ = nullptr;
+  std::shared_ptr<ucx_internal::Memory> memory_;
   ucp_worker_h worker_ = nullptr;
   // A second worker in this process that sends CheckReceiveQueue's probes
   // to worker_ through the same transports a peer on this host would use.
@@ -118,6 +174,16 @@ class UcxTransport : public Transport {
   // never completes them; Shutdown cancels what is left, so every `done`
   // runs once and nothing leaks.
   absl::flat_hash_set<ucx_internal::PendingOp*> in_flight_;
+  // Descriptor sends by lease, until RELEASE (or the worker goes).
+  absl::flat_hash_map<uint64_t, Lease> leases_;
+  uint64_t next_lease_ = 1;
+  // Peers' regions unpacked here, by (endpoint, region id); borrowed
+  // payloads by (peer, lease); old UCX workers kept for borrows made
+  // through them, with how many of their keys are still borrowed.
+  absl::flat_hash_map<std::pair<ucp_ep_h, uint64_t>, ucx_internal::RemoteKey*> remote_keys_;
+  absl::flat_hash_map<std::pair<PeerId, uint64_t>, ucx_internal::RemoteKey*> borrowed_;
+  absl::flat_hash_map<ucp_worker_h, int> retired_workers_;
+  uint64_t key_clock_ = 0;
 
   mutable absl::Mutex address_mu_;
   std::string address_ ABSL_GUARDED_BY(address_mu_);
