@@ -124,6 +124,10 @@ int RunWorker() {
         phases.push_back((*worker)->last_step_phases());
       }
     }
+    if (rank == 0) {
+      std::ofstream path(absl::StrCat(absl::GetFlag(FLAGS_result), ".path"));
+      path << (*worker)->data_path() << "\n";
+    }
     shard_calls += tessel::ClientCalls(tessel::RpcService::kShard);
     registry_calls += tessel::ClientCalls(tessel::RpcService::kRegistry);
     double update_ms = 0;  // per step, the busiest server
@@ -174,6 +178,8 @@ int main(int argc, char** argv) {
     copt.server_args.push_back(
         absl::StrCat("--update_threads=", absl::GetFlag(FLAGS_update_threads)));
   }
+  const bool zero_copy = absl::GetFlag(FLAGS_ucx_zero_copy);
+  copt.server_args.push_back(absl::StrCat("--ucx_zero_copy=", zero_copy ? "true" : "false"));
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();
   if (!s.ok()) {
@@ -196,6 +202,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
         absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
         absl::StrCat("--ucx_tls=", copt.ucx_tls),
+        absl::StrCat("--ucx_zero_copy=", zero_copy ? "true" : "false"),
         absl::StrCat("--strategy=", absl::GetFlag(FLAGS_strategy)),
         absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
         absl::StrFormat("--lr=%.17g", absl::GetFlag(FLAGS_lr)),
@@ -246,12 +253,17 @@ int main(int argc, char** argv) {
       update_ms[mib] = update;
     }
   }
+  std::string path;
+  {
+    std::ifstream in(result + ".path");
+    std::getline(in, path);
+  }
   std::printf(
       "# tessel datapath: %d workers, %d servers, bucket %lld B, UCX_TLS=%s, %s; step = barrier, "
-      "then the slowest rank's Step()\n",
+      "then the slowest rank's Step(); payloads: %s (--ucx_zero_copy=%s)\n",
       workers, copt.servers, static_cast<long long>(absl::GetFlag(FLAGS_bucket_bytes)),
       copt.ucx_tls.empty() ? "(default)" : copt.ucx_tls.c_str(),
-      absl::GetFlag(FLAGS_optimizer).c_str());
+      absl::GetFlag(FLAGS_optimizer).c_str(), path.c_str(), zero_copy ? "true" : "false");
   std::printf("%-8s %10s %10s %10s %10s %10s   %s   %s\n", "S_MiB", "t_med_ms", "t_min_ms",
               "t_max_ms", "algbw_GBs", "busbw_GBs",
               "rank 0's control RPCs in the timed steps: shard, registry",

@@ -14,7 +14,12 @@ DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpo
       jobs_(jobs),
       checkpointer_(checkpointer),
       metrics_(metrics),
-      timeline_(timeline) {
+      timeline_(timeline),
+      releaser_(std::make_shared<Releaser>()) {
+  {
+    absl::MutexLock lock(&releaser_->mu);
+    releaser_->transport = transport;
+  }
   transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
   jobs_->SetReplacedListener([this](ShardJob& old, const std::vector<ShardJob::Puller>& waiting) {
     RefuseReplacedPulls(old, waiting);
@@ -26,11 +31,29 @@ DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpo
 
 DataPlane::~DataPlane() {
   jobs_->SetReplacedListener(nullptr);
+  Stop();
+}
+
+void DataPlane::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  for (std::thread& t : compute_) t.join();
+  for (std::thread& t : compute_) {
+    if (t.joinable()) t.join();
+  }
+  absl::MutexLock lock(&releaser_->mu);
+  releaser_->transport = nullptr;
+}
+
+std::shared_ptr<void> DataPlane::MakeLease(PeerId from, uint64_t lease) {
+  std::weak_ptr<Releaser> weak = releaser_;
+  return std::shared_ptr<void>(nullptr, [weak, from, lease](void*) {
+    std::shared_ptr<Releaser> r = weak.lock();
+    if (r == nullptr) return;
+    absl::MutexLock lock(&r->mu);
+    if (r->transport != nullptr) r->transport->Release(from, lease);
+  });
 }
 
 int64_t DataPlane::update_queue_depth() {
@@ -84,38 +107,25 @@ Accept DataPlane::OnFrame(const Incoming& in) {
   switch (h->type) {
     case FrameType::kPush:
     case FrameType::kInit: {
-      auto dst = job->AcceptData(*h);
+      // A push the worker keeps in shared memory is reduced where it lies.
+      const bool borrow = h->type == FrameType::kPush && in.in_place != nullptr;
+      auto dst = job->AcceptData(*h, borrow);
       if (!dst.ok()) {
         SendError(in.from, *h, dst.status());
         return Accept{};
       }
       FrameHeader header = *h;
       PeerId from = in.from;
-      return Accept{
-          *dst, [this, job, header, from](absl::Status s) {
-            if (!s.ok()) {
-              TESSEL_LOG(WARNING) << "receive of " << DescribeHeader(header) << " failed: " << s;
-              SendError(from, header, s);
-            } else if (timeline_ != nullptr && header.type == FrameType::kPush) {
-              timeline_->Instant("push received", "data path", Timeline::NowUs(),
-                                 {.job = job->spec().job(),
-                                  .step = header.step + 1,
-                                  .rank = static_cast<int>(header.rank),
-                                  .shard = job->shard(),
-                                  .bucket = static_cast<int>(header.bucket)});
-            }
-            ShardJob::Completion c = job->CompleteReceive(header, s);
-            if (c.serve.snapshot.has_value()) {  // step 0 (CheckpointPolicy.initial)
-              // The transport's thread: never wait here.
-              absl::Status w = checkpointer_->Submit(std::move(*c.serve.snapshot), /*wait=*/false);
-              if (!w.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << w;
-            }
-            if (c.update.has_value()) {
-              absl::MutexLock lock(&mu_);
-              updates_.emplace_back(job, *c.update);
-            }
-            if (!c.serve.pullers.empty()) ServeParams(job, c.serve);
-          }};
+      if (borrow) {
+        PushCompleted(job, header, from, absl::OkStatus(),
+                      job->CompleteBorrowed(header, in.in_place, MakeLease(from, in.lease)));
+        Accept a;
+        a.borrow = true;
+        return a;
+      }
+      return Accept{*dst, [this, job, header, from](absl::Status s) {
+                      PushCompleted(job, header, from, s, job->CompleteReceive(header, s));
+                    }};
     }
     case FrameType::kPull: {
       auto serve = job->AcceptPull(*h, in.from);
@@ -134,6 +144,31 @@ Accept DataPlane::OnFrame(const Incoming& in) {
                 "bad_type");
       return Accept{};
   }
+}
+
+void DataPlane::PushCompleted(const std::shared_ptr<ShardJob>& job, const FrameHeader& header,
+                              PeerId from, const absl::Status& s, ShardJob::Completion c) {
+  if (!s.ok()) {
+    TESSEL_LOG(WARNING) << "receive of " << DescribeHeader(header) << " failed: " << s;
+    SendError(from, header, s);
+  } else if (timeline_ != nullptr && header.type == FrameType::kPush) {
+    timeline_->Instant("push received", "data path", Timeline::NowUs(),
+                       {.job = job->spec().job(),
+                        .step = header.step + 1,
+                        .rank = static_cast<int>(header.rank),
+                        .shard = job->shard(),
+                        .bucket = static_cast<int>(header.bucket)});
+  }
+  if (c.serve.snapshot.has_value()) {  // step 0 (CheckpointPolicy.initial)
+    // The transport's thread: never wait here.
+    absl::Status w = checkpointer_->Submit(std::move(*c.serve.snapshot), /*wait=*/false);
+    if (!w.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << w;
+  }
+  if (c.update.has_value()) {
+    absl::MutexLock lock(&mu_);
+    updates_.emplace_back(job, *c.update);
+  }
+  if (!c.serve.pullers.empty()) ServeParams(job, c.serve);
 }
 
 void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Status& s,
@@ -242,6 +277,7 @@ void DataPlane::ComputeLoop() {
     const int64_t start_us = timeline_ != nullptr ? Timeline::NowUs() : 0;
     const int64_t step = timeline_ != nullptr ? work.first->version() + 1 : 0;
     ShardJob::Serve serve = work.first->UpdateBucket(work.second);
+    serve.released.clear();  // back to the workers before their parameters go out
     if (timeline_ != nullptr) {
       timeline_->Span("reduce + update", "optimizer", start_us, Timeline::NowUs(),
                       {.job = work.first->spec().job(),

@@ -48,6 +48,9 @@ class DataPlane {
             ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr, int update_threads = 1);
 
   ~DataPlane();
+  // Joins the update threads and stops releasing borrowed pushes through
+  // the transport: call before shutting the transport down. Idempotent.
+  void Stop();
 
   // Frames refused before reaching a job (malformed, unknown job).
   int64_t rejected_unrouted();
@@ -63,6 +66,16 @@ class DataPlane {
   void RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::Puller>& waiting);
   void ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve);
   void ComputeLoop();
+  // After a PUSH landed (or was borrowed), or its receive failed.
+  void PushCompleted(const std::shared_ptr<ShardJob>& job, const FrameHeader& header, PeerId from,
+                     const absl::Status& s, ShardJob::Completion c);
+  // A lease that releases a borrowed push when dropped (if the plane still
+  // runs).
+  std::shared_ptr<void> MakeLease(PeerId from, uint64_t lease);
+  struct Releaser {
+    absl::Mutex mu;
+    Transport* transport ABSL_GUARDED_BY(mu) = nullptr;
+  };
 
   Transport* const transport_;
   JobTable* const jobs_;
@@ -74,6 +87,7 @@ class DataPlane {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t rejected_unrouted_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> compute_;
+  const std::shared_ptr<Releaser> releaser_;
 };
 
 }  // namespace tessel

@@ -9,7 +9,8 @@
 
 namespace tessel {
 
-JobTable::JobTable(Checkpointer* checkpointer) : checkpointer_(checkpointer) {}
+JobTable::JobTable(Checkpointer* checkpointer, std::shared_ptr<PayloadMemory> memory)
+    : checkpointer_(checkpointer), memory_(std::move(memory)) {}
 
 absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobRequest& req) {
   if (req.spec().checkpoint().every_steps() < 0 || req.spec().checkpoint().keep_last() < 0) {
@@ -40,8 +41,8 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
   if (req.restore() && FindJob(req.spec().job()) == nullptr) {
     auto manifest = checkpointer_->Read(req.spec().job(), req.restore_step());
     if (!manifest.ok()) return manifest.status();
-    auto restored =
-        ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest, checkpointer_);
+    auto restored = ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest,
+                                      checkpointer_, memory_);
     if (!restored.ok()) return restored.status();
     absl::MutexLock lock(&mu_);
     if (!jobs_.contains((*restored)->job_id())) {
@@ -58,7 +59,7 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
       return resp;
     }
   }
-  auto job = ShardJob::Create(req.spec(), req.shard_index(), req.epoch());
+  auto job = ShardJob::Create(req.spec(), req.shard_index(), req.epoch(), memory_);
   if (!job.ok()) return job.status();
   absl::MutexLock lock(&mu_);
   v1::CreateJobResponse resp;
@@ -146,7 +147,7 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::ReplaceJob(const v1::CreateJobRe
   std::unique_ptr<ShardJob> job;
   int64_t from_shards = 0;
   if (ddp) {
-    auto created = ShardJob::Create(req.spec(), req.shard_index(), req.epoch());
+    auto created = ShardJob::Create(req.spec(), req.shard_index(), req.epoch(), memory_);
     if (!created.ok()) return created.status();
     job = std::move(*created);
     job->StartAt(step);
@@ -154,8 +155,8 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::ReplaceJob(const v1::CreateJobRe
     auto manifest = checkpointer_->Read(name, step);
     if (!manifest.ok()) return manifest.status();
     from_shards = manifest->num_shards;
-    auto restored =
-        ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest, checkpointer_);
+    auto restored = ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest,
+                                      checkpointer_, memory_);
     if (!restored.ok()) return restored.status();
     job = std::move(*restored);
   }

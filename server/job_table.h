@@ -37,7 +37,9 @@ class JobTable {
  public:
   // `checkpointer` (not owned) restores and receives snapshots; may be a
   // disabled one.
-  explicit JobTable(Checkpointer* checkpointer);
+  // `memory` (may be null): the data transport's payload memory, where jobs
+  // keep the parameters they serve.
+  explicit JobTable(Checkpointer* checkpointer, std::shared_ptr<PayloadMemory> memory = nullptr);
 
   absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& req);
   // CreateJob with `replace` (recovery): the job starts again from a
@@ -64,6 +66,7 @@ class JobTable {
 
  private:
   Checkpointer* const checkpointer_;
+  const std::shared_ptr<PayloadMemory> memory_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<ShardJob>> jobs_ ABSL_GUARDED_BY(mu_);
   absl::Mutex listener_mu_;

@@ -49,6 +49,11 @@ ABSL_FLAG(bool, exit_on_lost_lease, false,
 ABSL_FLAG(int, lease_ttl_ms, 3000, "registry lease time-to-live, in milliseconds");
 ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports (UCX_TLS), e.g. 'posix,sysv,self' or 'tcp'; empty = UCX default");
+ABSL_FLAG(bool, ucx_zero_copy, true,
+          "payloads in UCX payload memory travel as descriptors that a peer on this host reads "
+          "in place through shared memory (gradients are reduced straight from the workers' "
+          "memory, parameters copied once from the servers'); false = every payload is copied "
+          "through UCX's queues, as before (for comparisons)");
 ABSL_FLAG(bool, ucx_peer_errors, false,
           "use UCX peer error handling (tcp only on one host; detects dead peers in UCX)");
 ABSL_FLAG(std::string, timeline, "",
@@ -215,6 +220,7 @@ int main(int argc, char** argv) {
   ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
   ucx.peer_error_handling = absl::GetFlag(FLAGS_ucx_peer_errors);
   ucx.tcp_port_range = absl::GetFlag(FLAGS_ucx_port_range);
+  ucx.zero_copy = absl::GetFlag(FLAGS_ucx_zero_copy);
   auto transport = tessel::UcxTransport::Create(ucx);
   if (!transport.ok()) return Fail(std::string(transport.status().message()));
   std::signal(SIGINT, OnSignal);

@@ -23,7 +23,8 @@ constexpr int64_t kWidenChunk = 16384;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& spec, int shard_index,
-                                                           int64_t epoch) {
+                                                           int64_t epoch,
+                                                           std::shared_ptr<PayloadMemory> memory) {
   auto layout = ValidateJobSpec(spec);
   if (!layout.ok()) return layout.status();
   if (shard_index < 0 || shard_index >= spec.num_shards()) {
@@ -47,13 +48,14 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& sp
                      " MiB of memory: use more shard servers (smaller ranges) or fewer workers"));
   }
   return std::unique_ptr<ShardJob>(
-      new ShardJob(spec, std::move(*layout), shard_index, epoch, *optimizer));
+      new ShardJob(spec, std::move(*layout), shard_index, epoch, *optimizer, std::move(memory)));
 }
 
 absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& spec,
                                                             int shard_index, int64_t epoch,
                                                             const Manifest& manifest,
-                                                            Checkpointer* checkpointer) {
+                                                            Checkpointer* checkpointer,
+                                                            std::shared_ptr<PayloadMemory> memory) {
   if (spec.strategy() == v1::STRATEGY_DDP) {
     return absl::FailedPreconditionError(
         absl::StrCat("job '", spec.job(),
@@ -82,7 +84,7 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
         absl::StrCat("job '", spec.job(), "' cannot restore the checkpoint of step ", manifest.step,
                      ": its model, strategy or optimizer differ: ", diff));
   }
-  auto job = Create(spec, shard_index, epoch);
+  auto job = Create(spec, shard_index, epoch, std::move(memory));
   if (!job.ok()) return job.status();
   ShardJob& j = **job;
   if (j.layout_.num_params() != manifest.num_params) {
@@ -108,7 +110,7 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
 }
 
 ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t epoch,
-                   OptimizerParams optimizer)
+                   OptimizerParams optimizer, std::shared_ptr<PayloadMemory> memory)
     : spec_(spec),
       layout_(std::move(layout)),
       shard_(shard),
@@ -122,6 +124,8 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
       pushes_(num_buckets_, world_),
       staging_(range_.size(), is_ddp() ? 0 : StateSlots(optimizer)) {
   const size_t n = static_cast<size_t>(range_.size());
+  values_ = PayloadVector<float>(PayloadAllocator<float>(memory));
+  values_half_ = PayloadVector<uint16_t>(PayloadAllocator<uint16_t>(memory));
   values_.assign(n, 0.f);
   if (!is_ddp()) {
     state_.assign(StateSlots(optimizer), std::vector<float>(n, 0.f));
@@ -130,11 +134,14 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
     InitState(optimizer, state, n);  // a restore overwrites it
   }
   if (half_) {
-    rank_grads_half_.assign(world_, std::vector<uint16_t>(n, 0));
+    rank_grads_half_.resize(world_);
     values_half_.assign(n, 0);
   } else {
-    rank_grads_.assign(world_, std::vector<float>(n, 0.f));
+    rank_grads_.resize(world_);
   }
+  borrowed_.assign(num_buckets_, std::vector<const void*>(world_, nullptr));
+  leases_.resize(num_buckets_);
+  for (auto& l : leases_) l.resize(world_);
   init_seen_.assign(num_buckets_, 0);
   bucket_updated_.assign(num_buckets_, 0);
   initialized_ = is_ddp() || num_buckets_ == 0;
@@ -164,7 +171,7 @@ absl::Status ShardJob::CheckHeader(const FrameHeader& h) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h) {
+absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
   absl::MutexLock lock(&mu_);
   absl::Status s = CheckHeader(h);
   const std::string where = absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
@@ -225,7 +232,13 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h) {
     return s;
   }
   pushes_.Reserve(h.bucket, h.rank, absl::Now());
-  if (half_) return rank_grads_half_[h.rank].data() + (br.begin - range_.begin);
+  if (borrow) return nullptr;
+  const size_t n = static_cast<size_t>(range_.size());
+  if (half_) {
+    if (rank_grads_half_[h.rank].empty()) rank_grads_half_[h.rank].assign(n, 0);
+    return rank_grads_half_[h.rank].data() + (br.begin - range_.begin);
+  }
+  if (rank_grads_[h.rank].empty()) rank_grads_[h.rank].assign(n, 0.f);
   return rank_grads_[h.rank].data() + (br.begin - range_.begin);
 }
 
@@ -256,14 +269,26 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
   return c;
 }
 
+ShardJob::Completion ShardJob::CompleteBorrowed(const FrameHeader& h, const void* data,
+                                                std::shared_ptr<void> lease) {
+  {
+    absl::MutexLock lock(&mu_);
+    borrowed_[h.bucket][h.rank] = data;
+    leases_[h.bucket][h.rank] = std::move(lease);
+  }
+  return CompleteReceive(h, absl::OkStatus());
+}
+
 ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   int64_t step;
   OptimizerParams optimizer;
   std::vector<int64_t> skips;  // copies: SkipTensors may add to skip_now_ meanwhile
   std::vector<uint8_t> skip_now;
+  thread_local std::vector<const void*> borrowed;
   {
     absl::MutexLock lock(&mu_);
     ++updates_running_;
+    borrowed = borrowed_[bucket];
     step = version_ + 1;
     optimizer = optimizer_;
     if (!is_ddp() && (!tensor_skips_.empty() || !skip_now_.empty())) {
@@ -273,6 +298,16 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   }
   const auto started = std::chrono::steady_clock::now();
   const Range br = layout_.bucket_range(shard_, bucket);
+  // Rank r's part of the chunk at shard offset `at`: where the worker keeps
+  // it (borrowed) or in the rank's receive buffer.
+  const size_t bucket_at = static_cast<size_t>(br.begin - range_.begin);
+  auto rank_src = [&](int r, size_t at) -> const void* {
+    if (borrowed[r] != nullptr) {
+      return static_cast<const char*>(borrowed[r]) + (at - bucket_at) * wire_bytes();
+    }
+    if (half_) return rank_grads_half_[r].data() + at;
+    return rank_grads_[r].data() + at;
+  };
   // Mixed precision widens the ranks' half gradients exactly, a chunk at a
   // time, into this thread's scratch (no allocation once it has grown), then
   // reduces in fp32 in rank order: element-wise, so chunking changes no bit.
@@ -306,11 +341,11 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
       if (widened.size() < static_cast<size_t>(world_) * n) widened.resize(world_ * n);
       for (int r = 0; r < world_; ++r) {
         float* to = widened.data() + static_cast<size_t>(r) * n;
-        HalfToFloat(*half_, rank_grads_half_[r].data() + off, to, n);
+        HalfToFloat(*half_, static_cast<const uint16_t*>(rank_src(r, off)), to, n);
         srcs[r] = to;
       }
     } else {
-      for (int r = 0; r < world_; ++r) srcs[r] = rank_grads_[r].data() + off;
+      for (int r = 0; r < world_; ++r) srcs[r] = static_cast<const float*>(rank_src(r, off));
     }
     if (is_ddp()) {
       ReduceMean(srcs.data(), world_, values_.data() + off, n);
@@ -327,6 +362,12 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   --updates_running_;
   update_us_ += took_us;
   Serve serve;
+  // The borrowed pushes are read: back to their workers.
+  std::fill(borrowed_[bucket].begin(), borrowed_[bucket].end(), nullptr);
+  for (std::shared_ptr<void>& lease : leases_[bucket]) {
+    if (lease != nullptr) serve.released.push_back(std::move(lease));
+    lease = nullptr;
+  }
   if (++buckets_updated_ < num_buckets_) {
     // Early serving: the pulls of this step get this bucket now.
     bucket_updated_[bucket] = 1;
@@ -486,7 +527,7 @@ ShardSnapshot ShardJob::SnapshotLocked() {
   s.epoch = epoch_;
   s.range = range_;
   s.keep_last = spec_.checkpoint().keep_last();
-  s.values = values_;
+  s.values.assign(values_.begin(), values_.end());
   s.state = state_;
   s.tensor_skips = tensor_skips_;
   s.pause_us = absl::ToInt64Microseconds(absl::Now() - t0);
@@ -762,7 +803,7 @@ std::vector<float> ShardJob::ParamsSnapshot() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](int* running) { return *running == 0; }, &updates_running_));
-  return values_;
+  return std::vector<float>(values_.begin(), values_.end());
 }
 
 }  // namespace tessel
@@ -863,7 +904,7 @@ absl::StatusOr<v1::WriteStateResponse> ShardJob::WriteState(const v1::WriteState
                      "between steps, when every worker is idle; nothing changed"));
   }
   if (!is_ddp()) {
-    staging_.CopyTo(values_, state_);
+    staging_.CopyTo(absl::MakeSpan(values_), state_);
     RefreshHalf(0, static_cast<size_t>(n));
     initialized_ = true;
   }

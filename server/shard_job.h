@@ -57,6 +57,7 @@
 #include "server/checkpointer.h"
 #include "server/push_tracker.h"
 #include "server/state_staging.h"
+#include "transport/payload_vector.h"
 
 namespace tessel {
 
@@ -79,18 +80,24 @@ class ShardJob {
   struct Serve {
     std::vector<Puller> pullers;  // each gets its `buckets` of its `version`
     int64_t version = 0;
+    // Borrowed pushes the update has finished reading: drop them (which
+    // releases them to their workers) before serving the pullers.
+    std::vector<std::shared_ptr<void>> released;
     // A checkpoint was due at this step boundary: write it.
     std::optional<ShardSnapshot> snapshot;
   };
 
-  static absl::StatusOr<std::unique_ptr<ShardJob>> Create(const v1::JobSpec& spec, int shard_index,
-                                                          int64_t epoch);
+  // `memory` (may be null): where the served parameters (or DDP's averaged
+  // gradient) live, so workers on this host read them in place.
+  static absl::StatusOr<std::unique_ptr<ShardJob>> Create(
+      const v1::JobSpec& spec, int shard_index, int64_t epoch,
+      std::shared_ptr<PayloadMemory> memory = nullptr);
   // A job that starts at `manifest.step` from a checkpoint, re-sliced to this
   // spec's shard count. The checkpoint's layout, strategy and optimizer must
   // equal the spec's.
-  static absl::StatusOr<std::unique_ptr<ShardJob>> Restore(const v1::JobSpec& spec, int shard_index,
-                                                           int64_t epoch, const Manifest& manifest,
-                                                           Checkpointer* checkpointer);
+  static absl::StatusOr<std::unique_ptr<ShardJob>> Restore(
+      const v1::JobSpec& spec, int shard_index, int64_t epoch, const Manifest& manifest,
+      Checkpointer* checkpointer, std::shared_ptr<PayloadMemory> memory = nullptr);
 
   const v1::JobSpec& spec() const { return spec_; }
   const Layout& layout() const { return layout_; }
@@ -101,8 +108,10 @@ class ShardJob {
   uint64_t job_id() const { return job_id_; }
 
   // PUSH or INIT header arrived: validates it and returns where its payload
-  // goes. The slot is reserved until CompleteReceive.
-  absl::StatusOr<void*> AcceptData(const FrameHeader& h);
+  // goes. The slot is reserved until CompleteReceive. `borrow` (PUSH only):
+  // the payload will be read where the worker keeps it (CompleteBorrowed),
+  // so no receive buffer is needed (nullptr is returned).
+  absl::StatusOr<void*> AcceptData(const FrameHeader& h, bool borrow = false);
   // The payload of an accepted PUSH/INIT landed (or failed: the slot is
   // released and may be pushed again). `update` is set if this completed a
   // bucket; `serve` lists pulls that became answerable (after INIT).
@@ -111,6 +120,10 @@ class ShardJob {
     Serve serve;
   };
   Completion CompleteReceive(const FrameHeader& h, const absl::Status& s);
+  // A PUSH accepted with `borrow`: its gradient is at `data` (the worker's
+  // memory, mapped here) until `lease` is dropped, which the bucket's update
+  // does once it has read it (Serve::released), or the job's end.
+  Completion CompleteBorrowed(const FrameHeader& h, const void* data, std::shared_ptr<void> lease);
   // Reduces and updates a complete bucket. Returns who to serve: the pulls
   // of the step in progress waiting for this bucket, and if this finished
   // the step, the snapshot due. Several threads may update different buckets
@@ -191,7 +204,7 @@ class ShardJob {
 
  private:
   ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t epoch,
-           OptimizerParams optimizer);
+           OptimizerParams optimizer, std::shared_ptr<PayloadMemory> memory);
   absl::Status CheckHeader(const FrameHeader& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DigestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardSnapshot SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -209,14 +222,19 @@ class ShardJob {
 
   // Owned range: params (ZeRO) or averaged grads (DDP), optimizer state, and
   // one gradient receive buffer per rank.
-  std::vector<float> values_;
+  PayloadVector<float> values_;
   std::vector<std::vector<float>> state_;
+  // Allocated on a rank's first copied push: pushes read in place need none.
   std::vector<std::vector<float>> rank_grads_;
   // Mixed precision: gradients arrive and parameters leave in half; the
   // masters and state stay fp32. values_half_ is the served copy of values_.
   const std::optional<HalfType> half_;
   std::vector<std::vector<uint16_t>> rank_grads_half_;
-  std::vector<uint16_t> values_half_;
+  PayloadVector<uint16_t> values_half_;
+  // Per bucket and rank: the borrowed push (its bucket's first element in
+  // the worker's memory, and its lease), or null.
+  std::vector<std::vector<const void*>> borrowed_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<std::shared_ptr<void>>> leases_ ABSL_GUARDED_BY(mu_);
   size_t wire_bytes() const { return half_ ? 2 : 4; }
   void RefreshHalf(size_t offset, size_t n);
 

@@ -90,7 +90,7 @@ absl::Status ShardServer::Init() {
   service_options.shard_index = options_.shard;
   service_options.pool = options_.pool;
   service_options.auth = options_.admin;
-  jobs_ = std::make_unique<JobTable>(checkpointer_.get());
+  jobs_ = std::make_unique<JobTable>(checkpointer_.get(), transport_->payload_memory());
   metrics_ = std::make_unique<ServerMetrics>(options_.shard);
   if (!options_.timeline.empty()) {
     auto timeline = Timeline::Open(
@@ -296,6 +296,7 @@ void ShardServer::Stop(bool drain) {
     grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }
   if (health_ != nullptr) health_->Shutdown();
+  if (plane_ != nullptr) plane_->Stop();  // no update reads borrowed pushes any more
   transport_->Shutdown();
 }
 

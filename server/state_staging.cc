@@ -36,8 +36,7 @@ bool StateStaging::Stage(int64_t step, int64_t offset, absl::string_view params,
   return true;
 }
 
-void StateStaging::CopyTo(std::vector<float>& values,
-                          std::vector<std::vector<float>>& state) const {
+void StateStaging::CopyTo(absl::Span<float> values, std::vector<std::vector<float>>& state) const {
   const int64_t n = elements_;
   std::copy(staged_.begin(), staged_.begin() + n, values.begin());
   for (int k = 0; k < slots_; ++k) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace tessel {
 
@@ -41,7 +42,7 @@ class StateStaging {
   int64_t staged() const { return count_; }
   int64_t step() const { return step_; }
   bool Complete(int64_t step) const { return step_ == step && count_ == elements_; }
-  void CopyTo(std::vector<float>& values, std::vector<std::vector<float>>& state) const;
+  void CopyTo(absl::Span<float> values, std::vector<std::vector<float>>& state) const;
   void Drop();
 
  private:

@@ -40,7 +40,7 @@ TEST(StateStagingTest, OverlappingChunksCoverTheRangeOnceAndCopyInPlace) {
   EXPECT_FALSE(s.Complete(6));
   std::vector<float> values(10);
   std::vector<std::vector<float>> state(2, std::vector<float>(10));
-  s.CopyTo(values, state);
+  s.CopyTo(absl::MakeSpan(values), state);
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(values[i], 1000.f + i);
     EXPECT_EQ(state[0][i], 0.f + i);
@@ -81,7 +81,7 @@ TEST(StateStagingTest, NoSlots) {
   EXPECT_TRUE(s.Complete(0));
   std::vector<float> values(3);
   std::vector<std::vector<float>> state;
-  s.CopyTo(values, state);
+  s.CopyTo(absl::MakeSpan(values), state);
   EXPECT_EQ(values[2], 1002.f);
 }
 

@@ -308,7 +308,7 @@ absl::Status Worker::PullInitial(absl::Span<const float> init) {
     // Mixed precision sends the fp32 masters from the caller's buffer too.
     const float* source = init.data();
     if (!ctx.fsdp() && !ctx.half) {
-      std::vector<float>& params = p_->exchange->buffers().params;
+      PayloadVector<float>& params = p_->exchange->buffers().params;
       std::copy(init.begin(), init.end(), params.begin());
       source = params.data();
     }
@@ -335,7 +335,7 @@ absl::Span<uint16_t> Worker::half_grads() {
 namespace {
 // Tensor `name`'s elements of a model-sized buffer; empty if there is no such
 // tensor or the buffer is not held.
-absl::Span<float> TensorView(const Layout* layout, std::vector<float>& flat,
+absl::Span<float> TensorView(const Layout* layout, absl::Span<float> flat,
                              const std::string& name) {
   const int i = layout == nullptr ? -1 : layout->FindTensor(name);
   if (i < 0 || flat.empty()) return {};
@@ -345,11 +345,11 @@ absl::Span<float> TensorView(const Layout* layout, std::vector<float>& flat,
 }  // namespace
 
 absl::Span<float> Worker::tensor_params(const std::string& name) {
-  return TensorView(p_->ctx.layout.get(), p_->exchange->buffers().params, name);
+  return TensorView(p_->ctx.layout.get(), absl::MakeSpan(p_->exchange->buffers().params), name);
 }
 
 absl::Span<float> Worker::tensor_grads(const std::string& name) {
-  return TensorView(p_->ctx.layout.get(), p_->exchange->buffers().grads, name);
+  return TensorView(p_->ctx.layout.get(), absl::MakeSpan(p_->exchange->buffers().grads), name);
 }
 
 absl::Status Worker::AccumulateGradients(absl::Span<const float> micro) {
@@ -481,6 +481,8 @@ absl::Status Worker::SetOptimizer(const OptimizerParams& optimizer) {
 
 StepPhases Worker::last_step_phases() const { return p_->exchange->last_phases(); }
 
+std::string Worker::data_path() const { return p_->channel->DescribePaths(); }
+
 absl::Status Worker::SkipTensors(absl::Span<const int32_t> tensors) {
   internal::JobContext& ctx = p_->ctx;
   if (ctx.layout == nullptr) {
@@ -583,7 +585,7 @@ absl::StatusOr<std::vector<float>> Worker::GatherAll() {
     HalfToFloat(*ctx.half, b.params_half.data(), all.data(), all.size());
     return all;
   }
-  if (!ctx.fsdp()) return b.params;
+  if (!ctx.fsdp()) return std::vector<float>(b.params.begin(), b.params.end());
   std::vector<float> all(static_cast<size_t>(ctx.layout->num_params()));
   for (int u = 0; u < num_units(); ++u) {
     float* dst = all.data() + unit_range(u).begin;

@@ -280,6 +280,12 @@ class Worker {
   int64_t epoch() const;
   // The last Step()'s push / wait / pull times (worker/reports.h).
   StepPhases last_step_phases() const;
+  // How this worker's payloads moved to and from each shard server so far:
+  // "in place" (UCX shared memory on one host: servers reduce gradients
+  // where this worker keeps them, parameters are copied once) or "copied"
+  // (through UCX's queues: another host, tcp, --ucx_zero_copy=false), as one
+  // word when every shard agrees, else per shard ("shard 0: in place, ...").
+  std::string data_path() const;
   int num_servers() const;
   const Layout& layout() const;
   const WorkerOptions& options() const;

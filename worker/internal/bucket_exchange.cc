@@ -11,7 +11,13 @@
 namespace tessel::internal {
 
 BucketExchange::BucketExchange(JobContext* ctx, DataChannel* channel)
-    : ctx_(ctx), channel_(channel), shuffle_rng_(ctx->options.shuffle_seed) {}
+    : ctx_(ctx), channel_(channel), shuffle_rng_(ctx->options.shuffle_seed) {
+  std::shared_ptr<PayloadMemory> memory = channel_->transport().payload_memory();
+  buffers_.params = PayloadVector<float>(PayloadAllocator<float>(memory));
+  buffers_.grads = PayloadVector<float>(PayloadAllocator<float>(memory));
+  buffers_.params_half = PayloadVector<uint16_t>(PayloadAllocator<uint16_t>(memory));
+  buffers_.grads_half = PayloadVector<uint16_t>(PayloadAllocator<uint16_t>(memory));
+}
 
 void BucketExchange::Allocate() {
   const Layout& layout = *ctx_->layout;
@@ -42,7 +48,7 @@ void BucketExchange::Allocate() {
 }
 
 absl::Status BucketExchange::AccumulateGradients(absl::Span<const float> micro) {
-  std::vector<float>& grads = buffers_.grads;
+  PayloadVector<float>& grads = buffers_.grads;
   if (grads.empty()) {
     return absl::UnimplementedError(absl::StrCat(
         ctx_->Where(),
@@ -212,16 +218,17 @@ void BucketExchange::Reset() {
   NextStep();
 }
 
-void BucketExchange::RetireLocked(bool stuck, std::vector<std::vector<float>>* retired,
-                                  std::vector<std::vector<uint16_t>>* retired_half) {
+void BucketExchange::RetireLocked(bool stuck, std::vector<PayloadVector<float>>* retired,
+                                  std::vector<PayloadVector<uint16_t>>* retired_half) {
   if (!stuck) return;
   // DDP receives the averaged gradient; its parameters are its own state.
-  std::vector<float>& target = ctx_->ddp() ? buffers_.grads : buffers_.params;
+  PayloadVector<float>& target = ctx_->ddp() ? buffers_.grads : buffers_.params;
   if (!target.empty()) {
     retired->push_back(std::move(target));
     target.assign(retired->back().size(), 0.f);
   }
-  std::vector<uint16_t>& target_half = ctx_->ddp() ? buffers_.grads_half : buffers_.params_half;
+  PayloadVector<uint16_t>& target_half =
+      ctx_->ddp() ? buffers_.grads_half : buffers_.params_half;
   if (!target_half.empty()) {
     retired_half->push_back(std::move(target_half));
     target_half.assign(retired_half->back().size(), 0);

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "transport/payload_vector.h"
 #include "worker/internal/data_channel.h"
 #include "worker/internal/job_context.h"
 #include "worker/reports.h"
@@ -36,11 +37,13 @@ namespace tessel::internal {
 
 // The worker's model-sized buffers; each is empty when the strategy and
 // precision do not use it.
+// In the transport's payload memory: pushes are read where they lie and
+// parameters land with one copy (UCX on one host; transport/transport.h).
 struct ModelBuffers {
-  std::vector<float> params;  // zero1/zero2 fp32; DDP: fp32 masters
-  std::vector<float> grads;   // fp32 full-buffer modes
-  std::vector<uint16_t> params_half;
-  std::vector<uint16_t> grads_half;
+  PayloadVector<float> params;  // zero1/zero2 fp32; DDP: fp32 masters
+  PayloadVector<float> grads;   // fp32 full-buffer modes
+  PayloadVector<uint16_t> params_half;
+  PayloadVector<uint16_t> grads_half;
 };
 
 class BucketExchange : public FrameSink {
@@ -78,8 +81,8 @@ class BucketExchange : public FrameSink {
   void Reset();
   // Under the channel's mu(): a transfer may still write into the receive
   // buffer (stuck), so it is retired (kept, never read) and replaced.
-  void RetireLocked(bool stuck, std::vector<std::vector<float>>* retired,
-                    std::vector<std::vector<uint16_t>>* retired_half);
+  void RetireLocked(bool stuck, std::vector<PayloadVector<float>>* retired,
+                    std::vector<PayloadVector<uint16_t>>* retired_half);
 
   Accept OnParams(const FrameHeader& h) override;
 

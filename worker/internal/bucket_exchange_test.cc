@@ -148,7 +148,7 @@ TEST_F(BucketExchangeTest, PushesEveryBucketOnceAndLandsOnlyTheStepsParams) {
   });
   ASSERT_TRUE(exchange_->Exchange(1).ok());
   answer.join();
-  const std::vector<float>& p = exchange_->buffers().params;
+  const PayloadVector<float>& p = exchange_->buffers().params;
   for (size_t i = 0; i < p.size(); ++i) ASSERT_EQ(p[i], 1.f + static_cast<float>(i / 40)) << i;
   EXPECT_EQ(channel_->stale_dropped(), 3);
   EXPECT_EQ(exchange_->unpushed(), 0);

@@ -74,6 +74,22 @@ void DataChannel::Send(const FrameHeader& h, const void* payload,
                    });
 }
 
+std::string DataChannel::DescribePaths() {
+  std::vector<std::string> paths;
+  for (PeerId p : peers_)
+    paths.push_back(p == kNoPeer ? "not connected" : transport_->PayloadPath(p));
+  if (paths.empty()) return "not connected";
+  if (std::all_of(paths.begin(), paths.end(),
+                  [&](const std::string& x) { return x == paths[0]; })) {
+    return paths[0];
+  }
+  std::string out;
+  for (size_t s = 0; s < paths.size(); ++s) {
+    absl::StrAppend(&out, s == 0 ? "" : ", ", "shard ", s, ": ", paths[s]);
+  }
+  return out;
+}
+
 void DataChannel::WaitForSends() {
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(

@@ -70,6 +70,8 @@ class DataChannel {
   }
   const std::string& address(int shard) const { return addresses_[static_cast<size_t>(shard)]; }
   int num_shards() const { return static_cast<int>(peers_.size()); }
+  // Worker::data_path(): the transport's PayloadPath per shard.
+  std::string DescribePaths();
 
   // A header of this worker for (type, step, shard, bucket); PUSH and INIT
   // get the bucket's payload size (PUSH in half under mixed precision).

@@ -43,7 +43,7 @@ void DdpState::Apply(int64_t step, std::optional<HalfType> half, const Layout& l
   skip_now_.clear();
 }
 
-uint64_t DdpState::Digest(int64_t step, const std::vector<float>& params) const {
+uint64_t DdpState::Digest(int64_t step, absl::Span<const float> params) const {
   tessel::Digest d;
   d.UpdateInt(step);
   d.Update(params.data(), params.size() * sizeof(float));

@@ -17,6 +17,8 @@
 #include <optional>
 #include <vector>
 
+#include "absl/types/span.h"
+
 #include "core/layout.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
@@ -40,7 +42,7 @@ class DdpState {
   // (core/tensor_steps.h); then counts them and forgets the set.
   void Apply(int64_t step, std::optional<HalfType> half, const Layout& layout,
              ModelBuffers* buffers);
-  uint64_t Digest(int64_t step, const std::vector<float>& params) const;
+  uint64_t Digest(int64_t step, absl::Span<const float> params) const;
 
   // The tensors the next Apply leaves alone (a mask over the layout's
   // tensors; empty = none).

@@ -48,12 +48,12 @@ TEST(DdpStateTest, ApplyEqualsTheOptimizerKernelPerTensor) {
     ddp.Init(n, true);
     EXPECT_EQ(ddp.bytes(), static_cast<int64_t>(2 * n * sizeof(float)));
 
-    std::vector<float> want = b.params;
+    std::vector<float> want(b.params.begin(), b.params.end());
     std::vector<float> grad(n);
     if (half) {
       HalfToFloat(HalfType::kBF16, b.grads_half.data(), grad.data(), n);
     } else {
-      grad = b.grads;
+      grad.assign(b.grads.begin(), b.grads.end());
     }
     std::vector<std::vector<float>> slots(2, std::vector<float>(n));
     float* state[kMaxStateSlots] = {slots[0].data(), slots[1].data()};
@@ -70,12 +70,12 @@ TEST(DdpStateTest, ApplyEqualsTheOptimizerKernelPerTensor) {
       ddp.Apply(step, half ? std::optional<HalfType>(HalfType::kBF16) : std::nullopt, *layout, &b);
     }
     EXPECT_EQ(ddp.skips(), (std::vector<int64_t>{0, 1}));
-    ASSERT_EQ(b.params, want);
+    ASSERT_EQ(std::vector<float>(b.params.begin(), b.params.end()), want);
     EXPECT_EQ(ddp.slots()[0], slots[0]);
     if (half) {
       std::vector<uint16_t> rounded(n);
       FloatToHalf(HalfType::kBF16, want.data(), rounded.data(), n);
-      EXPECT_EQ(b.params_half, rounded);
+      EXPECT_EQ(std::vector<uint16_t>(b.params_half.begin(), b.params_half.end()), rounded);
     }
   }
 }

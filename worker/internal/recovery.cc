@@ -65,7 +65,7 @@ void RecoveryCoordinator::SettleReceives(absl::Duration limit) {
   // alive, never read again) and replaced by fresh ones.
   p_.channel->SettleReceives(limit, [this](bool stuck) {
     p_.units->RetireLocked(stuck, &retired_, &retired_half_);
-    p_.exchange->RetireLocked(stuck, &retired_, &retired_half_);
+    p_.exchange->RetireLocked(stuck, &retired_payload_, &retired_payload_half_);
   });
   if (const int64_t n = p_.channel->inflight_receives(); n > 0) {
     TESSEL_LOG(WARNING) << p_.ctx->Where() << ": " << n

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "proto/shard.pb.h"
+#include "transport/payload_vector.h"
 #include "worker/internal/bucket_exchange.h"
 #include "worker/internal/data_channel.h"
 #include "worker/internal/ddp_state.h"
@@ -101,6 +102,8 @@ class RecoveryCoordinator {
   // until the transport is shut down (under the channel's mu()).
   std::vector<std::vector<float>> retired_;
   std::vector<std::vector<uint16_t>> retired_half_;
+  std::vector<PayloadVector<float>> retired_payload_;  // the exchange's buffers
+  std::vector<PayloadVector<uint16_t>> retired_payload_half_;
 };
 
 }  // namespace tessel::internal

@@ -125,7 +125,8 @@ absl::StatusOr<std::string> StateQueries::Serialize() {
   state.step = ctx.step;
   const size_t n = static_cast<size_t>(ctx.layout->num_params());
   if (ctx.ddp()) {
-    state.params = p_.exchange->buffers().params;
+    state.params.assign(p_.exchange->buffers().params.begin(),
+                        p_.exchange->buffers().params.end());
     state.state = p_.ddp->slots();
     state.tensor_skips = p_.ddp->skips();
     return EncodeTrainState(state);
@@ -166,7 +167,7 @@ absl::Status StateQueries::Deserialize(absl::string_view blob) {
   p_.exchange->NextStep();
   if (ctx.ddp()) {
     ModelBuffers& b = p_.exchange->buffers();
-    b.params = state->params;
+    b.params.assign(state->params.begin(), state->params.end());
     p_.ddp->slots() = state->state;
     p_.ddp->set_skips(state->tensor_skips);
     if (ctx.half) FloatToHalf(*ctx.half, b.params.data(), b.params_half.data(), b.params.size());
