@@ -19,6 +19,9 @@ Contenders, for each world size W in --workers:
   gloo-allreduce   Gloo's C++ ring allreduce over TCP on lo (libgloo-dev).
   tessel-<opt>-tN  with --update_threads=N,...: the servers run N update
                    threads (default: one contender, the servers' default).
+  tessel-<opt>-copied with --copied: the same with --ucx_zero_copy=false
+                   (every payload copied through UCX's queues, the path before
+                   zero-copy), for an in-place/copied comparison in one run.
   tessel-<opt>-base with --base_bench: another build's datapath_bench (e.g. an
                    earlier commit's), for a before/after measured in one run.
   with --tcp:      tessel-tcp-sgd (UCX over TCP) and mpi-tcp-allreduce
@@ -31,7 +34,7 @@ Ratio lines, one per (W, size, Tessel variant, baseline), end the output:
 Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
          [--sizes_mib=1,16,64,256] [--repeats=5] [--iters=10]
          [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
-         [--update_threads=1,2] [--base_bench=OTHER/datapath_bench]
+         [--update_threads=1,2] [--base_bench=OTHER/datapath_bench] [--copied]
 """
 import argparse
 import os
@@ -108,6 +111,9 @@ def main():
     ap.add_argument("--base_bench", default="",
                     help="a second datapath_bench (e.g. built from an earlier commit): "
                          "contenders tessel-<opt>-base, for a before/after in one run")
+    ap.add_argument("--copied", action="store_true",
+                    help="also run each Tessel contender with --ucx_zero_copy=false "
+                         "(tessel-<opt>-copied): payloads copied through UCX's queues")
     ap.add_argument("--quiet_max_s", type=float, default=120)
     ap.add_argument("--timeout_s", type=float, default=900, help="per contender run")
     args = ap.parse_args()
@@ -139,6 +145,9 @@ def main():
                 name = f"tessel-{opt}" + (f"-t{t}" if t else "")
                 extra = [f"--update_threads={t}"] if t else []
                 contenders.append((w, name, [args.bench] + common + extra))
+                if args.copied:
+                    contenders.append((w, name + "-copied", [args.bench] + common + extra +
+                                       ["--ucx_zero_copy=false"]))
             if args.base_bench:
                 contenders.append((w, f"tessel-{opt}-base", [args.base_bench] + common))
         for mode in ("allreduce", "rs_ag"):

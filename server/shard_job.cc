@@ -365,8 +365,10 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   // The borrowed pushes are read: back to their workers.
   std::fill(borrowed_[bucket].begin(), borrowed_[bucket].end(), nullptr);
   for (std::shared_ptr<void>& lease : leases_[bucket]) {
-    if (lease != nullptr) serve.released.push_back(std::move(lease));
-    lease = nullptr;
+    // A lease may own a null pointer (only its deleter matters): test the
+    // count, not the pointer.
+    if (lease.use_count() > 0) serve.released.push_back(std::move(lease));
+    lease.reset();
   }
   if (++buckets_updated_ < num_buckets_) {
     // Early serving: the pulls of this step get this bucket now.

@@ -4,7 +4,10 @@
 // once per pull; and updates of different buckets on several threads, and
 // mixed precision widened a chunk at a time, give the very bits of one
 // reduction in rank order.
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <thread>
 #include <vector>
@@ -67,11 +70,18 @@ class Harness {
   }
 
   int buckets() const { return job_->layout().num_buckets(0); }
+  void DropJob() { job_.reset(); }
   ShardJob& job() { return *job_; }
 
   FrameHeader Header(FrameType type, int rank, int bucket) {
     return JobFrame(*job_, kEpoch, type, rank, bucket);
   }
+
+  // Ranks whose pushes the job borrows (reads where the "worker" keeps
+  // them, as over UCX shared memory) instead of receiving a copy.
+  void BorrowFrom(std::vector<int> ranks) { borrow_ranks_ = std::move(ranks); }
+  int released() const { return released_->load(); }
+  int borrowed() const { return borrowed_count_; }
 
   // Lands rank's gradient for `bucket` (values from Value(rank, i, salt));
   // returns the bucket to update if this completed it.
@@ -79,16 +89,27 @@ class Harness {
     FrameHeader h = Header(FrameType::kPush, rank, bucket);
     const Range br = job_->layout().bucket_range(0, bucket);
     h.payload_bytes = static_cast<uint64_t>(br.size()) * (half_ ? 2 : 4);
-    auto dst = job_->AcceptData(h);
+    const bool borrow =
+        std::find(borrow_ranks_.begin(), borrow_ranks_.end(), rank) != borrow_ranks_.end();
+    auto dst = job_->AcceptData(h, borrow);
     EXPECT_TRUE(dst.ok()) << dst.status();
     std::vector<float> g(static_cast<size_t>(br.size()));
     for (int64_t i = br.begin; i < br.end; ++i) g[i - br.begin] = Value(rank, i, salt);
-    if (half_) {
-      FloatToHalf(*half_, g.data(), static_cast<uint16_t*>(*dst), g.size());
-    } else {
-      std::memcpy(*dst, g.data(), g.size() * 4);
+    void* to = *dst;
+    if (borrow) {
+      EXPECT_EQ(to, nullptr) << "a borrowed push needs no receive buffer";
+      worker_memory_.emplace_back(g.size() * (half_ ? 2 : 4));
+      to = worker_memory_.back().data();
     }
-    return job_->CompleteReceive(h, absl::OkStatus()).update;
+    if (half_) {
+      FloatToHalf(*half_, g.data(), static_cast<uint16_t*>(to), g.size());
+    } else {
+      std::memcpy(to, g.data(), g.size() * 4);
+    }
+    if (!borrow) return job_->CompleteReceive(h, absl::OkStatus()).update;
+    ++borrowed_count_;
+    std::shared_ptr<void> lease(nullptr, [r = released_](void*) { ++*r; });
+    return job_->CompleteBorrowed(h, to, std::move(lease)).update;
   }
 
   absl::StatusOr<ShardJob::Serve> Pull(int rank, int first, int count) {
@@ -102,6 +123,10 @@ class Harness {
  private:
   std::unique_ptr<ShardJob> job_;
   std::optional<HalfType> half_;
+  std::vector<int> borrow_ranks_;
+  std::deque<std::vector<uint8_t>> worker_memory_;  // borrowed pushes live here
+  int borrowed_count_ = 0;
+  std::shared_ptr<std::atomic<int>> released_ = std::make_shared<std::atomic<int>>(0);
 };
 
 // Per rank (reply_to - 100), the buckets a serve sends, at which version.
@@ -264,6 +289,48 @@ TEST(ShardJobServeTest, MixedPrecisionWidensInChunksBitwise) {
   const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 3, 100000, 40000, v1::DTYPE_BF16);
   Harness t(spec);
   ExpectBitwise(Train(t, 3, 3, 2), Reference(spec, 3));
+}
+
+// Zero-copy: pushes read where the workers keep them reduce to the same bits
+// as copied ones (here rank 1 of 3 is borrowed, the others copied, over
+// several update threads), and each bucket's update hands back exactly its
+// borrowed pushes, once it has read them.
+TEST(ShardJobServeTest, BorrowedPushesReduceBitwiseAndComeBackWithTheirUpdate) {
+  for (v1::DType dtype : {v1::DTYPE_F32, v1::DTYPE_BF16}) {
+    SCOPED_TRACE(dtype == v1::DTYPE_F32 ? "f32" : "bf16");
+    const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 3, 100000, 40000, dtype);
+    Harness t(spec);
+    t.BorrowFrom({1});
+    ExpectBitwise(Train(t, 3, 3, 2), Reference(spec, 3));
+    EXPECT_EQ(t.borrowed(), 3 * t.buckets());
+    EXPECT_EQ(t.released(), t.borrowed()) << "every borrowed push is released";
+  }
+  // All borrowed: none released before its bucket's update.
+  const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 2, 10000, 4096);
+  Harness t(spec);
+  t.BorrowFrom({0, 1});
+  t.Push(0, 0, 1);
+  EXPECT_FALSE(t.Push(0, 1, 1).has_value());
+  std::optional<int> complete = t.Push(1, 0, 1);
+  ASSERT_EQ(complete, 0);
+  EXPECT_EQ(t.released(), 0) << "released before the update read them";
+  ShardJob::Serve serve = t.job().UpdateBucket(0);
+  EXPECT_EQ(serve.released.size(), 2u) << "bucket 0's two pushes";
+  serve.released.clear();
+  EXPECT_EQ(t.released(), 2);
+}
+
+// A job that ends with borrowed pushes not yet reduced (replaced by a
+// recovery, deleted) releases them: the workers' sends complete.
+TEST(ShardJobServeTest, AJobThatEndsReleasesItsBorrowedPushes) {
+  const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 2, 10000, 4096);
+  auto t = std::make_unique<Harness>(spec);
+  t->BorrowFrom({0, 1});
+  t->Push(0, 0, 1);
+  t->Push(1, 1, 1);
+  EXPECT_EQ(t->released(), 0);
+  t->DropJob();  // the harness (the workers' memory) outlives the job
+  EXPECT_EQ(t->released(), 2);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/statvfs.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -72,6 +73,14 @@ class Memory : public PayloadMemory {
 
   void* Allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
+    // UCX may back this with a file in /dev/shm, sized sparsely: past the
+    // filesystem's free space, touching the pages would raise SIGBUS (a
+    // container's /dev/shm is often 64 MiB). Ordinary memory instead.
+    struct statvfs fs {};
+    if (statvfs("/dev/shm", &fs) == 0 &&
+        static_cast<double>(fs.f_bavail) * fs.f_frsize < 1.25 * static_cast<double>(bytes)) {
+      return nullptr;
+    }
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                     UCP_MEM_MAP_PARAM_FIELD_FLAGS;
@@ -841,9 +850,12 @@ ucs_status_t UcxTransport::OnDescriptor(void* arg, const void* header, size_t he
       ep, head.region, absl::MakeConstSpan(bytes + sizeof(head) + head.header_len, head.rkey_len),
       head.remote_base);
   if (!key.ok()) {
-    std::fprintf(stderr, "tessel ucx: cannot reach a peer's payload memory: %s\n",
+    // Not even unpackable here (e.g. another pod's shared memory): as below.
+    std::fprintf(stderr,
+                 "tessel ucx: cannot reach a peer's payload memory (%s); it sends through the "
+                 "queues instead\n",
                  std::string(key.status().message()).c_str());
-    self->SendRelease(from, head.lease, kUnreadable);
+    self->SendRelease(from, head.lease, kResend);
     return UCS_OK;
   }
   if ((*key)->mapped == nullptr) {
