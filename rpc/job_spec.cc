@@ -162,6 +162,27 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
           absl::StrCat("job '", spec.job(), "': fsdp needs units (WorkerOptions.fsdp_units)"));
     }
   }
+  const double topk = spec.compression().topk_ratio();
+  if (!(topk >= 0 && topk <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", spec.job(), "': compression.topk_ratio ", topk,
+                     " must be in [0, 1] (0 = off; 0.01 pushes the largest 1% of each bucket)"));
+  }
+  if (topk > 0) {
+    if (spec.strategy() != v1::STRATEGY_DDP && spec.strategy() != v1::STRATEGY_ZERO1 &&
+        spec.strategy() != v1::STRATEGY_ZERO2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job '", spec.job(), "': top-k compression is for ddp, zero1 and zero2, not ",
+          StrategyName(spec.strategy())));
+    }
+    if ((!spec.tensors().empty() && spec.tensors(0).dtype() != v1::DTYPE_F32) ||
+        spec.unit_first_tensor_size() > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job '", spec.job(),
+                       "': top-k compression needs fp32 gradients in one full buffer (no mixed "
+                       "precision, no units)"));
+    }
+  }
   auto layout = Layout::Create(tensors, spec.num_shards(), align, bucket_elems, cuts);
   if (!layout.ok()) {
     return absl::InvalidArgumentError(

@@ -108,7 +108,8 @@ Accept DataPlane::OnFrame(const Incoming& in) {
     case FrameType::kPush:
     case FrameType::kInit: {
       // A push the worker keeps in shared memory is reduced where it lies.
-      const bool borrow = h->type == FrameType::kPush && in.in_place != nullptr;
+      const bool borrow =
+          h->type == FrameType::kPush && in.in_place != nullptr && !job->compressed();
       auto dst = job->AcceptData(*h, borrow);
       if (!dst.ok()) {
         SendError(in.from, *h, dst.status());
@@ -148,7 +149,9 @@ Accept DataPlane::OnFrame(const Incoming& in) {
 
 void DataPlane::PushCompleted(const std::shared_ptr<ShardJob>& job, const FrameHeader& header,
                               PeerId from, const absl::Status& s, ShardJob::Completion c) {
-  if (!s.ok()) {
+  if (s.ok() && !c.error.ok()) {  // counted by the job
+    SendError(from, header, c.error, "bad_sparse");
+  } else if (!s.ok()) {
     TESSEL_LOG(WARNING) << "receive of " << DescribeHeader(header) << " failed: " << s;
     SendError(from, header, s);
   } else if (timeline_ != nullptr && header.type == FrameType::kPush) {

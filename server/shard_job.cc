@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/digest.h"
+#include "core/topk.h"
 #include "rpc/job_spec.h"
 
 namespace tessel {
@@ -77,6 +78,7 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
     x->clear_bucket_bytes();
     x->clear_align_elems();
     x->clear_checkpoint();
+    x->clear_compression();  // the push's wire form, not the model
   }
   std::string diff = DiffJobSpecs(b, a);
   if (!diff.empty()) {
@@ -120,6 +122,7 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
       world_(spec.world_size()),
       num_buckets_(layout_.num_buckets(shard)),
       half_(JobHalfType(spec)),
+      topk_ratio_(spec.compression().topk_ratio()),
       epoch_(epoch),
       pushes_(num_buckets_, world_),
       staging_(range_.size(), is_ddp() ? 0 : StateSlots(optimizer)) {
@@ -138,6 +141,14 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
     values_half_.assign(n, 0);
   } else {
     rank_grads_.resize(world_);
+  }
+  if (topk_ratio_ > 0) {
+    sparse_offset_.push_back(0);
+    for (int b = 0; b < num_buckets_; ++b) {
+      sparse_offset_.push_back(sparse_offset_.back() +
+                               SparseBytes(TopkCount(topk_ratio_, bucket_elements(b))));
+    }
+    rank_sparse_.resize(world_);
   }
   borrowed_.assign(num_buckets_, std::vector<const void*>(world_, nullptr));
   leases_.resize(num_buckets_);
@@ -182,10 +193,18 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
   Range br;
   if (s.ok()) {
     br = layout_.bucket_range(shard_, h.bucket);
-    // INIT carries fp32 masters; PUSH carries gradients in the wire precision.
+    // INIT carries fp32 masters; PUSH carries gradients in the wire precision,
+    // or top-k pairs (index, value).
     const bool fp32 = h.type == FrameType::kInit || !half_;
-    const uint64_t want = static_cast<uint64_t>(br.size()) * (fp32 ? 4 : 2);
-    if (h.payload_bytes != want) {
+    const bool sparse = h.type == FrameType::kPush && topk_ratio_ > 0;
+    const uint64_t want = sparse ? SparseBytes(TopkCount(topk_ratio_, br.size()))
+                                 : static_cast<uint64_t>(br.size()) * (fp32 ? 4 : 2);
+    if (h.payload_bytes != want && sparse) {
+      s = absl::InvalidArgumentError(absl::StrCat(where, "top-k bucket ", h.bucket, " carries ",
+                                                  h.payload_bytes, " bytes; expected ", want, " (",
+                                                  want / 8, " index/value pairs of ", br.size(),
+                                                  " elements at ratio ", topk_ratio_, ")"));
+    } else if (h.payload_bytes != want) {
       s = absl::InvalidArgumentError(absl::StrCat(where, "bucket ", h.bucket, " carries ",
                                                   h.payload_bytes, " bytes; expected ", want, " (",
                                                   br.size(), fp32 ? " float32)" : " half floats)"));
@@ -232,6 +251,11 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
     return s;
   }
   pushes_.Reserve(h.bucket, h.rank, absl::Now());
+  if (topk_ratio_ > 0) {  // top-k pairs land in the rank's sparse buffer
+    if (rank_sparse_[h.rank].empty()) rank_sparse_[h.rank].assign(sparse_offset_.back(), 0);
+    if (borrow) return nullptr;
+    return rank_sparse_[h.rank].data() + sparse_offset_[h.bucket];
+  }
   if (borrow) return nullptr;
   const size_t n = static_cast<size_t>(range_.size());
   if (half_) {
@@ -259,7 +283,21 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
     }
     return c;
   }
-  if (!s.ok()) {
+  absl::Status landed = s;
+  if (landed.ok() && topk_ratio_ > 0) {
+    // The pairs are checked before they count: a malformed push is refused
+    // and the rank may push the bucket again.
+    const int64_t n = bucket_elements(h.bucket);
+    landed = CheckSparse(rank_sparse_[h.rank].data() + sparse_offset_[h.bucket],
+                         TopkCount(topk_ratio_, n), n);
+    if (!landed.ok()) {
+      ++rejected_;
+      c.error = absl::InvalidArgumentError(absl::StrCat("job '", spec_.job(), "' shard ", shard_,
+                                                        ": bucket ", h.bucket, " from rank ",
+                                                        h.rank, ": ", landed.message()));
+    }
+  }
+  if (!landed.ok()) {
     pushes_.Release(h.bucket, h.rank);
     if (!StepInProgressLocked()) pushes_.StopClock();
     return c;
@@ -312,6 +350,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   // time, into this thread's scratch (no allocation once it has grown), then
   // reduces in fp32 in rank order: element-wise, so chunking changes no bit.
   const int64_t chunk = half_ ? kWidenChunk : br.size();
+  const int64_t topk = TopkCount(topk_ratio_, br.size());
   thread_local std::vector<float> widened;
   thread_local std::vector<const float*> srcs;
   thread_local std::vector<const float*> run_srcs;
@@ -337,7 +376,14 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
     const Range part{c, std::min(br.end, c + chunk)};
     off = static_cast<size_t>(part.begin - range_.begin);
     const size_t n = static_cast<size_t>(part.size());
-    if (half_) {
+    if (topk > 0) {  // each rank's pairs, densified (one chunk: the bucket)
+      if (widened.size() < static_cast<size_t>(world_) * n) widened.resize(world_ * n);
+      for (int r = 0; r < world_; ++r) {
+        float* to = widened.data() + static_cast<size_t>(r) * n;
+        Densify(rank_sparse_[r].data() + sparse_offset_[bucket], topk, to, static_cast<int64_t>(n));
+        srcs[r] = to;
+      }
+    } else if (half_) {
       if (widened.size() < static_cast<size_t>(world_) * n) widened.resize(world_ * n);
       for (int r = 0; r < world_; ++r) {
         float* to = widened.data() + static_cast<size_t>(r) * n;
@@ -771,14 +817,20 @@ v1::ShardStats ShardJob::Stats(bool with_digest) {
   const int64_t n = range_.size() * static_cast<int64_t>(sizeof(float));
   auto* mem = st.mutable_memory();
   const int64_t wire = range_.size() * static_cast<int64_t>(wire_bytes());
+  // Receive buffers as allocated: a rank whose pushes are read in place
+  // (zero-copy) has none; top-k pushes land in small sparse buffers.
+  int64_t received = 0;
+  for (const auto& g : rank_grads_) received += static_cast<int64_t>(g.size() * sizeof(float));
+  for (const auto& g : rank_grads_half_) received += static_cast<int64_t>(g.size() * 2);
+  for (const auto& g : rank_sparse_) received += static_cast<int64_t>(g.size());
   if (is_ddp()) {
-    // per-rank receive buffers and the mean (fp32, + its half copy when mixed)
-    mem->set_grad_buffer_bytes(wire * world_ + n + (half_ ? wire : 0));
+    // receive buffers and the mean (fp32, + its half copy when mixed)
+    mem->set_grad_buffer_bytes(received + n + (half_ ? wire : 0));
   } else {
     // fp32 masters (+ the served half copy under mixed precision).
     mem->set_params_bytes(n + (half_ ? wire : 0));
     mem->set_optimizer_bytes(n * static_cast<int64_t>(state_.size()));
-    mem->set_grad_buffer_bytes(wire * world_);
+    mem->set_grad_buffer_bytes(received);
   }
   if (with_digest) st.set_state_digest(DigestLocked());
   st.set_rejected_frames(rejected_);

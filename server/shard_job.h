@@ -106,6 +106,8 @@ class ShardJob {
   // Elements of this shard's part of bucket `b`.
   int64_t bucket_elements(int b) const { return layout_.bucket_range(shard_, b).size(); }
   uint64_t job_id() const { return job_id_; }
+  // Pushes carry top-k pairs (JobSpec.compression): never read in place.
+  bool compressed() const { return topk_ratio_ > 0; }
 
   // PUSH or INIT header arrived: validates it and returns where its payload
   // goes. The slot is reserved until CompleteReceive. `borrow` (PUSH only):
@@ -118,6 +120,9 @@ class ShardJob {
   struct Completion {
     std::optional<int> update;
     Serve serve;
+    // The payload landed but is malformed (top-k pairs): refused, nothing
+    // changed, the rank may push again. The data plane answers with ERROR.
+    absl::Status error;
   };
   Completion CompleteReceive(const FrameHeader& h, const absl::Status& s);
   // A PUSH accepted with `borrow`: its gradient is at `data` (the worker's
@@ -229,6 +234,11 @@ class ShardJob {
   // Mixed precision: gradients arrive and parameters leave in half; the
   // masters and state stay fp32. values_half_ is the served copy of values_.
   const std::optional<HalfType> half_;
+  // Top-k pushes (JobSpec.compression; 0 = off): per bucket, where its
+  // pairs start in a rank's sparse buffer (allocated on its first push).
+  const double topk_ratio_;
+  std::vector<uint64_t> sparse_offset_;
+  std::vector<std::vector<uint8_t>> rank_sparse_;
   std::vector<std::vector<uint16_t>> rank_grads_half_;
   PayloadVector<uint16_t> values_half_;
   // Per bucket and rank: the borrowed push (its bucket's first element in

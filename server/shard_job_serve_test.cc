@@ -14,6 +14,7 @@
 
 #include "core/optimizer.h"
 #include "core/precision.h"
+#include "core/topk.h"
 #include "gtest/gtest.h"
 #include "rpc/job_spec.h"
 #include "server/shard_job.h"
@@ -318,6 +319,63 @@ TEST(ShardJobServeTest, BorrowedPushesReduceBitwiseAndComeBackWithTheirUpdate) {
   EXPECT_EQ(serve.released.size(), 2u) << "bucket 0's two pushes";
   serve.released.clear();
   EXPECT_EQ(t.released(), 2);
+}
+
+// Top-k pushes (JobSpec.compression): the pairs are checked when they land
+// (a malformed push is refused, changes nothing, and may be sent again), and
+// the reduction of the densified pairs is the dense reduction of the same
+// gradients, bit for bit.
+TEST(ShardJobServeTest, TopkPairsAreCheckedAndReduceLikeTheirDenseForm) {
+  v1::JobSpec dense_spec = Spec(v1::STRATEGY_ZERO2, 2, 3000, 1024);
+  v1::JobSpec topk_spec = dense_spec;
+  topk_spec.mutable_compression()->set_topk_ratio(0.25);
+  Harness dense(dense_spec), topk(topk_spec);
+  ASSERT_TRUE(topk.job().compressed());
+  const int buckets = dense.buckets();
+  for (int b = 0; b < buckets; ++b) {
+    const Range br = dense.job().layout().bucket_range(0, b);
+    const int64_t n = br.size();
+    const int64_t k = TopkCount(0.25, n);
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> g(static_cast<size_t>(n)), residual(static_cast<size_t>(n), 0.f);
+      for (int64_t i = 0; i < n; ++i) g[i] = Value(r, br.begin + i, 1);
+      std::vector<uint8_t> wire(SparseBytes(k));
+      TopkCompress(g.data(), residual.data(), n, k, wire.data());
+      FrameHeader h = topk.Header(FrameType::kPush, r, b);
+      h.payload_bytes = SparseBytes(k);
+      if (b == 0 && r == 0) {  // first a malformed one: indices reversed
+        FrameHeader wrong = h;
+        wrong.payload_bytes = SparseBytes(k) + 8;
+        EXPECT_EQ(topk.job().AcceptData(wrong).status().code(), absl::StatusCode::kInvalidArgument);
+        auto dst = topk.job().AcceptData(h);
+        ASSERT_TRUE(dst.ok()) << dst.status();
+        std::vector<uint8_t> bad = wire;
+        std::reverse(reinterpret_cast<uint32_t*>(bad.data()),
+                     reinterpret_cast<uint32_t*>(bad.data()) + k);
+        std::memcpy(*dst, bad.data(), bad.size());
+        ShardJob::Completion c = topk.job().CompleteReceive(h, absl::OkStatus());
+        EXPECT_EQ(c.error.code(), absl::StatusCode::kInvalidArgument) << c.error;
+        EXPECT_FALSE(c.update.has_value());
+      }
+      auto dst = topk.job().AcceptData(h);  // (again, after a refusal)
+      ASSERT_TRUE(dst.ok()) << dst.status();
+      std::memcpy(*dst, wire.data(), wire.size());
+      ShardJob::Completion c = topk.job().CompleteReceive(h, absl::OkStatus());
+      EXPECT_TRUE(c.error.ok()) << c.error;
+      if (c.update) topk.job().UpdateBucket(*c.update);
+      // The dense job gets the densified gradient.
+      FrameHeader hd = dense.Header(FrameType::kPush, r, b);
+      hd.payload_bytes = static_cast<uint64_t>(n) * 4;
+      auto ddst = dense.job().AcceptData(hd);
+      ASSERT_TRUE(ddst.ok());
+      Densify(wire.data(), k, static_cast<float*>(*ddst), n);
+      ShardJob::Completion cd = dense.job().CompleteReceive(hd, absl::OkStatus());
+      if (cd.update) dense.job().UpdateBucket(*cd.update);
+    }
+  }
+  EXPECT_EQ(topk.job().version(), 1);
+  ExpectBitwise(topk.job().ParamsSnapshot(), dense.job().ParamsSnapshot());
+  EXPECT_EQ(topk.job().Stats(false).rejected_frames(), 2) << "the wrong size and the bad pairs";
 }
 
 // A job that ends with borrowed pushes not yet reduced (replaced by a

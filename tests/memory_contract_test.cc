@@ -127,10 +127,11 @@ TEST(MemoryContractTest, DdpKeepsSixteenBytesPerParamOnTheWorker) {
   Measured m = RunJob(Strategy::kDdp, "mem-ddp");
   ExpectNear(m.worker.params_bytes + m.worker.grads_bytes + m.worker.optimizer_bytes,
              16.0 * kParams, "DDP worker bytes (4 params + 4 grads + 8 Adam)");
-  // Servers: only reduction buffers, W receive buffers + the averaged gradient.
+  // Servers: only the averaged gradient; the workers' gradients are reduced
+  // where they lie (zero-copy shared memory: no per-rank receive buffers).
   EXPECT_EQ(m.server_params, 0);
   EXPECT_EQ(m.server_optimizer, 0);
-  ExpectNear(m.server_grads, 4.0 * kParams * (kWorkers + 1), "DDP server reduction buffers");
+  ExpectNear(m.server_grads, 4.0 * kParams, "DDP server: the mean only (pushes read in place)");
 }
 
 TEST(MemoryContractTest, ZeroKeepsParamsOnTheWorkerAndStateOnServers) {
@@ -149,7 +150,12 @@ TEST(MemoryContractTest, ZeroKeepsParamsOnTheWorkerAndStateOnServers) {
     EXPECT_EQ(m.worker.optimizer_bytes, 0);
     ExpectNear(m.server_params, 4.0 * kParams, "fp32 masters, summed over shards");
     ExpectNear(m.server_optimizer, 8.0 * kParams, "Adam state, summed over shards");
-    ExpectNear(m.server_grads, 4.0 * kParams * kWorkers, "per-rank receive buffers");
+    if (strategy == Strategy::kZero1) {
+      EXPECT_EQ(m.server_grads, 0) << "ZeRO-1 pushes are read in place: no receive buffers";
+    } else {
+      // Per-unit gradients are ordinary memory, copied: W receive buffers.
+      ExpectNear(m.server_grads, 4.0 * kParams * kWorkers, "per-rank receive buffers");
+    }
   }
 }
 
@@ -157,7 +163,7 @@ TEST(MemoryContractTest, ZeroKeepsParamsOnTheWorkerAndStateOnServers) {
 // Adam: 4 fp32 masters + 8 state, here on the servers): ZeRO-1 keeps 2 + 2
 // bytes per parameter on the worker, ZeRO-2 2 + per-unit half gradients; on
 // the servers 4 + 2 (masters + served half copy) + 8 + 2 W (half receive
-// buffers).
+// buffers; none where pushes are read in place, as ZeRO-1's full buffer is).
 TEST(MemoryContractTest, MixedPrecisionKeepsHalfOnWorkersAndFp32OnServers) {
   for (auto strategy : {Strategy::kZero1, Strategy::kZero2}) {
     const Precision precision = strategy == Strategy::kZero1 ? Precision::kFp16 : Precision::kBf16;
@@ -172,14 +178,18 @@ TEST(MemoryContractTest, MixedPrecisionKeepsHalfOnWorkersAndFp32OnServers) {
     }
     ExpectNear(m.server_params, 6.0 * kParams, "fp32 masters + half copy");
     ExpectNear(m.server_optimizer, 8.0 * kParams, "fp32 Adam state");
-    ExpectNear(m.server_grads, 2.0 * kParams * kWorkers, "half receive buffers");
+    if (strategy == Strategy::kZero1) {
+      EXPECT_EQ(m.server_grads, 0) << "half pushes read in place: no receive buffers";
+    } else {
+      ExpectNear(m.server_grads, 2.0 * kParams * kWorkers, "half receive buffers (units)");
+    }
   }
 }
 
 // DDP under mixed precision: fp32 masters + Adam state on the worker (12)
 // plus the half copies the model uses (2 + 2): the same 16 bytes per
-// parameter, now (2 + 2 + K) with K = 12; servers hold half receive buffers,
-// the fp32 mean and its half copy.
+// parameter, now (2 + 2 + K) with K = 12; servers hold the fp32 mean and its
+// half copy (the half gradients are read in place: no receive buffers).
 TEST(MemoryContractTest, MixedPrecisionDdpKeepsMastersOnTheWorker) {
   Measured m = RunJob(Strategy::kDdp, "mem-ddp-mp", Precision::kBf16);
   ExpectNear(m.worker.params_bytes, 6.0 * kParams, "fp32 masters + half params");
@@ -187,8 +197,7 @@ TEST(MemoryContractTest, MixedPrecisionDdpKeepsMastersOnTheWorker) {
   ExpectNear(m.worker.optimizer_bytes, 8.0 * kParams, "fp32 Adam state");
   EXPECT_EQ(m.server_params, 0);
   EXPECT_EQ(m.server_optimizer, 0);
-  ExpectNear(m.server_grads, 2.0 * kParams * kWorkers + 6.0 * kParams,
-             "half receive buffers + fp32 mean + half mean");
+  ExpectNear(m.server_grads, 6.0 * kParams, "fp32 mean + half mean (pushes read in place)");
 }
 
 // FSDP under mixed precision: the worker holds half units only (half the

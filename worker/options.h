@@ -89,6 +89,12 @@ struct WorkerOptions {
   OptimizerParams optimizer;
   int64_t bucket_bytes = 4 << 20;  // data-path bucket size
   int64_t align_elems = 64;        // shard range alignment (elements)
+  // Top-k gradient compression with error feedback (docs/compression.md):
+  // 0 = off (the default, bitwise exact); r in (0, 1] pushes the largest
+  // ceil(r * n) entries of each bucket of n, as (index, value) pairs, and
+  // keeps the rest in a per-worker residual for later steps. Not bitwise
+  // equal to single-process training. ddp, zero1, zero2 with fp32 only.
+  double topk_ratio = 0;
   absl::Duration connect_timeout = absl::Seconds(60);
   // Polled about every 0.5 s while Connect waits for the other workers to
   // join; a non-OK status ends the wait with it. (AllReduceMean's reducers:

@@ -58,7 +58,8 @@ struct ShardReport {
   int64_t stale_epoch_frames = 0;
   int64_t applied_steps = 0;
   int recoveries = 0;
-  int64_t update_us = 0;  // reducing and updating buckets, over the job's life there
+  int64_t update_us = 0;     // reducing and updating buckets, over the job's life there
+  int64_t pushed_bytes = 0;  // gradient payload bytes received (top-k: the pairs)
 };
 
 }  // namespace tessel

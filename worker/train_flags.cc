@@ -32,6 +32,11 @@ ABSL_FLAG(std::string, precision, "fp32",
           "fp32, or mixed precision fp16 / bf16 (half on the wire and on workers, fp32 "
           "masters and optimizer state on the servers; zero1 and zero2)");
 ABSL_FLAG(int64_t, bucket_bytes, 4 << 20, "data-path bucket size in bytes");
+ABSL_FLAG(double, topk_ratio, 0,
+          "top-k gradient compression with error feedback: 0 = off (bitwise exact); r in (0, 1] "
+          "pushes the largest ceil(r * n) entries of each bucket of n (index + value: 8 bytes "
+          "each) and keeps the rest for later steps; NOT bitwise equal to single-process "
+          "training; ddp, zero1, zero2 with fp32 only (docs/compression.md)");
 ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports (UCX_TLS), e.g. posix,sysv,self or tcp. Empty: UCX's default for a "
           "process started by hand; posix,sysv,self (shared memory) for the local clusters "
@@ -125,6 +130,7 @@ std::vector<std::string> ForwardedTrainFlags() {
       absl::StrCat("--precision=", absl::GetFlag(FLAGS_precision)),
       absl::StrCat("--micro_batches=", absl::GetFlag(FLAGS_micro_batches)),
       absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
+      absl::StrCat("--topk_ratio=", d(absl::GetFlag(FLAGS_topk_ratio))),
       absl::StrCat("--ucx_tls=", absl::GetFlag(FLAGS_ucx_tls)),
       absl::StrCat("--shuffle_seed=", absl::GetFlag(FLAGS_shuffle_seed)),
   };

@@ -96,6 +96,7 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   o.optimizer = *optimizer;
   o.precision = PrecisionOf(*half);
   o.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
+  o.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
   o.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
   o.ucx.tcp_port_range = absl::GetFlag(FLAGS_ucx_port_range);
   o.ucx.zero_copy = absl::GetFlag(FLAGS_ucx_zero_copy);

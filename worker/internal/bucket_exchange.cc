@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/log.h"
+#include "core/topk.h"
 
 namespace tessel::internal {
 
@@ -39,6 +40,21 @@ void BucketExchange::Allocate() {
     buffers_.grads.assign(n, 0.f);
   }
   const int shards = channel_->num_shards();
+  const double topk = ctx_->options.topk_ratio;
+  residual_.clear();
+  sparse_.clear();
+  sparse_at_.assign(static_cast<size_t>(shards), {});
+  if (topk > 0) {
+    residual_.assign(n, 0.f);
+    uint64_t at = 0;
+    for (int s = 0; s < shards; ++s) {
+      for (int b = 0; b < layout.num_buckets(s); ++b) {
+        sparse_at_[s].push_back(at);
+        at += SparseBytes(TopkCount(topk, layout.bucket_range(s, b).size()));
+      }
+    }
+    sparse_.assign(at, 0);
+  }
   ready_elems_.assign(static_cast<size_t>(shards), {});
   pushed_.assign(static_cast<size_t>(shards), {});
   for (int s = 0; s < shards; ++s) {
@@ -101,7 +117,15 @@ int64_t BucketExchange::unpushed() const {
 void BucketExchange::PushBucket(int shard, int bucket) {
   pushed_[shard][bucket] = 1;
 
-  const int64_t begin = ctx_->layout->bucket_range(shard, bucket).begin;
+  const Range br = ctx_->layout->bucket_range(shard, bucket);
+  const int64_t begin = br.begin;
+  if (!residual_.empty()) {  // top-k: the largest of gradient + residual
+    uint8_t* wire = sparse_.data() + sparse_at_[shard][bucket];
+    TopkCompress(buffers_.grads.data() + begin, residual_.data() + begin, br.size(),
+                 TopkCount(ctx_->options.topk_ratio, br.size()), wire);
+    channel_->Send(channel_->Header(FrameType::kPush, ctx_->step, shard, bucket), wire);
+    return;
+  }
   channel_->Send(channel_->Header(FrameType::kPush, ctx_->step, shard, bucket),
                  ctx_->half ? static_cast<const void*>(buffers_.grads_half.data() + begin)
                             : static_cast<const void*>(buffers_.grads.data() + begin));
@@ -209,6 +233,9 @@ void BucketExchange::NextStep() {
 }
 
 void BucketExchange::Reset() {
+  // A recovery replays from the servers' state: what was held back for
+  // steps that are rolled back is dropped with them.
+  std::fill(residual_.begin(), residual_.end(), 0.f);
   {
     absl::MutexLock lock(&channel_->mu());
     expect_version_ = -1;  // accept no PARAMS until the rollback's pull
@@ -227,8 +254,7 @@ void BucketExchange::RetireLocked(bool stuck, std::vector<PayloadVector<float>>*
     retired->push_back(std::move(target));
     target.assign(retired->back().size(), 0.f);
   }
-  PayloadVector<uint16_t>& target_half =
-      ctx_->ddp() ? buffers_.grads_half : buffers_.params_half;
+  PayloadVector<uint16_t>& target_half = ctx_->ddp() ? buffers_.grads_half : buffers_.params_half;
   if (!target_half.empty()) {
     retired_half->push_back(std::move(target_half));
     target_half.assign(retired_half->back().size(), 0);

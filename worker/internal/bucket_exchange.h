@@ -94,6 +94,11 @@ class BucketExchange : public FrameSink {
   JobContext* const ctx_;
   DataChannel* const channel_;
   ModelBuffers buffers_;
+  // Top-k (options.topk_ratio > 0): what was not pushed yet (error
+  // feedback), and the pairs pushed, per (shard, bucket) at sparse_at_.
+  std::vector<float> residual_;
+  std::vector<uint8_t> sparse_;
+  std::vector<std::vector<uint64_t>> sparse_at_;
   int micro_batches_ = 0;  // AccumulateGradients calls this step
   // Per (shard, bucket): elements handed over this step, and pushed flag.
   std::vector<std::vector<int64_t>> ready_elems_;

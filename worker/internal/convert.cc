@@ -53,6 +53,7 @@ v1::JobSpec MakeJobSpec(const WorkerOptions& o, const std::vector<TensorDesc>& t
   }
   *spec.mutable_optimizer() = OptimizerToProto(o.optimizer);
   spec.set_bucket_bytes(o.bucket_bytes);
+  if (o.topk_ratio != 0) spec.mutable_compression()->set_topk_ratio(o.topk_ratio);
   spec.set_align_elems(o.align_elems);
   *spec.mutable_checkpoint() = ToProto(o.checkpoint);
   for (int u : o.fsdp_units) spec.add_unit_first_tensor(u);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
+#include "core/topk.h"
 
 namespace tessel::internal {
 
@@ -24,9 +25,12 @@ FrameHeader DataChannel::Header(FrameType type, int64_t step, int shard, int buc
   h.shard = shard;
   h.bucket = bucket;
   if (type == FrameType::kPush || type == FrameType::kInit) {
+    const int64_t n = ctx_->layout->bucket_range(shard, bucket).size();
     const uint64_t elem = type == FrameType::kPush && ctx_->half ? 2 : 4;  // INIT: fp32 masters
-    h.payload_bytes =
-        static_cast<uint64_t>(ctx_->layout->bucket_range(shard, bucket).size()) * elem;
+    h.payload_bytes = static_cast<uint64_t>(n) * elem;
+    if (type == FrameType::kPush && ctx_->options.topk_ratio > 0) {
+      h.payload_bytes = SparseBytes(TopkCount(ctx_->options.topk_ratio, n));
+    }
   }
   return h;
 }

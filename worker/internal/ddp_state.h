@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "absl/types/span.h"
-
 #include "core/layout.h"
 #include "core/optimizer.h"
 #include "core/precision.h"

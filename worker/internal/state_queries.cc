@@ -39,6 +39,7 @@ absl::StatusOr<std::vector<ShardReport>> StateQueries::ServerStats() {
     rep.applied_steps = st.applied_steps();
     rep.recoveries = st.recoveries();
     rep.update_us = st.update_us();
+    rep.pushed_bytes = st.pushed_bytes();
     out.push_back(std::move(rep));
     return absl::OkStatus();
   });
@@ -125,8 +126,7 @@ absl::StatusOr<std::string> StateQueries::Serialize() {
   state.step = ctx.step;
   const size_t n = static_cast<size_t>(ctx.layout->num_params());
   if (ctx.ddp()) {
-    state.params.assign(p_.exchange->buffers().params.begin(),
-                        p_.exchange->buffers().params.end());
+    state.params.assign(p_.exchange->buffers().params.begin(), p_.exchange->buffers().params.end());
     state.state = p_.ddp->slots();
     state.tensor_skips = p_.ddp->skips();
     return EncodeTrainState(state);

@@ -1,0 +1,84 @@
+#include "core/topk.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tessel {
+namespace {
+
+TEST(TopkTest, CountIsTheCeilingClampedToTheBucket) {
+  EXPECT_EQ(TopkCount(0, 100), 0);
+  EXPECT_EQ(TopkCount(-1, 100), 0);
+  EXPECT_EQ(TopkCount(0.01, 100), 1);
+  EXPECT_EQ(TopkCount(0.011, 100), 2);
+  EXPECT_EQ(TopkCount(1e-9, 100), 1);
+  EXPECT_EQ(TopkCount(1.0, 100), 100);
+  EXPECT_EQ(TopkCount(0.5, 0), 0);
+}
+
+// The largest magnitudes go (indices rising, ties to the lower index); what
+// does not go stays in the residual, so sent + residual == gradient + old
+// residual, element by element (error feedback loses nothing).
+TEST(TopkTest, SendsTheLargestAndKeepsTheRestForNextTime) {
+  const std::vector<float> grad = {0.1f, -5.f, 2.f, 0.f, -2.f, 3.f, 0.5f, -0.25f};
+  std::vector<float> residual = {0.f, 0.f, 0.f, 4.f, 0.f, 0.f, 0.f, 0.f};
+  const int64_t n = static_cast<int64_t>(grad.size());
+  const int64_t k = 3;
+  std::vector<uint8_t> wire(SparseBytes(k));
+  std::vector<float> before = residual;
+  TopkCompress(grad.data(), residual.data(), n, k, wire.data());
+  ASSERT_TRUE(CheckSparse(wire.data(), k, n).ok());
+  std::vector<float> sent(grad.size());
+  Densify(wire.data(), k, sent.data(), n);
+  // |g + r| = 0.1 5 2 4 2 3 0.5 0.25: the three largest are 1 (-5), 3 (4), 5 (3).
+  EXPECT_EQ(sent, (std::vector<float>{0, -5, 0, 4, 0, 3, 0, 0}));
+  for (size_t i = 0; i < grad.size(); ++i) {
+    EXPECT_EQ(sent[i] + residual[i], grad[i] + before[i]) << i;
+  }
+  // A tie at the cut (2 and -2 at indices 2 and 4): the lower index goes.
+  std::vector<float> r2(grad.size(), 0.f);
+  TopkCompress(grad.data(), r2.data(), n, 3, wire.data());
+  Densify(wire.data(), 3, sent.data(), n);
+  EXPECT_EQ(sent, (std::vector<float>{0, -5, 2, 0, 0, 3, 0, 0}));
+}
+
+TEST(TopkTest, OverStepsEveryGradientIsEventuallySent) {
+  // One element per step out of four: after any number of steps of the
+  // same gradient, the sum sent plus what is held back is the sum of the
+  // gradients, and even the smallest entry has been sent once it grew.
+  const std::vector<float> grad = {1.f, 0.5f, 0.25f, 0.125f};
+  std::vector<float> residual(4, 0.f), total(4, 0.f), sent(4);
+  std::vector<uint8_t> wire(SparseBytes(1));
+  constexpr int kSteps = 32;
+  for (int step = 0; step < kSteps; ++step) {
+    TopkCompress(grad.data(), residual.data(), 4, 1, wire.data());
+    Densify(wire.data(), 1, sent.data(), 4);
+    for (int i = 0; i < 4; ++i) total[i] += sent[i];
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(total[i] + residual[i], kSteps * grad[i]) << i;
+    EXPECT_GT(total[i], 0.f) << i << ": small entries go once they have grown";
+  }
+}
+
+TEST(TopkTest, MalformedIndicesAreRefused) {
+  std::vector<uint8_t> wire(SparseBytes(3));
+  auto set = [&](uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t idx[3] = {a, b, c};
+    std::memcpy(wire.data(), idx, sizeof(idx));
+  };
+  set(0, 5, 9);
+  EXPECT_TRUE(CheckSparse(wire.data(), 3, 10).ok());
+  set(0, 5, 10);
+  EXPECT_EQ(CheckSparse(wire.data(), 3, 10).code(), absl::StatusCode::kInvalidArgument);
+  set(5, 5, 9);
+  EXPECT_EQ(CheckSparse(wire.data(), 3, 10).code(), absl::StatusCode::kInvalidArgument);
+  set(6, 5, 9);
+  EXPECT_NE(CheckSparse(wire.data(), 3, 10).message().find("rise"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessel
