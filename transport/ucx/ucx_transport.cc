@@ -2,8 +2,8 @@
 
 #include <sched.h>
 #include <sys/epoll.h>
-#include <sys/statvfs.h>
 #include <sys/eventfd.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -205,6 +205,30 @@ void SendComplete(void* request, ucs_status_t status, void* user_data) {
   }
   delete op;
   ucp_request_free(request);
+}
+
+// Sends `op` (its header, and `payload`) as active message `id` asking for a
+// reply endpoint; `op->done` gets the outcome, now or on completion.
+void StartAm(ucp_ep_h ep, unsigned id, SendOp* op, const void* payload, size_t bytes,
+             absl::flat_hash_set<PendingOp*>* in_flight) {
+  ucp_request_param_t rp{};
+  rp.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  rp.cb.send = &SendComplete;
+  rp.user_data = op;
+  rp.flags = UCP_AM_SEND_FLAG_REPLY;
+  ucs_status_ptr_t r =
+      ucp_am_send_nbx(ep, id, op->header.data(), op->header.size(), payload, bytes, &rp);
+  if (r == nullptr) {
+    if (op->done) op->done(absl::OkStatus());
+    delete op;
+  } else if (UCS_PTR_IS_ERR(r)) {
+    if (op->done) op->done(UcsError("ucp_am_send_nbx", UCS_PTR_STATUS(r)));
+    delete op;
+  } else {
+    op->in_flight = in_flight;
+    in_flight->insert(op);
+  }
 }
 
 void RecvComplete(void* request, ucs_status_t status, size_t length, void* user_data) {
@@ -653,25 +677,8 @@ void UcxTransport::DoSend(PeerId to, std::vector<uint8_t> header, const void* pa
       SendDescriptor(to, header, payload, bytes, done)) {
     return;
   }
-  auto* op = new SendOp(std::move(header), std::move(done));
-  ucp_request_param_t rp{};
-  rp.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  rp.cb.send = &SendComplete;
-  rp.user_data = op;
-  rp.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[to].ep, kAmId, op->header.data(), op->header.size(),
-                                       payload, bytes, &rp);
-  if (r == nullptr) {
-    if (op->done) op->done(absl::OkStatus());
-    delete op;
-  } else if (UCS_PTR_IS_ERR(r)) {
-    if (op->done) op->done(UcsError("ucp_am_send_nbx", UCS_PTR_STATUS(r)));
-    delete op;
-  } else {
-    op->in_flight = &in_flight_;
-    in_flight_.insert(op);
-  }
+  StartAm(peers_[to].ep, kAmId, new SendOp(std::move(header), std::move(done)), payload, bytes,
+          &in_flight_);
 }
 
 ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_length, void* data,
@@ -743,23 +750,7 @@ bool UcxTransport::SendDescriptor(PeerId to, std::vector<uint8_t>& header, const
     leases_.erase(it);
     if (d) d(s);
   });
-  ucp_request_param_t rp{};
-  rp.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  rp.cb.send = &SendComplete;
-  rp.user_data = op;
-  rp.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[to].ep, kDescriptorAmId, op->header.data(),
-                                       op->header.size(), nullptr, 0, &rp);
-  if (r == nullptr) {
-    delete op;
-  } else if (UCS_PTR_IS_ERR(r)) {
-    if (op->done) op->done(UcsError("ucp_am_send_nbx (descriptor)", UCS_PTR_STATUS(r)));
-    delete op;
-  } else {
-    op->in_flight = &in_flight_;
-    in_flight_.insert(op);
-  }
+  StartAm(peers_[to].ep, kDescriptorAmId, op, nullptr, 0, &in_flight_);
   return true;
 }
 
