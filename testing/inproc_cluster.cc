@@ -21,9 +21,10 @@ InProcCluster::InProcCluster(Options options)
 InProcCluster::~InProcCluster() { Stop(); }
 
 TransportFactory InProcCluster::transport_factory() const {
-  if (options_.transport == Kind::kUcx) {
-    return []() -> absl::StatusOr<std::unique_ptr<Transport>> {
-      auto t = UcxTransport::Create({.tls = kUcxTls});
+  if (options_.transport != Kind::kInProc) {
+    const bool zero_copy = options_.transport == Kind::kUcx;
+    return [zero_copy]() -> absl::StatusOr<std::unique_ptr<Transport>> {
+      auto t = UcxTransport::Create({.tls = kUcxTls, .zero_copy = zero_copy});
       if (!t.ok()) return t.status();
       return std::unique_ptr<Transport>(std::move(*t));
     };

@@ -37,7 +37,8 @@ class ShardServer;
 
 class InProcCluster {
  public:
-  enum class Kind { kInProc, kUcx };
+  // kUcxCopied: UCX with zero-copy off (every payload through the queues).
+  enum class Kind { kInProc, kUcx, kUcxCopied };
   struct Options {
     int servers = 2;
     Kind transport = Kind::kInProc;
@@ -60,7 +61,9 @@ class InProcCluster {
   // Options for a worker of `job` with this cluster's registry and transport.
   WorkerOptions worker_options(const std::string& job, int rank, int world) const;
   TransportFactory transport_factory() const;
-  static const char* KindName(Kind kind) { return kind == Kind::kInProc ? "inproc" : "ucx"; }
+  static const char* KindName(Kind kind) {
+    return kind == Kind::kInProc ? "inproc" : kind == Kind::kUcx ? "ucx" : "ucx_copied";
+  }
 
  private:
   const Options options_;

@@ -91,6 +91,9 @@ std::vector<Case> Cases() {
   return all;
 }
 
+// Every other optimizer runs on the copied path (--ucx_zero_copy=false).
+bool Copied(int optimizer) { return optimizer % 2 == 1; }
+
 class StrategyMatrixTest : public ::testing::TestWithParam<Case> {
  protected:
   static void SetUpTestSuite() {
@@ -116,6 +119,9 @@ TEST_P(StrategyMatrixTest, EqualsSingleProcess) {
       // the result must not change by a single bit.
       absl::StrCat("--shuffle_seed=", 1 + s * 100 + o * 10 + w), "--out=" + out};
   cmd.insert(cmd.end(), opt.flags.begin(), opt.flags.end());
+  // Both data paths: payloads read in place (zero-copy shared memory) and
+  // copied through UCX's queues, each meeting every strategy.
+  if (Copied(o)) cmd.push_back("--ucx_zero_copy=false");
   CommandResult r = RunCommand(absl::StrJoin(cmd, " "));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto got = ReadNpyF32(out);
@@ -128,7 +134,8 @@ TEST_P(StrategyMatrixTest, EqualsSingleProcess) {
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   return absl::StrCat(
       kStrategies[std::get<0>(info.param)], "_", Optimizers()[std::get<1>(info.param)].name, "_w",
-      kWorkerCounts[std::get<2>(info.param)], "_s", kServerCounts[std::get<3>(info.param)]);
+      kWorkerCounts[std::get<2>(info.param)], "_s", kServerCounts[std::get<3>(info.param)],
+      Copied(std::get<1>(info.param)) ? "_copied" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, StrategyMatrixTest, ::testing::ValuesIn(Cases()), CaseName);

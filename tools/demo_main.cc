@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
   copt.servers = servers;
   copt.run_dir = tessel::MakeRunDir("tessel-demo");
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  copt.server_args.push_back(
+      absl::StrCat("--ucx_zero_copy=", absl::GetFlag(FLAGS_ucx_zero_copy) ? "true" : "false"));
   copt.tls = tessel::TlsOptionsFromFlags();
   // --metrics_address: this process (the embedded registry) serves there;
   // every server and worker on a free port of the same host (logged in

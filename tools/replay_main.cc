@@ -145,6 +145,8 @@ int main(int argc, char** argv) {
   copt.servers = servers;
   copt.run_dir = tessel::MakeRunDir("tessel-replay");
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
+  copt.server_args.push_back(
+      absl::StrCat("--ucx_zero_copy=", absl::GetFlag(FLAGS_ucx_zero_copy) ? "true" : "false"));
   copt.tls = tessel::TlsOptionsFromFlags();
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();

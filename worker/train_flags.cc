@@ -41,6 +41,11 @@ ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports (UCX_TLS), e.g. posix,sysv,self or tcp. Empty: UCX's default for a "
           "process started by hand; posix,sysv,self (shared memory) for the local clusters "
           "tessel-demo and tessel-replay start");
+ABSL_FLAG(bool, ucx_zero_copy, true,
+          "payloads in UCX payload memory travel as descriptors that a peer on this host reads "
+          "in place through shared memory (gradients are reduced straight from the workers' "
+          "memory, parameters copied once from the servers'); false = every payload is copied "
+          "through UCX's queues, as before (for comparisons)");
 ABSL_FLAG(uint64_t, shuffle_seed, 0,
           "testing: push buckets in a random order with random pauses (0 = off)");
 
@@ -132,6 +137,7 @@ std::vector<std::string> ForwardedTrainFlags() {
       absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
       absl::StrCat("--topk_ratio=", d(absl::GetFlag(FLAGS_topk_ratio))),
       absl::StrCat("--ucx_tls=", absl::GetFlag(FLAGS_ucx_tls)),
+      absl::StrCat("--ucx_zero_copy=", absl::GetFlag(FLAGS_ucx_zero_copy) ? "true" : "false"),
       absl::StrCat("--shuffle_seed=", absl::GetFlag(FLAGS_shuffle_seed)),
   };
 }

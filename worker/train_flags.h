@@ -36,6 +36,7 @@ ABSL_DECLARE_FLAG(int, micro_batches);
 ABSL_DECLARE_FLAG(int64_t, bucket_bytes);
 ABSL_DECLARE_FLAG(double, topk_ratio);
 ABSL_DECLARE_FLAG(std::string, ucx_tls);
+ABSL_DECLARE_FLAG(bool, ucx_zero_copy);
 ABSL_DECLARE_FLAG(uint64_t, shuffle_seed);
 
 namespace tessel {

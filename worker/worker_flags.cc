@@ -53,11 +53,6 @@ ABSL_FLAG(int, elastic_max_workers, 0,
           "of a scaled-up Indexed Job) joins the running job and is admitted at the next "
           "checkpoint boundary (needs --recover and --checkpoint_every_steps; every worker of "
           "the job passes the same N)");
-ABSL_FLAG(bool, ucx_zero_copy, true,
-          "payloads in UCX payload memory travel as descriptors that a peer on this host reads "
-          "in place through shared memory (gradients are reduced straight from the workers' "
-          "memory, parameters copied once from the servers'); false = every payload is copied "
-          "through UCX's queues, as before (for comparisons)");
 ABSL_FLAG(std::string, ucx_port_range, "",
           "LO-HI: UCX's tcp transport listens only on ports in this range (UCX_TCP_PORT_RANGE), "
           "so a firewall or NetworkPolicy can name them; empty = any port");

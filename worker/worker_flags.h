@@ -35,7 +35,6 @@ ABSL_DECLARE_FLAG(bool, checkpoint_initial);
 ABSL_DECLARE_FLAG(int, keep_checkpoints);
 ABSL_DECLARE_FLAG(bool, recover);
 ABSL_DECLARE_FLAG(bool, resume);
-ABSL_DECLARE_FLAG(bool, ucx_zero_copy);
 ABSL_DECLARE_FLAG(int64_t, resume_step);
 ABSL_DECLARE_FLAG(int, recovery_timeout_s);
 ABSL_DECLARE_FLAG(int, lease_ttl_ms);

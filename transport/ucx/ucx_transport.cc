@@ -48,6 +48,7 @@ struct RemoteKey {
   char* mapped = nullptr;  // where remote_base is mapped here; null: not mappable
   int borrows = 0;         // borrowed payloads
   uint64_t last_use = 0;
+  absl::Time used_at;
   bool retired = false;  // out of the cache: its worker was reset
 };
 
@@ -183,6 +184,8 @@ struct ReleaseMessage {
 // Remote regions kept unpacked per sender endpoint (least recently used
 // evicted beyond this).
 constexpr int kKeysPerEndpoint = 16;
+// Remote regions not used for this long are unmapped.
+constexpr absl::Duration kKeyIdle = absl::Seconds(30);
 
 absl::Status UcsError(const char* what, ucs_status_t s) {
   return absl::UnavailableError(absl::StrCat(what, ": ", ucs_status_string(s)));
@@ -771,11 +774,29 @@ void UcxTransport::SendRelease(PeerId to, uint64_t lease, uint8_t status) {
 
 absl::StatusOr<ucx_internal::RemoteKey*> UcxTransport::RemoteKeyFor(
     ucp_ep_h ep, uint64_t region, absl::Span<const uint8_t> packed, uint64_t remote_base) {
+  const absl::Time now = absl::Now();
   auto it = remote_keys_.find({ep, region});
   if (it != remote_keys_.end()) {
     it->second->last_use = ++key_clock_;
-    return it->second;
+    it->second->used_at = now;
   }
+  // A peer that went away (a worker restarted, a job ended) never sends
+  // again: its mappings would hold its memory for as long as this process
+  // lives. Keys idle for kKeyIdle go (checked at most once a second).
+  if (now - last_key_sweep_ > absl::Seconds(1)) {
+    last_key_sweep_ = now;
+    for (auto k = remote_keys_.begin(); k != remote_keys_.end();) {
+      ucx_internal::RemoteKey* key = k->second;
+      if (key->borrows == 0 && now - key->used_at > kKeyIdle) {
+        ucp_rkey_destroy(key->rkey);
+        delete key;
+        remote_keys_.erase(k++);
+      } else {
+        ++k;
+      }
+    }
+  }
+  if (it != remote_keys_.end()) return it->second;  // used just now: not swept
   ucp_rkey_h rkey = nullptr;
   ucs_status_t s = ucp_ep_rkey_unpack(ep, packed.data(), &rkey);
   if (s != UCS_OK) return UcsError("ucp_ep_rkey_unpack", s);
@@ -786,6 +807,7 @@ absl::StatusOr<ucx_internal::RemoteKey*> UcxTransport::RemoteKeyFor(
   key->region = region;
   key->remote_base = remote_base;
   key->last_use = ++key_clock_;
+  key->used_at = now;
   void* local = nullptr;
   if (ucp_rkey_ptr(rkey, remote_base, &local) == UCS_OK) key->mapped = static_cast<char*>(local);
   // Keep a bounded number per endpoint: a sender that frees and allocates

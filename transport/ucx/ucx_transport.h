@@ -17,18 +17,19 @@
 // ucp_mem_map(ALLOCATE), which on one host is a shared-memory segment. A
 // payload of at least in_place_min_bytes inside it is sent as a descriptor
 // (region, offset, size and the packed rkey; a small active message). The
-// receiver unpacks the rkey once per sender endpoint and region (cached,
-// least recently used evicted past 16 per endpoint) and maps the region
-// with ucp_rkey_ptr: the handler sees Incoming::in_place and may borrow it,
-// or the transport copies it into Accept::dst (one copy, by the receiver);
-// then the receiver sends a RELEASE message and the sender's `done` runs.
-// Where mapping is impossible (another host, no shared-memory transport in
-// UCX_TLS) the RELEASE asks for the payload again: the sender sends it
-// through the queues, and every later payload to that peer too. (An RMA get
-// would be the better fallback, but UCX 1.13 asserts when a get starts on a
-// reply endpoint, which is how servers answer.) A Reset keeps the old UCX worker until borrows of
-// regions mapped through it end; Shutdown ends them all (stop reading
-// first).
+// receiver unpacks the rkey once per sender endpoint and region (cached:
+// least recently used evicted past 16 per endpoint, and any unused for 30 s
+// dropped, so a peer that went away does not keep its memory mapped here)
+// and maps the region with ucp_rkey_ptr. The handler sees
+// Incoming::in_place and may borrow it, or the transport copies it into
+// Accept::dst (one copy, by the receiver); then the receiver sends a
+// RELEASE message and the sender's `done` runs. Where mapping is impossible
+// (another host, no shared-memory transport in UCX_TLS) the RELEASE asks for
+// the payload again: the sender sends it through the queues, and every
+// later payload to that peer too. (An RMA get would be the better fallback,
+// but UCX 1.13 asserts when a get starts on a reply endpoint, which is how
+// servers answer.) A Reset keeps the old UCX worker until borrows of regions
+// mapped through it end; Shutdown ends them all (stop reading first).
 //
 // Error handling: on one host UCX 1.13.1 offers shared memory only with
 // UCP_ERR_HANDLING_MODE_NONE (docs/architecture.md, "Data path"). The default
@@ -184,6 +185,7 @@ class UcxTransport : public Transport {
   absl::flat_hash_map<std::pair<PeerId, uint64_t>, ucx_internal::RemoteKey*> borrowed_;
   absl::flat_hash_map<ucp_worker_h, int> retired_workers_;
   uint64_t key_clock_ = 0;
+  absl::Time last_key_sweep_ = absl::InfinitePast();
 
   mutable absl::Mutex address_mu_;
   std::string address_ ABSL_GUARDED_BY(address_mu_);
