@@ -148,7 +148,7 @@ WorkerOptions MakeOptions(const std::string& registry, const std::string& job, i
                           const std::vector<int>& units, const std::string& ucx_tls,
                           double connect_timeout_s, double step_timeout_s, bool recovery,
                           bool auto_resume, int64_t checkpoint_every_steps, bool checkpoint_initial,
-                          const std::string& token) {
+                          const std::string& token, double topk_ratio) {
   WorkerOptions o;
   o.registry = registry;
   o.job = job;
@@ -172,6 +172,7 @@ WorkerOptions MakeOptions(const std::string& registry, const std::string& job, i
   o.checkpoint.every_steps = checkpoint_every_steps;
   o.checkpoint.initial = checkpoint_initial;
   o.token = token;
+  o.topk_ratio = topk_ratio;
   return o;
 }
 
@@ -216,11 +217,11 @@ PYBIND11_MODULE(_tessel, m) {
                        const std::vector<int>& units, const std::string& ucx_tls,
                        double connect_timeout_s, double step_timeout_s, bool recovery,
                        bool auto_resume, int64_t checkpoint_every_steps, bool checkpoint_initial,
-                       const std::string& token) {
+                       const std::string& token, double topk_ratio) {
              tessel::WorkerOptions o = tessel::MakeOptions(
                  registry, job, rank, world_size, strategy, optimizer, num_servers, bucket_bytes,
                  precision, units, ucx_tls, connect_timeout_s, step_timeout_s, recovery,
-                 auto_resume, checkpoint_every_steps, checkpoint_initial, token);
+                 auto_resume, checkpoint_every_steps, checkpoint_initial, token, topk_ratio);
              auto* pw = new PyWorker;
              pw->w = Take(Unlocked([&] { return Worker::Connect(o); }));
              return pw;
@@ -233,8 +234,13 @@ PYBIND11_MODULE(_tessel, m) {
            py::arg("step_timeout_s") = 120.0, py::arg("recovery") = false,
            py::arg("auto_resume") = false, py::arg("checkpoint_every_steps") = 0,
            py::arg("checkpoint_initial") = false, py::arg("token") = "",
+           py::arg("topk_ratio") = 0.0,
            "Joins the job (registry host:port, job name, rank of world_size) and waits for the "
            "world and the shard servers.")
+      .def(
+          "data_path", [](PyWorker& self) { return self.w->data_path(); },
+          "How payloads move to and from the shard servers: 'in place' (shared memory on one "
+          "host) or 'copied' (per shard when they differ)")
       .def(
           "register_layout",
           [](PyWorker& self, const std::vector<std::string>& names,

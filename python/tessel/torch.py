@@ -283,13 +283,18 @@ class DistributedOptimizer:
                 there. Write the loop over `opt.step_count`, which goes back on a rollback:
                     while opt.step_count < total_steps:
                         x, y = batch(opt.step_count) ...
+    topk_ratio: 0 (the default): exact. r in (0, 1]: top-k gradient compression with error
+                feedback (ddp, zero1, zero2 in fp32): each push carries the largest
+                ceil(r * n) entries of a bucket of n and the rest waits for later steps. The
+                one mode that is NOT bitwise equal to single-process training
+                (docs/compression.md).
     """
 
     def __init__(self, optimizer, model=None, strategy="zero2", bucket_bytes=4 << 20,
                  backward_passes_per_step=1, overlap=None, job=None, recovery=False,
                  checkpoint_every_steps=0, precision="fp32", loss_scale=None,
                  init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
-                 find_unused_parameters=False):
+                 find_unused_parameters=False, topk_ratio=0.0):
         cfg = _require_init()
         if strategy not in _STRATEGIES:
             raise ValueError(f"strategy {strategy!r}: one of {', '.join(_STRATEGIES)}")
@@ -388,7 +393,8 @@ class DistributedOptimizer:
                 step_timeout_s=cfg["step_timeout_s"], token=cfg["token"],
                 units=[first for first, _ in g_units], recovery=self.recovery,
                 auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
-                checkpoint_initial=self.recovery, precision=precision)
+                checkpoint_initial=self.recovery, precision=precision,
+                topk_ratio=float(topk_ratio))
             if strategy == "fsdp":
                 self._bind_fsdp(g, g_units)
             else:

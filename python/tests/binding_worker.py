@@ -2,6 +2,7 @@
 a clear Python exception and changes nothing; state_dict round-trips
 bitwise; synchronize_gradients, should_early_stop and shutdown behave.
 Prints "rank R: N checks passed" or raises."""
+import os
 import sys
 
 import numpy as np
@@ -74,6 +75,9 @@ expect_raises(tessel.TesselError, "UNAVAILABLE", lambda: tessel.Worker(
     "127.0.0.1:1", "nowhere", 0, 1, connect_timeout_s=0.5))
 before = exact_model.flat(model).clone()
 
+# This test's buckets are 512 bytes: have them go as descriptors too (by
+# default only payloads of 16 KiB and up do), so the in-place path is used.
+os.environ["TESSEL_UCX_IN_PLACE_MIN_BYTES"] = "0"
 opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model=model,
                               strategy="zero2", bucket_bytes=512, job=cfg["job"] + "-binding")
 check(torch.equal(exact_model.flat(model), before), "joining keeps rank 0's initial parameters")
@@ -91,6 +95,8 @@ def train(step):
 
 for s in range(3):
     train(s)
+check(opt._groups[0].worker.data_path() == "in place",
+      "one host: gradients reduced where they lie, parameters read from the servers' memory")
 state = opt.state_dict()
 at3 = exact_model.flat(model).clone()
 # A negative learning rate is refused at the step; nothing changed; the fix goes on.

@@ -27,6 +27,9 @@ struct UcxOptions {
   // an RMA get. false: every payload is copied through UCX's queues (today's
   // active messages; for comparisons).
   bool zero_copy = true;
+  // The environment variable TESSEL_UCX_IN_PLACE_MIN_BYTES, when set,
+  // overrides it (tests set 0 to send every payload-memory payload as a
+  // descriptor, however small).
   size_t in_place_min_bytes = 16 << 10;
 };
 

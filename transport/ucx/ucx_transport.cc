@@ -250,6 +250,9 @@ static UcxOptions WithEnvironment(UcxOptions options) {
   if (const char* spin = std::getenv("TESSEL_UCX_SPIN_US")) {
     options.spin = absl::Microseconds(std::atoll(spin));
   }
+  if (const char* min = std::getenv("TESSEL_UCX_IN_PLACE_MIN_BYTES")) {
+    options.in_place_min_bytes = static_cast<size_t>(std::atoll(min));
+  }
   return options;
 }
 
