@@ -64,6 +64,20 @@ std::vector<uint8_t> Header(uint8_t tag, size_t n = 64) {
   return h;
 }
 
+// Lands every payload (of `bytes`) at `dst` and notifies `received`; `from`
+// (optional) gets the sender.
+void LandAt(Transport* t, void* dst, size_t bytes, absl::Notification* received,
+            std::atomic<PeerId>* from = nullptr) {
+  t->SetHandler([=](const Incoming& in) {
+    if (from != nullptr) *from = in.from;
+    EXPECT_EQ(in.payload_bytes, bytes);
+    return Accept{dst, [received](absl::Status s) {
+                    EXPECT_TRUE(s.ok()) << s;
+                    received->Notify();
+                  }};
+  });
+}
+
 TEST_P(TransportConformanceTest, DeliversHeaderAndPayloadAndRepliesToSender) {
   std::vector<float> inbox(100, 0.f);
   absl::Notification got_request, got_reply, send_done;
@@ -109,12 +123,7 @@ TEST_P(TransportConformanceTest, LargePayloadLandsIntactInChosenBuffer) {
   std::vector<float> src(n), dst(n + 2, -1.f);
   for (size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i % 9973) * 0.5f;
   absl::Notification received;
-  b_->SetHandler([&](const Incoming& in) {
-    return Accept{dst.data() + 1, [&](absl::Status s) {
-                    EXPECT_TRUE(s.ok()) << s;
-                    received.Notify();
-                  }};
-  });
+  LandAt(b_.get(), dst.data() + 1, n * sizeof(float), &received);
   auto peer = a_->Connect(b_->address());
   ASSERT_TRUE(peer.ok());
   std::vector<uint8_t> h = Header(1);
@@ -307,14 +316,7 @@ TEST_P(TransportConformanceTest, PayloadMemoryPayloadLandsIntactAndSaysHowItMove
   std::vector<float> dst(part + 2, -1.f);
   absl::Notification received, sent;
   std::atomic<PeerId> from{0};
-  b_->SetHandler([&](const Incoming& in) {
-    from = in.from;
-    EXPECT_EQ(in.payload_bytes, part * sizeof(float));
-    return Accept{dst.data() + 1, [&](absl::Status s) {
-                    EXPECT_TRUE(s.ok()) << s;
-                    received.Notify();
-                  }};
-  });
+  LandAt(b_.get(), dst.data() + 1, part * sizeof(float), &received, &from);
   auto peer = a_->Connect(b_->address());
   ASSERT_TRUE(peer.ok());
   std::vector<uint8_t> h = Header(3);
