@@ -416,13 +416,14 @@ int ReportFinal(tessel::Worker* worker, const tessel::MlpJob& job) {
   if (reports.ok() && worker->step() > 0) {
     int64_t pushed = 0;
     for (const tessel::ShardReport& r : *reports) pushed += r.pushed_bytes;
-    std::printf("worker 0: servers received %.1f KiB of gradients per step (all ranks%s); "
-                "payloads %s\n",
-                pushed / 1024.0 / static_cast<double>(worker->step()),
-                worker->options().topk_ratio > 0
-                    ? absl::StrFormat(", top-k ratio %g", worker->options().topk_ratio).c_str()
-                    : "",
-                worker->data_path().c_str());
+    std::printf(
+        "worker 0: servers received %.1f KiB of gradients per step (all ranks%s); "
+        "payloads %s\n",
+        pushed / 1024.0 / static_cast<double>(worker->step()),
+        worker->options().topk_ratio > 0
+            ? absl::StrFormat(", top-k ratio %g", worker->options().topk_ratio).c_str()
+            : "",
+        worker->data_path().c_str());
   }
   if (worker->options().recovery) {
     std::printf(

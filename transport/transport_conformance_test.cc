@@ -337,6 +337,53 @@ TEST_P(TransportConformanceTest, PayloadMemoryPayloadLandsIntactAndSaysHowItMove
   EXPECT_FALSE(memory->Free(&not_ours));
 }
 
+// Borrows every in-place payload that reaches `t` (remembering the last
+// one's sender and lease); a payload not in place gets `otherwise` (where it
+// lands, or a refusal).
+class Borrower {
+ public:
+  Borrower(Transport* t, std::function<Accept()> otherwise) {
+    t->SetHandler([this, otherwise = std::move(otherwise)](const Incoming& in) {
+      absl::MutexLock lock(&mu_);
+      from_ = in.from;
+      lease_ = in.lease;
+      if (in.in_place == nullptr) return otherwise();
+      borrowed_ = static_cast<const float*>(in.in_place);
+      Accept a;
+      a.borrow = true;
+      return a;
+    });
+  }
+  // Waits up to 10 s for a borrow, or until `gave_up` holds: the borrowed
+  // payload, or null.
+  const float* Wait(const std::function<bool()>& gave_up) {
+    for (int i = 0; i < 2000; ++i) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (borrowed_ != nullptr) return borrowed_;
+      }
+      if (gave_up()) break;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    absl::MutexLock lock(&mu_);
+    return borrowed_;
+  }
+  PeerId from() {
+    absl::MutexLock lock(&mu_);
+    return from_;
+  }
+  uint64_t lease() {
+    absl::MutexLock lock(&mu_);
+    return lease_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  const float* borrowed_ ABSL_GUARDED_BY(mu_) = nullptr;
+  PeerId from_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 // A borrowed payload is read where the sender keeps it after the handler
 // returned; the sender's send completes only once the receiver releases it.
 TEST_P(TransportConformanceTest, BorrowedPayloadStaysTheSendersUntilReleased) {
@@ -345,23 +392,11 @@ TEST_P(TransportConformanceTest, BorrowedPayloadStaysTheSendersUntilReleased) {
   auto* src = static_cast<float*>(memory->Allocate(n * sizeof(float)));
   ASSERT_NE(src, nullptr);
   for (size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i) + 0.5f;
-  absl::Mutex mu;
-  const float* borrowed = nullptr;
-  PeerId from = 0;
-  uint64_t lease = 0;
   std::vector<float> fallback(n, 0.f);
   absl::Notification copied;
-  b_->SetHandler([&](const Incoming& in) {
-    absl::MutexLock lock(&mu);
-    from = in.from;
-    lease = in.lease;
-    if (in.in_place == nullptr) {  // not mappable here (tcp): sent through the queues
-      return Accept{fallback.data(), [&](absl::Status) { copied.Notify(); }};
-    }
-    borrowed = static_cast<const float*>(in.in_place);
-    Accept a;
-    a.borrow = true;
-    return a;
+  // Not mappable here (tcp): sent through the queues, into `fallback`.
+  Borrower borrower(b_.get(), [&] {
+    return Accept{fallback.data(), [&](absl::Status) { copied.Notify(); }};
   });
   auto peer = a_->Connect(b_->address());
   ASSERT_TRUE(peer.ok());
@@ -371,30 +406,22 @@ TEST_P(TransportConformanceTest, BorrowedPayloadStaysTheSendersUntilReleased) {
     EXPECT_TRUE(s.ok()) << s;
     done = true;
   });
-  for (int i = 0; i < 2000; ++i) {
-    {
-      absl::MutexLock lock(&mu);
-      if (borrowed != nullptr) break;
-    }
-    if (copied.HasBeenNotified()) break;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  const float* borrowed = borrower.Wait([&] { return copied.HasBeenNotified(); });
   if (copied.HasBeenNotified()) {
     EXPECT_TRUE(std::equal(src, src + n, fallback.begin()));
     for (int i = 0; i < 2000 && !done.load(); ++i) absl::SleepFor(absl::Milliseconds(5));
     EXPECT_TRUE(done.load());
     GTEST_SKIP() << GetParam().name << ": not mappable in place here; copied instead";
   }
-  absl::MutexLock lock(&mu);
   ASSERT_NE(borrowed, nullptr) << GetParam().name;
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_FALSE(done.load()) << "the send completed while the payload was borrowed";
   EXPECT_TRUE(std::equal(src, src + n, borrowed));
-  b_->Release(from, lease);
+  b_->Release(borrower.from(), borrower.lease());
   for (int i = 0; i < 2000 && !done.load(); ++i) absl::SleepFor(absl::Milliseconds(5));
   EXPECT_TRUE(done.load());
-  b_->Release(from, lease);  // a second release is harmless
-  EXPECT_EQ(b_->PayloadPath(from), "in place");
+  b_->Release(borrower.from(), borrower.lease());  // a second release is harmless
+  EXPECT_EQ(b_->PayloadPath(borrower.from()), "in place");
   memory->Free(src);
 }
 
@@ -406,20 +433,7 @@ TEST_P(TransportConformanceTest, BorrowSurvivesReceiverResetAndSenderShutdownEnd
   auto* src = static_cast<float*>(memory->Allocate(n * sizeof(float)));
   ASSERT_NE(src, nullptr);
   for (size_t i = 0; i < n; ++i) src[i] = 3.f;
-  absl::Mutex mu;
-  const float* borrowed = nullptr;
-  PeerId from = 0;
-  uint64_t lease = 0;
-  b_->SetHandler([&](const Incoming& in) {
-    absl::MutexLock lock(&mu);
-    if (in.in_place == nullptr) return Accept{};
-    from = in.from;
-    lease = in.lease;
-    borrowed = static_cast<const float*>(in.in_place);
-    Accept a;
-    a.borrow = true;
-    return a;
-  });
+  Borrower borrower(b_.get(), [] { return Accept{}; });  // not in place: refused
   auto peer = a_->Connect(b_->address());
   ASSERT_TRUE(peer.ok());
   absl::Notification done;
@@ -429,28 +443,15 @@ TEST_P(TransportConformanceTest, BorrowSurvivesReceiverResetAndSenderShutdownEnd
     result = s;
     done.Notify();
   });
-  for (int i = 0; i < 2000; ++i) {
-    {
-      absl::MutexLock lock(&mu);
-      if (borrowed != nullptr) break;
-    }
-    if (done.HasBeenNotified()) break;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  {
-    absl::MutexLock lock(&mu);
-    if (borrowed == nullptr) GTEST_SKIP() << GetParam().name << ": not mappable in place here";
-  }
+  const float* borrowed = borrower.Wait([&] { return done.HasBeenNotified(); });
+  if (borrowed == nullptr) GTEST_SKIP() << GetParam().name << ": not mappable in place here";
   absl::Status reset = b_->Reset();
   const bool can_reset = !absl::IsUnimplemented(reset);
   if (can_reset) {
     ASSERT_TRUE(reset.ok()) << reset;
   }
-  {
-    absl::MutexLock lock(&mu);
-    EXPECT_EQ(borrowed[n - 1], 3.f);  // still mapped
-  }
-  b_->Release(from, lease);
+  EXPECT_EQ(borrowed[n - 1], 3.f);  // still mapped
+  b_->Release(borrower.from(), borrower.lease());
   // After a reset the release cannot reach the sender; its shutdown ends it.
   if (can_reset) a_->Shutdown();
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));

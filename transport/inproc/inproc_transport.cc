@@ -119,9 +119,7 @@ void InProcTransport::Send(PeerId to, absl::Span<const uint8_t> header, const vo
       payload_bytes > 0 ? memory_->Find(payload, payload_bytes) : nullptr;
   std::shared_ptr<const std::vector<uint8_t>> copy;
   if (block != nullptr) {
-    absl::MutexLock lock(&mu_);
-    if (in_place_peers_.size() <= to) in_place_peers_.resize(to + 1, 0);
-    in_place_peers_[to] = 1;
+    MarkInPlace(to);
   } else {
     const uint8_t* bytes = static_cast<const uint8_t*>(payload);
     copy = std::make_shared<const std::vector<uint8_t>>(
@@ -162,11 +160,7 @@ void InProcTransport::Deliver(InProcTransport* sender, const std::string& sender
     in.lease = next_lease_++;
   }
   Accept accept = handler_ ? handler_(in) : Accept{};
-  if (block != nullptr && (accept.borrow || accept.dst != nullptr)) {
-    absl::MutexLock lock(&mu_);
-    if (in_place_peers_.size() <= in.from) in_place_peers_.resize(in.from + 1, 0);
-    in_place_peers_[in.from] = 1;
-  }
+  if (block != nullptr && (accept.borrow || accept.dst != nullptr)) MarkInPlace(in.from);
   if (accept.borrow && in.in_place != nullptr) {
     borrowed_[in.lease] = Borrow{std::move(block), sender, sender_address, std::move(done)};
     return;
@@ -192,6 +186,12 @@ void InProcTransport::Release(PeerId, uint64_t lease) {
       if (done) done(absl::OkStatus());
     });
   });
+}
+
+void InProcTransport::MarkInPlace(PeerId peer) {
+  absl::MutexLock lock(&mu_);
+  if (in_place_peers_.size() <= peer) in_place_peers_.resize(peer + 1, 0);
+  in_place_peers_[peer] = 1;
 }
 
 std::string InProcTransport::PayloadPath(PeerId peer) {

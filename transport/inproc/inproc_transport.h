@@ -83,6 +83,8 @@ class InProcTransport : public Transport {
                std::shared_ptr<const void> block, const void* in_place, size_t bytes,
                SendDone done);
   PeerId PeerFor(InProcTransport* t, const std::string& address);
+  // A payload-memory payload moved to or from `peer` in place (PayloadPath).
+  void MarkInPlace(PeerId peer);
 
   std::shared_ptr<InProcFabric> fabric_;
   std::shared_ptr<InProcMemory> memory_;

@@ -39,7 +39,12 @@ struct Context {
   }
 };
 
+// Destroying it destroys the rkey (and unmaps what ucp_rkey_ptr mapped):
+// before its worker goes.
 struct RemoteKey {
+  ~RemoteKey() {
+    if (rkey != nullptr) ucp_rkey_destroy(rkey);
+  }
   ucp_rkey_h rkey = nullptr;
   ucp_ep_h ep = nullptr;  // unpacked on it (it keys the cache)
   ucp_worker_h worker = nullptr;
@@ -47,9 +52,8 @@ struct RemoteKey {
   uint64_t remote_base = 0;
   char* mapped = nullptr;  // where remote_base is mapped here; null: not mappable
   int borrows = 0;         // borrowed payloads
-  uint64_t last_use = 0;
-  absl::Time used_at;
-  bool retired = false;  // out of the cache: its worker was reset
+  absl::Time used_at;      // last descriptor (least recently used goes first)
+  bool retired = false;    // out of the cache: its worker was reset
 };
 
 // ucp_mem_map(ALLOCATE) regions, found by address when a payload is sent.
@@ -175,7 +179,7 @@ struct DescriptorHead {
 };
 
 // RELEASE outcomes, which also tell the sender the path its payload took.
-enum ReleaseStatus : uint8_t { kReadInPlace = 0, kResend = 1, kDropped = 2, kUnreadable = 3 };
+enum ReleaseStatus : uint8_t { kReadInPlace = 0, kResend = 1, kDropped = 2 };
 struct ReleaseMessage {
   uint64_t lease;
   uint8_t status;
@@ -294,8 +298,9 @@ absl::Status UcxTransport::Init() {
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  // RMA: descriptors' gets. Shared: payload memory is mapped and unmapped
-  // from any thread while the progress thread runs the workers.
+  // RMA: payload memory is registered for peers (packed rkeys, mapped with
+  // ucp_rkey_ptr). Shared: it is mapped and unmapped from any thread while
+  // the progress thread runs the workers.
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
   params.mt_workers_shared = 1;
   s = ucp_init(&params, config, &context_);
@@ -394,7 +399,6 @@ void UcxTransport::DestroyWorker(const absl::Status& why) {
       key->retired = true;
       ++kept;
     } else {
-      ucp_rkey_destroy(key->rkey);
       delete key;
     }
   }
@@ -779,10 +783,7 @@ absl::StatusOr<ucx_internal::RemoteKey*> UcxTransport::RemoteKeyFor(
     ucp_ep_h ep, uint64_t region, absl::Span<const uint8_t> packed, uint64_t remote_base) {
   const absl::Time now = absl::Now();
   auto it = remote_keys_.find({ep, region});
-  if (it != remote_keys_.end()) {
-    it->second->last_use = ++key_clock_;
-    it->second->used_at = now;
-  }
+  if (it != remote_keys_.end()) it->second->used_at = now;
   // A peer that went away (a worker restarted, a job ended) never sends
   // again: its mappings would hold its memory for as long as this process
   // lives. Keys idle for kKeyIdle go (checked at most once a second).
@@ -791,7 +792,6 @@ absl::StatusOr<ucx_internal::RemoteKey*> UcxTransport::RemoteKeyFor(
     for (auto k = remote_keys_.begin(); k != remote_keys_.end();) {
       ucx_internal::RemoteKey* key = k->second;
       if (key->borrows == 0 && now - key->used_at > kKeyIdle) {
-        ucp_rkey_destroy(key->rkey);
         delete key;
         remote_keys_.erase(k++);
       } else {
@@ -809,7 +809,6 @@ absl::StatusOr<ucx_internal::RemoteKey*> UcxTransport::RemoteKeyFor(
   key->worker = worker_;
   key->region = region;
   key->remote_base = remote_base;
-  key->last_use = ++key_clock_;
   key->used_at = now;
   void* local = nullptr;
   if (ucp_rkey_ptr(rkey, remote_base, &local) == UCS_OK) key->mapped = static_cast<char*>(local);
@@ -820,11 +819,10 @@ absl::StatusOr<ucx_internal::RemoteKey*> UcxTransport::RemoteKeyFor(
   for (auto& [where, k] : remote_keys_) {
     if (where.first != ep) continue;
     ++same_ep;
-    if (k->borrows == 0 && (oldest == nullptr || k->last_use < oldest->last_use)) oldest = k;
+    if (k->borrows == 0 && (oldest == nullptr || k->used_at < oldest->used_at)) oldest = k;
   }
   if (same_ep >= kKeysPerEndpoint && oldest != nullptr) {
     remote_keys_.erase({oldest->ep, oldest->region});
-    ucp_rkey_destroy(oldest->rkey);
     delete oldest;
   }
   remote_keys_[{ep, region}] = key;
@@ -834,7 +832,6 @@ absl::StatusOr<ucx_internal::RemoteKey*> UcxTransport::RemoteKeyFor(
 void UcxTransport::EndBorrow(ucx_internal::RemoteKey* key) {
   if (--key->borrows > 0 || !key->retired) return;
   ucp_worker_h w = key->worker;
-  ucp_rkey_destroy(key->rkey);
   delete key;
   auto it = retired_workers_.find(w);
   if (it != retired_workers_.end() && --it->second == 0) {
@@ -865,20 +862,18 @@ ucs_status_t UcxTransport::OnDescriptor(void* arg, const void* header, size_t he
   absl::StatusOr<ucx_internal::RemoteKey*> key = self->RemoteKeyFor(
       ep, head.region, absl::MakeConstSpan(bytes + sizeof(head) + head.header_len, head.rkey_len),
       head.remote_base);
-  if (!key.ok()) {
-    // Not even unpackable here (e.g. another pod's shared memory): as below.
-    std::fprintf(stderr,
-                 "tessel ucx: cannot reach a peer's payload memory (%s); it sends through the "
-                 "queues instead\n",
-                 std::string(key.status().message()).c_str());
-    self->SendRelease(from, head.lease, kResend);
-    return UCS_OK;
-  }
-  if ((*key)->mapped == nullptr) {
-    // Not mappable here (another host, or no shared-memory transport in
-    // common): the sender sends it again through the queues, and sends
-    // everything to this endpoint that way from now on. (UCX 1.13 cannot
-    // start an RMA get on a reply endpoint, so no get instead.)
+  if (!key.ok() || (*key)->mapped == nullptr) {
+    // Not unpackable (e.g. another pod's shared memory) or not mappable here
+    // (another host, no shared-memory transport in common): the sender
+    // sends it again through the queues, and sends everything to this
+    // endpoint that way from now on. (UCX 1.13 cannot start an RMA get on a
+    // reply endpoint, so no get instead.)
+    if (!key.ok()) {
+      std::fprintf(stderr,
+                   "tessel ucx: cannot reach a peer's payload memory (%s); it sends through the "
+                   "queues instead\n",
+                   std::string(key.status().message()).c_str());
+    }
     self->SendRelease(from, head.lease, kResend);
     return UCS_OK;
   }
@@ -889,13 +884,13 @@ ucs_status_t UcxTransport::OnDescriptor(void* arg, const void* header, size_t he
   in.in_place = (*key)->mapped + head.offset;
   in.lease = head.lease;
   Accept accept = self->handler_ ? self->handler_(in) : Accept{};
-  if (accept.borrow && in.in_place != nullptr) {
+  if (accept.borrow) {
     ++(*key)->borrows;
     self->borrowed_[{from, head.lease}] = *key;
     self->peers_[from].path = "in place";
     return UCS_OK;
   }
-  if (accept.borrow || accept.dst == nullptr || head.bytes == 0) {
+  if (accept.dst == nullptr || head.bytes == 0) {
     if (accept.dst != nullptr && accept.done) accept.done(absl::OkStatus());
     self->SendRelease(from, head.lease, kDropped);
     return UCS_OK;
@@ -928,13 +923,7 @@ ucs_status_t UcxTransport::OnRelease(void* arg, const void* header, size_t heade
   if (m.status == kReadInPlace && lease.peer < self->peers_.size()) {
     self->peers_[lease.peer].path = "in place";
   }
-  if (lease.done) {
-    lease.done(m.status == kUnreadable
-                   ? absl::UnavailableError(
-                         "the peer could not read this payload from this process's memory "
-                         "(rkey unpack failed)")
-                   : absl::OkStatus());
-  }
+  if (lease.done) lease.done(absl::OkStatus());
   return UCS_OK;
 }
 
@@ -976,10 +965,7 @@ void UcxTransport::Shutdown() {
   DestroyWorker(absl::CancelledError("UCX transport shut down"));
   // Borrows end here (their readers must have stopped): keys, then workers.
   for (auto& [where, key] : borrowed_) {
-    if (--key->borrows == 0) {
-      ucp_rkey_destroy(key->rkey);
-      delete key;
-    }
+    if (--key->borrows == 0) delete key;
   }
   borrowed_.clear();
   for (auto& [w, n] : retired_workers_) ucp_worker_destroy(w);

@@ -184,7 +184,6 @@ class UcxTransport : public Transport {
   absl::flat_hash_map<std::pair<ucp_ep_h, uint64_t>, ucx_internal::RemoteKey*> remote_keys_;
   absl::flat_hash_map<std::pair<PeerId, uint64_t>, ucx_internal::RemoteKey*> borrowed_;
   absl::flat_hash_map<ucp_worker_h, int> retired_workers_;
-  uint64_t key_clock_ = 0;
   absl::Time last_key_sweep_ = absl::InfinitePast();
 
   mutable absl::Mutex address_mu_;
