@@ -21,9 +21,13 @@ void TopkCompress(const float* grad, float* residual, int64_t n, int64_t k, uint
   order.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) residual[i] += grad[i];
   std::iota(order.begin(), order.end(), 0u);
-  // Larger magnitude first; the lower index wins a tie (deterministic).
+  // Larger magnitude first; the lower index wins a tie (deterministic). The
+  // magnitude is compared as the bits of |v|, which order like the floats
+  // and also rank NaN (above infinity), so the order is total (a float
+  // comparison with NaN is not a strict weak order) and the CUDA kernel's
+  // integer radix select picks the same entries (gpu/kernels.cu).
   auto before = [residual](uint32_t a, uint32_t b) {
-    const float x = std::fabs(residual[a]), y = std::fabs(residual[b]);
+    const uint32_t x = TopkKey(residual[a]), y = TopkKey(residual[b]);
     return x > y || (x == y && a < b);
   };
   if (k < n) std::nth_element(order.begin(), order.begin() + k, order.end(), before);

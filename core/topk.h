@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "absl/status/status.h"
 
@@ -30,9 +31,19 @@ namespace tessel {
 int64_t TopkCount(double ratio, int64_t n);
 inline uint64_t SparseBytes(int64_t k) { return static_cast<uint64_t>(k) * 8; }
 
-// Writes the k entries of largest |grad[i] + residual[i]| (ties: the lower
-// index) into `wire`, indices rising, and leaves residual[i] = grad[i] +
-// residual[i] for every entry not sent (0 for those sent). Deterministic.
+// The magnitude TopkCompress ranks by: the bits of |v|. For numbers they
+// order as |v| does (both zeros are 0); NaN ranks above infinity.
+inline uint32_t TopkKey(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits & 0x7fffffffu;
+}
+
+// Writes the k entries of largest |grad[i] + residual[i]| (by TopkKey; ties:
+// the lower index) into `wire`, indices rising, and leaves residual[i] =
+// grad[i] + residual[i] for every entry not sent (0 for those sent).
+// Deterministic; the devices' TopkCompress (gpu/device.h) gives the same
+// bits.
 void TopkCompress(const float* grad, float* residual, int64_t n, int64_t k, uint8_t* wire);
 
 // InvalidArgument unless the k indices in `wire` rise strictly and stay

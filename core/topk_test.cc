@@ -1,7 +1,9 @@
 #include "core/topk.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -62,6 +64,29 @@ TEST(TopkTest, OverStepsEveryGradientIsEventuallySent) {
     EXPECT_FLOAT_EQ(total[i] + residual[i], kSteps * grad[i]) << i;
     EXPECT_GT(total[i], 0.f) << i << ": small entries go once they have grown";
   }
+}
+
+TEST(TopkTest, NanRanksAboveInfinityAndZerosTie) {
+  // A float comparison with NaN is not an order; the bits of |v| are: NaN
+  // first, then infinities, and -0 ties +0 (the lower index wins).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> grad = {0.f, -inf, 1.f, nan, -0.f, 2.f, 0.f};
+  std::vector<float> residual(grad.size(), 0.f);
+  std::vector<uint8_t> wire(SparseBytes(4));
+  TopkCompress(grad.data(), residual.data(), 7, 4, wire.data());
+  uint32_t idx[4];
+  std::memcpy(idx, wire.data(), sizeof(idx));
+  EXPECT_EQ(std::vector<uint32_t>(idx, idx + 4), (std::vector<uint32_t>{1, 2, 3, 5}));
+  EXPECT_EQ(TopkKey(-0.f), TopkKey(0.f));
+  EXPECT_GT(TopkKey(nan), TopkKey(inf));
+  // k = 5: the fifth is the lowest-index zero.
+  std::fill(residual.begin(), residual.end(), 0.f);
+  wire.assign(SparseBytes(5), 0);
+  TopkCompress(grad.data(), residual.data(), 7, 5, wire.data());
+  uint32_t idx5[5];
+  std::memcpy(idx5, wire.data(), sizeof(idx5));
+  EXPECT_EQ(std::vector<uint32_t>(idx5, idx5 + 5), (std::vector<uint32_t>{0, 1, 2, 3, 5}));
 }
 
 TEST(TopkTest, MalformedIndicesAreRefused) {

@@ -359,6 +359,31 @@ class CudaDevice : public Device {
     Check(cudaFreeAsync(device_table, stream(s)), "cudaFreeAsync in Unpack");
   }
 
+  // --- compression -----------------------------------------------------------
+
+  // The radix select's counts go to a scratch array from the stream-ordered
+  // pool, freed on the stream after the write pass.
+  void TopkCompress(Stream s, const float* grad, float* residual, int64_t n, int64_t k,
+                    uint8_t* wire) override {
+    if (n < 0 || k < 0 || k > n || n > int64_t{0xffffffff}) {
+      RecordError(absl::InvalidArgumentError(
+          absl::StrCat("TopkCompress(n=", n, ", k=", k, "): need 0 <= k <= n < 2^32")));
+      return;
+    }
+    if (n == 0) return;
+    const size_t count = static_cast<size_t>(n);
+    void* scratch = nullptr;
+    if (!Check(
+            cudaMallocFromPoolAsync(&scratch, kernels::TopkScratchBytes(count), r_.pool, stream(s)),
+            "cudaMallocFromPoolAsync in TopkCompress")) {
+      return;
+    }
+    Launched(kernels::LaunchTopkCompress(stream(s), grad, residual, count, static_cast<size_t>(k),
+                                         scratch, wire),
+             "TopkCompress");
+    Check(cudaFreeAsync(scratch, stream(s)), "cudaFreeAsync in TopkCompress");
+  }
+
   // --- optimizer -------------------------------------------------------------
 
   void ApplyUpdate(Stream s, const OptimizerParams& p, int64_t step, float* params,

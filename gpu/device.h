@@ -122,6 +122,16 @@ class Device {
   virtual void ApplyUpdate(Stream s, const OptimizerParams& p, int64_t step, float* params,
                            const float* grad, float* const* state, size_t n) = 0;
 
+  // --- compression -------------------------------------------------------
+  // core/topk.h's TopkCompress on device arrays: residual[0, n) += grad, the
+  // k entries of largest magnitude (TopkKey; ties: the lower index) go into
+  // `wire` (device memory of SparseBytes(k): rising uint32 indices, then their
+  // float32 values) and are zeroed in the residual. Both devices give the CPU
+  // function's bits exactly: the selection compares integers and the one
+  // addition is IEEE's. n < 2^32; 0 <= k <= n (k = 0 only adds).
+  virtual void TopkCompress(Stream s, const float* grad, float* residual, int64_t n, int64_t k,
+                            uint8_t* wire) = 0;
+
   // --- layer kernels (model/layer_kernels.h, same shapes and meaning) -----
   // output [batch, out] = input [batch, in] * weight^T [in, out] + bias.
   virtual void Linear(Stream s, int batch, int in, int out, const float* input, const float* weight,

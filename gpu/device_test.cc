@@ -18,6 +18,7 @@
 
 #include "core/optimizer.h"
 #include "core/precision.h"
+#include "core/topk.h"
 #include "gtest/gtest.h"
 #include "model/layer_kernels.h"
 
@@ -310,6 +311,54 @@ std::vector<NamedOptimizer> Optimizers() {
 // Five steps of every optimizer kind on the device against core/optimizer.h:
 // the host device bit for bit, CUDA within kOptimizerUlps (docs/gpu.md).
 constexpr int64_t kOptimizerUlps = 4;
+
+// Top-k with error feedback (core/topk.h) over three steps: the wire (indices
+// and values) and the residual equal the CPU's bit for bit, also with many
+// ties at the threshold (values on a coarse grid), NaN, infinities and
+// signed zeros, for buckets of one chunk, of several and of more chunks than
+// the CUDA plan pass scans at once (1024 chunks of 4096).
+TEST_P(DeviceTest, TopkMatchesTheCpuBitForBit) {
+  struct Case {
+    size_t n;
+    double ratio;        // k = TopkCount(ratio, n) ...
+    int64_t fixed = -1;  // ... unless this is set
+  };
+  const std::vector<Case> cases = {
+      {1, 0.5},     {7, 0, 0},       {7, 0, 7},           {4096, 0.01},
+      {4097, 0, 1}, {100003, 0.013}, {100003, 0, 100003}, {4300001, 0.001}};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const Case& c : cases) {
+    const int64_t n = static_cast<int64_t>(c.n);
+    const int64_t k = c.fixed >= 0 ? c.fixed : TopkCount(c.ratio, n);
+    SCOPED_TRACE(testing::Message() << "n=" << n << " k=" << k);
+    std::vector<float> grad = Random(c.n, 20 + static_cast<uint32_t>(c.n));
+    for (size_t i = 0; i < c.n; ++i) {
+      grad[i] = std::round(grad[i] * 8) / 8;  // ties at every level
+      if (i % 997 == 5) grad[i] = -0.f;
+    }
+    if (c.n > 100) {
+      grad[3] = nan;
+      grad[50] = -inf;
+      grad[c.n - 1] = inf;
+    }
+    std::vector<float> residual = Random(c.n, 30, -0.0625f, 0.0625f);
+    auto dgrad = Upload(grad);
+    auto dresidual = Upload(residual);
+    auto dwire = Zeros<uint8_t>(std::max<size_t>(SparseBytes(k), 1));
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE(testing::Message() << "step " << step);
+      std::vector<uint8_t> expect(SparseBytes(k));
+      tessel::TopkCompress(grad.data(), residual.data(), n, k, expect.data());
+      device_->TopkCompress(Stream::kCompute, dgrad.data(), dresidual.data(), n, k, dwire.data());
+      std::vector<uint8_t> wire = Download(dwire);
+      wire.resize(expect.size());
+      ASSERT_EQ(wire, expect);
+      std::vector<float> got = Download(dresidual);
+      for (size_t i = 0; i < c.n; ++i) ASSERT_EQ(Bits(got[i]), Bits(residual[i])) << i;
+    }
+  }
+}
 
 TEST_P(DeviceTest, OptimizersMatchTheCpu) {
   const size_t n = 10007;

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/topk.h"
 #include "gpu/device.h"
 #include "model/layer_kernels.h"
 
@@ -225,6 +226,11 @@ class HostDevice : public Device {
     std::array<float*, kMaxStateSlots> slots{};
     for (int k = 0; k < StateSlots(p); ++k) slots[k] = state[k];
     On(s, [=] { tessel::ApplyUpdate(p, step, params, grad, slots.data(), n); });
+  }
+
+  void TopkCompress(Stream s, const float* grad, float* residual, int64_t n, int64_t k,
+                    uint8_t* wire) override {
+    On(s, [=] { tessel::TopkCompress(grad, residual, n, k, wire); });
   }
 
   void Linear(Stream s, int batch, int in, int out, const float* input, const float* weight,

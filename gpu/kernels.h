@@ -123,6 +123,24 @@ struct UpdateState {
 int LaunchApplyUpdate(void* stream, const UpdateArgs& args, float* params, const float* grad,
                       const UpdateState& state, size_t n);
 
+// --- compression -------------------------------------------------------------
+
+// Device scratch LaunchTopkCompress needs for a bucket of n elements.
+size_t TopkScratchBytes(size_t n);
+
+// core/topk.h's TopkCompress: residual[i] += grad[i], then the k entries of
+// largest TopkKey (the bits of |v|; ties: the lower index) go to `wire`
+// (k rising uint32 indices, then their k floats) and are zeroed in the
+// residual. A radix select over the keys (four 8-bit passes) finds the k-th
+// largest key T and how many entries equal to T to take; each chunk of
+// the bucket counts its entries above and at T, one block scans those counts
+// into output offsets, and each chunk then writes its entries in index
+// order. Integer comparisons and one IEEE addition: the CPU's bits. `scratch`
+// holds TopkScratchBytes(n) bytes; n < 2^32, k <= n (otherwise
+// cudaErrorInvalidValue and nothing is enqueued).
+int LaunchTopkCompress(void* stream, const float* grad, float* residual, size_t n, size_t k,
+                       void* scratch, uint8_t* wire);
+
 // --- layer kernels (model/layer_kernels.h; matrices row-major) --------------
 
 // output[r, j] = bias[j] for r < batch, j < out (the start of Linear, before

@@ -10,7 +10,11 @@ namespace tessel {
 using gpu::Stream;
 
 DeviceStaging::DeviceStaging(Worker* worker, gpu::Device* device, std::vector<Range> chunks)
-    : worker_(worker), device_(device), chunks_(std::move(chunks)), half_(worker->half_type()) {}
+    : worker_(worker),
+      device_(device),
+      chunks_(std::move(chunks)),
+      half_(worker->half_type()),
+      topk_ratio_(worker->options().topk_ratio) {}
 
 DeviceStaging::~DeviceStaging() {
   (void)Drain();
@@ -62,6 +66,18 @@ absl::StatusOr<std::unique_ptr<DeviceStaging>> DeviceStaging::Create(Worker* wor
     s->half_params_ = std::move(*hp);
     s->half_grads_ = std::move(*hg);
   }
+  if (s->topk_ratio_ > 0) {
+    auto residual = gpu::DeviceBuffer<float>::Create(device, count);
+    if (!residual.ok()) return residual.status();
+    auto sparse = gpu::DeviceBuffer<uint8_t>::Create(device, worker->sparse_grads().size());
+    if (!sparse.ok()) return sparse.status();
+    s->residual_ = std::move(*residual);
+    s->sparse_ = std::move(*sparse);
+    const Layout& layout = worker->layout();
+    for (int shard = 0; shard < layout.num_shards(); ++shard) {
+      s->bucket_ready_.emplace_back(static_cast<size_t>(layout.num_buckets(shard)), 0);
+    }
+  }
   for (size_t c = 0; c < s->chunks_.size(); ++c) s->chunk_ready_.push_back(device->NewEvent());
   s->compute_done_ = device->NewEvent();
   if (absl::Status st = s->Reload(); !st.ok()) return st;
@@ -84,6 +100,8 @@ absl::Status DeviceStaging::Pin() {
     s = pin(worker_->params().data(), worker_->params().size() * sizeof(float));
     if (s.ok()) s = pin(worker_->grads().data(), worker_->grads().size() * sizeof(float));
   }
+  if (s.ok() && topk_ratio_ > 0)
+    s = pin(worker_->sparse_grads().data(), worker_->sparse_grads().size());
   return s;
 }
 
@@ -98,7 +116,11 @@ absl::Status DeviceStaging::Reload() {
     if (absl::Status st = device_->SynchronizeStream(Stream(s)); !st.ok()) return st;
   }
   if (absl::Status s = Pin(); !s.ok()) return s;
+  if (topk_ratio_ > 0) {  // what was held back belongs to the steps rolled back
+    device_->Fill(Stream::kCompute, residual_.data(), 0.f, residual_.size());
+  }
   Upload();
+  if (absl::Status s = device_->SynchronizeStream(Stream::kCompute); !s.ok()) return s;
   return device_->SynchronizeStream(Stream::kToDevice);
 }
 
@@ -127,7 +149,7 @@ void DeviceStaging::WaitParams(Stream stream, int chunk) {
   device_->Wait(stream, chunk_ready_[static_cast<size_t>(chunk)].get());
 }
 
-void DeviceStaging::GradientsEnqueued(Range range) {
+DeviceStaging::PendingCopy DeviceStaging::NewCopy() {
   PendingCopy copy;
   if (!spare_.empty()) {
     copy = std::move(spare_.back());
@@ -137,11 +159,69 @@ void DeviceStaging::GradientsEnqueued(Range range) {
     copy.begun = device_->NewEvent();
     copy.landed = device_->NewEvent();
   }
-  copy.range = range;
-  const size_t n = static_cast<size_t>(range.size());
   device_->Record(Stream::kCompute, copy.computed.get());
   device_->Wait(Stream::kToHost, copy.computed.get());
   device_->Record(Stream::kToHost, copy.begun.get());
+  return copy;
+}
+
+void DeviceStaging::EnqueueSparse(Range range) {
+  const Layout& layout = worker_->layout();
+  if (range.begin < 0 || range.end > layout.num_params() || range.begin > range.end) {
+    if (enqueue_error_.ok()) {
+      enqueue_error_ = absl::InvalidArgumentError(
+          absl::StrCat("device staging: gradient range [", range.begin, ", ", range.end,
+                       ") is outside [0, ", layout.num_params(), ")"));
+    }
+    return;
+  }
+  const uint8_t* host_base = worker_->sparse_grads().data();
+  for (int64_t at = range.begin; at < range.end;) {
+    const int s = layout.ShardOf(at);
+    const int b = layout.BucketOf(s, at);
+    const Range br = layout.bucket_range(s, b);
+    const int64_t upto = std::min(range.end, br.end);
+    int64_t& ready = bucket_ready_[s][b];
+    ready += upto - at;
+    at = upto;
+    if (ready > br.size()) {
+      if (enqueue_error_.ok()) {
+        enqueue_error_ = absl::InvalidArgumentError(
+            absl::StrCat("device staging: gradients of bucket ", b, " of shard ", s,
+                         " were enqueued twice this step"));
+      }
+      continue;
+    }
+    if (ready < br.size()) continue;
+    absl::StatusOr<absl::Span<uint8_t>> host = worker_->SparseBucket(s, b);
+    if (!host.ok()) {
+      if (enqueue_error_.ok()) enqueue_error_ = host.status();
+      continue;
+    }
+    uint8_t* device_wire = sparse_.data() + (host->data() - host_base);
+    PendingCopy copy = NewCopy();
+    copy.range = br;
+    copy.shard = s;
+    copy.bucket = b;
+    copy.bytes = host->size();
+    device_->TopkCompress(Stream::kToHost, grads_.data() + br.begin, residual_.data() + br.begin,
+                          br.size(), static_cast<int64_t>(host->size() / 8), device_wire);
+    device_->CopyToHost(Stream::kToHost, host->data(), device_wire, host->size());
+    device_->Record(Stream::kToHost, copy.landed.get());
+    pending_.push_back(std::move(copy));
+  }
+}
+
+void DeviceStaging::GradientsEnqueued(Range range) {
+  if (topk_ratio_ > 0) {
+    EnqueueSparse(range);
+    return;
+  }
+  PendingCopy copy = NewCopy();
+  copy.range = range;
+  copy.shard = copy.bucket = -1;
+  const size_t n = static_cast<size_t>(range.size());
+  copy.bytes = n * (half_ ? sizeof(uint16_t) : sizeof(float));
   if (half_) {
     device_->FloatToHalf(Stream::kToHost, *half_, grads_.data() + range.begin,
                          half_grads_.data() + range.begin, n);
@@ -163,17 +243,20 @@ absl::Status DeviceStaging::Drain() {
   }
   for (PendingCopy& c : pending_) spare_.push_back(std::move(c));
   pending_.clear();
+  for (auto& shard : bucket_ready_) std::fill(shard.begin(), shard.end(), 0);
   return first;
 }
 
 absl::Status DeviceStaging::Step() {
   device_->Record(Stream::kCompute, compute_done_.get());
-  absl::Status status;
-  size_t handed = 0;
-  for (; handed < pending_.size() && status.ok(); ++handed) {
+  for (auto& shard : bucket_ready_) std::fill(shard.begin(), shard.end(), 0);
+  absl::Status status = std::exchange(enqueue_error_, absl::OkStatus());
+  for (size_t handed = 0; handed < pending_.size() && status.ok(); ++handed) {
     PendingCopy& c = pending_[handed];
     status = device_->Synchronize(c.landed.get());
-    if (status.ok()) status = worker_->GradientsReady(c.range.begin, c.range.end);
+    if (!status.ok()) break;
+    status = c.bucket >= 0 ? worker_->SparseGradientsReady(c.shard, c.bucket)
+                           : worker_->GradientsReady(c.range.begin, c.range.end);
   }
   if (!status.ok()) {
     (void)Drain();
@@ -198,7 +281,7 @@ absl::StatusOr<DeviceStaging::StepTiming> DeviceStaging::LastStepTiming() {
     auto end = device_->ElapsedMs(origin, c.landed.get());
     if (!begin.ok()) return begin.status();
     if (!end.ok()) return end.status();
-    t.copies.push_back({c.range, *begin, *end});
+    t.copies.push_back({c.range, c.bytes, *begin, *end});
   }
   // The last range's `computed` follows the last backward kernel.
   auto done = device_->ElapsedMs(origin, last_.back().computed.get());

@@ -23,6 +23,14 @@
 // valid only until Release/PushUnit (worker/unit_step.h), so their device
 // model copies and waits inside each call (tools/train_main.cc).
 //
+// Top-k compression (WorkerOptions::topk_ratio > 0) runs on the device:
+// once the ranges enqueued so far complete a bucket, its compression
+// (gpu::Device::TopkCompress, core/topk.h's bits) is queued on kToHost
+// against a device residual, and only the bucket's pairs (8 bytes each) are
+// copied, into Worker::SparseBucket, and handed over with
+// Worker::SparseGradientsReady. The device residual is cleared by Reload(), as
+// the worker clears its own on recovery.
+//
 // Where the UCX in use can move CUDA memory (UcxCudaTransports() names
 // cuda_copy or cuda_ipc) device buffers could go to UCX directly; Debian's
 // UCX has neither, and this class always stages through host memory
@@ -61,7 +69,8 @@ class DeviceStaging {
   // finished everything enqueued before Step() (the overlap test and the
   // benchmark read these).
   struct CopyTiming {
-    Range range;
+    Range range;         // the gradient elements it carries (top-k: a bucket's)
+    uint64_t bytes = 0;  // what crossed to the host
     double begin_ms = 0;
     double end_ms = 0;
   };
@@ -88,8 +97,10 @@ class DeviceStaging {
   // are on the device.
   void WaitParams(gpu::Stream stream, int chunk);
   // The gradient of [begin, end) is enqueued on kCompute (nothing enqueued
-  // later writes it): queue its copy to the worker. Ranges may come in any
-  // order, each once per step.
+  // later writes it): queue its copy to the worker (top-k: the compression
+  // and copy of every bucket it completes). Ranges may come in any order,
+  // each once per step, together covering the parameters; a range out of
+  // bounds or handed twice fails the next Step() with InvalidArgument.
   void GradientsEnqueued(Range range);
   // Hands every queued range to the worker as its copy lands, runs
   // Worker::Step() and queues the new parameters' upload. On error the
@@ -107,6 +118,9 @@ class DeviceStaging {
  private:
   struct PendingCopy {
     Range range;
+    int shard = -1;  // top-k: the bucket whose pairs it copies
+    int bucket = -1;
+    uint64_t bytes = 0;
     std::unique_ptr<gpu::Event> computed;  // on kCompute: the gradient is final
     std::unique_ptr<gpu::Event> begun;     // on kToHost: the copy starts
     std::unique_ptr<gpu::Event> landed;    // on kToHost: it is in host memory
@@ -121,6 +135,10 @@ class DeviceStaging {
   // Waits for every queued copy (after a failure: so nothing still writes
   // host memory the worker may reuse).
   absl::Status Drain();
+  // A PendingCopy with its events (reused from spare_), computed recorded.
+  PendingCopy NewCopy();
+  // Top-k: counts `range` into its buckets and queues each completed one.
+  void EnqueueSparse(Range range);
 
   Worker* worker_;
   gpu::Device* device_;
@@ -128,6 +146,14 @@ class DeviceStaging {
   std::optional<HalfType> half_;
   gpu::DeviceBuffer<float> params_, grads_;
   gpu::DeviceBuffer<uint16_t> half_params_, half_grads_;
+  // Top-k: the residual, every bucket's pairs (laid out as
+  // Worker::sparse_grads()), and per (shard, bucket) the elements enqueued
+  // this step.
+  double topk_ratio_ = 0;
+  gpu::DeviceBuffer<float> residual_;
+  gpu::DeviceBuffer<uint8_t> sparse_;
+  std::vector<std::vector<int64_t>> bucket_ready_;
+  absl::Status enqueue_error_;
   std::vector<std::unique_ptr<gpu::Event>> chunk_ready_;
   std::unique_ptr<gpu::Event> compute_done_;
   std::vector<PendingCopy> pending_;

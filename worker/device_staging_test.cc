@@ -10,11 +10,14 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "core/layout.h"
+#include "core/topk.h"
 #include "gtest/gtest.h"
 #include "model/dataset.h"
 #include "model/device_mlp.h"
@@ -105,6 +108,7 @@ class DeviceStagingTest : public ::testing::TestWithParam<Case> {
     std::vector<float> losses;
     int recoveries = 0;
     std::vector<DeviceStaging::StepTiming> timings;
+    std::optional<Layout> layout;
   };
   Result Train(const std::string& job, const model::Mlp& m, int steps, bool on_device,
                const std::function<void(Worker&, int64_t)>& before_step = nullptr,
@@ -186,11 +190,22 @@ class DeviceStagingTest : public ::testing::TestWithParam<Case> {
         out[r].losses.push_back(loss);
       }
       out[r].recoveries = worker.recoveries();
+      out[r].layout = worker.layout();
       auto all = worker.GatherAll();
       ASSERT_TRUE(all.ok()) << all.status();
       out[r].params = std::move(*all);
     });
     return out[0];
+  }
+
+  Result TrainThroughRestart(const std::string& job, const model::Mlp& m, bool on_device,
+                             double topk_ratio = 0);
+
+  void StartCheckpointedCluster() {
+    // The process id keeps runs outside Bazel (TempDir() = /tmp/) from
+    // resuming an earlier run's checkpoints.
+    StartCluster(absl::StrCat(::testing::TempDir(), "/ckpt-",
+                              Name(::testing::TestParamInfo<Case>(GetParam(), 0)), "-", getpid()));
   }
 
   void ExpectSame(const Result& device, const Result& cpu) {
@@ -223,15 +238,12 @@ TEST_P(DeviceStagingTest, TrainsAsTheCpuPathDoes) {
   EXPECT_LT(cpu.losses.back(), cpu.losses.front());
 }
 
-// A shard server restarts mid-run; the job rolls back to the checkpoint of
-// step 2 and the staging re-pins and re-uploads the restored parameters.
-TEST_P(DeviceStagingTest, RecoveryReloadsTheDevice) {
-  if (GetParam().strategy == Strategy::kDdp) GTEST_SKIP() << "ddp keeps its state on workers";
-  // The process id keeps runs outside Bazel (TempDir() = /tmp/) from
-  // resuming an earlier run's checkpoints.
-  StartCluster(absl::StrCat(::testing::TempDir(), "/ckpt-",
-                            Name(::testing::TestParamInfo<Case>(GetParam(), 0)), "-", getpid()));
-  model::Mlp m({32, 64, 10});
+// Trains job `job` for 6 steps while shard server 1 restarts before step 3:
+// the job rolls back to the checkpoint of step 2 and recovers.
+DeviceStagingTest::Result DeviceStagingTest::TrainThroughRestart(const std::string& job,
+                                                                 const model::Mlp& m,
+                                                                 bool on_device,
+                                                                 double topk_ratio) {
   std::atomic<int> arrived{0};
   absl::Notification restarted;
   std::thread restarter([&] {
@@ -249,15 +261,79 @@ TEST_P(DeviceStagingTest, RecoveryReloadsTheDevice) {
     arrived.fetch_add(1);
     restarted.WaitForNotification();
   };
-  WorkerOptions o = Options("rec", 0);
+  WorkerOptions o = Options(job, 0);
   o.recovery = true;
   o.recovery_timeout = absl::Seconds(30);
   o.checkpoint.every_steps = 2;
   o.checkpoint.initial = true;
-  Result device = Train("rec", m, 6, /*on_device=*/true, restart_at_3, &o);
+  o.topk_ratio = topk_ratio;
+  Result r = Train(job, m, 6, on_device, restart_at_3, &o);
   restarter.join();
-  EXPECT_EQ(device.recoveries, 1);
+  EXPECT_EQ(r.recoveries, 1);
+  return r;
+}
+
+// The staging re-pins and re-uploads the restored parameters after a
+// recovery; the result is the uninterrupted CPU run's.
+TEST_P(DeviceStagingTest, RecoveryReloadsTheDevice) {
+  if (GetParam().strategy == Strategy::kDdp) GTEST_SKIP() << "ddp keeps its state on workers";
+  StartCheckpointedCluster();
+  model::Mlp m({32, 64, 10});
+  Result device = TrainThroughRestart("rec", m, /*on_device=*/true);
   Result cpu = Train("cpu", m, 6, /*on_device=*/false);
+  ExpectSame(device, cpu);
+}
+
+WorkerOptions TopkOptions(WorkerOptions o) {
+  o.topk_ratio = 0.05;
+  return o;
+}
+
+// Top-k on the device: the same pairs and residuals as the worker's own
+// compression on the CPU (bit for bit on the host device), and only the
+// pairs cross to the host, bucket by bucket.
+TEST_P(DeviceStagingTest, CompressesOnTheDevice) {
+  if (GetParam().precision != Precision::kFp32) GTEST_SKIP() << "top-k is fp32 only";
+  StartCluster("");
+  model::Mlp m({32, 64, 48, 10});
+  WorkerOptions o = TopkOptions(Options("topk-cpu", 0));
+  Result cpu = Train("topk-cpu", m, 8, /*on_device=*/false, nullptr, &o);
+  o.job = "topk-dev";
+  Result device = Train("topk-dev", m, 8, /*on_device=*/true, nullptr, &o);
+  ExpectSame(device, cpu);  // convergence under top-k: worker_test's TopkCompression
+
+  // What crossed: every bucket's pairs once per step, nothing else.
+  uint64_t pairs_bytes = 0;
+  size_t buckets = 0;
+  ASSERT_TRUE(device.layout.has_value());
+  const Layout& layout = *device.layout;
+  for (int s = 0; s < layout.num_shards(); ++s) {
+    for (int b = 0; b < layout.num_buckets(s); ++b, ++buckets) {
+      pairs_bytes += SparseBytes(TopkCount(o.topk_ratio, layout.bucket_range(s, b).size()));
+    }
+  }
+  ASSERT_GT(buckets, 2u);
+  ASSERT_FALSE(device.timings.empty());
+  for (const auto& t : device.timings) {
+    ASSERT_EQ(t.copies.size(), buckets);
+    uint64_t bytes = 0;
+    for (const auto& c : t.copies) bytes += c.bytes;
+    EXPECT_EQ(bytes, pairs_bytes);
+  }
+  std::cout << "to the host per step: " << pairs_bytes << " bytes of pairs, against "
+            << m.num_params() * sizeof(float) << " dense\n";
+  EXPECT_LT(pairs_bytes * 5, m.num_params() * sizeof(float));
+}
+
+// A recovery clears the device residual as the worker clears its own: the
+// device run through a server restart equals the CPU run through the same.
+TEST_P(DeviceStagingTest, CompressedRecoveryClearsTheResidual) {
+  if (GetParam().strategy == Strategy::kDdp) GTEST_SKIP() << "ddp keeps its state on workers";
+  if (GetParam().precision != Precision::kFp32) GTEST_SKIP() << "top-k is fp32 only";
+  StartCheckpointedCluster();
+  model::Mlp m({32, 64, 10});
+  Result device = TrainThroughRestart("topk-rec-dev", m, /*on_device=*/true, 0.05);
+  Result cpu = TrainThroughRestart("topk-rec-cpu", m, /*on_device=*/false, 0.05);
   ExpectSame(device, cpu);
 }
 

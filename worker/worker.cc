@@ -366,6 +366,25 @@ absl::Status Worker::GradientsReady(int64_t begin, int64_t end) {
   return p_->exchange->GradientsReady(begin, end);
 }
 
+absl::Span<uint8_t> Worker::sparse_grads() {
+  if (p_->ctx.layout == nullptr) return {};
+  return p_->exchange->sparse();
+}
+
+absl::StatusOr<absl::Span<uint8_t>> Worker::SparseBucket(int shard, int bucket) {
+  if (p_->ctx.layout == nullptr) {
+    return absl::FailedPreconditionError("SparseBucket before RegisterLayout");
+  }
+  return p_->exchange->SparseBucket(shard, bucket);
+}
+
+absl::Status Worker::SparseGradientsReady(int shard, int bucket) {
+  if (p_->ctx.layout == nullptr) {
+    return absl::FailedPreconditionError("SparseGradientsReady before RegisterLayout");
+  }
+  return p_->exchange->SparseReady(shard, bucket);
+}
+
 absl::Status Worker::Step() {
   internal::JobContext& ctx = p_->ctx;
   if (ctx.layout == nullptr) return absl::FailedPreconditionError("Step before RegisterLayout");

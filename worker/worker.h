@@ -114,6 +114,21 @@ class Worker {
   // Gradients of flat elements [begin, end) are final for this step: buckets
   // they complete are pushed now, while backward goes on. Optional.
   absl::Status GradientsReady(int64_t begin, int64_t end);
+  // Top-k compression (options().topk_ratio > 0) done by the caller, e.g. on
+  // a GPU (worker/device_staging.h): the caller writes a bucket's pairs, in
+  // core/topk.h's wire form (SparseBytes(TopkCount(ratio, bucket size))
+  // bytes), into SparseBucket(shard, bucket) and hands them over with
+  // SparseGradientsReady(shard, bucket), which checks them and pushes them
+  // as they are. The caller then keeps that bucket's residual: the worker's
+  // own is used only for buckets it compresses itself from grads() (those
+  // not handed over this way by Step()). sparse_grads() is every bucket's
+  // pairs, one buffer (to pin it). FailedPrecondition without top-k or
+  // before RegisterLayout; InvalidArgument for a bucket out of range, handed
+  // over twice in a step, or pairs that fail core/topk.h's CheckSparse (then
+  // nothing is pushed).
+  absl::Span<uint8_t> sparse_grads();
+  absl::StatusOr<absl::Span<uint8_t>> SparseBucket(int shard, int bucket);
+  absl::Status SparseGradientsReady(int shard, int bucket);
   // Pushes what is left, waits for the updated parameters (or the averaged
   // gradient, applied locally, for DDP). On error the step is not applied and
   // the status names the job, step, shard and cause, with one exception that

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/optimizer.h"
+#include "core/topk.h"
 #include "gtest/gtest.h"
 #include "testing/inproc_cluster.h"
 
@@ -250,6 +252,78 @@ TEST_P(WorkerTest, TopkCompressionPushesOnlyThePairsAndStillConverges) {
   absl::Status s = w.ok() ? (*w)->RegisterLayout(kTensors, Init()) : w.status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("top-k"), std::string::npos) << s;
+}
+
+// Top-k compressed by the caller (as a GPU worker does, worker/device_staging.h)
+// for every other bucket, by the worker for the rest: the same parameters as
+// the worker compressing every bucket. Bad hand-overs are refused and push
+// nothing.
+TEST_P(WorkerTest, CallerCompressedBucketsArePushedAsTheyAre) {
+  constexpr int kCompressedSteps = 4;
+  auto run = [&](const std::string& job, bool by_caller) {
+    std::vector<std::vector<float>> out(kWorld);
+    OnRanks([&](int r) {
+      WorkerOptions o = Options(job, r, Strategy::kZero2);
+      o.topk_ratio = 0.25;
+      auto w = Worker::Connect(o);
+      ASSERT_TRUE(w.ok()) << w.status();
+      Worker& worker = **w;
+      EXPECT_EQ(worker.SparseGradientsReady(0, 0).code(), absl::StatusCode::kFailedPrecondition);
+      ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
+      const Layout& layout = worker.layout();
+      std::vector<float> residual(layout.num_params(), 0.f);
+      for (int64_t step = 0; step < kCompressedSteps; ++step) {
+        absl::Span<float> p = worker.params();
+        absl::Span<float> g = worker.grads();
+        for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(r, step, i, p[i]);
+        if (by_caller) {
+          for (int s = 0; s < layout.num_shards(); ++s) {
+            for (int b = 0; b < layout.num_buckets(s); b += 2) {
+              const Range br = layout.bucket_range(s, b);
+              auto wire = worker.SparseBucket(s, b);
+              ASSERT_TRUE(wire.ok()) << wire.status();
+              const int64_t k = static_cast<int64_t>(wire->size() / 8);
+              ASSERT_EQ(k, TopkCount(o.topk_ratio, br.size()));
+              if (k > 1 && step == 0) {  // indices that do not rise: refused
+                std::vector<uint32_t> idx(static_cast<size_t>(k));
+                for (int64_t j = 0; j < k; ++j) idx[j] = static_cast<uint32_t>(k - 1 - j);
+                std::memcpy(wire->data(), idx.data(), idx.size() * 4);
+                absl::Status bad = worker.SparseGradientsReady(s, b);
+                EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+              }
+              TopkCompress(g.data() + br.begin, residual.data() + br.begin, br.size(), k,
+                           wire->data());
+              ASSERT_TRUE(worker.SparseGradientsReady(s, b).ok());
+              EXPECT_EQ(worker.SparseGradientsReady(s, b).code(),
+                        absl::StatusCode::kInvalidArgument)
+                  << "handed over twice";
+            }
+          }
+          EXPECT_EQ(worker.SparseGradientsReady(layout.num_shards(), 0).code(),
+                    absl::StatusCode::kInvalidArgument);
+          EXPECT_EQ(worker.SparseBucket(0, layout.num_buckets(0)).status().code(),
+                    absl::StatusCode::kInvalidArgument);
+        }
+        ASSERT_TRUE(worker.Step().ok());
+      }
+      auto all = worker.GatherAll();
+      ASSERT_TRUE(all.ok()) << all.status();
+      out[r] = std::move(*all);
+    });
+    EXPECT_EQ(out[0], out[1]) << "ranks disagree";
+    return out[0];
+  };
+  const std::vector<float> by_worker = run("sparse-worker", false);
+  const std::vector<float> by_caller = run("sparse-caller", true);
+  EXPECT_EQ(by_caller, by_worker);
+  // Without top-k there are no pairs to hand over.
+  WorkerOptions o = Options("sparse-off", 0, Strategy::kZero2);
+  o.world_size = 1;
+  auto w = Worker::Connect(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE((*w)->RegisterLayout(kTensors, Init()).ok());
+  EXPECT_TRUE((*w)->sparse_grads().empty());
+  EXPECT_EQ((*w)->SparseGradientsReady(0, 0).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_P(WorkerTest, StateQueriesAreCollectivesOverTheJob) {

@@ -57,9 +57,11 @@ void BucketExchange::Allocate() {
   }
   ready_elems_.assign(static_cast<size_t>(shards), {});
   pushed_.assign(static_cast<size_t>(shards), {});
+  caller_sparse_.assign(static_cast<size_t>(shards), {});
   for (int s = 0; s < shards; ++s) {
     ready_elems_[s].assign(static_cast<size_t>(layout.num_buckets(s)), 0);
     pushed_[s].assign(static_cast<size_t>(layout.num_buckets(s)), 0);
+    caller_sparse_[s].assign(static_cast<size_t>(layout.num_buckets(s)), 0);
   }
 }
 
@@ -108,6 +110,42 @@ absl::Status BucketExchange::GradientsReady(int64_t begin, int64_t end) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<absl::Span<uint8_t>> BucketExchange::SparseBucket(int shard, int bucket) {
+  if (residual_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx_->Where(), ": no top-k compression (options.topk_ratio is 0)"));
+  }
+  const Layout& layout = *ctx_->layout;
+  if (shard < 0 || shard >= static_cast<int>(sparse_at_.size()) || bucket < 0 ||
+      bucket >= layout.num_buckets(shard)) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx_->Where(), ": no bucket ", bucket,
+                                                   " of shard ", shard, " (", sparse_at_.size(),
+                                                   " shards)"));
+  }
+  const uint64_t bytes =
+      SparseBytes(TopkCount(ctx_->options.topk_ratio, layout.bucket_range(shard, bucket).size()));
+  return absl::MakeSpan(sparse_.data() + sparse_at_[shard][bucket], bytes);
+}
+
+absl::Status BucketExchange::SparseReady(int shard, int bucket) {
+  absl::StatusOr<absl::Span<uint8_t>> wire = SparseBucket(shard, bucket);
+  if (!wire.ok()) return wire.status();
+  if (pushed_[shard][bucket] || caller_sparse_[shard][bucket]) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx_->Where(), ": bucket ", bucket, " of shard ",
+                                                   shard, " was handed over twice this step"));
+  }
+  const Range br = ctx_->layout->bucket_range(shard, bucket);
+  const int64_t k = TopkCount(ctx_->options.topk_ratio, br.size());
+  if (absl::Status s = CheckSparse(wire->data(), k, br.size()); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ctx_->Where(), ": bucket ", bucket, " of shard ", shard, ": ", s.message()));
+  }
+  caller_sparse_[shard][bucket] = 1;
+  // With a shuffle seed Exchange pushes it, in its random order.
+  if (ctx_->options.shuffle_seed == 0) PushBucket(shard, bucket);
+  return absl::OkStatus();
+}
+
 int64_t BucketExchange::unpushed() const {
   int64_t n = 0;
   for (const auto& shard : pushed_) n += std::count(shard.begin(), shard.end(), 0);
@@ -121,6 +159,10 @@ void BucketExchange::PushBucket(int shard, int bucket) {
   const int64_t begin = br.begin;
   if (!residual_.empty()) {  // top-k: the largest of gradient + residual
     uint8_t* wire = sparse_.data() + sparse_at_[shard][bucket];
+    if (caller_sparse_[shard][bucket]) {  // compressed by the caller (SparseReady)
+      channel_->Send(channel_->Header(FrameType::kPush, ctx_->step, shard, bucket), wire);
+      return;
+    }
     TopkCompress(buffers_.grads.data() + begin, residual_.data() + begin, br.size(),
                  TopkCount(ctx_->options.topk_ratio, br.size()), wire);
     channel_->Send(channel_->Header(FrameType::kPush, ctx_->step, shard, bucket), wire);
@@ -229,6 +271,7 @@ absl::Status BucketExchange::WaitForParams(int64_t version) {
 void BucketExchange::NextStep() {
   for (auto& v : ready_elems_) std::fill(v.begin(), v.end(), 0);
   for (auto& v : pushed_) std::fill(v.begin(), v.end(), 0);
+  for (auto& v : caller_sparse_) std::fill(v.begin(), v.end(), 0);
   micro_batches_ = 0;
 }
 

@@ -61,6 +61,12 @@ class BucketExchange : public FrameSink {
   int micro_batches() const { return micro_batches_; }
   // Elements [begin, end) are final: buckets they complete are pushed now.
   absl::Status GradientsReady(int64_t begin, int64_t end);
+  // Top-k compressed by the caller (Worker::SparseBucket): every bucket's
+  // pairs, one bucket's, and the hand-over of one (pushed now, or by
+  // Exchange with a shuffle seed; the worker's residual is not touched).
+  absl::Span<uint8_t> sparse() { return absl::MakeSpan(sparse_); }
+  absl::StatusOr<absl::Span<uint8_t>> SparseBucket(int shard, int bucket);
+  absl::Status SparseReady(int shard, int bucket);
   // Per-unit zero2: the unit's buckets were pushed from its own buffer.
   void MarkPushed(int shard, int bucket) { pushed_[shard][bucket] = 1; }
   // Buckets not pushed yet this step.
@@ -99,6 +105,8 @@ class BucketExchange : public FrameSink {
   std::vector<float> residual_;
   std::vector<uint8_t> sparse_;
   std::vector<std::vector<uint64_t>> sparse_at_;
+  // Per (shard, bucket): its pairs were written by the caller this step.
+  std::vector<std::vector<uint8_t>> caller_sparse_;
   int micro_batches_ = 0;  // AccumulateGradients calls this step
   // Per (shard, bucket): elements handed over this step, and pushed flag.
   std::vector<std::vector<int64_t>> ready_elems_;
