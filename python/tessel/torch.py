@@ -22,6 +22,17 @@ pushes overlap the rest of backward. The update runs on the shard servers
 gradients, with the torch optimizer's hyper-parameters. The initial
 parameters are rank 0's.
 
+CUDA models. Parameters on a CUDA device stay there: the model computes on the
+device and Tessel stages through host memory (ddp, zero1, zero2). Each
+parameter's gradient leaves the device as soon as backward produced it (an
+asynchronous copy on a stream of Tessel's into page-locked memory, behind the
+stream that produced it, so the copies overlap the rest of backward); step()
+hands each range to the worker as its copy lands, and the new parameters go
+back to the device asynchronously, ordered before the next forward on the
+current stream. fsdp keeps CPU models only. TESSEL_TORCH_STAGING=1 runs a CPU
+model through the same staging (its own tensors, copied to and from the
+worker's buffers): the CUDA path's logic where no GPU is.
+
 Supported torch optimizers: SGD (momentum, dampening, nesterov,
 weight_decay), Adam, AdamW, RMSprop (alpha, momentum, centered), Adagrad
 (lr_decay, initial_accumulator_value). Not (a ValueError says so): amsgrad,
@@ -222,6 +233,91 @@ class _Gathered:
         return False
 
 
+class _Staging:
+    """A parameter group whose tensors live on a device (CUDA; or, for tests, a
+    CPU model with TESSEL_TORCH_STAGING=1). The model's parameters and
+    gradients are views of `params` and `grads` here, on the device; the
+    worker's buffers (host) stay the data path's. Gradients go device -> a
+    page-locked stage (asynchronously, on our stream, behind the stream that
+    produced them) -> the worker's buffer, range by range; parameters go the
+    other way after each step. On the CPU the same copies run synchronously."""
+
+    def __init__(self, device, n, dtype):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.params = torch.empty(n, dtype=dtype, device=device)
+        self.grads = torch.zeros(n, dtype=dtype, device=device)
+        # Asynchronous copies need page-locked host memory.
+        self.grad_stage = torch.empty(n, dtype=dtype, pin_memory=self.cuda)
+        self.param_stage = torch.empty(n, dtype=dtype, pin_memory=self.cuda)
+        self.stream = torch.cuda.Stream(device=device) if self.cuda else None
+        self.pending = []  # [event, begin, end, landed in the worker's buffer]
+        self.host_params = None
+        self.host_grads = None
+
+    def attach(self, host_params, host_grads):
+        """The worker's buffers (a recovery or a load may have moved them)."""
+        self.drain()
+        self.host_params = host_params
+        self.host_grads = host_grads
+
+    def enqueue(self, begin, end):
+        """grads[begin:end] is final on the current stream: copy it out."""
+        if self.cuda:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self.stream):
+                self.grad_stage[begin:end].copy_(self.grads[begin:end], non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        else:
+            self.grad_stage[begin:end].copy_(self.grads[begin:end])
+            event = None
+        self.pending.append([event, begin, end, False])
+
+    def _land(self, entry):
+        event, begin, end, landed = entry
+        if not landed:
+            if event is not None:
+                event.synchronize()
+            self.host_grads[begin:end].copy_(self.grad_stage[begin:end])
+            entry[3] = True
+
+    def wait(self):
+        """Every queued gradient is in the worker's buffer (nothing handed over)."""
+        for entry in self.pending:
+            self._land(entry)
+
+    def hand_over(self, worker):
+        """Hands each queued range to the worker as its copy lands, in order."""
+        pending, self.pending = self.pending, []
+        for entry in pending:
+            self._land(entry)
+            worker.gradients_ready(entry[1], entry[2])
+
+    def drain(self):
+        """Waits for the queued copies and forgets them (a skipped step, a rebind)."""
+        for event, *_ in self.pending:
+            if event is not None:
+                event.synchronize()
+        self.pending = []
+
+    def upload(self):
+        """The worker's parameters to the device, before any later work on the
+        current stream reads them."""
+        if not self.cuda:
+            self.param_stage.copy_(self.host_params)
+            with torch.no_grad():
+                self.params.copy_(self.param_stage)
+            return
+        self.stream.synchronize()  # the previous upload no longer reads the stage
+        self.param_stage.copy_(self.host_params)
+        # Work already enqueued that reads the old values runs first.
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream), torch.no_grad():
+            self.params.copy_(self.param_stage, non_blocking=True)
+        torch.cuda.current_stream(self.device).wait_stream(self.stream)
+
+
 class _Group:
     """One torch parameter group = one Tessel job and its worker."""
 
@@ -236,6 +332,8 @@ class _Group:
         self.flat_grads = None
         self.grad_views = []
         self.ready = []  # backward passes seen per parameter this step
+        self.staging = None  # _Staging for parameters on a device
+        self.staged = []  # per parameter: its gradient was queued this step
         # torch's p.grad is not None, per parameter: fsdp frees the tensors between
         # steps, so it is kept here (the other strategies read p.grad itself).
         self.has_grad = [p.grad is not None for p in params]
@@ -354,6 +452,7 @@ class DistributedOptimizer:
             names = {id(p): n for n, p in model.named_parameters()}
         self._groups = []
         seen = set()
+        devices = {}  # device -> the first parameter's name on it
         for gi, group in enumerate(optimizer.param_groups):
             params = [p for p in group["params"]]
             for p in params:
@@ -368,15 +467,25 @@ class DistributedOptimizer:
                 if not p.requires_grad:
                     raise ValueError(f"parameter {names.get(id(p), '?')} does not require a "
                                      f"gradient (frozen): leave it out of the optimizer")
-                if p.device.type != "cpu":
+                if p.device.type not in ("cpu", "cuda"):
                     raise ValueError(f"parameter {names.get(id(p), '?')} is on {p.device}; "
-                                     f"this binding trains CPU models")
+                                     f"Tessel trains CPU and CUDA models")
+                devices.setdefault(p.device, names.get(id(p), "?"))
             if not params:
                 continue
             pnames = [names.get(id(p), f"g{gi}.p{i}") for i, p in enumerate(params)]
             self._groups.append(_Group(gi, params, pnames, self._hyper_of(group)))
         if not self._groups:
             raise ValueError("the optimizer has no parameters")
+        if len(devices) > 1:
+            raise ValueError("the parameters are on several devices (" + ", ".join(
+                f"{n} on {d}" for d, n in devices.items()) + "); Tessel trains a model on one")
+        self.device = next(iter(devices))
+        if self.device.type == "cuda" and strategy == "fsdp":
+            raise ValueError(f"strategy 'fsdp' trains CPU models; the parameters are on "
+                             f"{self.device} (use ddp, zero1 or zero2 there)")
+        self._staged = strategy != "fsdp" and (
+            self.device.type == "cuda" or os.environ.get("TESSEL_TORCH_STAGING") == "1")
         if recovery and len(self._groups) > 1:
             raise ValueError("recovery takes one parameter group (each group is a job, and "
                              "their checkpoints could roll back to different steps)")
@@ -496,6 +605,9 @@ class DistributedOptimizer:
                     unit["done"] = 0
             return
         for g in self._groups:
+            if g.staging is not None:
+                g.staging.drain()
+                g.staged = [False] * len(g.params)
             g.flat_grads.zero_()
             g.ready = [0] * len(g.params)
 
@@ -554,7 +666,7 @@ class DistributedOptimizer:
         return per_group
 
     def _bind_fsdp(self, g, units):
-        flat_init = np.concatenate([p.detach().reshape(-1).numpy() for p in g.params])
+        flat_init = np.concatenate([p.detach().reshape(-1).cpu().numpy() for p in g.params])
         shapes = [list(p.shape) if p.dim() > 0 else [1] for p in g.params]
         g.worker.register_layout(g.names, shapes, flat_init.astype(np.float32, copy=False))
         g.shapes = [tuple(p.shape) for p in g.params]
@@ -710,12 +822,15 @@ class DistributedOptimizer:
                 if self.precision in _HALF:  # the fp32 masters, as the model was made
                     full = torch.from_numpy(g.worker.gather_all())
                     for p, (b, e) in zip(g.params, g.ranges):
-                        p.data = full[b:e].view(p.shape).clone()
+                        p.data = full[b:e].view(p.shape).clone().to(p.device)
                         p.grad = None
                 else:
                     for p in g.params:
                         p.data = p.data.clone()
                         p.grad = None if p.grad is None else p.grad.clone()
+            if g.staging is not None:
+                g.staging.drain()
+                g.staging = None
             g.worker.close()
             g.worker = None
         self._hooks = []
@@ -728,7 +843,7 @@ class DistributedOptimizer:
             n = p.numel()
             g.ranges.append((offset, offset + n))
             offset += n
-            init.append(p.detach().reshape(-1).numpy())
+            init.append(p.detach().reshape(-1).cpu().numpy())
         flat_init = np.concatenate(init).astype(np.float32, copy=False)
         shapes = [list(p.shape) if p.dim() > 0 else [1] for p in g.params]
         w = g.worker
@@ -736,8 +851,12 @@ class DistributedOptimizer:
         if self.strategy == "ddp":
             w.synchronize_optimizer_state()  # every rank takes rank 0's parameters exactly
         g.shapes = [tuple(p.shape) for p in g.params]
+        if self._staged:
+            dtype = _HALF.get(self.precision, torch.float32)
+            g.staging = _Staging(self.device, offset, dtype)
         self._rebind(g)
         g.flat_grads.zero_()
+        g.staged = [False] * len(g.params)
         g.ready = [0] * len(g.params)
         if self.overlap:
             for i, p in enumerate(g.params):
@@ -753,6 +872,12 @@ class DistributedOptimizer:
             if g.worker is None:  # closed
                 return
             self._adopt_grad(g, i, p)
+            if g.staging is not None:  # (on a CUDA model, this runs on autograd's thread)
+                g.ready[i] += 1
+                if g.ready[i] == self.backward_passes_per_step:
+                    g.staging.enqueue(begin, end)  # step() hands it over
+                    g.staged[i] = True
+                return
             if not any(g.ready):  # this step's first gradient: settings before pushes
                 self._sync_group(g)
             g.ready[i] += 1
@@ -778,6 +903,11 @@ class DistributedOptimizer:
         else:
             g.flat_params = torch.from_numpy(g.worker.params())
             g.flat_grads = torch.from_numpy(g.worker.grads())
+        if g.staging is not None:  # the model's tensors are the device's copies
+            g.staging.attach(g.flat_params, g.flat_grads)
+            g.staging.upload()
+            g.flat_params, g.flat_grads = g.staging.params, g.staging.grads
+            g.staged = [False] * len(g.params)
         g.grad_views = []
         for p, (b, e) in zip(g.params, g.ranges):
             with torch.no_grad():
@@ -798,6 +928,11 @@ class DistributedOptimizer:
                 g.grad_views[i].zero_()
             else:
                 self._adopt_grad(g, i, p)
+        if g.staging is not None:  # what backward's hooks did not queue
+            for i, (b, e) in enumerate(g.ranges):
+                if not g.staged[i]:
+                    g.staging.enqueue(b, e)
+                    g.staged[i] = True
 
     @staticmethod
     def _adopt_grad(g, i, p):
@@ -883,10 +1018,20 @@ class DistributedOptimizer:
         self._sync_hyper()
         self._skip_tensors(skips)
         for g in self._groups:
-            self._recovering(g, (lambda: self._fsdp_step(g)) if fsdp else self._worker(g).step)
+            self._recovering(g, (lambda: self._fsdp_step(g)) if fsdp else
+                             (lambda: self._flat_step(g)))
             g.ready = [0] * len(g.params)
+            g.staged = [False] * len(g.params)
         self._scale_stepped()
         return loss
+
+    def _flat_step(self, g):
+        w = self._worker(g)
+        if g.staging is not None:
+            g.staging.hand_over(w)
+        w.step()
+        if g.staging is not None:
+            g.staging.upload()
 
     def _recovering(self, g, step):
         """Runs `step`; with recovery on, a step lost to a lost member rolls the job
@@ -917,9 +1062,11 @@ class DistributedOptimizer:
         out = []
         for g in self._groups:
             self._collect_grads(g)
+            if g.staging is not None:
+                g.staging.wait()
             mean = torch.from_numpy(self._worker(g).synchronize_gradients())
             for p, (b, e) in zip(g.params, g.ranges):
-                out.append(mean[b:e].view(p.shape).clone())
+                out.append(mean[b:e].view(p.shape).clone().to(p.device))
         return out
 
     def should_early_stop(self, metric):

@@ -71,6 +71,9 @@ expect_raises(ValueError, "backoff_factor must be in (0, 1)", lambda: tt.Distrib
     torch.optim.Adam(model.parameters()), precision="fp16", backoff_factor=1.5))
 expect_raises(ValueError, "recovery needs strategy zero1, zero2 or fsdp", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(model.parameters()), strategy="ddp", recovery=True, checkpoint_every_steps=2))
+meta = exact_model.make_model().to("meta")
+expect_raises(ValueError, "Tessel trains CPU and CUDA models", lambda: tt.DistributedOptimizer(
+    torch.optim.Adam(meta.parameters()), model=meta))
 expect_raises(tessel.TesselError, "UNAVAILABLE", lambda: tessel.Worker(
     "127.0.0.1:1", "nowhere", 0, 1, connect_timeout_s=0.5))
 before = exact_model.flat(model).clone()

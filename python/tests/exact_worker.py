@@ -23,6 +23,12 @@ per = exact_model.BATCH // world
 for combo in combos:
     strategy, opt_name, *rest = combo.split(":")
     variant = rest[0] if rest else "fp32"
+    # ...-staged / staged: the model's own tensors, staged to and from the
+    # worker's buffers as a CUDA model's are (tessel.torch._Staging).
+    staged = variant == "staged" or variant.endswith("-staged")
+    if staged:
+        variant = "fp32" if variant == "staged" else variant[:-len("-staged")]
+    os.environ["TESSEL_TORCH_STAGING"] = "1" if staged else "0"
     fp16 = variant == "fp16"
     # unused: parameters without gradients, zero_grad(set_to_none=True);
     # unused-keep: the same with zero_grad() keeping zeroed gradients.
@@ -35,10 +41,16 @@ for combo in combos:
     clip = exact_model.CLIP.get(opt_name)
     opt = tt.DistributedOptimizer(exact_model.OPTIMIZERS[opt_name](model),
                                   model=model, strategy=strategy, bucket_bytes=512,
-                                  job=f"{cfg['job']}-{strategy}-{opt_name}-{variant}",
+                                  job=f"{cfg['job']}-{combo.replace(':', '-')}",
                                   overlap=None if fp16 else clip is None, precision=precision,
                                   find_unused_parameters=unused,
                                   **(exact_model.FP16_SCALER if fp16 else {}))
+    if staged:  # the model's tensors are its own, not views of the worker's buffers
+        for g in opt._groups:
+            assert g.staging is not None, combo
+            buf = g.worker.half_params() if precision in ("bf16", "fp16") else g.worker.params()
+            lo, hi = buf.ctypes.data, buf.ctypes.data + buf.nbytes
+            assert all(not lo <= p.data_ptr() < hi for p in g.params), combo
     applied = []
     make_schedule = exact_model.SCHEDULES.get(opt_name)
     schedule = make_schedule(opt.optimizer) if make_schedule else None

@@ -1,7 +1,8 @@
 """Automatic recovery from Python: tessel-launch --max_restarts=1 restarts a
 worker that died at step 7; it resumes from the checkpoint of step 6, the
 other rank rolls back there, and training ends bitwise where a run without
-the crash ends (zero2 and fsdp).
+the crash ends (zero2, fsdp, and zero2 with the model staged as a CUDA
+model is).
 
 Usage: recovery_test.py --launch=tessel-launch --worker=recovery_worker.py
 """
@@ -30,15 +31,21 @@ def main():
     args = ap.parse_args()
     out = tempfile.mkdtemp(prefix="recovery-")
     failures = []
-    for strategy in ("zero2", "fsdp"):
-        _, clean_s = launch(args, out, f"clean-{strategy}", strategy, None)
+    # zero2-staged: a model staged as a CUDA model is (tessel.torch._Staging),
+    # against the clean zero2 run.
+    for strategy in ("zero2", "fsdp", "zero2-staged"):
+        clean = strategy.split("-")[0]
+        clean_s = 0.0
+        if clean == strategy:
+            _, clean_s = launch(args, out, f"clean-{strategy}", strategy, None)
         log, crash_s = launch(args, out, f"crash-{strategy}", strategy, 7)
         restarted = "restarting it" in log
         m = re.search(r"recoveries (\d+)", log)
         recoveries = int(m.group(1)) if m else -1
-        same = np.array_equal(np.load(os.path.join(out, f"{strategy}-clean.npy")),
+        same = np.array_equal(np.load(os.path.join(out, f"{clean}-clean.npy")),
                               np.load(os.path.join(out, f"{strategy}-crash.npy")))
-        print(f"{strategy}: clean run {clean_s:.1f} s; with rank 1 killed at step 7: "
+        clean_note = f"clean run {clean_s:.1f} s" if clean == strategy else f"clean run: {clean}'s"
+        print(f"{strategy}: {clean_note}; with rank 1 killed at step 7: "
               f"{crash_s:.1f} s, launcher restarted it: {'yes' if restarted else 'NO'}, "
               f"rank 0 recoveries: {recoveries}, final parameters "
               f"{'bitwise equal' if same else 'DIFFERENT'}")

@@ -1,6 +1,6 @@
 """One rank of the recovery test (under tessel-launch --checkpoint_dir).
 
-    recovery_worker.py STRATEGY OUTDIR [CRASH_AT]
+    recovery_worker.py STRATEGY OUTDIR [CRASH_AT]      (STRATEGY: zero2, fsdp, zero2-staged)
 
 Trains 10 steps with recovery on (a checkpoint every 3 steps), the loop
 written over opt.step_count. With CRASH_AT, rank 1's first process dies
@@ -19,6 +19,8 @@ import exact_model
 import tessel.torch as tt
 
 strategy, outdir = sys.argv[1], sys.argv[2]
+# zero2-staged: the model's own tensors staged as a CUDA model's are.
+os.environ["TESSEL_TORCH_STAGING"] = "1" if strategy.endswith("-staged") else "0"
 crash_at = int(sys.argv[3]) if len(sys.argv) > 3 else -1
 cfg = tt.init()
 rank, world = tt.rank(), tt.size()
@@ -26,7 +28,7 @@ restarted = int(os.environ.get("TESSEL_RESTART_COUNT", "0")) > 0
 torch.set_num_threads(1)
 model = exact_model.make_model()
 opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model=model,
-                              strategy=strategy, bucket_bytes=512, recovery=True,
+                              strategy=strategy.split("-")[0], bucket_bytes=512, recovery=True,
                               checkpoint_every_steps=3)
 if restarted:
     print(f"rank {rank}: restarted, resuming at step {opt.step_count}", file=sys.stderr, flush=True)
