@@ -17,6 +17,8 @@ DeviceStaging::DeviceStaging(Worker* worker, gpu::Device* device, std::vector<Ra
       topk_ratio_(worker->options().topk_ratio) {}
 
 DeviceStaging::~DeviceStaging() {
+  // The worker takes the parameters and state back before the device's go.
+  if (ddp_on_device_) (void)worker_->SetDdpUpdater(nullptr);
   (void)Drain();
   for (int s = 0; s < gpu::kNumStreams; ++s) (void)device_->SynchronizeStream(Stream(s));
   Unpin();
@@ -81,6 +83,21 @@ absl::StatusOr<std::unique_ptr<DeviceStaging>> DeviceStaging::Create(Worker* wor
   for (size_t c = 0; c < s->chunks_.size(); ++c) s->chunk_ready_.push_back(device->NewEvent());
   s->compute_done_ = device->NewEvent();
   if (absl::Status st = s->Reload(); !st.ok()) return st;
+  if (o.strategy == Strategy::kDdp) {
+    if (s->half_) {
+      auto masters = gpu::DeviceBuffer<float>::Create(device, count);
+      if (!masters.ok()) return masters.status();
+      s->masters_ = std::move(*masters);
+    }
+    for (int k = 0; k < StateSlots(o.optimizer); ++k) {
+      auto slot = gpu::DeviceBuffer<float>::Create(device, count);
+      if (!slot.ok()) return slot.status();
+      s->slots_.push_back(std::move(*slot));
+    }
+    // Hands over the parameters and state (Load).
+    if (absl::Status st = worker->SetDdpUpdater(s.get()); !st.ok()) return st;
+    s->ddp_on_device_ = true;
+  }
   return s;
 }
 
@@ -119,16 +136,20 @@ absl::Status DeviceStaging::Reload() {
   if (topk_ratio_ > 0) {  // what was held back belongs to the steps rolled back
     device_->Fill(Stream::kCompute, residual_.data(), 0.f, residual_.size());
   }
-  Upload();
+  if (!ddp_on_device_) Upload();  // DDP: the worker's changes came through Load
   if (absl::Status s = device_->SynchronizeStream(Stream::kCompute); !s.ok()) return s;
   return device_->SynchronizeStream(Stream::kToDevice);
+}
+
+void DeviceStaging::AfterCompute() {
+  device_->Record(Stream::kCompute, compute_done_.get());
+  device_->Wait(Stream::kToDevice, compute_done_.get());
 }
 
 void DeviceStaging::Upload() {
   // Nothing enqueued on the compute stream so far may still read the old
   // parameters when the new ones land.
-  device_->Record(Stream::kCompute, compute_done_.get());
-  device_->Wait(Stream::kToDevice, compute_done_.get());
+  AfterCompute();
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const Range r = chunks_[c];
     const size_t n = static_cast<size_t>(r.size());
@@ -266,10 +287,84 @@ absl::Status DeviceStaging::Step() {
   for (PendingCopy& c : last_) spare_.push_back(std::move(c));
   last_ = std::move(pending_);
   pending_.clear();
-  status = worker_->Step();
+  status = worker_->Step();  // DDP: Apply() queued the update on the device
   if (!status.ok()) return status;
-  Upload();
+  if (!ddp_on_device_) Upload();
   return absl::OkStatus();
+}
+
+void DeviceStaging::RoundMasters(Range r) {
+  const size_t n = static_cast<size_t>(r.size());
+  device_->FloatToHalf(Stream::kToDevice, *half_, masters_.data() + r.begin,
+                       half_params_.data() + r.begin, n);
+  device_->HalfToFloat(Stream::kToDevice, *half_, half_params_.data() + r.begin,
+                       params_.data() + r.begin, n);
+}
+
+absl::Status DeviceStaging::Apply(const OptimizerParams& optimizer, absl::Span<const Run> runs) {
+  if (static_cast<int>(slots_.size()) != StateSlots(optimizer)) {
+    return absl::InternalError(absl::StrCat("device staging holds ", slots_.size(),
+                                            " optimizer state slots; the update needs ",
+                                            StateSlots(optimizer)));
+  }
+  // The averaged gradient replaces this step's own in grads_, whose copies
+  // have all landed (Step() waited for them).
+  AfterCompute();
+  float* state[kMaxStateSlots] = {};
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const Range r = chunks_[c];
+    const size_t n = static_cast<size_t>(r.size());
+    if (half_) {
+      device_->CopyToDevice(Stream::kToDevice, half_grads_.data() + r.begin,
+                            worker_->half_grads().data() + r.begin, n * sizeof(uint16_t));
+      device_->HalfToFloat(Stream::kToDevice, *half_, half_grads_.data() + r.begin,
+                           grads_.data() + r.begin, n);
+    } else {
+      device_->CopyToDevice(Stream::kToDevice, grads_.data() + r.begin,
+                            worker_->grads().data() + r.begin, n * sizeof(float));
+    }
+    for (const Run& run : runs) {  // the tensors' runs inside this chunk
+      const int64_t begin = std::max(run.range.begin, r.begin);
+      const int64_t end = std::min(run.range.end, r.end);
+      if (begin >= end) continue;
+      for (size_t k = 0; k < slots_.size(); ++k) state[k] = slots_[k].data() + begin;
+      device_->ApplyUpdate(Stream::kToDevice, optimizer, run.step, masters() + begin,
+                           grads_.data() + begin, state, static_cast<size_t>(end - begin));
+    }
+    if (half_) RoundMasters(r);
+    device_->Record(Stream::kToDevice, chunk_ready_[c].get());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceStaging::Store(float* params, absl::Span<float* const> slots) {
+  if (slots.size() != slots_.size()) {
+    return absl::InternalError(absl::StrCat("device staging: ", slots.size(),
+                                            " state slots asked for, ", slots_.size(), " held"));
+  }
+  const size_t bytes = static_cast<size_t>(params_.size()) * sizeof(float);
+  // Behind the updates queued on kToDevice.
+  device_->CopyToHost(Stream::kToDevice, params, masters(), bytes);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    device_->CopyToHost(Stream::kToDevice, slots[k], slots_[k].data(), bytes);
+  }
+  return device_->SynchronizeStream(Stream::kToDevice);
+}
+
+absl::Status DeviceStaging::Load(const float* params, absl::Span<const float* const> slots) {
+  if (slots.size() != slots_.size()) {
+    return absl::InternalError(absl::StrCat("device staging: ", slots.size(),
+                                            " state slots handed over, ", slots_.size(), " held"));
+  }
+  const size_t bytes = static_cast<size_t>(params_.size()) * sizeof(float);
+  AfterCompute();
+  device_->CopyToDevice(Stream::kToDevice, masters(), params, bytes);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    device_->CopyToDevice(Stream::kToDevice, slots_[k].data(), slots[k], bytes);
+  }
+  if (half_) RoundMasters({0, static_cast<int64_t>(params_.size())});
+  for (auto& ready : chunk_ready_) device_->Record(Stream::kToDevice, ready.get());
+  return device_->SynchronizeStream(Stream::kToDevice);
 }
 
 absl::StatusOr<DeviceStaging::StepTiming> DeviceStaging::LastStepTiming() {

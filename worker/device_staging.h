@@ -31,6 +31,15 @@
 // Worker::SparseGradientsReady. The device residual is cleared by Reload(), as
 // the worker clears its own on recovery.
 //
+// DDP's update runs on the device too: the staging installs itself as the
+// worker's DdpUpdater (worker/ddp_updater.h), so after each step the averaged
+// gradient comes to the device chunk by chunk (widened there under mixed
+// precision) and gpu::Device::ApplyUpdate updates the device's parameters
+// (fp32 masters under mixed precision, rounded to half and widened for the
+// model) with optimizer state kept in device memory; each chunk's event then
+// releases the next forward. The worker's host copies are refreshed (Store)
+// only when it reads them: Serialize, GatherAll, a state broadcast.
+//
 // Where the UCX in use can move CUDA memory (UcxCudaTransports() names
 // cuda_copy or cuda_ipc) device buffers could go to UCX directly; Debian's
 // UCX has neither, and this class always stages through host memory
@@ -58,11 +67,12 @@
 #include "absl/status/statusor.h"
 #include "core/layout.h"
 #include "gpu/device.h"
+#include "worker/ddp_updater.h"
 #include "worker/worker.h"
 
 namespace tessel {
 
-class DeviceStaging {
+class DeviceStaging : private DdpUpdater {
  public:
   // One copy of the last Step(), in milliseconds from the step's first
   // gradient event: where it ran on kToHost, and when the compute stream had
@@ -81,7 +91,9 @@ class DeviceStaging {
 
   // After worker->RegisterLayout (and after any Recover): allocates the
   // device parameters and gradients, pins the worker's host buffers and
-  // uploads the parameters (waits for that). `chunks`: ranges of the flat
+  // uploads the parameters (waits for that); for DDP also the optimizer
+  // state, and installs itself as the worker's DdpUpdater until destroyed
+  // (which stores the parameters and state back into the worker). `chunks`: ranges of the flat
   // vector in the order the model first reads them, together covering it
   // (e.g. the layers); empty = one chunk. FailedPrecondition for a per-unit
   // strategy; InvalidArgument for chunks that do not tile the vector.
@@ -108,7 +120,8 @@ class DeviceStaging {
   // the device is idle on return.
   absl::Status Step();
   // After Worker::Recover() (or Deserialize): the worker's buffers may have
-  // moved and hold the restored parameters: re-pin, upload, wait.
+  // moved and hold the restored parameters: re-pin, upload, wait. (DDP: the
+  // worker already handed any new parameters and state over through Load.)
   absl::Status Reload();
 
   // Copy and compute times of the last successful Step() (the device's
@@ -127,6 +140,18 @@ class DeviceStaging {
   };
 
   DeviceStaging(Worker* worker, gpu::Device* device, std::vector<Range> chunks);
+  // DdpUpdater (DDP only).
+  absl::Status Apply(const OptimizerParams& optimizer, absl::Span<const Run> runs) override;
+  absl::Status Store(float* params, absl::Span<float* const> slots) override;
+  absl::Status Load(const float* params, absl::Span<const float* const> slots) override;
+  // The parameters DDP's optimizer updates: the fp32 masters under mixed
+  // precision, else the model's own.
+  float* masters() const { return half_ ? masters_.data() : params_.data(); }
+  // Under mixed precision: the model's parameters of `r` from the masters
+  // (rounded to half, widened), on kToDevice.
+  void RoundMasters(Range r);
+  // Puts kToDevice behind everything enqueued on kCompute so far.
+  void AfterCompute();
   absl::Status Pin();
   void Unpin();
   // Queues the upload of every chunk behind the compute stream's current
@@ -149,6 +174,10 @@ class DeviceStaging {
   // Top-k: the residual, every bucket's pairs (laid out as
   // Worker::sparse_grads()), and per (shard, bucket) the elements enqueued
   // this step.
+  // DDP: the update on the device (installed as the worker's DdpUpdater).
+  bool ddp_on_device_ = false;
+  gpu::DeviceBuffer<float> masters_;             // mixed precision only
+  std::vector<gpu::DeviceBuffer<float>> slots_;  // the optimizer state
   double topk_ratio_ = 0;
   gpu::DeviceBuffer<float> residual_;
   gpu::DeviceBuffer<uint8_t> sparse_;

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "model/device_mlp.h"
 #include "model/mlp.h"
 #include "testing/inproc_cluster.h"
+#include "worker/train_state.h"
 
 namespace tessel {
 namespace {
@@ -109,10 +111,12 @@ class DeviceStagingTest : public ::testing::TestWithParam<Case> {
     int recoveries = 0;
     std::vector<DeviceStaging::StepTiming> timings;
     std::optional<Layout> layout;
+    std::string saved;        // Serialize() at save_at
+    bool host_moved = false;  // the first step changed the worker's params()
   };
   Result Train(const std::string& job, const model::Mlp& m, int steps, bool on_device,
                const std::function<void(Worker&, int64_t)>& before_step = nullptr,
-               WorkerOptions* extra = nullptr) {
+               WorkerOptions* extra = nullptr, int save_at = -1, int restore_at = -1) {
     model::Dataset data = model::MakeClusters(512, m.num_inputs(), m.num_classes(), 1);
     std::vector<float> init(m.num_params());
     m.Init(init.data(), 5);
@@ -141,8 +145,24 @@ class DeviceStagingTest : public ::testing::TestWithParam<Case> {
       }
       const auto half = worker.half_type();
       std::vector<float> work_params(m.num_params()), work_grads(m.num_params());
+      bool restored = false;
       for (int64_t k = worker.step(); k < steps; ++k) {
         if (before_step) before_step(worker, k);
+        if (k == save_at && out[r].saved.empty()) {
+          auto blob = worker.Serialize();
+          ASSERT_TRUE(blob.ok()) << blob.status();
+          out[r].saved = std::move(*blob);
+        }
+        if (k == restore_at && !restored) {  // back to save_at
+          restored = true;
+          ASSERT_TRUE(worker.Deserialize(out[r].saved).ok());
+          if (on_device) {
+            ASSERT_TRUE(staging->Reload().ok());
+          }
+          out[r].losses.resize(static_cast<size_t>(worker.step()));
+          k = worker.step() - 1;
+          continue;
+        }
         model::Dataset b = model::Batch(data, k, r, kWorld, kBatch);
         absl::Status st;
         float loss = 0;
@@ -188,6 +208,9 @@ class DeviceStagingTest : public ::testing::TestWithParam<Case> {
         }
         ASSERT_TRUE(st.ok()) << st;
         out[r].losses.push_back(loss);
+        if (k == 0 && !half) {
+          out[r].host_moved = !std::equal(init.begin(), init.end(), worker.params().begin());
+        }
       }
       out[r].recoveries = worker.recoveries();
       out[r].layout = worker.layout();
@@ -323,6 +346,35 @@ TEST_P(DeviceStagingTest, CompressesOnTheDevice) {
   std::cout << "to the host per step: " << pairs_bytes << " bytes of pairs, against "
             << m.num_params() * sizeof(float) << " dense\n";
   EXPECT_LT(pairs_bytes * 5, m.num_params() * sizeof(float));
+}
+
+// DDP's optimizer runs on the device: a step leaves the worker's host
+// parameters alone, and its parameters and state reach the worker (Store:
+// Serialize) and come back (Load: Deserialize, here rolling back from step 4
+// to step 2) with the CPU path's bits.
+TEST_P(DeviceStagingTest, DdpUpdatesOnTheDevice) {
+  if (GetParam().strategy != Strategy::kDdp) GTEST_SKIP() << "ddp only";
+  StartCluster("");
+  model::Mlp m({32, 64, 48, 10});
+  Result cpu = Train("ddp-cpu", m, 6, /*on_device=*/false, nullptr, nullptr, 2, 4);
+  Result device = Train("ddp-dev", m, 6, /*on_device=*/true, nullptr, nullptr, 2, 4);
+  ExpectSame(device, cpu);
+  ASSERT_EQ(device.losses.size(), 6u);
+  if (GetParam().precision == Precision::kFp32) {
+    EXPECT_TRUE(cpu.host_moved) << "the CPU path updates the worker's parameters";
+    EXPECT_FALSE(device.host_moved) << "the device path leaves them to the device";
+  }
+  auto a = DecodeTrainState(device.saved);
+  auto b = DecodeTrainState(cpu.saved);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->step, 2);
+  EXPECT_EQ(a->step, b->step);
+  ASSERT_EQ(a->state.size(), 2u) << "Adam's two slots";
+  if (GetParam().device == "host") {
+    EXPECT_EQ(a->params, b->params);
+    EXPECT_EQ(a->state, b->state);
+  }
 }
 
 // A recovery clears the device residual as the worker clears its own: the

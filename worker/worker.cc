@@ -405,7 +405,12 @@ absl::Status Worker::Step() {
   double update_seconds = 0;
   if (ctx.ddp() && !reduce_only_) {
     const auto start = std::chrono::steady_clock::now();
-    p_->ddp.Apply(ctx.step, ctx.half, *ctx.layout, &p_->exchange->buffers());
+    absl::Status applied = p_->ddp.Apply(ctx.step, ctx.half, *ctx.layout, &p_->exchange->buffers());
+    if (!applied.ok()) {
+      return absl::Status(applied.code(),
+                          absl::StrCat(ctx.Where(), ": the DDP updater failed step ", ctx.step,
+                                       ": ", applied.message()));
+    }
     update_seconds = metrics::SecondsSince(start);
   }
   StepMetrics(p_->exchange->last_phases(), update_seconds);
@@ -596,9 +601,32 @@ absl::Status Worker::FinishStep() {
   return AdmitNewcomers();
 }
 
+absl::Status Worker::SetDdpUpdater(DdpUpdater* updater) {
+  internal::JobContext& ctx = p_->ctx;
+  if (ctx.layout == nullptr || !ctx.ddp()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx.Where(), ": a DDP updater needs a ddp job after RegisterLayout"));
+  }
+  internal::DdpState& ddp = p_->ddp;
+  if (ddp.updater() == updater) return absl::OkStatus();
+  // Bring the worker's copies up to date from the old updater, then hand
+  // them to the new one.
+  if (absl::Status s = ddp.SyncToHost(ctx.half, &p_->exchange->buffers()); !s.ok()) return s;
+  DdpUpdater* old = ddp.updater();
+  ddp.set_updater(updater);
+  if (absl::Status s = ddp.SyncFromHost(p_->exchange->buffers()); !s.ok()) {
+    ddp.set_updater(old);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<float>> Worker::GatherAll() {
   const internal::JobContext& ctx = p_->ctx;
   const internal::ModelBuffers& b = p_->exchange->buffers();
+  if (ctx.ddp()) {  // a DDP updater holds the values that count
+    if (absl::Status s = p_->ddp.SyncToHost(ctx.half, &p_->exchange->buffers()); !s.ok()) return s;
+  }
   if (ctx.half && !ctx.fsdp()) {
     std::vector<float> all(b.params_half.size());
     HalfToFloat(*ctx.half, b.params_half.data(), all.data(), all.size());

@@ -73,6 +73,7 @@
 #include "core/early_stopping.h"
 #include "core/layout.h"
 #include "core/precision.h"
+#include "worker/ddp_updater.h"
 #include "worker/options.h"
 #include "worker/reports.h"
 
@@ -129,6 +130,14 @@ class Worker {
   absl::Span<uint8_t> sparse_grads();
   absl::StatusOr<absl::Span<uint8_t>> SparseBucket(int shard, int bucket);
   absl::Status SparseGradientsReady(int shard, int bucket);
+  // DDP: `updater` applies each step's update from now on (nullptr: the
+  // worker again, from its own copies, which are refreshed first). Installing
+  // one hands it the current parameters and state (Load). Between steps the
+  // worker's params()/half_params() are then stale; GatherAll, Serialize,
+  // SynchronizeOptimizerState and recoveries Store first. FailedPrecondition
+  // unless the job is ddp and laid out; the error of the Load or Store
+  // otherwise (then nothing changed).
+  absl::Status SetDdpUpdater(DdpUpdater* updater);
   // Pushes what is left, waits for the updated parameters (or the averaged
   // gradient, applied locally, for DDP). On error the step is not applied and
   // the status names the job, step, shard and cause, with one exception that

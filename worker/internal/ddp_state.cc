@@ -16,9 +16,18 @@ void DdpState::Init(size_t n, bool holds) {
   InitState(optimizer_, state, n);
 }
 
-void DdpState::Apply(int64_t step, std::optional<HalfType> half, const Layout& layout,
-                     ModelBuffers* b) {
+absl::Status DdpState::Apply(int64_t step, std::optional<HalfType> half, const Layout& layout,
+                             ModelBuffers* b) {
   const Range all{0, static_cast<int64_t>(b->params.size())};
+  if (updater_ != nullptr) {
+    runs_.clear();
+    ForEachUpdateRun(layout, all, step, skips_, skip_now_, [&](Range run, int64_t t_step) {
+      runs_.push_back({run, t_step});
+    });
+    AdvanceSkips(skip_now_, &skips_);
+    skip_now_.clear();
+    return updater_->Apply(optimizer_, runs_);
+  }
   constexpr size_t kChunk = 16384;
   std::vector<float> widened(half ? std::min(kChunk, b->params.size()) : 0);
   ForEachUpdateRun(layout, all, step, skips_, skip_now_, [&](Range run, int64_t t_step) {
@@ -41,6 +50,23 @@ void DdpState::Apply(int64_t step, std::optional<HalfType> half, const Layout& l
   });
   AdvanceSkips(skip_now_, &skips_);
   skip_now_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status DdpState::SyncToHost(std::optional<HalfType> half, ModelBuffers* b) {
+  if (updater_ == nullptr) return absl::OkStatus();
+  std::vector<float*> slots;
+  for (auto& slot : slots_) slots.push_back(slot.data());
+  absl::Status s = updater_->Store(b->params.data(), slots);
+  if (s.ok() && half) FloatToHalf(*half, b->params.data(), b->params_half.data(), b->params.size());
+  return s;
+}
+
+absl::Status DdpState::SyncFromHost(const ModelBuffers& b) {
+  if (updater_ == nullptr) return absl::OkStatus();
+  std::vector<const float*> slots;
+  for (const auto& slot : slots_) slots.push_back(slot.data());
+  return updater_->Load(b.params.data(), slots);
 }
 
 uint64_t DdpState::Digest(int64_t step, absl::Span<const float> params) const {

@@ -17,11 +17,13 @@
 #include <optional>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/layout.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/tensor_steps.h"
+#include "worker/ddp_updater.h"
 #include "worker/internal/bucket_exchange.h"
 #include "worker/internal/job_collectives.h"
 #include "worker/internal/job_context.h"
@@ -38,9 +40,20 @@ class DdpState {
   // Applies the averaged gradient of `step` (buffers.grads or grads_half) to
   // buffers.params (and rounds them to params_half), tensor by tensor at
   // each tensor's own step, leaving out the tensors set_skip_now named
-  // (core/tensor_steps.h); then counts them and forgets the set.
-  void Apply(int64_t step, std::optional<HalfType> half, const Layout& layout,
-             ModelBuffers* buffers);
+  // (core/tensor_steps.h); then counts them and forgets the set. With an
+  // updater, the updater applies the same runs instead (its error is
+  // returned; the skips are counted either way).
+  absl::Status Apply(int64_t step, std::optional<HalfType> half, const Layout& layout,
+                     ModelBuffers* buffers);
+
+  // The caller's own update (Worker::SetDdpUpdater), or nullptr. While one
+  // is set, the parameters and slots here are copies: SyncToHost refreshes
+  // them (before they are read) and SyncFromHost hands them back (after they
+  // were written); both do nothing without an updater.
+  DdpUpdater* updater() const { return updater_; }
+  void set_updater(DdpUpdater* updater) { updater_ = updater; }
+  absl::Status SyncToHost(std::optional<HalfType> half, ModelBuffers* buffers);
+  absl::Status SyncFromHost(const ModelBuffers& buffers);
   uint64_t Digest(int64_t step, absl::Span<const float> params) const;
 
   // The tensors the next Apply leaves alone (a mask over the layout's
@@ -63,10 +76,12 @@ class DdpState {
 
  private:
   OptimizerParams optimizer_;
+  DdpUpdater* updater_ = nullptr;
   bool holds_ = true;
   std::vector<std::vector<float>> slots_;
   std::vector<int64_t> skips_;
   std::vector<uint8_t> skip_now_;
+  std::vector<DdpUpdater::Run> runs_;  // Apply's, for the updater
 };
 
 // DDP: every rank takes rank `root`'s step, params and optimizer state, bit

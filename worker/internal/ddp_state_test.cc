@@ -67,7 +67,9 @@ TEST(DdpStateTest, ApplyEqualsTheOptimizerKernelPerTensor) {
       } else {
         ddp.set_skip_now({0, 1});
       }
-      ddp.Apply(step, half ? std::optional<HalfType>(HalfType::kBF16) : std::nullopt, *layout, &b);
+      ASSERT_TRUE(ddp.Apply(step, half ? std::optional<HalfType>(HalfType::kBF16) : std::nullopt,
+                            *layout, &b)
+                      .ok());
     }
     EXPECT_EQ(ddp.skips(), (std::vector<int64_t>{0, 1}));
     ASSERT_EQ(std::vector<float>(b.params.begin(), b.params.end()), want);

@@ -348,6 +348,9 @@ absl::Status RecoveryCoordinator::AlignDdpState(int64_t server_step) {
   JobContext& ctx = *p_.ctx;
   ModelBuffers& buffers = p_.exchange->buffers();
   DdpState& ddp = *p_.ddp;
+  if (ddp.holds_state()) {  // a DDP updater holds the values that count
+    if (absl::Status s = ddp.SyncToHost(ctx.half, &buffers); !s.ok()) return s;
+  }
   // Per rank: step + 1 (0: holds no state) and the digest of its state.
   const uint64_t mine[2] = {ddp.holds_state() ? static_cast<uint64_t>(ctx.step) + 1 : 0,
                             ddp.holds_state() ? ddp.Digest(ctx.step, buffers.params) : 0};
@@ -381,6 +384,8 @@ absl::Status RecoveryCoordinator::AlignDdpState(int64_t server_step) {
                         << " differ from rank " << donor << " at step " << target
                         << "; every rank takes rank " << donor << "'s state";
     absl::Status s = BroadcastDdpState(donor, &ctx, &buffers, &ddp, p_.collectives);
+    if (!s.ok()) return s;
+    s = ddp.SyncFromHost(buffers);
     if (!s.ok()) return s;
   }
   ddp.set_holds_state(true);

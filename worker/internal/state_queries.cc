@@ -94,6 +94,7 @@ absl::StatusOr<OptimizerStateReport> StateQueries::SynchronizeOptimizerState() {
     }
     return report;
   }
+  if (absl::Status s = p_.ddp->SyncToHost(ctx.half, &p_.exchange->buffers()); !s.ok()) return s;
   const uint64_t mine[2] = {static_cast<uint64_t>(ctx.step),
                             p_.ddp->Digest(ctx.step, p_.exchange->buffers().params)};
   auto all = p_.collectives->AllGatherWords(mine);
@@ -114,6 +115,8 @@ absl::StatusOr<OptimizerStateReport> StateQueries::SynchronizeOptimizerState() {
                       << absl::StrJoin(report.repaired_ranks, ", ") << "; copying rank 0's";
   absl::Status s = BroadcastDdpState(0, &ctx, &p_.exchange->buffers(), p_.ddp, p_.collectives);
   if (!s.ok()) return s;
+  s = p_.ddp->SyncFromHost(p_.exchange->buffers());
+  if (!s.ok()) return s;
   return report;
 }
 
@@ -126,7 +129,9 @@ absl::StatusOr<std::string> StateQueries::Serialize() {
   state.step = ctx.step;
   const size_t n = static_cast<size_t>(ctx.layout->num_params());
   if (ctx.ddp()) {
-    state.params.assign(p_.exchange->buffers().params.begin(), p_.exchange->buffers().params.end());
+    ModelBuffers& b = p_.exchange->buffers();
+    if (absl::Status s = p_.ddp->SyncToHost(ctx.half, &b); !s.ok()) return s;
+    state.params.assign(b.params.begin(), b.params.end());
     state.state = p_.ddp->slots();
     state.tensor_skips = p_.ddp->skips();
     return EncodeTrainState(state);
@@ -171,7 +176,7 @@ absl::Status StateQueries::Deserialize(absl::string_view blob) {
     p_.ddp->slots() = state->state;
     p_.ddp->set_skips(state->tensor_skips);
     if (ctx.half) FloatToHalf(*ctx.half, b.params.data(), b.params_half.data(), b.params.size());
-    return absl::OkStatus();
+    return p_.ddp->SyncFromHost(b);
   }
   if (ctx.fsdp()) return p_.units->Barrier(ctx.step);  // units are gathered per step
   return p_.exchange->Pull(ctx.step);
