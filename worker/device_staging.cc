@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/log.h"
 
 namespace tessel {
 
@@ -103,11 +104,19 @@ absl::StatusOr<std::unique_ptr<DeviceStaging>> DeviceStaging::Create(Worker* wor
 
 absl::Status DeviceStaging::Pin() {
   Unpin();
+  // Memory the device will not page-lock (cudaHostRegister may refuse some
+  // mappings) is still copied, only synchronously: say so once, go on.
   auto pin = [&](void* p, size_t bytes) -> absl::Status {
     if (p == nullptr || bytes == 0) return absl::OkStatus();
     absl::Status s = device_->PinHost(p, bytes);
-    if (s.ok()) pinned_.push_back(p);
-    return s;
+    if (s.ok()) {
+      pinned_.push_back(p);
+    } else if (!warned_unpinned_) {
+      warned_unpinned_ = true;
+      TESSEL_LOG(WARNING) << "device staging: " << s.message()
+                          << "; copying through pageable memory (correct, not overlapped)";
+    }
+    return absl::OkStatus();
   };
   absl::Status s;
   if (half_) {

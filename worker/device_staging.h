@@ -190,6 +190,7 @@ class DeviceStaging : private DdpUpdater {
   std::vector<PendingCopy> spare_;
   std::vector<PendingCopy> last_;  // the last Step()'s, for LastStepTiming
   std::vector<void*> pinned_;
+  bool warned_unpinned_ = false;
 };
 
 }  // namespace tessel
