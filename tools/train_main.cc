@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/flag_config.h"
 #include "core/log.h"
@@ -630,7 +631,14 @@ int main(int argc, char** argv) {
       device = std::move(*d);
       // stdout too (rank 0): launchers show workers' stdout, not their logs.
       if ((*worker)->options().rank == 0) {
-        std::printf("worker 0: computing on %s\n", device->description().c_str());
+        // Whether the data path could take device pointers: reported; the
+        // staging goes through pinned host memory either way.
+        const std::vector<std::string> kinds = (*worker)->device_memory_types();
+        std::printf(
+            "worker 0: computing on %s; data path moves %s memory, so gradients and parameters "
+            "are staged through pinned host memory\n",
+            device->description().c_str(),
+            kinds.empty() ? "host" : absl::StrCat("host, ", absl::StrJoin(kinds, ", ")).c_str());
         std::fflush(stdout);
       }
       std::cerr << "tessel-train: rank " << (*worker)->options().rank << " computes on "

@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -133,6 +134,13 @@ class Transport {
     (void)peer;
     return "copied";
   }
+
+  // Memory kinds besides host memory this transport can send from and
+  // receive into, as its library names them (UCX: "cuda", "cuda-managed",
+  // "rocm"...: ucp_context_query's memory types, which a UCX built with
+  // cuda_copy/cuda_ipc reports). Empty: host memory only. Reported by GPU
+  // workers, which stage through host memory either way (docs/gpu.md).
+  virtual std::vector<std::string> DeviceMemoryTypes() const { return {}; }
 
   // Sends a probe into this transport's own receive queue, from a second
   // endpoint in this process, and waits up to `timeout` for it to arrive.

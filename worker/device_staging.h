@@ -40,10 +40,10 @@
 // releases the next forward. The worker's host copies are refreshed (Store)
 // only when it reads them: Serialize, GatherAll, a state broadcast.
 //
-// Where the UCX in use can move CUDA memory (UcxCudaTransports() names
-// cuda_copy or cuda_ipc) device buffers could go to UCX directly; Debian's
-// UCX has neither, and this class always stages through host memory
-// (docs/gpu.md).
+// Where the UCX in use can move CUDA memory (Worker::device_memory_types()
+// names "cuda": a cuda_copy or cuda_ipc transport) device buffers could go
+// to UCX directly; Debian's UCX has neither, and this class always stages
+// through host memory (docs/gpu.md).
 //
 // Example:
 //   auto staging = DeviceStaging::Create(worker, device, layer_chunks);

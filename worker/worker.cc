@@ -507,6 +507,10 @@ StepPhases Worker::last_step_phases() const { return p_->exchange->last_phases()
 
 std::string Worker::data_path() const { return p_->channel->DescribePaths(); }
 
+std::vector<std::string> Worker::device_memory_types() const {
+  return p_->channel->transport().DeviceMemoryTypes();
+}
+
 absl::Status Worker::SkipTensors(absl::Span<const int32_t> tensors) {
   internal::JobContext& ctx = p_->ctx;
   if (ctx.layout == nullptr) {

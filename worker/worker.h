@@ -310,6 +310,10 @@ class Worker {
   // (through UCX's queues: another host, tcp, --ucx_zero_copy=false), as one
   // word when every shard agrees, else per shard ("shard 0: in place, ...").
   std::string data_path() const;
+  // Memory kinds besides host memory the data path can move (UCX: "cuda"
+  // where a cuda_copy/cuda_ipc transport exists; Transport::DeviceMemoryTypes).
+  // GPU workers report it; they stage through host memory either way.
+  std::vector<std::string> device_memory_types() const;
   int num_servers() const;
   const Layout& layout() const;
   const WorkerOptions& options() const;

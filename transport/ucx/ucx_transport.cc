@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/statvfs.h>
+#include <ucs/memory/memory_type.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -306,6 +307,15 @@ absl::Status UcxTransport::Init() {
   s = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   if (s != UCS_OK) return UcsError("ucp_init (is libucx installed and UCX_TLS valid?)", s);
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &attr) == UCS_OK) {
+    for (int t = 0; t < UCS_MEMORY_TYPE_LAST; ++t) {
+      if (t != UCS_MEMORY_TYPE_HOST && (attr.memory_types & UCS_BIT(t)) != 0) {
+        device_memory_types_.push_back(ucs_memory_type_names[t]);
+      }
+    }
+  }
   context_holder_ = std::make_shared<ucx_internal::Context>();
   context_holder_->h = context_;
   memory_ = std::make_shared<ucx_internal::Memory>(context_holder_);

@@ -94,6 +94,7 @@ class UcxTransport : public Transport {
   std::shared_ptr<PayloadMemory> payload_memory() override;
   void Release(PeerId from, uint64_t lease) override;
   std::string PayloadPath(PeerId peer) override;
+  std::vector<std::string> DeviceMemoryTypes() const override { return device_memory_types_; }
 
  private:
   struct Peer {
@@ -157,6 +158,7 @@ class UcxTransport : public Transport {
   std::shared_ptr<ucx_internal::Context> context_holder_;
   ucp_context_h context_ = nullptr;
   std::shared_ptr<ucx_internal::Memory> memory_;
+  std::vector<std::string> device_memory_types_;  // Start(): the context's, but host
   ucp_worker_h worker_ = nullptr;
   // A second worker in this process that sends CheckReceiveQueue's probes
   // to worker_ through the same transports a peer on this host would use.
