@@ -9,7 +9,10 @@
 //      still computing (the device's own event clock), at each of
 //      --overlap_batches;
 //   3. step time: forward + backward of the demo MLP on the device vs
-//      Mlp::LossAndGrad on one CPU core.
+//      Mlp::LossAndGrad on one CPU core;
+//   4. top-k on the device (DeviceStaging's compression, --topk_ratio):
+//      compress a 4 and a 64 MiB bucket and copy its pairs to pinned host
+//      memory, against copying the dense bucket.
 //
 // Without a GPU, --device=cuda says why and exits 0; --device=host measures
 // the CPU emulation (checks the benchmark runs; its numbers are not a GPU's).
@@ -19,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -26,6 +30,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "core/cli.h"
+#include "core/topk.h"
 #include "gpu/device.h"
 #include "model/dataset.h"
 #include "model/device_mlp.h"
@@ -38,6 +43,7 @@ ABSL_FLAG(std::string, overlap_layers, "1024,4096,4096,4096,10",
           "MLP of the overlap measurement (inputs, hidden..., classes)");
 ABSL_FLAG(std::string, demo_layers, "64,512,512,10", "the demo's MLP, for the step time");
 ABSL_FLAG(int, batch, 64, "rows per step of the step-time measurement");
+ABSL_FLAG(double, topk_ratio, 0.01, "top-k ratio of the compression measurement");
 ABSL_FLAG(std::string, overlap_batches, "64,1024",
           "batches of the overlap measurement: at a small batch a fast GPU finishes backward "
           "long before PCIe has moved the gradients; at a larger one backward can cover them");
@@ -224,6 +230,59 @@ void StepTime(Device* d) {
       Median(cpu_ms) / Median(device_ms));
 }
 
+// Top-k on the device (DeviceStaging's compression): residual += gradient,
+// select, write the pairs, copy them to pinned host memory, against copying
+// the dense gradient. Device clock, median of --repeats.
+void Compression(Device* d) {
+  const double ratio = absl::GetFlag(FLAGS_topk_ratio);
+  std::printf("\n4. top-k on the device (ratio %g; median of %d), against the dense copy\n", ratio,
+              absl::GetFlag(FLAGS_repeats));
+  std::printf("%8s  %14s  %18s  %12s  %12s\n", "MiB", "dense copy ms", "top-k + pairs ms",
+              "pairs bytes", "of dense");
+  for (size_t mib : {4, 64}) {
+    const size_t n = (mib << 20) / sizeof(float);
+    const int64_t k = tessel::TopkCount(ratio, static_cast<int64_t>(n));
+    const size_t pair_bytes = tessel::SparseBytes(k);
+    std::vector<float> host(n);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> g(0.f, 1.f);
+    for (float& v : host) v = g(rng);
+    CHECK_OK(d->PinHost(host.data(), n * sizeof(float)));
+    auto grad = Alloc<float>(d, n);
+    auto residual = Alloc<float>(d, n);
+    auto wire = Alloc<uint8_t>(d, pair_bytes);
+    d->CopyToDevice(Stream::kToHost, grad.data(), host.data(), n * sizeof(float));
+    d->Fill(Stream::kToHost, residual.data(), 0.f, n);
+    CHECK_OK(d->SynchronizeStream(Stream::kToHost));
+    std::vector<uint8_t> pairs(pair_bytes);
+    CHECK_OK(d->PinHost(pairs.data(), pair_bytes));
+    auto a = d->NewEvent(), b = d->NewEvent();
+    std::vector<double> dense_ms, topk_ms;
+    for (int r = 0; r < absl::GetFlag(FLAGS_repeats) + 1; ++r) {
+      d->Record(Stream::kToHost, a.get());
+      d->CopyToHost(Stream::kToHost, host.data(), grad.data(), n * sizeof(float));
+      d->Record(Stream::kToHost, b.get());
+      CHECK_OK(d->Synchronize(b.get()));
+      auto ms = d->ElapsedMs(a.get(), b.get());
+      CHECK_OK(ms.status());
+      if (r > 0) dense_ms.push_back(*ms);
+      d->Record(Stream::kToHost, a.get());
+      d->TopkCompress(Stream::kToHost, grad.data(), residual.data(), static_cast<int64_t>(n), k,
+                      wire.data());
+      d->CopyToHost(Stream::kToHost, pairs.data(), wire.data(), pair_bytes);
+      d->Record(Stream::kToHost, b.get());
+      CHECK_OK(d->Synchronize(b.get()));
+      ms = d->ElapsedMs(a.get(), b.get());
+      CHECK_OK(ms.status());
+      if (r > 0) topk_ms.push_back(*ms);
+    }
+    d->UnpinHost(pairs.data());
+    d->UnpinHost(host.data());
+    std::printf("%8zu  %14.3f  %18.3f  %12zu  %11.2f%%\n", mib, Median(dense_ms), Median(topk_ms),
+                pair_bytes, 100.0 * pair_bytes / (n * sizeof(float)));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -242,5 +301,6 @@ int main(int argc, char** argv) {
   Bandwidth(device->get());
   for (int batch : Sizes(absl::GetFlag(FLAGS_overlap_batches))) Overlap(device->get(), batch);
   StepTime(device->get());
+  Compression(device->get());
   return 0;
 }
