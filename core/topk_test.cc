@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -87,6 +88,61 @@ TEST(TopkTest, NanRanksAboveInfinityAndZerosTie) {
   uint32_t idx5[5];
   std::memcpy(idx5, wire.data(), sizeof(idx5));
   EXPECT_EQ(std::vector<uint32_t>(idx5, idx5 + 5), (std::vector<uint32_t>{0, 1, 2, 3, 5}));
+}
+
+// The definition, by sorting: the k entries of largest TopkKey (ties: the
+// lower index), indices rising. TopkCompress's radix select must agree.
+void ReferenceTopk(const float* grad, float* residual, int64_t n, int64_t k, uint8_t* wire) {
+  std::vector<uint32_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    residual[i] += grad[i];
+    order[static_cast<size_t>(i)] = static_cast<uint32_t>(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return TopkKey(residual[a]) > TopkKey(residual[b]);
+  });
+  order.resize(static_cast<size_t>(k));
+  std::sort(order.begin(), order.end());
+  for (int64_t j = 0; j < k; ++j) {
+    const uint32_t i = order[static_cast<size_t>(j)];
+    std::memcpy(wire + 4 * j, &i, 4);
+    std::memcpy(wire + 4 * k + 4 * j, &residual[i], 4);
+    residual[i] = 0.f;
+  }
+}
+
+TEST(TopkTest, RadixSelectAgreesWithSorting) {
+  std::mt19937 rng(11);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n : {1, 2, 7, 100, 4097, 300000}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      // Trial 0: spread values; 1: few distinct magnitudes (ties at the
+      // cut); 2: one magnitude (every entry ties); 3: tiny and huge, NaN.
+      std::vector<float> grad(static_cast<size_t>(n));
+      std::normal_distribution<float> normal(0.f, 1.f);
+      for (auto& g : grad) {
+        const float x = normal(rng);
+        g = trial == 0 ? x : trial == 1 ? std::round(x * 4) / 4 : trial == 2 ? 0.5f : x * 1e-30f;
+      }
+      if (trial == 3 && n > 10) {
+        grad[3] = nan;
+        grad[7] = -std::numeric_limits<float>::infinity();
+        grad[static_cast<size_t>(n) - 1] = 1e30f;
+      }
+      for (int64_t k : {int64_t{1}, (n + 99) / 100, n / 2, n}) {
+        if (k < 1) continue;
+        SCOPED_TRACE(testing::Message() << "n=" << n << " trial=" << trial << " k=" << k);
+        std::vector<float> r1(grad.size(), 0.125f), r2(grad.size(), 0.125f);
+        std::vector<uint8_t> w1(SparseBytes(k)), w2(SparseBytes(k));
+        for (int step = 0; step < 2; ++step) {
+          TopkCompress(grad.data(), r1.data(), n, k, w1.data());
+          ReferenceTopk(grad.data(), r2.data(), n, k, w2.data());
+          ASSERT_EQ(w1, w2);
+          ASSERT_EQ(0, std::memcmp(r1.data(), r2.data(), r1.size() * 4));
+        }
+      }
+    }
+  }
 }
 
 TEST(TopkTest, MalformedIndicesAreRefused) {

@@ -160,18 +160,21 @@ void DeviceStaging::Upload() {
   // parameters when the new ones land.
   AfterCompute();
   for (size_t c = 0; c < chunks_.size(); ++c) {
-    const Range r = chunks_[c];
-    const size_t n = static_cast<size_t>(r.size());
-    if (half_) {
-      device_->CopyToDevice(Stream::kToDevice, half_params_.data() + r.begin,
-                            worker_->half_params().data() + r.begin, n * sizeof(uint16_t));
-      device_->HalfToFloat(Stream::kToDevice, *half_, half_params_.data() + r.begin,
-                           params_.data() + r.begin, n);
-    } else {
-      device_->CopyToDevice(Stream::kToDevice, params_.data() + r.begin,
-                            worker_->params().data() + r.begin, n * sizeof(float));
-    }
+    ToDevice(chunks_[c], worker_->params().data(), worker_->half_params().data(),
+             half_params_.data(), params_.data());
     device_->Record(Stream::kToDevice, chunk_ready_[c].get());
+  }
+}
+
+void DeviceStaging::ToDevice(Range r, const float* host, const uint16_t* host_half,
+                             uint16_t* half_scratch, float* dst) {
+  const size_t n = static_cast<size_t>(r.size());
+  if (half_) {
+    device_->CopyToDevice(Stream::kToDevice, half_scratch + r.begin, host_half + r.begin,
+                          n * sizeof(uint16_t));
+    device_->HalfToFloat(Stream::kToDevice, *half_, half_scratch + r.begin, dst + r.begin, n);
+  } else {
+    device_->CopyToDevice(Stream::kToDevice, dst + r.begin, host + r.begin, n * sizeof(float));
   }
 }
 
@@ -322,16 +325,8 @@ absl::Status DeviceStaging::Apply(const OptimizerParams& optimizer, absl::Span<c
   float* state[kMaxStateSlots] = {};
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const Range r = chunks_[c];
-    const size_t n = static_cast<size_t>(r.size());
-    if (half_) {
-      device_->CopyToDevice(Stream::kToDevice, half_grads_.data() + r.begin,
-                            worker_->half_grads().data() + r.begin, n * sizeof(uint16_t));
-      device_->HalfToFloat(Stream::kToDevice, *half_, half_grads_.data() + r.begin,
-                           grads_.data() + r.begin, n);
-    } else {
-      device_->CopyToDevice(Stream::kToDevice, grads_.data() + r.begin,
-                            worker_->grads().data() + r.begin, n * sizeof(float));
-    }
+    ToDevice(r, worker_->grads().data(), worker_->half_grads().data(), half_grads_.data(),
+             grads_.data());
     for (const Run& run : runs) {  // the tensors' runs inside this chunk
       const int64_t begin = std::max(run.range.begin, r.begin);
       const int64_t end = std::min(run.range.end, r.end);

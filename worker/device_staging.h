@@ -152,6 +152,11 @@ class DeviceStaging : private DdpUpdater {
   void RoundMasters(Range r);
   // Puts kToDevice behind everything enqueued on kCompute so far.
   void AfterCompute();
+  // The worker's values of `r` (`host`, or `host_half` under mixed
+  // precision, widened on the device through `half_scratch`) into the
+  // device floats `dst`, on kToDevice.
+  void ToDevice(Range r, const float* host, const uint16_t* host_half, uint16_t* half_scratch,
+                float* dst);
   absl::Status Pin();
   void Unpin();
   // Queues the upload of every chunk behind the compute stream's current
