@@ -25,9 +25,9 @@ receive queue, as a worker killed mid-push does; the server must find it
 and renew its endpoint, and the job recover, with the same checks.
 Environment: TESSEL_FAULT_RUNS (default 4), TESSEL_FAULT_SEED (default 1),
 TESSEL_FAULT_STEPS (default 240), TESSEL_FAULT_REPORT (write a JSON summary),
-TESSEL_FAULT_STRATEGIES (default zero2,ddp,fsdp@host,zero1-bf16,zero1,fsdp,
-zero2@host; runs cycle through them, so CI's 4 runs leave plain zero1 and the
-CPU's fsdp to the longer runs). "@host" computes on the device code path's CPU
+TESSEL_FAULT_STRATEGIES (default zero2,ddp,fsdp@host,zero1-bf16,ddp@host,
+zero1,fsdp,zero2@host; runs cycle through them, so CI's 4 runs leave ddp on
+the device path, plain zero1 and the CPU's fsdp to the longer runs). "@host" computes on the device code path's CPU
 emulation (tessel-train --device=host: device buffers, streams, per-unit
 copies, DeviceStaging's reload after recovery), and is checked against the
 clean run on the CPU: it must give the CPU's bits through every fault.
@@ -64,7 +64,8 @@ RECOVERY_TIMEOUT_S = 25
 # bf16 (mixed precision: half on the wire and on workers, fp32 masters on
 # servers); @host: the device code path on the CPU emulation.
 STRATEGIES = os.environ.get("TESSEL_FAULT_STRATEGIES",
-                            "zero2,ddp,fsdp@host,zero1-bf16,zero1,fsdp,zero2@host").split(",")
+                            "zero2,ddp,fsdp@host,zero1-bf16,ddp@host,zero1,fsdp,zero2@host"
+                            ).split(",")
 
 
 def on_cpu(strategy):
