@@ -29,9 +29,11 @@ asynchronous copy on a stream of Tessel's into page-locked memory, behind the
 stream that produced it, so the copies overlap the rest of backward); step()
 hands each range to the worker as its copy lands, and the new parameters go
 back to the device asynchronously, ordered before the next forward on the
-current stream. fsdp keeps CPU models only. TESSEL_TORCH_STAGING=1 runs a CPU
-model through the same staging (its own tensors, copied to and from the
-worker's buffers): the CUDA path's logic where no GPU is.
+current stream. fsdp copies each gathered unit to the device and its
+gradients back when the unit is pushed (synchronously, from the hook).
+TESSEL_TORCH_STAGING=1 runs a CPU model through the same staging (its own
+tensors, copied to and from the worker's buffers): the CUDA path's logic
+where no GPU is.
 
 Supported torch optimizers: SGD (momentum, dampening, nesterov,
 weight_decay), Adam, AdamW, RMSprop (alpha, momentum, centered), Adagrad
@@ -227,6 +229,7 @@ class _Gathered:
             unit = g.units[u]
             self.opt._empty_params(g, unit["members"])
             unit.pop("grads", None)
+            unit.pop("host_grads", None)
             g.worker.release(u)
             unit["held"] = False
         self.held = []
@@ -481,11 +484,8 @@ class DistributedOptimizer:
             raise ValueError("the parameters are on several devices (" + ", ".join(
                 f"{n} on {d}" for d, n in devices.items()) + "); Tessel trains a model on one")
         self.device = next(iter(devices))
-        if self.device.type == "cuda" and strategy == "fsdp":
-            raise ValueError(f"strategy 'fsdp' trains CPU models; the parameters are on "
-                             f"{self.device} (use ddp, zero1 or zero2 there)")
-        self._staged = strategy != "fsdp" and (
-            self.device.type == "cuda" or os.environ.get("TESSEL_TORCH_STAGING") == "1")
+        self._staged = (self.device.type == "cuda"
+                        or os.environ.get("TESSEL_TORCH_STAGING") == "1")
         if recovery and len(self._groups) > 1:
             raise ValueError("recovery takes one parameter group (each group is a job, and "
                              "their checkpoints could roll back to different steps)")
@@ -598,6 +598,8 @@ class DistributedOptimizer:
                 for u, unit in enumerate(g.units):
                     if unit["held"]:
                         unit["grads"].zero_()  # the unit's buffer outlives the release
+                        if "host_grads" in unit:
+                            unit.pop("host_grads").zero_()
                         self._empty_params(g, unit["members"])
                         unit.pop("grads", None)
                         g.worker.release(u)
@@ -697,7 +699,7 @@ class DistributedOptimizer:
     def _empty_params(g, members=None):
         with torch.no_grad():
             for i in (members if members is not None else range(len(g.params))):
-                g.params[i].data = torch.empty(0)
+                g.params[i].data = torch.empty(0, device=g.params[i].device)
                 g.params[i].grad = None
 
     def _unit_pre_hook(self, g, u):
@@ -720,6 +722,10 @@ class DistributedOptimizer:
         else:
             params = torch.from_numpy(g.worker.gather(u))
             grads = torch.from_numpy(g.worker.unit_grads(u))
+        if self._staged:  # the model's copies on its device; the worker's stay host
+            unit["host_grads"] = grads
+            params = params.to(self.device, copy=True)
+            grads = torch.zeros_like(grads, device=self.device)
         with torch.no_grad():
             for i, (b, e) in zip(unit["members"], unit["offsets"]):
                 p = g.params[i]
@@ -762,6 +768,8 @@ class DistributedOptimizer:
                 g.worker.unit_grads(u)
         else:
             self._adopt_unit_grads(g, unit)
+            if self._staged:  # the device's gradients into the worker's buffer
+                unit.pop("host_grads").copy_(unit["grads"])
             self._empty_params(g, unit["members"])
             unit.pop("grads", None)
             g.worker.release(u)
@@ -808,7 +816,7 @@ class DistributedOptimizer:
                 with torch.no_grad():
                     for i, p in enumerate(g.params):
                         n = int(np.prod(g.shapes[i]))
-                        p.data = full[off:off + n].view(g.shapes[i]).clone()
+                        p.data = full[off:off + n].view(g.shapes[i]).clone().to(p.device)
                         p.grad = None
                         off += n
                 g.worker.close()
@@ -1048,6 +1056,7 @@ class DistributedOptimizer:
                     if unit["held"]:
                         self._empty_params(g, unit["members"])
                         unit.pop("grads", None)
+                        unit.pop("host_grads", None)
                     unit["held"] = unit["pushed"] = False
                     unit["done"] = 0
             else:
@@ -1106,6 +1115,7 @@ class DistributedOptimizer:
                     if unit["held"]:
                         self._empty_params(g, unit["members"])
                         unit.pop("grads", None)
+                        unit.pop("host_grads", None)
                         g.worker.release(u)
                         unit["held"] = False
             else:

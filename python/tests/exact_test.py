@@ -172,10 +172,12 @@ def main():
     unused += [f"{s}:adam:unused-keep" for s in STRATEGIES]
     combos += unused
     # The CUDA path's staging (the model's own tensors, copied to and from the
-    # worker's buffers) run on CPU models: the bits of the bound runs above.
+    # worker's buffers; fsdp: copies of each gathered unit) run on CPU models:
+    # the bits of the bound runs above.
     staged = ["zero2:adam:staged", "ddp:sgd:staged", "zero1:rmsprop:staged",
               "zero2:adam-clip:staged", "ddp:adam:bf16-staged", "zero2:adam:fp16-staged",
-              "zero2:adam:unused-staged", "zero2:groups:staged"]
+              "zero2:adam:unused-staged", "zero2:groups:staged", "fsdp:adamw:staged",
+              "fsdp:adam:bf16-staged", "fsdp:adam:fp16-staged", "fsdp:sgd:unused-staged"]
     combos += staged
     first = tempfile.mkdtemp(prefix="exact-1-")
     second = tempfile.mkdtemp(prefix="exact-2-")

@@ -46,7 +46,10 @@ for combo in combos:
                                   find_unused_parameters=unused,
                                   **(exact_model.FP16_SCALER if fp16 else {}))
     if staged:  # the model's tensors are its own, not views of the worker's buffers
+        assert opt._staged, combo
         for g in opt._groups:
+            if strategy == "fsdp":  # units: copies of each gathered unit
+                continue
             assert g.staging is not None, combo
             buf = g.worker.half_params() if precision in ("bf16", "fp16") else g.worker.params()
             lo, hi = buf.ctypes.data, buf.ctypes.data + buf.nbytes

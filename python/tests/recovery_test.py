@@ -1,7 +1,7 @@
 """Automatic recovery from Python: tessel-launch --max_restarts=1 restarts a
 worker that died at step 7; it resumes from the checkpoint of step 6, the
 other rank rolls back there, and training ends bitwise where a run without
-the crash ends (zero2, fsdp, and zero2 with the model staged as a CUDA
+the crash ends (zero2 and fsdp, each also with the model staged as a CUDA
 model is).
 
 Usage: recovery_test.py --launch=tessel-launch --worker=recovery_worker.py
@@ -31,9 +31,9 @@ def main():
     args = ap.parse_args()
     out = tempfile.mkdtemp(prefix="recovery-")
     failures = []
-    # zero2-staged: a model staged as a CUDA model is (tessel.torch._Staging),
-    # against the clean zero2 run.
-    for strategy in ("zero2", "fsdp", "zero2-staged"):
+    # *-staged: a model staged as a CUDA model is (tessel.torch's staging),
+    # against the clean run of its strategy.
+    for strategy in ("zero2", "fsdp", "zero2-staged", "fsdp-staged"):
         clean = strategy.split("-")[0]
         clean_s = 0.0
         if clean == strategy:
