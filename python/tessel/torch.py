@@ -23,7 +23,7 @@ gradients, with the torch optimizer's hyper-parameters. The initial
 parameters are rank 0's.
 
 CUDA models. Parameters on a CUDA device stay there: the model computes on the
-device and Tessel stages through host memory (ddp, zero1, zero2). Each
+device and Tessel stages through host memory. With ddp, zero1 and zero2 each
 parameter's gradient leaves the device as soon as backward produced it (an
 asynchronous copy on a stream of Tessel's into page-locked memory, behind the
 stream that produced it, so the copies overlap the rest of backward); step()
