@@ -44,6 +44,7 @@ for dv in "zero2 fp32" "fsdp fp32" "ddp bf16"; do
   set -- $dv
   "$demo" --steps=20 --device=host --strategy=$1 --precision=$2 > "$tmp/run1-dev-$1.txt" 2>&1 || { cat "$tmp/run1-dev-$1.txt"; fail "--device=host $1 $2 demo exited $?"; }
   grep -q "ms/step  (host)" "$tmp/run1-dev-$1.txt" || { cat "$tmp/run1-dev-$1.txt"; fail "--device=host $1 did not compute on the host device"; }
+  grep -q "data path moves host memory, so gradients and parameters are staged through pinned host memory" "$tmp/run1-dev-$1.txt" || { cat "$tmp/run1-dev-$1.txt"; fail "--device=host $1: no report of what the data path moves"; }
   grep -q "max relative difference vs single process: 0 " "$tmp/run1-dev-$1.txt" || fail "--device=host $1 $2 differs from the reference"
 done
 if ! nvidia-smi -L > /dev/null 2>&1; then
