@@ -12,8 +12,9 @@
 # model, training through DeviceStaging vs the CPU path with overlap and
 # recovery), compute-sanitizer memcheck over the kernel suite, gpu_bench, and
 # the demo's real cluster (2 shard servers + 2 worker processes) on
-# --device=cuda against --device=cpu for zero2, ddp and fsdp in fp32 and
-# zero2 in bf16 (the CPU runs bitwise, the CUDA runs by --cuda_tolerance).
+# --device=cuda against --device=cpu for zero2, ddp (its update on the
+# device) and fsdp in fp32 and zero2 in bf16 (the CPU runs bitwise, the CUDA
+# runs by --cuda_tolerance), and ddp with top-k compression (ratio 0.01).
 set -uo pipefail
 B="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-$PWD/gpu-check-out}"
@@ -80,6 +81,15 @@ for run in zero2:fp32 ddp:fp32 fsdp:fp32 zero2:bf16; do
     logs="$(grep -o 'logs in [^ ;]*' "$OUT/$name.log" | head -1 | cut -d' ' -f3)"
     [ -n "$logs" ] && grep -h 'computing on' "$logs"/* 2>/dev/null | head -1 | sed 's/^/   /' >>"$summary"
   done
+done
+# Top-k compression on the device (the CUDA kernel, DeviceStaging's device
+# residual): the CPU run compresses on the host; the selections are the same
+# bits, so the accuracies should agree to the cuBLAS tolerance.
+for d in $devices; do
+  name="demo_ddp_topk_$d"
+  step "$name" 120 "$B/tools/tessel-demo" --strategy=ddp --topk_ratio=0.01 --device="$d"
+  grep -E 'ms/step|accuracy|received|not bitwise' "$OUT/$name.log" | tail -5 |
+    sed 's/^/   /' >>"$summary"
 done
 echo
 cat "$summary"
