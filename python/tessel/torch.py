@@ -347,7 +347,7 @@ class DistributedOptimizer:
 
     optimizer:  a torch.optim SGD, Adam, AdamW, RMSprop or Adagrad over the model's parameters.
     model:      the module (for tensor names in errors and checkpoints); optional.
-    strategy:   "ddp", "zero1" or "zero2".
+    strategy:   "ddp", "zero1", "zero2" or "fsdp" (model= needed: its modules are the units).
     backward_passes_per_step: backward calls per step (gradient accumulation): each
                 parameter's gradient is handed over after that many.
     overlap:    push buckets from autograd hooks while backward runs (the default, except
