@@ -1,13 +1,16 @@
 // Registry control-plane latency: the memory backend (baseline) against the
 // etcd backend (a real etcd on loopback, started here), both served by
 // RegistryService over gRPC and driven by raw stubs, as members and tools
-// call it. Prints the median and p99 per call, in microseconds.
+// call it. Prints the median and p99 per call, in microseconds, and what a
+// watcher of the group received over the joins and leaves: full views
+// against deltas (WatchRequest.deltas), messages and bytes.
 //
 //   bazel run //benchmarks:registry_bench -- --members=200
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -57,6 +60,28 @@ void Run(const char* name, std::unique_ptr<Registry> registry, int n) {
   if (!server.ok()) std::exit(1);
   auto stub = v1::Registry::NewStub(MakeChannel(bound));
   std::vector<int64_t> leases(n);
+  // Two watchers of the group over every join and leave: one takes full
+  // views, one deltas. Each reads on its own thread until cancelled.
+  struct Watcher {
+    grpc::ClientContext ctx;
+    int64_t messages = 0, bytes = 0;
+    std::thread thread;
+  };
+  Watcher watchers[2];
+  for (int d = 0; d < 2; ++d) {
+    watchers[d].thread = std::thread([&, d] {
+      v1::WatchRequest req;
+      req.set_group("bench");
+      req.set_deltas(d == 1);
+      auto reader = stub->Watch(&watchers[d].ctx, req);
+      v1::View v;
+      while (reader->Read(&v)) {
+        ++watchers[d].messages;
+        watchers[d].bytes += static_cast<int64_t>(v.ByteSizeLong());
+      }
+      (void)reader->Finish();
+    });
+  }
   auto call = [&](auto method, const auto& req, auto* resp) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
@@ -90,6 +115,18 @@ void Run(const char* name, std::unique_ptr<Registry> registry, int n) {
     v1::LeaveResponse resp;
     call(&v1::Registry::Stub::Leave, req, &resp);
   });
+  absl::SleepFor(absl::Milliseconds(500));  // the last changes reach the watchers
+  for (Watcher& w : watchers) {
+    w.ctx.TryCancel();
+    w.thread.join();
+  }
+  for (int d = 0; d < 2; ++d) {
+    const Watcher& w = watchers[d];
+    std::printf("%-7s Watch %-6s %6lld messages  %10lld bytes  (%lld bytes each) over %d changes\n",
+                name, d == 1 ? "deltas" : "full", static_cast<long long>(w.messages),
+                static_cast<long long>(w.bytes),
+                static_cast<long long>(w.messages > 0 ? w.bytes / w.messages : 0), 2 * n);
+  }
   for (const auto& [op, us] : {std::pair{"Join", join}, std::pair{"Heartbeat", heartbeat},
                                std::pair{"GetView", view}, std::pair{"Leave", leave}}) {
     Stats s = Summarize(us);

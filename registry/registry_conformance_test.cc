@@ -2,10 +2,14 @@
 // by RegistryBackends (backend_factory.h), then what only one backend
 // promises: exact +1 epochs on an injectable clock (memory), durable state
 // across registry restarts (etcd), and the gRPC service end to end.
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "registry/backend_factory.h"
@@ -16,6 +20,7 @@
 #include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
+#include "rpc/view_delta.h"
 
 namespace tessel {
 namespace {
@@ -427,6 +432,100 @@ TEST(RegistryServiceTest, LeasesWatchesOverGrpc) {
   EXPECT_NE(timeout.status().message().find("worker 0"), std::string::npos) << timeout.status();
 
   ASSERT_TRUE(alive.Leave().ok());
+  service.Stop();
+  (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
+// Watch with deltas: after the first full view a watcher receives only what
+// changed (a join: that member; a leave: its key), a tenth of the full view's
+// bytes in a group of 32, and applying the deltas gives GetView's view. A
+// delta from another epoch is refused. Without deltas the stream sends full
+// views, as before.
+TEST(RegistryServiceTest, WatchDeltasCarryOnlyWhatChanged) {
+  RegistryService service(absl::Seconds(30));
+  std::string bound;
+  auto server = StartGrpcServer("127.0.0.1:0", {&service}, &bound);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto member = [](int rank) {
+    v1::Member m = Worker("big", rank);
+    m.set_ucx_address(std::string(300, 'u'));  // a packed UCX address's size
+    return m;
+  };
+  std::vector<std::unique_ptr<RegistryClient>> clients;
+  for (int r = 0; r < 32; ++r) {
+    clients.push_back(std::make_unique<RegistryClient>(bound));
+    ASSERT_TRUE(clients.back()->Join(member(r)).ok());
+  }
+  auto stub = v1::Registry::NewStub(grpc::CreateChannel(bound, grpc::InsecureChannelCredentials()));
+  auto watch = [&](grpc::ClientContext* ctx, bool deltas) {
+    v1::WatchRequest req;
+    req.set_group("big");
+    req.set_deltas(deltas);
+    return stub->Watch(ctx, req);
+  };
+  grpc::ClientContext ctx, full_ctx;
+  auto reader = watch(&ctx, true);
+  auto full_reader = watch(&full_ctx, false);
+  v1::View first, full;
+  ASSERT_TRUE(reader->Read(&first));
+  ASSERT_TRUE(full_reader->Read(&full));
+  EXPECT_FALSE(first.delta());
+  ASSERT_EQ(first.members_size(), 32);
+  v1::View mine = first;
+  auto same_as_registry = [&] {
+    auto now = clients[0]->GetView("big");
+    ASSERT_TRUE(now.ok()) << now.status();
+    EXPECT_EQ(mine.SerializeAsString(), now->SerializeAsString());
+  };
+
+  RegistryClient extra(bound);
+  ASSERT_TRUE(extra.Join(member(32)).ok());
+  v1::View joined;
+  ASSERT_TRUE(reader->Read(&joined));
+  EXPECT_TRUE(joined.delta());
+  EXPECT_EQ(joined.base_epoch(), first.epoch());
+  ASSERT_EQ(joined.members_size(), 1);
+  EXPECT_EQ(joined.members(0).rank(), 32);
+  EXPECT_EQ(joined.removed_size(), 0);
+  std::cout << "a join among 32: delta " << joined.ByteSizeLong() << " bytes, full view "
+            << first.ByteSizeLong() << " bytes\n";
+  EXPECT_LT(joined.ByteSizeLong() * 10, first.ByteSizeLong());
+  ASSERT_TRUE(ApplyViewDelta(joined, &mine).ok());
+  same_as_registry();
+  ASSERT_TRUE(full_reader->Read(&full));  // without deltas: the whole view
+  EXPECT_FALSE(full.delta());
+  EXPECT_EQ(full.members_size(), 33);
+
+  ASSERT_TRUE(clients[5]->Leave().ok());
+  v1::View left;
+  ASSERT_TRUE(reader->Read(&left));
+  EXPECT_TRUE(left.delta());
+  EXPECT_EQ(left.members_size(), 0);
+  ASSERT_EQ(left.removed_size(), 1);
+  EXPECT_EQ(left.removed(0).rank(), 5);
+  ASSERT_TRUE(ApplyViewDelta(left, &mine).ok());
+  same_as_registry();
+  EXPECT_EQ(mine.members_size(), 32);
+
+  // Out of step: refused, nothing changed.
+  const std::string before = mine.SerializeAsString();
+  EXPECT_EQ(ApplyViewDelta(joined, &mine).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(mine.SerializeAsString(), before);
+  // WaitForView (which asks for deltas) still sees every change.
+  ASSERT_TRUE(extra.Leave().ok());
+  auto seen = clients[0]->WaitForView(
+      "big", [](const v1::View& v) { return v.members_size() == 31; }, absl::Seconds(5));
+  ASSERT_TRUE(seen.ok()) << seen.status();
+
+  ctx.TryCancel();
+  full_ctx.TryCancel();
+  (void)reader->Finish();
+  (void)full_reader->Finish();
+  for (int r = 0; r < 32; ++r) {
+    if (r != 5) {
+      ASSERT_TRUE(clients[r]->Leave().ok());
+    }
+  }
   service.Stop();
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
 }

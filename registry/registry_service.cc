@@ -1,12 +1,14 @@
 #include "registry/registry_service.h"
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/log.h"
 #include "registry/memory/memory_registry.h"
 #include "registry/registry_metrics.h"
 #include "rpc/grpc_util.h"
+#include "rpc/view_delta.h"
 
 namespace tessel {
 
@@ -153,11 +155,14 @@ grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchReq
   grpc::Status auth = auth_.Check(*ctx, "Registry", "Watch");
   if (!auth.ok()) return auth;
   int64_t after = req->after_epoch();
+  // With deltas: the view last sent, which the next message changes.
+  std::optional<v1::View> sent;
   if (after == 0) {
     auto view = registry_->GetView(req->group());
     if (!view.ok()) return ToGrpc(view.status());
     if (!writer->Write(*view)) return grpc::Status::OK;
     after = view->epoch();
+    if (req->deltas()) sent = std::move(*view);
   }
   metrics::Gauge* streams = RegistryMetrics().watch_streams.GetGauge({});
   streams->Add(1);
@@ -169,8 +174,13 @@ grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchReq
     auto view = registry_->WaitForChange(req->group(), after, absl::Milliseconds(200));
     if (absl::IsDeadlineExceeded(view.status())) continue;
     if (!view.ok()) return ToGrpc(view.status());
-    if (!writer->Write(*view)) break;
+    if (req->deltas() && sent.has_value()) {
+      if (!writer->Write(ViewDelta(*sent, *view))) break;
+    } else if (!writer->Write(*view)) {
+      break;
+    }
     after = view->epoch();
+    if (req->deltas()) sent = std::move(*view);
   }
   return grpc::Status::OK;
 }

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "rpc/auth.h"
 #include "rpc/grpc_util.h"
+#include "rpc/view_delta.h"
 
 namespace tessel {
 
@@ -174,9 +175,15 @@ absl::StatusOr<v1::View> RegistryClient::WaitForView(
     ctx.set_deadline(absl::ToChronoTime(deadline));
     v1::WatchRequest req;
     req.set_group(group);
+    req.set_deltas(true);  // a full view first, then only what changed
     auto reader = stub_->Watch(&ctx, req);
-    v1::View view;
-    while (reader->Read(&view)) {
+    v1::View message, view;
+    while (reader->Read(&message)) {
+      if (absl::Status s = ApplyViewDelta(message, &view); !s.ok()) {
+        last_error = std::string(s.message());
+        ctx.TryCancel();
+        break;  // out of step: watch afresh
+      }
       last = view;
       if (ready(view)) {
         ctx.TryCancel();
