@@ -880,17 +880,17 @@ class DistributedOptimizer:
             if g.worker is None:  # closed
                 return
             self._adopt_grad(g, i, p)
-            if g.staging is not None:  # (on a CUDA model, this runs on autograd's thread)
-                g.ready[i] += 1
-                if g.ready[i] == self.backward_passes_per_step:
-                    g.staging.enqueue(begin, end)  # step() hands it over
-                    g.staged[i] = True
-                return
-            if not any(g.ready):  # this step's first gradient: settings before pushes
+            # Staged (on a CUDA model this runs on autograd's thread), step()
+            # sends the settings and hands the gradients over.
+            if g.staging is None and not any(g.ready):  # first gradient: settings before pushes
                 self._sync_group(g)
             g.ready[i] += 1
             if g.ready[i] == self.backward_passes_per_step:
-                g.worker.gradients_ready(begin, end)
+                if g.staging is None:
+                    g.worker.gradients_ready(begin, end)
+                else:
+                    g.staging.enqueue(begin, end)
+                    g.staged[i] = True
 
         acc.register_hook(hook)
         return acc  # keep the node alive

@@ -159,12 +159,10 @@ void BucketExchange::PushBucket(int shard, int bucket) {
   const int64_t begin = br.begin;
   if (!residual_.empty()) {  // top-k: the largest of gradient + residual
     uint8_t* wire = sparse_.data() + sparse_at_[shard][bucket];
-    if (caller_sparse_[shard][bucket]) {  // compressed by the caller (SparseReady)
-      channel_->Send(channel_->Header(FrameType::kPush, ctx_->step, shard, bucket), wire);
-      return;
+    if (!caller_sparse_[shard][bucket]) {  // else compressed by the caller (SparseReady)
+      TopkCompress(buffers_.grads.data() + begin, residual_.data() + begin, br.size(),
+                   TopkCount(ctx_->options.topk_ratio, br.size()), wire);
     }
-    TopkCompress(buffers_.grads.data() + begin, residual_.data() + begin, br.size(),
-                 TopkCount(ctx_->options.topk_ratio, br.size()), wire);
     channel_->Send(channel_->Header(FrameType::kPush, ctx_->step, shard, bucket), wire);
     return;
   }

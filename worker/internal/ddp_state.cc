@@ -19,37 +19,34 @@ void DdpState::Init(size_t n, bool holds) {
 absl::Status DdpState::Apply(int64_t step, std::optional<HalfType> half, const Layout& layout,
                              ModelBuffers* b) {
   const Range all{0, static_cast<int64_t>(b->params.size())};
-  if (updater_ != nullptr) {
-    runs_.clear();
-    ForEachUpdateRun(layout, all, step, skips_, skip_now_, [&](Range run, int64_t t_step) {
-      runs_.push_back({run, t_step});
-    });
-    AdvanceSkips(skip_now_, &skips_);
-    skip_now_.clear();
-    return updater_->Apply(optimizer_, runs_);
-  }
+  runs_.clear();
+  ForEachUpdateRun(layout, all, step, skips_, skip_now_, [&](Range run, int64_t t_step) {
+    runs_.push_back({run, t_step});
+  });
+  AdvanceSkips(skip_now_, &skips_);
+  skip_now_.clear();
+  if (updater_ != nullptr) return updater_->Apply(optimizer_, runs_);
   constexpr size_t kChunk = 16384;
   std::vector<float> widened(half ? std::min(kChunk, b->params.size()) : 0);
-  ForEachUpdateRun(layout, all, step, skips_, skip_now_, [&](Range run, int64_t t_step) {
-    float* state[kMaxStateSlots] = {};
+  float* state[kMaxStateSlots] = {};
+  for (const DdpUpdater::Run& r : runs_) {
+    const Range run = r.range;
     if (!half) {
       const size_t at = static_cast<size_t>(run.begin);
       for (size_t k = 0; k < slots_.size(); ++k) state[k] = slots_[k].data() + at;
-      ApplyUpdate(optimizer_, t_step, b->params.data() + at, b->grads.data() + at, state,
+      ApplyUpdate(optimizer_, r.step, b->params.data() + at, b->grads.data() + at, state,
                   static_cast<size_t>(run.size()));
-      return;
+      continue;
     }
     for (size_t begin = static_cast<size_t>(run.begin); begin < static_cast<size_t>(run.end);
          begin += kChunk) {
       const size_t n = std::min(kChunk, static_cast<size_t>(run.end) - begin);
       HalfToFloat(*half, b->grads_half.data() + begin, widened.data(), n);
       for (size_t k = 0; k < slots_.size(); ++k) state[k] = slots_[k].data() + begin;
-      ApplyUpdate(optimizer_, t_step, b->params.data() + begin, widened.data(), state, n);
+      ApplyUpdate(optimizer_, r.step, b->params.data() + begin, widened.data(), state, n);
       FloatToHalf(*half, b->params.data() + begin, b->params_half.data() + begin, n);
     }
-  });
-  AdvanceSkips(skip_now_, &skips_);
-  skip_now_.clear();
+  }
   return absl::OkStatus();
 }
 

@@ -81,7 +81,7 @@ class DdpState {
   std::vector<std::vector<float>> slots_;
   std::vector<int64_t> skips_;
   std::vector<uint8_t> skip_now_;
-  std::vector<DdpUpdater::Run> runs_;  // Apply's, for the updater
+  std::vector<DdpUpdater::Run> runs_;  // Apply's (reused: no allocation per step)
 };
 
 // DDP: every rank takes rank `root`'s step, params and optimizer state, bit
