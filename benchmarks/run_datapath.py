@@ -22,6 +22,9 @@ Contenders, for each world size W in --workers:
   tessel-<opt>-copied with --copied: the same with --ucx_zero_copy=false
                    (every payload copied through UCX's queues, the path before
                    zero-copy), for an in-place/copied comparison in one run.
+  tessel-<opt>[-copied]-nofold with --no_fold: the same with the servers'
+                   --fold_prefix=false (a bucket is reduced only once all W
+                   pushes are in), to measure prefix order (W >= 3) in one run.
   tessel-<opt>-base with --base_bench: another build's datapath_bench (e.g. an
                    earlier commit's), for a before/after measured in one run.
   with --tcp:      tessel-tcp-sgd (UCX over TCP) and mpi-tcp-allreduce
@@ -35,6 +38,7 @@ Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
          [--sizes_mib=1,16,64,256] [--repeats=5] [--iters=10]
          [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
          [--update_threads=1,2] [--base_bench=OTHER/datapath_bench] [--copied]
+         [--no_fold]
 """
 import argparse
 import os
@@ -114,6 +118,9 @@ def main():
     ap.add_argument("--copied", action="store_true",
                     help="also run each Tessel contender with --ucx_zero_copy=false "
                          "(tessel-<opt>-copied): payloads copied through UCX's queues")
+    ap.add_argument("--no_fold", action="store_true",
+                    help="also run each Tessel contender with the servers' --fold_prefix=false "
+                         "(tessel-<opt>[-copied]-nofold)")
     ap.add_argument("--quiet_max_s", type=float, default=120)
     ap.add_argument("--timeout_s", type=float, default=900, help="per contender run")
     args = ap.parse_args()
@@ -144,10 +151,14 @@ def main():
             for t in threads:
                 name = f"tessel-{opt}" + (f"-t{t}" if t else "")
                 extra = [f"--update_threads={t}"] if t else []
-                contenders.append((w, name, [args.bench] + common + extra))
+                variants = [(name, [])]
                 if args.copied:
-                    contenders.append((w, name + "-copied", [args.bench] + common + extra +
-                                       ["--ucx_zero_copy=false"]))
+                    variants.append((name + "-copied", ["--ucx_zero_copy=false"]))
+                for vname, vargs in variants:
+                    contenders.append((w, vname, [args.bench] + common + extra + vargs))
+                    if args.no_fold:
+                        contenders.append((w, vname + "-nofold", [args.bench] + common + extra +
+                                           vargs + ["--fold_prefix=false"]))
             if args.base_bench:
                 contenders.append((w, f"tessel-{opt}-base", [args.base_bench] + common))
         for mode in ("allreduce", "rs_ag"):
@@ -238,6 +249,18 @@ def main():
                         tmed = statistics.median(results[(w, t, s)])
                         print(f"{s:<5} W={w} {t:15} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "
                               f"speed-up {bmed / tmed:.2f}x")
+    nofold = [n for n in names if n.endswith("-nofold")]
+    if nofold:
+        print("\n# prefix order in this run: --fold_prefix=false's median / the default's "
+              "(> 1: folding ranks as they arrive is faster)")
+        for w in worlds:
+            for s in sizes:
+                for b in nofold:
+                    t = b[:-len("-nofold")]
+                    bmed = statistics.median(results[(w, b, s)])
+                    tmed = statistics.median(results[(w, t, s)])
+                    print(f"{s:<5} W={w} {t:15} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "
+                          f"speed-up {bmed / tmed:.2f}x")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

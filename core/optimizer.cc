@@ -252,17 +252,23 @@ TESSEL_VECTOR_CLONES void DivInto(const float* __restrict acc, float divisor, fl
 // stack and stay in L1 while the block is summed and consumed.
 constexpr size_t kBlock = 1024;
 
-// out[0, len) = mean over w of srcs[j][off, off + len), summed left to right.
-// `acc` is scratch of kBlock floats; `out` may alias any source exactly.
-void ReduceMeanBlock(const float* const* srcs, int w, size_t off, size_t len, float* acc,
-                     float* out) {
+// acc[0, len) = the sum of srcs[j][off, off + len), left to right. `acc` is
+// scratch of kBlock floats.
+void ReduceSumBlock(const float* const* srcs, int w, size_t off, size_t len, float* acc) {
   if (w == 1) {
     std::copy(srcs[0] + off, srcs[0] + off + len, acc);
   } else {
     AddPair(srcs[0] + off, srcs[1] + off, acc, len);
     for (int j = 2; j < w; ++j) AddInto(srcs[j] + off, acc, len);
   }
-  DivInto(acc, static_cast<float>(w), out, len);
+}
+
+// out[0, len) = that sum divided by `divisor`. `out` may alias any source
+// exactly.
+void ReduceMeanBlock(const float* const* srcs, int w, float divisor, size_t off, size_t len,
+                     float* acc, float* out) {
+  ReduceSumBlock(srcs, w, off, len, acc);
+  DivInto(acc, divisor, out, len);
 }
 
 // The kernel choice and scalars for one call, shared by ApplyUpdate and every
@@ -604,24 +610,36 @@ void ApplyUpdate(const OptimizerParams& p, int64_t step, float* params, const fl
   update.Run(params, grad, state, 0, n);
 }
 
-void ReduceMean(const float* const* srcs, int w, float* out, size_t n) {
-  if (w < 1) Fatal("ReduceMean: w must be >= 1");
+void ReduceMean(const float* const* srcs, int w, float* out, size_t n, int divisor) {
+  if (w < 1 || divisor < 0) Fatal("ReduceMean: w must be >= 1 and divisor >= 0");
+  const float d = static_cast<float>(divisor == 0 ? w : divisor);
   alignas(64) float acc[kBlock];
   for (size_t off = 0; off < n; off += kBlock) {
     const size_t len = std::min(kBlock, n - off);
-    ReduceMeanBlock(srcs, w, off, len, acc, out + off);
+    ReduceMeanBlock(srcs, w, d, off, len, acc, out + off);
+  }
+}
+
+void ReduceSum(const float* const* srcs, int w, float* out, size_t n) {
+  if (w < 1) Fatal("ReduceSum: w must be >= 1");
+  alignas(64) float acc[kBlock];
+  for (size_t off = 0; off < n; off += kBlock) {
+    const size_t len = std::min(kBlock, n - off);
+    ReduceSumBlock(srcs, w, off, len, acc);
+    std::copy(acc, acc + len, out + off);
   }
 }
 
 void ReduceAndApply(const OptimizerParams& p, int64_t step, float* params, const float* const* srcs,
-                    int w, float* const* state, size_t n) {
-  if (w < 1) Fatal("ReduceAndApply: w must be >= 1");
+                    int w, float* const* state, size_t n, int divisor) {
+  if (w < 1 || divisor < 0) Fatal("ReduceAndApply: w must be >= 1 and divisor >= 0");
+  const float d = static_cast<float>(divisor == 0 ? w : divisor);
   const Update update(p, step);
   alignas(64) float acc[kBlock];
   alignas(64) float grad[kBlock];
   for (size_t off = 0; off < n; off += kBlock) {
     const size_t len = std::min(kBlock, n - off);
-    ReduceMeanBlock(srcs, w, off, len, acc, grad);
+    ReduceMeanBlock(srcs, w, d, off, len, acc, grad);
     update.Run(params + off, grad, state, off, len);
   }
 }

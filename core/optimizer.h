@@ -194,17 +194,27 @@ struct OptimizerScalars {
 // ApplyUpdate does.
 OptimizerScalars MakeOptimizerScalars(const OptimizerParams& p, int64_t step);
 
-// out[i] = (srcs[0][i] + srcs[1][i] + ... + srcs[w-1][i]) / w, summed left to
-// right in float and divided (not multiplied by 1/w). w >= 1. `out` may be
-// exactly one of the sources (in-place reduction) but must not partially
-// overlap any of them.
-void ReduceMean(const float* const* srcs, int w, float* out, size_t n);
+// out[i] = (srcs[0][i] + srcs[1][i] + ... + srcs[w-1][i]) / divisor, summed
+// left to right in float and divided (not multiplied by 1/divisor); divisor
+// 0 means w. w >= 1. `out` may be exactly one of the sources (in-place
+// reduction) but must not partially overlap any of them.
+//
+// Prefix order: with divisor = W, srcs[0] may be a ReduceSum of ranks
+// [0, k) and srcs[1..] ranks k..W-1: the result is the same bits as the
+// mean over all W ranks, because the sum is the same left-to-right fold.
+void ReduceMean(const float* const* srcs, int w, float* out, size_t n, int divisor = 0);
+
+// out[i] = srcs[0][i] + srcs[1][i] + ... + srcs[w-1][i], left to right in
+// float (the first part of ReduceMean, kept for a later one). w >= 1; `out`
+// may be exactly one of the sources.
+void ReduceSum(const float* const* srcs, int w, float* out, size_t n);
 
 // ReduceMean into a gradient followed by ApplyUpdate, fused so the gradient
 // never goes to memory. Bitwise identical to
-//   ReduceMean(srcs, w, grad, n); ApplyUpdate(p, step, params, grad, state, n);
+//   ReduceMean(srcs, w, grad, n, divisor);
+//   ApplyUpdate(p, step, params, grad, state, n);
 void ReduceAndApply(const OptimizerParams& p, int64_t step, float* params, const float* const* srcs,
-                    int w, float* const* state, size_t n);
+                    int w, float* const* state, size_t n, int divisor = 0);
 
 }  // namespace tessel
 

@@ -167,9 +167,9 @@ void DataPlane::PushCompleted(const std::shared_ptr<ShardJob>& job, const FrameH
     absl::Status w = checkpointer_->Submit(std::move(*c.serve.snapshot), /*wait=*/false);
     if (!w.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << w;
   }
-  if (c.update.has_value()) {
+  if (c.update.has_value() || c.fold.has_value()) {
     absl::MutexLock lock(&mu_);
-    updates_.emplace_back(job, *c.update);
+    updates_.push_back(Work{job, c.update.value_or(c.fold.value_or(0)), !c.update.has_value()});
   }
   if (!c.serve.pullers.empty()) ServeParams(job, c.serve);
 }
@@ -265,7 +265,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
 
 void DataPlane::ComputeLoop() {
   for (;;) {
-    std::pair<std::shared_ptr<ShardJob>, int> work;
+    Work work;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -276,27 +276,39 @@ void DataPlane::ComputeLoop() {
       work = std::move(updates_.front());
       updates_.pop_front();
     }
+    if (work.fold) {
+      const int64_t fold_us = timeline_ != nullptr ? Timeline::NowUs() : 0;
+      work.job->FoldPrefix(work.bucket);
+      if (timeline_ != nullptr) {
+        timeline_->Span("fold ranks in order", "optimizer", fold_us, Timeline::NowUs(),
+                        {.job = work.job->spec().job(),
+                         .step = work.job->version() + 1,
+                         .shard = work.job->shard(),
+                         .bucket = work.bucket});
+      }
+      continue;
+    }
     const auto start = std::chrono::steady_clock::now();
     const int64_t start_us = timeline_ != nullptr ? Timeline::NowUs() : 0;
-    const int64_t step = timeline_ != nullptr ? work.first->version() + 1 : 0;
-    ShardJob::Serve serve = work.first->UpdateBucket(work.second);
+    const int64_t step = timeline_ != nullptr ? work.job->version() + 1 : 0;
+    ShardJob::Serve serve = work.job->UpdateBucket(work.bucket);
     serve.released.clear();  // back to the workers before their parameters go out
     if (timeline_ != nullptr) {
       timeline_->Span("reduce + update", "optimizer", start_us, Timeline::NowUs(),
-                      {.job = work.first->spec().job(),
+                      {.job = work.job->spec().job(),
                        .step = step,
-                       .shard = work.first->shard(),
-                       .bucket = work.second});
+                       .shard = work.job->shard(),
+                       .bucket = work.bucket});
     }
     if (metrics_ != nullptr) {
-      metrics_->BucketUpdated(work.first->spec().job(), work.first->bucket_elements(work.second),
+      metrics_->BucketUpdated(work.job->spec().job(), work.job->bucket_elements(work.bucket),
                               metrics::SecondsSince(start));
     }
     if (serve.snapshot.has_value()) {
       absl::Status s = checkpointer_->Submit(std::move(*serve.snapshot));
       if (!s.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << s;
     }
-    if (!serve.pullers.empty()) ServeParams(work.first, serve);
+    if (!serve.pullers.empty()) ServeParams(work.job, serve);
   }
 }
 

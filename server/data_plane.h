@@ -9,7 +9,10 @@
 // Threads: OnFrame and receive completions on the transport thread; bucket
 // updates on `update_threads` compute threads, which take complete buckets
 // in arrival order (different buckets of a step update at once; each
-// bucket's result does not depend on which thread or when), and which the
+// bucket's result does not depend on which thread or when), and fold the
+// ranks of incomplete buckets that landed in rank order (ShardJob::
+// FoldPrefix: with three or more ranks, most of a bucket's sum is done
+// before its last rank arrives), and which the
 // plane owns and joins on destruction. The update queue and counters are
 // under mu_; each ShardJob guards itself. Shut the transport down before
 // destroying the plane.
@@ -83,7 +86,13 @@ class DataPlane {
   ServerMetrics* const metrics_;
   Timeline* const timeline_;  // --timeline; not owned
   absl::Mutex mu_;
-  std::deque<std::pair<std::shared_ptr<ShardJob>, int>> updates_ ABSL_GUARDED_BY(mu_);
+  // A bucket to update, or (fold) to fold in prefix order.
+  struct Work {
+    std::shared_ptr<ShardJob> job;
+    int bucket = 0;
+    bool fold = false;
+  };
+  std::deque<Work> updates_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t rejected_unrouted_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> compute_;

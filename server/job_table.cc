@@ -9,8 +9,9 @@
 
 namespace tessel {
 
-JobTable::JobTable(Checkpointer* checkpointer, std::shared_ptr<PayloadMemory> memory)
-    : checkpointer_(checkpointer), memory_(std::move(memory)) {}
+JobTable::JobTable(Checkpointer* checkpointer, std::shared_ptr<PayloadMemory> memory,
+                   bool fold_prefix)
+    : checkpointer_(checkpointer), memory_(std::move(memory)), fold_prefix_(fold_prefix) {}
 
 absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobRequest& req) {
   if (req.spec().checkpoint().every_steps() < 0 || req.spec().checkpoint().keep_last() < 0) {
@@ -44,6 +45,7 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
     auto restored = ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest,
                                       checkpointer_, memory_);
     if (!restored.ok()) return restored.status();
+    (*restored)->set_fold_prefix(fold_prefix_);
     absl::MutexLock lock(&mu_);
     if (!jobs_.contains((*restored)->job_id())) {
       v1::CreateJobResponse resp;
@@ -61,6 +63,7 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
   }
   auto job = ShardJob::Create(req.spec(), req.shard_index(), req.epoch(), memory_);
   if (!job.ok()) return job.status();
+  (*job)->set_fold_prefix(fold_prefix_);
   absl::MutexLock lock(&mu_);
   v1::CreateJobResponse resp;
   auto it = jobs_.find((*job)->job_id());
@@ -161,6 +164,7 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::ReplaceJob(const v1::CreateJobRe
     job = std::move(*restored);
   }
   job->SetWorkerIds({req.worker_ids().begin(), req.worker_ids().end()});
+  job->set_fold_prefix(fold_prefix_);
   std::shared_ptr<ShardJob> replaced;
   v1::CreateJobResponse resp;
   {

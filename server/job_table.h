@@ -39,7 +39,10 @@ class JobTable {
   // disabled one.
   // `memory` (may be null): the data transport's payload memory, where jobs
   // keep the parameters they serve.
-  explicit JobTable(Checkpointer* checkpointer, std::shared_ptr<PayloadMemory> memory = nullptr);
+  // `fold_prefix`: jobs sum the ranks that landed in rank order before a
+  // bucket is complete (ShardJob::set_fold_prefix); off only to measure it.
+  explicit JobTable(Checkpointer* checkpointer, std::shared_ptr<PayloadMemory> memory = nullptr,
+                    bool fold_prefix = true);
 
   absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& req);
   // CreateJob with `replace` (recovery): the job starts again from a
@@ -67,6 +70,7 @@ class JobTable {
  private:
   Checkpointer* const checkpointer_;
   const std::shared_ptr<PayloadMemory> memory_;
+  const bool fold_prefix_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<ShardJob>> jobs_ ABSL_GUARDED_BY(mu_);
   absl::Mutex listener_mu_;

@@ -65,6 +65,10 @@ ABSL_FLAG(int64_t, timeline_steps, 100, "steps --timeline records (0: every step
 ABSL_FLAG(int, update_threads, 0,
           "threads that reduce and update complete gradient buckets, different buckets of a step "
           "at once (0: half this machine's cores, 1 to 8; at most 256)");
+ABSL_FLAG(bool, fold_prefix, true,
+          "with three or more workers, sum the ranks of a gradient bucket that arrived in rank "
+          "order while the bucket waits for its last ranks (the same bits as summing all at the "
+          "end); false only to measure what it saves");
 ABSL_FLAG(bool, verbose, false, "log every refused frame");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "root of the checkpoint store, shared by every server of the pool (empty = "
@@ -190,6 +194,7 @@ int main(int argc, char** argv) {
   options.receive_check_timeout =
       absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_receive_check_timeout_ms)));
   options.update_threads = absl::GetFlag(FLAGS_update_threads);
+  options.fold_prefix = absl::GetFlag(FLAGS_fold_prefix);
   options.cancelled = [] { return g_stop != 0; };
   // TLS first: a bad certificate path fails before anything is started
   // (ShardServer::Start loads the credentials again).

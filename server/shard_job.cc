@@ -155,6 +155,11 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
   for (auto& l : leases_) l.resize(world_);
   init_seen_.assign(num_buckets_, 0);
   bucket_updated_.assign(num_buckets_, 0);
+  landed_prefix_.assign(num_buckets_, 0);
+  folded_.assign(num_buckets_, 0);
+  fold_queued_.assign(num_buckets_, 0);
+  fold_running_.assign(num_buckets_, 0);
+  updating_.assign(num_buckets_, 0);
   initialized_ = is_ddp() || num_buckets_ == 0;
   for (const TensorSlot& t : layout_.tensors())
     owned_.push_back(t.range().Overlaps(range_) ? 1 : 0);
@@ -303,7 +308,19 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
     return c;
   }
   pushed_bytes_ += static_cast<int64_t>(h.payload_bytes);
-  if (pushes_.Receive(h.bucket, h.rank)) c.update = h.bucket;
+  const bool complete = pushes_.Receive(h.bucket, h.rank);
+  int& prefix = landed_prefix_[h.bucket];
+  while (prefix < world_ && pushes_.slot(h.bucket, prefix) == PushTracker::Slot::kReceived) {
+    ++prefix;
+  }
+  if (complete) {
+    c.update = h.bucket;
+  } else if (fold_prefix_ && world_ >= 3 && topk_ratio_ == 0 && !fold_queued_[h.bucket] &&
+             prefix >= 2 && prefix > folded_[h.bucket]) {
+    if (acc_.empty()) acc_.assign(static_cast<size_t>(range_.size()), 0.f);
+    fold_queued_[h.bucket] = 1;
+    c.fold = h.bucket;
+  }
   return c;
 }
 
@@ -317,8 +334,78 @@ ShardJob::Completion ShardJob::CompleteBorrowed(const FrameHeader& h, const void
   return CompleteReceive(h, absl::OkStatus());
 }
 
+const float* ShardJob::RankChunk(int r, const std::vector<const void*>& borrowed, size_t bucket_at,
+                                 size_t off, size_t n, float* scratch) const {
+  const void* src;
+  if (borrowed[r] != nullptr) {
+    src = static_cast<const char*>(borrowed[r]) + (off - bucket_at) * wire_bytes();
+  } else if (half_) {
+    src = rank_grads_half_[r].data() + off;
+  } else {
+    src = rank_grads_[r].data() + off;
+  }
+  if (!half_) return static_cast<const float*>(src);
+  HalfToFloat(*half_, static_cast<const uint16_t*>(src), scratch, n);
+  return scratch;
+}
+
+void ShardJob::FoldPrefix(int bucket) {
+  const Range br = layout_.bucket_range(shard_, bucket);
+  const size_t bucket_at = static_cast<size_t>(br.begin - range_.begin);
+  const int64_t chunk = half_ ? kWidenChunk : br.size();
+  thread_local std::vector<const void*> borrowed;
+  thread_local std::vector<float> widened;
+  thread_local std::vector<const float*> srcs;
+  for (;;) {
+    int from;
+    int to;
+    {
+      absl::MutexLock lock(&mu_);
+      from = folded_[bucket];
+      to = landed_prefix_[bucket];
+      // Nothing new in order, or the bucket is complete (its update sums
+      // the rest), or another fold of it runs (and will look again).
+      if (fold_running_[bucket] || updating_[bucket] || pushes_.Complete(bucket) ||
+          to <= std::max(from, 1)) {
+        if (!fold_running_[bucket]) fold_queued_[bucket] = 0;
+        return;
+      }
+      fold_running_[bucket] = 1;
+      borrowed = borrowed_[bucket];
+    }
+    const auto started = std::chrono::steady_clock::now();
+    // acc_ = rank 0 + rank 1 + ... (from == 0), or acc_ + rank from + ...:
+    // the left-to-right sum UpdateBucket would have started with.
+    const int count = to - from + (from > 0 ? 1 : 0);
+    srcs.resize(static_cast<size_t>(count));
+    for (int64_t c = br.begin; c < br.end; c += chunk) {
+      const Range part{c, std::min(br.end, c + chunk)};
+      const size_t off = static_cast<size_t>(part.begin - range_.begin);
+      const size_t n = static_cast<size_t>(part.size());
+      if (half_ && widened.size() < static_cast<size_t>(to - from) * n) {
+        widened.resize(static_cast<size_t>(to - from) * n);
+      }
+      size_t k = 0;
+      if (from > 0) srcs[k++] = acc_.data() + off;
+      for (int r = from; r < to; ++r) {
+        float* scratch = half_ ? widened.data() + static_cast<size_t>(r - from) * n : nullptr;
+        srcs[k++] = RankChunk(r, borrowed, bucket_at, off, n, scratch);
+      }
+      ReduceSum(srcs.data(), count, acc_.data() + off, n);
+    }
+    const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - started)
+                                .count();
+    absl::MutexLock lock(&mu_);
+    folded_[bucket] = to;
+    fold_running_[bucket] = 0;
+    update_us_ += took_us;
+  }
+}
+
 ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   int64_t step;
+  int folded;
   OptimizerParams optimizer;
   std::vector<int64_t> skips;  // copies: SkipTensors may add to skip_now_ meanwhile
   std::vector<uint8_t> skip_now;
@@ -326,7 +413,17 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   {
     absl::MutexLock lock(&mu_);
     ++updates_running_;
+    // A fold of this bucket that already started ends first (it is bounded
+    // work that waits for nothing); one that has not started will not.
+    updating_[bucket] = 1;
+    std::pair<ShardJob*, int> arg{this, bucket};
+    mu_.Await(absl::Condition(
+        +[](std::pair<ShardJob*, int>* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->first->mu_) {
+          return a->first->fold_running_[a->second] == 0;
+        },
+        &arg));
     borrowed = borrowed_[bucket];
+    folded = folded_[bucket];
     step = version_ + 1;
     optimizer = optimizer_;
     if (!is_ddp() && (!tensor_skips_.empty() || !skip_now_.empty())) {
@@ -336,25 +433,20 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   }
   const auto started = std::chrono::steady_clock::now();
   const Range br = layout_.bucket_range(shard_, bucket);
-  // Rank r's part of the chunk at shard offset `at`: where the worker keeps
-  // it (borrowed) or in the rank's receive buffer.
   const size_t bucket_at = static_cast<size_t>(br.begin - range_.begin);
-  auto rank_src = [&](int r, size_t at) -> const void* {
-    if (borrowed[r] != nullptr) {
-      return static_cast<const char*>(borrowed[r]) + (at - bucket_at) * wire_bytes();
-    }
-    if (half_) return rank_grads_half_[r].data() + at;
-    return rank_grads_[r].data() + at;
-  };
   // Mixed precision widens the ranks' half gradients exactly, a chunk at a
   // time, into this thread's scratch (no allocation once it has grown), then
   // reduces in fp32 in rank order: element-wise, so chunking changes no bit.
   const int64_t chunk = half_ ? kWidenChunk : br.size();
   const int64_t topk = TopkCount(topk_ratio_, br.size());
+  // Prefix order: ranks [0, folded) are summed in acc_ already, so the
+  // sources are acc_ and ranks folded..W-1, still divided by W.
+  const int first = folded >= 2 ? folded : 0;
+  const int count = world_ - first + (first > 0 ? 1 : 0);
   thread_local std::vector<float> widened;
   thread_local std::vector<const float*> srcs;
   thread_local std::vector<const float*> run_srcs;
-  srcs.resize(static_cast<size_t>(world_));
+  srcs.resize(static_cast<size_t>(count));
   size_t off = 0;  // the chunk's offset in the shard, for `apply`
   // Per run of tensors at the same step; tensors no rank had a gradient
   // for are left alone (one run, at `step`, unless some tensor was skipped).
@@ -369,32 +461,32 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
       for (size_t r = 0; r < srcs.size(); ++r) run_srcs[r] = srcs[r] + rel;
       from = run_srcs.data();
     }
-    ReduceAndApply(optimizer, t_step, values_.data() + at, from, world_, state,
-                   static_cast<size_t>(run.size()));
+    ReduceAndApply(optimizer, t_step, values_.data() + at, from, count, state,
+                   static_cast<size_t>(run.size()), world_);
   };
   for (int64_t c = br.begin; c < br.end; c += chunk) {
     const Range part{c, std::min(br.end, c + chunk)};
     off = static_cast<size_t>(part.begin - range_.begin);
     const size_t n = static_cast<size_t>(part.size());
+    if ((topk > 0 || half_) && widened.size() < static_cast<size_t>(world_) * n) {
+      widened.resize(world_ * n);
+    }
     if (topk > 0) {  // each rank's pairs, densified (one chunk: the bucket)
-      if (widened.size() < static_cast<size_t>(world_) * n) widened.resize(world_ * n);
       for (int r = 0; r < world_; ++r) {
         float* to = widened.data() + static_cast<size_t>(r) * n;
         Densify(rank_sparse_[r].data() + sparse_offset_[bucket], topk, to, static_cast<int64_t>(n));
         srcs[r] = to;
       }
-    } else if (half_) {
-      if (widened.size() < static_cast<size_t>(world_) * n) widened.resize(world_ * n);
-      for (int r = 0; r < world_; ++r) {
-        float* to = widened.data() + static_cast<size_t>(r) * n;
-        HalfToFloat(*half_, static_cast<const uint16_t*>(rank_src(r, off)), to, n);
-        srcs[r] = to;
-      }
     } else {
-      for (int r = 0; r < world_; ++r) srcs[r] = static_cast<const float*>(rank_src(r, off));
+      size_t k = 0;
+      if (first > 0) srcs[k++] = acc_.data() + off;
+      for (int r = first; r < world_; ++r) {
+        float* scratch = half_ ? widened.data() + static_cast<size_t>(r) * n : nullptr;
+        srcs[k++] = RankChunk(r, borrowed, bucket_at, off, n, scratch);
+      }
     }
     if (is_ddp()) {
-      ReduceMean(srcs.data(), world_, values_.data() + off, n);
+      ReduceMean(srcs.data(), count, values_.data() + off, n, world_);
       continue;
     }
     ForEachUpdateRun(layout_, part, step, skips, skip_now, apply);
@@ -408,6 +500,9 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   --updates_running_;
   update_us_ += took_us;
   Serve serve;
+  folded_[bucket] = 0;
+  updating_[bucket] = 0;
+  fold_queued_[bucket] = 0;
   // The borrowed pushes are read: back to their workers.
   std::fill(borrowed_[bucket].begin(), borrowed_[bucket].end(), nullptr);
   for (std::shared_ptr<void>& lease : leases_[bucket]) {
@@ -439,6 +534,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   AdvanceSkips(skip_now_, &tensor_skips_);
   skip_now_.clear();
   pushes_.NextStep();
+  std::fill(landed_prefix_.begin(), landed_prefix_.end(), 0);
   serve.version = version_;
   const int64_t every = spec_.checkpoint().every_steps();
   auto requested = std::find(checkpoint_requests_.begin(), checkpoint_requests_.end(), version_);
@@ -823,6 +919,7 @@ v1::ShardStats ShardJob::Stats(bool with_digest) {
   for (const auto& g : rank_grads_) received += static_cast<int64_t>(g.size() * sizeof(float));
   for (const auto& g : rank_grads_half_) received += static_cast<int64_t>(g.size() * 2);
   for (const auto& g : rank_sparse_) received += static_cast<int64_t>(g.size());
+  received += static_cast<int64_t>(acc_.size() * sizeof(float));  // prefix order
   if (is_ddp()) {
     // receive buffers and the mean (fp32, + its half copy when mixed)
     mem->set_grad_buffer_bytes(received + n + (half_ ? wire : 0));

@@ -13,7 +13,11 @@
 //          pushed it yet. When all ranks have pushed bucket b, the bucket is
 //          reduced in rank order (bitwise reproducible whatever the arrival
 //          order) and the optimizer runs on it. When every bucket is done the
-//          version advances.
+//          version advances. Prefix order (W >= 3): while a bucket waits
+//          for its last ranks, the ranks 0..k-1 that have landed are summed
+//          left to right into an accumulator (FoldPrefix), so the update
+//          after the last arrival reads the accumulator and ranks k..W-1
+//          only: the same left-to-right sum, the same bits.
 //   PULL   for version v: answered with every bucket once version == v
 //          (refused if v is gone). While step v is in flight, each bucket
 //          is served as soon as it is updated (the step's other buckets
@@ -123,6 +127,10 @@ class ShardJob {
     // The payload landed but is malformed (top-k pairs): refused, nothing
     // changed, the rank may push again. The data plane answers with ERROR.
     absl::Status error;
+    // Ranks of this bucket landed in rank order past what is summed: run
+    // FoldPrefix(*fold) on a compute thread when one is free (optional:
+    // skipping it only leaves more of the sum to UpdateBucket).
+    std::optional<int> fold;
   };
   Completion CompleteReceive(const FrameHeader& h, const absl::Status& s);
   // A PUSH accepted with `borrow`: its gradient is at `data` (the worker's
@@ -134,6 +142,16 @@ class ShardJob {
   // the step, the snapshot due. Several threads may update different buckets
   // of a step at once.
   Serve UpdateBucket(int bucket);
+  // Sums the ranks of `bucket` that landed in rank order (0, 1, ... k-1)
+  // into the bucket's accumulator, and again while more arrive in order;
+  // stops once the bucket is complete or its update began (UpdateBucket
+  // waits for a fold already running, then sums only what is left). Any
+  // thread, any time: a fold that finds nothing to do returns, and two
+  // folds of a bucket never run at once.
+  void FoldPrefix(int bucket);
+  // Off: buckets are reduced only once complete (the benchmark's baseline).
+  // Call before the first push.
+  void set_fold_prefix(bool on) { fold_prefix_ = on; }
   // PULL header arrived. Returns whom to serve now (possibly nobody: deferred).
   absl::StatusOr<Serve> AcceptPull(const FrameHeader& h, uint64_t reply_to);
   // The pulls still waiting for a step, handed over and forgotten: the job
@@ -241,6 +259,23 @@ class ShardJob {
   std::vector<std::vector<uint8_t>> rank_sparse_;
   std::vector<std::vector<uint16_t>> rank_grads_half_;
   PayloadVector<uint16_t> values_half_;
+  // Prefix order (fold_prefix_ and W >= 3, not top-k): the running sum of
+  // each bucket's first ranks (one shard-sized buffer, allocated at the
+  // first fold), and per bucket: how many ranks landed in rank order, how
+  // many are summed into acc_ (0, or >= 2), whether a fold was asked for
+  // (Completion::fold) or is running, and whether its update began.
+  bool fold_prefix_ = true;
+  std::vector<float> acc_;
+  std::vector<int> landed_prefix_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> folded_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> fold_queued_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> fold_running_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> updating_ ABSL_GUARDED_BY(mu_);
+  // Rank r's part of a bucket, the chunk [off, off + n) of the shard: where
+  // the worker keeps it (borrowed, from `borrowed`), in the rank's receive
+  // buffer, or widened from half into `scratch` (n floats).
+  const float* RankChunk(int r, const std::vector<const void*>& borrowed, size_t bucket_at,
+                         size_t off, size_t n, float* scratch) const;
   // Per bucket and rank: the borrowed push (its bucket's first element in
   // the worker's memory, and its lease), or null.
   std::vector<std::vector<const void*>> borrowed_ ABSL_GUARDED_BY(mu_);

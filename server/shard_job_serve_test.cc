@@ -10,8 +10,10 @@
 #include <deque>
 #include <map>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/topk.h"
@@ -107,11 +109,21 @@ class Harness {
     } else {
       std::memcpy(to, g.data(), g.size() * 4);
     }
-    if (!borrow) return job_->CompleteReceive(h, absl::OkStatus()).update;
-    ++borrowed_count_;
-    std::shared_ptr<void> lease(nullptr, [r = released_](void*) { ++*r; });
-    return job_->CompleteBorrowed(h, to, std::move(lease)).update;
+    ShardJob::Completion c;
+    if (!borrow) {
+      c = job_->CompleteReceive(h, absl::OkStatus());
+    } else {
+      ++borrowed_count_;
+      std::shared_ptr<void> lease(nullptr, [r = released_](void*) { ++*r; });
+      c = job_->CompleteBorrowed(h, to, std::move(lease));
+    }
+    EXPECT_FALSE(c.update.has_value() && c.fold.has_value());
+    if (c.fold.has_value()) folds_.push_back(*c.fold);
+    return c.update;
   }
+
+  // The folds pushes asked for since the last call (Completion::fold).
+  std::vector<int> TakeFolds() { return std::exchange(folds_, {}); }
 
   absl::StatusOr<ShardJob::Serve> Pull(int rank, int first, int count) {
     FrameHeader h = Header(FrameType::kPull, rank, first);
@@ -125,6 +137,7 @@ class Harness {
   std::unique_ptr<ShardJob> job_;
   std::optional<HalfType> half_;
   std::vector<int> borrow_ranks_;
+  std::vector<int> folds_;
   std::deque<std::vector<uint8_t>> worker_memory_;  // borrowed pushes live here
   int borrowed_count_ = 0;
   std::shared_ptr<std::atomic<int>> released_ = std::make_shared<std::atomic<int>>(0);
@@ -290,6 +303,123 @@ TEST(ShardJobServeTest, MixedPrecisionWidensInChunksBitwise) {
   const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 3, 100000, 40000, v1::DTYPE_BF16);
   Harness t(spec);
   ExpectBitwise(Train(t, 3, 3, 2), Reference(spec, 3));
+}
+
+// Prefix order: with W = 3 and 4, the ranks that landed in rank order are
+// summed while the bucket waits for the rest (FoldPrefix, when a push asks
+// for it, late, or not at all), over every arrival order of 4 ranks, copied
+// and borrowed pushes, fp32 and bf16: the very bits of one reduction.
+TEST(ShardJobServeTest, FoldingRanksInPrefixOrderIsBitwiseOneReduction) {
+  std::vector<int> order = {0, 1, 2, 3};
+  std::vector<std::vector<int>> perms;
+  do {
+    perms.push_back(order);
+  } while (std::next_permutation(order.begin(), order.end()));
+  for (int world : {3, 4}) {
+    for (v1::DType dtype : {v1::DTYPE_F32, v1::DTYPE_BF16}) {
+      for (int when : {0, 1, 2}) {  // fold at once, one push late, never
+        SCOPED_TRACE(testing::Message() << "world " << world << " dtype " << dtype << " fold "
+                                        << (when == 0   ? "at once"
+                                            : when == 1 ? "late"
+                                                        : "never"));
+        // 9 buckets of 40000 (bf16 widens in chunks) x 3 steps: every
+        // arrival order of 4 ranks at least once.
+        const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, world, 9 * 40000 - 7, 40000, dtype);
+        Harness t(spec);
+        if (world == 4) t.BorrowFrom({1});
+        int folds_run = 0;
+        std::vector<int> late;
+        int perm = 0;
+        for (int step = 1; step <= 3; ++step) {
+          std::vector<int> complete;
+          for (int b = 0; b < t.buckets(); ++b) {
+            const std::vector<int>& p = perms[perm++ % perms.size()];
+            for (int r : p) {
+              if (r >= world) continue;
+              for (int f : late) {
+                t.job().FoldPrefix(f);
+                ++folds_run;
+              }
+              late.clear();
+              if (std::optional<int> c = t.Push(r, b, step)) complete.push_back(*c);
+              std::vector<int> asked = t.TakeFolds();
+              if (when == 0) {
+                for (int f : asked) {
+                  t.job().FoldPrefix(f);
+                  ++folds_run;
+                }
+              } else if (when == 1) {
+                late = asked;
+              }
+            }
+          }
+          for (int b : complete) t.job().UpdateBucket(b);
+          ASSERT_EQ(t.job().version(), step);
+        }
+        if (when == 0) {
+          EXPECT_GT(folds_run, 0) << "arrivals in rank order ask for folds";
+        }
+        ExpectBitwise(t.job().ParamsSnapshot(), Reference(spec, 3));
+        const int64_t acc_bytes = (when == 2 ? 0 : int64_t{9 * 40000 - 7} * 4);
+        EXPECT_GE(t.job().Stats(false).memory().grad_buffer_bytes(), acc_bytes)
+            << "the accumulator is counted with the receive buffers";
+      }
+    }
+  }
+}
+
+// Folds on their own threads while pushes land and buckets update on
+// others, as the data plane's compute threads run them: still bitwise.
+TEST(ShardJobServeTest, FoldsBesidePushesAndUpdatesOnOtherThreadsAreBitwise) {
+  const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 4, 6 * 20000, 20000);
+  Harness t(spec);
+  absl::Mutex mu;
+  std::deque<std::pair<int, bool>> work;  // (bucket, fold)
+  bool done = false;
+  std::atomic<int> updated{0};
+  using Queue = std::pair<std::deque<std::pair<int, bool>>*, bool*>;
+  Queue queue{&work, &done};
+  std::vector<std::thread> compute;
+  for (int k = 0; k < 3; ++k) {
+    compute.emplace_back([&] {
+      for (;;) {
+        std::pair<int, bool> w;
+        {
+          absl::MutexLock lock(&mu);
+          mu.Await(absl::Condition(
+              +[](Queue* q) { return !q->first->empty() || *q->second; }, &queue));
+          if (work.empty()) return;
+          w = work.front();
+          work.pop_front();
+        }
+        if (w.second) {
+          t.job().FoldPrefix(w.first);
+        } else {
+          t.job().UpdateBucket(w.first);
+          ++updated;
+        }
+      }
+    });
+  }
+  constexpr int kSteps = 4;
+  for (int step = 1; step <= kSteps; ++step) {
+    for (int r = 0; r < 4; ++r) {
+      for (int b = 0; b < t.buckets(); ++b) {
+        std::optional<int> c = t.Push(r, b, step);
+        absl::MutexLock lock(&mu);
+        for (int f : t.TakeFolds()) work.emplace_back(f, true);
+        if (c.has_value()) work.emplace_back(*c, false);
+      }
+    }
+    while (t.job().version() < step) std::this_thread::yield();
+  }
+  {
+    absl::MutexLock lock(&mu);
+    done = true;
+  }
+  for (std::thread& th : compute) th.join();
+  EXPECT_EQ(updated.load(), kSteps * t.buckets());
+  ExpectBitwise(t.job().ParamsSnapshot(), Reference(spec, kSteps));
 }
 
 // Zero-copy: pushes read where the workers keep them reduce to the same bits

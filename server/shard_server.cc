@@ -90,7 +90,8 @@ absl::Status ShardServer::Init() {
   service_options.shard_index = options_.shard;
   service_options.pool = options_.pool;
   service_options.auth = options_.admin;
-  jobs_ = std::make_unique<JobTable>(checkpointer_.get(), transport_->payload_memory());
+  jobs_ = std::make_unique<JobTable>(checkpointer_.get(), transport_->payload_memory(),
+                                     options_.fold_prefix);
   metrics_ = std::make_unique<ServerMetrics>(options_.shard);
   if (!options_.timeline.empty()) {
     auto timeline = Timeline::Open(

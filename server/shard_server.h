@@ -125,6 +125,10 @@ struct ShardServerOptions {
   // Threads that reduce and update complete buckets (different buckets of a
   // step at once); 0 = automatic: half this machine's cores, 1 to 8.
   int update_threads = 0;
+  // Sum the ranks of a bucket that landed in rank order before its last
+  // rank arrives (prefix order; three or more workers). Off only to
+  // measure what it saves.
+  bool fold_prefix = true;
   // Polled while Start() retries the join: true gives up (e.g. a signal).
   std::function<bool()> cancelled;
 };
