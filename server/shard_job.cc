@@ -397,6 +397,7 @@ void ShardJob::FoldPrefix(int bucket) {
                                 std::chrono::steady_clock::now() - started)
                                 .count();
     absl::MutexLock lock(&mu_);
+    folded_pushes_ += to - from;
     folded_[bucket] = to;
     fold_running_[bucket] = 0;
     update_us_ += took_us;
@@ -828,11 +829,12 @@ int64_t ShardJob::epoch() {
 }
 
 void ShardJob::InheritCounters(ShardJob& previous) {
-  int64_t rejected, stale, applied, pushed, pulled, update_us;
+  int64_t rejected, stale, applied, pushed, pulled, update_us, folded;
   int recoveries;
   {
     absl::MutexLock lock(&previous.mu_);
     update_us = previous.update_us_;
+    folded = previous.folded_pushes_;
     rejected = previous.rejected_;
     stale = previous.stale_epoch_frames_;
     applied = previous.applied_steps_;
@@ -845,6 +847,7 @@ void ShardJob::InheritCounters(ShardJob& previous) {
   stale_epoch_frames_ += stale;
   applied_steps_ += applied;
   update_us_ += update_us;
+  folded_pushes_ += folded;
   pushed_bytes_ += pushed;
   pulled_bytes_ += pulled;
   recoveries_ += recoveries + 1;
@@ -945,6 +948,7 @@ v1::ShardStats ShardJob::Stats(bool with_digest) {
   st.set_stale_epoch_frames(stale_epoch_frames_);
   st.set_applied_steps(applied_steps_);
   st.set_update_us(update_us_);
+  st.set_folded_pushes(folded_pushes_);
   st.set_recoveries(recoveries_);
   for (int id : worker_ids_) st.add_worker_ids(id);
   return st;

@@ -315,6 +315,7 @@ class ShardJob {
   int64_t stale_epoch_frames_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t applied_steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t update_us_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t folded_pushes_ ABSL_GUARDED_BY(mu_) = 0;
   int recoveries_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> worker_ids_ ABSL_GUARDED_BY(mu_);
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);

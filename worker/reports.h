@@ -60,6 +60,9 @@ struct ShardReport {
   int recoveries = 0;
   int64_t update_us = 0;     // reducing and updating buckets, over the job's life there
   int64_t pushed_bytes = 0;  // gradient payload bytes received (top-k: the pairs)
+  // Pushes summed in rank order before their bucket was complete (prefix
+  // order, three or more workers), over the job's life there.
+  int64_t folded_pushes = 0;
 };
 
 }  // namespace tessel

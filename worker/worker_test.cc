@@ -177,6 +177,58 @@ TEST_P(WorkerTest, EveryStrategyEqualsSingleProcessTrainingBitwise) {
   }
 }
 
+// Prefix order through real shard servers: with three ranks, rank 2 hands
+// its gradients over late, so ranks 0 and 1 land first and the servers sum
+// them while the buckets wait (ShardStats.folded_pushes counts it); the
+// result is still single-process training, bit for bit.
+TEST_P(WorkerTest, ThreeRanksFoldedInPrefixOrderStayBitwise) {
+  constexpr int kThree = 3;
+  const std::vector<float> want = Reference(kSteps, /*grow_at=*/0, /*grown=*/kThree);
+  for (Strategy strategy : {Strategy::kZero2, Strategy::kDdp}) {
+    SCOPED_TRACE(std::string(StrategyName(strategy)));
+    const std::string job = std::string("fold-") + std::string(StrategyName(strategy));
+    std::vector<std::vector<float>> out(kThree);
+    int64_t folded = -1;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kThree; ++r) {
+      threads.emplace_back([&, r] {
+        WorkerOptions o = cluster_->worker_options(job, r, kThree);
+        o.strategy = strategy;
+        o.optimizer = Adam();
+        o.bucket_bytes = 1024;
+        auto w = Worker::Connect(o);
+        ASSERT_TRUE(w.ok()) << w.status();
+        Worker& worker = **w;
+        ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
+        for (int64_t s = 0; s < kSteps; ++s) {
+          absl::Span<float> p = worker.params();
+          absl::Span<float> g = worker.grads();
+          for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(r, s, i, p[i]);
+          if (r == kThree - 1) absl::SleepFor(absl::Milliseconds(50));
+          ASSERT_TRUE(worker.Step().ok());
+        }
+        auto all = worker.GatherAll();
+        ASSERT_TRUE(all.ok()) << all.status();
+        out[r] = std::move(*all);
+        if (r == 0) {
+          auto stats = worker.ServerStats();
+          ASSERT_TRUE(stats.ok()) << stats.status();
+          folded = 0;
+          for (const ShardReport& rep : *stats) folded += rep.folded_pushes;
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_GT(folded, 0) << "ranks 0 and 1 were summed before rank 2 arrived";
+    for (int r = 0; r < kThree; ++r) {
+      ASSERT_EQ(out[r].size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(out[r][i], want[i]) << "rank " << r << " parameter " << i;
+      }
+    }
+  }
+}
+
 // Top-k compression (the one mode that is not bitwise): pushes carry the
 // largest tenth of each bucket as (index, value) pairs, so the servers
 // receive exactly those bytes; error feedback keeps the rest for later, so

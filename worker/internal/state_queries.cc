@@ -40,6 +40,7 @@ absl::StatusOr<std::vector<ShardReport>> StateQueries::ServerStats() {
     rep.recoveries = st.recoveries();
     rep.update_us = st.update_us();
     rep.pushed_bytes = st.pushed_bytes();
+    rep.folded_pushes = st.folded_pushes();
     out.push_back(std::move(rep));
     return absl::OkStatus();
   });
