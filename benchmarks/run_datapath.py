@@ -29,6 +29,10 @@ Contenders, for each world size W in --workers:
                    earlier commit's), for a before/after measured in one run.
   with --tcp:      tessel-tcp-sgd (UCX over TCP) and mpi-tcp-allreduce
                    (--mca pml ob1 --mca btl tcp,self).
+  with --cma:      tessel-cma-sgd: UCX without shared memory (cma,tcp,self),
+                   so nothing is read in place: payloads go by UCX's
+                   rendezvous, RMA gets over cma (the path where shared
+                   memory is not reachable), against the same baselines.
 
 Ratio lines, one per (W, size, Tessel variant, baseline), end the output:
   64    W=2 tessel-sgd   21.10 ms vs mpi-allreduce   25.32 ms  ratio 1.20x
@@ -38,7 +42,7 @@ Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
          [--sizes_mib=1,16,64,256] [--repeats=5] [--iters=10]
          [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
          [--update_threads=1,2] [--base_bench=OTHER/datapath_bench] [--copied]
-         [--no_fold]
+         [--no_fold] [--cma]
 """
 import argparse
 import os
@@ -109,6 +113,8 @@ def main():
     ap.add_argument("--optimizers", default="sgd,adam")
     ap.add_argument("--tcp", action="store_true")
     ap.add_argument("--no_gloo", action="store_true")
+    ap.add_argument("--cma", action="store_true",
+                    help="add tessel-cma-sgd: UCX_TLS cma,tcp,self (no shared memory: RMA gets)")
     ap.add_argument("--update_threads", default="",
                     help="comma-separated: one Tessel contender per value, tessel-<opt>-tN, "
                          "its servers run --update_threads=N (default: one, the servers' own)")
@@ -166,6 +172,11 @@ def main():
                                MPIRUN + ["-np", str(w), args.mpi, size_arg, str(args.iters), mode]))
         if gloo:
             contenders.append((w, "gloo-allreduce", [gloo, str(w), size_arg, str(args.iters)]))
+        if args.cma:
+            contenders.append((w, "tessel-cma-sgd",
+                               [args.bench, f"--workers={w}", f"--servers={args.servers}",
+                                f"--sizes_mib={size_arg}", f"--iters={args.iters}",
+                                "--optimizer=sgd", "--ucx_tls=cma,tcp,self"]))
         if args.tcp:
             contenders.append((w, "tessel-tcp-sgd",
                                [args.bench, f"--workers={w}", f"--servers={args.servers}",

@@ -22,12 +22,12 @@ InProcCluster::~InProcCluster() { Stop(); }
 
 TransportFactory InProcCluster::transport_factory() const {
   if (options_.transport != Kind::kInProc) {
-    const bool zero_copy = options_.transport == Kind::kUcx;
-    return [zero_copy]() -> absl::StatusOr<std::unique_ptr<Transport>> {
+    const bool zero_copy = options_.transport != Kind::kUcxCopied;
+    const std::string tls = options_.transport == Kind::kUcxRma ? "cma,tcp,self" : kUcxTls;
+    return [zero_copy, tls]() -> absl::StatusOr<std::unique_ptr<Transport>> {
       // Every payload in payload memory as a descriptor, however small (the
       // tests' buckets are): the zero-copy path is the one under test.
-      auto t =
-          UcxTransport::Create({.tls = kUcxTls, .zero_copy = zero_copy, .in_place_min_bytes = 0});
+      auto t = UcxTransport::Create({.tls = tls, .zero_copy = zero_copy, .in_place_min_bytes = 0});
       if (!t.ok()) return t.status();
       return std::unique_ptr<Transport>(std::move(*t));
     };

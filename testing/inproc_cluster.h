@@ -38,7 +38,9 @@ class ShardServer;
 class InProcCluster {
  public:
   // kUcxCopied: UCX with zero-copy off (every payload through the queues).
-  enum class Kind { kInProc, kUcx, kUcxCopied };
+  // kUcxRma: UCX without shared memory (cma,tcp,self): payloads cannot be
+  // mapped, so they go by UCX's rendezvous, RMA over cma.
+  enum class Kind { kInProc, kUcx, kUcxCopied, kUcxRma };
   struct Options {
     int servers = 2;
     Kind transport = Kind::kInProc;
@@ -62,7 +64,17 @@ class InProcCluster {
   WorkerOptions worker_options(const std::string& job, int rank, int world) const;
   TransportFactory transport_factory() const;
   static const char* KindName(Kind kind) {
-    return kind == Kind::kInProc ? "inproc" : kind == Kind::kUcx ? "ucx" : "ucx_copied";
+    switch (kind) {
+      case Kind::kInProc:
+        return "inproc";
+      case Kind::kUcx:
+        return "ucx";
+      case Kind::kUcxCopied:
+        return "ucx_copied";
+      case Kind::kUcxRma:
+        return "ucx_rma";
+    }
+    return "?";
   }
 
  private:

@@ -91,8 +91,11 @@ std::vector<Case> Cases() {
   return all;
 }
 
-// Every other optimizer runs on the copied path (--ucx_zero_copy=false).
-bool Copied(int optimizer) { return optimizer % 2 == 1; }
+// The data path a case runs on, rotating so each strategy meets each:
+// 0 in place (zero-copy shared memory), 1 copied through UCX's queues
+// (--ucx_zero_copy=false), 2 no shared memory (--ucx_tls=cma,tcp,self:
+// UCX's rendezvous moves the payloads by RMA over cma).
+int DataPath(int strategy, int optimizer) { return (strategy + optimizer) % 3; }
 
 class StrategyMatrixTest : public ::testing::TestWithParam<Case> {
  protected:
@@ -119,12 +122,13 @@ TEST_P(StrategyMatrixTest, EqualsSingleProcess) {
       // the result must not change by a single bit.
       absl::StrCat("--shuffle_seed=", 1 + s * 100 + o * 10 + w), "--out=" + out};
   cmd.insert(cmd.end(), opt.flags.begin(), opt.flags.end());
-  // Both data paths: payloads read in place (zero-copy shared memory) and
-  // copied through UCX's queues, each meeting every strategy.
-  // In place: every payload-memory payload as a descriptor, however small
-  // (these buckets are 4 KiB; the default sends only 16 KiB and up so).
-  const std::string env = Copied(o) ? "" : "TESSEL_UCX_IN_PLACE_MIN_BYTES=0 ";
-  if (Copied(o)) cmd.push_back("--ucx_zero_copy=false");
+  // Every data path meets every strategy. In place: every payload-memory
+  // payload as a descriptor, however small (these buckets are 4 KiB; the
+  // default sends only 16 KiB and up so).
+  const int path = DataPath(s, o);
+  const std::string env = path == 0 ? "TESSEL_UCX_IN_PLACE_MIN_BYTES=0 " : "";
+  if (path == 1) cmd.push_back("--ucx_zero_copy=false");
+  if (path == 2) cmd.push_back("--ucx_tls=cma,tcp,self");
   CommandResult r = RunCommand(env + absl::StrJoin(cmd, " "));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto got = ReadNpyF32(out);
@@ -138,7 +142,9 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   return absl::StrCat(
       kStrategies[std::get<0>(info.param)], "_", Optimizers()[std::get<1>(info.param)].name, "_w",
       kWorkerCounts[std::get<2>(info.param)], "_s", kServerCounts[std::get<3>(info.param)],
-      Copied(std::get<1>(info.param)) ? "_copied" : "");
+      std::vector<std::string>{
+          "", "_copied",
+          "_rma"}[static_cast<size_t>(DataPath(std::get<0>(info.param), std::get<1>(info.param)))]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, StrategyMatrixTest, ::testing::ValuesIn(Cases()), CaseName);

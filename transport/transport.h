@@ -126,10 +126,11 @@ class Transport {
     (void)lease;
   }
 
-  // How payloads from payload memory moved between this endpoint and `peer`
-  // so far, in either direction: "in place" (mapped shared memory) or
-  // "copied" (through the transport's queues; also when no such payload
-  // moved yet). For logs and benchmarks.
+  // How payloads from payload memory move between this endpoint and `peer`,
+  // in either direction, as chosen when it connected (and changed if the
+  // peer then could not map them): "in place" (mapped shared memory), or
+  // "copied" with how (UCX: "copied (rendezvous by RMA over cma)",
+  // "copied (active messages over sysv)"). For logs and benchmarks.
   virtual std::string PayloadPath(PeerId peer) {
     (void)peer;
     return "copied";

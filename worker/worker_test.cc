@@ -152,8 +152,14 @@ class WorkerTest : public ::testing::TestWithParam<InProcCluster::Kind> {
         EXPECT_EQ(worker.step(), s + 1);
       }
       // Zero-copy where the transport allows it, and reported.
-      EXPECT_EQ(worker.data_path(),
-                GetParam() == InProcCluster::Kind::kUcxCopied ? "copied" : "in place");
+      // Chosen per server at connect time, and reported.
+      const char* path = "in place";
+      if (GetParam() == InProcCluster::Kind::kUcxCopied) {
+        path = "copied (active messages over sysv)";
+      } else if (GetParam() == InProcCluster::Kind::kUcxRma) {
+        path = "copied (rendezvous by RMA over cma)";
+      }
+      EXPECT_EQ(worker.data_path(), path);
       auto all = worker.GatherAll();
       ASSERT_TRUE(all.ok()) << all.status();
       out[r] = std::move(*all);
@@ -823,7 +829,8 @@ TEST_P(WorkerTest, GrowthOptionsAreChecked) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, WorkerTest,
                          ::testing::Values(InProcCluster::Kind::kInProc, InProcCluster::Kind::kUcx,
-                                           InProcCluster::Kind::kUcxCopied),
+                                           InProcCluster::Kind::kUcxCopied,
+                                           InProcCluster::Kind::kUcxRma),
                          [](const auto& info) { return InProcCluster::KindName(info.param); });
 
 }  // namespace

@@ -22,10 +22,11 @@ struct UcxOptions {
   // TESSEL_UCX_SPIN_US, when set, overrides it (a tuning knob).
   absl::Duration spin = absl::Milliseconds(5);
   // Payloads of at least `in_place_min_bytes` that lie in payload memory
-  // (payload_memory()) travel as descriptors: a peer on this host reads
-  // them in place through shared memory, a peer elsewhere fetches them with
-  // an RMA get. false: every payload is copied through UCX's queues (today's
-  // active messages; for comparisons).
+  // (payload_memory()) travel as descriptors to peers whose endpoint has a
+  // shared-memory lane (chosen at connect time): the peer reads them in
+  // place. Other peers (another host, no shared memory in UCX_TLS) get them
+  // by UCX's rendezvous, RMA on the endpoint's rma_bw lanes. false: every
+  // payload goes through UCX's queues (for comparisons).
   bool zero_copy = true;
   // The environment variable TESSEL_UCX_IN_PLACE_MIN_BYTES, when set,
   // overrides it (tests set 0 to send every payload-memory payload as a

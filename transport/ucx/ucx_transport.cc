@@ -19,11 +19,69 @@
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 
 namespace tessel {
 namespace ucx_internal {
+
+EpLanes ParseEpInfo(absl::string_view info) {
+  EpLanes lanes;
+  auto add = [](std::vector<std::string>* to, const std::string& tl) {
+    if (std::find(to->begin(), to->end(), tl) == to->end()) to->push_back(tl);
+  };
+  for (absl::string_view line : absl::StrSplit(info, '\n')) {
+    // "#   lane[1]:  3:cma/memory.0 md[2]   -> md[2]/cma/sysdev[255] rma_bw#0"
+    std::vector<absl::string_view> tok = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    size_t at = 0;
+    while (at < tok.size() && !absl::StartsWith(tok[at], "lane[")) ++at;
+    if (at + 2 >= tok.size()) continue;
+    absl::string_view resource = tok[at + 1];  // "3:cma/memory.0"
+    const size_t colon = resource.find(':');
+    const size_t slash = resource.find('/');
+    if (colon == absl::string_view::npos || slash == absl::string_view::npos || slash < colon) {
+      continue;
+    }
+    const std::string tl(resource.substr(colon + 1, slash - colon - 1));
+    if (tl == "posix" || tl == "sysv" || tl == "xpmem") lanes.mappable = true;
+    size_t arrow = at + 2;
+    while (arrow < tok.size() && tok[arrow] != "->") ++arrow;
+    for (size_t k = arrow + 2; k < tok.size(); ++k) {  // after "-> md[2]/cma/sysdev[255]"
+      if (tok[k] == "am") add(&lanes.am, tl);
+      if (absl::StartsWith(tok[k], "rma_bw")) add(&lanes.rma, tl);
+    }
+  }
+  return lanes;
+}
+
+std::string DescribeCopied(const EpLanes& lanes) {
+  if (!lanes.rma.empty()) {
+    return absl::StrCat("copied (rendezvous by RMA over ", absl::StrJoin(lanes.rma, "+"), ")");
+  }
+  if (!lanes.am.empty()) {
+    return absl::StrCat("copied (active messages over ", absl::StrJoin(lanes.am, "+"), ")");
+  }
+  return "copied";
+}
+
+namespace {
+// The lanes UCX chose for `ep` (ucp_ep_print_info, the one public view of
+// them in UCX 1.13).
+EpLanes LanesOf(ucp_ep_h ep) {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (f == nullptr) return {};
+  ucp_ep_print_info(ep, f);
+  std::fclose(f);
+  EpLanes lanes = ParseEpInfo(absl::string_view(buf, len));
+  std::free(buf);
+  return lanes;
+}
+}  // namespace
+
 // An operation UCX holds until its callback: listed in the transport's
 // in_flight_ meanwhile, so Shutdown can cancel what never completes.
 struct PendingOp {
@@ -620,11 +678,27 @@ void UcxTransport::Loop() {
   }
 }
 
+UcxTransport::Peer UcxTransport::NewPeer(ucp_ep_h ep, bool owned) const {
+  Peer p;
+  p.ep = ep;
+  p.owned = owned;
+  // Chosen here, once: payload memory goes as descriptors only where UCX
+  // put a shared-memory transport that can map the peer's memory on this
+  // endpoint; elsewhere it goes through UCX's rendezvous, which moves large
+  // payloads by RMA (get or put) on the endpoint's rma_bw lanes (cma,
+  // tcp, rc...) straight between the two buffers.
+  const ucx_internal::EpLanes lanes = ucx_internal::LanesOf(ep);
+  p.copied = ucx_internal::DescribeCopied(lanes);
+  p.in_place = options_.zero_copy && lanes.mappable;
+  p.path = p.in_place ? "in place" : p.copied;
+  return p;
+}
+
 PeerId UcxTransport::PeerForEp(ucp_ep_h ep) {
   auto it = peer_by_ep_.find(ep);
   if (it != peer_by_ep_.end()) return it->second;
   PeerId id = peers_.size();
-  peers_.push_back(Peer{ep, false, false});
+  peers_.push_back(NewPeer(ep, /*owned=*/false));
   peer_by_ep_[ep] = id;
   return id;
 }
@@ -661,7 +735,7 @@ absl::StatusOr<PeerId> UcxTransport::Connect(absl::string_view address) {
                            : ""));
     } else {
       PeerId id = peers_.size();
-      peers_.push_back(Peer{h, false, true});
+      peers_.push_back(NewPeer(h, /*owned=*/true));
       peer_by_ep_[h] = id;
       result = id;
     }
@@ -925,7 +999,7 @@ ucs_status_t UcxTransport::OnRelease(void* arg, const void* header, size_t heade
   self->leases_.erase(it);
   if (m.status == kResend && lease.peer < self->peers_.size()) {
     self->peers_[lease.peer].in_place = false;
-    self->peers_[lease.peer].path = "copied";
+    self->peers_[lease.peer].path = self->peers_[lease.peer].copied;
     self->DoSend(lease.peer, std::move(lease.header), lease.payload, lease.bytes,
                  std::move(lease.done));
     return UCS_OK;

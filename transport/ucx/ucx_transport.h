@@ -23,13 +23,21 @@
 // and maps the region with ucp_rkey_ptr. The handler sees
 // Incoming::in_place and may borrow it, or the transport copies it into
 // Accept::dst (one copy, by the receiver); then the receiver sends a
-// RELEASE message and the sender's `done` runs. Where mapping is impossible
-// (another host, no shared-memory transport in UCX_TLS) the RELEASE asks for
-// the payload again: the sender sends it through the queues, and every
-// later payload to that peer too. (An RMA get would be the better fallback,
-// but UCX 1.13 asserts when a get starts on a reply endpoint, which is how
-// servers answer.) A Reset keeps the old UCX worker until borrows of regions
-// mapped through it end; Shutdown ends them all (stop reading first).
+// RELEASE message and the sender's `done` runs.
+//
+// The path is chosen per endpoint when it is made (Connect, or the first
+// message from a peer), from the lanes UCX picked (ucp_ep_print_info):
+// descriptors only where a lane is posix, sysv or xpmem (memory that maps);
+// otherwise payloads go as active messages, which UCX's rendezvous moves by
+// RMA on the endpoint's rma_bw lanes when there are any (a cma or rc get, a
+// tcp put: straight from the sender's buffer into Accept::dst, one copy),
+// and through its queues when there are none. PayloadPath reports it:
+// "in place", "copied (rendezvous by RMA over cma)", "copied (active
+// messages over sysv)". If mapping still fails (e.g. another pod's shared
+// memory), the RELEASE asks for the payload again and every later payload
+// to that peer goes the copied way. A Reset keeps the old UCX worker until
+// borrows of regions mapped through it end; Shutdown ends them all (stop
+// reading first).
 //
 // Error handling: on one host UCX 1.13.1 offers shared memory only with
 // UCP_ERR_HANDLING_MODE_NONE (docs/architecture.md, "Data path"). The default
@@ -71,6 +79,20 @@
 namespace tessel {
 
 namespace ucx_internal {
+// The transports UCX chose for an endpoint's lanes: those carrying active
+// messages, those carrying RMA and rendezvous data (rma_bw), and whether
+// one maps the peer's memory here (posix, sysv, xpmem).
+struct EpLanes {
+  std::vector<std::string> am;
+  std::vector<std::string> rma;
+  bool mappable = false;
+};
+// From ucp_ep_print_info's text (exposed for tests).
+EpLanes ParseEpInfo(absl::string_view info);
+// "copied (rendezvous by RMA over cma)", "copied (active messages over
+// sysv)": how payloads to a peer move when not in place.
+std::string DescribeCopied(const EpLanes& lanes);
+
 struct PendingOp;  // a send or receive UCX holds (ucx_transport.cc)
 class Memory;      // payload memory (ucx_transport.cc)
 struct Context;    // the UCP context, shared with payload memory
@@ -101,8 +123,11 @@ class UcxTransport : public Transport {
     ucp_ep_h ep = nullptr;
     bool failed = false;
     bool owned = true;  // created by Connect (closed by us) vs. a reply endpoint
-    // How payload-memory payloads moved to or from this peer (PayloadPath).
-    const char* path = "copied";
+    // How payload-memory payloads move to or from this peer (PayloadPath):
+    // chosen at connect time, "copied" if the peer then cannot map them.
+    std::string path = "copied";
+    // The copied path's description (DescribeCopied of the lanes).
+    std::string copied = "copied";
     // Send payload memory as descriptors (until the peer says it cannot map it).
     bool in_place = true;
   };
@@ -129,6 +154,7 @@ class UcxTransport : public Transport {
   // destroys it and ends what was in flight with `why`.
   absl::Status CreateWorker();
   void DestroyWorker(const absl::Status& why);
+  Peer NewPeer(ucp_ep_h ep, bool owned) const;
   PeerId PeerForEp(ucp_ep_h ep);
   void DoSend(PeerId to, std::vector<uint8_t> header, const void* payload, size_t bytes,
               SendDone done);
