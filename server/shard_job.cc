@@ -136,12 +136,10 @@ ShardJob::ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t ep
     for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data();
     InitState(optimizer, state, n);  // a restore overwrites it
   }
-  if (half_) {
-    rank_grads_half_.resize(world_);
-    values_half_.assign(n, 0);
-  } else {
-    rank_grads_.resize(world_);
-  }
+  if (half_) values_half_.assign(n, 0);
+  held_.resize(num_buckets_);
+  for (auto& h : held_) h.resize(world_);
+  spare_.resize(num_buckets_);
   if (topk_ratio_ > 0) {
     sparse_offset_.push_back(0);
     for (int b = 0; b < num_buckets_; ++b) {
@@ -262,13 +260,36 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
     return rank_sparse_[h.rank].data() + sparse_offset_[h.bucket];
   }
   if (borrow) return nullptr;
-  const size_t n = static_cast<size_t>(range_.size());
-  if (half_) {
-    if (rank_grads_half_[h.rank].empty()) rank_grads_half_[h.rank].assign(n, 0);
-    return rank_grads_half_[h.rank].data() + (br.begin - range_.begin);
+  // A buffer from the bucket's pool (allocated only when the pool is empty:
+  // after the first steps, never on the step path).
+  std::unique_ptr<float[]>& held = held_[h.bucket][h.rank];
+  if (held == nullptr) {
+    std::vector<std::unique_ptr<float[]>>& spare = spare_[h.bucket];
+    if (!spare.empty()) {
+      held = std::move(spare.back());
+      spare.pop_back();
+    } else {
+      const size_t floats = (static_cast<size_t>(br.size()) * wire_bytes() + 3) / 4;
+      held = std::make_unique<float[]>(floats);
+      buffer_bytes_ += static_cast<int64_t>(floats * sizeof(float));
+    }
   }
-  if (rank_grads_[h.rank].empty()) rank_grads_[h.rank].assign(n, 0.f);
-  return rank_grads_[h.rank].data() + (br.begin - range_.begin);
+  return held.get();
+}
+
+void ShardJob::LandedLocked(int bucket, std::vector<const void*>* landed) const {
+  landed->resize(static_cast<size_t>(world_));
+  for (int r = 0; r < world_; ++r) {
+    const void* b = borrowed_[bucket][r];
+    (*landed)[r] = b != nullptr ? b : held_[bucket][r].get();
+  }
+}
+
+void ShardJob::ReturnBuffersLocked(int bucket, int from, int to) {
+  for (int r = from; r < to; ++r) {
+    std::unique_ptr<float[]>& held = held_[bucket][r];
+    if (held != nullptr) spare_[bucket].push_back(std::move(held));
+  }
 }
 
 ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl::Status& s) {
@@ -334,16 +355,9 @@ ShardJob::Completion ShardJob::CompleteBorrowed(const FrameHeader& h, const void
   return CompleteReceive(h, absl::OkStatus());
 }
 
-const float* ShardJob::RankChunk(int r, const std::vector<const void*>& borrowed, size_t bucket_at,
+const float* ShardJob::RankChunk(int r, const std::vector<const void*>& landed, size_t bucket_at,
                                  size_t off, size_t n, float* scratch) const {
-  const void* src;
-  if (borrowed[r] != nullptr) {
-    src = static_cast<const char*>(borrowed[r]) + (off - bucket_at) * wire_bytes();
-  } else if (half_) {
-    src = rank_grads_half_[r].data() + off;
-  } else {
-    src = rank_grads_[r].data() + off;
-  }
+  const void* src = static_cast<const char*>(landed[r]) + (off - bucket_at) * wire_bytes();
   if (!half_) return static_cast<const float*>(src);
   HalfToFloat(*half_, static_cast<const uint16_t*>(src), scratch, n);
   return scratch;
@@ -353,7 +367,7 @@ void ShardJob::FoldPrefix(int bucket) {
   const Range br = layout_.bucket_range(shard_, bucket);
   const size_t bucket_at = static_cast<size_t>(br.begin - range_.begin);
   const int64_t chunk = half_ ? kWidenChunk : br.size();
-  thread_local std::vector<const void*> borrowed;
+  thread_local std::vector<const void*> landed;
   thread_local std::vector<float> widened;
   thread_local std::vector<const float*> srcs;
   for (;;) {
@@ -371,7 +385,7 @@ void ShardJob::FoldPrefix(int bucket) {
         return;
       }
       fold_running_[bucket] = 1;
-      borrowed = borrowed_[bucket];
+      LandedLocked(bucket, &landed);
     }
     const auto started = std::chrono::steady_clock::now();
     // acc_ = rank 0 + rank 1 + ... (from == 0), or acc_ + rank from + ...:
@@ -389,7 +403,7 @@ void ShardJob::FoldPrefix(int bucket) {
       if (from > 0) srcs[k++] = acc_.data() + off;
       for (int r = from; r < to; ++r) {
         float* scratch = half_ ? widened.data() + static_cast<size_t>(r - from) * n : nullptr;
-        srcs[k++] = RankChunk(r, borrowed, bucket_at, off, n, scratch);
+        srcs[k++] = RankChunk(r, landed, bucket_at, off, n, scratch);
       }
       ReduceSum(srcs.data(), count, acc_.data() + off, n);
     }
@@ -398,6 +412,7 @@ void ShardJob::FoldPrefix(int bucket) {
                                 .count();
     absl::MutexLock lock(&mu_);
     folded_pushes_ += to - from;
+    ReturnBuffersLocked(bucket, from, to);  // summed: free for other pushes
     folded_[bucket] = to;
     fold_running_[bucket] = 0;
     update_us_ += took_us;
@@ -410,7 +425,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   OptimizerParams optimizer;
   std::vector<int64_t> skips;  // copies: SkipTensors may add to skip_now_ meanwhile
   std::vector<uint8_t> skip_now;
-  thread_local std::vector<const void*> borrowed;
+  thread_local std::vector<const void*> landed;
   {
     absl::MutexLock lock(&mu_);
     ++updates_running_;
@@ -423,7 +438,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
           return a->first->fold_running_[a->second] == 0;
         },
         &arg));
-    borrowed = borrowed_[bucket];
+    LandedLocked(bucket, &landed);
     folded = folded_[bucket];
     step = version_ + 1;
     optimizer = optimizer_;
@@ -483,7 +498,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
       if (first > 0) srcs[k++] = acc_.data() + off;
       for (int r = first; r < world_; ++r) {
         float* scratch = half_ ? widened.data() + static_cast<size_t>(r) * n : nullptr;
-        srcs[k++] = RankChunk(r, borrowed, bucket_at, off, n, scratch);
+        srcs[k++] = RankChunk(r, landed, bucket_at, off, n, scratch);
       }
     }
     if (is_ddp()) {
@@ -503,6 +518,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   Serve serve;
   folded_[bucket] = 0;
   updating_[bucket] = 0;
+  ReturnBuffersLocked(bucket, 0, world_);
   fold_queued_[bucket] = 0;
   // The borrowed pushes are read: back to their workers.
   std::fill(borrowed_[bucket].begin(), borrowed_[bucket].end(), nullptr);
@@ -919,8 +935,7 @@ v1::ShardStats ShardJob::Stats(bool with_digest) {
   // Receive buffers as allocated: a rank whose pushes are read in place
   // (zero-copy) has none; top-k pushes land in small sparse buffers.
   int64_t received = 0;
-  for (const auto& g : rank_grads_) received += static_cast<int64_t>(g.size() * sizeof(float));
-  for (const auto& g : rank_grads_half_) received += static_cast<int64_t>(g.size() * 2);
+  received += buffer_bytes_;  // the pools of copied pushes' buffers
   for (const auto& g : rank_sparse_) received += static_cast<int64_t>(g.size());
   received += static_cast<int64_t>(acc_.size() * sizeof(float));  // prefix order
   if (is_ddp()) {

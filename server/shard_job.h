@@ -4,7 +4,7 @@
 //
 // State: the shard's range of the flat parameter vector (ZeRO-1/2: fp32
 // master params and optimizer state; DDP: the averaged gradient it serves),
-// and one receive buffer per worker rank.
+// and pooled receive buffers for the pushes not summed yet.
 //
 // Step protocol ("version" = number of updates applied):
 //   INIT   rank 0 only, before anything else: bucket b of the initial params.
@@ -247,8 +247,21 @@ class ShardJob {
   // one gradient receive buffer per rank.
   PayloadVector<float> values_;
   std::vector<std::vector<float>> state_;
-  // Allocated on a rank's first copied push: pushes read in place need none.
-  std::vector<std::vector<float>> rank_grads_;
+  // Copied pushes land in bucket-sized buffers (floats; a half push fills
+  // the first half) from a per-bucket pool: taken when a rank's push is
+  // accepted, given back once it is summed (by a fold or the update). So a
+  // server holds buffers only for the pushes not summed yet: with prefix
+  // order and ranks arriving about in rank order, a few per bucket rather
+  // than W. Pushes read in place need none. [bucket][rank] and [bucket].
+  std::vector<std::vector<std::unique_ptr<float[]>>> held_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<std::unique_ptr<float[]>>> spare_ ABSL_GUARDED_BY(mu_);
+  int64_t buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // held and spare
+  // Per rank, where its push of `bucket` lies (borrowed or held), for the
+  // fold or update about to read it outside the lock.
+  void LandedLocked(int bucket, std::vector<const void*>* landed) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ranks [from, to) of `bucket` are summed: their buffers go to the pool.
+  void ReturnBuffersLocked(int bucket, int from, int to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Mixed precision: gradients arrive and parameters leave in half; the
   // masters and state stay fp32. values_half_ is the served copy of values_.
   const std::optional<HalfType> half_;
@@ -257,7 +270,6 @@ class ShardJob {
   const double topk_ratio_;
   std::vector<uint64_t> sparse_offset_;
   std::vector<std::vector<uint8_t>> rank_sparse_;
-  std::vector<std::vector<uint16_t>> rank_grads_half_;
   PayloadVector<uint16_t> values_half_;
   // Prefix order (fold_prefix_ and W >= 3, not top-k): the running sum of
   // each bucket's first ranks (one shard-sized buffer, allocated at the
@@ -271,10 +283,10 @@ class ShardJob {
   std::vector<uint8_t> fold_queued_ ABSL_GUARDED_BY(mu_);
   std::vector<uint8_t> fold_running_ ABSL_GUARDED_BY(mu_);
   std::vector<uint8_t> updating_ ABSL_GUARDED_BY(mu_);
-  // Rank r's part of a bucket, the chunk [off, off + n) of the shard: where
-  // the worker keeps it (borrowed, from `borrowed`), in the rank's receive
-  // buffer, or widened from half into `scratch` (n floats).
-  const float* RankChunk(int r, const std::vector<const void*>& borrowed, size_t bucket_at,
+  // Rank r's part of a bucket, the chunk [off, off + n) of the shard, from
+  // where its push lies (`landed`, the bucket's first element, which is at
+  // shard offset bucket_at), widened from half into `scratch` (n floats).
+  const float* RankChunk(int r, const std::vector<const void*>& landed, size_t bucket_at,
                          size_t off, size_t n, float* scratch) const;
   // Per bucket and rank: the borrowed push (its bucket's first element in
   // the worker's memory, and its lease), or null.

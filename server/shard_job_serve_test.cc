@@ -368,6 +368,35 @@ TEST(ShardJobServeTest, FoldingRanksInPrefixOrderIsBitwiseOneReduction) {
   }
 }
 
+// Copied pushes land in pooled bucket buffers that go back to the pool once
+// summed: with W = 8 arriving in rank order and folded at once, a server
+// holds two buffers per bucket (and the accumulator) instead of eight; in
+// reverse order nothing can be summed early and it holds eight.
+TEST(ShardJobServeTest, PushBuffersArePooledAndFreedOnceSummed) {
+  constexpr int kWorld = 8;
+  constexpr int64_t kN = 4 * 1000;
+  const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, kWorld, kN, 1000);
+  Harness t(spec);
+  auto buffer_bytes = [&] { return t.job().Stats(false).memory().grad_buffer_bytes(); };
+  for (int b = 0; b < t.buckets(); ++b) {
+    for (int r = 0; r < kWorld; ++r) {
+      if (std::optional<int> c = t.Push(r, b, 1)) t.job().UpdateBucket(*c);
+      for (int f : t.TakeFolds()) t.job().FoldPrefix(f);
+    }
+  }
+  ASSERT_EQ(t.job().version(), 1);
+  EXPECT_EQ(buffer_bytes(), (2 + 1) * kN * 4) << "two buffers per bucket, and the accumulator";
+  for (int b = 0; b < t.buckets(); ++b) {
+    for (int r = kWorld - 1; r >= 0; --r) {
+      if (std::optional<int> c = t.Push(r, b, 2)) t.job().UpdateBucket(*c);
+      EXPECT_TRUE(t.TakeFolds().empty()) << "rank 0 comes last: nothing to fold";
+    }
+  }
+  ASSERT_EQ(t.job().version(), 2);
+  EXPECT_EQ(buffer_bytes(), (kWorld + 1) * kN * 4) << "every rank waited for rank 0";
+  ExpectBitwise(t.job().ParamsSnapshot(), Reference(spec, 2));
+}
+
 // Folds on their own threads while pushes land and buckets update on
 // others, as the data plane's compute threads run them: still bitwise.
 TEST(ShardJobServeTest, FoldsBesidePushesAndUpdatesOnOtherThreadsAreBitwise) {
