@@ -38,6 +38,7 @@ ABSL_FLAG(int, workers, 2, "worker processes");
 ABSL_FLAG(int, servers, 2, "shard server processes");
 ABSL_FLAG(std::string, sizes_mib, "1,16,64", "gradient sizes S in MiB (comma-separated)");
 ABSL_FLAG(int, iters, 10, "timed steps per size (after 3 warm-up steps)");
+ABSL_FLAG(int64_t, update_spin_us, -1, "the shard servers' --update_spin_us (-1: their default)");
 ABSL_FLAG(bool, fold_prefix, true,
           "the shard servers' --fold_prefix (false: reduce a bucket only once every rank's push "
           "is in; matters with three or more workers)");
@@ -182,6 +183,10 @@ int main(int argc, char** argv) {
         absl::StrCat("--update_threads=", absl::GetFlag(FLAGS_update_threads)));
   }
   if (!absl::GetFlag(FLAGS_fold_prefix)) copt.server_args.push_back("--fold_prefix=false");
+  if (absl::GetFlag(FLAGS_update_spin_us) >= 0) {
+    copt.server_args.push_back(
+        absl::StrCat("--update_spin_us=", absl::GetFlag(FLAGS_update_spin_us)));
+  }
   const bool zero_copy = absl::GetFlag(FLAGS_ucx_zero_copy);
   copt.server_args.push_back(absl::StrCat("--ucx_zero_copy=", zero_copy ? "true" : "false"));
   tessel::LocalCluster cluster(copt);

@@ -1,20 +1,25 @@
 #include "server/data_plane.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/log.h"
 
 namespace tessel {
 
 DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
-                     ServerMetrics* metrics, Timeline* timeline, int update_threads)
+                     ServerMetrics* metrics, Timeline* timeline, int update_threads,
+                     absl::Duration spin)
     : transport_(transport),
       jobs_(jobs),
       checkpointer_(checkpointer),
       metrics_(metrics),
       timeline_(timeline),
+      spin_(spin),
       releaser_(std::make_shared<Releaser>()) {
   {
     absl::MutexLock lock(&releaser_->mu);
@@ -38,6 +43,7 @@ void DataPlane::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+    stopping_ = true;
   }
   for (std::thread& t : compute_) {
     if (t.joinable()) t.join();
@@ -170,6 +176,7 @@ void DataPlane::PushCompleted(const std::shared_ptr<ShardJob>& job, const FrameH
   if (c.update.has_value() || c.fold.has_value()) {
     absl::MutexLock lock(&mu_);
     updates_.push_back(Work{job, c.update.value_or(c.fold.value_or(0)), !c.update.has_value()});
+    queued_.fetch_add(1, std::memory_order_release);
   }
   if (!c.serve.pullers.empty()) ServeParams(job, c.serve);
 }
@@ -264,8 +271,15 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
 }
 
 void DataPlane::ComputeLoop() {
+  absl::Time last_work = absl::Now();
   for (;;) {
     Work work;
+    // Out of work: poll a while before sleeping (the next bucket of the
+    // step is usually a fraction of a millisecond away).
+    while (queued_.load(std::memory_order_acquire) == 0 &&
+           !stopping_.load(std::memory_order_relaxed) && absl::Now() - last_work < spin_) {
+      sched_yield();
+    }
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -275,7 +289,9 @@ void DataPlane::ComputeLoop() {
       if (stop_) return;
       work = std::move(updates_.front());
       updates_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
+    last_work = absl::Now();
     if (work.fold) {
       const int64_t fold_us = timeline_ != nullptr ? Timeline::NowUs() : 0;
       work.job->FoldPrefix(work.bucket);

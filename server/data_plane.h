@@ -24,6 +24,7 @@
 #ifndef TESSEL_SERVER_DATA_PLANE_H_
 #define TESSEL_SERVER_DATA_PLANE_H_
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -46,9 +47,13 @@ class DataPlane {
  public:
   // Installs the transport's handler. `jobs` and `checkpointer` (not owned;
   // the checkpointer may be a disabled one) must outlive the plane, as must
-  // `metrics` (not owned; null: none). `update_threads` >= 1.
+  // `metrics` (not owned; null: none). `update_threads` >= 1. A compute
+  // thread that ran out of work polls the queue (yielding the CPU) for
+  // `spin` before it sleeps, so the next bucket of a step starts without a
+  // wake-up (as the transport's progress thread does).
   DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
-            ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr, int update_threads = 1);
+            ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr, int update_threads = 1,
+            absl::Duration spin = absl::ZeroDuration());
 
   ~DataPlane();
   // Joins the update threads and stops releasing borrowed pushes through
@@ -93,6 +98,10 @@ class DataPlane {
     bool fold = false;
   };
   std::deque<Work> updates_ ABSL_GUARDED_BY(mu_);
+  // updates_.size() and stop_, for the compute threads' spin (no lock).
+  std::atomic<int> queued_{0};
+  std::atomic<bool> stopping_{false};
+  const absl::Duration spin_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t rejected_unrouted_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> compute_;

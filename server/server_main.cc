@@ -65,6 +65,9 @@ ABSL_FLAG(int64_t, timeline_steps, 100, "steps --timeline records (0: every step
 ABSL_FLAG(int, update_threads, 0,
           "threads that reduce and update complete gradient buckets, different buckets of a step "
           "at once (0: half this machine's cores, 1 to 8; at most 256)");
+ABSL_FLAG(int64_t, update_spin_us, 5000,
+          "an update thread out of work polls for the next bucket (yielding the CPU) this many "
+          "microseconds before it sleeps; 0: sleep at once");
 ABSL_FLAG(bool, fold_prefix, true,
           "with three or more workers, sum the ranks of a gradient bucket that arrived in rank "
           "order while the bucket waits for its last ranks (the same bits as summing all at the "
@@ -195,6 +198,8 @@ int main(int argc, char** argv) {
       absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_receive_check_timeout_ms)));
   options.update_threads = absl::GetFlag(FLAGS_update_threads);
   options.fold_prefix = absl::GetFlag(FLAGS_fold_prefix);
+  options.update_spin =
+      absl::Microseconds(std::max<int64_t>(0, absl::GetFlag(FLAGS_update_spin_us)));
   options.cancelled = [] { return g_stop != 0; };
   // TLS first: a bad certificate path fails before anything is started
   // (ShardServer::Start loads the credentials again).

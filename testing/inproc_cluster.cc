@@ -62,6 +62,9 @@ absl::Status InProcCluster::StartServer(int shard) {
   // Two update threads whatever the machine: the tests check the bits of
   // buckets updated concurrently (and TSan watches them).
   o.update_threads = 2;
+  // Many in-process servers share a test's two cores: update threads sleep
+  // as soon as they are out of work (the spin is a speed knob, not a rule).
+  o.update_spin = absl::ZeroDuration();
   auto transport = transport_factory()();
   if (!transport.ok()) return transport.status();
   auto started = ShardServer::Start(o, std::move(*transport));
