@@ -248,30 +248,25 @@ def main():
                     bmed = statistics.median(results[(w, b, s)])
                     print(f"{s:<5} W={w} {t:15} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "
                           f"ratio {bmed / tmed:.2f}x")
-    bases = [n for n in names if n.endswith("-base")]
-    if bases:
-        print("\n# before/after in this run: --base_bench's median / this build's (> 1: this "
-              "build is faster)")
+    def speed_ups(title, pairs):  # pairs: (this contender, the one it is compared with)
+        if not pairs:
+            return
+        print("\n# " + title)
         for w in worlds:
             for s in sizes:
-                for b in bases:
-                    bmed = statistics.median(results[(w, b, s)])
-                    for t in [n for n in names if n.startswith(b[:-len("-base")]) and n != b]:
-                        tmed = statistics.median(results[(w, t, s)])
-                        print(f"{s:<5} W={w} {t:15} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "
-                              f"speed-up {bmed / tmed:.2f}x")
-    nofold = [n for n in names if n.endswith("-nofold")]
-    if nofold:
-        print("\n# prefix order in this run: --fold_prefix=false's median / the default's "
-              "(> 1: folding ranks as they arrive is faster)")
-        for w in worlds:
-            for s in sizes:
-                for b in nofold:
-                    t = b[:-len("-nofold")]
+                for t, b in pairs:
                     bmed = statistics.median(results[(w, b, s)])
                     tmed = statistics.median(results[(w, t, s)])
                     print(f"{s:<5} W={w} {t:15} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "
                           f"speed-up {bmed / tmed:.2f}x")
+
+    speed_ups("before/after in this run: --base_bench's median / this build's (> 1: this build "
+              "is faster)",
+              [(b[:-len("-base")], b) for b in names
+               if b.endswith("-base") and b[:-len("-base")] in names])
+    speed_ups("prefix order in this run: --fold_prefix=false's median / the default's (> 1: "
+              "folding ranks as they arrive is faster)",
+              [(b[:-len("-nofold")], b) for b in names if b.endswith("-nofold")])
     shutil.rmtree(tmp, ignore_errors=True)
 
 
