@@ -414,6 +414,9 @@ TEST_P(TransportConformanceTest, BorrowedPayloadStaysTheSendersUntilReleased) {
   });
   const float* borrowed = borrower.Wait([&] { return copied.HasBeenNotified(); });
   if (copied.HasBeenNotified()) {
+    // Waiting (not only HasBeenNotified, inline and unseen by TSan's view of
+    // Debian's Abseil) orders the receive's writes before these reads.
+    copied.WaitForNotification();
     EXPECT_TRUE(std::equal(src, src + n, fallback.begin()));
     for (int i = 0; i < 2000 && !done.load(); ++i) absl::SleepFor(absl::Milliseconds(5));
     EXPECT_TRUE(done.load());
