@@ -55,6 +55,10 @@ struct Families {
                                "the job's frames refused for an old epoch", {"job", "shard"});
   Family& recoveries = r.AddCounter("tessel_server_job_recoveries_total",
                                     "times the job was replaced by a recovery", {"job", "shard"});
+  Family& folded =
+      r.AddCounter("tessel_server_job_folded_pushes_total",
+                   "pushes summed in rank order before their bucket was complete (prefix order)",
+                   {"job", "shard"});
   Family& memory = r.AddGauge("tessel_server_job_memory_bytes",
                               "parameters, optimizer state and gradient buffers held for the job",
                               {"job", "shard"});
@@ -138,6 +142,7 @@ metrics::Registry::CollectorHandle ServerMetrics::Watch(JobTable* jobs,
       SetCounter(f.job_refused.GetCounter(l), static_cast<double>(st.rejected_frames()));
       SetCounter(f.stale.GetCounter(l), static_cast<double>(st.stale_epoch_frames()));
       SetCounter(f.recoveries.GetCounter(l), static_cast<double>(st.recoveries()));
+      SetCounter(f.folded.GetCounter(l), static_cast<double>(st.folded_pushes()));
       const auto& m = st.memory();
       f.memory.GetGauge(l)->Set(
           static_cast<double>(m.params_bytes() + m.optimizer_bytes() + m.grad_buffer_bytes()));
@@ -149,7 +154,7 @@ metrics::Registry::CollectorHandle ServerMetrics::Watch(JobTable* jobs,
       return v.size() >= 2 && v[1] == shard_ && live.count(v[0]) == 0;
     };
     for (Family* family : {&f.step, &f.epoch, &f.applied, &f.pushed, &f.pulled, &f.job_refused,
-                           &f.stale, &f.recoveries, &f.memory, &f.update_seconds,
+                           &f.stale, &f.recoveries, &f.folded, &f.memory, &f.update_seconds,
                            &f.updated_elements, &c.write_seconds, &c.written_bytes, &c.writes}) {
       family->RemoveIf(gone);
     }

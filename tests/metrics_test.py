@@ -241,6 +241,9 @@ def main():
             pulled = value(s, "tessel_server_job_pulled_bytes_total", job="mlp", shard=shard)
             check(sent is not None and sent >= pulled > 0,
                   "server %d bytes sent %s >= the job's pulled bytes %s" % (shard, sent, pulled))
+            folded = value(s, "tessel_server_job_folded_pushes_total", job="mlp", shard=shard)
+            check(folded == 0, "server %d folded pushes exported, none at W=2 (prefix order "
+                  "needs three ranks): %s" % (shard, folded))
             uc = value(s, "tessel_server_update_seconds_count", job="mlp", shard=shard)
             check(uc is not None and uc >= STEPS, "server %d bucket updates timed: %s" % (shard, uc))
             ok = value(s, "tessel_checkpoint_writes_total", job="mlp", shard=shard, result="ok")
