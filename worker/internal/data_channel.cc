@@ -8,6 +8,15 @@
 
 namespace tessel::internal {
 
+namespace {
+// A status of this channel's own with `s`'s code and message (transport
+// statuses carry no payloads). Statuses share their message by reference
+// count, and Debian's Abseil drops the last reference in code ThreadSanitizer
+// does not see: a status the transport's thread made and then destroys is
+// not kept by reference for the worker's thread to read.
+absl::Status Own(const absl::Status& s) { return absl::Status(s.code(), s.message()); }
+}  // namespace
+
 DataChannel::DataChannel(JobContext* ctx, std::unique_ptr<Transport> transport)
     : ctx_(ctx), transport_(std::move(transport)) {
   transport_->SetHandler([this](const Incoming& in) { return OnFrame(in); });
@@ -73,7 +82,7 @@ void DataChannel::Send(const FrameHeader& h, const void* payload,
                      absl::MutexLock lock(&mu_);
                      --outstanding_sends_;
                      if (!s.ok() && send_error_.ok() && epoch == ctx_->epoch.load()) {
-                       send_error_ = s;
+                       send_error_ = Own(s);
                      }
                    });
 }
@@ -147,7 +156,7 @@ Accept DataChannel::Receive(void* dst, int64_t epoch, std::function<void()> land
                   --inflight_receives_;
                   if (epoch != ctx_->epoch.load()) return;  // a recovery started meanwhile
                   if (!s.ok()) {
-                    if (error_.ok()) error_ = s;
+                    if (error_.ok()) error_ = Own(s);
                     return;
                   }
                   landed();
