@@ -150,10 +150,13 @@ def main():
     size_arg = ",".join(str(s) for s in sizes)
     contenders = []  # (world, name, argv)
     threads = [int(t) for t in args.update_threads.split(",") if t] or [0]
+
+    def tessel(bench, w, opt, tls="posix,sysv,self"):  # a datapath_bench command line
+        return [bench, f"--workers={w}", f"--servers={args.servers}", f"--sizes_mib={size_arg}",
+                f"--iters={args.iters}", f"--optimizer={opt}", f"--ucx_tls={tls}"]
+
     for w in worlds:
         for opt in args.optimizers.split(","):
-            common = [f"--workers={w}", f"--servers={args.servers}", f"--sizes_mib={size_arg}",
-                      f"--iters={args.iters}", f"--optimizer={opt}", "--ucx_tls=posix,sysv,self"]
             for t in threads:
                 name = f"tessel-{opt}" + (f"-t{t}" if t else "")
                 extra = [f"--update_threads={t}"] if t else []
@@ -161,27 +164,21 @@ def main():
                 if args.copied:
                     variants.append((name + "-copied", ["--ucx_zero_copy=false"]))
                 for vname, vargs in variants:
-                    contenders.append((w, vname, [args.bench] + common + extra + vargs))
+                    contenders.append((w, vname, tessel(args.bench, w, opt) + extra + vargs))
                     if args.no_fold:
-                        contenders.append((w, vname + "-nofold", [args.bench] + common + extra +
-                                           vargs + ["--fold_prefix=false"]))
+                        contenders.append((w, vname + "-nofold", tessel(args.bench, w, opt) +
+                                           extra + vargs + ["--fold_prefix=false"]))
             if args.base_bench:
-                contenders.append((w, f"tessel-{opt}-base", [args.base_bench] + common))
+                contenders.append((w, f"tessel-{opt}-base", tessel(args.base_bench, w, opt)))
         for mode in ("allreduce", "rs_ag"):
             contenders.append((w, f"mpi-{mode}",
                                MPIRUN + ["-np", str(w), args.mpi, size_arg, str(args.iters), mode]))
         if gloo:
             contenders.append((w, "gloo-allreduce", [gloo, str(w), size_arg, str(args.iters)]))
         if args.cma:
-            contenders.append((w, "tessel-cma-sgd",
-                               [args.bench, f"--workers={w}", f"--servers={args.servers}",
-                                f"--sizes_mib={size_arg}", f"--iters={args.iters}",
-                                "--optimizer=sgd", "--ucx_tls=cma,tcp,self"]))
+            contenders.append((w, "tessel-cma-sgd", tessel(args.bench, w, "sgd", "cma,tcp,self")))
         if args.tcp:
-            contenders.append((w, "tessel-tcp-sgd",
-                               [args.bench, f"--workers={w}", f"--servers={args.servers}",
-                                f"--sizes_mib={size_arg}", f"--iters={args.iters}",
-                                "--optimizer=sgd", "--ucx_tls=tcp,self"]))
+            contenders.append((w, "tessel-tcp-sgd", tessel(args.bench, w, "sgd", "tcp,self")))
             contenders.append((w, "mpi-tcp-allreduce",
                                MPIRUN + ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "-np",
                                          str(w), args.mpi, size_arg, str(args.iters),

@@ -43,7 +43,6 @@ void DataPlane::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
-    stopping_ = true;
   }
   for (std::thread& t : compute_) {
     if (t.joinable()) t.join();
@@ -276,8 +275,8 @@ void DataPlane::ComputeLoop() {
     Work work;
     // Out of work: poll a while before sleeping (the next bucket of the
     // step is usually a fraction of a millisecond away).
-    while (queued_.load(std::memory_order_acquire) == 0 &&
-           !stopping_.load(std::memory_order_relaxed) && absl::Now() - last_work < spin_) {
+    while (queued_.load(std::memory_order_acquire) == 0 && !stop_.load(std::memory_order_relaxed) &&
+           absl::Now() - last_work < spin_) {
       sched_yield();
     }
     {

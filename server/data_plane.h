@@ -98,11 +98,11 @@ class DataPlane {
     bool fold = false;
   };
   std::deque<Work> updates_ ABSL_GUARDED_BY(mu_);
-  // updates_.size() and stop_, for the compute threads' spin (no lock).
+  // updates_.size(), for the compute threads' spin (read without the lock).
   std::atomic<int> queued_{0};
-  std::atomic<bool> stopping_{false};
   const absl::Duration spin_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Set under mu_ (so Await sees it); read without it by the spin.
+  std::atomic<bool> stop_{false};
   int64_t rejected_unrouted_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> compute_;
   const std::shared_ptr<Releaser> releaser_;

@@ -363,6 +363,20 @@ const float* ShardJob::RankChunk(int r, const std::vector<const void*>& landed, 
   return scratch;
 }
 
+int ShardJob::ChunkSources(const std::vector<const void*>& landed, size_t bucket_at, size_t off,
+                           size_t n, bool with_acc, int from, int to, std::vector<float>* widened,
+                           std::vector<const float*>* srcs) const {
+  const size_t ranks = static_cast<size_t>(to - from);
+  if (half_ && widened->size() < ranks * n) widened->resize(ranks * n);
+  srcs->clear();
+  if (with_acc) srcs->push_back(acc_.data() + off);
+  for (int r = from; r < to; ++r) {
+    float* scratch = half_ ? widened->data() + static_cast<size_t>(r - from) * n : nullptr;
+    srcs->push_back(RankChunk(r, landed, bucket_at, off, n, scratch));
+  }
+  return static_cast<int>(srcs->size());
+}
+
 void ShardJob::FoldPrefix(int bucket) {
   const Range br = layout_.bucket_range(shard_, bucket);
   const size_t bucket_at = static_cast<size_t>(br.begin - range_.begin);
@@ -390,21 +404,12 @@ void ShardJob::FoldPrefix(int bucket) {
     const auto started = std::chrono::steady_clock::now();
     // acc_ = rank 0 + rank 1 + ... (from == 0), or acc_ + rank from + ...:
     // the left-to-right sum UpdateBucket would have started with.
-    const int count = to - from + (from > 0 ? 1 : 0);
-    srcs.resize(static_cast<size_t>(count));
     for (int64_t c = br.begin; c < br.end; c += chunk) {
       const Range part{c, std::min(br.end, c + chunk)};
       const size_t off = static_cast<size_t>(part.begin - range_.begin);
       const size_t n = static_cast<size_t>(part.size());
-      if (half_ && widened.size() < static_cast<size_t>(to - from) * n) {
-        widened.resize(static_cast<size_t>(to - from) * n);
-      }
-      size_t k = 0;
-      if (from > 0) srcs[k++] = acc_.data() + off;
-      for (int r = from; r < to; ++r) {
-        float* scratch = half_ ? widened.data() + static_cast<size_t>(r - from) * n : nullptr;
-        srcs[k++] = RankChunk(r, landed, bucket_at, off, n, scratch);
-      }
+      const int count =
+          ChunkSources(landed, bucket_at, off, n, /*with_acc=*/from > 0, from, to, &widened, &srcs);
       ReduceSum(srcs.data(), count, acc_.data() + off, n);
     }
     const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -458,11 +463,9 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   // Prefix order: ranks [0, folded) are summed in acc_ already, so the
   // sources are acc_ and ranks folded..W-1, still divided by W.
   const int first = folded >= 2 ? folded : 0;
-  const int count = world_ - first + (first > 0 ? 1 : 0);
   thread_local std::vector<float> widened;
   thread_local std::vector<const float*> srcs;
   thread_local std::vector<const float*> run_srcs;
-  srcs.resize(static_cast<size_t>(count));
   size_t off = 0;  // the chunk's offset in the shard, for `apply`
   // Per run of tensors at the same step; tensors no rank had a gradient
   // for are left alone (one run, at `step`, unless some tensor was skipped).
@@ -477,32 +480,27 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
       for (size_t r = 0; r < srcs.size(); ++r) run_srcs[r] = srcs[r] + rel;
       from = run_srcs.data();
     }
-    ReduceAndApply(optimizer, t_step, values_.data() + at, from, count, state,
-                   static_cast<size_t>(run.size()), world_);
+    ReduceAndApply(optimizer, t_step, values_.data() + at, from, static_cast<int>(srcs.size()),
+                   state, static_cast<size_t>(run.size()), world_);
   };
   for (int64_t c = br.begin; c < br.end; c += chunk) {
     const Range part{c, std::min(br.end, c + chunk)};
     off = static_cast<size_t>(part.begin - range_.begin);
     const size_t n = static_cast<size_t>(part.size());
-    if ((topk > 0 || half_) && widened.size() < static_cast<size_t>(world_) * n) {
-      widened.resize(world_ * n);
-    }
     if (topk > 0) {  // each rank's pairs, densified (one chunk: the bucket)
+      if (widened.size() < static_cast<size_t>(world_) * n) widened.resize(world_ * n);
+      srcs.resize(static_cast<size_t>(world_));
       for (int r = 0; r < world_; ++r) {
         float* to = widened.data() + static_cast<size_t>(r) * n;
         Densify(rank_sparse_[r].data() + sparse_offset_[bucket], topk, to, static_cast<int64_t>(n));
         srcs[r] = to;
       }
     } else {
-      size_t k = 0;
-      if (first > 0) srcs[k++] = acc_.data() + off;
-      for (int r = first; r < world_; ++r) {
-        float* scratch = half_ ? widened.data() + static_cast<size_t>(r) * n : nullptr;
-        srcs[k++] = RankChunk(r, landed, bucket_at, off, n, scratch);
-      }
+      ChunkSources(landed, bucket_at, off, n, /*with_acc=*/first > 0, first, world_, &widened,
+                   &srcs);
     }
     if (is_ddp()) {
-      ReduceMean(srcs.data(), count, values_.data() + off, n, world_);
+      ReduceMean(srcs.data(), static_cast<int>(srcs.size()), values_.data() + off, n, world_);
       continue;
     }
     ForEachUpdateRun(layout_, part, step, skips, skip_now, apply);

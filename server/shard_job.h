@@ -288,6 +288,12 @@ class ShardJob {
   // shard offset bucket_at), widened from half into `scratch` (n floats).
   const float* RankChunk(int r, const std::vector<const void*>& landed, size_t bucket_at,
                          size_t off, size_t n, float* scratch) const;
+  // The sources of a left-to-right sum over that chunk: the accumulator
+  // (`with_acc`), then ranks [from, to) by RankChunk, widening into
+  // `widened` (grown as needed). Fills `srcs`; returns how many.
+  int ChunkSources(const std::vector<const void*>& landed, size_t bucket_at, size_t off, size_t n,
+                   bool with_acc, int from, int to, std::vector<float>* widened,
+                   std::vector<const float*>* srcs) const;
   // Per bucket and rank: the borrowed push (its bucket's first element in
   // the worker's memory, and its lease), or null.
   std::vector<std::vector<const void*>> borrowed_ ABSL_GUARDED_BY(mu_);

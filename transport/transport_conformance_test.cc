@@ -1,7 +1,6 @@
 // One suite, every backend: the in-process transport and UCX (two endpoints in
 // this process, talking through UCX's own shared-memory or tcp transports).
 #include <atomic>
-#include <fstream>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -12,6 +11,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "transport/inproc/inproc_transport.h"
+#include "transport/ucx/ucx_testing.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace tessel {
@@ -42,15 +42,6 @@ Backend Ucx(std::string tls) {
               return std::unique_ptr<Transport>(std::move(*t));
             });
           }};
-}
-
-// UCX uses cma where processes of one user may read each other's memory;
-// under a Yama ptrace restriction (ptrace_scope >= 1) it can leave cma out,
-// and these endpoints then move payloads by RMA over tcp instead.
-std::string CmaOrTcp() {
-  std::ifstream f("/proc/sys/kernel/yama/ptrace_scope");
-  int scope = 0;
-  return f >> scope && scope > 0 ? "tcp" : "cma";
 }
 
 class TransportConformanceTest : public ::testing::TestWithParam<Backend> {

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "core/topk.h"
 #include "gtest/gtest.h"
 #include "testing/inproc_cluster.h"
+#include "transport/ucx/ucx_testing.h"
 
 namespace tessel {
 namespace {
@@ -85,15 +85,6 @@ std::vector<float> Reference(int steps, int grow_at = -1, int grown = kWorld,
     ApplyUpdate(opt, s + 1, params.data(), mean.data(), state, n);
   }
   return params;
-}
-
-// UCX uses cma where processes of one user may read each other's memory;
-// under a Yama ptrace restriction (ptrace_scope >= 1) it can leave cma out,
-// and these endpoints then move payloads by RMA over tcp instead.
-std::string CmaOrTcp() {
-  std::ifstream f("/proc/sys/kernel/yama/ptrace_scope");
-  int scope = 0;
-  return f >> scope && scope > 0 ? "tcp" : "cma";
 }
 
 class WorkerTest : public ::testing::TestWithParam<InProcCluster::Kind> {

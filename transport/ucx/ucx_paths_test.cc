@@ -6,12 +6,12 @@
 // receiver's.
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "transport/ucx/ucx_testing.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace tessel {
@@ -67,15 +67,6 @@ struct Case {
   bool zero_copy;
   std::string path;  // reported right after Connect, and after a payload
 };
-
-// UCX uses cma where processes of one user may read each other's memory;
-// under a Yama ptrace restriction (ptrace_scope >= 1) it can leave cma out,
-// and these endpoints then move payloads by RMA over tcp instead.
-std::string CmaOrTcp() {
-  std::ifstream f("/proc/sys/kernel/yama/ptrace_scope");
-  int scope = 0;
-  return f >> scope && scope > 0 ? "tcp" : "cma";
-}
 
 TEST(UcxPathsTest, ThePathIsChosenAtConnectTimeAndAPayloadTakesIt) {
   for (const Case& c :
