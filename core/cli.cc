@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/program_name.h"
 #include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -51,6 +52,9 @@ void HandleHelp(int argc, char** argv) {
     }
   }
   if (mode == HelpMode::kNone) return;
+  // Abseil's usage line is "<program>: <usage message>"; the program name is
+  // set by ParseCommandLine, which has not run yet ("UNKNOWN" otherwise).
+  if (argc > 0) absl::flags_internal::SetProgramInvocationName(argv[0]);
   absl::flags_internal::SetFlagsHelpMode(mode);
   absl::flags_internal::HandleUsageFlags(std::cout, absl::ProgramUsageMessage());
   std::cout.flush();

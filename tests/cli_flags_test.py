@@ -45,6 +45,11 @@ def check_help(name, path):
     r = run([path, "--help"])
     flags = listed(r.stdout)
     check(r.returncode == 0, "%s --help exits 0 (got %d)" % (name, r.returncode))
+    # The first line names the program (Abseil's usage line is "<program>:
+    # <usage message>"; "UNKNOWN: " when the program name was never set).
+    first = r.stdout.splitlines()[0] if r.stdout else ""
+    check(first.startswith(name + ": ") and "UNKNOWN" not in first,
+          "%s --help opens with '%s: ' (got %r)" % (name, name, first[:80]))
     check("No flags matched" not in r.stdout + r.stderr, "%s --help lists flags" % name)
     want = OWN_FLAGS[name] + ["log_format", "log_level"]
     missing = [f for f in want if f not in flags]
