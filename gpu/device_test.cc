@@ -8,6 +8,7 @@
 #include "gpu/device.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,8 @@
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/topk.h"
+#include "gpu/cuda_device.h"
+#include "gpu/host_device.h"
 #include "gtest/gtest.h"
 
 namespace tessel::gpu {
@@ -404,6 +407,52 @@ TEST(OpenDevice, NamesWhatItKnows) {
     EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition) << cuda.status();
     std::cout << "cuda: " << cuda.status().message() << "\n";
   }
+}
+
+// Each implementation's own side is reached from its kind only.
+TEST(DeviceKinds, FromGivesTheImplementationOfItsKindOnly) {
+  std::unique_ptr<Device> host = NewHostDevice();
+  EXPECT_EQ(HostDevice::From(host.get()), host.get());
+  EXPECT_EQ(CudaDevice::From(host.get()), nullptr);
+  EXPECT_EQ(HostDevice::From(nullptr), nullptr);
+  EXPECT_EQ(CudaDevice::From(nullptr), nullptr);
+  auto cuda = OpenDevice("cuda");
+  if (cuda.ok()) {
+    EXPECT_EQ(CudaDevice::From(cuda->get()), cuda->get());
+    EXPECT_EQ(HostDevice::From(cuda->get()), nullptr);
+  }
+}
+
+// HostDevice::Enqueue runs CPU work in stream order with the device's own.
+TEST(DeviceKinds, HostWorkRunsInStreamOrder) {
+  std::unique_ptr<Device> device = NewHostDevice();
+  HostDevice* host = HostDevice::From(device.get());
+  auto buffer = DeviceBuffer<float>::Create(device.get(), 4);
+  ASSERT_TRUE(buffer.ok());
+  float* p = buffer->data();
+  std::atomic<float> seen{0};
+  device->Fill(Stream::kCompute, p, 3.0f, 4);
+  host->Enqueue(Stream::kCompute, [p, &seen] { seen = p[3]; });
+  device->Fill(Stream::kCompute, p, 5.0f, 4);
+  ASSERT_TRUE(device->SynchronizeStream(Stream::kCompute).ok());
+  EXPECT_EQ(seen.load(), 3.0f);
+  EXPECT_EQ(p[0], 5.0f);
+}
+
+// What other CUDA code records on the device (model/cuda_layers.cc) is the
+// device's sticky error.
+TEST(DeviceKinds, CudaCodeRecordsIntoTheDevicesStickyError) {
+  auto device = OpenDevice("cuda");
+  if (!device.ok()) GTEST_SKIP() << device.status().message();
+  CudaDevice* cuda = CudaDevice::From(device->get());
+  ASSERT_NE(cuda, nullptr);
+  EXPECT_TRUE(cuda->SynchronizeStream(Stream::kCompute).ok());
+  EXPECT_TRUE(cuda->Check(cudaSuccess, "nothing"));
+  cuda->RecordError(absl::InvalidArgumentError("first"));
+  cuda->RecordError(absl::InternalError("second"));
+  EXPECT_EQ(cuda->SynchronizeStream(Stream::kToHost), absl::InvalidArgumentError("first"));
+  auto e = cuda->NewEvent();
+  EXPECT_EQ(cuda->Synchronize(e.get()), absl::InvalidArgumentError("first"));
 }
 
 }  // namespace
