@@ -30,8 +30,7 @@ absl::Status DynamicLibrary::Resolve(std::initializer_list<SymbolSlot> table) co
   for (const SymbolSlot& s : table) {
     void* p = Symbol(s.symbol);
     if (p == nullptr && s.required) missing.push_back(s.symbol);
-    // POSIX: a data pointer from dlsym converts to a function pointer.
-    *s.slot = reinterpret_cast<void (*)()>(p);
+    s.assign(s.slot, p);
   }
   if (missing.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(

@@ -29,6 +29,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,20 +37,30 @@
 
 namespace tessel::gpu::internal {
 
-// One entry of a symbol table: where the function pointer goes.
+// One entry of a symbol table: the symbol, and where its address goes (as
+// the slot's own function pointer type: `assign` converts it).
 struct SymbolSlot {
   const char* symbol;
-  void (**slot)();  // any function pointer, stored through a cast
+  void* slot;                                 // a Fn*
+  void (*assign)(void* slot, void* address);  // *static_cast<Fn*>(slot) = Fn(address)
   bool required;
 };
 
+namespace dynamic_library_internal {
+template <typename Fn>
+void Assign(void* slot, void* address) {
+  // POSIX: a data pointer from dlsym converts to a function pointer.
+  *static_cast<Fn*>(slot) = reinterpret_cast<Fn>(address);
+}
+}  // namespace dynamic_library_internal
+
 template <typename Fn>
 SymbolSlot Required(const char* symbol, Fn* slot) {
-  return {symbol, reinterpret_cast<void (**)()>(slot), true};
+  return {symbol, slot, &dynamic_library_internal::Assign<Fn>, true};
 }
 template <typename Fn>
 SymbolSlot Optional(const char* symbol, Fn* slot) {
-  return {symbol, reinterpret_cast<void (**)()>(slot), false};
+  return {symbol, slot, &dynamic_library_internal::Assign<Fn>, false};
 }
 
 class DynamicLibrary {
