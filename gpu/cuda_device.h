@@ -71,7 +71,7 @@ class CudaDevice final : public Device {
   bool Launched(int e, absl::string_view op) { return Check(static_cast<cudaError_t>(e), op); }
   // Records a failure that is not a CUDA error code (a bad argument, a
   // cuBLAS status); the first one wins.
-  void RecordError(absl::Status status) { first_error_.Record(std::move(status)); }
+  void RecordError(const absl::Status& status) { first_error_.Record(status); }
 
   // --- device.h --------------------------------------------------------------
   absl::string_view kind() const override { return "cuda"; }
