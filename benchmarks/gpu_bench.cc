@@ -33,6 +33,7 @@
 #include "core/topk.h"
 #include "gpu/device.h"
 #include "model/dataset.h"
+#include "model/device_layers.h"
 #include "model/device_mlp.h"
 #include "model/mlp.h"
 
@@ -289,12 +290,15 @@ int main(int argc, char** argv) {
   tessel::ParseFlags(argc, argv);
   const std::string kind = absl::GetFlag(FLAGS_device);
   auto device = tessel::gpu::OpenDevice(kind);
-  if (!device.ok()) {
+  // The MLP computes through its layers on the device (cuBLAS on cuda).
+  absl::Status usable = device.status();
+  if (device.ok()) usable = tessel::model::OpenDeviceLayers(device->get()).status();
+  if (!usable.ok()) {
     std::printf(
         "gpu_bench: no %s device: %s; nothing measured (--device=host measures the CPU "
         "emulation)\n",
-        kind.c_str(), std::string(device.status().message()).c_str());
-    return device.status().code() == absl::StatusCode::kFailedPrecondition ? 0 : 2;
+        kind.c_str(), std::string(usable.message()).c_str());
+    return usable.code() == absl::StatusCode::kFailedPrecondition ? 0 : 2;
   }
   std::printf("gpu_bench on %s\n", (*device)->description().c_str());
   if (kind == "host") std::printf("(the CPU emulation: these numbers are not a GPU's)\n");

@@ -1,12 +1,11 @@
 #include "gpu/detect.h"
 
-#include <dlfcn.h>
-
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gpu/internal/dynamic_library.h"
 
 namespace tessel {
 namespace {
@@ -29,11 +28,6 @@ constexpr size_t kNameBytes = 256;
 
 std::string VersionText(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
 
-template <typename Fn>
-Fn Lookup(void* handle, const char* symbol) {
-  return reinterpret_cast<Fn>(dlsym(handle, symbol));
-}
-
 }  // namespace
 
 std::vector<std::string> DefaultCudaRuntimeLibraries() {
@@ -41,32 +35,31 @@ std::vector<std::string> DefaultCudaRuntimeLibraries() {
 }
 
 CudaInfo DetectCuda(const std::vector<std::string>& libraries) {
+  using gpu::internal::DynamicLibrary;
+  using gpu::internal::Optional;
+  using gpu::internal::Required;
   CudaInfo info;
-  void* handle = nullptr;
-  std::string last_error = "no library named";
-  for (const std::string& name : libraries) {
-    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle != nullptr) {
-      info.library = name;
-      break;
-    }
-    const char* e = dlerror();
-    last_error = e != nullptr ? e : "dlopen failed";
-  }
-  if (handle == nullptr) {
-    info.reason = absl::StrCat("no CUDA runtime library (tried ", absl::StrJoin(libraries, ", "),
-                               "; last error: ", last_error, ")");
+  absl::StatusOr<DynamicLibrary> lib = DynamicLibrary::OpenFirst(libraries);
+  if (!lib.ok()) {
+    info.reason = absl::StrCat("no CUDA runtime library (", lib.status().message(), ")");
     return info;
   }
+  info.library = lib->name();
 
-  auto runtime_version = Lookup<IntOutFn>(handle, "cudaRuntimeGetVersion");
-  auto driver_version = Lookup<IntOutFn>(handle, "cudaDriverGetVersion");
-  auto device_count = Lookup<IntOutFn>(handle, "cudaGetDeviceCount");
-  auto error_string = Lookup<ErrorStringFn>(handle, "cudaGetErrorString");
-  if (runtime_version == nullptr || device_count == nullptr) {
-    info.reason = absl::StrCat(info.library,
-                               " is not a CUDA runtime library (no cudaRuntimeGetVersion or "
-                               "cudaGetDeviceCount)");
+  IntOutFn runtime_version = nullptr, driver_version = nullptr, device_count = nullptr;
+  ErrorStringFn error_string = nullptr;
+  AttributeFn attribute = nullptr;
+  PropertiesFn properties = nullptr, properties_v1 = nullptr;
+  const absl::Status resolved = lib->Resolve({Required("cudaRuntimeGetVersion", &runtime_version),
+                                              Required("cudaGetDeviceCount", &device_count),
+                                              Optional("cudaDriverGetVersion", &driver_version),
+                                              Optional("cudaGetErrorString", &error_string),
+                                              Optional("cudaDeviceGetAttribute", &attribute),
+                                              Optional("cudaGetDeviceProperties_v2", &properties),
+                                              Optional("cudaGetDeviceProperties", &properties_v1)});
+  if (!resolved.ok()) {
+    info.reason =
+        absl::StrCat(info.library, " is not a CUDA runtime library (", resolved.message(), ")");
     return info;
   }
   runtime_version(&info.runtime_version);
@@ -95,8 +88,7 @@ CudaInfo DetectCuda(const std::vector<std::string>& libraries) {
   info.devices = n;
 
   std::string name = "CUDA device 0";
-  auto properties = Lookup<PropertiesFn>(handle, "cudaGetDeviceProperties_v2");
-  if (properties == nullptr) properties = Lookup<PropertiesFn>(handle, "cudaGetDeviceProperties");
+  if (properties == nullptr) properties = properties_v1;
   if (properties != nullptr) {
     std::vector<char> buffer(kPropertiesBufferBytes, 0);  // operator new: aligned for any type
     if (properties(buffer.data(), 0) == 0) {
@@ -104,7 +96,6 @@ CudaInfo DetectCuda(const std::vector<std::string>& libraries) {
     }
   }
   std::string capability;
-  auto attribute = Lookup<AttributeFn>(handle, "cudaDeviceGetAttribute");
   int major = 0, minor = 0;
   if (attribute != nullptr && attribute(&major, kAttrComputeCapabilityMajor, 0) == 0 &&
       attribute(&minor, kAttrComputeCapabilityMinor, 0) == 0) {

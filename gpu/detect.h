@@ -7,7 +7,8 @@
 // is usable; with the runtime library present (the GPU image, or the CUDA
 // toolkit on the library path) and a driver and device, it reports the device.
 //
-// The library handle is never closed: the CUDA runtime keeps threads and
+// The library is loaded by gpu/internal/dynamic_library.h (the loader
+// gpu/cublas.h shares) and never closed: the CUDA runtime keeps threads and
 // atexit handlers that must outlive it.
 //
 // Thread-compatible; DetectCuda() may be called from any thread.

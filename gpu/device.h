@@ -1,19 +1,21 @@
 // A compute device for workers: memory, in-order streams, events, copies and
-// the kernels a worker runs on it (the MLP's layers, the wire casts, bucket
-// pack/unpack, the five optimizers).
+// the kernels a worker runs on its buffers (the wire casts, bucket
+// pack/unpack, the five optimizers, top-k compression). A model's own compute
+// is not here: it runs on the same streams through the model's code (the demo
+// MLP's layers: model/device_layers.h).
 //
 // Two implementations stand behind one interface, and one test suite
 // (gpu/device_test.cc) runs over both:
-//   - "cuda" (gpu/cuda_device.cc, gpu/kernels.cu): a CUDA device, cuBLAS for
-//     the matrix products (loaded with dlopen), pinned host memory through
-//     cudaHostRegister. Only binaries that ask for a CUDA device link it
-//     (//gpu:cuda_device, the static CUDA runtime); OpenDevice("cuda") on a
-//     machine without a usable device, driver or cuBLAS returns
-//     FailedPrecondition with the reason, and callers keep to the CPU path.
-//   - "host" (gpu/host_device.cc): the same semantics on the CPU. Each stream
+//   - "cuda" (gpu/cuda_device.h, gpu/kernels.h): a CUDA device, pinned host
+//     memory through cudaHostRegister. Only binaries that ask for a CUDA
+//     device link it (//gpu:cuda_device, the static CUDA runtime);
+//     OpenDevice("cuda") on a machine without a usable device or driver
+//     returns FailedPrecondition with the reason, and callers keep to the CPU
+//     path.
+//   - "host" (gpu/host_device.h): the same semantics on the CPU. Each stream
 //     is a thread that runs its queue in order; "device memory" is host
-//     memory; the kernels are the CPU reference kernels (model/layer_kernels.h,
-//     core/optimizer.h, core/precision.h), so a model run on it gives the CPU
+//     memory; the kernels are the CPU reference kernels (core/optimizer.h,
+//     core/precision.h, core/topk.h), so a model run on it gives the CPU
 //     path's results bit for bit. It exists so that the staging logic above it
 //     (worker/device_staging.h) is exercised, with real concurrency, where no
 //     GPU is.
@@ -34,6 +36,16 @@
 //
 // Thread safety: a Device may be used from several threads; each stream must
 // be fed by one thread at a time.
+//
+// Example (a layer's gradients off the device behind its backward):
+//   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<Device> d, OpenDevice("cuda"));
+//   TESSEL_ASSIGN_OR_RETURN(auto grads, DeviceBuffer<float>::Create(d.get(), n));
+//   std::unique_ptr<Event> done = d->NewEvent();
+//   ... backward enqueued on Stream::kCompute ...
+//   d->Record(Stream::kCompute, done.get());
+//   d->Wait(Stream::kToHost, done.get());
+//   d->CopyToHost(Stream::kToHost, pinned_host, grads.data(), n * sizeof(float));
+//   TESSEL_RETURN_IF_ERROR(d->SynchronizeStream(Stream::kToHost));
 #ifndef TESSEL_GPU_DEVICE_H_
 #define TESSEL_GPU_DEVICE_H_
 
@@ -131,23 +143,6 @@ class Device {
   // addition is IEEE's. n < 2^32; 0 <= k <= n (k = 0 only adds).
   virtual void TopkCompress(Stream s, const float* grad, float* residual, int64_t n, int64_t k,
                             uint8_t* wire) = 0;
-
-  // --- layer kernels (model/layer_kernels.h, same shapes and meaning) -----
-  // output [batch, out] = input [batch, in] * weight^T [in, out] + bias.
-  virtual void Linear(Stream s, int batch, int in, int out, const float* input, const float* weight,
-                      const float* bias, float* output) = 0;
-  virtual void Relu(Stream s, float* v, size_t n) = 0;
-  // Mean softmax cross-entropy into *loss (one device float); d(mean loss)/
-  // d(logits) into dlogits. Labels must be in [0, classes) (the caller checks
-  // them on the host: the device cannot report a bad one).
-  virtual void SoftmaxCrossEntropy(Stream s, const float* logits, const int32_t* y, int batch,
-                                   int classes, float* loss, float* dlogits) = 0;
-  virtual void BiasGrad(Stream s, int batch, int out, const float* d_output, float* d_bias) = 0;
-  virtual void WeightGrad(Stream s, int batch, int in, int out, const float* d_output,
-                          const float* input, float* d_weight) = 0;
-  virtual void InputGrad(Stream s, int batch, int in, int out, const float* d_output,
-                         const float* weight, float* d_input) = 0;
-  virtual void ReluMask(Stream s, const float* activation, float* d, size_t n) = 0;
 };
 
 // A device buffer of n elements of T, freed with the device.
@@ -197,12 +192,12 @@ class DeviceBuffer {
   size_t size_ = 0;
 };
 
-// The CPU emulation (gpu/host_device.cc).
+// The CPU emulation (gpu/host_device.h).
 std::unique_ptr<Device> NewHostDevice();
 
 // "host", or "cuda" when the binary links //gpu:cuda_device (it registers
 // itself); "cuda" without a usable device: FailedPrecondition with the
-// reason (no driver, no device, no cuBLAS, not linked in). Anything else:
+// reason (no driver, no device, not linked in). Anything else:
 // InvalidArgument.
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(absl::string_view kind);
 

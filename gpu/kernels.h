@@ -1,5 +1,6 @@
-// Launchers of the CUDA device's kernels (gpu/kernels.cu, compiled by nvcc into
-// //gpu:kernels_a). Internal to //gpu: the CUDA device (gpu/cuda_device.cc) is
+// Launchers of the CUDA device's kernels (gpu/kernels.cu and
+// gpu/topk_kernels.cu, compiled by nvcc into //gpu:kernels). Internal to
+// //gpu: the CUDA device (gpu/cuda_device.cc, cuda_device_compute.cc) is
 // their only caller; everyone else goes through device.h.
 //
 // The header is plain C++ so that gcc-compiled code can include it: a stream
@@ -17,8 +18,8 @@
 //   - The elementwise arithmetic is the CPU reference's, operation for
 //     operation: the file is compiled with -fmad=false (no fused
 //     multiply-adds) and with nvcc's default IEEE division and square root, so
-//     the wire casts, Pack/Unpack, Fill and the optimizers give the CPU's bits.
-//     expf/logf (softmax) are within 2 ulp of the CPU's, not equal.
+//     the wire casts, Pack/Unpack, Fill, the optimizers and top-k give the
+//     CPU's bits.
 //
 // Example (cuda_device.cc):
 //   const int e = kernels::LaunchFill(stream, dst, 0.0f, n);
@@ -140,32 +141,6 @@ size_t TopkScratchBytes(size_t n);
 // cudaErrorInvalidValue and nothing is enqueued).
 int LaunchTopkCompress(void* stream, const float* grad, float* residual, size_t n, size_t k,
                        void* scratch, uint8_t* wire);
-
-// --- layer kernels (model/layer_kernels.h; matrices row-major) --------------
-
-// output[r, j] = bias[j] for r < batch, j < out (the start of Linear, before
-// the cuBLAS product accumulates onto it).
-int LaunchBiasRows(void* stream, int batch, int out, const float* bias, float* output);
-
-// v[i] = v[i] < 0 ? 0 : v[i] (std::max(v, 0.0f): NaN and -0 are kept).
-int LaunchRelu(void* stream, float* v, size_t n);
-
-// d[i] = 0 where !(activation[i] > 0).
-int LaunchReluMask(void* stream, const float* activation, float* d, size_t n);
-
-// Softmax cross-entropy of logits [batch, classes] against labels y [batch],
-// model/layer_kernels.cc's arithmetic: per row the max, the sum of
-// exp(z - max) in ascending class order, loss = log(sum) - (z[label] - max)
-// into row_loss[row] (device scratch of `batch` floats), and, when dlogits is
-// not null, dlogits = (exp(z - max) / sum - onehot) / batch. Then *loss =
-// float(sum of the row losses in row order, in double, / batch). A label
-// outside [0, classes) gives a NaN loss for its row instead of a fault.
-int LaunchSoftmaxCrossEntropy(void* stream, const float* logits, const int32_t* y, int batch,
-                              int classes, float* row_loss, float* loss, float* dlogits);
-
-// d_bias[j] = sum over r < batch of d_output[r, j], summed from 0.0f in
-// ascending r (model/layer_kernels.cc's order: bit for bit).
-int LaunchBiasGrad(void* stream, int batch, int out, const float* d_output, float* d_bias);
 
 }  // namespace tessel::gpu::kernels
 

@@ -4,13 +4,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel::model {
 
 using gpu::Stream;
 
-DeviceMlp::DeviceMlp(const Mlp& model, gpu::Device* device, int batch)
-    : model_(model), device_(device), batch_(batch) {}
+DeviceMlp::DeviceMlp(const Mlp& model, std::unique_ptr<DeviceLayers> layers, int batch)
+    : model_(model), layers_(std::move(layers)), device_(layers_->device()), batch_(batch) {}
 
 DeviceMlp::~DeviceMlp() {
   // Nothing may still read or write the buffers being freed.
@@ -22,9 +23,18 @@ DeviceMlp::~DeviceMlp() {
 
 absl::StatusOr<std::unique_ptr<DeviceMlp>> DeviceMlp::Create(const Mlp& model, gpu::Device* device,
                                                              int batch) {
+  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<DeviceLayers> layers, OpenDeviceLayers(device));
+  return Create(model, std::move(layers), batch);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceMlp>> DeviceMlp::Create(const Mlp& model,
+                                                             std::unique_ptr<DeviceLayers> layers,
+                                                             int batch) {
   if (batch < 1)
     return absl::InvalidArgumentError(absl::StrCat("batch = ", batch, "; must be >= 1"));
-  std::unique_ptr<DeviceMlp> m(new DeviceMlp(model, device, batch));
+  if (layers == nullptr) return absl::InvalidArgumentError("DeviceMlp: no layers");
+  gpu::Device* device = layers->device();
+  std::unique_ptr<DeviceMlp> m(new DeviceMlp(model, std::move(layers), batch));
   const std::vector<int>& sizes = model.sizes();
   const size_t rows = static_cast<size_t>(batch);
   const size_t widest = static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end()));
@@ -83,11 +93,11 @@ void DeviceMlp::Forward(int layer, const float* layer_params) {
   const float* input = layer == 0 ? x_.data() : activations_[layer - 1].data();
   float* output = activations_[layer].data();
   const size_t n = static_cast<size_t>(batch_) * out;
-  device_->Linear(Stream::kCompute, batch_, in, out, input, weight, bias, output);
+  layers_->Linear(Stream::kCompute, batch_, in, out, input, weight, bias, output);
   if (layer + 1 < model_.num_layers()) {
-    device_->Relu(Stream::kCompute, output, n);
+    layers_->Relu(Stream::kCompute, output, n);
   } else {
-    device_->SoftmaxCrossEntropy(Stream::kCompute, output, y_.data(), batch_, out, loss_.data(),
+    layers_->SoftmaxCrossEntropy(Stream::kCompute, output, y_.data(), batch_, out, loss_.data(),
                                  d_output_.data());
     device_->CopyToHost(Stream::kCompute, host_loss_.data(), loss_.data(), sizeof(float));
   }
@@ -100,12 +110,12 @@ void DeviceMlp::Backward(int layer, const float* layer_params, float* layer_grad
   const int in = sizes[layer], out = sizes[layer + 1];
   const size_t weight_numel = static_cast<size_t>(in) * out;
   const float* input = layer == 0 ? x_.data() : activations_[layer - 1].data();
-  device_->BiasGrad(Stream::kCompute, batch_, out, d_output_.data(), layer_grads + weight_numel);
-  device_->WeightGrad(Stream::kCompute, batch_, in, out, d_output_.data(), input, layer_grads);
+  layers_->BiasGrad(Stream::kCompute, batch_, out, d_output_.data(), layer_grads + weight_numel);
+  layers_->WeightGrad(Stream::kCompute, batch_, in, out, d_output_.data(), input, layer_grads);
   if (layer == 0) return;  // nobody needs d(loss)/d(x)
-  device_->InputGrad(Stream::kCompute, batch_, in, out, d_output_.data(), layer_params,
+  layers_->InputGrad(Stream::kCompute, batch_, in, out, d_output_.data(), layer_params,
                      d_input_.data());
-  device_->ReluMask(Stream::kCompute, input, d_input_.data(), static_cast<size_t>(batch_) * in);
+  layers_->ReluMask(Stream::kCompute, input, d_input_.data(), static_cast<size_t>(batch_) * in);
   std::swap(d_output_, d_input_);
 }
 

@@ -1,6 +1,7 @@
 // The demo MLP (model/mlp.h) on a compute device (gpu/device.h): forward and
 // backward of one batch, one layer at a time, enqueued on the device's
-// compute stream. Parameters and gradients are device pointers owned by the
+// compute stream through the model's layers on that device
+// (model/device_layers.h). Parameters and gradients are device pointers owned by the
 // caller (a flat vector in Mlp's layout, or one layer's slice); the model
 // owns the batch, the activations and the gradient flowing back.
 //
@@ -27,13 +28,20 @@
 
 #include "absl/status/statusor.h"
 #include "gpu/device.h"
+#include "model/device_layers.h"
 #include "model/mlp.h"
 
 namespace tessel::model {
 
 class DeviceMlp {
  public:
-  // Allocates the batch and activation buffers for `batch` rows.
+  // Allocates the batch and activation buffers for `batch` rows on the
+  // layers' device. The second form opens the layers (OpenDeviceLayers):
+  // FailedPrecondition where the device has none (CUDA without cuBLAS, or
+  // a binary without //model:cuda_layers).
+  static absl::StatusOr<std::unique_ptr<DeviceMlp>> Create(const Mlp& model,
+                                                           std::unique_ptr<DeviceLayers> layers,
+                                                           int batch);
   static absl::StatusOr<std::unique_ptr<DeviceMlp>> Create(const Mlp& model, gpu::Device* device,
                                                            int batch);
   ~DeviceMlp();
@@ -52,10 +60,11 @@ class DeviceMlp {
   absl::StatusOr<float> Loss();
 
  private:
-  DeviceMlp(const Mlp& model, gpu::Device* device, int batch);
+  DeviceMlp(const Mlp& model, std::unique_ptr<DeviceLayers> layers, int batch);
 
   Mlp model_;
-  gpu::Device* device_;
+  std::unique_ptr<DeviceLayers> layers_;
+  gpu::Device* device_;  // layers_->device()
   int batch_;
   gpu::DeviceBuffer<float> x_;
   gpu::DeviceBuffer<int32_t> y_;

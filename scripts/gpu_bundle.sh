@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 
 TARGETS=(
   //gpu:device_test
+  //model:device_layers_test
   //model:device_mlp_test
   //worker:device_staging_test
   //benchmarks:gpu_bench

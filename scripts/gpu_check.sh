@@ -8,9 +8,10 @@
 #     quick: the test suites only; cuda: everything but the demo's CPU runs
 #
 # Steps: the device, the kernels' architectures (cuobjdump, where present),
-# the three CUDA test suites (kernels vs the CPU, the device MLP vs the CPU
-# model, training through DeviceStaging vs the CPU path with overlap and
-# recovery), compute-sanitizer memcheck over the kernel suite, gpu_bench, and
+# the four CUDA test suites (the device's kernels vs the CPU, the model's
+# layers vs the CPU, the device MLP vs the CPU model, training through
+# DeviceStaging vs the CPU path with overlap and recovery), compute-sanitizer
+# memcheck over the two kernel suites, gpu_bench, and
 # the demo's real cluster (2 shard servers + 2 worker processes) on
 # --device=cuda against --device=cpu for zero2, ddp (its update on the
 # device) and fsdp in fp32 and zero2 in bf16 (the CPU runs bitwise, the CUDA
@@ -48,7 +49,7 @@ if command -v cuobjdump >/dev/null; then
   say "== kernels in the binary: $(grep -o 'sm_[0-9]*\|compute_[0-9]*' "$OUT/cuobjdump.log" | sort -u | tr '\n' ' ')"
 fi
 
-for t in gpu/device_test model/device_mlp_test worker/device_staging_test; do
+for t in gpu/device_test model/device_layers_test model/device_mlp_test worker/device_staging_test; do
   name="$(basename "$t")"
   TEST_TMPDIR="$(mktemp -d)" step "$name" 120 "$B/$t" --gtest_color=no
   say "   cuda cases: $(grep -c '^\[       OK \] .*/cuda' "$OUT/$name.log") passed," \
@@ -63,6 +64,9 @@ if command -v compute-sanitizer >/dev/null; then
   step compute_sanitizer 240 compute-sanitizer --tool memcheck --error-exitcode 7 \
     "$B/gpu/device_test" --gtest_color=no '--gtest_filter=*cuda*:-*TooLargeAllocation*'
   tail -3 "$OUT/compute_sanitizer.log" | sed 's/^/   /' >>"$summary"
+  step compute_sanitizer_layers 240 compute-sanitizer --tool memcheck --error-exitcode 7 \
+    "$B/model/device_layers_test" --gtest_color=no '--gtest_filter=*cuda*'
+  tail -3 "$OUT/compute_sanitizer_layers.log" | sed 's/^/   /' >>"$summary"
 fi
 
 step gpu_bench 240 "$B/benchmarks/gpu_bench" --device=cuda

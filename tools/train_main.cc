@@ -24,6 +24,7 @@
 #include "core/npy.h"
 #include "core/precision.h"
 #include "gpu/device.h"
+#include "model/device_layers.h"
 #include "model/device_mlp.h"
 #include "tools/internal/mlp_job.h"
 #include "worker/device_staging.h"
@@ -442,7 +443,8 @@ int ReportFinal(tessel::Worker* worker, const tessel::MlpJob& job) {
 // backward produces them and the parameters come back layer by layer ahead
 // of the next forward. fsdp through the per-unit recipe with DeviceMlpUnits.
 // The loss is what the device computed; everything else as TrainMlp.
-int TrainMlpOnDevice(tessel::Worker* worker, int steps, tessel::gpu::Device* device) {
+int TrainMlpOnDevice(tessel::Worker* worker, int steps, tessel::gpu::Device* device,
+                     std::unique_ptr<tessel::model::DeviceLayers> device_layers) {
   auto config = tessel::MlpJobFromFlags();
   if (!config.ok()) return Fail(config.status());
   if (absl::GetFlag(FLAGS_micro_batches) > 1) {
@@ -457,7 +459,7 @@ int TrainMlpOnDevice(tessel::Worker* worker, int steps, tessel::gpu::Device* dev
   job.Init(init.data());
   absl::Status s = worker->RegisterLayout(job.Tensors(), init);
   if (!s.ok()) return Fail(s);
-  auto mlp = tessel::model::DeviceMlp::Create(model, device, config->batch);
+  auto mlp = tessel::model::DeviceMlp::Create(model, std::move(device_layers), config->batch);
   if (!mlp.ok()) return Fail(mlp.status());
   std::vector<tessel::Range> layers;
   size_t widest = 0;
@@ -622,12 +624,20 @@ int main(int argc, char** argv) {
   if (!worker.ok()) return Fail(worker.status());
 
   const bool replay = !absl::GetFlag(FLAGS_grads).empty();
-  // --device: cuda without a usable GPU (no driver, no device, no cuBLAS)
-  // says why and computes on the CPU; host is the device path on the CPU.
+  // --device: cuda without a usable GPU (no driver, no device, no cuBLAS for
+  // the model's layers) says why and computes on the CPU; host is the device
+  // path on the CPU.
   std::unique_ptr<tessel::gpu::Device> device;
+  std::unique_ptr<tessel::model::DeviceLayers> layers;  // on `device`; destroyed first
   if (auto config = tessel::MlpJobFromFlags(); !replay && config.ok() && config->device != "cpu") {
     auto d = tessel::gpu::OpenDevice(config->device);
+    absl::Status usable = d.status();
     if (d.ok()) {
+      auto l = tessel::model::OpenDeviceLayers(d->get());
+      usable = l.status();
+      if (l.ok()) layers = std::move(*l);
+    }
+    if (usable.ok()) {
       device = std::move(*d);
       // stdout too (rank 0): launchers show workers' stdout, not their logs.
       if ((*worker)->options().rank == 0) {
@@ -643,20 +653,20 @@ int main(int argc, char** argv) {
       }
       std::cerr << "tessel-train: rank " << (*worker)->options().rank << " computes on "
                 << device->description() << "\n";
-    } else if (d.status().code() == absl::StatusCode::kFailedPrecondition) {
+    } else if (usable.code() == absl::StatusCode::kFailedPrecondition) {
       if ((*worker)->options().rank == 0) {
         std::printf("worker 0: --device=%s: %s; computing on the CPU\n", config->device.c_str(),
-                    std::string(d.status().message()).c_str());
+                    std::string(usable.message()).c_str());
         std::fflush(stdout);
       }
-      std::cerr << "tessel-train: --device=" << config->device << ": " << d.status().message()
+      std::cerr << "tessel-train: --device=" << config->device << ": " << usable.message()
                 << "; computing on the CPU\n";
     } else {
-      return Fail(d.status());
+      return Fail(usable);
     }
   }
   int rc = replay   ? Replay(worker->get(), steps)
-           : device ? TrainMlpOnDevice(worker->get(), steps, device.get())
+           : device ? TrainMlpOnDevice(worker->get(), steps, device.get(), std::move(layers))
                     : TrainMlp(worker->get(), steps);
   if (rc != 0) return rc;
   if ((*worker)->options().rank == 0 && !absl::GetFlag(FLAGS_out).empty()) {
