@@ -14,28 +14,15 @@
 #include "transport/ucx/internal/context.h"
 #include "transport/ucx/internal/descriptor_codec.h"
 #include "transport/ucx/internal/ep_lanes.h"
+#include "transport/ucx/internal/in_flight.h"
 #include "transport/ucx/internal/payload_memory.h"
 #include "transport/ucx/internal/progress_loop.h"
 #include "transport/ucx/internal/remote_key_cache.h"
 #include "transport/ucx/internal/wedge_probe.h"
 
 namespace tessel {
-namespace ucx_internal {
-
-// An operation UCX holds until its callback: listed in the transport's
-// in_flight_ meanwhile, so Shutdown can cancel what never completes.
-struct PendingOp {
-  explicit PendingOp(std::function<void(absl::Status)> d) : done(std::move(d)) {}
-  virtual ~PendingOp() = default;
-  std::function<void(absl::Status)> done;
-  absl::flat_hash_set<PendingOp*>* in_flight = nullptr;
-};
-
-}  // namespace ucx_internal
-
 namespace {
 using ucx_internal::DescriptorFields;
-using ucx_internal::PendingOp;
 using ucx_internal::ReleaseStatus;
 using ucx_internal::UcsError;
 
@@ -95,59 +82,6 @@ class UcpRemoteKeyOps : public ucx_internal::RemoteKeyOps {
   }
 };
 
-struct SendOp : PendingOp {
-  SendOp(std::vector<uint8_t> h, SendDone d) : PendingOp(std::move(d)), header(std::move(h)) {}
-  std::vector<uint8_t> header;  // UCX 1.13 has no COPY_HEADER: keep it alive until completion
-};
-
-struct RecvOp : PendingOp {
-  using PendingOp::PendingOp;
-};
-
-void SendComplete(void* request, ucs_status_t status, void* user_data) {
-  auto* op = static_cast<SendOp*>(user_data);
-  if (op->in_flight != nullptr) op->in_flight->erase(op);
-  if (op->done) {
-    op->done(status == UCS_OK ? absl::OkStatus() : UcsError("UCX send failed", status));
-  }
-  delete op;
-  ucp_request_free(request);
-}
-
-// Sends `op` (its header, and `payload`) as active message `id` asking for a
-// reply endpoint; `op->done` gets the outcome, now or on completion.
-void StartAm(ucp_ep_h ep, unsigned id, SendOp* op, const void* payload, size_t bytes,
-             absl::flat_hash_set<PendingOp*>* in_flight) {
-  ucp_request_param_t rp{};
-  rp.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  rp.cb.send = &SendComplete;
-  rp.user_data = op;
-  rp.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_ptr_t r =
-      ucp_am_send_nbx(ep, id, op->header.data(), op->header.size(), payload, bytes, &rp);
-  if (r == nullptr) {
-    if (op->done) op->done(absl::OkStatus());
-    delete op;
-  } else if (UCS_PTR_IS_ERR(r)) {
-    if (op->done) op->done(UcsError("ucp_am_send_nbx", UCS_PTR_STATUS(r)));
-    delete op;
-  } else {
-    op->in_flight = in_flight;
-    in_flight->insert(op);
-  }
-}
-
-void RecvComplete(void* request, ucs_status_t status, size_t length, void* user_data) {
-  auto* op = static_cast<RecvOp*>(user_data);
-  if (op->in_flight != nullptr) op->in_flight->erase(op);
-  if (op->done) {
-    op->done(status == UCS_OK ? absl::OkStatus() : UcsError("UCX receive failed", status));
-  }
-  delete op;
-  ucp_request_free(request);
-}
-
 }  // namespace
 
 UcxTransport::UcxTransport(const UcxOptions& options) : options_(options) {}
@@ -172,6 +106,7 @@ absl::Status UcxTransport::Init() {
   device_memory_types_ = context_->device_memory_types();
   memory_ = std::make_shared<ucx_internal::UcxPayloadMemory>(context_);
   keys_ = std::make_unique<ucx_internal::RemoteKeyCache>(std::make_unique<UcpRemoteKeyOps>());
+  in_flight_ = std::make_unique<ucx_internal::InFlight>();
   absl::StatusOr<std::unique_ptr<ucx_internal::WedgeProbe>> probe =
       ucx_internal::WedgeProbe::Create(context_->get());
   if (!probe.ok()) return probe.status();
@@ -276,12 +211,7 @@ void UcxTransport::DestroyWorker(const absl::Status& why) {
   }
   // Operations towards dead peers never complete: they end here. (Any that
   // the destroy completed have removed themselves.)
-  std::vector<PendingOp*> left(in_flight_.begin(), in_flight_.end());
-  in_flight_.clear();
-  for (PendingOp* op : left) {
-    if (op->done) op->done(why);
-    delete op;
-  }
+  in_flight_->CancelAll(why);
 }
 
 UcxTransport::~UcxTransport() { Shutdown(); }
@@ -403,8 +333,7 @@ void UcxTransport::DoSend(PeerId to, std::vector<uint8_t> header, const void* pa
       SendDescriptor(to, header, payload, bytes, done)) {
     return;
   }
-  StartAm(peers_[to].ep, kAmId, new SendOp(std::move(header), std::move(done)), payload, bytes,
-          &in_flight_);
+  in_flight_->Send(peers_[to].ep, kAmId, std::move(header), payload, bytes, std::move(done));
 }
 
 ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_length, void* data,
@@ -427,22 +356,7 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
     if (accept.done) accept.done(absl::OkStatus());
     return UCS_OK;
   }
-  auto* op = new RecvOp(std::move(accept.done));
-  ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  rp.cb.recv_am = &RecvComplete;
-  rp.user_data = op;
-  ucs_status_ptr_t r = ucp_am_recv_data_nbx(self->worker_, data, accept.dst, length, &rp);
-  if (r == nullptr) {
-    if (op->done) op->done(absl::OkStatus());
-    delete op;
-  } else if (UCS_PTR_IS_ERR(r)) {
-    if (op->done) op->done(UcsError("ucp_am_recv_data_nbx", UCS_PTR_STATUS(r)));
-    delete op;
-  } else {
-    op->in_flight = &self->in_flight_;
-    self->in_flight_.insert(op);
-  }
+  self->in_flight_->Receive(self->worker_, data, accept.dst, length, std::move(accept.done));
   return UCS_OK;
 }
 
@@ -465,15 +379,15 @@ bool UcxTransport::SendDescriptor(PeerId to, std::vector<uint8_t>& header, const
                           region->rkey->size()));
   leases_[lease] = Lease{to, std::move(done), header, payload, bytes};
   // The descriptor's own send only matters if it fails: then the lease ends.
-  auto* op = new SendOp(std::move(descriptor), [this, lease](absl::Status s) {
-    if (s.ok()) return;
-    auto it = leases_.find(lease);
-    if (it == leases_.end()) return;
-    SendDone d = std::move(it->second.done);
-    leases_.erase(it);
-    if (d) d(s);
-  });
-  StartAm(peers_[to].ep, kDescriptorAmId, op, nullptr, 0, &in_flight_);
+  in_flight_->Send(peers_[to].ep, kDescriptorAmId, std::move(descriptor), nullptr, 0,
+                   [this, lease](absl::Status s) {
+                     if (s.ok()) return;
+                     auto it = leases_.find(lease);
+                     if (it == leases_.end()) return;
+                     SendDone d = std::move(it->second.done);
+                     leases_.erase(it);
+                     if (d) d(s);
+                   });
   return true;
 }
 

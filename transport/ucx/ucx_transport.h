@@ -75,7 +75,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -91,7 +90,7 @@ class UcxContext;                    // the UCP context
 class UcxPayloadMemory;              // payload_memory()
 class RemoteKeyCache;                // peers' regions unpacked and mapped here
 class WedgeProbe;                    // CheckReceiveQueue's probe
-struct PendingOp;                    // a send or receive UCX holds (ucx_transport.cc)
+class InFlight;                      // the sends and receives UCX holds
 enum class ReleaseStatus : uint8_t;  // descriptor_codec.h
 }  // namespace ucx_internal
 
@@ -178,10 +177,9 @@ class UcxTransport : public Transport {
   Handler handler_;
   std::vector<Peer> peers_;
   absl::flat_hash_map<ucp_ep_h, PeerId> peer_by_ep_;
-  // Sends and receives UCX still holds (SendOp/RecvOp). A peer that died
-  // never completes them; Shutdown cancels what is left, so every `done`
-  // runs once and nothing leaks.
-  absl::flat_hash_set<ucx_internal::PendingOp*> in_flight_;
+  // Sends and receives UCX still holds. A peer that died never completes
+  // them; DestroyWorker cancels what is left, so every `done` runs once.
+  std::unique_ptr<ucx_internal::InFlight> in_flight_;
   // Descriptor sends by lease, until RELEASE (or the worker goes).
   absl::flat_hash_map<uint64_t, Lease> leases_;
   uint64_t next_lease_ = 1;
