@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
+#include "core/status_macros.h"
 #include "transport/ucx/internal/context.h"
 #include "transport/ucx/internal/descriptor_codec.h"
 #include "transport/ucx/internal/ep_lanes.h"
@@ -87,36 +88,24 @@ class UcpRemoteKeyOps : public ucx_internal::RemoteKeyOps {
 UcxTransport::UcxTransport(const UcxOptions& options) : options_(options) {}
 
 absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(const UcxOptions& options) {
-  absl::StatusOr<UcxOptions> with_env = WithUcxEnvironment(options);
-  if (!with_env.ok()) return with_env.status();
+  TESSEL_ASSIGN_OR_RETURN(UcxOptions with_env, WithUcxEnvironment(options));
   if (std::getenv("TESSEL_UCX_SPIN_US") != nullptr) {
     TESSEL_LOG(WARNING) << "TESSEL_UCX_SPIN_US is no longer read; pass --ucx_spin_us instead";
   }
-  std::unique_ptr<UcxTransport> t(new UcxTransport(*with_env));
-  absl::Status s = t->Init();
-  if (!s.ok()) return s;
+  std::unique_ptr<UcxTransport> t(new UcxTransport(with_env));
+  TESSEL_RETURN_IF_ERROR(t->Init());
   return t;
 }
 
 absl::Status UcxTransport::Init() {
-  absl::StatusOr<std::shared_ptr<ucx_internal::UcxContext>> context =
-      ucx_internal::UcxContext::Create(options_);
-  if (!context.ok()) return context.status();
-  context_ = *std::move(context);
+  TESSEL_ASSIGN_OR_RETURN(context_, ucx_internal::UcxContext::Create(options_));
   device_memory_types_ = context_->device_memory_types();
   memory_ = std::make_shared<ucx_internal::UcxPayloadMemory>(context_);
   keys_ = std::make_unique<ucx_internal::RemoteKeyCache>(std::make_unique<UcpRemoteKeyOps>());
   in_flight_ = std::make_unique<ucx_internal::InFlight>();
-  absl::StatusOr<std::unique_ptr<ucx_internal::WedgeProbe>> probe =
-      ucx_internal::WedgeProbe::Create(context_->get());
-  if (!probe.ok()) return probe.status();
-  probe_ = *std::move(probe);
-  absl::StatusOr<std::unique_ptr<ucx_internal::ProgressLoop>> loop =
-      ucx_internal::ProgressLoop::Create(options_.spin);
-  if (!loop.ok()) return loop.status();
-  loop_ = *std::move(loop);
-  absl::Status created = CreateWorker();
-  if (!created.ok()) return created;
+  TESSEL_ASSIGN_OR_RETURN(probe_, ucx_internal::WedgeProbe::Create(context_->get()));
+  TESSEL_ASSIGN_OR_RETURN(loop_, ucx_internal::ProgressLoop::Create(options_.spin));
+  TESSEL_RETURN_IF_ERROR(CreateWorker());
   loop_->Start({[this] { return worker_ != nullptr; }, [this] { return Progress(); },
                 [this] { return ucp_worker_arm(worker_) != UCS_ERR_BUSY; }});
   return absl::OkStatus();
@@ -161,10 +150,8 @@ absl::Status UcxTransport::CreateWorker() {
 
   s = ucp_worker_get_efd(worker_, &ucp_fd_);
   if (s != UCS_OK) return UcsError("ucp_worker_get_efd", s);
-  absl::Status watched = loop_->Watch(ucp_fd_);
-  if (!watched.ok()) return watched;
-  absl::Status probed = probe_->Attach(worker_, address, kProbeAmId);
-  if (!probed.ok()) return probed;
+  TESSEL_RETURN_IF_ERROR(loop_->Watch(ucp_fd_));
+  TESSEL_RETURN_IF_ERROR(probe_->Attach(worker_, address, kProbeAmId));
   absl::MutexLock lock(&address_mu_);
   address_ = std::move(address);
   return absl::OkStatus();

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 namespace ucx_internal {
@@ -14,8 +15,7 @@ absl::Status UcsError(const char* what, ucs_status_t s) {
 }
 
 absl::StatusOr<std::shared_ptr<UcxContext>> UcxContext::Create(const UcxOptions& options) {
-  absl::Status valid = ValidateUcxOptions(options);
-  if (!valid.ok()) return valid;
+  TESSEL_RETURN_IF_ERROR(ValidateUcxOptions(options));
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcsError("ucp_config_read", s);

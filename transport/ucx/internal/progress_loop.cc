@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 namespace ucx_internal {
@@ -24,8 +25,7 @@ absl::StatusOr<std::unique_ptr<ProgressLoop>> ProgressLoop::Create(absl::Duratio
   if (loop->epoll_fd_ < 0 || loop->event_fd_ < 0) {
     return absl::InternalError(absl::StrCat("epoll/eventfd: ", std::strerror(errno)));
   }
-  absl::Status watched = loop->Watch(loop->event_fd_);
-  if (!watched.ok()) return watched;
+  TESSEL_RETURN_IF_ERROR(loop->Watch(loop->event_fd_));
   return loop;
 }
 
