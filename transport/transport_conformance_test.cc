@@ -19,7 +19,7 @@ namespace {
 class TransportConformanceTest : public ::testing::TestWithParam<TransportBackend> {
  protected:
   void SetUp() override {
-    TransportFactory f = GetParam().make();
+    TransportBackend::Factory f = GetParam().make();
     a_ = f();
     b_ = f();
     c_ = f();

@@ -9,7 +9,7 @@
 // Example:
 //   class MyTest : public ::testing::TestWithParam<TransportBackend> {};
 //   TEST_P(MyTest, Works) {
-//     TransportFactory make = GetParam().make();
+//     TransportBackend::Factory make = GetParam().make();
 //     std::unique_ptr<Transport> a = make(), b = make();
 //   }
 //   INSTANTIATE_TEST_SUITE_P(Backends, MyTest,
@@ -18,6 +18,7 @@
 #ifndef TESSEL_TRANSPORT_TRANSPORT_TESTING_H_
 #define TESSEL_TRANSPORT_TRANSPORT_TESTING_H_
 
+#include <cctype>
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,11 +31,11 @@
 
 namespace tessel {
 
-using TransportFactory = std::function<std::unique_ptr<Transport>()>;
-
 struct TransportBackend {
+  // Makes one endpoint.
+  using Factory = std::function<std::unique_ptr<Transport>()>;
   std::string name;  // "inproc", "ucx_posix,sysv,self"
-  std::function<TransportFactory()> make;
+  std::function<Factory()> make;
 };
 
 // A UCX transport with `options`; a test failure (and nullptr) if UCX
@@ -49,7 +50,7 @@ inline std::unique_ptr<UcxTransport> MakeUcxTransport(const UcxOptions& options 
 inline TransportBackend InProcBackend() {
   return {"inproc", [] {
             auto fabric = std::make_shared<InProcFabric>();
-            return TransportFactory(
+            return TransportBackend::Factory(
                 [fabric] { return std::unique_ptr<Transport>(InProcTransport::Create(fabric)); });
           }};
 }
@@ -57,7 +58,7 @@ inline TransportBackend InProcBackend() {
 // UCX endpoints with UCX_TLS = `tls`.
 inline TransportBackend UcxBackend(std::string tls) {
   return {"ucx_" + tls, [tls] {
-            return TransportFactory([tls] {
+            return TransportBackend::Factory([tls] {
               UcxOptions o;
               o.tls = tls;
               return std::unique_ptr<Transport>(MakeUcxTransport(o));
@@ -65,11 +66,12 @@ inline TransportBackend UcxBackend(std::string tls) {
           }};
 }
 
-// The backend's name as a test name ("ucx_posix_sysv_self").
+// The backend's name as a test name: "ucx_posix,sysv,self" becomes
+// "ucx_posix_sysv_self" (every character but letters and digits is '_').
 inline std::string TransportBackendName(const ::testing::TestParamInfo<TransportBackend>& info) {
   std::string n = info.param.name;
   for (char& c : n) {
-    if (c == ',') c = '_';
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   }
   return n;
 }
