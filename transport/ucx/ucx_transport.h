@@ -54,10 +54,11 @@
 // Parts, each with its own contract and test (transport/ucx/internal/):
 // ProgressLoop (the thread, its queue, eventfd and spin-then-sleep),
 // UcxContext and UcxPayloadMemory (the UCP context, registered payload
-// regions), RemoteKeyCache (peers' regions unpacked and mapped here, and
-// borrows), the descriptor codec (DESCRIPTOR and RELEASE on the wire),
-// WedgeProbe (CheckReceiveQueue) and ParseEpInfo (lanes -> path). This class
-// keeps the peers, the leases of descriptor sends and the message handlers.
+// regions), InFlight (the sends and receives UCX holds), RemoteKeyCache
+// (peers' regions unpacked and mapped here, and borrows), the descriptor
+// codec (DESCRIPTOR and RELEASE on the wire), WedgeProbe (CheckReceiveQueue)
+// and ParseEpInfo (lanes -> path). This class keeps the peers, the leases of
+// descriptor sends and the message handlers.
 //
 // Example:
 //   absl::StatusOr<std::unique_ptr<UcxTransport>> t = UcxTransport::Create({});
