@@ -1,6 +1,8 @@
 // make_corpus: writes the seed inputs of the fuzz targets that Tessel's own
-// encoders produce: frame headers (EncodeHeader), .npy files (WriteNpyF32) and
-// serialized JobSpecs (derived from the spec a real checkpoint recorded).
+// encoders produce: frame headers (EncodeHeader), .npy files (WriteNpyF32),
+// serialized JobSpecs (derived from the spec a real checkpoint recorded) and
+// the UCX transport's descriptors and releases (EncodeDescriptor,
+// EncodeRelease).
 // fuzz/make_corpus.sh builds and runs it; the numpy files and the checkpoint
 // JSON come from numpy and a real run (see fuzz/README.md).
 //
@@ -18,6 +20,7 @@
 #include "core/wire.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/shard.pb.h"
+#include "transport/ucx/internal/descriptor_codec.h"
 
 namespace {
 
@@ -162,6 +165,59 @@ bool Specs(const std::string& dir, const std::string& manifest_path) {
   return true;
 }
 
+std::string Bytes(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+
+// Descriptors as the UCX transport sends them: a data-path frame header as
+// the message header and a packed key of UCX 1.13's size for a posix region
+// (its bytes are opaque here); then one defect each. Releases of each status.
+bool UcxDescriptors(const std::string& dir) {
+  namespace ucx = tessel::ucx_internal;
+  tessel::FrameHeader push{tessel::FrameType::kPush, tessel::JobId("mlp"), 2, 17, 1, 0, 3};
+  push.payload_bytes = 1 << 20;
+  const tessel::HeaderBytes h = tessel::EncodeHeader(push);
+  const std::vector<uint8_t> header(h.begin(), h.end());
+  std::vector<uint8_t> rkey(41);
+  for (size_t i = 0; i < rkey.size(); ++i) rkey[i] = static_cast<uint8_t>(i * 37 + 5);
+  ucx::DescriptorFields f;
+  f.lease = 12;
+  f.region = 3;
+  f.remote_base = 0x7f3a5c000000;
+  f.offset = 4096;
+  f.bytes = push.payload_bytes;
+  const std::vector<uint8_t> push_desc = ucx::EncodeDescriptor(f, header, rkey);
+  ucx::DescriptorFields params = f;
+  params.lease = 1;
+  params.offset = 0;
+  params.bytes = 4 * 4096 * 4;
+  ucx::DescriptorFields empty_payload = f;
+  empty_payload.bytes = 0;
+  ucx::DescriptorFields wraps = f;
+  wraps.offset = ~uint64_t{0} - 8;
+
+  std::vector<uint8_t> bad_trailing = push_desc;
+  bad_trailing.push_back(0);
+  std::vector<uint8_t> bad_lengths = push_desc;
+  bad_lengths[40] = 65;  // header_len one past the header
+  std::vector<uint8_t> bad_status = ucx::EncodeRelease({12, ucx::ReleaseStatus::kDropped});
+  bad_status[8] = 3;
+  using Status = ucx::ReleaseStatus;
+  return WriteFile(dir + "/push", Bytes(push_desc)) &&
+         WriteFile(dir + "/params", Bytes(ucx::EncodeDescriptor(params, header, rkey))) &&
+         WriteFile(dir + "/no_header", Bytes(ucx::EncodeDescriptor(f, {}, rkey))) &&
+         WriteFile(dir + "/empty_payload",
+                   Bytes(ucx::EncodeDescriptor(empty_payload, header, rkey))) &&
+         WriteFile(dir + "/bad_truncated", Bytes(push_desc).substr(0, push_desc.size() - 1)) &&
+         WriteFile(dir + "/bad_short", Bytes(push_desc).substr(0, 47)) &&
+         WriteFile(dir + "/bad_trailing", Bytes(bad_trailing)) &&
+         WriteFile(dir + "/bad_lengths", Bytes(bad_lengths)) &&
+         WriteFile(dir + "/bad_no_rkey", Bytes(ucx::EncodeDescriptor(f, header, {}))) &&
+         WriteFile(dir + "/bad_offset_wraps", Bytes(ucx::EncodeDescriptor(wraps, header, rkey))) &&
+         WriteFile(dir + "/release_read", Bytes(ucx::EncodeRelease({12, Status::kReadInPlace}))) &&
+         WriteFile(dir + "/release_resend", Bytes(ucx::EncodeRelease({12, Status::kResend}))) &&
+         WriteFile(dir + "/release_dropped", Bytes(ucx::EncodeRelease({12, Status::kDropped}))) &&
+         WriteFile(dir + "/bad_release_status", Bytes(bad_status));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -171,6 +227,7 @@ int main(int argc, char** argv) {
   }
   const std::string corpus = argv[1];
   const bool ok = Headers(corpus + "/wire_header") && Npy(corpus + "/npy") &&
-                  Specs(corpus + "/job_spec", argv[2]);
+                  Specs(corpus + "/job_spec", argv[2]) &&
+                  UcxDescriptors(corpus + "/ucx_descriptor");
   return ok ? 0 : 1;
 }

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 corpus=fuzz/corpus
-mkdir -p "$corpus"/{wire_header,npy,manifest,shard_entry,job_spec}
+mkdir -p "$corpus"/{wire_header,npy,manifest,shard_entry,job_spec,ucx_descriptor}
 
 if [ $# -ge 1 ]; then
   cp "$1/MANIFEST.json" "$corpus/manifest/real_manifest.json"
@@ -67,13 +67,15 @@ for t in ("npy", "manifest", "shard_entry", "job_spec"):
             f.write(b"\x01" + bytes(r.randrange(256) for _ in range(96)))
 EOF
 
-# Our encoders: frame headers, WriteNpyF32 files, serialized JobSpecs.
+# Our encoders: frame headers, WriteNpyF32 files, serialized JobSpecs, UCX
+# descriptors and releases.
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 protoc --proto_path=. --cpp_out="$tmp" proto/shard.proto
 # shellcheck disable=SC2046
 "${CXX:-g++}" -std=c++17 -O1 -I. -I"$tmp" fuzz/make_corpus.cc core/wire.cc core/npy.cc \
-  core/checkpoint_manifest.cc core/layout.cc core/optimizer.cc "$tmp/proto/shard.pb.cc" \
+  core/checkpoint_manifest.cc core/layout.cc core/optimizer.cc \
+  transport/ucx/internal/descriptor_codec.cc "$tmp/proto/shard.pb.cc" \
   -o "$tmp/make_corpus" $(pkg-config --cflags --libs absl_strings absl_str_format absl_status \
   absl_statusor absl_synchronization absl_hash absl_raw_hash_set protobuf libxxhash)
 "$tmp/make_corpus" "$corpus" "$real"

@@ -18,6 +18,7 @@
 #include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
 #include "server/shard_server.h"
+#include "transport/ucx/ucx_flags.h"
 #include "transport/ucx/ucx_transport.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
@@ -39,23 +40,11 @@ ABSL_FLAG(std::string, health_listen, "",
           "probes (also under mutual TLS): service \"\" is readiness (SERVING only while joined "
           "and in touch with the registry), service \"liveness\" answers while the process "
           "does; empty = none (the service port answers the same)");
-ABSL_FLAG(std::string, ucx_port_range, "",
-          "LO-HI: UCX's tcp transport listens only on ports in this range (UCX_TCP_PORT_RANGE), "
-          "so a firewall or NetworkPolicy can name them; empty = any port");
 ABSL_FLAG(bool, exit_on_lost_lease, false,
           "exit (status 2) when the registry no longer knows this server's lease, for a "
           "supervisor to restart it; by default the server keeps its jobs and joins again "
           "(a restarted memory registry, or an eviction) and workers recover");
 ABSL_FLAG(int, lease_ttl_ms, 3000, "registry lease time-to-live, in milliseconds");
-ABSL_FLAG(std::string, ucx_tls, "",
-          "UCX transports (UCX_TLS), e.g. 'posix,sysv,self' or 'tcp'; empty = UCX default");
-ABSL_FLAG(bool, ucx_zero_copy, true,
-          "payloads in UCX payload memory travel as descriptors that a peer on this host reads "
-          "in place through shared memory (gradients are reduced straight from the workers' "
-          "memory, parameters copied once from the servers'); false = every payload is copied "
-          "through UCX's queues, as before (for comparisons)");
-ABSL_FLAG(bool, ucx_peer_errors, false,
-          "use UCX peer error handling (tcp only on one host; detects dead peers in UCX)");
 ABSL_FLAG(std::string, timeline, "",
           "write a Chrome-trace/Perfetto timeline of each step per bucket (pushes received, the "
           "reduction and update, parameters sent) to this file; \"{shard}\" in it becomes the "
@@ -226,12 +215,9 @@ int main(int argc, char** argv) {
   auto metrics_http = tessel::StartMetricsServerFromFlags();
   if (!metrics_http.ok()) return Fail(std::string(metrics_http.status().message()));
 
-  tessel::UcxOptions ucx;
-  ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
-  ucx.peer_error_handling = absl::GetFlag(FLAGS_ucx_peer_errors);
-  ucx.tcp_port_range = absl::GetFlag(FLAGS_ucx_port_range);
-  ucx.zero_copy = absl::GetFlag(FLAGS_ucx_zero_copy);
-  auto transport = tessel::UcxTransport::Create(ucx);
+  absl::StatusOr<tessel::UcxOptions> ucx = tessel::UcxOptionsFromFlags();
+  if (!ucx.ok()) return Fail(std::string(ucx.status().message()));
+  auto transport = tessel::UcxTransport::Create(*ucx);
   if (!transport.ok()) return Fail(std::string(transport.status().message()));
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

@@ -10,44 +10,16 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "transport/inproc/inproc_transport.h"
+#include "transport/transport_testing.h"
 #include "transport/ucx/ucx_testing.h"
-#include "transport/ucx/ucx_transport.h"
 
 namespace tessel {
 namespace {
 
-using Factory = std::function<std::unique_ptr<Transport>()>;
-
-struct Backend {
-  std::string name;
-  std::function<Factory()> make;
-};
-
-Backend InProc() {
-  return {"inproc", [] {
-            auto fabric = std::make_shared<InProcFabric>();
-            return Factory(
-                [fabric] { return std::unique_ptr<Transport>(InProcTransport::Create(fabric)); });
-          }};
-}
-
-Backend Ucx(std::string tls) {
-  return {"ucx_" + tls, [tls] {
-            return Factory([tls] {
-              UcxOptions o;
-              o.tls = tls;
-              auto t = UcxTransport::Create(o);
-              EXPECT_TRUE(t.ok()) << t.status();
-              return std::unique_ptr<Transport>(std::move(*t));
-            });
-          }};
-}
-
-class TransportConformanceTest : public ::testing::TestWithParam<Backend> {
+class TransportConformanceTest : public ::testing::TestWithParam<TransportBackend> {
  protected:
   void SetUp() override {
-    Factory f = GetParam().make();
+    TransportBackend::Factory f = GetParam().make();
     a_ = f();
     b_ = f();
     c_ = f();
@@ -470,15 +442,9 @@ TEST_P(TransportConformanceTest, BorrowSurvivesReceiverResetAndSenderShutdownEnd
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TransportConformanceTest,
-                         ::testing::Values(InProc(), Ucx("posix,sysv,self"), Ucx("tcp,self"),
-                                           Ucx("cma,tcp,self")),
-                         [](const ::testing::TestParamInfo<Backend>& info) {
-                           std::string n = info.param.name;
-                           for (char& c : n) {
-                             if (c == ',') c = '_';
-                           }
-                           return n;
-                         });
+                         ::testing::Values(InProcBackend(), UcxBackend("posix,sysv,self"),
+                                           UcxBackend("tcp,self"), UcxBackend("cma,tcp,self")),
+                         TransportBackendName);
 
 }  // namespace
 }  // namespace tessel

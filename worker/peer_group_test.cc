@@ -14,8 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "transport/inproc/inproc_transport.h"
-#include "transport/ucx/ucx_transport.h"
+#include "transport/transport_testing.h"
 #include "worker/collectives.h"
 
 namespace tessel {
@@ -23,34 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-using Factory = std::function<std::unique_ptr<Transport>()>;
-
-struct Backend {
-  std::string name;
-  std::function<Factory()> make;
-};
-
-Backend InProc() {
-  return {"inproc", [] {
-            auto fabric = std::make_shared<InProcFabric>();
-            return Factory(
-                [fabric] { return std::unique_ptr<Transport>(InProcTransport::Create(fabric)); });
-          }};
-}
-
-Backend Ucx(std::string tls) {
-  return {"ucx_" + tls, [tls] {
-            return Factory([tls] {
-              UcxOptions o;
-              o.tls = tls;
-              auto t = UcxTransport::Create(o);
-              EXPECT_TRUE(t.ok()) << t.status();
-              return std::unique_ptr<Transport>(std::move(*t));
-            });
-          }};
-}
-
-class PeerGroupTest : public ::testing::TestWithParam<Backend> {
+class PeerGroupTest : public ::testing::TestWithParam<TransportBackend> {
  protected:
   // n ranks of group `name`, connected to each other.
   std::vector<std::unique_ptr<PeerGroup>> MakeGroup(int n, absl::Duration timeout,
@@ -69,7 +41,7 @@ class PeerGroupTest : public ::testing::TestWithParam<Backend> {
     for (auto& p : g) EXPECT_TRUE(p->Connect(addresses).ok());
     return g;
   }
-  Factory factory_;
+  TransportBackend::Factory factory_;
 };
 
 std::vector<float> Iota(size_t n, float start) {
@@ -363,14 +335,9 @@ TEST_P(PeerGroupTest, AllGatherAndBroadcastCarryBytesToEveryMember) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PeerGroupTest,
-                         ::testing::Values(InProc(), Ucx("posix,sysv,self"), Ucx("tcp")),
-                         [](const ::testing::TestParamInfo<Backend>& info) {
-                           std::string n = info.param.name;
-                           for (char& c : n) {
-                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return n;
-                         });
+                         ::testing::Values(InProcBackend(), UcxBackend("posix,sysv,self"),
+                                           UcxBackend("tcp")),
+                         TransportBackendName);
 
 }  // namespace
 }  // namespace tessel

@@ -37,15 +37,6 @@ ABSL_FLAG(double, topk_ratio, 0,
           "pushes the largest ceil(r * n) entries of each bucket of n (index + value: 8 bytes "
           "each) and keeps the rest for later steps; NOT bitwise equal to single-process "
           "training; ddp, zero1, zero2 with fp32 only (docs/compression.md)");
-ABSL_FLAG(std::string, ucx_tls, "",
-          "UCX transports (UCX_TLS), e.g. posix,sysv,self or tcp. Empty: UCX's default for a "
-          "process started by hand; posix,sysv,self (shared memory) for the local clusters "
-          "tessel-demo and tessel-replay start");
-ABSL_FLAG(bool, ucx_zero_copy, true,
-          "payloads in UCX payload memory travel as descriptors that a peer on this host reads "
-          "in place through shared memory (gradients are reduced straight from the workers' "
-          "memory, parameters copied once from the servers'); false = every payload is copied "
-          "through UCX's queues, as before (for comparisons)");
 ABSL_FLAG(uint64_t, shuffle_seed, 0,
           "testing: push buckets in a random order with random pauses (0 = off)");
 

@@ -35,6 +35,9 @@ ABSL_DECLARE_FLAG(std::string, precision);
 ABSL_DECLARE_FLAG(int, micro_batches);
 ABSL_DECLARE_FLAG(int64_t, bucket_bytes);
 ABSL_DECLARE_FLAG(double, topk_ratio);
+// Defined with the other --ucx_* flags in transport/ucx/ucx_flags.cc
+// (//transport:ucx_flags, which this library links); declared here too for
+// the launchers that forward them.
 ABSL_DECLARE_FLAG(std::string, ucx_tls);
 ABSL_DECLARE_FLAG(bool, ucx_zero_copy);
 ABSL_DECLARE_FLAG(uint64_t, shuffle_seed);

@@ -5,6 +5,7 @@
 #include "rpc/auth.h"
 #include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
+#include "transport/ucx/ucx_flags.h"
 #include "worker/train_flags.h"
 
 ABSL_FLAG(std::string, registry, "", "registry host:port (required)");
@@ -53,9 +54,6 @@ ABSL_FLAG(int, elastic_max_workers, 0,
           "of a scaled-up Indexed Job) joins the running job and is admitted at the next "
           "checkpoint boundary (needs --recover and --checkpoint_every_steps; every worker of "
           "the job passes the same N)");
-ABSL_FLAG(std::string, ucx_port_range, "",
-          "LO-HI: UCX's tcp transport listens only on ports in this range (UCX_TCP_PORT_RANGE), "
-          "so a firewall or NetworkPolicy can name them; empty = any port");
 ABSL_FLAG(std::string, token_file, "",
           "file holding this worker's token for servers and registries that require one: a "
           "worker token (their --worker_token_file), or the admin token");
@@ -92,9 +90,9 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   o.precision = PrecisionOf(*half);
   o.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
   o.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
-  o.ucx.tls = absl::GetFlag(FLAGS_ucx_tls);
-  o.ucx.tcp_port_range = absl::GetFlag(FLAGS_ucx_port_range);
-  o.ucx.zero_copy = absl::GetFlag(FLAGS_ucx_zero_copy);
+  auto ucx = UcxOptionsFromFlags();
+  if (!ucx.ok()) return ucx.status();
+  o.ucx = *ucx;
   o.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
   o.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));

@@ -11,56 +11,12 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "transport/transport_testing.h"
 #include "transport/ucx/ucx_testing.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace tessel {
 namespace {
-
-// ucp_ep_print_info of UCX 1.13.1 on this machine, per UCX_TLS.
-constexpr char kShm[] = R"(#
-# UCP endpoint
-#
-#               peer: <no debug data>
-#                 lane[0]:  1:sysv/memory.0 md[1]           -> md[1]/sysv/sysdev[255] am am_bw#0
-#                 lane[1]:  2:posix/memory.0 md[2]          -> md[2]/posix/sysdev[255]
-#
-#                 am_send: 0..<egr/short>..93..<egr/bcopy>..8256..<rndv>..(inf)
-#                  rma_bw: mds rndv_rkey_size 9
-#
-)";
-constexpr char kTcp[] = R"(#
-# UCP endpoint
-#               peer: <no debug data>
-#                 lane[0]:  2:tcp/lo.0 md[1]                -> md[1]/tcp/sysdev[255] rma_bw#0 am am_bw#0
-#                 lane[1]:  1:tcp/eth0.0 md[1]              -> md[1]/tcp/sysdev[255] rma_bw#1 wireup
-#                 am_send: 0..<egr/short>..8185..<egr/zcopy>..8192..<rndv>..(inf)
-)";
-constexpr char kCma[] = R"(#
-#                 lane[0]:  2:tcp/lo.0 md[1]                -> md[1]/tcp/sysdev[255] am am_bw#0 wireup
-#                 lane[1]:  3:cma/memory.0 md[2]            -> md[2]/cma/sysdev[255] rma_bw#0
-)";
-
-TEST(UcxPathsTest, LanesAreReadFromUcxsEndpointInfo) {
-  ucx_internal::EpLanes shm = ucx_internal::ParseEpInfo(kShm);
-  EXPECT_TRUE(shm.mappable);
-  EXPECT_EQ(shm.am, std::vector<std::string>{"sysv"});
-  EXPECT_TRUE(shm.rma.empty());
-  EXPECT_EQ(ucx_internal::DescribeCopied(shm), "copied (active messages over sysv)");
-
-  ucx_internal::EpLanes tcp = ucx_internal::ParseEpInfo(kTcp);
-  EXPECT_FALSE(tcp.mappable);
-  EXPECT_EQ(tcp.rma, std::vector<std::string>{"tcp"}) << "two tcp lanes name tcp once";
-  EXPECT_EQ(ucx_internal::DescribeCopied(tcp), "copied (rendezvous by RMA over tcp)");
-
-  ucx_internal::EpLanes cma = ucx_internal::ParseEpInfo(kCma);
-  EXPECT_FALSE(cma.mappable);
-  EXPECT_EQ(cma.am, std::vector<std::string>{"tcp"});
-  EXPECT_EQ(ucx_internal::DescribeCopied(cma), "copied (rendezvous by RMA over cma)");
-
-  EXPECT_EQ(ucx_internal::DescribeCopied(ucx_internal::ParseEpInfo("garbage\n# lane[0]: x")),
-            "copied");
-}
 
 struct Case {
   const char* tls;
@@ -78,15 +34,15 @@ TEST(UcxPathsTest, ThePathIsChosenAtConnectTimeAndAPayloadTakesIt) {
     UcxOptions o;
     o.tls = c.tls;
     o.zero_copy = c.zero_copy;
-    auto a = UcxTransport::Create(o);
-    auto b = UcxTransport::Create(o);
-    ASSERT_TRUE(a.ok() && b.ok());
+    std::unique_ptr<UcxTransport> a = MakeUcxTransport(o);
+    std::unique_ptr<UcxTransport> b = MakeUcxTransport(o);
+    ASSERT_TRUE(a != nullptr && b != nullptr);
     const size_t n = 8 << 20;  // a rendezvous-sized payload from payload memory
     std::vector<uint8_t> dst(n);
     absl::Notification landed;
     std::atomic<PeerId> from{0};
     std::atomic<bool> was_in_place{false};
-    (*b)->SetHandler([&](const Incoming& in) {
+    b->SetHandler([&](const Incoming& in) {
       from = in.from;
       was_in_place = in.in_place != nullptr;
       return Accept{dst.data(), [&](absl::Status s) {
@@ -94,15 +50,15 @@ TEST(UcxPathsTest, ThePathIsChosenAtConnectTimeAndAPayloadTakesIt) {
                       landed.Notify();
                     }};
     });
-    auto peer = (*a)->Connect((*b)->address());
+    auto peer = a->Connect(b->address());
     ASSERT_TRUE(peer.ok()) << peer.status();
-    EXPECT_EQ((*a)->PayloadPath(*peer), c.path) << "chosen at connect time";
-    auto* src = static_cast<uint8_t*>((*a)->payload_memory()->Allocate(n));
+    EXPECT_EQ(a->PayloadPath(*peer), c.path) << "chosen at connect time";
+    auto* src = static_cast<uint8_t*>(a->payload_memory()->Allocate(n));
     ASSERT_NE(src, nullptr);
     for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
     absl::Notification sent;
     const uint8_t header[4] = {1, 2, 3, 4};
-    (*a)->Send(*peer, header, src, n, [&](absl::Status s) {
+    a->Send(*peer, header, src, n, [&](absl::Status s) {
       EXPECT_TRUE(s.ok()) << s;
       sent.Notify();
     });
@@ -111,11 +67,11 @@ TEST(UcxPathsTest, ThePathIsChosenAtConnectTimeAndAPayloadTakesIt) {
     EXPECT_EQ(std::memcmp(src, dst.data(), n), 0);
     EXPECT_EQ(was_in_place.load(), c.path == "in place")
         << "a descriptor only where the memory maps";
-    EXPECT_EQ((*a)->PayloadPath(*peer), c.path);
-    EXPECT_EQ((*b)->PayloadPath(from.load()), c.path) << "the receiver chose the same";
-    (*a)->Shutdown();
-    (*b)->Shutdown();
-    (*a)->payload_memory()->Free(src);
+    EXPECT_EQ(a->PayloadPath(*peer), c.path);
+    EXPECT_EQ(b->PayloadPath(from.load()), c.path) << "the receiver chose the same";
+    a->Shutdown();
+    b->Shutdown();
+    a->payload_memory()->Free(src);
   }
 }
 

@@ -51,6 +51,15 @@
 // CheckReceiveQueue() finds that with a probe from a second UCX worker in
 // this process; Reset() cures it with a fresh UCX worker at a new address.
 //
+// Parts, each with its own contract and test (transport/ucx/internal/):
+// ProgressLoop (the thread, its queue, eventfd and spin-then-sleep),
+// UcxContext and UcxPayloadMemory (the UCP context, registered payload
+// regions), InFlight (the sends and receives UCX holds), RemoteKeyCache
+// (peers' regions unpacked and mapped here, and borrows), the descriptor
+// codec (DESCRIPTOR and RELEASE on the wire), WedgeProbe (CheckReceiveQueue)
+// and ParseEpInfo (lanes -> path). This class keeps the peers, the leases of
+// descriptor sends and the message handlers.
+//
 // Example:
 //   absl::StatusOr<std::unique_ptr<UcxTransport>> t = UcxTransport::Create({});
 //   PeerId server = *(*t)->Connect(server_ucx_address);
@@ -61,15 +70,12 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
-#include <thread>
-#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -78,25 +84,15 @@
 
 namespace tessel {
 
+// Private parts (transport/ucx/internal/).
 namespace ucx_internal {
-// The transports UCX chose for an endpoint's lanes: those carrying active
-// messages, those carrying RMA and rendezvous data (rma_bw), and whether
-// one maps the peer's memory here (posix, sysv, xpmem).
-struct EpLanes {
-  std::vector<std::string> am;
-  std::vector<std::string> rma;
-  bool mappable = false;
-};
-// From ucp_ep_print_info's text (exposed for tests).
-EpLanes ParseEpInfo(absl::string_view info);
-// "copied (rendezvous by RMA over cma)", "copied (active messages over
-// sysv)": how payloads to a peer move when not in place.
-std::string DescribeCopied(const EpLanes& lanes);
-
-struct PendingOp;  // a send or receive UCX holds (ucx_transport.cc)
-class Memory;      // payload memory (ucx_transport.cc)
-struct Context;    // the UCP context, shared with payload memory
-struct RemoteKey;  // a peer's region, unpacked (and mapped) here
+class ProgressLoop;                  // the progress thread, its queue and pacing
+class UcxContext;                    // the UCP context
+class UcxPayloadMemory;              // payload_memory()
+class RemoteKeyCache;                // peers' regions unpacked and mapped here
+class WedgeProbe;                    // CheckReceiveQueue's probe
+class InFlight;                      // the sends and receives UCX holds
+enum class ReleaseStatus : uint8_t;  // descriptor_codec.h
 }  // namespace ucx_internal
 
 class UcxTransport : public Transport {
@@ -119,6 +115,7 @@ class UcxTransport : public Transport {
   std::vector<std::string> DeviceMemoryTypes() const override { return device_memory_types_; }
 
  private:
+  // A remote endpoint, by PeerId (an index into peers_).
   struct Peer {
     ucp_ep_h ep = nullptr;
     bool failed = false;
@@ -143,10 +140,6 @@ class UcxTransport : public Transport {
 
   explicit UcxTransport(const UcxOptions& options);
   absl::Status Init();
-  // False once shutting down (the task will never run).
-  bool Post(std::function<void()> task);
-  void Loop();
-  bool RunTasks();
 
   // Progress-thread only (and Init/Shutdown, before and after the thread).
   // CreateWorker makes the UCX worker that peers send to, with its handlers,
@@ -154,6 +147,7 @@ class UcxTransport : public Transport {
   // destroys it and ends what was in flight with `why`.
   absl::Status CreateWorker();
   void DestroyWorker(const absl::Status& why);
+  bool Progress();
   Peer NewPeer(ucp_ep_h ep, bool owned) const;
   PeerId PeerForEp(ucp_ep_h ep);
   void DoSend(PeerId to, std::vector<uint8_t> header, const void* payload, size_t bytes,
@@ -169,63 +163,32 @@ class UcxTransport : public Transport {
   bool SendDescriptor(PeerId to, std::vector<uint8_t>& header, const void* payload, size_t bytes,
                       SendDone& done);
   // Receiver side: tells the sender of `lease` its payload is no longer needed.
-  void SendRelease(PeerId to, uint64_t lease, uint8_t status);
-  // Receiver side: the peer's region, unpacked on `ep` (cached).
-  absl::StatusOr<ucx_internal::RemoteKey*> RemoteKeyFor(ucp_ep_h ep, uint64_t region,
-                                                        absl::Span<const uint8_t> packed,
-                                                        uint64_t remote_base);
-  // A borrow or get of `key` ended; a retired key (and its worker) goes
-  // with its last.
-  void EndBorrow(ucx_internal::RemoteKey* key);
-  static ucs_status_t OnProbe(void* arg, const void* header, size_t header_length, void* data,
-                              size_t length, const ucp_am_recv_param_t* param);
+  void SendRelease(PeerId to, uint64_t lease, ucx_internal::ReleaseStatus status);
 
-  const UcxOptions options_;
-  std::shared_ptr<ucx_internal::Context> context_holder_;
-  ucp_context_h context_ = nullptr;
-  std::shared_ptr<ucx_internal::Memory> memory_;
-  std::vector<std::string> device_memory_types_;  // Start(): the context's, but host
-  ucp_worker_h worker_ = nullptr;
-  // A second worker in this process that sends CheckReceiveQueue's probes
-  // to worker_ through the same transports a peer on this host would use.
-  ucp_worker_h probe_worker_ = nullptr;
-  ucp_ep_h probe_ep_ = nullptr;
-  int probes_pending_ = 0;  // probe sends UCX still holds (progress thread)
+  const UcxOptions options_;  // with the environment applied (Create)
+  std::shared_ptr<ucx_internal::UcxContext> context_;
+  std::shared_ptr<ucx_internal::UcxPayloadMemory> memory_;
+  std::vector<std::string> device_memory_types_;  // Init: the context's, but host
+  std::unique_ptr<ucx_internal::ProgressLoop> loop_;
+  std::unique_ptr<ucx_internal::WedgeProbe> probe_;
+
+  // Progress-thread state (Init's and Shutdown's thread before and after).
+  ucp_worker_h worker_ = nullptr;  // null after a failed Reset
+  int ucp_fd_ = -1;                // worker_'s event fd, watched by loop_
   Handler handler_;
-  int epoll_fd_ = -1;
-  int event_fd_ = -1;
-  int ucp_fd_ = -1;
-
-  // Progress-thread state.
   std::vector<Peer> peers_;
   absl::flat_hash_map<ucp_ep_h, PeerId> peer_by_ep_;
-  // Sends and receives UCX still holds (SendOp/RecvOp). A peer that died
-  // never completes them; Shutdown cancels what is left, so every `done`
-  // runs once and nothing leaks.
-  absl::flat_hash_set<ucx_internal::PendingOp*> in_flight_;
+  // Sends and receives UCX still holds. A peer that died never completes
+  // them; DestroyWorker cancels what is left, so every `done` runs once.
+  std::unique_ptr<ucx_internal::InFlight> in_flight_;
   // Descriptor sends by lease, until RELEASE (or the worker goes).
   absl::flat_hash_map<uint64_t, Lease> leases_;
   uint64_t next_lease_ = 1;
-  // Peers' regions unpacked here, by (endpoint, region id); borrowed
-  // payloads by (peer, lease); old UCX workers kept for borrows made
-  // through them, with how many of their keys are still borrowed.
-  absl::flat_hash_map<std::pair<ucp_ep_h, uint64_t>, ucx_internal::RemoteKey*> remote_keys_;
-  absl::flat_hash_map<std::pair<PeerId, uint64_t>, ucx_internal::RemoteKey*> borrowed_;
-  absl::flat_hash_map<ucp_worker_h, int> retired_workers_;
-  absl::Time last_key_sweep_ = absl::InfinitePast();
+  // Peers' regions unpacked here, and the payloads borrowed through them.
+  std::unique_ptr<ucx_internal::RemoteKeyCache> keys_;
 
   mutable absl::Mutex address_mu_;
   std::string address_ ABSL_GUARDED_BY(address_mu_);
-
-  absl::Mutex probe_mu_;
-  uint64_t probe_seen_ ABSL_GUARDED_BY(probe_mu_) = 0;
-  std::atomic<uint64_t> probe_seq_{0};
-
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  bool sleeping_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
   std::atomic<bool> shut_down_{false};
 };
 

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "testing/process.h"
+#include "transport/transport_testing.h"
 #include "transport/ucx/ucx_transport.h"
 
 extern char** environ;
@@ -54,11 +55,7 @@ int RunCrashSender(const std::string& address) {
   return status;
 }
 
-std::unique_ptr<UcxTransport> Make() {
-  auto t = UcxTransport::Create({.tls = kTls});
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? std::move(*t) : nullptr;
-}
+std::unique_ptr<UcxTransport> Make() { return MakeUcxTransport({.tls = kTls}); }
 
 // Sends one header-only message from `from` to `address`.
 void SendOne(UcxTransport* from, const std::string& address) {
