@@ -5,6 +5,7 @@
 #include "rpc/auth.h"
 #include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
+#include "rpc/token_flag.h"
 #include "worker/train_flags.h"
 
 ABSL_FLAG(std::string, registry, "", "registry host:port (required)");
@@ -56,9 +57,6 @@ ABSL_FLAG(int, elastic_max_workers, 0,
 ABSL_FLAG(std::string, ucx_port_range, "",
           "LO-HI: UCX's tcp transport listens only on ports in this range (UCX_TCP_PORT_RANGE), "
           "so a firewall or NetworkPolicy can name them; empty = any port");
-ABSL_FLAG(std::string, token_file, "",
-          "file holding this worker's token for servers and registries that require one: a "
-          "worker token (their --worker_token_file), or the admin token");
 ABSL_FLAG(std::string, timeline, "",
           "write a Chrome-trace/Perfetto timeline of each step per bucket (push sent, parameters "
           "received) to this file; \"{rank}\" in it becomes the rank; merge the files of a job "
