@@ -31,6 +31,7 @@
 
 #include "benchmark/benchmark.h"
 #include "core/optimizer.h"
+#include "core/reduce.h"
 
 namespace tessel {
 namespace {

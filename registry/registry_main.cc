@@ -18,6 +18,7 @@
 #include "registry/registry_service.h"
 #include "registry/status_page.h"
 #include "rpc/auth.h"
+#include "rpc/auth_flags.h"
 #include "rpc/grpc_util.h"
 #include "rpc/health.h"
 #include "rpc/metrics_server.h"
@@ -37,25 +38,10 @@ ABSL_FLAG(std::string, health_listen, "",
           "backend answers: etcd reachable), \"liveness\" answers while the process does; "
           "empty = none (the service port answers the same)");
 ABSL_FLAG(std::string, port_file, "", "if set, write the bound host:port to this file");
-ABSL_FLAG(std::string, admin_token_file, "",
-          "file holding the admin token; when set, ListGroups (every job and pool) needs it "
-          "unless --allow_anonymous_reads. Member operations need a credential only once "
-          "member credentials are configured (--worker_token_file, --server_token_file, "
-          "--cert_roles)");
-ABSL_FLAG(std::string, worker_token_file, "",
-          "file of worker tokens, one per line, optionally scoped to jobs ('TOKEN' or 'TOKEN "
-          "job1,job2'); when set, a Join of a worker needs one covering its job (or the admin "
-          "token), and GetView/Watch need a credential");
 ABSL_FLAG(std::string, server_token_file, "",
           "file of shard-server tokens, one per line (tessel-server --token_file); when set, a "
           "Join as a shard server needs one (or the admin token), and GetView/Watch need a "
           "credential");
-ABSL_FLAG(bool, allow_anonymous_reads, true,
-          "with credentials configured: let ListGroups through without one");
-ABSL_FLAG(bool, cert_roles, false,
-          "take roles from client certificates alone (mutual TLS: subject "
-          "O=tessel:admin|worker|server|reader, CN=worker:JOB) and require them for every "
-          "member operation, even without token files");
 ABSL_FLAG(std::string, backend, "memory",
           "where membership lives: 'memory' (this process; lost on exit) or 'etcd' (durable, "
           "shared by several registry processes)");
@@ -120,12 +106,8 @@ int main(int argc, char** argv) {
                  "use --tls_ca, --tls_cert and --tls_key)\n";
     return 2;
   }
-  tessel::AuthFlags auth_flags;
-  auth_flags.admin_token_file = absl::GetFlag(FLAGS_admin_token_file);
-  auth_flags.worker_token_file = absl::GetFlag(FLAGS_worker_token_file);
+  tessel::AuthFlags auth_flags = tessel::AuthFlagsFromFlags();
   auth_flags.server_token_file = absl::GetFlag(FLAGS_server_token_file);
-  auth_flags.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
-  auth_flags.certificate_roles = absl::GetFlag(FLAGS_cert_roles);
   auth_flags.tls = tessel::TlsOptionsFromFlags().enabled();
   auto auth = tessel::LoadAuthOptions(auth_flags);
   if (!auth.ok()) {

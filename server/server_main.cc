@@ -15,8 +15,10 @@
 #include "core/log.h"
 #include "gpu/detect.h"
 #include "rpc/auth.h"
+#include "rpc/auth_flags.h"
 #include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
+#include "rpc/token_flag.h"
 #include "server/shard_server.h"
 #include "transport/ucx/ucx_flags.h"
 #include "transport/ucx/ucx_transport.h"
@@ -65,23 +67,6 @@ ABSL_FLAG(bool, verbose, false, "log every refused frame");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "root of the checkpoint store, shared by every server of the pool (empty = "
           "checkpoints disabled)");
-ABSL_FLAG(std::string, admin_token_file, "",
-          "file holding the admin token (role admin: everything, e.g. tesselctl); with any "
-          "credential configured every RPC needs a role (docs/operations.md, Roles and "
-          "credentials)");
-ABSL_FLAG(std::string, worker_token_file, "",
-          "file of worker tokens (role worker: create, train and checkpoint its own job; not "
-          "delete jobs or checkpoints, not restore an older checkpoint), one per line, each "
-          "optionally scoped to jobs: 'TOKEN' or 'TOKEN job1,job2'");
-ABSL_FLAG(bool, allow_anonymous_reads, true,
-          "with credentials configured: let read-only RPCs (stats, listings, checkpoint list) "
-          "through without one (ReadState always needs one)");
-ABSL_FLAG(bool, cert_roles, false,
-          "enforce roles on the strength of client certificates alone (mutual TLS: subject "
-          "O=tessel:admin|worker|reader, CN=worker:JOB), even without token files");
-ABSL_FLAG(std::string, token_file, "",
-          "file holding the token this server presents to the registry (the registry's "
-          "--server_token_file)");
 ABSL_FLAG(int, join_timeout_s, 30,
           "seconds to keep trying to join the registry while a previous server of this shard "
           "still holds its lease (after a crash and restart) or the registry is not reachable "
@@ -196,11 +181,7 @@ int main(int argc, char** argv) {
   if (!server_credentials.ok()) return Fail(std::string(server_credentials.status().message()));
   auto client_credentials = tessel::LoadClientCredentials(options.tls);
   if (!client_credentials.ok()) return Fail(std::string(client_credentials.status().message()));
-  tessel::AuthFlags auth_flags;
-  auth_flags.admin_token_file = absl::GetFlag(FLAGS_admin_token_file);
-  auth_flags.worker_token_file = absl::GetFlag(FLAGS_worker_token_file);
-  auth_flags.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
-  auth_flags.certificate_roles = absl::GetFlag(FLAGS_cert_roles);
+  tessel::AuthFlags auth_flags = tessel::AuthFlagsFromFlags();
   auth_flags.tls = options.tls.enabled();
   auto auth = tessel::LoadAuthOptions(auth_flags);
   if (!auth.ok()) return Fail(std::string(auth.status().message()));

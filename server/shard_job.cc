@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/digest.h"
+#include "core/reduce.h"
 #include "core/topk.h"
 #include "rpc/job_spec.h"
 

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
+#include "core/reduce.h"
 #include "core/topk.h"
 #include "gtest/gtest.h"
 #include "rpc/job_spec.h"

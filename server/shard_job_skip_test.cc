@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/reduce.h"
 #include "gtest/gtest.h"
 #include "server/shard_job.h"
 #include "server/shard_job_testing.h"

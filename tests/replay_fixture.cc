@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/npy.h"
+#include "core/reduce.h"
 #include "gtest/gtest.h"
 #include "testing/process.h"
 #include "tools/internal/mlp_job.h"

@@ -152,6 +152,10 @@ expect 1 "FAILED_PRECONDITION|INVALID_ARGUMENT|OUT_OF_RANGE" \
   "$PROBE" --address="$addr" --rpc=ReadState --job=rt "${WORKER[@]}"  # past the check
 expect 5 "the worker credential for job 'ra' \(token\) may not act on job 'rt'" \
   "$PROBE" --address="$addr" --rpc=ReadState --job=rt --token_file="$tmp/worker-ra.token"
+# tessel.torch's second parameter group "ra.g1" is within the scope of 'ra':
+# the call passes the check (and finds no such job on this server).
+expect 1 "NOT_FOUND: .*no job 'ra.g1'" \
+  "$PROBE" --address="$addr" --rpc=ReadState --job=ra.g1 --token_file="$tmp/worker-ra.token"
 expect 5 "the worker credential \(token\) may not list every group \(an admin or reader credential may\)" \
   "$CTL" members "${WORKER[@]}"
 expect 0 "default +[0-9]+ +server +1" "$CTL" members "${ADMIN[@]}"

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/optimizer.h"
+#include "core/reduce.h"
 #include "gtest/gtest.h"
 #include "testing/local_cluster.h"
 #include "worker/worker.h"

@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/layout.h"
-#include "core/optimizer.h"
+#include "core/optimizer_params.h"
 
 namespace tessel {
 

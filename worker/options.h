@@ -27,7 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/early_stopping.h"
-#include "core/optimizer.h"
+#include "core/optimizer_params.h"
 #include "core/precision.h"
 #include "rpc/tls_options.h"
 #include "transport/transport.h"

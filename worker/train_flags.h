@@ -12,7 +12,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
-#include "core/optimizer.h"
+#include "core/optimizer_params.h"
 #include "core/precision.h"
 #include "worker/options.h"
 

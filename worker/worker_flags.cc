@@ -5,6 +5,7 @@
 #include "rpc/auth.h"
 #include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
+#include "rpc/token_flag.h"
 #include "transport/ucx/ucx_flags.h"
 #include "worker/train_flags.h"
 
@@ -54,9 +55,6 @@ ABSL_FLAG(int, elastic_max_workers, 0,
           "of a scaled-up Indexed Job) joins the running job and is admitted at the next "
           "checkpoint boundary (needs --recover and --checkpoint_every_steps; every worker of "
           "the job passes the same N)");
-ABSL_FLAG(std::string, token_file, "",
-          "file holding this worker's token for servers and registries that require one: a "
-          "worker token (their --worker_token_file), or the admin token");
 ABSL_FLAG(std::string, timeline, "",
           "write a Chrome-trace/Perfetto timeline of each step per bucket (push sent, parameters "
           "received) to this file; \"{rank}\" in it becomes the rank; merge the files of a job "

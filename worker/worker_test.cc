@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/optimizer.h"
+#include "core/reduce.h"
 #include "core/topk.h"
 #include "gtest/gtest.h"
 #include "testing/inproc_cluster.h"

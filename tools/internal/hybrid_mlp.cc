@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/reduce.h"
 #include "model/layer_kernels.h"
 #include "worker/collectives.h"
 #include "worker/train_flags.h"

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/reduce.h"
 
 ABSL_FLAG(std::string, layers, "64,512,512,10",
           "MLP layer sizes: inputs, hidden..., classes (comma-separated)");

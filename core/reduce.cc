@@ -1,0 +1,86 @@
+#include "core/reduce.h"
+
+#include <algorithm>
+
+#include "core/internal/kernel_support.h"
+#include "core/optimizer.h"
+
+namespace tessel {
+namespace {
+
+TESSEL_VECTOR_CLONES void AddPair(const float* __restrict a, const float* __restrict b,
+                                  float* __restrict acc, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] = a[i] + b[i];
+}
+
+TESSEL_VECTOR_CLONES void AddInto(const float* __restrict src, float* __restrict acc, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + src[i];
+}
+
+TESSEL_VECTOR_CLONES void DivInto(const float* __restrict acc, float divisor, float* __restrict out,
+                                  size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = acc[i] / divisor;
+}
+
+// Elements per block of the reduction: two such float buffers live on the
+// stack and stay in L1 while the block is summed and consumed.
+constexpr size_t kBlock = 1024;
+
+// acc[0, len) = the sum of srcs[j][off, off + len), left to right. `acc` is
+// scratch of kBlock floats.
+void ReduceSumBlock(const float* const* srcs, int w, size_t off, size_t len, float* acc) {
+  if (w == 1) {
+    std::copy(srcs[0] + off, srcs[0] + off + len, acc);
+  } else {
+    AddPair(srcs[0] + off, srcs[1] + off, acc, len);
+    for (int j = 2; j < w; ++j) AddInto(srcs[j] + off, acc, len);
+  }
+}
+
+// out[0, len) = that sum divided by `divisor`. `out` may alias any source
+// exactly.
+void ReduceMeanBlock(const float* const* srcs, int w, float divisor, size_t off, size_t len,
+                     float* acc, float* out) {
+  ReduceSumBlock(srcs, w, off, len, acc);
+  DivInto(acc, divisor, out, len);
+}
+
+}  // namespace
+
+void ReduceMean(const float* const* srcs, int w, float* out, size_t n, int divisor) {
+  if (w < 1 || divisor < 0) internal::KernelFatal("ReduceMean: w must be >= 1 and divisor >= 0");
+  const float d = static_cast<float>(divisor == 0 ? w : divisor);
+  alignas(64) float acc[kBlock];
+  for (size_t off = 0; off < n; off += kBlock) {
+    const size_t len = std::min(kBlock, n - off);
+    ReduceMeanBlock(srcs, w, d, off, len, acc, out + off);
+  }
+}
+
+void ReduceSum(const float* const* srcs, int w, float* out, size_t n) {
+  if (w < 1) internal::KernelFatal("ReduceSum: w must be >= 1");
+  alignas(64) float acc[kBlock];
+  for (size_t off = 0; off < n; off += kBlock) {
+    const size_t len = std::min(kBlock, n - off);
+    ReduceSumBlock(srcs, w, off, len, acc);
+    std::copy(acc, acc + len, out + off);
+  }
+}
+
+void ReduceAndApply(const OptimizerParams& p, int64_t step, float* params, const float* const* srcs,
+                    int w, float* const* state, size_t n, int divisor) {
+  if (w < 1 || divisor < 0) {
+    internal::KernelFatal("ReduceAndApply: w must be >= 1 and divisor >= 0");
+  }
+  const float d = static_cast<float>(divisor == 0 ? w : divisor);
+  const OptimizerUpdate update(p, step);
+  alignas(64) float acc[kBlock];
+  alignas(64) float grad[kBlock];
+  for (size_t off = 0; off < n; off += kBlock) {
+    const size_t len = std::min(kBlock, n - off);
+    ReduceMeanBlock(srcs, w, d, off, len, acc, grad);
+    update.Run(params + off, grad, state, off, len);
+  }
+}
+
+}  // namespace tessel
