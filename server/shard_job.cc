@@ -102,7 +102,7 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
   for (auto& slot : job->rule_->state()) state.push_back(slot.data());
   TESSEL_RETURN_IF_ERROR(checkpointer->Load(manifest, job->range_, job->values_.data(), state));
   absl::MutexLock lock(&job->mu_);
-  if (!NoSkips(manifest.tensor_skips)) job->tensor_skips_ = manifest.tensor_skips;
+  job->settings_.ResetSkips(manifest.tensor_skips);
   job->version_ = manifest.step;
   job->initialized_ = true;
   job->RefreshHalf(0, job->values_.size());
@@ -125,9 +125,10 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       rule_(
           MakeUpdateRule(spec.strategy() == v1::STRATEGY_DDP, layout_, range_, world_, optimizer)),
       reducer_(ReducerOptions(layout_, shard, spec)),
-      optimizer_(optimizer),
+      settings_(Where(), layout_, shard, optimizer),
       epoch_(epoch),
       pushes_(num_buckets_, world_),
+      pulls_(num_buckets_),
       staging_(range_.size(), static_cast<int>(rule_->state().size())) {
   const size_t n = static_cast<size_t>(range_.size());
   values_ = PayloadVector<float>(PayloadAllocator<float>(memory));
@@ -135,11 +136,7 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
   values_.assign(n, 0.f);
   if (half_) values_half_.assign(n, 0);
   init_seen_.assign(num_buckets_, 0);
-  bucket_updated_.assign(num_buckets_, 0);
   initialized_ = !rule_->holds_params() || num_buckets_ == 0;
-  for (const TensorSlot& t : layout_.tensors()) {
-    owned_.push_back(t.range().Overlaps(range_) ? 1 : 0);
-  }
 }
 
 std::string ShardJob::Where() const {
@@ -253,7 +250,7 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
       RefreshHalf(0, values_.size());
       c.serve.version = version_;
       if (spec_.checkpoint().initial()) c.serve.snapshot = SnapshotLocked();
-      ServeWaitingLocked(&c.serve);
+      pulls_.Reached(version_, &c.serve.pullers);
     }
     return c;
   }
@@ -302,11 +299,8 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   {
     absl::MutexLock lock(&mu_);
     ++updates_running_;
-    step.step = version_ + 1;
-    step.optimizer = optimizer_;
-    // Copies: SkipTensors may add to skip_now_ meanwhile.
-    step.skips = tensor_skips_;
-    step.skip_now = skip_now_;
+    // A copy: SkipTensors may add to the skipped tensors meanwhile.
+    step = settings_.ForUpdate(version_ + 1);
   }
   // Waits for a fold of this bucket that runs; none starts after.
   reducer_.BeginSum(bucket);
@@ -331,16 +325,7 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
     return serve;
   }
   // Early serving: the pulls of this step get this bucket now.
-  bucket_updated_[bucket] = 1;
-  for (Waiting& w : deferred_) {
-    const Puller& p = w.puller;
-    const int at = bucket - p.first_bucket;
-    if (p.version != step.step || at < 0 || at >= p.bucket_count || w.sent[at]) continue;
-    w.sent[at] = 1;
-    Puller now = p;
-    now.buckets.assign(1, bucket);
-    serve.pullers.push_back(std::move(now));
-  }
+  pulls_.BucketUpdated(step.step, bucket, &serve.pullers);
   serve.version = version_;
   return serve;
 }
@@ -349,10 +334,7 @@ void ShardJob::FinishStepLocked(Serve* serve) {
   ++version_;
   ++counters_.applied_steps;
   buckets_updated_ = 0;
-  std::fill(bucket_updated_.begin(), bucket_updated_.end(), 0);
-  for (size_t t = 0; t < skip_now_.size(); ++t) skip_now_[t] &= owned_[t];
-  AdvanceSkips(skip_now_, &tensor_skips_);
-  skip_now_.clear();
+  settings_.EndStep();
   pushes_.NextStep();
   serve->version = version_;
   const int64_t every = spec_.checkpoint().every_steps();
@@ -361,22 +343,7 @@ void ShardJob::FinishStepLocked(Serve* serve) {
     if (requested != checkpoint_requests_.end()) checkpoint_requests_.erase(requested);
     serve->snapshot = SnapshotLocked();
   }
-  ServeWaitingLocked(serve);
-}
-
-void ShardJob::ServeWaitingLocked(Serve* serve) {
-  for (auto it = deferred_.begin(); it != deferred_.end();) {
-    if (it->puller.version != version_) {
-      ++it;
-      continue;
-    }
-    Puller p = std::move(it->puller);
-    for (int i = 0; i < p.bucket_count; ++i) {
-      if (!it->sent[i]) p.buckets.push_back(p.first_bucket + i);
-    }
-    serve->pullers.push_back(std::move(p));
-    it = deferred_.erase(it);
-  }
+  pulls_.Reached(version_, &serve->pullers);
 }
 
 absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint64_t reply_to) {
@@ -415,26 +382,13 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
   }
   // In flight: the buckets this step already updated go now, the rest as
   // their updates end.
-  Waiting w{p, std::vector<uint8_t>(static_cast<size_t>(p.bucket_count), 0)};
-  if (initialized_) {
-    Puller now = p;
-    for (int i = 0; i < p.bucket_count; ++i) {
-      if (!bucket_updated_[p.first_bucket + i]) continue;
-      w.sent[i] = 1;
-      now.buckets.push_back(p.first_bucket + i);
-    }
-    if (!now.buckets.empty()) serve.pullers.push_back(std::move(now));
-  }
-  deferred_.push_back(std::move(w));
+  if (std::optional<Puller> now = pulls_.Add(std::move(p))) serve.pullers.push_back(*now);
   return serve;
 }
 
 std::vector<ShardJob::Puller> ShardJob::TakeWaitingPulls() {
   absl::MutexLock lock(&mu_);
-  std::vector<Puller> waiting;
-  for (Waiting& w : deferred_) waiting.push_back(std::move(w.puller));
-  deferred_.clear();
-  return waiting;
+  return pulls_.TakeAll();
 }
 
 bool ShardJob::StepInProgressLocked() const {
@@ -469,12 +423,7 @@ std::optional<std::string> ShardJob::StallReport(absl::Time now, absl::Duration 
     absl::StrAppend(&out, ", every push arrived; ", buckets_updated_, " of ", num_buckets_,
                     " buckets updated (", updates_running_, " running)");
   }
-  std::vector<int> pullers;
-  for (const Waiting& w : deferred_) {
-    if (w.puller.version == version_ + 1) pullers.push_back(w.puller.rank);
-  }
-  std::sort(pullers.begin(), pullers.end());
-  pullers.erase(std::unique(pullers.begin(), pullers.end()), pullers.end());
+  const std::vector<int> pullers = pulls_.RanksWaitingFor(version_ + 1);
   if (!pullers.empty()) {
     absl::StrAppend(&out, "; pulls waiting for step ", version_ + 1, ": ",
                     pullers.size() == 1 ? "rank " : "ranks ", absl::StrJoin(pullers, ", "));
@@ -495,7 +444,7 @@ ShardSnapshot ShardJob::SnapshotLocked() {
   s.keep_last = spec_.checkpoint().keep_last();
   s.values.assign(values_.begin(), values_.end());
   s.state = rule_->state();
-  s.tensor_skips = tensor_skips_;
+  s.tensor_skips = settings_.skips();
   s.pause_us = absl::ToInt64Microseconds(absl::Now() - t0);
   last_pause_us_ = s.pause_us;
   s.spec_json = spec_json_;
@@ -560,26 +509,9 @@ absl::Status ShardJob::SetOptimizer(const OptimizerParams& optimizer, int64_t st
     return absl::FailedPreconditionError(
         absl::StrCat(Where(), "DDP runs the optimizer on the workers; the servers only average"));
   }
-  absl::Status valid = ValidateOptimizerParams(optimizer);
-  if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat(Where(), valid.message()));
   absl::MutexLock lock(&mu_);
-  if (optimizer.kind != optimizer_.kind) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(), "the optimizer is ", OptimizerKindName(optimizer_.kind), "; it cannot become ",
-        OptimizerKindName(optimizer.kind), " (its state would not fit)"));
-  }
-  if (step != version_ + 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Where(), "new optimizer settings from step ", step, " but the shard is at step ", version_,
-        ": set them between steps, before pushing step ", version_ + 1));
-  }
-  if (buckets_updated_ > 0 || updates_running_ > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Where(), "step ", step, " is already being applied (every rank pushed some of ",
-        "its buckets): set new optimizer settings before pushing a step"));
-  }
-  optimizer_ = optimizer;
-  return absl::OkStatus();
+  return settings_.SetOptimizer(optimizer, step, version_,
+                                /*applying=*/buckets_updated_ > 0 || updates_running_ > 0);
 }
 
 absl::Status ShardJob::SkipTensors(const std::vector<int32_t>& tensors, int64_t step) {
@@ -587,44 +519,16 @@ absl::Status ShardJob::SkipTensors(const std::vector<int32_t>& tensors, int64_t 
     return absl::FailedPreconditionError(absl::StrCat(
         Where(), "DDP runs the optimizer on the workers; they skip tensors themselves"));
   }
-  std::vector<uint8_t> mask;
-  absl::Status valid =
-      SkipMaskFromIndices(tensors, static_cast<int>(layout_.tensors().size()), &mask);
-  if (!valid.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(Where(), "SkipTensors: ", valid.message()));
-  }
   absl::MutexLock lock(&mu_);
-  if (step != version_ + 1) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), "tensors to skip at step ", step, " but the shard is at step ",
-                     version_, ": send them before pushing step ", version_ + 1));
-  }
-  if (!skip_now_.empty() || !mask.empty()) {
-    if (!skip_now_.empty() && skip_now_ != mask) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(), "another rank skips a different set of tensors at step ", step,
-                       ": every rank must skip the same ones (those no rank has a gradient for)"));
-    }
-    for (int b = 0; b < num_buckets_ && skip_now_.empty(); ++b) {
-      if (!pushes_.Complete(b)) continue;
-      const Range br = layout_.bucket_range(shard_, b);
-      for (int32_t t : tensors) {
-        const TensorSlot& ts = layout_.tensors()[static_cast<size_t>(t)];
-        if (ts.range().Overlaps(br)) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              Where(), "tensor '", ts.name, "' cannot be skipped at step ", step, ": bucket ", b,
-              ", which holds it, has been pushed by every rank already"));
-        }
-      }
-    }
-  }
-  skip_now_ = std::move(mask);
-  return absl::OkStatus();
+  return settings_.SkipTensors(tensors, step, version_, [this](int b) {
+    mu_.AssertHeld();
+    return pushes_.Complete(b);
+  });
 }
 
 std::vector<int64_t> ShardJob::tensor_skips() {
   absl::MutexLock lock(&mu_);
-  return tensor_skips_;
+  return settings_.skips();
 }
 
 absl::Status ShardJob::SetEpoch(int64_t epoch) {
@@ -693,9 +597,8 @@ std::string ShardJob::DigestLocked() {
   d.UpdateInt(initialized_ ? 1 : 0);
   d.Update(values_.data(), values_.size() * sizeof(float));
   for (const auto& s : rule_->state()) d.Update(s.data(), s.size() * sizeof(float));
-  if (!tensor_skips_.empty()) {
-    d.Update(tensor_skips_.data(), tensor_skips_.size() * sizeof(int64_t));
-  }
+  const std::vector<int64_t>& skips = settings_.skips();
+  if (!skips.empty()) d.Update(skips.data(), skips.size() * sizeof(int64_t));
   return d.Hex();
 }
 
@@ -769,7 +672,7 @@ absl::Status ShardJob::ReadState(int64_t step, int64_t epoch, int64_t offset, in
   for (const auto& slot : rule_->state()) {
     view.state.push_back(absl::MakeConstSpan(slot.data() + offset, static_cast<size_t>(count)));
   }
-  view.tensor_skips = tensor_skips_;
+  view.tensor_skips = settings_.skips();
   out(view);
   return absl::OkStatus();
 }
@@ -813,7 +716,7 @@ absl::StatusOr<StateWritten> ShardJob::WriteState(const StateWrite& req) {
         absl::StrCat(Where(), "commit of step ", req.step, " with ", got, " of ", n,
                      " elements staged; send every chunk of the range first; nothing changed"));
   }
-  if (StepInProgressLocked() || !deferred_.empty()) {
+  if (StepInProgressLocked() || !pulls_.empty()) {
     staging_.Drop();
     return absl::FailedPreconditionError(
         absl::StrCat(Where(),
@@ -826,8 +729,7 @@ absl::StatusOr<StateWritten> ShardJob::WriteState(const StateWrite& req) {
     initialized_ = true;
   }
   version_ = req.step;
-  tensor_skips_ = NoSkips(req.tensor_skips) ? std::vector<int64_t>() : req.tensor_skips;
-  skip_now_.clear();
+  settings_.ResetSkips(req.tensor_skips);
   pushes_.StopClock();
   staging_.Drop();
   return StateWritten{0, version_};

@@ -76,8 +76,10 @@
 #include "server/bucket_reducer.h"
 #include "server/checkpointer.h"
 #include "server/job_counters.h"
+#include "server/pull_waitlist.h"
 #include "server/push_tracker.h"
 #include "server/state_staging.h"
+#include "server/step_settings.h"
 #include "server/update_rule.h"
 #include "transport/payload_vector.h"
 
@@ -132,19 +134,8 @@ struct StateWritten {
 
 class ShardJob {
  public:
-  // A PULL: who asked (an opaque reply token), for which version and which
-  // buckets; in a Serve, also the buckets to send it now.
-  struct Puller {
-    uint64_t reply_to;
-    int32_t rank;
-    int64_t version;
-    int first_bucket = 0;
-    int bucket_count = 0;  // 0: notify only (an empty PARAMS frame)
-    // In a Serve: the buckets of [first_bucket, first_bucket + bucket_count)
-    // to send now, at `version` (a deferred pull gets each bucket once, as
-    // its update ends). Empty for a notify.
-    std::vector<int> buckets;
-  };
+  // A PULL (pull_waitlist.h).
+  using Puller = tessel::Puller;
   // What the data plane must do after an event.
   struct Serve {
     std::vector<Puller> pullers;  // each gets its `buckets` of its `version`
@@ -307,9 +298,6 @@ class ShardJob {
   // skips advance, a checkpoint due is taken, the pulls of the new version
   // are served.
   void FinishStepLocked(Serve* serve) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves every deferred pull of `version_` into `serve`, with the buckets
-  // it still lacks.
-  void ServeWaitingLocked(Serve* serve) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t wire_bytes() const { return half_ ? 2 : 4; }
   void RefreshHalf(size_t offset, size_t n);
 
@@ -334,11 +322,10 @@ class ShardJob {
   // updates and restores while the protocol gives them no other reader.
   PayloadVector<float> values_;
   PayloadVector<uint16_t> values_half_;
-  // Per tensor of the layout: overlaps this shard's range.
-  std::vector<uint8_t> owned_;
 
   absl::Mutex mu_;
-  OptimizerParams optimizer_ ABSL_GUARDED_BY(mu_);
+  // The optimizer's settings and the skipped tensors, for the next step.
+  StepSettings settings_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
@@ -348,28 +335,15 @@ class ShardJob {
   PushTracker pushes_ ABSL_GUARDED_BY(mu_);
   int buckets_updated_ ABSL_GUARDED_BY(mu_) = 0;
   int updates_running_ ABSL_GUARDED_BY(mu_) = 0;
-  // Pulls waiting for buckets of a step not reached yet; `sent` marks, per
-  // bucket of the pull, those already served (updated in the step in
-  // progress).
-  struct Waiting {
-    Puller puller;
-    std::vector<uint8_t> sent;
-  };
-  std::vector<Waiting> deferred_ ABSL_GUARDED_BY(mu_);
-  // Per bucket: updated in the step in progress (servable at version_ + 1).
-  std::vector<uint8_t> bucket_updated_ ABSL_GUARDED_BY(mu_);
+  // Pulls waiting for buckets of the step in progress (or of the first
+  // step, before INIT completes), and the buckets it updated.
+  PullWaitlist pulls_ ABSL_GUARDED_BY(mu_);
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
   int64_t last_pause_us_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_from_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<int> worker_ids_ ABSL_GUARDED_BY(mu_);
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
-  // Per tensor, the job's steps that skipped it (empty: none), and the
-  // tensors the step in progress skips (empty: none). Only the tensors in
-  // this shard's range (owned_) are counted: workers tell only the shards
-  // that hold a skipped tensor.
-  std::vector<int64_t> tensor_skips_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> skip_now_ ABSL_GUARDED_BY(mu_);
   // WriteState's chunks until the commit.
   StateStaging staging_ ABSL_GUARDED_BY(mu_);
 };
