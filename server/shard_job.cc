@@ -33,6 +33,24 @@ BucketReducer::Options ReducerOptions(const Layout& layout, int shard, const v1:
   return o;
 }
 
+// What the frame checks know of the shard.
+FrameChecks::Shape Shape(std::string where, uint64_t job_id, const Layout& layout, int shard,
+                         const v1::JobSpec& spec, const BucketReducer& reducer, bool holds_params) {
+  FrameChecks::Shape s;
+  s.where = std::move(where);
+  s.job_id = job_id;
+  s.shard = shard;
+  s.world = spec.world_size();
+  for (int b = 0; b < layout.num_buckets(shard); ++b) {
+    s.bucket_elements.push_back(layout.bucket_range(shard, b).size());
+    s.push_bytes.push_back(reducer.push_bytes(b));
+  }
+  s.half = JobHalfType(spec).has_value();
+  s.topk_ratio = spec.compression().topk_ratio();
+  s.holds_params = holds_params;
+  return s;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& spec, int shard_index,
@@ -125,6 +143,7 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       rule_(
           MakeUpdateRule(spec.strategy() == v1::STRATEGY_DDP, layout_, range_, world_, optimizer)),
       reducer_(ReducerOptions(layout_, shard, spec)),
+      checks_(Shape(Where(), job_id_, layout_, shard, spec, reducer_, rule_->holds_params())),
       settings_(Where(), layout_, shard, optimizer),
       epoch_(epoch),
       pushes_(num_buckets_, world_),
@@ -143,89 +162,21 @@ std::string ShardJob::Where() const {
   return absl::StrCat("job '", spec_.job(), "' shard ", shard_, ": ");
 }
 
-absl::Status ShardJob::CheckHeader(const FrameHeader& h) {
-  if (h.job_id != job_id_) {
-    return absl::NotFoundError(absl::StrCat(Where(), "frame is for another job"));
-  }
-  if (h.epoch != epoch_) {
-    ++counters_.stale_epoch;
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), "frame from membership epoch ", h.epoch, " but the job is at epoch ",
-                     epoch_, "; the sender must re-read the membership view"));
-  }
-  if (h.shard != shard_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(), "frame addressed to shard ", h.shard, " reached shard ", shard_));
-  }
-  if (h.rank < 0 || h.rank >= world_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(), "rank ", h.rank, " is outside [0, ", world_, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ShardJob::CheckDataLocked(const FrameHeader& h) {
-  TESSEL_RETURN_IF_ERROR(CheckHeader(h));
-  if (h.bucket < 0 || h.bucket >= num_buckets_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(), "bucket ", h.bucket, " is outside [0, ", num_buckets_, ")"));
-  }
-  // INIT carries fp32 masters; PUSH carries gradients in the wire precision,
-  // or top-k pairs (index, value).
-  const int64_t n = bucket_elements(h.bucket);
-  const bool init = h.type == FrameType::kInit;
-  const uint64_t want = init ? static_cast<uint64_t>(n) * 4 : reducer_.push_bytes(h.bucket);
-  if (h.payload_bytes != want && !init && compressed()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(), "top-k bucket ", h.bucket, " carries ", h.payload_bytes, " bytes; expected ", want,
-        " (", want / 8, " index/value pairs of ", n, " elements at ratio ", topk_ratio_, ")"));
-  }
-  if (h.payload_bytes != want) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(), "bucket ", h.bucket, " carries ", h.payload_bytes, " bytes; expected ", want, " (",
-        n, init || !half_ ? " float32)" : " half floats)"));
-  }
-  if (init) {
-    if (!rule_->holds_params()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(Where(), "DDP keeps parameters on the workers; INIT is not accepted"));
-    }
-    if (h.rank != 0) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(Where(), "only rank 0 initializes parameters; got INIT from rank ", h.rank));
-    }
-    if (initialized_ || h.step != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          Where(), "parameters are already initialized (step ", version_, "); INIT refused"));
-    }
-    if (init_seen_[h.bucket]) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(Where(), "INIT of bucket ", h.bucket, " repeated"));
-    }
-    return absl::OkStatus();
-  }
-  if (h.type != FrameType::kPush) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(), FrameTypeName(h.type), " frames carry no gradient data"));
-  }
-  if (!initialized_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), "parameters are not initialized yet; rank 0 must send INIT first"));
-  }
-  if (h.step != version_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), "push for step ", h.step, " but the shard is at step ", version_));
-  }
-  if (pushes_.slot(h.bucket, h.rank) != PushTracker::Slot::kEmpty) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        Where(), "rank ", h.rank, " already pushed bucket ", h.bucket, " of step ", h.step));
-  }
-  return absl::OkStatus();
+FrameChecks::State ShardJob::FrameStateLocked() const {
+  return FrameChecks::State{epoch_, version_, initialized_};
 }
 
 absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckDataLocked(h); !s.ok()) {
+  // The slot's state, where the frame names one (else the checks refuse it
+  // before they read these).
+  const bool slot = h.bucket >= 0 && h.bucket < num_buckets_ && h.rank >= 0 && h.rank < world_;
+  bool stale = false;
+  absl::Status s = checks_.CheckData(
+      h, FrameStateLocked(), slot && init_seen_[h.bucket],
+      slot && pushes_.slot(h.bucket, h.rank) == PushTracker::Slot::kEmpty, &stale);
+  if (!s.ok()) {
+    counters_.stale_epoch += stale ? 1 : 0;
     ++counters_.rejected;
     return s;
   }
@@ -348,30 +299,14 @@ void ShardJob::FinishStepLocked(Serve* serve) {
 
 absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint64_t reply_to) {
   absl::MutexLock lock(&mu_);
-  absl::Status s = CheckHeader(h);
-  if (s.ok() && h.payload_bytes != 0) {
-    s = absl::InvalidArgumentError(absl::StrCat(Where(), "PULL carries no payload"));
-  }
-  if (s.ok() && (h.bucket < 0 || h.bucket > num_buckets_ ||
-                 static_cast<int64_t>(h.bucket_count) > num_buckets_ - h.bucket)) {
-    s = absl::InvalidArgumentError(absl::StrCat(Where(), "PULL of buckets [", h.bucket, ", ",
-                                                int64_t{h.bucket} + h.bucket_count,
-                                                ") is outside [0, ", num_buckets_, ")"));
-  }
-  const bool ready = initialized_ && h.step == version_;
-  const bool in_flight = h.step == version_ + (initialized_ ? 1 : 0);
-  if (s.ok() && !ready && !in_flight) {
-    s = absl::FailedPreconditionError(h.step < version_
-                                          ? absl::StrCat(Where(), "parameters of step ", h.step,
-                                                         " were replaced by step ", version_)
-                                          : absl::StrCat(Where(), "pull for step ", h.step,
-                                                         " but the shard is at step ", version_,
-                                                         "; push that step's gradients first"));
-  }
-  if (!s.ok()) {
+  bool stale = false;
+  absl::StatusOr<FrameChecks::PullAt> at = checks_.CheckPull(h, FrameStateLocked(), &stale);
+  if (!at.ok()) {
+    counters_.stale_epoch += stale ? 1 : 0;
     ++counters_.rejected;
-    return s;
+    return at.status();
   }
+  const bool ready = *at == FrameChecks::PullAt::kReady;
   Serve serve;
   serve.version = version_;
   Puller p{reply_to, h.rank, h.step, h.bucket, static_cast<int>(h.bucket_count), {}};

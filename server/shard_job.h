@@ -75,6 +75,7 @@
 #include "proto/shard.pb.h"
 #include "server/bucket_reducer.h"
 #include "server/checkpointer.h"
+#include "server/frame_checks.h"
 #include "server/job_counters.h"
 #include "server/pull_waitlist.h"
 #include "server/push_tracker.h"
@@ -285,9 +286,7 @@ class ShardJob {
  private:
   ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout, int shard, int64_t epoch,
            OptimizerParams optimizer, std::shared_ptr<PayloadMemory> memory);
-  absl::Status CheckHeader(const FrameHeader& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every refusal of an INIT or PUSH header (after CheckHeader's).
-  absl::Status CheckDataLocked(const FrameHeader& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  FrameChecks::State FrameStateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // "job 'J' shard S: ", the start of every refusal.
   std::string Where() const;
   std::string DigestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -318,6 +317,8 @@ class ShardJob {
   const std::unique_ptr<UpdateRule> rule_;
   // Where this step's pushes lie until summed, and their sum.
   BucketReducer reducer_;
+  // The protocol's refusals of frames.
+  const FrameChecks checks_;
   // Owned range: params (ZeRO) or averaged grads (DDP), written by INIT,
   // updates and restores while the protocol gives them no other reader.
   PayloadVector<float> values_;
