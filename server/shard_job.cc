@@ -148,6 +148,7 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       epoch_(epoch),
       pushes_(num_buckets_, world_),
       pulls_(num_buckets_),
+      checkpoints_(spec.checkpoint().every_steps()),
       staging_(range_.size(), static_cast<int>(rule_->state().size())) {
   const size_t n = static_cast<size_t>(range_.size());
   values_ = PayloadVector<float>(PayloadAllocator<float>(memory));
@@ -288,12 +289,7 @@ void ShardJob::FinishStepLocked(Serve* serve) {
   settings_.EndStep();
   pushes_.NextStep();
   serve->version = version_;
-  const int64_t every = spec_.checkpoint().every_steps();
-  auto requested = std::find(checkpoint_requests_.begin(), checkpoint_requests_.end(), version_);
-  if ((every > 0 && version_ % every == 0) || requested != checkpoint_requests_.end()) {
-    if (requested != checkpoint_requests_.end()) checkpoint_requests_.erase(requested);
-    serve->snapshot = SnapshotLocked();
-  }
+  if (checkpoints_.DueAt(version_)) serve->snapshot = SnapshotLocked();
   pulls_.Reached(version_, &serve->pullers);
 }
 
@@ -396,9 +392,7 @@ absl::StatusOr<std::optional<ShardSnapshot>> ShardJob::RequestCheckpoint(int64_t
                      "and fsdp jobs"));
   }
   if (cancel) {
-    checkpoint_requests_.erase(
-        std::remove(checkpoint_requests_.begin(), checkpoint_requests_.end(), step),
-        checkpoint_requests_.end());
+    checkpoints_.Cancel(step);
     return std::optional<ShardSnapshot>();
   }
   if (!initialized_) {
@@ -413,10 +407,7 @@ absl::StatusOr<std::optional<ShardSnapshot>> ShardJob::RequestCheckpoint(int64_t
         Where(), "step ", step, " has passed or is in progress (the shard is at step ", version_,
         StepInProgressLocked() ? ", next step in progress" : "", "); ask for a later step"));
   }
-  if (std::find(checkpoint_requests_.begin(), checkpoint_requests_.end(), step) ==
-      checkpoint_requests_.end()) {
-    checkpoint_requests_.push_back(step);
-  }
+  checkpoints_.Request(step);
   return std::optional<ShardSnapshot>();
 }
 

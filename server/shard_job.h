@@ -74,6 +74,7 @@
 #include "core/wire.h"
 #include "proto/shard.pb.h"
 #include "server/bucket_reducer.h"
+#include "server/checkpoint_schedule.h"
 #include "server/checkpointer.h"
 #include "server/frame_checks.h"
 #include "server/job_counters.h"
@@ -340,7 +341,8 @@ class ShardJob {
   // step, before INIT completes), and the buckets it updated.
   PullWaitlist pulls_ ABSL_GUARDED_BY(mu_);
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
+  // When to snapshot: every N steps, and the steps SaveCheckpoint asked for.
+  CheckpointSchedule checkpoints_ ABSL_GUARDED_BY(mu_);
   int64_t last_pause_us_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_from_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<int> worker_ids_ ABSL_GUARDED_BY(mu_);
