@@ -32,13 +32,22 @@
 // step == version until the version advances. StallReport says, once it has
 // lasted too long, which ranks have not pushed which buckets, so a dead or
 // stuck worker is named in the server's log rather than leaving a silent hang.
-// The job is made of objects with their own contracts: a PushTracker
-// (push_tracker.h: per bucket and rank, this step's pushes, and the stall
-// clock), a BucketReducer (bucket_reducer.h: where the pushes lie, the pool,
-// prefix folds, the rank-order sum), an UpdateRule chosen once by strategy
-// (update_rule.h: ZeRO's optimizer or DDP's mean, and whether the shard
-// holds parameters at all), JobCounters (job_counters.h), and a
-// StateStaging (state_staging.h: WriteState's chunks until the commit).
+//
+// The job composes objects with their own contracts and tests; what is left
+// here is the step protocol's order of events and the shard's values:
+//   FrameChecks (frame_checks.h)       the refusals of INIT, PUSH and PULL;
+//   PushTracker (push_tracker.h)       this step's pushes per bucket and
+//                                      rank, and the stall clock;
+//   BucketReducer (bucket_reducer.h)   where the pushes lie (pool, borrows),
+//                                      prefix folds, the rank-order sum;
+//   UpdateRule (update_rule.h)         by strategy, chosen at creation:
+//                                      ZeRO's optimizer and state, or DDP's
+//                                      mean; holds_params() answers every
+//                                      "DDP refuses this";
+//   StepSettings (step_settings.h)     the optimizer's settings and skipped
+//                                      tensors of the next step;
+//   PullWaitlist (pull_waitlist.h)     pulls of the step in flight;
+//   CheckpointSchedule, JobCounters, StateStaging (WriteState's chunks).
 // The job speaks plain C++; the gRPC adapter converts (shard_job_proto.h).
 //
 // Threads: Accept*/Complete* run on the transport thread, UpdateBucket and
