@@ -268,5 +268,35 @@ TEST_F(ReplaceJobTest, ElasticReplaceRecordsTheWorkersForTheSmallerWorld) {
   EXPECT_EQ(jobs_.FindJob("r")->Stats().worker_ids[0], 2);
 }
 
+// A checkpoint restores under another shape (shards, world, buckets) but
+// not another model, strategy or optimizer; an unreadable spec is data loss.
+TEST_F(ReplaceJobTest, RestoreKeepsTheModelAndMayChangeTheShape) {
+  ASSERT_TRUE(jobs_.CreateJob(Request(v1::STRATEGY_ZERO2, 1)).ok());
+  std::shared_ptr<ShardJob> job = jobs_.FindJob("r");
+  Init(*job, 1);
+  Step(*job, 1);
+  v1::SaveCheckpointRequest save;
+  save.set_job("r");
+  save.set_step(1);
+  ASSERT_TRUE(jobs_.SaveCheckpoint(save).ok());
+  checkpointer_.Drain();
+  auto manifest = checkpointer_.Read("r", 1);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  v1::JobSpec reshaped = Spec(v1::STRATEGY_ZERO2);
+  reshaped.set_bucket_bytes(256);
+  reshaped.set_world_size(3);
+  auto restored = ShardJob::Restore(reshaped, 0, 2, *manifest, &checkpointer_);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->ParamsSnapshot(), job->ParamsSnapshot());
+  v1::JobSpec other = Spec(v1::STRATEGY_ZERO2);
+  other.mutable_optimizer()->set_lr(0.02);
+  EXPECT_EQ(ShardJob::Restore(other, 0, 2, *manifest, &checkpointer_).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  Manifest unreadable = *manifest;
+  unreadable.spec_json = "{";
+  EXPECT_EQ(ShardJob::Restore(reshaped, 0, 2, unreadable, &checkpointer_).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace tessel
