@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "rpc/grpc_metrics.h"
+#include "rpc/limits.h"
 
 namespace tessel {
 
@@ -21,7 +22,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(absl::string_view address,
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
+  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, kGrpcMaxMessageBytes);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   if (!credentials.tls()) {
@@ -118,7 +119,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   int port = 0;
   if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
   builder.AddListeningPort(std::string(address), credentials, &port);
-  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxReceiveMessageSize(kGrpcMaxMessageBytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   for (grpc::Service* s : services) builder.RegisterService(s);

@@ -1,5 +1,6 @@
 #include "rpc/job_spec.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 
 #include "absl/status/status.h"
@@ -197,6 +198,40 @@ std::string DiffJobSpecs(const v1::JobSpec& a, const v1::JobSpec& b) {
   d.ReportDifferencesToString(&diff);
   if (d.Compare(a, b)) return "";
   return diff;
+}
+
+std::string DiffRestorableSpecs(const v1::JobSpec& saved, const v1::JobSpec& spec) {
+  v1::JobSpec a = saved, b = spec;
+  for (v1::JobSpec* x : {&a, &b}) {
+    x->clear_num_shards();
+    x->clear_world_size();
+    x->clear_bucket_bytes();
+    x->clear_align_elems();
+    x->clear_checkpoint();
+    x->clear_compression();  // the push's wire form, not the model
+  }
+  return DiffJobSpecs(a, b);
+}
+
+absl::StatusOr<std::string> JobSpecToJson(const v1::JobSpec& spec) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  std::string json;
+  auto s = google::protobuf::util::MessageToJsonString(spec, &json, opts);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job '", spec.job(), "': its spec cannot be written as JSON: ", s.ToString()));
+  }
+  return json;
+}
+
+absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json) {
+  v1::JobSpec spec;
+  auto s = google::protobuf::util::JsonStringToMessage(json, &spec);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("unreadable job spec: ", s.ToString()));
+  }
+  return spec;
 }
 
 absl::StatusOr<v1::Strategy> ParseStrategy(const std::string& name) {

@@ -26,6 +26,17 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec);
 // "" if equal, else a description of the first difference.
 std::string DiffJobSpecs(const v1::JobSpec& a, const v1::JobSpec& b);
 
+// "" if a checkpoint written under `saved` may be restored under `spec`,
+// else the first difference: the shard count, world size, bucket size,
+// alignment, checkpoint policy and compression (the push's wire form) may
+// change on restore; the model, strategy and optimizer may not.
+std::string DiffRestorableSpecs(const v1::JobSpec& saved, const v1::JobSpec& spec);
+
+// The spec as protobuf JSON with the .proto's field names, as checkpoints
+// keep it, and back. Errors are InvalidArgument with protobuf's words.
+absl::StatusOr<std::string> JobSpecToJson(const v1::JobSpec& spec);
+absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json);
+
 absl::StatusOr<v1::Strategy> ParseStrategy(const std::string& name);
 std::string StrategyName(v1::Strategy s);
 

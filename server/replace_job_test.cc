@@ -104,10 +104,10 @@ TEST_F(ReplaceJobTest, RollsBackRefusesTheOldEpochAndReplaysBitwise) {
   save.set_step(3);
   ASSERT_TRUE(jobs_.SaveCheckpoint(save).ok());
   checkpointer_.Drain();
-  const std::string at3 = old->Stats().state_digest();
+  const std::string at3 = old->Stats().state_digest;
   Step(*old, 3);
   Step(*old, 3);
-  const std::string at5 = old->Stats().state_digest();
+  const std::string at5 = old->Stats().state_digest;
   // A frame of an older epoch is refused and counted.
   EXPECT_TRUE(absl::IsFailedPrecondition(
       old->AcceptData(Header(FrameType::kPush, 2, 5, 0, 0, *old)).status()));
@@ -122,19 +122,19 @@ TEST_F(ReplaceJobTest, RollsBackRefusesTheOldEpochAndReplaysBitwise) {
   EXPECT_EQ(r->step(), 3);
   std::shared_ptr<ShardJob> job = jobs_.FindJob("r");
   ASSERT_NE(job, old);
-  v1::ShardStats st = job->Stats();
-  EXPECT_EQ(st.step(), 3);
-  EXPECT_EQ(st.epoch(), 4);
-  EXPECT_EQ(st.restored_from_step(), 3);
-  EXPECT_EQ(st.state_digest(), at3);  // the state of step 5 is gone
-  EXPECT_EQ(st.recoveries(), 1);
-  EXPECT_EQ(st.applied_steps(), 5);
-  EXPECT_EQ(st.stale_epoch_frames(), 1);
+  JobStats st = job->Stats();
+  EXPECT_EQ(st.step, 3);
+  EXPECT_EQ(st.epoch, 4);
+  EXPECT_EQ(st.restored_from_step, 3);
+  EXPECT_EQ(st.state_digest, at3);  // the state of step 5 is gone
+  EXPECT_EQ(st.counters.recoveries, 1);
+  EXPECT_EQ(st.counters.applied_steps, 5);
+  EXPECT_EQ(st.counters.stale_epoch, 1);
 
   // The old epoch's frames are refused by the new job.
   EXPECT_TRUE(absl::IsFailedPrecondition(
       job->AcceptData(Header(FrameType::kPush, 3, 3, 0, 0, *job)).status()));
-  EXPECT_EQ(job->Stats().stale_epoch_frames(), 2);
+  EXPECT_EQ(job->Stats().counters.stale_epoch, 2);
 
   // The same replace again changes nothing; a stale or conflicting one is refused.
   auto again = jobs_.CreateJob(replace);
@@ -151,8 +151,8 @@ TEST_F(ReplaceJobTest, RollsBackRefusesTheOldEpochAndReplaysBitwise) {
   // Replaying steps 3 and 4 gives the bits of the first time.
   Step(*job, 4);
   Step(*job, 4);
-  EXPECT_EQ(job->Stats().state_digest(), at5);
-  EXPECT_EQ(job->Stats().applied_steps(), 7);
+  EXPECT_EQ(job->Stats().state_digest, at5);
+  EXPECT_EQ(job->Stats().counters.applied_steps, 7);
 }
 
 // A worker that finished one recovery pushed and pulled the next step; a
@@ -221,10 +221,10 @@ TEST_F(ReplaceJobTest, ZeroNeedsACheckpointAndDdpStartsEmptyAtTheWorkersStep) {
   auto r = jobs_.CreateJob(ddp);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->step(), 7);
-  v1::ShardStats st = jobs_.FindJob("r")->Stats();
-  EXPECT_EQ(st.step(), 7);
-  EXPECT_EQ(st.epoch(), 3);
-  EXPECT_EQ(st.recoveries(), 1);
+  JobStats st = jobs_.FindJob("r")->Stats();
+  EXPECT_EQ(st.step, 7);
+  EXPECT_EQ(st.epoch, 3);
+  EXPECT_EQ(st.counters.recoveries, 1);
 }
 
 // Elastic recovery: the replace records the survivors' registry ranks (in
@@ -233,7 +233,7 @@ TEST_F(ReplaceJobTest, ZeroNeedsACheckpointAndDdpStartsEmptyAtTheWorkersStep) {
 // same epoch and step is refused as a conflict.
 TEST_F(ReplaceJobTest, ElasticReplaceRecordsTheWorkersForTheSmallerWorld) {
   ASSERT_TRUE(jobs_.CreateJob(Request(v1::STRATEGY_DDP, 2)).ok());
-  EXPECT_EQ(jobs_.FindJob("r")->Stats().worker_ids_size(), 0);  // 0..world-1
+  EXPECT_EQ(jobs_.FindJob("r")->Stats().worker_ids.size(), 0u);  // 0..world-1
 
   v1::CreateJobRequest shrink = Request(v1::STRATEGY_DDP, 3);
   shrink.set_replace(true);
@@ -249,23 +249,53 @@ TEST_F(ReplaceJobTest, ElasticReplaceRecordsTheWorkersForTheSmallerWorld) {
   EXPECT_TRUE(absl::IsInvalidArgument(jobs_.CreateJob(shrink).status()));  // duplicate
   shrink.set_worker_ids(1, -1);
   EXPECT_TRUE(absl::IsInvalidArgument(jobs_.CreateJob(shrink).status()));  // negative
-  EXPECT_EQ(jobs_.FindJob("r")->Stats().epoch(), 2);                       // nothing changed
+  EXPECT_EQ(jobs_.FindJob("r")->Stats().epoch, 2);                         // nothing changed
 
   shrink.clear_worker_ids();
   shrink.mutable_spec()->set_world_size(1);
   shrink.add_worker_ids(2);
   auto r = jobs_.CreateJob(shrink);
   ASSERT_TRUE(r.ok()) << r.status();
-  v1::ShardStats st = jobs_.FindJob("r")->Stats();
-  EXPECT_EQ(st.world_size(), 1);
-  ASSERT_EQ(st.worker_ids_size(), 1);
-  EXPECT_EQ(st.worker_ids(0), 2);
-  EXPECT_EQ(st.epoch(), 3);
+  JobStats st = jobs_.FindJob("r")->Stats();
+  EXPECT_EQ(jobs_.FindJob("r")->spec().world_size(), 1);
+  ASSERT_EQ(st.worker_ids.size(), 1u);
+  EXPECT_EQ(st.worker_ids[0], 2);
+  EXPECT_EQ(st.epoch, 3);
   EXPECT_TRUE(jobs_.CreateJob(shrink).ok());  // the same one again
 
   shrink.set_worker_ids(0, 0);  // another survivor set at the same epoch and step
   EXPECT_TRUE(absl::IsFailedPrecondition(jobs_.CreateJob(shrink).status()));
-  EXPECT_EQ(jobs_.FindJob("r")->Stats().worker_ids(0), 2);
+  EXPECT_EQ(jobs_.FindJob("r")->Stats().worker_ids[0], 2);
+}
+
+// A checkpoint restores under another shape (shards, world, buckets) but
+// not another model, strategy or optimizer; an unreadable spec is data loss.
+TEST_F(ReplaceJobTest, RestoreKeepsTheModelAndMayChangeTheShape) {
+  ASSERT_TRUE(jobs_.CreateJob(Request(v1::STRATEGY_ZERO2, 1)).ok());
+  std::shared_ptr<ShardJob> job = jobs_.FindJob("r");
+  Init(*job, 1);
+  Step(*job, 1);
+  v1::SaveCheckpointRequest save;
+  save.set_job("r");
+  save.set_step(1);
+  ASSERT_TRUE(jobs_.SaveCheckpoint(save).ok());
+  checkpointer_.Drain();
+  auto manifest = checkpointer_.Read("r", 1);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  v1::JobSpec reshaped = Spec(v1::STRATEGY_ZERO2);
+  reshaped.set_bucket_bytes(256);
+  reshaped.set_world_size(3);
+  auto restored = ShardJob::Restore(reshaped, 0, 2, *manifest, &checkpointer_);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->ParamsSnapshot(), job->ParamsSnapshot());
+  v1::JobSpec other = Spec(v1::STRATEGY_ZERO2);
+  other.mutable_optimizer()->set_lr(0.02);
+  EXPECT_EQ(ShardJob::Restore(other, 0, 2, *manifest, &checkpointer_).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  Manifest unreadable = *manifest;
+  unreadable.spec_json = "{";
+  EXPECT_EQ(ShardJob::Restore(reshaped, 0, 2, unreadable, &checkpointer_).status().code(),
+            absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
 #include "rpc/token_flag.h"
+#include "server/data_plane.h"
 #include "server/shard_server.h"
 #include "transport/ucx/ucx_flags.h"
 #include "transport/ucx/ucx_transport.h"
@@ -56,7 +57,7 @@ ABSL_FLAG(int64_t, timeline_steps, 100, "steps --timeline records (0: every step
 ABSL_FLAG(int, update_threads, 0,
           "threads that reduce and update complete gradient buckets, different buckets of a step "
           "at once (0: half this machine's cores, 1 to 8; at most 256)");
-ABSL_FLAG(int64_t, update_spin_us, 5000,
+ABSL_FLAG(int64_t, update_spin_us, absl::ToInt64Microseconds(tessel::kDefaultUpdateSpin),
           "an update thread out of work polls for the next bucket (yielding the CPU) this many "
           "microseconds before it sleeps; 0: sleep at once");
 ABSL_FLAG(bool, fold_prefix, true,

@@ -131,23 +131,24 @@ metrics::Registry::CollectorHandle ServerMetrics::Watch(JobTable* jobs,
     std::set<std::string> live;
     const double now = UnixSeconds();
     for (const std::shared_ptr<ShardJob>& job : jobs->Jobs()) {
-      const v1::ShardStats st = job->Stats(/*with_digest=*/false);
-      const std::vector<std::string> l = {st.job(), shard_};
-      live.insert(st.job());
-      f.step.GetGauge(l)->Set(static_cast<double>(st.step()));
-      f.epoch.GetGauge(l)->Set(static_cast<double>(st.epoch()));
-      SetCounter(f.applied.GetCounter(l), static_cast<double>(st.applied_steps()));
-      SetCounter(f.pushed.GetCounter(l), static_cast<double>(st.pushed_bytes()));
-      SetCounter(f.pulled.GetCounter(l), static_cast<double>(st.pulled_bytes()));
-      SetCounter(f.job_refused.GetCounter(l), static_cast<double>(st.rejected_frames()));
-      SetCounter(f.stale.GetCounter(l), static_cast<double>(st.stale_epoch_frames()));
-      SetCounter(f.recoveries.GetCounter(l), static_cast<double>(st.recoveries()));
-      SetCounter(f.folded.GetCounter(l), static_cast<double>(st.folded_pushes()));
-      const auto& m = st.memory();
+      const JobStats st = job->Stats(/*with_digest=*/false);
+      const std::string& name = job->spec().job();
+      const std::vector<std::string> l = {name, shard_};
+      live.insert(name);
+      f.step.GetGauge(l)->Set(static_cast<double>(st.step));
+      f.epoch.GetGauge(l)->Set(static_cast<double>(st.epoch));
+      const JobCounters& n = st.counters;
+      SetCounter(f.applied.GetCounter(l), static_cast<double>(n.applied_steps));
+      SetCounter(f.pushed.GetCounter(l), static_cast<double>(n.pushed_bytes));
+      SetCounter(f.pulled.GetCounter(l), static_cast<double>(n.pulled_bytes));
+      SetCounter(f.job_refused.GetCounter(l), static_cast<double>(n.rejected));
+      SetCounter(f.stale.GetCounter(l), static_cast<double>(n.stale_epoch));
+      SetCounter(f.recoveries.GetCounter(l), static_cast<double>(n.recoveries));
+      SetCounter(f.folded.GetCounter(l), static_cast<double>(n.folded_pushes));
       f.memory.GetGauge(l)->Set(
-          static_cast<double>(m.params_bytes() + m.optimizer_bytes() + m.grad_buffer_bytes()));
-      if (c.newest_time.Has({st.job()})) {
-        c.newest_age.GetGauge({st.job()})->Set(now - c.newest_time.GetGauge({st.job()})->value());
+          static_cast<double>(st.params_bytes + st.optimizer_bytes + st.grad_buffer_bytes));
+      if (c.newest_time.Has({name})) {
+        c.newest_age.GetGauge({name})->Set(now - c.newest_time.GetGauge({name})->value());
       }
     }
     auto gone = [&](const std::vector<std::string>& v) {

@@ -32,54 +32,121 @@
 // step == version until the version advances. StallReport says, once it has
 // lasted too long, which ranks have not pushed which buckets, so a dead or
 // stuck worker is named in the server's log rather than leaving a silent hang.
-// The per-bucket push bookkeeping and the stall clock are a PushTracker's
-// (push_tracker.h); WriteState's chunks wait in a StateStaging
-// (state_staging.h).
 //
-// Threads: Accept*/Complete* run on the transport thread, UpdateBucket on the
-// server's compute thread, Stats on gRPC threads, StallReport on the server's
-// stall watcher; all bookkeeping is under mu_. The optimizer kernel runs outside mu_ on a bucket no
-// one else may touch until the step ends (the protocol guarantees it).
+// The job composes objects with their own contracts and tests; what is left
+// here is the step protocol's order of events and the shard's values:
+//   FrameChecks (frame_checks.h)       the refusals of INIT, PUSH and PULL;
+//   PushTracker (push_tracker.h)       this step's pushes per bucket and
+//                                      rank, and the stall clock;
+//   BucketReducer (bucket_reducer.h)   where the pushes lie (pool, borrows),
+//                                      prefix folds, the rank-order sum;
+//   UpdateRule (update_rule.h)         by strategy, chosen at creation:
+//                                      ZeRO's optimizer and state, or DDP's
+//                                      mean; holds_params() answers every
+//                                      "DDP refuses this";
+//   StepSettings (step_settings.h)     the optimizer's settings and skipped
+//                                      tensors of the next step;
+//   PullWaitlist (pull_waitlist.h)     pulls of the step in flight;
+//   CheckpointSchedule, JobCounters, StateStaging (WriteState's chunks).
+// The job speaks plain C++; the gRPC adapter converts (shard_job_proto.h).
+//
+// Threads: Accept*/Complete* run on the transport thread, UpdateBucket and
+// FoldPrefix on the server's compute threads, Stats and the state calls on
+// gRPC threads, StallReport on the server's stall watcher; the job's
+// bookkeeping is under mu_ (taken before the reducer's own lock, never
+// after). The sums and the optimizer run outside mu_ on a bucket no one else
+// may touch until the step ends (the protocol guarantees it).
+//
+// Example:
+//   auto job = ShardJob::Create(spec, /*shard_index=*/0, /*epoch=*/1);
+//   absl::StatusOr<void*> to = (*job)->AcceptData(push_header);  // receive into *to
+//   ShardJob::Completion c = (*job)->CompleteReceive(push_header, absl::OkStatus());
+//   if (c.update) ServeParams((*job)->UpdateBucket(*c.update));
 #ifndef TESSEL_SERVER_SHARD_JOB_H_
 #define TESSEL_SERVER_SHARD_JOB_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "core/layout.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
-#include "core/tensor_steps.h"
 #include "core/wire.h"
 #include "proto/shard.pb.h"
+#include "server/bucket_reducer.h"
+#include "server/checkpoint_schedule.h"
 #include "server/checkpointer.h"
+#include "server/frame_checks.h"
+#include "server/job_counters.h"
+#include "server/pull_waitlist.h"
 #include "server/push_tracker.h"
 #include "server/state_staging.h"
+#include "server/step_settings.h"
+#include "server/update_rule.h"
 #include "transport/payload_vector.h"
 
 namespace tessel {
 
+// A job's state and counts at one moment (ShardJob::Stats).
+struct JobStats {
+  int64_t epoch = 0;
+  int64_t step = 0;  // the version: updates applied
+  bool initialized = false;
+  bool step_in_progress = false;
+  // Memory: fp32 masters (+ the served half copy under mixed precision),
+  // optimizer state, and receive buffers (DDP: with the mean it serves).
+  int64_t params_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  int64_t grad_buffer_bytes = 0;
+  std::string state_digest;  // "" unless asked for
+  JobCounters counters;
+  CheckpointProgress checkpoint;
+  int64_t last_snapshot_pause_us = 0;
+  int64_t restored_from_step = -1;
+  std::vector<int> worker_ids;
+};
+
+// ReadState's answer, valid during the callback that receives it: the
+// masters and each optimizer state slot over [offset, offset + count) of
+// the shard's range, at `step`.
+struct StateView {
+  int64_t step = 0;
+  Range range;
+  int64_t offset = 0;
+  absl::Span<const float> params;
+  std::vector<absl::Span<const float>> state;
+  absl::Span<const int64_t> tensor_skips;  // per tensor; empty if none ever skipped
+};
+
+// One WriteState call: a chunk of `params` (count floats) and `state`
+// (slots x count floats, slot by slot) at `offset`, and/or the commit.
+struct StateWrite {
+  int64_t step = 0;
+  int64_t epoch = 0;  // 0: unchecked
+  int64_t offset = 0;
+  absl::string_view params;
+  absl::string_view state;
+  bool commit = false;
+  std::vector<int64_t> tensor_skips;  // with the commit
+};
+struct StateWritten {
+  int64_t staged = 0;  // elements staged (0 after a commit)
+  int64_t step = 0;    // the shard's version
+};
+
 class ShardJob {
  public:
-  // A PULL: who asked (an opaque reply token), for which version and which
-  // buckets; in a Serve, also the buckets to send it now.
-  struct Puller {
-    uint64_t reply_to;
-    int32_t rank;
-    int64_t version;
-    int first_bucket = 0;
-    int bucket_count = 0;  // 0: notify only (an empty PARAMS frame)
-    // In a Serve: the buckets of [first_bucket, first_bucket + bucket_count)
-    // to send now, at `version` (a deferred pull gets each bucket once, as
-    // its update ends). Empty for a notify.
-    std::vector<int> buckets;
-  };
+  // A PULL (pull_waitlist.h).
+  using Puller = tessel::Puller;
   // What the data plane must do after an event.
   struct Serve {
     std::vector<Puller> pullers;  // each gets its `buckets` of its `version`
@@ -92,7 +159,9 @@ class ShardJob {
   };
 
   // `memory` (may be null): where the served parameters (or DDP's averaged
-  // gradient) live, so workers on this host read them in place.
+  // gradient) live, so workers on this host read them in place. Fails on an
+  // invalid spec, shard or epoch, a job this machine cannot hold, or a spec
+  // that cannot be written as JSON (its checkpoints would be unreadable).
   static absl::StatusOr<std::unique_ptr<ShardJob>> Create(
       const v1::JobSpec& spec, int shard_index, int64_t epoch,
       std::shared_ptr<PayloadMemory> memory = nullptr);
@@ -142,16 +211,12 @@ class ShardJob {
   // the step, the snapshot due. Several threads may update different buckets
   // of a step at once.
   Serve UpdateBucket(int bucket);
-  // Sums the ranks of `bucket` that landed in rank order (0, 1, ... k-1)
-  // into the bucket's accumulator, and again while more arrive in order;
-  // stops once the bucket is complete or its update began (UpdateBucket
-  // waits for a fold already running, then sums only what is left). Any
-  // thread, any time: a fold that finds nothing to do returns, and two
-  // folds of a bucket never run at once.
+  // Sums the ranks of `bucket` that landed in rank order into the bucket's
+  // accumulator (BucketReducer::Fold). Any thread, any time.
   void FoldPrefix(int bucket);
   // Off: buckets are reduced only once complete (the benchmark's baseline).
   // Call before the first push.
-  void set_fold_prefix(bool on) { fold_prefix_ = on; }
+  void set_fold_prefix(bool on) { reducer_.set_fold_prefix(on); }
   // PULL header arrived. Returns whom to serve now (possibly nobody: deferred).
   absl::StatusOr<Serve> AcceptPull(const FrameHeader& h, uint64_t reply_to);
   // The pulls still waiting for a step, handed over and forgotten: the job
@@ -199,7 +264,7 @@ class ShardJob {
   void CountPulled(uint64_t bytes);
   // `with_digest`: hash the state (under the job's lock, in proportion to its
   // size) for state_digest; metrics scrapes leave it out.
-  v1::ShardStats Stats(bool with_digest = true);
+  JobStats Stats(bool with_digest = true);
   int64_t version();
 
   // If the current step has been in progress for longer than `after` at
@@ -217,91 +282,61 @@ class ShardJob {
   // Copies of the owned range, for tests and checkpoints.
   std::vector<float> ParamsSnapshot();
 
-  // Training state between steps (ReadState/WriteState RPCs). Reading needs
-  // the shard idle at `step`. Writing stages chunks; the commit checks every
-  // element was staged and the shard is idle, then replaces the masters and
-  // state (refreshing the served half copy) and moves the version to `step`.
-  // Any error leaves the shard as it was (a bad chunk drops the staging).
-  absl::StatusOr<v1::ShardState> ReadState(const v1::ReadStateRequest& req);
-  absl::StatusOr<v1::WriteStateResponse> WriteState(const v1::WriteStateRequest& req);
+  // Training state between steps (the ReadState/WriteState RPCs). Reading
+  // needs the shard idle at `step` and at most kMaxStateElementsPerCall
+  // (rpc/limits.h) elements; `out` sees them under the job's lock. Writing
+  // stages chunks; the commit checks every element was staged and the shard
+  // is idle, then replaces the masters and state (refreshing the served half
+  // copy) and moves the version to `step`. Any error leaves the shard as it
+  // was (a bad chunk drops the staging). `epoch` 0 is not checked.
+  absl::Status ReadState(int64_t step, int64_t epoch, int64_t offset, int64_t count,
+                         const std::function<void(const StateView&)>& out);
+  absl::StatusOr<StateWritten> WriteState(const StateWrite& req);
 
  private:
-  ShardJob(const v1::JobSpec& spec, Layout layout, int shard, int64_t epoch,
+  ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout, int shard, int64_t epoch,
            OptimizerParams optimizer, std::shared_ptr<PayloadMemory> memory);
-  absl::Status CheckHeader(const FrameHeader& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  FrameChecks::State FrameStateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "job 'J' shard S: ", the start of every refusal.
+  std::string Where() const;
   std::string DigestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardSnapshot SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool StepInProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool is_ddp() const { return spec_.strategy() == v1::STRATEGY_DDP; }
+  void AwaitUpdatesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the step whose last bucket was updated: the version moves, the
+  // skips advance, a checkpoint due is taken, the pulls of the new version
+  // are served.
+  void FinishStepLocked(Serve* serve) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t wire_bytes() const { return half_ ? 2 : 4; }
+  void RefreshHalf(size_t offset, size_t n);
 
   const v1::JobSpec spec_;
+  const std::string spec_json_;  // checkpoints keep it
   const Layout layout_;
   const int shard_;
   const Range range_;
   const uint64_t job_id_;
-  OptimizerParams optimizer_ ABSL_GUARDED_BY(mu_);
   const int world_;
   const int num_buckets_;
-
-  // Owned range: params (ZeRO) or averaged grads (DDP), optimizer state, and
-  // one gradient receive buffer per rank.
-  PayloadVector<float> values_;
-  std::vector<std::vector<float>> state_;
-  // Copied pushes land in bucket-sized buffers (floats; a half push fills
-  // the first half) from a per-bucket pool: taken when a rank's push is
-  // accepted, given back once it is summed (by a fold or the update). So a
-  // server holds buffers only for the pushes not summed yet: with prefix
-  // order and ranks arriving about in rank order, a few per bucket rather
-  // than W. Pushes read in place need none. [bucket][rank] and [bucket].
-  std::vector<std::vector<std::unique_ptr<float[]>>> held_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::vector<std::unique_ptr<float[]>>> spare_ ABSL_GUARDED_BY(mu_);
-  int64_t buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // held and spare
-  // Per rank, where its push of `bucket` lies (borrowed or held), for the
-  // fold or update about to read it outside the lock.
-  void LandedLocked(int bucket, std::vector<const void*>* landed) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ranks [from, to) of `bucket` are summed: their buffers go to the pool.
-  void ReturnBuffersLocked(int bucket, int from, int to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Mixed precision: gradients arrive and parameters leave in half; the
   // masters and state stay fp32. values_half_ is the served copy of values_.
   const std::optional<HalfType> half_;
-  // Top-k pushes (JobSpec.compression; 0 = off): per bucket, where its
-  // pairs start in a rank's sparse buffer (allocated on its first push).
+  // Top-k pushes (JobSpec.compression; 0 = off).
   const double topk_ratio_;
-  std::vector<uint64_t> sparse_offset_;
-  std::vector<std::vector<uint8_t>> rank_sparse_;
+  // The strategy's update (ZeRO's optimizer and its state, or DDP's mean).
+  const std::unique_ptr<UpdateRule> rule_;
+  // Where this step's pushes lie until summed, and their sum.
+  BucketReducer reducer_;
+  // The protocol's refusals of frames.
+  const FrameChecks checks_;
+  // Owned range: params (ZeRO) or averaged grads (DDP), written by INIT,
+  // updates and restores while the protocol gives them no other reader.
+  PayloadVector<float> values_;
   PayloadVector<uint16_t> values_half_;
-  // Prefix order (fold_prefix_ and W >= 3, not top-k): the running sum of
-  // each bucket's first ranks (one shard-sized buffer, allocated at the
-  // first fold), and per bucket: how many ranks landed in rank order, how
-  // many are summed into acc_ (0, or >= 2), whether a fold was asked for
-  // (Completion::fold) or is running, and whether its update began.
-  bool fold_prefix_ = true;
-  std::vector<float> acc_;
-  std::vector<int> landed_prefix_ ABSL_GUARDED_BY(mu_);
-  std::vector<int> folded_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> fold_queued_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> fold_running_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> updating_ ABSL_GUARDED_BY(mu_);
-  // Rank r's part of a bucket, the chunk [off, off + n) of the shard, from
-  // where its push lies (`landed`, the bucket's first element, which is at
-  // shard offset bucket_at), widened from half into `scratch` (n floats).
-  const float* RankChunk(int r, const std::vector<const void*>& landed, size_t bucket_at,
-                         size_t off, size_t n, float* scratch) const;
-  // The sources of a left-to-right sum over that chunk: the accumulator
-  // (`with_acc`), then ranks [from, to) by RankChunk, widening into
-  // `widened` (grown as needed). Fills `srcs`; returns how many.
-  int ChunkSources(const std::vector<const void*>& landed, size_t bucket_at, size_t off, size_t n,
-                   bool with_acc, int from, int to, std::vector<float>* widened,
-                   std::vector<const float*>* srcs) const;
-  // Per bucket and rank: the borrowed push (its bucket's first element in
-  // the worker's memory, and its lease), or null.
-  std::vector<std::vector<const void*>> borrowed_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::vector<std::shared_ptr<void>>> leases_ ABSL_GUARDED_BY(mu_);
-  size_t wire_bytes() const { return half_ ? 2 : 4; }
-  void RefreshHalf(size_t offset, size_t n);
 
   absl::Mutex mu_;
+  // The optimizer's settings and the skipped tensors, for the next step.
+  StepSettings settings_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
@@ -311,39 +346,16 @@ class ShardJob {
   PushTracker pushes_ ABSL_GUARDED_BY(mu_);
   int buckets_updated_ ABSL_GUARDED_BY(mu_) = 0;
   int updates_running_ ABSL_GUARDED_BY(mu_) = 0;
-  // Pulls waiting for buckets of a step not reached yet; `sent` marks, per
-  // bucket of the pull, those already served (updated in the step in
-  // progress).
-  struct Waiting {
-    Puller puller;
-    std::vector<uint8_t> sent;
-  };
-  std::vector<Waiting> deferred_ ABSL_GUARDED_BY(mu_);
-  // Per bucket: updated in the step in progress (servable at version_ + 1).
-  std::vector<uint8_t> bucket_updated_ ABSL_GUARDED_BY(mu_);
-  // Moves every deferred pull of `version_` into `serve`, with the buckets
-  // it still lacks.
-  void ServeWaitingLocked(Serve* serve) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t pushed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t pulled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
+  // Pulls waiting for buckets of the step in progress (or of the first
+  // step, before INIT completes), and the buckets it updated.
+  PullWaitlist pulls_ ABSL_GUARDED_BY(mu_);
+  JobCounters counters_ ABSL_GUARDED_BY(mu_);
+  // When to snapshot: every N steps, and the steps SaveCheckpoint asked for.
+  CheckpointSchedule checkpoints_ ABSL_GUARDED_BY(mu_);
   int64_t last_pause_us_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_from_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t stale_epoch_frames_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t applied_steps_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t update_us_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t folded_pushes_ ABSL_GUARDED_BY(mu_) = 0;
-  int recoveries_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> worker_ids_ ABSL_GUARDED_BY(mu_);
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
-  // Per tensor, the job's steps that skipped it (empty: none), and the
-  // tensors the step in progress skips (empty: none).
-  // Only the tensors in this shard's range (owned_) are counted: workers tell
-  // only the shards that hold a skipped tensor.
-  std::vector<int64_t> tensor_skips_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> skip_now_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> owned_;
   // WriteState's chunks until the commit.
   StateStaging staging_ ABSL_GUARDED_BY(mu_);
 };

@@ -295,7 +295,7 @@ TEST(ShardJobServeTest, UpdatesOnSeveralThreadsAreBitwiseOneReduction) {
   const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 3, 50000, 4096);
   Harness t(spec);
   ExpectBitwise(Train(t, 3, 3, 4), Reference(spec, 3));
-  EXPECT_GT(t.job().Stats(/*with_digest=*/false).update_us(), 0)
+  EXPECT_GT(t.job().Stats(/*with_digest=*/false).counters.update_us, 0)
       << "the time spent reducing and updating is counted";
 }
 
@@ -362,7 +362,7 @@ TEST(ShardJobServeTest, FoldingRanksInPrefixOrderIsBitwiseOneReduction) {
         }
         ExpectBitwise(t.job().ParamsSnapshot(), Reference(spec, 3));
         const int64_t acc_bytes = (when == 2 ? 0 : int64_t{9 * 40000 - 7} * 4);
-        EXPECT_GE(t.job().Stats(false).memory().grad_buffer_bytes(), acc_bytes)
+        EXPECT_GE(t.job().Stats(false).grad_buffer_bytes, acc_bytes)
             << "the accumulator is counted with the receive buffers";
       }
     }
@@ -378,7 +378,7 @@ TEST(ShardJobServeTest, PushBuffersArePooledAndFreedOnceSummed) {
   constexpr int64_t kN = 4 * 1000;
   const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, kWorld, kN, 1000);
   Harness t(spec);
-  auto buffer_bytes = [&] { return t.job().Stats(false).memory().grad_buffer_bytes(); };
+  auto buffer_bytes = [&] { return t.job().Stats(false).grad_buffer_bytes; };
   for (int b = 0; b < t.buckets(); ++b) {
     for (int r = 0; r < kWorld; ++r) {
       if (std::optional<int> c = t.Push(r, b, 1)) t.job().UpdateBucket(*c);
@@ -535,7 +535,7 @@ TEST(ShardJobServeTest, TopkPairsAreCheckedAndReduceLikeTheirDenseForm) {
   }
   EXPECT_EQ(topk.job().version(), 1);
   ExpectBitwise(topk.job().ParamsSnapshot(), dense.job().ParamsSnapshot());
-  EXPECT_EQ(topk.job().Stats(false).rejected_frames(), 2) << "the wrong size and the bad pairs";
+  EXPECT_EQ(topk.job().Stats(false).counters.rejected, 2) << "the wrong size and the bad pairs";
 }
 
 // A job that ends with borrowed pushes not yet reduced (replaced by a

@@ -9,6 +9,7 @@
 #include "core/reduce.h"
 #include "gtest/gtest.h"
 #include "server/shard_job.h"
+#include "server/shard_job_proto.h"
 #include "server/shard_job_testing.h"
 
 namespace tessel {
@@ -127,7 +128,7 @@ TEST_F(SkipTest, UpdatesEqualTorchsPerParameterLoop) {
 }
 
 TEST_F(SkipTest, BadRequestsAreRefusedAndChangeNothing) {
-  const std::string digest = job_->Stats().state_digest();
+  const std::string digest = job_->Stats().state_digest;
   EXPECT_EQ(job_->SkipTensors({3}, 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(job_->SkipTensors({-1}, 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(job_->SkipTensors({1, 1}, 1).code(), absl::StatusCode::kInvalidArgument);
@@ -140,7 +141,7 @@ TEST_F(SkipTest, BadRequestsAreRefusedAndChangeNothing) {
   EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(other.message().find("every rank must skip the same ones"), std::string::npos) << other;
   EXPECT_EQ(job_->SkipTensors({}, 1).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(job_->Stats().state_digest(), digest);
+  EXPECT_EQ(job_->Stats().state_digest, digest);
   Step();
   EXPECT_EQ(job_->tensor_skips(), (std::vector<int64_t>{0, 1, 0}));
 
@@ -171,13 +172,13 @@ TEST_F(SkipTest, SkipsTravelWithTheState) {
   read.set_job("skip");
   read.set_step(2);
   read.set_count(64);
-  auto st = job_->ReadState(read);
+  auto st = ReadShardState(*job_, read);
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(std::vector<int64_t>(st->tensor_skips().begin(), st->tensor_skips().end()),
             (std::vector<int64_t>{1, 0, 2}));
 
   // A write carries its skips; counts that cannot be are refused.
-  const std::string digest = job_->Stats().state_digest();
+  const std::string digest = job_->Stats().state_digest;
   v1::WriteStateRequest w;
   w.set_job("skip");
   w.set_step(5);
@@ -185,17 +186,17 @@ TEST_F(SkipTest, SkipsTravelWithTheState) {
   w.set_state(st->state());
   w.set_commit(true);
   for (int64_t s : {0, 6, 1}) w.add_tensor_skips(s);  // 6 > step 5
-  EXPECT_EQ(job_->WriteState(w).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteShardState(*job_, w).status().code(), absl::StatusCode::kInvalidArgument);
   w.clear_tensor_skips();
   for (int64_t s : {0, 1}) w.add_tensor_skips(s);  // one count missing
-  EXPECT_EQ(job_->WriteState(w).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(job_->Stats().state_digest(), digest);
+  EXPECT_EQ(WriteShardState(*job_, w).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job_->Stats().state_digest, digest);
   w.clear_tensor_skips();
   for (int64_t s : {0, 5, 1}) w.add_tensor_skips(s);
-  ASSERT_TRUE(job_->WriteState(w).ok());
+  ASSERT_TRUE(WriteShardState(*job_, w).ok());
   EXPECT_EQ(job_->tensor_skips(), (std::vector<int64_t>{0, 5, 1}));
   w.clear_tensor_skips();  // none: every tensor at the job's step again
-  ASSERT_TRUE(job_->WriteState(w).ok());
+  ASSERT_TRUE(WriteShardState(*job_, w).ok());
   EXPECT_TRUE(job_->tensor_skips().empty());
 }
 

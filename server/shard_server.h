@@ -55,6 +55,7 @@
 #include "core/timeline.h"
 #include "rpc/auth.h"
 #include "rpc/tls.h"
+#include "server/data_plane.h"
 #include "server/server_metrics.h"
 #include "transport/transport.h"
 
@@ -65,7 +66,6 @@ class Server;
 namespace tessel {
 
 class Checkpointer;
-class DataPlane;
 class EndpointKeeper;
 class HealthReporter;
 class JobTable;
@@ -126,9 +126,8 @@ struct ShardServerOptions {
   // step at once); 0 = automatic: half this machine's cores, 1 to 8.
   int update_threads = 0;
   // An update thread out of work polls (yielding) this long before it
-  // sleeps, so the next bucket starts without a wake-up (measured on 2
-  // cores, W=2, 16 MiB: 8.4-10.0 ms steps without, 6.8-7.5 with 5 ms).
-  absl::Duration update_spin = absl::Milliseconds(5);
+  // sleeps, so the next bucket starts without a wake-up (DataPlane).
+  absl::Duration update_spin = kDefaultUpdateSpin;
   // Sum the ranks of a bucket that landed in rank order before its last
   // rank arrives (prefix order; three or more workers). Off only to
   // measure what it saves.

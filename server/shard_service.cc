@@ -9,6 +9,7 @@
 #include "core/version.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
+#include "server/shard_job_proto.h"
 
 namespace tessel {
 namespace {
@@ -76,7 +77,7 @@ grpc::Status ShardService::CheckRestore(const Caller& caller, const v1::CreateJo
 
 v1::ShardStats ShardService::StatsOf(ShardJob& job) {
   job.SetCheckpointProgress(jobs_->checkpointer()->Progress(job.spec().job()));
-  return job.Stats();
+  return ShardStatsProto(job);
 }
 
 grpc::Status ShardService::CreateJob(grpc::ServerContext* ctx, const v1::CreateJobRequest* req,
@@ -249,7 +250,7 @@ grpc::Status ShardService::ReadState(grpc::ServerContext* ctx, const v1::ReadSta
   if (!auth.ok()) return auth;
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
-  auto r = job->ReadState(*req);
+  auto r = ReadShardState(*job, *req);
   if (!r.ok()) return ToGrpc(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;
@@ -261,7 +262,7 @@ grpc::Status ShardService::WriteState(grpc::ServerContext* ctx, const v1::WriteS
   if (!auth.ok()) return auth;
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
-  auto r = job->WriteState(*req);
+  auto r = WriteShardState(*job, *req);
   if (!r.ok()) return ToGrpc(r.status());
   *resp = *r;
   return grpc::Status::OK;

@@ -22,6 +22,7 @@
 #include "server/data_plane.h"
 #include "server/job_table.h"
 #include "server/server_metrics.h"
+#include "server/shard_job_proto.h"
 #include "testing/local_cluster.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/ucx/ucx_transport.h"
@@ -89,7 +90,7 @@ class InProcBackend : public Backend {
   absl::StatusOr<v1::ShardStats> Stats(const std::string& job) override {
     auto j = jobs_.FindJob(job);
     if (j == nullptr) return absl::NotFoundError(job);
-    return j->Stats();
+    return ShardStatsProto(*j);
   }
   Transport* client() override { return client_.get(); }
   PeerId server() override { return server_peer_; }

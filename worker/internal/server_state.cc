@@ -5,10 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/tensor_steps.h"
+#include "rpc/limits.h"
 
 namespace tessel::internal {
 namespace {
-constexpr int64_t kChunk = 1 << 20;
+// Elements per ReadState/WriteState call: the protocol's limit.
+constexpr int64_t kChunk = kMaxStateElementsPerCall;
 }  // namespace
 
 absl::Status ReadServerState(const JobContext& ctx, const ShardFleet& fleet, TrainState* out) {

@@ -1,6 +1,7 @@
 // Reading and writing the training state the shard servers hold
-// (ReadState/WriteState RPCs, in chunks of 1 Mi elements, epoch-fenced), for
-// Serialize/Deserialize and for moving DDP servers to a step.
+// (ReadState/WriteState RPCs, in chunks of rpc/limits.h's
+// kMaxStateElementsPerCall, epoch-fenced), for Serialize/Deserialize and for
+// moving DDP servers to a step.
 //
 // Contract: ReadServerState fills state->params and state->state (sized by
 // the caller) for every shard's range at ctx.step; a chunk of the wrong size

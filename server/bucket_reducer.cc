@@ -1,0 +1,289 @@
+#include "server/bucket_reducer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "core/reduce.h"
+#include "core/topk.h"
+
+namespace tessel {
+namespace {
+
+int64_t MicrosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                               start)
+      .count();
+}
+
+}  // namespace
+
+BucketReducer::BucketReducer(Options options)
+    : world_(options.world),
+      buckets_(std::move(options.buckets)),
+      shard_elements_(options.shard_elements > 0 ? options.shard_elements
+                      : buckets_.empty()         ? 0
+                                                 : buckets_.back().end),
+      half_(options.half),
+      topk_ratio_(options.topk_ratio),
+      fold_prefix_(options.fold_prefix) {
+  const size_t nb = buckets_.size();
+  const size_t w = static_cast<size_t>(world_);
+  if (topk_ratio_ > 0) {
+    sparse_offset_.push_back(0);
+    for (const Range& b : buckets_) {
+      sparse_offset_.push_back(sparse_offset_.back() +
+                               SparseBytes(TopkCount(topk_ratio_, b.size())));
+    }
+    rank_sparse_.resize(w);
+  }
+  held_.resize(nb);
+  for (auto& h : held_) h.resize(w);
+  spare_.resize(nb);
+  borrowed_.assign(nb, std::vector<const void*>(w, nullptr));
+  leases_.resize(nb);
+  for (auto& l : leases_) l.resize(w);
+  landed_.assign(nb, std::vector<uint8_t>(w, 0));
+  landed_count_.assign(nb, 0);
+  landed_prefix_.assign(nb, 0);
+  folded_.assign(nb, 0);
+  fold_queued_.assign(nb, 0);
+  fold_running_.assign(nb, 0);
+  summing_.assign(nb, 0);
+}
+
+void BucketReducer::set_fold_prefix(bool on) {
+  absl::MutexLock lock(&mu_);
+  fold_prefix_ = on;
+}
+
+uint64_t BucketReducer::push_bytes(int bucket) const {
+  const int64_t n = buckets_[bucket].size();
+  if (topk_ratio_ > 0) return SparseBytes(TopkCount(topk_ratio_, n));
+  return static_cast<uint64_t>(n) * wire_bytes();
+}
+
+void* BucketReducer::Accept(int bucket, int rank, bool borrow) {
+  absl::MutexLock lock(&mu_);
+  if (topk_ratio_ > 0) {  // top-k pairs land in the rank's sparse buffer
+    if (rank_sparse_[rank].empty()) rank_sparse_[rank].assign(sparse_offset_.back(), 0);
+    if (borrow) return nullptr;
+    return rank_sparse_[rank].data() + sparse_offset_[bucket];
+  }
+  if (borrow) return nullptr;
+  std::unique_ptr<float[]>& held = held_[bucket][rank];
+  if (held == nullptr) {
+    std::vector<std::unique_ptr<float[]>>& spare = spare_[bucket];
+    if (!spare.empty()) {
+      held = std::move(spare.back());
+      spare.pop_back();
+    } else {
+      const size_t floats = (static_cast<size_t>(buckets_[bucket].size()) * wire_bytes() + 3) / 4;
+      held = std::make_unique<float[]>(floats);
+      pool_bytes_ += static_cast<int64_t>(floats * sizeof(float));
+    }
+  }
+  return held.get();
+}
+
+absl::StatusOr<BucketReducer::Landing> BucketReducer::Land(int bucket, int rank) {
+  absl::MutexLock lock(&mu_);
+  if (topk_ratio_ > 0) {
+    // The pairs are checked before they count.
+    const int64_t n = buckets_[bucket].size();
+    absl::Status s = CheckSparse(rank_sparse_[rank].data() + sparse_offset_[bucket],
+                                 TopkCount(topk_ratio_, n), n);
+    if (!s.ok()) return s;
+  }
+  return RecordLocked(bucket, rank);
+}
+
+BucketReducer::Landing BucketReducer::LandBorrowed(int bucket, int rank, const void* data,
+                                                   std::shared_ptr<void> lease) {
+  absl::MutexLock lock(&mu_);
+  borrowed_[bucket][rank] = data;
+  leases_[bucket][rank] = std::move(lease);
+  return RecordLocked(bucket, rank);
+}
+
+BucketReducer::Landing BucketReducer::RecordLocked(int bucket, int rank) {
+  Landing l;
+  if (!landed_[bucket][rank]) {
+    landed_[bucket][rank] = 1;
+    ++landed_count_[bucket];
+  }
+  int& prefix = landed_prefix_[bucket];
+  while (prefix < world_ && landed_[bucket][prefix]) ++prefix;
+  if (landed_count_[bucket] == world_) {
+    l.complete = true;
+  } else if (fold_prefix_ && world_ >= 3 && topk_ratio_ == 0 && !fold_queued_[bucket] &&
+             prefix >= 2 && prefix > folded_[bucket]) {
+    if (acc_.empty()) acc_.assign(static_cast<size_t>(shard_elements_), 0.f);
+    fold_queued_[bucket] = 1;
+    l.fold = true;
+  }
+  return l;
+}
+
+void BucketReducer::LandedLocked(int bucket, std::vector<const void*>* landed) const {
+  landed->resize(static_cast<size_t>(world_));
+  for (int r = 0; r < world_; ++r) {
+    const void* b = borrowed_[bucket][r];
+    (*landed)[r] = b != nullptr ? b : held_[bucket][r].get();
+  }
+}
+
+void BucketReducer::ReturnBuffersLocked(int bucket, int from, int to) {
+  for (int r = from; r < to; ++r) {
+    std::unique_ptr<float[]>& held = held_[bucket][r];
+    if (held != nullptr) spare_[bucket].push_back(std::move(held));
+  }
+}
+
+const float* BucketReducer::RankChunk(int r, const std::vector<const void*>& landed,
+                                      size_t bucket_at, size_t off, size_t n,
+                                      float* scratch) const {
+  const void* src = static_cast<const char*>(landed[r]) + (off - bucket_at) * wire_bytes();
+  if (!half_) return static_cast<const float*>(src);
+  HalfToFloat(*half_, static_cast<const uint16_t*>(src), scratch, n);
+  return scratch;
+}
+
+int BucketReducer::ChunkSources(const std::vector<const void*>& landed, size_t bucket_at,
+                                size_t off, size_t n, bool with_acc, int from, int to,
+                                std::vector<float>* widened,
+                                std::vector<const float*>* srcs) const {
+  const size_t ranks = static_cast<size_t>(to - from);
+  if (half_ && widened->size() < ranks * n) widened->resize(ranks * n);
+  srcs->clear();
+  if (with_acc) srcs->push_back(acc_.data() + off);
+  for (int r = from; r < to; ++r) {
+    float* scratch = half_ ? widened->data() + static_cast<size_t>(r - from) * n : nullptr;
+    srcs->push_back(RankChunk(r, landed, bucket_at, off, n, scratch));
+  }
+  return static_cast<int>(srcs->size());
+}
+
+BucketReducer::Folded BucketReducer::Fold(int bucket) {
+  const Range br = buckets_[bucket];
+  const size_t bucket_at = static_cast<size_t>(br.begin);
+  const int64_t chunk = half_ ? kWidenChunk : br.size();
+  thread_local std::vector<const void*> landed;
+  thread_local std::vector<float> widened;
+  thread_local std::vector<const float*> srcs;
+  Folded done;
+  for (;;) {
+    int from;
+    int to;
+    {
+      absl::MutexLock lock(&mu_);
+      from = folded_[bucket];
+      to = landed_prefix_[bucket];
+      // Nothing new in order, or the bucket is complete (its sum adds the
+      // rest), or another fold of it runs (and will look again).
+      if (fold_running_[bucket] || summing_[bucket] || landed_count_[bucket] == world_ ||
+          to <= std::max(from, 1)) {
+        if (!fold_running_[bucket]) fold_queued_[bucket] = 0;
+        return done;
+      }
+      fold_running_[bucket] = 1;
+      LandedLocked(bucket, &landed);
+    }
+    const auto started = std::chrono::steady_clock::now();
+    // acc_ = rank 0 + rank 1 + ... (from == 0), or acc_ + rank from + ...:
+    // the left-to-right sum SumChunks would have started with.
+    for (int64_t c = br.begin; c < br.end; c += chunk) {
+      const size_t off = static_cast<size_t>(c);
+      const size_t n = static_cast<size_t>(std::min(br.end, c + chunk) - c);
+      const int count =
+          ChunkSources(landed, bucket_at, off, n, /*with_acc=*/from > 0, from, to, &widened, &srcs);
+      ReduceSum(srcs.data(), count, acc_.data() + off, n);
+    }
+    done.us += MicrosSince(started);
+    done.pushes += to - from;
+    absl::MutexLock lock(&mu_);
+    ReturnBuffersLocked(bucket, from, to);  // summed: free for other pushes
+    folded_[bucket] = to;
+    fold_running_[bucket] = 0;
+  }
+}
+
+void BucketReducer::BeginSum(int bucket) {
+  absl::MutexLock lock(&mu_);
+  // A fold of this bucket that already started ends first (it is bounded
+  // work that waits for nothing); one that has not started will not.
+  summing_[bucket] = 1;
+  std::pair<BucketReducer*, int> arg{this, bucket};
+  mu_.Await(absl::Condition(
+      +[](std::pair<BucketReducer*, int>* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->first->mu_) {
+        return a->first->fold_running_[a->second] == 0;
+      },
+      &arg));
+}
+
+void BucketReducer::SumChunks(int bucket, const ChunkFn& fn) {
+  thread_local std::vector<const void*> landed;
+  thread_local std::vector<float> widened;
+  thread_local std::vector<const float*> srcs;
+  int folded;
+  {
+    absl::MutexLock lock(&mu_);
+    LandedLocked(bucket, &landed);
+    folded = folded_[bucket];
+  }
+  const Range br = buckets_[bucket];
+  const size_t bucket_at = static_cast<size_t>(br.begin);
+  const int64_t chunk = half_ ? kWidenChunk : br.size();
+  const int64_t topk = TopkCount(topk_ratio_, br.size());
+  // Ranks [0, folded) are summed in acc_ already: the sources are acc_ and
+  // ranks folded..W-1.
+  const int first = folded >= 2 ? folded : 0;
+  for (int64_t c = br.begin; c < br.end; c += chunk) {
+    const Range part{c, std::min(br.end, c + chunk)};
+    const size_t n = static_cast<size_t>(part.size());
+    if (topk > 0) {  // each rank's pairs, densified (one chunk: the bucket)
+      if (widened.size() < static_cast<size_t>(world_) * n) widened.resize(world_ * n);
+      srcs.resize(static_cast<size_t>(world_));
+      for (int r = 0; r < world_; ++r) {
+        float* to = widened.data() + static_cast<size_t>(r) * n;
+        Densify(rank_sparse_[r].data() + sparse_offset_[bucket], topk, to, static_cast<int64_t>(n));
+        srcs[r] = to;
+      }
+    } else {
+      ChunkSources(landed, bucket_at, static_cast<size_t>(part.begin), n, /*with_acc=*/first > 0,
+                   first, world_, &widened, &srcs);
+    }
+    fn(part, srcs.data(), static_cast<int>(srcs.size()));
+  }
+}
+
+std::vector<std::shared_ptr<void>> BucketReducer::EndSum(int bucket) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<void>> released;
+  folded_[bucket] = 0;
+  summing_[bucket] = 0;
+  ReturnBuffersLocked(bucket, 0, world_);
+  fold_queued_[bucket] = 0;
+  std::fill(landed_[bucket].begin(), landed_[bucket].end(), 0);
+  landed_count_[bucket] = 0;
+  landed_prefix_[bucket] = 0;
+  // The borrowed pushes are read: back to their workers.
+  std::fill(borrowed_[bucket].begin(), borrowed_[bucket].end(), nullptr);
+  for (std::shared_ptr<void>& lease : leases_[bucket]) {
+    // A lease may own a null pointer (only its deleter matters): test the
+    // count, not the pointer.
+    if (lease.use_count() > 0) released.push_back(std::move(lease));
+    lease.reset();
+  }
+  return released;
+}
+
+int64_t BucketReducer::buffer_bytes() {
+  absl::MutexLock lock(&mu_);
+  int64_t bytes = pool_bytes_;
+  for (const auto& g : rank_sparse_) bytes += static_cast<int64_t>(g.size());
+  bytes += static_cast<int64_t>(acc_.size() * sizeof(float));
+  return bytes;
+}
+
+}  // namespace tessel

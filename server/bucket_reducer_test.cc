@@ -1,0 +1,354 @@
+// BucketReducer: the rank-order sum is the same bits whatever the arrival
+// order, whenever folds run (at once, late, never, on other threads), in
+// fp32 and half, with borrowed and copied pushes; receive buffers come from
+// a pool and go back once summed; borrowed pushes are released by their
+// sum (or the reducer's end); top-k pairs are checked when they land.
+#include "server/bucket_reducer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "core/reduce.h"
+#include "core/precision.h"
+#include "core/topk.h"
+#include "gtest/gtest.h"
+
+namespace tessel {
+namespace {
+
+float Value(int rank, int64_t i, int salt) {
+  return static_cast<float>((i * 7919 + rank * 104729 + salt * 31) % 2001 - 1000) / 997.f;
+}
+
+// Buckets of `bucket` elements (the last shorter) over `n` elements.
+std::vector<Range> Buckets(int64_t n, int64_t bucket) {
+  std::vector<Range> out;
+  for (int64_t b = 0; b < n; b += bucket) out.push_back({b, std::min(n, b + bucket)});
+  return out;
+}
+
+BucketReducer::Options Opts(int world, std::vector<Range> buckets,
+                            std::optional<HalfType> half = std::nullopt, double topk_ratio = 0) {
+  BucketReducer::Options o;
+  o.world = world;
+  o.buckets = std::move(buckets);
+  o.half = half;
+  o.topk_ratio = topk_ratio;
+  return o;
+}
+
+// Rank r's gradient of the shard as it goes on the wire (fp32 or half).
+std::vector<uint8_t> Wire(int rank, int64_t n, int salt, std::optional<HalfType> half) {
+  std::vector<float> g(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) g[i] = Value(rank, i, salt);
+  std::vector<uint8_t> out(static_cast<size_t>(n) * (half ? 2 : 4));
+  if (half) {
+    FloatToHalf(*half, g.data(), reinterpret_cast<uint16_t*>(out.data()), g.size());
+  } else {
+    std::memcpy(out.data(), g.data(), out.size());
+  }
+  return out;
+}
+
+// The reference: one ReduceMean of every rank's (widened) gradient, in rank
+// order, over the whole shard.
+std::vector<float> Reference(const std::vector<std::vector<uint8_t>>& wire, int64_t n,
+                             std::optional<HalfType> half) {
+  std::vector<std::vector<float>> widened(wire.size(), std::vector<float>(static_cast<size_t>(n)));
+  std::vector<const float*> srcs;
+  for (size_t r = 0; r < wire.size(); ++r) {
+    if (half) {
+      HalfToFloat(*half, reinterpret_cast<const uint16_t*>(wire[r].data()), widened[r].data(),
+                  static_cast<size_t>(n));
+    } else {
+      std::memcpy(widened[r].data(), wire[r].data(), static_cast<size_t>(n) * 4);
+    }
+    srcs.push_back(widened[r].data());
+  }
+  std::vector<float> out(static_cast<size_t>(n));
+  const int w = static_cast<int>(wire.size());
+  ReduceMean(srcs.data(), w, out.data(), static_cast<size_t>(n), w);
+  return out;
+}
+
+int64_t Differing(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], 4) != 0) ++differ;
+  }
+  return differ;
+}
+
+// Drives one reducer through steps: lands every rank's push of every bucket
+// in a given order (borrowed or copied), folds as told, sums complete
+// buckets with ReduceMean into `out`.
+class Driver {
+ public:
+  Driver(int world, int64_t n, int64_t bucket, std::optional<HalfType> half,
+         std::vector<int> borrowed = {})
+      : world_(world),
+        n_(n),
+        bucket_(bucket),
+        half_(half),
+        borrowed_(std::move(borrowed)),
+        reducer_(Opts(world, Buckets(n, bucket), half)) {}
+
+  BucketReducer& reducer() { return reducer_; }
+  int released() const { return released_->load(); }
+
+  void SetStep(int salt) {
+    wire_.clear();
+    for (int r = 0; r < world_; ++r) wire_.push_back(Wire(r, n_, salt, half_));
+  }
+  const std::vector<std::vector<uint8_t>>& wire() const { return wire_; }
+
+  // Lands rank's push of bucket; returns the landing.
+  BucketReducer::Landing Land(int rank, int bucket) {
+    const Range br = Buckets(n_, bucket_)[bucket];
+    const size_t bytes = static_cast<size_t>(br.size()) * (half_ ? 2 : 4);
+    const uint8_t* src = wire_[rank].data() + static_cast<size_t>(br.begin) * (half_ ? 2 : 4);
+    const bool borrow = std::find(borrowed_.begin(), borrowed_.end(), rank) != borrowed_.end();
+    void* to = reducer_.Accept(bucket, rank, borrow);
+    if (borrow) {
+      EXPECT_EQ(to, nullptr);
+      auto lease = std::shared_ptr<void>(nullptr, [r = released_](void*) { ++*r; });
+      return reducer_.LandBorrowed(bucket, rank, src, std::move(lease));
+    }
+    std::memcpy(to, src, bytes);
+    auto l = reducer_.Land(bucket, rank);
+    EXPECT_TRUE(l.ok()) << l.status();
+    return *l;
+  }
+
+  // Sums a complete bucket into out (ReduceMean, divisor W); returns the
+  // leases released.
+  size_t Sum(int bucket, std::vector<float>* out) {
+    reducer_.BeginSum(bucket);
+    reducer_.SumChunks(bucket, [&](Range part, const float* const* srcs, int count) {
+      ReduceMean(srcs, count, out->data() + part.begin, static_cast<size_t>(part.size()), world_);
+    });
+    return reducer_.EndSum(bucket).size();
+  }
+
+ private:
+  const int world_;
+  const int64_t n_;
+  const int64_t bucket_;
+  const std::optional<HalfType> half_;
+  const std::vector<int> borrowed_;
+  BucketReducer reducer_;
+  std::vector<std::vector<uint8_t>> wire_;
+  std::shared_ptr<std::atomic<int>> released_ = std::make_shared<std::atomic<int>>(0);
+};
+
+TEST(BucketReducerTest, TheSumIsBitwiseOneReductionWhateverTheArrivalOrder) {
+  for (int world : {2, 3, 4}) {
+    std::vector<int> order(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) order[r] = r;
+    std::vector<std::vector<int>> perms;
+    do {
+      perms.push_back(order);
+    } while (std::next_permutation(order.begin(), order.end()));
+    for (std::optional<HalfType> half : {std::optional<HalfType>(), std::optional(HalfType::kBF16),
+                                         std::optional(HalfType::kF16)}) {
+      for (int when : {0, 1, 2}) {  // fold at once, one push late, never
+        SCOPED_TRACE(testing::Message() << "world " << world << " half " << half.has_value()
+                                        << " fold " << when);
+        // 8 buckets of 40000 (half widens in several chunks; the last one
+        // shorter) x 3 steps: every arrival order of 4 ranks once.
+        constexpr int64_t kBucket = 40000;
+        const int64_t n = 8 * kBucket - 7;
+        Driver d(world, n, kBucket, half, world >= 3 ? std::vector<int>{1} : std::vector<int>{});
+        int perm = 0;
+        int folds = 0;
+        for (int step = 1; step <= 3; ++step) {
+          d.SetStep(step);
+          std::vector<float> out(static_cast<size_t>(n), -1.f);
+          std::vector<int> late;
+          for (int b = 0; b < 8; ++b) {
+            for (int r : perms[perm++ % perms.size()]) {
+              for (int f : late) d.reducer().Fold(f);
+              late.clear();
+              BucketReducer::Landing l = d.Land(r, b);
+              EXPECT_FALSE(l.complete && l.fold);
+              if (l.fold) {
+                ++folds;
+                if (when == 0) d.reducer().Fold(b);
+                if (when == 1) late.push_back(b);
+              }
+              if (l.complete) d.Sum(b, &out);
+            }
+          }
+          EXPECT_EQ(Differing(out, Reference(d.wire(), n, half)), 0)
+              << "elements differing from one reduction in rank order";
+        }
+        if (world >= 3) {
+          EXPECT_GT(folds, 0) << "arrivals in rank order ask for folds";
+        } else {
+          EXPECT_EQ(folds, 0) << "two ranks have nothing to fold early";
+        }
+      }
+    }
+  }
+}
+
+// Every arrival order of four ranks, one at a time, each folded at once.
+TEST(BucketReducerTest, EveryArrivalOrderOfFourRanksSumsToTheSameBits) {
+  constexpr int kWorld = 4;
+  constexpr int64_t kN = 5000;
+  std::vector<int> order = {0, 1, 2, 3};
+  std::vector<float> first;
+  do {
+    Driver d(kWorld, kN, kN, std::nullopt);
+    d.SetStep(1);
+    std::vector<float> out(kN);
+    for (int r : order) {
+      BucketReducer::Landing l = d.Land(r, 0);
+      if (l.fold) d.reducer().Fold(0);
+      if (l.complete) d.Sum(0, &out);
+    }
+    if (first.empty()) {
+      first = out;
+      EXPECT_EQ(Differing(out, Reference(d.wire(), kN, std::nullopt)), 0);
+    }
+    EXPECT_EQ(Differing(out, first), 0) << "order " << order[0] << order[1] << order[2] << order[3];
+  } while (std::next_permutation(order.begin(), order.end()));
+}
+
+// Copied pushes land in pooled buffers that go back to the pool once
+// summed: W = 8 arriving in rank order and folded at once hold two buffers
+// per bucket (and the accumulator); in reverse order nothing is summed early
+// and every rank holds one.
+TEST(BucketReducerTest, BuffersComeFromAPoolAndGoBackOnceSummed) {
+  constexpr int kWorld = 8;
+  constexpr int64_t kN = 4000, kBucket = 1000;
+  Driver d(kWorld, kN, kBucket, std::nullopt);
+  std::vector<float> out(kN);
+  d.SetStep(1);
+  for (int b = 0; b < 4; ++b) {
+    for (int r = 0; r < kWorld; ++r) {
+      BucketReducer::Landing l = d.Land(r, b);
+      if (l.fold) d.reducer().Fold(b);
+      if (l.complete) d.Sum(b, &out);
+    }
+  }
+  EXPECT_EQ(d.reducer().buffer_bytes(), (2 + 1) * kN * 4)
+      << "two buffers per bucket, and the accumulator";
+  d.SetStep(2);
+  for (int b = 0; b < 4; ++b) {
+    for (int r = kWorld - 1; r >= 0; --r) {
+      BucketReducer::Landing l = d.Land(r, b);
+      EXPECT_FALSE(l.fold) << "rank 0 comes last: nothing to fold";
+      if (l.complete) d.Sum(b, &out);
+    }
+  }
+  EXPECT_EQ(d.reducer().buffer_bytes(), (kWorld + 1) * kN * 4) << "every rank waited for rank 0";
+  EXPECT_EQ(Differing(out, Reference(d.wire(), kN, std::nullopt)), 0);
+  // Another step in reverse order takes every buffer from the pool.
+  d.SetStep(3);
+  for (int b = 0; b < 4; ++b) {
+    for (int r = kWorld - 1; r >= 0; --r) {
+      if (d.Land(r, b).complete) d.Sum(b, &out);
+    }
+  }
+  EXPECT_EQ(d.reducer().buffer_bytes(), (kWorld + 1) * kN * 4) << "nothing new allocated";
+}
+
+TEST(BucketReducerTest, AFailedReceiveKeepsItsBufferForTheRetry) {
+  BucketReducer reducer(Opts(2, {{0, 100}}));
+  void* first = reducer.Accept(0, 1, false);
+  const int64_t bytes = reducer.buffer_bytes();
+  EXPECT_EQ(bytes, 400);
+  void* again = reducer.Accept(0, 1, false);  // the receive failed; the rank pushes again
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(reducer.buffer_bytes(), bytes);
+}
+
+TEST(BucketReducerTest, BorrowedPushesAreReleasedByTheirSumOrTheReducersEnd) {
+  Driver d(2, 2000, 1000, std::nullopt, {0, 1});
+  d.SetStep(1);
+  std::vector<float> out(2000);
+  EXPECT_FALSE(d.Land(0, 0).complete);
+  EXPECT_FALSE(d.Land(0, 1).complete);
+  EXPECT_TRUE(d.Land(1, 0).complete);
+  EXPECT_EQ(d.released(), 0) << "released before the sum read them";
+  EXPECT_EQ(d.Sum(0, &out), 2u) << "bucket 0's two pushes";
+  EXPECT_EQ(d.released(), 2);
+  EXPECT_EQ(d.reducer().buffer_bytes(), 0) << "borrowed pushes need no buffers";
+  {
+    auto r = std::make_unique<BucketReducer>(Opts(2, {{0, 10}}));
+    auto released = std::make_shared<int>(0);
+    float data[10] = {};
+    r->Accept(0, 0, true);
+    r->LandBorrowed(0, 0, data, std::shared_ptr<void>(nullptr, [released](void*) { ++*released; }));
+    r.reset();
+    EXPECT_EQ(*released, 1) << "a reducer that ends releases the pushes it holds";
+  }
+}
+
+TEST(BucketReducerTest, TopkPairsAreCheckedWhenTheyLandAndSumLikeTheirDenseForm) {
+  constexpr int64_t kN = 1024;
+  const int64_t k = TopkCount(0.25, kN);
+  BucketReducer reducer(Opts(3, {{0, kN}}, std::nullopt, 0.25));
+  EXPECT_EQ(reducer.push_bytes(0), SparseBytes(k));
+  std::vector<std::vector<float>> dense(3, std::vector<float>(kN));
+  for (int r = 0; r < 3; ++r) {
+    std::vector<float> g(kN), residual(kN, 0.f);
+    for (int64_t i = 0; i < kN; ++i) g[i] = Value(r, i, 1);
+    std::vector<uint8_t> wire(SparseBytes(k));
+    TopkCompress(g.data(), residual.data(), kN, k, wire.data());
+    Densify(wire.data(), k, dense[r].data(), kN);
+    if (r == 0) {  // a malformed push first: indices reversed
+      std::vector<uint8_t> bad = wire;
+      std::reverse(reinterpret_cast<uint32_t*>(bad.data()),
+                   reinterpret_cast<uint32_t*>(bad.data()) + k);
+      std::memcpy(reducer.Accept(0, r, false), bad.data(), bad.size());
+      EXPECT_EQ(reducer.Land(0, r).status().code(), absl::StatusCode::kInvalidArgument);
+    }
+    std::memcpy(reducer.Accept(0, r, false), wire.data(), wire.size());
+    auto l = reducer.Land(0, r);
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_FALSE(l->fold) << "top-k pushes are never folded";
+    EXPECT_EQ(l->complete, r == 2) << "the refused push did not count";
+  }
+  std::vector<float> got(kN), want(kN);
+  reducer.BeginSum(0);
+  reducer.SumChunks(0, [&](Range part, const float* const* srcs, int count) {
+    EXPECT_EQ(count, 3);
+    ReduceMean(srcs, count, got.data() + part.begin, static_cast<size_t>(part.size()), 3);
+  });
+  EXPECT_TRUE(reducer.EndSum(0).empty());
+  const float* srcs[3] = {dense[0].data(), dense[1].data(), dense[2].data()};
+  ReduceMean(srcs, 3, want.data(), kN, 3);
+  EXPECT_EQ(Differing(got, want), 0);
+}
+
+// Folds on other threads while pushes land and buckets are summed on
+// others, as the data plane's compute threads run them: still bitwise.
+TEST(BucketReducerTest, FoldsOnOtherThreadsBesideLandingsAndSumsAreBitwise) {
+  constexpr int kWorld = 5;
+  constexpr int64_t kBucket = 20000, kN = 6 * kBucket;
+  Driver d(kWorld, kN, kBucket, HalfType::kBF16, {2});
+  for (int step = 1; step <= 3; ++step) {
+    d.SetStep(step);
+    std::vector<float> out(kN);
+    std::deque<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r) {
+      for (int b = 0; b < 6; ++b) {
+        BucketReducer::Landing l = d.Land(r, b);
+        if (l.fold) threads.emplace_back([&d, b] { d.reducer().Fold(b); });
+        if (l.complete) threads.emplace_back([&d, &out, b] { d.Sum(b, &out); });
+      }
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(Differing(out, Reference(d.wire(), kN, HalfType::kBF16)), 0) << "step " << step;
+  }
+}
+
+}  // namespace
+}  // namespace tessel

@@ -1,0 +1,82 @@
+#include "server/shard_job_proto.h"
+
+#include "core/status_macros.h"
+#include "rpc/job_spec.h"
+
+namespace tessel {
+
+absl::StatusOr<v1::ShardState> ReadShardState(ShardJob& job, const v1::ReadStateRequest& req) {
+  v1::ShardState out;
+  TESSEL_RETURN_IF_ERROR(
+      job.ReadState(req.step(), req.epoch(), req.offset(), req.count(), [&](const StateView& v) {
+        out.set_step(v.step);
+        out.set_range_begin(v.range.begin);
+        out.set_range_end(v.range.end);
+        out.set_offset(v.offset);
+        out.set_state_slots(static_cast<int>(v.state.size()));
+        for (int64_t s : v.tensor_skips) out.add_tensor_skips(s);
+        const size_t bytes = v.params.size() * sizeof(float);
+        out.mutable_params()->assign(reinterpret_cast<const char*>(v.params.data()), bytes);
+        std::string* st = out.mutable_state();
+        st->reserve(bytes * v.state.size());
+        for (absl::Span<const float> slot : v.state) {
+          st->append(reinterpret_cast<const char*>(slot.data()), bytes);
+        }
+      }));
+  return out;
+}
+
+absl::StatusOr<v1::WriteStateResponse> WriteShardState(ShardJob& job,
+                                                       const v1::WriteStateRequest& req) {
+  StateWrite w;
+  w.step = req.step();
+  w.epoch = req.epoch();
+  w.offset = req.offset();
+  w.params = req.params();
+  w.state = req.state();
+  w.commit = req.commit();
+  w.tensor_skips.assign(req.tensor_skips().begin(), req.tensor_skips().end());
+  TESSEL_ASSIGN_OR_RETURN(const StateWritten written, job.WriteState(w));
+  v1::WriteStateResponse resp;
+  resp.set_staged(written.staged);
+  resp.set_step(written.step);
+  return resp;
+}
+
+v1::ShardStats ShardStatsProto(ShardJob& job, bool with_digest) {
+  const JobStats s = job.Stats(with_digest);
+  const v1::JobSpec& spec = job.spec();
+  v1::ShardStats st;
+  st.set_job(spec.job());
+  st.set_shard_index(job.shard());
+  st.set_range_begin(job.range().begin);
+  st.set_range_end(job.range().end);
+  st.set_epoch(s.epoch);
+  st.set_step(s.step);
+  st.set_initialized(s.initialized);
+  st.mutable_memory()->set_params_bytes(s.params_bytes);
+  st.mutable_memory()->set_optimizer_bytes(s.optimizer_bytes);
+  st.mutable_memory()->set_grad_buffer_bytes(s.grad_buffer_bytes);
+  if (with_digest) st.set_state_digest(s.state_digest);
+  st.set_rejected_frames(s.counters.rejected);
+  st.set_pushed_bytes(s.counters.pushed_bytes);
+  st.set_pulled_bytes(s.counters.pulled_bytes);
+  st.set_step_in_progress(s.step_in_progress);
+  st.set_last_checkpoint_step(s.checkpoint.last_step);
+  st.set_checkpoint_error(s.checkpoint.error);
+  st.set_last_snapshot_pause_us(s.last_snapshot_pause_us);
+  st.set_restored_from_step(s.restored_from_step);
+  st.set_strategy(StrategyName(spec.strategy()));
+  st.set_world_size(spec.world_size());
+  st.set_num_shards(spec.num_shards());
+  st.set_num_params(job.layout().num_params());
+  st.set_stale_epoch_frames(s.counters.stale_epoch);
+  st.set_applied_steps(s.counters.applied_steps);
+  st.set_update_us(s.counters.update_us);
+  st.set_folded_pushes(s.counters.folded_pushes);
+  st.set_recoveries(static_cast<int32_t>(s.counters.recoveries));
+  for (int id : s.worker_ids) st.add_worker_ids(id);
+  return st;
+}
+
+}  // namespace tessel
