@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/reduce.h"
 #include "core/tensor_steps.h"
 #include "gtest/gtest.h"
 
