@@ -27,14 +27,6 @@ constexpr absl::string_view kWorkerCnPrefix = "worker:";
 
 using R = Role;
 
-bool IsDigits(absl::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
-}
-
 std::string Article(absl::string_view word) {
   return absl::StrCat(absl::StrContains("aeiou", word.substr(0, 1)) ? "an " : "a ", word);
 }
@@ -231,29 +223,6 @@ const RpcRule* RuleFor(absl::string_view service, absl::string_view rpc) {
     if (r.service == service && r.rpc == rpc) return &r;
   }
   return nullptr;
-}
-
-bool JobInScope(absl::string_view scope, absl::string_view job) {
-  if (scope.empty() || !absl::ConsumePrefix(&job, scope)) return false;
-  // A reducer helper job of any of these: "...~sync<N>.e<E>" (or any "~").
-  const size_t tilde = job.find('~');
-  absl::string_view base = job.substr(0, tilde);
-  if (base.empty()) return true;
-  if (base == ".mesh") return tilde == absl::string_view::npos;
-  // A hybrid partition: ".p<P>.t<T>".
-  if (!absl::ConsumePrefix(&base, ".p")) return false;
-  const size_t dot = base.find(".t");
-  return dot != absl::string_view::npos && IsDigits(base.substr(0, dot)) &&
-         IsDigits(base.substr(dot + 2));
-}
-
-bool IsHelperJob(absl::string_view job) {
-  const size_t tilde = job.rfind("~sync");
-  if (tilde == absl::string_view::npos || tilde == 0) return false;
-  absl::string_view rest = job.substr(tilde + 5);
-  const size_t e = rest.find(".e");
-  return e != absl::string_view::npos && IsDigits(rest.substr(0, e)) &&
-         IsDigits(rest.substr(e + 2));
 }
 
 std::vector<Grant> GrantsFromCertificate(absl::string_view pem) {

@@ -55,6 +55,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/job_name.h"
 
 namespace tessel {
 
@@ -120,12 +121,8 @@ struct RpcRule {
 const std::vector<RpcRule>& RoleTable();
 const RpcRule* RuleFor(absl::string_view service, absl::string_view rpc);
 
-// True when a worker scoped to `scope` may act on `job`: the same name, or
-// a name the worker SDK derives from it ("J.mesh", "J.p<P>.t<T>", and any
-// of them followed by "~..."; see the file comment).
-bool JobInScope(absl::string_view scope, absl::string_view job);
-// The SDK's transient reducer job names ("J~sync<N>.e<E>").
-bool IsHelperJob(absl::string_view job);
+// JobInScope and IsHelperJob: core/job_name.h, the one grammar of derived
+// job names.
 
 // Roles from a client certificate's subject (PEM): every O="tessel:ROLE",
 // and CN="worker:JOB" scoping a worker grant. Empty when the certificate
