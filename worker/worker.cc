@@ -399,18 +399,7 @@ absl::Status Worker::SetDdpUpdater(DdpUpdater* updater) {
     return absl::FailedPreconditionError(
         absl::StrCat(ctx.Where(), ": a DDP updater needs a ddp job after RegisterLayout"));
   }
-  internal::DdpState& ddp = p_->ddp;
-  if (ddp.updater() == updater) return absl::OkStatus();
-  // Bring the worker's copies up to date from the old updater, then hand
-  // them to the new one.
-  if (absl::Status s = ddp.SyncToHost(ctx.half, &p_->exchange->buffers()); !s.ok()) return s;
-  DdpUpdater* old = ddp.updater();
-  ddp.set_updater(updater);
-  if (absl::Status s = ddp.SyncFromHost(p_->exchange->buffers()); !s.ok()) {
-    ddp.set_updater(old);
-    return s;
-  }
-  return absl::OkStatus();
+  return p_->ddp.InstallUpdater(updater, ctx.half, &p_->exchange->buffers());
 }
 
 absl::StatusOr<std::vector<float>> Worker::GatherAll() {
@@ -426,19 +415,7 @@ absl::StatusOr<std::vector<float>> Worker::GatherAll() {
   }
   if (!ctx.fsdp()) return std::vector<float>(b.params.begin(), b.params.end());
   std::vector<float> all(static_cast<size_t>(ctx.layout->num_params()));
-  for (int u = 0; u < num_units(); ++u) {
-    float* dst = all.data() + unit_range(u).begin;
-    if (ctx.half) {
-      auto p = GatherHalf(u);
-      if (!p.ok()) return p.status();
-      HalfToFloat(*ctx.half, p->data(), dst, p->size());
-    } else {
-      auto p = Gather(u);
-      if (!p.ok()) return p.status();
-      std::copy(p->begin(), p->end(), dst);
-    }
-    Release(u);
-  }
+  TESSEL_RETURN_IF_ERROR(p_->units->GatherAll(absl::MakeSpan(all)));
   return all;
 }
 
