@@ -327,9 +327,10 @@ class Worker {
   // worker decides is below.
   const WorkerOptions& options() const;
   // This worker's data-parallel rank and the job's world size now:
-  // options().rank and options().world_size at Connect; a newcomer
-  // (elastic growth) gets its rank and the grown world at RegisterLayout,
-  // and an elastic recovery renumbers the ranks. Re-read after Recover().
+  // options().rank and options().world_size at Connect, except for a
+  // newcomer (elastic growth: its prospective rank and the running job's
+  // world from Connect, the grown world once RegisterLayout admitted it);
+  // an elastic recovery renumbers the ranks. Re-read after Recover().
   int rank() const;
   int world_size() const;
   // Whether RegisterLayout took the job's state from the servers (a
