@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   // batches are a function of the step, so the loop simply goes on from it.
   while (worker.step() < steps) {
     const int64_t step = worker.step();
-    const int rank = worker.options().rank;  // an elastic recovery renumbers ranks
+    const int rank = worker.rank();  // an elastic recovery renumbers ranks
     const float* params = worker.params().data();
     if (rank == 0 && step % log_every == 0) report("step", step, params);
     for (int m = 0; m < micro_batches; ++m) {
@@ -267,7 +267,7 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail(s);
   }
 
-  if (worker.options().rank == 0) {
+  if (worker.rank() == 0) {
     report("final: step", worker.step(), worker.params().data());
     const std::string out = absl::GetFlag(FLAGS_out);
     if (!out.empty()) {

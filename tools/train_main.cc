@@ -86,7 +86,7 @@ class Preemption {
       absl::Status s = worker->RequestCheckpoint();
       if (s.ok()) {
         requested_step_ = worker->step() + 1;
-        std::cerr << "tessel-train: SIGTERM: rank " << worker->options().rank
+        std::cerr << "tessel-train: SIGTERM: rank " << worker->rank()
                   << " asked for a checkpoint at step " << requested_step_
                   << "; one more step, then leaving\n";
         return -1;
@@ -104,14 +104,14 @@ class Preemption {
   // than wait in a recovery until the grace period ends.
   int AfterFailedStep(tessel::Worker* worker) {
     if (!g_terminate) return -1;
-    std::cerr << "tessel-train: SIGTERM: rank " << worker->options().rank << " leaves at step "
+    std::cerr << "tessel-train: SIGTERM: rank " << worker->rank() << " leaves at step "
               << worker->step() << " (another worker left first; its checkpoint is the job's)\n";
     return kTerminatedExit;
   }
 
  private:
   int Leave(tessel::Worker* worker) {
-    std::cerr << "tessel-train: SIGTERM: rank " << worker->options().rank << " leaves at step "
+    std::cerr << "tessel-train: SIGTERM: rank " << worker->rank() << " leaves at step "
               << worker->step() << " (checkpoint at step " << requested_step_ << ")\n";
     return kTerminatedExit;
   }
@@ -181,9 +181,9 @@ int64_t RecoverOrFail(tessel::Worker* worker, const absl::Status& why) {
     Fail(s);
     return -1;
   }
-  std::cerr << "tessel-train: rank " << worker->options().rank << " of "
-            << worker->options().world_size << " recovered; going on from step " << worker->step()
-            << " (unix_ms " << absl::ToUnixMillis(absl::Now()) << ")\n";
+  std::cerr << "tessel-train: rank " << worker->rank() << " of " << worker->world_size()
+            << " recovered; going on from step " << worker->step() << " (unix_ms "
+            << absl::ToUnixMillis(absl::Now()) << ")\n";
   return worker->step();
 }
 
@@ -228,8 +228,8 @@ int Replay(tessel::Worker* worker, int steps) {
   for (int64_t k = worker->step(); k < steps; ++k) {
     tessel::SetLogStep(k);
     // rank, not fixed: an elastic recovery renumbers the workers.
-    const std::string path = absl::StrCat(absl::GetFlag(FLAGS_grads), "/step", k, "_rank",
-                                          worker->options().rank, ".npy");
+    const std::string path =
+        absl::StrCat(absl::GetFlag(FLAGS_grads), "/step", k, "_rank", worker->rank(), ".npy");
     auto g = tessel::ReadNpyF32(path);
     if (!g.ok()) return Fail(g.status());
     if (g->size() != init->size()) {
@@ -355,8 +355,8 @@ int RunMlpSteps(tessel::Worker* worker, int steps, const tessel::MlpJob& job, co
   // Data for step k is Batch(k, rank, world); an elastic recovery changes
   // rank and world (each worker keeps its batch), so both are re-read then.
   // Read after RegisterLayout: a newcomer (elastic growth) gets its rank there.
-  int rank = worker->options().rank;
-  int world = worker->options().world_size;
+  int rank = worker->rank();
+  int world = worker->world_size();
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   absl::Time window_start = absl::Now();
   double loss_sum = 0;
@@ -378,8 +378,8 @@ int RunMlpSteps(tessel::Worker* worker, int steps, const tessel::MlpJob& job, co
       // then that of a completed step.
       if (next == k + 1 && !std::isnan(computed)) loss_log.Add(k, computed);
       k = next - 1;  // the loop goes on at the checkpoint's step
-      rank = worker->options().rank;
-      world = worker->options().world_size;
+      rank = worker->rank();
+      world = worker->world_size();
       loss_sum = 0;
       window = 0;
       window_start = absl::Now();
@@ -409,7 +409,7 @@ int RunMlpSteps(tessel::Worker* worker, int steps, const tessel::MlpJob& job, co
 // After training: rank 0 prints the test accuracy (and, with recovery on,
 // what recovery did).
 int ReportFinal(tessel::Worker* worker, const tessel::MlpJob& job) {
-  if (worker->options().rank != 0) return 0;
+  if (worker->rank() != 0) return 0;
   auto params = worker->GatherAll();
   if (!params.ok()) return Fail(params.status());
   std::printf("worker 0: test accuracy %.2f%%\n", 100.0 * job.TestAccuracy(params->data()));
@@ -640,7 +640,7 @@ int main(int argc, char** argv) {
     if (usable.ok()) {
       device = std::move(*d);
       // stdout too (rank 0): launchers show workers' stdout, not their logs.
-      if ((*worker)->options().rank == 0) {
+      if ((*worker)->rank() == 0) {
         // Whether the data path could take device pointers: reported; the
         // staging goes through pinned host memory either way.
         const std::vector<std::string> kinds = (*worker)->device_memory_types();
@@ -651,10 +651,10 @@ int main(int argc, char** argv) {
             kinds.empty() ? "host" : absl::StrCat("host, ", absl::StrJoin(kinds, ", ")).c_str());
         std::fflush(stdout);
       }
-      std::cerr << "tessel-train: rank " << (*worker)->options().rank << " computes on "
+      std::cerr << "tessel-train: rank " << (*worker)->rank() << " computes on "
                 << device->description() << "\n";
     } else if (usable.code() == absl::StatusCode::kFailedPrecondition) {
-      if ((*worker)->options().rank == 0) {
+      if ((*worker)->rank() == 0) {
         std::printf("worker 0: --device=%s: %s; computing on the CPU\n", config->device.c_str(),
                     std::string(usable.message()).c_str());
         std::fflush(stdout);
@@ -669,7 +669,7 @@ int main(int argc, char** argv) {
            : device ? TrainMlpOnDevice(worker->get(), steps, device.get(), std::move(layers))
                     : TrainMlp(worker->get(), steps);
   if (rc != 0) return rc;
-  if ((*worker)->options().rank == 0 && !absl::GetFlag(FLAGS_out).empty()) {
+  if ((*worker)->rank() == 0 && !absl::GetFlag(FLAGS_out).empty()) {
     auto params = (*worker)->GatherAll();
     if (!params.ok()) return Fail(params.status());
     absl::Status s = tessel::WriteNpyF32(absl::GetFlag(FLAGS_out), *params);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/job_name.h"
 #include "core/log.h"
 #include "rpc/registry_client.h"
 #include "rpc/tls.h"
@@ -76,12 +77,6 @@ std::string DescribeRank(const HybridConfig& c, int rank) {
   const RankCoords x = CoordsOf(c, rank);
   return absl::StrCat("rank ", rank, " (d", x.d, " p", x.p, " t", x.t, ")");
 }
-
-std::string PartitionJobName(const std::string& job, int p, int t) {
-  return absl::StrCat(job, ".p", p, ".t", t);
-}
-
-std::string MeshGroupName(const std::string& job) { return absl::StrCat(job, ".mesh"); }
 
 std::vector<int> TensorGroup(const HybridConfig& c, int rank) {
   RankCoords x = CoordsOf(c, rank);

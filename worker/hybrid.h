@@ -7,7 +7,8 @@
 // rank: tensor-parallel peers (which talk most) have adjacent ranks.
 //
 // Each (p, t) holds one partition of the model. The partition is its own
-// Tessel job on the shard servers, named "<job>.p<p>.t<t>", with world size
+// Tessel job on the shard servers, named "<job>.p<p>.t<t>"
+// (PartitionJobName, core/job_name.h), with world size
 // dp, in which this process is rank d: the dp replicas of a partition reduce
 // their gradients through that job's shards, with the ordinary Worker
 // (strategy zero1 or zero2: servers keep master parameters and optimizer
@@ -16,7 +17,7 @@
 // Worker-to-worker traffic (tensor-parallel sums, pipeline activations and
 // their gradients) goes through a PeerGroup over a second UCX endpoint per
 // process. Peers find each other in the registry: every process joins group
-// "<job>.mesh" with its global rank and UCX address and waits for all.
+// "<job>.mesh" (MeshGroupName) with its global rank and UCX address and waits for all.
 //
 // HybridSession::Connect does all of this and checks, before any job is
 // created on the servers, that every process was started with the same
@@ -81,11 +82,6 @@ RankCoords CoordsOf(const HybridConfig& config, int rank);
 int RankOf(const HybridConfig& config, const RankCoords& c);
 // "rank 5 (d1 p0 t1)".
 std::string DescribeRank(const HybridConfig& config, int rank);
-
-// "<job>.p<p>.t<t>": the Tessel job of partition (p, t).
-std::string PartitionJobName(const std::string& job, int p, int t);
-// "<job>.mesh": the registry group of the job's processes.
-std::string MeshGroupName(const std::string& job);
 
 // Global ranks of rank's tensor-parallel group ((d, p, 0..tp-1), ascending)
 // and of its data-parallel group ((0..dp-1, p, t)).

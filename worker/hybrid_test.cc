@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/job_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -39,7 +39,7 @@ namespace tessel {
 enum class Strategy {
   kDdp,    // servers only average; each worker runs the optimizer itself
   kZero1,  // servers keep fp32 masters and optimizer state of their range
-  kZero2,  // as zero1; the worker frees each bucket's gradients once pushed
+  kZero2,  // as zero1; with fsdp_units, gradients live per unit, each freed once pushed
   kFsdp,   // ZeRO-3: the worker gathers parameters unit by unit
 };
 
@@ -97,8 +97,8 @@ struct WorkerOptions {
   double topk_ratio = 0;
   absl::Duration connect_timeout = absl::Seconds(60);
   // Polled about every 0.5 s while Connect waits for the other workers to
-  // join; a non-OK status ends the wait with it. (AllReduceMean's reducers:
-  // the parent job's membership changed, so some rank will never join.)
+  // join; a non-OK status ends the wait with it (e.g. a layer on top saw
+  // a process of its own lost, so some rank will never join).
   std::function<absl::Status()> connect_check;
   absl::Duration step_timeout = absl::Seconds(120);
   absl::Duration lease_ttl = absl::Seconds(3);
@@ -118,7 +118,8 @@ struct WorkerOptions {
   // wrote it. After RegisterLayout, step() is the restored step.
   bool resume = false;
   int64_t resume_step = -1;
-  // Decide `resume` by itself at RegisterLayout: resume when the job is
+  // Decide whether to resume at RegisterLayout (Worker::resumed() says what
+  // was decided; options().resume stays as given): resume when the job is
   // already under way on the servers (past step 0) or, not there, has a
   // complete checkpoint; start afresh otherwise. What a process started
   // again with the same command line needs (a Kubernetes Job's replacement
@@ -172,10 +173,10 @@ struct WorkerOptions {
   // N >= 1: when a worker is lost and no replacement has joined within
   // elastic_grace, the job goes on without it as long as at least N workers
   // remain. The survivors are renumbered 0..W'-1 in their old rank order
-  // (options().rank and options().world_size change; registry identities do
-  // not), every shard is restored from the latest complete checkpoint for W'
+  // (Worker::rank() and world_size() change; options() and registry
+  // identities do not), every shard is restored from the latest complete checkpoint for W'
   // workers (DDP: re-created at the survivors' step, no rollback), and the
-  // training loop re-reads rank and world size after Recover(). Each worker
+  // training loop re-reads Worker::rank() and world_size() after Recover(). Each worker
   // keeps its own batch, so the global batch becomes W' x batch and the
   // optimizer averages over W' workers (docs/operations.md, "Elastic
   // continuation"). A worker that comes back after that is refused.

@@ -8,107 +8,23 @@
 #include "absl/strings/str_join.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/optimizer.h"
+#include "core/precision.h"
+#include "core/status_macros.h"
+#include "core/tensor_steps.h"
 #include "rpc/job_spec.h"
-#include "rpc/metrics_server.h"
-#include "rpc/tls.h"
 #include "worker/internal/bucket_exchange.h"
 #include "worker/internal/convert.h"
 #include "worker/internal/data_channel.h"
 #include "worker/internal/ddp_state.h"
-#include "worker/internal/fsdp_units.h"
-#include "worker/internal/job_collectives.h"
+#include "worker/internal/growth_policy.h"
 #include "worker/internal/job_context.h"
-#include "worker/internal/make_transport.h"
-#include "worker/internal/membership.h"
-#include "worker/internal/recovery.h"
-#include "worker/internal/state_queries.h"
 #include "worker/internal/worker_metrics.h"
+#include "worker/internal/worker_parts.h"
 
 namespace tessel {
 
-namespace internal {
-
-// The collaborators behind the facade. Dependencies run one way:
-//   RecoveryCoordinator, StateQueries -> Membership, JobCollectives,
-//   BucketExchange, FsdpUnits, DdpState -> DataChannel -> Transport; all
-//   read JobContext.
-// Declared so that destruction runs recovery (its retired buffers) after the
-// Worker's destructor has shut the transport down.
-struct WorkerParts {
-  explicit WorkerParts(const WorkerOptions& o) : ctx(o), ddp(o.optimizer) {}
-
-  JobContext ctx;
-  std::unique_ptr<DataChannel> channel;
-  std::unique_ptr<Membership> membership;
-  std::unique_ptr<BucketExchange> exchange;
-  std::unique_ptr<FsdpUnits> units;
-  DdpState ddp;
-  std::unique_ptr<JobCollectives> collectives;
-  std::unique_ptr<RecoveryCoordinator> recovery;
-  std::unique_ptr<StateQueries> queries;
-  v1::JobSpec spec;  // as registered
-  absl::Time last_checkpoint = absl::Now();
-  std::unique_ptr<MetricsServer> http;     // WorkerOptions.metrics_address
-  std::unique_ptr<Timeline> timeline;      // WorkerOptions.timeline
-  std::unique_ptr<WorkerMetrics> metrics;  // from the first step (none when reduce-only)
-};
-
-}  // namespace internal
-
 using internal::WorkerParts;
-
-// A reduce-only DDP job of one vector size ("<job>~sync<n>.e<epoch>"), on
-// shard 0 for small vectors (a metric, a digest) and on every server for
-// large ones (gradients): the servers reduce in rank order.
-class Worker::ServerReducer : public internal::Reducer {
- public:
-  static absl::StatusOr<std::unique_ptr<internal::Reducer>> Make(Worker* parent, size_t size) {
-    const internal::JobContext& ctx = parent->p_->ctx;
-    const WorkerOptions& parent_options = ctx.options;
-    WorkerOptions o;
-    o.registry = parent_options.registry;
-    // Named by the fencing epoch: after a recovery (a replacement, or an
-    // elastic renumbering) every rank uses new jobs for the new membership.
-    o.job = absl::StrCat(parent_options.job, "~sync", size, ".e", ctx.epoch.load());
-    o.rank = parent_options.rank;
-    o.world_size = parent_options.world_size;
-    o.server_pool = parent_options.server_pool;
-    o.num_servers = size < (1 << 16) ? 1 : parent_options.num_servers;
-    o.strategy = Strategy::kDdp;
-    o.optimizer.kind = OptimizerParams::Kind::kSgd;
-    o.bucket_bytes = parent_options.bucket_bytes;
-    o.align_elems = parent_options.align_elems;
-    o.connect_timeout = parent_options.connect_timeout;
-    o.step_timeout = parent_options.step_timeout;
-    o.lease_ttl = parent_options.lease_ttl;
-    o.ucx = parent_options.ucx;
-    o.transport = parent_options.transport;
-    o.tls = parent_options.tls;
-    o.token = ctx.token;
-    // A rank lost meanwhile never joins: stop waiting, let recovery start over.
-    o.connect_check = [parent] { return parent->CheckMembers(); };
-    auto w = Worker::Connect(o);
-    if (!w.ok()) return w.status();
-    (*w)->reduce_only_ = true;
-    const std::vector<float> zeros(size, 0.f);
-    absl::Status s = (*w)->RegisterLayout({{"data", {static_cast<int64_t>(size)}}}, zeros);
-    if (!s.ok()) return s;
-    return std::unique_ptr<internal::Reducer>(new ServerReducer(std::move(*w)));
-  }
-
-  absl::Status Mean(absl::Span<float> data) override {
-    std::copy(data.begin(), data.end(), worker_->grads().begin());
-    absl::Status s = worker_->Step();
-    if (!s.ok()) return s;
-    std::copy(worker_->grads().begin(), worker_->grads().end(), data.begin());
-    return absl::OkStatus();
-  }
-  void DeleteJob() override { worker_->DeleteJobOnServers(); }
-
- private:
-  explicit ServerReducer(std::unique_ptr<Worker> worker) : worker_(std::move(worker)) {}
-  std::unique_ptr<Worker> worker_;
-};
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& options) {
   absl::Status s = ValidateWorkerOptions(options);
@@ -121,56 +37,11 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& opt
 
 Worker::Worker(std::unique_ptr<WorkerParts> parts) : p_(std::move(parts)) {}
 
-Worker::~Worker() {
-  p_->membership.reset();  // leaves the registry
-  if (p_->channel != nullptr) p_->channel->transport().Shutdown();
-}
+Worker::~Worker() = default;  // WorkerParts stops the transport first
 
 absl::Status Worker::Start() {
-  internal::JobContext& ctx = p_->ctx;
-  auto credentials = LoadClientCredentials(ctx.options.tls);
-  if (!credentials.ok()) {
-    return absl::Status(credentials.status().code(),
-                        absl::StrCat(ctx.Where(), ": ", credentials.status().message()));
-  }
-  if (!ctx.options.metrics_address.empty()) {
-    auto http = MetricsServer::Start(ctx.options.metrics_address);
-    if (!http.ok()) {
-      return absl::Status(http.status().code(),
-                          absl::StrCat(ctx.Where(), ": ", http.status().message()));
-    }
-    p_->http = *std::move(http);
-    TESSEL_LOG(INFO) << ctx.Where() << ": metrics at http://" << p_->http->address() << "/metrics";
-  }
-  if (!ctx.options.timeline.empty()) {
-    auto timeline = Timeline::Open(
-        TimelinePath(ctx.options.timeline, ctx.options.rank, -1),
-        absl::StrCat("worker[", ctx.options.rank, "]"),
-        {.first_step = ctx.options.timeline_first_step, .steps = ctx.options.timeline_steps});
-    if (!timeline.ok()) {
-      return absl::Status(timeline.status().code(),
-                          absl::StrCat(ctx.Where(), ": ", timeline.status().message()));
-    }
-    p_->timeline = *std::move(timeline);
-    ctx.timeline = p_->timeline.get();
-  }
-  auto transport = internal::MakeTransport(ctx.options);
-  if (!transport.ok()) return transport.status();
-  p_->channel = std::make_unique<internal::DataChannel>(&ctx, std::move(*transport));
-  p_->membership = std::make_unique<internal::Membership>(&ctx, p_->channel.get(), *credentials);
-  internal::Membership* membership = p_->membership.get();
-  p_->channel->SetPeriodicCheck([membership] { return membership->Check(); });
-  p_->exchange = std::make_unique<internal::BucketExchange>(&ctx, p_->channel.get());
-  p_->units = std::make_unique<internal::FsdpUnits>(&ctx, p_->channel.get());
-  p_->collectives = std::make_unique<internal::JobCollectives>(
-      &ctx, [this](size_t size) { return ServerReducer::Make(this, size); });
-  p_->recovery = std::make_unique<internal::RecoveryCoordinator>(
-      internal::RecoveryParts{&ctx, p_->channel.get(), membership, p_->exchange.get(),
-                              p_->units.get(), &p_->ddp, p_->collectives.get(), &p_->spec});
-  p_->queries = std::make_unique<internal::StateQueries>(
-      internal::StateQueryParts{&ctx, p_->exchange.get(), p_->units.get(), &p_->ddp,
-                                p_->collectives.get(), &membership->fleet(), &p_->spec});
-  return membership->Join();
+  TESSEL_RETURN_IF_ERROR(p_->Build());
+  return p_->membership->Join();
 }
 
 absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
@@ -180,23 +51,21 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   if (ctx.layout != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(ctx.Where(), ": layout already registered"));
   }
-  v1::JobSpec spec = internal::MakeJobSpec(o, tensors, num_servers());
-  auto layout = ValidateJobSpec(spec);
-  if (!layout.ok()) return layout.status();
+  v1::JobSpec spec = internal::MakeJobSpec(o, ctx.world_size, tensors, num_servers());
+  TESSEL_ASSIGN_OR_RETURN(Layout layout, ValidateJobSpec(spec));
   // A newcomer (elastic growth) takes part in the recovery that admits it.
   const bool newcomer = p_->membership->newcomer();
-  if (newcomer) ctx.options.resume = true;
-  if (o.auto_resume && !o.resume) {
-    auto under_way = JobUnderWay();
-    if (!under_way.ok()) return under_way.status();
-    if (*under_way) {
-      ctx.options.resume = true;
+  if (newcomer) ctx.resume = true;
+  if (o.auto_resume && !ctx.resume) {
+    TESSEL_ASSIGN_OR_RETURN(const bool under_way, p_->control->UnderWay(!ctx.ddp()));
+    if (under_way) {
+      ctx.resume = true;
       TESSEL_LOG(INFO) << ctx.Where() << ": the job is under way (or has a checkpoint): resuming";
     }
   }
   const bool ddp = ctx.ddp();
-  const size_t n = static_cast<size_t>(layout->num_params());
-  if (ddp && o.resume && !o.recovery) {
+  const size_t n = static_cast<size_t>(layout.num_params());
+  if (ddp && ctx.resume && !o.recovery) {
     return absl::FailedPreconditionError(absl::StrCat(
         ctx.Where(),
         ": DDP keeps parameters and optimizer state on the workers and writes no checkpoint, so "
@@ -204,25 +73,25 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
         "the state of the surviving workers: run it with recovery on (--recover, "
         "WorkerOptions.recovery) as well as --resume"));
   }
-  if (!o.resume && (o.rank == 0 || ddp) && init.size() != n) {
+  if (!ctx.resume && (ctx.rank.load() == 0 || ddp) && init.size() != n) {
     return absl::InvalidArgumentError(
         absl::StrCat(ctx.Where(), ": init has ", init.size(), " floats but the layout has ", n));
   }
   ctx.half = JobHalfType(spec);
   p_->channel->SetSink(ctx.fsdp() ? static_cast<internal::FrameSink*>(p_->units.get())
                                   : p_->exchange.get());
-  ctx.layout = std::make_unique<Layout>(std::move(*layout));
+  ctx.layout = std::make_unique<Layout>(std::move(layout));
   p_->spec = spec;
-  absl::Status s = CreateJobs(ddp);
+  // A recovering worker (or a restarted job) joins the recovery protocol,
+  // which creates the job: rank 0 restores every shard, the others wait.
+  const bool join_recovery = ctx.resume && o.recovery;
+  absl::Status s = join_recovery ? absl::OkStatus() : CreateJob();
   if (s.ok() && ctx.unit_grads()) s = p_->units->Init();
   if (!s.ok()) {
     ctx.layout.reset();
     return s;
   }
   p_->exchange->Allocate();
-  // A recovering worker (or a restarted job) joins the recovery protocol:
-  // rank 0 restores every shard, the others wait for it.
-  const bool join_recovery = o.resume && o.recovery;
   internal::ModelBuffers& b = p_->exchange->buffers();
   if (ddp) {
     // A replacement (resume) holds nothing yet: its recovery copies the
@@ -236,74 +105,42 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
       : join_recovery ? p_->recovery->Run(o.resume_step)
                       : PullInitial(init);
   if (!s.ok()) ctx.layout.reset();
-  if (s.ok() && o.resume && !join_recovery) {
+  if (s.ok() && ctx.resume && !join_recovery) {
     TESSEL_LOG(INFO) << ctx.Where() << ": resumed from the checkpoint of step " << ctx.step;
   }
   return s;
 }
 
-absl::StatusOr<bool> Worker::JobUnderWay() {
-  const internal::JobContext& ctx = p_->ctx;
-  const ShardFleet& fleet = p_->membership->fleet();
-  v1::JobRef ref;
-  ref.set_job(ctx.options.job);
-  v1::ShardStats stats;
-  absl::Status s = fleet.Call(0, &v1::ShardServer::Stub::GetStats, ref, &stats,
-                              absl::StrCat(ctx.Where(), ": GetStats"));
-  if (s.ok() && stats.step() > 0) return true;
-  if (!s.ok() && !absl::IsNotFound(s)) return s;
-  if (ctx.ddp()) return false;  // DDP writes no checkpoint
-  v1::ListCheckpointsResponse checkpoints;
-  s = fleet.Call(0, &v1::ShardServer::Stub::ListCheckpoints, ref, &checkpoints,
-                 absl::StrCat(ctx.Where(), ": ListCheckpoints"));
-  if (absl::IsNotFound(s) || absl::IsFailedPrecondition(s)) return false;
-  if (!s.ok()) return s;
-  return checkpoints.checkpoints_size() > 0;
-}
-
-absl::Status Worker::CreateJobs(bool ddp) {
+absl::Status Worker::CreateJob() {
   internal::JobContext& ctx = p_->ctx;
-  const WorkerOptions& o = ctx.options;
-  if (o.resume && o.recovery) return absl::OkStatus();  // the recovery creates them
-  const ShardFleet& fleet = p_->membership->fleet();
-  return fleet.ForEach([&](int shard) -> absl::Status {
-    v1::CreateJobRequest req;
-    *req.mutable_spec() = p_->spec;
-    req.set_shard_index(shard);
-    req.set_epoch(ctx.epoch.load());
-    req.set_restore(o.resume);
-    req.set_restore_step(o.resume_step);
-    v1::CreateJobResponse resp;
-    absl::Status s = fleet.Call(shard, &v1::ShardServer::Stub::CreateJob, req, &resp,
-                                absl::StrCat(ctx.Where(), ": CreateJob"),
-                                absl::Minutes(5));  // a restore reads the checkpoint
-    if (!s.ok()) return s;
-    const Range r = ctx.layout->shard_range(shard);
-    if (resp.range_begin() != r.begin || resp.range_end() != r.end) {
-      return absl::InternalError(
-          absl::StrCat(ctx.Where(), ": shard ", shard, " derived range [", resp.range_begin(), ", ",
-                       resp.range_end(), ") but this worker derived [", r.begin, ", ", r.end, ")"));
-    }
-    if (o.resume) {
-      if (shard == 0) ctx.step = resp.step();
-      if (resp.step() != ctx.step) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            ctx.Where(), ": shards resumed at different steps (shard 0 at ", ctx.step, ", shard ",
-            shard, " at ", resp.step(), "); restart the servers and resume again"));
-      }
-    } else if (resp.step() != 0 && !ddp) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          ctx.Where(), ": job already exists at step ", resp.step(), " on shard ", shard,
-          "; resume it (WorkerOptions.resume / --resume) or use a new job name"));
-    }
-    return absl::OkStatus();
-  });
+  const bool ddp = ctx.ddp();
+  v1::CreateJobRequest req;
+  *req.mutable_spec() = p_->spec;
+  req.set_epoch(ctx.epoch.load());
+  req.set_restore(ctx.resume);
+  req.set_restore_step(ctx.options.resume_step);
+  return p_->control->CreateJob(
+      req, "CreateJob", [&](int shard, const v1::CreateJobResponse& resp) -> absl::Status {
+        if (ctx.resume) {
+          if (shard == 0) ctx.step = resp.step();
+          if (resp.step() != ctx.step) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                ctx.Where(), ": shards resumed at different steps (shard 0 at ", ctx.step,
+                ", shard ", shard, " at ", resp.step(), "); restart the servers and resume again"));
+          }
+        } else if (resp.step() != 0 && !ddp) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              ctx.Where(), ": job already exists at step ", resp.step(), " on shard ", shard,
+              "; resume it (WorkerOptions.resume / --resume) or use a new job name"));
+        }
+        return absl::OkStatus();
+      });
 }
 
 absl::Status Worker::PullInitial(absl::Span<const float> init) {
   internal::JobContext& ctx = p_->ctx;
   // ZeRO: rank 0 seeds the servers (unless resuming); everyone pulls.
-  if (ctx.options.rank == 0 && !ctx.options.resume) {
+  if (ctx.rank.load() == 0 && !ctx.resume) {
     // fsdp keeps no copy: INIT is sent from the caller's buffer, and waited for.
     // Mixed precision sends the fp32 masters from the caller's buffer too.
     const float* source = init.data();
@@ -403,7 +240,7 @@ absl::Status Worker::Step() {
   ++ctx.step;
   p_->exchange->NextStep();
   double update_seconds = 0;
-  if (ctx.ddp() && !reduce_only_) {
+  if (ctx.ddp()) {
     const auto start = std::chrono::steady_clock::now();
     absl::Status applied = p_->ddp.Apply(ctx.step, ctx.half, *ctx.layout, &p_->exchange->buffers());
     if (!applied.ok()) {
@@ -421,43 +258,25 @@ absl::Status Worker::Step() {
 absl::Status Worker::AdmitNewcomers() {
   internal::JobContext& ctx = p_->ctx;
   const WorkerOptions& o = ctx.options;
-  const int room = o.elastic_max_workers - o.world_size;
-  if (reduce_only_ || room <= 0 || o.checkpoint.every_steps <= 0 ||
-      ctx.step % o.checkpoint.every_steps != 0) {
-    return absl::OkStatus();
-  }
-  // Each rank's view of the registry differs in timing: admit only the
-  // newcomers every rank sees (each rank sends its first k, in order).
-  constexpr uint64_t kNone = ~uint64_t{0};
-  const int k = std::min(room, 8);
-  std::vector<uint64_t> mine(static_cast<size_t>(k), kNone);
-  const std::vector<int> seen = p_->membership->Newcomers();
-  for (size_t i = 0; i < seen.size() && i < mine.size(); ++i) mine[i] = seen[i];
-  auto all = p_->collectives->AllGatherWords(mine);
-  if (!all.ok()) return all.status();
-  std::vector<int> agreed;
-  for (int i = 0; i < k; ++i) {
-    const uint64_t id = (*all)[static_cast<size_t>(i)];  // rank 0's list
-    if (id == kNone) continue;
-    bool everywhere = true;
-    for (int r = 1; r < o.world_size && everywhere; ++r) {
-      const auto begin = all->begin() + static_cast<std::ptrdiff_t>(r) * k;
-      everywhere = std::find(begin, begin + k, id) != begin + k;
-    }
-    if (everywhere) agreed.push_back(static_cast<int>(id));
-  }
+  const int slots = internal::GrowthSlots(o.elastic_max_workers, ctx.world_size,
+                                          o.checkpoint.every_steps, ctx.step);
+  if (slots == 0) return absl::OkStatus();
+  TESSEL_ASSIGN_OR_RETURN(std::vector<uint64_t> all,
+                          p_->collectives->AllGatherWords(
+                              internal::GrowthProposal(p_->membership->Newcomers(), slots)));
+  const std::vector<int> agreed = internal::AgreedNewcomers(all, ctx.world_size, slots);
   if (agreed.empty()) return absl::OkStatus();
   p_->membership->PlanGrowth(agreed, ctx.step);
   return ctx.Recoverable(absl::AbortedError(
       absl::StrCat(ctx.Where(), ": admitting ", agreed.size(), " new worker(s) (registry rank(s) ",
                    absl::StrJoin(agreed, ", "), ") at the checkpoint of step ", ctx.step,
-                   ": the job grows from ", o.world_size, " to ", o.world_size + agreed.size(),
+                   ": the job grows from ", ctx.world_size, " to ", ctx.world_size + agreed.size(),
                    " workers. Recover() admits them; nothing rolls back")));
 }
 
 void Worker::MaybeCheckpoint() {
   const WorkerOptions& o = p_->ctx.options;
-  if (o.rank != 0 || o.checkpoint_interval <= absl::ZeroDuration() ||
+  if (p_->ctx.rank.load() != 0 || o.checkpoint_interval <= absl::ZeroDuration() ||
       absl::Now() - p_->last_checkpoint < o.checkpoint_interval) {
     return;
   }
@@ -482,20 +301,10 @@ absl::Status Worker::SetOptimizer(const OptimizerParams& optimizer) {
   }
   if (ctx.layout != nullptr && !ctx.ddp()) {
     // Every shard is at step() and none can apply step() + 1 before this
-    // rank pushes it: the new values are in place for that step.
-    const ShardFleet& fleet = p_->membership->fleet();
-    v1::SetOptimizerRequest req;
-    req.set_job(ctx.options.job);
-    *req.mutable_optimizer() = OptimizerToProto(optimizer);
-    req.set_step(ctx.step + 1);
-    absl::Status s = fleet.ForAll([&](int shard) {
-      v1::SetOptimizerResponse resp;
-      return fleet.Call(shard, &v1::ShardServer::Stub::SetOptimizer, req, &resp,
-                        absl::StrCat(ctx.Where(), ": SetOptimizer"));
-    });
-    // A shard that took them and one that did not would disagree: the
-    // caller retries (the same values are accepted again) or stops.
-    if (!s.ok()) return s;
+    // rank pushes it: the new values are in place for that step. A shard
+    // that took them and one that did not would disagree: the caller
+    // retries (the same values are accepted again) or stops.
+    TESSEL_RETURN_IF_ERROR(p_->control->SetOptimizer(optimizer, ctx.step + 1));
   }
   current = optimizer;
   *p_->spec.mutable_optimizer() = OptimizerToProto(optimizer);
@@ -530,25 +339,11 @@ absl::Status Worker::SkipTensors(absl::Span<const int32_t> tensors) {
   }
   // Every shard is at step() and none can complete a bucket holding these
   // tensors before this rank pushes it.
-  const ShardFleet& fleet = p_->membership->fleet();
-  v1::SkipTensorsRequest req;
-  req.set_job(ctx.options.job);
-  req.set_step(ctx.step + 1);
+  std::vector<int32_t> skipped;
   for (size_t t = 0; t < mask.size(); ++t) {
-    if (mask[t] != 0) req.add_tensors(static_cast<int32_t>(t));
+    if (mask[t] != 0) skipped.push_back(static_cast<int32_t>(t));
   }
-  // Only the shards holding one of them: another may finish the step first.
-  return fleet.ForAll([&](int shard) {
-    const Range r = ctx.layout->shard_range(shard);
-    bool holds = false;
-    for (int32_t t : req.tensors()) {
-      holds = holds || ctx.layout->tensors()[static_cast<size_t>(t)].range().Overlaps(r);
-    }
-    if (!holds) return absl::OkStatus();
-    v1::SkipTensorsResponse resp;
-    return fleet.Call(shard, &v1::ShardServer::Stub::SkipTensors, req, &resp,
-                      absl::StrCat(ctx.Where(), ": SkipTensors"));
-  });
+  return p_->control->SkipTensors(skipped, ctx.step + 1);
 }
 
 absl::Status Worker::RequestCheckpoint() {
@@ -559,14 +354,7 @@ absl::Status Worker::RequestCheckpoint() {
   }
   // Every shard is at step and no bucket of the next step can complete
   // before this rank pushes it, so step + 1 is a boundary no shard has passed.
-  const ShardFleet& fleet = p_->membership->fleet();
-  return fleet.ForAll([&](int shard) {
-    v1::SaveCheckpointRequest req;
-    req.set_job(ctx.options.job);
-    req.set_step(ctx.step + 1);
-    v1::SaveCheckpointResponse resp;
-    return fleet.Call(shard, &v1::ShardServer::Stub::SaveCheckpoint, req, &resp, "SaveCheckpoint");
-  });
+  return p_->control->SaveCheckpoint(ctx.step + 1);
 }
 
 // --- fsdp ------------------------------------------------------------------
@@ -611,18 +399,7 @@ absl::Status Worker::SetDdpUpdater(DdpUpdater* updater) {
     return absl::FailedPreconditionError(
         absl::StrCat(ctx.Where(), ": a DDP updater needs a ddp job after RegisterLayout"));
   }
-  internal::DdpState& ddp = p_->ddp;
-  if (ddp.updater() == updater) return absl::OkStatus();
-  // Bring the worker's copies up to date from the old updater, then hand
-  // them to the new one.
-  if (absl::Status s = ddp.SyncToHost(ctx.half, &p_->exchange->buffers()); !s.ok()) return s;
-  DdpUpdater* old = ddp.updater();
-  ddp.set_updater(updater);
-  if (absl::Status s = ddp.SyncFromHost(p_->exchange->buffers()); !s.ok()) {
-    ddp.set_updater(old);
-    return s;
-  }
-  return absl::OkStatus();
+  return p_->ddp.InstallUpdater(updater, ctx.half, &p_->exchange->buffers());
 }
 
 absl::StatusOr<std::vector<float>> Worker::GatherAll() {
@@ -638,19 +415,7 @@ absl::StatusOr<std::vector<float>> Worker::GatherAll() {
   }
   if (!ctx.fsdp()) return std::vector<float>(b.params.begin(), b.params.end());
   std::vector<float> all(static_cast<size_t>(ctx.layout->num_params()));
-  for (int u = 0; u < num_units(); ++u) {
-    float* dst = all.data() + unit_range(u).begin;
-    if (ctx.half) {
-      auto p = GatherHalf(u);
-      if (!p.ok()) return p.status();
-      HalfToFloat(*ctx.half, p->data(), dst, p->size());
-    } else {
-      auto p = Gather(u);
-      if (!p.ok()) return p.status();
-      std::copy(p->begin(), p->end(), dst);
-    }
-    Release(u);
-  }
+  TESSEL_RETURN_IF_ERROR(p_->units->GatherAll(absl::MakeSpan(all)));
   return all;
 }
 
@@ -695,10 +460,9 @@ absl::Status Worker::RunRecovery(int64_t restore_step) {
 }
 
 void Worker::StepMetrics(const StepPhases& phases, double update_seconds) {
-  if (reduce_only_) return;
   const internal::JobContext& ctx = p_->ctx;
   if (p_->metrics == nullptr) {
-    p_->metrics = std::make_unique<internal::WorkerMetrics>(ctx.options.job, ctx.options.rank);
+    p_->metrics = std::make_unique<internal::WorkerMetrics>(ctx.options.job, ctx.rank.load());
   }
   p_->metrics->StepDone(ctx.step, phases, update_seconds);
 }
@@ -719,20 +483,11 @@ absl::Status Worker::RecoverTo(int64_t step) {
 
 absl::StatusOr<std::vector<int64_t>> Worker::CompleteCheckpointSteps() {
   const internal::JobContext& ctx = p_->ctx;
-  const ShardFleet& fleet = p_->membership->fleet();
-  if (fleet.size() == 0) {
+  if (p_->membership->fleet().size() == 0) {
     return absl::FailedPreconditionError(absl::StrCat(ctx.Where(), ": no servers"));
   }
-  v1::JobRef ref;
-  ref.set_job(ctx.options.job);
-  v1::ListCheckpointsResponse resp;
-  absl::Status s = fleet.Call(0, &v1::ShardServer::Stub::ListCheckpoints, ref, &resp,
-                              absl::StrCat(ctx.Where(), ": listing the job's checkpoints"));
-  if (absl::IsNotFound(s)) return std::vector<int64_t>();
-  if (!s.ok()) return ctx.Recoverable(absl::UnavailableError(s.message()));
-  std::vector<int64_t> steps;
-  for (const v1::CheckpointInfo& c : resp.checkpoints()) steps.push_back(c.step());
-  std::sort(steps.begin(), steps.end());
+  auto steps = p_->control->CheckpointSteps();
+  if (!steps.ok()) return ctx.Recoverable(absl::UnavailableError(steps.status().message()));
   return steps;
 }
 
@@ -743,6 +498,9 @@ int64_t Worker::epoch() const { return p_->ctx.epoch.load(); }
 int Worker::num_servers() const { return p_->membership->num_servers(); }
 const Layout& Worker::layout() const { return *p_->ctx.layout; }
 const WorkerOptions& Worker::options() const { return p_->ctx.options; }
+int Worker::rank() const { return p_->ctx.rank.load(); }
+int Worker::world_size() const { return p_->ctx.world_size; }
+bool Worker::resumed() const { return p_->ctx.resume; }
 
 WorkerMemory Worker::memory() const {
   const internal::ModelBuffers& b = p_->exchange->buffers();
@@ -758,24 +516,6 @@ WorkerMemory Worker::memory() const {
 
 absl::StatusOr<std::vector<ShardReport>> Worker::ServerStats() {
   return p_->queries->ServerStats();
-}
-
-void Worker::DeleteJobOnServers() {
-  const internal::JobContext& ctx = p_->ctx;
-  const ShardFleet& fleet = p_->membership->fleet();
-  absl::Status s = fleet.ForAll([&](int shard) {
-    v1::JobRef ref;
-    ref.set_job(ctx.options.job);
-    v1::DeleteJobResponse resp;
-    absl::Status d = fleet.Call(shard, &v1::ShardServer::Stub::DeleteJob, ref, &resp, "DeleteJob",
-                                absl::Seconds(5));
-    if (!d.ok() && !absl::IsNotFound(d)) {
-      TESSEL_LOG(WARNING) << ctx.Where() << ": could not delete job '" << ctx.options.job
-                          << "': " << d.message();
-    }
-    return absl::OkStatus();
-  });
-  (void)s;
 }
 
 // --- state queries ---------------------------------------------------------

@@ -10,8 +10,10 @@
 // Strategies (WorkerOptions::strategy):
 //   zero2, zero1  servers keep fp32 master params and optimizer state of
 //                 their range; a step pushes gradients and pulls parameters.
-//                 (On the wire the two are the same; they differ in what the
-//                 worker keeps, which matters once mixed precision lands.)
+//                 The two are the same on the wire and on the worker, in
+//                 fp32 and mixed precision alike, unless zero2 has units
+//                 (WorkerOptions::fsdp_units): then its gradients live per
+//                 unit (UnitGrads/PushUnit), each freed once pushed.
 //   ddp           servers only average; each worker pulls the averaged
 //                 gradient and runs the optimizer itself, identically.
 //   fsdp          (ZeRO-3) the worker holds no full copy: per unit (a group
@@ -95,9 +97,13 @@ class Worker {
   // pass an empty span for ZeRO.
   absl::Status RegisterLayout(const std::vector<TensorDesc>& tensors, absl::Span<const float> init);
 
+  // The model's parameters and gradients in the full-buffer modes (ddp,
+  // zero1, zero2; zero2 with units: params() only; fsdp: neither). Under
+  // mixed precision (half_type() set) they are empty except DDP's params(),
+  // its fp32 masters: the model lives in half_params()/half_grads(), as half
+  // bit patterns (zero2 with units: half_params() only).
   absl::Span<float> params();
   absl::Span<float> grads();
-  // Mixed precision: the parameters and gradients, as half bit patterns.
   std::optional<HalfType> half_type() const;
   absl::Span<uint16_t> half_params();
   absl::Span<uint16_t> half_grads();
@@ -145,7 +151,7 @@ class Worker {
   // (WorkerOptions::elastic_max_workers) a step that reaches a checkpoint
   // boundary while newcomers wait is applied (step() moved on) and returns a
   // recoverable status; Recover() admits them without rolling back (step()
-  // stays), and the loop re-reads rank and world size.
+  // stays), and the loop re-reads rank() and world_size().
   absl::Status Step();
 
   // Asks every shard server to snapshot the job when it completes the next
@@ -225,8 +231,8 @@ class Worker {
   // with the next heartbeat (about once a second): the registry's status page
   // plots rank 0's (docs/observability.md). Cheap; call it every step.
   void ReportLoss(double loss);
-  // This worker's registry rank: options().rank at Create, kept when an
-  // elastic recovery renumbers the data-parallel ranks.
+  // This worker's registry rank: options().rank, kept when an elastic
+  // recovery renumbers the data-parallel ranks.
   int registry_rank() const;
   // Registry ranks of the job's workers in data-parallel rank order.
   const std::vector<int>& worker_ids() const;
@@ -316,7 +322,23 @@ class Worker {
   std::vector<std::string> device_memory_types() const;
   int num_servers() const;
   const Layout& layout() const;
+  // What the caller passed to Connect, changed since only by its own
+  // SetOptimizer and SetResumeStep: the worker never rewrites it. What the
+  // worker decides is below.
   const WorkerOptions& options() const;
+  // This worker's data-parallel rank and the job's world size now:
+  // options().rank and options().world_size at Connect, except for a
+  // newcomer (elastic growth: its prospective rank and the running job's
+  // world from Connect, the grown world once RegisterLayout admitted it);
+  // an elastic recovery renumbers the ranks. Re-read after Recover().
+  int rank() const;
+  int world_size() const;
+  // Whether RegisterLayout took the job's state from the servers (a
+  // checkpoint, or a recovery) rather than from `init`: options().resume,
+  // or decided at RegisterLayout (options().auto_resume found the job under
+  // way, or this worker is a newcomer). Before RegisterLayout:
+  // options().resume.
+  bool resumed() const;
   WorkerMemory memory() const;
   // Shard statistics from every server (control plane), for tools and tests.
   absl::StatusOr<std::vector<ShardReport>> ServerStats();
@@ -324,11 +346,8 @@ class Worker {
  private:
   explicit Worker(std::unique_ptr<internal::WorkerParts> parts);
   absl::Status Start();
-  // Builds the job spec and creates (or, resuming, restores) the job on every shard.
-  absl::Status CreateJobs(bool ddp);
-  // WorkerOptions::auto_resume: true when the job is past step 0 on the
-  // servers, or has a checkpoint.
-  absl::StatusOr<bool> JobUnderWay();
+  // Creates (or, resuming, restores) the registered job on every shard.
+  absl::Status CreateJob();
   absl::Status PullInitial(absl::Span<const float> init);
   void MaybeCheckpoint();
   // Elastic growth, after a step: at a checkpoint boundary the ranks agree
@@ -336,14 +355,10 @@ class Worker {
   // admits them).
   absl::Status AdmitNewcomers();
   absl::Status RunRecovery(int64_t restore_step);
-  // Records a finished step in the worker's metrics (not for reduce-only jobs).
+  // Records a finished step in the worker's metrics.
   void StepMetrics(const StepPhases& phases, double update_seconds);
-  void DeleteJobOnServers();
-  // JobCollectives' reducer: a reduce-only Worker of one vector size (worker.cc).
-  class ServerReducer;
 
   std::unique_ptr<internal::WorkerParts> p_;
-  bool reduce_only_ = false;  // a reducer: Step() only averages
 };
 
 }  // namespace tessel

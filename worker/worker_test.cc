@@ -570,15 +570,15 @@ TEST_P(WorkerTest, ANewcomerIsAdmittedAtTheNextCheckpointBoundaryAndTrainingEnds
       ASSERT_TRUE(worker.RegisterLayout(kTensors, id == 2 ? std::vector<float>() : Init()).ok());
       if (id == 2) {
         admitted_at[id] = worker.step();
-        EXPECT_EQ(worker.options().rank, 2);
-        EXPECT_EQ(worker.options().world_size, 3);
+        EXPECT_EQ(worker.rank(), 2);
+        EXPECT_EQ(worker.world_size(), 3);
       }
       for (int64_t s = worker.step(); s < kTotal; ++s) {
         // The newcomer is registered before the boundary step runs, so every
         // rank sees it there.
         if (s == 1 && id < 2 && ++ran_step0 == 2) originals_ran.Notify();
         if (s == kBoundary - 1) newcomer_registered.WaitForNotification();
-        const int rank = worker.options().rank;
+        const int rank = worker.rank();
         absl::Status st;
         if (strategy == Strategy::kFsdp) {
           for (int u = 0; u < worker.num_units() && st.ok(); ++u) {
@@ -608,14 +608,14 @@ TEST_P(WorkerTest, ANewcomerIsAdmittedAtTheNextCheckpointBoundaryAndTrainingEnds
           st = worker.Recover();
           ASSERT_TRUE(st.ok()) << st;
           admitted_at[id] = worker.step();  // nothing rolled back
-          EXPECT_EQ(worker.options().world_size, 3);
+          EXPECT_EQ(worker.world_size(), 3);
           s = worker.step() - 1;
           continue;
         }
         ASSERT_TRUE(st.ok()) << st;
       }
-      final_rank[id] = worker.options().rank;
-      final_world[id] = worker.options().world_size;
+      final_rank[id] = worker.rank();
+      final_world[id] = worker.world_size();
       auto all = worker.GatherAll();
       ASSERT_TRUE(all.ok()) << all.status();
       out[id] = std::move(*all);

@@ -38,12 +38,12 @@ v1::CheckpointPolicy ToProto(const CheckpointPolicy& policy) {
   return p;
 }
 
-v1::JobSpec MakeJobSpec(const WorkerOptions& o, const std::vector<TensorDesc>& tensors,
-                        int num_shards) {
+v1::JobSpec MakeJobSpec(const WorkerOptions& o, int world_size,
+                        const std::vector<TensorDesc>& tensors, int num_shards) {
   v1::JobSpec spec;
   spec.set_job(o.job);
   spec.set_strategy(ToProto(o.strategy));
-  spec.set_world_size(o.world_size);
+  spec.set_world_size(world_size);
   spec.set_num_shards(num_shards);
   for (const TensorDesc& t : tensors) {
     v1::TensorSpec* ts = spec.add_tensors();

@@ -59,6 +59,17 @@ absl::Status DdpState::SyncToHost(std::optional<HalfType> half, ModelBuffers* b)
   return s;
 }
 
+absl::Status DdpState::InstallUpdater(DdpUpdater* updater, std::optional<HalfType> half,
+                                      ModelBuffers* buffers) {
+  if (updater == updater_) return absl::OkStatus();
+  if (absl::Status s = SyncToHost(half, buffers); !s.ok()) return s;
+  DdpUpdater* old = updater_;
+  updater_ = updater;
+  absl::Status s = SyncFromHost(*buffers);
+  if (!s.ok()) updater_ = old;
+  return s;
+}
+
 absl::Status DdpState::SyncFromHost(const ModelBuffers& b) {
   if (updater_ == nullptr) return absl::OkStatus();
   std::vector<const float*> slots;

@@ -52,6 +52,11 @@ class DdpState {
   // were written); both do nothing without an updater.
   DdpUpdater* updater() const { return updater_; }
   void set_updater(DdpUpdater* updater) { updater_ = updater; }
+  // Replaces the updater: the host copies are refreshed from the old one
+  // (SyncToHost), then handed to the new one (its Load). On error the old
+  // one stays installed (a failed Load leaves the host copies current).
+  absl::Status InstallUpdater(DdpUpdater* updater, std::optional<HalfType> half,
+                              ModelBuffers* buffers);
   absl::Status SyncToHost(std::optional<HalfType> half, ModelBuffers* buffers);
   absl::Status SyncFromHost(const ModelBuffers& buffers);
   uint64_t Digest(int64_t step, absl::Span<const float> params) const;

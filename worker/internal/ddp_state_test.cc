@@ -109,5 +109,57 @@ TEST(DdpStateTest, AReplacementHoldsNoState) {
   EXPECT_TRUE(ddp.holds_state());
 }
 
+// Counts its calls; Load fails when told to. Holds the state it was given.
+class FakeUpdater : public DdpUpdater {
+ public:
+  explicit FakeUpdater(float value, bool refuse_load = false)
+      : value_(value), refuse_load_(refuse_load) {}
+  absl::Status Apply(const OptimizerParams&, absl::Span<const Run>) override {
+    return absl::OkStatus();
+  }
+  absl::Status Store(float* params, absl::Span<float* const>) override {
+    ++stores;
+    params[0] = value_;
+    return absl::OkStatus();
+  }
+  absl::Status Load(const float* params, absl::Span<const float* const>) override {
+    ++loads;
+    if (refuse_load_) return absl::InternalError("no room on the device");
+    value_ = params[0];
+    return absl::OkStatus();
+  }
+  int stores = 0;
+  int loads = 0;
+
+ private:
+  float value_;
+  const bool refuse_load_;
+};
+
+TEST(DdpStateTest, InstallingAnUpdaterHandsTheStateOverAndAFailedOneChangesNothing) {
+  DdpState ddp(Adam());
+  ddp.Init(4, /*holds=*/true);
+  ModelBuffers b = Buffers(4, /*half=*/false);
+  b.params[0] = 1.f;
+  FakeUpdater a(/*value=*/0.f);
+  ASSERT_TRUE(ddp.InstallUpdater(&a, std::nullopt, &b).ok());
+  EXPECT_EQ(ddp.updater(), &a);
+  EXPECT_EQ(a.loads, 1);  // took the worker's parameters
+  EXPECT_EQ(a.stores, 0);
+  ASSERT_TRUE(ddp.InstallUpdater(&a, std::nullopt, &b).ok());  // the same: nothing
+  EXPECT_EQ(a.loads, 1);
+
+  FakeUpdater refusing(/*value=*/5.f, /*refuse_load=*/true);
+  absl::Status s = ddp.InstallUpdater(&refusing, std::nullopt, &b);
+  EXPECT_TRUE(absl::IsInternal(s)) << s;
+  EXPECT_EQ(ddp.updater(), &a);  // the old one stays
+  EXPECT_EQ(a.stores, 1);        // the host copies were refreshed from it first
+  EXPECT_EQ(b.params[0], 1.f);
+
+  ASSERT_TRUE(ddp.InstallUpdater(nullptr, std::nullopt, &b).ok());
+  EXPECT_EQ(ddp.updater(), nullptr);
+  EXPECT_EQ(a.stores, 2);  // the worker's own copies are current again
+}
+
 }  // namespace
 }  // namespace tessel::internal

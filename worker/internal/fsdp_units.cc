@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
+#include "core/precision.h"
 
 namespace tessel::internal {
 
@@ -143,6 +144,23 @@ absl::Span<uint16_t> FsdpUnits::HalfGrads(int unit) {
     AccountLocked();
   }
   return absl::MakeSpan(*u.grads_half);
+}
+
+absl::Status FsdpUnits::GatherAll(absl::Span<float> all) {
+  for (int u = 0; u < size(); ++u) {
+    float* dst = all.data() + range(u).begin;
+    if (ctx_->half) {
+      auto p = GatherHalf(u);
+      if (!p.ok()) return p.status();
+      HalfToFloat(*ctx_->half, p->data(), dst, p->size());
+    } else {
+      auto p = Gather(u);
+      if (!p.ok()) return p.status();
+      std::copy(p->begin(), p->end(), dst);
+    }
+    Release(u);
+  }
+  return absl::OkStatus();
 }
 
 absl::Span<float> FsdpUnits::Grads(int unit) {

@@ -45,6 +45,9 @@ class FsdpUnits : public FrameSink {
   absl::StatusOr<absl::Span<const float>> Gather(int unit);
   absl::StatusOr<absl::Span<const uint16_t>> GatherHalf(int unit);
   void Release(int unit);
+  // fsdp: every unit gathered in turn (widened from half under mixed
+  // precision) into `all` (the model's size), each released after.
+  absl::Status GatherAll(absl::Span<float> all);
   absl::Span<float> Grads(int unit);
   absl::Span<uint16_t> HalfGrads(int unit);
   // Pushes the unit's gradients; `pushed(shard, bucket)` is told of each.

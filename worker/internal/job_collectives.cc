@@ -32,7 +32,7 @@ void GetBytes(const float* in, int world, std::string* bytes) {
 absl::Status JobCollectives::AllReduceMean(absl::Span<float> data) {
   if (data.empty())
     return absl::InvalidArgumentError(absl::StrCat(ctx_->Where(), ": empty vector"));
-  if (ctx_->options.world_size == 1) return absl::OkStatus();  // the mean of one
+  if (ctx_->world_size == 1) return absl::OkStatus();  // the mean of one
   std::unique_ptr<Reducer>& reducer = reducers_[data.size()];
   if (reducer == nullptr) {
     auto made = factory_(data.size());
@@ -48,7 +48,7 @@ absl::Status JobCollectives::AllReduceMean(absl::Span<float> data) {
 }
 
 absl::StatusOr<std::vector<std::string>> JobCollectives::AllGather(absl::string_view mine) {
-  const int world = ctx_->options.world_size;
+  const int world = ctx_->world_size;
   const size_t words = WordsFor(mine.size());
   std::vector<float> wire(static_cast<size_t>(world) * words, 0.f);
   PutBytes(mine, wire.data() + static_cast<size_t>(ctx_->rank.load()) * words);
@@ -86,7 +86,7 @@ absl::Status JobCollectives::Broadcast(int root, std::string* bytes) {
   if (ctx_->rank.load() == root) PutBytes(*bytes, wire.data());
   absl::Status s = AllReduceMean(absl::MakeSpan(wire));
   if (!s.ok()) return s;
-  GetBytes(wire.data(), ctx_->options.world_size, bytes);
+  GetBytes(wire.data(), ctx_->world_size, bytes);
   return absl::OkStatus();
 }
 

@@ -12,7 +12,13 @@ constexpr char kRecoverableUrl[] = "type.tessel.dev/recoverable";
 }  // namespace
 
 JobContext::JobContext(const WorkerOptions& o)
-    : options(o), rank(o.rank), id(o.rank), job_id(JobId(o.job)), token(o.token) {
+    : options(o),
+      rank(o.rank),
+      world_size(o.world_size),
+      id(o.rank),
+      resume(o.resume),
+      job_id(JobId(o.job)),
+      token(o.token) {
   if (token.empty()) {
     if (const char* env = std::getenv("TESSEL_TOKEN")) token = env;
   }

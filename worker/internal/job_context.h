@@ -2,10 +2,10 @@
 // the Worker (worker/internal/*): options, registry identity, the fencing
 // epoch stamped on frames, the step, the layout once registered.
 //
-// Threads: the driving thread writes everything but `epoch` (written only by
-// the driving thread, read by the transport's progress thread) and `rank`
-// (an elastic recovery renumbers ranks; the progress thread reads it for
-// messages). Collaborators keep a pointer; the Worker owns the context.
+// Threads: the driving thread writes everything; the transport's progress
+// thread reads `epoch` and `rank` (atomics: a recovery moves to a new epoch,
+// an elastic one renumbers ranks) for frames and messages. Collaborators keep
+// a pointer; the Worker owns the context.
 #ifndef TESSEL_WORKER_INTERNAL_JOB_CONTEXT_H_
 #define TESSEL_WORKER_INTERNAL_JOB_CONTEXT_H_
 
@@ -40,11 +40,20 @@ struct JobContext {
   // (restarted) server does not have yet, a lost peer. Others pass as is.
   absl::Status Recoverable(absl::Status s) const;
 
-  // rank and world_size change only in an elastic recovery; everything else
-  // is as given to Connect.
+  // As given to Connect, changed afterwards only by the caller
+  // (Worker::SetOptimizer, SetResumeStep), never by the worker itself: what
+  // it decides lives in the members below (Worker::options()'s contract).
   WorkerOptions options;
-  std::atomic<int> rank{0};  // options.rank, for the progress thread
-  const int id;              // registry rank (options.rank at Connect)
+  // This worker's data-parallel rank and the job's world size:
+  // options.rank and options.world_size at Connect; a newcomer (elastic
+  // growth) and an elastic recovery change them (Membership).
+  std::atomic<int> rank{0};
+  int world_size = 1;
+  const int id;  // registry rank (options.rank at Connect), never changes
+  // RegisterLayout takes the job's state from the servers (a checkpoint or
+  // a recovery) instead of `init`: options.resume, or decided at
+  // RegisterLayout (options.auto_resume, or a newcomer).
+  bool resume = false;
   const uint64_t job_id;
   std::string token;  // admin token (options.token or $TESSEL_TOKEN)
   // The job's fencing epoch, stamped on every frame: the registry epoch at

@@ -23,7 +23,7 @@ Membership::Membership(JobContext* ctx, DataChannel* channel, const ClientCreden
       channel_(channel),
       registry_(std::make_unique<RegistryClient>(ctx->options.registry, credentials, ctx->token)),
       fleet_(ControlOptions{credentials, ctx->token}) {
-  for (int r = 0; r < ctx->options.world_size; ++r) member_ids_.push_back(r);
+  for (int r = 0; r < ctx->world_size; ++r) member_ids_.push_back(r);
 }
 
 Membership::~Membership() {
@@ -112,9 +112,8 @@ absl::Status Membership::ClassifyJoin() {
       member_ids_ = ids;
       {
         absl::MutexLock lock(&channel_->mu());
-        ctx_->options.world_size = static_cast<int>(ids.size());
-        ctx_->options.rank = static_cast<int>(ids.size());  // prospective
-        ctx_->rank = ctx_->options.rank;
+        ctx_->world_size = static_cast<int>(ids.size());
+        ctx_->rank = static_cast<int>(ids.size());  // prospective
       }
       TESSEL_LOG(INFO) << ctx_->Where() << ": the job is running with " << ids.size()
                        << " worker(s) (registry ranks " << absl::StrJoin(ids, ", ") << ") at step "
@@ -145,7 +144,7 @@ absl::Status Membership::ClassifyJoin() {
 absl::Status Membership::RefuseLateReplacement() {
   // A replacement for a worker the job went on without (elastic) would
   // only disturb the survivors: refuse it before it joins.
-  if (!ctx_->options.resume || fleet_.size() == 0) return absl::OkStatus();
+  if (!ctx_->resume || fleet_.size() == 0) return absl::OkStatus();
   v1::JobRef ref;
   ref.set_job(ctx_->options.job);
   v1::ShardStats st;
@@ -198,7 +197,7 @@ absl::Status Membership::Join() {
     Remember(*view);
     return absl::OkStatus();
   }
-  const int world = o.world_size;
+  const int world = ctx_->world_size;
   auto complete = [world](const v1::View& v) {
     int n = 0;
     for (const auto& m : v.members()) n += m.role() == v1::ROLE_WORKER && m.rank() < world;
@@ -286,7 +285,7 @@ absl::Status Membership::MembershipChanged() {
       return absl::OkStatus();
     }
     std::vector<std::string> missing;
-    for (int r = 0; r < o.world_size; ++r) {
+    for (int r = 0; r < ctx_->world_size; ++r) {
       bool present = false;
       for (const auto& m : view->members()) {
         present = present || (m.role() == v1::ROLE_WORKER && m.rank() == member_ids_[r]);
@@ -365,7 +364,7 @@ absl::Status Membership::Rejoin() {
 absl::Status Membership::WaitForComplete(absl::Time deadline, absl::Time elastic_at,
                                          std::vector<int>* ids) {
   const WorkerOptions& o = ctx_->options;
-  const int world = o.world_size;
+  const int world = ctx_->world_size;
   bool logged = false;
   std::string missing;
   for (;;) {
@@ -503,11 +502,10 @@ absl::Status Membership::Reconnect(const v1::View& pool) {
 void Membership::Adopt(const std::vector<int>& ids) {
   if (ids == member_ids_) return;
   const int rank = static_cast<int>(std::find(ids.begin(), ids.end(), ctx_->id) - ids.begin());
-  const int from = ctx_->options.world_size;
+  const int from = ctx_->world_size;
   {
     absl::MutexLock lock(&channel_->mu());
-    ctx_->options.rank = rank;
-    ctx_->options.world_size = static_cast<int>(ids.size());
+    ctx_->world_size = static_cast<int>(ids.size());
     ctx_->rank = rank;
   }
   member_ids_ = ids;

@@ -56,6 +56,8 @@ class Membership {
   ShardFleet& fleet() { return fleet_; }
   RegistryClient& registry() { return *registry_; }
   int num_servers() const { return static_cast<int>(ucx_addresses_.size()); }
+  // Per shard: the UCX address this worker reached it at ("" = not reached).
+  const std::vector<std::string>& ucx_addresses() const { return ucx_addresses_; }
 
   // What every blocking wait runs: lease, members, servers, then the
   // caller's own check (SetWaitCheck).

@@ -148,115 +148,83 @@ absl::Status RecoveryCoordinator::RestoreShards(absl::Time deadline, int64_t res
                                                 const std::vector<int>& ids, int64_t* epoch,
                                                 int64_t* step) {
   JobContext& ctx = *p_.ctx;
-  const ShardFleet& fleet = p_.membership->fleet();
+  const JobControl& control = *p_.control;
   const bool ddp = ctx.ddp();
   // The step to go back to: the latest complete checkpoint (DDP: ours).
   *step = ctx.step;
   if (!ddp) {
-    v1::CheckpointRef ref;
-    ref.set_job(ctx.options.job);
-    ref.set_step(restore_step);
-    v1::CheckpointInfo info;
-    absl::Status s =
-        fleet.Call(0, &v1::ShardServer::Stub::GetCheckpoint, ref, &info,
-                   absl::StrCat(ctx.Where(), ": finding the checkpoint to roll back to"));
+    auto info = control.GetCheckpoint(restore_step, "finding the checkpoint to roll back to");
     // Growth: the boundary's checkpoint may still be being written.
-    while (absl::IsNotFound(s) && restore_step >= 0 &&
+    while (absl::IsNotFound(info.status()) && restore_step >= 0 &&
            restore_step == p_.membership->growth_step() && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(20));
-      s = fleet.Call(0, &v1::ShardServer::Stub::GetCheckpoint, ref, &info,
-                     absl::StrCat(ctx.Where(), ": the checkpoint of step ", restore_step,
-                                  " to grow the job at"));
+      info = control.GetCheckpoint(restore_step, absl::StrCat("the checkpoint of step ",
+                                                              restore_step, " to grow the job at"));
     }
-    if (absl::IsNotFound(s)) {
+    if (absl::IsNotFound(info.status())) {
       return absl::FailedPreconditionError(
-          absl::StrCat(s.message(),
+          absl::StrCat(info.status().message(),
                        ". Recovery needs a complete checkpoint: run with "
                        "CheckpointPolicy.every_steps (--checkpoint_every_steps) and initial "
                        "(--checkpoint_initial) on servers sharing one --checkpoint_dir"));
     }
-    if (!s.ok()) return ctx.Recoverable(absl::UnavailableError(s.message()));
-    *step = info.step();
+    if (!info.ok()) return ctx.Recoverable(absl::UnavailableError(info.status().message()));
+    *step = info->step();
   }
   // An epoch above every one in use: ours, the registry's, every shard's.
-  int64_t e = std::max(ctx.epoch.load(), p_.membership->view_epoch());
-  absl::Status s = fleet.ForEach([&](int shard) -> absl::Status {
-    v1::JobRef ref;
-    ref.set_job(ctx.options.job);
-    v1::ShardStats st;
-    absl::Status g = fleet.Call(shard, &v1::ShardServer::Stub::GetStats, ref, &st,
-                                absl::StrCat(ctx.Where(), ": GetStats"));
-    if (g.ok()) {
-      e = std::max(e, st.epoch());
-    } else if (!absl::IsNotFound(g)) {
-      return ctx.Recoverable(absl::UnavailableError(g.message()));
-    }
-    return absl::OkStatus();
-  });
+  auto shards_epoch = control.MaxEpoch();
+  if (!shards_epoch.ok()) {
+    return ctx.Recoverable(absl::UnavailableError(shards_epoch.status().message()));
+  }
+  *epoch = std::max({ctx.epoch.load(), p_.membership->view_epoch(), *shards_epoch}) + 1;
+  v1::CreateJobRequest req;
+  *req.mutable_spec() = *p_.spec;
+  req.mutable_spec()->set_world_size(static_cast<int>(ids.size()));
+  for (int id : ids) req.add_worker_ids(id);
+  req.set_epoch(*epoch);
+  req.set_restore(!ddp);
+  req.set_restore_step(*step);
+  req.set_replace(true);
+  req.set_start_step(*step);
+  bool refused = false;
+  absl::Status s = control.CreateJob(
+      req, absl::StrCat("restoring to step ", *step),
+      [&](int shard, const v1::CreateJobResponse& resp) {
+        if (resp.step() == *step) return absl::OkStatus();
+        return absl::InternalError(absl::StrCat(ctx.Where(), ": shard ", shard, " restored step ",
+                                                resp.step(), "; expected step ", *step));
+      },
+      &refused);
+  if (!s.ok() && !refused && !absl::IsInvalidArgument(s) && !absl::IsPermissionDenied(s) &&
+      !absl::IsUnauthenticated(s)) {
+    // Others may get better by trying again: the server died again, or
+    // pruning removed checkpoint C while it was read (the next attempt picks
+    // the newest one).
+    return ctx.Recoverable(absl::UnavailableError(s.message()));
+  }
   if (!s.ok()) return s;
-  *epoch = e + 1;
-  s = fleet.ForEach([&](int shard) -> absl::Status {
-    v1::CreateJobRequest req;
-    *req.mutable_spec() = *p_.spec;
-    req.mutable_spec()->set_world_size(static_cast<int>(ids.size()));
-    for (int id : ids) req.add_worker_ids(id);
-    req.set_shard_index(shard);
-    req.set_epoch(*epoch);
-    req.set_restore(!ddp);
-    req.set_restore_step(*step);
-    req.set_replace(true);
-    req.set_start_step(*step);
-    v1::CreateJobResponse resp;
-    absl::Status c = fleet.Call(shard, &v1::ShardServer::Stub::CreateJob, req, &resp,
-                                absl::StrCat(ctx.Where(), ": restoring to step ", *step),
-                                absl::Minutes(5));  // a restore reads the checkpoint
-    if (!c.ok()) {
-      if (absl::IsInvalidArgument(c) || absl::IsPermissionDenied(c) || absl::IsUnauthenticated(c)) {
-        return c;  // will not get better by trying again
-      }
-      // Others may: the server died again, or pruning removed checkpoint C
-      // while it was read (the next attempt picks the newest one).
-      return ctx.Recoverable(absl::UnavailableError(c.message()));
-    }
-    const Range r = ctx.layout->shard_range(shard);
-    if (resp.range_begin() != r.begin || resp.range_end() != r.end || resp.step() != *step) {
-      return absl::InternalError(absl::StrCat(
-          ctx.Where(), ": shard ", shard, " restored [", resp.range_begin(), ", ", resp.range_end(),
-          ") at step ", resp.step(), "; expected [", r.begin, ", ", r.end, ") at step ", *step));
-    }
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  TESSEL_LOG(INFO) << ctx.Where() << ": restored " << fleet.size() << " shard(s) to step " << *step
-                   << " at epoch " << *epoch << " for " << ids.size() << " worker(s)";
+  TESSEL_LOG(INFO) << ctx.Where() << ": restored " << p_.membership->fleet().size()
+                   << " shard(s) to step " << *step << " at epoch " << *epoch << " for "
+                   << ids.size() << " worker(s)";
   return absl::OkStatus();
 }
 
 bool RecoveryCoordinator::StillRestored(const OwnRestore& r) {
-  JobContext& ctx = *p_.ctx;
-  const ShardFleet& fleet = p_.membership->fleet();
-  return fleet
-      .ForEach([&](int shard) -> absl::Status {
-        v1::JobRef ref;
-        ref.set_job(ctx.options.job);
-        v1::ShardStats st;
-        absl::Status g = fleet.Call(shard, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats",
-                                    absl::Seconds(5));
-        if (!g.ok()) return g;
-        if (st.epoch() != r.epoch || st.step() != r.step || st.restored_from_step() != r.step ||
-            WorkerIdsOf(st) != r.ids) {
-          return absl::FailedPreconditionError("moved on");
-        }
-        return absl::OkStatus();
-      })
-      .ok();
+  auto stats = p_.control->Stats(absl::Seconds(5));
+  if (!stats.ok()) return false;
+  for (const v1::ShardStats& st : *stats) {
+    if (st.epoch() != r.epoch || st.step() != r.step || st.restored_from_step() != r.step ||
+        WorkerIdsOf(st) != r.ids) {
+      return false;  // moved on
+    }
+  }
+  return true;
 }
 
 absl::Status RecoveryCoordinator::AwaitRestore(absl::Time deadline, int64_t after_epoch,
                                                int64_t* epoch, int64_t* step,
                                                std::vector<int>* ids) {
   JobContext& ctx = *p_.ctx;
-  const ShardFleet& fleet = p_.membership->fleet();
   std::string last = "no answer yet";
   int polls = 0;
   for (;;) {
@@ -265,35 +233,31 @@ absl::Status RecoveryCoordinator::AwaitRestore(absl::Time deadline, int64_t afte
     bool unreachable = false;
     // Restored by this recovery: a newer epoch, every shard the same, and
     // still at the step it was restored to (no step can pass without us).
-    const absl::Status ready = fleet.ForEach([&](int shard) -> absl::Status {
-      v1::JobRef ref;
-      ref.set_job(ctx.options.job);
-      v1::ShardStats st;
-      absl::Status g = fleet.Call(shard, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats",
-                                  absl::Seconds(5));
-      if (!g.ok()) {
-        last = absl::StrCat("shard ", shard, ": ", g.message());
-        unreachable = !absl::IsNotFound(g);
-        return g;
-      }
+    auto stats = p_.control->Stats(absl::Seconds(5));
+    absl::Status ready = stats.status();
+    if (!stats.ok()) {
+      last = std::string(ready.message());
+      unreachable = !absl::IsNotFound(ready);
+    }
+    for (size_t shard = 0; stats.ok() && shard < stats->size() && ready.ok(); ++shard) {
+      const v1::ShardStats& st = (*stats)[shard];
+      std::vector<int> shard_ids = WorkerIdsOf(st);
       if (st.epoch() <= after_epoch || st.restored_from_step() != st.step() ||
           (e >= 0 && (st.epoch() != e || st.step() != k))) {
         last = absl::StrCat("shard ", shard, " at epoch ", st.epoch(), " step ", st.step(),
                             " (restored from ", st.restored_from_step(), ")");
-        return absl::UnavailableError(last);
-      }
-      std::vector<int> shard_ids = WorkerIdsOf(st);
-      if (e >= 0 && shard_ids != restored_ids) {
+        ready = absl::UnavailableError(last);
+      } else if (e >= 0 && shard_ids != restored_ids) {
         last =
             absl::StrCat("shard ", shard, " restored for workers ", absl::StrJoin(shard_ids, ","),
                          ", another shard for ", absl::StrJoin(restored_ids, ","));
-        return absl::UnavailableError(last);
+        ready = absl::UnavailableError(last);
+      } else {
+        e = st.epoch();
+        k = st.step();
+        restored_ids = std::move(shard_ids);
       }
-      e = st.epoch();
-      k = st.step();
-      restored_ids = std::move(shard_ids);
-      return absl::OkStatus();
-    });
+    }
     const bool newcomer = p_.membership->newcomer();
     if (ready.ok() && newcomer &&
         std::find(restored_ids.begin(), restored_ids.end(), ctx.id) == restored_ids.end()) {
@@ -356,7 +320,7 @@ absl::Status RecoveryCoordinator::AlignDdpState(int64_t server_step) {
                             ddp.holds_state() ? ddp.Digest(ctx.step, buffers.params) : 0};
   auto all = p_.collectives->AllGatherWords(mine);
   if (!all.ok()) return all.status();
-  const int world = ctx.options.world_size;
+  const int world = ctx.world_size;
   int donor = -1;
   for (int r = 0; r < world; ++r) {
     if ((*all)[2 * r] > 0 && (donor < 0 || (*all)[2 * r] > (*all)[2 * donor])) donor = r;

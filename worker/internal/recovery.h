@@ -14,7 +14,7 @@
 // nothing from before the rollback is applied.
 //
 // Depends on (never the reverse): Membership, DataChannel, BucketExchange,
-// FsdpUnits, DdpState, JobCollectives.
+// FsdpUnits, DdpState, JobCollectives, JobControl.
 //
 // Threads: the driving thread.
 #ifndef TESSEL_WORKER_INTERNAL_RECOVERY_H_
@@ -34,6 +34,7 @@
 #include "worker/internal/fsdp_units.h"
 #include "worker/internal/job_collectives.h"
 #include "worker/internal/job_context.h"
+#include "worker/internal/job_control.h"
 #include "worker/internal/membership.h"
 
 namespace tessel::internal {
@@ -46,6 +47,7 @@ struct RecoveryParts {
   FsdpUnits* units;
   DdpState* ddp;
   JobCollectives* collectives;
+  const JobControl* control;
   v1::JobSpec* spec;  // as registered; world_size follows an elastic recovery
 };
 

@@ -15,16 +15,13 @@ StateQueries::StateQueries(const StateQueryParts& parts)
     : p_(parts), stopper_(parts.ctx->options.early_stopping) {}
 
 absl::StatusOr<std::vector<ShardReport>> StateQueries::ServerStats() {
-  const ShardFleet& fleet = *p_.fleet;
+  auto stats = p_.control->Stats();
+  if (!stats.ok()) return stats.status();
   std::vector<ShardReport> out;
-  absl::Status s = fleet.ForEach([&](int shard) -> absl::Status {
-    v1::JobRef ref;
-    ref.set_job(p_.ctx->options.job);
-    v1::ShardStats st;
-    absl::Status r = fleet.Call(shard, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats");
-    if (!r.ok()) return r;
+  for (size_t shard = 0; shard < stats->size(); ++shard) {
+    const v1::ShardStats& st = (*stats)[shard];
     ShardReport rep;
-    rep.shard = shard;
+    rep.shard = static_cast<int>(shard);
     rep.range = Range{st.range_begin(), st.range_end()};
     rep.epoch = st.epoch();
     rep.step = st.step();
@@ -42,9 +39,7 @@ absl::StatusOr<std::vector<ShardReport>> StateQueries::ServerStats() {
     rep.pushed_bytes = st.pushed_bytes();
     rep.folded_pushes = st.folded_pushes();
     out.push_back(std::move(rep));
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }
   return out;
 }
 
@@ -100,7 +95,7 @@ absl::StatusOr<OptimizerStateReport> StateQueries::SynchronizeOptimizerState() {
                             p_.ddp->Digest(ctx.step, p_.exchange->buffers().params)};
   auto all = p_.collectives->AllGatherWords(mine);
   if (!all.ok()) return all.status();
-  const int world = ctx.options.world_size;
+  const int world = ctx.world_size;
   for (int r = 0; r < world; ++r) {
     if ((*all)[2 * r] != (*all)[0]) {  // the same verdict on every rank, before anything changes
       return absl::FailedPreconditionError(absl::StrCat(
@@ -165,7 +160,7 @@ absl::Status StateQueries::Deserialize(absl::string_view blob) {
   if (!fits.ok()) return fits;
   if (!s.ok()) return s;
   absl::Status wrote = absl::OkStatus();
-  if (ctx.options.rank == 0) wrote = WriteServerState(ctx, *p_.fleet, *state);
+  if (ctx.rank.load() == 0) wrote = WriteServerState(ctx, *p_.fleet, *state);
   s = p_.collectives->AgreeOk(wrote.ok(), "Deserialize (writing the shard servers)");
   if (!wrote.ok()) return wrote;
   if (!s.ok()) return s;

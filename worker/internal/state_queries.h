@@ -31,6 +31,7 @@
 #include "worker/internal/fsdp_units.h"
 #include "worker/internal/job_collectives.h"
 #include "worker/internal/job_context.h"
+#include "worker/internal/job_control.h"
 #include "worker/reports.h"
 
 namespace tessel::internal {
@@ -41,7 +42,8 @@ struct StateQueryParts {
   FsdpUnits* units;
   DdpState* ddp;
   JobCollectives* collectives;
-  const ShardFleet* fleet;
+  const JobControl* control;
+  const ShardFleet* fleet;  // ReadServerState/WriteServerState
   const v1::JobSpec* spec;
 };
 
