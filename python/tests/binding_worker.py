@@ -54,6 +54,10 @@ expect_raises(ValueError, "recovery needs strategy zero1, zero2 or fsdp", lambda
 meta = exact_model.make_model().to("meta")
 expect_raises(ValueError, "Tessel trains CPU and CUDA models", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(meta.parameters()), model=meta))
+# Parameter group g's job, by the one grammar of derived names (core/job_name.h).
+check(tessel.group_job_name("mlp", 0) == "mlp" and tessel.group_job_name("mlp", 2) == "mlp.g2",
+      "group_job_name: the job itself for group 0, JOB.g<N> otherwise")
+expect_raises(ValueError, "group must be >= 0", lambda: tessel.group_job_name("mlp", -1))
 expect_raises(tessel.TesselError, "UNAVAILABLE", lambda: tessel.Worker(
     "127.0.0.1:1", "nowhere", 0, 1, connect_timeout_s=0.5))
 before = exact_model.flat(model).clone()

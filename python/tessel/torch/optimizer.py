@@ -151,7 +151,7 @@ class DistributedOptimizer:
         base_job = job or cfg["job"]
         for g, plan in zip(self._groups, plans):
             g.worker = tessel.Worker(
-                cfg["registry"], base_job if g.index == 0 else f"{base_job}.g{g.index}",
+                cfg["registry"], tessel.group_job_name(base_job, g.index),
                 cfg["rank"], cfg["world_size"], strategy=strategy, optimizer=g.hyper,
                 num_servers=cfg["num_servers"], bucket_bytes=int(bucket_bytes),
                 ucx_tls=cfg["ucx_tls"], connect_timeout_s=cfg["connect_timeout_s"],
