@@ -9,7 +9,6 @@ import sys
 import time
 
 import numpy as np
-import torch
 
 import exact_model
 import rank_lib
