@@ -5,8 +5,9 @@
 // for a step Recover() can repair, tessel.TesselError otherwise). params(),
 // grads() and unit views are NumPy arrays over the worker's own buffers (no
 // copy); they keep the Worker alive. Blocking calls (connect, steps,
-// gathers, recovery) release the GIL. python/tessel/torch.py builds the
-// PyTorch binding on top.
+// gathers, recovery) release the GIL. group_job_name is core/job_name.h's
+// GroupJobName, the one grammar of derived job names. python/tessel/torch/
+// builds the PyTorch binding on top.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -19,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/job_name.h"
 #include "core/optimizer.h"
 #include "worker/worker.h"
 
@@ -209,6 +211,16 @@ PYBIND11_MODULE(_tessel, m) {
   static py::exception<std::runtime_error> recoverable(m, "RecoverableError", tessel_error.ptr());
   tessel::g_tessel_error = tessel_error.ptr();
   tessel::g_recoverable_error = recoverable.ptr();
+
+  m.def(
+      "group_job_name",
+      [](const std::string& job, int group) {
+        if (group < 0) throw py::value_error("group_job_name: group must be >= 0");
+        return tessel::GroupJobName(job, group);
+      },
+      py::arg("job"), py::arg("group"),
+      "The job of parameter group `group` of job `job` (core/job_name.h): `job` itself for "
+      "group 0, else job.g<group>.");
 
   py::class_<PyWorker>(m, "Worker")
       .def(py::init([](const std::string& registry, const std::string& job, int rank,

@@ -4,7 +4,8 @@
 `tessel.torch` is the PyTorch binding built on it (DistributedOptimizer).
 Errors: ValueError for bad input, tessel.RecoverableError for a step that
 Worker.recover() can repair, tessel.TesselError otherwise.
+`tessel.group_job_name(job, g)` names parameter group g's job (core/job_name.h).
 """
-from tessel._tessel import RecoverableError, TesselError, Worker
+from tessel._tessel import RecoverableError, TesselError, Worker, group_job_name
 
-__all__ = ["RecoverableError", "TesselError", "Worker"]
+__all__ = ["RecoverableError", "TesselError", "Worker", "group_job_name"]

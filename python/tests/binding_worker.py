@@ -9,37 +9,17 @@ import numpy as np
 import torch
 
 import exact_model
+import rank_lib
 import tessel
 import tessel.torch as tt
 
-checks = 0
-
-
-def expect_raises(kind, fragment, fn):
-    global checks
-    try:
-        fn()
-    except kind as e:
-        if fragment not in str(e):
-            raise AssertionError(f"{kind.__name__} without {fragment!r}: {e}") from e
-        checks += 1
-        return
-    raise AssertionError(f"expected {kind.__name__} ({fragment!r}); nothing was raised")
-
-
-def check(cond, what):
-    global checks
-    if not cond:
-        raise AssertionError(what)
-    checks += 1
-
-
-torch.set_num_threads(1)
+checks = rank_lib.Checks()
+check, expect_raises = checks.check, checks.raises
 expect_raises(ValueError, "rank 5 is outside [0, 2)", lambda: tt.init(rank=5, world_size=2))
 expect_raises(RuntimeError, "call tessel.torch.init() first", tt.rank)
-cfg = tt.init()
-rank, world = tt.rank(), tt.size()
-check(world == 2, "launched with 2 ranks")
+r = rank_lib.Rank()
+cfg, rank, world, per, loss_fn = r.cfg, r.rank, r.world, r.per, r.loss_fn
+check(tt.rank() == rank and tt.size() == world == 2, "launched with 2 ranks")
 
 model = exact_model.make_model()
 # Bad input: nothing is created, nothing changes.
@@ -74,6 +54,10 @@ expect_raises(ValueError, "recovery needs strategy zero1, zero2 or fsdp", lambda
 meta = exact_model.make_model().to("meta")
 expect_raises(ValueError, "Tessel trains CPU and CUDA models", lambda: tt.DistributedOptimizer(
     torch.optim.Adam(meta.parameters()), model=meta))
+# Parameter group g's job, by the one grammar of derived names (core/job_name.h).
+check(tessel.group_job_name("mlp", 0) == "mlp" and tessel.group_job_name("mlp", 2) == "mlp.g2",
+      "group_job_name: the job itself for group 0, JOB.g<N> otherwise")
+expect_raises(ValueError, "group must be >= 0", lambda: tessel.group_job_name("mlp", -1))
 expect_raises(tessel.TesselError, "UNAVAILABLE", lambda: tessel.Worker(
     "127.0.0.1:1", "nowhere", 0, 1, connect_timeout_s=0.5))
 before = exact_model.flat(model).clone()
@@ -84,16 +68,10 @@ os.environ["TESSEL_UCX_IN_PLACE_MIN_BYTES"] = "0"
 opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model=model,
                               strategy="zero2", bucket_bytes=512, job=cfg["job"] + "-binding")
 check(torch.equal(exact_model.flat(model), before), "joining keeps rank 0's initial parameters")
-loss_fn = torch.nn.CrossEntropyLoss()
-per = exact_model.BATCH // world
 
 
 def train(step):
-    tokens, labels = exact_model.batch(step)
-    sl = slice(rank * per, (rank + 1) * per)
-    opt.zero_grad()
-    loss_fn(model(tokens[sl]), labels[sl]).backward()
-    opt.step()
+    r.train_step(opt, model, step)
 
 
 for s in range(3):
@@ -206,4 +184,5 @@ check(torch.equal(exact_model.flat(fmodel), full), "fsdp: shutdown leaves the fu
 after = exact_model.flat(model)  # still readable: copied out of the workers' buffers
 check(after.shape == at5.shape and torch.isfinite(after).all(), "the model survives shutdown")
 expect_raises(RuntimeError, "closed", opt.step)
-print(f"rank {rank}: {checks} checks passed", flush=True)
+expect_raises(RuntimeError, "call tessel.torch.init() first", tt.rank)  # the session is reset
+print(f"rank {rank}: {checks.passed} checks passed", flush=True)

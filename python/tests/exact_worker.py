@@ -9,22 +9,19 @@ import sys
 import time
 
 import numpy as np
-import torch
 
 import exact_model
+import rank_lib
 import tessel.torch as tt
 
 steps, outdir, combos = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-cfg = tt.init()
-rank, world = tt.rank(), tt.size()
-torch.set_num_threads(1)
-loss_fn = torch.nn.CrossEntropyLoss()
-per = exact_model.BATCH // world
+r = rank_lib.Rank()
+cfg, rank, loss_fn = r.cfg, r.rank, r.loss_fn
 for combo in combos:
     strategy, opt_name, *rest = combo.split(":")
     variant = rest[0] if rest else "fp32"
     # ...-staged / staged: the model's own tensors, staged to and from the
-    # worker's buffers as a CUDA model's are (tessel.torch._Staging).
+    # worker's buffers as a CUDA model's are (tessel.torch's Staging).
     staged = variant == "staged" or variant.endswith("-staged")
     if staged:
         variant = "fp32" if variant == "staged" else variant[:-len("-staged")]
@@ -60,11 +57,10 @@ for combo in combos:
     norms = []
     start = time.perf_counter()
     for step in range(steps):
-        tokens, labels = exact_model.batch(step)
-        sl = slice(rank * per, (rank + 1) * per)
+        tokens, labels = r.batch(step)
         opt.zero_grad(set_to_none=variant == "unused")
-        logits = model(tokens[sl], step) if unused else model(tokens[sl])
-        opt.scale_loss(loss_fn(logits.float(), labels[sl])).backward()
+        logits = model(tokens, step) if unused else model(tokens)
+        opt.scale_loss(loss_fn(logits.float(), labels)).backward()
         if clip:
             norms.append(float(tt.clip_grad_norm_(opt, clip)))
         applied.append(opt.step())
@@ -72,9 +68,8 @@ for combo in combos:
             schedule.step()
     ms = (time.perf_counter() - start) * 1e3 / steps
     if rank == 0:
-        with opt.gathered():
-            np.save(os.path.join(outdir, f"{combo.replace(':', '-')}.npy"),
-                    exact_model.flat(model).float().numpy())
+        np.save(os.path.join(outdir, f"{combo.replace(':', '-')}.npy"),
+                r.gathered_flat(opt, model).float().numpy())
         print(f"{combo}: {steps} steps, {ms:.2f} ms/step"
               + (f", gradient norms {' '.join(f'{n:.3f}' for n in norms)}" if norms else "")
               + (f", applied {''.join('1' if a else '0' for a in applied)} final loss scale "

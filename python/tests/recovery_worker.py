@@ -12,41 +12,33 @@ prints how many recoveries it made.
 import os
 import sys
 
-import numpy as np
 import torch
 
 import exact_model
+import rank_lib
 import tessel.torch as tt
 
 strategy, outdir = sys.argv[1], sys.argv[2]
 # zero2-staged: the model's own tensors staged as a CUDA model's are.
 os.environ["TESSEL_TORCH_STAGING"] = "1" if strategy.endswith("-staged") else "0"
 crash_at = int(sys.argv[3]) if len(sys.argv) > 3 else -1
-cfg = tt.init()
-rank, world = tt.rank(), tt.size()
+r = rank_lib.Rank()
+rank = r.rank
 restarted = int(os.environ.get("TESSEL_RESTART_COUNT", "0")) > 0
-torch.set_num_threads(1)
 model = exact_model.make_model()
 opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model=model,
                               strategy=strategy.split("-")[0], bucket_bytes=512, recovery=True,
                               checkpoint_every_steps=3)
 if restarted:
     print(f"rank {rank}: restarted, resuming at step {opt.step_count}", file=sys.stderr, flush=True)
-loss_fn = torch.nn.CrossEntropyLoss()
-per = exact_model.BATCH // world
 while opt.step_count < 10:
     k = opt.step_count
     if rank == 1 and not restarted and k == crash_at:
         os._exit(9)  # a crash: no goodbye to the registry or the servers
-    tokens, labels = exact_model.batch(k)
-    opt.zero_grad()
-    loss_fn(model(tokens[rank * per:(rank + 1) * per]),
-            labels[rank * per:(rank + 1) * per]).backward()
-    opt.step()
-with opt.gathered():
-    flat = exact_model.flat(model).numpy()
+    r.train_step(opt, model, k)
+r.save_flat(opt, model,
+            os.path.join(outdir, f"{strategy}-{'crash' if crash_at >= 0 else 'clean'}.npy"))
 if rank == 0:
-    np.save(os.path.join(outdir, f"{strategy}-{'crash' if crash_at >= 0 else 'clean'}.npy"), flat)
     print(f"rank 0: {strategy} done at step {opt.step_count}, recoveries {opt.recoveries}",
           flush=True)
 tt.shutdown()

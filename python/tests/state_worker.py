@@ -12,36 +12,26 @@ resume in another world size or strategy continues the same training.
 import os
 import sys
 
-import numpy as np
 import torch
 
 import exact_model
+import rank_lib
 import tessel.torch as tt
 
 mode, strategy, outdir = sys.argv[1], sys.argv[2], sys.argv[3]
-cfg = tt.init()
-rank, world = tt.rank(), tt.size()
-torch.set_num_threads(1)
+r = rank_lib.Rank()
+rank, world = r.rank, r.world
 model = exact_model.make_model()
 opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model=model,
                               strategy=strategy, bucket_bytes=512)
-loss_fn = torch.nn.CrossEntropyLoss()
-per = exact_model.BATCH // world
 
 
 def train(step):
-    tokens, labels = exact_model.batch(step)
-    sl = slice(rank * per, (rank + 1) * per)
-    opt.zero_grad()
-    loss_fn(model(tokens[sl]), labels[sl]).backward()
-    opt.step()
+    r.train_step(opt, model, step)
 
 
 def save_params(name):
-    with opt.gathered():
-        flat = exact_model.flat(model).numpy()
-    if rank == 0:
-        np.save(os.path.join(outdir, name), flat)
+    r.save_flat(opt, model, os.path.join(outdir, name))
 
 
 if mode == "save":

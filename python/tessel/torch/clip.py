@@ -1,0 +1,82 @@
+"""clip_grad_norm_ for a DistributedOptimizer: the job-wide gradient norm, and the
+clipping factor the coming step applies where the update runs.
+
+Contract. total_norm(tensors, norm_type) is torch.nn.utils.clip_grad_norm_'s
+norm of a list of tensors (inf: the largest magnitude); clip_factor(max_norm,
+total) is max_norm / (total + 1e-6) when that is below 1 and the norm is
+finite, else None (nothing to clip, or the gradients overflowed and the step
+skips). clip_grad_norm_(optimizer, ...) measures the norm of the mean
+gradient over all ranks (one reduction through the servers) and hands the
+factor to the optimizer for its next step only. Threads: the training
+thread's; a collective (every rank calls it at the same point).
+
+Example:
+    opt.zero_grad(); loss.backward()
+    norm = clip_grad_norm_(opt, 1.0)     # a tensor; the step scales the mean if > 1
+    opt.step()
+"""
+import numpy as np
+import torch
+
+from tessel.torch.optimizer import DistributedOptimizer
+from tessel.torch.precision import HALF
+
+
+def total_norm(tensors, norm_type):
+    """The norm of all `tensors` together (a 0-dim tensor), as torch's clip_grad_norm_."""
+    if norm_type == float("inf"):
+        return max(t.abs().max() for t in tensors)
+    return torch.norm(torch.stack([torch.norm(t, norm_type) for t in tensors]), norm_type)
+
+
+def clip_factor(max_norm, total):
+    """The factor that brings a norm of `total` to max_norm, or None (no clipping)."""
+    coef = max_norm / (float(total) + 1e-6)
+    if np.isfinite(float(total)) and coef < 1.0:  # overflowed: step() skips anyway
+        return coef
+    return None
+
+
+def clip_grad_norm_(optimizer, max_norm, norm_type=2.0):
+    """torch.nn.utils.clip_grad_norm_ for a DistributedOptimizer: the norm is the
+    job-wide one, of the mean gradient over all ranks (what the step applies),
+    across every parameter group; if above max_norm, the step multiplies that
+    mean by max_norm / (norm + 1e-6) (float32) where the update runs (the
+    servers; ddp: the workers), as torch multiplies a single process's
+    gradients. Returns the norm (a tensor).
+
+    Call it between backward and step on every rank. It costs one extra
+    reduction through the servers (and, on a step that clips, new settings sent
+    to them with the factor), and needs overlap=False (with overlap the
+    hooks have pushed the gradients during backward, before they could be
+    scaled).
+
+    With loss scaling it works on the unscaled gradients, as torch's recipe
+    (scaler.unscale_(opt); clip_grad_norm_(...); scaler.step(opt)) does: the
+    norm is that of the mean gradient times float32(1 / scale), and the
+    clipping factor joins the unscaling on the servers for this step (the
+    gradients stay in half precision until then). If the gradients
+    overflowed the norm is inf or NaN, nothing is clipped, and step() skips."""
+    if not isinstance(optimizer, DistributedOptimizer):
+        raise ValueError("clip_grad_norm_ takes a tessel.torch.DistributedOptimizer")
+    if optimizer.strategy == "fsdp":
+        raise ValueError("clip_grad_norm_ is not available with fsdp: its units' gradients are "
+                         "pushed and freed during backward")
+    if optimizer.overlap:
+        raise ValueError("clip_grad_norm_ needs the DistributedOptimizer made with overlap=False: "
+                         "with overlap, backward's hooks have already pushed the gradients")
+    max_norm = float(max_norm)
+    norm_type = float(norm_type)
+    if not max_norm > 0:
+        raise ValueError(f"max_norm must be > 0, got {max_norm}")
+    means = optimizer.synchronize_gradients()
+    if optimizer.strategy == "ddp" and optimizer.precision in HALF:
+        # what ddp's servers hand back, and its workers apply: the mean in half
+        half = HALF[optimizer.precision]
+        means = [g.to(half).float() for g in means]
+    means = optimizer._scaler.unscale(means)  # torch's unscale_: grad * float32(1 / scale)
+    total = total_norm(means, norm_type)
+    coef = clip_factor(max_norm, total)
+    if coef is not None:
+        optimizer._clip_next_step(coef)
+    return total

@@ -1,0 +1,205 @@
+"""FsdpGroup: a parameter group trained with fsdp (ZeRO-3), and how a model is cut
+into units.
+
+Contract. The worker keeps no full copy: a unit's parameters are gathered
+from the shard servers when its module's forward starts (a forward pre-hook,
+which also sends changed settings and prefetches the next unit), its
+gradients are written into the unit's own buffer, and once backward produced
+every one of them the unit is released and pushed (under loss scaling in
+step() instead, after the overflow decision). step() pushes the units
+backward did not reach (zero gradients) and finishes the step. Between steps
+the parameters are empty tensors; hold_all() gathers every unit not held
+(DistributedOptimizer.gathered()). Each unit is an FsdpUnit (fsdp_unit.py)
+with an explicit state; every release goes through FsdpUnit.release.
+
+plan_units(model, groups) cuts the model: per group, the model's top-level
+children that own parameters of the group, in the group's parameter order
+(parameters of the model itself form units of their own). A module whose
+parameters are in several groups has a unit in each, all gathered by its
+forward. ValueError unless the groups hold exactly model.parameters() and
+each unit's parameters are contiguous in its group.
+
+Threads: as ParamGroup (group.py): the hooks run during forward and backward.
+
+Example:
+    plans = plan_units(model, groups)              # [[(first, module), ...], ...]
+    g.worker = tessel.Worker(..., units=[first for first, _ in plans[0]])
+    g.bind(plans[0])                                # parameters now empty tensors
+    model(x).sum().backward()                      # units gathered, pushed, released
+    g.step()                                       # the rest pushed; finish_step
+"""
+import torch
+
+from tessel.torch.fsdp_unit import FsdpUnit
+from tessel.torch.group import ParamGroup
+
+
+def plan_units(model, groups):
+    """Per group, [(index of the unit's first parameter, its module), ...]."""
+    if model is None:
+        raise ValueError("strategy 'fsdp' needs model= (its modules are the units)")
+    named = list(model.named_parameters())
+    in_groups = sorted(id(p) for g in groups for p in g.params)
+    if sorted(id(p) for _, p in named) != in_groups:
+        raise ValueError("strategy 'fsdp' needs the optimizer's parameter groups to hold "
+                         "exactly model.parameters()")
+    children = dict(model.named_children())
+    key_of = {}
+    for name, p in named:
+        head = name.split(".")[0]
+        key_of[id(p)] = (head, head if head in children else f"<root>.{name}")
+    per_group = []
+    for g in groups:
+        units = []  # (index of the unit's first tensor, module, key)
+        last = None
+        for i, p in enumerate(g.params):
+            head, key = key_of[id(p)]
+            if key != last:
+                if any(k == key for _, _, k in units):
+                    raise ValueError(f"the parameters of {head} are not contiguous in "
+                                     f"parameter group {g.index}; fsdp units must be")
+                units.append((i, children.get(head, model), key))
+                last = key
+        per_group.append([(first, module) for first, module, _ in units])
+    return per_group
+
+
+class FsdpGroup(ParamGroup):
+    """One group's parameters gathered unit by unit (see the module's docs)."""
+
+    def __init__(self, index, params, names, hyper_source, settings):
+        super().__init__(index, params, names, hyper_source, settings)
+        self.units = []
+        self.unit_of = {}  # parameter index -> unit index
+
+    def bind(self, plan):
+        self.register_layout()
+        firsts = [first for first, _ in plan] + [len(self.params)]
+        for u, (first, module) in enumerate(plan):
+            members = list(range(first, firsts[u + 1]))
+            begin, _ = self.worker.unit_range(u)
+            offsets = []
+            off = 0
+            for i in members:
+                n = self.params[i].numel()
+                offsets.append((off, off + n))
+                off += n
+            self.units.append(FsdpUnit(self, u, members, offsets, begin))
+            self.hooks.append(module.register_forward_pre_hook(self._pre_hook(u)))
+        for unit in self.units:
+            for i in unit.members:
+                self.unit_of[i] = unit.index
+        for i, p in enumerate(self.params):
+            self.hooks.append(self._grad_hook(i, p))
+        self.empty_params(range(len(self.params)))
+
+    def empty_params(self, members):
+        with torch.no_grad():
+            for i in members:
+                self.params[i].data = torch.empty(0, device=self.params[i].device)
+                self.params[i].grad = None
+
+    def _pre_hook(self, u):
+        def hook(module, inputs):
+            self.require_worker()
+            self.sync_hyper()  # new settings reach the servers before any push
+            self.units[u].hold()
+            if u + 1 < len(self.units) and not self.units[u + 1].held:
+                self.worker.prefetch(u + 1)
+        return hook
+
+    def _grad_hook(self, i, p):
+        acc = p.expand_as(p).grad_fn.next_functions[0][0] if p.numel() else None
+        if acc is None:  # an empty parameter now: hooks need the node made while bound
+            raise ValueError("internal: fsdp hooks are made before parameters are emptied")
+        unit = self.units[self.unit_of[i]]
+        settings = self.settings
+
+        def hook(*_):
+            if self.worker is None:
+                return
+            unit.done += 1
+            self.has_grad[i] = True
+            if (unit.done == len(unit.members) * settings.backward_passes_per_step
+                    and settings.push_in_backward):  # loss scaling pushes in step(), if at all
+                unit.push()
+
+        acc.register_hook(hook)
+        return acc
+
+    # --- a step ----------------------------------------------------------------
+    def collect_grads(self):
+        """Held units' gradients into their buffers (has_grad follows)."""
+        for unit in self.units:
+            if unit.held:
+                unit.adopt_grads()
+
+    def grad_tensors(self):
+        """The tensors holding this step's gradients (checked for overflow)."""
+        return [unit.grads for unit in self.units if unit.grads is not None]
+
+    def step(self):
+        for unit in self.units:
+            unit.push()  # units backward did not reach: a zero gradient
+        self.worker.finish_step()
+        for unit in self.units:
+            unit.finish_step()
+
+    def drop_gradients(self):
+        """A skipped step: every held unit lets go with its buffer zeroed."""
+        for unit in self.units:
+            unit.release(grads="zero")
+            unit.done = 0
+
+    def recovered(self):
+        """After worker.recover(): the SDK dropped what it held; gather afresh."""
+        for unit in self.units:
+            unit.reset()
+
+    def loaded(self):
+        """After worker.deserialize(): what was gathered before the load is stale."""
+        for unit in self.units:
+            unit.release()
+
+    # --- the rest of the optimizer's interface --------------------------------
+    def zero_grad(self, set_to_none):
+        for unit in self.units:
+            if unit.grads is not None:
+                unit.grads.zero_()
+        if set_to_none:
+            self.has_grad = [False] * len(self.params)
+            for unit in self.units:
+                if unit.held:
+                    for i in unit.members:
+                        self.params[i].grad = None
+
+    def hold_all(self):
+        """Gathers every unit not held; returns those units (to release afterwards)."""
+        self.require_worker()
+        held = []
+        for unit in self.units:
+            if not unit.held:
+                unit.hold()
+                held.append(unit)
+        return held
+
+    def mean_gradients(self):
+        raise ValueError("synchronize_gradients (and clip_grad_norm_) is not available with "
+                         "fsdp: its units' gradients are pushed and freed during backward")
+
+    def close(self):
+        """Leaves the job; the parameters take their full values, in memory of their own."""
+        if self.worker is None:
+            return
+        full = torch.from_numpy(self.worker.gather_all())
+        off = 0
+        with torch.no_grad():
+            for i, p in enumerate(self.params):
+                n = 1
+                for d in self.shapes[i]:
+                    n *= d
+                p.data = full[off:off + n].view(self.shapes[i]).clone().to(p.device)
+                p.grad = None
+                off += n
+        self.worker.close()
+        self.worker = None

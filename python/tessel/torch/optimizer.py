@@ -1,0 +1,364 @@
+"""DistributedOptimizer: the torch.optim.Optimizer facade over Tessel's jobs.
+
+Contract. It owns one group object per non-empty torch parameter group
+(FlatGroup for ddp/zero1/zero2, FsdpGroup for fsdp), one LossScaler, and
+this step's clipping factor; it checks what it is given (ValueError before
+anything connects), joins each group's job (JOB, then JOB.g1, ... through
+tessel.group_job_name) and runs a step as: layout checks, gradients
+collected, the job-wide decisions (agree.py), then either every group's step
+(settings sent first, a lost member recovered from when recovery is on) or,
+on an overflow, a skipped step on every rank. The scaler and the clipping
+factor meet in each group's settings as "grad_scale". See the class's docs
+for the arguments.
+
+Threads: the training thread's; the groups' autograd hooks run during
+backward.
+
+Example:
+    tt.init()
+    opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-3),
+                               model=model, strategy="zero2")
+    opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+    state = opt.state_dict(); opt.close()
+"""
+import os
+
+import tessel
+import torch
+from tessel.torch import session as session_lib
+from tessel.torch.agree import agree
+from tessel.torch.flat import FlatGroup
+from tessel.torch.fsdp import FsdpGroup, plan_units
+from tessel.torch.group import Settings
+from tessel.torch.hyper import tessel_hyper
+from tessel.torch.precision import PRECISIONS, STRATEGIES
+from tessel.torch.scaler import LossScaler
+
+
+class _Gathered:
+    """The context of DistributedOptimizer.gathered()."""
+
+    def __init__(self, opt):
+        self.opt = opt
+        self.held = []
+
+    def __enter__(self):
+        for g in self.opt._groups:
+            self.held += g.hold_all()
+        return self.opt
+
+    def __exit__(self, *exc):
+        for unit in self.held:
+            unit.release()
+        self.held = []
+        return False
+
+
+class DistributedOptimizer:
+    """A torch optimizer whose update runs through Tessel (see tessel.torch's docs).
+
+    optimizer:  a torch.optim SGD, Adam, AdamW, RMSprop or Adagrad over the model's parameters.
+    model:      the module (for tensor names in errors and checkpoints); optional.
+    strategy:   "ddp", "zero1", "zero2" or "fsdp" (model= needed: its modules are the units).
+    backward_passes_per_step: backward calls per step (gradient accumulation): each
+                parameter's gradient is handed over after that many.
+    overlap:    push buckets from autograd hooks while backward runs (the default, except
+                with loss scaling, whose overflow decision must come before any push).
+    precision:  "fp32"; "bf16" or "fp16": half parameters and gradients on the workers and
+                the wire (the model computes in half), fp32 masters and state on the servers.
+    loss_scale: "dynamic" (the default for fp16), a number (a static scale), or None (the
+                default for fp32 and bf16: no scaling). Scale the loss before backward with
+                `opt.scale_loss(loss).backward()`. step() then checks every rank's gradients
+                for inf/NaN with one job-wide reduction: if any rank overflowed, every rank
+                skips the step (step() returns False, nothing is pushed) and a dynamic scale is
+                multiplied by backoff_factor; otherwise the servers unscale the mean gradient
+                (grad * 1/scale in fp32, as torch's GradScaler does) and update, and after
+                growth_interval steps in a row without overflow the scale grows by
+                growth_factor. Same rules and defaults as torch.cuda.amp.GradScaler
+                (init_scale 2**16, growth_factor 2, backoff_factor 0.5, growth_interval 2000).
+                fsdp holds each unit's gradients until step() under loss scaling.
+    find_unused_parameters: torch's rule for parameters without a gradient (as torch
+                DDP's flag of that name). A parameter whose .grad is None at step() (never
+                used, or zero_grad(set_to_none=True) and not used since) is left alone by
+                torch's optimizer: its value and state stay, weight decay and momentum
+                included, and its own step count (Adam's bias corrections) counts only its
+                updates. With True, step() finds the parameters no rank has a gradient for
+                (one extra job-wide reduction, shared with the loss scaler's) and the servers
+                skip exactly those, so training equals single-process torch on the whole
+                batch; a parameter some ranks used gets the mean with the others' zeros, as
+                torch DDP does. With False (the default) every parameter must have a
+                gradient at every step: a missing one raises ValueError naming it.
+    recovery:   survive a lost worker or shard server (zero1, zero2, fsdp; one parameter
+                group): the servers checkpoint every `checkpoint_every_steps` steps (they need
+                --checkpoint_dir; tessel-launch --checkpoint_dir gives it), a step that fails
+                because a member was lost rolls back to the latest checkpoint once it is back
+                (tessel-launch --max_restarts restarts it), and a restarted worker resumes
+                there. Write the loop over `opt.step_count`, which goes back on a rollback:
+                    while opt.step_count < total_steps:
+                        x, y = batch(opt.step_count) ...
+    topk_ratio: 0 (the default): exact. r in (0, 1]: top-k gradient compression with error
+                feedback (ddp, zero1, zero2 in fp32): each push carries the largest
+                ceil(r * n) entries of a bucket of n and the rest waits for later steps. The
+                one mode that is NOT bitwise equal to single-process training
+                (docs/compression.md).
+    session:    the tessel.torch Session it runs under (default: the one tessel.torch.init()
+                configured); its shutdown() closes this optimizer.
+    """
+
+    def __init__(self, optimizer, model=None, strategy="zero2", bucket_bytes=4 << 20,
+                 backward_passes_per_step=1, overlap=None, job=None, recovery=False,
+                 checkpoint_every_steps=0, precision="fp32", loss_scale=None,
+                 init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+                 find_unused_parameters=False, topk_ratio=0.0, session=None):
+        if session is None:
+            session = session_lib.default_session()
+        cfg = session.config
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
+        if backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r}: fp32, bf16 or fp16")
+        if loss_scale is None and precision == "fp16":
+            loss_scale = "dynamic"
+        self._scaler = LossScaler(loss_scale, init_scale, growth_factor, backoff_factor,
+                                  growth_interval)
+        if self._scaler.enabled:
+            if overlap:
+                raise ValueError("loss scaling needs overlap=False: whether a step is skipped "
+                                 "is decided after backward, before anything is pushed")
+            overlap = False
+        elif overlap is None:
+            overlap = True
+        self._clip_coef = None  # clip_grad_norm_'s factor, for the next step only
+        if recovery and (strategy == "ddp" or checkpoint_every_steps < 1):
+            raise ValueError("recovery needs strategy zero1, zero2 or fsdp and "
+                             "checkpoint_every_steps >= 1")
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self.recovery = bool(recovery)
+        self.precision = precision
+        self.recoveries = 0
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.overlap = bool(overlap)
+        self.find_unused_parameters = bool(find_unused_parameters)
+        self.skipped_tensors = 0  # parameter updates left out (no rank had a gradient)
+        self._groups = self._make_groups(model)
+        if recovery and len(self._groups) > 1:
+            raise ValueError("recovery takes one parameter group (each group is a job, and "
+                             "their checkpoints could roll back to different steps)")
+        plans = plan_units(model, self._groups) if strategy == "fsdp" else [[]] * len(self._groups)
+        base_job = job or cfg["job"]
+        for g, plan in zip(self._groups, plans):
+            g.worker = tessel.Worker(
+                cfg["registry"], tessel.group_job_name(base_job, g.index),
+                cfg["rank"], cfg["world_size"], strategy=strategy, optimizer=g.hyper,
+                num_servers=cfg["num_servers"], bucket_bytes=int(bucket_bytes),
+                ucx_tls=cfg["ucx_tls"], connect_timeout_s=cfg["connect_timeout_s"],
+                step_timeout_s=cfg["step_timeout_s"], token=cfg["token"],
+                units=[first for first, _ in plan], recovery=self.recovery,
+                auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
+                checkpoint_initial=self.recovery, precision=precision,
+                topk_ratio=float(topk_ratio))
+            if strategy == "fsdp":
+                g.bind(plan)
+            else:
+                g.bind()
+        session.adopt(self)
+
+    def _make_groups(self, model):
+        """A group object per non-empty parameter group, after checking every parameter."""
+        names = {}
+        if model is not None:
+            names = {id(p): n for n, p in model.named_parameters()}
+        groups = []
+        seen = set()
+        devices = {}  # device -> the first parameter's name on it
+        kind = FsdpGroup if self.strategy == "fsdp" else FlatGroup
+        settings = Settings(self.strategy, self.precision, None, False,
+                            self.backward_passes_per_step, self.overlap,
+                            push_in_backward=not self._scaler.enabled)
+        for gi, group in enumerate(self.optimizer.param_groups):
+            params = [p for p in group["params"]]
+            for p in params:
+                if id(p) in seen:
+                    raise ValueError("a parameter appears in two parameter groups")
+                seen.add(id(p))
+                if p.dtype != torch.float32:
+                    raise ValueError(f"parameter {names.get(id(p), '?')} is {p.dtype}; Tessel "
+                                     f"keeps float32 parameters (use precision= for half)")
+                if p.is_sparse or p.layout != torch.strided:
+                    raise ValueError(f"parameter {names.get(id(p), '?')} is not a dense tensor")
+                if not p.requires_grad:
+                    raise ValueError(f"parameter {names.get(id(p), '?')} does not require a "
+                                     f"gradient (frozen): leave it out of the optimizer")
+                if p.device.type not in ("cpu", "cuda"):
+                    raise ValueError(f"parameter {names.get(id(p), '?')} is on {p.device}; "
+                                     f"Tessel trains CPU and CUDA models")
+                devices.setdefault(p.device, names.get(id(p), "?"))
+            if not params:
+                continue
+            pnames = [names.get(id(p), f"g{gi}.p{i}") for i, p in enumerate(params)]
+            groups.append(kind(gi, params, pnames, self._hyper_source(gi), settings))
+        if not groups:
+            raise ValueError("the optimizer has no parameters")
+        if len(devices) > 1:
+            raise ValueError("the parameters are on several devices (" + ", ".join(
+                f"{n} on {d}" for d, n in devices.items()) + "); Tessel trains a model on one")
+        self.device = settings.device = next(iter(devices))
+        self._staged = settings.staged = (self.device.type == "cuda"
+                                          or os.environ.get("TESSEL_TORCH_STAGING") == "1")
+        return groups
+
+    def _hyper_source(self, index):
+        """The settings of param_groups[index] now, with this step's gradient multiplier."""
+        return lambda: tessel_hyper(self.optimizer, self.optimizer.param_groups[index],
+                                    self._scaler.grad_scale(self._clip_coef))
+
+    # --- loss scaling and clipping ------------------------------------------------
+    @property
+    def loss_scale(self):
+        """The current loss scale (a float), or None without loss scaling."""
+        return self._scaler.scale
+
+    @property
+    def skipped_steps(self):
+        """Steps skipped because a rank's gradients overflowed (loss scaling)."""
+        return self._scaler.skipped_steps
+
+    def scale_loss(self, loss):
+        """loss times the current loss scale (as torch's GradScaler.scale); backward that."""
+        return self._scaler.scale_loss(loss)
+
+    def _clip_next_step(self, coef):
+        """clip_grad_norm_: the mean gradient of the coming step times `coef`."""
+        self._clip_coef = coef
+
+    # --- torch.optim.Optimizer's interface -----------------------------------------
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def zero_grad(self, set_to_none=False):
+        """As torch's: zeroes the gradients in place (the buffers stay the model's
+        .grad; a parameter whose .grad is None keeps None), or with set_to_none
+        sets every .grad to None, so a parameter unused until the next step()
+        has no gradient there (see find_unused_parameters)."""
+        self._clip_coef = None  # a clip factor belongs to the gradients it was measured on
+        for g in self._groups:
+            g.zero_grad(set_to_none)
+
+    def step(self, closure=None):
+        """One synchronous step of every parameter group; the model holds the new values.
+        Returns the closure's loss if one is given; otherwise True, or False when loss
+        scaling skipped the step because a rank's gradients overflowed."""
+        loss = True
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for g in self._groups:
+            g.require_worker()
+            g.check_layout()
+        for g in self._groups:
+            g.collect_grads()
+        overflowed, skips = agree(self._groups, self.find_unused_parameters,
+                                  check_overflow=self._scaler.enabled)
+        if overflowed:
+            self._scaler.skipped()
+            self._clip_coef = None
+            for g in self._groups:
+                g.drop_gradients()
+            return False if closure is None else loss
+        for g in self._groups:
+            g.sync_hyper()
+        self._skip_tensors(skips)
+        for g in self._groups:
+            self._recovering(g)
+            g.end_step()
+        self._clip_coef = None  # this step's only
+        self._scaler.stepped()
+        return loss
+
+    def _skip_tensors(self, skips):
+        """Tells each group's servers (ddp: its worker) which parameters this step
+        leaves alone, before anything of theirs is pushed."""
+        if skips is None:
+            return
+        for g, s in zip(self._groups, skips):
+            if s:
+                g.require_worker().skip_tensors(s)
+                self.skipped_tensors += len(s)
+
+    def _recovering(self, g):
+        """Runs the group's step; with recovery on, a step lost to a lost member rolls
+        the job back to its latest checkpoint instead (step_count goes back)."""
+        try:
+            g.step()
+        except tessel.RecoverableError:
+            if not self.recovery:
+                raise
+            g.worker.recover()
+            self.recoveries += 1
+            g.recovered()
+
+    @property
+    def step_count(self):
+        """Steps applied to the job so far (goes back on a recovery's rollback; a
+        restarted worker starts where the job resumed)."""
+        return self._groups[0].require_worker().current_step
+
+    def gathered(self):
+        """A context in which every parameter holds its full value of this step
+        (fsdp gathers and releases every unit; other strategies hold them anyway)."""
+        return _Gathered(self)
+
+    def synchronize_gradients(self):
+        """The mean over ranks of this step's gradients, per parameter (a copy; nothing applied)."""
+        out = []
+        for g in self._groups:
+            out += g.mean_gradients()
+        return out
+
+    def should_early_stop(self, metric):
+        """Reports this rank's metric; the job-wide decision, the same on every rank."""
+        return self._groups[0].worker.report_metric(float(metric))
+
+    def request_checkpoint(self):
+        """Asks the shard servers to snapshot every group at the next step (zero1, zero2)."""
+        for g in self._groups:
+            g.require_worker().request_checkpoint()
+
+    def state_dict(self):
+        """The whole training state (parameters, optimizer state, step) of every group,
+        and the loss scaler's: portable across world sizes, shard counts and strategies."""
+        state = {"tessel": 1, "groups": [g.require_worker().serialize() for g in self._groups]}
+        if self._scaler.enabled:
+            state["scaler"] = self._scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state):
+        if not isinstance(state, dict) or state.get("tessel") != 1:
+            raise ValueError("not a tessel.torch DistributedOptimizer state_dict")
+        blobs = state["groups"]
+        if len(blobs) != len(self._groups):
+            raise ValueError(f"the state has {len(blobs)} parameter group(s), this optimizer "
+                             f"{len(self._groups)}")
+        scaler = state.get("scaler") if self._scaler.enabled else None
+        if scaler is not None:
+            LossScaler.check_state(scaler)
+        for g, blob in zip(self._groups, blobs):
+            g.require_worker().deserialize(blob)
+            g.loaded()
+        if scaler is not None:
+            self._scaler.load_state_dict(scaler)
+
+    def close(self):
+        """Leaves the jobs. The parameters move into memory of their own first
+        (they lived in the workers' buffers), so the model stays usable."""
+        for g in self._groups:
+            g.close()
+            g.hooks = []
+
+    @property
+    def workers(self):
+        return [g.worker for g in self._groups]
