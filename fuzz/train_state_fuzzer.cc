@@ -41,7 +41,9 @@ void CheckAccepted(const tessel::TrainState& s) {
   FUZZ_CHECK(static_cast<int64_t>(s.params.size()) == layout->num_params(),
              absl::StrCat("params ", s.params.size(), " vs layout ", layout->num_params()));
   for (const auto& slot : s.state) FUZZ_CHECK(slot.size() == s.params.size(), "slot size");
-  const std::string again = tessel::EncodeTrainState(s);
+  absl::StatusOr<std::string> encoded = tessel::EncodeTrainState(s);
+  FUZZ_CHECK(encoded.ok(), absl::StrCat("accepted state does not encode: ", encoded.status().ToString()));
+  const std::string& again = *encoded;
   auto back = tessel::DecodeTrainState(again);
   FUZZ_CHECK(back.ok(), absl::StrCat("re-encoded state refused: ", back.status().ToString()));
   FUZZ_CHECK(google::protobuf::util::MessageDifferencer::Equals(back->spec, s.spec), "spec");
@@ -77,7 +79,9 @@ std::string Structured(FuzzedDataProvider& fdp, bool* damaged) {
   s.step = fdp.ConsumeIntegralInRange<int64_t>(0, 1 << 20);
   for (int64_t i = 0; i < n; ++i) s.params.push_back(fdp.ConsumeFloatingPoint<float>());
   s.state.assign(static_cast<size_t>(tessel::StateSlots(opt)), std::vector<float>(n, 0.5f));
-  std::string blob = tessel::EncodeTrainState(s);
+  absl::StatusOr<std::string> encoded = tessel::EncodeTrainState(s);
+  FUZZ_CHECK(encoded.ok(), absl::StrCat("a built state does not encode: ", encoded.status().ToString()));
+  std::string blob = *encoded;
   *damaged = false;
   if (fdp.ConsumeBool() && !blob.empty()) {
     *damaged = true;

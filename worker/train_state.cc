@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/optimizer.h"
+#include "core/status_macros.h"
 #include "core/tensor_steps.h"
 #include "google/protobuf/util/json_util.h"
 #include "rpc/job_spec.h"
@@ -42,12 +43,9 @@ absl::Status Corrupt(const std::string& why) {
 
 }  // namespace
 
-std::string EncodeTrainState(const TrainState& s) {
+absl::StatusOr<std::string> EncodeTrainState(const TrainState& s) {
   nlohmann::json header;
-  std::string spec_json;
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(s.spec, &spec_json, opts);
+  TESSEL_ASSIGN_OR_RETURN(std::string spec_json, JobSpecToJson(s.spec));
   header["job"] = s.spec.job();
   header["step"] = s.step;
   header["num_params"] = static_cast<int64_t>(s.params.size());

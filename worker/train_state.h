@@ -22,7 +22,7 @@
 //
 // Example:
 //   TrainState s{...};
-//   std::string blob = EncodeTrainState(s);
+//   TESSEL_ASSIGN_OR_RETURN(std::string blob, EncodeTrainState(s));
 //   absl::StatusOr<TrainState> back = DecodeTrainState(blob);
 #ifndef TESSEL_WORKER_TRAIN_STATE_H_
 #define TESSEL_WORKER_TRAIN_STATE_H_
@@ -50,7 +50,9 @@ struct TrainState {
   std::vector<int64_t> tensor_skips;
 };
 
-std::string EncodeTrainState(const TrainState& state);
+// InvalidArgument if the spec cannot be written as JSON (protobuf's words);
+// nothing is encoded then, rather than a blob that fails to load later.
+absl::StatusOr<std::string> EncodeTrainState(const TrainState& state);
 absl::StatusOr<TrainState> DecodeTrainState(absl::string_view bytes);
 
 // Whether `state` can be loaded into a job with `spec`: the same tensors
