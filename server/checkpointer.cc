@@ -293,7 +293,7 @@ void Checkpointer::Prune(const std::string& job, int keep_last) {
   for (int64_t step : incomplete) {
     if (step < newest) {
       absl::Status s = store_->RemoveAll(CheckpointDir(job, step));
-      (void)s;
+      if (!s.ok()) TESSEL_LOG(WARNING) << "removing an interrupted checkpoint: " << s;
     }
   }
 }

@@ -89,8 +89,11 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
     // Workers re-register after membership settles: the epoch moves forward
     // (never back), so frames from the old membership are fenced off.
     if (req.epoch() > have.epoch()) {
-      absl::Status s = have.SetEpoch(req.epoch());
-      (void)s;
+      // Another CreateJob may have moved it further meanwhile: then this
+      // older epoch is refused, and the newer one stands.
+      if (absl::Status s = have.SetEpoch(req.epoch()); !s.ok()) {
+        TESSEL_LOG(INFO) << "CreateJob of '" << req.spec().job() << "': " << s.message();
+      }
     }
     resp.set_created(false);
     resp.set_range_begin(have.range().begin);

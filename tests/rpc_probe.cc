@@ -16,40 +16,31 @@
 #include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/tls.h"
+#include "rpc/tls_flags.h"
+#include "rpc/token_flag.h"
 
 ABSL_FLAG(std::string, address, "", "host:port of the shard server's gRPC service");
 ABSL_FLAG(std::string, rpc, "ReadState", "ReadState, WriteState, SetEpoch or GetStats");
 ABSL_FLAG(std::string, job, "", "the job the RPC names");
-ABSL_FLAG(std::string, token_file, "", "bearer token to send");
-ABSL_FLAG(std::string, tls_ca, "", "mutual TLS: CA");
-ABSL_FLAG(std::string, tls_cert, "", "mutual TLS: client certificate");
-ABSL_FLAG(std::string, tls_key, "", "mutual TLS: its key");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  tessel::TlsOptions tls;
-  tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
-  tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  auto credentials = tessel::LoadClientCredentials(tls);
+  // --tls_* and --token_file: the flags every Tessel binary shares.
+  auto credentials = tessel::LoadClientCredentials(tessel::TlsOptionsFromFlags());
   if (!credentials.ok()) {
     std::cerr << "rpc_probe: " << credentials.status() << "\n";
     return 2;
   }
-  std::string token;
-  if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    auto t = tessel::ReadTokenFile("--token_file", absl::GetFlag(FLAGS_token_file));
-    if (!t.ok()) {
-      std::cerr << "rpc_probe: " << t.status() << "\n";
-      return 2;
-    }
-    token = *t;
+  absl::StatusOr<std::string> token = tessel::TokenFromFlag();
+  if (!token.ok()) {
+    std::cerr << "rpc_probe: " << token.status() << "\n";
+    return 2;
   }
   auto stub = tessel::v1::ShardServer::NewStub(
       tessel::MakeChannel(absl::GetFlag(FLAGS_address), *credentials));
   grpc::ClientContext ctx;
   tessel::SetDeadline(&ctx, absl::Seconds(10));
-  tessel::AddToken(&ctx, token);
+  tessel::AddToken(&ctx, *token);
   const std::string rpc = absl::GetFlag(FLAGS_rpc);
   const std::string job = absl::GetFlag(FLAGS_job);
   grpc::Status s;

@@ -19,8 +19,13 @@ DeviceStaging::DeviceStaging(Worker* worker, gpu::Device* device, std::vector<Ra
 
 DeviceStaging::~DeviceStaging() {
   // The worker takes the parameters and state back before the device's go.
-  if (ddp_on_device_) (void)worker_->SetDdpUpdater(nullptr);
-  (void)Drain();
+  if (ddp_on_device_) {
+    if (absl::Status s = worker_->SetDdpUpdater(nullptr); !s.ok()) {
+      TESSEL_LOG(WARNING) << "device staging: the worker could not take DDP's state back from "
+                          << "the device: " << s;
+    }
+  }
+  if (absl::Status s = Drain(); !s.ok()) TESSEL_LOG(WARNING) << "device staging: " << s;
   for (int s = 0; s < gpu::kNumStreams; ++s) (void)device_->SynchronizeStream(Stream(s));
   Unpin();
 }

@@ -34,10 +34,10 @@
 // Example:
 //   PeerGroup group(std::move(transport), rank, size, {.name = "job.mesh"});
 //   std::vector<std::string> addresses = ...;  // e.g. JoinMesh(), below
-//   RETURN_IF_ERROR(group.Connect(addresses));
-//   RETURN_IF_ERROR(group.Send(rank + 1, tag, activations));
+//   TESSEL_RETURN_IF_ERROR(group.Connect(addresses));
+//   TESSEL_RETURN_IF_ERROR(group.Send(rank + 1, tag, activations));
 //   auto grad = group.Recv(rank + 1, grad_tag, "gradient of micro-batch 0");
-//   RETURN_IF_ERROR(group.SendBytes(0, hello_tag, "config text"));
+//   TESSEL_RETURN_IF_ERROR(group.SendBytes(0, hello_tag, "config text"));
 #ifndef TESSEL_WORKER_PEER_GROUP_H_
 #define TESSEL_WORKER_PEER_GROUP_H_
 

@@ -127,8 +127,13 @@ void FsdpUnits::Release(int unit) {
   Unit& u = units_[unit];
   absl::Status s = channel_->WaitFor([&] { return u.received == u.expected; },
                                      [] { return "releasing a unit"; });
-  (void)s;
   absl::MutexLock lock(&channel_->mu());
+  if (!s.ok()) {
+    // The step has failed already (the caller sees it at its next wait).
+    TESSEL_LOG(WARNING) << ctx_->Where() << ": releasing unit " << unit << " with "
+                        << u.expected - u.received << " of its buckets not landed: "
+                        << s.message();
+  }
   std::vector<float>().swap(u.params);
   std::vector<uint16_t>().swap(u.params_half);
   u.version = -1;
