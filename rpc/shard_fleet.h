@@ -17,7 +17,8 @@
 //   v1::JobRef ref;
 //   ref.set_job("mlp");
 //   v1::ShardStats stats;
-//   TESSEL_RETURN_IF_ERROR(fleet.Call(0, &v1::ShardServer::Stub::GetStats, ref, &stats, "GetStats"));
+//   TESSEL_RETURN_IF_ERROR(
+//       fleet.Call(0, &v1::ShardServer::Stub::GetStats, ref, &stats, "GetStats"));
 //   // Every shard in order, first failure returned:
 //   TESSEL_RETURN_IF_ERROR(fleet.ForEach([&](int shard) { return ...; }));
 #ifndef TESSEL_RPC_SHARD_FLEET_H_

@@ -131,8 +131,7 @@ void FsdpUnits::Release(int unit) {
   if (!s.ok()) {
     // The step has failed already (the caller sees it at its next wait).
     TESSEL_LOG(WARNING) << ctx_->Where() << ": releasing unit " << unit << " with "
-                        << u.expected - u.received << " of its buckets not landed: "
-                        << s.message();
+                        << u.expected - u.received << " of its buckets not landed: " << s.message();
   }
   std::vector<float>().swap(u.params);
   std::vector<uint16_t>().swap(u.params_half);
