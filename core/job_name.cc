@@ -73,8 +73,8 @@ absl::StatusOr<DerivedSuffix> ParseDerivedSuffix(absl::string_view suffix) {
     if (!ConsumeNumbered(&suffix, kTensorShard, &tensor_shard)) {
       return bad("a partition '.p<P>' needs its tensor shard '.t<T>'");
     }
-    out.partition = DerivedSuffix::Partition{static_cast<int>(stage),
-                                             static_cast<int>(tensor_shard)};
+    out.partition =
+        DerivedSuffix::Partition{static_cast<int>(stage), static_cast<int>(tensor_shard)};
   }
   if (absl::ConsumePrefix(&suffix, kHelper)) {
     if (out.mesh) return bad("a mesh group has no helper jobs");

@@ -56,9 +56,11 @@ TEST(JobNameTest, EveryBuiltNameParsesBackToItsParts) {
 
 TEST(JobNameTest, AnythingElseIsRefusedAndNamesTheGrammar) {
   for (const char* suffix :
-       {".v2", ".g0", ".g", ".gx", ".g01", ".p1", ".p.t1", ".p1.t", ".p1.tx", ".mesh~sync4.e1",
-        ".mesh~x", "~sync", "~sync4", "~syncX.e3", "~sync4.e", "~sync4.e3x", "~x", ".t1.p0",
-        "~sync4.e3.g1", ".p0.t1.g1", ".g1.g2", ".g1234567890", "2", "-x", ".mesh.p0.t0"}) {
+       {".v2",        ".g0",          ".g",     ".gx",          ".g01",
+        ".p1",        ".p.t1",        ".p1.t",  ".p1.tx",       ".mesh~sync4.e1",
+        ".mesh~x",    "~sync",        "~sync4", "~syncX.e3",    "~sync4.e",
+        "~sync4.e3x", "~x",           ".t1.p0", "~sync4.e3.g1", ".p0.t1.g1",
+        ".g1.g2",     ".g1234567890", "2",      "-x",           ".mesh.p0.t0"}) {
     absl::StatusOr<DerivedSuffix> s = ParseDerivedSuffix(suffix);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << suffix;
     EXPECT_NE(s.status().message().find("[.g<N>] [.p<P>.t<T> | .mesh] [~sync<N>.e<E>]"),

@@ -34,12 +34,12 @@ const absl::Status& AsStatus(const absl::StatusOr<T>& s) {
 }
 }  // namespace tessel::status_internal
 
-#define TESSEL_RETURN_IF_ERROR(expr)                                               \
-  do {                                                                             \
-    const auto& tessel_status_macro_value = (expr);                                \
-    if (!tessel_status_macro_value.ok()) {                                         \
-      return ::tessel::status_internal::AsStatus(tessel_status_macro_value);       \
-    }                                                                              \
+#define TESSEL_RETURN_IF_ERROR(expr)                                         \
+  do {                                                                       \
+    const auto& tessel_status_macro_value = (expr);                          \
+    if (!tessel_status_macro_value.ok()) {                                   \
+      return ::tessel::status_internal::AsStatus(tessel_status_macro_value); \
+    }                                                                        \
   } while (false)
 
 #define TESSEL_STATUS_MACROS_CONCAT_INNER(a, b) a##b
@@ -48,8 +48,8 @@ const absl::Status& AsStatus(const absl::StatusOr<T>& s) {
 #define TESSEL_ASSIGN_OR_RETURN(lhs, expr) \
   TESSEL_ASSIGN_OR_RETURN_IMPL(TESSEL_STATUS_MACROS_CONCAT(tessel_statusor_, __LINE__), lhs, expr)
 
-#define TESSEL_ASSIGN_OR_RETURN_IMPL(statusor, lhs, expr) \
-  auto statusor = (expr);                                 \
+#define TESSEL_ASSIGN_OR_RETURN_IMPL(statusor, lhs, expr)  \
+  auto statusor = (expr);                                  \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 

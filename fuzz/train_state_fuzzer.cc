@@ -42,7 +42,8 @@ void CheckAccepted(const tessel::TrainState& s) {
              absl::StrCat("params ", s.params.size(), " vs layout ", layout->num_params()));
   for (const auto& slot : s.state) FUZZ_CHECK(slot.size() == s.params.size(), "slot size");
   absl::StatusOr<std::string> encoded = tessel::EncodeTrainState(s);
-  FUZZ_CHECK(encoded.ok(), absl::StrCat("accepted state does not encode: ", encoded.status().ToString()));
+  FUZZ_CHECK(encoded.ok(),
+             absl::StrCat("accepted state does not encode: ", encoded.status().ToString()));
   const std::string& again = *encoded;
   auto back = tessel::DecodeTrainState(again);
   FUZZ_CHECK(back.ok(), absl::StrCat("re-encoded state refused: ", back.status().ToString()));
@@ -80,7 +81,8 @@ std::string Structured(FuzzedDataProvider& fdp, bool* damaged) {
   for (int64_t i = 0; i < n; ++i) s.params.push_back(fdp.ConsumeFloatingPoint<float>());
   s.state.assign(static_cast<size_t>(tessel::StateSlots(opt)), std::vector<float>(n, 0.5f));
   absl::StatusOr<std::string> encoded = tessel::EncodeTrainState(s);
-  FUZZ_CHECK(encoded.ok(), absl::StrCat("a built state does not encode: ", encoded.status().ToString()));
+  FUZZ_CHECK(encoded.ok(),
+             absl::StrCat("a built state does not encode: ", encoded.status().ToString()));
   std::string blob = *encoded;
   *damaged = false;
   if (fdp.ConsumeBool() && !blob.empty()) {

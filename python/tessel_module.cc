@@ -444,8 +444,7 @@ PYBIND11_MODULE(_tessel, m) {
           py::arg("value"), "Early stopping: the job-wide decision for this metric report.")
       .def("should_early_stop", [](PyWorker& self) { return self.get().ShouldEarlyStop(); })
       .def_property_readonly("rank", [](PyWorker& self) { return self.get().rank(); })
-      .def_property_readonly("world_size",
-                             [](PyWorker& self) { return self.get().world_size(); })
+      .def_property_readonly("world_size", [](PyWorker& self) { return self.get().world_size(); })
       .def_property_readonly("current_step", [](PyWorker& self) { return self.get().step(); })
       .def_property_readonly("epoch", [](PyWorker& self) { return self.get().epoch(); })
       .def_property_readonly("num_servers", [](PyWorker& self) { return self.get().num_servers(); })

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/reduce.h"
 #include "core/precision.h"
+#include "core/reduce.h"
 #include "core/topk.h"
 #include "gtest/gtest.h"
 
@@ -157,8 +157,8 @@ TEST(BucketReducerTest, TheSumIsBitwiseOneReductionWhateverTheArrivalOrder) {
     for (std::optional<HalfType> half : {std::optional<HalfType>(), std::optional(HalfType::kBF16),
                                          std::optional(HalfType::kF16)}) {
       for (int when : {0, 1, 2}) {  // fold at once, one push late, never
-        SCOPED_TRACE(testing::Message() << "world " << world << " half " << half.has_value()
-                                        << " fold " << when);
+        SCOPED_TRACE(testing::Message()
+                     << "world " << world << " half " << half.has_value() << " fold " << when);
         // 8 buckets of 40000 (half widens in several chunks; the last one
         // shorter) x 3 steps: every arrival order of 4 ranks once.
         constexpr int64_t kBucket = 40000;
