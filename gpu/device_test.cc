@@ -22,58 +22,14 @@
 #include "core/precision.h"
 #include "core/topk.h"
 #include "gpu/cuda_device.h"
+#include "gpu/device_testing.h"
 #include "gpu/host_device.h"
 #include "gtest/gtest.h"
 
 namespace tessel::gpu {
 namespace {
 
-class DeviceTest : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    auto d = OpenDevice(GetParam());
-    if (!d.ok()) GTEST_SKIP() << "no " << GetParam() << " device: " << d.status().message();
-    device_ = std::move(*d);
-    std::cout << "device: " << device_->description() << "\n";
-  }
-  bool exact_products() const { return device_->kind() == "host"; }
-
-  template <typename T>
-  DeviceBuffer<T> Upload(const std::vector<T>& v) {
-    auto b = DeviceBuffer<T>::Create(device_.get(), v.size());
-    EXPECT_TRUE(b.ok()) << b.status();
-    device_->CopyToDevice(Stream::kCompute, b->data(), v.data(), v.size() * sizeof(T));
-    // The copy is asynchronous: `v` may change (or go) once this returns.
-    EXPECT_TRUE(device_->SynchronizeStream(Stream::kCompute).ok());
-    return std::move(*b);
-  }
-  template <typename T>
-  std::vector<T> Download(const DeviceBuffer<T>& b, Stream s = Stream::kCompute) {
-    std::vector<T> v(b.size());
-    device_->CopyToHost(s, v.data(), b.data(), v.size() * sizeof(T));
-    EXPECT_TRUE(device_->SynchronizeStream(s).ok());
-    return v;
-  }
-  template <typename T>
-  DeviceBuffer<T> Zeros(size_t n) {
-    auto b = DeviceBuffer<T>::Create(device_.get(), n);
-    EXPECT_TRUE(b.ok()) << b.status();
-    std::vector<T> z(n);
-    device_->CopyToDevice(Stream::kCompute, b->data(), z.data(), n * sizeof(T));
-    EXPECT_TRUE(device_->SynchronizeStream(Stream::kCompute).ok());
-    return std::move(*b);
-  }
-
-  std::unique_ptr<Device> device_;
-};
-
-std::vector<float> Random(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+class DeviceTest : public DeviceSuite {};
 
 uint32_t Bits(float f) {
   uint32_t u;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu/device.h"
+#include "gpu/device_testing.h"
 #include "gtest/gtest.h"
 #include "model/layer_kernels.h"
 
@@ -25,13 +26,11 @@ using gpu::DeviceBuffer;
 using gpu::OpenDevice;
 using gpu::Stream;
 
-class DeviceLayersTest : public ::testing::TestWithParam<std::string> {
+class DeviceLayersTest : public gpu::DeviceSuite {
  protected:
   void SetUp() override {
-    auto d = OpenDevice(GetParam());
-    if (!d.ok()) GTEST_SKIP() << "no " << GetParam() << " device: " << d.status().message();
-    device_ = std::move(*d);
-    std::cout << "device: " << device_->description() << "\n";
+    DeviceSuite::SetUp();
+    if (IsSkipped()) return;
     auto layers = OpenDeviceLayers(device_.get());
     if (!layers.ok() && layers.status().code() == absl::StatusCode::kFailedPrecondition) {
       GTEST_SKIP() << "no layers on " << GetParam() << ": " << layers.status().message();
@@ -41,45 +40,11 @@ class DeviceLayersTest : public ::testing::TestWithParam<std::string> {
     EXPECT_EQ(layers_->device(), device_.get());
   }
   void TearDown() override { layers_.reset(); }  // before the device
-  bool exact_products() const { return device_->kind() == "host"; }
 
-  template <typename T>
-  DeviceBuffer<T> Upload(const std::vector<T>& v) {
-    auto b = DeviceBuffer<T>::Create(device_.get(), v.size());
-    EXPECT_TRUE(b.ok()) << b.status();
-    device_->CopyToDevice(Stream::kCompute, b->data(), v.data(), v.size() * sizeof(T));
-    // The copy is asynchronous: `v` may change (or go) once this returns.
-    EXPECT_TRUE(device_->SynchronizeStream(Stream::kCompute).ok());
-    return std::move(*b);
-  }
-  template <typename T>
-  std::vector<T> Download(const DeviceBuffer<T>& b, Stream s = Stream::kCompute) {
-    std::vector<T> v(b.size());
-    device_->CopyToHost(s, v.data(), b.data(), v.size() * sizeof(T));
-    EXPECT_TRUE(device_->SynchronizeStream(s).ok());
-    return v;
-  }
-  template <typename T>
-  DeviceBuffer<T> Zeros(size_t n) {
-    auto b = DeviceBuffer<T>::Create(device_.get(), n);
-    EXPECT_TRUE(b.ok()) << b.status();
-    std::vector<T> z(n);
-    device_->CopyToDevice(Stream::kCompute, b->data(), z.data(), n * sizeof(T));
-    EXPECT_TRUE(device_->SynchronizeStream(Stream::kCompute).ok());
-    return std::move(*b);
-  }
-
-  std::unique_ptr<Device> device_;
   std::unique_ptr<DeviceLayers> layers_;
 };
 
-std::vector<float> Random(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+using gpu::Random;
 
 // The layers run on the device's streams, in order with its events: a copy
 // on kToHost that waits for an event recorded after slow layer work on
