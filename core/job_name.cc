@@ -1,5 +1,7 @@
 #include "core/job_name.h"
 
+#include <limits>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -18,20 +20,23 @@ constexpr absl::string_view kEpoch = ".e";
 constexpr absl::string_view kGrammar =
     "expected [.g<N>] [.p<P>.t<T> | .mesh] [~sync<N>.e<E>] after the job name";
 
-// Consumes a decimal number (no sign, no leading zero unless it is 0, at most
-// 9 digits) from the front of `s`.
-bool ConsumeNumber(absl::string_view* s, int64_t* out) {
+// Consumes a decimal number from the front of `s`: no sign, no leading zero
+// unless it is 0, at most `max` (what the builders can write).
+bool ConsumeNumber(absl::string_view* s, int64_t* out,
+                   int64_t max = std::numeric_limits<int64_t>::max()) {
   size_t n = 0;
   while (n < s->size() && (*s)[n] >= '0' && (*s)[n] <= '9') ++n;
-  if (n == 0 || n > 9 || (n > 1 && (*s)[0] == '0')) return false;
-  if (!absl::SimpleAtoi(s->substr(0, n), out)) return false;
+  if (n == 0 || (n > 1 && (*s)[0] == '0')) return false;
+  // SimpleAtoi refuses what overflows an int64.
+  if (!absl::SimpleAtoi(s->substr(0, n), out) || *out > max) return false;
   s->remove_prefix(n);
   return true;
 }
 
-bool ConsumeNumbered(absl::string_view* s, absl::string_view tag, int64_t* out) {
+bool ConsumeNumbered(absl::string_view* s, absl::string_view tag, int64_t* out,
+                     int64_t max = std::numeric_limits<int64_t>::max()) {
   absl::string_view rest = *s;
-  if (!absl::ConsumePrefix(&rest, tag) || !ConsumeNumber(&rest, out)) return false;
+  if (!absl::ConsumePrefix(&rest, tag) || !ConsumeNumber(&rest, out, max)) return false;
   *s = rest;
   return true;
 }
@@ -61,7 +66,8 @@ absl::StatusOr<DerivedSuffix> ParseDerivedSuffix(absl::string_view suffix) {
   };
   DerivedSuffix out;
   int64_t n = 0;
-  if (ConsumeNumbered(&suffix, kGroup, &n)) {
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  if (ConsumeNumbered(&suffix, kGroup, &n, kIntMax)) {
     if (n == 0) return bad("group 0 is the job itself, never '.g0'");
     out.group = static_cast<int>(n);
   }
@@ -69,8 +75,8 @@ absl::StatusOr<DerivedSuffix> ParseDerivedSuffix(absl::string_view suffix) {
   int64_t tensor_shard = 0;
   if (absl::ConsumePrefix(&suffix, kMesh)) {
     out.mesh = true;
-  } else if (ConsumeNumbered(&suffix, kStage, &stage)) {
-    if (!ConsumeNumbered(&suffix, kTensorShard, &tensor_shard)) {
+  } else if (ConsumeNumbered(&suffix, kStage, &stage, kIntMax)) {
+    if (!ConsumeNumbered(&suffix, kTensorShard, &tensor_shard, kIntMax)) {
       return bad("a partition '.p<P>' needs its tensor shard '.t<T>'");
     }
     out.partition =

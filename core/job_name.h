@@ -14,7 +14,8 @@
 //                            (SynchronizeGradients and the other reductions)
 //
 // N, P, T and E are decimal numbers without sign or leading zeros (0 itself
-// allowed where 0 is valid), of at most 9 digits. J is any valid job name
+// allowed where 0 is valid), as large as the builders take: an int for the
+// group, stage and tensor shard, an int64 for a helper's size and epoch. J is any valid job name
 // (core/layout.h ValidateJobName); a derived name must also be one, which
 // the builders do not check (CreateJob does, as for any job).
 //

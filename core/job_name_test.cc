@@ -1,5 +1,6 @@
 #include "core/job_name.h"
 
+#include <limits>
 #include <random>
 #include <string>
 
@@ -54,13 +55,51 @@ TEST(JobNameTest, EveryBuiltNameParsesBackToItsParts) {
   }
 }
 
+// The largest numbers each builder takes parse back; one more does not.
+TEST(JobNameTest, TheLargestNumbersRoundTrip) {
+  constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
+  const std::string name =
+      HelperJobName(PartitionJobName(GroupJobName("j", kMaxInt), kMaxInt, kMaxInt), kMax64, kMax64);
+  absl::StatusOr<DerivedSuffix> s = ParseDerivedSuffix(name.substr(1));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->group, kMaxInt);
+  EXPECT_EQ(s->partition->stage, kMaxInt);
+  EXPECT_EQ(s->partition->tensor_shard, kMaxInt);
+  EXPECT_EQ(s->helper->elements, kMax64);
+  EXPECT_EQ(s->helper->epoch, kMax64);
+  EXPECT_TRUE(IsHelperJob(name));
+  EXPECT_TRUE(JobInScope("j", name));
+  EXPECT_FALSE(ParseDerivedSuffix(".g2147483648").ok());                 // > int
+  EXPECT_FALSE(ParseDerivedSuffix("~sync9223372036854775808.e1").ok());  // > int64
+}
+
 TEST(JobNameTest, AnythingElseIsRefusedAndNamesTheGrammar) {
-  for (const char* suffix :
-       {".v2",        ".g0",          ".g",     ".gx",          ".g01",
-        ".p1",        ".p.t1",        ".p1.t",  ".p1.tx",       ".mesh~sync4.e1",
-        ".mesh~x",    "~sync",        "~sync4", "~syncX.e3",    "~sync4.e",
-        "~sync4.e3x", "~x",           ".t1.p0", "~sync4.e3.g1", ".p0.t1.g1",
-        ".g1.g2",     ".g1234567890", "2",      "-x",           ".mesh.p0.t0"}) {
+  for (const char* suffix : {".v2",
+                             ".g0",
+                             ".g",
+                             ".gx",
+                             ".g01",
+                             ".p1",
+                             ".p.t1",
+                             ".p1.t",
+                             ".p1.tx",
+                             ".mesh~sync4.e1",
+                             ".mesh~x",
+                             "~sync",
+                             "~sync4",
+                             "~syncX.e3",
+                             "~sync4.e",
+                             "~sync4.e3x",
+                             "~x",
+                             ".t1.p0",
+                             "~sync4.e3.g1",
+                             ".p0.t1.g1",
+                             ".g1.g2",
+                             ".g12345678901",
+                             "2",
+                             "-x",
+                             ".mesh.p0.t0"}) {
     absl::StatusOr<DerivedSuffix> s = ParseDerivedSuffix(suffix);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << suffix;
     EXPECT_NE(s.status().message().find("[.g<N>] [.p<P>.t<T> | .mesh] [~sync<N>.e<E>]"),

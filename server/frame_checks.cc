@@ -41,8 +41,10 @@ absl::Status FrameChecks::CheckData(const FrameHeader& h, const State& st, bool 
   // or top-k pairs (index, value).
   const int64_t n = s_.bucket_elements[h.bucket];
   const bool init = h.type == FrameType::kInit;
-  const uint64_t want = init ? static_cast<uint64_t>(n) * 4 : s_.push_bytes[h.bucket];
-  if (h.payload_bytes != want && !init && s_.topk_ratio > 0) {
+  const bool sparse = h.type == FrameType::kPush && s_.topk_ratio > 0;
+  const uint64_t want =
+      sparse ? s_.push_bytes[h.bucket] : static_cast<uint64_t>(n) * (init || !s_.half ? 4 : 2);
+  if (h.payload_bytes != want && sparse) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, "top-k bucket ", h.bucket, " carries ", h.payload_bytes, " bytes; expected ", want,
         " (", want / 8, " index/value pairs of ", n, " elements at ratio ", s_.topk_ratio, ")"));

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 
 #include "absl/status/status.h"
@@ -218,10 +219,7 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
     if (!StepInProgressLocked()) pushes_.StopClock();
     return c;
   }
-  counters_.pushed_bytes += static_cast<int64_t>(h.payload_bytes);
-  pushes_.Receive(h.bucket, h.rank);
-  if (landed->complete) c.update = h.bucket;
-  if (landed->fold) c.fold = h.bucket;
+  LandedLocked(h, *landed, &c);
   return c;
 }
 
@@ -229,13 +227,20 @@ ShardJob::Completion ShardJob::CompleteBorrowed(const FrameHeader& h, const void
                                                 std::shared_ptr<void> lease) {
   absl::MutexLock lock(&mu_);
   Completion c;
-  const BucketReducer::Landing landed =
-      reducer_.LandBorrowed(h.bucket, h.rank, data, std::move(lease));
-  counters_.pushed_bytes += static_cast<int64_t>(h.payload_bytes);
-  pushes_.Receive(h.bucket, h.rank);
-  if (landed.complete) c.update = h.bucket;
-  if (landed.fold) c.fold = h.bucket;
+  LandedLocked(h, reducer_.LandBorrowed(h.bucket, h.rank, data, std::move(lease)), &c);
   return c;
+}
+
+void ShardJob::LandedLocked(const FrameHeader& h, const BucketReducer::Landing& landed,
+                            Completion* c) {
+  counters_.pushed_bytes += static_cast<int64_t>(h.payload_bytes);
+  // The tracker and the reducer count the same landings: one bucket is
+  // complete for both or for neither.
+  const bool complete = pushes_.Receive(h.bucket, h.rank);
+  assert(complete == landed.complete);
+  (void)complete;
+  if (landed.complete) c->update = h.bucket;
+  if (landed.fold) c->fold = h.bucket;
 }
 
 void ShardJob::FoldPrefix(int bucket) {

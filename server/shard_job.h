@@ -307,6 +307,10 @@ class ShardJob {
   // skips advance, a checkpoint due is taken, the pulls of the new version
   // are served.
   void FinishStepLocked(Serve* serve) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A push of (h.bucket, h.rank) landed where `landed` says: counted, its
+  // slot received, and `c` told whether to update or fold the bucket.
+  void LandedLocked(const FrameHeader& h, const BucketReducer::Landing& landed, Completion* c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t wire_bytes() const { return half_ ? 2 : 4; }
   void RefreshHalf(size_t offset, size_t n);
 

@@ -75,8 +75,9 @@ class InProcBackend : public Backend {
   InProcBackend() {
     auto fabric = std::make_shared<InProcFabric>();
     server_transport_ = InProcTransport::Create(fabric);
-    plane_ =
-        std::make_unique<DataPlane>(server_transport_.get(), &jobs_, &checkpointer_, &metrics_);
+    plane_ = std::make_unique<DataPlane>(server_transport_.get(), &jobs_, &checkpointer_, &metrics_,
+                                         /*timeline=*/nullptr, /*update_threads=*/1,
+                                         /*spin=*/absl::ZeroDuration());  // as in-process clusters
     client_ = InProcTransport::Create(fabric);
     server_peer_ = *client_->Connect(server_transport_->address());
   }
