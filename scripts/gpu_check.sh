@@ -4,8 +4,10 @@
 # Needs only the NVIDIA driver and cuBLAS 13 on that machine. Writes each
 # step's log under $OUT (default ./gpu-check-out) and prints a summary last.
 #
-#   bash .gpu-bundle/gpu_check.sh [quick|cuda]
-#     quick: the test suites only; cuda: everything but the demo's CPU runs
+#   bash .gpu-bundle/gpu_check.sh [quick|full]
+#     quick: the test suites only; full: the demo on --device=cpu too (the
+#     default runs it on cuda only, comparing it with the CPU reference it
+#     trains itself; the whole default run fits a 5-minute device call)
 #
 # Steps: the device, the kernels' architectures (cuobjdump, where present),
 # the four CUDA test suites (the device's kernels vs the CPU, the model's
@@ -72,8 +74,8 @@ fi
 step gpu_bench 240 "$B/benchmarks/gpu_bench" --device=cuda
 sed 's/^/   /' "$OUT/gpu_bench.log" >>"$summary"
 
-devices="cpu cuda"
-[ "${1:-}" = cuda ] && devices=cuda
+devices=cuda
+[ "${1:-}" = full ] && devices="cpu cuda"
 for run in zero2:fp32 ddp:fp32 fsdp:fp32 zero2:bf16; do
   s="${run%%:*}" p="${run#*:}"
   for d in $devices; do
