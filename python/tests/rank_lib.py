@@ -28,11 +28,12 @@ import tessel.torch as tt
 class Rank:
     """This process's rank and its slice of the data (see the module's docs)."""
 
-    def __init__(self):
+    def __init__(self, batch=exact_model.BATCH):
+        """batch: the rows of a global batch (exact_model's by default)."""
         self.cfg = tt.init()
         self.rank, self.world = tt.rank(), tt.size()
         torch.set_num_threads(1)
-        self.per = exact_model.BATCH // self.world
+        self.per = batch // self.world
         self.loss_fn = torch.nn.CrossEntropyLoss()
 
     def rows(self):
