@@ -45,17 +45,18 @@ ACCUMULATIONS = {"step": 1, "nosync": 2}  # micro-batches per step
 
 class TransformerLM(nn.Module):
     """Token and learned position embeddings, a causal TransformerEncoder
-    (dropout 0: deterministic) and a linear read-out over the vocabulary."""
+    (dropout 0: deterministic) and a linear read-out over the vocabulary. The
+    test's sizes by default; benchmarks/zoo_bench.py makes larger ones."""
 
-    def __init__(self):
+    def __init__(self, vocab=VOCAB, seq=SEQ, d_model=D_MODEL, nhead=NHEAD, layers=LAYERS):
         super().__init__()
-        self.pos = nn.Parameter(torch.randn(SEQ, D_MODEL) * 0.02)
-        self.emb = nn.Embedding(VOCAB, D_MODEL)
-        layer = nn.TransformerEncoderLayer(D_MODEL, NHEAD, dim_feedforward=2 * D_MODEL,
+        self.pos = nn.Parameter(torch.randn(seq, d_model) * 0.02)
+        self.emb = nn.Embedding(vocab, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=2 * d_model,
                                            dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, LAYERS)
-        self.head = nn.Linear(D_MODEL, VOCAB)
-        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(SEQ),
+        self.encoder = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(d_model, vocab)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq),
                              persistent=False)
 
     def forward(self, tokens):
