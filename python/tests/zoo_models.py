@@ -123,6 +123,14 @@ def ref_path(folder, tag, step, rank, what):
     return os.path.join(folder, f"{tag}-s{step}-{who}-{what}.npy")
 
 
+def reference_rank(case, rank):
+    """Whose reference arrays rank `rank` of `case` is compared with. With
+    broadcast_buffers Tessel's ranks end each step() holding rank 0's buffers
+    where torch DDP broadcasts them before the next forward (the forwards see
+    the same buffers either way): every rank is compared with torch's rank 0."""
+    return 0 if case.split(":")[0] == "resnet-bcast" else rank
+
+
 def load_reference(folder, tag, step, rank):
     """(params, buffers) of reference `tag` after `step` as rank `rank` has them."""
     out = []

@@ -9,12 +9,15 @@ training ends (zoo_models.py names the cases, zoo_reference.py trains torch's):
                  BatchNorm on the whole micro-batches
   resnet-bn      plain BatchNorm, each rank's running statistics its own, vs
                  torch DDP (gloo, 2 processes, same slices, broadcast_buffers=False)
-  resnet-bcast   plain BatchNorm with broadcast_buffers=True vs torch DDP with the same
+  resnet-bcast   plain BatchNorm with broadcast_buffers=True vs torch DDP with the same;
+                 every rank's buffers against torch's rank 0's (Tessel's ranks end
+                 each step holding rank 0's, torch DDP's get them before the next
+                 forward: the forwards see the same)
 
 The metric is exact_test's: max |a - b| over the parameters / max |reference|,
-and the same over the BatchNorms' buffers (each rank's against the reference
-rank's), worst over ranks, after step 1 and after the last step; the workers
-must also agree bitwise on the parameters. Cases whose feature is not in
+and the same over the BatchNorms' buffers (each rank's against its reference
+rank's, zoo_models.reference_rank), worst over ranks, after step 1 and after
+the last step; the workers must also agree bitwise on the parameters. Cases whose feature is not in
 tessel.torch yet (no_sync, SyncBatchNorm, broadcast_buffers) print
 "skipped: <feature> not available".
 

@@ -21,6 +21,7 @@ import zoo_models as zm
 
 refdir, outdir, cases = sys.argv[1], sys.argv[2], sys.argv[3:]
 r = rank_lib.Rank(batch=zm.BATCH)
+features = zm.tessel_features()
 results = {}
 for case in cases:
     model_name, strategy, opt_name, accumulation = case.split(":")
@@ -28,7 +29,9 @@ for case in cases:
     model = zm.make_model(model_name)
     if model_name == "resnet-syncbn":
         model = zm.convert_sync_batchnorm(model)
-    extra = {"broadcast_buffers": True} if model_name == "resnet-bcast" else {}
+    # broadcast_buffers (default True where it exists) only where the case says so.
+    extra = ({"broadcast_buffers": model_name == "resnet-bcast"}
+             if features["broadcast_buffers"] else {})
     # The LM is small: several buckets still, so pushes overlap backward.
     bucket_bytes = 16 << 10 if model_name == "lm" else 4 << 20
     opt = tt.DistributedOptimizer(zm.OPTIMIZERS[opt_name](model), model=model,
@@ -53,8 +56,8 @@ for case in cases:
         if step in zm.CHECKED:
             with opt.gathered():
                 params, buffers = zm.snapshot(model)
-            want_params, want_buffers = zm.load_reference(refdir, ref_tag, step, r.rank)
-            result[f"s{step}"] = [zm.rel(params, want_params), zm.rel(buffers, want_buffers)]
+            want = zm.load_reference(refdir, ref_tag, step, zm.reference_rank(case, r.rank))
+            result[f"s{step}"] = [zm.rel(params, want[0]), zm.rel(buffers, want[1])]
     result["sha"] = hashlib.sha256(params.tobytes()).hexdigest()
     result["ms"] = elapsed * 1e3 / zm.STEPS
     results[case] = result
