@@ -206,6 +206,7 @@ PYBIND11_MODULE(_tessel, m) {
   using tessel::Unlocked;
   using tessel::View;
   using tessel::Worker;
+  using tessel::WorkerMemory;
   m.doc() = "Tessel's worker SDK (C++), for Python. Use tessel.torch for PyTorch.";
   static py::exception<std::runtime_error> tessel_error(m, "TesselError", PyExc_RuntimeError);
   static py::exception<std::runtime_error> recoverable(m, "RecoverableError", tessel_error.ptr());
@@ -430,6 +431,15 @@ PYBIND11_MODULE(_tessel, m) {
           },
           py::arg("blob"), "Loads a serialize() blob (every rank passes the same bytes).")
       .def(
+          "load_params",
+          [](PyWorker& self, py::array_t<float, py::array::c_style | py::array::forcecast> data) {
+            const absl::Span<const float> span(data.data(), static_cast<size_t>(data.size()));
+            Check(Unlocked([&] { return self.get().LoadParameters(span); }));
+          },
+          py::arg("params"),
+          "New parameters (float32, num_params, the same on every rank); optimizer state and "
+          "step kept. Collective.")
+      .def(
           "synchronize_optimizer_state",
           [](PyWorker& self) {
             return Take(Unlocked([&] { return self.get().SynchronizeOptimizerState(); }))
@@ -448,6 +458,20 @@ PYBIND11_MODULE(_tessel, m) {
       .def_property_readonly("current_step", [](PyWorker& self) { return self.get().step(); })
       .def_property_readonly("epoch", [](PyWorker& self) { return self.get().epoch(); })
       .def_property_readonly("num_servers", [](PyWorker& self) { return self.get().num_servers(); })
+      .def(
+          "memory",
+          [](PyWorker& self) {
+            const WorkerMemory m = self.get().memory();
+            py::dict d;
+            d["params_bytes"] = m.params_bytes;
+            d["grads_bytes"] = m.grads_bytes;
+            d["optimizer_bytes"] = m.optimizer_bytes;
+            d["peak_bytes"] = m.peak_bytes;
+            d["peak_grads_bytes"] = m.peak_grads_bytes;
+            return d;
+          },
+          "Bytes the worker holds now (params, grads, optimizer) and at peak (fsdp: "
+          "parameters + gradients; peak_grads_bytes: gradients alone).")
       .def_property_readonly("num_params",
                              [](PyWorker& self) { return self.get().layout().num_params(); })
       .def_property_readonly("recoveries", [](PyWorker& self) { return self.get().recoveries(); })

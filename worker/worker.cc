@@ -510,7 +510,10 @@ WorkerMemory Worker::memory() const {
   m.grads_bytes =
       static_cast<int64_t>(b.grads.size() * sizeof(float) + b.grads_half.size() * sizeof(uint16_t));
   m.optimizer_bytes = p_->ddp.bytes();
-  if (p_->ctx.unit_grads()) m.peak_bytes = p_->units->AddHeldBytes(&m.params_bytes, &m.grads_bytes);
+  m.peak_grads_bytes = m.grads_bytes;
+  if (p_->ctx.unit_grads()) {
+    m.peak_bytes = p_->units->AddHeldBytes(&m.params_bytes, &m.grads_bytes, &m.peak_grads_bytes);
+  }
   return m;
 }
 
@@ -536,6 +539,9 @@ absl::StatusOr<OptimizerStateReport> Worker::SynchronizeOptimizerState() {
 }
 absl::StatusOr<std::string> Worker::Serialize() { return p_->queries->Serialize(); }
 absl::Status Worker::Deserialize(absl::string_view blob) { return p_->queries->Deserialize(blob); }
+absl::Status Worker::LoadParameters(absl::Span<const float> params) {
+  return p_->queries->LoadParameters(params);
+}
 absl::StatusOr<bool> Worker::ReportMetric(float value) { return p_->queries->ReportMetric(value); }
 bool Worker::ShouldEarlyStop() const { return p_->queries->ShouldEarlyStop(); }
 const EarlyStopping& Worker::early_stopping() const { return p_->queries->early_stopping(); }

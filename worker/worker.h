@@ -295,6 +295,10 @@ class Worker {
   // differ. Afterwards step() is the blob's step and every rank holds its
   // parameters. On error nothing changed, on every rank.
   absl::Status Deserialize(absl::string_view blob);
+  // New parameters for the job (fp32, num_params(), the same on every rank:
+  // a pretrained model's), keeping the optimizer state and the step; every
+  // rank holds them afterwards. On error nothing changed, on every rank.
+  absl::Status LoadParameters(absl::Span<const float> params);
   // Early stopping: every rank reports its value of the monitored metric
   // (e.g. its validation loss); the job-wide mean feeds the rule (or hook),
   // and the decision, the same on every rank, is returned and kept for

@@ -150,9 +150,40 @@ class UnitStateTest(unittest.TestCase):
     def test_staged_gradients_are_flushed_into_the_workers_buffer(self):
         model, ref, g = make(staged=True)
         model(X)
-        for u in g.units:
-            self.assertIsNotNone(u.host_grads)
-            self.assertNotEqual(u.grads.data_ptr(), u.host_grads.data_ptr())
+        for u in g.units:  # gradient buffers are made when backward needs them
+            self.assertIsNone(u.grads)
+            self.assertIsNone(u.host_grads)
+        g.units[0].adopt_grads()
+        self.assertNotEqual(g.units[0].grads.data_ptr(), g.units[0].host_grads.data_ptr())
+        model(X).sum().backward()
+        ref(X).sum().backward()
+        want = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])
+        got = torch.cat([torch.from_numpy(g.worker.pushed[u]) for u in (0, 1)])
+        self.assertTrue(torch.equal(got, want))
+
+    def test_no_sync_sums_passes_in_the_units_buffer(self):
+        for staged in (False, True):
+            model, ref, g = make(staged=staged)
+            g.settings.sync = False  # DistributedOptimizer.no_sync()
+            model(X).sum().backward()
+            self.assertEqual(states(g), [RELEASED, RELEASED], "released, not pushed")
+            self.assertEqual(g.worker.named("push_unit"), [])
+            self.assertTrue(all(p.numel() == 0 for p in model.parameters()))
+            (model(X) * 2).sum().backward()
+            g.settings.sync = True
+            (model(X) * 3).sum().backward()
+            self.assertEqual(states(g), [PUSHED, PUSHED])
+            ref(X).sum().backward()  # 1 + 2 + 3 passes' worth: 6 times one pass
+            want = torch.cat([6 * p.grad.reshape(-1) for p in ref.parameters()])
+            got = torch.cat([torch.from_numpy(g.worker.pushed[u]) for u in (0, 1)])
+            self.assertTrue(torch.allclose(got, want, rtol=1e-6), f"staged={staged}")
+
+    def test_zero_grad_forgets_what_no_sync_kept(self):
+        model, ref, g = make()
+        g.settings.sync = False
+        model(X).sum().backward()
+        g.settings.sync = True
+        g.zero_grad(False)
         model(X).sum().backward()
         ref(X).sum().backward()
         want = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])

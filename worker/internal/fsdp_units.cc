@@ -44,13 +44,18 @@ int64_t FsdpUnits::Bytes(const Unit& u) {
 }
 
 void FsdpUnits::AccountLocked() {
-  int64_t bytes = 0;
-  for (const Unit& u : units_) bytes += Bytes(u);
+  int64_t bytes = 0, grads = 0;
+  for (const Unit& u : units_) {
+    bytes += Bytes(u);
+    if (u.grads) grads += static_cast<int64_t>(u.grads->capacity() * sizeof(float));
+    if (u.grads_half) grads += static_cast<int64_t>(u.grads_half->capacity() * sizeof(uint16_t));
+  }
   held_bytes_ = bytes;
   peak_bytes_ = std::max(peak_bytes_, bytes);
+  peak_grads_bytes_ = std::max(peak_grads_bytes_, grads);
 }
 
-int64_t FsdpUnits::AddHeldBytes(int64_t* params, int64_t* grads) {
+int64_t FsdpUnits::AddHeldBytes(int64_t* params, int64_t* grads, int64_t* peak_grads) {
   absl::MutexLock lock(&channel_->mu());
   for (const Unit& u : units_) {
     *params += static_cast<int64_t>(u.params.capacity() * sizeof(float) +
@@ -58,6 +63,7 @@ int64_t FsdpUnits::AddHeldBytes(int64_t* params, int64_t* grads) {
     if (u.grads) *grads += static_cast<int64_t>(u.grads->capacity() * sizeof(float));
     if (u.grads_half) *grads += static_cast<int64_t>(u.grads_half->capacity() * sizeof(uint16_t));
   }
+  *peak_grads = peak_grads_bytes_;
   return peak_bytes_;
 }
 

@@ -62,8 +62,9 @@ class FsdpUnits : public FrameSink {
   void RetireLocked(bool stuck, std::vector<std::vector<float>>* retired,
                     std::vector<std::vector<uint16_t>>* retired_half);
   // Adds the parameter and gradient bytes held now to *params and *grads;
-  // returns the most held at once.
-  int64_t AddHeldBytes(int64_t* params, int64_t* grads);
+  // sets *peak_grads to the most gradient bytes held at once; returns the
+  // most parameter and gradient bytes held at once.
+  int64_t AddHeldBytes(int64_t* params, int64_t* grads, int64_t* peak_grads);
 
   Accept OnParams(const FrameHeader& h) override;
 
@@ -94,6 +95,7 @@ class FsdpUnits : public FrameSink {
   int64_t sync_received_ = 0;
   int64_t held_bytes_ = 0;
   int64_t peak_bytes_ = 0;
+  int64_t peak_grads_bytes_ = 0;  // the gradient buffers' part, at its own peak
 };
 
 }  // namespace tessel::internal

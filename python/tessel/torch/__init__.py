@@ -54,9 +54,10 @@ parameter group bound to its worker; fsdp's units and their states),
 staging.py (CUDA staging), precision.py.
 """
 from tessel.torch.clip import clip_grad_norm_
+from tessel.torch.model_state import merge_sharded_state_dicts
 from tessel.torch.optimizer import DistributedOptimizer
 from tessel.torch.scaler import LossScaler
 from tessel.torch.session import Session, default_session, init, rank, shutdown, size
 
 __all__ = ["DistributedOptimizer", "LossScaler", "Session", "clip_grad_norm_",
-           "default_session", "init", "rank", "shutdown", "size"]
+           "default_session", "init", "merge_sharded_state_dicts", "rank", "shutdown", "size"]

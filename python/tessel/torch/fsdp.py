@@ -122,7 +122,10 @@ class FsdpGroup(ParamGroup):
             self.has_grad[i] = True
             if (unit.done == len(unit.members) * settings.backward_passes_per_step
                     and settings.push_in_backward):  # loss scaling pushes in step(), if at all
-                unit.push()
+                if settings.sync:
+                    unit.push()
+                else:  # no_sync(): the gradients stay in the unit's buffer, summed
+                    unit.accumulate()
 
         acc.register_hook(hook)
         return acc
@@ -149,6 +152,7 @@ class FsdpGroup(ParamGroup):
         """A skipped step: every held unit lets go with its buffer zeroed."""
         for unit in self.units:
             unit.release(grads="zero")
+            unit.forget_accumulated()
             unit.done = 0
 
     def recovered(self):
@@ -166,6 +170,11 @@ class FsdpGroup(ParamGroup):
         for unit in self.units:
             if unit.grads is not None:
                 unit.grads.zero_()
+            if unit.held:  # gradients backward made that are not in the buffer yet
+                for i in unit.members:
+                    if self.params[i].grad is not None:
+                        self.params[i].grad.zero_()
+            unit.forget_accumulated()
         if set_to_none:
             self.has_grad = [False] * len(self.params)
             for unit in self.units:
@@ -182,6 +191,40 @@ class FsdpGroup(ParamGroup):
                 unit.hold()
                 held.append(unit)
         return held
+
+    def full_values(self):
+        """The full value of every parameter of a unit not held now, by index
+        (gathered unit by unit and freed: the units' states and gradients stay)."""
+        out = {}
+        for unit in self.units:
+            if unit.held:
+                continue
+            flat = unit.peek()
+            for i, (b, e) in zip(unit.members, unit.offsets):
+                out[i] = flat[b:e].view(self.shapes[i]).to(self.params[i].device)
+        return out
+
+    def flat_slice(self, begin, end):
+        """Elements [begin, end) of the group's flat parameters cut by tensor:
+        {index: (offset in the tensor, 1-D copy)}; one unit gathered at a time."""
+        out = {}
+        for unit in self.units:
+            size = unit.offsets[-1][1] if unit.offsets else 0
+            if unit.begin >= end or unit.begin + size <= begin:
+                continue
+            flat = (torch.cat([self.params[i].detach().reshape(-1).cpu() for i in unit.members])
+                    if unit.held else unit.peek())
+            for i, (b, e) in zip(unit.members, unit.offsets):
+                lo, hi = max(unit.begin + b, begin), min(unit.begin + e, end)
+                if lo < hi:
+                    out[i] = (lo - unit.begin - b, flat[lo - unit.begin:hi - unit.begin].clone())
+        return out
+
+    def load_params(self, values):
+        """New parameters (fp32, the group's flat order) onto the servers; the
+        optimizer state and step stay. Collective."""
+        self.require_worker().load_params(values)
+        self.loaded()
 
     def mean_gradients(self):
         raise ValueError("synchronize_gradients (and clip_grad_norm_) is not available with "

@@ -21,6 +21,7 @@ Example:
     opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
     state = opt.state_dict(); opt.close()
 """
+import contextlib
 import os
 
 import tessel
@@ -31,6 +32,7 @@ from tessel.torch.flat import FlatGroup
 from tessel.torch.fsdp import FsdpGroup, plan_units
 from tessel.torch.group import Settings
 from tessel.torch.hyper import tessel_hyper
+from tessel.torch.model_state import ModelState
 from tessel.torch.precision import PRECISIONS, STRATEGIES
 from tessel.torch.scaler import LossScaler
 
@@ -144,6 +146,12 @@ class DistributedOptimizer:
         self.find_unused_parameters = bool(find_unused_parameters)
         self.skipped_tensors = 0  # parameter updates left out (no rank had a gradient)
         self._groups = self._make_groups(model)
+        self._no_sync = False
+        # model.state_dict()/load_state_dict() through the servers (model_state.py);
+        # recorded before the groups bind (fsdp then empties the parameters).
+        self._model_state = (ModelState(model, self._groups,
+                                        lambda: (cfg["rank"], cfg["world_size"]))
+                             if model is not None else None)
         if recovery and len(self._groups) > 1:
             raise ValueError("recovery takes one parameter group (each group is a job, and "
                              "their checkpoints could roll back to different steps)")
@@ -252,6 +260,9 @@ class DistributedOptimizer:
         """One synchronous step of every parameter group; the model holds the new values.
         Returns the closure's loss if one is given; otherwise True, or False when loss
         scaling skipped the step because a rank's gradients overflowed."""
+        if self._no_sync:
+            raise RuntimeError("step() inside no_sync(): leave the no_sync() block and run the "
+                               "last micro-batch's backward outside it, then step()")
         loss = True
         if closure is not None:
             with torch.enable_grad():
@@ -319,6 +330,62 @@ class DistributedOptimizer:
             out += g.mean_gradients()
         return out
 
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Gradient accumulation with torch DDP's meaning: backward passes inside
+        the block only add into the gradients (torch's in-place .grad accumulation;
+        fsdp: each unit's own buffer, its parameters freed as usual); the first
+        backward after it hands the sums over, and step() applies the mean over ranks
+        of each rank's sum over its micro-batches. Every rank accumulates the same
+        number of passes. ddp, zero1 and zero2 accumulate in the worker's gradient
+        buffer they have anyway (no memory added); fsdp keeps every unit's gradient
+        buffer between the passes (as torch FSDP's no_sync), parameters still one unit
+        at a time. RuntimeError if nested or if step() runs inside it; ValueError with
+        backward_passes_per_step > 1 (the older way to accumulate; use one)."""
+        if self._no_sync:
+            raise RuntimeError("no_sync() is already active: it does not nest")
+        if self.backward_passes_per_step > 1:
+            raise ValueError("no_sync() with backward_passes_per_step > 1: accumulate one "
+                             "way (no_sync() is torch's, and the one to keep)")
+        self._no_sync = True
+        settings = [g.settings for g in self._groups]
+        for s in settings:
+            s.sync = False
+        try:
+            yield
+        finally:
+            self._no_sync = False
+            for s in settings:
+                s.sync = True
+
+    # --- the model's state --------------------------------------------------------
+    def _require_model_state(self, what):
+        if self._model_state is None:
+            raise ValueError(f"{what} needs the DistributedOptimizer's model= (its "
+                             f"state_dict keys name the tensors)")
+        for g in self._groups:
+            g.require_worker()
+        return self._model_state
+
+    def load_model_state_dict(self, state_dict, strict=True):
+        """Loads a model state_dict (torch's keys: parameters and buffers) at any step
+        between steps: the parameters go to the shard servers (every rank passes the
+        same values; collective), the buffers into the model; the optimizer state and
+        the step stay. Missing or unexpected keys (strict) and mis-shaped tensors raise
+        ValueError naming them, and nothing changes on any rank. Returns torch's
+        (missing_keys, unexpected_keys). model.load_state_dict(sd) does the same while
+        the optimizer is open."""
+        ms = self._require_model_state("load_model_state_dict")
+        missing, unexpected = ms.load(state_dict, strict)
+        return torch.nn.modules.module._IncompatibleKeys(missing, unexpected)
+
+    def sharded_state_dict(self):
+        """This rank's 1/world of the model's parameters (and the buffers), without
+        gathering the model (fsdp: one unit at a time); merge every rank's with
+        tessel.torch.merge_sharded_state_dicts. Collective only in that every rank
+        should call it to cover the model."""
+        return self._require_model_state("sharded_state_dict").sharded()
+
     def should_early_stop(self, metric):
         """Reports this rank's metric; the job-wide decision, the same on every rank."""
         return self._groups[0].worker.report_metric(float(metric))
@@ -358,6 +425,8 @@ class DistributedOptimizer:
         for g in self._groups:
             g.close()
             g.hooks = []
+        if self._model_state is not None:  # the parameters are the model's own again
+            self._model_state.close()
 
     @property
     def workers(self):
