@@ -373,6 +373,15 @@ PYBIND11_MODULE(_tessel, m) {
           },
           py::arg("unit"), "Pushes the unit's gradients (drop every view of them first).")
       .def(
+          "push_unit_part",
+          [](PyWorker& self, int unit) {
+            CheckUnit(self.get(), unit);
+            Check(Unlocked([&] { return self.get().PushUnitPart(unit); }));
+          },
+          py::arg("unit"),
+          "fsdp, fp32: pushes the unit's gradients of one micro-batch, summed on the servers "
+          "into this step's push_unit (drop every view of them first).")
+      .def(
           "finish_step",
           [](PyWorker& self) { Check(Unlocked([&] { return self.get().FinishStep(); })); },
           "fsdp: waits until every shard applied this step.")

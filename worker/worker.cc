@@ -378,6 +378,15 @@ absl::Status Worker::PushUnit(int unit) {
   });
 }
 
+absl::Status Worker::PushUnitPart(int unit) {
+  if (!p_->ctx.fsdp()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(p_->ctx.Where(), ": PushUnitPart is for fsdp jobs"));
+  }
+  return p_->units->Push(
+      unit, [](int, int) {}, /*part=*/true);
+}
+
 absl::Status Worker::Barrier(int64_t version) { return p_->units->Barrier(version); }
 
 absl::Status Worker::FinishStep() {

@@ -28,6 +28,7 @@ class FakeWorker:
         self.sizes = []
         self.grads = {}
         self.pushed = {}  # unit -> the gradient it pushed (a copy)
+        self.parts = {}  # unit -> the sum of its parts pushed this step
         self.hyper = None
 
     def _range(self, u):
@@ -54,6 +55,18 @@ class FakeWorker:
             self.grads[u] = np.zeros(e - b, dtype=np.float32)
         return self.grads[u]
 
+    # Mixed precision (bf16): the values and gradients as 16-bit patterns.
+    def gather_half(self, u):
+        self.calls.append(("gather", u))
+        b, e = self._range(u)
+        return torch.from_numpy(self.values[b:e].copy()).bfloat16().view(torch.int16).numpy()
+
+    def unit_half_grads(self, u):
+        if u not in self.grads:
+            b, e = self._range(u)
+            self.grads[u] = np.zeros(e - b, dtype=np.int16)
+        return self.grads[u]
+
     def prefetch(self, u):
         self.calls.append(("prefetch", u))
 
@@ -62,7 +75,18 @@ class FakeWorker:
 
     def push_unit(self, u):
         self.calls.append(("push_unit", u))
-        self.pushed[u] = self.unit_grads(u).copy()
+        grads = self.grads.get(u)
+        if grads is not None and grads.dtype == np.int16:  # bf16 widened
+            grads = torch.from_numpy(grads).view(torch.bfloat16).float().numpy()
+        elif grads is None:
+            grads = self.unit_grads(u)
+        self.pushed[u] = self.parts.pop(u, 0) + grads  # as the servers sum
+        self.grads.pop(u, None)
+
+    def push_unit_part(self, u):
+        """A micro-batch part: the servers add it to the unit's push of the step."""
+        self.calls.append(("push_unit_part", u))
+        self.parts[u] = self.parts.get(u, 0) + self.unit_grads(u)
         del self.grads[u]
 
     def finish_step(self):

@@ -3,6 +3,8 @@ fsdp (2 workers, 2 shard servers; train_loop_worker.py checks the rest):
   - no_sync() accumulation over 2 micro-batches per rank equals single-process
     torch on the whole batch (the loss of each micro-batch summed, averaged over
     ranks: torch DDP's meaning) within 1e-5 of the largest parameter;
+  - every strategy ends bitwise where ddp ends (fsdp's micro-batches summed on
+    the shard servers, each rank's in order, then over ranks in rank order);
   - every strategy's model.state_dict() after training is that model, and
     merge_sharded_state_dicts() of the ranks' sharded_state_dict() equals it
     bitwise;
@@ -78,6 +80,13 @@ def main():
             failures.append(f"{s}: no_sync training differs by {rel:.3g} (tolerance 1e-5)")
         if not same:
             failures.append(f"{s}: merged sharded state dict differs from state_dict()")
+    first = torch.load(os.path.join(d, f"{STRATEGIES[0]}-trained.pt"))
+    for s in STRATEGIES[1:]:
+        sd = torch.load(os.path.join(d, f"{s}-trained.pt"))
+        if not all(torch.equal(sd[k], first[k]) for k in first):
+            failures.append(f"{s} does not end bitwise where {STRATEGIES[0]} ends")
+    print(f"every strategy ends bitwise where {STRATEGIES[0]} ends: "
+          f"{'yes' if not any('bitwise where' in f for f in failures) else 'NO'}")
     with open(os.path.join(d, "memory.json")) as f:
         memory = json.load(f)
     print("peak gradient bytes per worker, 1 micro-batch -> 4 micro-batches:")

@@ -184,14 +184,22 @@ absl::Span<float> FsdpUnits::Grads(int unit) {
   return absl::MakeSpan(*u.grads);
 }
 
-absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int bucket)>& pushed) {
+absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int bucket)>& pushed,
+                             bool part) {
   if (!ctx_->unit_grads() || unit < 0 || unit >= size() ||
       (units_[unit].grads == nullptr && units_[unit].grads_half == nullptr)) {
     return absl::FailedPreconditionError(
         absl::StrCat(ctx_->Where(), ": PushUnit(", unit, ") without ",
                      ctx_->half ? "UnitHalfGrads(" : "UnitGrads(", unit, ")"));
   }
+  if (part && ctx_->half) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx_->Where(), ": PushUnitPart(", unit,
+                     "): the servers sum micro-batch parts in float32 only; "
+                     "accumulate half gradients on the worker"));
+  }
   Unit& u = units_[unit];
+  if (u.parts > 0) channel_->WaitForSends();  // the unit's earlier part is out
   std::shared_ptr<std::vector<float>> grads;
   std::shared_ptr<std::vector<uint16_t>> grads_half;
   {
@@ -204,8 +212,9 @@ absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int b
   for (int s = 0; s < channel_->num_shards(); ++s) {
     const auto [first, count] = u.buckets[s];
     for (int b = first; b < first + count; ++b) {
-      pushed(s, b);
-      const FrameHeader h = channel_->Header(FrameType::kPush, ctx_->step, s, b);
+      if (!part) pushed(s, b);
+      FrameHeader h = channel_->Header(FrameType::kPush, ctx_->step, s, b);
+      if (part) h.bucket_count = kPushPart;
       const Range br = ctx_->layout->bucket_range(s, b);
       // The buffer lives until its last bucket is sent, then is freed.
       const size_t at = static_cast<size_t>(br.begin - u.range.begin);
@@ -218,6 +227,7 @@ absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int b
   }
   grads.reset();
   grads_half.reset();
+  u.parts = part ? u.parts + 1 : 0;
   absl::MutexLock lock(&channel_->mu());
   AccountLocked();
   return absl::OkStatus();

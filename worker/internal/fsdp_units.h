@@ -51,7 +51,12 @@ class FsdpUnits : public FrameSink {
   absl::Span<float> Grads(int unit);
   absl::Span<uint16_t> HalfGrads(int unit);
   // Pushes the unit's gradients; `pushed(shard, bucket)` is told of each.
-  absl::Status Push(int unit, const std::function<void(int shard, int bucket)>& pushed);
+  // With `part` (fp32 only): a micro-batch part, summed by the servers into
+  // the unit's push of this step (nobody is told); a part or push after
+  // parts first waits until the earlier ones are sent, so the servers get
+  // one frame of a bucket from this rank at a time.
+  absl::Status Push(int unit, const std::function<void(int shard, int bucket)>& pushed,
+                    bool part = false);
   // fsdp: waits until every shard holds parameters of `version`.
   absl::Status Barrier(int64_t version);
 
@@ -77,6 +82,7 @@ class FsdpUnits : public FrameSink {
     // Mixed precision: the same, in half (the fp32 ones stay empty).
     std::vector<uint16_t> params_half;
     std::shared_ptr<std::vector<uint16_t>> grads_half;
+    int parts = 0;         // micro-batch parts sent this step
     int64_t version = -1;  // version held or in flight
     int64_t expected = 0;
     int64_t received = 0;

@@ -32,6 +32,7 @@ import torch
 
 from tessel.torch.fsdp_unit import FsdpUnit
 from tessel.torch.group import ParamGroup
+from tessel.torch.precision import model_dtype
 
 
 def plan_units(model, groups):
@@ -89,6 +90,15 @@ class FsdpGroup(ParamGroup):
         for unit in self.units:
             for i in unit.members:
                 self.unit_of[i] = unit.index
+        # The hooks go on each parameter's gradient node made in the dtype the
+        # model computes in (torch makes a new node, without them, when a
+        # parameter's dtype changes) and at its full shape (the node checks
+        # gradients against it), then the parameters are emptied.
+        dtype = model_dtype(self.settings.precision)
+        with torch.no_grad():
+            for p in self.params:
+                if p.dtype != dtype:
+                    p.data = p.data.to(dtype)
         for i, p in enumerate(self.params):
             self.hooks.append(self._grad_hook(i, p))
         self.empty_params(range(len(self.params)))
@@ -96,7 +106,8 @@ class FsdpGroup(ParamGroup):
     def empty_params(self, members):
         with torch.no_grad():
             for i in members:
-                self.params[i].data = torch.empty(0, device=self.params[i].device)
+                self.params[i].data = torch.empty(0, device=self.params[i].device,
+                                                  dtype=model_dtype(self.settings.precision))
                 self.params[i].grad = None
 
     def _pre_hook(self, u):
@@ -109,9 +120,7 @@ class FsdpGroup(ParamGroup):
         return hook
 
     def _grad_hook(self, i, p):
-        acc = p.expand_as(p).grad_fn.next_functions[0][0] if p.numel() else None
-        if acc is None:  # an empty parameter now: hooks need the node made while bound
-            raise ValueError("internal: fsdp hooks are made before parameters are emptied")
+        acc = p.expand_as(p).grad_fn.next_functions[0][0]  # p's AccumulateGrad node
         unit = self.units[self.unit_of[i]]
         settings = self.settings
 
@@ -124,7 +133,7 @@ class FsdpGroup(ParamGroup):
                     and settings.push_in_backward):  # loss scaling pushes in step(), if at all
                 if settings.sync:
                     unit.push()
-                else:  # no_sync(): the gradients stay in the unit's buffer, summed
+                else:  # no_sync(): summed on the servers (fp32) or in the buffer
                     unit.accumulate()
 
         acc.register_hook(hook)
@@ -167,6 +176,11 @@ class FsdpGroup(ParamGroup):
 
     # --- the rest of the optimizer's interface --------------------------------
     def zero_grad(self, set_to_none):
+        if any(unit.parts for unit in self.units):
+            raise RuntimeError(
+                "zero_grad() after no_sync() passes: fsdp sent their gradients to the shard "
+                "servers, which sum them into this step; finish the step (a backward outside "
+                "no_sync(), then step()) before zeroing gradients")
         for unit in self.units:
             if unit.grads is not None:
                 unit.grads.zero_()

@@ -77,6 +77,7 @@ class FsdpUnit:
         self.done = 0
         self.accumulated = False  # no_sync(): its buffer holds earlier backward passes' sum
         self.buffered = False  # the worker's gradient buffer of this step exists
+        self.parts = 0  # no_sync() passes pushed as parts this step (summed on the servers)
         self.grads = None  # the unit's gradient buffer while held (device copy if staged)
         self.host_grads = None  # staged: the worker's buffer under `grads`
 
@@ -181,13 +182,21 @@ class FsdpUnit:
 
     def accumulate(self):
         """no_sync(): backward produced this pass's gradients; the unit lets go of
-        its parameters and keeps the gradients' sum in its buffer (the next hold
-        gives them back to torch, which adds the next pass's in place)."""
+        its parameters. In fp32 it pushes them as a micro-batch part, which the
+        servers add to this step's push (the buffer goes: the worker holds one
+        pass's gradients of a unit at a time); in half precision it keeps the
+        sum in its buffer (the next hold gives it back to torch, which adds the
+        next pass's in place)."""
         if not self.held:
             return
         self.adopt_grads()
         self.release(grads="flush")
-        self.accumulated = True
+        if self.group.settings.precision in HALF:
+            self.accumulated = True
+            return
+        self.group.worker.push_unit_part(self.index)
+        self.buffered = False
+        self.parts += 1
 
     def forget_accumulated(self):
         """zero_grad() or a skipped step: the sum no_sync() left in the worker's
@@ -216,6 +225,7 @@ class FsdpUnit:
         w.push_unit(u)
         self.buffered = False
         self.accumulated = False
+        self.parts = 0
         self.state = UnitState.PUSHED
 
     def finish_step(self):
@@ -228,5 +238,6 @@ class FsdpUnit:
         self.release(worker_dropped=True)
         self.accumulated = False
         self.buffered = False
+        self.parts = 0
         self.state = UnitState.RELEASED
         self.done = 0
