@@ -70,8 +70,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             m2 = ((x3 - mean[None, :, None]) ** 2).sum((0, 2))
             slot = wire[rank * per:(rank + 1) * per]
             slot[0] = count
-            slot[1:channels + 1] = mean.numpy()
-            slot[channels + 1:] = m2.numpy()
+            slot[1:channels + 1] = mean.cpu().numpy()
+            slot[channels + 1:] = m2.cpu().numpy()
         worker.all_reduce_mean(wire)
         counts, means, m2s = _stats_of_ranks(wire, world, channels)
         total = float(counts.sum())
@@ -82,13 +82,15 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         gmean = (counts[:, None] * means).sum(0) / total
         gm2 = (m2s + counts[:, None] * (means - gmean[None, :]) ** 2).sum(0)
         var = gm2 / total
+        dev = x.device
         with torch.no_grad():
             if running_mean is not None:
-                running_mean.copy_(factor * gmean + (1 - factor) * running_mean.double())
+                running_mean.copy_(factor * gmean.to(dev) + (1 - factor) * running_mean.double())
             if running_var is not None:
-                running_var.copy_(factor * gm2 / (total - 1) + (1 - factor) * running_var.double())
-        mean32, var32 = gmean.to(x.dtype), var.to(x.dtype)
-        invstd = (1.0 / torch.sqrt(var + eps)).to(x.dtype)
+                unbiased = (gm2 / (total - 1)).to(dev)
+                running_var.copy_(factor * unbiased + (1 - factor) * running_var.double())
+        mean32, var32 = gmean.to(dev, x.dtype), var.to(dev, x.dtype)
+        invstd = (1.0 / torch.sqrt(var + eps)).to(dev, x.dtype)
         ctx.save_for_backward(x, weight, mean32, invstd)
         ctx.worker = worker
         ctx.count = count
@@ -110,11 +112,11 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             grad_bias = sum_dy.to(x.dtype)
         if ctx.needs_input_grad[0]:
             wire = np.empty(2 * channels + 1, dtype=np.float32)
-            wire[:channels] = sum_dy.numpy()
-            wire[channels:2 * channels] = sum_dy_xmu.numpy()
+            wire[:channels] = sum_dy.cpu().numpy()
+            wire[channels:2 * channels] = sum_dy_xmu.cpu().numpy()
             wire[2 * channels] = ctx.count
             ctx.worker.all_reduce_mean(wire)
-            w = torch.from_numpy(wire).double()
+            w = torch.from_numpy(wire).double().to(x.device)
             mean_dy = w[:channels] / w[2 * channels]
             mean_dy_xmu = w[channels:2 * channels] / w[2 * channels]
             k = (mean_dy_xmu * invstd.double() ** 2).to(x.dtype)
