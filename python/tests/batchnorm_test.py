@@ -3,12 +3,10 @@ structure, parameters, buffers and flags; SyncBatchNorm with one rank is
 BatchNorm bitwise; two ranks as threads (fakes.ThreadWorld: the servers'
 rank-order mean) each on half a batch equal BatchNorm on the whole batch;
 BufferSync gives every rank rank 0's buffers bitwise, whatever their dtype."""
-import copy
 import os
 import unittest
 from unittest import mock
 
-import numpy as np
 import torch
 from torch import nn
 

@@ -20,7 +20,6 @@ outside the world; an unbound SyncBatchNorm refuses to train in a job of 2.
 Usage: sync_bn_test.py --launch=tessel-launch --worker=sync_bn_worker.py
 """
 import argparse
-import copy
 import os
 import sys
 import tempfile

@@ -12,7 +12,6 @@ import sys
 import time
 
 import numpy as np
-import torch
 
 import bn_model
 import rank_lib
