@@ -6,7 +6,10 @@ for fsdp (register_layout, unit_range, gather, unit_grads, prefetch, release,
 push_unit, finish_step, set_optimizer, gather_all, close) and the job-wide
 reduction (all_reduce_mean, with a fixed "other ranks" contribution). It
 keeps the registered values, hands out one gradient buffer per unit until
-that unit is pushed, and records every call in `calls`.
+that unit is pushed, and records every call in `calls`. ThreadWorld runs W
+ranks as threads whose RankWorkers' all_reduce_mean and broadcast meet as the
+servers' rank-order mean would (SyncBatchNorm and BufferSync without a
+cluster).
 
 Example:
     w = FakeWorker(units=[0, 2])
