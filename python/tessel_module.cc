@@ -230,11 +230,17 @@ PYBIND11_MODULE(_tessel, m) {
                        const std::vector<int>& units, const std::string& ucx_tls,
                        double connect_timeout_s, double step_timeout_s, bool recovery,
                        bool auto_resume, int64_t checkpoint_every_steps, bool checkpoint_initial,
-                       const std::string& token, double topk_ratio) {
+                       const std::string& token, double topk_ratio,
+                       const std::string& metrics_address, const std::string& timeline,
+                       int64_t timeline_first_step, int64_t timeline_steps) {
              tessel::WorkerOptions o = tessel::MakeOptions(
                  registry, job, rank, world_size, strategy, optimizer, num_servers, bucket_bytes,
                  precision, units, ucx_tls, connect_timeout_s, step_timeout_s, recovery,
                  auto_resume, checkpoint_every_steps, checkpoint_initial, token, topk_ratio);
+             o.metrics_address = metrics_address;
+             o.timeline = timeline;
+             o.timeline_first_step = timeline_first_step;
+             o.timeline_steps = timeline_steps;
              auto* pw = new PyWorker;
              pw->w = Take(Unlocked([&] { return Worker::Connect(o); }));
              return pw;
@@ -247,9 +253,12 @@ PYBIND11_MODULE(_tessel, m) {
            py::arg("step_timeout_s") = 120.0, py::arg("recovery") = false,
            py::arg("auto_resume") = false, py::arg("checkpoint_every_steps") = 0,
            py::arg("checkpoint_initial") = false, py::arg("token") = "",
-           py::arg("topk_ratio") = 0.0,
+           py::arg("topk_ratio") = 0.0, py::arg("metrics_address") = "", py::arg("timeline") = "",
+           py::arg("timeline_first_step") = 1, py::arg("timeline_steps") = 100,
            "Joins the job (registry host:port, job name, rank of world_size) and waits for the "
-           "world and the shard servers.")
+           "world and the shard servers. metrics_address (HOST:PORT, port 0: a free one): serve "
+           "this worker's Prometheus metrics there; timeline (a path, '{rank}' replaced): write "
+           "a Chrome trace of steps timeline_first_step .. + timeline_steps - 1.")
       .def(
           "data_path", [](PyWorker& self) { return self.w->data_path(); },
           "How payloads move to and from the shard servers: 'in place' (shared memory on one "
@@ -426,6 +435,35 @@ PYBIND11_MODULE(_tessel, m) {
             Check(Unlocked([&] { return self.get().AllReduceMean(span); }));
           },
           py::arg("data"), "The mean over ranks of `data` (float32, C order), in place.")
+      .def(
+          "broadcast",
+          [](PyWorker& self, py::array data, int root) {
+            if (!data.writeable()) throw py::value_error("broadcast needs a writeable array");
+            if (!(data.flags() & py::array::c_style)) {
+              throw py::value_error("broadcast needs a C-contiguous array");
+            }
+            const char kind = data.dtype().kind();
+            if (kind != 'b' && kind != 'i' && kind != 'u' && kind != 'f' && kind != 'c') {
+              throw py::value_error(
+                  absl::StrCat("broadcast moves numbers (bool, int, uint, float, complex), not "
+                               "dtype kind '",
+                               std::string(1, kind), "'"));
+            }
+            const absl::Span<uint8_t> bytes(static_cast<uint8_t*>(data.mutable_data()),
+                                            static_cast<size_t>(data.nbytes()));
+            Check(Unlocked([&] { return self.get().Broadcast(root, bytes); }));
+          },
+          py::arg("data"), py::arg("root") = 0,
+          "Rank `root`'s `data` onto every rank, in place and exactly (its bytes): a writeable "
+          "C-contiguous array of numbers, the same size on every rank.")
+      .def(
+          "report_loss", [](PyWorker& self, double loss) { self.get().ReportLoss(loss); },
+          py::arg("loss"),
+          "The loss of the step just finished, for the registry's status page (rank 0's is "
+          "plotted; it rides on the next heartbeat). Cheap: call it every step.")
+      .def_property_readonly(
+          "metrics_address", [](PyWorker& self) { return self.get().metrics_address(); },
+          "HOST:PORT where this worker serves /metrics ('' when off).")
       .def(
           "serialize",
           [](PyWorker& self) {

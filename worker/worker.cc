@@ -443,6 +443,9 @@ void Worker::SetWaitCheck(std::function<absl::Status()> check) {
 }
 void Worker::SetResumeStep(int64_t step) { p_->ctx.options.resume_step = step; }
 int Worker::recoveries() const { return p_->recovery->recoveries(); }
+std::string Worker::metrics_address() const {
+  return p_->http == nullptr ? std::string() : p_->http->address();
+}
 
 void Worker::ReportLoss(double loss) {
   if (p_->membership != nullptr) p_->membership->registry().SetProgress(p_->ctx.step, loss);
@@ -538,6 +541,22 @@ absl::Status Worker::AllReduceMean(absl::Span<float> data) {
     return absl::FailedPreconditionError("AllReduceMean before RegisterLayout");
   }
   return p_->collectives->AllReduceMean(data);
+}
+
+absl::Status Worker::Broadcast(int root, absl::Span<uint8_t> bytes) {
+  if (p_->ctx.layout == nullptr) {
+    return absl::FailedPreconditionError("Broadcast before RegisterLayout");
+  }
+  const int world = p_->ctx.world_size;
+  if (root < 0 || root >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p_->ctx.Where(), ": broadcast root ", root, " is outside [0, ", world, ")"));
+  }
+  if (bytes.empty() || world == 1) return absl::OkStatus();
+  std::string wire(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  TESSEL_RETURN_IF_ERROR(p_->collectives->Broadcast(root, &wire));
+  std::copy(wire.begin(), wire.end(), reinterpret_cast<char*>(bytes.data()));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<absl::Span<const float>> Worker::SynchronizeGradients() {

@@ -227,6 +227,9 @@ class Worker {
   // job's worker-to-worker messages.
   absl::Status CheckServers();
   int recoveries() const;
+  // Where this worker serves its Prometheus metrics (HOST:PORT, the port
+  // bound when options().metrics_address asked for port 0); "" when off.
+  std::string metrics_address() const;
   // The training loss of the step just finished, reported to the registry
   // with the next heartbeat (about once a second): the registry's status page
   // plots rank 0's (docs/observability.md). Cheap; call it every step.
@@ -314,7 +317,17 @@ class Worker {
   const EarlyStopping& early_stopping() const;
   // The mean over ranks of `data` (same size on every rank), in place, in
   // rank order through the shard servers. The building block of the above.
+  // No all-reduce sum is offered: a sum is W * mean (exact for W a power of
+  // two), and quantities built from ratios of sums (a mean over a global
+  // batch, SyncBatchNorm's statistics) need none.
   absl::Status AllReduceMean(absl::Span<float> data);
+  // Rank `root`'s `bytes` onto every rank, in place, exactly: every rank
+  // passes the same size (any bytes: floats with their NaN payloads, int64
+  // counters). One AllReduceMean of size/2 floats (JobCollectives::Broadcast:
+  // 16-bit words, the other ranks' zeros); nothing travels with one rank or
+  // no bytes. InvalidArgument for a root outside [0, world_size());
+  // FailedPrecondition before RegisterLayout.
+  absl::Status Broadcast(int root, absl::Span<uint8_t> bytes);
 
   int64_t step() const;
   int64_t epoch() const;
