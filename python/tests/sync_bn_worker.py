@@ -86,8 +86,7 @@ for combo in combos:
     want = 0 if mode == "local" else steps + 1  # construction, then every step
     assert opt._buffers.syncs == want, (combo, opt._buffers.syncs)
     opt.close()
-    if mode == "sync" and strategy != "fsdp":  # unbound now, in a job of 2 ranks (an fsdp
-        # model's forward hooks stay, and refuse: closed)
+    if mode == "sync":  # unbound now, in a job of 2 ranks
         checks.raises(RuntimeError, "before a DistributedOptimizer bound it",
                       lambda: model(bn_model.batch(0)[0][rows]))
 if r.rank == 0:

@@ -260,3 +260,6 @@ class FsdpGroup(ParamGroup):
                 off += n
         self.worker.close()
         self.worker = None
+        for h in self.hooks:  # the model runs on its own again: no more gathers
+            if hasattr(h, "remove"):
+                h.remove()
