@@ -8,7 +8,9 @@ $TESSEL_TIMELINE=DIR/tl-{rank}.json (observe_worker.py). Checks:
   - each worker serves /metrics at opt.metrics_address, where
     tessel_worker_step{job,rank} is the step count and the push phase
     histogram counted every step;
-  - each rank wrote a timeline (a JSON array) with an exchange span per step.
+  - each rank wrote a timeline (a JSON array) with an exchange span per step;
+  - without --registry, tessel-launch --metrics_address serves its embedded
+    registry's status page, with rank 0's last loss on it.
 
 Usage: observe_test.py --registry=tessel-registry --server=tessel-server
        --launch=tessel-launch --worker=observe_worker.py
@@ -154,9 +156,36 @@ def main():
             check(len(spans) == STEPS,
                   f"rank {r} timeline {os.path.basename(path)}: {len(events)} events, "
                   f"{len(spans)} exchange spans (want {STEPS})")
+
+        # tessel-launch's embedded registry serves the same page beside its
+        # /metrics (--metrics_address), for a job run without a registry.
+        out2 = os.path.join(d, "out2")
+        os.mkdir(out2)
+        env2 = dict(os.environ, TESSEL_METRICS_ADDRESS="127.0.0.1:0",
+                    TESSEL_TIMELINE=os.path.join(d, "tl2-{rank}.json"))
+        embedded = spawn([args.launch, "--nproc_per_node=2", "--servers=2", f"--job={JOB}",
+                          "--timeout_s=150", "--metrics_address=127.0.0.1:0",
+                          f"--run_dir={d}/run2", "--", "/usr/bin/python3", args.worker, out2,
+                          str(STEPS)], "launch2.log", env2)
+        http2 = wait_for("tessel-launch's status page address", lambda: grep(
+            r"status page at http://(\S+)/status", os.path.join(d, "launch2.log")), 60)
+        wait_for(f"step {half} (embedded registry)",
+                 lambda: os.path.exists(os.path.join(out2, f"at-{half}")), 90)
+        open(os.path.join(out2, f"seen-{half}"), "w").close()
+        wait_for("both ranks done (embedded registry)", lambda: all(
+            os.path.exists(os.path.join(out2, f"done-r{r}")) for r in range(2)), 60)
+        losses2 = json.load(open(os.path.join(out2, "losses.json")))
+        last2 = wait_for(f"step {STEPS}'s loss on tessel-launch's status page", lambda: next(
+            (p for p in job_row(http2)["loss"] if p[0] == STEPS), None), 20)
+        check(last2[1] == losses2[str(STEPS)],
+              f"tessel-launch's status page (embedded registry): step {STEPS} loss {last2[1]} "
+              f"is rank 0's {losses2[str(STEPS)]}")
+        open(os.path.join(out2, "finish"), "w").close()
+        rc = embedded.wait(timeout=60)
+        check(rc == 0, f"tessel-launch (embedded registry) exited {rc}")
     except (TimeoutError, OSError, ValueError, KeyError, TypeError) as e:
         failures.append(f"{type(e).__name__}: {e}")
-        for name in ("launch.log", "registry.log"):
+        for name in ("launch.log", "launch2.log", "registry.log"):
             path = os.path.join(d, name)
             if os.path.exists(path):
                 print(f"--- {name}\n" + open(path).read()[-3000:])
