@@ -41,6 +41,8 @@ enum class FrameType : uint16_t {
 inline constexpr uint32_t kFrameMagic = 0x314C5354;  // "TSL1" little-endian
 inline constexpr uint16_t kWireVersion = 1;
 inline constexpr size_t kHeaderBytes = 64;
+// FrameHeader::bucket_count of a PUSH that is a micro-batch part.
+inline constexpr uint32_t kPushPart = 1;
 
 struct FrameHeader {
   FrameType type = FrameType::kPush;
@@ -54,7 +56,9 @@ struct FrameHeader {
   uint64_t payload_bytes = 0;
   // PULL: buckets [bucket, bucket + bucket_count) of the shard; 0 asks only
   // to be told (an empty PARAMS frame) when the shard reaches `step`.
-  // PARAMS: echoes the PULL's count. Zero in every other frame.
+  // PARAMS: echoes the PULL's count. PUSH: kPushPart marks a micro-batch
+  // part (summed on the server into the rank's push of that bucket and step,
+  // which completes nothing); 0 is the push itself. Zero in every other frame.
   uint32_t bucket_count = 0;
 };
 

@@ -67,7 +67,16 @@ TEST(WireTest, RejectsMalformedHeaders) {
   FrameHeader push = Sample();
   push.type = FrameType::kPush;
   HeaderBytes pb = EncodeHeader(push);
-  EXPECT_NE(DecodeHeader(pb.data(), pb.size()).status().message().find("no bucket count"),
+  EXPECT_NE(DecodeHeader(pb.data(), pb.size()).status().message().find("PUSH bucket count 5"),
+            std::string::npos);
+  push.bucket_count = kPushPart;  // a micro-batch part
+  pb = EncodeHeader(push);
+  ASSERT_TRUE(DecodeHeader(pb.data(), pb.size()).ok());
+  EXPECT_EQ(DecodeHeader(pb.data(), pb.size())->bucket_count, kPushPart);
+  FrameHeader init = push;
+  init.type = FrameType::kInit;
+  HeaderBytes ib = EncodeHeader(init);
+  EXPECT_NE(DecodeHeader(ib.data(), ib.size()).status().message().find("no bucket count"),
             std::string::npos);
 }
 

@@ -60,7 +60,7 @@ bool Headers(const std::string& dir) {
   reserved[62] = 1;
   std::string bad_type = HeaderString(push);
   bad_type[6] = 9;
-  tessel::FrameHeader push_count = push;  // PUSH frames carry no bucket count
+  tessel::FrameHeader push_count = push;  // PUSH frames carry 0 or kPushPart
   push_count.bucket_count = 2;
   return WriteFile(dir + "/push", HeaderString(push)) &&
          WriteFile(dir + "/pull", HeaderString(pull)) &&

@@ -206,6 +206,7 @@ PYBIND11_MODULE(_tessel, m) {
   using tessel::Unlocked;
   using tessel::View;
   using tessel::Worker;
+  using tessel::WorkerMemory;
   m.doc() = "Tessel's worker SDK (C++), for Python. Use tessel.torch for PyTorch.";
   static py::exception<std::runtime_error> tessel_error(m, "TesselError", PyExc_RuntimeError);
   static py::exception<std::runtime_error> recoverable(m, "RecoverableError", tessel_error.ptr());
@@ -229,11 +230,17 @@ PYBIND11_MODULE(_tessel, m) {
                        const std::vector<int>& units, const std::string& ucx_tls,
                        double connect_timeout_s, double step_timeout_s, bool recovery,
                        bool auto_resume, int64_t checkpoint_every_steps, bool checkpoint_initial,
-                       const std::string& token, double topk_ratio) {
+                       const std::string& token, double topk_ratio,
+                       const std::string& metrics_address, const std::string& timeline,
+                       int64_t timeline_first_step, int64_t timeline_steps) {
              tessel::WorkerOptions o = tessel::MakeOptions(
                  registry, job, rank, world_size, strategy, optimizer, num_servers, bucket_bytes,
                  precision, units, ucx_tls, connect_timeout_s, step_timeout_s, recovery,
                  auto_resume, checkpoint_every_steps, checkpoint_initial, token, topk_ratio);
+             o.metrics_address = metrics_address;
+             o.timeline = timeline;
+             o.timeline_first_step = timeline_first_step;
+             o.timeline_steps = timeline_steps;
              auto* pw = new PyWorker;
              pw->w = Take(Unlocked([&] { return Worker::Connect(o); }));
              return pw;
@@ -246,9 +253,12 @@ PYBIND11_MODULE(_tessel, m) {
            py::arg("step_timeout_s") = 120.0, py::arg("recovery") = false,
            py::arg("auto_resume") = false, py::arg("checkpoint_every_steps") = 0,
            py::arg("checkpoint_initial") = false, py::arg("token") = "",
-           py::arg("topk_ratio") = 0.0,
+           py::arg("topk_ratio") = 0.0, py::arg("metrics_address") = "", py::arg("timeline") = "",
+           py::arg("timeline_first_step") = 1, py::arg("timeline_steps") = 100,
            "Joins the job (registry host:port, job name, rank of world_size) and waits for the "
-           "world and the shard servers.")
+           "world and the shard servers. metrics_address (HOST:PORT, port 0: a free one): serve "
+           "this worker's Prometheus metrics there; timeline (a path, '{rank}' replaced): write "
+           "a Chrome trace of steps timeline_first_step .. + timeline_steps - 1.")
       .def(
           "data_path", [](PyWorker& self) { return self.w->data_path(); },
           "How payloads move to and from the shard servers: 'in place' (shared memory on one "
@@ -372,6 +382,15 @@ PYBIND11_MODULE(_tessel, m) {
           },
           py::arg("unit"), "Pushes the unit's gradients (drop every view of them first).")
       .def(
+          "push_unit_part",
+          [](PyWorker& self, int unit) {
+            CheckUnit(self.get(), unit);
+            Check(Unlocked([&] { return self.get().PushUnitPart(unit); }));
+          },
+          py::arg("unit"),
+          "fsdp, fp32: pushes the unit's gradients of one micro-batch, summed on the servers "
+          "into this step's push_unit (drop every view of them first).")
+      .def(
           "finish_step",
           [](PyWorker& self) { Check(Unlocked([&] { return self.get().FinishStep(); })); },
           "fsdp: waits until every shard applied this step.")
@@ -417,6 +436,35 @@ PYBIND11_MODULE(_tessel, m) {
           },
           py::arg("data"), "The mean over ranks of `data` (float32, C order), in place.")
       .def(
+          "broadcast",
+          [](PyWorker& self, py::array data, int root) {
+            if (!data.writeable()) throw py::value_error("broadcast needs a writeable array");
+            if (!(data.flags() & py::array::c_style)) {
+              throw py::value_error("broadcast needs a C-contiguous array");
+            }
+            const char kind = data.dtype().kind();
+            if (kind != 'b' && kind != 'i' && kind != 'u' && kind != 'f' && kind != 'c') {
+              throw py::value_error(
+                  absl::StrCat("broadcast moves numbers (bool, int, uint, float, complex), not "
+                               "dtype kind '",
+                               std::string(1, kind), "'"));
+            }
+            const absl::Span<uint8_t> bytes(static_cast<uint8_t*>(data.mutable_data()),
+                                            static_cast<size_t>(data.nbytes()));
+            Check(Unlocked([&] { return self.get().Broadcast(root, bytes); }));
+          },
+          py::arg("data"), py::arg("root") = 0,
+          "Rank `root`'s `data` onto every rank, in place and exactly (its bytes): a writeable "
+          "C-contiguous array of numbers, the same size on every rank.")
+      .def(
+          "report_loss", [](PyWorker& self, double loss) { self.get().ReportLoss(loss); },
+          py::arg("loss"),
+          "The loss of the step just finished, for the registry's status page (rank 0's is "
+          "plotted; it rides on the next heartbeat). Cheap: call it every step.")
+      .def_property_readonly(
+          "metrics_address", [](PyWorker& self) { return self.get().metrics_address(); },
+          "HOST:PORT where this worker serves /metrics ('' when off).")
+      .def(
           "serialize",
           [](PyWorker& self) {
             return py::bytes(Take(Unlocked([&] { return self.get().Serialize(); })));
@@ -429,6 +477,15 @@ PYBIND11_MODULE(_tessel, m) {
             Check(Unlocked([&] { return self.get().Deserialize(b); }));
           },
           py::arg("blob"), "Loads a serialize() blob (every rank passes the same bytes).")
+      .def(
+          "load_params",
+          [](PyWorker& self, py::array_t<float, py::array::c_style | py::array::forcecast> data) {
+            const absl::Span<const float> span(data.data(), static_cast<size_t>(data.size()));
+            Check(Unlocked([&] { return self.get().LoadParameters(span); }));
+          },
+          py::arg("params"),
+          "New parameters (float32, num_params, the same on every rank); optimizer state and "
+          "step kept. Collective.")
       .def(
           "synchronize_optimizer_state",
           [](PyWorker& self) {
@@ -448,6 +505,20 @@ PYBIND11_MODULE(_tessel, m) {
       .def_property_readonly("current_step", [](PyWorker& self) { return self.get().step(); })
       .def_property_readonly("epoch", [](PyWorker& self) { return self.get().epoch(); })
       .def_property_readonly("num_servers", [](PyWorker& self) { return self.get().num_servers(); })
+      .def(
+          "memory",
+          [](PyWorker& self) {
+            const WorkerMemory m = self.get().memory();
+            py::dict d;
+            d["params_bytes"] = m.params_bytes;
+            d["grads_bytes"] = m.grads_bytes;
+            d["optimizer_bytes"] = m.optimizer_bytes;
+            d["peak_bytes"] = m.peak_bytes;
+            d["peak_grads_bytes"] = m.peak_grads_bytes;
+            return d;
+          },
+          "Bytes the worker holds now (params, grads, optimizer) and at peak (fsdp: "
+          "parameters + gradients; peak_grads_bytes: gradients alone).")
       .def_property_readonly("num_params",
                              [](PyWorker& self) { return self.get().layout().num_params(); })
       .def_property_readonly("recoveries", [](PyWorker& self) { return self.get().recoveries(); })

@@ -39,6 +39,9 @@ BucketReducer::BucketReducer(Options options)
   }
   held_.resize(nb);
   for (auto& h : held_) h.resize(w);
+  incoming_.resize(nb);
+  for (auto& h : incoming_) h.resize(w);
+  parts_.assign(nb, std::vector<uint8_t>(w, 0));
   spare_.resize(nb);
   borrowed_.assign(nb, std::vector<const void*>(w, nullptr));
   leases_.resize(nb);
@@ -70,24 +73,81 @@ void* BucketReducer::Accept(int bucket, int rank, bool borrow) {
     if (borrow) return nullptr;
     return rank_sparse_[rank].data() + sparse_offset_[bucket];
   }
+  if (parts_[bucket][rank]) {  // added to the parts: received beside them
+    std::unique_ptr<float[]>& in = incoming_[bucket][rank];
+    if (in == nullptr) in = TakeLocked(bucket);
+    return in.get();
+  }
   if (borrow) return nullptr;
   std::unique_ptr<float[]>& held = held_[bucket][rank];
-  if (held == nullptr) {
-    std::vector<std::unique_ptr<float[]>>& spare = spare_[bucket];
-    if (!spare.empty()) {
-      held = std::move(spare.back());
-      spare.pop_back();
-    } else {
-      const size_t floats = (static_cast<size_t>(buckets_[bucket].size()) * wire_bytes() + 3) / 4;
-      held = std::make_unique<float[]>(floats);
-      pool_bytes_ += static_cast<int64_t>(floats * sizeof(float));
-    }
-  }
+  if (held == nullptr) held = TakeLocked(bucket);
   return held.get();
 }
 
-absl::StatusOr<BucketReducer::Landing> BucketReducer::Land(int bucket, int rank) {
+std::unique_ptr<float[]> BucketReducer::TakeLocked(int bucket) {
+  std::vector<std::unique_ptr<float[]>>& spare = spare_[bucket];
+  if (!spare.empty()) {
+    std::unique_ptr<float[]> b = std::move(spare.back());
+    spare.pop_back();
+    return b;
+  }
+  const size_t floats = (static_cast<size_t>(buckets_[bucket].size()) * wire_bytes() + 3) / 4;
+  pool_bytes_ += static_cast<int64_t>(floats * sizeof(float));
+  return std::make_unique<float[]>(floats);
+}
+
+void* BucketReducer::AcceptPart(int bucket, int rank) {
   absl::MutexLock lock(&mu_);
+  std::unique_ptr<float[]>& held = held_[bucket][rank];
+  if (!parts_[bucket][rank]) {  // the first part is the sum so far
+    if (held == nullptr) held = TakeLocked(bucket);
+    return held.get();
+  }
+  std::unique_ptr<float[]>& in = incoming_[bucket][rank];
+  if (in == nullptr) in = TakeLocked(bucket);
+  return in.get();
+}
+
+void BucketReducer::LandPart(int bucket, int rank) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!parts_[bucket][rank]) {
+      parts_[bucket][rank] = 1;
+      return;
+    }
+  }
+  AddIncoming(bucket, rank);
+}
+
+bool BucketReducer::HasParts(int bucket, int rank) {
+  absl::MutexLock lock(&mu_);
+  return parts_[bucket][rank] != 0;
+}
+
+void BucketReducer::AddIncoming(int bucket, int rank) {
+  float* sum;
+  const float* in;
+  {
+    absl::MutexLock lock(&mu_);
+    sum = held_[bucket][rank].get();
+    in = incoming_[bucket][rank].get();
+  }
+  // Only this rank's frames of this bucket touch both buffers, one at a time.
+  const int64_t n = buckets_[bucket].size();
+  for (int64_t i = 0; i < n; ++i) sum[i] += in[i];
+  absl::MutexLock lock(&mu_);
+  spare_[bucket].push_back(std::move(incoming_[bucket][rank]));
+}
+
+absl::StatusOr<BucketReducer::Landing> BucketReducer::Land(int bucket, int rank) {
+  bool parts;
+  {
+    absl::MutexLock lock(&mu_);
+    parts = parts_[bucket][rank] != 0;
+  }
+  if (parts) AddIncoming(bucket, rank);  // the push completes the rank's sum
+  absl::MutexLock lock(&mu_);
+  parts_[bucket][rank] = 0;
   if (topk_ratio_ > 0) {
     // The pairs are checked before they count.
     const int64_t n = buckets_[bucket].size();
@@ -263,6 +323,7 @@ std::vector<std::shared_ptr<void>> BucketReducer::EndSum(int bucket) {
   folded_[bucket] = 0;
   summing_[bucket] = 0;
   ReturnBuffersLocked(bucket, 0, world_);
+  std::fill(parts_[bucket].begin(), parts_[bucket].end(), 0);
   fold_queued_[bucket] = 0;
   std::fill(landed_[bucket].begin(), landed_[bucket].end(), 0);
   landed_count_[bucket] = 0;

@@ -28,6 +28,15 @@
 //   accumulator, and again while more land in order; it stops once the
 //   bucket is complete or its sum began. Optional: a fold never run leaves
 //   more of the sum to SumChunks.
+//   Micro-batch parts (fp32, not top-k): a rank may send a bucket's
+//   gradients in parts before its push (AcceptPart, LandPart): the first
+//   part lands in the rank's pooled buffer, each later part and the push
+//   itself in a second one and is added into it element by element, so the
+//   rank's push is the sum of its parts and push in the order they came
+//   (each rank's micro-batches in order, then the usual rank-order sum:
+//   what each rank accumulating locally gives, bit for bit). A part is not a
+//   landing: it completes nothing and is never folded; a push after parts is
+//   copied (Accept with borrow=false). The caller checks the precision.
 //   Per bucket and step: Accept, Land/LandBorrowed for each rank (Accept
 //   only for a slot the caller's protocol has free; the caller validates
 //   frames), then, once Land said `complete`, BeginSum, SumChunks, EndSum
@@ -112,6 +121,15 @@ class BucketReducer {
   // malformed push is InvalidArgument (core/topk.h's words) and records
   // nothing (the rank may push again).
   absl::StatusOr<Landing> Land(int bucket, int rank);
+  // A micro-batch part of rank's `bucket` (fp32 jobs without top-k): where
+  // it goes. LandPart adds it to the rank's parts so far (the first is
+  // kept as it is). Neither lands the rank's push.
+  void* AcceptPart(int bucket, int rank);
+  void LandPart(int bucket, int rank);
+  // The rank's push of `bucket` has parts before it: copy it (Accept's
+  // borrow=false), it is added to them.
+  bool HasParts(int bucket, int rank);
+
   // A borrowed push: its gradient lies at `data` (the bucket's first
   // element) until `lease` is dropped.
   Landing LandBorrowed(int bucket, int rank, const void* data, std::shared_ptr<void> lease);
@@ -144,6 +162,11 @@ class BucketReducer {
   void LandedLocked(int bucket, std::vector<const void*>* landed) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Landing RecordLocked(int bucket, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A bucket-sized buffer from `bucket`'s pool (allocated if it is empty).
+  std::unique_ptr<float[]> TakeLocked(int bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The part or push in incoming_[bucket][rank] is added into the rank's
+  // held sum (outside mu_) and its buffer goes back to the pool.
+  void AddIncoming(int bucket, int rank) ABSL_LOCKS_EXCLUDED(mu_);
   // Ranks [from, to) of `bucket` are summed: their buffers go to the pool.
   void ReturnBuffersLocked(int bucket, int from, int to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rank r's part [off, off + n) of the shard, from where its push lies
@@ -178,6 +201,10 @@ class BucketReducer {
   // Per rank: its top-k pairs of every bucket (allocated under mu_ on the
   // rank's first push, then read outside it by SumChunks).
   std::vector<std::vector<uint8_t>> rank_sparse_;
+  // [bucket][rank]: the held buffer is the sum of parts; and where the next
+  // part (or the push after parts) is received before it is added.
+  std::vector<std::vector<uint8_t>> parts_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<std::unique_ptr<float[]>>> incoming_ ABSL_GUARDED_BY(mu_);
   // [bucket][rank]: a borrowed push (its bucket's first element in the
   // worker's memory) and its lease, or null.
   std::vector<std::vector<const void*>> borrowed_ ABSL_GUARDED_BY(mu_);

@@ -350,5 +350,79 @@ TEST(BucketReducerTest, FoldsOnOtherThreadsBesideLandingsAndSumsAreBitwise) {
   }
 }
 
+// Micro-batch parts: each rank's parts and push are added in the order they
+// came (micro-batch order), then the ranks are summed in rank order: bitwise
+// what each rank summing its micro-batches itself and pushing once gives,
+// whatever order the ranks' frames interleave in, with folds (W = 3), a
+// borrowed rank, and the push after parts copied; parts complete nothing.
+TEST(BucketReducerTest, PartsAreSummedPerRankInOrderThenAcrossRanks) {
+  const int64_t n = 1000, bucket = 300;
+  const int micro = 3;
+  for (int world : {2, 3}) {
+    for (bool interleave : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "world " << world << " interleave " << interleave);
+      BucketReducer reducer(Opts(world, Buckets(n, bucket)));
+      // wire[r][m]: rank r's micro-batch m (fp32).
+      std::vector<std::vector<std::vector<uint8_t>>> wire(world);
+      std::vector<std::vector<uint8_t>> summed(world);
+      for (int r = 0; r < world; ++r) {
+        std::vector<float> local(static_cast<size_t>(n), 0.f);
+        for (int m = 0; m < micro; ++m) {
+          wire[r].push_back(Wire(r, n, 10 + m, std::nullopt));
+          const float* g = reinterpret_cast<const float*>(wire[r][m].data());
+          for (int64_t i = 0; i < n; ++i) local[i] += g[i];  // what a worker accumulates
+        }
+        const uint8_t* bytes = reinterpret_cast<const uint8_t*>(local.data());
+        summed[r].assign(bytes, bytes + local.size() * sizeof(float));
+      }
+      const std::vector<float> want = Reference(summed, n, std::nullopt);
+      std::vector<float> got(static_cast<size_t>(n));
+      const std::vector<Range> buckets = Buckets(n, bucket);
+      // Frames in order: for each micro-batch, ranks high to low (interleaved),
+      // or each rank's micro-batches back to back.
+      std::vector<std::pair<int, int>> order;  // (rank, micro-batch)
+      if (interleave) {
+        for (int m = 0; m < micro; ++m)
+          for (int r = world - 1; r >= 0; --r) order.push_back({r, m});
+      } else {
+        for (int r = world - 1; r >= 0; --r)
+          for (int m = 0; m < micro; ++m) order.push_back({r, m});
+      }
+      for (int b = 0; b < static_cast<int>(buckets.size()); ++b) {
+        const Range br = buckets[b];
+        int completed = 0;
+        for (auto [r, m] : order) {
+          const float* src = reinterpret_cast<const float*>(wire[r][m].data()) + br.begin;
+          const size_t count = static_cast<size_t>(br.size());
+          if (m + 1 < micro) {
+            std::copy_n(src, count, static_cast<float*>(reducer.AcceptPart(b, r)));
+            reducer.LandPart(b, r);
+            EXPECT_TRUE(reducer.HasParts(b, r));
+            continue;
+          }
+          void* to = reducer.Accept(b, r, /*borrow=*/false);
+          ASSERT_NE(to, nullptr);
+          std::copy_n(src, count, static_cast<float*>(to));
+          auto l = reducer.Land(b, r);
+          ASSERT_TRUE(l.ok());
+          EXPECT_FALSE(reducer.HasParts(b, r));
+          completed += l->complete;
+          if (l->fold) reducer.Fold(b);
+        }
+        ASSERT_EQ(completed, 1);
+        reducer.BeginSum(b);
+        reducer.SumChunks(b, [&](Range part, const float* const* srcs, int count) {
+          ReduceMean(srcs, count, got.data() + part.begin, static_cast<size_t>(part.size()), world);
+        });
+        reducer.EndSum(b);
+      }
+      EXPECT_EQ(Differing(got, want), 0);
+      // Two buffers per rank and bucket at most (the sum and the incoming part).
+      EXPECT_LE(reducer.buffer_bytes(),
+                static_cast<int64_t>(2 * world) * n * 4 + static_cast<int64_t>(n) * 4);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessel

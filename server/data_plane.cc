@@ -122,7 +122,8 @@ Accept DataPlane::OnFrame(const Incoming& in) {
       }
       FrameHeader header = *h;
       PeerId from = in.from;
-      if (borrow) {
+      // The job may copy a push it could borrow (one added to micro-batch parts).
+      if (borrow && *dst == nullptr) {
         PushCompleted(job, header, from, absl::OkStatus(),
                       job->CompleteBorrowed(header, in.in_place, MakeLease(from, in.lease)));
         Accept a;

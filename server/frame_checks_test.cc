@@ -83,6 +83,23 @@ TEST(FrameChecksTest, PushesFollowTheStepProtocol) {
   EXPECT_EQ(Data(topk, Frame(FrameType::kPush, 1, 1, 121)), Code::kInvalidArgument);
 }
 
+TEST(FrameChecksTest, MicroBatchPartsAreFloat32AndDenseOnly) {
+  FrameChecks::Shape fp32 = Shape();
+  fp32.half = false;
+  const FrameChecks c(fp32);
+  FrameHeader part = Frame(FrameType::kPush, 1, 1, 240);
+  part.bucket_count = kPushPart;
+  EXPECT_EQ(Data(c, part), Code::kOk);
+  EXPECT_EQ(Data(c, part, kAt3, false, /*empty=*/false), Code::kAlreadyExists)
+      << "one frame of a bucket from a rank at a time";
+  FrameHeader half_part = Frame(FrameType::kPush, 1, 1, 120);
+  half_part.bucket_count = kPushPart;
+  bool stale = false;
+  const absl::Status half = FrameChecks(Shape()).CheckData(half_part, kAt3, false, true, &stale);
+  EXPECT_EQ(half.code(), Code::kFailedPrecondition);
+  EXPECT_NE(half.message().find("half floats"), std::string::npos) << half;
+}
+
 TEST(FrameChecksTest, InitIsRankZerosOnceBeforeAnything) {
   const FrameChecks c(Shape());
   const FrameChecks::State fresh{7, 0, false};

@@ -187,7 +187,9 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
     return values_.data() + (layout_.bucket_range(shard_, h.bucket).begin - range_.begin);
   }
   pushes_.Reserve(h.bucket, h.rank, absl::Now());
-  return reducer_.Accept(h.bucket, h.rank, borrow);
+  if (h.bucket_count == kPushPart) return reducer_.AcceptPart(h.bucket, h.rank);
+  // After parts the push is added to them: copied, never borrowed.
+  return reducer_.Accept(h.bucket, h.rank, borrow && !reducer_.HasParts(h.bucket, h.rank));
 }
 
 ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl::Status& s) {
@@ -205,6 +207,14 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
       if (spec_.checkpoint().initial()) c.serve.snapshot = SnapshotLocked();
       pulls_.Reached(version_, &c.serve.pullers);
     }
+    return c;
+  }
+  if (h.bucket_count == kPushPart) {  // summed into the rank's push; the slot is free again
+    if (s.ok()) {
+      reducer_.LandPart(h.bucket, h.rank);
+      counters_.pushed_bytes += static_cast<int64_t>(h.payload_bytes);
+    }
+    pushes_.Release(h.bucket, h.rank);
     return c;
   }
   absl::StatusOr<BucketReducer::Landing> landed =

@@ -79,4 +79,17 @@ void LocalCluster::Stop() {
   }
 }
 
+absl::StatusOr<std::vector<HttpPage>> LocalCluster::StatusPages() {
+  if (registry_ == nullptr) {
+    return absl::FailedPreconditionError("the local cluster's registry is not started");
+  }
+  if (status_page_ == nullptr) {
+    absl::StatusOr<ClientCredentials> credentials = LoadClientCredentials(options_.tls);
+    if (!credentials.ok()) return credentials.status();
+    status_page_ = std::make_unique<StatusPage>(registry_.get(), *std::move(credentials));
+    status_page_->SetAddress(registry_address_);
+  }
+  return status_page_->Pages();
+}
+
 }  // namespace tessel

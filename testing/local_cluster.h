@@ -17,8 +17,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "registry/registry_service.h"
+#include "registry/status_page.h"
+#include "rpc/metrics_server.h"
 #include "rpc/tls.h"
 #include "testing/process.h"
 
@@ -55,6 +58,9 @@ class LocalCluster {
   void Stop();
 
   const std::string& registry_address() const { return registry_address_; }
+  // The embedded registry's status page (/status, /status.json; after
+  // Start), to serve beside /metrics (registry/status_page.h).
+  absl::StatusOr<std::vector<HttpPage>> StatusPages();
   const std::string& run_dir() const { return options_.run_dir; }
   const TlsOptions& tls() const { return options_.tls; }
   ProcessGroup& processes() { return processes_; }
@@ -63,6 +69,7 @@ class LocalCluster {
   ClusterOptions options_;
   std::unique_ptr<RegistryService> registry_;
   std::unique_ptr<grpc::Server> registry_server_;
+  std::unique_ptr<StatusPage> status_page_;
   std::string registry_address_;
   ProcessGroup processes_;
 };

@@ -188,15 +188,8 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
 
-  // --metrics_address: the launcher's own metrics (worker starts, failures,
-  // restarts) and its embedded registry's.
-  auto metrics_http = tessel::StartMetricsServerFromFlags();
-  if (!metrics_http.ok()) return UsageError(std::string(metrics_http.status().message()));
-  if (*metrics_http != nullptr) {
-    std::cerr << "tessel-launch: metrics at http://" << (*metrics_http)->address() << "/metrics\n";
-  }
-
   std::unique_ptr<tessel::LocalCluster> cluster;
+  std::vector<tessel::HttpPage> status_pages;  // the embedded registry's /status
   if (registry.empty()) {
     tessel::ClusterOptions copt;
     copt.servers = servers;
@@ -232,6 +225,12 @@ int main(int argc, char** argv) {
     }
     options.registry = cluster->registry_address();
     options.num_servers = servers;
+    auto pages = cluster->StatusPages();
+    if (!pages.ok()) {
+      cluster->Stop();
+      return UsageError(std::string(pages.status().message()));
+    }
+    status_pages = *std::move(pages);
     std::cerr << "tessel-launch: registry at " << options.registry << ", " << servers
               << " shard server(s) registered (" << options.run_dir << "/server<S>.log)\n";
   } else {
@@ -239,6 +238,21 @@ int main(int argc, char** argv) {
     options.num_servers = 0;
     std::cerr << "tessel-launch: using the registry at " << registry
               << " and the shard servers registered there\n";
+  }
+  // --metrics_address: the launcher's own metrics (worker starts, failures,
+  // restarts), its embedded registry's, and that registry's status page
+  // (/status: members, jobs, steps per second, rank 0's loss curve).
+  auto metrics_http = tessel::StartMetricsServerFromFlags(status_pages);
+  if (!metrics_http.ok()) {
+    if (cluster != nullptr) cluster->Stop();
+    return UsageError(std::string(metrics_http.status().message()));
+  }
+  if (*metrics_http != nullptr) {
+    std::cerr << "tessel-launch: metrics at http://" << (*metrics_http)->address() << "/metrics"
+              << (!status_pages.empty() ? absl::StrCat(", status page at http://",
+                                                       (*metrics_http)->address(), "/status")
+                                        : "")
+              << "\n";
   }
   const int first = options.GlobalRank(0);
   std::cerr << "tessel-launch: job '" << options.job << "': " << nproc << " worker(s) of "

@@ -38,8 +38,10 @@ struct StepPhases {
 struct WorkerMemory {
   int64_t params_bytes = 0;
   int64_t grads_bytes = 0;
-  int64_t optimizer_bytes = 0;  // DDP only: optimizer state lives on the worker
-  int64_t peak_bytes = 0;       // fsdp: most parameter + gradient bytes held at once
+  int64_t optimizer_bytes = 0;   // DDP only: optimizer state lives on the worker
+  int64_t peak_bytes = 0;        // fsdp: most parameter + gradient bytes held at once
+  int64_t peak_grads_bytes = 0;  // most gradient bytes held at once (fsdp: unit buffers;
+                                 // otherwise the gradient buffer, grads_bytes)
 };
 
 // One shard server's view of the job (control plane), for tools and tests.

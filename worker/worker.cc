@@ -378,6 +378,15 @@ absl::Status Worker::PushUnit(int unit) {
   });
 }
 
+absl::Status Worker::PushUnitPart(int unit) {
+  if (!p_->ctx.fsdp()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(p_->ctx.Where(), ": PushUnitPart is for fsdp jobs"));
+  }
+  return p_->units->Push(
+      unit, [](int, int) {}, /*part=*/true);
+}
+
 absl::Status Worker::Barrier(int64_t version) { return p_->units->Barrier(version); }
 
 absl::Status Worker::FinishStep() {
@@ -434,6 +443,9 @@ void Worker::SetWaitCheck(std::function<absl::Status()> check) {
 }
 void Worker::SetResumeStep(int64_t step) { p_->ctx.options.resume_step = step; }
 int Worker::recoveries() const { return p_->recovery->recoveries(); }
+std::string Worker::metrics_address() const {
+  return p_->http == nullptr ? std::string() : p_->http->address();
+}
 
 void Worker::ReportLoss(double loss) {
   if (p_->membership != nullptr) p_->membership->registry().SetProgress(p_->ctx.step, loss);
@@ -510,7 +522,10 @@ WorkerMemory Worker::memory() const {
   m.grads_bytes =
       static_cast<int64_t>(b.grads.size() * sizeof(float) + b.grads_half.size() * sizeof(uint16_t));
   m.optimizer_bytes = p_->ddp.bytes();
-  if (p_->ctx.unit_grads()) m.peak_bytes = p_->units->AddHeldBytes(&m.params_bytes, &m.grads_bytes);
+  m.peak_grads_bytes = m.grads_bytes;
+  if (p_->ctx.unit_grads()) {
+    m.peak_bytes = p_->units->AddHeldBytes(&m.params_bytes, &m.grads_bytes, &m.peak_grads_bytes);
+  }
   return m;
 }
 
@@ -528,6 +543,22 @@ absl::Status Worker::AllReduceMean(absl::Span<float> data) {
   return p_->collectives->AllReduceMean(data);
 }
 
+absl::Status Worker::Broadcast(int root, absl::Span<uint8_t> bytes) {
+  if (p_->ctx.layout == nullptr) {
+    return absl::FailedPreconditionError("Broadcast before RegisterLayout");
+  }
+  const int world = p_->ctx.world_size;
+  if (root < 0 || root >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p_->ctx.Where(), ": broadcast root ", root, " is outside [0, ", world, ")"));
+  }
+  if (bytes.empty() || world == 1) return absl::OkStatus();
+  std::string wire(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  TESSEL_RETURN_IF_ERROR(p_->collectives->Broadcast(root, &wire));
+  std::copy(wire.begin(), wire.end(), reinterpret_cast<char*>(bytes.data()));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<absl::Span<const float>> Worker::SynchronizeGradients() {
   return p_->queries->SynchronizeGradients();
 }
@@ -536,6 +567,9 @@ absl::StatusOr<OptimizerStateReport> Worker::SynchronizeOptimizerState() {
 }
 absl::StatusOr<std::string> Worker::Serialize() { return p_->queries->Serialize(); }
 absl::Status Worker::Deserialize(absl::string_view blob) { return p_->queries->Deserialize(blob); }
+absl::Status Worker::LoadParameters(absl::Span<const float> params) {
+  return p_->queries->LoadParameters(params);
+}
 absl::StatusOr<bool> Worker::ReportMetric(float value) { return p_->queries->ReportMetric(value); }
 bool Worker::ShouldEarlyStop() const { return p_->queries->ShouldEarlyStop(); }
 const EarlyStopping& Worker::early_stopping() const { return p_->queries->early_stopping(); }

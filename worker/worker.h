@@ -227,6 +227,9 @@ class Worker {
   // job's worker-to-worker messages.
   absl::Status CheckServers();
   int recoveries() const;
+  // Where this worker serves its Prometheus metrics (HOST:PORT, the port
+  // bound when options().metrics_address asked for port 0); "" when off.
+  std::string metrics_address() const;
   // The training loss of the step just finished, reported to the registry
   // with the next heartbeat (about once a second): the registry's status page
   // plots rank 0's (docs/observability.md). Cheap; call it every step.
@@ -261,6 +264,12 @@ class Worker {
   absl::Span<uint16_t> UnitHalfGrads(int unit);
   // Pushes the unit's gradients; the buffer is freed once they are sent.
   absl::Status PushUnit(int unit);
+  // fsdp, fp32: pushes the unit's gradients of one micro-batch as a part:
+  // the servers add it to this rank's push of the unit (PushUnit ends it),
+  // each rank's parts in order, so a worker holds one micro-batch's
+  // gradients of a unit at a time however many micro-batches a step has.
+  // The buffer is freed once sent; UnitGrads gives a new zeroed one.
+  absl::Status PushUnitPart(int unit);
   // Waits until every shard has applied this step; step() advances.
   absl::Status FinishStep();
   // fsdp: waits until every shard holds parameters of `version`.
@@ -295,6 +304,10 @@ class Worker {
   // differ. Afterwards step() is the blob's step and every rank holds its
   // parameters. On error nothing changed, on every rank.
   absl::Status Deserialize(absl::string_view blob);
+  // New parameters for the job (fp32, num_params(), the same on every rank:
+  // a pretrained model's), keeping the optimizer state and the step; every
+  // rank holds them afterwards. On error nothing changed, on every rank.
+  absl::Status LoadParameters(absl::Span<const float> params);
   // Early stopping: every rank reports its value of the monitored metric
   // (e.g. its validation loss); the job-wide mean feeds the rule (or hook),
   // and the decision, the same on every rank, is returned and kept for
@@ -304,7 +317,17 @@ class Worker {
   const EarlyStopping& early_stopping() const;
   // The mean over ranks of `data` (same size on every rank), in place, in
   // rank order through the shard servers. The building block of the above.
+  // No all-reduce sum is offered: a sum is W * mean (exact for W a power of
+  // two), and quantities built from ratios of sums (a mean over a global
+  // batch, SyncBatchNorm's statistics) need none.
   absl::Status AllReduceMean(absl::Span<float> data);
+  // Rank `root`'s `bytes` onto every rank, in place, exactly: every rank
+  // passes the same size (any bytes: floats with their NaN payloads, int64
+  // counters). One AllReduceMean of size/2 floats (JobCollectives::Broadcast:
+  // 16-bit words, the other ranks' zeros); nothing travels with one rank or
+  // no bytes. InvalidArgument for a root outside [0, world_size());
+  // FailedPrecondition before RegisterLayout.
+  absl::Status Broadcast(int root, absl::Span<uint8_t> bytes);
 
   int64_t step() const;
   int64_t epoch() const;

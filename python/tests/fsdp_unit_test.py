@@ -15,12 +15,12 @@ RELEASED, HELD, PUSHED, REHELD = (UnitState.RELEASED, UnitState.HELD, UnitState.
                                   UnitState.REHELD)
 
 
-def make(push_in_backward=True, staged=False, hyper=None):
+def make(push_in_backward=True, staged=False, hyper=None, precision="fp32"):
     model = fakes.TwoLayers()
     ref = copy.deepcopy(model)
     params = list(model.parameters())
     names = [n for n, _ in model.named_parameters()]
-    settings = Settings("fsdp", "fp32", torch.device("cpu"), staged, 1, False, push_in_backward)
+    settings = Settings("fsdp", precision, torch.device("cpu"), staged, 1, False, push_in_backward)
     g = FsdpGroup(0, params, names, hyper or (lambda: {"kind": "sgd", "lr": 0.1}), settings)
     plan = plan_units(model, [g])[0]
     g.worker = fakes.FakeWorker(units=[first for first, _ in plan])
@@ -150,14 +150,65 @@ class UnitStateTest(unittest.TestCase):
     def test_staged_gradients_are_flushed_into_the_workers_buffer(self):
         model, ref, g = make(staged=True)
         model(X)
-        for u in g.units:
-            self.assertIsNotNone(u.host_grads)
-            self.assertNotEqual(u.grads.data_ptr(), u.host_grads.data_ptr())
+        for u in g.units:  # gradient buffers are made when backward needs them
+            self.assertIsNone(u.grads)
+            self.assertIsNone(u.host_grads)
+        g.units[0].adopt_grads()
+        self.assertNotEqual(g.units[0].grads.data_ptr(), g.units[0].host_grads.data_ptr())
         model(X).sum().backward()
         ref(X).sum().backward()
         want = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])
         got = torch.cat([torch.from_numpy(g.worker.pushed[u]) for u in (0, 1)])
         self.assertTrue(torch.equal(got, want))
+
+    def test_no_sync_sums_passes_in_the_units_buffer(self):
+        for staged in (False, True):
+            model, ref, g = make(staged=staged)
+            g.settings.sync = False  # DistributedOptimizer.no_sync()
+            model(X).sum().backward()
+            self.assertEqual(states(g), [RELEASED, RELEASED], "released, not pushed")
+            self.assertEqual(g.worker.named("push_unit"), [])
+            self.assertTrue(all(p.numel() == 0 for p in model.parameters()))
+            (model(X) * 2).sum().backward()
+            g.settings.sync = True
+            (model(X) * 3).sum().backward()
+            self.assertEqual(states(g), [PUSHED, PUSHED])
+            ref(X).sum().backward()  # 1 + 2 + 3 passes' worth: 6 times one pass
+            want = torch.cat([6 * p.grad.reshape(-1) for p in ref.parameters()])
+            got = torch.cat([torch.from_numpy(g.worker.pushed[u]) for u in (0, 1)])
+            self.assertTrue(torch.allclose(got, want, rtol=1e-6), f"staged={staged}")
+
+    def test_no_sync_pushes_fp32_passes_as_parts(self):
+        model, ref, g = make()
+        g.settings.sync = False
+        model(X).sum().backward()
+        self.assertEqual(g.worker.named("push_unit_part"),
+                         [("push_unit_part", 1), ("push_unit_part", 0)])
+        self.assertEqual(g.worker.grads, {}, "no gradient buffer kept between passes")
+        with self.assertRaisesRegex(RuntimeError, "finish the step"):
+            g.zero_grad(False)
+        g.settings.sync = True
+        model(X).sum().backward()
+        ref(X).sum().backward()
+        want = torch.cat([2 * p.grad.reshape(-1) for p in ref.parameters()])
+        got = torch.cat([torch.from_numpy(g.worker.pushed[u]) for u in (0, 1)])
+        self.assertTrue(torch.equal(got, want))
+        g.zero_grad(False)  # the step's push ended the parts
+
+    def test_zero_grad_forgets_what_no_sync_kept(self):
+        model, ref, g = make(precision="bf16")
+        g.settings.sync = False
+        model(X.bfloat16()).sum().backward()  # half: the sum stays in the unit's buffer
+        self.assertEqual(g.worker.named("push_unit_part"), [])
+        self.assertEqual(states(g), [RELEASED, RELEASED])
+        g.settings.sync = True
+        g.zero_grad(False)
+        model(X.bfloat16()).sum().backward()
+        half_ref = copy.deepcopy(ref).bfloat16()
+        half_ref(X.bfloat16()).sum().backward()
+        want = torch.cat([p.grad.float().reshape(-1) for p in half_ref.parameters()])
+        got = torch.cat([torch.from_numpy(g.worker.pushed[u]) for u in (0, 1)])
+        self.assertTrue(torch.equal(got, want), "zero_grad() forgot the first pass")
 
     def test_changed_settings_go_before_the_forward(self):
         lr = [0.1]

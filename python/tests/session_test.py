@@ -25,7 +25,7 @@ class SessionTest(unittest.TestCase):
             cfg = Session().init()
         self.assertEqual(cfg, dict(registry="127.0.0.1:5000", job="mlp", rank=1, world_size=2,
                                    num_servers=0, ucx_tls="", token="", connect_timeout_s=60.0,
-                                   step_timeout_s=120.0))
+                                   step_timeout_s=120.0, metrics_address="", timeline=""))
 
     def test_arguments_win(self):
         s = Session()
@@ -50,6 +50,18 @@ class SessionTest(unittest.TestCase):
         self.assertFalse(s.initialized, "a refused init leaves the session as it was")
         with self.assertRaisesRegex(RuntimeError, r"call tessel.torch.init\(\) first"):
             s.rank()
+
+    def test_metrics_and_timeline(self):
+        env = dict(ENV, TESSEL_METRICS_ADDRESS="127.0.0.1:0", TESSEL_TIMELINE="/tmp/t-{rank}.json")
+        with mock.patch.dict(os.environ, env, clear=True):
+            cfg = Session().init()
+            self.assertEqual((cfg["metrics_address"], cfg["timeline"]),
+                             ("127.0.0.1:0", "/tmp/t-{rank}.json"))
+            self.assertEqual(Session().init(metrics_address="")["metrics_address"], "")
+            with self.assertRaisesRegex(ValueError, r"has no '\{rank\}': with 2 ranks"):
+                Session().init(timeline="/tmp/t.json")
+            self.assertEqual(Session().init(world_size=1, rank=0, timeline="/tmp/t.json")
+                             ["timeline"], "/tmp/t.json")
 
     def test_shutdown_closes_last_first_and_resets(self):
         s = Session()

@@ -44,13 +44,18 @@ int64_t FsdpUnits::Bytes(const Unit& u) {
 }
 
 void FsdpUnits::AccountLocked() {
-  int64_t bytes = 0;
-  for (const Unit& u : units_) bytes += Bytes(u);
+  int64_t bytes = 0, grads = 0;
+  for (const Unit& u : units_) {
+    bytes += Bytes(u);
+    if (u.grads) grads += static_cast<int64_t>(u.grads->capacity() * sizeof(float));
+    if (u.grads_half) grads += static_cast<int64_t>(u.grads_half->capacity() * sizeof(uint16_t));
+  }
   held_bytes_ = bytes;
   peak_bytes_ = std::max(peak_bytes_, bytes);
+  peak_grads_bytes_ = std::max(peak_grads_bytes_, grads);
 }
 
-int64_t FsdpUnits::AddHeldBytes(int64_t* params, int64_t* grads) {
+int64_t FsdpUnits::AddHeldBytes(int64_t* params, int64_t* grads, int64_t* peak_grads) {
   absl::MutexLock lock(&channel_->mu());
   for (const Unit& u : units_) {
     *params += static_cast<int64_t>(u.params.capacity() * sizeof(float) +
@@ -58,6 +63,7 @@ int64_t FsdpUnits::AddHeldBytes(int64_t* params, int64_t* grads) {
     if (u.grads) *grads += static_cast<int64_t>(u.grads->capacity() * sizeof(float));
     if (u.grads_half) *grads += static_cast<int64_t>(u.grads_half->capacity() * sizeof(uint16_t));
   }
+  *peak_grads = peak_grads_bytes_;
   return peak_bytes_;
 }
 
@@ -178,14 +184,22 @@ absl::Span<float> FsdpUnits::Grads(int unit) {
   return absl::MakeSpan(*u.grads);
 }
 
-absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int bucket)>& pushed) {
+absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int bucket)>& pushed,
+                             bool part) {
   if (!ctx_->unit_grads() || unit < 0 || unit >= size() ||
       (units_[unit].grads == nullptr && units_[unit].grads_half == nullptr)) {
     return absl::FailedPreconditionError(
         absl::StrCat(ctx_->Where(), ": PushUnit(", unit, ") without ",
                      ctx_->half ? "UnitHalfGrads(" : "UnitGrads(", unit, ")"));
   }
+  if (part && ctx_->half) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx_->Where(), ": PushUnitPart(", unit,
+                     "): the servers sum micro-batch parts in float32 only; "
+                     "accumulate half gradients on the worker"));
+  }
   Unit& u = units_[unit];
+  if (u.parts > 0) channel_->WaitForSends();  // the unit's earlier part is out
   std::shared_ptr<std::vector<float>> grads;
   std::shared_ptr<std::vector<uint16_t>> grads_half;
   {
@@ -198,8 +212,9 @@ absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int b
   for (int s = 0; s < channel_->num_shards(); ++s) {
     const auto [first, count] = u.buckets[s];
     for (int b = first; b < first + count; ++b) {
-      pushed(s, b);
-      const FrameHeader h = channel_->Header(FrameType::kPush, ctx_->step, s, b);
+      if (!part) pushed(s, b);
+      FrameHeader h = channel_->Header(FrameType::kPush, ctx_->step, s, b);
+      if (part) h.bucket_count = kPushPart;
       const Range br = ctx_->layout->bucket_range(s, b);
       // The buffer lives until its last bucket is sent, then is freed.
       const size_t at = static_cast<size_t>(br.begin - u.range.begin);
@@ -212,6 +227,7 @@ absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int b
   }
   grads.reset();
   grads_half.reset();
+  u.parts = part ? u.parts + 1 : 0;
   absl::MutexLock lock(&channel_->mu());
   AccountLocked();
   return absl::OkStatus();

@@ -51,7 +51,12 @@ class FsdpUnits : public FrameSink {
   absl::Span<float> Grads(int unit);
   absl::Span<uint16_t> HalfGrads(int unit);
   // Pushes the unit's gradients; `pushed(shard, bucket)` is told of each.
-  absl::Status Push(int unit, const std::function<void(int shard, int bucket)>& pushed);
+  // With `part` (fp32 only): a micro-batch part, summed by the servers into
+  // the unit's push of this step (nobody is told); a part or push after
+  // parts first waits until the earlier ones are sent, so the servers get
+  // one frame of a bucket from this rank at a time.
+  absl::Status Push(int unit, const std::function<void(int shard, int bucket)>& pushed,
+                    bool part = false);
   // fsdp: waits until every shard holds parameters of `version`.
   absl::Status Barrier(int64_t version);
 
@@ -62,8 +67,9 @@ class FsdpUnits : public FrameSink {
   void RetireLocked(bool stuck, std::vector<std::vector<float>>* retired,
                     std::vector<std::vector<uint16_t>>* retired_half);
   // Adds the parameter and gradient bytes held now to *params and *grads;
-  // returns the most held at once.
-  int64_t AddHeldBytes(int64_t* params, int64_t* grads);
+  // sets *peak_grads to the most gradient bytes held at once; returns the
+  // most parameter and gradient bytes held at once.
+  int64_t AddHeldBytes(int64_t* params, int64_t* grads, int64_t* peak_grads);
 
   Accept OnParams(const FrameHeader& h) override;
 
@@ -76,6 +82,7 @@ class FsdpUnits : public FrameSink {
     // Mixed precision: the same, in half (the fp32 ones stay empty).
     std::vector<uint16_t> params_half;
     std::shared_ptr<std::vector<uint16_t>> grads_half;
+    int parts = 0;         // micro-batch parts sent this step
     int64_t version = -1;  // version held or in flight
     int64_t expected = 0;
     int64_t received = 0;
@@ -94,6 +101,7 @@ class FsdpUnits : public FrameSink {
   int64_t sync_received_ = 0;
   int64_t held_bytes_ = 0;
   int64_t peak_bytes_ = 0;
+  int64_t peak_grads_bytes_ = 0;  // the gradient buffers' part, at its own peak
 };
 
 }  // namespace tessel::internal

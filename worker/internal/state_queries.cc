@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/log.h"
+#include "core/status_macros.h"
 #include "worker/internal/server_state.h"
 #include "worker/train_state.h"
 
@@ -176,6 +177,27 @@ absl::Status StateQueries::Deserialize(absl::string_view blob) {
   }
   if (ctx.fsdp()) return p_.units->Barrier(ctx.step);  // units are gathered per step
   return p_.exchange->Pull(ctx.step);
+}
+
+absl::Status StateQueries::LoadParameters(absl::Span<const float> params) {
+  const JobContext& ctx = *p_.ctx;
+  if (ctx.layout == nullptr) {
+    return absl::FailedPreconditionError("LoadParameters before RegisterLayout");
+  }
+  const bool fits = static_cast<int64_t>(params.size()) == ctx.layout->num_params();
+  // Agree before reading the servers: a rank with the wrong size stops everyone.
+  absl::Status s = p_.collectives->AgreeOk(fits, "LoadParameters (checking the size)");
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx.Where(), ": LoadParameters: ", params.size(),
+                                                   " values for a job of ",
+                                                   ctx.layout->num_params(), " parameters"));
+  }
+  if (!s.ok()) return s;
+  TESSEL_ASSIGN_OR_RETURN(std::string blob, Serialize());
+  TESSEL_ASSIGN_OR_RETURN(TrainState state, DecodeTrainState(blob));
+  state.params.assign(params.begin(), params.end());
+  TESSEL_ASSIGN_OR_RETURN(blob, EncodeTrainState(state));
+  return Deserialize(blob);
 }
 
 absl::StatusOr<bool> StateQueries::ReportMetric(float value) {

@@ -10,6 +10,8 @@
 //   Serialize/Deserialize  the whole training state as a portable blob
 //                          (worker/train_state.h); a bad blob is refused on
 //                          every rank and changes nothing.
+//   LoadParameters         new parameters, the optimizer state and step kept
+//                          (a pretrained model loaded mid-training).
 //   ReportMetric           early stopping over the job-wide mean.
 //   ServerStats            every shard server's view of the job.
 //
@@ -55,6 +57,10 @@ class StateQueries {
   absl::StatusOr<OptimizerStateReport> SynchronizeOptimizerState();
   absl::StatusOr<std::string> Serialize();
   absl::Status Deserialize(absl::string_view blob);
+  // Replaces the job's parameters (fp32, num_params() of them, every rank
+  // the same values) and keeps the optimizer state and the step: Serialize,
+  // the parameters swapped, Deserialize. On error nothing changed.
+  absl::Status LoadParameters(absl::Span<const float> params);
   absl::StatusOr<bool> ReportMetric(float value);
   bool ShouldEarlyStop() const { return early_stop_; }
   const EarlyStopping& early_stopping() const { return stopper_; }

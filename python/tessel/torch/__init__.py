@@ -42,21 +42,37 @@ maximize, sparse or non-float32 parameters. Learning-rate schedulers (and any
 change to param_groups' hyper-parameters) take effect at the next step, on
 the servers too: step() sends changed values before it pushes.
 
+Buffers and BatchNorm. DistributedOptimizer(model=m) keeps m's buffers
+(BatchNorm's running statistics...) equal to rank 0's at the end of every step
+(broadcast_buffers=True, torch DDP's flag). SyncBatchNorm and
+convert_sync_batchnorm(m) (torch's names and arguments) normalize over the
+job's global batch through Tessel's collectives, bound to the optimizer's
+worker: W ranks each on a slice train as one process on the whole batch.
+
+Observability. init(metrics_address=, timeline=) (or $TESSEL_METRICS_ADDRESS,
+$TESSEL_TIMELINE) has the workers serve Prometheus metrics
+(opt.metrics_address) and write Chrome-trace timelines; opt.report_loss(loss)
+puts rank 0's loss on the registry's status page (docs/observability.md).
+
 Environment (tessel-launch sets it): TESSEL_REGISTRY, TESSEL_JOB,
 TESSEL_RANK, TESSEL_WORLD_SIZE, TESSEL_NUM_SERVERS, and optionally
-TESSEL_UCX_TLS, TESSEL_TOKEN.
+TESSEL_UCX_TLS, TESSEL_TOKEN, TESSEL_METRICS_ADDRESS, TESSEL_TIMELINE.
 
 The package's files: session.py (init, rank, size, shutdown: the Session),
 optimizer.py (DistributedOptimizer, the facade), hyper.py (torch settings ->
 Tessel's), scaler.py (LossScaler), clip.py (clip_grad_norm_), agree.py (a
-step's job-wide decisions), group.py, flat.py, fsdp.py and fsdp_unit.py (a
+step's job-wide decisions), buffers.py (BufferSync: broadcast_buffers),
+sync_bn.py (SyncBatchNorm, convert_sync_batchnorm), group.py, flat.py, fsdp.py and fsdp_unit.py (a
 parameter group bound to its worker; fsdp's units and their states),
 staging.py (CUDA staging), precision.py.
 """
 from tessel.torch.clip import clip_grad_norm_
+from tessel.torch.model_state import merge_sharded_state_dicts
 from tessel.torch.optimizer import DistributedOptimizer
 from tessel.torch.scaler import LossScaler
 from tessel.torch.session import Session, default_session, init, rank, shutdown, size
+from tessel.torch.sync_bn import SyncBatchNorm, convert_sync_batchnorm
 
-__all__ = ["DistributedOptimizer", "LossScaler", "Session", "clip_grad_norm_",
-           "default_session", "init", "rank", "shutdown", "size"]
+__all__ = ["DistributedOptimizer", "LossScaler", "Session", "SyncBatchNorm", "clip_grad_norm_",
+           "convert_sync_batchnorm", "default_session", "init", "merge_sharded_state_dicts",
+           "rank", "shutdown", "size"]

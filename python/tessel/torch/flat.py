@@ -72,6 +72,8 @@ class FlatGroup(ParamGroup):
             if self.worker is None:  # closed
                 return
             self._adopt_grad(i, p)
+            if not self.settings.sync:  # no_sync(): torch adds into .grad in place
+                return
             # Staged (on a CUDA model this runs on autograd's thread), step()
             # sends the settings and hands the gradients over.
             if self.staging is None and not any(self.ready):  # settings before pushes
@@ -194,6 +196,29 @@ class FlatGroup(ParamGroup):
     def hold_all(self):
         """Nothing to gather: the parameters are always held."""
         return []
+
+    def full_values(self):
+        """Parameters not held now, by index: none (model_state.py)."""
+        return {}
+
+    def flat_slice(self, begin, end):
+        """Elements [begin, end) of the group's flat parameters cut by tensor:
+        {index: (offset in the tensor, 1-D copy)}."""
+        out = {}
+        for i, (b, e) in enumerate(self.ranges):
+            lo, hi = max(b, begin), min(e, end)
+            if lo < hi:
+                out[i] = (lo - b, self.flat_params[lo:hi].detach().clone())
+        return out
+
+    def load_params(self, values):
+        """New parameters (fp32, the group's flat order) onto the servers; the
+        optimizer state and step stay. Collective."""
+        w = self.require_worker()
+        w.load_params(values)
+        if self.settings.strategy == "ddp":  # each rank loaded its own copy: rank 0's win
+            w.synchronize_optimizer_state()
+        self.loaded()
 
     def mean_gradients(self):
         """The mean over ranks of this step's gradients, per parameter (copies)."""

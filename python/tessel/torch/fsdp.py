@@ -32,6 +32,7 @@ import torch
 
 from tessel.torch.fsdp_unit import FsdpUnit
 from tessel.torch.group import ParamGroup
+from tessel.torch.precision import model_dtype
 
 
 def plan_units(model, groups):
@@ -89,6 +90,15 @@ class FsdpGroup(ParamGroup):
         for unit in self.units:
             for i in unit.members:
                 self.unit_of[i] = unit.index
+        # The hooks go on each parameter's gradient node made in the dtype the
+        # model computes in (torch makes a new node, without them, when a
+        # parameter's dtype changes) and at its full shape (the node checks
+        # gradients against it), then the parameters are emptied.
+        dtype = model_dtype(self.settings.precision)
+        with torch.no_grad():
+            for p in self.params:
+                if p.dtype != dtype:
+                    p.data = p.data.to(dtype)
         for i, p in enumerate(self.params):
             self.hooks.append(self._grad_hook(i, p))
         self.empty_params(range(len(self.params)))
@@ -96,7 +106,8 @@ class FsdpGroup(ParamGroup):
     def empty_params(self, members):
         with torch.no_grad():
             for i in members:
-                self.params[i].data = torch.empty(0, device=self.params[i].device)
+                self.params[i].data = torch.empty(0, device=self.params[i].device,
+                                                  dtype=model_dtype(self.settings.precision))
                 self.params[i].grad = None
 
     def _pre_hook(self, u):
@@ -109,9 +120,7 @@ class FsdpGroup(ParamGroup):
         return hook
 
     def _grad_hook(self, i, p):
-        acc = p.expand_as(p).grad_fn.next_functions[0][0] if p.numel() else None
-        if acc is None:  # an empty parameter now: hooks need the node made while bound
-            raise ValueError("internal: fsdp hooks are made before parameters are emptied")
+        acc = p.expand_as(p).grad_fn.next_functions[0][0]  # p's AccumulateGrad node
         unit = self.units[self.unit_of[i]]
         settings = self.settings
 
@@ -122,7 +131,10 @@ class FsdpGroup(ParamGroup):
             self.has_grad[i] = True
             if (unit.done == len(unit.members) * settings.backward_passes_per_step
                     and settings.push_in_backward):  # loss scaling pushes in step(), if at all
-                unit.push()
+                if settings.sync:
+                    unit.push()
+                else:  # no_sync(): summed on the servers (fp32) or in the buffer
+                    unit.accumulate()
 
         acc.register_hook(hook)
         return acc
@@ -149,6 +161,7 @@ class FsdpGroup(ParamGroup):
         """A skipped step: every held unit lets go with its buffer zeroed."""
         for unit in self.units:
             unit.release(grads="zero")
+            unit.forget_accumulated()
             unit.done = 0
 
     def recovered(self):
@@ -163,9 +176,19 @@ class FsdpGroup(ParamGroup):
 
     # --- the rest of the optimizer's interface --------------------------------
     def zero_grad(self, set_to_none):
+        if any(unit.parts for unit in self.units):
+            raise RuntimeError(
+                "zero_grad() after no_sync() passes: fsdp sent their gradients to the shard "
+                "servers, which sum them into this step; finish the step (a backward outside "
+                "no_sync(), then step()) before zeroing gradients")
         for unit in self.units:
             if unit.grads is not None:
                 unit.grads.zero_()
+            if unit.held:  # gradients backward made that are not in the buffer yet
+                for i in unit.members:
+                    if self.params[i].grad is not None:
+                        self.params[i].grad.zero_()
+            unit.forget_accumulated()
         if set_to_none:
             self.has_grad = [False] * len(self.params)
             for unit in self.units:
@@ -182,6 +205,40 @@ class FsdpGroup(ParamGroup):
                 unit.hold()
                 held.append(unit)
         return held
+
+    def full_values(self):
+        """The full value of every parameter of a unit not held now, by index
+        (gathered unit by unit and freed: the units' states and gradients stay)."""
+        out = {}
+        for unit in self.units:
+            if unit.held:
+                continue
+            flat = unit.peek()
+            for i, (b, e) in zip(unit.members, unit.offsets):
+                out[i] = flat[b:e].view(self.shapes[i]).to(self.params[i].device)
+        return out
+
+    def flat_slice(self, begin, end):
+        """Elements [begin, end) of the group's flat parameters cut by tensor:
+        {index: (offset in the tensor, 1-D copy)}; one unit gathered at a time."""
+        out = {}
+        for unit in self.units:
+            size = unit.offsets[-1][1] if unit.offsets else 0
+            if unit.begin >= end or unit.begin + size <= begin:
+                continue
+            flat = (torch.cat([self.params[i].detach().reshape(-1).cpu() for i in unit.members])
+                    if unit.held else unit.peek())
+            for i, (b, e) in zip(unit.members, unit.offsets):
+                lo, hi = max(unit.begin + b, begin), min(unit.begin + e, end)
+                if lo < hi:
+                    out[i] = (lo - unit.begin - b, flat[lo - unit.begin:hi - unit.begin].clone())
+        return out
+
+    def load_params(self, values):
+        """New parameters (fp32, the group's flat order) onto the servers; the
+        optimizer state and step stay. Collective."""
+        self.require_worker().load_params(values)
+        self.loaded()
 
     def mean_gradients(self):
         raise ValueError("synchronize_gradients (and clip_grad_norm_) is not available with "
@@ -203,3 +260,6 @@ class FsdpGroup(ParamGroup):
                 off += n
         self.worker.close()
         self.worker = None
+        for h in self.hooks:  # the model runs on its own again: no more gathers
+            if hasattr(h, "remove"):
+                h.remove()

@@ -2,12 +2,17 @@
 
 Contract. A unit's parameters are gathered from the shard servers around its
 module's forward and backward and are empty tensors otherwise; its gradients
-go into the unit's buffer (the worker's, or a device copy of it when staged)
-and are pushed once per step. The state says which of these holds:
+go into the unit's buffer (the worker's, or a device copy of it when staged),
+made when first needed in a step (bind_buffer: at the push, or at a hold when
+the step already has gradients of the unit), and are pushed once per step.
+Inside DistributedOptimizer.no_sync() backward's hook calls accumulate()
+instead of push(): the unit is released and its buffer keeps the sum, which
+the next hold binds again for torch to add into. The state says which of
+these holds:
 
     RELEASED  nothing held; this step's gradients not pushed yet
-    HELD      parameters gathered (views of the gathered values), .grad views
-              of the unit's buffer for parameters that have a gradient
+    HELD      parameters gathered (views of the gathered values); .grad
+              torch's until the buffer is bound, then views of it
     PUSHED    released and pushed this step
     REHELD    gathered again after its push in the same step (gathered(),
               or a forward without a step); a later push is a no-op
@@ -70,6 +75,9 @@ class FsdpUnit:
         self.begin = begin  # the unit's first element in the group's flat layout
         self.state = UnitState.RELEASED
         self.done = 0
+        self.accumulated = False  # no_sync(): its buffer holds earlier backward passes' sum
+        self.buffered = False  # the worker's gradient buffer of this step exists
+        self.parts = 0  # no_sync() passes pushed as parts this step (summed on the servers)
         self.grads = None  # the unit's gradient buffer while held (device copy if staged)
         self.host_grads = None  # staged: the worker's buffer under `grads`
 
@@ -89,24 +97,39 @@ class FsdpUnit:
         precision = g.settings.precision
         if precision in HALF:
             params = torch.from_numpy(w.gather_half(u)).view(HALF[precision])
-            grads = torch.from_numpy(w.unit_half_grads(u)).view(HALF[precision])
         else:
             params = torch.from_numpy(w.gather(u))
-            grads = torch.from_numpy(w.unit_grads(u))
         if g.settings.staged:  # the model's copies on its device; the worker's stay host
-            self.host_grads = grads
             params = params.to(g.settings.device, copy=True)
-            grads = torch.zeros_like(grads, device=g.settings.device)
+        with torch.no_grad():
+            for i, (b, e) in zip(self.members, self.offsets):
+                g.params[i].data = params[b:e].view(g.shapes[i])
+                g.params[i].grad = None
+        if self.buffered:  # gradients of this step so far (no_sync, loss scaling): torch adds
+            self.bind_buffer()
+        self.state = _HOLD[self.state]
+        self.done = 0
+
+    def bind_buffer(self):
+        """The unit's gradient buffer (the worker's; a device copy when staged), made on
+        first use in a step, so a worker holds the buffers of the units backward is
+        between, not of every unit gathered; parameters that have a gradient see
+        views of it as .grad (torch's None-ness kept)."""
+        g, w, u = self.group, self.group.worker, self.index
+        if g.settings.precision in HALF:
+            grads = torch.from_numpy(w.unit_half_grads(u)).view(HALF[g.settings.precision])
+        else:
+            grads = torch.from_numpy(w.unit_grads(u))
+        if g.settings.staged:
+            self.host_grads = grads
+            grads = grads.to(g.settings.device, copy=True)
+        self.grads = grads
+        self.buffered = True
         with torch.no_grad():
             for i, (b, e) in zip(self.members, self.offsets):
                 p = g.params[i]
-                p.data = params[b:e].view(g.shapes[i])
-                # torch's None-ness: backward gives a parameter without a gradient
-                # a new .grad (copied into the unit's buffer when pushed).
-                p.grad = grads[b:e].view(g.shapes[i]) if g.has_grad[i] else None
-        self.grads = grads
-        self.state = _HOLD[self.state]
-        self.done = 0
+                if p.grad is None and g.has_grad[i]:
+                    p.grad = grads[b:e].view(g.shapes[i])
 
     def release(self, grads="leave", worker_dropped=False):
         """Lets go of what the unit holds (no-op if not held); see the module's docs."""
@@ -116,7 +139,8 @@ class FsdpUnit:
             if self.host_grads is not None:  # the device's gradients into the worker's buffer
                 self.host_grads.copy_(self.grads)
         elif grads == "zero":  # the worker's buffer outlives the release
-            self.grads.zero_()
+            if self.grads is not None:
+                self.grads.zero_()
             if self.host_grads is not None:
                 self.host_grads.zero_()
         elif grads != "leave":
@@ -128,10 +152,24 @@ class FsdpUnit:
             self.group.worker.release(self.index)
         self.state = _RELEASE[self.state]
 
+    def peek(self):
+        """A copy of the unit's parameters (1-D, the model's dtype) gathered for the
+        moment and freed again, without holding the unit: its state and gradients
+        stay (state_dict between steps)."""
+        g, w, u = self.group, self.group.worker, self.index
+        if g.settings.precision in HALF:
+            flat = torch.from_numpy(w.gather_half(u)).view(HALF[g.settings.precision]).clone()
+        else:
+            flat = torch.from_numpy(w.gather(u)).clone()
+        w.release(u)
+        return flat
+
     def adopt_grads(self):
         """A held unit's gradients into its buffer (backward made a new .grad for a
         parameter that had none); those parameters have a gradient now."""
         g = self.group
+        if self.grads is None:
+            self.bind_buffer()
         for i, (b, e) in zip(self.members, self.offsets):
             p = g.params[i]
             if p.grad is None:
@@ -141,6 +179,35 @@ class FsdpUnit:
             if p.grad.data_ptr() != view.data_ptr():
                 view.copy_(p.grad.reshape(-1))
                 p.grad = view.view(g.shapes[i])
+
+    def accumulate(self):
+        """no_sync(): backward produced this pass's gradients; the unit lets go of
+        its parameters. In fp32 it pushes them as a micro-batch part, which the
+        servers add to this step's push (the buffer goes: the worker holds one
+        pass's gradients of a unit at a time); in half precision it keeps the
+        sum in its buffer (the next hold gives it back to torch, which adds the
+        next pass's in place)."""
+        if not self.held:
+            return
+        self.adopt_grads()
+        self.release(grads="flush")
+        if self.group.settings.precision in HALF:
+            self.accumulated = True
+            return
+        self.group.worker.push_unit_part(self.index)
+        self.buffered = False
+        self.parts += 1
+
+    def forget_accumulated(self):
+        """zero_grad() or a skipped step: the sum no_sync() left in the worker's
+        buffer of a released unit goes (a held unit's buffer is zeroed by its owner)."""
+        if self.accumulated and not self.held:
+            w, u = self.group.worker, self.index
+            if self.group.settings.precision in HALF:
+                w.unit_half_grads(u).fill(0)
+            else:
+                w.unit_grads(u).fill(0)
+        self.accumulated = False
 
     def push(self):
         """Pushes this step's gradients once (a unit never held pushes zeros)."""
@@ -156,6 +223,9 @@ class FsdpUnit:
             self.adopt_grads()
             self.release(grads="flush")
         w.push_unit(u)
+        self.buffered = False
+        self.accumulated = False
+        self.parts = 0
         self.state = UnitState.PUSHED
 
     def finish_step(self):
@@ -166,5 +236,8 @@ class FsdpUnit:
     def reset(self):
         """After the worker's recovery: it dropped what it held; gather afresh."""
         self.release(worker_dropped=True)
+        self.accumulated = False
+        self.buffered = False
+        self.parts = 0
         self.state = UnitState.RELEASED
         self.done = 0

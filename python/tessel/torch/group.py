@@ -39,6 +39,8 @@ class Settings:
     overlap:    hand gradients over from autograd hooks (flat groups).
     push_in_backward: fsdp pushes a unit from backward's hooks (False under loss
                 scaling, whose overflow decision comes first).
+    sync:       the one field that changes: False inside DistributedOptimizer.no_sync(),
+                where backward's hooks accumulate gradients instead of handing them over.
     """
 
     def __init__(self, strategy, precision, device, staged, backward_passes_per_step, overlap,
@@ -50,6 +52,7 @@ class Settings:
         self.backward_passes_per_step = backward_passes_per_step
         self.overlap = overlap
         self.push_in_backward = push_in_backward
+        self.sync = True
 
 
 class ParamGroup:

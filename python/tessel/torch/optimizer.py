@@ -8,8 +8,11 @@ tessel.group_job_name) and runs a step as: layout checks, gradients
 collected, the job-wide decisions (agree.py), then either every group's step
 (settings sent first, a lost member recovered from when recovery is on) or,
 on an overflow, a skipped step on every rank. The scaler and the clipping
-factor meet in each group's settings as "grad_scale". See the class's docs
-for the arguments.
+factor meet in each group's settings as "grad_scale". With model= it also
+keeps the model's buffers equal to rank 0's (BufferSync, buffers.py: at
+construction and at the end of each step) and binds the model's
+SyncBatchNorm modules to the first group's worker (sync_bn.py). See the
+class's docs for the arguments.
 
 Threads: the training thread's; the groups' autograd hooks run during
 backward.
@@ -21,18 +24,34 @@ Example:
     opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
     state = opt.state_dict(); opt.close()
 """
+import contextlib
 import os
 
 import tessel
 import torch
 from tessel.torch import session as session_lib
 from tessel.torch.agree import agree
+from tessel.torch.buffers import BufferSync
 from tessel.torch.flat import FlatGroup
 from tessel.torch.fsdp import FsdpGroup, plan_units
 from tessel.torch.group import Settings
 from tessel.torch.hyper import tessel_hyper
+from tessel.torch.model_state import ModelState
 from tessel.torch.precision import PRECISIONS, STRATEGIES
 from tessel.torch.scaler import LossScaler
+from tessel.torch.sync_bn import bind_sync_batchnorm, unbind_sync_batchnorm
+
+
+def _observe(cfg, index):
+    """The worker options of parameter group `index` for the session's metrics and
+    timeline: the first group's worker serves the metrics (the process's whole
+    registry); group g > 0 writes its timeline beside group 0's, as PATH.g<g>."""
+    timeline = cfg.get("timeline", "")
+    if timeline and index > 0:
+        root, ext = os.path.splitext(timeline)
+        timeline = f"{root}.g{index}{ext}"
+    return dict(metrics_address=cfg.get("metrics_address", "") if index == 0 else "",
+                timeline=timeline)
 
 
 class _Gathered:
@@ -58,7 +77,8 @@ class DistributedOptimizer:
     """A torch optimizer whose update runs through Tessel (see tessel.torch's docs).
 
     optimizer:  a torch.optim SGD, Adam, AdamW, RMSprop or Adagrad over the model's parameters.
-    model:      the module (for tensor names in errors and checkpoints); optional.
+    model:      the module (for tensor names in errors and checkpoints, its buffers and its
+                SyncBatchNorm modules); optional.
     strategy:   "ddp", "zero1", "zero2" or "fsdp" (model= needed: its modules are the units).
     backward_passes_per_step: backward calls per step (gradient accumulation): each
                 parameter's gradient is handed over after that many.
@@ -101,15 +121,31 @@ class DistributedOptimizer:
                 ceil(r * n) entries of a bucket of n and the rest waits for later steps. The
                 one mode that is NOT bitwise equal to single-process training
                 (docs/compression.md).
+    broadcast_buffers: (torch DDP's flag, default True) every rank ends each step()
+                with rank 0's buffers (model.buffers(): BatchNorm's running statistics and
+                num_batches_tracked, any registered buffer, bitwise whatever the dtype), one
+                broadcast of all of them per step; also once at construction (not with
+                recovery, whose restarted rank must not broadcast alone). torch DDP broadcasts
+                before each forward instead: a forward sees the same buffers either way, and
+                here they also agree between steps (evaluation, checkpoints). Needs model=;
+                nothing runs with one rank or no buffers. Buffers are not parameters: they
+                stay in the model under every strategy, fsdp included.
+                tessel.torch.SyncBatchNorm modules in model= (convert_sync_batchnorm) are
+                bound to the first group's worker: their statistics are over the global batch.
     session:    the tessel.torch Session it runs under (default: the one tessel.torch.init()
-                configured); its shutdown() closes this optimizer.
+                configured); its shutdown() closes this optimizer. Its metrics_address and
+                timeline (init(), $TESSEL_METRICS_ADDRESS, $TESSEL_TIMELINE) go to the workers:
+                the first group's serves Prometheus metrics (opt.metrics_address says where),
+                each group writes a timeline. opt.report_loss(loss) (or a closure's loss)
+                feeds the registry's status page.
     """
 
     def __init__(self, optimizer, model=None, strategy="zero2", bucket_bytes=4 << 20,
                  backward_passes_per_step=1, overlap=None, job=None, recovery=False,
                  checkpoint_every_steps=0, precision="fp32", loss_scale=None,
                  init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
-                 find_unused_parameters=False, topk_ratio=0.0, session=None):
+                 find_unused_parameters=False, topk_ratio=0.0, broadcast_buffers=True,
+                 session=None):
         if session is None:
             session = session_lib.default_session()
         cfg = session.config
@@ -144,6 +180,12 @@ class DistributedOptimizer:
         self.find_unused_parameters = bool(find_unused_parameters)
         self.skipped_tensors = 0  # parameter updates left out (no rank had a gradient)
         self._groups = self._make_groups(model)
+        self._no_sync = False
+        # model.state_dict()/load_state_dict() through the servers (model_state.py);
+        # recorded before the groups bind (fsdp then empties the parameters).
+        self._model_state = (ModelState(model, self._groups,
+                                        lambda: (cfg["rank"], cfg["world_size"]))
+                             if model is not None else None)
         if recovery and len(self._groups) > 1:
             raise ValueError("recovery takes one parameter group (each group is a job, and "
                              "their checkpoints could roll back to different steps)")
@@ -159,11 +201,16 @@ class DistributedOptimizer:
                 units=[first for first, _ in plan], recovery=self.recovery,
                 auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
                 checkpoint_initial=self.recovery, precision=precision,
-                topk_ratio=float(topk_ratio))
+                topk_ratio=float(topk_ratio), **_observe(cfg, g.index))
             if strategy == "fsdp":
                 g.bind(plan)
             else:
                 g.bind()
+        self.broadcast_buffers = bool(broadcast_buffers)
+        self._buffers = BufferSync(model if self.broadcast_buffers else None)
+        if not self.recovery:
+            self._buffers.sync(self._groups[0].worker)
+        self._sync_bns = bind_sync_batchnorm(model, self)
         session.adopt(self)
 
     def _make_groups(self, model):
@@ -252,6 +299,9 @@ class DistributedOptimizer:
         """One synchronous step of every parameter group; the model holds the new values.
         Returns the closure's loss if one is given; otherwise True, or False when loss
         scaling skipped the step because a rank's gradients overflowed."""
+        if self._no_sync:
+            raise RuntimeError("step() inside no_sync(): leave the no_sync() block and run the "
+                               "last micro-batch's backward outside it, then step()")
         loss = True
         if closure is not None:
             with torch.enable_grad():
@@ -268,15 +318,23 @@ class DistributedOptimizer:
             self._clip_coef = None
             for g in self._groups:
                 g.drop_gradients()
+            self._buffers.sync(self._groups[0].worker)
             return False if closure is None else loss
         for g in self._groups:
             g.sync_hyper()
         self._skip_tensors(skips)
+        recovered = self.recoveries
         for g in self._groups:
             self._recovering(g)
             g.end_step()
         self._clip_coef = None  # this step's only
         self._scaler.stepped()
+        # Not after a rollback: a restarted rank's first step() ends with a broadcast
+        # of its own, which the others' must match.
+        if self.recoveries == recovered:
+            self._buffers.sync(self._groups[0].worker)
+        if closure is not None:
+            self.report_loss(loss)
         return loss
 
     def _skip_tensors(self, skips):
@@ -319,6 +377,78 @@ class DistributedOptimizer:
             out += g.mean_gradients()
         return out
 
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Gradient accumulation with torch DDP's meaning: backward passes inside
+        the block only add into the gradients (torch's in-place .grad accumulation;
+        fsdp: each unit's own buffer, its parameters freed as usual); the first
+        backward after it hands the sums over, and step() applies the mean over ranks
+        of each rank's sum over its micro-batches. Every rank accumulates the same
+        number of passes. ddp, zero1 and zero2 accumulate in the worker's gradient
+        buffer they have anyway (no memory added); fsdp in fp32 pushes each pass's
+        unit gradients as parts the shard servers sum (each rank's in order, then over
+        ranks: the same bits), so a worker holds one unit's gradients at a time however
+        many passes there are (in bf16/fp16 each unit keeps its buffer between passes).
+        RuntimeError if nested, if step() runs inside it, or (fsdp) on zero_grad()
+        between the passes and the step; ValueError with backward_passes_per_step > 1
+        (the older way to accumulate; use one)."""
+        if self._no_sync:
+            raise RuntimeError("no_sync() is already active: it does not nest")
+        if self.backward_passes_per_step > 1:
+            raise ValueError("no_sync() with backward_passes_per_step > 1: accumulate one "
+                             "way (no_sync() is torch's, and the one to keep)")
+        self._no_sync = True
+        settings = [g.settings for g in self._groups]
+        for s in settings:
+            s.sync = False
+        try:
+            yield
+        finally:
+            self._no_sync = False
+            for s in settings:
+                s.sync = True
+
+    # --- the model's state --------------------------------------------------------
+    def _require_model_state(self, what):
+        if self._model_state is None:
+            raise ValueError(f"{what} needs the DistributedOptimizer's model= (its "
+                             f"state_dict keys name the tensors)")
+        for g in self._groups:
+            g.require_worker()
+        return self._model_state
+
+    def load_model_state_dict(self, state_dict, strict=True):
+        """Loads a model state_dict (torch's keys: parameters and buffers) at any step
+        between steps: the parameters go to the shard servers (every rank passes the
+        same values; collective), the buffers into the model; the optimizer state and
+        the step stay. Missing or unexpected keys (strict) and mis-shaped tensors raise
+        ValueError naming them, and nothing changes on any rank. Returns torch's
+        (missing_keys, unexpected_keys). model.load_state_dict(sd) does the same while
+        the optimizer is open."""
+        ms = self._require_model_state("load_model_state_dict")
+        missing, unexpected = ms.load(state_dict, strict)
+        return torch.nn.modules.module._IncompatibleKeys(missing, unexpected)
+
+    def sharded_state_dict(self):
+        """This rank's 1/world of the model's parameters (and the buffers), without
+        gathering the model (fsdp: one unit at a time); merge every rank's with
+        tessel.torch.merge_sharded_state_dicts. Collective only in that every rank
+        should call it to cover the model."""
+        return self._require_model_state("sharded_state_dict").sharded()
+
+    def report_loss(self, loss):
+        """The loss of the step just finished (a number or a one-element tensor) for the
+        registry's status page: rank 0's is plotted as the job's loss curve (it rides on
+        the next registry heartbeat, about once a second). Cheap; call it every step
+        (a CUDA tensor's value is read, which waits for it). step(closure) reports the
+        closure's loss itself."""
+        self._groups[0].require_worker().report_loss(float(loss))
+
+    @property
+    def metrics_address(self):
+        """HOST:PORT where this process's worker serves /metrics ('' when off)."""
+        return self._groups[0].require_worker().metrics_address
+
     def should_early_stop(self, metric):
         """Reports this rank's metric; the job-wide decision, the same on every rank."""
         return self._groups[0].worker.report_metric(float(metric))
@@ -355,9 +485,12 @@ class DistributedOptimizer:
     def close(self):
         """Leaves the jobs. The parameters move into memory of their own first
         (they lived in the workers' buffers), so the model stays usable."""
+        unbind_sync_batchnorm(self._sync_bns)
         for g in self._groups:
             g.close()
             g.hooks = []
+        if self._model_state is not None:  # the parameters are the model's own again
+            self._model_state.close()
 
     @property
     def workers(self):

@@ -2,7 +2,8 @@
 
 Contract. A Session holds what tessel.torch's module-level functions used to
 keep in globals: the configuration init() resolved (registry, job, rank,
-world size, servers, transports, token, timeouts) and the
+world size, servers, transports, token, timeouts, where to serve metrics and
+write a timeline) and the
 DistributedOptimizers made under it, so that shutdown() can close them.
 `init()`, `rank()`, `size()` and `shutdown()` of tessel.torch act on one
 default session (`default_session()`); shutdown() leaves it as new (not
@@ -28,9 +29,17 @@ class Session:
         self._optimizers = []
 
     def init(self, registry=None, job=None, rank=None, world_size=None, num_servers=None,
-             ucx_tls=None, token=None, connect_timeout_s=60.0, step_timeout_s=120.0):
+             ucx_tls=None, token=None, connect_timeout_s=60.0, step_timeout_s=120.0,
+             metrics_address=None, timeline=None):
         """Where this process takes part: arguments, else the environment tessel-launch
-        sets. Returns a copy of the configuration."""
+        sets. Returns a copy of the configuration.
+
+        metrics_address ($TESSEL_METRICS_ADDRESS; '' = off): HOST:PORT where each
+        DistributedOptimizer's first worker serves Prometheus metrics (port 0: a free
+        one; ranks on one host need port 0 or ports of their own). timeline
+        ($TESSEL_TIMELINE; '' = off): a Chrome-trace path per rank, '{rank}' replaced by
+        the rank (required when world_size > 1, so ranks on one host do not share a
+        file); parameter group g > 0 writes PATH.g<g>."""
 
         def pick(value, env, kind, default=None):
             if value is not None:
@@ -58,12 +67,17 @@ class Session:
             token=pick(token, "TESSEL_TOKEN", str, ""),
             connect_timeout_s=float(connect_timeout_s),
             step_timeout_s=float(step_timeout_s),
+            metrics_address=pick(metrics_address, "TESSEL_METRICS_ADDRESS", str, ""),
+            timeline=pick(timeline, "TESSEL_TIMELINE", str, ""),
         )
         if cfg["world_size"] < 1:
             raise ValueError(f"tessel.torch.init: world_size must be >= 1, got {cfg['world_size']}")
         if not 0 <= cfg["rank"] < cfg["world_size"]:
             raise ValueError(f"tessel.torch.init: rank {cfg['rank']} is outside "
                              f"[0, {cfg['world_size']})")
+        if cfg["timeline"] and cfg["world_size"] > 1 and "{rank}" not in cfg["timeline"]:
+            raise ValueError(f"tessel.torch.init: timeline {cfg['timeline']!r} has no '{{rank}}': "
+                             f"with {cfg['world_size']} ranks each needs a file of its own")
         self._config = cfg
         return dict(cfg)
 
@@ -105,11 +119,14 @@ def default_session():
 
 
 def init(registry=None, job=None, rank=None, world_size=None, num_servers=None, ucx_tls=None,
-         token=None, connect_timeout_s=60.0, step_timeout_s=120.0):
-    """Where this process takes part: arguments, else the environment tessel-launch sets."""
+         token=None, connect_timeout_s=60.0, step_timeout_s=120.0, metrics_address=None,
+         timeline=None):
+    """Where this process takes part: arguments, else the environment tessel-launch sets
+    (Session.init's docs)."""
     return _DEFAULT.init(registry=registry, job=job, rank=rank, world_size=world_size,
                          num_servers=num_servers, ucx_tls=ucx_tls, token=token,
-                         connect_timeout_s=connect_timeout_s, step_timeout_s=step_timeout_s)
+                         connect_timeout_s=connect_timeout_s, step_timeout_s=step_timeout_s,
+                         metrics_address=metrics_address, timeline=timeline)
 
 
 def rank():
