@@ -17,23 +17,32 @@ training ends (zoo_models.py names the cases, zoo_reference.py trains torch's):
 The metric is exact_test's: max |a - b| over the parameters / max |reference|,
 and the same over the BatchNorms' buffers (each rank's against its reference
 rank's, zoo_models.reference_rank), worst over ranks, after step 1 and after
-the last step; the workers must also agree bitwise on the parameters. Cases whose feature is not in
-tessel.torch yet (no_sync, SyncBatchNorm, broadcast_buffers) print
-"skipped: <feature> not available".
+the last step. The workers must agree bitwise on the parameters, and on the
+buffers exactly where they should (SAME_BUFFERS: broadcast_buffers and
+SyncBatchNorm yes, plain BatchNorm without a broadcast no). Cases whose
+feature is not in tessel.torch yet (no_sync, SyncBatchNorm,
+broadcast_buffers) print "skipped: <feature> not available".
 
-Tolerance: below max(1e-5, spread). 1e-5 is exact_test's: the differences
-are last-bit ones (torch's CPU kernels fuse multiply-adds where Tessel's
-update does not; the mean of half-batch gradients rounds differently from
-the whole batch's), and the Transformer stays there. ResNet-18 with
-BatchNorm over 4 or 8 images of 32x32 does not: its last stage sees a 1x1
+Tolerance: below max(1e-5, 3 x spread). 1e-5 is exact_test's: the
+differences are last-bit ones (torch's CPU kernels fuse multiply-adds where
+Tessel's update does not; the mean of half-batch gradients rounds differently
+from the whole batch's), and the Transformer with SGD stays there. ResNet-18
+with BatchNorm over 4 or 8 images of 32x32 does not: its last stage sees a 1x1
 map, so each BatchNorm there normalises 4 (8) numbers per channel, and a
 relative change of 1e-7 in the weights changes the first gradient by about
-3e-4 relative (measured), which the next steps' forwards amplify. The spread
-measures that in this run: how far torch's own run moves when its initial
-weights are scaled by 1 + 2^-23 N(0, 1) (about one rounding; same step, same
-metric). Tessel's differences come from roundings of that size, so it must
-stay within torch's own spread; after step 1 against torch DDP it is still
-within 1e-5 (the ranks' gradients are the same bits on both sides there).
+3e-4 relative (measured), which the next steps' forwards amplify; Adam turns
+a gradient's last bits into a full step where the gradient is near zero. The
+spread measures that in this run: how far torch's own run moves when its
+initial weights are scaled by 1 + 2^-23 N(0, 1) (about one rounding; same
+step, same metric). Tessel's differences come from roundings of that size,
+but in every step and, with SyncBatchNorm, in every BatchNorm's statistics
+(combined across ranks, where torch computes them over the whole batch at
+once): measured up to 1.8x one perturbation's spread (SyncBatchNorm's
+buffers with Adam), hence the factor 3. After step 1, before any difference
+reaches a forward, Tessel is far inside the bound: against torch DDP the
+ranks' gradients are the same bits on both sides (measured 1.2e-7), SGD
+against one process 1.8e-6 (SyncBatchNorm); Adam against one process flips
+near-zero gradients' steps (1.9e-3, within torch's own spread there).
 
 Usage: zoo_test.py --launch=tessel-launch --worker=zoo_worker.py
 """
@@ -53,7 +62,13 @@ import zoo_models as zm  # noqa: E402
 import zoo_reference  # noqa: E402
 
 TOLERANCE = 1e-5
+SPREAD_FACTOR = 3  # see the module's docs: measured up to 1.8
 RANKS = range(zoo_reference.WORLD)
+# Whether the ranks end with the same buffers, bitwise: broadcast_buffers gives
+# every rank rank 0's after each step, SyncBatchNorm's global statistics are
+# combined the same way on every rank, and plain BatchNorm without a broadcast
+# keeps each rank's own (so a broadcast that did not happen shows here).
+SAME_BUFFERS = {"resnet-bcast": True, "resnet-syncbn": True, "resnet-bn": False}
 
 
 def make_references(refdir, run):
@@ -125,7 +140,7 @@ def main():
         spreads = make_references(refdir, run)
         out, secs = driver.launch(args.launch, "zoo",
                                   ["/usr/bin/python3", args.worker, refdir, outdir] + run,
-                                  timeout_s=240, wait_s=300)
+                                  timeout_s=420, wait_s=480)
         results = []
         for rank in RANKS:
             with open(os.path.join(outdir, f"zoo-r{rank}.json")) as f:
@@ -146,8 +161,8 @@ def main():
     failures = []
     worst = {}  # (model, accumulation, strategy) -> (worst difference, its bound) or a reason
     print(f"\n{'model':13} {'strategy':8} {'opt':4} {'accum':6} {'params@1':>9} "
-          f"{'params@' + str(last):>9} {'bufs@' + str(last):>9} {'spread@' + str(last):>9} "
-          f"{'ms/step':>8}  ranks")
+          f"{'bufs@1':>9} {'params@' + str(last):>9} {'bufs@' + str(last):>9} "
+          f"{'spread@' + str(last):>9} {'ms/step':>8}  ranks' params/buffers")
     for case in cases:
         model_name, strategy, opt_name, accumulation = case.split(":")
         key = (model_name, accumulation, strategy)
@@ -159,26 +174,33 @@ def main():
             continue
         _, tag = zm.reference_of(case)
         diffs = {step: worst_over_ranks(results, case, step) for step in zm.CHECKED}
-        agree = len({results[rank][case]["sha"] for rank in RANKS}) == 1
-        print(f"{head} {fmt(diffs[1][0]):>9} {fmt(diffs[last][0]):>9} "
+        agree = len({results[rank][case]["params_sha"] for rank in RANKS}) == 1
+        buffers_agree = len({results[rank][case]["buffers_sha"] for rank in RANKS}) == 1
+        print(f"{head} {fmt(diffs[1][0]):>9} {fmt(diffs[1][1]):>9} {fmt(diffs[last][0]):>9} "
               f"{fmt(diffs[last][1]):>9} {fmt(spreads[tag][last][0]):>9} "
-              f"{results[0][case]['ms']:8.1f}  {'same' if agree else 'DIFFER'}")
+              f"{results[0][case]['ms']:8.1f}  {'same' if agree else 'DIFFER'}/"
+              f"{'same' if buffers_agree else 'own'}")
         here = 0.0
         for step in zm.CHECKED:
             for i, what in enumerate(("parameters", "buffers")):
                 got, spread = diffs[step][i], spreads[tag][step][i]
                 if got is None:
                     continue
-                bound = max(TOLERANCE, spread or 0.0)
+                bound = max(TOLERANCE, SPREAD_FACTOR * (spread or 0.0))
                 here = max(here, got / bound)
                 if not got < bound:
                     failures.append(f"{case}: {what} after step {step} differ by {got:.3g} "
-                                    f">= {bound:.3g} (max of {TOLERANCE} and torch's own "
-                                    f"spread {fmt(spread)})")
+                                    f">= {bound:.3g} (max of {TOLERANCE} and {SPREAD_FACTOR} x "
+                                    f"torch's own spread {fmt(spread)})")
         previous = worst.get(key)
         value = (max(diffs[last][0], diffs[last][1] or 0.0), here)
         if not isinstance(previous, tuple) or value[0] > previous[0]:
             worst[key] = value
+        if model_name in SAME_BUFFERS and buffers_agree != SAME_BUFFERS[model_name]:
+            want = "the same" if SAME_BUFFERS[model_name] else "each its own"
+            failures.append(f"{case}: the ranks' buffers are "
+                            f"{'the same bits' if buffers_agree else 'not the same bits'}; "
+                            f"expected {want}")
         if not agree:
             failures.append(f"{case}: the ranks' parameters are not bitwise equal")
         if moved[tag] < 1e-3:
@@ -198,8 +220,8 @@ def main():
         print(reason)
     measured = [w for w in worst.values() if isinstance(w, tuple)]
     print(f"{len(run)} of {len(cases)} cases run; closest to its bound: "
-          f"{max(u for _, u in measured):.2f} of it (bound: max({TOLERANCE}, torch's own "
-          f"spread))")
+          f"{max(u for _, u in measured):.2f} of it (bound: max({TOLERANCE}, {SPREAD_FACTOR} x "
+          f"torch's own spread))")
     driver.finish(failures)
 
 

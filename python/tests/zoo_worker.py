@@ -4,8 +4,9 @@ slice of each micro-batch, each case as its own job, and after each step in
 zoo_models.CHECKED measures how far its parameters (gathered) and the model's
 buffers are from what the case's torch reference had there (REFDIR, which
 zoo_test filled first). Writes OUTDIR/zoo-r<rank>.json: per case, per checked
-step [params difference, buffers difference or null], the final parameters'
-sha256 (the ranks must agree) and the milliseconds per step.
+step [params difference, buffers difference or null], the sha256 of the
+final parameters and of the final buffers (the ranks compare them) and the
+milliseconds per step.
 
 Usage (under tessel-launch): zoo_worker.py REFDIR OUTDIR CASE...
 """
@@ -58,7 +59,8 @@ for case in cases:
                 params, buffers = zm.snapshot(model)
             want = zm.load_reference(refdir, ref_tag, step, zm.reference_rank(case, r.rank))
             result[f"s{step}"] = [zm.rel(params, want[0]), zm.rel(buffers, want[1])]
-    result["sha"] = hashlib.sha256(params.tobytes()).hexdigest()
+    result["params_sha"] = hashlib.sha256(params.tobytes()).hexdigest()
+    result["buffers_sha"] = hashlib.sha256(buffers.tobytes()).hexdigest()
     result["ms"] = elapsed * 1e3 / zm.STEPS
     results[case] = result
     if r.rank == 0:
