@@ -24,7 +24,7 @@ repeat:
 Every side times a step the same way: a barrier (not timed), then the step;
 the step's time is the slower rank's; a run's figure is its median over
 --steps steps after 3 warm-up steps, and the summary the median of the
-repeats' figures.
+quiet repeats' figures (of all repeats' where none was quiet).
 
 Memory, per worker process (the larger of the 2 ranks):
   peak RSS    getrusage's ru_maxrss at the end of the run (everything the
@@ -37,7 +37,7 @@ Memory, per worker process (the larger of the 2 ranks):
 Tessel's shard servers hold the optimizer state (zero2, fsdp) and the fp32
 masters: their peak RSS, summed over the 2 servers, is the last column.
 
-Usage: bazel run //benchmarks:zoo_bench -- [--models=resnet18,lm] [--repeats=2]
+Usage: bazel run //benchmarks:zoo_bench -- [--models=resnet18,lm] [--repeats=3]
          [--steps=10] [--contenders=single,torch-ddp,torch-fsdp,tessel-ddp,...]
          [--quiet_max_s=30]
 """
@@ -55,8 +55,8 @@ import time
 
 WARM, WORKERS, SERVERS = 3, 2, 2
 RESNET_BATCH = 16                                      # images per worker, 3x32x32
-LM = dict(vocab=4096, seq=64, d_model=128, nhead=4, layers=2)
-LM_BATCH = 16                                          # sequences per worker
+LM = dict(vocab=4096, seq=32, d_model=128, nhead=4, layers=2)
+LM_BATCH = 8                                           # sequences per worker
 CONTENDERS = ["single", "torch-ddp", "torch-fsdp", "tessel-ddp", "tessel-zero2", "tessel-fsdp"]
 BASELINE = "torch-ddp"
 
@@ -383,25 +383,32 @@ def describe(model):
             f"({n * 4 / 1e6:.1f} MB fp32), {LM_BATCH} sequences per worker")
 
 
+def step_ms(runs):
+    """A contender's step time: the median of its quiet runs' medians (of all
+    its runs' when none was quiet), in ms."""
+    quiet = [r for r in runs if r["quiet"]] or runs
+    return statistics.median(statistics.median(r["times"]) for r in quiet) * 1e3
+
+
 def print_summary(args, models, contenders, results, unavailable, not_quiet):
     """The table: per model and contender, the step time (and its ratio to the
     baseline's) and the memory columns the module's docs describe."""
-    print(f"\nsummary: median over {args.repeats} repeats of each run's median step; "
-          f"memory per worker process, the larger rank, the largest over repeats; "
-          f"{not_quiet} run(s) NOT-QUIET")
+    print(f"\nsummary: step = median over the quiet repeats (all {args.repeats} where none "
+          f"was quiet) of each run's median step, {not_quiet} run(s) NOT-QUIET; memory per "
+          f"worker process, the larger rank, the largest over repeats; servers = the 2 shard "
+          f"servers' peak RSS summed")
     print(f"{'model':8} {'contender':13} {'step ms':>8} {'vs ddp':>7} {'peak RSS':>9} "
           f"{'growth':>8} {'heap peak':>10} {'servers':>8}")
     print(f"{'':8} {'':13} {'':>8} {'':>7} {'MiB':>9} {'MiB':>8} {'MiB':>10} {'MiB':>8}")
     for m in models:
         base = results.get((m, BASELINE))
-        base_ms = statistics.median(statistics.median(r["times"]) for r in base) * 1e3 \
-            if base else None
+        base_ms = step_ms(base) if base else None
         for c in contenders:
             if (m, c) in unavailable:
                 print(f"{m:8} {c:13} {'n/a':>8}  {unavailable[(m, c)]}")
                 continue
             rs = results[(m, c)]
-            ms = statistics.median(statistics.median(r["times"]) for r in rs) * 1e3
+            ms = step_ms(rs)
             ratio = f"{ms / base_ms:7.2f}" if base_ms else f"{'-':>7}"
             peak = max(x["peak_rss_mib"] for r in rs for x in r["ranks"])
             growth = max(x["rss_growth_mib"] for r in rs for x in r["ranks"])
@@ -423,7 +430,7 @@ def main():
     ap.add_argument("--zoo_root", default="", help="folder holding zoo_models.py")
     ap.add_argument("--models", default="resnet18,lm")
     ap.add_argument("--contenders", default=",".join(CONTENDERS))
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="timed steps per run (after 3 warm-up)")
     ap.add_argument("--quiet_max_s", type=float, default=30)
     args = ap.parse_args()
