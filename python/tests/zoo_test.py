@@ -17,7 +17,8 @@ training ends (zoo_models.py names the cases, zoo_reference.py trains torch's):
 The metric is exact_test's: max |a - b| over the parameters / max |reference|,
 and the same over the BatchNorms' buffers (each rank's against its reference
 rank's, zoo_models.reference_rank), worst over ranks, after step 1 and after
-the last step. The workers must agree bitwise on the parameters, and on the
+the last step. The workers must agree bitwise on the parameters (and every
+strategy end with the same bits, as exact_test's do), and on the
 buffers exactly where they should (SAME_BUFFERS: broadcast_buffers and
 SyncBatchNorm yes, plain BatchNorm without a broadcast no). Cases whose
 feature is not in tessel.torch yet (no_sync, SyncBatchNorm,
@@ -117,6 +118,20 @@ def worst_over_ranks(results, case, step):
     return p, b
 
 
+def strategies_agree(results, model_name, accumulation):
+    """Whether every strategy that ran ended with the same parameter bits, per
+    optimizer (None where fewer than two ran)."""
+    verdict = None
+    for opt_name in zm.OPTIMIZERS:
+        ran = [f"{model_name}:{s}:{opt_name}:{accumulation}" for s in zm.STRATEGIES]
+        shas = [results[c]["params_sha"] for c in ran if c in results]
+        if len(set(shas)) > 1:
+            return False
+        if len(shas) > 1:
+            verdict = True
+    return verdict
+
+
 def fmt(x):
     return "-" if x is None else f"{x:.2e}"
 
@@ -208,14 +223,20 @@ def main():
 
     print(f"\nworst difference after step {last} (parameters and buffers, over optimizers) "
           f"per model x accumulation x strategy:")
-    print(f"{'model':13} {'accum':6} " + " ".join(f"{s:>10}" for s in zm.STRATEGIES))
+    print(f"{'model':13} {'accum':6} " + " ".join(f"{s:>10}" for s in zm.STRATEGIES)
+          + "  strategies' parameters")
     for model_name in zm.MODELS:
         for accumulation in zm.ACCUMULATIONS:
             cells = []
             for s in zm.STRATEGIES:
                 w = worst[(model_name, accumulation, s)]
                 cells.append(f"{w[0]:10.2e}" if isinstance(w, tuple) else f"{'skipped':>10}")
-            print(f"{model_name:13} {accumulation:6} " + " ".join(cells))
+            same = strategies_agree(results[0], model_name, accumulation)
+            print(f"{model_name:13} {accumulation:6} " + " ".join(cells) + "  "
+                  + {None: "-", True: "bitwise equal", False: "DIFFER"}[same])
+            if same is False:
+                failures.append(f"{model_name} {accumulation}: the strategies' final parameters "
+                                f"are not bitwise equal")
     for reason in sorted({w for w in worst.values() if isinstance(w, str)}):
         print(reason)
     measured = [w for w in worst.values() if isinstance(w, tuple)]
