@@ -51,12 +51,15 @@ optimizer.py (DistributedOptimizer, the facade), hyper.py (torch settings ->
 Tessel's), scaler.py (LossScaler), clip.py (clip_grad_norm_), agree.py (a
 step's job-wide decisions), group.py, flat.py, fsdp.py and fsdp_unit.py (a
 parameter group bound to its worker; fsdp's units and their states),
-staging.py (CUDA staging), precision.py.
+staging.py (CUDA staging), precision.py, pretrained.py (load_pretrained: a
+safetensors, torch or npz file, such as `tesselctl checkpoint export` writes,
+into a model before its DistributedOptimizer is made).
 """
 from tessel.torch.clip import clip_grad_norm_
 from tessel.torch.optimizer import DistributedOptimizer
+from tessel.torch.pretrained import load_pretrained
 from tessel.torch.scaler import LossScaler
 from tessel.torch.session import Session, default_session, init, rank, shutdown, size
 
 __all__ = ["DistributedOptimizer", "LossScaler", "Session", "clip_grad_norm_",
-           "default_session", "init", "rank", "shutdown", "size"]
+           "default_session", "init", "load_pretrained", "rank", "shutdown", "size"]
