@@ -3,7 +3,6 @@
 // format's description reads every value back bitwise.
 #include "client/tensor_files/safetensors.h"
 
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -51,7 +50,8 @@ TEST(SafetensorsTest, LayoutIsThePublishedOne) {
     ASSERT_EQ(offsets.size(), 2u);
     EXPECT_EQ(offsets[0], offset) << "tensors tile the data section";
     EXPECT_EQ(offsets[1], offset + 4 * t.data.size());
-    EXPECT_EQ(0, std::memcmp(file.data() + 8 + n + offset, t.data.data(), 4 * t.data.size()));
+    EXPECT_EQ(file.substr(8 + n + offset, 4 * t.data.size()),
+              std::string(reinterpret_cast<const char*>(t.data.data()), 4 * t.data.size()));
     offset = offsets[1];
   }
   EXPECT_EQ(8 + n + offset, file.size()) << "nothing after the data";
