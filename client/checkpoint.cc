@@ -1,4 +1,5 @@
-// `tesselctl checkpoint save|list|show|verify|restore|delete`. Reads go to
+// `tesselctl checkpoint save|list|show|verify|restore|delete` (export:
+// checkpoint_export.cc). Reads go to
 // one shard server (every server of a pool shares the checkpoint store);
 // save and restore address every shard.
 #include <google/protobuf/util/json_util.h>
@@ -285,7 +286,8 @@ struct Args {
 
 void AddCheckpointCommands(CLI::App& app, Globals& g, std::vector<Command>* commands) {
   auto a = std::make_shared<Args>();
-  CLI::App* cp = app.add_subcommand("checkpoint", "save, list, show, verify, restore, delete");
+  CLI::App* cp =
+      app.add_subcommand("checkpoint", "save, list, show, verify, restore, delete, export");
   cp->require_subcommand(1);
   cp->fallthrough();
 
@@ -328,6 +330,8 @@ void AddCheckpointCommands(CLI::App& app, Globals& g, std::vector<Command>* comm
   del->add_option("--job", a->job, "job name")->required();
   del->add_option("--step", a->step, "step")->required();
   commands->push_back({del, [&g, a] { return Delete(g, a->job, a->step); }});
+
+  AddCheckpointExportCommand(cp, g, commands);
 }
 
 }  // namespace tessel::ctl

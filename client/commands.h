@@ -27,8 +27,10 @@ void AddJobCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
 // shards.cc: `shards`, `stats`.
 void AddShardCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
 // jobs.cc also: `describe job NAME`, `delete job NAME`.
-// checkpoint.cc: `checkpoint save|list|show|verify|restore|delete`.
+// checkpoint.cc: `checkpoint save|list|show|verify|restore|delete|export`.
 void AddCheckpointCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
+// checkpoint_export.cc: `checkpoint export`, added to the `checkpoint` group.
+void AddCheckpointExportCommand(CLI::App* checkpoint, Globals& g, std::vector<Command>* commands);
 
 // version.cc: `version` (this client and the pool's shard servers).
 void AddVersionCommand(CLI::App& app, Globals& g, std::vector<Command>* commands);

@@ -20,6 +20,7 @@
 // the builders do not check (CreateJob does, as for any job).
 //
 // Who uses it: the worker SDK builds helper, partition and mesh names;
+// tesselctl checkpoint export finds a torch model's group jobs;
 // tessel.torch builds group names (through the Python binding); rpc/auth
 // decides whether a worker credential scoped to J covers a name
 // (JobInScope), and the shard service whether a DeleteJob names a helper

@@ -249,28 +249,6 @@ std::string ShapeString(const std::vector<int64_t>& dims) {
   return absl::StrCat("(", absl::StrJoin(dims, ", "), ")");
 }
 
-// The complete header numpy 1.24 writes for a 1-D '<f4' array of n elements.
-std::string NpyHeaderF32(size_t n) {
-  const std::string digits = absl::StrCat(n);
-  std::string dict =
-      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (", digits, ",), }");
-  dict.append(kGrowthAxisMaxDigits - digits.size(), ' ');
-  // numpy: padlen = ALIGN - ((MAGIC_LEN + 2 + hlen) % ALIGN), hlen counting the
-  // final '\n'; an already aligned header still gets a full block of spaces.
-  const size_t hlen = dict.size() + 1;
-  const size_t padlen = kArrayAlign - ((kPreambleLen + hlen) % kArrayAlign);
-  const size_t header_len = hlen + padlen;
-  std::string out(kMagic);
-  out.push_back('\x01');
-  out.push_back('\x00');
-  out.push_back(static_cast<char>(header_len & 0xff));
-  out.push_back(static_cast<char>(header_len >> 8));
-  out += dict;
-  out.append(padlen, ' ');
-  out.push_back('\n');
-  return out;
-}
-
 // Checks the parsed header dict; returns the element count.
 absl::StatusOr<size_t> CheckHeader(const std::map<std::string, Literal>& dict) {
   for (const auto& [key, value] : dict) {
@@ -321,6 +299,31 @@ absl::StatusOr<size_t> CheckHeader(const std::map<std::string, Literal>& dict) {
 }
 
 }  // namespace
+
+std::string NpyHeaderF32(absl::Span<const int64_t> shape) {
+  std::string dict =
+      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': ",
+                   ShapeString(std::vector<int64_t>(shape.begin(), shape.end())), ", }");
+  // numpy >= 1.24 leaves room for the first (growth) axis to grow in place.
+  if (!shape.empty()) {
+    const size_t digits = absl::StrCat(shape[0]).size();
+    if (digits < kGrowthAxisMaxDigits) dict.append(kGrowthAxisMaxDigits - digits, ' ');
+  }
+  // numpy: padlen = ALIGN - ((MAGIC_LEN + 2 + hlen) % ALIGN), hlen counting the
+  // final '\n'; an already aligned header still gets a full block of spaces.
+  const size_t hlen = dict.size() + 1;
+  const size_t padlen = kArrayAlign - ((kPreambleLen + hlen) % kArrayAlign);
+  const size_t header_len = hlen + padlen;
+  std::string out(kMagic);
+  out.push_back('\x01');
+  out.push_back('\x00');
+  out.push_back(static_cast<char>(header_len & 0xff));
+  out.push_back(static_cast<char>(header_len >> 8));
+  out += dict;
+  out.append(padlen, ' ');
+  out.push_back('\n');
+  return out;
+}
 
 absl::StatusOr<std::vector<float>> ParseNpyF32(absl::string_view bytes,
                                                const std::string& name_for_errors) {
@@ -424,7 +427,7 @@ absl::Status WriteNpyF32(const std::string& path, absl::Span<const float> data) 
 
   Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return fail(absl::StrCat("open ", tmp), errno);
-  const std::string header = NpyHeaderF32(data.size());
+  const std::string header = NpyHeaderF32({static_cast<int64_t>(data.size())});
   bool ok = WriteFully(fd.get(), header.data(), header.size()) &&
             WriteFully(fd.get(), data.data(), data.size() * sizeof(float));
   const char* op = "write";

@@ -23,6 +23,7 @@
 #ifndef TESSEL_CORE_NPY_H_
 #define TESSEL_CORE_NPY_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,14 @@ absl::StatusOr<std::vector<float>> ReadNpyF32(const std::string& path);
 // the same errors as ReadNpyF32, naming the input `name_for_errors`.
 absl::StatusOr<std::vector<float>> ParseNpyF32(absl::string_view bytes,
                                                const std::string& name_for_errors);
+
+// The complete header (magic, version 1.0, length, padded dict) numpy 1.24's
+// np.save writes before the data of a C-order '<f4' array of `shape` ([] is
+// a 0-d array): what WriteNpyF32 writes for 1-D, and what an .npz's members
+// start with (client/tensor_files/npz.h). Shapes whose dict would pass the
+// 65535-byte limit of version 1.0 are the caller's to avoid (32 dimensions
+// of any size fit).
+std::string NpyHeaderF32(absl::Span<const int64_t> shape);
 
 // Writes `data` as a 1-D float32 .npy file, atomically (see above).
 absl::Status WriteNpyF32(const std::string& path, absl::Span<const float> data);

@@ -120,6 +120,24 @@ TEST(NpyTest, WriterLayoutIsNumpys) {
   }
 }
 
+// Headers of other ranks, as numpy 1.24's np.save writes them (for .npz
+// members): padding for the growth axis only when there is an axis.
+TEST(NpyTest, HeadersOfAnyRankAreNumpys) {
+  auto header = [](const std::string& shape, int spaces) {
+    return absl::StrCat(std::string("\x93NUMPY\x01\x00v\x00", 10),
+                        "{'descr': '<f4', 'fortran_order': False, 'shape': ", shape, ", }",
+                        std::string(spaces, ' '), "\n");
+  };
+  EXPECT_EQ(NpyHeaderF32({}), header("()", 62));
+  EXPECT_EQ(NpyHeaderF32({2, 3}), header("(2, 3)", 58));
+  EXPECT_EQ(NpyHeaderF32({0}), header("(0,)", 60));
+  EXPECT_EQ(NpyHeaderF32({1}), header("(1,)", 60));
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{}, {7}, {12345678901}, {3, 4, 5, 6}, {0, 9}}) {
+    EXPECT_EQ(NpyHeaderF32(shape).size() % 64, 0u);
+  }
+}
+
 TEST(NpyTest, OverwritesAndLeavesNoTempFile) {
   const std::string path = TmpPath("overwrite.npy");
   ASSERT_TRUE(WriteNpyF32(path, Ramp(100)).ok());

@@ -52,6 +52,7 @@ TEST(AccessPolicyTest, ShardServerDecisions) {
            {"ListCheckpoints", ok, ok, ok, ok},
            {"GetCheckpoint", ok, ok, ok, ok},
            {"VerifyCheckpoint", ok, ok, ok, ok},
+           {"ReadCheckpoint", unauth, ok, deny, deny},  // a model's parameters: never anonymous
            {"DeleteJob", unauth, deny, deny, deny},
            {"DeleteCheckpoint", unauth, deny, deny, deny},
        }) {

@@ -86,6 +86,12 @@ const std::vector<RpcRule>& RoleTable() {
        Anonymous::kIfReadsAllowed,
        "verify this job's checkpoints",
        true},
+      {kShard,
+       "ReadCheckpoint",
+       {R::kWorker},
+       Anonymous::kNever,
+       "read this job's checkpointed parameters",
+       true},
       {kShard, "DeleteJob", {}, Anonymous::kNever, "delete jobs", true},
       {kShard, "DeleteCheckpoint", {}, Anonymous::kNever, "delete checkpoints", true},
       // Registry.

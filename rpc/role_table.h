@@ -8,7 +8,8 @@
 //   worker  creates, joins and trains its own job: CreateJob (with the
 //           restore of the job's latest checkpoint, never an older one:
 //           the shard service decides that), SetEpoch, SaveCheckpoint,
-//           ReadState/WriteState, reads, the registry Join of its job.
+//           ReadState/WriteState, ReadCheckpoint, reads, the registry Join
+//           of its job.
 //           Not DeleteJob (except the SDK's transient helper jobs it
 //           creates itself), not DeleteCheckpoint.
 //   server  the registry Join of a shard server.

@@ -435,4 +435,21 @@ absl::Status Checkpointer::Load(const Manifest& m, Range target, float* values,
   return absl::OkStatus();
 }
 
+absl::Status Checkpointer::ReadParams(const Manifest& m, Range target, float* values) {
+  if (!enabled()) return NotEnabled();
+  if (target.begin < 0 || target.end < target.begin || target.end > m.num_params) {
+    return absl::OutOfRangeError(absl::StrCat("parameters [", target.begin, ", ", target.end,
+                                              ") are outside the ", m.num_params,
+                                              " of checkpoint '", m.job, "' step ", m.step));
+  }
+  const std::string dir = CheckpointDir(m.job, m.step);
+  for (const Piece& p : ReslicePlan(m, target)) {
+    const ShardEntry& e = m.shards[p.old_shard];
+    absl::Status st =
+        store_->ReadRange(dir + "/" + e.file, p.src_offset * 4, p.count * 4, values + p.dst_offset);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tessel

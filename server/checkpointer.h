@@ -98,6 +98,11 @@ class Checkpointer {
   // from the checkpoint, verifying the checksum of every file it reads.
   absl::Status Load(const Manifest& m, Range target, float* values,
                     const std::vector<float*>& state);
+  // Fills `values` with [target.begin, target.end) of the checkpoint's
+  // parameters (no optimizer state), reading only those bytes: checksums are
+  // not checked here (Verify first). OutOfRange if `target` is not inside
+  // [0, m.num_params).
+  absl::Status ReadParams(const Manifest& m, Range target, float* values);
 
  private:
   struct Pending {

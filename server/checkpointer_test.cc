@@ -69,6 +69,24 @@ TEST_F(CheckpointerTest, WritesFinalizesAndReslicesOntoAnotherShardCount) {
   EXPECT_EQ(ck_->Progress("j").last_step, 10);
 }
 
+// Export's read: any range of the parameters alone, across shard files,
+// without the optimizer state; nothing outside [0, num_params).
+TEST_F(CheckpointerTest, ReadsAnyRangeOfTheParametersAlone) {
+  Write(3, 10);
+  auto m = ck_->Read("j", 10);
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (Range r :
+       {Range{0, kParams}, Range{0, 0}, Range{kParams, kParams}, Range{5, 997}, Range{300, 340}}) {
+    std::vector<float> values(r.size(), -1.f);
+    ASSERT_TRUE(ck_->ReadParams(*m, r, values.data()).ok());
+    for (int64_t i = 0; i < r.size(); ++i) ASSERT_EQ(values[i], all_[r.begin + i]) << i;
+  }
+  std::vector<float> values(2);
+  EXPECT_EQ(ck_->ReadParams(*m, Range{kParams - 1, kParams + 1}, values.data()).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ck_->ReadParams(*m, Range{-1, 1}, values.data()).code(), absl::StatusCode::kOutOfRange);
+}
+
 // Each shard counts the skips of the tensors in its range; the manifest
 // holds their element-wise maximum (and nothing when no tensor was skipped).
 TEST_F(CheckpointerTest, TheManifestMergesTheShardsTensorSkips) {

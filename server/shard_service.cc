@@ -9,6 +9,7 @@
 #include "core/version.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
+#include "rpc/limits.h"
 #include "server/shard_job_proto.h"
 
 namespace tessel {
@@ -242,6 +243,29 @@ grpc::Status ShardService::DeleteCheckpoint(grpc::ServerContext* ctx, const v1::
   grpc::Status auth = Authorize(ctx, "DeleteCheckpoint", req->job());
   if (!auth.ok()) return auth;
   return ToGrpc(jobs_->checkpointer()->Delete(req->job(), req->step()));
+}
+
+grpc::Status ShardService::ReadCheckpoint(grpc::ServerContext* ctx,
+                                          const v1::ReadCheckpointRequest* req,
+                                          v1::CheckpointParams* resp) {
+  grpc::Status auth = Authorize(ctx, "ReadCheckpoint", req->job());
+  if (!auth.ok()) return auth;
+  if (req->count() < 0 || req->count() > kMaxStateElementsPerCall) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+        "ReadCheckpoint count ", req->count(), " is outside [0, ", kMaxStateElementsPerCall, "]")));
+  }
+  auto m = jobs_->checkpointer()->Read(req->job(), req->step());
+  if (!m.ok()) return ToGrpc(m.status());
+  const Range target{req->offset(), req->offset() + req->count()};
+  std::string bytes(static_cast<size_t>(req->count()) * sizeof(float), '\0');
+  absl::Status s =
+      jobs_->checkpointer()->ReadParams(*m, target, reinterpret_cast<float*>(bytes.data()));
+  if (!s.ok()) return ToGrpc(s);
+  resp->set_step(m->step);
+  resp->set_num_params(m->num_params);
+  resp->set_offset(req->offset());
+  resp->set_params(std::move(bytes));
+  return grpc::Status::OK;
 }
 
 grpc::Status ShardService::ReadState(grpc::ServerContext* ctx, const v1::ReadStateRequest* req,

@@ -6,8 +6,9 @@
 // (RoleTable(), service "ShardServer") once the server has any credential
 // configured (admin token, worker tokens, certificate roles): an admin may do
 // everything; a worker, on its own job(s), CreateJob, SetEpoch,
-// SaveCheckpoint, ReadState, WriteState and the reads; readers the reads;
-// reads are anonymous while `allow_anonymous_reads`, ReadState never.
+// SaveCheckpoint, ReadState, WriteState, ReadCheckpoint and the reads;
+// readers the reads; reads are anonymous while `allow_anonymous_reads`,
+// ReadState and ReadCheckpoint (a model's parameters) never.
 // Two decisions the table cannot make are taken here:
 //  - Restores (CreateJob with restore): a worker credential may restore the
 //    job's latest complete checkpoint (restore_step -1, or that step), which
@@ -81,6 +82,8 @@ class ShardService final : public v1::ShardServer::Service {
                                 v1::VerifyCheckpointResponse*) override;
   grpc::Status DeleteCheckpoint(grpc::ServerContext*, const v1::CheckpointRef*,
                                 v1::DeleteCheckpointResponse*) override;
+  grpc::Status ReadCheckpoint(grpc::ServerContext*, const v1::ReadCheckpointRequest*,
+                              v1::CheckpointParams*) override;
   grpc::Status ReadState(grpc::ServerContext*, const v1::ReadStateRequest*,
                          v1::ShardState*) override;
   grpc::Status WriteState(grpc::ServerContext*, const v1::WriteStateRequest*,

@@ -64,15 +64,18 @@ Tessel's), scaler.py (LossScaler), clip.py (clip_grad_norm_), agree.py (a
 step's job-wide decisions), buffers.py (BufferSync: broadcast_buffers),
 sync_bn.py (SyncBatchNorm, convert_sync_batchnorm), group.py, flat.py, fsdp.py and fsdp_unit.py (a
 parameter group bound to its worker; fsdp's units and their states),
-staging.py (CUDA staging), precision.py.
+staging.py (CUDA staging), precision.py, pretrained.py (load_pretrained: a
+safetensors, torch or npz file, such as `tesselctl checkpoint export` writes,
+into a model before its DistributedOptimizer is made).
 """
 from tessel.torch.clip import clip_grad_norm_
 from tessel.torch.model_state import merge_sharded_state_dicts
 from tessel.torch.optimizer import DistributedOptimizer
+from tessel.torch.pretrained import load_pretrained
 from tessel.torch.scaler import LossScaler
 from tessel.torch.session import Session, default_session, init, rank, shutdown, size
 from tessel.torch.sync_bn import SyncBatchNorm, convert_sync_batchnorm
 
 __all__ = ["DistributedOptimizer", "LossScaler", "Session", "SyncBatchNorm", "clip_grad_norm_",
-           "convert_sync_batchnorm", "default_session", "init", "merge_sharded_state_dicts",
-           "rank", "shutdown", "size"]
+           "convert_sync_batchnorm", "default_session", "init", "load_pretrained",
+           "merge_sharded_state_dicts", "rank", "shutdown", "size"]

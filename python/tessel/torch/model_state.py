@@ -62,9 +62,12 @@ class ModelState:
             model._register_state_dict_hook(self._state_dict_hook),
             model._register_load_state_dict_pre_hook(self._load_pre_hook),
         ]
+        model._tessel_model_state = self  # load_pretrained finds the servers through it
 
     def _open(self):
         return all(g.worker is not None for g in self.groups)
+
+    is_open = _open
 
     # --- state_dict ------------------------------------------------------------
     def _state_dict_hook(self, module, state_dict, prefix, local_metadata):
@@ -134,13 +137,20 @@ class ModelState:
         except ValueError:
             self._abort()
             raise
-        current = self.full_params() if any(k in missing for k in self.param_keys) else {}
+        keys_of = collections.defaultdict(list)  # (group, index) -> its keys (tied: several)
+        for key, where in self.param_keys.items():
+            keys_of[where].append(key)
+        current = None
         for gi, g in enumerate(self.groups):
             flat = []
-            for key, (kgi, i) in self.param_keys.items():
-                if kgi != gi or i < len(flat):  # another group's, or a tied parameter seen
-                    continue
-                v = state_dict[key] if key in state_dict else current[key]
+            for i in range(len(g.params)):  # the group's order, not the model's
+                given = [k for k in keys_of[(gi, i)] if k in state_dict]
+                if given:
+                    v = state_dict[given[0]]
+                else:  # strict=False and not in state_dict, or not the model's: as it is
+                    if current is None:
+                        current = self._gathered()
+                    v = current.get((gi, i), g.params[i])
                 flat.append(v.detach().to("cpu", torch.float32).reshape(-1))
             values = torch.cat(flat).numpy() if flat else np.zeros(0, np.float32)
             g.load_params(values)
@@ -196,6 +206,8 @@ class ModelState:
         for h in self.handles:
             h.remove()
         self.handles = []
+        if getattr(self.model, "_tessel_model_state", None) is self:
+            del self.model._tessel_model_state
 
 
 def p_numel(shape):
