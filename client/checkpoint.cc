@@ -31,26 +31,10 @@ using Stub = v1::ShardServer::Stub;
 // ordinary control call.
 constexpr absl::Duration kCheckpointIoTimeout = absl::Minutes(10);
 
-v1::CheckpointRef Ref(const std::string& job, int64_t step) {
-  v1::CheckpointRef ref;
-  ref.set_job(job);
-  ref.set_step(step);
-  return ref;
-}
-
 int64_t MaxPause(const google::protobuf::RepeatedField<int64_t>& pauses) {
   int64_t pause = 0;
   for (int64_t p : pauses) pause = std::max(pause, p);
   return pause;
-}
-
-absl::StatusOr<v1::CheckpointInfo> GetCheckpoint(const Cluster& c, const std::string& job,
-                                                 int64_t step) {
-  v1::CheckpointInfo info;
-  absl::Status s = c.fleet().CallWithPrefix(c.AnyShard(), &Stub::GetCheckpoint, Ref(job, step),
-                                            &info, "GetCheckpoint");
-  if (!s.ok()) return s;
-  return info;
 }
 
 int Save(const Globals& g, const std::string& job, bool wait, int wait_s) {
@@ -187,8 +171,9 @@ int Verify(const Globals& g, const std::string& job, int64_t step) {
   Cluster c(g);
   if (absl::Status s = c.ConnectServers(); !s.ok()) return Fail(s);
   v1::VerifyCheckpointResponse resp;
-  absl::Status s = c.fleet().CallWithPrefix(c.AnyShard(), &Stub::VerifyCheckpoint, Ref(job, step),
-                                            &resp, "VerifyCheckpoint", kCheckpointIoTimeout);
+  absl::Status s =
+      c.fleet().CallWithPrefix(c.AnyShard(), &Stub::VerifyCheckpoint, CheckpointRef(job, step),
+                               &resp, "VerifyCheckpoint", kCheckpointIoTimeout);
   if (!s.ok()) return Fail(s);
   if (g.output != "table") {
     Render(g, ProtoJson(resp), nullptr, std::cout);
@@ -219,9 +204,9 @@ int Restore(const Globals& g, const std::string& job, int64_t step, int servers_
     // Check every file before touching any server: a damaged checkpoint
     // changes nothing.
     v1::VerifyCheckpointResponse verified;
-    absl::Status s =
-        fleet.CallWithPrefix(c.AnyShard(), &Stub::VerifyCheckpoint, Ref(job, info->step()),
-                             &verified, "VerifyCheckpoint", kCheckpointIoTimeout);
+    absl::Status s = fleet.CallWithPrefix(c.AnyShard(), &Stub::VerifyCheckpoint,
+                                          CheckpointRef(job, info->step()), &verified,
+                                          "VerifyCheckpoint", kCheckpointIoTimeout);
     if (!s.ok()) return Fail(s);
     if (!verified.ok()) {
       return Fail(absl::DataLossError(absl::StrCat(
@@ -265,8 +250,8 @@ int Delete(const Globals& g, const std::string& job, int64_t step) {
   Cluster c(g);
   if (absl::Status s = c.ConnectServers(); !s.ok()) return Fail(s);
   v1::DeleteCheckpointResponse resp;
-  absl::Status s = c.fleet().CallWithPrefix(c.AnyShard(), &Stub::DeleteCheckpoint, Ref(job, step),
-                                            &resp, "DeleteCheckpoint");
+  absl::Status s = c.fleet().CallWithPrefix(c.AnyShard(), &Stub::DeleteCheckpoint,
+                                            CheckpointRef(job, step), &resp, "DeleteCheckpoint");
   if (!s.ok()) return Fail(s);
   std::cout << "deleted checkpoint of job '" << job << "' at step " << step << "\n";
   return kOk;

@@ -65,22 +65,6 @@ struct JobPart {
   std::vector<float> values;
 };
 
-v1::CheckpointRef Ref(const std::string& job, int64_t step) {
-  v1::CheckpointRef ref;
-  ref.set_job(job);
-  ref.set_step(step);
-  return ref;
-}
-
-absl::StatusOr<v1::CheckpointInfo> GetCheckpoint(const Cluster& c, const std::string& job,
-                                                 int64_t step) {
-  v1::CheckpointInfo info;
-  absl::Status s = c.fleet().CallWithPrefix(c.AnyShard(), &Stub::GetCheckpoint, Ref(job, step),
-                                            &info, "GetCheckpoint");
-  if (!s.ok()) return s;
-  return info;
-}
-
 // J itself, then each group job J.gN that has a checkpoint at `step`, until
 // the first N whose job has no checkpoint at all. Groups whose checkpoints
 // miss `step` are left out and named in `*skipped`.
@@ -116,8 +100,9 @@ absl::StatusOr<JobPart> ReadJob(const Cluster& c, const std::string& job, int64_
         absl::StrCat("the manifest of job '", job, "' step ", step, " has no readable job spec"));
   }
   v1::VerifyCheckpointResponse verified;
-  absl::Status s = c.fleet().CallWithPrefix(c.AnyShard(), &Stub::VerifyCheckpoint, Ref(job, step),
-                                            &verified, "VerifyCheckpoint", kCheckpointIoTimeout);
+  absl::Status s =
+      c.fleet().CallWithPrefix(c.AnyShard(), &Stub::VerifyCheckpoint, CheckpointRef(job, step),
+                               &verified, "VerifyCheckpoint", kCheckpointIoTimeout);
   if (!s.ok()) return s;
   if (!verified.ok()) {
     return absl::DataLossError(

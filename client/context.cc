@@ -120,4 +120,20 @@ absl::StatusOr<std::vector<ShardRow>> CollectShards(const Cluster& c, const std:
   return rows;
 }
 
+v1::CheckpointRef CheckpointRef(const std::string& job, int64_t step) {
+  v1::CheckpointRef ref;
+  ref.set_job(job);
+  ref.set_step(step);
+  return ref;
+}
+
+absl::StatusOr<v1::CheckpointInfo> GetCheckpoint(const Cluster& c, const std::string& job,
+                                                 int64_t step) {
+  v1::CheckpointInfo info;
+  absl::Status s = c.fleet().CallWithPrefix(c.AnyShard(), &v1::ShardServer::Stub::GetCheckpoint,
+                                            CheckpointRef(job, step), &info, "GetCheckpoint");
+  if (!s.ok()) return s;
+  return info;
+}
+
 }  // namespace tessel::ctl

@@ -95,6 +95,12 @@ struct ShardRow {
 // when no shard answered (with the first shard's error).
 absl::StatusOr<std::vector<ShardRow>> CollectShards(const Cluster& c, const std::string& job);
 
+// `job`'s checkpoint at `step` as the checkpoint RPCs name it, and its
+// manifest (GetCheckpoint through any shard server; step 0: the latest).
+v1::CheckpointRef CheckpointRef(const std::string& job, int64_t step);
+absl::StatusOr<v1::CheckpointInfo> GetCheckpoint(const Cluster& c, const std::string& job,
+                                                 int64_t step);
+
 }  // namespace tessel::ctl
 
 #endif  // TESSEL_CLIENT_CONTEXT_H_
