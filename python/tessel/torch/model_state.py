@@ -171,14 +171,17 @@ class ModelState:
 
     def _load_pre_hook(self, state_dict, prefix, local_metadata, strict, missing_keys,
                        unexpected_keys, error_msgs):
-        if prefix or not self._open():  # a submodule's own load, or closed: torch's
+        if not self._open():  # closed: the parameters are the model's own again
             return
-        self.load(state_dict, strict, buffers=False)
+        # The model's part of the dict (all of it, unless the model is a submodule
+        # of what is being loaded).
+        mine = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+        self.load(mine, strict, buffers=False)
         # torch copies what is left: each parameter's entry becomes the parameter
         # itself (fsdp's released ones are empty tensors), so the copy is a no-op.
         for key, (gi, i) in self.param_keys.items():
-            if key in state_dict:
-                state_dict[key] = self.groups[gi].params[i].detach()
+            if prefix + key in state_dict:
+                state_dict[prefix + key] = self.groups[gi].params[i].detach()
 
     # --- sharded ---------------------------------------------------------------------
     def sharded(self):
