@@ -192,12 +192,16 @@ void ProcessGroup::StopAll() {
 
 std::string FindBinary(const std::string& path) {
   std::vector<std::string> roots;
-  char self[4096] = {};
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n > 0) roots.push_back(absl::StrCat(std::string(self, n), ".runfiles/tessel"));
+  // The caller's runfiles first (a test's, made for this build), then this
+  // binary's own: a binary run from a test resolves /proc/self/exe to the
+  // output tree, whose runfiles Bazel refreshes only when it builds that
+  // binary as a target of its own, so they may be an older build's.
   for (const char* env : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
     if (const char* v = std::getenv(env)) roots.push_back(absl::StrCat(v, "/tessel"));
   }
+  char self[4096] = {};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) roots.push_back(absl::StrCat(std::string(self, n), ".runfiles/tessel"));
   if (n > 0) {
     std::string dir(self, n);
     dir = dir.substr(0, dir.rfind('/'));

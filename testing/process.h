@@ -70,7 +70,9 @@ class ProcessGroup {
 };
 
 // Absolute path of a Bazel-built binary shipped with the caller (its data
-// dependency), e.g. FindBinary("server/tessel-server").
+// dependency), e.g. FindBinary("server/tessel-server"): looked up in
+// $RUNFILES_DIR and $TEST_SRCDIR first (a test's runfiles, this build's),
+// then in this binary's own runfiles and beside it.
 std::string FindBinary(const std::string& workspace_relative_path);
 
 // Creates a fresh directory for a run's logs and files under $TMPDIR.

@@ -112,9 +112,9 @@ absl::StatusOr<std::string> ResolveCommand(const std::string& command,
 }
 
 std::string FindPythonPackageRoot() {
-  // FindBinary looks in this binary's runfiles (and $RUNFILES_DIR,
-  // $TEST_SRCDIR) for a path it may execute, which a folder is; the package
-  // must also hold its __init__.py.
+  // FindBinary looks in $RUNFILES_DIR, $TEST_SRCDIR and this binary's
+  // runfiles for a path it may execute, which a folder is; the package must
+  // also hold its __init__.py.
   const std::string package = FindBinary("python/tessel");
   if (package.empty() || package[0] != '/') return "";
   if (access(absl::StrCat(package, "/__init__.py").c_str(), R_OK) != 0) return "";
