@@ -1,7 +1,6 @@
 #include "core/npy.h"
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -18,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "testing/python_run.h"
 
 namespace tessel {
 namespace {
@@ -355,29 +355,6 @@ TEST(NpyTest, RejectsMissingFilesAndDirectories) {
 // ---------------------------------------------------------------------------
 // Interoperability with real numpy (skipped when /usr/bin/python3 lacks it).
 
-constexpr char kPython[] = "/usr/bin/python3";
-
-// Runs a Python snippet with arguments; returns its exit code, output in *out.
-int RunPython(const std::string& script, const std::vector<std::string>& args, std::string* out) {
-  const std::string script_path = TmpPath("interop.py");
-  WriteBytes(script_path, script);
-  std::string cmd = absl::StrCat(kPython, " '", script_path, "'");
-  for (const std::string& a : args) absl::StrAppend(&cmd, " '", a, "'");
-  absl::StrAppend(&cmd, " 2>&1");
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out->append(buf, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-bool HaveNumpy() {
-  std::string out;
-  return access(kPython, X_OK) == 0 && RunPython("import numpy\n", {}, &out) == 0;
-}
-
 // Modes: check PATH N (assert PATH holds Ramp(N)), save PATH N (np.save
 // Ramp(N)), save_f64 / save_2d PATH (files we must reject).
 constexpr char kInteropScript[] = R"py(
@@ -412,7 +389,7 @@ else:
 class NpyNumpyInteropTest : public testing::Test {
  protected:
   void SetUp() override {
-    if (!HaveNumpy()) GTEST_SKIP() << kPython << " cannot import numpy";
+    if (!HavePythonModule("numpy")) GTEST_SKIP() << kPython << " cannot import numpy";
   }
   void Python(const std::vector<std::string>& args) {
     std::string out;

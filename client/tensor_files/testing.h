@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/tensor_files/named_tensor.h"
+#include "testing/python_run.h"
 
 namespace tessel::tensor_files::testing {
 
@@ -19,11 +20,10 @@ namespace tessel::tensor_files::testing {
 std::string TmpPath(const std::string& name);
 std::string ReadFile(const std::string& path);
 
-inline constexpr char kPython[] = "/usr/bin/python3";
-// Runs `script` with `args` under kPython; the exit code, output in *out.
-int RunPython(const std::string& script, const std::vector<std::string>& args, std::string* out);
-// kPython exists and imports `module`.
-bool HavePythonModule(const std::string& module);
+// Python's own readers: testing/python_run.h.
+using ::tessel::HavePythonModule;
+using ::tessel::kPython;
+using ::tessel::RunPython;
 
 // The tensors every writer test writes: 0-d ([]) beside [1], empty ones,
 // 2-D, one of 2100 elements, -0, infinities, a NaN with a payload, a
