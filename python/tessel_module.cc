@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "core/job_name.h"
 #include "core/optimizer.h"
+#include "python/binding.h"
 #include "worker/worker.h"
 
 namespace py = pybind11;
@@ -29,49 +30,11 @@ namespace py = pybind11;
 namespace tessel {
 namespace {
 
-PyObject* g_tessel_error = nullptr;
-PyObject* g_recoverable_error = nullptr;
-
-// Raises the Python exception for a non-OK status.
-void Check(const absl::Status& s) {
-  if (s.ok()) return;
-  const std::string message(s.message());
-  if (Worker::IsRecoverable(s)) {
-    PyErr_SetString(g_recoverable_error, message.c_str());
-  } else if (absl::IsInvalidArgument(s) || absl::IsOutOfRange(s)) {
-    PyErr_SetString(PyExc_ValueError, message.c_str());
-  } else {
-    PyErr_SetString(g_tessel_error,
-                    absl::StrCat(absl::StatusCodeToString(s.code()), ": ", message).c_str());
-  }
-  throw py::error_already_set();
-}
-
-// Runs `f` (a blocking SDK call: connect, a step, a gather) without the
-// GIL, so other Python threads run meanwhile.
-template <typename F>
-auto Unlocked(F&& f) {
-  py::gil_scoped_release release;
-  return f();
-}
-
-template <typename T>
-T Take(absl::StatusOr<T> v) {
-  Check(v.status());
-  return *std::move(v);
-}
-
-// A NumPy view of `span` that keeps `owner` (the Python Worker) alive.
-template <typename T>
-py::array View(absl::Span<T> span, py::handle owner, bool writeable) {
-  py::array_t<std::remove_const_t<T>> a({static_cast<py::ssize_t>(span.size())},
-                                        {static_cast<py::ssize_t>(sizeof(T))},
-                                        const_cast<std::remove_const_t<T>*>(span.data()), owner);
-  if (!writeable) {
-    py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-  }
-  return std::move(a);
-}
+using pybind::Check;
+using pybind::PyWorker;
+using pybind::Take;
+using pybind::Unlocked;
+using pybind::View;
 
 // Half bit patterns (bf16, fp16) as an int16 view: torch has no uint16, and
 // tensor.view(torch.bfloat16) reinterprets int16 bits as they are.
@@ -184,34 +147,27 @@ void CheckUnit(Worker& w, int unit) {
   }
 }
 
-// The Python-visible worker: the C++ one, closed explicitly or when collected.
-struct PyWorker {
-  std::unique_ptr<Worker> w;
-  Worker& get() {
-    if (w == nullptr) throw py::value_error("the worker was closed");
-    return *w;
-  }
-};
 
 }  // namespace
 }  // namespace tessel
 
 PYBIND11_MODULE(_tessel, m) {
-  using tessel::Check;
+  using tessel::pybind::Check;
   using tessel::CheckUnit;
   using tessel::Copy;
   using tessel::HalfView;
-  using tessel::PyWorker;
-  using tessel::Take;
-  using tessel::Unlocked;
-  using tessel::View;
+  using tessel::pybind::PyWorker;
+  using tessel::pybind::Take;
+  using tessel::pybind::Unlocked;
+  using tessel::pybind::View;
   using tessel::Worker;
   using tessel::WorkerMemory;
   m.doc() = "Tessel's worker SDK (C++), for Python. Use tessel.torch for PyTorch.";
   static py::exception<std::runtime_error> tessel_error(m, "TesselError", PyExc_RuntimeError);
   static py::exception<std::runtime_error> recoverable(m, "RecoverableError", tessel_error.ptr());
-  tessel::g_tessel_error = tessel_error.ptr();
-  tessel::g_recoverable_error = recoverable.ptr();
+  tessel::pybind::g_tessel_error = tessel_error.ptr();
+  tessel::pybind::g_recoverable_error = recoverable.ptr();
+  tessel::pybind::BindMesh(m);
 
   m.def(
       "group_job_name",

@@ -155,7 +155,8 @@ HybridSession::HybridSession(const HybridOptions& options)
     : options_(options), coords_(CoordsOf(options.config, options.worker.rank)) {}
 
 HybridSession::~HybridSession() {
-  worker_.reset();
+  worker_ = nullptr;
+  own_worker_.reset();
   if (peers_ != nullptr) peers_->Shutdown();
   if (registry_ != nullptr) {
     absl::Status s = registry_->Leave();
@@ -220,6 +221,16 @@ absl::Status HybridSession::Start() {
     s = CheckSameConfig();
     if (!s.ok()) return s;
   }
+  if (!options_.make_worker) {
+    if (w.resume) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job '", w.job, "' ", Describe(),
+                       ": resume needs the session's own partition worker (make_worker)"));
+    }
+    TESSEL_LOG(INFO) << "job '" << w.job << "' " << Describe() << ": mesh of " << w.world_size
+                     << " connected (the partition worker is attached later)";
+    return absl::OkStatus();
+  }
 
   WorkerOptions partition = w;
   partition.job = PartitionJobName(w.job, coords_.p, coords_.t);
@@ -231,7 +242,8 @@ absl::Status HybridSession::Start() {
                         absl::StrCat(Describe(), ": partition job '", partition.job,
                                      "': ", worker.status().message()));
   }
-  worker_ = std::move(*worker);
+  own_worker_ = std::move(*worker);
+  worker_ = own_worker_.get();
   worker_->SetWaitCheck([this] { return MeshMembership(); });
   if (w.resume) {
     if (replacement) {  // meets the survivors in Recover
@@ -283,7 +295,7 @@ absl::Status HybridSession::CheckSameConfig() {
 absl::Status HybridSession::MeshHealth() {
   // A shard server that left or came back ends worker-to-worker waits too:
   // a process whose step went through may wait for one whose step failed.
-  if (options_.worker.recovery && !recovering_ && worker_ != nullptr) {
+  if (recovery() && !recovering_ && worker_ != nullptr) {
     absl::Status servers = worker_->CheckServers();
     if (!servers.ok()) return servers;
   }
@@ -310,7 +322,7 @@ absl::Status HybridSession::MeshMembership() {
   const std::string who = gone.empty() ? std::string("the mesh membership changed")
                                        : absl::StrCat(absl::StrJoin(gone, ", "),
                                                       " left the mesh or stopped heartbeating");
-  if (options_.worker.recovery && worker_ != nullptr) {
+  if (recovery() && worker_ != nullptr) {
     return Worker::MarkRecoverable(absl::AbortedError(absl::StrCat(
         "job '", options_.worker.job, "' ", Describe(), ": ", who, " (group '", group, "' epoch ",
         mesh_epoch_, " -> ", now, "); pausing for up to ",
@@ -327,7 +339,7 @@ absl::Status HybridSession::MeshMembership() {
 }
 
 absl::Status HybridSession::Recover(const absl::Status& why) {
-  if (!options_.worker.recovery || !Worker::IsRecoverable(why) || worker_ == nullptr) return why;
+  if (!recovery() || !Worker::IsRecoverable(why) || worker_ == nullptr) return why;
   const absl::Time start = absl::Now();
   const int64_t from = worker_->step();
   const std::string where = absl::StrCat("job '", options_.worker.job, "' ", Describe());
@@ -513,12 +525,29 @@ absl::StatusOr<int64_t> HybridSession::AgreeCheckpointStep() {
   return step;
 }
 
+bool HybridSession::recovery() const {
+  return own_worker_ != nullptr || worker_ == nullptr ? options_.worker.recovery
+                                                      : worker_->options().recovery;
+}
+
+absl::Status HybridSession::AttachWorker(Worker* worker) {
+  if (own_worker_ != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", options_.worker.job, "' ", Describe(),
+                     ": this session made its own partition worker; it takes no other"));
+  }
+  if (worker_ != nullptr) worker_->SetWaitCheck(nullptr);
+  worker_ = worker;
+  if (worker_ != nullptr) worker_->SetWaitCheck([this] { return MeshMembership(); });
+  return absl::OkStatus();
+}
+
 absl::Status HybridSession::Finish() {
   // Everyone who passes the barrier below may leave; everyone still in it
   // has already turned this off (they entered the barrier before anyone
   // could pass it).
   peers_->SetHealthCheck(nullptr);
-  worker_->SetWaitCheck(nullptr);
+  if (worker_ != nullptr) worker_->SetWaitCheck(nullptr);
   std::vector<int> all(options_.worker.world_size);
   for (int r = 0; r < options_.worker.world_size; ++r) all[r] = r;
   absl::Status s = Barrier(*peers_, all, HybridTag(HybridMessage::kBarrier, 0, 0, 0),

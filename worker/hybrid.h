@@ -102,6 +102,7 @@ enum class HybridMessage : uint8_t {
   kConfig = 7,    // configuration check at start-up
   kLoss = 8,      // data-parallel sum of the loss, for logging
   kRecovery = 9,  // HybridSession::Recover: barrier, checkpoint lists, the chosen step
+  kGather = 10,   // tensor-parallel all-gathers (tessel.torch.parallel: outputs, to_dense)
 };
 
 // Tag layout (64 bits): kind (8) | step (32) | micro-batch (12) | index (12),
@@ -136,6 +137,12 @@ struct HybridOptions {
   // Whatever else every process must agree on (model shape, batch, data and
   // init seeds): checked against rank 0's at start-up, with the config.
   std::string fingerprint;
+  // false: Connect joins the mesh and checks the configuration but makes no
+  // partition Worker; the caller makes its own (job PartitionJobName(job, p,
+  // t), rank d of dp) and hands it to AttachWorker (tessel.torch.parallel does:
+  // its DistributedOptimizer makes the worker after the model is built on the
+  // mesh). Resume (worker.resume) needs the session's own worker.
+  bool make_worker = true;
 };
 
 // Threads: one thread drives a session (as a Worker).
@@ -150,7 +157,15 @@ class HybridSession {
   std::string Describe() const { return DescribeRank(options_.config, rank()); }
   PeerGroup& peers() { return *peers_; }
   // The partition's Worker: job PartitionJobName(job, p, t), rank d of dp.
+  // Only while there is one (made by Connect, or attached).
   Worker& worker() { return *worker_; }
+  bool has_worker() const { return worker_ != nullptr; }
+  // A mesh-only session's partition Worker (nullptr detaches it). It must
+  // stay alive until detached or the session is gone; Recover, the health
+  // check (a shard server lost) and Finish then use it as they use their own,
+  // and its options().recovery says whether the session recovers.
+  // FailedPrecondition on a session that made its own worker.
+  absl::Status AttachWorker(Worker* worker);
 
   // Recovery (HybridOptions.worker.recovery, and checkpoints on the
   // partition jobs): when a shard server dies, every process's step fails
@@ -185,6 +200,9 @@ class HybridSession {
   // mesh group's epoch moved past the complete view's (a member left or its
   // lease lapsed), or this process's own lease is lost.
   absl::Status MeshHealth();
+  // Whether failures pause for a recovery: the options', or the attached
+  // worker's.
+  bool recovery() const;
   // The mesh part of it (this process's lease, members gone or replaced),
   // also run by the partition Worker's waits: a step of this partition may
   // wait for a process of another one that died.
@@ -213,7 +231,8 @@ class HybridSession {
   // does not look at them.
   bool recovering_ = false;
   std::unique_ptr<PeerGroup> peers_;
-  std::unique_ptr<Worker> worker_;
+  std::unique_ptr<Worker> own_worker_;  // made by Start (make_worker)
+  Worker* worker_ = nullptr;            // own_worker_, or attached
 };
 
 }  // namespace tessel

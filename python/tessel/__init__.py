@@ -5,7 +5,12 @@
 Errors: ValueError for bad input, tessel.RecoverableError for a step that
 Worker.recover() can repair, tessel.TesselError otherwise.
 `tessel.group_job_name(job, g)` names parameter group g's job (core/job_name.h).
+`tessel.Mesh` is a hybrid job's worker-to-worker mesh (worker/hybrid.h), with
+`partition_job_name`, `one_f_one_b`, `MESH_KINDS` and `MAX_MICRO_BATCHES`;
+tessel.torch.parallel builds tensor and pipeline parallelism on it.
 """
-from tessel._tessel import RecoverableError, TesselError, Worker, group_job_name
+from tessel._tessel import (MAX_MICRO_BATCHES, MESH_KINDS, Mesh, RecoverableError, TesselError,
+                            Worker, group_job_name, one_f_one_b, partition_job_name)
 
-__all__ = ["RecoverableError", "TesselError", "Worker", "group_job_name"]
+__all__ = ["MAX_MICRO_BATCHES", "MESH_KINDS", "Mesh", "RecoverableError", "TesselError", "Worker",
+           "group_job_name", "one_f_one_b", "partition_job_name"]

@@ -64,7 +64,9 @@ Tessel's), scaler.py (LossScaler), clip.py (clip_grad_norm_), agree.py (a
 step's job-wide decisions), buffers.py (BufferSync: broadcast_buffers),
 sync_bn.py (SyncBatchNorm, convert_sync_batchnorm), group.py, flat.py, fsdp.py and fsdp_unit.py (a
 parameter group bound to its worker; fsdp's units and their states),
-staging.py (CUDA staging), precision.py, pretrained.py (load_pretrained: a
+staging.py (CUDA staging), precision.py, parallel/ (tensor and pipeline
+parallelism: init(tensor_parallel=, pipeline_parallel=), the parallel layers,
+Pipeline; docs/hybrid.md), pretrained.py (load_pretrained: a
 safetensors, torch or npz file, such as `tesselctl checkpoint export` writes,
 into a model before its DistributedOptimizer is made).
 """
@@ -75,7 +77,8 @@ from tessel.torch.pretrained import load_pretrained
 from tessel.torch.scaler import LossScaler
 from tessel.torch.session import Session, default_session, init, rank, shutdown, size
 from tessel.torch.sync_bn import SyncBatchNorm, convert_sync_batchnorm
+from tessel.torch import parallel  # noqa: E402 (after the session it builds on)
 
 __all__ = ["DistributedOptimizer", "LossScaler", "Session", "SyncBatchNorm", "clip_grad_norm_",
            "convert_sync_batchnorm", "default_session", "init", "load_pretrained",
-           "merge_sharded_state_dicts", "rank", "shutdown", "size"]
+           "merge_sharded_state_dicts", "parallel", "rank", "shutdown", "size"]

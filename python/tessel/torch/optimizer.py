@@ -26,6 +26,7 @@ Example:
 """
 import contextlib
 import os
+import weakref
 
 import tessel
 import torch
@@ -167,6 +168,17 @@ class DistributedOptimizer:
         elif overlap is None:
             overlap = True
         self._clip_coef = None  # clip_grad_norm_'s factor, for the next step only
+        hybrid = session.hybrid
+        rank, world, base_job = cfg["rank"], cfg["world_size"], job or cfg["job"]
+        if hybrid is not None:  # this process's partition is the job; its replicas the world
+            if strategy not in ("zero1", "zero2"):
+                raise ValueError(f"strategy {strategy!r}: a hybrid job's partitions reduce "
+                                 f"through the shard servers with zero1 or zero2")
+            if model is None:
+                raise ValueError("a hybrid job's DistributedOptimizer needs model= (its "
+                                 "tensor-parallel layers say which parameters are split)")
+            rank, world, base_job = hybrid.d, hybrid.dp, hybrid.partition_job(job)
+        self._hybrid = hybrid
         if recovery and (strategy == "ddp" or checkpoint_every_steps < 1):
             raise ValueError("recovery needs strategy zero1, zero2 or fsdp and "
                              "checkpoint_every_steps >= 1")
@@ -183,18 +195,19 @@ class DistributedOptimizer:
         self._no_sync = False
         # model.state_dict()/load_state_dict() through the servers (model_state.py);
         # recorded before the groups bind (fsdp then empties the parameters).
-        self._model_state = (ModelState(model, self._groups,
-                                        lambda: (cfg["rank"], cfg["world_size"]))
+        self._model_state = (ModelState(model, self._groups, lambda: (rank, world))
                              if model is not None else None)
         if recovery and len(self._groups) > 1:
             raise ValueError("recovery takes one parameter group (each group is a job, and "
                              "their checkpoints could roll back to different steps)")
         plans = plan_units(model, self._groups) if strategy == "fsdp" else [[]] * len(self._groups)
-        base_job = job or cfg["job"]
+        if hybrid is not None:
+            hybrid.replicate(model, [p for g in self._groups for p in g.params])
+        self._abandoned = False  # a Pipeline step lost to a recovery
         for g, plan in zip(self._groups, plans):
             g.worker = tessel.Worker(
                 cfg["registry"], tessel.group_job_name(base_job, g.index),
-                cfg["rank"], cfg["world_size"], strategy=strategy, optimizer=g.hyper,
+                rank, world, strategy=strategy, optimizer=g.hyper,
                 num_servers=cfg["num_servers"], bucket_bytes=int(bucket_bytes),
                 ucx_tls=cfg["ucx_tls"], connect_timeout_s=cfg["connect_timeout_s"],
                 step_timeout_s=cfg["step_timeout_s"], token=cfg["token"],
@@ -211,6 +224,9 @@ class DistributedOptimizer:
         if not self.recovery:
             self._buffers.sync(self._groups[0].worker)
         self._sync_bns = bind_sync_batchnorm(model, self)
+        if hybrid is not None:
+            hybrid.attach(self._groups[0].worker)
+            model._tessel_optimizer = weakref.ref(self)  # a Pipeline of it accumulates with it
         session.adopt(self)
 
     def _make_groups(self, model):
@@ -302,6 +318,11 @@ class DistributedOptimizer:
         if self._no_sync:
             raise RuntimeError("step() inside no_sync(): leave the no_sync() block and run the "
                                "last micro-batch's backward outside it, then step()")
+        if self._abandoned:  # its Pipeline step was lost to a recovery: nothing to apply
+            self._abandoned = False
+            for g in self._groups:
+                g.drop_gradients()
+            return False
         loss = True
         if closure is not None:
             with torch.enable_grad():
@@ -352,11 +373,20 @@ class DistributedOptimizer:
         the job back to its latest checkpoint instead (step_count goes back)."""
         try:
             g.step()
-        except tessel.RecoverableError:
+        except tessel.RecoverableError as e:
             if not self.recovery:
                 raise
-            g.worker.recover()
-            self.recoveries += 1
+            self._recover(e)
+
+    def _recover(self, why):
+        """Rolls the job back to its latest checkpoint; a hybrid job's every process to
+        the newest one complete in every partition (the mesh's recovery)."""
+        if self._hybrid is not None:
+            self._hybrid.recover(why)
+        else:
+            self._groups[0].worker.recover()
+        self.recoveries += 1
+        for g in self._groups:
             g.recovered()
 
     @property
@@ -485,6 +515,9 @@ class DistributedOptimizer:
     def close(self):
         """Leaves the jobs. The parameters move into memory of their own first
         (they lived in the workers' buffers), so the model stays usable."""
+        if self._hybrid is not None:
+            self._hybrid.attach(None)
+            self._hybrid = None
         unbind_sync_batchnorm(self._sync_bns)
         for g in self._groups:
             g.close()

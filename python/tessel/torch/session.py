@@ -27,12 +27,27 @@ class Session:
     def __init__(self):
         self._config = None
         self._optimizers = []
+        self._hybrid = None  # parallel/mesh.py's HybridMesh, with tensor/pipeline_parallel
+
+    def __deepcopy__(self, memo):
+        # A process's handle, shared by a model's copies (copy.deepcopy of a model
+        # with tensor-parallel layers keeps them on this session).
+        return self
 
     def init(self, registry=None, job=None, rank=None, world_size=None, num_servers=None,
              ucx_tls=None, token=None, connect_timeout_s=60.0, step_timeout_s=120.0,
-             metrics_address=None, timeline=None):
+             metrics_address=None, timeline=None, tensor_parallel=None,
+             pipeline_parallel=None):
         """Where this process takes part: arguments, else the environment tessel-launch
         sets. Returns a copy of the configuration.
+
+        tensor_parallel=T, pipeline_parallel=P (either given: a hybrid job,
+        tessel.torch.parallel): the world_size processes form dp = world_size / (T*P)
+        replicas of P pipeline stages of T tensor ranks each, numbered as
+        worker/hybrid.h does (tensor rank = rank % T, stage = (rank / T) % P, replica =
+        rank / (T*P)); init joins the job's worker-to-worker mesh and waits for every
+        process (each must give the same T and P). ValueError if T*P does not divide
+        world_size.
 
         metrics_address ($TESSEL_METRICS_ADDRESS; '' = off): HOST:PORT where each
         DistributedOptimizer's first worker serves Prometheus metrics (port 0: a free
@@ -78,8 +93,22 @@ class Session:
         if cfg["timeline"] and cfg["world_size"] > 1 and "{rank}" not in cfg["timeline"]:
             raise ValueError(f"tessel.torch.init: timeline {cfg['timeline']!r} has no '{{rank}}': "
                              f"with {cfg['world_size']} ranks each needs a file of its own")
+        if self._hybrid is not None:
+            raise RuntimeError("tessel.torch.init: this session already joined a hybrid job's "
+                               "mesh; call shutdown() first")
+        if tensor_parallel is not None or pipeline_parallel is not None:
+            from tessel.torch.parallel.mesh import HybridMesh  # imports torch's nn
+            self._hybrid = HybridMesh(cfg, 1 if tensor_parallel is None else tensor_parallel,
+                                      1 if pipeline_parallel is None else pipeline_parallel)
+            cfg["tensor_parallel"], cfg["pipeline_parallel"] = self._hybrid.tp, self._hybrid.pp
         self._config = cfg
         return dict(cfg)
+
+    @property
+    def hybrid(self):
+        """The hybrid job's mesh (parallel/mesh.py's HybridMesh), or None when init() was
+        not given tensor_parallel or pipeline_parallel."""
+        return self._hybrid
 
     @property
     def initialized(self):
@@ -104,10 +133,18 @@ class Session:
 
     def shutdown(self):
         """Closes every optimizer made under the session (last made, first closed) and
-        forgets the configuration."""
-        while self._optimizers:
-            self._optimizers.pop().close()
-        self._config = None
+        forgets the configuration. A hybrid job's processes first meet (every process
+        got here, every message left), then leave the mesh."""
+        hybrid, self._hybrid = self._hybrid, None
+        try:
+            if hybrid is not None:
+                hybrid.finish()
+        finally:
+            while self._optimizers:
+                self._optimizers.pop().close()
+            if hybrid is not None:
+                hybrid.close()
+            self._config = None
 
 
 _DEFAULT = Session()
@@ -120,13 +157,15 @@ def default_session():
 
 def init(registry=None, job=None, rank=None, world_size=None, num_servers=None, ucx_tls=None,
          token=None, connect_timeout_s=60.0, step_timeout_s=120.0, metrics_address=None,
-         timeline=None):
+         timeline=None, tensor_parallel=None, pipeline_parallel=None):
     """Where this process takes part: arguments, else the environment tessel-launch sets
-    (Session.init's docs)."""
+    (Session.init's docs; tensor_parallel and pipeline_parallel make it a hybrid job,
+    tessel.torch.parallel)."""
     return _DEFAULT.init(registry=registry, job=job, rank=rank, world_size=world_size,
                          num_servers=num_servers, ucx_tls=ucx_tls, token=token,
                          connect_timeout_s=connect_timeout_s, step_timeout_s=step_timeout_s,
-                         metrics_address=metrics_address, timeline=timeline)
+                         metrics_address=metrics_address, timeline=timeline,
+                         tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel)
 
 
 def rank():

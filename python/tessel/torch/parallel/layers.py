@@ -1,0 +1,327 @@
+"""Tensor-parallel layers (Megatron-LM's split): ColumnParallelLinear,
+RowParallelLinear, VocabParallelEmbedding, and the whole-model helpers
+to_dense, dense_state_dict and shard_state_dict.
+
+Contract. Tensor rank t of T holds a contiguous 1/T of each split tensor:
+- ColumnParallelLinear(in, out): rows [t*out/T, (t+1)*out/T) of the weight and
+  bias, so it computes that slice of the output. Its input's gradient is the
+  sum of the ranks' partials (comm.copy_to); gather_output=True concatenates
+  the output slices (the full output on every rank).
+- RowParallelLinear(in, out): columns [t*in/T, (t+1)*in/T) of the weight; the
+  partial outputs are summed over the group in rank order (comm.reduce_from),
+  then the bias, which every rank holds whole (replicated), is added.
+  input_is_parallel=False takes the full input and uses this rank's slice.
+- VocabParallelEmbedding(n, d): rows [t*n/T, (t+1)*n/T) of the table; ids
+  outside the slice give zeros and the group sums (one rank holds each row).
+A layer's SPLIT names the parameters it splits and along which dimension
+(split_parameters(model) finds them all); every other parameter of a model is
+replicated over the tensor ranks (DistributedOptimizer makes it tensor rank 0's at construction;
+it gets the same gradient on every rank, so it stays identical).
+
+Sizes not divisible by T raise ValueError naming them; a layer made outside a
+tensor-parallel job (tessel.torch.init without tensor_parallel or
+pipeline_parallel) raises RuntimeError. from_dense(module) builds a layer from
+a dense torch layer (this rank's slice of its values: start from the dense
+twin's or a pretrained file's weights); to_dense() is collective over the
+tensor group and returns the full dense torch layer (equal, bit for bit, to
+what from_dense sliced).
+
+Example:
+    tt.init(tensor_parallel=2)
+    fc1 = ColumnParallelLinear.from_dense(dense.fc1)   # [out/2, in]
+    fc2 = RowParallelLinear.from_dense(dense.fc2)      # [out, in/2]
+    y = fc2(torch.relu(fc1(x)))                        # y equals dense.fc2(relu(dense.fc1(x)))
+    fc1.to_dense()                                     # nn.Linear(in, out), on every rank
+"""
+import copy
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from tessel.torch import session as session_lib
+from tessel.torch.parallel import comm
+
+
+def hybrid_of(session, what):
+    """The session's HybridMesh, or RuntimeError naming `what`."""
+    s = session or session_lib.default_session()
+    if not s.initialized or s.hybrid is None:
+        raise RuntimeError(f"{what} needs a tensor-parallel job: call tessel.torch.init("
+                           f"tensor_parallel=T, pipeline_parallel=P) first")
+    return s.hybrid
+
+
+def _split(n, tp, what, name):
+    if n % tp:
+        raise ValueError(f"{what}: {name} {n} is not divisible by tensor_parallel={tp}")
+    return n // tp
+
+
+def _linear_init(weight, bias, fan_in):
+    """nn.Linear's initialisation of a slice: the bound of the whole layer's fan-in."""
+    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+    with torch.no_grad():
+        weight.uniform_(-bound, bound)  # = kaiming_uniform_(a=sqrt(5)) for this fan-in
+        if bias is not None:
+            bias.uniform_(-bound, bound)
+
+
+def _check_dense(module, kind, what):
+    if not isinstance(module, kind):
+        raise TypeError(f"{what}.from_dense takes a torch.nn.{kind.__name__}, got "
+                        f"{type(module).__name__}")
+    if module.weight.dtype != torch.float32:
+        raise TypeError(f"{what}.from_dense: the weight is {module.weight.dtype}; tensor-parallel "
+                        f"layers are float32")
+
+
+class ColumnParallelLinear(nn.Module):
+    """y = x W^T + b with W's rows split over the tensor ranks (see the module's docs)."""
+
+    SPLIT = {"weight": 0, "bias": 0}  # parameter -> the dimension split over tensor ranks
+
+    def __init__(self, in_features, out_features, bias=True, gather_output=False, *,
+                 session=None):
+        super().__init__()
+        what = f"ColumnParallelLinear({in_features}, {out_features})"
+        self._session = session
+        h = hybrid_of(session, what)
+        self.in_features, self.out_features = in_features, out_features
+        self.gather_output = bool(gather_output)
+        local = _split(out_features, h.tp, what, "out_features")
+        self.weight = nn.Parameter(torch.empty(local, in_features))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(local))
+        else:
+            self.register_parameter("bias", None)
+        _linear_init(self.weight, self.bias, in_features)
+
+    @property
+    def _what(self):
+        return f"ColumnParallelLinear({self.in_features}, {self.out_features})"
+
+    def forward(self, x):
+        h = hybrid_of(self._session, self._what)
+        y = F.linear(comm.copy_to(h, x, self._what), self.weight, self.bias)
+        return comm.gather_from(h, y, self._what + " output") if self.gather_output else y
+
+    @classmethod
+    def from_dense(cls, module, gather_output=False, *, session=None):
+        _check_dense(module, nn.Linear, "ColumnParallelLinear")
+        layer = cls(module.in_features, module.out_features, module.bias is not None,
+                    gather_output, session=session)
+        h = hybrid_of(session, layer._what)
+        with torch.no_grad():
+            layer.weight.copy_(comm.own_slice(h, module.weight.detach(), 0))
+            if module.bias is not None:
+                layer.bias.copy_(comm.own_slice(h, module.bias.detach(), 0))
+        return layer
+
+    def to_dense(self):
+        h = hybrid_of(self._session, self._what)
+        out = nn.Linear(self.in_features, self.out_features, self.bias is not None,
+                        device=self.weight.device)
+        with torch.no_grad():
+            out.weight.copy_(comm.all_gather(h, self.weight, 0, self._what + " weight"))
+            if self.bias is not None:
+                out.bias.copy_(comm.all_gather(h, self.bias, 0, self._what + " bias"))
+        return out
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features} "
+                f"(this rank: {self.weight.shape[0]}), bias={self.bias is not None}, "
+                f"gather_output={self.gather_output}")
+
+
+class RowParallelLinear(nn.Module):
+    """y = x W^T + b with W's columns split over the tensor ranks (see the module's docs)."""
+
+    SPLIT = {"weight": 1}  # the bias is replicated
+
+    def __init__(self, in_features, out_features, bias=True, input_is_parallel=True, *,
+                 session=None):
+        super().__init__()
+        what = f"RowParallelLinear({in_features}, {out_features})"
+        self._session = session
+        h = hybrid_of(session, what)
+        self.in_features, self.out_features = in_features, out_features
+        self.input_is_parallel = bool(input_is_parallel)
+        local = _split(in_features, h.tp, what, "in_features")
+        self.weight = nn.Parameter(torch.empty(out_features, local))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_features))  # replicated
+        else:
+            self.register_parameter("bias", None)
+        _linear_init(self.weight, self.bias, in_features)
+
+    @property
+    def _what(self):
+        return f"RowParallelLinear({self.in_features}, {self.out_features})"
+
+    def forward(self, x):
+        h = hybrid_of(self._session, self._what)
+        if not self.input_is_parallel:
+            x = comm.scatter_to(h, x, self._what + " input")
+        elif x.shape[-1] != self.weight.shape[1]:
+            raise ValueError(f"{self._what}: this rank's input has {x.shape[-1]} features; "
+                             f"with input_is_parallel it takes its slice, "
+                             f"{self.in_features}/{h.tp} = {self.weight.shape[1]}")
+        y = comm.reduce_from(h, F.linear(x, self.weight), self._what + " output")
+        return y + self.bias if self.bias is not None else y
+
+    @classmethod
+    def from_dense(cls, module, input_is_parallel=True, *, session=None):
+        _check_dense(module, nn.Linear, "RowParallelLinear")
+        layer = cls(module.in_features, module.out_features, module.bias is not None,
+                    input_is_parallel, session=session)
+        h = hybrid_of(session, layer._what)
+        with torch.no_grad():
+            layer.weight.copy_(comm.own_slice(h, module.weight.detach(), 1))
+            if module.bias is not None:
+                layer.bias.copy_(module.bias.detach())
+        return layer
+
+    def to_dense(self):
+        h = hybrid_of(self._session, self._what)
+        out = nn.Linear(self.in_features, self.out_features, self.bias is not None,
+                        device=self.weight.device)
+        with torch.no_grad():
+            out.weight.copy_(comm.all_gather(h, self.weight, 1, self._what + " weight"))
+            if self.bias is not None:
+                out.bias.copy_(self.bias)
+        return out
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features} (this rank: {self.weight.shape[1]}), "
+                f"out_features={self.out_features}, bias={self.bias is not None}, "
+                f"input_is_parallel={self.input_is_parallel}")
+
+
+class VocabParallelEmbedding(nn.Module):
+    """An embedding table whose rows (the vocabulary) are split over the tensor ranks."""
+
+    SPLIT = {"weight": 0}
+
+    def __init__(self, num_embeddings, embedding_dim, *, session=None):
+        super().__init__()
+        what = f"VocabParallelEmbedding({num_embeddings}, {embedding_dim})"
+        self._session = session
+        h = hybrid_of(session, what)
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        local = _split(num_embeddings, h.tp, what, "num_embeddings")
+        self.start, self.end = h.t * local, (h.t + 1) * local
+        self.weight = nn.Parameter(torch.empty(local, embedding_dim))
+        with torch.no_grad():
+            self.weight.normal_()  # nn.Embedding's
+
+    @property
+    def _what(self):
+        return f"VocabParallelEmbedding({self.num_embeddings}, {self.embedding_dim})"
+
+    def forward(self, ids):
+        h = hybrid_of(self._session, self._what)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+            raise IndexError(f"{self._what}: ids must be in [0, {self.num_embeddings}), got "
+                             f"[{int(ids.min())}, {int(ids.max())}]")
+        outside = (ids < self.start) | (ids >= self.end)
+        local = (ids - self.start).masked_fill(outside, 0)
+        y = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
+        return comm.reduce_from(h, y, self._what + " output")
+
+    @classmethod
+    def from_dense(cls, module, *, session=None):
+        _check_dense(module, nn.Embedding, "VocabParallelEmbedding")
+        layer = cls(module.num_embeddings, module.embedding_dim, session=session)
+        with torch.no_grad():
+            layer.weight.copy_(module.weight.detach()[layer.start:layer.end])
+        return layer
+
+    def to_dense(self):
+        h = hybrid_of(self._session, self._what)
+        out = nn.Embedding(self.num_embeddings, self.embedding_dim, device=self.weight.device)
+        with torch.no_grad():
+            out.weight.copy_(comm.all_gather(h, self.weight, 0, self._what + " weight"))
+        return out
+
+    def extra_repr(self):
+        return (f"{self.num_embeddings}, {self.embedding_dim} (this rank: rows "
+                f"[{self.start}, {self.end}))")
+
+
+PARALLEL_LAYERS = (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding)
+
+
+def split_parameters(module):
+    """{qualified name: (parameter, dimension split over tensor ranks, layer)} for every
+    tensor-parallel layer's split parameters in `module` (the rest are replicated)."""
+    out = {}
+    for name, child in module.named_modules():
+        if isinstance(child, PARALLEL_LAYERS):
+            prefix = f"{name}." if name else ""
+            for pname, dim in child.SPLIT.items():
+                p = getattr(child, pname)
+                if p is not None:
+                    out[prefix + pname] = (p, dim, child)
+    return out
+
+
+def to_dense(module):
+    """A copy of `module` with every tensor-parallel layer replaced by its dense torch
+    layer (collective over the tensor group: every tensor rank calls it); `module`
+    itself unchanged. The copy has no hooks (Tessel's or others) and no Tessel state."""
+    if isinstance(module, PARALLEL_LAYERS):
+        return module.to_dense()
+    memo = {}
+    for m in module.modules():  # what an open DistributedOptimizer hangs on the model
+        for key, value in vars(m).items():
+            if key.startswith("_tessel"):
+                memo[id(value)] = None
+            elif key.endswith("hooks") and isinstance(value, dict):
+                memo[id(value)] = type(value)()
+    out = copy.deepcopy(module, memo)
+    for name, child in list(module.named_modules()):
+        if isinstance(child, PARALLEL_LAYERS):
+            parent_name, _, leaf = name.rpartition(".")
+            parent = out.get_submodule(parent_name) if parent_name else out
+            setattr(parent, leaf, child.to_dense())
+    return out
+
+
+def dense_state_dict(module):
+    """`module`'s state_dict with every split tensor gathered whole: the keys and shapes
+    of its dense twin (collective over the tensor group)."""
+    split = split_parameters(module)
+    out = {}
+    for key, value in module.state_dict().items():
+        if key in split:
+            _, dim, layer = split[key]
+            value = comm.all_gather(hybrid_of(layer._session, layer._what), value, dim,
+                                    f"{layer._what} {key}")
+        out[key] = value.detach().clone()
+    return out
+
+
+def shard_state_dict(module, dense):
+    """This tensor rank's state_dict of `module` cut from `dense` (a dense twin's
+    state_dict, e.g. dense_state_dict's or a pretrained file's): split tensors
+    sliced, the rest as they are. Load it with module.load_state_dict (before the
+    optimizer) or DistributedOptimizer.load_model_state_dict. KeyError naming a key
+    `dense` lacks."""
+    out = {}
+    split = split_parameters(module)
+    for key, value in module.state_dict().items():
+        if key not in dense:
+            raise KeyError(f"shard_state_dict: the dense state_dict has no {key!r}")
+        full = dense[key]
+        if key in split:
+            _, dim, child = split[key]
+            h = hybrid_of(child._session, child._what)
+            full = comm.own_slice(h, full, dim)
+        if tuple(full.shape) != tuple(value.shape):
+            raise ValueError(f"shard_state_dict: {key!r} is {tuple(dense[key].shape)} in the "
+                             f"dense state_dict; this rank's slice would be {tuple(full.shape)}, "
+                             f"the module holds {tuple(value.shape)}")
+        out[key] = full.clone()
+    return out

@@ -1,0 +1,125 @@
+"""HybridMesh: this process's place in a hybrid (data x tensor x pipeline) job.
+
+Contract. Made by tessel.torch.init(tensor_parallel=T, pipeline_parallel=P): it
+checks T and P against the world size (ValueError naming the numbers before
+anything connects), joins the job's worker-to-worker mesh (tessel.Mesh, i.e.
+worker/hybrid.h's HybridSession without a worker of its own) and knows this
+process's coordinates: replica d, stage p, tensor rank t, numbered as
+worker/hybrid.h does (t = rank % T, p = (rank / T) % P, d = rank / (T * P)).
+It hands out the tags of tensor-parallel collectives: every tensor rank of a
+stage runs the same layers in the same order, so a per-process sequence
+number names the same collective on each (step, micro-batch and index fields
+of worker/hybrid.h's tag hold its 56 bits). recover() runs the session's
+recovery (every process, a new peer generation) and restarts the sequences,
+the same on every process. The partition's DistributedOptimizer attaches its
+worker (attach()), so a lost shard server also ends mesh waits.
+
+Threads: the training thread's (autograd runs the layers' backward there on a
+CPU model).
+
+Example:
+    h = HybridMesh(cfg, tensor_parallel=2, pipeline_parallel=1)   # cfg: Session.init's
+    h.tp, h.t, h.tensor_group                                     # 2, 0 or 1, [r0, r1]
+    h.mesh.all_reduce_sum(h.tensor_group, h.tensor_tag("forward_sum"), a, "fc2's sum")
+"""
+import weakref
+
+import numpy as np
+import torch
+
+import tessel
+
+
+class HybridMesh:
+    """See the module's docs."""
+
+    def __init__(self, cfg, tensor_parallel, pipeline_parallel):
+        world = cfg["world_size"]
+        for name, v in (("tensor_parallel", tensor_parallel),
+                        ("pipeline_parallel", pipeline_parallel)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"tessel.torch.init: {name} must be an int >= 1, got {v!r}")
+        per = tensor_parallel * pipeline_parallel
+        if world % per:
+            raise ValueError(
+                f"tessel.torch.init: tensor_parallel={tensor_parallel} x pipeline_parallel="
+                f"{pipeline_parallel} = {per} does not divide the world size {world}: start a "
+                f"multiple of {per} processes (tessel-launch --nproc_per_node) or change "
+                f"tensor_parallel or pipeline_parallel")
+        self.tp, self.pp, self.dp = tensor_parallel, pipeline_parallel, world // per
+        self.job = cfg["job"]
+        self.mesh = tessel.Mesh(
+            cfg["registry"], cfg["job"], cfg["rank"], world, dp=self.dp, tp=self.tp,
+            pp=self.pp, fingerprint="tessel.torch", ucx_tls=cfg["ucx_tls"], token=cfg["token"],
+            connect_timeout_s=cfg["connect_timeout_s"], step_timeout_s=cfg["step_timeout_s"])
+        self.rank = cfg["rank"]
+        self.d, self.p, self.t = self.mesh.coords
+        self.tensor_group = list(self.mesh.tensor_group)
+        self.data_group = list(self.mesh.data_group)
+        self.pipeline_group = list(self.mesh.pipeline_group)
+        self.next_rank, self.prev_rank = self.mesh.next_rank, self.mesh.prev_rank
+        self._tensor_seq = 0
+        self._config_seq = 0
+        self.pipelines = weakref.WeakSet()  # their step numbers restart with a recovery
+
+    def describe(self, rank=None):
+        """'rank 5 (d1 p0 t1)' (this process's by default)."""
+        return self.mesh.describe(self.rank if rank is None else rank)
+
+    def tensor_tag(self, kind):
+        """The tag of this process's next tensor-parallel collective."""
+        seq = self._tensor_seq
+        self._tensor_seq += 1
+        return self.mesh.tag(tessel.MESH_KINDS[kind], seq >> 24, (seq >> 12) & 4095,
+                             seq & 4095)
+
+    def config_tag(self):
+        """The tag of the next start-up agreement (a Pipeline's construction): the
+        same on every process that constructs the same things in the same order."""
+        self._config_seq += 1
+        return self.mesh.tag(tessel.MESH_KINDS["config"], 0, 1, self._config_seq & 4095)
+
+    def partition_job(self, job=None):
+        """The shard-server job of this process's partition: JOB.p<p>.t<t>."""
+        return tessel.partition_job_name(job or self.job, self.p, self.t)
+
+    def replicate(self, model, params):
+        """Makes every parameter in `params` that no tensor-parallel layer of `model`
+        splits tensor rank 0's (one broadcast over the tensor group), so replicated
+        parameters (a row-parallel bias, layer norms) start identical; their gradients
+        are then identical too, and so are their updates."""
+        if self.tp == 1:
+            return
+        from tessel.torch.parallel.layers import split_parameters
+        split = {id(p) for p, _, _ in split_parameters(model).values()}
+        shared = [p for p in params if id(p) not in split]
+        if not shared:
+            return
+        with torch.no_grad():
+            flat = torch.cat([p.detach().reshape(-1).to("cpu") for p in shared])
+            raw = self.mesh.broadcast(self.tensor_group, self.tensor_group[0],
+                                      self.tensor_tag("gather"), flat.numpy(),
+                                      "tensor rank 0's replicated parameters")
+            flat = torch.from_numpy(np.frombuffer(raw, dtype=np.float32).copy())
+            at = 0
+            for p in shared:
+                p.copy_(flat[at:at + p.numel()].view_as(p))
+                at += p.numel()
+
+    def attach(self, worker):
+        self.mesh.attach(worker)
+
+    def recover(self, why):
+        """The session's recovery (worker/hybrid.h HybridSession::Recover), then every
+        sequence and pipeline step number restarts (the same on every process)."""
+        self.mesh.recover(str(why))
+        self._tensor_seq = 0
+        for p in list(self.pipelines):
+            p._steps = 0
+
+    def finish(self):
+        self.mesh.finish()
+
+    def close(self):
+        self.mesh.attach(None)
+        self.mesh.close()
