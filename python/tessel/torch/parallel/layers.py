@@ -48,8 +48,8 @@ def hybrid_of(session, what):
     """The session's HybridMesh, or RuntimeError naming `what`."""
     s = session or session_lib.default_session()
     if not s.initialized or s.hybrid is None:
-        raise RuntimeError(f"{what} needs a tensor-parallel job: call tessel.torch.init("
-                           f"tensor_parallel=T, pipeline_parallel=P) first")
+        raise RuntimeError(f"{what} needs a tensor- or pipeline-parallel job: call "
+                           f"tessel.torch.init(tensor_parallel=T, pipeline_parallel=P) first")
     return s.hybrid
 
 
