@@ -113,4 +113,38 @@ absl::Status PipelineStage::SumOverTensorGroup(TensorSum kind, int64_t step, int
                                    " micro-batch ", micro_batch));
 }
 
+absl::StatusOr<std::vector<float>> CollectPartitions(PeerGroup& peers, const HybridConfig& config,
+                                                     int rank, const PartitionPlan& plan,
+                                                     std::vector<float> mine, int64_t step) {
+  if (plan.tp() != config.tp || plan.pp() != config.pp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CollectPartitions: the plan is for tp=", plan.tp(), " pp=", plan.pp(),
+                     ", the job has tp=", config.tp, " pp=", config.pp));
+  }
+  const RankCoords me = CoordsOf(config, rank);
+  const int partition = me.p * config.tp + me.t;
+  if (rank != 0 && me.d != 0) return std::vector<float>();
+  if (rank != 0) {
+    absl::Status s =
+        peers.Send(0, HybridTag(HybridMessage::kCollect, step, 0, partition), std::move(mine));
+    if (!s.ok()) return s;
+    return std::vector<float>();
+  }
+  std::vector<std::vector<float>> parts(config.pp * config.tp);
+  parts[0] = std::move(mine);
+  for (int p = 0; p < config.pp; ++p) {
+    for (int t = 0; t < config.tp; ++t) {
+      const int i = p * config.tp + t;
+      if (i == 0) continue;
+      absl::StatusOr<std::vector<float>> part = peers.Recv(
+          RankOf(config, {0, p, t}), HybridTag(HybridMessage::kCollect, step, 0, i),
+          absl::StrCat("the final parameters of partition (stage ", p, ", tensor rank ", t, ")"),
+          static_cast<int64_t>(plan.partition_size(p)));
+      if (!part.ok()) return part.status();
+      parts[i] = std::move(*part);
+    }
+  }
+  return plan.Assemble(parts);
+}
+
 }  // namespace tessel

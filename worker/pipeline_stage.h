@@ -59,6 +59,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "worker/hybrid.h"
+#include "worker/partition.h"
 #include "worker/peer_group.h"
 
 namespace tessel {
@@ -118,6 +119,17 @@ class PipelineStage {
   int64_t step_ = 0;
   std::vector<std::vector<float>> loss_grads_;  // last stage: forward j's result
 };
+
+// After the last step (collective over the partitions' replica 0): every
+// process (0, p, t) passes `mine`, its partition's final parameters (e.g.
+// Worker::GatherAll()), and sends it to rank 0, which assembles all of them
+// with `plan` (checking that replicated tensors agree) and gets the full
+// vector. Everyone else gets an empty vector; processes with d > 0 send
+// nothing (pass {}). `step` tells this collection apart from another one
+// (e.g. the number of steps run).
+absl::StatusOr<std::vector<float>> CollectPartitions(PeerGroup& peers, const HybridConfig& config,
+                                                     int rank, const PartitionPlan& plan,
+                                                     std::vector<float> mine, int64_t step);
 
 }  // namespace tessel
 
