@@ -1,8 +1,6 @@
 #include "model/split_mlp.h"
 
 #include <algorithm>
-#include <cstring>
-#include <functional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -24,6 +22,24 @@ const char* LayerSplitName(LayerSplit split) {
   }
   return "?";
 }
+
+namespace {
+
+// Layers pair up (0, 1), (2, 3), ...: column then row; an unpaired last
+// layer is replicated.
+LayerSplit SplitOf(int layer, int layers) {
+  if (layer % 2 == 1) return LayerSplit::kRow;
+  return layer + 1 < layers ? LayerSplit::kColumn : LayerSplit::kReplicated;
+}
+
+// Stage p holds layers [p*L/pp, (p+1)*L/pp).
+int StageOf(int layer, int layers, int pp) {
+  int p = 0;
+  while ((p + 1) * layers / pp <= layer) ++p;
+  return p;
+}
+
+}  // namespace
 
 absl::StatusOr<SplitMlp> SplitMlp::Create(std::vector<int> sizes, int tp, int pp) {
   absl::StatusOr<Mlp> model = Mlp::Create(sizes);
@@ -64,39 +80,48 @@ absl::StatusOr<SplitMlp> SplitMlp::Create(std::vector<int> sizes, int tp, int pp
       }
     }
   }
-  return SplitMlp(std::move(*model), tp, pp);
+  // The cut as a generic partition description, tensor by tensor.
+  std::vector<TensorSpec> specs;
+  for (int l = 0; l < layers; ++l) {
+    const LayerSplit split = SplitOf(l, layers);
+    const int stage = StageOf(l, layers, pp);
+    const std::vector<TensorInfo>& full = model->tensors();
+    specs.push_back({full[2 * static_cast<size_t>(l)].name, full[2 * static_cast<size_t>(l)].shape,
+                     split == LayerSplit::kColumn ? TensorSplit::kDim0
+                     : split == LayerSplit::kRow  ? TensorSplit::kDim1
+                                                  : TensorSplit::kReplicated,
+                     stage});
+    specs.push_back(
+        {full[2 * static_cast<size_t>(l) + 1].name, full[2 * static_cast<size_t>(l) + 1].shape,
+         split == LayerSplit::kColumn ? TensorSplit::kDim0 : TensorSplit::kReplicated, stage});
+  }
+  absl::StatusOr<PartitionPlan> plan = PartitionPlan::Create(std::move(specs), tp, pp);
+  if (!plan.ok()) return plan.status();
+  return SplitMlp(std::move(*model), tp, pp, std::move(*plan));
 }
 
-SplitMlp::SplitMlp(Mlp model, int tp, int pp) : model_(std::move(model)), tp_(tp), pp_(pp) {
+SplitMlp::SplitMlp(Mlp model, int tp, int pp, PartitionPlan plan)
+    : model_(std::move(model)), tp_(tp), pp_(pp), plan_(std::move(plan)) {
   const int num = model_.num_layers();
-  const std::vector<int>& s = model_.sizes();
   for (int p = 0; p <= pp_; ++p) stage_first_.push_back(p * num / pp_);
-  layers_.resize(num);
   partitions_.resize(pp_);
-  for (int l = 0; l < num; ++l) {
-    LayerPlan& plan = layers_[l];
-    if (l % 2 == 0 && l + 1 < num) {
-      plan.split = LayerSplit::kColumn;
-    } else if (l % 2 == 1) {
-      plan.split = LayerSplit::kRow;
-    } else {
-      plan.split = LayerSplit::kReplicated;
+  for (int p = 0; p < pp_; ++p) {
+    for (const PartitionEntry& e : plan_.partition(p)) {
+      partitions_[p].tensors.push_back(TensorInfo{e.name, e.shape, e.offset, e.numel});
     }
-    plan.local_in = plan.split == LayerSplit::kRow ? s[l] / tp_ : s[l];
-    plan.local_out = plan.split == LayerSplit::kColumn ? s[l + 1] / tp_ : s[l + 1];
-    plan.stage = 0;
-    while (stage_first_[plan.stage + 1] <= l) ++plan.stage;
-    Partition& part = partitions_[plan.stage];
-    plan.weight_index = part.tensors.size();
-    const size_t w = static_cast<size_t>(plan.local_out) * plan.local_in;
-    part.tensors.push_back(TensorInfo{
-        absl::StrCat("fc", l, ".weight"), {plan.local_out, plan.local_in}, part.size, w});
-    part.size += w;
-    part.tensors.push_back(TensorInfo{absl::StrCat("fc", l, ".bias"),
-                                      {plan.local_out},
-                                      part.size,
-                                      static_cast<size_t>(plan.local_out)});
-    part.size += static_cast<size_t>(plan.local_out);
+    partitions_[p].size = plan_.partition_size(p);
+  }
+  layers_.resize(num);
+  for (int l = 0; l < num; ++l) {
+    LayerPlan& layer = layers_[l];
+    layer.split = SplitOf(l, num);
+    layer.stage = StageOf(l, num, pp_);
+    const PartitionEntry& weight = plan_.entry(2 * l);
+    layer.local_out = static_cast<int>(weight.shape[0]);
+    layer.local_in = static_cast<int>(weight.shape[1]);
+    // The weight's position in its stage's partition (entries are in order).
+    const auto& entries = plan_.partition(layer.stage);
+    while (entries[layer.weight_index].tensor != 2 * l) ++layer.weight_index;
   }
 }
 
@@ -112,95 +137,19 @@ const TensorInfo& SplitMlp::bias(int layer) const {
   return partitions_[layers_[layer].stage].tensors[layers_[layer].weight_index + 1];
 }
 
-void SplitMlp::ForEachRun(int layer, int t,
-                          const std::function<void(size_t, size_t, size_t)>& fn) const {
-  const LayerPlan& plan = layers_[layer];
-  const size_t fw = model_.tensors()[2 * static_cast<size_t>(layer)].offset;
-  const size_t fb = model_.tensors()[2 * static_cast<size_t>(layer) + 1].offset;
-  const size_t pw = weight(layer).offset;
-  const size_t pb = bias(layer).offset;
-  const size_t in = static_cast<size_t>(model_.sizes()[layer]);
-  const size_t out = static_cast<size_t>(model_.sizes()[layer + 1]);
-  const size_t rank = static_cast<size_t>(t);
-  switch (plan.split) {
-    case LayerSplit::kColumn: {
-      const size_t rows = static_cast<size_t>(plan.local_out);
-      fn(fw + rank * rows * in, pw, rows * in);
-      fn(fb + rank * rows, pb, rows);
-      break;
-    }
-    case LayerSplit::kRow: {
-      const size_t cols = static_cast<size_t>(plan.local_in);
-      for (size_t r = 0; r < out; ++r) fn(fw + r * in + rank * cols, pw + r * cols, cols);
-      fn(fb, pb, out);
-      break;
-    }
-    case LayerSplit::kReplicated:
-      fn(fw, pw, out * in);
-      fn(fb, pb, out);
-      break;
-  }
-}
-
 bool SplitMlp::replicated(int layer, bool is_bias) const {
   return split(layer) == LayerSplit::kReplicated || (split(layer) == LayerSplit::kRow && is_bias);
 }
 
 std::vector<float> SplitMlp::Slice(const std::vector<float>& full, int stage, int t) const {
-  TESSEL_MODEL_CHECK(full.size() == model_.num_params(), "full vector has ", full.size(),
-                     " floats, the MLP ", model_.num_params());
-  TESSEL_MODEL_CHECK(stage >= 0 && stage < pp_ && t >= 0 && t < tp_, "partition (", stage, ", ", t,
-                     ") outside pp=", pp_, ", tp=", tp_);
-  std::vector<float> part(partition_size(stage));
-  for (int l = stage_begin(stage); l < stage_end(stage); ++l) {
-    ForEachRun(l, t, [&](size_t f, size_t p, size_t n) {
-      std::copy(full.begin() + f, full.begin() + f + n, part.begin() + p);
-    });
-  }
-  return part;
+  absl::StatusOr<std::vector<float>> part = plan_.Slice(full, stage, t);
+  TESSEL_MODEL_CHECK(part.ok(), std::string(part.status().message()));
+  return std::move(*part);
 }
 
 absl::StatusOr<std::vector<float>> SplitMlp::Assemble(
     const std::vector<std::vector<float>>& parts) const {
-  if (parts.size() != static_cast<size_t>(pp_ * tp_)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Assemble needs pp*tp = ", pp_ * tp_, " partitions, got ", parts.size()));
-  }
-  for (int p = 0; p < pp_; ++p) {
-    for (int t = 0; t < tp_; ++t) {
-      if (parts[p * tp_ + t].size() != partition_size(p)) {
-        return absl::InvalidArgumentError(absl::StrCat("partition (stage ", p, ", tensor rank ", t,
-                                                       ") has ", parts[p * tp_ + t].size(),
-                                                       " floats, expected ", partition_size(p)));
-      }
-    }
-  }
-  std::vector<float> full(model_.num_params());
-  for (int p = 0; p < pp_; ++p) {
-    const std::vector<float>& first = parts[p * tp_];
-    for (int t = 0; t < tp_; ++t) {
-      const std::vector<float>& part = parts[p * tp_ + t];
-      for (int l = stage_begin(p); l < stage_end(p); ++l) {
-        // Replicated tensors: every copy must equal tensor rank 0's.
-        for (const bool is_bias : {false, true}) {
-          if (t == 0 || !replicated(l, is_bias)) continue;
-          const TensorInfo& info = is_bias ? bias(l) : weight(l);
-          for (size_t i = info.offset; i < info.offset + info.numel; ++i) {
-            if (std::memcmp(&first[i], &part[i], sizeof(float)) != 0) {
-              return absl::InternalError(absl::StrCat("replicated tensor ", info.name, " of stage ",
-                                                      p, " differs between tensor ranks 0 and ", t,
-                                                      " at element ", i - info.offset, " (",
-                                                      first[i], " vs ", part[i], ")"));
-            }
-          }
-        }
-        ForEachRun(l, t, [&](size_t f, size_t q, size_t n) {
-          std::copy(part.begin() + q, part.begin() + q + n, full.begin() + f);
-        });
-      }
-    }
-  }
-  return full;
+  return plan_.Assemble(parts);
 }
 
 float SplitMlp::ReferenceGradients(const std::vector<std::vector<float>>& parts, const float* x,

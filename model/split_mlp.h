@@ -31,8 +31,12 @@
 // Partition (stage p, tensor rank t): the tensors of the stage's layers on
 // rank t, packed in order (weight then bias per layer), named as in the full
 // model ("fc1.weight", ...) with their local shapes. Every tp rank of a stage
-// has the same shapes. Slice cuts a full parameter vector (Mlp's layout) into
-// a partition; Assemble puts all partitions back together.
+// has the same shapes. The cut is a generic PartitionPlan (worker/partition.h,
+// plan()): a column-parallel layer's weight and bias split along dim 0, a
+// row-parallel layer's weight along dim 1 and its bias replicated, a
+// replicated layer's both replicated; Slice cuts a full parameter vector
+// (Mlp's layout) into a partition and Assemble puts all partitions back
+// together through it.
 //
 // Micro-batches: a replica's batch of B rows is cut into M micro-batches of
 // B/M consecutive rows; micro-batch j's loss is its own mean, and a step's
@@ -55,12 +59,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/mlp.h"
+#include "worker/partition.h"
 
 namespace tessel::model {
 
@@ -80,6 +84,8 @@ class SplitMlp {
   int tp() const { return tp_; }
   int pp() const { return pp_; }
   int num_layers() const { return model_.num_layers(); }
+  // The generic description of the cut: Mlp's tensors, in its order.
+  const PartitionPlan& plan() const { return plan_; }
 
   LayerSplit split(int layer) const { return layers_[layer].split; }
   // Whether `layer`'s weight (or bias) is held whole by every tensor rank:
@@ -136,10 +142,7 @@ class SplitMlp {
     size_t size = 0;
   };
 
-  SplitMlp(Mlp model, int tp, int pp);
-  // Calls fn(full_offset, partition_offset, count) for every contiguous run of
-  // `layer`'s elements held by tensor rank t.
-  void ForEachRun(int layer, int t, const std::function<void(size_t, size_t, size_t)>& fn) const;
+  SplitMlp(Mlp model, int tp, int pp, PartitionPlan plan);
   // One micro-batch of ReferenceGradients; grads are overwritten.
   float ReferenceMicroBatch(const std::vector<std::vector<float>>& parts, const float* x,
                             const int32_t* y, int rows,
@@ -148,6 +151,7 @@ class SplitMlp {
   Mlp model_;
   int tp_ = 1;
   int pp_ = 1;
+  PartitionPlan plan_;
   std::vector<LayerPlan> layers_;
   std::vector<int> stage_first_;  // pp + 1 entries
   std::vector<Partition> partitions_;

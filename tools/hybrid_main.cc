@@ -48,6 +48,7 @@
 #include "tools/internal/mlp_job.h"
 #include "worker/collectives.h"
 #include "worker/hybrid.h"
+#include "worker/pipeline_stage.h"
 #include "worker/train_flags.h"
 #include "worker/worker_flags.h"
 
@@ -114,33 +115,15 @@ std::string Fingerprint(const tessel::MlpJobConfig& mlp, int steps) {
 absl::Status CollectFinal(tessel::HybridSession& session, const tessel::model::SplitMlp& split,
                           const tessel::MlpJob* job, int64_t steps) {
   const tessel::HybridConfig& c = session.config();
-  const tessel::RankCoords& me = session.coords();
-  const int partition = me.p * c.tp + me.t;
-  if (session.rank() != 0 && me.d != 0) return absl::OkStatus();
-  absl::StatusOr<std::vector<float>> params = session.worker().GatherAll();
-  if (!params.ok()) return params.status();
-  if (session.rank() != 0) {
-    return session.peers().Send(
-        0, tessel::HybridTag(tessel::HybridMessage::kCollect, steps, 0, partition),
-        std::move(*params));
+  std::vector<float> mine;
+  if (session.coords().d == 0) {
+    absl::StatusOr<std::vector<float>> params = session.worker().GatherAll();
+    if (!params.ok()) return params.status();
+    mine = std::move(*params);
   }
-  std::vector<std::vector<float>> parts(c.pp * c.tp);
-  parts[0] = std::move(*params);
-  for (int p = 0; p < c.pp; ++p) {
-    for (int t = 0; t < c.tp; ++t) {
-      const int i = p * c.tp + t;
-      if (i == 0) continue;
-      const int from = tessel::RankOf(c, {0, p, t});
-      auto part = session.peers().Recv(
-          from, tessel::HybridTag(tessel::HybridMessage::kCollect, steps, 0, i),
-          absl::StrCat("the final parameters of partition (stage ", p, ", tensor rank ", t, ")"),
-          static_cast<int64_t>(split.partition_size(p)));
-      if (!part.ok()) return part.status();
-      parts[i] = std::move(*part);
-    }
-  }
-  absl::StatusOr<std::vector<float>> full = split.Assemble(parts);
-  if (!full.ok()) return full.status();
+  absl::StatusOr<std::vector<float>> full = tessel::CollectPartitions(
+      session.peers(), c, session.rank(), split.plan(), std::move(mine), steps);
+  if (!full.ok() || session.rank() != 0) return full.status();
   if (job != nullptr) {
     std::printf("rank 0: %d partitions reassembled into %zu parameters; test accuracy %.2f%%\n",
                 c.pp * c.tp, full->size(), 100.0 * job->TestAccuracy(full->data()));

@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/reduce.h"
 #include "model/layer_kernels.h"
-#include "worker/collectives.h"
 #include "worker/train_flags.h"
 
 ABSL_FLAG(int, dp, 1, "hybrid: data-parallel replicas");
@@ -55,33 +54,25 @@ HybridMlpStage::HybridMlpStage(const model::SplitMlp& split, const HybridConfig&
     : split_(split),
       config_(config),
       rank_(rank),
-      coords_(CoordsOf(config, rank)),
-      peers_(peers),
-      tensor_group_(TensorGroup(config, rank)),
-      prev_(PrevStageRank(config, rank)),
-      next_(NextStageRank(config, rank)),
-      first_layer_(split.stage_begin(coords_.p)),
-      end_layer_(split.stage_end(coords_.p)),
-      last_stage_(coords_.p + 1 == config.pp) {}
-
-std::string HybridMlpStage::Where(int j) const {
-  return absl::StrCat("step ", step_, " micro-batch ", j);
-}
+      pipeline_(peers, config, rank),
+      first_layer_(split.stage_begin(pipeline_.coords().p)),
+      end_layer_(split.stage_end(pipeline_.coords().p)) {}
 
 absl::StatusOr<float> HybridMlpStage::Step(
     int64_t step, absl::Span<const float> params, const float* x, const int32_t* y, int batch,
     absl::Span<float> grads, const std::function<absl::Status(int64_t, int64_t)>& on_ready) {
-  const size_t n = split_.partition_size(coords_.p);
+  const int p = pipeline_.coords().p;
+  const size_t n = split_.partition_size(p);
   if (params.size() != n || grads.size() != n) {
     return absl::InvalidArgumentError(
-        absl::StrCat(DescribeRank(config_, rank_), ": partition of stage ", coords_.p, " has ", n,
+        absl::StrCat(DescribeRank(config_, rank_), ": partition of stage ", p, " has ", n,
                      " parameters; got params of ", params.size(), " and grads of ", grads.size()));
   }
   if (batch < 1 || batch % config_.micro_batches != 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch ", batch, " is not a multiple of ",
                                                    config_.micro_batches, " micro-batches"));
   }
-  if ((coords_.p == 0 && x == nullptr) || (last_stage_ && y == nullptr)) {
+  if ((pipeline_.first_stage() && x == nullptr) || (pipeline_.last_stage() && y == nullptr)) {
     return absl::InvalidArgumentError("stage 0 needs x and the last stage needs y");
   }
   step_ = step;
@@ -94,90 +85,66 @@ absl::StatusOr<float> HybridMlpStage::Step(
   loss_sum_ = 0;
   micro_.assign(config_.micro_batches, MicroBatch{});
   scratch_grads_.resize(n);
-  for (const PipelineOp& op : OneFOneBSchedule(coords_.p, config_.pp, config_.micro_batches)) {
-    absl::Status s = op.forward ? Forward(op.micro_batch) : Backward(op.micro_batch);
-    if (!s.ok()) return s;
-  }
+  StageFunctions f;
+  f.input_size = static_cast<int64_t>(rows_) * split_.stage_in(p);
+  f.output_size = static_cast<int64_t>(rows_) * split_.stage_out(p);
+  f.forward = [this](int j, std::vector<float> in) { return Forward(j, std::move(in)); };
+  f.backward = [this](int j, std::vector<float> d) { return Backward(j, std::move(d)); };
+  absl::Status s = pipeline_.Step(step, f);
   micro_.clear();
-  return last_stage_ ? loss_sum_ / static_cast<float>(config_.micro_batches) : 0.0f;
+  if (!s.ok()) return s;
+  return pipeline_.last_stage() ? loss_sum_ / static_cast<float>(config_.micro_batches) : 0.0f;
 }
 
-absl::Status HybridMlpStage::Forward(int j) {
+absl::StatusOr<std::vector<float>> HybridMlpStage::Forward(int j, std::vector<float> input) {
   MicroBatch& mb = micro_[j];
   const size_t m = static_cast<size_t>(rows_);
-  if (prev_ < 0) {
+  if (pipeline_.first_stage()) {
     mb.input = x_ + static_cast<size_t>(j) * m * split_.model().num_inputs();
   } else {
-    absl::StatusOr<std::vector<float>> in =
-        peers_->Recv(prev_, HybridTag(HybridMessage::kActivation, step_, j, coords_.p - 1),
-                     absl::StrCat("the activation of ", Where(j), " from stage ", coords_.p - 1),
-                     static_cast<int64_t>(m * split_.stage_in(coords_.p)));
-    if (!in.ok()) return in.status();
-    mb.received = std::move(*in);
+    mb.received = std::move(input);
     mb.input = mb.received.data();
   }
   mb.activations.resize(end_layer_ - first_layer_);
-  const float* input = mb.input;
+  const float* in = mb.input;
   for (int l = first_layer_; l < end_layer_; ++l) {
     const bool relu = l + 1 < split_.num_layers();
     const float* w = params_ + split_.weight(l).offset;
     const float* b = params_ + split_.bias(l).offset;
     std::vector<float>& out = mb.activations[l - first_layer_];
     out.resize(m * split_.local_out(l));
-    switch (split_.split(l)) {
-      case LayerSplit::kColumn:
-      case LayerSplit::kReplicated:
-        kernels::Linear(rows_, split_.local_in(l), split_.local_out(l), input, w, b, out.data(),
-                        &scratch_);
-        break;
-      case LayerSplit::kRow: {
-        // Only tensor rank 0's partial starts from the bias.
-        kernels::Linear(rows_, split_.local_in(l), split_.local_out(l), input, w,
-                        coords_.t == 0 ? b : nullptr, out.data(), &scratch_);
-        absl::Status s =
-            AllReduceSum(*peers_, tensor_group_, HybridTag(HybridMessage::kForwardSum, step_, j, l),
-                         absl::MakeSpan(out),
-                         absl::StrCat("the tensor-parallel sum of fc", l, "'s output, ", Where(j)));
-        if (!s.ok()) return s;
-        break;
-      }
+    if (split_.split(l) == LayerSplit::kRow) {
+      // Only tensor rank 0's partial starts from the bias.
+      kernels::Linear(rows_, split_.local_in(l), split_.local_out(l), in, w,
+                      pipeline_.coords().t == 0 ? b : nullptr, out.data(), &scratch_);
+      absl::Status s =
+          pipeline_.SumOverTensorGroup(TensorSum::kForward, step_, j, l, absl::MakeSpan(out),
+                                       absl::StrCat("fc", l, "'s output"));
+      if (!s.ok()) return s;
+    } else {
+      kernels::Linear(rows_, split_.local_in(l), split_.local_out(l), in, w, b, out.data(),
+                      &scratch_);
     }
     if (relu) kernels::Relu(out.data(), out.size());
-    input = out.data();
-  }
-  std::vector<float>& output = mb.activations.back();
-  if (last_stage_) {
-    const int classes = split_.model().num_classes();
-    mb.d_logits.resize(m * classes);
-    loss_sum_ += kernels::SoftmaxCrossEntropy(output.data(), y_ + static_cast<size_t>(j) * m, rows_,
-                                              classes, mb.d_logits.data());
-  } else {
-    absl::Status s = peers_->Send(next_, HybridTag(HybridMessage::kActivation, step_, j, coords_.p),
-                                  std::move(output));
-    if (!s.ok()) return s;
+    in = out.data();
   }
   // The stage's output feeds nothing else here: backward needs only inputs.
-  std::vector<float>().swap(output);
-  return absl::OkStatus();
+  std::vector<float> output = std::move(mb.activations.back());
+  if (!pipeline_.last_stage()) return output;
+  const int classes = split_.model().num_classes();
+  std::vector<float> d_logits(m * classes);
+  loss_sum_ += kernels::SoftmaxCrossEntropy(output.data(), y_ + static_cast<size_t>(j) * m, rows_,
+                                            classes, d_logits.data());
+  return d_logits;
 }
 
-absl::Status HybridMlpStage::Backward(int j) {
+absl::StatusOr<std::vector<float>> HybridMlpStage::Backward(int j, std::vector<float> d) {
   MicroBatch& mb = micro_[j];
   const size_t m = static_cast<size_t>(rows_);
-  std::vector<float> d;  // d(loss)/d(pre-activation output of layer l)
-  if (last_stage_) {
-    d = std::move(mb.d_logits);
-  } else {
-    absl::StatusOr<std::vector<float>> g = peers_->Recv(
-        next_, HybridTag(HybridMessage::kActivationGrad, step_, j, coords_.p),
-        absl::StrCat("the gradient of ", Where(j), "'s activation from stage ", coords_.p + 1),
-        static_cast<int64_t>(m * split_.stage_out(coords_.p)));
-    if (!g.ok()) return g.status();
-    d = std::move(*g);
-  }
   const bool first = j == 0;
   const bool final_micro = j + 1 == config_.micro_batches;
   float* target = first ? grads_ : scratch_grads_.data();
+  // d: d(loss)/d(pre-activation output of layer l)
   for (int l = end_layer_ - 1; l >= first_layer_; --l) {
     const int in = split_.local_in(l);
     const int out = split_.local_out(l);
@@ -206,22 +173,16 @@ absl::Status HybridMlpStage::Backward(int j) {
     std::vector<float> dx(m * in);
     kernels::InputGrad(rows_, in, out, d.data(), params_ + wt.offset, dx.data());
     if (split_.split(l) == LayerSplit::kColumn) {
-      absl::Status s = AllReduceSum(
-          *peers_, tensor_group_, HybridTag(HybridMessage::kBackwardSum, step_, j, l),
-          absl::MakeSpan(dx),
-          absl::StrCat("the tensor-parallel sum of fc", l, "'s input gradient, ", Where(j)));
+      absl::Status s =
+          pipeline_.SumOverTensorGroup(TensorSum::kBackward, step_, j, l, absl::MakeSpan(dx),
+                                       absl::StrCat("fc", l, "'s input gradient"));
       if (!s.ok()) return s;
     }
     kernels::ReluMask(input, dx.data(), dx.size());
     d = std::move(dx);
   }
-  if (prev_ >= 0) {
-    absl::Status s = peers_->Send(
-        prev_, HybridTag(HybridMessage::kActivationGrad, step_, j, coords_.p - 1), std::move(d));
-    if (!s.ok()) return s;
-  }
   micro_[j] = MicroBatch{};  // its activations are no longer needed
-  return absl::OkStatus();
+  return d;                  // stage 0's goes nowhere
 }
 
 absl::StatusOr<std::vector<float>> TrainHybridReference(const MlpJob& job,

@@ -4,14 +4,15 @@
 // of the worker process tessel-hybrid-train.
 //
 // HybridMlpStage runs this rank's pipeline stage of model::SplitMlp over the
-// replica's micro-batches in 1F1B order (worker/hybrid.h): a forward receives
-// the stage's input activation from the previous stage (stage 0 reads its
-// rows of the batch), runs the stage's layers (row-parallel layers sum their
-// partial outputs over the tensor-parallel group), and sends the output on (the
-// last stage computes the loss and its gradient instead); a backward receives
-// the gradient of that output from the next stage, runs the layers backward
-// (column-parallel layers sum their input-gradient partials over the
-// tensor-parallel group), and sends the input gradient back. Gradients of
+// replica's micro-batches through worker/pipeline_stage.h's PipelineStage,
+// which does the 1F1B order and every message: a forward gets the stage's
+// input activation (stage 0 reads its rows of the batch), runs the stage's
+// layers (row-parallel layers sum their partial outputs over the
+// tensor-parallel group) and returns the output (the last stage computes the
+// loss and returns its gradient); a backward gets the gradient of that
+// output, runs the layers backward (column-parallel layers sum their
+// input-gradient partials over the tensor-parallel group) and returns the
+// input gradient. Gradients of
 // micro-batch 0 are written straight into `grads`, later ones added in
 // micro-batch order, and the sum divided by the number of micro-batches when
 // the last backward of a layer is done; that layer's tensors are then
@@ -50,6 +51,7 @@
 #include "tools/internal/mlp_job.h"
 #include "worker/hybrid.h"
 #include "worker/peer_group.h"
+#include "worker/pipeline_stage.h"
 
 ABSL_DECLARE_FLAG(int, dp);
 ABSL_DECLARE_FLAG(int, tp);
@@ -91,24 +93,19 @@ class HybridMlpStage {
     const float* input = nullptr;                 // the stage's input activation
     std::vector<float> received;                  // owns `input` on stages > 0
     std::vector<std::vector<float>> activations;  // outputs of the stage's layers
-    std::vector<float> d_logits;                  // last stage
   };
 
-  absl::Status Forward(int j);
-  absl::Status Backward(int j);
-  std::string Where(int j) const;
+  // PipelineStage's callbacks: the stage's layers forward (the last stage
+  // returns d(loss)/d(logits)) and backward (returns d(loss)/d(input)).
+  absl::StatusOr<std::vector<float>> Forward(int j, std::vector<float> input);
+  absl::StatusOr<std::vector<float>> Backward(int j, std::vector<float> d);
 
   const model::SplitMlp& split_;
   const HybridConfig config_;
   const int rank_;
-  const RankCoords coords_;
-  PeerGroup* const peers_;
-  const std::vector<int> tensor_group_;
-  const int prev_;  // previous / next stage's rank, -1 at the ends
-  const int next_;
+  PipelineStage pipeline_;  // every message of the step
   const int first_layer_;
   const int end_layer_;
-  const bool last_stage_;
 
   // Per Step() call.
   int64_t step_ = 0;
