@@ -124,6 +124,11 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--strategy", default="zero2", help="zero1 or zero2")
     ap.add_argument("--out", default="", help="write each stage's dense parameters here")
+    ap.add_argument("--log_every", type=int, default=5, help="rank 0 prints the loss this often")
+    ap.add_argument("--checkpoint_every_steps", type=int, default=0,
+                    help="with N > 0: the shard servers checkpoint every partition every N "
+                         "steps, and a lost shard server rolls every process back to the newest "
+                         "checkpoint complete in every partition (they need --checkpoint_dir)")
     args = ap.parse_args()
 
     import tessel.torch as tt
@@ -138,28 +143,36 @@ def main():
     stage = model if args.pp == 1 else model[tp.pipeline_stage()]
     dp, d = tp.data_parallel_size(), tp.data_rank()
     per = args.rows // dp
-    pipe = tp.Pipeline(stage, micro_batches=args.micro_batches if args.pp > 1 else 1,
-                       loss_fn=F.mse_loss) if args.pp > 1 else None
+    recovery = args.checkpoint_every_steps > 0
+    # With recovery a Pipeline runs the step (also with one stage): it turns a lost
+    # shard server into a rollback instead of an exception.
+    pipe = tp.Pipeline(stage, micro_batches=args.micro_batches, loss_fn=F.mse_loss) \
+        if args.pp > 1 or recovery else None
     opt = tt.DistributedOptimizer(make_optimizer(args.optimizer, stage.parameters(), args.lr),
-                                  model=stage, strategy=args.strategy)
+                                  model=stage, strategy=args.strategy, recovery=recovery,
+                                  checkpoint_every_steps=args.checkpoint_every_steps)
     start = time.monotonic()
-    for step in range(args.steps):
+    while opt.step_count < args.steps:  # goes back on a rollback
+        step, recoveries = opt.step_count, opt.recoveries
         x, y = batch(step, args.rows)
         x, y = x[d * per:(d + 1) * per], y[d * per:(d + 1) * per]
         opt.zero_grad()
         if pipe is not None:
-            loss = pipe.step(x, y)
+            loss = pipe.step(x, y)  # None: the step was lost and every process rolled back
         else:
             loss = F.mse_loss(stage(x), y)
             loss.backward()
             loss = float(loss)
         opt.step()
-        if tt.rank() == 0 and (step % 5 == 0 or step == args.steps - 1):
+        if opt.recoveries != recoveries:  # every process says so
+            print(f"rank {tt.rank()} step {step}: rolled back to step {opt.step_count}",
+                  flush=True)
+        elif loss is not None and tt.rank() == 0 and (step % args.log_every == 0 or step == args.steps - 1):
             print(f"step {step}: loss {loss:.6f}", flush=True)
     ms = (time.monotonic() - start) * 1000 / max(1, args.steps)
     if tt.rank() == 0:
-        print(f"{dp} replicas x {args.pp} stages x {args.tp} tensor ranks: {ms:.2f} ms/step",
-              flush=True)
+        print(f"{dp} replicas x {args.pp} stages x {args.tp} tensor ranks: {ms:.2f} ms/step"
+              f"{f', recoveries {opt.recoveries}' if recovery else ''}", flush=True)
     dense = tp.dense_state_dict(stage)  # collective over the tensor ranks
     if args.out and d == 0 and tp.tensor_rank() == 0:
         os.makedirs(args.out, exist_ok=True)

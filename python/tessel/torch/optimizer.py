@@ -378,6 +378,20 @@ class DistributedOptimizer:
                 raise
             self._recover(e)
 
+    def abandon_step(self, error):
+        """After a tessel.RecoverableError raised outside step() (a hybrid job's
+        forward or backward waiting on a peer when a shard server was lost): rolls
+        back as step() would (needs recovery=True; otherwise re-raises `error`); the
+        next step() then applies nothing and returns False. Pipeline.step calls it
+        itself; a loop of your own (pipeline_parallel=1) does:
+            try: loss_fn(model(x), y).backward()
+            except tessel.RecoverableError as e: opt.abandon_step(e)
+            opt.step()"""
+        if not self.recovery:
+            raise error
+        self._recover(error)
+        self._abandoned = True
+
     def _recover(self, why):
         """Rolls the job back to its latest checkpoint; a hybrid job's every process to
         the newest one complete in every partition (the mesh's recovery)."""

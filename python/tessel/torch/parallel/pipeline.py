@@ -166,8 +166,7 @@ class Pipeline:
         except tessel.RecoverableError as e:  # a lost shard server or process
             if opt is None or not opt.recovery:
                 raise
-            opt._recover(e)  # every process rolls back; this step is abandoned
-            opt._abandoned = True
+            opt.abandon_step(e)  # every process rolls back; this step applies nothing
             return None
         except tessel.TesselError:
             raise  # the mesh's own failure (a deadline, a peer gone): every peer sees it
