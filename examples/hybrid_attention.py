@@ -151,6 +151,8 @@ def main():
     opt = tt.DistributedOptimizer(make_optimizer(args.optimizer, stage.parameters(), args.lr),
                                   model=stage, strategy=args.strategy, recovery=recovery,
                                   checkpoint_every_steps=args.checkpoint_every_steps)
+    if opt.step_count > 0:  # a restarted process, resumed from a checkpoint
+        print(f"rank {tt.rank()}: resumed at step {opt.step_count}", flush=True)
     start = time.monotonic()
     while opt.step_count < args.steps:  # goes back on a rollback
         step, recoveries = opt.step_count, opt.recoveries

@@ -72,7 +72,6 @@ py::array View(absl::Span<T> span, py::handle owner, bool writeable) {
   return std::move(a);
 }
 
-
 // The Python-visible worker: the C++ one, closed explicitly or when collected.
 struct PyWorker {
   std::unique_ptr<Worker> w;

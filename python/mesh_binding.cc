@@ -63,8 +63,8 @@ std::vector<int> Members(HybridSession& s, const std::vector<int>& members) {
 
 void CheckPeer(HybridSession& s, int peer) {
   if (peer < 0 || peer >= s.config().world() || peer == s.rank()) {
-    throw py::value_error(absl::StrCat("peer ", peer, ": not another rank of [0, ",
-                                       s.config().world(), ")"));
+    throw py::value_error(
+        absl::StrCat("peer ", peer, ": not another rank of [0, ", s.config().world(), ")"));
   }
 }
 
@@ -87,16 +87,16 @@ std::string BufferBytes(const py::buffer& b) {
 
 void BindMesh(py::module_& m) {
   m.attr("MAX_MICRO_BATCHES") = kMaxMicroBatches;
-  m.attr("MESH_KINDS") = py::dict(
-      py::arg("activation") = static_cast<int>(HybridMessage::kActivation),
-      py::arg("activation_grad") = static_cast<int>(HybridMessage::kActivationGrad),
-      py::arg("forward_sum") = static_cast<int>(HybridMessage::kForwardSum),
-      py::arg("backward_sum") = static_cast<int>(HybridMessage::kBackwardSum),
-      py::arg("collect") = static_cast<int>(HybridMessage::kCollect),
-      py::arg("barrier") = static_cast<int>(HybridMessage::kBarrier),
-      py::arg("config") = static_cast<int>(HybridMessage::kConfig),
-      py::arg("loss") = static_cast<int>(HybridMessage::kLoss),
-      py::arg("gather") = static_cast<int>(HybridMessage::kGather));
+  m.attr("MESH_KINDS") =
+      py::dict(py::arg("activation") = static_cast<int>(HybridMessage::kActivation),
+               py::arg("activation_grad") = static_cast<int>(HybridMessage::kActivationGrad),
+               py::arg("forward_sum") = static_cast<int>(HybridMessage::kForwardSum),
+               py::arg("backward_sum") = static_cast<int>(HybridMessage::kBackwardSum),
+               py::arg("collect") = static_cast<int>(HybridMessage::kCollect),
+               py::arg("barrier") = static_cast<int>(HybridMessage::kBarrier),
+               py::arg("config") = static_cast<int>(HybridMessage::kConfig),
+               py::arg("loss") = static_cast<int>(HybridMessage::kLoss),
+               py::arg("gather") = static_cast<int>(HybridMessage::kGather));
   m.def(
       "partition_job_name",
       [](const std::string& job, int stage, int tensor_rank) {
@@ -113,8 +113,8 @@ void BindMesh(py::module_& m) {
       "one_f_one_b",
       [](int stage, int stages, int micro_batches) {
         if (stages < 1 || stage < 0 || stage >= stages || micro_batches < 1) {
-          throw py::value_error(absl::StrCat("one_f_one_b: stage ", stage, " of ", stages,
-                                             " with ", micro_batches, " micro-batches"));
+          throw py::value_error(absl::StrCat("one_f_one_b: stage ", stage, " of ", stages, " with ",
+                                             micro_batches, " micro-batches"));
         }
         std::vector<std::pair<bool, int>> out;
         for (const PipelineOp& op : OneFOneBSchedule(stage, stages, micro_batches)) {
@@ -129,8 +129,8 @@ void BindMesh(py::module_& m) {
       .def(py::init([](const std::string& registry, const std::string& job, int rank,
                        int world_size, int dp, int tp, int pp, const std::string& fingerprint,
                        const std::string& ucx_tls, const std::string& token,
-                       double connect_timeout_s, double step_timeout_s,
-                       double recovery_timeout_s) {
+                       double connect_timeout_s, double step_timeout_s, double recovery_timeout_s,
+                       bool resume) {
              HybridOptions o;
              o.worker.registry = registry;
              o.worker.job = job;
@@ -141,6 +141,8 @@ void BindMesh(py::module_& m) {
              o.worker.connect_timeout = absl::Seconds(connect_timeout_s);
              o.worker.step_timeout = absl::Seconds(step_timeout_s);
              o.worker.recovery_timeout = absl::Seconds(recovery_timeout_s);
+             o.worker.resume = resume;
+             o.worker.recovery = resume;
              o.config = {.dp = dp, .tp = tp, .pp = pp, .micro_batches = 1};
              o.fingerprint = fingerprint;
              o.make_worker = false;
@@ -152,13 +154,20 @@ void BindMesh(py::module_& m) {
            py::arg("dp"), py::arg("tp"), py::arg("pp"), py::arg("fingerprint") = "",
            py::arg("ucx_tls") = "", py::arg("token") = "", py::arg("connect_timeout_s") = 60.0,
            py::arg("step_timeout_s") = 120.0, py::arg("recovery_timeout_s") = 60.0,
+           py::arg("resume") = false,
            "Joins the job's mesh (group <job>.mesh in the registry) as global rank `rank` of "
            "world_size = dp*tp*pp and waits for every process; every process must give the "
            "same dp, tp, pp and fingerprint (refused, naming both, otherwise). "
-           "step_timeout_s bounds every wait.")
+           "step_timeout_s bounds every wait. resume: a restarted process; it waits briefly to "
+           "be welcomed into the running job as a replacement (else the whole job restarts), "
+           "and the first worker attached resumes from the checkpoint every partition agrees "
+           "on.")
+      .def_property_readonly(
+          "replacement", [](PyMesh& self) { return self.get().replacement(); },
+          "True when this process was welcomed into a running job as a replacement: the "
+          "others skip what a job does once at start-up, so it must too.")
       .def_property_readonly("rank", [](PyMesh& self) { return self.get().rank(); })
-      .def_property_readonly("world_size",
-                             [](PyMesh& self) { return self.get().config().world(); })
+      .def_property_readonly("world_size", [](PyMesh& self) { return self.get().config().world(); })
       .def_property_readonly("dp", [](PyMesh& self) { return self.get().config().dp; })
       .def_property_readonly("tp", [](PyMesh& self) { return self.get().config().tp; })
       .def_property_readonly("pp", [](PyMesh& self) { return self.get().config().pp; })
@@ -204,12 +213,12 @@ void BindMesh(py::module_& m) {
       .def(
           "tag",
           [](PyMesh&, int kind, int64_t step, int micro_batch, int index) {
-            if (kind < 1 || kind > 255 || step < 0 || step >= kMaxHybridSteps ||
-                micro_batch < 0 || micro_batch > kMaxMicroBatches || index < 0 || index > 4095) {
-              throw py::value_error(absl::StrCat(
-                  "mesh tag out of range: kind ", kind, " (1..255), step ", step, " (0..",
-                  kMaxHybridSteps - 1, "), micro-batch ", micro_batch, " (0..", kMaxMicroBatches,
-                  "), index ", index, " (0..4095)"));
+            if (kind < 1 || kind > 255 || step < 0 || step >= kMaxHybridSteps || micro_batch < 0 ||
+                micro_batch > kMaxMicroBatches || index < 0 || index > 4095) {
+              throw py::value_error(
+                  absl::StrCat("mesh tag out of range: kind ", kind, " (1..255), step ", step,
+                               " (0..", kMaxHybridSteps - 1, "), micro-batch ", micro_batch,
+                               " (0..", kMaxMicroBatches, "), index ", index, " (0..4095)"));
             }
             return HybridTag(static_cast<HybridMessage>(kind), step, micro_batch, index);
           },
@@ -241,7 +250,8 @@ void BindMesh(py::module_& m) {
             std::vector<int> ranks = Members(self.get(), members);
             if (!data.writeable()) throw py::value_error("all_reduce_sum: the array is read-only");
             absl::Span<float> span(data.mutable_data(), static_cast<size_t>(data.size()));
-            Check(Unlocked([&] { return AllReduceSum(self.get().peers(), ranks, tag, span, what); }));
+            Check(
+                Unlocked([&] { return AllReduceSum(self.get().peers(), ranks, tag, span, what); }));
           },
           py::arg("members"), py::arg("tag"), py::arg("data"), py::arg("what"),
           "In place: data <- the sum over `members` (ascending global ranks) of their data, "
@@ -253,8 +263,8 @@ void BindMesh(py::module_& m) {
              const std::string& what) {
             std::vector<int> ranks = Members(self.get(), members);
             std::string bytes = BufferBytes(mine);
-            std::vector<std::string> all = Take(Unlocked(
-                [&] { return AllGather(self.get().peers(), ranks, tag, bytes, what); }));
+            std::vector<std::string> all = Take(
+                Unlocked([&] { return AllGather(self.get().peers(), ranks, tag, bytes, what); }));
             py::list out;
             for (const std::string& b : all) out.append(py::bytes(b));
             return out;
@@ -284,18 +294,19 @@ void BindMesh(py::module_& m) {
           "attach",
           [](PyMesh& self, py::object worker) {
             Worker* w = worker.is_none() ? nullptr : &worker.cast<PyWorker&>().get();
-            Check(self.get().AttachWorker(w));
+            Check(Unlocked([&] { return self.get().AttachWorker(w); }));
           },
           py::arg("worker"),
           "This process's partition Worker (job partition_job_name(job, p, t), rank d of dp), "
           "or None to detach it: a lost shard server then ends mesh waits too, and recover() "
-          "rolls it back. Detach it before closing it.")
+          "rolls it back. Detach it before closing it. A mesh made with resume: attach the "
+          "worker before its register_layout (it meets the others and agrees on the "
+          "checkpoint to resume from).")
       .def(
           "recover",
           [](PyMesh& self, const std::string& why) {
             Check(Unlocked([&] {
-              return self.get().Recover(
-                  Worker::MarkRecoverable(absl::AbortedError(why)));
+              return self.get().Recover(Worker::MarkRecoverable(absl::AbortedError(why)));
             }));
           },
           py::arg("why"),
@@ -304,8 +315,7 @@ void BindMesh(py::module_& m) {
           "worker rolled back to the newest step whose checkpoint is complete in every "
           "partition job (its current_step then says which).")
       .def(
-          "finish",
-          [](PyMesh& self) { Check(Unlocked([&] { return self.get().Finish(); })); },
+          "finish", [](PyMesh& self) { Check(Unlocked([&] { return self.get().Finish(); })); },
           "Waits until every process got here and every send has left (call before close).")
       .def(
           "close",

@@ -147,21 +147,20 @@ void CheckUnit(Worker& w, int unit) {
   }
 }
 
-
 }  // namespace
 }  // namespace tessel
 
 PYBIND11_MODULE(_tessel, m) {
-  using tessel::pybind::Check;
   using tessel::CheckUnit;
   using tessel::Copy;
   using tessel::HalfView;
+  using tessel::Worker;
+  using tessel::WorkerMemory;
+  using tessel::pybind::Check;
   using tessel::pybind::PyWorker;
   using tessel::pybind::Take;
   using tessel::pybind::Unlocked;
   using tessel::pybind::View;
-  using tessel::Worker;
-  using tessel::WorkerMemory;
   m.doc() = "Tessel's worker SDK (C++), for Python. Use tessel.torch for PyTorch.";
   static py::exception<std::runtime_error> tessel_error(m, "TesselError", PyExc_RuntimeError);
   static py::exception<std::runtime_error> recoverable(m, "RecoverableError", tessel_error.ptr());

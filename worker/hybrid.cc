@@ -221,12 +221,10 @@ absl::Status HybridSession::Start() {
     s = CheckSameConfig();
     if (!s.ok()) return s;
   }
+  replacement_ = replacement;
   if (!options_.make_worker) {
-    if (w.resume) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("job '", w.job, "' ", Describe(),
-                       ": resume needs the session's own partition worker (make_worker)"));
-    }
+    // The checkpoint agreement needs the partition's worker: AttachWorker.
+    pending_resume_ = w.resume;
     TESSEL_LOG(INFO) << "job '" << w.job << "' " << Describe() << ": mesh of " << w.world_size
                      << " connected (the partition worker is attached later)";
     return absl::OkStatus();
@@ -327,7 +325,8 @@ absl::Status HybridSession::MeshMembership() {
         "job '", options_.worker.job, "' ", Describe(), ": ", who, " (group '", group, "' epoch ",
         mesh_epoch_, " -> ", now, "); pausing for up to ",
         absl::FormatDuration(options_.worker.recovery_timeout),
-        " until a replacement joins (start it with the same flags, its --rank and --resume), "
+        " until a replacement joins (start it with the same flags, its --rank and --resume; "
+        "tessel-launch --max_restarts does for tessel.torch), "
         "then rolling every partition back to a common checkpoint")));
   }
   return absl::AbortedError(absl::StrCat(
@@ -538,7 +537,19 @@ absl::Status HybridSession::AttachWorker(Worker* worker) {
   }
   if (worker_ != nullptr) worker_->SetWaitCheck(nullptr);
   worker_ = worker;
-  if (worker_ != nullptr) worker_->SetWaitCheck([this] { return MeshMembership(); });
+  if (worker_ == nullptr) return absl::OkStatus();
+  worker_->SetWaitCheck([this] { return MeshMembership(); });
+  if (!pending_resume_) return absl::OkStatus();
+  pending_resume_ = false;
+  if (replacement_) {  // meets the survivors in Recover
+    absl::Status s = RecoveryBarrier();
+    if (!s.ok()) return s;
+  }
+  absl::StatusOr<int64_t> step = AgreeCheckpointStep();
+  if (!step.ok()) return step.status();
+  worker_->SetResumeStep(*step);
+  TESSEL_LOG(INFO) << "job '" << options_.worker.job << "' " << Describe()
+                   << ": every partition resumes from the checkpoint of step " << *step;
   return absl::OkStatus();
 }
 

@@ -141,7 +141,9 @@ struct HybridOptions {
   // partition Worker; the caller makes its own (job PartitionJobName(job, p,
   // t), rank d of dp) and hands it to AttachWorker (tessel.torch.parallel does:
   // its DistributedOptimizer makes the worker after the model is built on the
-  // mesh). Resume (worker.resume) needs the session's own worker.
+  // mesh). With worker.resume, AttachWorker then does what Connect does for its
+  // own worker: meets the survivors (a replacement) and agrees on the
+  // checkpoint to resume from (Worker::SetResumeStep, before RegisterLayout).
   bool make_worker = true;
 };
 
@@ -160,10 +162,15 @@ class HybridSession {
   // Only while there is one (made by Connect, or attached).
   Worker& worker() { return *worker_; }
   bool has_worker() const { return worker_ != nullptr; }
+  // Whether this process joined a running job as a replacement (welcomed by
+  // its survivors; worker.resume with worker.recovery).
+  bool replacement() const { return replacement_; }
   // A mesh-only session's partition Worker (nullptr detaches it). It must
   // stay alive until detached or the session is gone; Recover, the health
   // check (a shard server lost) and Finish then use it as they use their own,
-  // and its options().recovery says whether the session recovers.
+  // and its options().recovery says whether the session recovers. A session
+  // connected with worker.resume resumes through the first worker attached
+  // (see make_worker): attach it after Worker::Connect, before RegisterLayout.
   // FailedPrecondition on a session that made its own worker.
   absl::Status AttachWorker(Worker* worker);
 
@@ -232,6 +239,8 @@ class HybridSession {
   bool recovering_ = false;
   std::unique_ptr<PeerGroup> peers_;
   std::unique_ptr<Worker> own_worker_;  // made by Start (make_worker)
+  bool pending_resume_ = false;         // mesh-only with resume: done by AttachWorker
+  bool replacement_ = false;            // welcomed into a running job
   Worker* worker_ = nullptr;            // own_worker_, or attached
 };
 

@@ -1,4 +1,4 @@
-"""A tessel.torch.parallel job survives a shard server's death.
+"""A tessel.torch.parallel job survives a shard server's death and a worker's.
 
 examples/hybrid_attention.py with PP2 x DP2 (zero2, SGD) and TP2 x PP2 (zero1,
 Adam), checkpointing every 10 steps, runs twice on a cluster of its own (a
@@ -8,7 +8,10 @@ under tessel-launch --registry): once clean, once with shard server 1 killed
 would. Every process must notice (in opt.step() or waiting on a peer in
 Pipeline.step()), roll back to the newest checkpoint complete in every
 partition job, and go on; the final parameters must equal the clean run's
-bit for bit.
+bit for bit. Then PP2 x DP2 once more with worker rank 1 killed (-9) instead:
+tessel-launch --max_restarts=1 starts it again, the others welcome it as a
+replacement, it resumes from the checkpoint every partition agrees on, the
+others roll back there, and the run again ends bitwise as the clean one.
 
 Usage: parallel_recovery_test.py --registry=BIN --server=BIN --launch=BIN --example=PY
 """
@@ -65,13 +68,27 @@ class Cluster:
             p.wait(timeout=10)
 
 
-def train(args, root, name, shape, kill_at=None):
-    """Runs the job; returns (rank 0's output, the final parameters, seconds)."""
+def worker_pid(job, rank):
+    """The pid of the first start of worker `rank` of `job` (from its environment)."""
+    want = {f"TESSEL_JOB={job}".encode(), f"TESSEL_RANK={rank}".encode()}
+    for pid in os.listdir("/proc"):
+        try:
+            env = set(open(f"/proc/{pid}/environ", "rb").read().split(b"\0"))
+        except (OSError, ValueError):
+            continue
+        if want <= env and b"TESSEL_RESTART_COUNT=0" in env:
+            return int(pid)
+    return None
+
+
+def train(args, root, name, shape, kill_at=None, kill_worker=False):
+    """Runs the job; returns (every rank's output, the final parameters, seconds). With
+    kill_at, shard server 1 (or, with kill_worker, worker rank 1) dies at that step."""
     tp, pp, micro, optimizer, strategy = shape
     c = Cluster(args, os.path.join(root, name))
     out = os.path.join(c.d, "out")
     cmd = [args.launch, f"--registry={c.address}", "--nproc_per_node=4", f"--job={name}",
-           "--timeout_s=240", f"--run_dir={os.path.join(c.d, 'run')}", "--",
+           "--timeout_s=240", f"--max_restarts={1 if kill_worker else 0}", f"--run_dir={os.path.join(c.d, 'run')}", "--",
            "/usr/bin/python3", args.example, f"--tp={tp}", f"--pp={pp}",
            f"--micro_batches={micro}", f"--steps={STEPS}", f"--optimizer={optimizer}",
            "--lr=0.01", f"--strategy={strategy}", "--checkpoint_every_steps=10", "--log_every=1",
@@ -87,6 +104,11 @@ def train(args, root, name, shape, kill_at=None):
             m = re.match(r"step (\d+): loss", line)
             if kill_at is not None and m and int(m.group(1)) >= kill_at and not killed.is_set():
                 killed.set()
+                if kill_worker:
+                    pid = worker_pid(name, 1)
+                    if pid is not None:
+                        os.kill(pid, signal.SIGKILL)
+                    continue
                 c.servers[1].send_signal(signal.SIGKILL)
                 c.servers[1].wait()
                 time.sleep(0.5)
@@ -103,10 +125,9 @@ def train(args, root, name, shape, kill_at=None):
     secs = time.monotonic() - start
     c.stop()
     text = "".join(lines)
-    for r in range(1, 4):  # the other ranks' output
-        path = os.path.join(c.d, "run", f"worker{r}.log")
-        if os.path.exists(path):
-            text += open(path, errors="replace").read()
+    for log in sorted(os.listdir(os.path.join(c.d, "run"))):  # the other ranks' output
+        if log.startswith("worker") and log != "worker0.log":
+            text += open(os.path.join(c.d, "run", log), errors="replace").read()
     if rc != 0:
         print(text[-6000:])
         for log in sorted(os.listdir(os.path.join(c.d, "run"))):
@@ -146,6 +167,25 @@ def main():
             failures.append(f"{name}: not every rank rolled back to one step: {rolled}")
         if not same:
             failures.append(f"{name}: the recovered run is not bitwise the clean one")
+    shape = (1, 2, 2, "sgd", "zero2")
+    _, clean, _ = train(args, root, "pp2-dp2-clean2", shape)
+    text, faulty, fault_s = train(args, root, "pp2-dp2-worker", shape, kill_at=STEPS // 2 + 5,
+                                  kill_worker=True)
+    rolled = {int(r): int(to) for r, to in
+              re.findall(r"rank (\d+) step \d+: rolled back to step (\d+)", text)}
+    resumed = re.findall(r"rank 1: resumed at step (\d+)", text)
+    same = all(torch.equal(clean[k], faulty[k]) for k in clean)
+    print(f"pp2-dp2: worker rank 1 killed at step {STEPS // 2 + 5}, restarted by tessel-launch: "
+          f"{fault_s:.1f} s; survivors rolled back to {rolled}, the replacement resumed at "
+          f"{resumed}; final parameters {'bitwise equal' if same else 'DIFFERENT'} to the clean "
+          f"run", flush=True)
+    if sorted(rolled) != [0, 2, 3] or len(set(rolled.values())) != 1:
+        failures.append(f"worker kill: the survivors did not all roll back to one step: {rolled}")
+    if [int(r) for r in resumed] != list(set(rolled.values()))[:1]:
+        failures.append(f"worker kill: the replacement resumed at {resumed}, the others at "
+                        f"{rolled}")
+    if not same:
+        failures.append("worker kill: the recovered run is not bitwise the clean one")
     for f in failures:
         print("FAIL:", f)
     if failures:

@@ -215,6 +215,8 @@ class DistributedOptimizer:
                 auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
                 checkpoint_initial=self.recovery, precision=precision,
                 topk_ratio=float(topk_ratio), **_observe(cfg, g.index))
+            if hybrid is not None and g is self._groups[0]:
+                hybrid.attach(g.worker)  # before the layout: a restarted process resumes here
             if strategy == "fsdp":
                 g.bind(plan)
             else:
@@ -225,7 +227,6 @@ class DistributedOptimizer:
             self._buffers.sync(self._groups[0].worker)
         self._sync_bns = bind_sync_batchnorm(model, self)
         if hybrid is not None:
-            hybrid.attach(self._groups[0].worker)
             model._tessel_optimizer = weakref.ref(self)  # a Pipeline of it accumulates with it
         session.adopt(self)
 

@@ -11,7 +11,12 @@ stage runs the same layers in the same order, so a per-process sequence
 number names the same collective on each (step, micro-batch and index fields
 of worker/hybrid.h's tag hold its 56 bits). recover() runs the session's
 recovery (every process, a new peer generation) and restarts the sequences,
-the same on every process. The partition's DistributedOptimizer attaches its
+the same on every process. A process tessel-launch --max_restarts started
+again ($TESSEL_RESTART_COUNT > 0) joins as a replacement: the survivors,
+recovering, welcome it, and its partition worker resumes from the checkpoint
+every partition agrees on (the session's resume, done when the worker is
+attached); start-up agreements the others made once (Pipeline's, the
+replicated parameters') are skipped (`replacement`). The partition's DistributedOptimizer attaches its
 worker (attach()), so a lost shard server also ends mesh waits.
 
 Threads: the training thread's (autograd runs the layers' backward there on a
@@ -22,6 +27,7 @@ Example:
     h.tp, h.t, h.tensor_group                                     # 2, 0 or 1, [r0, r1]
     h.mesh.all_reduce_sum(h.tensor_group, h.tensor_tag("forward_sum"), a, "fc2's sum")
 """
+import os
 import weakref
 
 import numpy as np
@@ -48,10 +54,17 @@ class HybridMesh:
                 f"tensor_parallel or pipeline_parallel")
         self.tp, self.pp, self.dp = tensor_parallel, pipeline_parallel, world // per
         self.job = cfg["job"]
+        # A process tessel-launch --max_restarts started again: a replacement the
+        # running job welcomes, or one of a whole job restarting.
+        restarted = int(os.environ.get("TESSEL_RESTART_COUNT", "0") or 0) > 0
         self.mesh = tessel.Mesh(
             cfg["registry"], cfg["job"], cfg["rank"], world, dp=self.dp, tp=self.tp,
             pp=self.pp, fingerprint="tessel.torch", ucx_tls=cfg["ucx_tls"], token=cfg["token"],
-            connect_timeout_s=cfg["connect_timeout_s"], step_timeout_s=cfg["step_timeout_s"])
+            connect_timeout_s=cfg["connect_timeout_s"], step_timeout_s=cfg["step_timeout_s"],
+            resume=restarted)
+        # Welcomed into a running job: the others did the start-up agreements (a
+        # Pipeline's, the replicated parameters') long ago; this process skips them.
+        self.replacement = self.mesh.replacement
         self.rank = cfg["rank"]
         self.d, self.p, self.t = self.mesh.coords
         self.tensor_group = list(self.mesh.tensor_group)
@@ -88,7 +101,7 @@ class HybridMesh:
         splits tensor rank 0's (one broadcast over the tensor group), so replicated
         parameters (a row-parallel bias, layer norms) start identical; their gradients
         are then identical too, and so are their updates."""
-        if self.tp == 1:
+        if self.tp == 1 or self.replacement:  # a replacement's come from the checkpoint
             return
         from tessel.torch.parallel.layers import split_parameters
         split = {id(p) for p, _, _ in split_parameters(model).values()}
@@ -107,6 +120,8 @@ class HybridMesh:
                 at += p.numel()
 
     def attach(self, worker):
+        """The partition's worker (None: detach). A restarted process resumes through
+        it: attach before the worker's layout is registered."""
         self.mesh.attach(worker)
 
     def recover(self, why):

@@ -116,7 +116,7 @@ class Pipeline:
         h = self.h
         mine = struct.pack("<i", self.micro_batches)
         tag = h.config_tag()
-        if h.pp == 1:
+        if h.pp == 1 or h.replacement:  # the running job agreed at its start
             return
         theirs = [struct.unpack("<i", b)[0] for b in
                   h.mesh.all_gather(h.pipeline_group, tag, mine, "the pipeline's micro_batches")]
