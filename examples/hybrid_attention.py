@@ -62,9 +62,9 @@ class Block(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
-def make_model(seed=0):
+def make_model(seed=0, embed=EMBED, heads=HEADS, hidden=HIDDEN):
     torch.manual_seed(seed)
-    return nn.Sequential(Block(), Block())
+    return nn.Sequential(Block(embed, heads, hidden), Block(embed, heads, hidden))
 
 
 def parallelize(block):
@@ -79,11 +79,11 @@ def parallelize(block):
     return block
 
 
-def batch(step, rows=BATCH):
-    """The global batch of step `step`: inputs [rows, SEQ, EMBED] and targets alike."""
+def batch(step, rows=BATCH, seq=SEQ, embed=EMBED):
+    """The global batch of step `step`: inputs [rows, seq, embed] and targets alike."""
     g = torch.Generator().manual_seed(1000 + step)
-    x = torch.randn(rows, SEQ, EMBED, generator=g)
-    y = torch.tanh(x.flip(1)) + 0.1 * torch.randn(rows, SEQ, EMBED, generator=g)
+    x = torch.randn(rows, seq, embed, generator=g)
+    y = torch.tanh(x.flip(1)) + 0.1 * torch.randn(rows, seq, embed, generator=g)
     return x, y
 
 
@@ -120,6 +120,14 @@ def main():
     ap.add_argument("--micro_batches", type=int, default=2, help="per replica's batch (--pp=2)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rows", type=int, default=BATCH, help="rows of a global batch")
+    ap.add_argument("--embed", type=int, default=EMBED, help="model width")
+    ap.add_argument("--heads", type=int, default=HEADS, help="attention heads")
+    ap.add_argument("--hidden", type=int, default=HIDDEN, help="MLP width")
+    ap.add_argument("--seq", type=int, default=SEQ, help="sequence length")
+    ap.add_argument("--warmup", type=int, default=0, help="steps left out of the timing")
+    ap.add_argument("--plain", action="store_true",
+                    help="no tensor or pipeline parallelism: tessel.torch's data parallelism "
+                         "alone (the benchmark's baseline); --tp and --pp must be 1")
     ap.add_argument("--optimizer", default="sgd")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--strategy", default="zero2", help="zero1 or zero2")
@@ -134,14 +142,20 @@ def main():
     import tessel.torch as tt
     from tessel.torch import parallel as tp
     torch.set_num_threads(1)
-    tt.init(tensor_parallel=args.tp, pipeline_parallel=args.pp)
     if args.pp not in (1, 2):
         raise SystemExit("--pp: 1 or 2 (the model has two blocks)")
-    model = make_model()
-    for block in model:
-        parallelize(block)
+    if args.plain and (args.tp, args.pp) != (1, 1):
+        raise SystemExit("--plain takes --tp=1 --pp=1")
+    if args.plain:
+        tt.init()
+    else:
+        tt.init(tensor_parallel=args.tp, pipeline_parallel=args.pp)
+    model = make_model(0, args.embed, args.heads, args.hidden)
+    if not args.plain:
+        for block in model:
+            parallelize(block)
     stage = model if args.pp == 1 else model[tp.pipeline_stage()]
-    dp, d = tp.data_parallel_size(), tp.data_rank()
+    dp, d = (tt.size(), tt.rank()) if args.plain else (tp.data_parallel_size(), tp.data_rank())
     per = args.rows // dp
     recovery = args.checkpoint_every_steps > 0
     # With recovery a Pipeline runs the step (also with one stage): it turns a lost
@@ -156,7 +170,9 @@ def main():
     start = time.monotonic()
     while opt.step_count < args.steps:  # goes back on a rollback
         step, recoveries = opt.step_count, opt.recoveries
-        x, y = batch(step, args.rows)
+        if step == args.warmup:
+            start = time.monotonic()
+        x, y = batch(step, args.rows, args.seq, args.embed)
         x, y = x[d * per:(d + 1) * per], y[d * per:(d + 1) * per]
         opt.zero_grad()
         if pipe is not None:
@@ -171,14 +187,19 @@ def main():
                   flush=True)
         elif loss is not None and tt.rank() == 0 and (step % args.log_every == 0 or step == args.steps - 1):
             print(f"step {step}: loss {loss:.6f}", flush=True)
-    ms = (time.monotonic() - start) * 1000 / max(1, args.steps)
+    ms = (time.monotonic() - start) * 1000 / max(1, args.steps - args.warmup)
     if tt.rank() == 0:
         print(f"{dp} replicas x {args.pp} stages x {args.tp} tensor ranks: {ms:.2f} ms/step"
               f"{f', recoveries {opt.recoveries}' if recovery else ''}", flush=True)
-    dense = tp.dense_state_dict(stage)  # collective over the tensor ranks
-    if args.out and d == 0 and tp.tensor_rank() == 0:
-        os.makedirs(args.out, exist_ok=True)
-        torch.save(dense, os.path.join(args.out, f"stage{tp.pipeline_stage()}.pt"))
+    if args.plain:
+        if args.out and d == 0:
+            os.makedirs(args.out, exist_ok=True)
+            torch.save(stage.state_dict(), os.path.join(args.out, "stage0.pt"))
+    else:
+        dense = tp.dense_state_dict(stage)  # collective over the tensor ranks
+        if args.out and d == 0 and tp.tensor_rank() == 0:
+            os.makedirs(args.out, exist_ok=True)
+            torch.save(dense, os.path.join(args.out, f"stage{tp.pipeline_stage()}.pt"))
     tt.shutdown()
 
 
