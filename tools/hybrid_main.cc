@@ -445,7 +445,7 @@ int RunLocal() {
             "--checkpoint_every_steps/--checkpoint_initial/--resume are for worker mode: --local "
             "starts its shard servers without a checkpoint directory. Run the registry, "
             "tessel-server --checkpoint_dir=DIR and the processes yourself "
-            "(docs/hybrid.md, Recovery)"),
+            "(docs/hybrid_design.md, Recovery)"),
         2);
   }
   const std::string out_flag = absl::GetFlag(FLAGS_out);

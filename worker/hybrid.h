@@ -25,7 +25,7 @@
 // or stops heartbeating) ends its peers' waits within a few seconds, naming
 // it, through the mesh group's epoch (PeerGroup::SetHealthCheck). Tags, the 1F1B schedule and the
 // group helpers below are what a model's stage code (e.g. tools/internal/hybrid_mlp.h) builds on.
-// docs/hybrid.md describes the whole design.
+// docs/hybrid_design.md describes the whole design, docs/hybrid.md its use.
 //
 // Example:
 //   HybridOptions o;
