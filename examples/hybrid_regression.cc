@@ -43,6 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "core/cli.h"
+#include "examples/npy_out.h"
 #include "worker/hybrid.h"
 #include "worker/partition.h"
 #include "worker/pipeline_stage.h"
@@ -228,29 +229,6 @@ P Locate(const tessel::PartitionPlan& plan, int stage, T* base) {
   return P{at("hidden.weight"), at("hidden.bias"), at("out.weight"), at("out.bias")};
 }
 
-absl::Status WriteNpy(const std::string& path, absl::Span<const float> v) {
-  std::string header =
-      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (", v.size(), ",), }");
-  header.append(63 - (10 + header.size()) % 64, ' ').push_back('\n');  // 64-byte aligned
-  const char magic[] = {'\x93',
-                        'N',
-                        'U',
-                        'M',
-                        'P',
-                        'Y',
-                        1,
-                        0,
-                        static_cast<char>(header.size()),
-                        static_cast<char>(header.size() >> 8)};
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot write --out=", path));
-  bool ok = std::fwrite(magic, 1, sizeof(magic), f) == sizeof(magic) &&
-            std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
-            std::fwrite(v.data(), sizeof(float), v.size(), f) == v.size();
-  ok = std::fclose(f) == 0 && ok;
-  return ok ? absl::OkStatus() : absl::DataLossError(absl::StrCat("error writing --out=", path));
-}
-
 struct Run {
   Shape shape;
   tessel::HybridConfig config;
@@ -367,7 +345,7 @@ absl::Status RunWorker(const Run& run, const tessel::PartitionPlan& plan) {
     std::printf("final: %zu parameters from %d partition(s)\n", full->size(),
                 run.config.tp * run.config.pp);
     const std::string out = absl::GetFlag(FLAGS_out);
-    if (!out.empty()) status = WriteNpy(out, *full);
+    if (!out.empty()) status = examples::WriteNpy(out, *full);
     if (!status.ok()) return status;
   }
   return hs.Finish();
@@ -443,7 +421,7 @@ absl::Status RunReference(const Run& run, const tessel::OptimizerParams& opt) {
   if (!full.ok()) return full.status();
   std::printf("final: %zu parameters (reference, tp=%d)\n", full->size(), tp);
   const std::string out = absl::GetFlag(FLAGS_out);
-  return out.empty() ? absl::OkStatus() : WriteNpy(out, *full);
+  return out.empty() ? absl::OkStatus() : examples::WriteNpy(out, *full);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/cli.h"
+#include "examples/npy_out.h"
 #include "worker/train_flags.h"  // --steps and --micro_batches
 #include "worker/worker.h"
 #include "worker/worker_flags.h"
@@ -149,30 +150,6 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-// A 1-D float32 .npy file (numpy.load reads it).
-absl::Status WriteNpy(const std::string& path, absl::Span<const float> v) {
-  std::string header =
-      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (", v.size(), ",), }");
-  header.append(63 - (10 + header.size()) % 64, ' ').push_back('\n');  // 64-byte aligned
-  const char magic[] = {'\x93',
-                        'N',
-                        'U',
-                        'M',
-                        'P',
-                        'Y',
-                        1,
-                        0,
-                        static_cast<char>(header.size()),
-                        static_cast<char>(header.size() >> 8)};
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot write --out=", path));
-  bool ok = std::fwrite(magic, 1, sizeof(magic), f) == sizeof(magic) &&
-            std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
-            std::fwrite(v.data(), sizeof(float), v.size(), f) == v.size();
-  ok = std::fclose(f) == 0 && ok;
-  return ok ? absl::OkStatus() : absl::DataLossError(absl::StrCat("error writing --out=", path));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -271,7 +248,7 @@ int main(int argc, char** argv) {
     report("final: step", worker.step(), worker.params().data());
     const std::string out = absl::GetFlag(FLAGS_out);
     if (!out.empty()) {
-      if (absl::Status s = WriteNpy(out, worker.params()); !s.ok()) return Fail(s);
+      if (absl::Status s = examples::WriteNpy(out, worker.params()); !s.ok()) return Fail(s);
       std::printf("wrote %zu parameters to %s\n", worker.params().size(), out.c_str());
     }
   }

@@ -33,12 +33,12 @@
 #include "gtest/gtest.h"
 #include "model/split_mlp.h"
 #include "rpc/registry_client.h"
+#include "testing/inproc_mesh.h"
 #include "testing/local_cluster.h"
 #include "testing/process.h"
 #include "tools/internal/hybrid_launch.h"
 #include "tools/internal/hybrid_mlp.h"
 #include "tools/internal/mlp_job.h"
-#include "transport/inproc/inproc_transport.h"
 #include "worker/peer_group.h"
 
 namespace tessel {
@@ -62,23 +62,6 @@ std::string Name(const HybridConfig& c) {
 
 // All ranks of `config` as threads, each with a PeerGroup over the
 // in-process transport.
-std::vector<std::unique_ptr<PeerGroup>> InProcMesh(const HybridConfig& config,
-                                                   absl::Duration timeout) {
-  auto fabric = std::make_shared<InProcFabric>();
-  std::vector<std::unique_ptr<PeerGroup>> peers;
-  std::vector<std::string> addresses;
-  for (int r = 0; r < config.world(); ++r) {
-    PeerGroupOptions o;
-    o.name = "inproc.mesh";
-    o.timeout = timeout;
-    o.describe = [config](int rank) { return DescribeRank(config, rank); };
-    peers.push_back(
-        std::make_unique<PeerGroup>(InProcTransport::Create(fabric), r, config.world(), o));
-    addresses.push_back(peers.back()->address());
-  }
-  for (auto& p : peers) EXPECT_TRUE(p->Connect(addresses).ok());
-  return peers;
-}
 
 class HybridStageTest : public ::testing::TestWithParam<HybridConfig> {};
 

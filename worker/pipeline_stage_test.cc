@@ -11,29 +11,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "transport/inproc/inproc_transport.h"
+#include "testing/inproc_mesh.h"
 
 namespace tessel {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::vector<std::unique_ptr<PeerGroup>> Mesh(const HybridConfig& config, absl::Duration timeout) {
-  auto fabric = std::make_shared<InProcFabric>();
-  std::vector<std::unique_ptr<PeerGroup>> peers;
-  std::vector<std::string> addresses;
-  for (int r = 0; r < config.world(); ++r) {
-    PeerGroupOptions o;
-    o.name = "test.mesh";
-    o.timeout = timeout;
-    o.describe = [config](int rank) { return DescribeRank(config, rank); };
-    peers.push_back(
-        std::make_unique<PeerGroup>(InProcTransport::Create(fabric), r, config.world(), o));
-    addresses.push_back(peers.back()->address());
-  }
-  for (auto& p : peers) EXPECT_TRUE(p->Connect(addresses).ok());
-  return peers;
-}
 
 // Stage p multiplies by (p + 2), summed over its tp ranks with weights
 // (t + 1) / (1 + ... + tp) = 1 when tp = 1; the loss is 0.5 * |out|^2, so
@@ -46,7 +29,7 @@ struct ScalingRun {
 };
 
 ScalingRun RunScaling(const HybridConfig& c) {
-  auto peers = Mesh(c, absl::Seconds(30));
+  auto peers = InProcMesh(c, absl::Seconds(30));
   ScalingRun run;
   run.status.resize(c.world());
   run.backward_order.resize(c.world());
@@ -114,7 +97,7 @@ TEST(PipelineStageTest, TensorSumsGiveEveryMemberTheSameBits) {
 
 TEST(PipelineStageTest, AWrongSizeIsRefusedNamingIt) {
   const HybridConfig c{1, 1, 2, 1};
-  auto peers = Mesh(c, absl::Milliseconds(300));
+  auto peers = InProcMesh(c, absl::Milliseconds(300));
   PipelineStage stage(peers[0].get(), c, 0);
   StageFunctions f;
   f.output_size = 3;
@@ -132,7 +115,7 @@ TEST(PipelineStageTest, AWrongSizeIsRefusedNamingIt) {
 
 TEST(PipelineStageTest, AMissingPeerFailsTheWaitNamingStepMicroBatchAndPeer) {
   const HybridConfig c{1, 1, 2, 2};
-  auto peers = Mesh(c, absl::Milliseconds(300));
+  auto peers = InProcMesh(c, absl::Milliseconds(300));
   PipelineStage stage(peers[0].get(), c, 0);  // stage 1 never runs
   StageFunctions f;
   f.forward = [](int, std::vector<float>) -> absl::StatusOr<std::vector<float>> {
