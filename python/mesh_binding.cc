@@ -35,6 +35,10 @@ namespace pybind {
 namespace {
 
 struct PyMesh {
+  // The tessel.Worker attached (s holds a pointer to its Worker): kept alive
+  // while attached, so dropping the last other reference cannot free it.
+  // Declared first: s goes first.
+  py::object attached = py::none();
   std::unique_ptr<HybridSession> s;
   HybridSession& get() {
     if (s == nullptr) throw py::value_error("the mesh was closed");
@@ -245,9 +249,21 @@ void BindMesh(py::module_& m) {
           "Waits for the message (peer, tag); `what` names it in a timeout's error.")
       .def(
           "all_reduce_sum",
-          [](PyMesh& self, const std::vector<int>& members, uint64_t tag,
-             py::array_t<float, py::array::c_style> data, const std::string& what) {
+          [](PyMesh& self, const std::vector<int>& members, uint64_t tag, py::object arg,
+             const std::string& what) {
             std::vector<int> ranks = Members(self.get(), members);
+            // No conversion: a converted copy would be summed and dropped, the
+            // caller's array left as it was.
+            if (!py::isinstance<py::array_t<float, py::array::c_style>>(arg)) {
+              throw py::type_error(absl::StrCat(
+                  "all_reduce_sum: data must be a C-contiguous float32 NumPy array (it is "
+                  "summed in place); got ",
+                  std::string(py::str(py::type::handle_of(arg).attr("__name__"))),
+                  py::isinstance<py::array>(arg)
+                      ? absl::StrCat(" of ", std::string(py::str(arg.attr("dtype"))))
+                      : ""));
+            }
+            auto data = py::reinterpret_borrow<py::array_t<float, py::array::c_style>>(arg);
             if (!data.writeable()) throw py::value_error("all_reduce_sum: the array is read-only");
             absl::Span<float> span(data.mutable_data(), static_cast<size_t>(data.size()));
             Check(
@@ -255,8 +271,9 @@ void BindMesh(py::module_& m) {
           },
           py::arg("members"), py::arg("tag"), py::arg("data"), py::arg("what"),
           "In place: data <- the sum over `members` (ascending global ranks) of their data, "
-          "left to right in member order (every member gets the same bits). float32, "
-          "C-contiguous; every member gives the same size.")
+          "left to right in member order (every member gets the same bits). A writeable, "
+          "C-contiguous float32 NumPy array (anything else: TypeError, nothing sent); every "
+          "member gives the same size.")
       .def(
           "all_gather",
           [](PyMesh& self, const std::vector<int>& members, uint64_t tag, const py::buffer& mine,
@@ -293,8 +310,10 @@ void BindMesh(py::module_& m) {
       .def(
           "attach",
           [](PyMesh& self, py::object worker) {
+            HybridSession& s = self.get();
             Worker* w = worker.is_none() ? nullptr : &worker.cast<PyWorker&>().get();
-            Check(Unlocked([&] { return self.get().AttachWorker(w); }));
+            self.attached = worker;  // first: s points at it even if attaching fails
+            Check(Unlocked([&] { return s.AttachWorker(w); }));
           },
           py::arg("worker"),
           "This process's partition Worker (job partition_job_name(job, p, t), rank d of dp), "
@@ -320,8 +339,11 @@ void BindMesh(py::module_& m) {
       .def(
           "close",
           [](PyMesh& self) {
-            py::gil_scoped_release release;
-            self.s.reset();
+            {
+              py::gil_scoped_release release;
+              self.s.reset();
+            }
+            self.attached = py::none();
           },
           "Leaves the mesh.");
 }

@@ -9,7 +9,9 @@ keeps the registered values, hands out one gradient buffer per unit until
 that unit is pushed, and records every call in `calls`. ThreadWorld runs W
 ranks as threads whose RankWorkers' all_reduce_mean and broadcast meet as the
 servers' rank-order mean would (SyncBatchNorm and BufferSync without a
-cluster).
+cluster). MeshWorld runs a hybrid job's dp x tp x pp ranks as threads over an
+in-memory mailbox with tessel.Mesh's interface (tags, sends and receives,
+the collectives), for tessel.torch.parallel without a cluster.
 
 Example:
     w = FakeWorker(units=[0, 2])
@@ -197,3 +199,197 @@ class RankWorker:
         self.w._mean(self.rank, words)
         back = np.rint(words.astype(np.float64) * self.world_size).astype(np.uint16)
         raw[:] = back.view(np.uint8)[:raw.size]
+
+
+class MeshWorld:
+    """dp x tp x pp ranks of a hybrid job (worker/hybrid.h's numbering: t = r % tp,
+    p = (r / tp) % pp, d = r / (tp * pp)) as threads, each with a FakeMesh that
+    implements what tessel.torch.parallel calls of tessel.Mesh. Messages go
+    through one mailbox keyed (sender, receiver, tag), as the real mesh's are:
+    the collectives are built from them (all_reduce_sum sums in member order in
+    float32, in place; every member gets the same bits), so a tag that two ranks
+    compute differently waits (TimeoutError naming it after `timeout` seconds)
+    and a tag sent twice while the first is still in flight raises
+    AssertionError ("tag collision"). A mailbox rather than ThreadWorld's barrier:
+    pipeline messages are point to point and out of step. run(fn) runs
+    fn(mesh) on every rank and returns the results in rank order; the first
+    failure ends every other rank's wait and is re-raised.
+
+    Example:
+        w = MeshWorld(tp=2)
+        sums = w.run(lambda m: m.all_reduce_sum(m.tensor_group, m.tag(3, 0, 0, 0),
+                                                np.ones(2, np.float32), "x"))
+    """
+
+    def __init__(self, tp=1, pp=1, dp=1, timeout=20.0):
+        import threading
+        self.tp, self.pp, self.dp = tp, pp, dp
+        self.world = tp * pp * dp
+        self.timeout = timeout
+        self.cond = threading.Condition()
+        self.inbox = {}  # (sender, receiver, tag) -> bytes, in flight
+        self.failed = None  # the first rank's failure, which ends every wait
+
+    def coords(self, r):
+        return r // (self.tp * self.pp), (r // self.tp) % self.pp, r % self.tp
+
+    def rank_of(self, d, p, t):
+        return (d * self.pp + p) * self.tp + t
+
+    def post(self, src, dst, tag, data):
+        with self.cond:
+            if (src, dst, tag) in self.inbox:
+                raise AssertionError(f"tag collision: rank {src} sent tag {tag:#x} to rank "
+                                     f"{dst} while the last one is still in flight")
+            self.inbox[(src, dst, tag)] = data
+            self.cond.notify_all()
+
+    def take(self, src, dst, tag, what):
+        import time
+        deadline = time.monotonic() + self.timeout
+        with self.cond:
+            while (src, dst, tag) not in self.inbox:
+                if self.failed is not None:
+                    raise RuntimeError(f"rank {dst} gave up waiting: {self.failed!r}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"rank {dst} waited {self.timeout} s for {what} from "
+                                       f"rank {src} (tag {tag:#x})")
+                self.cond.wait(left)
+            return self.inbox.pop((src, dst, tag))
+
+    def in_flight(self):
+        with self.cond:
+            return sorted(self.inbox)
+
+    def run(self, fn):
+        import threading
+        results, errors = [None] * self.world, []
+
+        def body(r):
+            try:
+                results[r] = fn(FakeMesh(self, r))
+            except BaseException as e:  # noqa: B902 (re-raised below)
+                with self.cond:
+                    errors.append(e)
+                    if self.failed is None:
+                        self.failed = e
+                    self.cond.notify_all()
+
+        threads = [threading.Thread(target=body, args=(r,)) for r in range(self.world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.failed = None
+        if errors:
+            raise errors[0]
+        return results
+
+
+def _payload(data):
+    if isinstance(data, bytes):
+        return data
+    view = memoryview(data)
+    if not view.contiguous:
+        raise ValueError("the buffer must be contiguous")
+    return view.tobytes()
+
+
+class FakeMesh:
+    """One rank of a MeshWorld: tessel.Mesh's attributes and calls (see MeshWorld)."""
+
+    def __init__(self, world, rank):
+        self.w, self.rank = world, rank
+        self.world_size, self.dp, self.tp, self.pp = world.world, world.dp, world.tp, world.pp
+        self.coords = world.coords(rank)
+        d, p, t = self.coords
+        self.tensor_group = [world.rank_of(d, p, x) for x in range(world.tp)]
+        self.data_group = [world.rank_of(x, p, t) for x in range(world.dp)]
+        self.pipeline_group = [world.rank_of(d, x, t) for x in range(world.pp)]
+        self.next_rank = world.rank_of(d, p + 1, t) if p + 1 < world.pp else -1
+        self.prev_rank = world.rank_of(d, p - 1, t) if p > 0 else -1
+        self.replacement = False
+        self.generation = 0
+        self.attached = None  # attach()'s worker
+        self.calls = []  # ("attach", worker), ("recover", why), ("finish",), ("close",)
+
+    def describe(self, rank):
+        d, p, t = self.w.coords(rank)
+        return f"rank {rank} (d{d} p{p} t{t})"
+
+    def tag(self, kind, step, micro_batch, index):
+        if not (1 <= kind <= 255 and 0 <= step < 1 << 32 and 0 <= micro_batch <= 4095
+                and 0 <= index <= 4095):
+            raise ValueError(f"mesh tag out of range: kind {kind}, step {step}, micro-batch "
+                             f"{micro_batch}, index {index}")
+        return (kind << 56) | (step << 24) | (micro_batch << 12) | index
+
+    def _members(self, members):
+        members = list(members)
+        if members != sorted(set(members)) or self.rank not in members:
+            raise ValueError(f"bad members {members} for rank {self.rank}")
+        return members
+
+    def _peer(self, peer):
+        if not 0 <= peer < self.world_size or peer == self.rank:
+            raise ValueError(f"peer {peer}: not another rank of [0, {self.world_size})")
+
+    def send(self, peer, tag, data):
+        self._peer(peer)
+        self.w.post(self.rank, peer, tag, _payload(data))
+
+    def recv(self, peer, tag, what):
+        self._peer(peer)
+        return self.w.take(peer, self.rank, tag, what)
+
+    def all_gather(self, members, tag, data, what):
+        members = self._members(members)
+        mine = _payload(data)
+        for m in members:
+            if m != self.rank:
+                self.w.post(self.rank, m, tag, mine)
+        return [mine if m == self.rank else self.w.take(m, self.rank, tag, what)
+                for m in members]
+
+    def all_reduce_sum(self, members, tag, data, what):
+        if not (isinstance(data, np.ndarray) and data.dtype == np.float32
+                and data.flags.c_contiguous):
+            raise TypeError("all_reduce_sum: a C-contiguous float32 NumPy array (summed in "
+                            "place)")
+        if not data.flags.writeable:
+            raise ValueError("all_reduce_sum: the array is read-only")
+        parts = self.all_gather(members, tag, data, what)
+        if any(len(b) != data.nbytes for b in parts):
+            raise ValueError(f"all_reduce_sum {what}: members gave different sizes")
+        total = np.frombuffer(parts[0], dtype=np.float32).copy()
+        for b in parts[1:]:
+            total += np.frombuffer(b, dtype=np.float32)
+        data.reshape(-1)[...] = total
+
+    def broadcast(self, members, root, tag, data, what):
+        members = self._members(members)
+        if self.rank == root:
+            mine = _payload(data)
+            for m in members:
+                if m != root:
+                    self.w.post(root, m, tag, mine)
+            return mine
+        return self.w.take(root, self.rank, tag, what)
+
+    def barrier(self, members, tag, what):
+        self.all_gather(members, tag, b"", what)
+
+    def attach(self, worker):
+        self.calls.append(("attach", worker))
+        self.attached = worker
+
+    def recover(self, why):
+        self.calls.append(("recover", why))
+        self.generation += 1
+
+    def finish(self):
+        self.calls.append(("finish",))
+
+    def close(self):
+        self.calls.append(("close",))

@@ -6,6 +6,7 @@ Each check raises AssertionError at once if it fails; rank 0 prints how many pas
 import struct
 import sys
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -42,6 +43,15 @@ def main():
     check((tp.data_rank(), p, t) == (tt.rank() // 4, (tt.rank() // 2) % 2, tt.rank() % 2),
           "ranks as worker/hybrid.h numbers them")
     check(tp.data_parallel_size() == 1 and tp.tensor_parallel_size() == 2, "sizes")
+
+    # The mesh's all_reduce_sum sums in place: an array it would have to convert (and
+    # then sum a copy of) is refused, and nothing is sent.
+    for bad in (np.ones(3), np.ones((3, 2), np.float32)[:, 0], [1.0, 2.0]):
+        raises(TypeError, lambda: h.mesh.all_reduce_sum(
+            h.tensor_group, h.tensor_tag("forward_sum"), bad, "a bad array"), "float32")
+    a = np.full(3, t + 1.0, np.float32)
+    h.mesh.all_reduce_sum(h.tensor_group, h.tensor_tag("forward_sum"), a, "the good one")
+    check(a.tolist() == [3.0, 3.0, 3.0], f"all_reduce_sum in place: {a}")
 
     # Sizes the tensor ranks do not divide.
     raises(ValueError, lambda: tp.ColumnParallelLinear(4, 3), "out_features 3",

@@ -204,6 +204,22 @@ class DistributedOptimizer:
         if hybrid is not None:
             hybrid.replicate(model, [p for g in self._groups for p in g.params])
         self._abandoned = False  # a Pipeline step lost to a recovery
+        try:
+            self._connect(cfg, model, plans, rank, world, base_job, bucket_bytes,
+                          checkpoint_every_steps, topk_ratio, broadcast_buffers)
+        except BaseException:
+            if hybrid is not None:  # the mesh must not keep a pointer to a worker going away
+                hybrid.detach(self._groups[0].worker)
+            raise
+        if hybrid is not None:
+            model._tessel_optimizer = weakref.ref(self)  # a Pipeline of it accumulates with it
+        session.adopt(self)
+
+    def _connect(self, cfg, model, plans, rank, world, base_job, bucket_bytes,
+                 checkpoint_every_steps, topk_ratio, broadcast_buffers):
+        """The constructor's second half: each group's worker (the first attached to a
+        hybrid job's mesh), bound, and the buffers and SyncBatchNorms."""
+        strategy, hybrid = self.strategy, self._hybrid
         for g, plan in zip(self._groups, plans):
             g.worker = tessel.Worker(
                 cfg["registry"], tessel.group_job_name(base_job, g.index),
@@ -213,7 +229,7 @@ class DistributedOptimizer:
                 step_timeout_s=cfg["step_timeout_s"], token=cfg["token"],
                 units=[first for first, _ in plan], recovery=self.recovery,
                 auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
-                checkpoint_initial=self.recovery, precision=precision,
+                checkpoint_initial=self.recovery, precision=self.precision,
                 topk_ratio=float(topk_ratio), **_observe(cfg, g.index))
             if hybrid is not None and g is self._groups[0]:
                 hybrid.attach(g.worker)  # before the layout: a restarted process resumes here
@@ -226,9 +242,6 @@ class DistributedOptimizer:
         if not self.recovery:
             self._buffers.sync(self._groups[0].worker)
         self._sync_bns = bind_sync_batchnorm(model, self)
-        if hybrid is not None:
-            model._tessel_optimizer = weakref.ref(self)  # a Pipeline of it accumulates with it
-        session.adopt(self)
 
     def _make_groups(self, model):
         """A group object per non-empty parameter group, after checking every parameter."""
@@ -530,8 +543,8 @@ class DistributedOptimizer:
     def close(self):
         """Leaves the jobs. The parameters move into memory of their own first
         (they lived in the workers' buffers), so the model stays usable."""
-        if self._hybrid is not None:
-            self._hybrid.attach(None)
+        if self._hybrid is not None:  # a later optimizer's worker stays attached
+            self._hybrid.detach(self._groups[0].worker)
             self._hybrid = None
         unbind_sync_batchnorm(self._sync_bns)
         for g in self._groups:

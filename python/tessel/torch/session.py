@@ -37,7 +37,7 @@ class Session:
     def init(self, registry=None, job=None, rank=None, world_size=None, num_servers=None,
              ucx_tls=None, token=None, connect_timeout_s=60.0, step_timeout_s=120.0,
              metrics_address=None, timeline=None, tensor_parallel=None,
-             pipeline_parallel=None):
+             pipeline_parallel=None, mesh=None):
         """Where this process takes part: arguments, else the environment tessel-launch
         sets. Returns a copy of the configuration.
 
@@ -54,7 +54,10 @@ class Session:
         one; ranks on one host need port 0 or ports of their own). timeline
         ($TESSEL_TIMELINE; '' = off): a Chrome-trace path per rank, '{rank}' replaced by
         the rank (required when world_size > 1, so ranks on one host do not share a
-        file); parameter group g > 0 writes PATH.g<g>."""
+        file); parameter group g > 0 writes PATH.g<g>.
+
+        mesh (a hybrid job only; tests): an object with tessel.Mesh's interface used
+        instead of joining the job's mesh, e.g. tests/fakes.py's in-process MeshWorld."""
 
         def pick(value, env, kind, default=None):
             if value is not None:
@@ -96,10 +99,14 @@ class Session:
         if self._hybrid is not None:
             raise RuntimeError("tessel.torch.init: this session already joined a hybrid job's "
                                "mesh; call shutdown() first")
+        if mesh is not None and tensor_parallel is None and pipeline_parallel is None:
+            raise ValueError("tessel.torch.init: mesh= is for a hybrid job: give "
+                             "tensor_parallel or pipeline_parallel too")
         if tensor_parallel is not None or pipeline_parallel is not None:
             from tessel.torch.parallel.mesh import HybridMesh  # imports torch's nn
             self._hybrid = HybridMesh(cfg, 1 if tensor_parallel is None else tensor_parallel,
-                                      1 if pipeline_parallel is None else pipeline_parallel)
+                                      1 if pipeline_parallel is None else pipeline_parallel,
+                                      mesh=mesh)
             cfg["tensor_parallel"], cfg["pipeline_parallel"] = self._hybrid.tp, self._hybrid.pp
         self._config = cfg
         return dict(cfg)

@@ -20,7 +20,12 @@ it gets the same gradient on every rank, so it stays identical).
 
 Sizes not divisible by T raise ValueError naming them; a layer made outside a
 tensor-parallel job (tessel.torch.init without tensor_parallel or
-pipeline_parallel) raises RuntimeError. from_dense(module) builds a layer from
+pipeline_parallel) raises RuntimeError. A layer made directly draws the whole
+dense layer's initialisation (nn.Linear's, nn.Embedding's: the same draws, so
+it is from_dense of the dense layer made from the same RNG state; the whole
+layer's memory once, on the CPU) and keeps its slice: with the same seed on
+every rank the slices form one dense layer (equal slices would be a symmetry
+between the ranks' units that training never breaks). from_dense(module) builds a layer from
 a dense torch layer (this rank's slice of its values: start from the dense
 twin's or a pretrained file's weights); to_dense() is collective over the
 tensor group and returns the full dense torch layer (equal, bit for bit, to
@@ -59,13 +64,16 @@ def _split(n, tp, what, name):
     return n // tp
 
 
-def _linear_init(weight, bias, fan_in):
-    """nn.Linear's initialisation of a slice: the bound of the whole layer's fan-in."""
-    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-    with torch.no_grad():
-        weight.uniform_(-bound, bound)  # = kaiming_uniform_(a=sqrt(5)) for this fan-in
-        if bias is not None:
-            bias.uniform_(-bound, bound)
+def _dense_linear_init(in_features, out_features, bias):
+    """The whole layer's nn.Linear initialisation: its draws from the RNG, in its
+    order (nn.Linear.reset_parameters), so a layer keeps its slice of the same
+    dense layer on every rank that has the same RNG state."""
+    weight = torch.empty(out_features, in_features)
+    nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+    if not bias:
+        return weight, None
+    bound = 1 / math.sqrt(in_features) if in_features > 0 else 0
+    return weight, torch.empty(out_features).uniform_(-bound, bound)
 
 
 def _check_dense(module, kind, what):
@@ -91,12 +99,12 @@ class ColumnParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.gather_output = bool(gather_output)
         local = _split(out_features, h.tp, what, "out_features")
-        self.weight = nn.Parameter(torch.empty(local, in_features))
+        weight, full_bias = _dense_linear_init(in_features, out_features, bias)
+        self.weight = nn.Parameter(weight[h.t * local:(h.t + 1) * local].clone())
         if bias:
-            self.bias = nn.Parameter(torch.empty(local))
+            self.bias = nn.Parameter(full_bias[h.t * local:(h.t + 1) * local].clone())
         else:
             self.register_parameter("bias", None)
-        _linear_init(self.weight, self.bias, in_features)
 
     @property
     def _what(self):
@@ -149,12 +157,12 @@ class RowParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.input_is_parallel = bool(input_is_parallel)
         local = _split(in_features, h.tp, what, "in_features")
-        self.weight = nn.Parameter(torch.empty(out_features, local))
+        weight, full_bias = _dense_linear_init(in_features, out_features, bias)
+        self.weight = nn.Parameter(weight[:, h.t * local:(h.t + 1) * local].clone())
         if bias:
-            self.bias = nn.Parameter(torch.empty(out_features))  # replicated
+            self.bias = nn.Parameter(full_bias)  # replicated
         else:
             self.register_parameter("bias", None)
-        _linear_init(self.weight, self.bias, in_features)
 
     @property
     def _what(self):
@@ -212,9 +220,8 @@ class VocabParallelEmbedding(nn.Module):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         local = _split(num_embeddings, h.tp, what, "num_embeddings")
         self.start, self.end = h.t * local, (h.t + 1) * local
-        self.weight = nn.Parameter(torch.empty(local, embedding_dim))
-        with torch.no_grad():
-            self.weight.normal_()  # nn.Embedding's
+        full = torch.empty(num_embeddings, embedding_dim).normal_()  # nn.Embedding's draws
+        self.weight = nn.Parameter(full[self.start:self.end].clone())
 
     @property
     def _what(self):

@@ -39,7 +39,10 @@ import tessel
 class HybridMesh:
     """See the module's docs."""
 
-    def __init__(self, cfg, tensor_parallel, pipeline_parallel):
+    def __init__(self, cfg, tensor_parallel, pipeline_parallel, mesh=None):
+        """mesh: an object with tessel.Mesh's interface to use instead of joining the
+        job's mesh (tests: an in-process fake, tests/fakes.py's MeshWorld); it must
+        have this rank and these sizes."""
         world = cfg["world_size"]
         for name, v in (("tensor_parallel", tensor_parallel),
                         ("pipeline_parallel", pipeline_parallel)):
@@ -57,7 +60,13 @@ class HybridMesh:
         # A process tessel-launch --max_restarts started again: a replacement the
         # running job welcomes, or one of a whole job restarting.
         restarted = int(os.environ.get("TESSEL_RESTART_COUNT", "0") or 0) > 0
-        self.mesh = tessel.Mesh(
+        if mesh is not None:
+            got = (mesh.rank, mesh.dp, mesh.tp, mesh.pp)
+            if got != (cfg["rank"], self.dp, self.tp, self.pp):
+                raise ValueError(f"HybridMesh: the mesh given is rank {got[0]} of dp x tp x pp = "
+                                 f"{got[1]} x {got[2]} x {got[3]}; this process is rank "
+                                 f"{cfg['rank']} of {self.dp} x {self.tp} x {self.pp}")
+        self.mesh = mesh if mesh is not None else tessel.Mesh(
             cfg["registry"], cfg["job"], cfg["rank"], world, dp=self.dp, tp=self.tp,
             pp=self.pp, fingerprint="tessel.torch", ucx_tls=cfg["ucx_tls"], token=cfg["token"],
             connect_timeout_s=cfg["connect_timeout_s"], step_timeout_s=cfg["step_timeout_s"],
@@ -73,6 +82,7 @@ class HybridMesh:
         self.next_rank, self.prev_rank = self.mesh.next_rank, self.mesh.prev_rank
         self._tensor_seq = 0
         self._config_seq = 0
+        self._attached = None  # the worker the mesh holds (attach())
         self.pipelines = weakref.WeakSet()  # their step numbers restart with a recovery
 
     def describe(self, rank=None):
@@ -121,8 +131,18 @@ class HybridMesh:
 
     def attach(self, worker):
         """The partition's worker (None: detach). A restarted process resumes through
-        it: attach before the worker's layout is registered."""
+        it: attach before the worker's layout is registered. The mesh keeps a pointer
+        to it: detach it before it is closed (detach())."""
+        self._attached = worker  # first: the mesh holds it even if attaching fails
         self.mesh.attach(worker)
+        if worker is None:
+            self._attached = None
+
+    def detach(self, worker):
+        """Detaches `worker` if it is the one attached: an optimizer closing (or
+        refused half made) leaves a later optimizer's worker attached."""
+        if worker is not None and self._attached is worker:
+            self.attach(None)
 
     def recover(self, why):
         """The session's recovery (worker/hybrid.h HybridSession::Recover), then every
@@ -136,5 +156,7 @@ class HybridMesh:
         self.mesh.finish()
 
     def close(self):
-        self.mesh.attach(None)
-        self.mesh.close()
+        try:
+            self.attach(None)
+        finally:
+            self.mesh.close()

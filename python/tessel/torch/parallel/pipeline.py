@@ -23,7 +23,10 @@ Activations may be any float dtype and shape (a header carries them); a stage
 whose forward or backward fails sends the error on to its neighbours, so the
 whole pipeline raises it (naming the stage) instead of waiting out the
 deadline. Messages carry (step, micro-batch, stage boundary) tags: sends
-never block, so the schedule cannot deadlock.
+never block, so the schedule cannot deadlock. A step that raised leaves its
+step number behind on every stage (what it left in flight is never taken for
+a later step's): zero the gradients and call step() again. A stage without
+parameters runs on the CPU.
 
 Threads: the training thread's.
 
@@ -146,7 +149,8 @@ class Pipeline:
     def step(self, inputs=None, targets=None):
         """One step's forwards and backwards over the micro-batches (see the module's
         docs); returns the replica's mean loss."""
-        device = next(self.module.parameters()).device
+        first_param = next(iter(self.module.parameters()), None)  # none: a stage of functions
+        device = first_param.device if first_param is not None else torch.device("cpu")
         xs = self._chunks(inputs, "inputs") if self.first else None
         ys = self._chunks(targets, "targets") if self.last else None
         held = {}  # micro-batch -> (input, output or loss)
@@ -165,24 +169,37 @@ class Pipeline:
                         self._backward(j, held.pop(j))
         except tessel.RecoverableError as e:  # a lost shard server or process
             if opt is None or not opt.recovery:
+                self._steps += 1  # (see below)
                 raise
-            opt.abandon_step(e)  # every process rolls back; this step applies nothing
+            opt.abandon_step(e)  # every process rolls back (step numbers restart at 0)
             return None
         except tessel.TesselError:
+            self._steps += 1
             raise  # the mesh's own failure (a deadline, a peer gone): every peer sees it
         except StageError as e:  # another stage's: on to the neighbour on the other side
-            self._fail_neighbours(_pack_error(str(e)))
+            self._fail_step(_pack_error(str(e)))
             raise
         except Exception as e:  # this stage's own compute: tell the others, then raise
             text = str(e)
             if not text.startswith("pipeline stage"):
                 text = f"pipeline stage {self.stage} ({self.h.describe()}) failed: {text}"
-            self._fail_neighbours(_pack_error(text))
+            self._fail_step(_pack_error(text))
             raise
-        loss = float(torch.stack(losses).mean()) if self.last else 0.0
-        loss = self._share_loss(loss)
-        self._steps += 1
+        try:
+            loss = float(torch.stack(losses).mean()) if self.last else 0.0
+            loss = self._share_loss(loss)
+        finally:
+            self._steps += 1
         return loss
+
+    def _fail_step(self, error):
+        """Tells the neighbours, then leaves the step's number behind: its messages
+        (the error sent on, activations no one took) may still be in flight, and the
+        next step must not meet them under the same tags."""
+        try:
+            self._fail_neighbours(error)
+        finally:
+            self._steps += 1
 
     def _forward(self, j, xs, ys, device, losses):
         h = self.h
@@ -223,7 +240,8 @@ class Pipeline:
                 raise ValueError(f"pipeline stage {self.stage}: the gradient of its output from "
                                  f"stage {self.stage + 1} is {_describe_shape(grad)}, the output "
                                  f"{_describe_shape(out)}")
-            torch.autograd.backward(out, grad)
+            if out.requires_grad:  # else nothing before it learns (a first stage of functions)
+                torch.autograd.backward(out, grad)
         if not self.first:
             g = x.grad if x.grad is not None else torch.zeros_like(x)  # input unused
             self._send(h.prev_rank, "activation_grad", j, self.stage - 1, _pack(g))
