@@ -183,6 +183,21 @@ class LayersTest(Base):
                         self.equal(mine[k], want, f"T={T} t={t} {k} of a layer made directly")
                     self.assertTrue(same_draws, "the layer draws what the dense layer draws")
 
+    def test_from_dense_draws_no_random_numbers(self):
+        lock = threading.Lock()
+
+        def fn(s, h):
+            dense = (nn.Linear(8, 12), nn.Linear(12, 8), nn.Embedding(12, 4))
+            with lock:  # the global RNG
+                torch.manual_seed(3)
+                tp.ColumnParallelLinear.from_dense(dense[0], session=s)
+                tp.RowParallelLinear.from_dense(dense[1], session=s)
+                tp.VocabParallelEmbedding.from_dense(dense[2], session=s)
+                after = torch.rand(1)
+                torch.manual_seed(3)
+                return torch.equal(after, torch.rand(1))
+        self.assertEqual(run(fn, 2), [True, True], "from_dense left the RNG where it was")
+
     def test_round_trips_bitwise(self):
         torch.manual_seed(4)
         dense = nn.Sequential(nn.Embedding(12, 8), nn.LayerNorm(8), nn.Linear(8, 12), nn.GELU(),

@@ -368,6 +368,8 @@ class DistributedOptimizer:
         # of its own, which the others' must match.
         if self.recoveries == recovered:
             self._buffers.sync(self._groups[0].worker)
+        if self._hybrid is not None:  # start-up is over: later agreements include everyone
+            self._hybrid.replacement = False
         if closure is not None:
             self.report_loss(loss)
         return loss

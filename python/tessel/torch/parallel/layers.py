@@ -85,30 +85,75 @@ def _check_dense(module, kind, what):
                         f"layers are float32")
 
 
-class ColumnParallelLinear(nn.Module):
+class _ParallelLinear(nn.Module):
+    """What both linear layers share: the weight split along SPLIT["weight"] (0: output
+    rows, column-parallel; 1: input columns, row-parallel), the bias split with it or
+    whole, initialisation, from_dense and to_dense."""
+
+    SPLIT = {}
+
+    def __init__(self, in_features, out_features, bias, session, init):
+        super().__init__()
+        self._session = session
+        self.in_features, self.out_features = in_features, out_features
+        h = hybrid_of(session, self._what)
+        dim = self.SPLIT["weight"]
+        local = _split(out_features if dim == 0 else in_features, h.tp, self._what,
+                       "out_features" if dim == 0 else "in_features")
+        if init:  # the whole dense layer's draws, then this rank's slice
+            weight, full_bias = _dense_linear_init(in_features, out_features, bias)
+            weight = weight.narrow(dim, h.t * local, local).clone()
+        else:  # from_dense fills them (no random numbers drawn)
+            weight = torch.empty((local, in_features) if dim == 0 else (out_features, local))
+            full_bias = torch.empty(out_features) if bias else None
+        self.weight = nn.Parameter(weight)
+        if not bias:
+            self.register_parameter("bias", None)
+        elif "bias" in self.SPLIT:
+            self.bias = nn.Parameter(full_bias.narrow(0, h.t * local, local).clone())
+        else:
+            self.bias = nn.Parameter(full_bias)  # replicated
+
+    @property
+    def _what(self):
+        return f"{type(self).__name__}({self.in_features}, {self.out_features})"
+
+    @classmethod
+    def _from_dense(cls, module, session, **options):
+        _check_dense(module, nn.Linear, cls.__name__)
+        layer = cls(module.in_features, module.out_features, module.bias is not None,
+                    session=session, _init=False, **options)
+        h = hybrid_of(session, layer._what)
+        with torch.no_grad():
+            layer.weight.copy_(comm.own_slice(h, module.weight.detach(), cls.SPLIT["weight"]))
+            if module.bias is not None:
+                bias = module.bias.detach()
+                layer.bias.copy_(comm.own_slice(h, bias, 0) if "bias" in cls.SPLIT else bias)
+        return layer
+
+    def to_dense(self):
+        """The dense nn.Linear (collective over the tensor group)."""
+        h = hybrid_of(self._session, self._what)
+        out = nn.Linear(self.in_features, self.out_features, self.bias is not None,
+                        device=self.weight.device)
+        with torch.no_grad():
+            out.weight.copy_(comm.all_gather(h, self.weight, self.SPLIT["weight"],
+                                             self._what + " weight"))
+            if self.bias is not None:
+                out.bias.copy_(comm.all_gather(h, self.bias, 0, self._what + " bias")
+                               if "bias" in self.SPLIT else self.bias)
+        return out
+
+
+class ColumnParallelLinear(_ParallelLinear):
     """y = x W^T + b with W's rows split over the tensor ranks (see the module's docs)."""
 
     SPLIT = {"weight": 0, "bias": 0}  # parameter -> the dimension split over tensor ranks
 
     def __init__(self, in_features, out_features, bias=True, gather_output=False, *,
-                 session=None):
-        super().__init__()
-        what = f"ColumnParallelLinear({in_features}, {out_features})"
-        self._session = session
-        h = hybrid_of(session, what)
-        self.in_features, self.out_features = in_features, out_features
+                 session=None, _init=True):
+        super().__init__(in_features, out_features, bias, session, _init)
         self.gather_output = bool(gather_output)
-        local = _split(out_features, h.tp, what, "out_features")
-        weight, full_bias = _dense_linear_init(in_features, out_features, bias)
-        self.weight = nn.Parameter(weight[h.t * local:(h.t + 1) * local].clone())
-        if bias:
-            self.bias = nn.Parameter(full_bias[h.t * local:(h.t + 1) * local].clone())
-        else:
-            self.register_parameter("bias", None)
-
-    @property
-    def _what(self):
-        return f"ColumnParallelLinear({self.in_features}, {self.out_features})"
 
     def forward(self, x):
         h = hybrid_of(self._session, self._what)
@@ -117,25 +162,8 @@ class ColumnParallelLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, module, gather_output=False, *, session=None):
-        _check_dense(module, nn.Linear, "ColumnParallelLinear")
-        layer = cls(module.in_features, module.out_features, module.bias is not None,
-                    gather_output, session=session)
-        h = hybrid_of(session, layer._what)
-        with torch.no_grad():
-            layer.weight.copy_(comm.own_slice(h, module.weight.detach(), 0))
-            if module.bias is not None:
-                layer.bias.copy_(comm.own_slice(h, module.bias.detach(), 0))
-        return layer
-
-    def to_dense(self):
-        h = hybrid_of(self._session, self._what)
-        out = nn.Linear(self.in_features, self.out_features, self.bias is not None,
-                        device=self.weight.device)
-        with torch.no_grad():
-            out.weight.copy_(comm.all_gather(h, self.weight, 0, self._what + " weight"))
-            if self.bias is not None:
-                out.bias.copy_(comm.all_gather(h, self.bias, 0, self._what + " bias"))
-        return out
+        """This rank's rows of a dense nn.Linear (no random numbers drawn)."""
+        return cls._from_dense(module, session, gather_output=gather_output)
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features} "
@@ -143,30 +171,15 @@ class ColumnParallelLinear(nn.Module):
                 f"gather_output={self.gather_output}")
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_ParallelLinear):
     """y = x W^T + b with W's columns split over the tensor ranks (see the module's docs)."""
 
     SPLIT = {"weight": 1}  # the bias is replicated
 
     def __init__(self, in_features, out_features, bias=True, input_is_parallel=True, *,
-                 session=None):
-        super().__init__()
-        what = f"RowParallelLinear({in_features}, {out_features})"
-        self._session = session
-        h = hybrid_of(session, what)
-        self.in_features, self.out_features = in_features, out_features
+                 session=None, _init=True):
+        super().__init__(in_features, out_features, bias, session, _init)
         self.input_is_parallel = bool(input_is_parallel)
-        local = _split(in_features, h.tp, what, "in_features")
-        weight, full_bias = _dense_linear_init(in_features, out_features, bias)
-        self.weight = nn.Parameter(weight[:, h.t * local:(h.t + 1) * local].clone())
-        if bias:
-            self.bias = nn.Parameter(full_bias)  # replicated
-        else:
-            self.register_parameter("bias", None)
-
-    @property
-    def _what(self):
-        return f"RowParallelLinear({self.in_features}, {self.out_features})"
 
     def forward(self, x):
         h = hybrid_of(self._session, self._what)
@@ -181,25 +194,8 @@ class RowParallelLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, module, input_is_parallel=True, *, session=None):
-        _check_dense(module, nn.Linear, "RowParallelLinear")
-        layer = cls(module.in_features, module.out_features, module.bias is not None,
-                    input_is_parallel, session=session)
-        h = hybrid_of(session, layer._what)
-        with torch.no_grad():
-            layer.weight.copy_(comm.own_slice(h, module.weight.detach(), 1))
-            if module.bias is not None:
-                layer.bias.copy_(module.bias.detach())
-        return layer
-
-    def to_dense(self):
-        h = hybrid_of(self._session, self._what)
-        out = nn.Linear(self.in_features, self.out_features, self.bias is not None,
-                        device=self.weight.device)
-        with torch.no_grad():
-            out.weight.copy_(comm.all_gather(h, self.weight, 1, self._what + " weight"))
-            if self.bias is not None:
-                out.bias.copy_(self.bias)
-        return out
+        """This rank's columns of a dense nn.Linear, its bias whole (no random numbers)."""
+        return cls._from_dense(module, session, input_is_parallel=input_is_parallel)
 
     def extra_repr(self):
         return (f"in_features={self.in_features} (this rank: {self.weight.shape[1]}), "
@@ -212,7 +208,7 @@ class VocabParallelEmbedding(nn.Module):
 
     SPLIT = {"weight": 0}
 
-    def __init__(self, num_embeddings, embedding_dim, *, session=None):
+    def __init__(self, num_embeddings, embedding_dim, *, session=None, _init=True):
         super().__init__()
         what = f"VocabParallelEmbedding({num_embeddings}, {embedding_dim})"
         self._session = session
@@ -220,8 +216,11 @@ class VocabParallelEmbedding(nn.Module):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         local = _split(num_embeddings, h.tp, what, "num_embeddings")
         self.start, self.end = h.t * local, (h.t + 1) * local
-        full = torch.empty(num_embeddings, embedding_dim).normal_()  # nn.Embedding's draws
-        self.weight = nn.Parameter(full[self.start:self.end].clone())
+        if _init:  # nn.Embedding's draws for the whole table, then this rank's rows
+            full = torch.empty(num_embeddings, embedding_dim).normal_()
+            self.weight = nn.Parameter(full[self.start:self.end].clone())
+        else:  # from_dense fills it
+            self.weight = nn.Parameter(torch.empty(local, embedding_dim))
 
     @property
     def _what(self):
@@ -240,7 +239,7 @@ class VocabParallelEmbedding(nn.Module):
     @classmethod
     def from_dense(cls, module, *, session=None):
         _check_dense(module, nn.Embedding, "VocabParallelEmbedding")
-        layer = cls(module.num_embeddings, module.embedding_dim, session=session)
+        layer = cls(module.num_embeddings, module.embedding_dim, session=session, _init=False)
         with torch.no_grad():
             layer.weight.copy_(module.weight.detach()[layer.start:layer.end])
         return layer

@@ -72,7 +72,9 @@ class HybridMesh:
             connect_timeout_s=cfg["connect_timeout_s"], step_timeout_s=cfg["step_timeout_s"],
             resume=restarted)
         # Welcomed into a running job: the others did the start-up agreements (a
-        # Pipeline's, the replicated parameters') long ago; this process skips them.
+        # Pipeline's, the replicated parameters') long ago; this process skips them,
+        # until its first step (DistributedOptimizer.step clears it): a Pipeline or
+        # optimizer made after that is made by everyone, and agrees with everyone.
         self.replacement = self.mesh.replacement
         self.rank = cfg["rank"]
         self.d, self.p, self.t = self.mesh.coords
