@@ -119,6 +119,13 @@ def main():
     opt.step()
     check(not torch.equal(tp.dense_state_dict(block)["1.weight"], start["1.weight"]),
           "the step changed the weights")
+    theirs = h.mesh.all_gather(h.tensor_group, h.tensor_tag("gather"),
+                               torch.cat([block[0].weight.detach(), block[3].bias.detach()]
+                                         ).numpy(), "replicated after a step")
+    check(theirs[0] == theirs[1] and not torch.equal(block[0].weight.detach(),
+                                                     torch.ones(6)),
+          "the replicated LayerNorm and row-parallel bias stay bitwise equal over the tensor "
+          "ranks after a step (and the step changed them)")
     opt.load_model_state_dict(tp.shard_state_dict(block, start))
     check(all(torch.equal(v, start[k]) for k, v in tp.dense_state_dict(block).items()),
           "opt.load_model_state_dict(shard_state_dict(dense)) puts the dense values back")
