@@ -14,23 +14,9 @@
 #     of DP2xTP2 at most 1e-6 (measured 6e-8).
 set -uo pipefail
 REGISTRY="$1" SERVER="$2" EXAMPLE="$3"
-tmp="${TEST_TMPDIR:-$(mktemp -d)}/hybrid-regression"
-rm -rf "$tmp"; mkdir -p "$tmp"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$tmp"/*.log; do echo "--- $f"; grep -v "UCX  WARN" "$f" | tail -5; done; exit 1; }
+source "$(dirname "$0")/test_cluster.sh"
+start_cluster hybrid-regression "$REGISTRY" "$SERVER"
 start=$(date +%s.%N)
-
-"$REGISTRY" --listen=127.0.0.1:0 --port_file="$tmp/port" > "$tmp/registry.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-[ -s "$tmp/port" ] || fail "the registry did not start"
-REG="$(cat "$tmp/port")"
-for s in 0 1; do
-  "$SERVER" --registry="$REG" --shard=$s --ucx_tls=posix,sysv,self > "$tmp/server$s.log" 2>&1 &
-  pids+=($!)
-done
 
 MODEL=(--steps=60 --optimizer=sgd --lr=0.05 --micro_batches=2 --batch=16 --log_every=20 --seed=3)
 # run JOB DP TP PP: dp*tp*pp processes of job JOB; rank 0 writes JOB.npy.
