@@ -114,6 +114,47 @@ class LayersTest(Base):
                     self.close(gw, part(t, T, dense.weight.grad, 0), what + " weight gradient")
                     self.close(gb, part(t, T, dense.bias.grad, 0), what + " bias gradient")
 
+    def test_column_chunks(self):
+        # A fused q/k/v layer: each rank holds its 1/T of each block and its output is
+        # [q_t, k_t, v_t]; gathered, it is the dense output; round trips bitwise.
+        torch.manual_seed(5)
+        dense = nn.Linear(8, 24)
+        x, gy = torch.randn(3, 5, 8), torch.randn(3, 5, 24)
+        xd = x.clone().requires_grad_(True)
+        yd = dense(xd)
+        (yd * gy).sum().backward()
+
+        def mine(t, T, full, dim):  # rank t's 1/T of each of the 3 blocks along dim
+            return torch.cat([part(t, T, b, dim) for b in full.chunk(3, dim)], dim)
+        for T in (2, 4):
+            for gather in (False, True):
+                def fn(s, h):
+                    layer = tp.ColumnParallelLinear.from_dense(dense, gather_output=gather,
+                                                               chunks=3, session=s)
+                    xs = x.clone().requires_grad_(True)
+                    y = layer(xs)
+                    (y * (gy if gather else mine(h.t, T, gy, -1))).sum().backward()
+                    sd = tp.dense_state_dict(layer)
+                    return (y.detach(), xs.grad, layer.weight.grad, layer.bias.grad,
+                            layer.to_dense().state_dict(), sd,
+                            tp.shard_state_dict(layer, sd), layer.state_dict())
+                for t, (y, gx, gw, gb, back, sd, ssd, own) in enumerate(run(fn, T)):
+                    what = f"T={T} t={t} chunks=3 gather_output={gather}"
+                    self.close(y, yd.detach() if gather else mine(t, T, yd.detach(), -1),
+                               what + " output")
+                    self.close(gx, xd.grad, what + " input gradient")
+                    self.close(gw, mine(t, T, dense.weight.grad, 0), what + " weight gradient")
+                    self.close(gb, mine(t, T, dense.bias.grad, 0), what + " bias gradient")
+                    for k, v in dense.state_dict().items():
+                        self.equal(back[k], v, what + f" to_dense {k}")
+                        self.equal(sd[k], v, what + f" dense_state_dict {k}")
+                        self.equal(ssd[k], own[k], what + f" shard_state_dict {k}")
+        with self.assertRaisesRegex(ValueError, r"out_features 24 in chunks=5"):
+            run(lambda s, h: tp.ColumnParallelLinear(8, 24, chunks=5, session=s), 2)
+        with self.assertRaisesRegex(ValueError, r"chunks=3 is not divisible by chunks x "
+                                                r"tensor_parallel = 3 x 4"):
+            run(lambda s, h: tp.ColumnParallelLinear(8, 18, chunks=3, session=s), 4)
+
     def test_row(self):
         torch.manual_seed(2)
         dense = nn.Linear(12, 5)

@@ -4,7 +4,10 @@ to_dense, dense_state_dict and shard_state_dict.
 
 Contract. Tensor rank t of T holds a contiguous 1/T of each split tensor:
 - ColumnParallelLinear(in, out): rows [t*out/T, (t+1)*out/T) of the weight and
-  bias, so it computes that slice of the output. Its input's gradient is the
+  bias, so it computes that slice of the output. chunks=C (a fused layer, e.g.
+  q, k and v as one Linear(E, 3E)): the output is C equal blocks and rank t
+  holds its 1/T of each, so its output is C blocks of out/(C*T), in order
+  (`q, k, v = layer(x).chunk(3, -1)` works split and dense). Its input's gradient is the
   sum of the ranks' partials (comm.copy_to); gather_output=True concatenates
   the output slices (the full output on every rank).
 - RowParallelLinear(in, out): columns [t*in/T, (t+1)*in/T) of the weight; the
@@ -64,6 +67,26 @@ def _split(n, tp, what, name):
     return n // tp
 
 
+def _shard(h, full, dim, chunks=1):
+    """This tensor rank's part of a dense tensor split along `dim`: the contiguous
+    1/T, or with chunks > 1 (a fused layer, e.g. q, k and v in one) its 1/T of each of
+    the `chunks` equal blocks along `dim`, concatenated."""
+    if chunks == 1:
+        return comm.own_slice(h, full, dim)
+    n = full.shape[dim]
+    blocks = full.unflatten(dim, (chunks, n // chunks))
+    return comm.own_slice(h, blocks, dim + 1).flatten(dim, dim + 1)
+
+
+def _gather(h, local, dim, chunks, what):
+    """The dense tensor from every tensor rank's part (_shard's inverse; collective)."""
+    if chunks == 1:
+        return comm.all_gather(h, local, dim, what)
+    n = local.shape[dim]
+    blocks = local.unflatten(dim, (chunks, n // chunks))
+    return comm.all_gather(h, blocks.contiguous(), dim + 1, what).flatten(dim, dim + 1)
+
+
 def _dense_linear_init(in_features, out_features, bias):
     """The whole layer's nn.Linear initialisation: its draws from the RNG, in its
     order (nn.Linear.reset_parameters), so a layer keeps its slice of the same
@@ -92,27 +115,47 @@ class _ParallelLinear(nn.Module):
 
     SPLIT = {}
 
-    def __init__(self, in_features, out_features, bias, session, init):
+    def __init__(self, in_features, out_features, bias, session, init, chunks=1):
         super().__init__()
         self._session = session
         self.in_features, self.out_features = in_features, out_features
+        self.chunks = chunks
         h = hybrid_of(session, self._what)
         dim = self.SPLIT["weight"]
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+            raise ValueError(f"{self._what}: chunks must be an int >= 1, got {chunks!r}")
+        if chunks > 1 and out_features % (chunks * h.tp):
+            raise ValueError(f"{self._what}: out_features {out_features} in chunks={chunks} is "
+                             f"not divisible by chunks x tensor_parallel = {chunks} x {h.tp}")
         local = _split(out_features if dim == 0 else in_features, h.tp, self._what,
                        "out_features" if dim == 0 else "in_features")
-        if init:  # the whole dense layer's draws, then this rank's slice
+        if init:  # the whole dense layer's draws, then this rank's part
             weight, full_bias = _dense_linear_init(in_features, out_features, bias)
-            weight = weight.narrow(dim, h.t * local, local).clone()
+            weight = _shard(h, weight, dim, chunks).clone()
+            if bias and "bias" in self.SPLIT:
+                full_bias = _shard(h, full_bias, 0, chunks).clone()
         else:  # from_dense fills them (no random numbers drawn)
             weight = torch.empty((local, in_features) if dim == 0 else (out_features, local))
-            full_bias = torch.empty(out_features) if bias else None
+            full_bias = (torch.empty(local if "bias" in self.SPLIT else out_features)
+                         if bias else None)
         self.weight = nn.Parameter(weight)
-        if not bias:
-            self.register_parameter("bias", None)
-        elif "bias" in self.SPLIT:
-            self.bias = nn.Parameter(full_bias.narrow(0, h.t * local, local).clone())
+        if bias:
+            self.bias = nn.Parameter(full_bias)  # split with the weight, or whole
         else:
-            self.bias = nn.Parameter(full_bias)  # replicated
+            self.register_parameter("bias", None)
+
+    def shard_tensor(self, name, full):
+        """This rank's part of the dense layer's tensor `name` ('weight' or 'bias')."""
+        if name not in self.SPLIT:
+            return full
+        return _shard(hybrid_of(self._session, self._what), full, self.SPLIT[name], self.chunks)
+
+    def gather_tensor(self, name, local):
+        """The dense layer's tensor `name` from every rank's part (collective)."""
+        if name not in self.SPLIT:
+            return local
+        return _gather(hybrid_of(self._session, self._what), local, self.SPLIT[name],
+                       self.chunks, f"{self._what} {name}")
 
     @property
     def _what(self):
@@ -123,25 +166,20 @@ class _ParallelLinear(nn.Module):
         _check_dense(module, nn.Linear, cls.__name__)
         layer = cls(module.in_features, module.out_features, module.bias is not None,
                     session=session, _init=False, **options)
-        h = hybrid_of(session, layer._what)
         with torch.no_grad():
-            layer.weight.copy_(comm.own_slice(h, module.weight.detach(), cls.SPLIT["weight"]))
+            layer.weight.copy_(layer.shard_tensor("weight", module.weight.detach()))
             if module.bias is not None:
-                bias = module.bias.detach()
-                layer.bias.copy_(comm.own_slice(h, bias, 0) if "bias" in cls.SPLIT else bias)
+                layer.bias.copy_(layer.shard_tensor("bias", module.bias.detach()))
         return layer
 
     def to_dense(self):
         """The dense nn.Linear (collective over the tensor group)."""
-        h = hybrid_of(self._session, self._what)
         out = nn.Linear(self.in_features, self.out_features, self.bias is not None,
                         device=self.weight.device)
         with torch.no_grad():
-            out.weight.copy_(comm.all_gather(h, self.weight, self.SPLIT["weight"],
-                                             self._what + " weight"))
+            out.weight.copy_(self.gather_tensor("weight", self.weight))
             if self.bias is not None:
-                out.bias.copy_(comm.all_gather(h, self.bias, 0, self._what + " bias")
-                               if "bias" in self.SPLIT else self.bias)
+                out.bias.copy_(self.gather_tensor("bias", self.bias))
         return out
 
 
@@ -151,24 +189,31 @@ class ColumnParallelLinear(_ParallelLinear):
     SPLIT = {"weight": 0, "bias": 0}  # parameter -> the dimension split over tensor ranks
 
     def __init__(self, in_features, out_features, bias=True, gather_output=False, *,
-                 session=None, _init=True):
-        super().__init__(in_features, out_features, bias, session, _init)
+                 chunks=1, session=None, _init=True):
+        super().__init__(in_features, out_features, bias, session, _init, chunks)
         self.gather_output = bool(gather_output)
 
     def forward(self, x):
         h = hybrid_of(self._session, self._what)
         y = F.linear(comm.copy_to(h, x, self._what), self.weight, self.bias)
-        return comm.gather_from(h, y, self._what + " output") if self.gather_output else y
+        if not self.gather_output:
+            return y
+        if self.chunks == 1:
+            return comm.gather_from(h, y, self._what + " output")
+        blocks = y.unflatten(-1, (self.chunks, y.shape[-1] // self.chunks))
+        return comm.gather_from(h, blocks, self._what + " output").flatten(-2)
 
     @classmethod
-    def from_dense(cls, module, gather_output=False, *, session=None):
-        """This rank's rows of a dense nn.Linear (no random numbers drawn)."""
-        return cls._from_dense(module, session, gather_output=gather_output)
+    def from_dense(cls, module, gather_output=False, *, chunks=1, session=None):
+        """This rank's rows of a dense nn.Linear (its 1/T of each of `chunks` blocks of
+        rows); no random numbers drawn."""
+        return cls._from_dense(module, session, gather_output=gather_output, chunks=chunks)
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features} "
                 f"(this rank: {self.weight.shape[0]}), bias={self.bias is not None}, "
-                f"gather_output={self.gather_output}")
+                f"gather_output={self.gather_output}"
+                + (f", chunks={self.chunks}" if self.chunks > 1 else ""))
 
 
 class RowParallelLinear(_ParallelLinear):
@@ -226,6 +271,13 @@ class VocabParallelEmbedding(nn.Module):
     def _what(self):
         return f"VocabParallelEmbedding({self.num_embeddings}, {self.embedding_dim})"
 
+    def shard_tensor(self, name, full):
+        return full[self.start:self.end]
+
+    def gather_tensor(self, name, local):
+        return comm.all_gather(hybrid_of(self._session, self._what), local, 0,
+                               f"{self._what} {name}")
+
     def forward(self, ids):
         h = hybrid_of(self._session, self._what)
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
@@ -245,10 +297,9 @@ class VocabParallelEmbedding(nn.Module):
         return layer
 
     def to_dense(self):
-        h = hybrid_of(self._session, self._what)
         out = nn.Embedding(self.num_embeddings, self.embedding_dim, device=self.weight.device)
         with torch.no_grad():
-            out.weight.copy_(comm.all_gather(h, self.weight, 0, self._what + " weight"))
+            out.weight.copy_(self.gather_tensor("weight", self.weight))
         return out
 
     def extra_repr(self):
@@ -302,9 +353,7 @@ def dense_state_dict(module):
     out = {}
     for key, value in module.state_dict().items():
         if key in split:
-            _, dim, layer = split[key]
-            value = comm.all_gather(hybrid_of(layer._session, layer._what), value, dim,
-                                    f"{layer._what} {key}")
+            value = split[key][2].gather_tensor(key.rpartition(".")[2], value)
         out[key] = value.detach().clone()
     return out
 
@@ -322,9 +371,7 @@ def shard_state_dict(module, dense):
             raise KeyError(f"shard_state_dict: the dense state_dict has no {key!r}")
         full = dense[key]
         if key in split:
-            _, dim, child = split[key]
-            h = hybrid_of(child._session, child._what)
-            full = comm.own_slice(h, full, dim)
+            full = split[key][2].shard_tensor(key.rpartition(".")[2], full)
         if tuple(full.shape) != tuple(value.shape):
             raise ValueError(f"shard_state_dict: {key!r} is {tuple(dense[key].shape)} in the "
                              f"dense state_dict; this rank's slice would be {tuple(full.shape)}, "
