@@ -9,9 +9,16 @@
 // convention for an allreduce of S bytes over W ranks: algbw = S / t,
 // busbw = algbw * 2 (W - 1) / W.
 //
+// Also per size: the CPU every process of the job (workers and shard servers)
+// spent per timed step ("cpu S_MiB MS"), and with --link_dev each worker's
+// device bytes per step ("link S_MiB RANK RX TX"; bench_probe.h).
+//
 // Usage: datapath_bench [--workers=2] [--servers=2] [--sizes_mib=1,16,64]
 //                       [--iters=10] [--ucx_tls=posix,sysv,self]
-// benchmarks/run_datapath.sh runs it beside Open MPI's MPI_Allreduce.
+// benchmarks/run_datapath.sh runs it beside Open MPI's MPI_Allreduce; the
+// roles worker and report let benchmarks/run_multihost.py start the workers
+// itself (one host namespace each) against servers it started, then print
+// the same table.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +26,9 @@
 #include <map>
 #include <vector>
 
+extern "C" {
+#include "benchmarks/bench_probe.h"
+}
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
@@ -45,9 +55,14 @@ ABSL_FLAG(bool, fold_prefix, true,
 ABSL_FLAG(int, update_threads, 0,
           "the shard servers' --update_threads (0: their default, half the cores)");
 // Internal: worker mode.
-ABSL_FLAG(std::string, role, "launcher", "launcher or worker (internal)");
+ABSL_FLAG(std::string, role, "launcher",
+          "launcher (start a local cluster and the workers, print the table), worker (one rank "
+          "against --registry) or report (print the table from --result files)");
+ABSL_FLAG(std::string, link_dev, "",
+          "worker: also count this network device's bytes over the timed steps (e.g. eth0 in a "
+          "network namespace used as a host)");
 ABSL_FLAG(int, rank, 0, "internal: worker rank");
-ABSL_FLAG(std::string, result, "", "internal: rank 0 writes timings here");
+ABSL_FLAG(std::string, result, "", "worker, report: the result files' path prefix");
 
 namespace {
 
@@ -95,28 +110,37 @@ int RunWorker() {
     int64_t shard_calls = 0, registry_calls = 0;
     // The busiest server's reduce + update time (ShardStats.update_us), read
     // by rank 0 outside the timed steps' RPC count.
-    std::vector<int64_t> update_us;
-    auto server_update_us = [&]() -> absl::StatusOr<std::vector<int64_t>> {
+    // And every server's process CPU (ShardStats.process_cpu_us).
+    std::vector<int64_t> update_us, server_cpu_us;
+    auto server_stats = [&]() -> absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> {
       auto reports = (*worker)->ServerStats();
       if (!reports.ok()) return reports.status();
-      std::vector<int64_t> out;
-      for (const tessel::ShardReport& r : *reports) out.push_back(r.update_us);
+      std::vector<std::pair<int64_t, int64_t>> out;
+      for (const tessel::ShardReport& r : *reports) {
+        out.emplace_back(r.update_us, r.process_cpu_us);
+      }
       return out;
     };
+    const std::string link = absl::GetFlag(FLAGS_link_dev);
+    bench_sample probe_start{0, 0, 0};
     for (int i = 0; i < 3 + absl::GetFlag(FLAGS_iters); ++i) {
       if (i == 3 && rank == 0) {
-        auto before = server_update_us();
+        auto before = server_stats();
         if (!before.ok()) {
           std::cerr << before.status() << "\n";
           return 1;
         }
-        update_us = *before;
+        for (const auto& [u, c] : *before) {
+          update_us.push_back(u);
+          server_cpu_us.push_back(c);
+        }
       }
       if (i == 3) {  // control calls during the timed steps (barriers included)
         shard_calls = -tessel::ClientCalls(tessel::RpcService::kShard);
         registry_calls = -tessel::ClientCalls(tessel::RpcService::kRegistry);
       }
       s = (*worker)->AllReduceMean(absl::MakeSpan(token));  // the barrier
+      if (i == 3) probe_start = bench_sample_now(link.c_str());
       const absl::Time t0 = absl::Now();
       if (s.ok()) s = (*worker)->Step();
       if (!s.ok()) {
@@ -128,24 +152,40 @@ int RunWorker() {
         phases.push_back((*worker)->last_step_phases());
       }
     }
+    // The timed steps end when every rank's has.
+    s = (*worker)->AllReduceMean(absl::MakeSpan(token));
+    if (!s.ok()) {
+      std::cerr << s << "\n";
+      return 1;
+    }
+    const bench_sample probe_end = bench_sample_now(link.c_str());
     if (rank == 0) {
       std::ofstream path(absl::StrCat(absl::GetFlag(FLAGS_result), ".path"));
       path << (*worker)->data_path() << "\n";
     }
     shard_calls += tessel::ClientCalls(tessel::RpcService::kShard);
     registry_calls += tessel::ClientCalls(tessel::RpcService::kRegistry);
+    const int iters = absl::GetFlag(FLAGS_iters);
     double update_ms = 0;  // per step, the busiest server
+    double servers_cpu_ms = 0;  // per step, all servers
     if (rank == 0) {
-      auto after = server_update_us();
+      auto after = server_stats();
       if (!after.ok() || after->size() != update_us.size()) {
         std::cerr << "server stats after the timed steps: "
                   << (after.ok() ? absl::Status() : after.status()) << "\n";
         return 1;
       }
       for (size_t k = 0; k < update_us.size(); ++k) {
-        update_ms =
-            std::max(update_ms, ((*after)[k] - update_us[k]) * 1e-3 / absl::GetFlag(FLAGS_iters));
+        update_ms = std::max(update_ms, ((*after)[k].first - update_us[k]) * 1e-3 / iters);
+        servers_cpu_ms += ((*after)[k].second - server_cpu_us[k]) * 1e-3 / iters;
       }
+    }
+    {
+      std::ofstream probe(absl::StrCat(absl::GetFlag(FLAGS_result), ".probe.", rank),
+                          std::ios::app);
+      probe << mib << " " << (probe_end.cpu_s - probe_start.cpu_s) / iters << " "
+            << (probe_start.rx < 0 ? -1 : (probe_end.rx - probe_start.rx) / iters) << " "
+            << (probe_start.tx < 0 ? -1 : (probe_end.tx - probe_start.tx) / iters) << "\n";
     }
     for (size_t i = 0; i < times.size(); ++i) {
       result << mib << " " << i << " " << times[i] << " " << phases[i].push_ns * 1e-9 << " "
@@ -154,7 +194,107 @@ int RunWorker() {
     result.flush();
     if (rank == 0) {
       std::ofstream calls(absl::StrCat(absl::GetFlag(FLAGS_result), ".calls"), std::ios::app);
-      calls << mib << " " << shard_calls << " " << registry_calls << " " << update_ms << "\n";
+      calls << mib << " " << shard_calls << " " << registry_calls << " " << update_ms << " "
+            << servers_cpu_ms << "\n";
+    }
+  }
+  return 0;
+}
+
+// Prints the table from the result files the workers (and rank 0) wrote
+// under `result`.
+int Report(const std::string& result, int workers, int servers, const std::string& tls,
+           bool zero_copy) {
+  // Per (size, iteration): the slowest rank's time, and that rank's phases.
+  struct Slowest {
+    double t = -1, push = 0, wait = 0, pull = 0;
+  };
+  std::map<std::pair<int, int>, Slowest> step;
+  for (int r = 0; r < workers; ++r) {
+    std::ifstream in(absl::StrCat(result, ".", r));
+    int mib, iter;
+    double t, push, wait, pull;
+    while (in >> mib >> iter >> t >> push >> wait >> pull) {
+      Slowest& slot = step[{mib, iter}];
+      if (t > slot.t) slot = Slowest{t, push, wait, pull};
+    }
+  }
+  std::vector<std::pair<int, double>> rows;
+  std::map<int, std::vector<Slowest>> by_size;
+  for (const auto& [key, s] : step) {
+    rows.emplace_back(key.first, s.t);
+    by_size[key.first].push_back(s);
+  }
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  std::map<int, std::pair<int64_t, int64_t>> calls;  // rank 0's, per size
+  std::map<int, double> update_ms;  // the busiest server's reduce + update per step
+  std::map<int, double> cpu_ms;     // every process's CPU per step: servers, then workers
+  {
+    std::ifstream in(result + ".calls");
+    int mib;
+    int64_t shard, registry;
+    double update, servers_cpu;
+    while (in >> mib >> shard >> registry >> update >> servers_cpu) {
+      calls[mib] = {shard, registry};
+      update_ms[mib] = update;
+      cpu_ms[mib] = servers_cpu;
+    }
+  }
+  std::map<int, std::vector<std::pair<double, double>>> link;  // per size, per rank: rx, tx
+  for (int r = 0; r < workers; ++r) {
+    std::ifstream in(absl::StrCat(result, ".probe.", r));
+    int mib;
+    double cpu_s, rx, tx;
+    while (in >> mib >> cpu_s >> rx >> tx) {
+      cpu_ms[mib] += cpu_s * 1e3;
+      if (rx >= 0) link[mib].emplace_back(rx, tx);
+    }
+  }
+  std::string path;
+  {
+    std::ifstream in(result + ".path");
+    std::getline(in, path);
+  }
+  std::printf(
+      "# tessel datapath: %d workers, %d servers, bucket %lld B, UCX_TLS=%s, %s; step = barrier, "
+      "then the slowest rank's Step(); payloads: %s (--ucx_zero_copy=%s)\n",
+      workers, servers, static_cast<long long>(absl::GetFlag(FLAGS_bucket_bytes)),
+      tls.empty() ? "(default)" : tls.c_str(),
+      absl::GetFlag(FLAGS_optimizer).c_str(), path.c_str(), zero_copy ? "true" : "false");
+  std::printf("%-8s %10s %10s %10s %10s %10s   %s   %s\n", "S_MiB", "t_med_ms", "t_min_ms",
+              "t_max_ms", "algbw_GBs", "busbw_GBs",
+              "rank 0's control RPCs in the timed steps: shard, registry",
+              "the slowest rank's phases, median ms (Worker::last_step_phases), and the "
+              "busiest server's reduce + update per step (ShardStats.update_us)");
+  for (int size : Sizes()) {
+    std::vector<double> ts;
+    for (auto& [m, v] : rows) {
+      if (m == size) ts.push_back(v);
+    }
+    if (ts.empty()) continue;
+    std::sort(ts.begin(), ts.end());
+    const double med = ts[ts.size() / 2];
+    const double bytes = static_cast<double>(int64_t{size} << 20);
+    const double algbw = bytes / med / 1e9;
+    const double busbw = algbw * 2.0 * (workers - 1) / workers;
+    std::vector<double> push, wait, pull;
+    for (const Slowest& s : by_size[size]) {
+      push.push_back(s.push);
+      wait.push_back(s.wait);
+      pull.push_back(s.pull);
+    }
+    std::printf(
+        "%-8d %10.2f %10.2f %10.2f %10.3f %10.3f   %lld %lld   push %.2f wait %.2f pull %.2f "
+        "update %.2f\n",
+        size, med * 1e3, ts.front() * 1e3, ts.back() * 1e3, algbw, busbw,
+        static_cast<long long>(calls[size].first), static_cast<long long>(calls[size].second),
+        median_of(push) * 1e3, median_of(wait) * 1e3, median_of(pull) * 1e3, update_ms[size]);
+    std::printf("cpu %d %.3f\n", size, cpu_ms[size]);
+    for (size_t r = 0; r < link[size].size(); ++r) {
+      std::printf("link %d %zu %.0f %.0f\n", size, r, link[size][r].first, link[size][r].second);
     }
   }
   return 0;
@@ -171,7 +311,21 @@ int main(int argc, char** argv) {
   absl::SetFlag(&FLAGS_optimizer, "sgd");
   tessel::SetDefaultLogLevel(tessel::LogLevel::kWarning);
   tessel::ParseFlags(argc, argv);
-  if (absl::GetFlag(FLAGS_role) == "worker") return RunWorker();
+  const std::string role = absl::GetFlag(FLAGS_role);
+  if (role == "worker") return RunWorker();
+  if (role == "report") {
+    if (absl::GetFlag(FLAGS_result).empty()) {
+      std::cerr << "--role=report needs --result (the workers' result path prefix)\n";
+      return 2;
+    }
+    return Report(absl::GetFlag(FLAGS_result), absl::GetFlag(FLAGS_workers),
+                  absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_ucx_tls),
+                  absl::GetFlag(FLAGS_ucx_zero_copy));
+  }
+  if (role != "launcher") {
+    std::cerr << "--role=" << role << ": expected launcher, worker or report\n";
+    return 2;
+  }
 
   const int workers = absl::GetFlag(FLAGS_workers);
   tessel::ClusterOptions copt;
@@ -226,81 +380,5 @@ int main(int argc, char** argv) {
     std::cerr << s.message() << "\n";
     return 1;
   }
-  // Per (size, iteration): the slowest rank's time, and that rank's phases.
-  struct Slowest {
-    double t = -1, push = 0, wait = 0, pull = 0;
-  };
-  std::map<std::pair<int, int>, Slowest> step;
-  for (int r = 0; r < workers; ++r) {
-    std::ifstream in(absl::StrCat(result, ".", r));
-    int mib, iter;
-    double t, push, wait, pull;
-    while (in >> mib >> iter >> t >> push >> wait >> pull) {
-      Slowest& slot = step[{mib, iter}];
-      if (t > slot.t) slot = Slowest{t, push, wait, pull};
-    }
-  }
-  std::vector<std::pair<int, double>> rows;
-  std::map<int, std::vector<Slowest>> by_size;
-  for (const auto& [key, s] : step) {
-    rows.emplace_back(key.first, s.t);
-    by_size[key.first].push_back(s);
-  }
-  auto median_of = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
-  std::map<int, std::pair<int64_t, int64_t>> calls;  // rank 0's, per size
-  std::map<int, double> update_ms;  // the busiest server's reduce + update per step
-  {
-    std::ifstream in(result + ".calls");
-    int mib;
-    int64_t shard, registry;
-    double update;
-    while (in >> mib >> shard >> registry >> update) {
-      calls[mib] = {shard, registry};
-      update_ms[mib] = update;
-    }
-  }
-  std::string path;
-  {
-    std::ifstream in(result + ".path");
-    std::getline(in, path);
-  }
-  std::printf(
-      "# tessel datapath: %d workers, %d servers, bucket %lld B, UCX_TLS=%s, %s; step = barrier, "
-      "then the slowest rank's Step(); payloads: %s (--ucx_zero_copy=%s)\n",
-      workers, copt.servers, static_cast<long long>(absl::GetFlag(FLAGS_bucket_bytes)),
-      copt.ucx_tls.empty() ? "(default)" : copt.ucx_tls.c_str(),
-      absl::GetFlag(FLAGS_optimizer).c_str(), path.c_str(), zero_copy ? "true" : "false");
-  std::printf("%-8s %10s %10s %10s %10s %10s   %s   %s\n", "S_MiB", "t_med_ms", "t_min_ms",
-              "t_max_ms", "algbw_GBs", "busbw_GBs",
-              "rank 0's control RPCs in the timed steps: shard, registry",
-              "the slowest rank's phases, median ms (Worker::last_step_phases), and the "
-              "busiest server's reduce + update per step (ShardStats.update_us)");
-  for (int size : Sizes()) {
-    std::vector<double> ts;
-    for (auto& [m, v] : rows) {
-      if (m == size) ts.push_back(v);
-    }
-    if (ts.empty()) continue;
-    std::sort(ts.begin(), ts.end());
-    const double med = ts[ts.size() / 2];
-    const double bytes = static_cast<double>(int64_t{size} << 20);
-    const double algbw = bytes / med / 1e9;
-    const double busbw = algbw * 2.0 * (workers - 1) / workers;
-    std::vector<double> push, wait, pull;
-    for (const Slowest& s : by_size[size]) {
-      push.push_back(s.push);
-      wait.push_back(s.wait);
-      pull.push_back(s.pull);
-    }
-    std::printf(
-        "%-8d %10.2f %10.2f %10.2f %10.3f %10.3f   %lld %lld   push %.2f wait %.2f pull %.2f "
-        "update %.2f\n",
-        size, med * 1e3, ts.front() * 1e3, ts.back() * 1e3, algbw, busbw,
-        static_cast<long long>(calls[size].first), static_cast<long long>(calls[size].second),
-        median_of(push) * 1e3, median_of(wait) * 1e3, median_of(pull) * 1e3, update_ms[size]);
-  }
-  return 0;
+  return Report(result, workers, copt.servers, copt.ucx_tls, zero_copy);
 }

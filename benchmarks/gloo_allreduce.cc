@@ -4,8 +4,15 @@
 // iteration's time is the maximum over ranks. Prints the median (min, max)
 // over iterations with the same columns as datapath_bench.
 // Adapted from ../shared/anchors/gloo_coll.cc (the anchors' measurement).
-// Build (run_datapath does): g++ -O2 -std=c++17 -o gloo_allreduce gloo_allreduce.cc -lgloo
-// -lpthread Usage: gloo_allreduce RANKS SIZES_MIB ITERS     (forks RANKS processes)
+// After each size's row rank 0 prints the CPU of every rank per timed step,
+// summed ("cpu S_MiB MS"), and, on a device other than lo, each rank's
+// device bytes per step ("link S_MiB RANK RX TX"): bench_probe.h.
+// Build (run_datapath does): g++ -O2 -std=c++17 -I<repo root> -o gloo_allreduce
+//   gloo_allreduce.cc -lgloo -lpthread
+// Usage: gloo_allreduce RANKS SIZES_MIB ITERS        (forks RANKS processes, tcp on lo)
+//        gloo_allreduce RANKS SIZES_MIB ITERS RANK STORE_DIR IFACE
+//                                   (one rank: run_multihost starts one per host
+//                                    namespace, rendezvous in the shared STORE_DIR)
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +33,10 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
 
+extern "C" {
+#include "benchmarks/bench_probe.h"
+}
+
 namespace {
 
 double Now() {
@@ -34,9 +45,11 @@ double Now() {
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
-void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& sizes, int iters) {
+void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& sizes, int iters,
+             const std::string& iface) {
   gloo::transport::tcp::attr attr;
-  attr.iface = "lo";
+  attr.iface = iface;
+  const char* link = iface == "lo" ? "-" : iface.c_str();
   auto dev = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore store(dir);
   gloo::rendezvous::PrefixStore prefix("bench", store);
@@ -46,9 +59,9 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
   uint32_t tag = 1;
   if (rank == 0) {
     std::printf(
-        "# gloo allreduce (ring, tcp on lo) float32 sum, %d ranks; step = barrier, then "
+        "# gloo allreduce (ring, tcp on %s) float32 sum, %d ranks; step = barrier, then "
         "the slowest rank\n",
-        n);
+        iface.c_str(), n);
     std::printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
                 "algbw_GBs", "busbw_GBs");
   }
@@ -56,10 +69,12 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
     const size_t count = static_cast<size_t>(mib) << 18;
     std::vector<float> in(count, 1e-3f * static_cast<float>(rank + 1)), out(count, 0.f);
     std::vector<double> ts;
+    bench_sample start = {0, 0, 0};
     for (int it = 0; it < 3 + iters; ++it) {
       gloo::BarrierOptions bo(ctx);
       bo.setTag(tag++);
       gloo::barrier(bo);
+      if (it == 3) start = bench_sample_now(link);
       const double t0 = Now();
       gloo::AllreduceOptions o(ctx);
       o.setInput(in.data(), count);
@@ -69,6 +84,25 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
       o.setTag(tag++);
       gloo::allreduce(o);
       if (it >= 3) ts.push_back(Now() - t0);
+    }
+    {
+      gloo::BarrierOptions bo(ctx);
+      bo.setTag(tag++);
+      gloo::barrier(bo);
+    }
+    const bench_sample end = bench_sample_now(link);
+    // Every rank's (cpu, rx, tx) per step in its slot, summed: a gather.
+    std::vector<double> probe(3 * n, 0.0), probes(3 * n, 0.0);
+    probe[3 * rank] = (end.cpu_s - start.cpu_s) / iters;
+    probe[3 * rank + 1] = start.rx < 0 ? -1 : (end.rx - start.rx) / iters;
+    probe[3 * rank + 2] = start.tx < 0 ? -1 : (end.tx - start.tx) / iters;
+    {
+      gloo::AllreduceOptions o(ctx);
+      o.setInput(probe.data(), probe.size());
+      o.setOutput(probes.data(), probes.size());
+      o.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<double>));
+      o.setTag(tag++);
+      gloo::allreduce(o);
     }
     std::vector<double> mx(ts);
     gloo::AllreduceOptions o(ctx);
@@ -83,6 +117,12 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
       const double algbw = static_cast<double>(count) * 4 / med / 1e9;
       std::printf("%-8d %10.2f %10.2f %10.2f %10.3f %10.3f\n", mib, med * 1e3, mx.front() * 1e3,
                   mx.back() * 1e3, algbw, algbw * 2.0 * (n - 1) / n);
+      double cpu = 0;
+      for (int r = 0; r < n; ++r) cpu += probes[3 * r];
+      std::printf("cpu %d %.3f\n", mib, cpu * 1e3);
+      for (int r = 0; r < n && probes[1] >= 0; ++r) {
+        std::printf("link %d %d %.0f %.0f\n", mib, r, probes[3 * r + 1], probes[3 * r + 2]);
+      }
       std::fflush(stdout);
     }
   }
@@ -91,8 +131,10 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: gloo_allreduce RANKS SIZES_MIB ITERS\n");
+  const char* usage =
+      "usage: gloo_allreduce RANKS SIZES_MIB ITERS [RANK STORE_DIR IFACE]\n";
+  if (argc != 4 && argc != 7) {
+    std::fprintf(stderr, "%s", usage);
     return 2;
   }
   const int n = std::atoi(argv[1]);
@@ -101,8 +143,17 @@ int main(int argc, char** argv) {
   for (std::string s; std::getline(list, s, ',');) sizes.push_back(std::atoi(s.c_str()));
   const int iters = std::atoi(argv[3]);
   if (n < 1 || iters < 1 || sizes.empty()) {
-    std::fprintf(stderr, "usage: gloo_allreduce RANKS SIZES_MIB ITERS\n");
+    std::fprintf(stderr, "%s", usage);
     return 2;
+  }
+  if (argc == 7) {  // one rank of a multi-host run
+    const int rank = std::atoi(argv[4]);
+    if (rank < 0 || rank >= n) {
+      std::fprintf(stderr, "RANK %d is not in [0, %d)\n%s", rank, n, usage);
+      return 2;
+    }
+    RunRank(rank, n, argv[5], sizes, iters, argv[6]);
+    return 0;
   }
   char tmpl[] = "/tmp/gloo_allreduce_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
@@ -110,7 +161,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < n; ++r) {
     const pid_t p = fork();
     if (p == 0) {
-      RunRank(r, n, dir, sizes, iters);
+      RunRank(r, n, dir, sizes, iters, "lo");
       _exit(0);
     }
     kids.push_back(p);

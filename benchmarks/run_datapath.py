@@ -54,50 +54,10 @@ import sys
 import tempfile
 import time
 
-ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)"
-                 r"(?:\s+(\d+)\s+(\d+))?(?:\s+push ([0-9.]+) wait ([0-9.]+) pull ([0-9.]+))?"
-                 r"(?:\s+update ([0-9.]+))?\s*$")
+from bench_common import parse, wait_quiet
+
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_tcp_if_include", "lo",
           "--mca", "oob_tcp_if_include", "lo"]
-
-
-def cpu_times():
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    return sum(v), v[3] + v[4]  # total, idle + iowait
-
-
-def wait_quiet(max_s, need=3):
-    """Blocks until `need` consecutive 1 s windows were >= 90 % idle; returns
-    (quiet, idle % of the last window, seconds waited)."""
-    start, ok, idle = time.time(), 0, 0
-    while True:
-        t0, i0 = cpu_times()
-        time.sleep(1)
-        t1, i1 = cpu_times()
-        idle = 100 * (i1 - i0) // max(1, t1 - t0)
-        ok = ok + 1 if idle >= 90 else 0
-        if ok >= need:
-            return True, idle, time.time() - start
-        if time.time() - start >= max_s:
-            return False, idle, time.time() - start
-
-
-def parse(out, calls=None, phases=None):
-    """{size_mib: median step ms} from a contender's table; datapath_bench's
-    control-RPC counts (shard, registry) and phases (push, wait, pull ms) per
-    size go into `calls` and `phases`."""
-    rows = {}
-    for line in out.splitlines():
-        m = ROW.match(line)
-        if m:
-            rows[int(m.group(1))] = float(m.group(2))
-            if m.group(7) is not None and calls is not None:
-                calls[int(m.group(1))] = (int(m.group(7)), int(m.group(8)))
-            if m.group(9) is not None and phases is not None:
-                update = float(m.group(12)) if m.group(12) is not None else float("nan")
-                phases[int(m.group(1))] = tuple(float(m.group(k)) for k in (9, 10, 11)) + (update,)
-    return rows
 
 
 def main():
@@ -145,8 +105,9 @@ def main():
                            check=True, stdout=subprocess.DEVNULL,
                            env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
         gloo = os.path.join(tmp, "gloo_allreduce")
-        subprocess.run(["g++", "-O2", "-std=c++17", "-o", gloo, args.gloo_src, "-lgloo",
-                        "-lpthread"], check=True)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(args.gloo_src)))
+        subprocess.run(["g++", "-O2", "-std=c++17", "-I", root, "-o", gloo, args.gloo_src,
+                        "-lgloo", "-lpthread"], check=True)
     size_arg = ",".join(str(s) for s in sizes)
     contenders = []  # (world, name, argv)
     threads = [int(t) for t in args.update_threads.split(",") if t] or [0]
@@ -186,6 +147,7 @@ def main():
     results = {}  # (world, name, size) -> [per-run median ms]
     rpcs = {}  # (world, tessel name, size) -> most (shard, registry) control calls in a run
     phases = {}  # (world, tessel name, size) -> [(push, wait, pull) ms per run]
+    cpus = {}  # (world, name, size) -> [CPU ms per step, all processes, per run]
     not_quiet = 0
     print(f"# {len(contenders)} contenders x {args.repeats} repeats, interleaved; sizes "
           f"{size_arg} MiB; {args.iters} timed steps per run; W = {args.workers}", flush=True)
@@ -196,8 +158,10 @@ def main():
             not_quiet += 0 if quiet else 1
             start = time.time()
             p = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout_s)
-            calls, phase = {}, {}
-            rows = parse(p.stdout, calls, phase)
+            calls, phase, cpu = {}, {}, {}
+            rows = parse(p.stdout, calls, phase, cpu)
+            for s, c in cpu.items():
+                cpus.setdefault((w, name, s), []).append(c)
             for s, ph in phase.items():
                 phases.setdefault((w, name, s), []).append(ph)
             for s, c in calls.items():
@@ -234,6 +198,23 @@ def main():
         med = [statistics.median(p[k] for p in ps) for k in range(4)]
         print(f"{w:>2} {name:18} {s:>6}  push {med[0]:8.2f}  wait {med[1]:8.2f}  pull {med[2]:8.2f}"
               f"  update {med[3]:8.2f}")
+    print("\n# CPU per step, ms (every process of the contender, every thread: workers and shard "
+          "servers, MPI or Gloo ranks; the timed steps and their barriers), median over runs; "
+          "ratio = Tessel / baseline (< 1: Tessel spends less)")
+    for (w, name, s), cs in sorted(cpus.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+        print(f"{w:>2} {name:18} {s:>6}  cpu {statistics.median(cs):9.2f} ms/step")
+    for w in worlds:
+        for s in sizes:
+            for t in [n for n, in {(n,) for _, n, _ in contenders} if n.startswith("tessel-")]:
+                if (w, t, s) not in cpus:
+                    continue
+                tcpu = statistics.median(cpus[(w, t, s)])
+                for b in sorted({n for _, n, _ in contenders if not n.startswith("tessel-")}):
+                    if ("tcp" in b) != ("tcp" in t) or (w, b, s) not in cpus:
+                        continue
+                    bcpu = statistics.median(cpus[(w, b, s)])
+                    print(f"{s:<5} W={w} {t:15} cpu {tcpu:8.2f} ms vs {b:18} {bcpu:8.2f} ms  "
+                          f"cpu ratio {tcpu / bcpu:.2f}x")
     print("\n# ratio of medians: baseline / Tessel (> 1: Tessel's step is faster)")
     names = sorted({n for _, n, _ in contenders})
     for w in worlds:

@@ -1,5 +1,7 @@
 #include "server/shard_job_proto.h"
 
+#include <time.h>
+
 #include "core/status_macros.h"
 #include "rpc/job_spec.h"
 
@@ -74,6 +76,9 @@ v1::ShardStats ShardStatsProto(ShardJob& job, bool with_digest) {
   st.set_applied_steps(s.counters.applied_steps);
   st.set_update_us(s.counters.update_us);
   st.set_folded_pushes(s.counters.folded_pushes);
+  timespec cpu{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+  st.set_process_cpu_us(int64_t{cpu.tv_sec} * 1000000 + cpu.tv_nsec / 1000);
   st.set_recoveries(static_cast<int32_t>(s.counters.recoveries));
   for (int id : s.worker_ids) st.add_worker_ids(id);
   return st;

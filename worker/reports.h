@@ -65,6 +65,9 @@ struct ShardReport {
   // Pushes summed in rank order before their bucket was complete (prefix
   // order, three or more workers), over the job's life there.
   int64_t folded_pushes = 0;
+  // CPU time of the whole server process (all threads and jobs) since it
+  // started, when asked: a difference of two reports is what it spent.
+  int64_t process_cpu_us = 0;
 };
 
 }  // namespace tessel

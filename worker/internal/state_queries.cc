@@ -39,6 +39,7 @@ absl::StatusOr<std::vector<ShardReport>> StateQueries::ServerStats() {
     rep.update_us = st.update_us();
     rep.pushed_bytes = st.pushed_bytes();
     rep.folded_pushes = st.folded_pushes();
+    rep.process_cpu_us = st.process_cpu_us();
     out.push_back(std::move(rep));
   }
   return out;
