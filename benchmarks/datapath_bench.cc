@@ -42,6 +42,7 @@ extern "C" {
 #include "testing/local_cluster.h"
 #include "worker/train_flags.h"
 #include "worker/worker.h"
+#include "transport/ucx/ucx_flags.h"
 #include "worker/worker_flags.h"
 
 ABSL_FLAG(int, workers, 2, "worker processes");
@@ -306,7 +307,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Tessel data-path benchmark: W workers push and pull S bytes through N shard servers.\n"
       "Usage: datapath_bench [--workers=2] [--servers=2] [--sizes_mib=1,16,64] [--iters=10]\n"
-      "       [--bucket_bytes=4194304] [--ucx_tls=...] [--strategy=zero2] [--optimizer=sgd]");
+      "       [--bucket_bytes=4194304] [--ucx_tls=...] [--strategy=zero2] [--optimizer=sgd]\n"
+      "       [--poll_mode=auto|spin|event]");
   // The data path is what is measured: the cheapest update by default.
   absl::SetFlag(&FLAGS_optimizer, "sgd");
   tessel::SetDefaultLogLevel(tessel::LogLevel::kWarning);
@@ -342,6 +344,8 @@ int main(int argc, char** argv) {
         absl::StrCat("--update_spin_us=", absl::GetFlag(FLAGS_update_spin_us)));
   }
   const bool zero_copy = absl::GetFlag(FLAGS_ucx_zero_copy);
+  const std::string poll_mode = absl::StrCat("--poll_mode=", absl::GetFlag(FLAGS_poll_mode));
+  copt.server_args.push_back(poll_mode);
   copt.server_args.push_back(absl::StrCat("--ucx_zero_copy=", zero_copy ? "true" : "false"));
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();
@@ -366,6 +370,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--bucket_bytes=", absl::GetFlag(FLAGS_bucket_bytes)),
         absl::StrCat("--ucx_tls=", copt.ucx_tls),
         absl::StrCat("--ucx_zero_copy=", zero_copy ? "true" : "false"),
+        poll_mode,
         absl::StrCat("--strategy=", absl::GetFlag(FLAGS_strategy)),
         absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
         absl::StrFormat("--lr=%.17g", absl::GetFlag(FLAGS_lr)),

@@ -25,6 +25,9 @@ Contenders, for each world size W in --workers:
   tessel-<opt>[-copied]-nofold with --no_fold: the same with the servers'
                    --fold_prefix=false (a bucket is reduced only once all W
                    pushes are in), to measure prefix order (W >= 3) in one run.
+  tessel-<opt>-<mode> with --poll_modes: every process with --poll_mode=<mode>
+                   (auto: poll only while the host's polling threads fit its
+                   cores; spin: always; event: sleep on the wake-up fd at once).
   tessel-<opt>-base with --base_bench: another build's datapath_bench (e.g. an
                    earlier commit's), for a before/after measured in one run.
   with --tcp:      tessel-tcp-sgd (UCX over TCP) and mpi-tcp-allreduce
@@ -42,7 +45,7 @@ Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
          [--sizes_mib=1,16,64,256] [--repeats=5] [--iters=10]
          [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
          [--update_threads=1,2] [--base_bench=OTHER/datapath_bench] [--copied]
-         [--no_fold] [--cma]
+         [--no_fold] [--cma] [--poll_modes=auto,spin,event]
 """
 import argparse
 import os
@@ -87,6 +90,10 @@ def main():
     ap.add_argument("--no_fold", action="store_true",
                     help="also run each Tessel contender with the servers' --fold_prefix=false "
                          "(tessel-<opt>[-copied]-nofold)")
+    ap.add_argument("--poll_modes", default="",
+                    help="comma-separated auto,spin,event: one Tessel contender per mode "
+                         "(tessel-<opt>-<mode>), every process run with --poll_mode=<mode> "
+                         "(default: one contender, the default mode, auto)")
     ap.add_argument("--quiet_max_s", type=float, default=120)
     ap.add_argument("--timeout_s", type=float, default=900, help="per contender run")
     args = ap.parse_args()
@@ -122,8 +129,12 @@ def main():
                 name = f"tessel-{opt}" + (f"-t{t}" if t else "")
                 extra = [f"--update_threads={t}"] if t else []
                 variants = [(name, [])]
+                modes = [m for m in args.poll_modes.split(",") if m]
+                if modes:
+                    variants = [(f"{name}-{m}", [f"--poll_mode={m}"]) for m in modes]
                 if args.copied:
-                    variants.append((name + "-copied", ["--ucx_zero_copy=false"]))
+                    variants += [(n + "-copied", a + ["--ucx_zero_copy=false"])
+                                 for n, a in list(variants)]
                 for vname, vargs in variants:
                     contenders.append((w, vname, tessel(args.bench, w, opt) + extra + vargs))
                     if args.no_fold:

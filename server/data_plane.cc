@@ -13,13 +13,13 @@ namespace tessel {
 
 DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
                      ServerMetrics* metrics, Timeline* timeline, int update_threads,
-                     absl::Duration spin)
+                     absl::Duration spin, SpinMode poll_mode)
     : transport_(transport),
       jobs_(jobs),
       checkpointer_(checkpointer),
       metrics_(metrics),
       timeline_(timeline),
-      spin_(spin),
+      spin_(poll_mode, spin, update_threads, "update threads"),
       releaser_(std::make_shared<Releaser>()) {
   {
     absl::MutexLock lock(&releaser_->mu);
@@ -277,7 +277,7 @@ void DataPlane::ComputeLoop() {
     // Out of work: poll a while before sleeping (the next bucket of the
     // step is usually a fraction of a millisecond away).
     while (queued_.load(std::memory_order_acquire) == 0 && !stop_.load(std::memory_order_relaxed) &&
-           absl::Now() - last_work < spin_) {
+           absl::Now() - last_work < spin_.Window()) {
       sched_yield();
     }
     {

@@ -34,6 +34,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/spin_budget.h"
 #include "core/timeline.h"
 #include "proto/shard.pb.h"
 #include "server/checkpointer.h"
@@ -61,7 +62,7 @@ class DataPlane {
   // wake-up (as the transport's progress thread does).
   DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
             ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr, int update_threads = 1,
-            absl::Duration spin = kDefaultUpdateSpin);
+            absl::Duration spin = kDefaultUpdateSpin, SpinMode poll_mode = SpinMode::kSpin);
 
   ~DataPlane();
   // Joins the update threads and stops releasing borrowed pushes through
@@ -108,7 +109,7 @@ class DataPlane {
   std::deque<Work> updates_ ABSL_GUARDED_BY(mu_);
   // updates_.size(), for the compute threads' spin (read without the lock).
   std::atomic<int> queued_{0};
-  const absl::Duration spin_;
+  SpinPolicy spin_;  // the update threads' polling window
   // Set under mu_ (so Await sees it); read without it by the spin.
   std::atomic<bool> stop_{false};
   int64_t rejected_unrouted_ ABSL_GUARDED_BY(mu_) = 0;

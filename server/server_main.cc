@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<tessel::UcxOptions> ucx = tessel::UcxOptionsFromFlags();
   if (!ucx.ok()) return Fail(std::string(ucx.status().message()));
+  options.poll_mode = ucx->poll_mode;
   auto transport = tessel::UcxTransport::Create(*ucx);
   if (!transport.ok()) return Fail(std::string(transport.status().message()));
   std::signal(SIGINT, OnSignal);

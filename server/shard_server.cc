@@ -104,7 +104,7 @@ absl::Status ShardServer::Init() {
   const int update_threads = UpdateThreads(options_.update_threads);
   plane_ = std::make_unique<DataPlane>(transport_.get(), jobs_.get(), checkpointer_.get(),
                                        metrics_.get(), timeline_.get(), update_threads,
-                                       options_.update_spin);
+                                       options_.update_spin, options_.poll_mode);
   metrics_watch_ = metrics_->Watch(
       jobs_.get(), [plane = plane_.get()] { return plane->update_queue_depth(); },
       checkpointer_.get());

@@ -128,6 +128,9 @@ struct ShardServerOptions {
   // An update thread out of work polls (yielding) this long before it
   // sleeps, so the next bucket starts without a wake-up (DataPlane).
   absl::Duration update_spin = kDefaultUpdateSpin;
+  // Whether they poll at all: tessel-server passes --poll_mode (auto: only
+  // while this host's polling threads fit its cores; core/spin_budget.h).
+  SpinMode poll_mode = SpinMode::kSpin;
   // Sum the ranks of a bucket that landed in rank order before its last
   // rank arrives (prefix order; three or more workers). Off only to
   // measure what it saves.

@@ -20,6 +20,12 @@ ABSL_FLAG(bool, ucx_peer_errors, false,
 ABSL_FLAG(int64_t, ucx_spin_us, 5000,
           "the UCX progress thread keeps polling (yielding the CPU) this many microseconds "
           "after the last activity before it sleeps on the event fd; 0: sleep at once");
+ABSL_FLAG(std::string, poll_mode, "auto",
+          "whether Tessel's threads poll after their last work (the UCX progress thread for "
+          "--ucx_spin_us, a shard server's update threads for --update_spin_us): auto polls "
+          "while the polling threads of every Tessel process on this host fit its cores (counted "
+          "in /dev/shm/tessel-spin) and sleeps on the wake-up fd at once otherwise; spin always "
+          "polls; event never does");
 ABSL_FLAG(int64_t, ucx_in_place_min_bytes, 16 << 10,
           "payloads of at least this many bytes in payload memory travel as descriptors to "
           "peers that can map them (smaller ones are copied through UCX's queues); the "
@@ -39,6 +45,11 @@ absl::StatusOr<UcxOptions> UcxOptionsFromFlags() {
         absl::StrCat("--ucx_spin_us=", spin_us, " must be 0 or more microseconds"));
   }
   o.spin = absl::Microseconds(spin_us);
+  absl::StatusOr<SpinMode> mode = ParseSpinMode(absl::GetFlag(FLAGS_poll_mode));
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--poll_mode: ", mode.status().message()));
+  }
+  o.poll_mode = *mode;
   const int64_t min_bytes = absl::GetFlag(FLAGS_ucx_in_place_min_bytes);
   if (min_bytes < 0) {
     return absl::InvalidArgumentError(

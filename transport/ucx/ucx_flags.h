@@ -31,6 +31,7 @@ ABSL_DECLARE_FLAG(std::string, ucx_port_range);
 ABSL_DECLARE_FLAG(bool, ucx_zero_copy);
 ABSL_DECLARE_FLAG(bool, ucx_peer_errors);
 ABSL_DECLARE_FLAG(int64_t, ucx_spin_us);
+ABSL_DECLARE_FLAG(std::string, poll_mode);
 ABSL_DECLARE_FLAG(int64_t, ucx_in_place_min_bytes);
 
 namespace tessel {

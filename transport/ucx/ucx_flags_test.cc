@@ -25,6 +25,8 @@ TEST_F(UcxFlagsTest, DefaultsAreUcxOptionsDefaults) {
   EXPECT_EQ(o->peer_error_handling, defaults.peer_error_handling);
   EXPECT_EQ(o->spin, defaults.spin);
   EXPECT_EQ(o->in_place_min_bytes, defaults.in_place_min_bytes);
+  EXPECT_EQ(o->poll_mode, SpinMode::kAuto);
+  EXPECT_EQ(o->poll_mode, defaults.poll_mode);
 }
 
 TEST_F(UcxFlagsTest, FlagsBecomeOptions) {
@@ -34,8 +36,10 @@ TEST_F(UcxFlagsTest, FlagsBecomeOptions) {
   absl::SetFlag(&FLAGS_ucx_peer_errors, true);
   absl::SetFlag(&FLAGS_ucx_spin_us, 0);
   absl::SetFlag(&FLAGS_ucx_in_place_min_bytes, 0);
+  absl::SetFlag(&FLAGS_poll_mode, "event");
   absl::StatusOr<UcxOptions> o = UcxOptionsFromFlags();
   ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->poll_mode, SpinMode::kEvent);
   EXPECT_EQ(o->tls, "tcp");
   EXPECT_EQ(o->tcp_port_range, "7200-7299");
   EXPECT_FALSE(o->zero_copy);
@@ -50,6 +54,12 @@ TEST_F(UcxFlagsTest, BadValuesNameTheFlag) {
   EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(o.status().message().find("--ucx_spin_us"), std::string::npos) << o.status();
   absl::SetFlag(&FLAGS_ucx_spin_us, 10);
+
+  absl::SetFlag(&FLAGS_poll_mode, "busy");
+  o = UcxOptionsFromFlags();
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(o.status().message().find("--poll_mode"), std::string::npos) << o.status();
+  absl::SetFlag(&FLAGS_poll_mode, "spin");
 
   absl::SetFlag(&FLAGS_ucx_in_place_min_bytes, -5);
   o = UcxOptionsFromFlags();

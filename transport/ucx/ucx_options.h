@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/spin_budget.h"
 
 namespace tessel {
 
@@ -30,6 +31,10 @@ struct UcxOptions {
   // Keep polling (with sched_yield) this long after the last activity,
   // then sleep on the event fd (--ucx_spin_us). Not negative.
   absl::Duration spin = absl::Milliseconds(5);
+  // Whether that polling happens (--poll_mode, core/spin_budget.h): kAuto
+  // polls while this host's polling threads fit its cores, else sleeps on
+  // the event fd at once; kSpin always polls; kEvent never does.
+  SpinMode poll_mode = SpinMode::kAuto;
   // Payloads of at least `in_place_min_bytes` that lie in payload memory
   // (payload_memory()) travel as descriptors to peers whose endpoint has a
   // shared-memory lane (chosen at connect time): the peer reads them in

@@ -19,7 +19,12 @@ namespace tessel {
 namespace ucx_internal {
 
 absl::StatusOr<std::unique_ptr<ProgressLoop>> ProgressLoop::Create(absl::Duration spin) {
-  std::unique_ptr<ProgressLoop> loop(new ProgressLoop(spin));
+  return Create([spin] { return spin; });
+}
+
+absl::StatusOr<std::unique_ptr<ProgressLoop>> ProgressLoop::Create(
+    std::function<absl::Duration()> spin) {
+  std::unique_ptr<ProgressLoop> loop(new ProgressLoop(std::move(spin)));
   loop->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   loop->event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (loop->epoll_fd_ < 0 || loop->event_fd_ < 0) {
@@ -119,7 +124,7 @@ void ProgressLoop::Run() {
       last_active = absl::Now();
       continue;
     }
-    if (absl::Now() - last_active < spin_) {
+    if (absl::Now() - last_active < spin_()) {
       sched_yield();
       continue;
     }

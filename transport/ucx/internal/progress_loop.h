@@ -57,6 +57,10 @@ class ProgressLoop {
   // A loop that polls for `spin` after the last activity before it sleeps.
   // The thread starts with Start().
   static absl::StatusOr<std::unique_ptr<ProgressLoop>> Create(absl::Duration spin);
+  // The same, the polling window asked for each time the loop runs out of
+  // work (a SpinPolicy's Window(): 0 sleeps at once).
+  static absl::StatusOr<std::unique_ptr<ProgressLoop>> Create(
+      std::function<absl::Duration()> spin);
   ~ProgressLoop();  // Stop(), then closes its fds
   ProgressLoop(const ProgressLoop&) = delete;
   ProgressLoop& operator=(const ProgressLoop&) = delete;
@@ -80,12 +84,12 @@ class ProgressLoop {
   void Stop();
 
  private:
-  explicit ProgressLoop(absl::Duration spin) : spin_(spin) {}
+  explicit ProgressLoop(std::function<absl::Duration()> spin) : spin_(std::move(spin)) {}
   void Run();
   bool RunTasks();  // true if there were any
   void Wake();
 
-  const absl::Duration spin_;
+  const std::function<absl::Duration()> spin_;
   int epoll_fd_ = -1;
   int event_fd_ = -1;
   Hooks hooks_;  // set by Start, then read by the loop thread only
