@@ -40,9 +40,9 @@ extern "C" {
 #include "core/log.h"
 #include "rpc/grpc_util.h"
 #include "testing/local_cluster.h"
+#include "transport/ucx/ucx_flags.h"
 #include "worker/train_flags.h"
 #include "worker/worker.h"
-#include "transport/ucx/ucx_flags.h"
 #include "worker/worker_flags.h"
 
 ABSL_FLAG(int, workers, 2, "worker processes");
@@ -167,7 +167,7 @@ int RunWorker() {
     shard_calls += tessel::ClientCalls(tessel::RpcService::kShard);
     registry_calls += tessel::ClientCalls(tessel::RpcService::kRegistry);
     const int iters = absl::GetFlag(FLAGS_iters);
-    double update_ms = 0;  // per step, the busiest server
+    double update_ms = 0;       // per step, the busiest server
     double servers_cpu_ms = 0;  // per step, all servers
     if (rank == 0) {
       auto after = server_stats();
@@ -263,8 +263,8 @@ int Report(const std::string& result, int workers, int servers, const std::strin
       "# tessel datapath: %d workers, %d servers, bucket %lld B, UCX_TLS=%s, %s; step = barrier, "
       "then the slowest rank's Step(); payloads: %s (--ucx_zero_copy=%s)\n",
       workers, servers, static_cast<long long>(absl::GetFlag(FLAGS_bucket_bytes)),
-      tls.empty() ? "(default)" : tls.c_str(),
-      absl::GetFlag(FLAGS_optimizer).c_str(), path.c_str(), zero_copy ? "true" : "false");
+      tls.empty() ? "(default)" : tls.c_str(), absl::GetFlag(FLAGS_optimizer).c_str(), path.c_str(),
+      zero_copy ? "true" : "false");
   std::printf("%-8s %10s %10s %10s %10s %10s   %s   %s\n", "S_MiB", "t_med_ms", "t_min_ms",
               "t_max_ms", "algbw_GBs", "busbw_GBs",
               "rank 0's control RPCs in the timed steps: shard, registry",

@@ -131,8 +131,7 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* usage =
-      "usage: gloo_allreduce RANKS SIZES_MIB ITERS [RANK STORE_DIR IFACE]\n";
+  const char* usage = "usage: gloo_allreduce RANKS SIZES_MIB ITERS [RANK STORE_DIR IFACE]\n";
   if (argc != 4 && argc != 7) {
     std::fprintf(stderr, "%s", usage);
     return 2;

@@ -156,8 +156,8 @@ SpinBudget::Count SpinBudget::Read() {
     const ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
     close(fd);
     int threads = 0;
-    if (n > 0 && absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::string_view(buf, n)),
-                                  &threads)) {
+    if (n > 0 &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::string_view(buf, n)), &threads)) {
       c.threads += std::max(0, threads);
     }
   }
@@ -200,8 +200,8 @@ absl::Duration SpinPolicy::Window() {
   const int now = fits ? 1 : 0;
   if (last_.exchange(now, std::memory_order_relaxed) != now) {
     const SpinBudget::Count c = budget_->Read();
-    TESSEL_LOG(INFO) << who_ << ": " << c.threads << " polling thread(s) on this host, "
-                     << c.cores << " core(s): "
+    TESSEL_LOG(INFO) << who_ << ": " << c.threads << " polling thread(s) on this host, " << c.cores
+                     << " core(s): "
                      << (fits ? absl::StrCat("polling ", absl::FormatDuration(spin_),
                                              " after the last work")
                               : std::string("event-driven (sleeping on the wake-up fd)"));
@@ -219,11 +219,10 @@ std::string SpinPolicy::Describe() {
       break;
   }
   const SpinBudget::Count c = budget_->Read();
-  return c.threads <= c.cores
-             ? absl::StrCat("auto: spin ", absl::FormatDuration(spin_), " (", c.threads,
-                            " polling threads <= ", c.cores, " cores)")
-             : absl::StrCat("auto: event-driven (", c.threads, " polling threads > ", c.cores,
-                            " cores)");
+  return c.threads <= c.cores ? absl::StrCat("auto: spin ", absl::FormatDuration(spin_), " (",
+                                             c.threads, " polling threads <= ", c.cores, " cores)")
+                              : absl::StrCat("auto: event-driven (", c.threads,
+                                             " polling threads > ", c.cores, " cores)");
 }
 
 }  // namespace tessel

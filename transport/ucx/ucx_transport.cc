@@ -104,10 +104,10 @@ absl::Status UcxTransport::Init() {
   keys_ = std::make_unique<ucx_internal::RemoteKeyCache>(std::make_unique<UcpRemoteKeyOps>());
   in_flight_ = std::make_unique<ucx_internal::InFlight>();
   TESSEL_ASSIGN_OR_RETURN(probe_, ucx_internal::WedgeProbe::Create(context_->get()));
-  spin_policy_ = std::make_unique<SpinPolicy>(options_.poll_mode, options_.spin, 1,
-                                              "UCX progress thread");
-  TESSEL_ASSIGN_OR_RETURN(loop_, ucx_internal::ProgressLoop::Create(
-                                     [p = spin_policy_.get()] { return p->Window(); }));
+  spin_policy_ =
+      std::make_unique<SpinPolicy>(options_.poll_mode, options_.spin, 1, "UCX progress thread");
+  TESSEL_ASSIGN_OR_RETURN(
+      loop_, ucx_internal::ProgressLoop::Create([p = spin_policy_.get()] { return p->Window(); }));
   TESSEL_RETURN_IF_ERROR(CreateWorker());
   loop_->Start({[this] { return worker_ != nullptr; }, [this] { return Progress(); },
                 [this] { return ucp_worker_arm(worker_) != UCS_ERR_BUSY; }});

@@ -169,7 +169,7 @@ class UcxTransport : public Transport {
   std::shared_ptr<ucx_internal::UcxContext> context_;
   std::shared_ptr<ucx_internal::UcxPayloadMemory> memory_;
   std::vector<std::string> device_memory_types_;  // Init: the context's, but host
-  std::unique_ptr<SpinPolicy> spin_policy_;  // outlives loop_, which asks it
+  std::unique_ptr<SpinPolicy> spin_policy_;       // outlives loop_, which asks it
   std::unique_ptr<ucx_internal::ProgressLoop> loop_;
   std::unique_ptr<ucx_internal::WedgeProbe> probe_;
 

@@ -59,8 +59,7 @@ class ProgressLoop {
   static absl::StatusOr<std::unique_ptr<ProgressLoop>> Create(absl::Duration spin);
   // The same, the polling window asked for each time the loop runs out of
   // work (a SpinPolicy's Window(): 0 sleeps at once).
-  static absl::StatusOr<std::unique_ptr<ProgressLoop>> Create(
-      std::function<absl::Duration()> spin);
+  static absl::StatusOr<std::unique_ptr<ProgressLoop>> Create(std::function<absl::Duration()> spin);
   ~ProgressLoop();  // Stop(), then closes its fds
   ProgressLoop(const ProgressLoop&) = delete;
   ProgressLoop& operator=(const ProgressLoop&) = delete;
