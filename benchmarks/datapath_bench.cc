@@ -53,6 +53,9 @@ ABSL_FLAG(int64_t, update_spin_us, -1, "the shard servers' --update_spin_us (-1:
 ABSL_FLAG(bool, fold_prefix, true,
           "the shard servers' --fold_prefix (false: reduce a bucket only once every rank's push "
           "is in; matters with three or more workers)");
+ABSL_FLAG(int64_t, inline_update_max_bytes, -1,
+          "the shard servers' --inline_update_max_bytes (-1: their default; 0: every bucket "
+          "through the update threads)");
 ABSL_FLAG(int, update_threads, 0,
           "the shard servers' --update_threads (0: their default, half the cores)");
 // Internal: worker mode.
@@ -339,6 +342,10 @@ int main(int argc, char** argv) {
         absl::StrCat("--update_threads=", absl::GetFlag(FLAGS_update_threads)));
   }
   if (!absl::GetFlag(FLAGS_fold_prefix)) copt.server_args.push_back("--fold_prefix=false");
+  if (absl::GetFlag(FLAGS_inline_update_max_bytes) >= 0) {
+    copt.server_args.push_back(
+        absl::StrCat("--inline_update_max_bytes=", absl::GetFlag(FLAGS_inline_update_max_bytes)));
+  }
   if (absl::GetFlag(FLAGS_update_spin_us) >= 0) {
     copt.server_args.push_back(
         absl::StrCat("--update_spin_us=", absl::GetFlag(FLAGS_update_spin_us)));

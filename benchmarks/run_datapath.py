@@ -28,6 +28,9 @@ Contenders, for each world size W in --workers:
   tessel-<opt>-<mode> with --poll_modes: every process with --poll_mode=<mode>
                    (auto: poll only while the host's polling threads fit its
                    cores; spin: always; event: sleep on the wake-up fd at once).
+  tessel-<opt>[-...]-noinline with --no_inline: the servers'
+                   --inline_update_max_bytes=0 (every bucket through an update
+                   thread, none reduced on the transport's thread).
   tessel-<opt>-base with --base_bench: another build's datapath_bench (e.g. an
                    earlier commit's), for a before/after measured in one run.
   with --tcp:      tessel-tcp-sgd (UCX over TCP) and mpi-tcp-allreduce
@@ -45,7 +48,7 @@ Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
          [--sizes_mib=1,16,64,256] [--repeats=5] [--iters=10]
          [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
          [--update_threads=1,2] [--base_bench=OTHER/datapath_bench] [--copied]
-         [--no_fold] [--cma] [--poll_modes=auto,spin,event]
+         [--no_fold] [--no_inline] [--cma] [--poll_modes=auto,spin,event]
 """
 import argparse
 import os
@@ -94,6 +97,10 @@ def main():
                     help="comma-separated auto,spin,event: one Tessel contender per mode "
                          "(tessel-<opt>-<mode>), every process run with --poll_mode=<mode> "
                          "(default: one contender, the default mode, auto)")
+    ap.add_argument("--no_inline", action="store_true",
+                    help="also run each Tessel contender with the servers' "
+                         "--inline_update_max_bytes=0 (tessel-<opt>-noinline: every bucket "
+                         "handed to an update thread)")
     ap.add_argument("--quiet_max_s", type=float, default=120)
     ap.add_argument("--timeout_s", type=float, default=900, help="per contender run")
     args = ap.parse_args()
@@ -137,6 +144,9 @@ def main():
                                  for n, a in list(variants)]
                 for vname, vargs in variants:
                     contenders.append((w, vname, tessel(args.bench, w, opt) + extra + vargs))
+                    if args.no_inline:
+                        contenders.append((w, vname + "-noinline", tessel(args.bench, w, opt) +
+                                           extra + vargs + ["--inline_update_max_bytes=0"]))
                     if args.no_fold:
                         contenders.append((w, vname + "-nofold", tessel(args.bench, w, opt) +
                                            extra + vargs + ["--fold_prefix=false"]))
@@ -253,6 +263,9 @@ def main():
               "is faster)",
               [(b[:-len("-base")], b) for b in names
                if b.endswith("-base") and b[:-len("-base")] in names])
+    speed_ups("updates on the transport's thread in this run: --inline_update_max_bytes=0's "
+              "median / the default's (> 1: small buckets updated inline are faster)",
+              [(b[:-len("-noinline")], b) for b in names if b.endswith("-noinline")])
     speed_ups("prefix order in this run: --fold_prefix=false's median / the default's (> 1: "
               "folding ranks as they arrive is faster)",
               [(b[:-len("-nofold")], b) for b in names if b.endswith("-nofold")])

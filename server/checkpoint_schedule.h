@@ -28,6 +28,10 @@ class CheckpointSchedule {
 
   void Request(int64_t step) { requested_.insert(step); }
   void Cancel(int64_t step) { requested_.erase(step); }
+  // Whether DueAt(version) would be true, without consuming a request.
+  bool WouldBeDueAt(int64_t version) const {
+    return requested_.count(version) > 0 || (every_ > 0 && version % every_ == 0);
+  }
   bool DueAt(int64_t version) {
     const bool requested = requested_.erase(version) > 0;
     return requested || (every_ > 0 && version % every_ == 0);

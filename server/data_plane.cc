@@ -13,13 +13,14 @@ namespace tessel {
 
 DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
                      ServerMetrics* metrics, Timeline* timeline, int update_threads,
-                     absl::Duration spin, SpinMode poll_mode)
+                     absl::Duration spin, SpinMode poll_mode, int64_t inline_update_max_bytes)
     : transport_(transport),
       jobs_(jobs),
       checkpointer_(checkpointer),
       metrics_(metrics),
       timeline_(timeline),
       spin_(poll_mode, spin, update_threads, "update threads"),
+      inline_update_max_bytes_(inline_update_max_bytes),
       releaser_(std::make_shared<Releaser>()) {
   {
     absl::MutexLock lock(&releaser_->mu);
@@ -173,7 +174,11 @@ void DataPlane::PushCompleted(const std::shared_ptr<ShardJob>& job, const FrameH
     absl::Status w = checkpointer_->Submit(std::move(*c.serve.snapshot), /*wait=*/false);
     if (!w.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << w;
   }
-  if (c.update.has_value() || c.fold.has_value()) {
+  if (c.update.has_value() && inline_update_max_bytes_ > 0 &&
+      job->bucket_elements(*c.update) * int64_t{4} <= inline_update_max_bytes_ &&
+      !job->CheckpointDueNext()) {
+    UpdateAndServe(job, *c.update, /*inline_update=*/true);
+  } else if (c.update.has_value() || c.fold.has_value()) {
     absl::MutexLock lock(&mu_);
     updates_.push_back(Work{job, c.update.value_or(c.fold.value_or(0)), !c.update.has_value()});
     queued_.fetch_add(1, std::memory_order_release);
@@ -304,28 +309,32 @@ void DataPlane::ComputeLoop() {
       }
       continue;
     }
-    const auto start = std::chrono::steady_clock::now();
-    const int64_t start_us = timeline_ != nullptr ? Timeline::NowUs() : 0;
-    const int64_t step = timeline_ != nullptr ? work.job->version() + 1 : 0;
-    ShardJob::Serve serve = work.job->UpdateBucket(work.bucket);
-    serve.released.clear();  // back to the workers before their parameters go out
-    if (timeline_ != nullptr) {
-      timeline_->Span("reduce + update", "optimizer", start_us, Timeline::NowUs(),
-                      {.job = work.job->spec().job(),
-                       .step = step,
-                       .shard = work.job->shard(),
-                       .bucket = work.bucket});
-    }
-    if (metrics_ != nullptr) {
-      metrics_->BucketUpdated(work.job->spec().job(), work.job->bucket_elements(work.bucket),
-                              metrics::SecondsSince(start));
-    }
-    if (serve.snapshot.has_value()) {
-      absl::Status s = checkpointer_->Submit(std::move(*serve.snapshot));
-      if (!s.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << s;
-    }
-    if (!serve.pullers.empty()) ServeParams(work.job, serve);
+    UpdateAndServe(work.job, work.bucket, /*inline_update=*/false);
   }
+}
+
+void DataPlane::UpdateAndServe(const std::shared_ptr<ShardJob>& job, int bucket,
+                               bool inline_update) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t start_us = timeline_ != nullptr ? Timeline::NowUs() : 0;
+  const int64_t step = timeline_ != nullptr ? job->version() + 1 : 0;
+  ShardJob::Serve serve = job->UpdateBucket(bucket);
+  serve.released.clear();  // back to the workers before their parameters go out
+  if (timeline_ != nullptr) {
+    timeline_->Span(
+        inline_update ? "reduce + update (inline)" : "reduce + update", "optimizer", start_us,
+        Timeline::NowUs(),
+        {.job = job->spec().job(), .step = step, .shard = job->shard(), .bucket = bucket});
+  }
+  if (metrics_ != nullptr) {
+    metrics_->BucketUpdated(job->spec().job(), job->bucket_elements(bucket),
+                            metrics::SecondsSince(start));
+  }
+  if (serve.snapshot.has_value()) {  // inline: only a checkpoint asked for since the check
+    absl::Status s = checkpointer_->Submit(std::move(*serve.snapshot), /*wait=*/!inline_update);
+    if (!s.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << s;
+  }
+  if (!serve.pullers.empty()) ServeParams(job, serve);
 }
 
 }  // namespace tessel

@@ -60,9 +60,15 @@ class DataPlane {
   // thread that ran out of work polls the queue (yielding the CPU) for
   // `spin` before it sleeps, so the next bucket of a step starts without a
   // wake-up (as the transport's progress thread does).
+  // Buckets of at most `inline_update_max_bytes` (fp32 elements x 4; 0:
+  // none) skip the update threads: the transport's thread reduces, updates
+  // and serves them as the last push lands, saving two thread hand-offs
+  // (to an update thread and back to the transport) per bucket; not when
+  // the step takes a checkpoint (its Submit may wait for room).
   DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
             ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr, int update_threads = 1,
-            absl::Duration spin = kDefaultUpdateSpin, SpinMode poll_mode = SpinMode::kSpin);
+            absl::Duration spin = kDefaultUpdateSpin, SpinMode poll_mode = SpinMode::kSpin,
+            int64_t inline_update_max_bytes = 0);
 
   ~DataPlane();
   // Joins the update threads and stops releasing borrowed pushes through
@@ -83,6 +89,10 @@ class DataPlane {
   void RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::Puller>& waiting);
   void ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve);
   void ComputeLoop();
+  // Reduces and updates one complete bucket and serves it. On the
+  // transport's thread (`inline_update`) it never waits for the
+  // checkpointer.
+  void UpdateAndServe(const std::shared_ptr<ShardJob>& job, int bucket, bool inline_update);
   // After a PUSH landed (or was borrowed), or its receive failed.
   void PushCompleted(const std::shared_ptr<ShardJob>& job, const FrameHeader& header, PeerId from,
                      const absl::Status& s, ShardJob::Completion c);
@@ -110,6 +120,9 @@ class DataPlane {
   // updates_.size(), for the compute threads' spin (read without the lock).
   std::atomic<int> queued_{0};
   SpinPolicy spin_;  // the update threads' polling window
+  // Buckets of at most this many bytes (fp32 elements x 4) are updated on
+  // the transport's thread as their last push lands (0: never).
+  const int64_t inline_update_max_bytes_;
   // Set under mu_ (so Await sees it); read without it by the spin.
   std::atomic<bool> stop_{false};
   int64_t rejected_unrouted_ ABSL_GUARDED_BY(mu_) = 0;

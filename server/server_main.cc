@@ -60,6 +60,11 @@ ABSL_FLAG(int, update_threads, 0,
 ABSL_FLAG(int64_t, update_spin_us, absl::ToInt64Microseconds(tessel::kDefaultUpdateSpin),
           "an update thread out of work polls for the next bucket (yielding the CPU) this many "
           "microseconds before it sleeps; 0: sleep at once");
+ABSL_FLAG(int64_t, inline_update_max_bytes, 1 << 20,
+          "buckets of at most this many bytes (4 per parameter) are reduced, updated and served "
+          "on the UCX progress thread as their last push lands, skipping the hand-offs to an "
+          "update thread and back (latency of small buckets); 0: every bucket goes to the "
+          "update threads");
 ABSL_FLAG(bool, fold_prefix, true,
           "with three or more workers, sum the ranks of a gradient bucket that arrived in rank "
           "order while the bucket waits for its last ranks (the same bits as summing all at the "
@@ -173,6 +178,13 @@ int main(int argc, char** argv) {
       absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_receive_check_timeout_ms)));
   options.update_threads = absl::GetFlag(FLAGS_update_threads);
   options.fold_prefix = absl::GetFlag(FLAGS_fold_prefix);
+  if (absl::GetFlag(FLAGS_inline_update_max_bytes) < 0) {
+    return Fail(
+        absl::StrCat("--inline_update_max_bytes=", absl::GetFlag(FLAGS_inline_update_max_bytes),
+                     " must be 0 (off) or more bytes"));
+  }
+  options.inline_update_max_bytes = absl::GetFlag(FLAGS_inline_update_max_bytes);
+  std::max<int64_t>(0, absl::GetFlag(FLAGS_inline_update_max_bytes));
   options.update_spin =
       absl::Microseconds(std::max<int64_t>(0, absl::GetFlag(FLAGS_update_spin_us)));
   options.cancelled = [] { return g_stop != 0; };

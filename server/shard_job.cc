@@ -531,6 +531,11 @@ int64_t ShardJob::version() {
   return version_;
 }
 
+bool ShardJob::CheckpointDueNext() {
+  absl::MutexLock lock(&mu_);
+  return checkpoints_.WouldBeDueAt(version_ + 1);
+}
+
 std::string ShardJob::DigestLocked() {
   AwaitUpdatesLocked();
   Digest d;

@@ -266,6 +266,9 @@ class ShardJob {
   // size) for state_digest; metrics scrapes leave it out.
   JobStats Stats(bool with_digest = true);
   int64_t version();
+  // Whether finishing the step in progress takes a checkpoint (every N steps
+  // or asked for), as far as is known now.
+  bool CheckpointDueNext();
 
   // If the current step has been in progress for longer than `after` at
   // `now`: one log line naming the job, shard, step, epoch, how long, and

@@ -135,6 +135,9 @@ struct ShardServerOptions {
   // rank arrives (prefix order; three or more workers). Off only to
   // measure what it saves.
   bool fold_prefix = true;
+  // Buckets of at most this many bytes are reduced, updated and served on
+  // the transport's thread as their last push lands (DataPlane); 0: never.
+  int64_t inline_update_max_bytes = 0;
   // Polled while Start() retries the join: true gives up (e.g. a signal).
   std::function<bool()> cancelled;
 };

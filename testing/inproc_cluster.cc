@@ -65,6 +65,10 @@ absl::Status InProcCluster::StartServer(int shard) {
   // Many in-process servers share a test's two cores: update threads sleep
   // as soon as they are out of work (the spin is a speed knob, not a rule).
   o.update_spin = absl::ZeroDuration();
+  // Both ways a bucket is updated, in every test (TSan watching): odd shards
+  // update buckets of up to 1 MiB on the transport's thread as the last push
+  // lands, even shards hand every bucket to an update thread.
+  o.inline_update_max_bytes = shard % 2 == 1 ? int64_t{1} << 20 : 0;
   auto transport = transport_factory()();
   if (!transport.ok()) return transport.status();
   auto started = ShardServer::Start(o, std::move(*transport));
