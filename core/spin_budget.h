@@ -37,14 +37,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/spin_mode.h"
 
 namespace tessel {
-
-enum class SpinMode { kAuto, kSpin, kEvent };
-
-// "auto", "spin", "event"; anything else is an InvalidArgument naming them.
-absl::StatusOr<SpinMode> ParseSpinMode(absl::string_view text);
-const char* SpinModeName(SpinMode mode);
 
 class SpinBudget {
  public:

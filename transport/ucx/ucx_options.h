@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/spin_budget.h"
+#include "core/spin_mode.h"
 
 namespace tessel {
 
