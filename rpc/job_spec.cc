@@ -184,6 +184,30 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
                        "precision, no units)"));
     }
   }
+  if (spec.rank_groups_size() > 0) {
+    if (spec.rank_groups_size() != spec.world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job '", spec.job(), "': rank_groups has ", spec.rank_groups_size(),
+          " entries; it needs one per rank (world_size ", spec.world_size(), ") or none"));
+    }
+    int next = 0;  // groups are numbered in the order of their lowest rank
+    for (int r = 0; r < spec.world_size(); ++r) {
+      const int g = spec.rank_groups(r);
+      if (g < 0 || g > next) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "job '", spec.job(), "': rank_groups[", r, "] = ", g,
+            ": groups must be numbered 0, 1, ... in the order of their lowest rank (expected 0 to ",
+            next, ")"));
+      }
+      if (g == next) ++next;
+    }
+    if (topk > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job '", spec.job(),
+                       "': top-k compression does not combine with rank_groups (a "
+                       "group's partial sum of sparse pushes is not sparse)"));
+    }
+  }
   auto layout = Layout::Create(tensors, spec.num_shards(), align, bucket_elems, cuts);
   if (!layout.ok()) {
     return absl::InvalidArgumentError(

@@ -62,12 +62,16 @@ std::optional<absl::Duration> PushTracker::StallDue(absl::Time now, absl::Durati
 }
 
 PushTracker::Waiting PushTracker::DescribeWaiting(const std::vector<int>& worker_ids) const {
-  auto who = [&](int rank) {
+  return DescribeWaitingAs([&](int rank) {
     if (static_cast<size_t>(rank) < worker_ids.size()) {
       return absl::StrCat("rank ", rank, " (registry rank ", worker_ids[rank], "; ");
     }
     return absl::StrCat("rank ", rank, " (");
-  };
+  });
+}
+
+PushTracker::Waiting PushTracker::DescribeWaitingAs(
+    const std::function<std::string(int slot)>& who) const {
   Waiting out;
   for (int r = 0; r < world_; ++r) {
     std::vector<int> not_pushed, in_flight;

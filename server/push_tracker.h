@@ -36,6 +36,7 @@
 #define TESSEL_SERVER_PUSH_TRACKER_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,6 +73,10 @@ class PushTracker {
     std::vector<std::string> receives;  // buckets whose payload is on its way
   };
   Waiting DescribeWaiting(const std::vector<int>& worker_ids) const;
+  // The same with each slot's name and the opening of its parenthesis given
+  // by `who` (e.g. "group 1 (ranks 2-3; "): hierarchical aggregation tracks a
+  // slot per group.
+  Waiting DescribeWaitingAs(const std::function<std::string(int slot)>& who) const;
 
  private:
   const int num_buckets_;

@@ -20,9 +20,24 @@ namespace tessel {
 namespace {
 
 // The reducer's view of a shard: its buckets as offsets into the range.
+// Each rank's group (JobSpec.rank_groups; flat: its own).
+std::vector<int> GroupOfRank(const v1::JobSpec& spec) {
+  if (spec.rank_groups_size() > 0) {
+    return std::vector<int>(spec.rank_groups().begin(), spec.rank_groups().end());
+  }
+  std::vector<int> g(static_cast<size_t>(spec.world_size()));
+  for (size_t r = 0; r < g.size(); ++r) g[r] = static_cast<int>(r);
+  return g;
+}
+
+int Contributors(const v1::JobSpec& spec) {
+  const std::vector<int> g = GroupOfRank(spec);
+  return g.empty() ? 0 : *std::max_element(g.begin(), g.end()) + 1;
+}
+
 BucketReducer::Options ReducerOptions(const Layout& layout, int shard, const v1::JobSpec& spec) {
   BucketReducer::Options o;
-  o.world = spec.world_size();
+  o.world = Contributors(spec);  // one push per group and bucket
   const Range range = layout.shard_range(shard);
   for (int b = 0; b < layout.num_buckets(shard); ++b) {
     const Range br = layout.bucket_range(shard, b);
@@ -68,7 +83,7 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& sp
   // Refuse, rather than die allocating, a job this machine cannot hold: its
   // masters, state and per-rank receive buffers must fit in half the memory.
   const double range = static_cast<double>(layout.shard_range(shard_index).size());
-  const double need = range * (4.0 * (1 + StateSlots(optimizer)) + 4.0 * spec.world_size());
+  const double need = range * (4.0 * (1 + StateSlots(optimizer)) + 4.0 * Contributors(spec));
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (have > 0 && need > have / 2) {
     return absl::ResourceExhaustedError(
@@ -138,6 +153,8 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       range_(layout_.shard_range(shard)),
       job_id_(JobId(spec.job())),
       world_(spec.world_size()),
+      group_(GroupOfRank(spec)),
+      contributors_(Contributors(spec)),
       num_buckets_(layout_.num_buckets(shard)),
       half_(JobHalfType(spec)),
       topk_ratio_(spec.compression().topk_ratio()),
@@ -147,7 +164,7 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       checks_(Shape(Where(), job_id_, layout_, shard, spec, reducer_, rule_->holds_params())),
       settings_(Where(), layout_, shard, optimizer),
       epoch_(epoch),
-      pushes_(num_buckets_, world_),
+      pushes_(num_buckets_, contributors_),
       pulls_(num_buckets_),
       checkpoints_(spec.checkpoint().every_steps()),
       staging_(range_.size(), static_cast<int>(rule_->state().size())) {
@@ -173,10 +190,16 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
   // The slot's state, where the frame names one (else the checks refuse it
   // before they read these).
   const bool slot = h.bucket >= 0 && h.bucket < num_buckets_ && h.rank >= 0 && h.rank < world_;
+  const int g = slot ? group_[h.rank] : 0;
   bool stale = false;
-  absl::Status s = checks_.CheckData(
-      h, FrameStateLocked(), slot && init_seen_[h.bucket],
-      slot && pushes_.slot(h.bucket, h.rank) == PushTracker::Slot::kEmpty, &stale);
+  absl::Status s =
+      checks_.CheckData(h, FrameStateLocked(), slot && init_seen_[h.bucket],
+                        slot && pushes_.slot(h.bucket, g) == PushTracker::Slot::kEmpty, &stale);
+  if (!s.ok() && contributors_ != world_ && absl::IsAlreadyExists(s)) {
+    s = absl::AlreadyExistsError(absl::StrCat(Where(), "group ", g, " (rank ", h.rank,
+                                              "'s) already pushed bucket ", h.bucket, " of step ",
+                                              h.step, ": one push per group and bucket"));
+  }
   if (!s.ok()) {
     counters_.stale_epoch += stale ? 1 : 0;
     ++counters_.rejected;
@@ -186,10 +209,10 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
     init_seen_[h.bucket] = 1;
     return values_.data() + (layout_.bucket_range(shard_, h.bucket).begin - range_.begin);
   }
-  pushes_.Reserve(h.bucket, h.rank, absl::Now());
-  if (h.bucket_count == kPushPart) return reducer_.AcceptPart(h.bucket, h.rank);
+  pushes_.Reserve(h.bucket, g, absl::Now());
+  if (h.bucket_count == kPushPart) return reducer_.AcceptPart(h.bucket, g);
   // After parts the push is added to them: copied, never borrowed.
-  return reducer_.Accept(h.bucket, h.rank, borrow && !reducer_.HasParts(h.bucket, h.rank));
+  return reducer_.Accept(h.bucket, g, borrow && !reducer_.HasParts(h.bucket, g));
 }
 
 ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl::Status& s) {
@@ -211,21 +234,21 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
   }
   if (h.bucket_count == kPushPart) {  // summed into the rank's push; the slot is free again
     if (s.ok()) {
-      reducer_.LandPart(h.bucket, h.rank);
+      reducer_.LandPart(h.bucket, group_[h.rank]);
       counters_.pushed_bytes += static_cast<int64_t>(h.payload_bytes);
     }
-    pushes_.Release(h.bucket, h.rank);
+    pushes_.Release(h.bucket, group_[h.rank]);
     return c;
   }
   absl::StatusOr<BucketReducer::Landing> landed =
-      s.ok() ? reducer_.Land(h.bucket, h.rank) : absl::StatusOr<BucketReducer::Landing>(s);
+      s.ok() ? reducer_.Land(h.bucket, group_[h.rank]) : absl::StatusOr<BucketReducer::Landing>(s);
   if (s.ok() && !landed.ok()) {  // malformed top-k pairs: refused, the rank may push again
     ++counters_.rejected;
     c.error = absl::InvalidArgumentError(absl::StrCat(Where(), "bucket ", h.bucket, " from rank ",
                                                       h.rank, ": ", landed.status().message()));
   }
   if (!landed.ok()) {
-    pushes_.Release(h.bucket, h.rank);
+    pushes_.Release(h.bucket, group_[h.rank]);
     if (!StepInProgressLocked()) pushes_.StopClock();
     return c;
   }
@@ -237,7 +260,7 @@ ShardJob::Completion ShardJob::CompleteBorrowed(const FrameHeader& h, const void
                                                 std::shared_ptr<void> lease) {
   absl::MutexLock lock(&mu_);
   Completion c;
-  LandedLocked(h, reducer_.LandBorrowed(h.bucket, h.rank, data, std::move(lease)), &c);
+  LandedLocked(h, reducer_.LandBorrowed(h.bucket, group_[h.rank], data, std::move(lease)), &c);
   return c;
 }
 
@@ -246,7 +269,7 @@ void ShardJob::LandedLocked(const FrameHeader& h, const BucketReducer::Landing& 
   counters_.pushed_bytes += static_cast<int64_t>(h.payload_bytes);
   // The tracker and the reducer count the same landings: one bucket is
   // complete for both or for neither.
-  const bool complete = pushes_.Receive(h.bucket, h.rank);
+  const bool complete = pushes_.Receive(h.bucket, group_[h.rank]);
   assert(complete == landed.complete);
   (void)complete;
   if (landed.complete) c->update = h.bucket;
@@ -352,7 +375,16 @@ std::optional<std::string> ShardJob::StallReport(absl::Time now, absl::Duration 
   if (!stalled) return std::nullopt;
   // Who the step waits for: per rank, the buckets it has not pushed, and
   // those whose payload is still on its way.
-  const PushTracker::Waiting waiting = pushes_.DescribeWaiting(worker_ids_);
+  const PushTracker::Waiting waiting =
+      contributors_ == world_
+          ? pushes_.DescribeWaiting(worker_ids_)
+          : pushes_.DescribeWaitingAs([&](int g) {
+              std::vector<int> ranks;
+              for (int r = 0; r < world_; ++r) {
+                if (group_[r] == g) ranks.push_back(r);
+              }
+              return absl::StrCat("group ", g, " (ranks ", absl::StrJoin(ranks, ","), "; ");
+            });
   const std::vector<std::string>& missing = waiting.pushes;
   const std::vector<std::string>& receiving = waiting.receives;
   std::string out = absl::StrCat(

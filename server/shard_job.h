@@ -324,6 +324,12 @@ class ShardJob {
   const Range range_;
   const uint64_t job_id_;
   const int world_;
+  // Hierarchical aggregation (JobSpec.rank_groups): each rank's group, whose
+  // one push per bucket fills the group's slot; flat: group r = rank r.
+  // Pushes are tracked and reduced per group (contributors_ of them) and the
+  // mean divides by world_.
+  const std::vector<int> group_;
+  const int contributors_;
   const int num_buckets_;
   // Mixed precision: gradients arrive and parameters leave in half; the
   // masters and state stay fp32. values_half_ is the served copy of values_.
