@@ -352,7 +352,9 @@ int main(int argc, char** argv) {
   }
   const bool zero_copy = absl::GetFlag(FLAGS_ucx_zero_copy);
   const std::string poll_mode = absl::StrCat("--poll_mode=", absl::GetFlag(FLAGS_poll_mode));
+  const std::string ucx_spin = absl::StrCat("--ucx_spin_us=", absl::GetFlag(FLAGS_ucx_spin_us));
   copt.server_args.push_back(poll_mode);
+  copt.server_args.push_back(ucx_spin);
   copt.server_args.push_back(absl::StrCat("--ucx_zero_copy=", zero_copy ? "true" : "false"));
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();
@@ -378,6 +380,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--ucx_tls=", copt.ucx_tls),
         absl::StrCat("--ucx_zero_copy=", zero_copy ? "true" : "false"),
         poll_mode,
+        ucx_spin,
         absl::StrCat("--strategy=", absl::GetFlag(FLAGS_strategy)),
         absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
         absl::StrFormat("--lr=%.17g", absl::GetFlag(FLAGS_lr)),

@@ -182,9 +182,10 @@ absl::Duration SpinPolicy::Window() {
                      << " core(s): "
                      << (fits ? absl::StrCat("polling ", absl::FormatDuration(spin_),
                                              " after the last work")
-                              : std::string("event-driven (sleeping on the wake-up fd)"));
+                              : absl::StrCat("polling ", absl::FormatDuration(Crowded()),
+                                             ", then sleeping on the wake-up fd"));
   }
-  return fits ? spin_ : absl::ZeroDuration();
+  return fits ? spin_ : Crowded();
 }
 
 std::string SpinPolicy::Describe() {
@@ -197,10 +198,11 @@ std::string SpinPolicy::Describe() {
       break;
   }
   const SpinBudget::Count c = budget_->Read();
-  return c.threads <= c.cores ? absl::StrCat("auto: spin ", absl::FormatDuration(spin_), " (",
-                                             c.threads, " polling threads <= ", c.cores, " cores)")
-                              : absl::StrCat("auto: event-driven (", c.threads,
-                                             " polling threads > ", c.cores, " cores)");
+  return c.threads <= c.cores
+             ? absl::StrCat("auto: spin ", absl::FormatDuration(spin_), " (", c.threads,
+                            " polling threads <= ", c.cores, " cores)")
+             : absl::StrCat("auto: poll ", absl::FormatDuration(Crowded()), ", then sleep (",
+                            c.threads, " polling threads > ", c.cores, " cores)");
 }
 
 }  // namespace tessel

@@ -21,13 +21,18 @@
 //   kEvent  never poll: sleep on the wake-up fd (UCX's event fd, a condition
 //           variable) at once;
 //   kAuto   poll for `spin` while the host's polling threads fit its cores,
-//           else event-driven; re-read at most once a second, so it follows
-//           processes starting and stopping. The default everywhere.
+//           else event-driven after a brief poll (kCrowdedPoll, or `spin` if
+//           shorter): the reply to a message just sent is often that close,
+//           and a wake-up costs more CPU than 200 us of polling (measured:
+//           benchmarks/results/poll_window-2026-11-27.txt). Re-read at most
+//           once a second, so it follows processes starting and stopping.
+//           The default everywhere.
 //
 // Threads: everything is thread-safe.
 #ifndef TESSEL_CORE_SPIN_BUDGET_H_
 #define TESSEL_CORE_SPIN_BUDGET_H_
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -95,6 +100,9 @@ class SpinBudget {
 
 class SpinPolicy {
  public:
+  // kAuto's polling window on a host with more polling threads than cores.
+  static constexpr absl::Duration kCrowdedPoll = absl::Microseconds(200);
+
   // `threads` polling threads of this process follow this policy (claimed
   // in `budget` unless the mode is kEvent). `who` names them in the log
   // line printed when kAuto switches.
@@ -103,7 +111,10 @@ class SpinPolicy {
   // How long to keep polling after the last work, now.
   absl::Duration Window();
   SpinMode mode() const { return mode_; }
-  // "spin 5ms", "event-driven", "auto: spin 5ms (4 polling threads <= 4 cores)".
+  // kAuto's window on a crowded host: kCrowdedPoll, or `spin` if shorter.
+  absl::Duration Crowded() const { return std::min(spin_, kCrowdedPoll); }
+  // "spin 5ms", "event-driven", "auto: spin 5ms (4 polling threads <= 4
+  // cores)", "auto: poll 200us, then sleep (6 polling threads > 2 cores)".
   std::string Describe();
 
  private:

@@ -86,8 +86,11 @@ TEST(SpinPolicyTest, AutoPollsOnlyWhileTheHostsPollingThreadsFitItsCores) {
   // Fits() re-reads at most once a second; a claim in this process re-reads
   // at once, the other process's only after that second.
   absl::SleepFor(absl::Milliseconds(1100));
-  EXPECT_EQ(policy.Window(), absl::ZeroDuration()) << policy.Describe();
-  EXPECT_NE(policy.Describe().find("event-driven"), std::string::npos) << policy.Describe();
+  EXPECT_EQ(policy.Window(), SpinPolicy::kCrowdedPoll) << policy.Describe();
+  EXPECT_NE(policy.Describe().find("then sleep"), std::string::npos) << policy.Describe();
+  // A window shorter than the crowded poll stays as it is.
+  SpinPolicy brief(SpinMode::kAuto, absl::Microseconds(30), 0, "brief", &budget);
+  EXPECT_EQ(brief.Window(), absl::Microseconds(30));
   Kill(crowd);
   absl::SleepFor(absl::Milliseconds(1100));
   EXPECT_EQ(policy.Window(), spin) << policy.Describe();

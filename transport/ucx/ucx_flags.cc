@@ -24,8 +24,8 @@ ABSL_FLAG(std::string, poll_mode, "auto",
           "whether Tessel's threads poll after their last work (the UCX progress thread for "
           "--ucx_spin_us, a shard server's update threads for --update_spin_us): auto polls "
           "while the polling threads of every Tessel process on this host fit its cores (counted "
-          "in /dev/shm/tessel-spin) and sleeps on the wake-up fd at once otherwise; spin always "
-          "polls; event never does");
+          "in /dev/shm/tessel-spin) and otherwise polls at most 200 us before it sleeps on the "
+          "wake-up fd; spin always polls; event never does");
 ABSL_FLAG(int64_t, ucx_in_place_min_bytes, 16 << 10,
           "payloads of at least this many bytes in payload memory travel as descriptors to "
           "peers that can map them (smaller ones are copied through UCX's queues); the "
