@@ -8,15 +8,15 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "core/log.h"
 
 namespace tessel {
@@ -100,8 +100,9 @@ void SpinBudget::WriteLocked() {
     return;
   }
   // Fixed width, one write: a reader never sees half a number.
-  const std::string text = absl::StrFormat("%10d\n", std::max(0, mine_));
-  if (pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) return;
+  const std::string text = absl::StrFormat("%10d\n", mine_);
+  const ssize_t unused = pwrite(fd_, text.data(), text.size(), 0);  // tmpfs: whole or nothing
+  (void)unused;
 }
 
 SpinBudget::Count SpinBudget::Read() {
@@ -126,7 +127,10 @@ SpinBudget::Count SpinBudget::Read() {
     // The owner holds a shared lock while it lives (this process's own
     // file too: flock belongs to the open file, not the process).
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      unlink(path.c_str());  // its process is gone
+      // Nobody holds it: its process is gone, or has just created it and
+      // not locked it yet (then its pid still answers, in this pid
+      // namespace). Only the first kind is removed; neither is counted.
+      if (kill(pid, 0) != 0 && errno == ESRCH) unlink(path.c_str());
       close(fd);
       continue;
     }
