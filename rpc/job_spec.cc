@@ -3,6 +3,8 @@
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -214,6 +216,20 @@ absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
         absl::StrCat("job '", spec.job(), "': ", layout.status().message()));
   }
   return layout;
+}
+
+std::vector<int> RankGroups(const v1::JobSpec& spec) {
+  if (spec.rank_groups_size() > 0) {
+    return std::vector<int>(spec.rank_groups().begin(), spec.rank_groups().end());
+  }
+  std::vector<int> g(static_cast<size_t>(std::max(0, spec.world_size())));
+  for (size_t r = 0; r < g.size(); ++r) g[r] = static_cast<int>(r);
+  return g;
+}
+
+int NumRankGroups(const v1::JobSpec& spec) {
+  const std::vector<int> g = RankGroups(spec);
+  return g.empty() ? 0 : *std::max_element(g.begin(), g.end()) + 1;
 }
 
 std::string DiffJobSpecs(const v1::JobSpec& a, const v1::JobSpec& b) {

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/layout.h"
@@ -43,6 +44,11 @@ std::string StrategyName(v1::Strategy s);
 // The half type a job moves on the wire and keeps on workers, or nullopt for
 // float32 (a validated spec's tensors all share one dtype).
 std::optional<HalfType> JobHalfType(const v1::JobSpec& spec);
+
+// Hierarchical aggregation (JobSpec.rank_groups, validated): each rank's
+// group, and how many groups there are; flat jobs: group r is rank r.
+std::vector<int> RankGroups(const v1::JobSpec& spec);
+int NumRankGroups(const v1::JobSpec& spec);
 
 }  // namespace tessel
 

@@ -70,6 +70,17 @@ PushTracker::Waiting PushTracker::DescribeWaiting(const std::vector<int>& worker
   });
 }
 
+PushTracker::Waiting PushTracker::DescribeGroupsWaiting(
+    const std::vector<int>& group_of_rank) const {
+  return DescribeWaitingAs([&](int g) {
+    std::vector<int> ranks;
+    for (size_t r = 0; r < group_of_rank.size(); ++r) {
+      if (group_of_rank[r] == g) ranks.push_back(static_cast<int>(r));
+    }
+    return absl::StrCat("group ", g, " (ranks ", absl::StrJoin(ranks, ","), "; ");
+  });
+}
+
 PushTracker::Waiting PushTracker::DescribeWaitingAs(
     const std::function<std::string(int slot)>& who) const {
   Waiting out;

@@ -73,12 +73,14 @@ class PushTracker {
     std::vector<std::string> receives;  // buckets whose payload is on its way
   };
   Waiting DescribeWaiting(const std::vector<int>& worker_ids) const;
-  // The same with each slot's name and the opening of its parenthesis given
-  // by `who` (e.g. "group 1 (ranks 2-3; "): hierarchical aggregation tracks a
-  // slot per group.
-  Waiting DescribeWaitingAs(const std::function<std::string(int slot)>& who) const;
+  // Hierarchical aggregation tracks a slot per group (`group_of_rank`, by
+  // rank): "group 1 (ranks 2,3; bucket 0 of 1)".
+  Waiting DescribeGroupsWaiting(const std::vector<int>& group_of_rank) const;
 
  private:
+  // Each slot's name and the opening of its parenthesis come from `who`.
+  Waiting DescribeWaitingAs(const std::function<std::string(int slot)>& who) const;
+
   const int num_buckets_;
   const int world_;
   std::vector<std::vector<Slot>> slots_;  // [bucket][rank]

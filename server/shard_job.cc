@@ -20,24 +20,9 @@ namespace tessel {
 namespace {
 
 // The reducer's view of a shard: its buckets as offsets into the range.
-// Each rank's group (JobSpec.rank_groups; flat: its own).
-std::vector<int> GroupOfRank(const v1::JobSpec& spec) {
-  if (spec.rank_groups_size() > 0) {
-    return std::vector<int>(spec.rank_groups().begin(), spec.rank_groups().end());
-  }
-  std::vector<int> g(static_cast<size_t>(spec.world_size()));
-  for (size_t r = 0; r < g.size(); ++r) g[r] = static_cast<int>(r);
-  return g;
-}
-
-int Contributors(const v1::JobSpec& spec) {
-  const std::vector<int> g = GroupOfRank(spec);
-  return g.empty() ? 0 : *std::max_element(g.begin(), g.end()) + 1;
-}
-
 BucketReducer::Options ReducerOptions(const Layout& layout, int shard, const v1::JobSpec& spec) {
   BucketReducer::Options o;
-  o.world = Contributors(spec);  // one push per group and bucket
+  o.world = NumRankGroups(spec);  // one push per group and bucket
   const Range range = layout.shard_range(shard);
   for (int b = 0; b < layout.num_buckets(shard); ++b) {
     const Range br = layout.bucket_range(shard, b);
@@ -83,7 +68,7 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& sp
   // Refuse, rather than die allocating, a job this machine cannot hold: its
   // masters, state and per-rank receive buffers must fit in half the memory.
   const double range = static_cast<double>(layout.shard_range(shard_index).size());
-  const double need = range * (4.0 * (1 + StateSlots(optimizer)) + 4.0 * Contributors(spec));
+  const double need = range * (4.0 * (1 + StateSlots(optimizer)) + 4.0 * NumRankGroups(spec));
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (have > 0 && need > have / 2) {
     return absl::ResourceExhaustedError(
@@ -153,8 +138,8 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       range_(layout_.shard_range(shard)),
       job_id_(JobId(spec.job())),
       world_(spec.world_size()),
-      group_(GroupOfRank(spec)),
-      contributors_(Contributors(spec)),
+      group_(RankGroups(spec)),
+      contributors_(NumRankGroups(spec)),
       num_buckets_(layout_.num_buckets(shard)),
       half_(JobHalfType(spec)),
       topk_ratio_(spec.compression().topk_ratio()),
@@ -375,16 +360,9 @@ std::optional<std::string> ShardJob::StallReport(absl::Time now, absl::Duration 
   if (!stalled) return std::nullopt;
   // Who the step waits for: per rank, the buckets it has not pushed, and
   // those whose payload is still on its way.
-  const PushTracker::Waiting waiting =
-      contributors_ == world_
-          ? pushes_.DescribeWaiting(worker_ids_)
-          : pushes_.DescribeWaitingAs([&](int g) {
-              std::vector<int> ranks;
-              for (int r = 0; r < world_; ++r) {
-                if (group_[r] == g) ranks.push_back(r);
-              }
-              return absl::StrCat("group ", g, " (ranks ", absl::StrJoin(ranks, ","), "; ");
-            });
+  const PushTracker::Waiting waiting = contributors_ == world_
+                                           ? pushes_.DescribeWaiting(worker_ids_)
+                                           : pushes_.DescribeGroupsWaiting(group_);
   const std::vector<std::string>& missing = waiting.pushes;
   const std::vector<std::string>& receiving = waiting.receives;
   std::string out = absl::StrCat(

@@ -102,10 +102,9 @@ absl::Status ShardServer::Init() {
     timeline_ = *std::move(timeline);
   }
   const int update_threads = UpdateThreads(options_.update_threads);
-  plane_ = std::make_unique<DataPlane>(transport_.get(), jobs_.get(), checkpointer_.get(),
-                                       metrics_.get(), timeline_.get(), update_threads,
-                                       options_.update_spin, options_.poll_mode,
-                                       options_.inline_update_max_bytes);
+  plane_ = std::make_unique<DataPlane>(
+      transport_.get(), jobs_.get(), checkpointer_.get(), metrics_.get(), timeline_.get(),
+      update_threads, options_.update_spin, options_.poll_mode, options_.inline_update_max_bytes);
   metrics_watch_ = metrics_->Watch(
       jobs_.get(), [plane = plane_.get()] { return plane->update_queue_depth(); },
       checkpointer_.get());
