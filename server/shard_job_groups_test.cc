@@ -42,10 +42,6 @@ v1::JobSpec Spec(v1::Strategy strategy, const std::vector<int>& groups, int64_t 
   return spec;
 }
 
-float Value(int rank, int64_t i, int salt) {
-  return static_cast<float>((i * 7919 + rank * 104729 + salt * 31) % 2001 - 1000) / 997.f;
-}
-
 // Each group's partial sum over [begin, end) at `step`: its ranks' gradients
 // summed left to right (ReduceSum), as the host's workers would.
 std::vector<std::vector<float>> Partials(const std::vector<int>& groups, int64_t begin, int64_t end,
@@ -54,7 +50,7 @@ std::vector<std::vector<float>> Partials(const std::vector<int>& groups, int64_t
   const size_t n = static_cast<size_t>(end - begin);
   std::vector<std::vector<float>> grads(world, std::vector<float>(n));
   for (int r = 0; r < world; ++r) {
-    for (int64_t i = begin; i < end; ++i) grads[r][i - begin] = Value(r, i, step);
+    for (int64_t i = begin; i < end; ++i) grads[r][i - begin] = TestValue(r, i, step);
   }
   const int num_groups = groups.back() + 1;  // numbered by lowest rank: the last is the largest
   std::vector<std::vector<float>> partials(num_groups, std::vector<float>(n));
@@ -74,7 +70,7 @@ std::vector<float> Reference(const std::vector<int>& groups, const v1::JobSpec& 
   auto optimizer = OptimizerFromProto(spec.optimizer());
   EXPECT_TRUE(optimizer.ok());
   std::vector<float> params(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) params[i] = Value(0, i, 99);
+  for (int64_t i = 0; i < n; ++i) params[i] = TestValue(0, i, 99);
   std::vector<std::vector<float>> state(2, std::vector<float>(static_cast<size_t>(n), 0.f));
   for (int step = 1; step <= steps; ++step) {
     const std::vector<std::vector<float>> partials = Partials(groups, 0, n, step);
@@ -93,17 +89,7 @@ class Harness {
     auto created = ShardJob::Create(spec, 0, kEpoch);
     EXPECT_TRUE(created.ok()) << created.status();
     job_ = std::move(*created);
-    if (spec.strategy() == v1::STRATEGY_DDP) return;  // no parameters on the shard
-    for (int b = 0; b < buckets(); ++b) {
-      FrameHeader h = JobFrame(*job_, kEpoch, FrameType::kInit, 0, b);
-      h.payload_bytes = static_cast<uint64_t>(job_->bucket_elements(b)) * 4;
-      auto dst = job_->AcceptData(h);
-      EXPECT_TRUE(dst.ok()) << dst.status();
-      const Range br = job_->layout().bucket_range(0, b);
-      float* to = static_cast<float*>(*dst);
-      for (int64_t i = br.begin; i < br.end; ++i) to[i - br.begin] = Value(0, i, 99);
-      job_->CompleteReceive(h, absl::OkStatus());
-    }
+    if (spec.strategy() != v1::STRATEGY_DDP) InitWithTestValues(*job_, kEpoch);
   }
   int buckets() const { return job_->layout().num_buckets(0); }
   ShardJob& job() { return *job_; }
@@ -124,15 +110,6 @@ class Harness {
  private:
   std::unique_ptr<ShardJob> job_;
 };
-
-void ExpectBitwise(const std::vector<float>& got, const std::vector<float>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  int64_t differ = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], 4) != 0) ++differ;
-  }
-  EXPECT_EQ(differ, 0) << "elements differing from the tree reduction";
-}
 
 // Trains `steps` steps: for each bucket, group g's push comes from rank
 // `pusher(g)`, the groups in the order `order`.

@@ -49,10 +49,6 @@ v1::JobSpec Spec(v1::Strategy strategy, int world, int64_t elements, int64_t buc
   return spec;
 }
 
-float Value(int rank, int64_t i, int salt) {
-  return static_cast<float>((i * 7919 + rank * 104729 + salt * 31) % 2001 - 1000) / 997.f;
-}
-
 class Harness {
  public:
   explicit Harness(const v1::JobSpec& spec) {
@@ -60,17 +56,7 @@ class Harness {
     EXPECT_TRUE(created.ok()) << created.status();
     job_ = std::move(*created);
     half_ = JobHalfType(spec);
-    if (spec.strategy() == v1::STRATEGY_DDP) return;
-    for (int b = 0; b < buckets(); ++b) {
-      FrameHeader h = Header(FrameType::kInit, 0, b);
-      h.payload_bytes = static_cast<uint64_t>(job_->bucket_elements(b)) * 4;
-      auto dst = job_->AcceptData(h);
-      EXPECT_TRUE(dst.ok()) << dst.status();
-      const Range br = job_->layout().bucket_range(0, b);
-      float* to = static_cast<float*>(*dst);
-      for (int64_t i = br.begin; i < br.end; ++i) to[i - br.begin] = Value(0, i, 99);
-      job_->CompleteReceive(h, absl::OkStatus());
-    }
+    if (spec.strategy() != v1::STRATEGY_DDP) InitWithTestValues(*job_, kEpoch);
   }
 
   int buckets() const { return job_->layout().num_buckets(0); }
@@ -87,7 +73,7 @@ class Harness {
   int released() const { return released_->load(); }
   int borrowed() const { return borrowed_count_; }
 
-  // Lands rank's gradient for `bucket` (values from Value(rank, i, salt));
+  // Lands rank's gradient for `bucket` (values from TestValue(rank, i, salt));
   // returns the bucket to update if this completed it.
   std::optional<int> Push(int rank, int bucket, int salt) {
     FrameHeader h = Header(FrameType::kPush, rank, bucket);
@@ -98,7 +84,7 @@ class Harness {
     auto dst = job_->AcceptData(h, borrow);
     EXPECT_TRUE(dst.ok()) << dst.status();
     std::vector<float> g(static_cast<size_t>(br.size()));
-    for (int64_t i = br.begin; i < br.end; ++i) g[i - br.begin] = Value(rank, i, salt);
+    for (int64_t i = br.begin; i < br.end; ++i) g[i - br.begin] = TestValue(rank, i, salt);
     void* to = *dst;
     if (borrow) {
       EXPECT_EQ(to, nullptr) << "a borrowed push needs no receive buffer";
@@ -238,13 +224,13 @@ std::vector<float> Reference(const v1::JobSpec& spec, int steps) {
   auto optimizer = OptimizerFromProto(spec.optimizer());
   EXPECT_TRUE(optimizer.ok());
   std::vector<float> params(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) params[i] = Value(0, i, 99);
+  for (int64_t i = 0; i < n; ++i) params[i] = TestValue(0, i, 99);
   std::vector<std::vector<float>> state(2, std::vector<float>(static_cast<size_t>(n), 0.f));
   for (int step = 1; step <= steps; ++step) {
     std::vector<std::vector<float>> grads(world, std::vector<float>(static_cast<size_t>(n)));
     std::vector<const float*> srcs;
     for (int r = 0; r < world; ++r) {
-      for (int64_t i = 0; i < n; ++i) grads[r][i] = Value(r, i, step);
+      for (int64_t i = 0; i < n; ++i) grads[r][i] = TestValue(r, i, step);
       if (half) {
         std::vector<uint16_t> h(static_cast<size_t>(n));
         FloatToHalf(*half, grads[r].data(), h.data(), h.size());
@@ -256,15 +242,6 @@ std::vector<float> Reference(const v1::JobSpec& spec, int steps) {
     ReduceAndApply(*optimizer, step, params.data(), srcs.data(), world, st, static_cast<size_t>(n));
   }
   return params;
-}
-
-void ExpectBitwise(const std::vector<float>& got, const std::vector<float>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  int64_t differ = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], 4) != 0) ++differ;
-  }
-  EXPECT_EQ(differ, 0) << "elements differing from one reduction in rank order";
 }
 
 // Three steps; each step's complete buckets are updated on `threads` threads
@@ -498,7 +475,7 @@ TEST(ShardJobServeTest, TopkPairsAreCheckedAndReduceLikeTheirDenseForm) {
     const int64_t k = TopkCount(0.25, n);
     for (int r = 0; r < 2; ++r) {
       std::vector<float> g(static_cast<size_t>(n)), residual(static_cast<size_t>(n), 0.f);
-      for (int64_t i = 0; i < n; ++i) g[i] = Value(r, br.begin + i, 1);
+      for (int64_t i = 0; i < n; ++i) g[i] = TestValue(r, br.begin + i, 1);
       std::vector<uint8_t> wire(SparseBytes(k));
       TopkCompress(g.data(), residual.data(), n, k, wire.data());
       FrameHeader h = topk.Header(FrameType::kPush, r, b);
