@@ -321,9 +321,10 @@ void DataPlane::UpdateAndServe(const std::shared_ptr<ShardJob>& job, int bucket,
   ShardJob::Serve serve = job->UpdateBucket(bucket);
   serve.released.clear();  // back to the workers before their parameters go out
   if (timeline_ != nullptr) {
+    // One name on either thread: tools and tests follow a bucket by it (the
+    // trace's thread says where it ran).
     timeline_->Span(
-        inline_update ? "reduce + update (inline)" : "reduce + update", "optimizer", start_us,
-        Timeline::NowUs(),
+        "reduce + update", "optimizer", start_us, Timeline::NowUs(),
         {.job = job->spec().job(), .step = step, .shard = job->shard(), .bucket = bucket});
   }
   if (metrics_ != nullptr) {
