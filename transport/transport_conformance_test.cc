@@ -101,8 +101,11 @@ TEST_P(TransportConformanceTest, LargePayloadLandsIntactInChosenBuffer) {
   auto peer = a_->Connect(b_->address());
   ASSERT_TRUE(peer.ok());
   std::vector<uint8_t> h = Header(1);
-  a_->Send(*peer, absl::MakeConstSpan(h), src.data(), n * sizeof(float), nullptr);
+  absl::Notification sent;  // src must outlive the send, not just the receive
+  a_->Send(*peer, absl::MakeConstSpan(h), src.data(), n * sizeof(float),
+           [&](absl::Status) { sent.Notify(); });
   ASSERT_TRUE(received.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(sent.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_EQ(dst.front(), -1.f);
   EXPECT_EQ(dst.back(), -1.f);
   EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + 1));
@@ -136,8 +139,13 @@ TEST_P(TransportConformanceTest, RefusedPayloadCompletesSenderAndLeavesReceiverU
   EXPECT_EQ(sink[0], 0.f);
   std::vector<float> good(16, 7.f);
   std::vector<uint8_t> h = Header(1);
-  a_->Send(*peer, absl::MakeConstSpan(h), good.data(), good.size() * sizeof(float), nullptr);
+  // The payload must outlive the send (the Transport contract): the receiver
+  // can have it before the sender's sendmsg returns.
+  absl::Notification sent;
+  a_->Send(*peer, absl::MakeConstSpan(h), good.data(), good.size() * sizeof(float),
+           [&](absl::Status) { sent.Notify(); });
   ASSERT_TRUE(second.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(sent.WaitForNotificationWithTimeout(absl::Seconds(20)));
   EXPECT_EQ(accepted.load(), 1);
   EXPECT_EQ(sink[15], 7.f);
 }
@@ -166,13 +174,14 @@ TEST_P(TransportConformanceTest, ManyConcurrentSendersAllArrive) {
   auto from_c = c_->Connect(b_->address());
   ASSERT_TRUE(from_a.ok() && from_c.ok());
   std::vector<uint32_t> values(2 * kPerSender);
+  std::atomic<int> sends_done{0};  // values must outlive every send
   for (int i = 0; i < 2 * kPerSender; ++i) values[i] = 1000 + i;
   auto blast = [&](Transport* t, PeerId peer, int sender) {
     for (int i = 0; i < kPerSender; ++i) {
       std::vector<uint8_t> h = {static_cast<uint8_t>(sender), static_cast<uint8_t>(i & 0xff),
                                 static_cast<uint8_t>(i >> 8)};
       t->Send(peer, absl::MakeConstSpan(h), &values[sender * kPerSender + i], sizeof(uint32_t),
-              nullptr);
+              [&](absl::Status) { ++sends_done; });
     }
   };
   std::thread ta([&] { blast(a_.get(), *from_a, 0); });
@@ -181,6 +190,11 @@ TEST_P(TransportConformanceTest, ManyConcurrentSendersAllArrive) {
   tc.join();
   ASSERT_TRUE(all.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_EQ(slots, values);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (sends_done.load() < 2 * kPerSender && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(sends_done.load(), 2 * kPerSender);
 }
 
 TEST_P(TransportConformanceTest, ConnectToUnknownAddressFails) {
