@@ -181,13 +181,7 @@ absl::Duration SpinPolicy::Window() {
   const bool fits = budget_->Fits();
   const int now = fits ? 1 : 0;
   if (last_.exchange(now, std::memory_order_relaxed) != now) {
-    const SpinBudget::Count c = budget_->Read();
-    TESSEL_LOG(INFO) << who_ << ": " << c.threads << " polling thread(s) on this host, " << c.cores
-                     << " core(s): "
-                     << (fits ? absl::StrCat("polling ", absl::FormatDuration(spin_),
-                                             " after the last work")
-                              : absl::StrCat("polling ", absl::FormatDuration(Crowded()),
-                                             ", then sleeping on the wake-up fd"));
+    TESSEL_LOG(INFO) << who_ << ": " << Describe();  // the switch, and why
   }
   return fits ? spin_ : Crowded();
 }
