@@ -165,7 +165,7 @@ int RunWorker() {
     const bench_sample probe_end = bench_sample_now(link.c_str());
     if (rank == 0) {
       std::ofstream path(absl::StrCat(absl::GetFlag(FLAGS_result), ".path"));
-      path << (*worker)->data_path() << "\n";
+      path << (*worker)->data_path() << "; " << (*worker)->aggregation() << "\n";
     }
     shard_calls += tessel::ClientCalls(tessel::RpcService::kShard);
     registry_calls += tessel::ClientCalls(tessel::RpcService::kRegistry);

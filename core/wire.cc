@@ -58,7 +58,7 @@ absl::StatusOr<FrameHeader> DecodeHeader(const void* data, size_t size) {
   }
   const uint16_t type = Get<uint16_t>(in, 6);
   if (type < static_cast<uint16_t>(FrameType::kPush) ||
-      type > static_cast<uint16_t>(FrameType::kError)) {
+      type > static_cast<uint16_t>(FrameType::kReady)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown frame type ", type));
   }
   if (Get<uint32_t>(in, 60) != 0) {
@@ -112,6 +112,8 @@ const char* FrameTypeName(FrameType t) {
       return "INIT";
     case FrameType::kError:
       return "ERROR";
+    case FrameType::kReady:
+      return "READY";
   }
   return "?";
 }

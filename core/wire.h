@@ -36,6 +36,7 @@ enum class FrameType : uint16_t {
   kParams = 3,  // server -> worker: parameter bucket after `step` updates
   kInit = 4,    // worker rank 0 -> server: initial parameter bucket (step 0)
   kError = 5,   // either way: the frame named by the header was refused; payload = message
+  kReady = 6,   // worker -> worker of its host: takes host-aggregation pushes of `epoch`
 };
 
 inline constexpr uint32_t kFrameMagic = 0x314C5354;  // "TSL1" little-endian

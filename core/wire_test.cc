@@ -61,7 +61,7 @@ TEST(WireTest, RejectsMalformedHeaders) {
   EXPECT_NE(corrupt(0, 'X').message().find("magic"), std::string::npos);
   EXPECT_NE(corrupt(4, 2).message().find("version"), std::string::npos);
   EXPECT_NE(corrupt(6, 0).message().find("unknown frame type"), std::string::npos);
-  EXPECT_NE(corrupt(6, 6).message().find("unknown frame type"), std::string::npos);
+  EXPECT_NE(corrupt(6, 7).message().find("unknown frame type"), std::string::npos);
   EXPECT_NE(corrupt(60, 1).message().find("reserved"), std::string::npos);
   EXPECT_NE(corrupt(44, 99).message().find("error code"), std::string::npos);
   FrameHeader push = Sample();

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "rpc/auth.h"
 #include "rpc/grpc_util.h"
+#include "rpc/host_identity.h"
 #include "rpc/view_delta.h"
 
 namespace tessel {
@@ -35,6 +36,7 @@ absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Du
     req.mutable_member()->set_host(host);
   }
   if (member.pid() == 0) req.mutable_member()->set_pid(getpid());
+  if (member.host_id().empty()) req.mutable_member()->set_host_id(HostIdentity());
   req.set_lease_ttl_ms(absl::ToInt64Milliseconds(ttl));
   v1::JoinResponse resp;
   grpc::ClientContext ctx;

@@ -420,12 +420,12 @@ int ReportFinal(tessel::Worker* worker, const tessel::MlpJob& job) {
     for (const tessel::ShardReport& r : *reports) pushed += r.pushed_bytes;
     std::printf(
         "worker 0: servers received %.1f KiB of gradients per step (all ranks%s); "
-        "payloads %s\n",
+        "payloads %s; %s\n",
         pushed / 1024.0 / static_cast<double>(worker->step()),
         worker->options().topk_ratio > 0
             ? absl::StrFormat(", top-k ratio %g", worker->options().topk_ratio).c_str()
             : "",
-        worker->data_path().c_str());
+        worker->data_path().c_str(), worker->aggregation().c_str());
   }
   if (worker->options().recovery) {
     std::printf(

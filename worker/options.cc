@@ -61,6 +61,26 @@ std::optional<HalfType> HalfTypeOf(Precision precision) {
   return std::nullopt;
 }
 
+absl::string_view AggregationName(Aggregation aggregation) {
+  switch (aggregation) {
+    case Aggregation::kAuto:
+      return "auto";
+    case Aggregation::kFlat:
+      return "flat";
+    case Aggregation::kHost:
+      return "host";
+  }
+  return "?";
+}
+
+absl::StatusOr<Aggregation> AggregationFromName(absl::string_view name) {
+  for (Aggregation a : {Aggregation::kAuto, Aggregation::kFlat, Aggregation::kHost}) {
+    if (name == AggregationName(a)) return a;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown aggregation '", name, "' (auto, flat, host)"));
+}
+
 absl::Status ValidateWorkerOptions(const WorkerOptions& o) {
   if (o.registry.empty()) return absl::InvalidArgumentError("WorkerOptions.registry is empty");
   if (o.job.empty()) return absl::InvalidArgumentError("WorkerOptions.job is empty");

@@ -43,6 +43,19 @@ enum class Strategy {
   kFsdp,   // ZeRO-3: the worker gathers parameters unit by unit
 };
 
+// How the workers of one host send their gradients (docs/hierarchical.md).
+enum class Aggregation {
+  // kHost where it can help: some host runs two or more of the job's
+  // workers and some shard server is on another host; kFlat otherwise.
+  kAuto,
+  kFlat,  // every worker pushes to and pulls from every shard itself
+  // The workers of a host sum their gradients first (in rank order), push
+  // one partial sum per bucket, pull once and pass the parameters on inside
+  // the host. ddp, zero1, zero2 without units, fp32 and no top-k; others
+  // stay flat (Worker::aggregation() says which).
+  kHost,
+};
+
 // The worker's (and the wire's) parameter and gradient precision. Servers
 // keep fp32 masters and optimizer state whatever this is.
 enum class Precision { kFp32, kFp16, kBf16 };
@@ -54,6 +67,9 @@ absl::string_view PrecisionName(Precision precision);
 absl::StatusOr<Precision> PrecisionFromName(absl::string_view name);
 // nullopt for fp32.
 std::optional<HalfType> HalfTypeOf(Precision precision);
+// "auto", "flat", "host".
+absl::string_view AggregationName(Aggregation aggregation);
+absl::StatusOr<Aggregation> AggregationFromName(absl::string_view name);
 
 // When shard servers snapshot the job (servers need --checkpoint_dir).
 struct CheckpointPolicy {
@@ -105,6 +121,13 @@ struct WorkerOptions {
   UcxOptions ucx;
   // The data-path endpoint (default: UCX with `ucx`).
   TransportFactory transport;
+  // Hierarchical aggregation inside a host (Aggregation above).
+  Aggregation aggregation = Aggregation::kAuto;
+  // This worker's host as the data path sees it ("" = rpc/host_identity.h:
+  // boot id and network and IPC namespaces, or $TESSEL_HOST_ID). Workers
+  // with the same host_id must reach each other over shared memory or
+  // loopback; a test may give processes of one machine different ones.
+  std::string host_id;
   // Testing aid: when non-zero, buckets are pushed in a random order with
   // random pauses, to prove results do not depend on arrival order.
   uint64_t shuffle_seed = 0;

@@ -78,6 +78,12 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
         absl::StrCat(ctx.Where(), ": init has ", init.size(), " floats but the layout has ", n));
   }
   ctx.half = JobHalfType(spec);
+  if (!newcomer) {  // a newcomer takes the groups of the recovery that admits it
+    const std::vector<int>& ids = p_->membership->member_ids();
+    const internal::AggregationPlan plan = p_->membership->PlanAggregation(ids);
+    TESSEL_RETURN_IF_ERROR(p_->membership->UseAggregation(plan, ids));
+    for (int g : plan.groups) spec.add_rank_groups(g);
+  }
   p_->channel->SetSink(ctx.fsdp() ? static_cast<internal::FrameSink*>(p_->units.get())
                                   : p_->exchange.get());
   ctx.layout = std::make_unique<Layout>(std::move(layout));
@@ -92,6 +98,12 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     return s;
   }
   p_->exchange->Allocate();
+  if (!join_recovery && !newcomer) {  // else the recovery meets
+    if (absl::Status met = p_->exchange->Meet(); !met.ok()) {
+      ctx.layout.reset();
+      return met;
+    }
+  }
   internal::ModelBuffers& b = p_->exchange->buffers();
   if (ddp) {
     // A replacement (resume) holds nothing yet: its recovery copies the
@@ -315,6 +327,8 @@ absl::Status Worker::SetOptimizer(const OptimizerParams& optimizer) {
 StepPhases Worker::last_step_phases() const { return p_->exchange->last_phases(); }
 
 std::string Worker::data_path() const { return p_->channel->DescribePaths(); }
+
+std::string Worker::aggregation() const { return p_->ctx.aggregation; }
 
 std::vector<std::string> Worker::device_memory_types() const {
   return p_->channel->transport().DeviceMemoryTypes();

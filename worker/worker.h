@@ -339,6 +339,10 @@ class Worker {
   // (through UCX's queues: another host, tcp, --ucx_zero_copy=false), as one
   // word when every shard agrees, else per shard ("shard 0: in place, ...").
   std::string data_path() const;
+  // How this worker's host sends gradients (WorkerOptions::aggregation,
+  // docs/hierarchical.md): "host aggregation: 2 hosts (ranks 0-1; 2-3)", or
+  // "flat (why)"; it may change at a recovery.
+  std::string aggregation() const;
   // Memory kinds besides host memory the data path can move (UCX: "cuda"
   // where a cuda_copy/cuda_ipc transport exists; Transport::DeviceMemoryTypes).
   // GPU workers report it; they stage through host memory either way.

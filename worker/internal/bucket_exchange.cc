@@ -12,7 +12,10 @@
 namespace tessel::internal {
 
 BucketExchange::BucketExchange(JobContext* ctx, DataChannel* channel)
-    : ctx_(ctx), channel_(channel), shuffle_rng_(ctx->options.shuffle_seed) {
+    : ctx_(ctx),
+      channel_(channel),
+      shuffle_rng_(ctx->options.shuffle_seed),
+      aggregator_(ctx, channel) {
   std::shared_ptr<PayloadMemory> memory = channel_->transport().payload_memory();
   buffers_.params = PayloadVector<float>(PayloadAllocator<float>(memory));
   buffers_.grads = PayloadVector<float>(PayloadAllocator<float>(memory));
@@ -63,6 +66,7 @@ void BucketExchange::Allocate() {
     pushed_[s].assign(static_cast<size_t>(layout.num_buckets(s)), 0);
     caller_sparse_[s].assign(static_cast<size_t>(layout.num_buckets(s)), 0);
   }
+  aggregator_.Configure(ctx_->rank_groups);
 }
 
 absl::Status BucketExchange::AccumulateGradients(absl::Span<const float> micro) {
@@ -166,6 +170,21 @@ void BucketExchange::PushBucket(int shard, int bucket) {
     channel_->Send(channel_->Header(FrameType::kPush, ctx_->step, shard, bucket), wire);
     return;
   }
+  if (aggregator_.active()) {  // fp32 only (host_groups.h)
+    const float* src = buffers_.grads.data() + begin;
+    {
+      absl::MutexLock lock(&channel_->mu());
+      ArmLocked(ctx_->step + 1);  // the PARAMS may come from another worker before Exchange
+    }
+    const int to = aggregator_.AggregatorOf(shard, bucket);
+    if (to == ctx_->rank.load()) {
+      aggregator_.OwnReady(shard, bucket, src);
+    } else {
+      channel_->SendToWorker(to, channel_->Header(FrameType::kPush, ctx_->step, shard, bucket),
+                             src);
+    }
+    return;
+  }
   channel_->Send(channel_->Header(FrameType::kPush, ctx_->step, shard, bucket),
                  ctx_->half ? static_cast<const void*>(buffers_.grads_half.data() + begin)
                             : static_cast<const void*>(buffers_.grads.data() + begin));
@@ -196,15 +215,22 @@ absl::Status BucketExchange::Exchange(int64_t version) {
   const bool shuffle = ctx_->options.shuffle_seed != 0;
   if (shuffle) std::shuffle(todo.begin(), todo.end(), shuffle_rng_);
   const absl::Time start = absl::Now();
-  SendPulls(version);
+  const bool host = aggregator_.active();
+  SendPulls(version, !host);
   for (const auto& [shard, bucket] : todo) {
     if (shuffle && shuffle_rng_() % 3 == 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(shuffle_rng_() % 2000));
     }
     PushBucket(shard, bucket);
   }
+  if (host) {
+    if (absl::Status sum = aggregator_.PushAll(); !sum.ok()) return sum;
+  }
   const absl::Time pushed = absl::Now();
   absl::Status s = WaitForParams(version);
+  // The PARAMS passed on leave from this worker's buffers, which the caller
+  // may change once Exchange returns.
+  if (host && s.ok()) s = channel_->WaitForWorkerSends();
   if (!s.ok()) return s;
   absl::MutexLock lock(&channel_->mu());
   const absl::Time first = std::max(first_received_at_, pushed);
@@ -223,34 +249,45 @@ absl::Status BucketExchange::Exchange(int64_t version) {
 }
 
 absl::Status BucketExchange::Pull(int64_t version) {
-  SendPulls(version);
+  SendPulls(version, /*all=*/true);
   return WaitForParams(version);
 }
 
-void BucketExchange::SendPulls(int64_t version) {
+void BucketExchange::ArmLocked(int64_t version) {
+  if (expect_version_ == version) return;
   const Layout& layout = *ctx_->layout;
   const int shards = channel_->num_shards();
   int64_t expected = 0;
   for (int s = 0; s < shards; ++s) expected += layout.num_buckets(s);
+  expect_version_ = version;
+  expected_ = expected;
+  received_ = 0;
+  received_by_shard_.assign(static_cast<size_t>(shards), 0);
+}
+
+void BucketExchange::SendPulls(int64_t version, bool all) {
+  const Layout& layout = *ctx_->layout;
+  const int shards = channel_->num_shards();
   {
     absl::MutexLock lock(&channel_->mu());
-    expect_version_ = version;
-    expected_ = expected;
-    received_ = 0;
-    received_by_shard_.assign(static_cast<size_t>(shards), 0);
+    if (all) expect_version_ = -1;  // count afresh
+    ArmLocked(version);
+    forward_version_ = all ? -1 : version;
   }
   channel_->ClearReceiveError();
   for (int s = 0; s < shards; ++s) {
-    if (layout.num_buckets(s) == 0) continue;
-    FrameHeader h = channel_->Header(FrameType::kPull, version, s, 0);
-    h.bucket_count = static_cast<uint32_t>(layout.num_buckets(s));
+    int first = 0, count = layout.num_buckets(s);
+    if (!all) aggregator_.PullRange(s, &first, &count);
+    if (count == 0) continue;
+    FrameHeader h = channel_->Header(FrameType::kPull, version, s, first);
+    h.bucket_count = static_cast<uint32_t>(count);
     channel_->Send(h, nullptr);
   }
 }
 
 absl::Status BucketExchange::WaitForParams(int64_t version) {
   return channel_->WaitFor(
-      [&] { return received_ == expected_; },
+      [&] { return received_ == expected_ && forwarding_ == 0; },
       [&] {
         const Layout& layout = *ctx_->layout;
         std::vector<std::string> missing;  // under mu(), as `done`
@@ -280,15 +317,18 @@ void BucketExchange::Reset() {
   {
     absl::MutexLock lock(&channel_->mu());
     expect_version_ = -1;  // accept no PARAMS until the rollback's pull
+    forward_version_ = -1;
     received_ = 0;
     expected_ = 0;
   }
   NextStep();
+  aggregator_.Reset();
 }
 
 void BucketExchange::RetireLocked(bool stuck, std::vector<PayloadVector<float>>* retired,
                                   std::vector<PayloadVector<uint16_t>>* retired_half) {
   if (!stuck) return;
+  aggregator_.RetireLocked(stuck, retired);
   // DDP receives the averaged gradient; its parameters are its own state.
   PayloadVector<float>& target = ctx_->ddp() ? buffers_.grads : buffers_.params;
   if (!target.empty()) {
@@ -324,7 +364,20 @@ Accept BucketExchange::OnParams(const FrameHeader& h) {
   const int shard = h.shard;
   const int bucket = h.bucket;
   const int64_t step = h.step;
-  return channel_->Receive(dst, h.epoch, [this, shard, bucket, step] {
+  std::function<void()> forward;
+  const bool forwards = forward_version_ == h.step && aggregator_.active() &&
+                        aggregator_.Aggregates(shard, bucket);
+  if (forwards) {
+    forward = [this, h, dst] {
+      aggregator_.Forward(h, dst);  // counted in the channel's sends from here
+      absl::MutexLock lock(&channel_->mu());
+      --forwarding_;
+    };
+  }
+  return channel_->Receive(dst, h.epoch, [this, shard, bucket, step, forwards] {
+    // Exchange waits for the pass-on too: its sends must be counted before
+    // the step can look complete.
+    if (forwards) ++forwarding_;
     const absl::Time now = absl::Now();
     if (ctx_->timeline != nullptr) {
       ctx_->timeline->Instant("params", "exchange", absl::ToUnixMicros(now),
@@ -338,7 +391,7 @@ Accept BucketExchange::OnParams(const FrameHeader& h) {
     last_received_at_ = now;
     ++received_;
     ++received_by_shard_[shard];
-  });
+  }, std::move(forward));
 }
 
 }  // namespace tessel::internal

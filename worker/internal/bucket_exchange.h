@@ -13,6 +13,12 @@
 //     dropped and counted as stale; none ever lands in a buffer.
 //   - Results do not depend on push order (the servers reduce in rank
 //     order): with a shuffle seed, buckets go in a random order with pauses.
+//   - Hierarchical aggregation (ctx->rank_groups, host_aggregator.h): a
+//     bucket another worker of this host aggregates is pushed to it, and its
+//     parameters come from it; a bucket this worker aggregates is summed with
+//     the host's pushes, pushed, pulled and passed on. Exchange returns once
+//     those PARAMS have left (so the buffer they came from may change).
+//     Pull (after a restore) always pulls every bucket itself.
 //
 // Threads: the driving thread calls everything; OnParams runs on the
 // transport's progress thread. Receive counters are under the channel's mu().
@@ -30,6 +36,7 @@
 #include "absl/types/span.h"
 #include "transport/payload_vector.h"
 #include "worker/internal/data_channel.h"
+#include "worker/internal/host_aggregator.h"
 #include "worker/internal/job_context.h"
 #include "worker/reports.h"
 
@@ -53,6 +60,12 @@ class BucketExchange : public FrameSink {
   // Sizes the buffers for the registered layout (ctx->layout, ctx->half)
   // and the strategy, and the per-bucket bookkeeping for every shard.
   void Allocate();
+  // Takes ctx->rank_groups (and rank) anew: after a recovery, nothing in flight.
+  void Regroup() { aggregator_.Configure(ctx_->rank_groups); }
+  // After Allocate or Regroup: waits for the other workers of this host
+  // (HostAggregator::Meet); at once when flat.
+  absl::Status Meet() { return aggregator_.Meet(); }
+  const HostAggregator& aggregator() const { return aggregator_; }
   ModelBuffers& buffers() { return buffers_; }
   const ModelBuffers& buffers() const { return buffers_; }
 
@@ -91,10 +104,16 @@ class BucketExchange : public FrameSink {
                     std::vector<PayloadVector<uint16_t>>* retired_half);
 
   Accept OnParams(const FrameHeader& h) override;
+  Accept OnPush(const FrameHeader& h) override { return aggregator_.OnPush(h); }
 
  private:
   void PushBucket(int shard, int bucket);
-  void SendPulls(int64_t version);
+  // Pulls `version`: every bucket, or (host aggregation) those this worker
+  // aggregates.
+  void SendPulls(int64_t version, bool all);
+  // Under mu(): expects the PARAMS of `version` (once per version: host
+  // aggregation arms it at the step's first push, before a forward can come).
+  void ArmLocked(int64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(channel_->mu());
   absl::Status WaitForParams(int64_t version);
 
   JobContext* const ctx_;
@@ -113,9 +132,12 @@ class BucketExchange : public FrameSink {
   std::vector<std::vector<uint8_t>> pushed_;
   std::mt19937_64 shuffle_rng_;
   StepPhases last_phases_;
+  HostAggregator aggregator_;
 
   // Under channel_->mu().
   int64_t expect_version_ = -1;
+  int64_t forward_version_ = -1;  // host aggregation: PARAMS of it are passed on
+  int64_t forwarding_ = 0;        // landed, not yet handed to the transport to pass on
   int64_t received_ = 0;
   int64_t expected_ = 0;
   absl::Time first_received_at_;  // this pull's first and last bucket

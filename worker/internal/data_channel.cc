@@ -61,26 +61,48 @@ void DataChannel::Send(const FrameHeader& h, const void* payload,
   if (peers_[static_cast<size_t>(h.shard)] == kNoPeer) {
     // Never connected (the UCX connection failed when the server was
     // found): say so, instead of the transport's "unknown peer".
-    absl::MutexLock lock(&mu_);
-    if (send_error_.ok() && h.epoch == ctx_->epoch.load()) {
-      send_error_ = ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
-          ctx_->Where(), ": shard ", h.shard, " (", addresses_[static_cast<size_t>(h.shard)],
-          ") is not connected over UCX: this worker could not reach its UCX address. Check that "
-          "--ucx_tls (e.g. tcp across hosts) and UCX_NET_DEVICES reach that host, and that no "
-          "firewall or NetworkPolicy blocks the server's --ucx_port_range")));
-    }
+    FailSend(h, absl::UnavailableError(absl::StrCat(
+                    ctx_->Where(), ": shard ", h.shard, " (",
+                    addresses_[static_cast<size_t>(h.shard)],
+                    ") is not connected over UCX: this worker could not reach its UCX address. "
+                    "Check that --ucx_tls (e.g. tcp across hosts) and UCX_NET_DEVICES reach that "
+                    "host, and that no firewall or NetworkPolicy blocks the server's "
+                    "--ucx_port_range")));
     return;
   }
+  SendTo(peers_[static_cast<size_t>(h.shard)], h, payload, std::move(keep), false);
+}
+
+void DataChannel::SendToWorker(int rank, const FrameHeader& h, const void* payload) {
+  if (rank < 0 || static_cast<size_t>(rank) >= worker_peers_.size() ||
+      worker_peers_[static_cast<size_t>(rank)] == kNoPeer) {
+    FailSend(h, absl::UnavailableError(absl::StrCat(
+                    ctx_->Where(), ": rank ", rank,
+                    " of this host is not connected over UCX (host aggregation); run with "
+                    "--aggregation=flat if the workers of one --host_id cannot reach each other")));
+    return;
+  }
+  SendTo(worker_peers_[static_cast<size_t>(rank)], h, payload, nullptr, true);
+}
+
+void DataChannel::FailSend(const FrameHeader& h, absl::Status s) {
+  absl::MutexLock lock(&mu_);
+  if (send_error_.ok() && h.epoch == ctx_->epoch.load()) send_error_ = ctx_->Recoverable(s);
+}
+
+void DataChannel::SendTo(PeerId peer, const FrameHeader& h, const void* payload,
+                         std::shared_ptr<const void> keep, bool to_worker) {
   HeaderBytes bytes = EncodeHeader(h);
   {
     absl::MutexLock lock(&mu_);
     ++outstanding_sends_;
+    outstanding_worker_sends_ += to_worker ? 1 : 0;
   }
-  transport_->Send(peers_[static_cast<size_t>(h.shard)], absl::MakeConstSpan(bytes), payload,
-                   h.payload_bytes,
-                   [this, keep = std::move(keep), epoch = h.epoch](absl::Status s) {
+  transport_->Send(peer, absl::MakeConstSpan(bytes), payload, h.payload_bytes,
+                   [this, keep = std::move(keep), epoch = h.epoch, to_worker](absl::Status s) {
                      absl::MutexLock lock(&mu_);
                      --outstanding_sends_;
+                     outstanding_worker_sends_ -= to_worker ? 1 : 0;
                      if (!s.ok() && send_error_.ok() && epoch == ctx_->epoch.load()) {
                        send_error_ = Own(s);
                      }
@@ -108,6 +130,11 @@ void DataChannel::WaitForSends() {
   mu_.AwaitWithTimeout(absl::Condition(
                            +[](int64_t* n) { return *n == 0; }, &outstanding_sends_),
                        ctx_->options.step_timeout);
+}
+
+absl::Status DataChannel::WaitForWorkerSends() {
+  return WaitFor([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_worker_sends_ == 0; },
+                 [] { return std::string("the parameters passed on to the other workers of this host"); });
 }
 
 absl::Status DataChannel::WaitFor(const std::function<bool()>& done,
@@ -149,17 +176,22 @@ absl::Status DataChannel::WaitFor(const std::function<bool()>& done,
   return absl::OkStatus();
 }
 
-Accept DataChannel::Receive(void* dst, int64_t epoch, std::function<void()> landed) {
+Accept DataChannel::Receive(void* dst, int64_t epoch, std::function<void()> landed,
+                            std::function<void()> after) {
   ++inflight_receives_;
-  return Accept{dst, [this, epoch, landed = std::move(landed)](absl::Status s) {
-                  absl::MutexLock lock(&mu_);
-                  --inflight_receives_;
-                  if (epoch != ctx_->epoch.load()) return;  // a recovery started meanwhile
-                  if (!s.ok()) {
-                    if (error_.ok()) error_ = Own(s);
-                    return;
+  return Accept{dst, [this, epoch, landed = std::move(landed),
+                      after = std::move(after)](absl::Status s) {
+                  {
+                    absl::MutexLock lock(&mu_);
+                    --inflight_receives_;
+                    if (epoch != ctx_->epoch.load()) return;  // a recovery started meanwhile
+                    if (!s.ok()) {
+                      if (error_.ok()) error_ = Own(s);
+                      return;
+                    }
+                    landed();
                   }
-                  landed();
+                  if (after) after();
                 }};
 }
 
@@ -193,6 +225,18 @@ Accept DataChannel::OnFrame(const Incoming& in) {
       sink_ != nullptr && h->shard >= 0 && h->shard < num_shards() && h->bucket >= 0 &&
       h->bucket < ctx_->layout->num_buckets(h->shard)) {
     return sink_->OnParams(*h);
+  }
+  if (h->type == FrameType::kReady && h->job_id == ctx_->job_id && in.payload_bytes == 0) {
+    // Kept whatever this worker is doing: it may not have its groups yet.
+    absl::MutexLock lock(&mu_);
+    int64_t& epoch = ready_[h->rank];
+    epoch = std::max(epoch, h->epoch);
+    return Accept{};
+  }
+  if (h->type == FrameType::kPush && h->job_id == ctx_->job_id && ctx_->layout != nullptr &&
+      sink_ != nullptr && h->shard >= 0 && h->shard < num_shards() && h->bucket >= 0 &&
+      h->bucket < ctx_->layout->num_buckets(h->shard)) {
+    return sink_->OnPush(*h);  // from a worker of this host (host aggregation)
   }
   TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(*h);
   return Accept{};

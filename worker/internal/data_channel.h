@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,10 @@ class FrameSink {
   // A PARAMS frame of this job for an existing (shard, bucket), once the
   // layout is registered.
   virtual Accept OnParams(const FrameHeader& h) = 0;
+  // A PUSH frame of this job from another worker of this host, for an
+  // existing (shard, bucket): hierarchical aggregation (host_aggregator.h).
+  // Dropped unless the sink aggregates.
+  virtual Accept OnPush(const FrameHeader& h) { return Accept{}; }
 };
 
 class DataChannel {
@@ -64,6 +69,9 @@ class DataChannel {
     addresses_.assign(static_cast<size_t>(n), std::string());
   }
   void SetPeer(int shard, PeerId peer) { peers_[static_cast<size_t>(shard)] = peer; }
+  // Hierarchical aggregation: the endpoints of the other workers of this
+  // host, by data-parallel rank (kNoPeer for the others).
+  void SetWorkerPeers(std::vector<PeerId> peers) { worker_peers_ = std::move(peers); }
   // The shard's gRPC address, for messages.
   void SetAddress(int shard, std::string a) {
     addresses_[static_cast<size_t>(shard)] = std::move(a);
@@ -79,18 +87,32 @@ class DataChannel {
   // Sends a frame to its shard; a failed send fails the step in progress.
   // `keep` (if any) is held until the send completes: the payload's owner.
   void Send(const FrameHeader& h, const void* payload, std::shared_ptr<const void> keep = nullptr);
+  // Sends a frame to another worker of this host (SetWorkerPeers); a
+  // failed send fails the step in progress.
+  void SendToWorker(int rank, const FrameHeader& h, const void* payload);
+  // Under mu(): the newest epoch a READY frame of `rank` (a worker of this
+  // host) announced, -1 if none came.
+  int64_t ReadyEpochLocked(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = ready_.find(rank);
+    return it == ready_.end() ? -1 : it->second;
+  }
   // With a timeline: when the step's first push was sent (-1: none since the
   // last call), and forget it.
   int64_t TakeFirstPushUs() { return first_push_us_.exchange(-1); }
   void WaitForSends();
+  // Waits (up to the step timeout) until every send to another worker
+  // (SendToWorker) completed: the payloads may change then. Sends to shards
+  // are not waited for (one to a server that died may never complete).
+  absl::Status WaitForWorkerSends();
 
   // `done` and `what` run under mu().
   absl::Status WaitFor(const std::function<bool()>& done, const std::function<std::string()>& what);
 
   // For sinks, under mu(): a transfer into `dst` of `epoch`; `landed` runs
-  // under mu() once it arrived while that epoch is still current.
-  Accept Receive(void* dst, int64_t epoch, std::function<void()> landed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // under mu() once it arrived while that epoch is still current, and then
+  // `after` (if any) without the lock (it may send).
+  Accept Receive(void* dst, int64_t epoch, std::function<void()> landed,
+                 std::function<void()> after = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountStaleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++stale_dropped_; }
   absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }
 
@@ -116,6 +138,10 @@ class DataChannel {
  private:
   std::atomic<int64_t> first_push_us_{-1};  // for the timeline
   Accept OnFrame(const Incoming& in);
+  void SendTo(PeerId peer, const FrameHeader& h, const void* payload,
+              std::shared_ptr<const void> keep, bool to_worker);
+  // Records a send that could not start (no endpoint) as the step's failure.
+  void FailSend(const FrameHeader& h, absl::Status s);
 
   JobContext* const ctx_;
   std::unique_ptr<Transport> transport_;
@@ -123,13 +149,18 @@ class DataChannel {
   std::function<absl::Status()> check_;
   std::vector<PeerId> peers_;           // driving thread
   std::vector<std::string> addresses_;  // driving thread
+  // Driving thread; read by forwards on the progress thread while no
+  // recovery changes them (host_aggregator.h).
+  std::vector<PeerId> worker_peers_;
 
   absl::Mutex mu_;
   int64_t outstanding_sends_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t outstanding_worker_sends_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t inflight_receives_ ABSL_GUARDED_BY(mu_) = 0;  // accepted, not yet landed
   absl::Status error_ ABSL_GUARDED_BY(mu_);             // ERROR frame or failed receive
   absl::Status send_error_ ABSL_GUARDED_BY(mu_);
   int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int, int64_t> ready_ ABSL_GUARDED_BY(mu_);  // READY: rank -> newest epoch
   std::atomic<int64_t> endpoint_renewals_{0};
 };
 

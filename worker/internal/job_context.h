@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/layout.h"
 #include "core/precision.h"
@@ -63,6 +64,10 @@ struct JobContext {
   std::unique_ptr<Layout> layout;  // set by RegisterLayout
   Timeline* timeline = nullptr;    // WorkerOptions.timeline; not owned
   std::optional<HalfType> half;    // mixed precision
+  // Hierarchical aggregation (Membership::PlanAggregation): each rank's host
+  // group as put in the JobSpec (empty = flat), and why (Worker::aggregation()).
+  std::vector<int> rank_groups;
+  std::string aggregation = "flat";
 };
 
 // The payload a status carries when Worker::IsRecoverable holds.

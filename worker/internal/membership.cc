@@ -60,6 +60,8 @@ absl::Status Membership::FindServers() {
             [](const v1::Member* a, const v1::Member* b) { return a->rank() < b->rank(); });
   channel_->SetShards(static_cast<int>(members.size()));
   ucx_addresses_.assign(members.size(), std::string());
+  server_hosts_.assign(members.size(), std::string());
+  for (size_t i = 0; i < members.size(); ++i) server_hosts_[i] = members[i]->host_id();
   for (size_t i = 0; i < members.size(); ++i) {
     const int shard = static_cast<int>(i);
     if (members[i]->rank() != shard) {
@@ -168,6 +170,7 @@ v1::Member Membership::Me() const {
   me.set_role(v1::ROLE_WORKER);
   me.set_rank(ctx_->id);
   me.set_ucx_address(registered_address_);
+  me.set_host_id(ctx_->options.host_id);  // "" = RegistryClient fills in HostIdentity()
   return me;
 }
 
@@ -250,9 +253,75 @@ absl::Status Membership::CheckMembers() {
 
 void Membership::Remember(const v1::View& view) {
   member_addresses_.clear();
+  member_hosts_.clear();
   for (const auto& m : view.members()) {
-    if (m.role() == v1::ROLE_WORKER) member_addresses_[m.rank()] = m.ucx_address();
+    if (m.role() != v1::ROLE_WORKER) continue;
+    member_addresses_[m.rank()] = m.ucx_address();
+    member_hosts_[m.rank()] = m.host_id();
   }
+}
+
+namespace {
+
+// Why this job's workers cannot sum inside a host ("" if they can).
+std::string HostAggregationUnsupported(const JobContext& ctx) {
+  if (ctx.options.precision != Precision::kFp32) {
+    return "mixed precision: a host's partial sum would need fp32 on the wire";
+  }
+  if (ctx.options.topk_ratio > 0) return "top-k compression";
+  if (ctx.unit_grads()) return ctx.fsdp() ? "fsdp gathers unit by unit" : "zero2 with units";
+  return "";
+}
+
+}  // namespace
+
+AggregationPlan Membership::PlanAggregation(const std::vector<int>& ids) const {
+  std::vector<std::string> hosts;
+  for (int id : ids) {
+    auto it = member_hosts_.find(id);
+    // Unknown: a host of its own (never grouped with anyone).
+    hosts.push_back(it != member_hosts_.end() && !it->second.empty()
+                        ? it->second
+                        : absl::StrCat("unknown host of registry rank ", id));
+  }
+  return internal::PlanAggregation(ctx_->options.aggregation, HostAggregationUnsupported(*ctx_),
+                                   hosts, server_hosts_);
+}
+
+absl::Status Membership::UseAggregation(const AggregationPlan& plan, const std::vector<int>& ids) {
+  std::vector<PeerId> peers(ids.size(), DataChannel::kNoPeer);
+  const int me = ctx_->rank.load();
+  for (size_t r = 0; r < plan.groups.size(); ++r) {
+    if (static_cast<int>(r) == me || plan.groups[r] != plan.groups[static_cast<size_t>(me)]) {
+      continue;
+    }
+    auto address = member_addresses_.find(ids[r]);
+    if (address == member_addresses_.end()) {
+      return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
+          ctx_->Where(), ": rank ", r, " (registry rank ", ids[r],
+          ") of this host is not in the registry view; cannot aggregate with it")));
+    }
+    auto known = worker_endpoints_.find(address->second);
+    if (known != worker_endpoints_.end()) {
+      peers[r] = known->second;
+      continue;
+    }
+    auto peer = channel_->transport().Connect(address->second);
+    if (!peer.ok()) {
+      return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
+          ctx_->Where(), ": cannot reach rank ", r, " of this host over UCX for host aggregation: ",
+          peer.status().message(), " (--aggregation=flat does without)")));
+    }
+    worker_endpoints_[address->second] = *peer;
+    peers[r] = *peer;
+  }
+  channel_->SetWorkerPeers(std::move(peers));
+  if (plan.why != ctx_->aggregation) {
+    TESSEL_LOG(INFO) << ctx_->Where() << ": " << plan.why;
+  }
+  ctx_->rank_groups = plan.groups;
+  ctx_->aggregation = plan.why;
+  return absl::OkStatus();
 }
 
 std::string Membership::AfterPause() const {
@@ -495,6 +564,7 @@ absl::Status Membership::Reconnect(const v1::View& pool) {
     channel_->SetAddress(shard, now->grpc_address());
     channel_->SetPeer(shard, *peer);
     ucx_addresses_[shard] = now->ucx_address();
+    server_hosts_[static_cast<size_t>(shard)] = now->host_id();
   }
   return absl::OkStatus();
 }
@@ -556,6 +626,7 @@ void Membership::ClearGrowth() {
 }
 
 void Membership::ForgetServerEndpoints() {
+  worker_endpoints_.clear();
   std::fill(ucx_addresses_.begin(), ucx_addresses_.end(), std::string());
 }
 

@@ -37,6 +37,7 @@
 #include "rpc/registry_client.h"
 #include "rpc/shard_fleet.h"
 #include "worker/internal/data_channel.h"
+#include "worker/internal/host_groups.h"
 #include "worker/internal/job_context.h"
 
 namespace tessel::internal {
@@ -101,6 +102,14 @@ class Membership {
   // After the data channel renewed its endpoint: every server reconnects.
   void ForgetServerEndpoints();
 
+  // Hierarchical aggregation for the workers `ids` (registry ranks in
+  // data-parallel order), from the host ids they and the servers registered:
+  // the same on every rank (host_groups.h).
+  AggregationPlan PlanAggregation(const std::vector<int>& ids) const;
+  // Takes `plan` for `ids`: ctx rank_groups and aggregation, and an endpoint
+  // to every other worker of this worker's group.
+  absl::Status UseAggregation(const AggregationPlan& plan, const std::vector<int>& ids);
+
   int64_t view_epoch() const { return view_epoch_; }
   // Registry ranks of the job's workers in data-parallel rank order.
   const std::vector<int>& member_ids() const { return member_ids_; }
@@ -130,6 +139,11 @@ class Membership {
   // Registry rank -> UCX address of the job's workers when last complete
   // (a restarted process has a new address).
   std::map<int, std::string> member_addresses_;
+  std::map<int, std::string> member_hosts_;  // registry rank -> host id, the same view
+  std::vector<std::string> server_hosts_;    // per shard: host id ("" = unknown)
+  // Endpoints to other workers of this host by UCX address, kept while the
+  // address stays (a second endpoint to one peer is not made).
+  std::map<std::string, PeerId> worker_endpoints_;
   int64_t view_epoch_ = 0;          // registry epoch of the job group when last complete
   std::string registered_address_;  // the UCX address this worker joined with
   std::function<absl::Status()> wait_check_;

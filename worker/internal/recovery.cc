@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/log.h"
+#include "core/status_macros.h"
 #include "worker/internal/server_state.h"
 
 namespace tessel::internal {
@@ -115,6 +116,15 @@ absl::Status RecoveryCoordinator::TakeRestore(int64_t epoch, int64_t step,
   p_.collectives->DropAll();  // named by the old epoch; the new one gets fresh ones
   p_.channel->SetEpoch(epoch);
   p_.spec->set_world_size(static_cast<int>(ids.size()));
+  // The hosts may differ now (a replacement elsewhere, fewer or more ranks).
+  const AggregationPlan plan = p_.membership->PlanAggregation(ids);
+  TESSEL_RETURN_IF_ERROR(p_.membership->UseAggregation(plan, ids));
+  p_.spec->clear_rank_groups();
+  for (int g : plan.groups) p_.spec->add_rank_groups(g);
+  if (ctx.layout != nullptr && !ctx.fsdp()) {
+    p_.exchange->Regroup();
+    TESSEL_RETURN_IF_ERROR(p_.exchange->Meet());
+  }
   // DDP keeps its own state: the ranks align it among themselves.
   if (ctx.ddp()) return ctx.Recoverable(AlignDdpState(step));
   ctx.step = step;
@@ -180,6 +190,8 @@ absl::Status RecoveryCoordinator::RestoreShards(absl::Time deadline, int64_t res
   v1::CreateJobRequest req;
   *req.mutable_spec() = *p_.spec;
   req.mutable_spec()->set_world_size(static_cast<int>(ids.size()));
+  req.mutable_spec()->clear_rank_groups();
+  for (int g : p_.membership->PlanAggregation(ids).groups) req.mutable_spec()->add_rank_groups(g);
   for (int id : ids) req.add_worker_ids(id);
   req.set_epoch(*epoch);
   req.set_restore(!ddp);

@@ -1,0 +1,235 @@
+#include "worker/internal/host_aggregator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+#include "core/reduce.h"
+#include "worker/internal/host_groups.h"
+
+namespace tessel::internal {
+
+HostAggregator::HostAggregator(JobContext* ctx, DataChannel* channel)
+    : ctx_(ctx),
+      channel_(channel),
+      slots_(PayloadAllocator<float>(channel->transport().payload_memory())),
+      partial_(PayloadAllocator<float>(channel->transport().payload_memory())) {}
+
+void HostAggregator::Configure(const std::vector<int>& groups) {
+  const Layout& layout = *ctx_->layout;
+  me_ = ctx_->rank.load();
+  members_.clear();
+  if (groups.empty()) {
+    members_.push_back(me_);
+  } else {
+    for (size_t r = 0; r < groups.size(); ++r) {
+      if (groups[r] == groups[static_cast<size_t>(me_)]) members_.push_back(static_cast<int>(r));
+    }
+  }
+  others_.clear();
+  other_index_.assign(std::max<size_t>(groups.size(), static_cast<size_t>(me_) + 1), -1);
+  for (int m : members_) {
+    if (m == me_) continue;
+    other_index_[static_cast<size_t>(m)] = static_cast<int>(others_.size());
+    others_.push_back(m);
+  }
+  const int shards = channel_->num_shards();
+  int64_t total = 0;
+  for (int s = 0; s < shards; ++s) total += layout.num_buckets(s);
+  aggregator_.assign(static_cast<size_t>(shards), {});
+  owned_index_.assign(static_cast<size_t>(shards), {});
+  owned_.clear();
+  slot_elems_ = 0;
+  int64_t k = 0;
+  for (int s = 0; s < shards; ++s) {
+    for (int b = 0; b < layout.num_buckets(s); ++b, ++k) {
+      const int agg = active() ? BucketAggregator(members_, k, total) : me_;
+      aggregator_[s].push_back(agg);
+      owned_index_[s].push_back(-1);
+      if (agg != me_ || !active()) continue;
+      const Range br = layout.bucket_range(s, b);
+      Owned o;
+      o.shard = s;
+      o.bucket = b;
+      o.begin = br.begin;
+      o.size = br.size();
+      o.at = slot_elems_;
+      o.landed.assign(others_.size(), -1);
+      o.receiving.assign(others_.size(), 0);
+      slot_elems_ += o.size;
+      owned_index_[s].back() = static_cast<int>(owned_.size());
+      owned_.push_back(std::move(o));
+    }
+  }
+  slots_.assign(static_cast<size_t>(slot_elems_) * others_.size(), 0.f);
+  partial_.assign(static_cast<size_t>(active() ? slot_elems_ : 0), 0.f);
+}
+
+absl::Status HostAggregator::Meet() {
+  if (!active()) return absl::OkStatus();
+  FrameHeader ready = channel_->Header(FrameType::kReady, ctx_->step, 0, 0);
+  for (int m : others_) channel_->SendToWorker(m, ready, nullptr);
+  const int64_t epoch = ready.epoch;
+  return channel_->WaitFor(
+      [&] {
+        for (int m : others_) {
+          if (channel_->ReadyEpochLocked(m) < epoch) return false;
+        }
+        return true;
+      },
+      [&] {
+        std::vector<int> missing;
+        for (int m : others_) {
+          if (channel_->ReadyEpochLocked(m) < epoch) missing.push_back(m);
+        }
+        return absl::StrCat("the other workers of this host (rank", missing.size() > 1 ? "s " : " ",
+                            absl::StrJoin(missing, ", "), ") to take host-aggregation pushes");
+      });
+}
+
+void HostAggregator::PullRange(int shard, int* first, int* count) const {
+  const std::vector<int>& aggs = aggregator_[static_cast<size_t>(shard)];
+  *first = 0;
+  *count = 0;
+  for (size_t b = 0; b < aggs.size(); ++b) {
+    if (aggs[b] != me_) continue;
+    if (*count == 0) *first = static_cast<int>(b);
+    ++*count;
+  }
+}
+
+void HostAggregator::OwnReady(int shard, int bucket, const float* src) {
+  Owned& o = owned_[static_cast<size_t>(OwnedIndex(shard, bucket))];
+  const int64_t step = ctx_->step;
+  bool complete = false;
+  {
+    absl::MutexLock lock(&channel_->mu());
+    o.own = src;
+    o.own_step = step;
+    complete = CompleteLocked(o, step);
+  }
+  if (complete) SumAndPush(&o);
+}
+
+bool HostAggregator::CompleteLocked(const Owned& o, int64_t step) const {
+  if (o.own_step != step || o.summed_step == step) return false;
+  for (size_t j = 0; j < o.landed.size(); ++j) {
+    if (o.landed[j] != step || o.receiving[j]) return false;
+  }
+  return true;
+}
+
+void HostAggregator::SumAndPush(Owned* o) {
+  std::vector<const float*> srcs;
+  srcs.reserve(members_.size());
+  for (int m : members_) {
+    srcs.push_back(m == me_ ? o->own : Slot(other_index_[static_cast<size_t>(m)], *o));
+  }
+  float* out = partial_.data() + o->at;
+  // Ranks of the host in order: the first level of the tree the shard
+  // finishes over the hosts (docs/hierarchical.md).
+  ReduceSum(srcs.data(), static_cast<int>(srcs.size()), out, static_cast<size_t>(o->size));
+  const int64_t step = ctx_->step;
+  {
+    absl::MutexLock lock(&channel_->mu());
+    o->summed_step = step;  // the slots are free for the next step's pushes
+  }
+  channel_->Send(channel_->Header(FrameType::kPush, step, o->shard, o->bucket), out);
+}
+
+absl::Status HostAggregator::PushAll() {
+  const int64_t step = ctx_->step;
+  for (;;) {
+    std::vector<size_t> ready;
+    bool all = false;
+    absl::Status s = channel_->WaitFor(
+        [&] {
+          for (const Owned& o : owned_) {
+            if (o.summed_step != step && CompleteLocked(o, step)) return true;
+          }
+          return std::all_of(owned_.begin(), owned_.end(),
+                             [&](const Owned& o) { return o.summed_step == step; });
+        },
+        [&] {
+          std::vector<std::string> waiting;
+          for (const Owned& o : owned_) {
+            if (o.summed_step == step) continue;
+            std::vector<int> ranks;
+            for (size_t j = 0; j < others_.size(); ++j) {
+              if (o.landed[j] != step || o.receiving[j]) ranks.push_back(others_[j]);
+            }
+            if (o.own_step != step) ranks.insert(ranks.begin(), me_);
+            waiting.push_back(absl::StrCat("bucket ", o.bucket, " of shard ", o.shard, " from rank",
+                                           ranks.size() > 1 ? "s " : " ",
+                                           absl::StrJoin(ranks, ",")));
+          }
+          return absl::StrCat("this host's gradients of step ", step, " (waiting for ",
+                              absl::StrJoin(waiting, "; "), ")");
+        });
+    if (!s.ok()) return s;
+    {
+      absl::MutexLock lock(&channel_->mu());
+      all = true;
+      for (size_t i = 0; i < owned_.size(); ++i) {
+        all = all && owned_[i].summed_step == step;
+        if (CompleteLocked(owned_[i], step)) ready.push_back(i);
+      }
+    }
+    if (all) return absl::OkStatus();
+    for (size_t i : ready) SumAndPush(&owned_[i]);
+  }
+}
+
+void HostAggregator::Forward(const FrameHeader& h, const void* payload) {
+  for (int m : others_) channel_->SendToWorker(m, h, payload);
+}
+
+Accept HostAggregator::OnPush(const FrameHeader& h) {
+  absl::MutexLock lock(&channel_->mu());
+  const int i = static_cast<size_t>(h.shard) < owned_index_.size() &&
+                        static_cast<size_t>(h.bucket) < owned_index_[h.shard].size()
+                    ? OwnedIndex(h.shard, h.bucket)
+                    : -1;
+  const int j = h.rank >= 0 && static_cast<size_t>(h.rank) < other_index_.size()
+                    ? other_index_[static_cast<size_t>(h.rank)]
+                    : -1;
+  Owned* o = i >= 0 ? &owned_[static_cast<size_t>(i)] : nullptr;
+  if (h.epoch != ctx_->epoch.load() || o == nullptr || j < 0 ||
+      h.payload_bytes != static_cast<uint64_t>(o->size) * 4 || o->receiving[j] ||
+      o->landed[j] > o->summed_step) {
+    TESSEL_LOG(WARNING) << ctx_->Where() << ": dropping "
+                        << (o != nullptr && j >= 0 && h.epoch == ctx_->epoch.load()
+                                ? "a second"
+                                : "a stray")
+                        << " host-aggregation push " << DescribeHeader(h) << " (epoch "
+                        << ctx_->epoch.load() << ")";
+    channel_->CountStaleLocked();
+    return Accept{};
+  }
+  o->receiving[j] = 1;
+  const int64_t step = h.step;
+  return channel_->Receive(Slot(j, *o), h.epoch, [o, j, step] {
+    o->landed[static_cast<size_t>(j)] = step;
+    o->receiving[static_cast<size_t>(j)] = 0;
+  });
+}
+
+void HostAggregator::Reset() {
+  absl::MutexLock lock(&channel_->mu());
+  for (Owned& o : owned_) {
+    o.own = nullptr;
+    o.own_step = -1;
+    o.summed_step = -1;
+    std::fill(o.landed.begin(), o.landed.end(), -1);
+    std::fill(o.receiving.begin(), o.receiving.end(), 0);
+  }
+}
+
+void HostAggregator::RetireLocked(bool stuck, std::vector<PayloadVector<float>>* retired) {
+  if (!stuck || slots_.empty()) return;
+  retired->push_back(std::move(slots_));
+  slots_.assign(retired->back().size(), 0.f);
+}
+
+}  // namespace tessel::internal
