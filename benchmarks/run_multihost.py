@@ -14,8 +14,14 @@ on worker host r // L for every contender.
 Contenders (each run of each gets fresh processes; interleaved, the order
 rotated each repeat, each after the machine was quiet as in run_datapath):
   tessel-tcp          datapath_bench workers (one process per rank, in its
-                      host's namespace) over UCX tcp to the S server hosts:
-                      push, reduce in rank order and SGD on the servers, pull.
+                      host's namespace) over UCX tcp to the S server hosts,
+                      as they choose by default (--aggregation=auto: host
+                      aggregation here, docs/hierarchical.md): the ranks of a
+                      host sum their gradients over shared memory, one partial
+                      sum per bucket goes to the servers (reduce in rank order,
+                      SGD), one pull per host, the parameters passed on inside.
+  tessel-tcp-flat     the same with --aggregation=flat: every rank pushes and
+                      pulls over its host's link itself.
   mpi-allreduce       Open MPI MPI_Allreduce: shared memory (vader) between
                       the ranks of a host, tcp between hosts. mpirun starts
                       its daemons in the hosts' namespaces through an rsh agent
@@ -43,7 +49,7 @@ when missing).
 
 Usage: bazel run //benchmarks:run_multihost -- [--hosts=2] [--per_host=2]
          [--servers=2] [--sizes_mib=1,16,64] [--repeats=3] [--iters=10]
-         [--no_gloo] [--no_mpi_tcp] [--quiet_max_s=120] [--keep_logs]
+         [--no_gloo] [--no_mpi_tcp] [--no_flat] [--quiet_max_s=120] [--keep_logs]
 """
 import argparse
 import os
@@ -57,7 +63,11 @@ import time
 from bench_common import parse, wait_quiet
 
 REG_PORT, SRV_PORT = 7070, 7100
+# Servers speak tcp only, so every byte between a worker and a server crosses
+# a host link; workers may also use shared memory, which UCX offers between
+# the ranks of one host (the host aggregation's first level).
 UCX_TLS = "tcp,self"
+WORKER_TLS = "tcp,sm,self"
 
 
 def install_gloo():
@@ -110,8 +120,9 @@ def kill_all(procs):
             pass
 
 
-def run_tessel(args, hosts, bins, run_dir, sizes):
-    """One run of tessel-tcp; returns (exit code, stdout of the report)."""
+def run_tessel(args, hosts, bins, run_dir, sizes, aggregation):
+    """One run of tessel-tcp (aggregation "auto") or tessel-tcp-flat ("flat");
+    returns (exit code, stdout of the report)."""
     os.makedirs(run_dir)
     W, L = args.hosts * args.per_host, args.per_host
     logs = lambda n: open(os.path.join(run_dir, n + ".log"), "w")
@@ -137,8 +148,9 @@ def run_tessel(args, hosts, bins, run_dir, sizes):
                 [bins["bench"], "--role=worker", "--registry=" + reg, "--rank=%d" % r,
                  "--workers=%d" % W, "--servers=%d" % args.servers,
                  "--sizes_mib=" + ",".join(map(str, sizes)), "--iters=%d" % args.iters,
-                 "--ucx_tls=" + UCX_TLS, "--optimizer=sgd", "--link_dev=eth0",
-                 "--result=" + result], stdout=logs("worker%d" % r), stderr=subprocess.STDOUT))
+                 "--ucx_tls=" + WORKER_TLS, "--optimizer=sgd", "--link_dev=eth0",
+                 "--aggregation=" + aggregation, "--result=" + result],
+                stdout=logs("worker%d" % r), stderr=subprocess.STDOUT))
         procs += workers
         for r, p in enumerate(workers):
             try:
@@ -206,6 +218,7 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--no_gloo", action="store_true")
     ap.add_argument("--no_mpi_tcp", action="store_true", help="leave out mpi-tcp-allreduce")
+    ap.add_argument("--no_flat", action="store_true", help="leave out tessel-tcp-flat")
     ap.add_argument("--quiet_max_s", type=float, default=120)
     ap.add_argument("--timeout_s", type=float, default=600, help="per contender run")
     ap.add_argument("--keep_logs", action="store_true")
@@ -241,16 +254,18 @@ def main():
         for h in hosts.workers:
             f.write("%s slots=%d\n" % (h.ip, L))
     contenders = ["tessel-tcp", "mpi-allreduce"]
+    if not args.no_flat:
+        contenders.insert(1, "tessel-tcp-flat")
     if not args.no_mpi_tcp:
         contenders.append("mpi-tcp-allreduce")
     if not args.no_gloo:
         contenders.append("gloo-allreduce")
     results, cpus, links = {}, {}, {}  # (name, size) -> [per run]
     not_quiet = 0
-    print("# %s: %d worker hosts x %d ranks (W=%d), %d shard server hosts (Tessel), UCX_TLS=%s; "
-          "%d contenders x %d repeats, interleaved; sizes %s MiB; %d timed steps per run" %
-          (topo, H, L, W, args.servers, UCX_TLS, len(contenders), args.repeats, args.sizes_mib,
-           args.iters), flush=True)
+    print("# %s: %d worker hosts x %d ranks (W=%d), %d shard server hosts (Tessel), UCX_TLS=%s "
+          "(workers %s); %d contenders x %d repeats, interleaved; sizes %s MiB; %d timed steps "
+          "per run" % (topo, H, L, W, args.servers, UCX_TLS, WORKER_TLS, len(contenders),
+                       args.repeats, args.sizes_mib, args.iters), flush=True)
     try:
         for rep in range(args.repeats):
             k = rep % len(contenders)
@@ -259,8 +274,9 @@ def main():
                 not_quiet += 0 if quiet else 1
                 start = time.time()
                 run_dir = os.path.join(tmp, "%s-%d" % (name, rep))
-                if name == "tessel-tcp":
-                    rc, out = run_tessel(args, hosts, bins, run_dir, sizes)
+                if name.startswith("tessel-tcp"):
+                    rc, out = run_tessel(args, hosts, bins, run_dir, sizes,
+                                         "flat" if name == "tessel-tcp-flat" else "auto")
                 elif name == "gloo-allreduce":
                     rc, out = run_gloo(args, hosts, bins, run_dir, sizes)
                 else:
@@ -270,6 +286,10 @@ def main():
                     rc, out = p.returncode, p.stdout + p.stderr
                 cpu, link = {}, {}
                 rows = parse(out, cpu=cpu, link=link)
+                paths = [l.split("payloads: ", 1)[1] for l in out.splitlines()
+                         if l.startswith("# tessel datapath") and "payloads: " in l]
+                if paths and rep == 0:
+                    print(f"# {name}: rank 0's payloads: {paths[0]}", flush=True)
                 print(f"repeat {rep + 1} {name:18} {'quiet' if quiet else 'NOT-QUIET'} "
                       f"(idle {idle}% after {waited:.0f} s) {time.time() - start:6.1f} s  " +
                       " ".join(f"{s}:{rows[s]:.2f}ms" for s in sizes if s in rows), flush=True)
@@ -317,7 +337,10 @@ def main():
     for s in sizes:
         for t in [n for n in contenders if n.startswith("tessel-")]:
             tmed = med(results[(t, s)])
-            for b in [n for n in contenders if not n.startswith("tessel-")]:
+            others = [n for n in contenders if not n.startswith("tessel-")]
+            if t == "tessel-tcp" and "tessel-tcp-flat" in contenders:
+                others.append("tessel-tcp-flat")  # what host aggregation gains
+            for b in others:
                 bmed = med(results[(b, s)])
                 line = (f"{s:<5} {topo} {t:12} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "
                         f"ratio {bmed / tmed:.2f}x")

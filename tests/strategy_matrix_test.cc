@@ -97,6 +97,13 @@ std::vector<Case> Cases() {
 // UCX's rendezvous moves the payloads by RMA over cma).
 int DataPath(int strategy, int optimizer) { return (strategy + optimizer) % 3; }
 
+// Cases run with --aggregation=host: several workers, full-buffer
+// strategies (fsdp stays flat), every other optimizer so each data path meets it.
+bool HostAggregated(int strategy, int optimizer, int workers) {
+  return kWorkerCounts[static_cast<size_t>(workers)] > 1 && strategy != 3 &&
+         (strategy + optimizer) % 2 == 0;
+}
+
 class StrategyMatrixTest : public ::testing::TestWithParam<Case> {
  protected:
   static void SetUpTestSuite() {
@@ -129,6 +136,9 @@ TEST_P(StrategyMatrixTest, EqualsSingleProcess) {
   const std::string env = path == 0 ? "TESSEL_UCX_IN_PLACE_MIN_BYTES=0 " : "";
   if (path == 1) cmd.push_back("--ucx_zero_copy=false");
   if (path == 2) cmd.push_back("--ucx_tls=cma,tcp,self");
+  // Host aggregation over every data path: the workers of this one host sum
+  // first (in rank order: the flat sum itself) and push once per bucket.
+  if (HostAggregated(s, o, w)) cmd.push_back("--aggregation=host");
   CommandResult r = RunCommand(env + absl::StrJoin(cmd, " "));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto got = ReadNpyF32(out);
@@ -144,7 +154,10 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
       kWorkerCounts[std::get<2>(info.param)], "_s", kServerCounts[std::get<3>(info.param)],
       std::vector<std::string>{
           "", "_copied",
-          "_rma"}[static_cast<size_t>(DataPath(std::get<0>(info.param), std::get<1>(info.param)))]);
+          "_rma"}[static_cast<size_t>(DataPath(std::get<0>(info.param), std::get<1>(info.param)))],
+      HostAggregated(std::get<0>(info.param), std::get<1>(info.param), std::get<2>(info.param))
+          ? "_host"
+          : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, StrategyMatrixTest, ::testing::ValuesIn(Cases()), CaseName);

@@ -28,6 +28,11 @@ ABSL_FLAG(int, steps, 1500, "training steps");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: split each worker's batch into this many micro-batches and "
           "push their mean (the batch must divide evenly)");
+ABSL_FLAG(std::string, aggregation, "auto",
+          "how the workers of one host send gradients: host = they sum them first (in rank "
+          "order), push one partial sum per bucket and pull once per host (docs/hierarchical.md); "
+          "flat = each worker pushes and pulls itself; auto = host when some host runs two or "
+          "more workers of the job and some shard server is on another host");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32, or mixed precision fp16 / bf16 (half on the wire and on workers, fp32 "
           "masters and optimizer state on the servers; zero1 and zero2)");
@@ -130,7 +135,14 @@ std::vector<std::string> ForwardedTrainFlags() {
       absl::StrCat("--ucx_tls=", absl::GetFlag(FLAGS_ucx_tls)),
       absl::StrCat("--ucx_zero_copy=", absl::GetFlag(FLAGS_ucx_zero_copy) ? "true" : "false"),
       absl::StrCat("--shuffle_seed=", absl::GetFlag(FLAGS_shuffle_seed)),
+      absl::StrCat("--aggregation=", absl::GetFlag(FLAGS_aggregation)),
   };
+}
+
+absl::StatusOr<Aggregation> AggregationFromFlags() {
+  auto a = AggregationFromName(absl::GetFlag(FLAGS_aggregation));
+  if (!a.ok()) return absl::InvalidArgumentError(absl::StrCat("--aggregation: ", a.status().message()));
+  return *a;
 }
 
 }  // namespace tessel

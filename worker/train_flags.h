@@ -52,6 +52,8 @@ absl::StatusOr<Strategy> StrategyFromFlags();
 // --precision: nullopt for fp32, else the half type.
 absl::StatusOr<std::optional<HalfType>> PrecisionFromFlags();
 Precision PrecisionOf(std::optional<HalfType> half);
+// --aggregation (auto, flat, host).
+absl::StatusOr<Aggregation> AggregationFromFlags();
 // The shared flags as command-line arguments, to forward to workers.
 std::vector<std::string> ForwardedTrainFlags();
 

@@ -55,11 +55,6 @@ ABSL_FLAG(int, elastic_max_workers, 0,
           "of a scaled-up Indexed Job) joins the running job and is admitted at the next "
           "checkpoint boundary (needs --recover and --checkpoint_every_steps; every worker of "
           "the job passes the same N)");
-ABSL_FLAG(std::string, aggregation, "auto",
-          "how the workers of one host send gradients: host = they sum them first (in rank "
-          "order), push one partial sum per bucket and pull once per host (docs/hierarchical.md); "
-          "flat = each worker pushes and pulls itself; auto = host when some host runs two or "
-          "more workers of the job and some shard server is on another host");
 ABSL_FLAG(std::string, host_id, "",
           "this worker's host for --aggregation (default: boot id and network and IPC "
           "namespaces, or $TESSEL_HOST_ID); workers with one host_id must reach each other over "
@@ -101,10 +96,8 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   if (!ucx.ok()) return ucx.status();
   o.ucx = *ucx;
   o.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
-  auto aggregation = AggregationFromName(absl::GetFlag(FLAGS_aggregation));
-  if (!aggregation.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--aggregation: ", aggregation.status().message()));
-  }
+  auto aggregation = AggregationFromFlags();
+  if (!aggregation.ok()) return aggregation.status();
   o.aggregation = *aggregation;
   o.host_id = absl::GetFlag(FLAGS_host_id);
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
