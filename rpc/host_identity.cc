@@ -22,7 +22,7 @@ std::string BootId() {
 }
 
 std::string NamespaceInode(const char* kind) {
-  struct stat st{};
+  struct stat st {};
   if (stat(absl::StrCat("/proc/self/ns/", kind).c_str(), &st) != 0) return "?";
   return absl::StrCat(st.st_ino);
 }

@@ -41,8 +41,9 @@ std::vector<float> Init() {
 // Rank r's gradient at `step` (0-based); spread in magnitude so that the
 // order of a sum shows in its last bits.
 float Grad(int rank, int64_t step, size_t i, float param) {
-  return 0.01f * std::cos(static_cast<float>(i) * 0.11f + static_cast<float>(rank) +
-                          0.5f * static_cast<float>(step)) *
+  return 0.01f *
+             std::cos(static_cast<float>(i) * 0.11f + static_cast<float>(rank) +
+                      0.5f * static_cast<float>(step)) *
              static_cast<float>(1 + 7 * rank) +
          0.001f * param;
 }
@@ -227,8 +228,8 @@ TEST_P(HostAggregationTest, JobsThatCannotAggregateStayFlatAndSaySo) {
     SCOPED_TRACE(c.why);
     std::vector<std::string> got(kWorld);
     OnRanks([&](int r) {
-      WorkerOptions o = Options(absl::StrCat("flat-", StrategyName(c.strategy)), r, c.strategy,
-                                hosts);
+      WorkerOptions o =
+          Options(absl::StrCat("flat-", StrategyName(c.strategy)), r, c.strategy, hosts);
       o.precision = c.precision;
       if (c.strategy == Strategy::kFsdp) o.fsdp_units = {0, 2};
       auto w = Worker::Connect(o);

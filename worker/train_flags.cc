@@ -141,7 +141,8 @@ std::vector<std::string> ForwardedTrainFlags() {
 
 absl::StatusOr<Aggregation> AggregationFromFlags() {
   auto a = AggregationFromName(absl::GetFlag(FLAGS_aggregation));
-  if (!a.ok()) return absl::InvalidArgumentError(absl::StrCat("--aggregation: ", a.status().message()));
+  if (!a.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--aggregation: ", a.status().message()));
   return *a;
 }
 

@@ -365,8 +365,8 @@ Accept BucketExchange::OnParams(const FrameHeader& h) {
   const int bucket = h.bucket;
   const int64_t step = h.step;
   std::function<void()> forward;
-  const bool forwards = forward_version_ == h.step && aggregator_.active() &&
-                        aggregator_.Aggregates(shard, bucket);
+  const bool forwards =
+      forward_version_ == h.step && aggregator_.active() && aggregator_.Aggregates(shard, bucket);
   if (forwards) {
     forward = [this, h, dst] {
       aggregator_.Forward(h, dst);  // counted in the channel's sends from here
@@ -374,24 +374,27 @@ Accept BucketExchange::OnParams(const FrameHeader& h) {
       --forwarding_;
     };
   }
-  return channel_->Receive(dst, h.epoch, [this, shard, bucket, step, forwards] {
-    // Exchange waits for the pass-on too: its sends must be counted before
-    // the step can look complete.
-    if (forwards) ++forwarding_;
-    const absl::Time now = absl::Now();
-    if (ctx_->timeline != nullptr) {
-      ctx_->timeline->Instant("params", "exchange", absl::ToUnixMicros(now),
-                              {.job = ctx_->options.job,
-                               .step = step,
-                               .rank = ctx_->rank.load(),
-                               .shard = shard,
-                               .bucket = bucket});
-    }
-    if (received_ == 0) first_received_at_ = now;
-    last_received_at_ = now;
-    ++received_;
-    ++received_by_shard_[shard];
-  }, std::move(forward));
+  return channel_->Receive(
+      dst, h.epoch,
+      [this, shard, bucket, step, forwards] {
+        // Exchange waits for the pass-on too: its sends must be counted before
+        // the step can look complete.
+        if (forwards) ++forwarding_;
+        const absl::Time now = absl::Now();
+        if (ctx_->timeline != nullptr) {
+          ctx_->timeline->Instant("params", "exchange", absl::ToUnixMicros(now),
+                                  {.job = ctx_->options.job,
+                                   .step = step,
+                                   .rank = ctx_->rank.load(),
+                                   .shard = shard,
+                                   .bucket = bucket});
+        }
+        if (received_ == 0) first_received_at_ = now;
+        last_received_at_ = now;
+        ++received_;
+        ++received_by_shard_[shard];
+      },
+      std::move(forward));
 }
 
 }  // namespace tessel::internal

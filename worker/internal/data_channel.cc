@@ -61,13 +61,13 @@ void DataChannel::Send(const FrameHeader& h, const void* payload,
   if (peers_[static_cast<size_t>(h.shard)] == kNoPeer) {
     // Never connected (the UCX connection failed when the server was
     // found): say so, instead of the transport's "unknown peer".
-    FailSend(h, absl::UnavailableError(absl::StrCat(
-                    ctx_->Where(), ": shard ", h.shard, " (",
-                    addresses_[static_cast<size_t>(h.shard)],
-                    ") is not connected over UCX: this worker could not reach its UCX address. "
-                    "Check that --ucx_tls (e.g. tcp across hosts) and UCX_NET_DEVICES reach that "
-                    "host, and that no firewall or NetworkPolicy blocks the server's "
-                    "--ucx_port_range")));
+    FailSend(h,
+             absl::UnavailableError(absl::StrCat(
+                 ctx_->Where(), ": shard ", h.shard, " (", addresses_[static_cast<size_t>(h.shard)],
+                 ") is not connected over UCX: this worker could not reach its UCX address. "
+                 "Check that --ucx_tls (e.g. tcp across hosts) and UCX_NET_DEVICES reach that "
+                 "host, and that no firewall or NetworkPolicy blocks the server's "
+                 "--ucx_port_range")));
     return;
   }
   SendTo(peers_[static_cast<size_t>(h.shard)], h, payload, std::move(keep), false);
@@ -133,8 +133,9 @@ void DataChannel::WaitForSends() {
 }
 
 absl::Status DataChannel::WaitForWorkerSends() {
-  return WaitFor([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_worker_sends_ == 0; },
-                 [] { return std::string("the parameters passed on to the other workers of this host"); });
+  return WaitFor(
+      [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_worker_sends_ == 0; },
+      [] { return std::string("the parameters passed on to the other workers of this host"); });
 }
 
 absl::Status DataChannel::WaitFor(const std::function<bool()>& done,
@@ -179,20 +180,20 @@ absl::Status DataChannel::WaitFor(const std::function<bool()>& done,
 Accept DataChannel::Receive(void* dst, int64_t epoch, std::function<void()> landed,
                             std::function<void()> after) {
   ++inflight_receives_;
-  return Accept{dst, [this, epoch, landed = std::move(landed),
-                      after = std::move(after)](absl::Status s) {
-                  {
-                    absl::MutexLock lock(&mu_);
-                    --inflight_receives_;
-                    if (epoch != ctx_->epoch.load()) return;  // a recovery started meanwhile
-                    if (!s.ok()) {
-                      if (error_.ok()) error_ = Own(s);
-                      return;
-                    }
-                    landed();
-                  }
-                  if (after) after();
-                }};
+  return Accept{
+      dst, [this, epoch, landed = std::move(landed), after = std::move(after)](absl::Status s) {
+        {
+          absl::MutexLock lock(&mu_);
+          --inflight_receives_;
+          if (epoch != ctx_->epoch.load()) return;  // a recovery started meanwhile
+          if (!s.ok()) {
+            if (error_.ok()) error_ = Own(s);
+            return;
+          }
+          landed();
+        }
+        if (after) after();
+      }};
 }
 
 Accept DataChannel::OnFrame(const Incoming& in) {

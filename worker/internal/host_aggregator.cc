@@ -199,9 +199,8 @@ Accept HostAggregator::OnPush(const FrameHeader& h) {
       h.payload_bytes != static_cast<uint64_t>(o->size) * 4 || o->receiving[j] ||
       o->landed[j] > o->summed_step) {
     TESSEL_LOG(WARNING) << ctx_->Where() << ": dropping "
-                        << (o != nullptr && j >= 0 && h.epoch == ctx_->epoch.load()
-                                ? "a second"
-                                : "a stray")
+                        << (o != nullptr && j >= 0 && h.epoch == ctx_->epoch.load() ? "a second"
+                                                                                    : "a stray")
                         << " host-aggregation push " << DescribeHeader(h) << " (epoch "
                         << ctx_->epoch.load() << ")";
     channel_->CountStaleLocked();

@@ -65,7 +65,8 @@ AggregationPlan PlanAggregation(Aggregation mode, absl::string_view unsupported,
     bool remote = false;
     for (size_t r = 0; r < groups.size(); ++r) {
       if (sizes[groups[r]] < 2) continue;
-      for (const std::string& s : server_hosts) remote = remote || (!s.empty() && s != worker_hosts[r]);
+      for (const std::string& s : server_hosts)
+        remote = remote || (!s.empty() && s != worker_hosts[r]);
     }
     if (!remote) {
       plan.why = "flat (the shard servers share the workers' host)";

@@ -297,9 +297,9 @@ absl::Status Membership::UseAggregation(const AggregationPlan& plan, const std::
     }
     auto address = member_addresses_.find(ids[r]);
     if (address == member_addresses_.end()) {
-      return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
-          ctx_->Where(), ": rank ", r, " (registry rank ", ids[r],
-          ") of this host is not in the registry view; cannot aggregate with it")));
+      return ctx_->Recoverable(absl::UnavailableError(
+          absl::StrCat(ctx_->Where(), ": rank ", r, " (registry rank ", ids[r],
+                       ") of this host is not in the registry view; cannot aggregate with it")));
     }
     auto known = worker_endpoints_.find(address->second);
     if (known != worker_endpoints_.end()) {
