@@ -104,7 +104,9 @@ class BucketExchange : public FrameSink {
                     std::vector<PayloadVector<uint16_t>>* retired_half);
 
   Accept OnParams(const FrameHeader& h) override;
-  Accept OnPush(const FrameHeader& h) override { return aggregator_.OnPush(h); }
+  Accept OnPush(const FrameHeader& h, const Incoming& in) override {
+    return aggregator_.OnPush(h, in);
+  }
 
  private:
   void PushBucket(int shard, int bucket);

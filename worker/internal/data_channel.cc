@@ -237,7 +237,7 @@ Accept DataChannel::OnFrame(const Incoming& in) {
   if (h->type == FrameType::kPush && h->job_id == ctx_->job_id && ctx_->layout != nullptr &&
       sink_ != nullptr && h->shard >= 0 && h->shard < num_shards() && h->bucket >= 0 &&
       h->bucket < ctx_->layout->num_buckets(h->shard)) {
-    return sink_->OnPush(*h);  // from a worker of this host (host aggregation)
+    return sink_->OnPush(*h, in);  // from a worker of this host (host aggregation)
   }
   TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(*h);
   return Accept{};

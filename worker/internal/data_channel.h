@@ -47,8 +47,9 @@ class FrameSink {
   virtual Accept OnParams(const FrameHeader& h) = 0;
   // A PUSH frame of this job from another worker of this host, for an
   // existing (shard, bucket): hierarchical aggregation (host_aggregator.h).
-  // Dropped unless the sink aggregates.
-  virtual Accept OnPush(const FrameHeader& h) { return Accept{}; }
+  // Dropped unless the sink aggregates. `in` says whether it can be read in
+  // place (borrowed).
+  virtual Accept OnPush(const FrameHeader& h, const Incoming& in) { return Accept{}; }
 };
 
 class DataChannel {

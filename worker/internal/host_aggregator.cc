@@ -57,6 +57,8 @@ void HostAggregator::Configure(const std::vector<int>& groups) {
       o.at = slot_elems_;
       o.landed.assign(others_.size(), -1);
       o.receiving.assign(others_.size(), 0);
+      o.borrowed.assign(others_.size(), nullptr);
+      o.lease.assign(others_.size(), {0, 0});
       slot_elems_ += o.size;
       owned_index_[s].back() = static_cast<int>(owned_.size());
       owned_.push_back(std::move(o));
@@ -124,17 +126,26 @@ void HostAggregator::SumAndPush(Owned* o) {
   std::vector<const float*> srcs;
   srcs.reserve(members_.size());
   for (int m : members_) {
-    srcs.push_back(m == me_ ? o->own : Slot(other_index_[static_cast<size_t>(m)], *o));
+    if (m == me_) {
+      srcs.push_back(o->own);
+      continue;
+    }
+    const int j = other_index_[static_cast<size_t>(m)];
+    const float* in_place = o->borrowed[static_cast<size_t>(j)];
+    srcs.push_back(in_place != nullptr ? in_place : Slot(j, *o));
   }
   float* out = partial_.data() + o->at;
   // Ranks of the host in order: the first level of the tree the shard
   // finishes over the hosts (docs/hierarchical.md).
   ReduceSum(srcs.data(), static_cast<int>(srcs.size()), out, static_cast<size_t>(o->size));
   const int64_t step = ctx_->step;
+  Leases leases;
   {
     absl::MutexLock lock(&channel_->mu());
+    TakeLeasesLocked(o, &leases);
     o->summed_step = step;  // the slots are free for the next step's pushes
   }
+  Release(leases);
   channel_->Send(channel_->Header(FrameType::kPush, step, o->shard, o->bucket), out);
 }
 
@@ -185,7 +196,19 @@ void HostAggregator::Forward(const FrameHeader& h, const void* payload) {
   for (int m : others_) channel_->SendToWorker(m, h, payload);
 }
 
-Accept HostAggregator::OnPush(const FrameHeader& h) {
+void HostAggregator::TakeLeasesLocked(Owned* o, Leases* leases) {
+  for (size_t j = 0; j < o->borrowed.size(); ++j) {
+    if (o->borrowed[j] == nullptr) continue;
+    leases->push_back(o->lease[j]);
+    o->borrowed[j] = nullptr;
+  }
+}
+
+void HostAggregator::Release(const Leases& leases) {
+  for (const auto& [from, lease] : leases) channel_->transport().Release(from, lease);
+}
+
+Accept HostAggregator::OnPush(const FrameHeader& h, const Incoming& in) {
   absl::MutexLock lock(&channel_->mu());
   const int i = static_cast<size_t>(h.shard) < owned_index_.size() &&
                         static_cast<size_t>(h.bucket) < owned_index_[h.shard].size()
@@ -206,8 +229,16 @@ Accept HostAggregator::OnPush(const FrameHeader& h) {
     channel_->CountStaleLocked();
     return Accept{};
   }
-  o->receiving[j] = 1;
   const int64_t step = h.step;
+  if (in.in_place != nullptr) {  // summed where the member keeps it
+    o->borrowed[static_cast<size_t>(j)] = static_cast<const float*>(in.in_place);
+    o->lease[static_cast<size_t>(j)] = {in.from, in.lease};
+    o->landed[static_cast<size_t>(j)] = step;
+    Accept a;
+    a.borrow = true;
+    return a;
+  }
+  o->receiving[j] = 1;
   return channel_->Receive(Slot(j, *o), h.epoch, [o, j, step] {
     o->landed[static_cast<size_t>(j)] = step;
     o->receiving[static_cast<size_t>(j)] = 0;
@@ -215,14 +246,19 @@ Accept HostAggregator::OnPush(const FrameHeader& h) {
 }
 
 void HostAggregator::Reset() {
-  absl::MutexLock lock(&channel_->mu());
-  for (Owned& o : owned_) {
-    o.own = nullptr;
-    o.own_step = -1;
-    o.summed_step = -1;
-    std::fill(o.landed.begin(), o.landed.end(), -1);
-    std::fill(o.receiving.begin(), o.receiving.end(), 0);
+  Leases leases;  // their senders' sends complete once released
+  {
+    absl::MutexLock lock(&channel_->mu());
+    for (Owned& o : owned_) {
+      TakeLeasesLocked(&o, &leases);
+      o.own = nullptr;
+      o.own_step = -1;
+      o.summed_step = -1;
+      std::fill(o.landed.begin(), o.landed.end(), -1);
+      std::fill(o.receiving.begin(), o.receiving.end(), 0);
+    }
   }
+  Release(leases);
 }
 
 void HostAggregator::RetireLocked(bool stuck, std::vector<PayloadVector<float>>* retired) {

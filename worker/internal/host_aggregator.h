@@ -15,8 +15,11 @@
 //     recovery) sets the groups and this rank; it sizes one receive slot per
 //     (member, bucket aggregated) in the transport's payload memory.
 //   - A member's PUSH is taken only for a bucket this rank aggregates, of the
-//     current epoch, fp32-sized, into a slot whose last push was summed; any
-//     other is dropped and counted stale, never summed.
+//     current epoch, fp32-sized, for a slot whose last push was summed; any
+//     other is dropped and counted stale, never summed. A push the transport
+//     can show in place (UCX shared memory) is summed where the member keeps
+//     it and released once summed (its sender's send completes then); others
+//     are copied into the slot.
 //   - A bucket is summed and pushed once per step, when this rank's own
 //     gradient (OwnReady) and every member's push of that step are in.
 //   - PushAll() returns once every bucket this rank aggregates was pushed
@@ -76,7 +79,7 @@ class HostAggregator {
   void Forward(const FrameHeader& h, const void* payload);
 
   // A member's PUSH (progress thread).
-  Accept OnPush(const FrameHeader& h);
+  Accept OnPush(const FrameHeader& h, const Incoming& in);
 
   // A recovery starts: forget every push and summed step.
   void Reset();
@@ -95,6 +98,10 @@ class HostAggregator {
     int64_t summed_step = -1;     // last step summed and pushed
     std::vector<int64_t> landed;  // per other member: step of its push in the slot
     std::vector<uint8_t> receiving;
+    // Per other member: its push read in place (nullptr: in the slot), and
+    // the transport's lease on it, released once summed.
+    std::vector<const float*> borrowed;
+    std::vector<std::pair<PeerId, uint64_t>> lease;
   };
   // Index into owned_ of (shard, bucket), -1 if another rank aggregates it.
   int OwnedIndex(int shard, int bucket) const {
@@ -103,6 +110,12 @@ class HostAggregator {
   bool CompleteLocked(const Owned& o, int64_t step) const;
   // Sums o's group in rank order and pushes it (driving thread).
   void SumAndPush(Owned* o);
+  // Under the channel's mu(): forgets the borrows of o's pushes and adds
+  // their leases to `leases`, for Release() without the lock (the transport's
+  // thread holds its own lock while it calls in under mu()).
+  using Leases = std::vector<std::pair<PeerId, uint64_t>>;
+  static void TakeLeasesLocked(Owned* o, Leases* leases);
+  void Release(const Leases& leases);
   float* Slot(int other, const Owned& o) {
     return slots_.data() + static_cast<int64_t>(other) * slot_elems_ + o.at;
   }
