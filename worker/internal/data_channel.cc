@@ -74,15 +74,21 @@ void DataChannel::Send(const FrameHeader& h, const void* payload,
 }
 
 void DataChannel::SendToWorker(int rank, const FrameHeader& h, const void* payload) {
-  if (rank < 0 || static_cast<size_t>(rank) >= worker_peers_.size() ||
-      worker_peers_[static_cast<size_t>(rank)] == kNoPeer) {
+  PeerId peer = kNoPeer;
+  {
+    absl::MutexLock lock(&mu_);
+    if (rank >= 0 && static_cast<size_t>(rank) < worker_peers_.size()) {
+      peer = worker_peers_[static_cast<size_t>(rank)];
+    }
+  }
+  if (peer == kNoPeer) {
     FailSend(h, absl::UnavailableError(absl::StrCat(
                     ctx_->Where(), ": rank ", rank,
                     " of this host is not connected over UCX (host aggregation); run with "
                     "--aggregation=flat if the workers of one --host_id cannot reach each other")));
     return;
   }
-  SendTo(worker_peers_[static_cast<size_t>(rank)], h, payload, nullptr, true);
+  SendTo(peer, h, payload, nullptr, true);
 }
 
 void DataChannel::FailSend(const FrameHeader& h, absl::Status s) {

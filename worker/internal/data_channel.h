@@ -72,7 +72,10 @@ class DataChannel {
   void SetPeer(int shard, PeerId peer) { peers_[static_cast<size_t>(shard)] = peer; }
   // Hierarchical aggregation: the endpoints of the other workers of this
   // host, by data-parallel rank (kNoPeer for the others).
-  void SetWorkerPeers(std::vector<PeerId> peers) { worker_peers_ = std::move(peers); }
+  void SetWorkerPeers(std::vector<PeerId> peers) {
+    absl::MutexLock lock(&mu_);
+    worker_peers_ = std::move(peers);
+  }
   // The shard's gRPC address, for messages.
   void SetAddress(int shard, std::string a) {
     addresses_[static_cast<size_t>(shard)] = std::move(a);
@@ -150,9 +153,6 @@ class DataChannel {
   std::function<absl::Status()> check_;
   std::vector<PeerId> peers_;           // driving thread
   std::vector<std::string> addresses_;  // driving thread
-  // Driving thread; read by forwards on the progress thread while no
-  // recovery changes them (host_aggregator.h).
-  std::vector<PeerId> worker_peers_;
 
   absl::Mutex mu_;
   int64_t outstanding_sends_ ABSL_GUARDED_BY(mu_) = 0;
@@ -162,6 +162,8 @@ class DataChannel {
   absl::Status send_error_ ABSL_GUARDED_BY(mu_);
   int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, int64_t> ready_ ABSL_GUARDED_BY(mu_);  // READY: rank -> newest epoch
+  // Set by the driving thread, read by forwards on the progress thread.
+  std::vector<PeerId> worker_peers_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> endpoint_renewals_{0};
 };
 

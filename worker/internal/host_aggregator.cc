@@ -17,6 +17,9 @@ HostAggregator::HostAggregator(JobContext* ctx, DataChannel* channel)
       partial_(PayloadAllocator<float>(channel->transport().payload_memory())) {}
 
 void HostAggregator::Configure(const std::vector<int>& groups) {
+  // Under the channel's lock: a frame of an old epoch may still come in on
+  // the transport's thread and look the bookkeeping up.
+  absl::MutexLock lock(&channel_->mu());
   const Layout& layout = *ctx_->layout;
   me_ = ctx_->rank.load();
   members_.clear();
@@ -193,7 +196,13 @@ absl::Status HostAggregator::PushAll() {
 }
 
 void HostAggregator::Forward(const FrameHeader& h, const void* payload) {
-  for (int m : others_) channel_->SendToWorker(m, h, payload);
+  std::vector<int> to;
+  {
+    absl::MutexLock lock(&channel_->mu());
+    if (h.epoch != ctx_->epoch.load()) return;  // a recovery regroups meanwhile
+    to = others_;
+  }
+  for (int m : to) channel_->SendToWorker(m, h, payload);
 }
 
 void HostAggregator::TakeLeasesLocked(Owned* o, Leases* leases) {
