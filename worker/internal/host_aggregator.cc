@@ -17,9 +17,18 @@ HostAggregator::HostAggregator(JobContext* ctx, DataChannel* channel)
       partial_(PayloadAllocator<float>(channel->transport().payload_memory())) {}
 
 void HostAggregator::Configure(const std::vector<int>& groups) {
-  // Under the channel's lock: a frame of an old epoch may still come in on
-  // the transport's thread and look the bookkeeping up.
-  absl::MutexLock lock(&channel_->mu());
+  Leases leases;  // pushes of the old epoch still borrowed: their senders finish
+  {
+    // Under the channel's lock: a frame of an old epoch may still come in on
+    // the transport's thread and look the bookkeeping up.
+    absl::MutexLock lock(&channel_->mu());
+    for (Owned& o : owned_) TakeLeasesLocked(&o, &leases);
+    ConfigureLocked(groups);
+  }
+  Release(leases);
+}
+
+void HostAggregator::ConfigureLocked(const std::vector<int>& groups) {
   const Layout& layout = *ctx_->layout;
   me_ = ctx_->rank.load();
   members_.clear();

@@ -108,6 +108,7 @@ class HostAggregator {
     return owned_index_[static_cast<size_t>(shard)][static_cast<size_t>(bucket)];
   }
   bool CompleteLocked(const Owned& o, int64_t step) const;
+  void ConfigureLocked(const std::vector<int>& groups);
   // Sums o's group in rank order and pushes it (driving thread).
   void SumAndPush(Owned* o);
   // Under the channel's mu(): forgets the borrows of o's pushes and adds
