@@ -187,7 +187,8 @@ PYBIND11_MODULE(_tessel, m) {
                        bool auto_resume, int64_t checkpoint_every_steps, bool checkpoint_initial,
                        const std::string& token, double topk_ratio,
                        const std::string& metrics_address, const std::string& timeline,
-                       int64_t timeline_first_step, int64_t timeline_steps) {
+                       int64_t timeline_first_step, int64_t timeline_steps,
+                       const std::string& aggregation, const std::string& host_id) {
              tessel::WorkerOptions o = tessel::MakeOptions(
                  registry, job, rank, world_size, strategy, optimizer, num_servers, bucket_bytes,
                  precision, units, ucx_tls, connect_timeout_s, step_timeout_s, recovery,
@@ -196,6 +197,10 @@ PYBIND11_MODULE(_tessel, m) {
              o.timeline = timeline;
              o.timeline_first_step = timeline_first_step;
              o.timeline_steps = timeline_steps;
+             auto a = tessel::AggregationFromName(aggregation);
+             if (!a.ok()) throw py::value_error(std::string(a.status().message()));
+             o.aggregation = *a;
+             o.host_id = host_id;
              auto* pw = new PyWorker;
              pw->w = Take(Unlocked([&] { return Worker::Connect(o); }));
              return pw;
@@ -210,10 +215,16 @@ PYBIND11_MODULE(_tessel, m) {
            py::arg("checkpoint_initial") = false, py::arg("token") = "",
            py::arg("topk_ratio") = 0.0, py::arg("metrics_address") = "", py::arg("timeline") = "",
            py::arg("timeline_first_step") = 1, py::arg("timeline_steps") = 100,
+           py::arg("aggregation") = "auto", py::arg("host_id") = "",
            "Joins the job (registry host:port, job name, rank of world_size) and waits for the "
            "world and the shard servers. metrics_address (HOST:PORT, port 0: a free one): serve "
            "this worker's Prometheus metrics there; timeline (a path, '{rank}' replaced): write "
-           "a Chrome trace of steps timeline_first_step .. + timeline_steps - 1.")
+           "a Chrome trace of steps timeline_first_step .. + timeline_steps - 1. aggregation: "
+           "'auto', 'flat' or 'host' (docs/hierarchical.md); host_id: this worker's host for it "
+           "('' = detected).")
+      .def(
+          "aggregation", [](PyWorker& self) { return self.w->aggregation(); },
+          "How this worker's host sends gradients: 'host aggregation: ...' or 'flat (why)'")
       .def(
           "data_path", [](PyWorker& self) { return self.w->data_path(); },
           "How payloads move to and from the shard servers: 'in place' (shared memory on one "

@@ -78,6 +78,10 @@ for s in range(3):
     train(s)
 check(opt._groups[0].worker.data_path() == "in place",
       "one host: gradients reduced where they lie, parameters read from the servers' memory")
+agg = opt._groups[0].worker.aggregation()
+check(agg.startswith("flat ("), "one host with its servers: flat aggregation, and why (%s)" % agg)
+expect_raises(ValueError, "unknown aggregation 'tree'", lambda: tessel.Worker(
+    "127.0.0.1:1", "nowhere", 0, 1, aggregation="tree", connect_timeout_s=0.5))
 state = opt.state_dict()
 at3 = exact_model.flat(model).clone()
 # A negative learning rate is refused at the step; nothing changed; the fix goes on.
