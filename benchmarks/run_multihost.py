@@ -49,7 +49,8 @@ when missing).
 
 Usage: bazel run //benchmarks:run_multihost -- [--hosts=2] [--per_host=2]
          [--servers=2] [--sizes_mib=1,16,64] [--repeats=3] [--iters=10]
-         [--no_gloo] [--no_mpi_tcp] [--no_flat] [--quiet_max_s=120] [--keep_logs]
+         [--no_gloo] [--no_mpi_tcp] [--no_flat] [--bucket_bytes=N] [--quiet_max_s=120]
+         [--keep_logs]
 """
 import argparse
 import os
@@ -149,7 +150,8 @@ def run_tessel(args, hosts, bins, run_dir, sizes, aggregation):
                  "--workers=%d" % W, "--servers=%d" % args.servers,
                  "--sizes_mib=" + ",".join(map(str, sizes)), "--iters=%d" % args.iters,
                  "--ucx_tls=" + WORKER_TLS, "--optimizer=sgd", "--link_dev=eth0",
-                 "--aggregation=" + aggregation, "--result=" + result],
+                 "--aggregation=" + aggregation, "--result=" + result] +
+                (["--bucket_bytes=%d" % args.bucket_bytes] if args.bucket_bytes else []),
                 stdout=logs("worker%d" % r), stderr=subprocess.STDOUT))
         procs += workers
         for r, p in enumerate(workers):
@@ -219,6 +221,8 @@ def main():
     ap.add_argument("--no_gloo", action="store_true")
     ap.add_argument("--no_mpi_tcp", action="store_true", help="leave out mpi-tcp-allreduce")
     ap.add_argument("--no_flat", action="store_true", help="leave out tessel-tcp-flat")
+    ap.add_argument("--bucket_bytes", type=int, default=0,
+                    help="Tessel's bucket size (0: the workers' default, 4 MiB)")
     ap.add_argument("--quiet_max_s", type=float, default=120)
     ap.add_argument("--timeout_s", type=float, default=600, help="per contender run")
     ap.add_argument("--keep_logs", action="store_true")
