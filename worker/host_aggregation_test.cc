@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "testing/inproc_cluster.h"
 #include "worker/worker.h"
+#include "worker/worker_testing.h"
 
 namespace tessel {
 namespace {
@@ -124,11 +125,7 @@ class HostAggregationTest : public ::testing::TestWithParam<InProcCluster::Kind>
     return o;
   }
 
-  static void OnRanks(const std::function<void(int)>& body) {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kWorld; ++r) threads.emplace_back(body, r);
-    for (auto& t : threads) t.join();
-  }
+  static void OnRanks(const std::function<void(int)>& body) { tessel::OnRanks(kWorld, body); }
 
   struct Run {
     std::vector<float> params;     // rank 0's, the others' equal
@@ -270,12 +267,8 @@ TEST_P(HostAggregationTest, ARestartedShardServerIsRecoveredFromWithTheGroups) {
     ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
     for (int64_t s = worker.step(); s < kTotal; ++s) {
       if (s == kBeforeRestart && !restarted.HasBeenNotified()) {
-        for (int i = 0; i < 500; ++i) {  // the checkpoint of step 2 is complete
-          auto steps = worker.CompleteCheckpointSteps();
-          ASSERT_TRUE(steps.ok()) << steps.status();
-          if (!steps->empty() && steps->back() == 2) break;
-          absl::SleepFor(absl::Milliseconds(10));
-        }
+        absl::Status ckpt = AwaitCompleteCheckpoint(worker, 2);
+        ASSERT_TRUE(ckpt.ok()) << ckpt;
         arrived.fetch_add(1);
         restarted.WaitForNotification();
       }

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "testing/inproc_cluster.h"
 #include "transport/ucx/ucx_testing.h"
+#include "worker/worker_testing.h"
 
 namespace tessel {
 namespace {
@@ -108,12 +109,7 @@ class WorkerTest : public ::testing::TestWithParam<InProcCluster::Kind> {
     return o;
   }
 
-  // Runs `body(rank)` on kWorld threads and waits for all.
-  static void OnRanks(const std::function<void(int)>& body) {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kWorld; ++r) threads.emplace_back(body, r);
-    for (auto& t : threads) t.join();
-  }
+  static void OnRanks(const std::function<void(int)>& body) { tessel::OnRanks(kWorld, body); }
 
   // Trains kSteps with `strategy`; returns rank 0's final parameters.
   std::vector<float> Train(const std::string& job, Strategy strategy) {
@@ -484,12 +480,8 @@ TEST_P(WorkerTest, ARestartedShardServerIsRecoveredFromAndTrainingEndsBitwise) {
       if (s == kBeforeRestart && !restarted.HasBeenNotified()) {
         // The checkpoint of step 2 is written in the background: restart
         // once it is complete, so the recovery has it to go back to.
-        for (int i = 0; i < 500; ++i) {
-          auto steps = worker.CompleteCheckpointSteps();
-          ASSERT_TRUE(steps.ok()) << steps.status();
-          if (!steps->empty() && steps->back() == 2) break;
-          absl::SleepFor(absl::Milliseconds(10));
-        }
+        absl::Status ckpt = AwaitCompleteCheckpoint(worker, 2);
+        ASSERT_TRUE(ckpt.ok()) << ckpt;
         arrived.fetch_add(1);
         restarted.WaitForNotification();
       }
