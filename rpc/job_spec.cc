@@ -249,6 +249,7 @@ std::string DiffRestorableSpecs(const v1::JobSpec& saved, const v1::JobSpec& spe
     x->clear_align_elems();
     x->clear_checkpoint();
     x->clear_compression();  // the push's wire form, not the model
+    x->clear_rank_groups();  // who sums with whom first: the hosts of this run
   }
   return DiffJobSpecs(a, b);
 }

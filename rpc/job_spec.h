@@ -29,8 +29,9 @@ std::string DiffJobSpecs(const v1::JobSpec& a, const v1::JobSpec& b);
 
 // "" if a checkpoint written under `saved` may be restored under `spec`,
 // else the first difference: the shard count, world size, bucket size,
-// alignment, checkpoint policy and compression (the push's wire form) may
-// change on restore; the model, strategy and optimizer may not.
+// alignment, checkpoint policy, compression (the push's wire form) and
+// rank groups (the hosts of a run) may change on restore; the model,
+// strategy and optimizer may not.
 std::string DiffRestorableSpecs(const v1::JobSpec& saved, const v1::JobSpec& spec);
 
 // The spec as protobuf JSON with the .proto's field names, as checkpoints

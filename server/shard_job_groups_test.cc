@@ -235,3 +235,22 @@ TEST(ShardJobGroupsTest, DdpAveragesTheGroupsOverTheWorld) {
 
 }  // namespace
 }  // namespace tessel
+
+namespace tessel {
+namespace {
+
+// A checkpoint restores across groupings: the hosts of a run (and after an
+// elastic change, how many ranks it has) are not the model.
+TEST(ShardJobGroupsTest, CheckpointsRestoreAcrossGroupings) {
+  const v1::JobSpec flat = Spec(v1::STRATEGY_ZERO2, {0, 1, 2, 3}, 100, 64);
+  v1::JobSpec hosts = Spec(v1::STRATEGY_ZERO2, {0, 0, 1, 1}, 100, 64);
+  EXPECT_EQ(DiffRestorableSpecs(flat, hosts), "");
+  v1::JobSpec shrunk = Spec(v1::STRATEGY_ZERO2, {0, 0, 1}, 100, 64);
+  EXPECT_EQ(DiffRestorableSpecs(hosts, shrunk), "");
+  // The model still may not change.
+  v1::JobSpec ddp = Spec(v1::STRATEGY_DDP, {0, 0, 1, 1}, 100, 64);
+  EXPECT_NE(DiffRestorableSpecs(hosts, ddp), "");
+}
+
+}  // namespace
+}  // namespace tessel
