@@ -533,9 +533,21 @@ TEST_P(WorkerTest, ANewcomerIsAdmittedAtTheNextCheckpointBoundaryAndTrainingEnds
   constexpr int kTotal = 5;
   constexpr int kBoundary = 2;
   const std::vector<float> want = Reference(kTotal, kBoundary, 3);
-  for (Strategy strategy : {Strategy::kZero2, Strategy::kDdp, Strategy::kFsdp}) {
-    SCOPED_TRACE(std::string(StrategyName(strategy)));
-    const std::string job = absl::StrCat("grow-", StrategyName(strategy));
+  // Also with host aggregation: the two workers share host "a" (one group:
+  // the flat sum), the newcomer comes on host "b" (groups {0,0,1}: the
+  // same sum order), so the reference stands; the groups change at the
+  // admission.
+  struct Run {
+    Strategy strategy;
+    bool hosts;
+  };
+  for (const Run run :
+       {Run{Strategy::kZero2, false}, Run{Strategy::kDdp, false}, Run{Strategy::kFsdp, false},
+        Run{Strategy::kZero2, true}, Run{Strategy::kDdp, true}}) {
+    const Strategy strategy = run.strategy;
+    SCOPED_TRACE(absl::StrCat(StrategyName(strategy), run.hosts ? " with host aggregation" : ""));
+    const std::string job =
+        absl::StrCat("grow-", run.hosts ? "hosts-" : "", StrategyName(strategy));
     absl::Notification newcomer_registered;
     // The newcomer arrives once the job runs: joining while the original
     // workers still create the job could let them create it at different
@@ -555,6 +567,10 @@ TEST_P(WorkerTest, ANewcomerIsAdmittedAtTheNextCheckpointBoundaryAndTrainingEnds
       o.recovery_timeout = absl::Seconds(30);
       o.checkpoint.every_steps = kBoundary;
       o.elastic_max_workers = 3;
+      if (run.hosts) {
+        o.aggregation = Aggregation::kHost;
+        o.host_id = id < 2 ? "a" : "b";
+      }
       auto w = Worker::Connect(o);
       ASSERT_TRUE(w.ok()) << w.status();
       Worker& worker = **w;
@@ -601,6 +617,9 @@ TEST_P(WorkerTest, ANewcomerIsAdmittedAtTheNextCheckpointBoundaryAndTrainingEnds
           ASSERT_TRUE(st.ok()) << st;
           admitted_at[id] = worker.step();  // nothing rolled back
           EXPECT_EQ(worker.world_size(), 3);
+          if (run.hosts) {
+            EXPECT_EQ(worker.aggregation(), "host aggregation: 2 hosts (ranks 0-1; 2)");
+          }
           s = worker.step() - 1;
           continue;
         }
