@@ -15,7 +15,11 @@ What is checked, per scenario:
                        step's loss after C. A late replacement for rank 1
                        (--rank=1 --resume) is refused with the reason.
   zero1, kill rank 0   the same, when the lost worker is the first one (the
-                       survivors elect the next as the one that restores).
+                       survivors elect the next as the one that restores), with
+                       --aggregation=host: the three workers of this host sum
+                       their gradients first (rank 0 aggregates a third of the
+                       buckets when it dies), the survivors regroup as one host
+                       of two, and the result is still the flat reference's.
   ddp, kill rank 2     the survivors (state on the workers) go on at their
                        own step with no rollback and finish.
   zero2, min 2 of 2    with too few workers left the survivor does not go on:
@@ -141,11 +145,12 @@ def wait_manifest(ckdir, step, timeout=30):
     return False
 
 
-def elastic_run(name, strategy, kill, world=3, min_workers=2, steps=STEPS, recovery_timeout=30):
+def elastic_run(name, strategy, kill, world=3, min_workers=2, steps=STEPS, recovery_timeout=30,
+                flags=()):
     d = os.path.join(ROOT, name)
     c = Cluster(d)
     extra = ["--steps=%d" % steps, "--recover", "--recovery_timeout_s=%d" % recovery_timeout,
-             "--elastic_min_workers=%d" % min_workers, "--elastic_grace_s=1"]
+             "--elastic_min_workers=%d" % min_workers, "--elastic_grace_s=1"] + list(flags)
     for r in range(world):
         c.worker(r, world, strategy, extra)
     watch = (kill + 1) % world
@@ -234,8 +239,8 @@ def late_replacement(name, c, d, kill, strategy, extra):
                             or ["no message"])[0][:150]))
 
 
-def scenario_checkpointed(name, strategy, kill):
-    c, d, survivors, at, t0, extra = elastic_run(name, strategy, kill)
+def scenario_checkpointed(name, strategy, kill, flags=()):
+    c, d, survivors, at, t0, extra = elastic_run(name, strategy, kill, flags=flags)
     if strategy == "zero2":
         late_replacement(name, c, d, kill, strategy, extra)
     rcs = c.wait(survivors, 180)
@@ -249,6 +254,10 @@ def scenario_checkpointed(name, strategy, kill):
     for i, r in enumerate(survivors):
         check(("this worker is now rank %d of 2" % i) in logs[r],
               "%s: registry rank %d is now rank %d of 2" % (name, r, i))
+    if "--aggregation=host" in flags:
+        check(all("host aggregation: 1 host (ranks 0-2)" in logs[r] and
+                  "host aggregation: 1 host (ranks 0-1)" in logs[r] for r in survivors),
+              "%s: every survivor aggregated with the host's 3 workers, then regrouped as 2" % name)
     c_step = rolled_back_to(os.path.join(d, "worker%d.log" % survivors[0]))
     check(c_step is not None and c_step % EVERY == 0 and c_step <= at + 2,
           "%s: rolled back to the checkpoint of step %s (killed at about step %d)" %
@@ -298,7 +307,7 @@ def scenario_too_few():
 def main():
     try:
         scenario_checkpointed("zero2-kill-1", "zero2", 1)
-        scenario_checkpointed("zero1-kill-0", "zero1", 0)
+        scenario_checkpointed("zero1-kill-0-host", "zero1", 0, flags=["--aggregation=host"])
         scenario_ddp()
         scenario_too_few()
     finally:

@@ -353,6 +353,10 @@ extern "C" const char* __tsan_default_suppressions() {
          // ... and the CallOpSet of a callback-API call (the default health
          // service) that runs interceptors after its tag moves threads.
          "race:grpc::internal::CallbackWithSuccessTag::Run\n"
+         // ... reached through StaticRun when the completion thread runs the
+         // tag inline: CallOpSet::FinalizeResult written on one completion
+         // thread, read on the next (seen in //server:shard_server_test).
+         "race:grpc::internal::CallbackWithSuccessTag::StaticRun\n"
          // The interceptor's batch methods, built on one gRPC thread and
          // handed to the interceptor on another through the same queue.
          "race:grpc::internal::InterceptorBatchMethodsImpl\n"
