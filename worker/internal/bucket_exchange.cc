@@ -216,7 +216,15 @@ absl::Status BucketExchange::Exchange(int64_t version) {
   if (shuffle) std::shuffle(todo.begin(), todo.end(), shuffle_rng_);
   const absl::Time start = absl::Now();
   const bool host = aggregator_.active();
-  SendPulls(version, !host);
+  // Host aggregation: the parameters an aggregator passes on land in the
+  // other members' buffers, which their backward passes may still read, so
+  // it pulls only once every member said it is here (after the pushes: no
+  // member waits for another's before pushing).
+  if (host) {
+    channel_->ClearReceiveError();  // before the pushes: a refusal of one stands
+    aggregator_.AnnouncePull(version);
+  }
+  if (!host) SendPulls(version, true);
   for (const auto& [shard, bucket] : todo) {
     if (shuffle && shuffle_rng_() % 3 == 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(shuffle_rng_() % 2000));
@@ -225,6 +233,8 @@ absl::Status BucketExchange::Exchange(int64_t version) {
   }
   if (host) {
     if (absl::Status sum = aggregator_.PushAll(); !sum.ok()) return sum;
+    if (absl::Status met = aggregator_.AwaitPulls(version); !met.ok()) return met;
+    SendPulls(version, false);
   }
   const absl::Time pushed = absl::Now();
   absl::Status s = WaitForParams(version);
@@ -274,7 +284,7 @@ void BucketExchange::SendPulls(int64_t version, bool all) {
     ArmLocked(version);
     forward_version_ = all ? -1 : version;
   }
-  channel_->ClearReceiveError();
+  if (all) channel_->ClearReceiveError();  // host aggregation: cleared before its pushes
   for (int s = 0; s < shards; ++s) {
     int first = 0, count = layout.num_buckets(s);
     if (!all) aggregator_.PullRange(s, &first, &count);

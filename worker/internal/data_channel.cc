@@ -102,13 +102,16 @@ void DataChannel::SendTo(PeerId peer, const FrameHeader& h, const void* payload,
   {
     absl::MutexLock lock(&mu_);
     ++outstanding_sends_;
+    // A send to a worker that died may never complete: only the current
+    // epoch's are waited for (SetEpoch forgets the others).
+    to_worker = to_worker && h.epoch == ctx_->epoch.load();
     outstanding_worker_sends_ += to_worker ? 1 : 0;
   }
   transport_->Send(peer, absl::MakeConstSpan(bytes), payload, h.payload_bytes,
                    [this, keep = std::move(keep), epoch = h.epoch, to_worker](absl::Status s) {
                      absl::MutexLock lock(&mu_);
                      --outstanding_sends_;
-                     outstanding_worker_sends_ -= to_worker ? 1 : 0;
+                     if (to_worker && epoch == ctx_->epoch.load()) --outstanding_worker_sends_;
                      if (!s.ok() && send_error_.ok() && epoch == ctx_->epoch.load()) {
                        send_error_ = Own(s);
                      }
@@ -240,6 +243,13 @@ Accept DataChannel::OnFrame(const Incoming& in) {
     epoch = std::max(epoch, h->epoch);
     return Accept{};
   }
+  if (h->type == FrameType::kPull && h->job_id == ctx_->job_id && in.payload_bytes == 0) {
+    // From a worker of this host entering its exchange (host aggregation).
+    absl::MutexLock lock(&mu_);
+    std::pair<int64_t, int64_t>& at = pulled_[h->rank];
+    at = std::max(at, std::make_pair(h->epoch, h->step));
+    return Accept{};
+  }
   if (h->type == FrameType::kPush && h->job_id == ctx_->job_id && ctx_->layout != nullptr &&
       sink_ != nullptr && h->shard >= 0 && h->shard < num_shards() && h->bucket >= 0 &&
       h->bucket < ctx_->layout->num_buckets(h->shard)) {
@@ -263,6 +273,7 @@ void DataChannel::ClearReceiveError() {
 void DataChannel::SetEpoch(int64_t epoch) {
   absl::MutexLock lock(&mu_);
   ctx_->epoch = epoch;
+  outstanding_worker_sends_ = 0;  // the old epoch's are never waited for
   error_ = absl::OkStatus();
   send_error_ = absl::OkStatus();
 }

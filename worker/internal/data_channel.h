@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -100,13 +101,22 @@ class DataChannel {
     auto it = ready_.find(rank);
     return it == ready_.end() ? -1 : it->second;
   }
+  // Under mu(): whether `rank` (a worker of this host) sent a PULL for
+  // `version` (or later) in the current epoch: it is past its backward
+  // pass, so the parameters of `version` may land in its buffers.
+  bool PulledLocked(int rank, int64_t version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = pulled_.find(rank);
+    return it != pulled_.end() && it->second.first == ctx_->epoch.load() &&
+           it->second.second >= version;
+  }
   // With a timeline: when the step's first push was sent (-1: none since the
   // last call), and forget it.
   int64_t TakeFirstPushUs() { return first_push_us_.exchange(-1); }
   void WaitForSends();
-  // Waits (up to the step timeout) until every send to another worker
-  // (SendToWorker) completed: the payloads may change then. Sends to shards
-  // are not waited for (one to a server that died may never complete).
+  // Waits (up to the step timeout) until every send of this epoch to another
+  // worker (SendToWorker) completed: the payloads may change then. Sends to
+  // shards, and those of an older epoch, are not waited for (one to a process
+  // that died may never complete).
   absl::Status WaitForWorkerSends();
 
   // `done` and `what` run under mu().
@@ -162,6 +172,8 @@ class DataChannel {
   absl::Status send_error_ ABSL_GUARDED_BY(mu_);
   int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, int64_t> ready_ ABSL_GUARDED_BY(mu_);  // READY: rank -> newest epoch
+  // Worker PULLs: rank -> (epoch, step) of the newest.
+  std::map<int, std::pair<int64_t, int64_t>> pulled_ ABSL_GUARDED_BY(mu_);
   // Set by the driving thread, read by forwards on the progress thread.
   std::vector<PeerId> worker_peers_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> endpoint_renewals_{0};

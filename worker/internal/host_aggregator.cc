@@ -204,6 +204,30 @@ absl::Status HostAggregator::PushAll() {
   }
 }
 
+void HostAggregator::AnnouncePull(int64_t version) {
+  FrameHeader pull = channel_->Header(FrameType::kPull, version, 0, 0);
+  for (int m : others_) channel_->SendToWorker(m, pull, nullptr);
+}
+
+absl::Status HostAggregator::AwaitPulls(int64_t version) {
+  return channel_->WaitFor(
+      [&] {
+        for (int m : others_) {
+          if (!channel_->PulledLocked(m, version)) return false;
+        }
+        return true;
+      },
+      [&] {
+        std::vector<int> missing;
+        for (int m : others_) {
+          if (!channel_->PulledLocked(m, version)) missing.push_back(m);
+        }
+        return absl::StrCat("the other workers of this host (rank", missing.size() > 1 ? "s " : " ",
+                            absl::StrJoin(missing, ", "), ") to finish step ", version,
+                            "'s backward pass");
+      });
+}
+
 void HostAggregator::Forward(const FrameHeader& h, const void* payload) {
   std::vector<int> to;
   {

@@ -74,6 +74,12 @@ class HostAggregator {
   // Waits for the members' pushes of every bucket this rank aggregates and
   // pushes each as it is complete.
   absl::Status PushAll();
+  // Tells the other members this rank is in its exchange of `version` (a
+  // PULL frame): its backward pass no longer reads its parameters.
+  void AnnouncePull(int64_t version);
+  // Waits until every other member announced `version`: only then may this
+  // rank pull, since the parameters it passes on land in their buffers.
+  absl::Status AwaitPulls(int64_t version);
   // Sends a PARAMS frame this rank received for a bucket it aggregates, from
   // where it landed, to the other members.
   void Forward(const FrameHeader& h, const void* payload);
