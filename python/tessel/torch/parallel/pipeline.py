@@ -211,6 +211,11 @@ class Pipeline:
             x = _unpack(raw, device, "activation").requires_grad_(True)
         try:
             out = self.module(x)
+        except tessel.TesselError:
+            # A tensor-parallel layer's wait inside the module: a lost shard
+            # server or peer (RecoverableError) must reach step()'s handlers
+            # as itself, not as this stage's own failure.
+            raise
         except Exception as e:
             raise RuntimeError(f"pipeline stage {self.stage} ({h.describe()}): its forward failed "
                                f"on micro-batch {j}'s input, {_describe_shape(x)}"
