@@ -85,21 +85,22 @@ absl::Status HostAggregator::Meet() {
   FrameHeader ready = channel_->Header(FrameType::kReady, ctx_->step, 0, 0);
   for (int m : others_) channel_->SendToWorker(m, ready, nullptr);
   const int64_t epoch = ready.epoch;
-  return channel_->WaitFor(
-      [&] {
-        for (int m : others_) {
-          if (channel_->ReadyEpochLocked(m) < epoch) return false;
-        }
-        return true;
-      },
-      [&] {
-        std::vector<int> missing;
-        for (int m : others_) {
-          if (channel_->ReadyEpochLocked(m) < epoch) missing.push_back(m);
-        }
-        return absl::StrCat("the other workers of this host (rank", missing.size() > 1 ? "s " : " ",
-                            absl::StrJoin(missing, ", "), ") to take host-aggregation pushes");
-      });
+  return AwaitOthers([&](int m) { return channel_->ReadyEpochLocked(m) >= epoch; },
+                     "to take host-aggregation pushes");
+}
+
+absl::Status HostAggregator::AwaitOthers(const std::function<bool(int)>& done,
+                                         const std::string& what) {
+  return channel_->WaitFor([&] { return std::all_of(others_.begin(), others_.end(), done); },
+                           [&] {
+                             std::vector<int> missing;
+                             for (int m : others_) {
+                               if (!done(m)) missing.push_back(m);
+                             }
+                             return absl::StrCat("the other workers of this host (rank",
+                                                 missing.size() > 1 ? "s " : " ",
+                                                 absl::StrJoin(missing, ", "), ") ", what);
+                           });
 }
 
 void HostAggregator::PullRange(int shard, int* first, int* count) const {
@@ -210,22 +211,8 @@ void HostAggregator::AnnouncePull(int64_t version) {
 }
 
 absl::Status HostAggregator::AwaitPulls(int64_t version) {
-  return channel_->WaitFor(
-      [&] {
-        for (int m : others_) {
-          if (!channel_->PulledLocked(m, version)) return false;
-        }
-        return true;
-      },
-      [&] {
-        std::vector<int> missing;
-        for (int m : others_) {
-          if (!channel_->PulledLocked(m, version)) missing.push_back(m);
-        }
-        return absl::StrCat("the other workers of this host (rank", missing.size() > 1 ? "s " : " ",
-                            absl::StrJoin(missing, ", "), ") to finish step ", version,
-                            "'s backward pass");
-      });
+  return AwaitOthers([&](int m) { return channel_->PulledLocked(m, version); },
+                     absl::StrCat("to finish step ", version, "'s backward pass"));
 }
 
 void HostAggregator::Forward(const FrameHeader& h, const void* payload) {

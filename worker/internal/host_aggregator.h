@@ -31,6 +31,7 @@
 #define TESSEL_WORKER_INTERNAL_HOST_AGGREGATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,9 @@ class HostAggregator {
   }
   bool CompleteLocked(const Owned& o, int64_t step) const;
   void ConfigureLocked(const std::vector<int>& groups);
+  // Waits until done(m) holds (under the channel's mu()) for every other
+  // member; the deadline's message names those it does not hold for.
+  absl::Status AwaitOthers(const std::function<bool(int)>& done, const std::string& what);
   // Sums o's group in rank order and pushes it (driving thread).
   void SumAndPush(Owned* o);
   // Under the channel's mu(): forgets the borrows of o's pushes and adds
