@@ -58,6 +58,10 @@ ABSL_FLAG(int64_t, inline_update_max_bytes, -1,
           "through the update threads)");
 ABSL_FLAG(int, update_threads, 0,
           "the shard servers' --update_threads (0: their default, half the cores)");
+ABSL_FLAG(std::string, server_args, "",
+          "more flags for every shard server, space-separated (e.g. "
+          "\"--receive_check_ms=100 --receive_check_timeout_ms=20\": probe the receive queues "
+          "often and impatiently, as //benchmarks:saturation_test does)");
 // Internal: worker mode.
 ABSL_FLAG(std::string, role, "launcher",
           "launcher (start a local cluster and the workers, print the table), worker (one rank "
@@ -356,6 +360,10 @@ int main(int argc, char** argv) {
   copt.server_args.push_back(poll_mode);
   copt.server_args.push_back(ucx_spin);
   copt.server_args.push_back(absl::StrCat("--ucx_zero_copy=", zero_copy ? "true" : "false"));
+  for (absl::string_view arg :
+       absl::StrSplit(absl::GetFlag(FLAGS_server_args), ' ', absl::SkipEmpty())) {
+    copt.server_args.emplace_back(arg);
+  }
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();
   if (!s.ok()) {

@@ -142,6 +142,13 @@ std::string FormatLogLine(LogLevel level, absl::Time time, absl::string_view fil
                       base, ":", line, "] ", message, "\n");
 }
 
+bool ShouldLogNow(std::atomic<int64_t>* last_ns, absl::Duration period) {
+  const int64_t now = absl::GetCurrentTimeNanos();
+  int64_t last = last_ns->load();
+  if (last != 0 && now - last < absl::ToInt64Nanoseconds(period)) return false;
+  return last_ns->compare_exchange_strong(last, now);
+}
+
 LogLine::LogLine(LogLevel level, const char* file, int line)
     : level_(level), file_(file), line_(line), time_(absl::Now()) {}
 

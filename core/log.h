@@ -23,6 +23,7 @@
 #ifndef TESSEL_CORE_LOG_H_
 #define TESSEL_CORE_LOG_H_
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -102,6 +103,10 @@ class LogLine {
 std::string FormatLogLine(LogLevel level, absl::Time time, absl::string_view file, int line,
                           absl::string_view message);
 
+// True at most once per `period` for the call site that owns `last_ns`
+// (the time it last said true; 0: never): rate-limited lines.
+bool ShouldLogNow(std::atomic<int64_t>* last_ns, absl::Duration period);
+
 // Lower precedence than <<: turns a streamed line into void for `?:`.
 struct Voidify {
   void operator&(std::ostream&) {}
@@ -119,6 +124,20 @@ struct Voidify {
   !::tessel::LogEnabled(TESSEL_LOG_LEVEL_##level) \
       ? (void)0                                   \
       : ::tessel::internal::Voidify() &           \
+            ::tessel::internal::LogLine(TESSEL_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
+
+// As TESSEL_LOG, but at most one line per `seconds` from this call site
+// (the lines in between are dropped): for what may repeat at message rate.
+#define TESSEL_LOG_EVERY_N_SEC(level, seconds)                                                \
+  !(::tessel::LogEnabled(TESSEL_LOG_LEVEL_##level) &&                                         \
+    ::tessel::internal::ShouldLogNow(                                                         \
+        [] {                                                                                  \
+          static std::atomic<int64_t> tessel_log_last_ns{0};                                  \
+          return &tessel_log_last_ns;                                                         \
+        }(),                                                                                  \
+        absl::Seconds(seconds)))                                                              \
+      ? (void)0                                                                               \
+      : ::tessel::internal::Voidify() &                                                       \
             ::tessel::internal::LogLine(TESSEL_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
 
 #endif  // TESSEL_CORE_LOG_H_

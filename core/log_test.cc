@@ -83,6 +83,24 @@ TEST_F(LogTest, ScopedContextOverridesFieldByFieldAndNests) {
   EXPECT_FALSE(j.contains("step"));
 }
 
+TEST_F(LogTest, RateLimitedCallSitesSayTrueOncePerPeriod) {
+  std::atomic<int64_t> last{0};
+  EXPECT_TRUE(internal::ShouldLogNow(&last, absl::Seconds(10)));
+  EXPECT_FALSE(internal::ShouldLogNow(&last, absl::Seconds(10)));
+  EXPECT_FALSE(internal::ShouldLogNow(&last, absl::Seconds(10)));
+  EXPECT_TRUE(internal::ShouldLogNow(&last, absl::ZeroDuration())) << "the period is over";
+  // Each call site has its own clock; the streamed expression is evaluated
+  // only when the line is written.
+  int evaluated = 0;
+  auto count = [&] { return ++evaluated; };
+  for (int i = 0; i < 5; ++i) TESSEL_LOG_EVERY_N_SEC(DEBUG, 60) << count();
+  SetMinLogLevel(LogLevel::kDebug);
+  for (int i = 0; i < 5; ++i) TESSEL_LOG_EVERY_N_SEC(DEBUG, 60) << count();
+  for (int i = 0; i < 5; ++i) TESSEL_LOG_EVERY_N_SEC(DEBUG, 60) << count();
+  SetMinLogLevel(LogLevel::kInfo);
+  EXPECT_EQ(evaluated, 2);
+}
+
 TEST_F(LogTest, InvalidUtf8IsReplacedNotThrown) {
   SetLogFormat(LogFormat::kJson);
   const std::string line =

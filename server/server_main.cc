@@ -87,7 +87,8 @@ ABSL_FLAG(int, receive_check_ms, 1000,
           "the server then re-creates its UCX endpoint at a new address and re-joins the "
           "registry, so workers reconnect and recover. 0 turns the check off");
 ABSL_FLAG(int, receive_check_timeout_ms, 3000,
-          "how long a probe may take before the receive queue counts as wedged");
+          "how long a probe may take before the receive queue counts as wedged (a late probe "
+          "while messages keep arriving is load, not a wedge: never renewed)");
 ABSL_FLAG(int, checkpoint_max_queued, 8,
           "snapshots that may wait for the checkpoint writer (each a copy of a shard's state); "
           "when the disk falls that far behind, training on this server pauses until it catches "

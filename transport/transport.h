@@ -149,7 +149,10 @@ class Transport {
   // address will ever be received again. (UCX shared memory: a peer killed
   // in the middle of writing a message into the receive FIFO leaves a slot
   // claimed but never filled, and the FIFO is read strictly in order.) The
-  // cure is Reset(). Transports that cannot wedge return OK.
+  // cure is Reset(). Transports that cannot wedge return OK. Load is not a
+  // wedge: a probe that is late while messages keep arriving through the
+  // path it takes (or that the busy progress thread has not even sent yet)
+  // is OK.
   virtual absl::Status CheckReceiveQueue(absl::Duration timeout) {
     (void)timeout;
     return absl::OkStatus();

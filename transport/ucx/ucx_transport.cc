@@ -115,8 +115,18 @@ absl::Status UcxTransport::Init() {
 }
 
 bool UcxTransport::Progress() {
+  // Bounded: under a steady stream ucp_worker_progress never returns 0, and
+  // the probe and the queued sends must get their turn.
+  constexpr int kMaxRounds = 16;
   bool did = false;
-  while (ucp_worker_progress(worker_) != 0) did = true;
+  for (int round = 0; round < kMaxRounds && ucp_worker_progress(worker_) != 0; ++round) {
+    did = true;
+  }
+  // Over tcp a large payload moves for a long while before it is
+  // delivered; the worker doing work is the queue moving (a FIFO can only
+  // wedge on shared memory, where deliveries alone are judged).
+  if (did && !probe_on_shm_) progress_.fetch_add(1, std::memory_order_relaxed);
+  passes_.fetch_add(1, std::memory_order_relaxed);
   if (probe_->Progress()) did = true;
   return did;
 }
@@ -155,6 +165,11 @@ absl::Status UcxTransport::CreateWorker() {
   if (s != UCS_OK) return UcsError("ucp_worker_get_efd", s);
   TESSEL_RETURN_IF_ERROR(loop_->Watch(ucp_fd_));
   TESSEL_RETURN_IF_ERROR(probe_->Attach(worker_, address, kProbeAmId));
+  probe_am_ = LanesOf(probe_->ep()).am;
+  probe_on_shm_ = false;
+  for (const std::string& tl : probe_am_) {
+    if (tl == "posix" || tl == "sysv" || tl == "xpmem") probe_on_shm_ = true;
+  }
   absl::MutexLock lock(&address_mu_);
   address_ = std::move(address);
   return absl::OkStatus();
@@ -213,10 +228,47 @@ std::string UcxTransport::address() const {
 
 absl::Status UcxTransport::CheckReceiveQueue(absl::Duration timeout) {
   const uint64_t seq = probe_->NextSeq();
-  if (!loop_->Post([this, seq] { probe_->Send(seq); })) {
+  auto moved_so_far = [this] { return path_deliveries_.load() + progress_.load(); };
+  const uint64_t before = moved_so_far();
+  if (!loop_->Post([this, seq] {
+        probe_->Send(seq);
+        sent_at_pass_.store(passes_.load());
+      })) {
     return absl::UnavailableError("transport is shut down");
   }
-  return probe_->Await(seq, timeout);
+  absl::Status probe = probe_->Await(seq, timeout);
+  if (probe.ok()) return probe;
+  // Late. Judge only once the progress thread has had its chances: two
+  // whole passes over the worker since the probe left (a thread starved of
+  // CPU, or deep in a long call, has not had them; one asleep on its event
+  // fd is woken for them), for at most kPatience more.
+  constexpr absl::Duration kPatience = absl::Seconds(30);
+  auto had_chances = [&] {
+    return probe_->Sent(seq) && passes_.load() >= sent_at_pass_.load() + 2;
+  };
+  const absl::Time give_up = absl::Now() + kPatience;
+  while (!probe.ok() && !had_chances() && absl::Now() < give_up) {
+    if (!loop_->Post([] {})) return absl::UnavailableError("transport is shut down");
+    probe = probe_->Await(seq, absl::Milliseconds(10));
+  }
+  // A wedged FIFO delivers nothing from anyone on the probe's path; a busy
+  // one keeps moving.
+  const uint64_t moved = moved_so_far() - before;
+  if (!probe.ok() && had_chances() && moved == 0) return probe;
+  const bool starved = !had_chances();
+  ++(starved ? late_starved_ : late_moving_);
+  TESSEL_LOG_EVERY_N_SEC(INFO, 10)
+      << "ucx: the receive-queue probe took over " << absl::FormatDuration(timeout)
+      << (probe.ok()  ? ", then arrived"
+          : !starved ? absl::StrCat(", but the queue moved meanwhile (", moved,
+                                     " deliveries or progress rounds the probe's way)")
+                     : ", but the busy progress thread had not had its chances")
+      << ": load, not a wedge";
+  return absl::OkStatus();
+}
+
+void UcxTransport::Delivered(PeerId from) {
+  if (from < peers_.size() && peers_[from].on_probe_path) ++path_deliveries_;
 }
 
 absl::Status UcxTransport::Reset() {
@@ -247,6 +299,11 @@ UcxTransport::Peer UcxTransport::NewPeer(ucp_ep_h ep, bool owned) const {
   p.copied = ucx_internal::DescribeCopied(lanes);
   p.in_place = options_.zero_copy && lanes.mappable;
   p.path = p.in_place ? "in place" : p.copied;
+  for (const std::string& tl : lanes.am) {
+    if (std::find(probe_am_.begin(), probe_am_.end(), tl) != probe_am_.end()) {
+      p.on_probe_path = true;
+    }
+  }
   return p;
 }
 
@@ -335,6 +392,7 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
                                                                  : ~PeerId{0};
   in.header = absl::MakeConstSpan(static_cast<const uint8_t*>(header), header_length);
   in.payload_bytes = length;
+  self->Delivered(in.from);
   Accept accept = self->handler_ ? self->handler_(in) : Accept{};
   if (length == 0) {
     if (accept.done) accept.done(absl::OkStatus());
@@ -346,7 +404,12 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
     if (accept.done) accept.done(absl::OkStatus());
     return UCS_OK;
   }
-  self->in_flight_->Receive(self->worker_, data, accept.dst, length, std::move(accept.done));
+  // The payload landing later is movement too (a large one takes a while).
+  self->in_flight_->Receive(self->worker_, data, accept.dst, length,
+                            [self, from = in.from, done = std::move(accept.done)](absl::Status s) {
+                              if (s.ok()) self->Delivered(from);
+                              if (done) done(s);
+                            });
   return UCS_OK;
 }
 
@@ -414,6 +477,7 @@ ucs_status_t UcxTransport::OnDescriptor(void* arg, const void* header, size_t he
   const DescriptorFields& head = d->fields;
   ucp_ep_h ep = param->reply_ep;
   const PeerId from = self->PeerForEp(ep);
+  self->Delivered(from);
   absl::StatusOr<ucx_internal::RemoteKey*> key =
       self->keys_->Get(ep, self->worker_, head.region, d->rkey, head.remote_base, absl::Now());
   if (!key.ok() || (*key)->mapped == nullptr) {

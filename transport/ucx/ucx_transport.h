@@ -50,6 +50,15 @@
 // receive FIFO wedges it for good (UCX reads the FIFO strictly in order).
 // CheckReceiveQueue() finds that with a probe from a second UCX worker in
 // this process; Reset() cures it with a fresh UCX worker at a new address.
+// It judges from progress, not from the clock alone: a late probe is a wedge
+// only if the probe left, the progress thread then made two whole passes
+// over the worker (not starved of CPU), and the queue did not move: nothing
+// arrived from any peer whose messages take the probe's path (the same
+// active-message transport), and, where that path is not shared memory,
+// the worker did no work at all (a large payload over tcp moves for a long
+// while before it is delivered). A saturated queue keeps moving and is never
+// reset; a wedged shared-memory FIFO delivers nothing from this host,
+// whatever peers on other hosts send over tcp.
 //
 // Parts, each with its own contract and test (transport/ucx/internal/):
 // ProgressLoop (the thread, its queue, eventfd and spin-then-sleep),
@@ -115,6 +124,17 @@ class UcxTransport : public Transport {
   std::string PayloadPath(PeerId peer) override;
   std::vector<std::string> DeviceMemoryTypes() const override { return device_memory_types_; }
 
+  // Probes that were late but judged load, not a wedge (CheckReceiveQueue):
+  // the busy progress thread had not yet sent the probe and made two passes
+  // over the worker after it, or the queue moved meanwhile (or the probe
+  // arrived while waiting for those passes).
+  struct LateProbes {
+    uint64_t starved = 0;
+    uint64_t moving = 0;
+    uint64_t total() const { return starved + moving; }
+  };
+  LateProbes late_probes() const { return {late_starved_.load(), late_moving_.load()}; }
+
  private:
   // A remote endpoint, by PeerId (an index into peers_).
   struct Peer {
@@ -128,6 +148,9 @@ class UcxTransport : public Transport {
     std::string copied = "copied";
     // Send payload memory as descriptors (until the peer says it cannot map it).
     bool in_place = true;
+    // Its messages arrive through the active-message transport the wedge
+    // probe uses (so they show that the probed queue moves).
+    bool on_probe_path = false;
   };
   // A descriptor send waiting for the receiver's RELEASE, with what it
   // takes to send the payload again through the queues.
@@ -151,6 +174,9 @@ class UcxTransport : public Transport {
   bool Progress();
   Peer NewPeer(ucp_ep_h ep, bool owned) const;
   PeerId PeerForEp(ucp_ep_h ep);
+  // A message from `from` arrived: the probed queue moved if it came the
+  // probe's way.
+  void Delivered(PeerId from);
   void DoSend(PeerId to, std::vector<uint8_t> header, const void* payload, size_t bytes,
               SendDone done);
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
@@ -180,6 +206,10 @@ class UcxTransport : public Transport {
   Handler handler_;
   std::vector<Peer> peers_;
   absl::flat_hash_map<ucp_ep_h, PeerId> peer_by_ep_;
+  // The wedge probe's active-message transports ("posix", "tcp"...), and
+  // whether one is shared memory (a FIFO that can wedge).
+  std::vector<std::string> probe_am_;
+  bool probe_on_shm_ = false;
   // Sends and receives UCX still holds. A peer that died never completes
   // them; DestroyWorker cancels what is left, so every `done` runs once.
   std::unique_ptr<ucx_internal::InFlight> in_flight_;
@@ -192,6 +222,16 @@ class UcxTransport : public Transport {
   mutable absl::Mutex address_mu_;
   std::string address_ ABSL_GUARDED_BY(address_mu_);
   std::atomic<bool> shut_down_{false};
+  // Messages (and rendezvous payloads) delivered from peers on the probe's
+  // path, and the late probes judged load (CheckReceiveQueue).
+  std::atomic<uint64_t> path_deliveries_{0};
+  std::atomic<uint64_t> progress_{0};  // rounds that did work, when the probe is not on shm
+  std::atomic<uint64_t> late_starved_{0};
+  std::atomic<uint64_t> late_moving_{0};
+  // Progress() calls so far, and how many there had been when the last
+  // probe left.
+  std::atomic<uint64_t> passes_{0};
+  std::atomic<uint64_t> sent_at_pass_{0};
 };
 
 }  // namespace tessel

@@ -2,14 +2,20 @@
 // wedges it: UCX reads the FIFO strictly in order, and the dead peer's slot
 // never fills. CheckReceiveQueue() must say so, and Reset() must cure it.
 // The dying peer is a real process (ucx_crash_sender) that faults inside
-// UCX's copy into this process's FIFO.
+// UCX's copy into this process's FIFO. Load is not a wedge: a receiver too
+// busy to see its probe in time, while messages keep arriving, is left
+// alone; and a wedged shared-memory queue is found even while peers on
+// another path (tcp) keep delivering.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <iostream>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -55,7 +61,42 @@ int RunCrashSender(const std::string& address) {
   return status;
 }
 
-std::unique_ptr<UcxTransport> Make() { return MakeUcxTransport({.tls = kTls}); }
+std::unique_ptr<UcxTransport> Make(const char* tls = kTls) { return MakeUcxTransport({.tls = tls}); }
+
+// Sends `bytes`-byte messages from its own transport to `address` until
+// stopped, at most `window` of them unfinished at a time.
+class Flood {
+ public:
+  Flood(const char* tls, const std::string& address, size_t bytes, int window)
+      : transport_(Make(tls)), payload_(bytes, 7) {
+    auto peer = transport_->Connect(address);
+    EXPECT_TRUE(peer.ok()) << peer.status();
+    thread_ = std::thread([this, peer = peer.value_or(0), window] {
+      std::vector<uint8_t> header(16, 2);
+      while (!stop_.load()) {
+        if (unfinished_.load() >= window) {
+          absl::SleepFor(absl::Microseconds(200));
+          continue;
+        }
+        ++unfinished_;
+        transport_->Send(peer, header, payload_.data(), payload_.size(),
+                         [this](absl::Status) { --unfinished_; });
+      }
+    });
+  }
+  ~Flood() {
+    stop_.store(true);
+    thread_.join();
+    transport_->Shutdown();
+  }
+
+ private:
+  std::unique_ptr<UcxTransport> transport_;
+  std::vector<uint8_t> payload_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> unfinished_{0};
+  std::thread thread_;
+};
 
 // Sends one header-only message from `from` to `address`.
 void SendOne(UcxTransport* from, const std::string& address) {
@@ -103,6 +144,74 @@ TEST(UcxWedgeTest, PeerDyingMidSendWedgesTheQueueAndResetCuresIt) {
   SendOne(sender.get(), receiver->address());
   EXPECT_TRUE(WaitFor(received, 2, absl::Seconds(10)));
   EXPECT_EQ(received.load(), 2);  // the message sent into the wedge is gone with it
+}
+
+// The tcp case of the run that aborted (issue 31): a receiver whose progress
+// thread is saturated (here: 2 ms in the handler per message, three senders
+// keeping 4 messages each in flight) sees its probe late. Messages keep
+// arriving, so it is load: every check is OK, and the transport counts the
+// late probes it forgave (here mostly: the busy thread had not even sent
+// the probe by the deadline).
+TEST(UcxWedgeTest, ALateProbeWhileMessagesArriveIsLoadNotAWedge) {
+  auto receiver = Make("tcp,self");
+  ASSERT_TRUE(receiver != nullptr);
+  std::vector<uint8_t> sink(1 << 20);
+  std::atomic<int> received{0};
+  receiver->SetHandler([&](const Incoming& in) {
+    ++received;
+    absl::SleepFor(absl::Milliseconds(2));  // a saturated progress thread
+    return Accept{in.payload_bytes <= sink.size() ? sink.data() : nullptr, nullptr};
+  });
+  ASSERT_TRUE(receiver->CheckReceiveQueue(absl::Seconds(10)).ok());
+  {
+    std::vector<std::unique_ptr<Flood>> floods;
+    for (int i = 0; i < 3; ++i) {
+      floods.push_back(std::make_unique<Flood>("tcp,self", receiver->address(), 256 << 10, 4));
+    }
+    ASSERT_TRUE(WaitFor(received, 10, absl::Seconds(10)));
+    for (int ms : {1, 5, 20, 60, 120, 250}) {
+      for (int i = 0; i < 4; ++i) {
+        absl::Status s = receiver->CheckReceiveQueue(absl::Milliseconds(ms));
+        EXPECT_TRUE(s.ok()) << "check " << i << " (" << ms << " ms) under load: " << s;
+      }
+    }
+  }
+  const UcxTransport::LateProbes late = receiver->late_probes();
+  std::cout << "late probes judged load: " << late.starved << " with a starved progress thread, "
+            << late.moving << " while the queue moved\n";
+  EXPECT_GT(late.total(), 0u) << "the load never made a probe late: the test proves nothing "
+                                 "(make the handler slower)";
+  // Once the load is gone, probes arrive on time again.
+  EXPECT_TRUE(receiver->CheckReceiveQueue(absl::Seconds(10)).ok());
+  receiver->Shutdown();  // before the handler's sink goes
+}
+
+// A wedged shared-memory queue delivers nothing from this host, whatever
+// arrives over tcp: a peer on another path flooding the receiver does not
+// hide the wedge.
+TEST(UcxWedgeTest, AWedgeIsFoundWhilePeersOnAnotherPathKeepDelivering) {
+  auto receiver = Make("posix,sysv,self,tcp");
+  ASSERT_TRUE(receiver != nullptr);
+  std::vector<uint8_t> sink(1 << 20);
+  std::atomic<int> received{0};
+  receiver->SetHandler([&](const Incoming& in) {
+    ++received;
+    return Accept{in.payload_bytes <= sink.size() ? sink.data() : nullptr, nullptr};
+  });
+  ASSERT_TRUE(receiver->CheckReceiveQueue(absl::Seconds(10)).ok());
+  Flood tcp_peer("tcp,self", receiver->address(), 64 << 10, 4);
+  ASSERT_TRUE(WaitFor(received, 10, absl::Seconds(10)));
+
+  const int status = RunCrashSender(receiver->address());
+  ASSERT_TRUE(WIFSIGNALED(status)) << "wait status " << status;
+  const int before = received.load();
+  absl::Status probe = receiver->CheckReceiveQueue(absl::Seconds(2));
+  EXPECT_EQ(probe.code(), absl::StatusCode::kFailedPrecondition) << probe;
+  EXPECT_GT(received.load(), before) << "the tcp peer stopped delivering: the test proves nothing";
+  EXPECT_EQ(receiver->late_probes().total(), 0u);
+  ASSERT_TRUE(receiver->Reset().ok());
+  EXPECT_TRUE(receiver->CheckReceiveQueue(absl::Seconds(10)).ok());
+  receiver->Shutdown();  // before the handler's sink goes
 }
 
 }  // namespace

@@ -58,8 +58,9 @@ class InFlight {
   size_t size() const { return ops_.size(); }
 
  private:
-  // Starts `op` from `r`, what the UCX call returned.
-  void Track(PendingOp* op, ucs_status_ptr_t r, const char* what);
+  // Starts `op` with `call` (the UCX call, whose callback completes `op`):
+  // lists it, and ends it at once if UCX finished it inside the call.
+  void Start(PendingOp* op, const std::function<ucs_status_ptr_t()>& call, const char* what);
 
   absl::flat_hash_set<PendingOp*> ops_;
 };

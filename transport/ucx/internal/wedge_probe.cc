@@ -74,6 +74,7 @@ void WedgeProbe::Send(uint64_t seq) {
   };
   rp.user_data = send;
   ucs_status_ptr_t r = ucp_am_send_nbx(ep_, am_id_, &send->seq, sizeof(send->seq), nullptr, 0, &rp);
+  if (!UCS_PTR_IS_ERR(r)) sent_.store(std::max(sent_.load(), seq));
   if (r == nullptr || UCS_PTR_IS_ERR(r)) {
     delete send;
   } else {

@@ -50,11 +50,15 @@ class WedgeProbe {
   // progressing worker() (ucp_request_free it then), or nullptr if done.
   void* Close();
   ucp_worker_h worker() const { return worker_; }
+  // The endpoint Attach made (nullptr before and after Close); owner thread.
+  ucp_ep_h ep() const { return ep_; }
 
   // The number of the next probe (increasing from 1).
   uint64_t NextSeq() { return seq_.fetch_add(1) + 1; }
   // Sends probe `seq` to the target; a no-op when not attached.
   void Send(uint64_t seq);
+  // Whether Send(seq) (or a later probe's) was handed to UCX; any thread.
+  bool Sent(uint64_t seq) const { return sent_.load() >= seq; }
   // Progresses the probe worker while a probe send is pending (an eager
   // probe completes at once, so it stays off the data path otherwise);
   // true if anything happened.
@@ -74,6 +78,7 @@ class WedgeProbe {
   int pending_ = 0;        // probe sends UCX still holds (owner thread)
   unsigned am_id_ = 0;
   std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> sent_{0};  // the highest probe handed to UCX
   absl::Mutex mu_;
   uint64_t seen_ ABSL_GUARDED_BY(mu_) = 0;  // the highest probe that arrived
 };
