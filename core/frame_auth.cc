@@ -109,4 +109,22 @@ bool FrameAuth::Verify(absl::Span<const uint8_t> am_header, const FrameHeader& h
   return CRYPTO_memcmp(want.data(), am_header.data() + kHeaderBytes, kFrameTagBytes) == 0;
 }
 
+WireHeader ToWire(FrameAuth* auth, const FrameHeader& h) {
+  WireHeader w;
+  if (auth != nullptr) {
+    w.bytes = auth->Seal(h);
+    w.size = kSealedHeaderBytes;
+  } else {
+    const HeaderBytes b = EncodeHeader(h);
+    std::memcpy(w.bytes.data(), b.data(), kHeaderBytes);
+    w.size = kHeaderBytes;
+  }
+  return w;
+}
+
+absl::StatusOr<FrameHeader> DecodeWireHeader(absl::Span<const uint8_t> am_header) {
+  const size_t n = am_header.size() == kSealedHeaderBytes ? kHeaderBytes : am_header.size();
+  return DecodeHeader(am_header.data(), n);
+}
+
 }  // namespace tessel

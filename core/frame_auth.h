@@ -80,6 +80,19 @@ class FrameAuth {
   std::deque<std::pair<int64_t, std::shared_ptr<Key>>> keys_ ABSL_GUARDED_BY(mu_);  // newest first
 };
 
+// The active-message header a frame goes out with: sealed (80 bytes) when
+// `auth` is set, the bare 64-byte header otherwise.
+struct WireHeader {
+  SealedHeader bytes{};
+  size_t size = 0;
+  absl::Span<const uint8_t> span() const { return absl::MakeConstSpan(bytes.data(), size); }
+};
+WireHeader ToWire(FrameAuth* auth, const FrameHeader& h);
+
+// Decodes the header of a frame that arrived with `am_header` (64 bytes, or
+// a sealed 80: its first 64), as DecodeHeader does.
+absl::StatusOr<FrameHeader> DecodeWireHeader(absl::Span<const uint8_t> am_header);
+
 }  // namespace tessel
 
 #endif  // TESSEL_CORE_FRAME_AUTH_H_

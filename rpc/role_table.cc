@@ -30,6 +30,8 @@ const std::vector<RpcRule>& RoleTable() {
       // checkpoints' end the operator's.
       {kShard, "CreateJob", {R::kWorker}, Anonymous::kNever, "create or join this job", true},
       {kShard, "SetEpoch", {R::kWorker}, Anonymous::kNever, "set this job's epoch", true},
+      {kShard, "GetFrameKey", {R::kWorker}, Anonymous::kNever,
+       "get this job's data-path frame key", true},
       {kShard,
        "SetOptimizer",
        {R::kWorker},

@@ -13,9 +13,11 @@ namespace tessel {
 
 DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
                      ServerMetrics* metrics, Timeline* timeline, int update_threads,
-                     absl::Duration spin, SpinMode poll_mode, int64_t inline_update_max_bytes)
+                     absl::Duration spin, SpinMode poll_mode, int64_t inline_update_max_bytes,
+                     FrameKeys* frame_keys)
     : transport_(transport),
       jobs_(jobs),
+      frame_keys_(frame_keys),
       checkpointer_(checkpointer),
       metrics_(metrics),
       timeline_(timeline),
@@ -73,7 +75,7 @@ int64_t DataPlane::rejected_unrouted() {
 }
 
 Accept DataPlane::OnFrame(const Incoming& in) {
-  auto h = DecodeHeader(in.header.data(), in.header.size());
+  auto h = DecodeWireHeader(in.header);
   if (!h.ok()) {
     {
       absl::MutexLock lock(&mu_);
@@ -100,6 +102,23 @@ Accept DataPlane::OnFrame(const Incoming& in) {
                                          "); create it first (CreateJob) or check the job name")),
         "unknown_job");
     return Accept{};
+  }
+  if (frame_keys_ != nullptr) {
+    std::shared_ptr<FrameAuth> auth = frame_keys_->For(job->job_id(), job->shard());
+    if (auth != nullptr && !auth->Verify(in.header, *h)) {
+      // No answer: an ERROR would tell a forger what it got right.
+      ++unauthenticated_;
+      job->CountRejected();
+      if (metrics_ != nullptr) metrics_->FrameRefused("unauthenticated");
+      TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+          << "dropping an unauthenticated data-path frame ("
+          << (in.header.size() == kSealedHeaderBytes ? "wrong tag" : "no tag") << "): "
+          << DescribeHeader(*h) << " for job '" << job->spec().job()
+          << "'; its sender does not hold the job's key for that epoch, so it is not one of "
+             "the job's workers ("
+          << unauthenticated_.load() << " dropped so far)";
+      return Accept{};
+    }
   }
   if (h->payload_bytes != in.payload_bytes) {
     job->CountRejected();
@@ -199,8 +218,8 @@ void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Statu
   h.code = static_cast<int32_t>(s.code());
   auto message = std::make_shared<std::string>(s.message());
   h.payload_bytes = message->size();
-  HeaderBytes bytes = EncodeHeader(h);
-  transport_->Send(to, absl::MakeConstSpan(bytes), message->data(), message->size(),
+  const WireHeader wire = ToWire(AuthOf(h.job_id), h);
+  transport_->Send(to, wire.span(), message->data(), message->size(),
                    [message](absl::Status) {});
 }
 
@@ -229,8 +248,15 @@ void DataPlane::RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::P
                    << " that a newer recovery replaced the job";
 }
 
+FrameAuth* DataPlane::AuthOf(uint64_t job_id) {
+  return frame_keys_ != nullptr ? frame_keys_->Find(job_id).get() : nullptr;
+}
+
 void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve) {
   const int64_t epoch = job->epoch();
+  // Kept by FrameKeys for the server's life.
+  FrameAuth* const auth =
+      frame_keys_ != nullptr ? frame_keys_->For(job->job_id(), job->shard()).get() : nullptr;
   for (const ShardJob::Puller& p : serve.pullers) {
     if (p.bucket_count == 0) {  // notify only: the shard reached the step
       FrameHeader h;
@@ -241,8 +267,8 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       h.rank = p.rank;
       h.shard = job->shard();
       h.bucket = p.first_bucket;
-      HeaderBytes bytes = EncodeHeader(h);
-      transport_->Send(p.reply_to, absl::MakeConstSpan(bytes), nullptr, 0, nullptr);
+      const WireHeader wire = ToWire(auth, h);
+      transport_->Send(p.reply_to, wire.span(), nullptr, 0, nullptr);
       continue;
     }
     for (int b : p.buckets) {
@@ -256,7 +282,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       h.bucket = b;
       h.bucket_count = static_cast<uint32_t>(p.bucket_count);
       h.payload_bytes = job->served_bytes(b);
-      HeaderBytes bytes = EncodeHeader(h);
+      const WireHeader wire = ToWire(auth, h);
       job->CountPulled(h.payload_bytes);
       if (metrics_ != nullptr) metrics_->FrameSent(FrameType::kParams, h.payload_bytes);
       if (timeline_ != nullptr) {
@@ -267,7 +293,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
                             .shard = job->shard(),
                             .bucket = b});
       }
-      transport_->Send(p.reply_to, absl::MakeConstSpan(bytes), job->served_bucket(b),
+      transport_->Send(p.reply_to, wire.span(), job->served_bucket(b),
                        h.payload_bytes, [job](absl::Status s) {
                          if (!s.ok()) TESSEL_LOG(WARNING) << "sending parameters failed: " << s;
                        });

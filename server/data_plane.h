@@ -38,6 +38,7 @@
 #include "core/timeline.h"
 #include "proto/shard.pb.h"
 #include "server/checkpointer.h"
+#include "server/frame_keys.h"
 #include "server/job_table.h"
 #include "server/server_metrics.h"
 #include "server/shard_job.h"
@@ -65,10 +66,14 @@ class DataPlane {
   // and serves them as the last push lands, saving two thread hand-offs
   // (to an update thread and back to the transport) per bucket; not when
   // the step takes a checkpoint (its Submit may wait for room).
+  // `frame_keys` (not owned; null: off): frames of a job that has keys must
+  // carry a valid tag (core/frame_auth.h); others are dropped without an
+  // answer, counted as refused "unauthenticated" and logged (at most a line
+  // every 10 s), and every frame of the job this plane sends is sealed.
   DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
             ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr, int update_threads = 1,
             absl::Duration spin = kDefaultUpdateSpin, SpinMode poll_mode = SpinMode::kSpin,
-            int64_t inline_update_max_bytes = 0);
+            int64_t inline_update_max_bytes = 0, FrameKeys* frame_keys = nullptr);
 
   ~DataPlane();
   // Joins the update threads and stops releasing borrowed pushes through
@@ -77,6 +82,8 @@ class DataPlane {
 
   // Frames refused before reaching a job (malformed, unknown job).
   int64_t rejected_unrouted();
+  // Frames dropped for a missing or wrong tag.
+  int64_t unauthenticated() const { return unauthenticated_.load(); }
   // Complete buckets waiting for the compute thread.
   int64_t update_queue_depth();
 
@@ -88,6 +95,9 @@ class DataPlane {
   // JobTable's ReplacedListener: an ERROR to each pull the old job owed.
   void RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::Puller>& waiting);
   void ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve);
+  // The job's frame authentication if it has one (kept by FrameKeys for
+  // the server's life), else null.
+  FrameAuth* AuthOf(uint64_t job_id);
   void ComputeLoop();
   // Reduces and updates one complete bucket and serves it. On the
   // transport's thread (`inline_update`) it never waits for the
@@ -106,6 +116,8 @@ class DataPlane {
 
   Transport* const transport_;
   JobTable* const jobs_;
+  FrameKeys* const frame_keys_;  // null: frames are not authenticated
+  std::atomic<int64_t> unauthenticated_{0};
   Checkpointer* const checkpointer_;
   ServerMetrics* const metrics_;
   Timeline* const timeline_;  // --timeline; not owned

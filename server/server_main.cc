@@ -94,6 +94,12 @@ ABSL_FLAG(int, checkpoint_max_queued, 8,
           "when the disk falls that far behind, training on this server pauses until it catches "
           "up, which bounds memory and how far a recovery rolls back (0 = no bound)");
 ABSL_FLAG(int, checkpoint_write_delay_ms, 0, "testing only: pause per MiB of checkpoint written");
+ABSL_FLAG(std::string, data_auth, "auto",
+          "authenticate the data path: every UCX frame of a job carries a tag made with the job's "
+          "key, which only its workers get (GetFrameKey, over the control plane); frames without "
+          "a valid tag are dropped and counted (tessel_server_frames_refused_total{reason="
+          "\"unauthenticated\"}). on, off, or auto: on when TLS is configured (--tls_*), since "
+          "without TLS the key would cross the network in the clear. docs/security.md");
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -189,6 +195,11 @@ int main(int argc, char** argv) {
   options.update_spin =
       absl::Microseconds(std::max<int64_t>(0, absl::GetFlag(FLAGS_update_spin_us)));
   options.cancelled = [] { return g_stop != 0; };
+  const std::string data_auth = absl::GetFlag(FLAGS_data_auth);
+  if (data_auth != "auto" && data_auth != "on" && data_auth != "off") {
+    return Fail(absl::StrCat("--data_auth=", data_auth, ": expected auto, on or off"));
+  }
+  options.data_auth = data_auth == "on" || (data_auth == "auto" && options.tls.enabled());
   // TLS first: a bad certificate path fails before anything is started
   // (ShardServer::Start loads the credentials again).
   auto server_credentials = tessel::LoadServerCredentials(options.tls);

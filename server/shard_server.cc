@@ -102,13 +102,16 @@ absl::Status ShardServer::Init() {
     timeline_ = *std::move(timeline);
   }
   const int update_threads = UpdateThreads(options_.update_threads);
+  frame_keys_ = std::make_unique<FrameKeys>(options_.data_auth);
   plane_ = std::make_unique<DataPlane>(
       transport_.get(), jobs_.get(), checkpointer_.get(), metrics_.get(), timeline_.get(),
-      update_threads, options_.update_spin, options_.poll_mode, options_.inline_update_max_bytes);
+      update_threads, options_.update_spin, options_.poll_mode, options_.inline_update_max_bytes,
+      frame_keys_.get());
   metrics_watch_ = metrics_->Watch(
       jobs_.get(), [plane = plane_.get()] { return plane->update_queue_depth(); },
       checkpointer_.get());
-  service_ = std::make_unique<ShardService>(jobs_.get(), transport_.get(), service_options);
+  service_ = std::make_unique<ShardService>(jobs_.get(), transport_.get(), service_options,
+                                            frame_keys_.get());
   if (options_.stall_report > absl::ZeroDuration()) {
     stall_watcher_ =
         std::make_unique<StallWatcher>([this] { return jobs_->Jobs(); }, options_.stall_report);

@@ -69,6 +69,7 @@ class Checkpointer;
 class EndpointKeeper;
 class HealthReporter;
 class JobTable;
+class FrameKeys;
 class RegistryClient;
 class ShardService;
 class StallWatcher;
@@ -138,6 +139,10 @@ struct ShardServerOptions {
   // Buckets of at most this many bytes are reduced, updated and served on
   // the transport's thread as their last push lands (DataPlane); 0: never.
   int64_t inline_update_max_bytes = 0;
+  // Every frame of every job must carry a tag made with the job's key,
+  // which its workers get over the control plane (server/frame_keys.h,
+  // docs/security.md); frames without a valid one are dropped and counted.
+  bool data_auth = false;
   // Polled while Start() retries the join: true gives up (e.g. a signal).
   std::function<bool()> cancelled;
 };
@@ -192,6 +197,7 @@ class ShardServer {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<JobTable> jobs_;
+  std::unique_ptr<FrameKeys> frame_keys_;  // before the plane and the service
   std::unique_ptr<DataPlane> plane_;
   std::unique_ptr<ShardService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

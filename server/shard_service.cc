@@ -151,6 +151,20 @@ grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* 
   return grpc::Status::OK;
 }
 
+grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::JobRef* req,
+                                       v1::FrameKeyResponse* resp) {
+  grpc::Status auth = Authorize(ctx, "GetFrameKey", req->job());
+  if (!auth.ok()) return auth;
+  auto job = jobs_->FindJob(req->job());
+  if (job == nullptr) return NoJob(req->job());
+  if (frame_keys_ != nullptr) {
+    if (std::shared_ptr<FrameAuth> keys = frame_keys_->For(job->job_id(), job->shard())) {
+      resp->set_secret(keys->secret());
+    }
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status ShardService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
                                     v1::ListJobsResponse* resp) {
   grpc::Status auth = Authorize(ctx, "ListJobs");

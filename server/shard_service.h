@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/auth.h"
+#include "server/frame_keys.h"
 #include "server/job_table.h"
 #include "transport/transport.h"
 
@@ -52,9 +53,13 @@ class ShardService final : public v1::ShardServer::Service {
  public:
   // `jobs` and `transport` (whose address GetServerInfo reports) are not
   // owned and must outlive the service.
-  ShardService(JobTable* jobs, const Transport* transport, ShardServiceOptions options)
+  // `frame_keys` (not owned, may be null: frames are not authenticated)
+  // answers GetFrameKey.
+  ShardService(JobTable* jobs, const Transport* transport, ShardServiceOptions options,
+               FrameKeys* frame_keys = nullptr)
       : jobs_(jobs),
         transport_(transport),
+        frame_keys_(frame_keys),
         options_(std::move(options)),
         auth_(options_.auth, "this shard server") {}
 
@@ -67,6 +72,8 @@ class ShardService final : public v1::ShardServer::Service {
   grpc::Status SkipTensors(grpc::ServerContext*, const v1::SkipTensorsRequest*,
                            v1::SkipTensorsResponse*) override;
   grpc::Status GetStats(grpc::ServerContext*, const v1::JobRef*, v1::ShardStats*) override;
+  grpc::Status GetFrameKey(grpc::ServerContext*, const v1::JobRef*,
+                           v1::FrameKeyResponse*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse*) override;
   grpc::Status DeleteJob(grpc::ServerContext*, const v1::JobRef*, v1::DeleteJobResponse*) override;
@@ -99,6 +106,7 @@ class ShardService final : public v1::ShardServer::Service {
 
   JobTable* const jobs_;
   const Transport* const transport_;
+  FrameKeys* const frame_keys_;
   const ShardServiceOptions options_;
   const Authorizer auth_;
 };

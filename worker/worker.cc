@@ -131,7 +131,7 @@ absl::Status Worker::CreateJob() {
   req.set_epoch(ctx.epoch.load());
   req.set_restore(ctx.resume);
   req.set_restore_step(ctx.options.resume_step);
-  return p_->control->CreateJob(
+  absl::Status created = p_->control->CreateJob(
       req, "CreateJob", [&](int shard, const v1::CreateJobResponse& resp) -> absl::Status {
         if (ctx.resume) {
           if (shard == 0) ctx.step = resp.step();
@@ -147,6 +147,11 @@ absl::Status Worker::CreateJob() {
         }
         return absl::OkStatus();
       });
+  if (!created.ok()) return created;
+  // Before the first frame: the servers may authenticate them.
+  absl::StatusOr<std::vector<std::string>> keys = p_->control->FrameKeys();
+  if (!keys.ok()) return keys.status();
+  return p_->channel->SetFrameKeys(*keys);
 }
 
 absl::Status Worker::PullInitial(absl::Span<const float> init) {

@@ -96,9 +96,40 @@ void DataChannel::FailSend(const FrameHeader& h, absl::Status s) {
   if (send_error_.ok() && h.epoch == ctx_->epoch.load()) send_error_ = ctx_->Recoverable(s);
 }
 
+std::shared_ptr<FrameAuth> DataChannel::AuthOf(int shard) {
+  absl::MutexLock lock(&mu_);
+  if (shard < 0 || static_cast<size_t>(shard) >= auth_.size()) return nullptr;
+  return auth_[static_cast<size_t>(shard)];
+}
+
+bool DataChannel::authenticated() {
+  absl::MutexLock lock(&mu_);
+  return std::any_of(auth_.begin(), auth_.end(), [](const auto& a) { return a != nullptr; });
+}
+
+absl::Status DataChannel::SetFrameKeys(const std::vector<std::string>& secrets) {
+  if (secrets.size() != peers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx_->Where(), ": ", secrets.size(),
+                                                   " frame keys for ", peers_.size(), " shards"));
+  }
+  std::vector<std::shared_ptr<FrameAuth>> auth(secrets.size());
+  for (size_t s = 0; s < secrets.size(); ++s) {
+    if (secrets[s].empty()) continue;
+    auto a = FrameAuth::Create(secrets[s], ctx_->job_id, static_cast<int32_t>(s));
+    if (!a.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ctx_->Where(), ": shard ", s, "'s frame key: ", a.status().message()));
+    }
+    auth[s] = *std::move(a);
+  }
+  absl::MutexLock lock(&mu_);
+  auth_ = std::move(auth);
+  return absl::OkStatus();
+}
+
 void DataChannel::SendTo(PeerId peer, const FrameHeader& h, const void* payload,
                          std::shared_ptr<const void> keep, bool to_worker) {
-  HeaderBytes bytes = EncodeHeader(h);
+  const WireHeader wire = ToWire(AuthOf(h.shard).get(), h);
   {
     absl::MutexLock lock(&mu_);
     ++outstanding_sends_;
@@ -107,7 +138,7 @@ void DataChannel::SendTo(PeerId peer, const FrameHeader& h, const void* payload,
     to_worker = to_worker && h.epoch == ctx_->epoch.load();
     outstanding_worker_sends_ += to_worker ? 1 : 0;
   }
-  transport_->Send(peer, absl::MakeConstSpan(bytes), payload, h.payload_bytes,
+  transport_->Send(peer, wire.span(), payload, h.payload_bytes,
                    [this, keep = std::move(keep), epoch = h.epoch, to_worker](absl::Status s) {
                      absl::MutexLock lock(&mu_);
                      --outstanding_sends_;
@@ -206,10 +237,23 @@ Accept DataChannel::Receive(void* dst, int64_t epoch, std::function<void()> land
 }
 
 Accept DataChannel::OnFrame(const Incoming& in) {
-  auto h = DecodeHeader(in.header.data(), in.header.size());
+  auto h = DecodeWireHeader(in.header);
   if (!h.ok()) {
     TESSEL_LOG(WARNING) << "dropping malformed frame: " << h.status();
     return Accept{};
+  }
+  if (authenticated()) {
+    std::shared_ptr<FrameAuth> auth = AuthOf(h->shard);
+    if (auth != nullptr ? !auth->Verify(in.header, *h)
+                        : (h->shard < 0 || h->shard >= num_shards())) {
+      ++unauthenticated_;
+      TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+          << ctx_->Where() << ": dropping an unauthenticated data-path frame ("
+          << (in.header.size() == kSealedHeaderBytes ? "wrong tag" : "no tag")
+          << "): " << DescribeHeader(*h) << " (" << unauthenticated_.load()
+          << " dropped so far)";
+      return Accept{};
+    }
   }
   if (h->type == FrameType::kError) {
     auto message = std::make_shared<std::string>(in.payload_bytes, '\0');

@@ -10,6 +10,11 @@
 //   - Frames carry (job, epoch, step, rank, shard, bucket) from JobContext;
 //     an ERROR or failed transfer of another epoch than the current one is
 //     ignored (a recovery moved on), counted in stale_dropped().
+//   - With frame keys (SetFrameKeys: the servers authenticate frames), every
+//     frame about shard s is sealed with shard s's key and every frame that
+//     arrives must carry a valid tag under it (forwarded PARAMS and worker-
+//     to-worker frames too); the rest is dropped, counted in
+//     unauthenticated() and logged at most every 10 s.
 //   - WaitFor returns OK once `done` holds, the first error otherwise
 //     (recoverable when recovery is on), and DeadlineExceeded naming `what`
 //     after step_timeout. Every 250 ms it runs the periodic check (lease,
@@ -33,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/frame_auth.h"
 #include "core/wire.h"
 #include "transport/transport.h"
 #include "worker/internal/job_context.h"
@@ -149,11 +155,21 @@ class DataChannel {
   int64_t endpoint_renewals() const { return endpoint_renewals_.load(); }
   int64_t stale_dropped();
 
+  // Each shard's frame key secret ("" where that server does not
+  // authenticate frames), num_shards() of them; InvalidArgument for a
+  // wrong count or size. Before the first frame of an epoch is sent.
+  absl::Status SetFrameKeys(const std::vector<std::string>& secrets);
+  // Whether any shard authenticates frames.
+  bool authenticated();
+  int64_t unauthenticated() const { return unauthenticated_.load(); }
+
  private:
   std::atomic<int64_t> first_push_us_{-1};  // for the timeline
   Accept OnFrame(const Incoming& in);
   void SendTo(PeerId peer, const FrameHeader& h, const void* payload,
               std::shared_ptr<const void> keep, bool to_worker);
+  // The key frames about `shard` are sealed and checked with (null: none).
+  std::shared_ptr<FrameAuth> AuthOf(int shard);
   // Records a send that could not start (no endpoint) as the step's failure.
   void FailSend(const FrameHeader& h, absl::Status s);
 
@@ -176,7 +192,10 @@ class DataChannel {
   std::map<int, std::pair<int64_t, int64_t>> pulled_ ABSL_GUARDED_BY(mu_);
   // Set by the driving thread, read by forwards on the progress thread.
   std::vector<PeerId> worker_peers_ ABSL_GUARDED_BY(mu_);
+  // By shard; null where frames go untagged.
+  std::vector<std::shared_ptr<FrameAuth>> auth_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> endpoint_renewals_{0};
+  std::atomic<int64_t> unauthenticated_{0};
 };
 
 }  // namespace tessel::internal

@@ -69,6 +69,19 @@ absl::Status JobControl::CreateJob(const v1::CreateJobRequest& request, absl::st
   });
 }
 
+absl::StatusOr<std::vector<std::string>> JobControl::FrameKeys() const {
+  const std::string call = What("GetFrameKey");
+  std::vector<std::string> secrets;
+  TESSEL_RETURN_IF_ERROR(ForEach([&](int shard) -> absl::Status {
+    v1::FrameKeyResponse resp;
+    TESSEL_RETURN_IF_ERROR(fleet_->Call(shard, &Stub::GetFrameKey, Ref(), &resp, call));
+    if (secrets.size() <= static_cast<size_t>(shard)) secrets.resize(shard + 1);
+    secrets[static_cast<size_t>(shard)] = resp.secret();
+    return absl::OkStatus();
+  }));
+  return secrets;
+}
+
 absl::Status JobControl::SetOptimizer(const OptimizerParams& optimizer, int64_t step) const {
   v1::SetOptimizerRequest req;
   req.set_job(ctx_->options.job);

@@ -69,6 +69,9 @@ class JobControl {
   // rather than a call failing.
   absl::Status CreateJob(const v1::CreateJobRequest& request, absl::string_view what,
                          const CreateCheck& check, bool* refused = nullptr) const;
+  // Every shard's data-path frame key secret (GetFrameKey; "" where the
+  // server does not authenticate frames), in shard order.
+  absl::StatusOr<std::vector<std::string>> FrameKeys() const;
 
   // New optimizer hyper-parameters from `step` on, on every shard.
   absl::Status SetOptimizer(const OptimizerParams& optimizer, int64_t step) const;

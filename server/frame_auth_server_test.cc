@@ -1,0 +1,268 @@
+// Data-path authentication on a real shard server over UCX (issue 31): with
+// --data_auth on, a frame of job B counts only if it carries a tag made
+// with B's key for its epoch, which the server hands out over GetFrameKey.
+// Forgers, each with its own UCX endpoint, who know the server's address and
+// the job's epoch (both are readable from the registry): one with no key
+// (untagged frames, made-up tags), one holding job A's key, and a replay of
+// a real frame of an old epoch (as it was, and re-stamped with the new
+// epoch). None is applied; the real workers' frames all are (a forged PUSH
+// for rank 1 does not block rank 1's real one), the served parameters are
+// the real mean bitwise, and the server's replies carry valid tags.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "core/frame_auth.h"
+#include "core/wire.h"
+#include "gtest/gtest.h"
+#include "proto/shard.grpc.pb.h"
+#include "registry/registry_service.h"
+#include "rpc/grpc_util.h"
+#include "server/shard_server.h"
+#include "transport/transport_testing.h"
+
+namespace tessel {
+namespace {
+
+constexpr int kFloats = 1024;
+constexpr char kTls[] = "posix,sysv,self";
+
+v1::CreateJobRequest DdpJob(const std::string& name, int world) {
+  v1::CreateJobRequest req;
+  v1::JobSpec* spec = req.mutable_spec();
+  spec->set_job(name);
+  spec->set_strategy(v1::STRATEGY_DDP);
+  spec->set_world_size(world);
+  spec->set_num_shards(1);
+  spec->set_bucket_bytes(kFloats * 4);
+  v1::TensorSpec* t = spec->add_tensors();
+  t->set_name("w");
+  t->add_shape(kFloats);
+  t->set_dtype(v1::DTYPE_F32);
+  spec->mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
+  spec->mutable_optimizer()->set_lr(0.1);
+  req.set_shard_index(0);
+  req.set_epoch(1);
+  return req;
+}
+
+FrameHeader Header(FrameType type, const std::string& job, int64_t epoch, int64_t step, int rank,
+                   uint64_t payload_bytes) {
+  FrameHeader h;
+  h.type = type;
+  h.job_id = JobId(job);
+  h.epoch = epoch;
+  h.step = step;
+  h.rank = rank;
+  h.payload_bytes = payload_bytes;
+  if (type == FrameType::kPull) h.bucket_count = 1;
+  return h;
+}
+
+// A process's data endpoint: sends raw header bytes, records what comes back.
+class Endpoint {
+ public:
+  explicit Endpoint(const std::string& server) : transport_(MakeUcxTransport({.tls = kTls})) {
+    transport_->SetHandler([this](const Incoming& in) {
+      auto h = DecodeWireHeader(in.header);
+      absl::MutexLock lock(&mu_);
+      if (!h.ok()) return Accept{};
+      frames_.push_back({*h, std::vector<uint8_t>(in.header.begin(), in.header.end())});
+      if (h->type != FrameType::kParams || in.payload_bytes != kFloats * 4) return Accept{};
+      return Accept{params_.data(), [this](absl::Status s) {
+                      absl::MutexLock lock(&mu_);
+                      params_landed_ += s.ok() ? 1 : 0;
+                    }};
+    });
+    peer_ = *transport_->Connect(server);
+  }
+  ~Endpoint() { transport_->Shutdown(); }
+
+  void Send(absl::Span<const uint8_t> header, const void* payload, size_t bytes) {
+    transport_->Send(peer_, header, payload, bytes, nullptr);
+  }
+  // Waits up to 10 s for `n` PARAMS payloads.
+  bool AwaitParams(int n) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(
+                                    +[](int* landed) { return *landed > 0; }, &params_landed_),
+                                absl::Seconds(10)) &&
+           params_landed_ >= n;
+  }
+  std::vector<std::pair<FrameHeader, std::vector<uint8_t>>> frames() {
+    absl::MutexLock lock(&mu_);
+    return frames_;
+  }
+  std::vector<float> params() {
+    absl::MutexLock lock(&mu_);
+    return params_;
+  }
+
+ private:
+  std::unique_ptr<UcxTransport> transport_;
+  PeerId peer_ = 0;
+  absl::Mutex mu_;
+  std::vector<std::pair<FrameHeader, std::vector<uint8_t>>> frames_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> params_ ABSL_GUARDED_BY(mu_) = std::vector<float>(kFloats);
+  int params_landed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class FrameAuthServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
+    auto grpc = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_);
+    ASSERT_TRUE(grpc.ok()) << grpc.status();
+    registry_server_ = std::move(*grpc);
+    ShardServerOptions o;
+    o.registry = registry_address_;
+    o.shard = 0;
+    o.data_auth = true;
+    o.receive_check_period = absl::ZeroDuration();
+    auto server = ShardServer::Start(o, MakeUcxTransport({.tls = kTls}));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = v1::ShardServer::NewStub(MakeChannel(server_->grpc_address()));
+  }
+  void TearDown() override {
+    if (server_ != nullptr) {
+      server_->Shutdown();
+      EXPECT_TRUE(server_->Wait().ok());
+    }
+    registry_->Stop();
+    registry_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+  }
+
+  grpc::Status Create(const v1::CreateJobRequest& req) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::CreateJobResponse resp;
+    return stub_->CreateJob(&ctx, req, &resp);
+  }
+  std::shared_ptr<FrameAuth> KeyOf(const std::string& job) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::JobRef ref;
+    ref.set_job(job);
+    v1::FrameKeyResponse resp;
+    grpc::Status s = stub_->GetFrameKey(&ctx, ref, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    auto auth = FrameAuth::Create(resp.secret(), JobId(job), 0);
+    EXPECT_TRUE(auth.ok()) << auth.status();
+    return auth.ok() ? *auth : nullptr;
+  }
+  v1::ShardStats Stats(const std::string& job) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::JobRef ref;
+    ref.set_job(job);
+    v1::ShardStats stats;
+    EXPECT_TRUE(stub_->GetStats(&ctx, ref, &stats).ok());
+    return stats;
+  }
+
+  std::unique_ptr<RegistryService> registry_;
+  std::unique_ptr<grpc::Server> registry_server_;
+  std::string registry_address_;
+  std::unique_ptr<ShardServer> server_;
+  std::unique_ptr<v1::ShardServer::Stub> stub_;
+};
+
+TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
+  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
+  ASSERT_TRUE(Create(DdpJob("A", 1)).ok());
+  std::shared_ptr<FrameAuth> b = KeyOf("B"), a = KeyOf("A");
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  EXPECT_NE(a->secret(), b->secret());
+
+  const std::string address = server_->transport_address();
+  Endpoint rank0(address), rank1(address), nobody(address), job_a(address);
+  std::vector<float> g0(kFloats), g1(kFloats), evil(kFloats, 1000.f);
+  for (int i = 0; i < kFloats; ++i) {
+    g0[i] = 0.25f * i - 3.f;
+    g1[i] = 1.f - 0.125f * i;
+  }
+  const FrameHeader push1 = Header(FrameType::kPush, "B", 1, 0, 1, kFloats * 4);
+
+  // Forgeries first, all for rank 1's push of step 0.
+  const HeaderBytes bare = EncodeHeader(push1);
+  nobody.Send(absl::MakeConstSpan(bare), evil.data(), kFloats * 4);  // untagged
+  SealedHeader made_up{};
+  std::memcpy(made_up.data(), bare.data(), kHeaderBytes);
+  for (size_t i = kHeaderBytes; i < made_up.size(); ++i) made_up[i] = static_cast<uint8_t>(i * 7);
+  nobody.Send(absl::MakeConstSpan(made_up), evil.data(), kFloats * 4);  // a made-up tag
+  // Job A's worker holds a real key, of the wrong job.
+  std::shared_ptr<FrameAuth> a_for_b = *FrameAuth::Create(a->secret(), JobId("B"), 0);
+  const SealedHeader wrong_job = a_for_b->Seal(push1);
+  job_a.Send(absl::MakeConstSpan(wrong_job), evil.data(), kFloats * 4);
+  const int forged = 3;
+  for (int i = 0; i < 100 && Stats("B").rejected_frames() < forged; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(Stats("B").rejected_frames(), forged);
+  EXPECT_EQ(Stats("B").pushed_bytes(), 0) << "a forged push was applied";
+
+  // The real workers: both pushes count, the mean is theirs.
+  const SealedHeader real0 = b->Seal(Header(FrameType::kPush, "B", 1, 0, 0, kFloats * 4));
+  const SealedHeader real1 = b->Seal(push1);
+  rank0.Send(absl::MakeConstSpan(real0), g0.data(), kFloats * 4);
+  rank1.Send(absl::MakeConstSpan(real1), g1.data(), kFloats * 4);
+  const SealedHeader pull = b->Seal(Header(FrameType::kPull, "B", 1, 1, 0, 0));
+  rank0.Send(absl::MakeConstSpan(pull), nullptr, 0);
+  ASSERT_TRUE(rank0.AwaitParams(1)) << "the real workers' step did not complete";
+  const std::vector<float> mean = rank0.params();
+  for (int i = 0; i < kFloats; ++i) {
+    const float want = (g0[i] + g1[i]) / 2.f;
+    ASSERT_EQ(std::memcmp(&mean[i], &want, 4), 0) << "element " << i;
+  }
+  for (const auto& [h, wire] : rank0.frames()) {
+    EXPECT_NE(h.type, FrameType::kError) << DescribeHeader(h);
+    EXPECT_TRUE(b->Verify(wire, h)) << "the server's reply is not sealed with B's key";
+  }
+  EXPECT_EQ(Stats("B").pushed_bytes(), 2 * kFloats * 4);
+  EXPECT_EQ(Stats("B").step(), 1);
+  EXPECT_TRUE(nobody.frames().empty()) << "forgers get no answer";
+
+  // A new epoch (a recovery): the captured frames of epoch 1, replayed as
+  // they were (refused: old epoch) and re-stamped with epoch 2 (no valid tag).
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::SetEpochRequest req;
+    req.set_job("B");
+    req.set_epoch(2);
+    v1::SetEpochResponse resp;
+    ASSERT_TRUE(stub_->SetEpoch(&ctx, req, &resp).ok());
+  }
+  const int64_t rejected = Stats("B").rejected_frames();
+  FrameHeader step1 = Header(FrameType::kPush, "B", 1, 1, 1, kFloats * 4);
+  const SealedHeader old_epoch = b->Seal(step1);  // as captured in epoch 1
+  nobody.Send(absl::MakeConstSpan(old_epoch), evil.data(), kFloats * 4);
+  SealedHeader restamped = old_epoch;
+  step1.epoch = 2;
+  const HeaderBytes at2 = EncodeHeader(step1);
+  std::memcpy(restamped.data(), at2.data(), kHeaderBytes);
+  nobody.Send(absl::MakeConstSpan(restamped), evil.data(), kFloats * 4);
+  for (int i = 0; i < 100 && Stats("B").rejected_frames() < rejected + 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(Stats("B").rejected_frames(), rejected + 2);
+  EXPECT_EQ(Stats("B").pushed_bytes(), 2 * kFloats * 4) << "a replayed push was applied";
+  EXPECT_EQ(Stats("B").step(), 1);
+}
+
+TEST_F(FrameAuthServerTest, KeysGoOnlyToTheJobsWorkersAndOnlyForJobsThatExist) {
+  ASSERT_TRUE(Create(DdpJob("B", 1)).ok());
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::JobRef ref;
+  ref.set_job("nope");
+  v1::FrameKeyResponse resp;
+  EXPECT_EQ(stub_->GetFrameKey(&ctx, ref, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  // Stable for the job's life on this server.
+  EXPECT_EQ(KeyOf("B")->secret(), KeyOf("B")->secret());
+}
+
+}  // namespace
+}  // namespace tessel

@@ -1,0 +1,45 @@
+// FrameKeys: the data-path frame authentication of a shard server's jobs
+// (core/frame_auth.h, docs/security.md). When on, each job gets a secret of
+// its own the first time it is asked for (a frame of it arrives, a worker
+// asks GetFrameKey), and every frame of the job must carry a tag made with
+// it; the job's workers get the secret from GetFrameKey, over the
+// authenticated control plane. Off: no job has one and frames go untagged.
+//
+// Threads: any.
+//
+// Example:
+//   FrameKeys keys(/*enabled=*/true);
+//   std::shared_ptr<FrameAuth> auth = keys.For(job.job_id(), job.shard());
+#ifndef TESSEL_SERVER_FRAME_KEYS_H_
+#define TESSEL_SERVER_FRAME_KEYS_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "core/frame_auth.h"
+
+namespace tessel {
+
+class FrameKeys {
+ public:
+  explicit FrameKeys(bool enabled) : enabled_(enabled) {}
+
+  bool enabled() const { return enabled_; }
+  // The job's authentication, made (with a new secret) on first use;
+  // nullptr when off.
+  std::shared_ptr<FrameAuth> For(uint64_t job_id, int32_t shard);
+  // The job's authentication if it has one yet; nullptr otherwise.
+  std::shared_ptr<FrameAuth> Find(uint64_t job_id);
+
+ private:
+  const bool enabled_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<FrameAuth>> auth_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_SERVER_FRAME_KEYS_H_
