@@ -163,6 +163,8 @@ absl::Status ShardServer::Init() {
                    << "' serving control on " << grpc_address_
                    << (options_.tls.enabled() ? " (mutual TLS)" : " (plaintext)") << ", data over "
                    << (transport_->name() == "ucx" ? std::string("UCX") : transport_->name())
+                   << (options_.data_auth ? " (every frame authenticated)"
+                                          : " (frames not authenticated)")
                    << ", " << UpdateThreads(options_.update_threads) << " update thread(s)";
 
   EndpointKeeperOptions keeper;

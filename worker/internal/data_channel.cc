@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/log.h"
 #include "core/topk.h"
 
@@ -121,6 +122,14 @@ absl::Status DataChannel::SetFrameKeys(const std::vector<std::string>& secrets) 
           absl::StrCat(ctx_->Where(), ": shard ", s, "'s frame key: ", a.status().message()));
     }
     auth[s] = *std::move(a);
+  }
+  std::vector<std::string> on;
+  for (size_t s = 0; s < auth.size(); ++s) {
+    if (auth[s] != nullptr) on.push_back(absl::StrCat(s));
+  }
+  if (!on.empty()) {
+    TESSEL_LOG(INFO) << ctx_->Where() << ": data-path frames authenticated with shard(s) "
+                     << absl::StrJoin(on, ", ");
   }
   absl::MutexLock lock(&mu_);
   auth_ = std::move(auth);
