@@ -71,7 +71,7 @@ absl::Status InProcCluster::StartServer(int shard) {
   o.inline_update_max_bytes = shard % 2 == 1 ? int64_t{1} << 20 : 0;
   // And both data paths: odd shards authenticate every frame (the workers
   // fetch their keys and seal and check theirs), even shards do not.
-  o.data_auth = shard % 2 == 1;
+  o.data_auth = options_.data_auth_everywhere || shard % 2 == 1;
   auto transport = transport_factory()();
   if (!transport.ok()) return transport.status();
   auto started = ShardServer::Start(o, std::move(*transport));

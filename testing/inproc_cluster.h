@@ -47,6 +47,9 @@ class InProcCluster {
     std::string pool = "default";
     absl::Duration lease_ttl = absl::Seconds(3);
     std::string checkpoint_dir;  // "" = no checkpoints
+    // Which shard servers authenticate data-path frames: the odd ones by
+    // default (every test covers both paths), or all.
+    bool data_auth_everywhere = false;
   };
 
   explicit InProcCluster(Options options);

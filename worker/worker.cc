@@ -472,6 +472,8 @@ void Worker::ReportLoss(double loss) {
 int Worker::registry_rank() const { return p_->ctx.id; }
 const std::vector<int>& Worker::worker_ids() const { return p_->membership->member_ids(); }
 int64_t Worker::stale_frames_dropped() { return p_->channel->stale_dropped(); }
+int64_t Worker::unauthenticated_frames_dropped() const { return p_->channel->unauthenticated(); }
+bool Worker::data_path_authenticated() const { return p_->channel->authenticated(); }
 int64_t Worker::endpoint_renewals() const { return p_->channel->endpoint_renewals(); }
 
 absl::Status Worker::RunRecovery(int64_t restore_step) {

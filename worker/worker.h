@@ -241,6 +241,11 @@ class Worker {
   const std::vector<int>& worker_ids() const;
   // Data frames this worker dropped because they came from an older epoch.
   int64_t stale_frames_dropped();
+  // Data frames this worker dropped for a missing or wrong tag (the shard
+  // servers authenticate frames: docs/operations.md, "Data-path
+  // authentication"); and whether any of them does.
+  int64_t unauthenticated_frames_dropped() const;
+  bool data_path_authenticated() const;
   // How often a recovery found this worker's UCX receive queue wedged and
   // re-created its endpoint (RenewWedgedEndpoint).
   int64_t endpoint_renewals() const;
