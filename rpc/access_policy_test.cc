@@ -43,6 +43,7 @@ TEST(AccessPolicyTest, ShardServerDecisions) {
   for (const Row& row : std::vector<Row>{
            {"CreateJob", unauth, ok, deny, deny},
            {"SetEpoch", unauth, ok, deny, deny},
+           {"GetFrameKey", unauth, ok, deny, deny},  // a job's data-path key: its workers only
            {"SaveCheckpoint", unauth, ok, deny, deny},
            {"ReadState", unauth, ok, deny, deny},  // never anonymous
            {"WriteState", unauth, ok, deny, deny},
@@ -83,6 +84,12 @@ TEST(AccessPolicyTest, WorkerScope) {
   EXPECT_TRUE(auth.Check(scoped, "ShardServer", "SaveCheckpoint", "jobA.p1.t0").ok());
   const absl::Status other = auth.Check(scoped, "ShardServer", "CreateJob", "jobB");
   EXPECT_EQ(other.code(), StatusCode::kPermissionDenied);
+  // A job's data-path key: a worker of job A gets A's (and its parameter
+  // groups' and helper jobs'), never B's.
+  EXPECT_EQ(auth.Check(scoped, "ShardServer", "GetFrameKey", "jobB").code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(auth.Check(scoped, "ShardServer", "GetFrameKey", "jobA").ok());
+  EXPECT_TRUE(auth.Check(scoped, "ShardServer", "GetFrameKey", "jobA.g2~sync8.e1").ok());
   EXPECT_NE(other.message().find("the worker credential for job 'jobA' (token) may not act "
                                  "on job 'jobB'"),
             std::string::npos)
