@@ -111,7 +111,10 @@ int Describe(const Globals& g, const std::string& job) {
     const int64_t b = st.memory().params_bytes() + st.memory().optimizer_bytes() +
                       st.memory().grad_buffer_bytes();
     bytes += b;
-    s["health"] = st.checkpoint_error().empty() ? "ok" : "degraded: " + st.checkpoint_error();
+    s["health"] = st.checkpoint_error().empty() ? "ok" : "degraded: " + CheckpointHealth(st);
+    if (st.checkpoint_failing_since() >= 0) {
+      s["checkpoints_failing_since"] = st.checkpoint_failing_since();
+    }
     s["range"] = {st.range_begin(), st.range_end()};
     s["step"] = st.step();
     s["epoch"] = st.epoch();

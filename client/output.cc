@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
@@ -103,6 +104,12 @@ void EmitYaml(YAML::Emitter& out, const json& v) {
 }
 
 }  // namespace
+
+std::string CheckpointHealth(const v1::ShardStats& st) {
+  if (st.checkpoint_failing_since() < 0) return st.checkpoint_error();
+  return absl::StrCat("checkpoints failing since step ", st.checkpoint_failing_since(), ": ",
+                      st.checkpoint_error());
+}
 
 std::string EnumWord(const std::string& enum_type, const std::string& value_name) {
   const std::string prefix = UpperSnake(enum_type) + "_";

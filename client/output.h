@@ -14,6 +14,7 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
+#include "proto/shard.pb.h"
 
 namespace tessel::ctl {
 
@@ -27,6 +28,10 @@ nlohmann::json ProtoJson(const google::protobuf::Message& m);
 // The lower-case word for an enum value name: "ROLE_SERVER" of enum "Role"
 // -> "server"; "SGD" of enum "Kind" -> "sgd".
 std::string EnumWord(const std::string& enum_type, const std::string& value_name);
+
+// A shard's checkpoint trouble for a HEALTH column: "checkpoints failing
+// since step N: <error>" (or the error alone from an older server).
+std::string CheckpointHealth(const v1::ShardStats& st);
 
 // `value` as a YAML document (block style, keys in the JSON's order).
 std::string ToYaml(const nlohmann::json& value);

@@ -48,7 +48,7 @@ int Shards(const Globals& g, const std::string& job) {
           }
           const auto& st = *r.stats;
           std::string health = "ok";
-          if (!st.checkpoint_error().empty()) health = "degraded: " + st.checkpoint_error();
+          if (!st.checkpoint_error().empty()) health = "degraded: " + CheckpointHealth(st);
           table.push_back({absl::StrCat(st.shard_index()), r.address,
                            absl::StrCat("[", st.range_begin(), ", ", st.range_end(), ")"),
                            Bytes(st.memory().params_bytes()), Bytes(st.memory().optimizer_bytes()),

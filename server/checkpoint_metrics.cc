@@ -25,6 +25,10 @@ CheckpointFamilies& CheckpointMetrics() {
                    "when the newest complete checkpoint was finalized (Unix time)", {"job"}),
         r.AddGauge("tessel_checkpoint_newest_age_seconds",
                    "seconds since the newest complete checkpoint was finalized", {"job"}),
+        r.AddGauge("tessel_checkpoint_failing_since_step",
+                   "the first step whose checkpoint failed on this server since one last "
+                   "succeeded; -1 while checkpoints succeed",
+                   {"job", "shard"}),
     };
   }();
   return *f;

@@ -24,6 +24,7 @@ struct CheckpointFamilies {
   metrics::Family& newest_step;
   metrics::Family& newest_time;
   metrics::Family& newest_age;
+  metrics::Family& failing_since;
 };
 
 CheckpointFamilies& CheckpointMetrics();

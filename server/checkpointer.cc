@@ -95,8 +95,18 @@ absl::Duration Checkpointer::backpressure_time() {
 
 CheckpointProgress Checkpointer::Progress(const std::string& job) {
   absl::MutexLock lock(&mu_);
-  auto it = progress_.find(job);
-  return it == progress_.end() ? CheckpointProgress{} : it->second;
+  CheckpointProgress all;
+  for (auto it = progress_.lower_bound({job, 0}); it != progress_.end() && it->first.first == job;
+       ++it) {
+    const CheckpointProgress& p = it->second;
+    all.last_step = std::max(all.last_step, p.last_step);
+    if (p.failing_since < 0) continue;
+    all.failing_since =
+        all.failing_since < 0 ? p.failing_since : std::min(all.failing_since, p.failing_since);
+    absl::StrAppend(&all.error, all.error.empty() ? "" : "; ", "shard ", it->first.second, ": ",
+                    p.error);
+  }
+  return all;
 }
 
 void Checkpointer::Drain() {
@@ -141,17 +151,22 @@ void Checkpointer::WriterLoop() {
     for (const auto& slot : s.state) bytes += static_cast<int64_t>(slot.size());
     CheckpointWritten(s.job, s.shard, absl::ToDoubleSeconds(absl::Now() - t0),
                       bytes * static_cast<int64_t>(sizeof(float)), st.ok());
+    if (!st.ok()) RemoveFailed(s.job, s.step);  // whoever wrote into it: the step failed
     absl::MutexLock lock(&mu_);
     --writing_;
-    CheckpointProgress& p = progress_[s.job];
+    CheckpointProgress& p = progress_[{s.job, s.shard}];
     if (st.ok()) {
       p.last_step = s.step;
+      if (s.shard != 0) {  // shard 0's succeeds once finalized
+        p.error.clear();
+        p.failing_since = -1;
+      }
       TESSEL_LOG(INFO) << "checkpoint " << s.job << " step " << s.step << " shard " << s.shard
                        << " written in " << absl::FormatDuration(absl::Now() - t0)
                        << " (training paused " << s.pause_us << " us for the copy)";
       if (s.shard == 0) {
-        Pending pending{s.job,       s.step,     s.num_shards,
-                        s.keep_last, Manifest{}, absl::Now() + finalize_timeout_};
+        Pending pending{s.job,       s.step,     s.num_shards, s.keep_last,
+                        Manifest{},  absl::Now() + finalize_timeout_, absl::OkStatus()};
         pending.manifest.job = s.job;
         pending.manifest.step = s.step;
         pending.manifest.epoch = s.epoch;
@@ -162,9 +177,15 @@ void Checkpointer::WriterLoop() {
         pending_.push_back(std::move(pending));
       }
     } else {
-      p.error = absl::StrCat("step ", s.step, ": ", st.message());
+      FailedLocked(s.job, s.shard, s.step, std::string(st.message()));
       TESSEL_LOG(ERROR) << "checkpoint " << s.job << " step " << s.step << " shard " << s.shard
-                        << " failed: " << st;
+                        << " failed: " << st << "; its directory was removed, so no partial "
+                        << "checkpoint stays (checkpoints failing since step "
+                        << p.failing_since << ")";
+      if (s.shard == 0) {  // still resolves the step: the other shards' files go too
+        Pending failed{s.job, s.step, s.num_shards, s.keep_last, Manifest{}, absl::Now(), st};
+        pending_.push_back(std::move(failed));
+      }
     }
   }
 }
@@ -199,13 +220,38 @@ absl::Status Checkpointer::WriteShard(const ShardSnapshot& s) {
                      {Chunk(reinterpret_cast<const uint8_t*>(meta.data()), meta.size())});
 }
 
+void Checkpointer::FailedLocked(const std::string& job, int shard, int64_t step,
+                                const std::string& why) {
+  CheckpointProgress& p = progress_[{job, shard}];
+  p.error = absl::StrCat("step ", step, ": ", why);
+  if (p.failing_since < 0) p.failing_since = step;
+}
+
+void Checkpointer::RemoveFailed(const std::string& job, int64_t step) {
+  absl::Status s = store_->RemoveAll(CheckpointDir(job, step));
+  if (!s.ok() && !absl::IsNotFound(s)) {
+    TESSEL_LOG(WARNING) << "removing the failed checkpoint of step " << step << ": " << s;
+  }
+}
+
 absl::Status Checkpointer::TryFinalize(Pending& p, bool* done) {
   *done = false;
+  if (!p.failed.ok()) {  // shard 0's own write failed: give the step up now
+    RemoveFailed(p.job, p.step);
+    Prune(p.job, p.keep_last, p.step);
+    *done = true;
+    return absl::OkStatus();
+  }
   const std::string dir = CheckpointDir(p.job, p.step);
   std::vector<ShardEntry> entries;
   for (int s = 0; s < p.num_shards; ++s) {
     auto meta = store_->Get(dir + "/" + ShardMetaName(s));
     if (!meta.ok()) {
+      // Shard 0's own file is gone: a shard whose write failed removed the
+      // step. Give it up now rather than at the deadline.
+      if (absl::IsNotFound(meta.status()) && s == 0) {
+        return absl::AbortedError("another shard's write failed and removed the step");
+      }
       if (absl::IsNotFound(meta.status())) return absl::OkStatus();  // not yet
       return meta.status();
     }
@@ -229,7 +275,17 @@ absl::Status Checkpointer::TryFinalize(Pending& p, bool* done) {
   CheckpointFinalized(p.job, p.step);
   TESSEL_LOG(INFO) << "checkpoint " << p.job << " step " << p.step << " complete (" << p.num_shards
                    << " shards)";
-  Prune(p.job, p.keep_last);
+  {
+    absl::MutexLock lock(&mu_);
+    CheckpointProgress& progress = progress_[{p.job, 0}];
+    if (progress.failing_since >= 0) {
+      TESSEL_LOG(WARNING) << "checkpoint " << p.job << ": complete again at step " << p.step
+                          << " after failing since step " << progress.failing_since;
+    }
+    progress.error.clear();
+    progress.failing_since = -1;
+  }
+  Prune(p.job, p.keep_last, p.step);
   return absl::OkStatus();
 }
 
@@ -253,15 +309,30 @@ void Checkpointer::FinalizerLoop() {
     }
     std::vector<Pending> keep;
     for (Pending& p : work) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto r = resolved_.find(p.job);
+        if (r != resolved_.end() && p.step < r->second) continue;  // overtaken: pruned
+      }
       bool done = false;
       absl::Status st = TryFinalize(p, &done);
+      if (done || !st.ok() || absl::Now() > p.deadline) {
+        absl::MutexLock lock(&mu_);
+        resolved_[p.job] = std::max(resolved_[p.job], p.step);
+      }
       if (done) continue;
       if (!st.ok() || absl::Now() > p.deadline) {
+        RemoveFailed(p.job, p.step);
+        Prune(p.job, p.keep_last, p.step);
         absl::MutexLock lock(&mu_);
-        progress_[p.job].error = absl::StrCat(
-            "step ", p.step, ": not finalized: ",
-            st.ok() ? "not every shard wrote its file in time" : std::string(st.message()));
-        TESSEL_LOG(ERROR) << "checkpoint " << p.job << " " << progress_[p.job].error;
+        FailedLocked(p.job, 0, p.step,
+                     absl::StrCat("not finalized: ", st.ok()
+                                                         ? "not every shard wrote its file in time"
+                                                         : std::string(st.message())));
+        const CheckpointProgress& now = progress_[{p.job, 0}];
+        TESSEL_LOG(ERROR) << "checkpoint " << p.job << " " << now.error
+                          << "; its directory was removed (checkpoints failing since step "
+                          << now.failing_since << ")";
         continue;
       }
       keep.push_back(std::move(p));
@@ -272,7 +343,7 @@ void Checkpointer::FinalizerLoop() {
   }
 }
 
-void Checkpointer::Prune(const std::string& job, int keep_last) {
+void Checkpointer::Prune(const std::string& job, int keep_last, int64_t resolved) {
   if (keep_last <= 0) keep_last = 3;
   auto names = store_->List(job);
   if (!names.ok()) return;
@@ -289,9 +360,10 @@ void Checkpointer::Prune(const std::string& job, int keep_last) {
     absl::Status s = store_->RemoveAll(CheckpointDir(job, complete[i]));
     if (!s.ok()) TESSEL_LOG(WARNING) << "pruning: " << s;
   }
-  // Leftovers of interrupted checkpoints older than the newest complete one.
+  // Leftovers of interrupted or failed checkpoints: older than the newest
+  // complete one, or than the step shard 0 just resolved.
   for (int64_t step : incomplete) {
-    if (step < newest) {
+    if (step < std::max(newest, resolved)) {
       absl::Status s = store_->RemoveAll(CheckpointDir(job, step));
       if (!s.ok()) TESSEL_LOG(WARNING) << "removing an interrupted checkpoint: " << s;
     }

@@ -10,6 +10,15 @@
 // name, fsync, rename, fsync of the directory), so a crash leaves at worst a
 // directory without a manifest, which List ignores and pruning removes.
 //
+// A checkpoint that fails (a shard's write: a full or failing disk; or its
+// finalization: an error, or a shard's file missing at the deadline) is
+// removed whole: the failing shard removes the step's directory at once,
+// shard 0 again when it gives the step up, and every step shard 0 resolves
+// (finalized or given up) removes the unfinished directories of earlier
+// steps, such as one a late shard wrote into after the removal. So no
+// partial checkpoint stays, filling a full disk further. Progress() says
+// since which step checkpoints have been failing, and why.
+//
 // Threads: Submit from any thread; one writer thread and one finalizer
 // thread; the read side is called from gRPC threads. Thread-safe.
 #ifndef TESSEL_SERVER_CHECKPOINTER_H_
@@ -17,6 +26,7 @@
 
 #include <deque>
 #include <map>
+#include <utility>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,7 +60,11 @@ struct ShardSnapshot {
 
 struct CheckpointProgress {
   int64_t last_step = -1;  // last checkpoint this server's shard file was written for
-  std::string error;       // last failure, "" if none
+  std::string error;       // the last failure while checkpoints fail; "" once one succeeds
+  // The first step whose checkpoint failed since the last that succeeded
+  // (shard 0: was finalized; other shards: their file was written); -1 if
+  // the last one succeeded.
+  int64_t failing_since = -1;
 };
 
 class Checkpointer {
@@ -79,6 +93,8 @@ class Checkpointer {
   int64_t queued();
   int64_t backpressure_waits();
   absl::Duration backpressure_time();
+  // This process's shards of `job` together: the newest step written, and
+  // while any fails, the earliest failing_since and its error.
   CheckpointProgress Progress(const std::string& job);
   // Blocks until every submitted snapshot is written (tests, shutdown).
   void Drain();
@@ -112,12 +128,21 @@ class Checkpointer {
     int keep_last;
     Manifest manifest;  // filled as metas arrive
     absl::Time deadline;
+    absl::Status failed;  // shard 0's own write failed: only the removal is left
   };
   void WriterLoop();
   void FinalizerLoop();
   absl::Status WriteShard(const ShardSnapshot& s);
   absl::Status TryFinalize(Pending& p, bool* done);
-  void Prune(const std::string& job, int keep_last);
+  // Keeps the newest `keep_last` complete checkpoints; removes unfinished
+  // directories of steps before `resolved` (shard 0 is done with them) and
+  // before the newest complete one.
+  void Prune(const std::string& job, int keep_last, int64_t resolved);
+  // A checkpoint of `step` failed: the whole directory goes (best effort).
+  void RemoveFailed(const std::string& job, int64_t step);
+  // Records a failure of `step` (under mu_).
+  void FailedLocked(const std::string& job, int shard, int64_t step, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::string> FileChecksum(const std::string& path, int64_t bytes);
   absl::Status NotEnabled() const;
 
@@ -131,7 +156,11 @@ class Checkpointer {
   int writing_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   size_t finalizing_ ABSL_GUARDED_BY(mu_) = 0;  // taken out of pending_ by the finalizer
-  std::map<std::string, CheckpointProgress> progress_ ABSL_GUARDED_BY(mu_);
+  // By (job, shard): a process may hold several shards of a job.
+  std::map<std::pair<std::string, int>, CheckpointProgress> progress_ ABSL_GUARDED_BY(mu_);
+  // By job: the newest step shard 0 finalized or gave up; an older one
+  // still pending can no longer complete (its directory is gone).
+  std::map<std::string, int64_t> resolved_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread writer_;
   std::thread finalizer_;

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
@@ -231,6 +232,83 @@ TEST(CheckpointerDisabledTest, SaysHowToEnable) {
   absl::Status s = ck.Submit(ShardSnapshot{});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("--checkpoint_dir"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessel
+
+namespace tessel {
+namespace {
+
+std::string CheckpointDirName(int64_t step) { return CheckpointDir("j", step).substr(2); }
+
+// A small volume: Put fails (as ENOSPC would) for the shards in `full`.
+class FullStore : public MemoryStore {
+ public:
+  absl::Status Put(const std::string& path, const std::vector<Chunk>& chunks) override {
+    {
+      absl::MutexLock lock(&mu_);
+      for (int s : full_) {
+        if (path.find("/" + ShardFileName(s)) != std::string::npos) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("writing ", path, ": No space left on device"));
+        }
+      }
+    }
+    return MemoryStore::Put(path, chunks);
+  }
+  void Fill(std::vector<int> shards) {
+    absl::MutexLock lock(&mu_);
+    full_ = std::move(shards);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int> full_ ABSL_GUARDED_BY(mu_);
+};
+
+// A full disk: every failed checkpoint goes whole (the shards that did
+// write lose their files too), the complete one before it stays, and
+// Progress says since which step checkpoints fail and why, until one
+// succeeds again.
+TEST(CheckpointerDiskFullTest, FailedCheckpointsLeaveNothingAndSayWhenTheyStarted) {
+  auto owned = std::make_unique<FullStore>();
+  FullStore* store = owned.get();
+  Checkpointer ck(std::move(owned), absl::Seconds(5));
+  std::vector<float> all(kParams);
+  std::iota(all.begin(), all.end(), 1.f);
+  auto write = [&](int64_t step) {
+    for (int s = 0; s < 2; ++s) ASSERT_TRUE(ck.Submit(Snap(s, 2, step, all)).ok());
+    ck.Drain();
+  };
+  auto dirs = [&] { return *store->List("j"); };
+  write(10);
+  ASSERT_EQ(dirs(), std::vector<std::string>{CheckpointDirName(10)});
+  EXPECT_EQ(ck.Progress("j").failing_since, -1);
+
+  store->Fill({1});  // shard 1's volume is full: shard 0's file of step 20 was written
+  write(20);
+  EXPECT_EQ(dirs(), std::vector<std::string>{CheckpointDirName(10)}) << "a partial step 20 stays";
+  CheckpointProgress p = ck.Progress("j");
+  EXPECT_EQ(p.failing_since, 20);
+  EXPECT_NE(p.error.find("step 20"), std::string::npos) << p.error;
+  EXPECT_NE(p.error.find("No space left"), std::string::npos) << p.error;  // shard 1's, the first
+
+  store->Fill({0});  // now shard 0's: shard 1 wrote its file, shard 0 gives the step up
+  write(30);
+  EXPECT_EQ(dirs(), std::vector<std::string>{CheckpointDirName(10)}) << "a partial step 30 stays";
+  EXPECT_EQ(ck.Progress("j").failing_since, 20) << "still failing since the first failure";
+  EXPECT_NE(ck.Progress("j").error.find("step 30"), std::string::npos);
+  ASSERT_EQ(ck.List("j")->size(), 1u);
+  EXPECT_EQ(ck.List("j")->back().step, 10) << "the last good checkpoint is kept to roll back to";
+
+  store->Fill({});
+  write(40);
+  EXPECT_EQ(ck.Progress("j").failing_since, -1);
+  EXPECT_EQ(ck.Progress("j").error, "");
+  auto list = ck.List("j");
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ(list->back().step, 40);
 }
 
 }  // namespace

@@ -147,6 +147,10 @@ metrics::Registry::CollectorHandle ServerMetrics::Watch(JobTable* jobs,
       SetCounter(f.folded.GetCounter(l), static_cast<double>(n.folded_pushes));
       f.memory.GetGauge(l)->Set(
           static_cast<double>(st.params_bytes + st.optimizer_bytes + st.grad_buffer_bytes));
+      if (checkpointer != nullptr && checkpointer->enabled()) {
+        c.failing_since.GetGauge(l)->Set(
+            static_cast<double>(checkpointer->Progress(name).failing_since));
+      }
       if (c.newest_time.Has({name})) {
         c.newest_age.GetGauge({name})->Set(now - c.newest_time.GetGauge({name})->value());
       }
@@ -156,7 +160,8 @@ metrics::Registry::CollectorHandle ServerMetrics::Watch(JobTable* jobs,
     };
     for (Family* family : {&f.step, &f.epoch, &f.applied, &f.pushed, &f.pulled, &f.job_refused,
                            &f.stale, &f.recoveries, &f.folded, &f.memory, &f.update_seconds,
-                           &f.updated_elements, &c.write_seconds, &c.written_bytes, &c.writes}) {
+                           &f.updated_elements, &c.write_seconds, &c.written_bytes, &c.writes,
+                           &c.failing_since}) {
       family->RemoveIf(gone);
     }
   });

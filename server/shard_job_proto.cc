@@ -66,6 +66,7 @@ v1::ShardStats ShardStatsProto(ShardJob& job, bool with_digest) {
   st.set_step_in_progress(s.step_in_progress);
   st.set_last_checkpoint_step(s.checkpoint.last_step);
   st.set_checkpoint_error(s.checkpoint.error);
+  st.set_checkpoint_failing_since(s.checkpoint.failing_since);
   st.set_last_snapshot_pause_us(s.last_snapshot_pause_us);
   st.set_restored_from_step(s.restored_from_step);
   st.set_strategy(StrategyName(spec.strategy()));
