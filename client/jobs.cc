@@ -64,18 +64,24 @@ int Jobs(const Globals& g, std::ostream& out) {
       [&](std::ostream& o) {
         std::vector<std::vector<std::string>> rows;
         for (const auto& [name, shards] : jobs) {
-          int64_t lo = INT64_MAX, hi = 0;
+          int64_t lo = INT64_MAX, hi = 0, failing = -1;
           for (const auto& st : shards) {
             lo = std::min(lo, st.step());
             hi = std::max(hi, st.step());
+            if (st.checkpoint_failing_since() >= 0) {
+              failing = failing < 0 ? st.checkpoint_failing_since()
+                                    : std::min(failing, st.checkpoint_failing_since());
+            }
           }
           const auto& f = shards.front();
-          rows.push_back({name, f.strategy(), absl::StrCat(f.world_size()),
-                          absl::StrCat(shards.size(), "/", f.num_shards()),
-                          absl::StrCat(f.num_params()), StepRange(lo, hi),
-                          absl::StrCat(f.epoch())});
+          rows.push_back(
+              {name, f.strategy(), absl::StrCat(f.world_size()),
+               absl::StrCat(shards.size(), "/", f.num_shards()), absl::StrCat(f.num_params()),
+               StepRange(lo, hi), absl::StrCat(f.epoch()),
+               failing < 0 ? "ok" : absl::StrCat("checkpoints failing since step ", failing)});
         }
-        PrintTable({"JOB", "STRATEGY", "WORKERS", "SHARDS", "PARAMS", "STEP", "EPOCH"}, rows, o);
+        PrintTable({"JOB", "STRATEGY", "WORKERS", "SHARDS", "PARAMS", "STEP", "EPOCH", "HEALTH"},
+                   rows, o);
       },
       out);
   return kOk;

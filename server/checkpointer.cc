@@ -238,7 +238,6 @@ absl::Status Checkpointer::TryFinalize(Pending& p, bool* done) {
   *done = false;
   if (!p.failed.ok()) {  // shard 0's own write failed: give the step up now
     RemoveFailed(p.job, p.step);
-    Prune(p.job, p.keep_last, p.step);
     *done = true;
     return absl::OkStatus();
   }
@@ -277,15 +276,17 @@ absl::Status Checkpointer::TryFinalize(Pending& p, bool* done) {
                    << " shards)";
   {
     absl::MutexLock lock(&mu_);
+    resolved_[p.job] = std::max(resolved_[p.job], p.step);
     CheckpointProgress& progress = progress_[{p.job, 0}];
-    if (progress.failing_since >= 0) {
+    // An older step finalized late says nothing of the newer ones that failed.
+    if (progress.failing_since >= 0 && p.step > progress.failing_since) {
       TESSEL_LOG(WARNING) << "checkpoint " << p.job << ": complete again at step " << p.step
                           << " after failing since step " << progress.failing_since;
+      progress.error.clear();
+      progress.failing_since = -1;
     }
-    progress.error.clear();
-    progress.failing_since = -1;
   }
-  Prune(p.job, p.keep_last, p.step);
+  Prune(p.job, p.keep_last);
   return absl::OkStatus();
 }
 
@@ -316,14 +317,9 @@ void Checkpointer::FinalizerLoop() {
       }
       bool done = false;
       absl::Status st = TryFinalize(p, &done);
-      if (done || !st.ok() || absl::Now() > p.deadline) {
-        absl::MutexLock lock(&mu_);
-        resolved_[p.job] = std::max(resolved_[p.job], p.step);
-      }
       if (done) continue;
       if (!st.ok() || absl::Now() > p.deadline) {
         RemoveFailed(p.job, p.step);
-        Prune(p.job, p.keep_last, p.step);
         absl::MutexLock lock(&mu_);
         FailedLocked(p.job, 0, p.step,
                      absl::StrCat("not finalized: ", st.ok()
@@ -343,7 +339,7 @@ void Checkpointer::FinalizerLoop() {
   }
 }
 
-void Checkpointer::Prune(const std::string& job, int keep_last, int64_t resolved) {
+void Checkpointer::Prune(const std::string& job, int keep_last) {
   if (keep_last <= 0) keep_last = 3;
   auto names = store_->List(job);
   if (!names.ok()) return;
@@ -360,10 +356,10 @@ void Checkpointer::Prune(const std::string& job, int keep_last, int64_t resolved
     absl::Status s = store_->RemoveAll(CheckpointDir(job, complete[i]));
     if (!s.ok()) TESSEL_LOG(WARNING) << "pruning: " << s;
   }
-  // Leftovers of interrupted or failed checkpoints: older than the newest
-  // complete one, or than the step shard 0 just resolved.
+  // Leftovers of interrupted or failed checkpoints older than the newest
+  // complete one.
   for (int64_t step : incomplete) {
-    if (step < std::max(newest, resolved)) {
+    if (step < newest) {
       absl::Status s = store_->RemoveAll(CheckpointDir(job, step));
       if (!s.ok()) TESSEL_LOG(WARNING) << "removing an interrupted checkpoint: " << s;
     }

@@ -13,11 +13,12 @@
 // A checkpoint that fails (a shard's write: a full or failing disk; or its
 // finalization: an error, or a shard's file missing at the deadline) is
 // removed whole: the failing shard removes the step's directory at once,
-// shard 0 again when it gives the step up, and every step shard 0 resolves
-// (finalized or given up) removes the unfinished directories of earlier
-// steps, such as one a late shard wrote into after the removal. So no
-// partial checkpoint stays, filling a full disk further. Progress() says
-// since which step checkpoints have been failing, and why.
+// and shard 0 again when it gives the step up (at once when its own file is
+// gone, else at the finalize deadline: a late shard may have written into
+// it). Unfinished directories older than a complete checkpoint are pruned
+// as before. So no partial checkpoint stays, filling a full disk further,
+// and the last complete one stays to roll back to. Progress() says since
+// which step checkpoints have been failing, and why.
 //
 // Threads: Submit from any thread; one writer thread and one finalizer
 // thread; the read side is called from gRPC threads. Thread-safe.
@@ -135,9 +136,8 @@ class Checkpointer {
   absl::Status WriteShard(const ShardSnapshot& s);
   absl::Status TryFinalize(Pending& p, bool* done);
   // Keeps the newest `keep_last` complete checkpoints; removes unfinished
-  // directories of steps before `resolved` (shard 0 is done with them) and
-  // before the newest complete one.
-  void Prune(const std::string& job, int keep_last, int64_t resolved);
+  // directories of steps before the newest complete one.
+  void Prune(const std::string& job, int keep_last);
   // A checkpoint of `step` failed: the whole directory goes (best effort).
   void RemoveFailed(const std::string& job, int64_t step);
   // Records a failure of `step` (under mu_).
@@ -158,8 +158,8 @@ class Checkpointer {
   size_t finalizing_ ABSL_GUARDED_BY(mu_) = 0;  // taken out of pending_ by the finalizer
   // By (job, shard): a process may hold several shards of a job.
   std::map<std::pair<std::string, int>, CheckpointProgress> progress_ ABSL_GUARDED_BY(mu_);
-  // By job: the newest step shard 0 finalized or gave up; an older one
-  // still pending can no longer complete (its directory is gone).
+  // By job: the newest step shard 0 finalized; an older one still pending
+  // can no longer complete (pruning removed its directory).
   std::map<std::string, int64_t> resolved_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread writer_;
