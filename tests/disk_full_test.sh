@@ -9,7 +9,9 @@
 #     complete (no shard files of failed steps, no temporary files), and
 #     `tesselctl checkpoint list` shows step 10 only;
 #   - tesselctl says since which step checkpoints fail, and why; the
-#     servers' metrics say it too (tessel_checkpoint_failing_since_step).
+#     servers' metrics say it too (tessel_checkpoint_failing_since_step),
+#     and so does rank 0's log (--checkpoint_report_s=0: it asks at every
+#     step here).
 # Needs root (mount); cleans up its processes and the mount.
 set -uo pipefail
 REGISTRY="$1" SERVER="$2" TRAIN="$3" CTL="$4"
@@ -57,7 +59,8 @@ wait_pool() {  # pool count
   fail "pool $1 did not reach $2 servers"
 }
 MODEL=(--layers=64,256,10 --samples=512 --batch=8 --optimizer=adam --lr=0.01
-       --ucx_tls=posix,sysv,self --checkpoint_every_steps=10 --keep_checkpoints=2)
+       --ucx_tls=posix,sysv,self --checkpoint_every_steps=10 --keep_checkpoints=2
+       --checkpoint_report_s=0)
 train() {  # job pool steps out
   local ps=() rc=0
   for r in 0 1; do
@@ -108,4 +111,8 @@ for s in 0 1; do
     | tee -a "$tmp/metrics.txt"
 done
 grep -q ' 20$' "$tmp/metrics.txt" || fail "tessel_checkpoint_failing_since_step is not 20"
+grep -h "checkpoints have been failing since step 20" "$tmp/train-full-0.log" | head -1
+grep -q "checkpoints have been failing since step 20 (.*No space left on device" \
+  "$tmp/train-full-0.log" || fail "rank 0 does not say checkpoints fail since step 20, and why"
+grep -q "checkpoints have been failing" "$tmp/train-roomy-0.log" && fail "the roomy run warns"
 echo "PASS"

@@ -136,6 +136,9 @@ struct WorkerOptions {
   // every `checkpoint_interval` of wall time.
   CheckpointPolicy checkpoint;
   absl::Duration checkpoint_interval = absl::ZeroDuration();
+  // With checkpoints, rank 0 asks the shards this often (at a step's end)
+  // whether checkpoints fail and logs it (Worker::checkpoints_failing_since).
+  absl::Duration checkpoint_report_interval = absl::Seconds(30);
   // Start from the job's checkpoint at resume_step (-1: the latest) instead
   // of `init`; the shard count and world size may differ from the run that
   // wrote it. After RegisterLayout, step() is the restored step.

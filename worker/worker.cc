@@ -269,6 +269,7 @@ absl::Status Worker::Step() {
   }
   StepMetrics(p_->exchange->last_phases(), update_seconds);
   MaybeCheckpoint();
+  MaybeReportCheckpoints();
   return AdmitNewcomers();
 }
 
@@ -289,6 +290,40 @@ absl::Status Worker::AdmitNewcomers() {
                    absl::StrJoin(agreed, ", "), ") at the checkpoint of step ", ctx.step,
                    ": the job grows from ", ctx.world_size, " to ", ctx.world_size + agreed.size(),
                    " workers. Recover() admits them; nothing rolls back")));
+}
+
+int64_t Worker::checkpoints_failing_since() const { return p_->checkpoints_failing_since; }
+
+void Worker::MaybeReportCheckpoints() {
+  const internal::JobContext& ctx = p_->ctx;
+  const WorkerOptions& o = ctx.options;
+  const bool checkpoints = o.checkpoint.every_steps > 0 || o.checkpoint.initial ||
+                           o.checkpoint_interval > absl::ZeroDuration();
+  if (ctx.rank.load() != 0 || !checkpoints || ctx.layout == nullptr ||
+      absl::Now() - p_->last_checkpoint_report < o.checkpoint_report_interval) {
+    return;
+  }
+  p_->last_checkpoint_report = absl::Now();
+  auto stats = p_->control->Stats(absl::Seconds(2));
+  if (!stats.ok()) return;  // the step's own waits report a server in trouble
+  int64_t since = -1;
+  std::string why;
+  for (const v1::ShardStats& st : *stats) {
+    if (st.checkpoint_failing_since() < 0) continue;
+    if (since < 0 || st.checkpoint_failing_since() < since) since = st.checkpoint_failing_since();
+    absl::StrAppend(&why, why.empty() ? "" : "; ", "shard ", st.shard_index(), ": ",
+                    st.checkpoint_error());
+  }
+  if (since >= 0 && since != p_->checkpoints_failing_since) {
+    TESSEL_LOG(WARNING) << ctx.Where() << ": checkpoints have been failing since step " << since
+                        << " (" << why
+                        << "); training goes on, but a recovery would roll back to the newest "
+                           "complete checkpoint (tesselctl checkpoint list --job "
+                        << o.job << ")";
+  } else if (since < 0 && p_->checkpoints_failing_since >= 0) {
+    TESSEL_LOG(INFO) << ctx.Where() << ": checkpoints succeed again";
+  }
+  p_->checkpoints_failing_since = since;
 }
 
 void Worker::MaybeCheckpoint() {
@@ -418,6 +453,7 @@ absl::Status Worker::FinishStep() {
   ++ctx.step;
   StepMetrics(StepPhases{}, 0);
   MaybeCheckpoint();
+  MaybeReportCheckpoints();
   return AdmitNewcomers();
 }
 

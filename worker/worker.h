@@ -245,6 +245,12 @@ class Worker {
   // servers authenticate frames: docs/operations.md, "Data-path
   // authentication"); and whether any of them does.
   int64_t unauthenticated_frames_dropped() const;
+  // Rank 0 of a job with checkpoints: the first step whose checkpoint failed
+  // on some shard since one last succeeded, as the shards said when last
+  // asked (WorkerOptions::checkpoint_report_interval, at a step's end); -1
+  // while they succeed or before
+  // the first answer. The log says it too (WARNING), with the reason.
+  int64_t checkpoints_failing_since() const;
   bool data_path_authenticated() const;
   // How often a recovery found this worker's UCX receive queue wedged and
   // re-created its endpoint (RenewWedgedEndpoint).
@@ -382,6 +388,9 @@ class Worker {
   absl::Status CreateJob();
   absl::Status PullInitial(absl::Span<const float> init);
   void MaybeCheckpoint();
+  // Rank 0, checkpoints configured: every checkpoint_report_interval asks the shards whether
+  // checkpoints fail, and logs when that starts and ends.
+  void MaybeReportCheckpoints();
   // Elastic growth, after a step: at a checkpoint boundary the ranks agree
   // on the newcomers they all see; if any, a recoverable status (Recover()
   // admits them).

@@ -19,6 +19,10 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
           "every shard checkpoints at multiples of N steps (servers need --checkpoint_dir); "
           "needed for --recover with zero1/zero2/fsdp and hybrid (0 = never)");
 ABSL_FLAG(int, checkpoint_every_s, 0, "rank 0 asks for a checkpoint every N seconds (0 = never)");
+ABSL_FLAG(int, checkpoint_report_s, 30,
+          "with checkpoints, rank 0 asks the shard servers every N seconds (at a step's end) "
+          "whether checkpoints fail, and logs a WARNING naming the first failed step and why "
+          "(a full disk), and when they succeed again (0 = at every step)");
 ABSL_FLAG(bool, checkpoint_initial, false,
           "also checkpoint step 0 (so a recovery before the first periodic checkpoint restarts "
           "from the initial parameters)");
@@ -110,6 +114,8 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   o.checkpoint.keep_last = absl::GetFlag(FLAGS_keep_checkpoints);
   o.checkpoint.initial = absl::GetFlag(FLAGS_checkpoint_initial);
   o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
+  o.checkpoint_report_interval =
+      absl::Seconds(std::max(0, absl::GetFlag(FLAGS_checkpoint_report_s)));
   o.recovery = absl::GetFlag(FLAGS_recover);
   o.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
   o.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));

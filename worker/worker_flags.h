@@ -31,6 +31,7 @@ ABSL_DECLARE_FLAG(int, step_timeout_s);
 ABSL_DECLARE_FLAG(int, connect_timeout_s);
 ABSL_DECLARE_FLAG(int64_t, checkpoint_every_steps);
 ABSL_DECLARE_FLAG(int, checkpoint_every_s);
+ABSL_DECLARE_FLAG(int, checkpoint_report_s);
 ABSL_DECLARE_FLAG(bool, checkpoint_initial);
 ABSL_DECLARE_FLAG(int, keep_checkpoints);
 ABSL_DECLARE_FLAG(bool, recover);

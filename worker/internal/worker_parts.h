@@ -67,6 +67,8 @@ struct WorkerParts {
   std::unique_ptr<StateQueries> queries;
   v1::JobSpec spec;  // as registered
   absl::Time last_checkpoint = absl::Now();
+  absl::Time last_checkpoint_report = absl::Now();  // MaybeReportCheckpoints
+  int64_t checkpoints_failing_since = -1;
   std::unique_ptr<MetricsServer> http;     // WorkerOptions.metrics_address
   std::unique_ptr<Timeline> timeline;      // WorkerOptions.timeline
   std::unique_ptr<WorkerMetrics> metrics;  // from the first step
