@@ -43,8 +43,8 @@ std::string NewJobSecret() {
 absl::StatusOr<std::shared_ptr<FrameAuth>> FrameAuth::Create(absl::string_view secret,
                                                              uint64_t job_id, int32_t shard) {
   if (secret.size() != kJobSecretBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("a frame key secret is ", kJobSecretBytes,
-                                                   " bytes; got ", secret.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a frame key secret is ", kJobSecretBytes, " bytes; got ", secret.size()));
   }
   return std::shared_ptr<FrameAuth>(new FrameAuth(std::string(secret), job_id, shard));
 }

@@ -128,16 +128,16 @@ struct Voidify {
 
 // As TESSEL_LOG, but at most one line per `seconds` from this call site
 // (the lines in between are dropped): for what may repeat at message rate.
-#define TESSEL_LOG_EVERY_N_SEC(level, seconds)                                                \
-  !(::tessel::LogEnabled(TESSEL_LOG_LEVEL_##level) &&                                         \
-    ::tessel::internal::ShouldLogNow(                                                         \
-        [] {                                                                                  \
-          static std::atomic<int64_t> tessel_log_last_ns{0};                                  \
-          return &tessel_log_last_ns;                                                         \
-        }(),                                                                                  \
-        absl::Seconds(seconds)))                                                              \
-      ? (void)0                                                                               \
-      : ::tessel::internal::Voidify() &                                                       \
+#define TESSEL_LOG_EVERY_N_SEC(level, seconds)               \
+  !(::tessel::LogEnabled(TESSEL_LOG_LEVEL_##level) &&        \
+    ::tessel::internal::ShouldLogNow(                        \
+        [] {                                                 \
+          static std::atomic<int64_t> tessel_log_last_ns{0}; \
+          return &tessel_log_last_ns;                        \
+        }(),                                                 \
+        absl::Seconds(seconds)))                             \
+      ? (void)0                                              \
+      : ::tessel::internal::Voidify() &                      \
             ::tessel::internal::LogLine(TESSEL_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
 
 #endif  // TESSEL_CORE_LOG_H_

@@ -165,8 +165,9 @@ void Checkpointer::WriterLoop() {
                        << " written in " << absl::FormatDuration(absl::Now() - t0)
                        << " (training paused " << s.pause_us << " us for the copy)";
       if (s.shard == 0) {
-        Pending pending{s.job,       s.step,     s.num_shards, s.keep_last,
-                        Manifest{},  absl::Now() + finalize_timeout_, absl::OkStatus()};
+        Pending pending{s.job,           s.step,     s.num_shards,
+                        s.keep_last,     Manifest{}, absl::Now() + finalize_timeout_,
+                        absl::OkStatus()};
         pending.manifest.job = s.job;
         pending.manifest.step = s.step;
         pending.manifest.epoch = s.epoch;
@@ -180,8 +181,8 @@ void Checkpointer::WriterLoop() {
       FailedLocked(s.job, s.shard, s.step, std::string(st.message()));
       TESSEL_LOG(ERROR) << "checkpoint " << s.job << " step " << s.step << " shard " << s.shard
                         << " failed: " << st << "; its directory was removed, so no partial "
-                        << "checkpoint stays (checkpoints failing since step "
-                        << p.failing_since << ")";
+                        << "checkpoint stays (checkpoints failing since step " << p.failing_since
+                        << ")";
       if (s.shard == 0) {  // still resolves the step: the other shards' files go too
         Pending failed{s.job, s.step, s.num_shards, s.keep_last, Manifest{}, absl::Now(), st};
         pending_.push_back(std::move(failed));
@@ -321,10 +322,10 @@ void Checkpointer::FinalizerLoop() {
       if (!st.ok() || absl::Now() > p.deadline) {
         RemoveFailed(p.job, p.step);
         absl::MutexLock lock(&mu_);
-        FailedLocked(p.job, 0, p.step,
-                     absl::StrCat("not finalized: ", st.ok()
-                                                         ? "not every shard wrote its file in time"
-                                                         : std::string(st.message())));
+        FailedLocked(
+            p.job, 0, p.step,
+            absl::StrCat("not finalized: ", st.ok() ? "not every shard wrote its file in time"
+                                                    : std::string(st.message())));
         const CheckpointProgress& now = progress_[{p.job, 0}];
         TESSEL_LOG(ERROR) << "checkpoint " << p.job << " " << now.error
                           << "; its directory was removed (checkpoints failing since step "

@@ -27,10 +27,10 @@
 
 #include <deque>
 #include <map>
-#include <utility>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"

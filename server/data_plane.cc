@@ -112,8 +112,8 @@ Accept DataPlane::OnFrame(const Incoming& in) {
       if (metrics_ != nullptr) metrics_->FrameRefused("unauthenticated");
       TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
           << "dropping an unauthenticated data-path frame ("
-          << (in.header.size() == kSealedHeaderBytes ? "wrong tag" : "no tag") << "): "
-          << DescribeHeader(*h) << " for job '" << job->spec().job()
+          << (in.header.size() == kSealedHeaderBytes ? "wrong tag" : "no tag")
+          << "): " << DescribeHeader(*h) << " for job '" << job->spec().job()
           << "'; its sender does not hold the job's key for that epoch, so it is not one of "
              "the job's workers ("
           << unauthenticated_.load() << " dropped so far)";
@@ -219,8 +219,7 @@ void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Statu
   auto message = std::make_shared<std::string>(s.message());
   h.payload_bytes = message->size();
   const WireHeader wire = ToWire(AuthOf(h.job_id), h);
-  transport_->Send(to, wire.span(), message->data(), message->size(),
-                   [message](absl::Status) {});
+  transport_->Send(to, wire.span(), message->data(), message->size(), [message](absl::Status) {});
 }
 
 void DataPlane::RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::Puller>& waiting) {
@@ -293,8 +292,8 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
                             .shard = job->shard(),
                             .bucket = b});
       }
-      transport_->Send(p.reply_to, wire.span(), job->served_bucket(b),
-                       h.payload_bytes, [job](absl::Status s) {
+      transport_->Send(p.reply_to, wire.span(), job->served_bucket(b), h.payload_bytes,
+                       [job](absl::Status s) {
                          if (!s.ok()) TESSEL_LOG(WARNING) << "sending parameters failed: " << s;
                        });
     }

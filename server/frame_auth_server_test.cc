@@ -19,10 +19,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "testing/process.h"
-
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "core/frame_auth.h"
 #include "core/wire.h"
 #include "gtest/gtest.h"
@@ -30,6 +28,7 @@
 #include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
 #include "server/shard_server.h"
+#include "testing/process.h"
 #include "transport/transport_testing.h"
 
 extern char** environ;

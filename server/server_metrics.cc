@@ -158,10 +158,10 @@ metrics::Registry::CollectorHandle ServerMetrics::Watch(JobTable* jobs,
     auto gone = [&](const std::vector<std::string>& v) {
       return v.size() >= 2 && v[1] == shard_ && live.count(v[0]) == 0;
     };
-    for (Family* family : {&f.step, &f.epoch, &f.applied, &f.pushed, &f.pulled, &f.job_refused,
-                           &f.stale, &f.recoveries, &f.folded, &f.memory, &f.update_seconds,
-                           &f.updated_elements, &c.write_seconds, &c.written_bytes, &c.writes,
-                           &c.failing_since}) {
+    for (Family* family :
+         {&f.step, &f.epoch, &f.applied, &f.pushed, &f.pulled, &f.job_refused, &f.stale,
+          &f.recoveries, &f.folded, &f.memory, &f.update_seconds, &f.updated_elements,
+          &c.write_seconds, &c.written_bytes, &c.writes, &c.failing_since}) {
       family->RemoveIf(gone);
     }
   });

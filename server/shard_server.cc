@@ -103,10 +103,10 @@ absl::Status ShardServer::Init() {
   }
   const int update_threads = UpdateThreads(options_.update_threads);
   frame_keys_ = std::make_unique<FrameKeys>(options_.data_auth);
-  plane_ = std::make_unique<DataPlane>(
-      transport_.get(), jobs_.get(), checkpointer_.get(), metrics_.get(), timeline_.get(),
-      update_threads, options_.update_spin, options_.poll_mode, options_.inline_update_max_bytes,
-      frame_keys_.get());
+  plane_ = std::make_unique<DataPlane>(transport_.get(), jobs_.get(), checkpointer_.get(),
+                                       metrics_.get(), timeline_.get(), update_threads,
+                                       options_.update_spin, options_.poll_mode,
+                                       options_.inline_update_max_bytes, frame_keys_.get());
   metrics_watch_ = metrics_->Watch(
       jobs_.get(), [plane = plane_.get()] { return plane->update_queue_depth(); },
       checkpointer_.get());
