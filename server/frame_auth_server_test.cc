@@ -9,9 +9,6 @@
 // workers' frames all are (forged PUSHes for rank 1 do not block rank 1's
 // real one), the served parameters are the real mean bitwise, and the
 // server's replies carry valid tags.
-#include <spawn.h>
-#include <sys/wait.h>
-
 #include <cstring>
 #include <memory>
 #include <string>
@@ -22,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/frame_auth.h"
+#include "core/status_macros.h"
 #include "core/wire.h"
 #include "gtest/gtest.h"
 #include "proto/shard.grpc.pb.h"
@@ -30,8 +28,6 @@
 #include "server/shard_server.h"
 #include "testing/process.h"
 #include "transport/transport_testing.h"
-
-extern char** environ;
 
 namespace tessel {
 namespace {
@@ -73,35 +69,16 @@ FrameHeader Header(FrameType type, const std::string& job, int64_t epoch, int64_
 }
 
 // Runs ucx_frame_sender: `count` frames of `header` and a payload of
-// `bytes` to `address`, from a process of its own; its exit status.
-int Forge(const std::string& address, absl::Span<const uint8_t> header, size_t bytes,
-          int count = kCopies) {
-  const std::string binary = FindBinary("transport/ucx_frame_sender");
-  std::vector<std::string> args = {
-      binary,
-      absl::BytesToHexString(address),
-      kTls,
-      absl::BytesToHexString(
-          absl::string_view(reinterpret_cast<const char*>(header.data()), header.size())),
-      absl::StrCat(bytes),
-      absl::StrCat(count)};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-    ADD_FAILURE() << "cannot start " << binary;
-    return -1;
-  }
-  int status = 0;
-  for (int i = 0; i < 3000; ++i) {  // 30 s
-    if (waitpid(pid, &status, WNOHANG) == pid) return status;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  ADD_FAILURE() << "ucx_frame_sender did not finish within 30 s";
-  return -1;
+// `bytes` to `address`, from a process of its own; OK if it sent them all.
+absl::Status Forge(const std::string& address, absl::Span<const uint8_t> header, size_t bytes,
+                   int count = kCopies) {
+  ProcessGroup group(MakeRunDir("forger"));
+  TESSEL_RETURN_IF_ERROR(group.Start(
+      "forger", {FindBinary("transport/ucx_frame_sender"), absl::BytesToHexString(address), kTls,
+                 absl::BytesToHexString(absl::string_view(
+                     reinterpret_cast<const char*>(header.data()), header.size())),
+                 absl::StrCat(bytes), absl::StrCat(count)}));
+  return group.WaitAll({"forger"}, absl::Seconds(30));
 }
 
 // A worker's data endpoint: sends raw header bytes, records what comes back.
@@ -231,15 +208,15 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
 
   // Forgeries first, all for rank 1's push of step 0.
   const HeaderBytes bare = EncodeHeader(push1);
-  EXPECT_EQ(Forge(address, bare, kFloats * 4), 0);  // untagged
+  EXPECT_TRUE(Forge(address, bare, kFloats * 4).ok());  // untagged
   SealedHeader made_up{};
   std::memcpy(made_up.data(), bare.data(), kHeaderBytes);
   for (size_t i = kHeaderBytes; i < made_up.size(); ++i) made_up[i] = static_cast<uint8_t>(i * 7);
-  EXPECT_EQ(Forge(address, made_up, kFloats * 4), 0);  // a made-up tag
+  EXPECT_TRUE(Forge(address, made_up, kFloats * 4).ok());  // a made-up tag
   // Job A's worker holds a real key, of the wrong job.
   std::shared_ptr<FrameAuth> a_for_b = *FrameAuth::Create(a->secret(), JobId("B"), 0);
   const SealedHeader wrong_job = a_for_b->Seal(push1);
-  EXPECT_EQ(Forge(address, wrong_job, kFloats * 4), 0);
+  EXPECT_TRUE(Forge(address, wrong_job, kFloats * 4).ok());
   const int forged = 3 * kCopies;
   for (int i = 0; i < 100 && Stats("B").rejected_frames() < forged; ++i) {
     absl::SleepFor(absl::Milliseconds(20));
@@ -281,12 +258,12 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
   const int64_t rejected = Stats("B").rejected_frames();
   FrameHeader step1 = Header(FrameType::kPush, "B", 1, 1, 1, kFloats * 4);
   const SealedHeader old_epoch = b->Seal(step1);  // as captured in epoch 1
-  EXPECT_EQ(Forge(address, old_epoch, kFloats * 4), 0);
+  EXPECT_TRUE(Forge(address, old_epoch, kFloats * 4).ok());
   SealedHeader restamped = old_epoch;
   step1.epoch = 2;
   const HeaderBytes at2 = EncodeHeader(step1);
   std::memcpy(restamped.data(), at2.data(), kHeaderBytes);
-  EXPECT_EQ(Forge(address, restamped, kFloats * 4), 0);
+  EXPECT_TRUE(Forge(address, restamped, kFloats * 4).ok());
   for (int i = 0; i < 100 && Stats("B").rejected_frames() < rejected + 2 * kCopies; ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
