@@ -74,7 +74,10 @@ absl::StatusOr<std::vector<std::string>> JobControl::FrameKeys() const {
   std::vector<std::string> secrets;
   TESSEL_RETURN_IF_ERROR(ForEach([&](int shard) -> absl::Status {
     v1::FrameKeyResponse resp;
-    TESSEL_RETURN_IF_ERROR(fleet_->Call(shard, &Stub::GetFrameKey, Ref(), &resp, call));
+    absl::Status got = fleet_->Call(shard, &Stub::GetFrameKey, Ref(), &resp, call);
+    // A server from before data-path authentication has no GetFrameKey: it
+    // takes and sends untagged frames, as before.
+    if (!got.ok() && !absl::IsUnimplemented(got)) return got;
     if (secrets.size() <= static_cast<size_t>(shard)) secrets.resize(shard + 1);
     secrets[static_cast<size_t>(shard)] = resp.secret();
     return absl::OkStatus();
