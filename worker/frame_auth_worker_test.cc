@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/frame_auth.h"
+#include "core/metrics.h"
 #include "core/wire.h"
 #include "gtest/gtest.h"
 #include "rpc/registry_client.h"
@@ -139,6 +140,11 @@ TEST_F(FrameAuthWorkerTest, ForgedParametersAreDroppedAndTrainingStaysBitwise) {
   });
   EXPECT_GT(sent, 0);
   EXPECT_EQ(dropped, sent) << "every forged frame reached a worker and was dropped";
+  // And the workers' metrics count them (as of each rank's last step).
+  const std::string metrics = metrics::Default().Expose();
+  EXPECT_NE(metrics.find("tessel_worker_unauthenticated_frames_total{job=\"attacked\""),
+            std::string::npos)
+      << metrics;
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << "parameter " << i;

@@ -534,6 +534,7 @@ void Worker::StepMetrics(const StepPhases& phases, double update_seconds) {
     p_->metrics = std::make_unique<internal::WorkerMetrics>(ctx.options.job, ctx.rank.load());
   }
   p_->metrics->StepDone(ctx.step, phases, update_seconds);
+  p_->metrics->Unauthenticated(p_->channel->unauthenticated());
 }
 
 absl::Status Worker::Recover() { return RunRecovery(-1); }

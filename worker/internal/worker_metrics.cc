@@ -23,6 +23,10 @@ struct Families {
   metrics::Family& rolled_back =
       r.AddCounter("tessel_worker_rolled_back_steps_total",
                    "steps done again after recoveries rolled back", {"job", "rank"});
+  metrics::Family& unauthenticated = r.AddCounter(
+      "tessel_worker_unauthenticated_frames_total",
+      "data-path frames dropped for a missing or wrong tag (data-path authentication)",
+      {"job", "rank"});
 };
 
 Families& F() {
@@ -44,6 +48,14 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank) {
   recoveries_ = f.recoveries.GetCounter({job, r});
   recovery_seconds_ = f.recovery_seconds.GetHistogram({job, r});
   rolled_back_ = f.rolled_back.GetCounter({job, r});
+  unauthenticated_ = f.unauthenticated.GetCounter({job, r});
+}
+
+void WorkerMetrics::Unauthenticated(int64_t total) {
+  if (total > unauthenticated_seen_) {
+    unauthenticated_->Add(static_cast<double>(total - unauthenticated_seen_));
+    unauthenticated_seen_ = total;
+  }
 }
 
 void WorkerMetrics::StepDone(int64_t step, const StepPhases& phases, double update_seconds) {

@@ -30,6 +30,8 @@ class WorkerMetrics {
   void StepDone(int64_t step, const StepPhases& phases, double update_seconds);
   // A recovery took `seconds` and moved the worker from `from` to step `to`.
   void Recovered(double seconds, int64_t from, int64_t to);
+  // The data channel has dropped `total` unauthenticated frames so far.
+  void Unauthenticated(int64_t total);
 
  private:
   metrics::Histogram* step_seconds_;
@@ -41,6 +43,8 @@ class WorkerMetrics {
   metrics::Counter* recoveries_;
   metrics::Histogram* recovery_seconds_;
   metrics::Counter* rolled_back_;
+  metrics::Counter* unauthenticated_;
+  int64_t unauthenticated_seen_ = 0;
   std::optional<std::chrono::steady_clock::time_point> last_end_;
 };
 
