@@ -8,6 +8,8 @@
 #   - no partial checkpoint is left: the only step directory is step 10's,
 #     complete (no shard files of failed steps, no temporary files), and
 #     `tesselctl checkpoint list` shows step 10 only;
+#   - a slow disk (--checkpoint_write_delay_ms) paces training and every
+#     checkpoint still completes;
 #   - tesselctl says since which step checkpoints fail, and why; the
 #     servers' metrics say it too (tessel_checkpoint_failing_since_step),
 #     and so does rank 0's log (--checkpoint_report_s=0: it asks at every
@@ -44,10 +46,11 @@ REG="$(cat "$tmp/registry.port")"
 [ -n "$REG" ] || fail "registry did not start"
 export TESSEL_REGISTRY="$REG"
 
-start_server() {  # pool shard checkpoint_dir
-  "$SERVER" --registry="$REG" --pool="$1" --shard="$2" --ucx_tls=posix,sysv,self \
-    --checkpoint_dir="$3" --lease_ttl_ms=1500 --metrics_address=127.0.0.1:0 \
-    > "$tmp/server-$1-$2.log" 2>&1 &
+start_server() {  # pool shard checkpoint_dir [extra flags]
+  local pool=$1 shard=$2 dir=$3; shift 3
+  "$SERVER" --registry="$REG" --pool="$pool" --shard="$shard" --ucx_tls=posix,sysv,self \
+    --checkpoint_dir="$dir" --lease_ttl_ms=1500 --metrics_address=127.0.0.1:0 "$@" \
+    > "$tmp/server-$pool-$shard.log" 2>&1 &
   pids+=($!)
 }
 wait_pool() {  # pool count
@@ -61,15 +64,16 @@ wait_pool() {  # pool count
 MODEL=(--layers=64,256,10 --samples=512 --batch=8 --optimizer=adam --lr=0.01
        --ucx_tls=posix,sysv,self --checkpoint_every_steps=10 --keep_checkpoints=2
        --checkpoint_report_s=0)
-train() {  # job pool steps out
-  local ps=() rc=0
+train() {  # job pool steps out [extra flags]
+  local ps=() rc=0 job=$1 pool=$2 steps=$3 out=$4; shift 4
   for r in 0 1; do
-    "$TRAIN" --registry="$REG" --job="$1" --pool="$2" --rank=$r --world=2 --servers=2 \
-      --steps="$3" --out="$4" --log_every=1000000 "${MODEL[@]}" > "$tmp/train-$1-$r.log" 2>&1 &
+    "$TRAIN" --registry="$REG" --job="$job" --pool="$pool" --rank=$r --world=2 --servers=2 \
+      --steps="$steps" --out="$out" --log_every=1000000 "${MODEL[@]}" "$@" \
+      > "$tmp/train-$job-$r.log" 2>&1 &
     ps+=($!)
   done
   for p in "${ps[@]}"; do wait "$p" || rc=1; done
-  [ $rc -eq 0 ] || { tail -5 "$tmp"/train-"$1"-*.log; fail "training $1 failed"; }
+  [ $rc -eq 0 ] || { tail -5 "$tmp"/train-"$job"-*.log; fail "training $job failed"; }
 }
 
 step "the same run on a roomy disk, and on the full one"
@@ -115,4 +119,27 @@ grep -h "checkpoints have been failing since step 20" "$tmp/train-full-0.log" | 
 grep -q "checkpoints have been failing since step 20 (.*No space left on device" \
   "$tmp/train-full-0.log" || fail "rank 0 does not say checkpoints fail since step 20, and why"
 grep -q "checkpoints have been failing" "$tmp/train-roomy-0.log" && fail "the roomy run warns"
+step "a slow disk paces training (backpressure), and loses no checkpoint"
+# 1.1 M Adam parameters: 6.5 MiB per shard file, paused 150 ms after each
+# MiB written (--checkpoint_write_delay_ms): ~0.9 s a checkpoint, and one
+# at most may wait for the writer (--checkpoint_max_queued=1). Ten
+# checkpoints in 20 steps then take at least ~8 x 0.9 s; training that
+# outran the disk would take a second or two.
+mkdir -p "$tmp/slow"
+for s in 0 1; do
+  start_server slow $s "$tmp/slow" --checkpoint_write_delay_ms=150 --checkpoint_max_queued=1
+done
+wait_pool slow 2
+t0=$(date +%s%N)
+train slow slow 20 "$tmp/slow.npy" --checkpoint_every_steps=2 --keep_checkpoints=20 \
+  --layers=64,1024,1024,10
+took_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+echo "20 steps with 10 checkpoints on the slow disk: ${took_ms} ms"
+[ "$took_ms" -ge 6000 ] || fail "training outran the slow disk (${took_ms} ms): no backpressure"
+for _ in $(seq 100); do
+  [ "$("$CTL" --pool slow checkpoint list --job slow | grep -c '^[0-9]')" -ge 10 ] && break
+  sleep 0.1
+done
+"$CTL" --pool slow checkpoint list --job slow | tee "$tmp/list-slow.txt"
+[ "$(grep -c '^[0-9]' "$tmp/list-slow.txt")" -eq 10 ] || fail "a checkpoint of the slow disk is missing"
 echo "PASS"

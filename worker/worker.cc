@@ -311,8 +311,7 @@ void Worker::MaybeReportCheckpoints() {
   for (const v1::ShardStats& st : *stats) {
     if (st.checkpoint_failing_since() < 0) continue;
     if (since < 0 || st.checkpoint_failing_since() < since) since = st.checkpoint_failing_since();
-    absl::StrAppend(&why, why.empty() ? "" : "; ", "shard ", st.shard_index(), ": ",
-                    st.checkpoint_error());
+    absl::StrAppend(&why, why.empty() ? "" : "; ", st.checkpoint_error());  // "shard s: ..."
   }
   if (since >= 0 && since != p_->checkpoints_failing_since) {
     TESSEL_LOG(WARNING) << ctx.Where() << ": checkpoints have been failing since step " << since
