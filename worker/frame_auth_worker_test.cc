@@ -43,15 +43,23 @@ class FrameAuthWorkerTest : public ::testing::Test {
   }
   void TearDown() override { cluster_->Stop(); }
 
+  // What a forger running beside the workers may know: their epoch, and
+  // the step they are at (published by the workers' threads).
+  struct Victim {
+    int64_t epoch = 0;
+    const std::atomic<int64_t>* step = nullptr;
+  };
+
   // Trains `job` (zero2, SGD) for kSteps; `during` runs once both ranks
-  // registered, with one rank's worker, while they train. Returns rank 0's
-  // parameters and the frames the workers dropped as unauthenticated.
+  // registered, while they train. Returns rank 0's parameters and the
+  // frames the workers dropped as unauthenticated.
   std::pair<std::vector<float>, int64_t> Train(const std::string& job,
-                                               const std::function<void(Worker&)>& during) {
+                                               const std::function<void(Victim)>& during) {
     std::vector<std::vector<float>> out(kWorld);
     std::atomic<int64_t> dropped{0};
     std::atomic<int> registered{0};
     std::atomic<bool> side_done{false};  // counters are read after the forger ends
+    std::atomic<int64_t> step{0};
     std::thread side;
     OnRanks(kWorld, [&](int r) {
       WorkerOptions o = cluster_->worker_options(job, r, kWorld);
@@ -62,16 +70,19 @@ class FrameAuthWorkerTest : public ::testing::Test {
       Worker& worker = **w;
       ASSERT_TRUE(worker.RegisterLayout({{"w", {kFloats}}}, Init()).ok());
       EXPECT_TRUE(worker.data_path_authenticated());
-      // The last to register runs `during` with its worker (same epoch and
-      // step as the other's), and joins it before its worker goes.
+      // The last to register starts `during` and joins it before its
+      // worker goes.
       const bool runs_side = ++registered == kWorld && during;
-      if (runs_side) side = std::thread([&] { during(worker); });
+      if (runs_side) {
+        side = std::thread([&, victim = Victim{worker.epoch(), &step}] { during(victim); });
+      }
       while (registered.load() < kWorld) absl::SleepFor(absl::Milliseconds(1));
       for (int64_t s = 0; s < kSteps; ++s) {
         absl::Span<float> p = worker.params();
         absl::Span<float> g = worker.grads();
         for (size_t i = 0; i < g.size(); ++i) g[i] = 0.5f * p[i] + 0.001f * (r + 1) * (s + 1);
         ASSERT_TRUE(worker.Step().ok());
+        if (r == 0) step = worker.step();
         absl::SleepFor(absl::Milliseconds(20));  // room for the forger's frames
       }
       if (runs_side) {
@@ -95,7 +106,7 @@ TEST_F(FrameAuthWorkerTest, ForgedParametersAreDroppedAndTrainingStaysBitwise) {
   const auto [want, none] = Train("quiet", nullptr);
   EXPECT_EQ(none, 0);
   int64_t sent = 0;
-  const auto [got, dropped] = Train("attacked", [&](Worker& victim) {
+  const auto [got, dropped] = Train("attacked", [&](Victim victim) {
     RegistryClient registry(cluster_->registry_address());
     auto view = registry.GetView("attacked");
     ASSERT_TRUE(view.ok()) << view.status();
@@ -116,8 +127,8 @@ TEST_F(FrameAuthWorkerTest, ForgedParametersAreDroppedAndTrainingStaysBitwise) {
         FrameHeader h;
         h.type = FrameType::kParams;
         h.job_id = JobId("attacked");
-        h.epoch = victim.epoch();
-        h.step = victim.step() + 1;  // what the workers wait for next
+        h.epoch = victim.epoch;
+        h.step = victim.step->load() + 1;  // what the workers wait for next
         h.shard = shard;
         h.bucket = 0;
         h.bucket_count = 1;
@@ -128,8 +139,7 @@ TEST_F(FrameAuthWorkerTest, ForgedParametersAreDroppedAndTrainingStaysBitwise) {
         made_up[kHeaderBytes + round % kFrameTagBytes] = static_cast<uint8_t>(round);
         for (PeerId t : targets) {
           (*forger)->Send(t, absl::MakeConstSpan(bare), poison.data(), h.payload_bytes, nullptr);
-          (*forger)->Send(t, absl::MakeConstSpan(made_up), poison.data(), h.payload_bytes,
-                          nullptr);
+          (*forger)->Send(t, absl::MakeConstSpan(made_up), poison.data(), h.payload_bytes, nullptr);
           sent += 2;
         }
       }
