@@ -38,13 +38,13 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> payload(static_cast<size_t>(bytes), 0x7F);
   std::atomic<int64_t> done{0}, failed{0};
   for (int64_t i = 0; i < count; ++i) {
-    (*transport)->Send(*peer,
-                       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(header.data()),
-                                           header.size()),
-                       payload.data(), payload.size(), [&](absl::Status s) {
-                         if (!s.ok()) ++failed;
-                         ++done;
-                       });
+    (*transport)
+        ->Send(*peer,
+               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(header.data()), header.size()),
+               payload.data(), payload.size(), [&](absl::Status s) {
+                 if (!s.ok()) ++failed;
+                 ++done;
+               });
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (done.load() < count && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));

@@ -259,9 +259,9 @@ absl::Status UcxTransport::CheckReceiveQueue(absl::Duration timeout) {
   ++(starved ? late_starved_ : late_moving_);
   TESSEL_LOG_EVERY_N_SEC(INFO, 10)
       << "ucx: the receive-queue probe took over " << absl::FormatDuration(timeout)
-      << (probe.ok()  ? ", then arrived"
+      << (probe.ok() ? ", then arrived"
           : !starved ? absl::StrCat(", but the queue moved meanwhile (", moved,
-                                     " deliveries or progress rounds the probe's way)")
+                                    " deliveries or progress rounds the probe's way)")
                      : ", but the busy progress thread had not had its chances")
       << ": load, not a wedge";
   return absl::OkStatus();

@@ -61,7 +61,9 @@ int RunCrashSender(const std::string& address) {
   return status;
 }
 
-std::unique_ptr<UcxTransport> Make(const char* tls = kTls) { return MakeUcxTransport({.tls = tls}); }
+std::unique_ptr<UcxTransport> Make(const char* tls = kTls) {
+  return MakeUcxTransport({.tls = tls});
+}
 
 // Sends `bytes`-byte messages from its own transport to `address` until
 // stopped, at most `window` of them unfinished at a time.

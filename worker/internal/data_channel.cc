@@ -259,8 +259,7 @@ Accept DataChannel::OnFrame(const Incoming& in) {
       TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
           << ctx_->Where() << ": dropping an unauthenticated data-path frame ("
           << (in.header.size() == kSealedHeaderBytes ? "wrong tag" : "no tag")
-          << "): " << DescribeHeader(*h) << " (" << unauthenticated_.load()
-          << " dropped so far)";
+          << "): " << DescribeHeader(*h) << " (" << unauthenticated_.load() << " dropped so far)";
       return Accept{};
     }
   }

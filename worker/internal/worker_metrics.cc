@@ -23,10 +23,10 @@ struct Families {
   metrics::Family& rolled_back =
       r.AddCounter("tessel_worker_rolled_back_steps_total",
                    "steps done again after recoveries rolled back", {"job", "rank"});
-  metrics::Family& unauthenticated = r.AddCounter(
-      "tessel_worker_unauthenticated_frames_total",
-      "data-path frames dropped for a missing or wrong tag (data-path authentication)",
-      {"job", "rank"});
+  metrics::Family& unauthenticated =
+      r.AddCounter("tessel_worker_unauthenticated_frames_total",
+                   "data-path frames dropped for a missing or wrong tag (data-path authentication)",
+                   {"job", "rank"});
 };
 
 Families& F() {

@@ -82,8 +82,9 @@ void InFlight::Receive(ucp_worker_h worker, void* data, void* dst, size_t length
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.cb.recv_am = &RecvComplete;
   rp.user_data = op;
-  Start(op, [&] { return ucp_am_recv_data_nbx(worker, data, dst, length, &rp); },
-        "ucp_am_recv_data_nbx");
+  Start(
+      op, [&] { return ucp_am_recv_data_nbx(worker, data, dst, length, &rp); },
+      "ucp_am_recv_data_nbx");
 }
 
 void InFlight::CancelAll(const absl::Status& why) {
