@@ -173,6 +173,34 @@ TEST_P(RegistryConformanceTest, LeaveRemovesMemberAndBumpsEpoch) {
   EXPECT_GT(again->view.epoch(), view->epoch());
 }
 
+// The registry stamps every membership with the epoch it began at, whatever
+// the joiner sent: the same process joining again under the same rank and
+// address (its lease lapsed) is told apart from a member that never left.
+TEST_P(RegistryConformanceTest, EveryMembershipCarriesTheEpochItBeganAt) {
+  v1::Member forged = Worker("job", 0);
+  forged.set_joined_epoch(1000);
+  auto a = registry_->Join(forged, absl::Seconds(30));
+  auto b = registry_->Join(Worker("job", 1), absl::Seconds(30));
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto joined_epoch = [this](int rank) -> int64_t {
+    auto view = registry_->GetView("job");
+    for (const auto& m : view->members()) {
+      if (m.rank() == rank) return m.joined_epoch();
+    }
+    return -1;
+  };
+  EXPECT_EQ(joined_epoch(0), a->view.epoch());
+  EXPECT_EQ(joined_epoch(1), b->view.epoch());
+  ASSERT_TRUE(registry_->Heartbeat(a->lease_id).ok());
+  EXPECT_EQ(joined_epoch(0), a->view.epoch()) << "a heartbeat changes nothing";
+  ASSERT_TRUE(registry_->Leave(a->lease_id).ok());
+  auto again = registry_->Join(Worker("job", 0), absl::Seconds(30));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(joined_epoch(0), again->view.epoch());
+  EXPECT_GT(joined_epoch(0), a->view.epoch());
+  EXPECT_EQ(joined_epoch(1), b->view.epoch()) << "the other member's stays";
+}
+
 TEST_P(RegistryConformanceTest, LeaseExpiryRemovesMemberAndBumpsEpoch) {
   auto stays = registry_->Join(Worker("job", 0), absl::Seconds(30));
   auto lapses = registry_->Join(Worker("job", 1), absl::Seconds(1));

@@ -20,8 +20,9 @@ PACKAGES=(
   openssl libssl-dev
   # OCI images built offline from Debian packages (deploy/image/build.sh).
   mmdebstrap umoci
-  # Network namespaces as hosts in multi-host tests (tests/netns.py): ip, ss.
-  iproute2
+  # Network namespaces as hosts in multi-host tests (tests/netns.py): ip, ss,
+  # tc; iptables drops packets for the network faults of tests/chaos.
+  iproute2 iptables
   # The manifest test (tests/manifests_test.py) reads kustomize's YAML.
   python3-yaml
   # Observability: promtool checks every /metrics scrape (tests/metrics_test.py);

@@ -222,6 +222,8 @@ absl::StatusOr<Registry::Joined> EtcdRegistry::Join(const v1::Member& member, ab
       }
     }
     const int64_t epoch = state->epoch + 1;
+    v1::Member joined = member;
+    joined.set_joined_epoch(epoch);
     etcdserverpb::TxnRequest txn;
     etcdserverpb::Compare* absent = txn.add_compare();
     absent->set_key(key);
@@ -235,7 +237,7 @@ absl::StatusOr<Registry::Joined> EtcdRegistry::Join(const v1::Member& member, ab
     cas->set_mod_revision(state->epoch_mod_revision);
     etcdserverpb::PutRequest* put_member = txn.add_success()->mutable_request_put();
     put_member->set_key(key);
-    put_member->set_value(member.SerializeAsString());
+    put_member->set_value(joined.SerializeAsString());
     put_member->set_lease(lease_id);
     etcdserverpb::PutRequest* put_epoch = txn.add_success()->mutable_request_put();
     put_epoch->set_key(EpochKey(group));
@@ -246,7 +248,7 @@ absl::StatusOr<Registry::Joined> EtcdRegistry::Join(const v1::Member& member, ab
       return resp.status();
     }
     if (!resp->succeeded()) continue;  // raced with another change: read again
-    state->members.push_back(Leased{lease_id, member});
+    state->members.push_back(Leased{lease_id, joined});
     SortMembers(&state->members);
     Remember(group, epoch, state->members);
     return Joined{lease_id, absl::Seconds(lease->ttl()), MakeView(group, epoch, state->members)};

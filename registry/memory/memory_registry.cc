@@ -35,9 +35,11 @@ absl::StatusOr<Registry::Joined> MemoryRegistry::Join(const v1::Member& member,
   do {
     id = absl::Uniform<int64_t>(lease_ids_, 1, std::numeric_limits<int64_t>::max());
   } while (leases_.contains(id));
-  leases_[id] = Lease{member.group(), member, ttl, clock_() + ttl};
-  g.lease_by_slot[slot] = id;
   ++g.epoch;
+  v1::Member joined = member;
+  joined.set_joined_epoch(g.epoch);
+  leases_[id] = Lease{member.group(), std::move(joined), ttl, clock_() + ttl};
+  g.lease_by_slot[slot] = id;
   return Joined{id, ttl, ViewLocked(member.group())};
 }
 

@@ -254,10 +254,12 @@ absl::Status Membership::CheckMembers() {
 void Membership::Remember(const v1::View& view) {
   member_addresses_.clear();
   member_hosts_.clear();
+  member_joined_.clear();
   for (const auto& m : view.members()) {
     if (m.role() != v1::ROLE_WORKER) continue;
     member_addresses_[m.rank()] = m.ucx_address();
     member_hosts_[m.rank()] = m.host_id();
+    member_joined_[m.rank()] = m.joined_epoch();
   }
 }
 
@@ -336,18 +338,31 @@ absl::Status Membership::MembershipChanged() {
   std::string who = "membership changed";
   auto view = registry_->GetView(o.job);
   if (view.ok()) {
-    // Only a change to this job's workers matters: one of them gone or
-    // replaced by another process. A newcomer that is not one of them (a
-    // late replacement being refused) changes nothing here.
+    // Only a change to this job's workers matters: one of them gone,
+    // replaced by another process, or lapsed and joined again (the same
+    // process and address, a new membership: it is recovering, so everyone
+    // must). A newcomer that is not one of them (a late replacement being
+    // refused) changes nothing here.
     bool same = true;
+    std::vector<std::string> rejoined;
     for (int id : member_ids_) {
       bool found = false;
       for (const auto& m : view->members()) {
-        found = found ||
-                (m.role() == v1::ROLE_WORKER && m.rank() == id && member_addresses_.count(id) > 0 &&
-                 member_addresses_.at(id) == m.ucx_address());
+        if (m.role() != v1::ROLE_WORKER || m.rank() != id || member_addresses_.count(id) == 0 ||
+            member_addresses_.at(id) != m.ucx_address()) {
+          continue;
+        }
+        found = true;
+        if (member_joined_.count(id) > 0 && member_joined_.at(id) != m.joined_epoch()) {
+          rejoined.push_back(absl::StrCat(id));
+        }
       }
       same = same && found;
+    }
+    if (!rejoined.empty()) {
+      same = false;
+      who = absl::StrCat("worker rank(s) ", absl::StrJoin(rejoined, ", "),
+                         " lapsed (paused or cut off past the lease) and joined again");
     }
     if (same) {
       view_epoch_ = view->epoch();
@@ -417,13 +432,42 @@ absl::Status Membership::Rejoin() {
   if (registry_->lease_status().ok()) return absl::OkStatus();
   // Declared dead while paused or cut off: take the rank again if it is free.
   auto joined = registry_->Join(Me(), ctx_->options.lease_ttl);
+  const absl::StatusCode code = joined.status().code();
+  if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
+      code == absl::StatusCode::kAborted || code == absl::StatusCode::kUnknown) {
+    // The registry is unreachable or restarting: no verdict yet. Recovery
+    // tries again until its timeout.
+    return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
+        ctx_->Where(), ": this worker's registry lease lapsed and joining again failed (",
+        joined.status().message(), "); trying again")));
+  }
+  if (code == absl::StatusCode::kAlreadyExists) {
+    // Held by this very process: a join of ours whose answer was lost (cut
+    // off mid-call). Nobody renews it, so it lapses within a lease.
+    auto view = registry_->GetView(ctx_->options.job);
+    bool ours = false;
+    if (view.ok()) {
+      for (const auto& m : view->members()) {
+        ours = ours || (m.role() == v1::ROLE_WORKER && m.rank() == ctx_->id &&
+                        m.ucx_address() == registered_address_);
+      }
+    }
+    if (ours) {
+      return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
+          ctx_->Where(), ": rank ", ctx_->id,
+          " is held by an earlier join of this process whose answer was lost; it lapses within "
+          "a lease, trying again")));
+    }
+  }
   if (!joined.ok()) {
     return absl::AbortedError(
         absl::StrCat(ctx_->Where(),
                      ": this worker's registry lease lapsed (it was paused or cut off for longer "
                      "than the lease ttl) and rank ",
-                     ctx_->id, " cannot be re-joined (", joined.status().message(),
-                     "): a replacement has taken over. Exiting"));
+                     ctx_->id, " cannot be re-joined (", joined.status().message(), ")",
+                     code == absl::StatusCode::kAlreadyExists ? ": a replacement has taken over"
+                                                              : "",
+                     ". Exiting"));
   }
   TESSEL_LOG(WARNING) << ctx_->Where() << ": the registry lease had lapsed; re-joined as rank "
                       << ctx_->id;

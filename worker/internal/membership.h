@@ -140,6 +140,9 @@ class Membership {
   // (a restarted process has a new address).
   std::map<int, std::string> member_addresses_;
   std::map<int, std::string> member_hosts_;  // registry rank -> host id, the same view
+  // Registry rank -> the epoch its membership began at, the same view: a
+  // process that lapsed and re-joined keeps its address but not this.
+  std::map<int, int64_t> member_joined_;
   std::vector<std::string> server_hosts_;    // per shard: host id ("" = unknown)
   // Endpoints to other workers of this host by UCX address, kept while the
   // address stays (a second endpoint to one peer is not made).
