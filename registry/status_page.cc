@@ -70,6 +70,10 @@ std::string StatusPage::Compute() {
     int64_t step_max = 0;
     int shards = 0;
     std::string server;  // one that has it (for ListCheckpoints)
+    // The oldest step since which some shard's checkpoints fail (-1: none),
+    // and that shard's error.
+    int64_t failing_since = -1;
+    std::string failing_error;
   };
   std::map<std::string, JobRow> jobs;
   for (const auto& [pool, address] : servers) {
@@ -93,6 +97,11 @@ std::string StatusPage::Compute() {
       ++row.shards;
       row.step_min = std::min(row.step_min, st.step());
       row.step_max = std::max(row.step_max, st.step());
+      if (st.checkpoint_failing_since() >= 0 &&
+          (row.failing_since < 0 || st.checkpoint_failing_since() < row.failing_since)) {
+        row.failing_since = st.checkpoint_failing_since();
+        row.failing_error = st.checkpoint_error();
+      }
     }
   }
   const auto progress = service_->Progress();
@@ -111,7 +120,13 @@ std::string StatusPage::Compute() {
               {"recoveries", row.first.recoveries()},
               {"steps_per_s", nullptr},
               {"checkpoint", nullptr},
+              {"checkpoints_failing_since", nullptr},
+              {"checkpoint_error", nullptr},
               {"loss", json::array()}};
+    if (row.failing_since >= 0) {
+      j["checkpoints_failing_since"] = row.failing_since;
+      j["checkpoint_error"] = row.failing_error;
+    }
     // Steps per second over the last 30 s of polls.
     auto& h = history_[name];
     h.emplace_back(now, row.step_min);
@@ -203,7 +218,10 @@ async function refresh() {
         j.shards + '/' + j.num_shards + '</td><td>' + j.num_params + '</td><td>' + j.step +
         '</td><td>' + (j.steps_per_s == null ? '-' : j.steps_per_s.toFixed(1)) + '</td><td>' +
         j.epoch + '</td><td>' + j.recoveries + '</td><td>' +
-        (j.checkpoint ? j.checkpoint.step : '-') + '</td><td>' +
+        (j.checkpoint ? j.checkpoint.step : '-') +
+        (j.checkpoints_failing_since == null ? '' : '<br><span class="err" title="' +
+            esc(j.checkpoint_error) + '">failing since step ' + j.checkpoints_failing_since +
+            '</span>') + '</td><td>' +
         age(j.checkpoint ? j.checkpoint.age_s : null) + '</td></tr>').join('');
     document.getElementById('plots').innerHTML = s.jobs.map(plot).join('');
     document.querySelector('#members tbody').innerHTML = s.members.map(m => '<tr><td>' +

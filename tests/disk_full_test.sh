@@ -12,6 +12,7 @@
 #     checkpoint still completes;
 #   - tesselctl says since which step checkpoints fail, and why; the
 #     servers' metrics say it too (tessel_checkpoint_failing_since_step),
+#     and the registry's status page (status.json),
 #     and so does rank 0's log (--checkpoint_report_s=0: it asks at every
 #     step here).
 # Needs root (mount); cleans up its processes and the mount.
@@ -39,7 +40,7 @@ dd if=/dev/zero of="$tmp/small/filler" bs=4k count=170 status=none || fail "cann
 df -k "$tmp/small" | tail -1
 
 "$REGISTRY" --listen=127.0.0.1:0 --port_file="$tmp/registry.port" --lease_ttl_ms=1500 \
-  > "$tmp/registry.log" 2>&1 &
+  --metrics_address=127.0.0.1:0 > "$tmp/registry.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$tmp/registry.port" ] && break; sleep 0.1; done
 REG="$(cat "$tmp/registry.port")"
@@ -115,6 +116,20 @@ for s in 0 1; do
     | tee -a "$tmp/metrics.txt"
 done
 grep -q ' 20$' "$tmp/metrics.txt" || fail "tessel_checkpoint_failing_since_step is not 20"
+# The registry's status page (status.json, which the page renders).
+addr=$(grep -o 'metrics at http://[0-9.:]*' "$tmp/registry.log" | head -1 | sed 's|metrics at http://||')
+[ -n "$addr" ] || fail "the registry has no status page address"
+/usr/bin/python3 - "http://$addr/status.json" <<'PY' || fail "the status page does not say checkpoints fail since step 20"
+import json, sys, urllib.request
+page = json.load(urllib.request.urlopen(sys.argv[1]))
+jobs = {j["name"]: j for j in page["jobs"]}
+full, roomy = jobs["full"], jobs["roomy"]
+print("status page: full: failing since", full["checkpoints_failing_since"], "-",
+      full["checkpoint_error"], "| roomy:", roomy["checkpoints_failing_since"])
+assert full["checkpoints_failing_since"] == 20, full
+assert "No space left on device" in full["checkpoint_error"], full
+assert roomy["checkpoints_failing_since"] is None, roomy
+PY
 grep -h "checkpoints have been failing since step 20" "$tmp/train-full-0.log" | head -1
 grep -q "checkpoints have been failing since step 20 (.*No space left on device" \
   "$tmp/train-full-0.log" || fail "rank 0 does not say checkpoints fail since step 20, and why"
