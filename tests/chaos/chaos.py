@@ -51,7 +51,6 @@ TESSEL_CHAOS_REPORT (write a JSON summary there), TESSEL_CHAOS_KEEP=1 keeps
 the logs of a passing run, TESSEL_CHAOS_LOAD=0 runs without the load job.
 Needs root (namespaces, iptables, tc, mount).
 """
-import errno
 import glob
 import json
 import os
@@ -64,16 +63,16 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]  # faults.py; tests/netns.py
 import netns  # noqa: E402
+from faults import fault_classes, sh  # noqa: E402
 
 REGISTRY, SERVER, TRAIN, CTL = [os.path.abspath(a) for a in sys.argv[1:5]]
 MINUTES = float(os.environ.get("TESSEL_CHAOS_MINUTES", "2"))
 SEED = int(os.environ.get("TESSEL_CHAOS_SEED", "1"))
 LOAD = os.environ.get("TESSEL_CHAOS_LOAD", "1") != "0"
 ETCD = "/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None
-IPTABLES = shutil.which("iptables")
-TC = shutil.which("tc") or "/sbin/tc"
 ROOT = tempfile.mkdtemp(prefix="chaos-", dir=os.environ.get("TEST_TMPDIR"))
 LEASE_MS = 2000  # etcd's smallest lease with its default timing is 2 s
 STEPS, EVERY = 8000, 100
@@ -102,13 +101,6 @@ def read(path):
 
 def tail(path, n=8):
     return [l for l in read(path).splitlines() if "UCX  WARN" not in l][-n:]
-
-
-def sh(argv, check=True):
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    if check and p.returncode != 0:
-        raise RuntimeError("`%s` failed: %s" % (" ".join(argv), p.stderr.strip()))
-    return p
 
 
 class Proc:
@@ -297,203 +289,6 @@ class Cluster:
             self.mounted = False
 
 
-# --- faults -------------------------------------------------------------------
-class Fault:
-    """One fault: apply(), hold, heal(). `cls` is its class for the report."""
-
-    def __init__(self, cls, what, hold):
-        self.cls, self.what, self.hold = cls, what, hold
-
-    def apply(self, c):
-        raise NotImplementedError
-
-    def heal(self, c):
-        pass
-
-
-class Kill(Fault):
-    def __init__(self, kind, who, down):
-        Fault.__init__(self, "kill " + kind, "kill -9 %s %d, back after %.1f s" %
-                       (kind, who, down), down)
-        self.kind, self.who = kind, who
-
-    def apply(self, c):
-        p = c.workers[self.who] if self.kind == "worker" else c.servers[self.who]
-        p.kill()
-
-    def heal(self, c):
-        if self.kind == "worker":
-            if c.job_running():  # the job may have finished meanwhile
-                c.restart_worker(self.who)
-        else:
-            c.start_server(self.who)
-
-
-class Stall(Fault):
-    def __init__(self, kind, who, hold, long_):
-        Fault.__init__(self, "stall %s %s" % (kind, "long" if long_ else "short"),
-                       "SIGSTOP %s %d for %.1f s" % (kind, who, hold), hold)
-        self.kind, self.who = kind, who
-
-    def target(self, c):
-        return c.workers[self.who] if self.kind == "worker" else c.servers[self.who]
-
-    def apply(self, c):
-        self.target(c).signal(signal.SIGSTOP)
-
-    def heal(self, c):
-        self.target(c).signal(signal.SIGCONT)
-
-
-def _others(c, host):
-    return [h for h in c.hosts.values() if h is not host]
-
-
-class Partition(Fault):
-    def __init__(self, host, hold, long_, how):
-        Fault.__init__(self, "partition %s %s" % (host.split("-")[0], "long" if long_ else
-                                                  "short"),
-                       "partition %s (%s) for %.1f s" % (host, how, hold), hold)
-        self.host, self.how = host, how
-
-    def apply(self, c):
-        h = c.hosts[self.host]
-        if self.how == "link":
-            sh([netns.IP, "link", "set", h.veth, "down"])
-        else:  # dropped both ways, silently: at h, and at every other host
-            sh(h.argv([IPTABLES, "-w", "-I", "INPUT", "-i", "eth0", "-j", "DROP"]))
-            for o in _others(c, h):
-                sh(o.argv([IPTABLES, "-w", "-I", "INPUT", "-s", h.ip, "-j", "DROP"]))
-
-    def heal(self, c):
-        h = c.hosts[self.host]
-        if self.how == "link":
-            sh([netns.IP, "link", "set", h.veth, "up"], check=False)
-        else:
-            sh(h.argv([IPTABLES, "-w", "-D", "INPUT", "-i", "eth0", "-j", "DROP"]), check=False)
-            for o in _others(c, h):
-                sh(o.argv([IPTABLES, "-w", "-D", "INPUT", "-s", h.ip, "-j", "DROP"]),
-                   check=False)
-
-
-class Loss(Fault):
-    def __init__(self, host, hold, p):
-        Fault.__init__(self, "packet loss", "drop %d%% of %s's packets for %.1f s" %
-                       (p * 100, host, hold), hold)
-        self.host, self.p = host, p
-
-    def rules(self, c):
-        h = c.hosts[self.host]
-        stat = ["-m", "statistic", "--mode", "random", "--probability", "%.3f" % self.p, "-j",
-                "DROP"]
-        yield h, ["INPUT", "-i", "eth0"] + stat
-        for o in _others(c, h):
-            yield o, ["INPUT", "-s", h.ip] + stat
-
-    def apply(self, c):
-        for h, rule in self.rules(c):
-            sh(h.argv([IPTABLES, "-w", "-I"] + rule))
-
-    def heal(self, c):
-        for h, rule in self.rules(c):
-            sh(h.argv([IPTABLES, "-w", "-D"] + rule), check=False)
-
-
-class SlowLink(Fault):
-    def __init__(self, host, hold, mbit):
-        Fault.__init__(self, "slow link", "shape %s's egress to %d Mbit/s for %.1f s" %
-                       (host, mbit, hold), hold)
-        self.host, self.mbit = host, mbit
-
-    def apply(self, c):
-        sh(c.hosts[self.host].argv([TC, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate",
-                                    "%dmbit" % self.mbit, "burst", "32kbit", "latency",
-                                    "300ms"]))
-
-    def heal(self, c):
-        sh(c.hosts[self.host].argv([TC, "qdisc", "del", "dev", "eth0", "root"]), check=False)
-
-
-class DiskFull(Fault):
-    def __init__(self, hold):
-        Fault.__init__(self, "disk full", "checkpoint volume full for %.1f s" % hold, hold)
-        self.path = None
-
-    def apply(self, c):
-        self.path = os.path.join(c.ckdir, ".ballast")
-        chunk = b"\0" * (1 << 20)
-        with open(self.path, "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(chunk)
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-        with open(self.path + "2", "wb", buffering=0) as f:  # the last partial MiB too
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-
-    def heal(self, c):
-        for p in (self.path, self.path + "2"):
-            try:
-                os.unlink(p)
-            except (OSError, TypeError):
-                pass
-
-
-class RegistryRestart(Fault):
-    def __init__(self, down):
-        Fault.__init__(self, "registry restart", "kill -9 the registry, back after %.1f s" %
-                       down, down)
-
-    def apply(self, c):
-        c.registry.kill()
-
-    def heal(self, c):
-        c.registry.start()
-
-
-def fault_classes():
-    """Every class of fault, as a maker taking an rng."""
-    short = lambda rng: rng.uniform(0.3, 0.8) * LEASE_MS / 1000.0  # noqa: E731
-    long_ = lambda rng: LEASE_MS / 1000.0 + rng.uniform(1.0, 4.0)  # noqa: E731
-    how = lambda rng: rng.choice(["link", "drop"]) if IPTABLES else "link"  # noqa: E731
-    makers = {
-        "kill worker": lambda rng: Kill("worker", rng.randrange(WORLD), rng.uniform(0.2, 2.5)),
-        "kill server": lambda rng: Kill("server", rng.randrange(SHARDS), rng.uniform(0.2, 2.5)),
-        "stall worker short": lambda rng: Stall("worker", rng.randrange(WORLD), short(rng),
-                                                False),
-        "stall worker long": lambda rng: Stall("worker", rng.randrange(WORLD), long_(rng), True),
-        "stall server short": lambda rng: Stall("server", rng.randrange(SHARDS), short(rng),
-                                                False),
-        "stall server long": lambda rng: Stall("server", rng.randrange(SHARDS), long_(rng), True),
-        "registry restart": lambda rng: RegistryRestart(rng.uniform(0.2, 2.0)),
-    }
-    targets = {"train": lambda rng: "train-%d" % rng.randrange(WORLD),
-               "server": lambda rng: "server-%d" % rng.randrange(SHARDS),
-               "registry": lambda rng: "registry"}
-    if ETCD:
-        targets["etcd"] = lambda rng: "etcd"
-    for t, pick in targets.items():
-        makers["partition %s short" % t] = (
-            lambda pick: lambda rng: Partition(pick(rng), short(rng), False, how(rng)))(pick)
-        makers["partition %s long" % t] = (
-            lambda pick: lambda rng: Partition(pick(rng), long_(rng), True, how(rng)))(pick)
-    anyhost = lambda rng: rng.choice(  # noqa: E731
-        ["train-0", "train-1", "server-0", "server-1", "registry"])
-    if IPTABLES:
-        makers["packet loss"] = lambda rng: Loss(anyhost(rng), rng.uniform(3, 8),
-                                                 rng.uniform(0.05, 0.3))
-    makers["slow link"] = lambda rng: SlowLink(anyhost(rng), rng.uniform(3, 8),
-                                               rng.randint(4, 40))
-    makers["disk full"] = lambda rng: DiskFull(rng.uniform(3, 8))
-    return makers
-
-
 # --- the soak -----------------------------------------------------------------
 def read_losses(d):
     out = {}
@@ -554,7 +349,6 @@ def run_round(c, n, rng, makers, order, ref, faults):
         cls = order.pop(0)
         f = makers[cls](rng)
         f.cls = cls
-        t0 = time.time()
         rec0 = recoveries(c.job_dir)
         at = min(c.loss_lines(r) for r in range(WORLD))
         try:
@@ -564,19 +358,22 @@ def run_round(c, n, rng, makers, order, ref, faults):
             lines = [c.loss_lines(r) for r in range(WORLD)]
             time.sleep(min(1.0, f.hold))
             went_on = all(c.loss_lines(r) > lines[r] for r in range(WORLD))
+            finished = not c.job_running()
         finally:
             f.heal(c)
         healed = time.time()
         back = wait_trained_again(c, healed + RECOVERY_LIMIT_S)
         rec = recoveries(c.job_dir) - rec0
         entry = {"round": n, "class": cls, "what": f.what, "at_line": at,
-                 "held_s": round(f.hold, 2), "recovered": rec > 0, "trained_during": went_on,
+                 "held_s": round(f.hold, 2), "recovered": rec > 0,
+                 "trained_during": went_on or finished,
                  "training_again_s": round(back - healed, 2) if back else None}
         faults.append(entry)
         log("  round %d: %-22s %-50s %s" %
             (n, cls, f.what, "%s; training again %.2f s after the fault ended%s" %
-             ("trained on during it" if went_on else "training stopped",
-              back - healed, ", rolled back" if rec else "") if back else
+             ("the job finished during it" if finished else
+             "trained on during it" if went_on else "training stopped",
+             back - healed, ", rolled back" if rec else "") if back else
              "NOT training again within %d s" % RECOVERY_LIMIT_S))
         if back is None:
             problems.append("%s: not training again within %d s" % (f.what, RECOVERY_LIMIT_S))
@@ -629,7 +426,7 @@ def main():
         return 1
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     rng = random.Random(SEED)
-    makers = fault_classes()
+    makers = fault_classes(WORLD, SHARDS, LEASE_MS, ETCD)
     log("chaos: %.1f min, seed %d, %d fault classes (%s), registry on %s, load job %s, "
         "lease %d ms" % (MINUTES, SEED, len(makers), ", ".join(sorted(makers)),
                          "etcd" if ETCD else "memory", "on" if LOAD else "off", LEASE_MS))

@@ -1,11 +1,12 @@
 // Test helper: a process that sends raw frames to a UCX address, as a
 // forger that knows only a peer's address would (frame_auth_server_test).
 //
-// Usage: ucx_frame_sender HEX_ADDRESS UCX_TLS HEX_HEADER PAYLOAD_BYTES COUNT
+// Usage: ucx_frame_sender HEX_ADDRESS UCX_TLS HEX_HEADER PAYLOAD_BYTES COUNT [hold]
 // Sends COUNT messages, each the header bytes (any length) and a payload of
 // PAYLOAD_BYTES bytes of 0x7F (a float32 of about 3.4e38 in every lane),
 // waits for every send to complete, and exits 0 (1 on a failed send or bad
-// arguments).
+// arguments). With "hold" it then waits to be killed instead of exiting,
+// connection open (ucx_peer_death_test kills it -9: a worker killed mid-job).
 #include <atomic>
 #include <iostream>
 #include <string>
@@ -18,9 +19,11 @@
 
 int main(int argc, char** argv) {
   int64_t bytes = 0, count = 0;
-  if (argc != 6 || !absl::SimpleAtoi(argv[4], &bytes) || !absl::SimpleAtoi(argv[5], &count) ||
-      bytes < 0 || count < 1) {
-    std::cerr << "usage: ucx_frame_sender HEX_ADDRESS UCX_TLS HEX_HEADER PAYLOAD_BYTES COUNT\n";
+  const bool hold = argc == 7 && std::string(argv[6]) == "hold";
+  if ((argc != 6 && !hold) || !absl::SimpleAtoi(argv[4], &bytes) ||
+      !absl::SimpleAtoi(argv[5], &count) || bytes < 0 || count < 1) {
+    std::cerr << "usage: ucx_frame_sender HEX_ADDRESS UCX_TLS HEX_HEADER PAYLOAD_BYTES COUNT "
+                 "[hold]\n";
     return 1;
   }
   auto transport = tessel::UcxTransport::Create({.tls = argv[2]});
@@ -48,6 +51,10 @@ int main(int argc, char** argv) {
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (done.load() < count && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  if (hold) {
+    std::cout << "sent; holding" << std::endl;
+    for (;;) absl::SleepFor(absl::Seconds(1));
+  }
   (*transport)->Shutdown();
   if (done.load() < count || failed.load() > 0) {
     std::cerr << "ucx_frame_sender: " << done.load() << " of " << count << " sends completed, "

@@ -46,6 +46,7 @@ constexpr unsigned kAmId = 7;
 constexpr unsigned kProbeAmId = 8;       // CheckReceiveQueue's probes
 constexpr unsigned kDescriptorAmId = 9;  // a payload in payload memory
 constexpr unsigned kReleaseAmId = 10;    // the receiver is done with it
+constexpr unsigned kHelloAmId = 11;      // a connecting peer's address (OnHello)
 
 // The lanes UCX chose for `ep` (ucp_ep_print_info, the one public view of
 // them in UCX 1.13).
@@ -150,7 +151,8 @@ absl::Status UcxTransport::CreateWorker() {
   for (const auto& [id, cb] :
        {std::pair<unsigned, ucp_am_recv_callback_t>{kAmId, &OnAm},
         std::pair<unsigned, ucp_am_recv_callback_t>{kDescriptorAmId, &OnDescriptor},
-        std::pair<unsigned, ucp_am_recv_callback_t>{kReleaseAmId, &OnRelease}}) {
+        std::pair<unsigned, ucp_am_recv_callback_t>{kReleaseAmId, &OnRelease},
+        std::pair<unsigned, ucp_am_recv_callback_t>{kHelloAmId, &OnHello}}) {
     ucp_am_handler_param_t hp{};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                     UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -188,6 +190,11 @@ void UcxTransport::DestroyWorker(const absl::Status& why) {
   ucp_request_param_t cp{};
   cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  for (ucp_ep_h ep : spare_eps_) {
+    void* r = ucp_ep_close_nbx(ep, &cp);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.emplace_back(worker_, r);
+  }
+  spare_eps_.clear();
   for (Peer& p : peers_) {
     if (p.owned && p.ep != nullptr && worker_ != nullptr) {
       void* r = ucp_ep_close_nbx(p.ep, &cp);
@@ -319,7 +326,89 @@ PeerId UcxTransport::PeerForEp(ucp_ep_h ep) {
 void UcxTransport::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* self = static_cast<UcxTransport*>(arg);
   auto it = self->peer_by_ep_.find(ep);
-  if (it != self->peer_by_ep_.end()) self->peers_[it->second].failed = true;
+  if (it == self->peer_by_ep_.end()) return;
+  Peer& p = self->peers_[it->second];
+  p.failed = true;
+  if (p.adopted) {
+    // Nobody connects to a dead peer's reply endpoint again: close it (UCX
+    // frees it later, so its address leaves the map now) and fail its PeerId.
+    self->peer_by_ep_.erase(it);
+    p.ep = nullptr;
+    self->CloseLater(ep);
+  }
+}
+
+ucp_ep_params_t UcxTransport::EndpointParams(const std::string& address, bool on_error) {
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  ep.err_mode =
+      options_.peer_error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  if (on_error) {
+    ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.err_handler.cb = &UcxTransport::OnEpError;
+    ep.err_handler.arg = this;
+  }
+  return ep;
+}
+
+void UcxTransport::CloseLater(ucp_ep_h ep) {
+  ucp_request_param_t cp{};
+  cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
+  cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  cp.cb.send = [](void* request, ucs_status_t, void*) { ucp_request_free(request); };
+  (void)ucp_ep_close_nbx(ep, &cp);  // done at once, or freed by the callback
+}
+
+void UcxTransport::SendHello(ucp_ep_h ep) {
+  // The address rides as the payload (a worker address can outgrow an AM
+  // header); it lives until the send completes.
+  auto* me = new std::string(address());
+  in_flight_->Send(ep, kHelloAmId, {}, me->data(), me->size(), [me](absl::Status) { delete me; });
+}
+
+ucs_status_t UcxTransport::OnHello(void* arg, const void*, size_t, void* data, size_t length,
+                                   const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length == 0) {
+    return UCS_OK;
+  }
+  // Not inside UCX's progress: an endpoint is made on the loop's next turn.
+  std::string address(static_cast<const char*>(data), length);
+  self->loop_->Post([self, reply = param->reply_ep, address = std::move(address)] {
+    self->Adopt(reply, address);
+  });
+  return UCS_OK;
+}
+
+void UcxTransport::Adopt(ucp_ep_h reply, const std::string& address) {
+  if (worker_ == nullptr) return;
+  auto known = peer_by_ep_.find(reply);
+  if (known != peer_by_ep_.end() && peers_[known->second].owned) {
+    return;  // ours already: both sides connected and UCX paired the two
+  }
+  // UCX matches an endpoint made to a peer that already connected here with
+  // the one its connection made: the same handle comes back, now ours (UCX
+  // keeps it until we close it and calls OnEpError when the peer fails).
+  // The error handler in either error mode: where UCX finds a peer dead
+  // (tcp), OnEpError closes the endpoint instead of UCX destroying it under us.
+  ucp_ep_params_t params = EndpointParams(address, /*on_error=*/true);
+  ucp_ep_h h = nullptr;
+  if (ucp_ep_create(worker_, &params, &h) != UCS_OK) return;
+  if (h != reply) {
+    // Not matched (the two sides' connection numbers differ, or the reply
+    // endpoint is gone already): a second connection is not used (the
+    // peer's remote-key cache is keyed by the endpoint its messages come
+    // on); answers keep going through the reply endpoint. It is closed at
+    // shutdown, not now: UCX 1.13 asserts when a worker is destroyed with a
+    // force-closed endpoint's wireup still queued.
+    spare_eps_.push_back(h);
+    return;
+  }
+  Peer& p = peers_[PeerForEp(reply)];
+  p.owned = true;
+  p.adopted = true;
 }
 
 absl::StatusOr<PeerId> UcxTransport::Connect(absl::string_view address) {
@@ -327,16 +416,7 @@ absl::StatusOr<PeerId> UcxTransport::Connect(absl::string_view address) {
   std::string addr(address);
   absl::StatusOr<PeerId> result = absl::UnavailableError("transport is shut down");
   loop_->Call([&] {
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.address = reinterpret_cast<const ucp_address_t*>(addr.data());
-    ep.err_mode =
-        options_.peer_error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    if (options_.peer_error_handling) {
-      ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.err_handler.cb = &UcxTransport::OnEpError;
-      ep.err_handler.arg = this;
-    }
+    ucp_ep_params_t ep = EndpointParams(addr, options_.peer_error_handling);
     ucp_ep_h h = nullptr;
     ucs_status_t s = ucp_ep_create(worker_, &ep, &h);
     if (s != UCS_OK) {
@@ -350,6 +430,7 @@ absl::StatusOr<PeerId> UcxTransport::Connect(absl::string_view address) {
       peers_.push_back(NewPeer(h, /*owned=*/true));
       peer_by_ep_[h] = id;
       result = id;
+      peers_[id].hello = true;  // said with the first send
     }
   });
   return result;
@@ -375,6 +456,13 @@ void UcxTransport::DoSend(PeerId to, std::vector<uint8_t> header, const void* pa
   if (peers_[to].failed) {
     if (done) done(absl::UnavailableError(absl::StrCat("UCX peer ", to, " has failed")));
     return;
+  }
+  if (peers_[to].hello) {
+    // Ahead of the first message, so the receiver can answer safely (OnHello).
+    // Not at Connect: UCX 1.13 asserts when a worker is destroyed with a
+    // send still queued behind the endpoint's wireup.
+    peers_[to].hello = false;
+    SendHello(peers_[to].ep);
   }
   if (options_.zero_copy && bytes >= options_.in_place_min_bytes && peers_[to].in_place &&
       SendDescriptor(to, header, payload, bytes, done)) {

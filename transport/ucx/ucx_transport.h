@@ -141,6 +141,11 @@ class UcxTransport : public Transport {
     ucp_ep_h ep = nullptr;
     bool failed = false;
     bool owned = true;  // created by Connect (closed by us) vs. a reply endpoint
+    // A reply endpoint this transport took over once the peer said its
+    // address (HELLO): UCX keeps it until we close it and reports its failure.
+    bool adopted = false;
+    // Our address is still to be said to it (HELLO, before the first send).
+    bool hello = false;
     // How payload-memory payloads move to or from this peer (PayloadPath):
     // chosen at connect time, "copied" if the peer then cannot map them.
     std::string path = "copied";
@@ -182,6 +187,18 @@ class UcxTransport : public Transport {
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // A connecting peer's address (HELLO), sent by Connect: the receiver takes
+  // over the reply endpoint it arrived on (Adopt). UCX 1.13 destroys a reply
+  // endpoint nobody took over when its peer fails, so answering a dead peer
+  // through one used freed memory.
+  static ucs_status_t OnHello(void* arg, const void* header, size_t header_length, void* data,
+                              size_t length, const ucp_am_recv_param_t* param);
+  void SendHello(ucp_ep_h ep);
+  void Adopt(ucp_ep_h reply, const std::string& address);
+  // Parameters of an endpoint to `address`; OnEpError is its error handler
+  // if `on_error`.
+  ucp_ep_params_t EndpointParams(const std::string& address, bool on_error);
+  void CloseLater(ucp_ep_h ep);
   static ucs_status_t OnDescriptor(void* arg, const void* header, size_t header_length, void* data,
                                    size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t OnRelease(void* arg, const void* header, size_t header_length, void* data,
@@ -224,6 +241,9 @@ class UcxTransport : public Transport {
   std::atomic<bool> shut_down_{false};
   // Messages (and rendezvous payloads) delivered from peers on the probe's
   // path, and the late probes judged load (CheckReceiveQueue).
+  // Endpoints Adopt made that UCX did not pair with the peer's (closed at
+  // shutdown).
+  std::vector<ucp_ep_h> spare_eps_;
   std::atomic<uint64_t> path_deliveries_{0};
   std::atomic<uint64_t> progress_{0};  // rounds that did work, when the probe is not on shm
   std::atomic<uint64_t> late_starved_{0};

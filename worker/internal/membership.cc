@@ -460,14 +460,13 @@ absl::Status Membership::Rejoin() {
     }
   }
   if (!joined.ok()) {
-    return absl::AbortedError(
-        absl::StrCat(ctx_->Where(),
-                     ": this worker's registry lease lapsed (it was paused or cut off for longer "
-                     "than the lease ttl) and rank ",
-                     ctx_->id, " cannot be re-joined (", joined.status().message(), ")",
-                     code == absl::StatusCode::kAlreadyExists ? ": a replacement has taken over"
-                                                              : "",
-                     ". Exiting"));
+    return absl::AbortedError(absl::StrCat(
+        ctx_->Where(),
+        ": this worker's registry lease lapsed (it was paused or cut off for longer "
+        "than the lease ttl) and rank ",
+        ctx_->id, " cannot be re-joined (", joined.status().message(), ")",
+        code == absl::StatusCode::kAlreadyExists ? ": a replacement has taken over" : "",
+        ". Exiting"));
   }
   TESSEL_LOG(WARNING) << ctx_->Where() << ": the registry lease had lapsed; re-joined as rank "
                       << ctx_->id;

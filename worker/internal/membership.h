@@ -143,7 +143,7 @@ class Membership {
   // Registry rank -> the epoch its membership began at, the same view: a
   // process that lapsed and re-joined keeps its address but not this.
   std::map<int, int64_t> member_joined_;
-  std::vector<std::string> server_hosts_;    // per shard: host id ("" = unknown)
+  std::vector<std::string> server_hosts_;  // per shard: host id ("" = unknown)
   // Endpoints to other workers of this host by UCX address, kept while the
   // address stays (a second endpoint to one peer is not made).
   std::map<std::string, PeerId> worker_endpoints_;
