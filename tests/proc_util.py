@@ -53,6 +53,15 @@ def finish(work_dir):
     return 1 if failures else 0
 
 
+def read(path):
+    """The text of the file at `path` ("" if there is none)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
 def check(cond, what):
     log(("ok    " if cond else "FAIL  ") + what)
     if not cond:

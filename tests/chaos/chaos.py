@@ -64,9 +64,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..")]  # faults.py; tests/netns.py
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]  # faults.py; tests/netns.py, proc_util.py
 import netns  # noqa: E402
 from faults import fault_classes, sh  # noqa: E402
+from proc_util import log, read  # noqa: E402
 
 REGISTRY, SERVER, TRAIN, CTL = [os.path.abspath(a) for a in sys.argv[1:5]]
 MINUTES = float(os.environ.get("TESSEL_CHAOS_MINUTES", "2"))
@@ -85,18 +86,6 @@ LOAD_MODEL = ["--layers=128,512,512,10", "--samples=8192", "--batch=128", "--opt
 # A fault whose job does not train again within this is a failure.
 RECOVERY_LIMIT_S = 90
 CKPT_MIB = 96
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def read(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
 
 
 def tail(path, n=8):
