@@ -80,11 +80,16 @@ std::shared_ptr<FrameAuth::Key> FrameAuth::KeyOf(int64_t epoch) {
 }
 
 std::array<uint8_t, kFrameTagBytes> FrameAuth::Tag(const uint8_t* header, int64_t epoch) {
+  return TagOf(absl::MakeConstSpan(header, kHeaderBytes), epoch);
+}
+
+std::array<uint8_t, kFrameTagBytes> FrameAuth::TagOf(absl::Span<const uint8_t> bytes,
+                                                     int64_t epoch) {
   std::shared_ptr<Key> key = KeyOf(epoch);
   std::array<uint8_t, kFrameTagBytes> tag{};
   EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(key->ctx);
   size_t len = 0;
-  if (ctx == nullptr || EVP_MAC_update(ctx, header, kHeaderBytes) != 1 ||
+  if (ctx == nullptr || EVP_MAC_update(ctx, bytes.data(), bytes.size()) != 1 ||
       EVP_MAC_final(ctx, tag.data(), &len, tag.size()) != 1 || len != tag.size()) {
     std::abort();  // out of memory
   }
@@ -107,6 +112,13 @@ bool FrameAuth::Verify(absl::Span<const uint8_t> am_header, const FrameHeader& h
   }
   const std::array<uint8_t, kFrameTagBytes> want = Tag(am_header.data(), h.epoch);
   return CRYPTO_memcmp(want.data(), am_header.data() + kHeaderBytes, kFrameTagBytes) == 0;
+}
+
+bool FrameAuth::VerifyTag(absl::Span<const uint8_t> bytes, absl::Span<const uint8_t> tag,
+                          int64_t epoch) {
+  if (tag.size() != kFrameTagBytes) return false;
+  const std::array<uint8_t, kFrameTagBytes> want = TagOf(bytes, epoch);
+  return CRYPTO_memcmp(want.data(), tag.data(), kFrameTagBytes) == 0;
 }
 
 WireHeader ToWire(FrameAuth* auth, const FrameHeader& h) {

@@ -62,6 +62,12 @@ class FrameAuth {
   // epoch (`h`: those bytes decoded). Compared in constant time.
   bool Verify(absl::Span<const uint8_t> am_header, const FrameHeader& h);
 
+  // The same keys over any bytes (a hybrid mesh's peer-message header,
+  // worker/peer_group.h): the tag of `bytes` under the key of `epoch`, and
+  // whether `tag` is it (constant time).
+  std::array<uint8_t, kFrameTagBytes> TagOf(absl::Span<const uint8_t> bytes, int64_t epoch);
+  bool VerifyTag(absl::Span<const uint8_t> bytes, absl::Span<const uint8_t> tag, int64_t epoch);
+
   const std::string& secret() const { return secret_; }
   int32_t shard() const { return shard_; }
 

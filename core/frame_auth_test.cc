@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <thread>
@@ -99,6 +100,28 @@ TEST(FrameAuthTest, KeysDifferByEpochShardAndJob) {
   // Another shard or job refuses a frame even with the right secret.
   EXPECT_FALSE(Auth(secret, "mlp", 3)->Verify(Bytes(at7), h));
   EXPECT_FALSE(Auth(secret, "other", 2)->Verify(Bytes(at7), h));
+}
+
+// TagOf/VerifyTag (a hybrid mesh's peer messages): the same keys over bytes
+// of any length; a tag holds only for its bytes, epoch and secret, and the
+// header tag of a frame is TagOf its 64 bytes.
+TEST(FrameAuthTest, TagsOverAnyBytes) {
+  const std::string secret = NewJobSecret();
+  auto mine = Auth(secret, "mlp.mesh", -1), theirs = Auth(secret, "mlp.mesh", -1);
+  const std::vector<uint8_t> msg(40, 7);
+  const auto tag = mine->TagOf(msg, 3);
+  EXPECT_TRUE(theirs->VerifyTag(msg, tag, 3));
+  EXPECT_FALSE(theirs->VerifyTag(msg, tag, 4));  // another generation's key
+  std::vector<uint8_t> changed = msg;
+  changed[20] ^= 1;
+  EXPECT_FALSE(theirs->VerifyTag(changed, tag, 3));
+  EXPECT_FALSE(Auth(NewJobSecret(), "mlp.mesh", -1)->VerifyTag(msg, tag, 3));
+  EXPECT_FALSE(Auth(secret, "other.mesh", -1)->VerifyTag(msg, tag, 3));
+  EXPECT_FALSE(theirs->VerifyTag(msg, absl::MakeConstSpan(tag.data(), 15), 3));  // short tag
+  const FrameHeader h = Push();
+  const SealedHeader sealed = Auth(secret)->Seal(h);
+  const auto of_header = Auth(secret)->TagOf(absl::MakeConstSpan(sealed.data(), kHeaderBytes), 7);
+  EXPECT_TRUE(std::equal(of_header.begin(), of_header.end(), sealed.begin() + kHeaderBytes));
 }
 
 TEST(FrameAuthTest, ManyEpochsStayCorrect) {

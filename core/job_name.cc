@@ -106,4 +106,8 @@ bool IsHelperJob(absl::string_view job) {
   return parsed.ok() && parsed->helper.has_value();
 }
 
+bool IsMeshGroup(absl::string_view name) {
+  return name.size() > kMesh.size() && absl::EndsWith(name, kMesh);
+}
+
 }  // namespace tessel

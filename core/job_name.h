@@ -77,6 +77,9 @@ bool JobInScope(absl::string_view scope, absl::string_view job);
 // True if `job` ends in a helper part after a non-empty name.
 bool IsHelperJob(absl::string_view job);
 
+// True if `name` is MeshGroupName of a non-empty job name.
+bool IsMeshGroup(absl::string_view name);
+
 }  // namespace tessel
 
 #endif  // TESSEL_CORE_JOB_NAME_H_

@@ -137,5 +137,14 @@ TEST(JobNameTest, HelperJobsAreNamedByTheirLastPart) {
   EXPECT_FALSE(IsHelperJob("mlp~sync4.e3.g1"));
 }
 
+TEST(JobNameTest, MeshGroupsAreTheMeshNamesOfJobs) {
+  EXPECT_TRUE(IsMeshGroup(MeshGroupName("mlp")));
+  EXPECT_TRUE(IsMeshGroup("a.b.mesh"));
+  EXPECT_FALSE(IsMeshGroup(".mesh"));
+  EXPECT_FALSE(IsMeshGroup("mlp"));
+  EXPECT_FALSE(IsMeshGroup("mlp.mesh~sync4.e1"));
+  EXPECT_FALSE(IsMeshGroup("mlp.meshy"));
+}
+
 }  // namespace
 }  // namespace tessel

@@ -44,6 +44,7 @@ TEST(AccessPolicyTest, ShardServerDecisions) {
            {"CreateJob", unauth, ok, deny, deny},
            {"SetEpoch", unauth, ok, deny, deny},
            {"GetFrameKey", unauth, ok, deny, deny},  // a job's data-path key: its workers only
+           {"GetMeshKey", unauth, ok, deny, deny},   // a hybrid job's mesh key: the same
            {"SaveCheckpoint", unauth, ok, deny, deny},
            {"ReadState", unauth, ok, deny, deny},  // never anonymous
            {"WriteState", unauth, ok, deny, deny},
@@ -90,6 +91,10 @@ TEST(AccessPolicyTest, WorkerScope) {
             StatusCode::kPermissionDenied);
   EXPECT_TRUE(auth.Check(scoped, "ShardServer", "GetFrameKey", "jobA").ok());
   EXPECT_TRUE(auth.Check(scoped, "ShardServer", "GetFrameKey", "jobA.g2~sync8.e1").ok());
+  // A hybrid job's mesh key: only for its own job's mesh.
+  EXPECT_TRUE(auth.Check(scoped, "ShardServer", "GetMeshKey", "jobA.mesh").ok());
+  EXPECT_EQ(auth.Check(scoped, "ShardServer", "GetMeshKey", "jobB.mesh").code(),
+            StatusCode::kPermissionDenied);
   EXPECT_NE(other.message().find("the worker credential for job 'jobA' (token) may not act "
                                  "on job 'jobB'"),
             std::string::npos)

@@ -284,5 +284,39 @@ TEST_F(FrameAuthServerTest, KeysGoOnlyToTheJobsWorkersAndOnlyForJobsThatExist) {
   EXPECT_EQ(KeyOf("B")->secret(), KeyOf("B")->secret());
 }
 
+// A hybrid job's mesh ("J.mesh") is no job on the server: its secret is made
+// on the first ask and is the same for every member that asks after, differs
+// per mesh, and is the one members hand back (`keep`) once they hold one (a
+// restarted server takes the running mesh's). Anything else is refused.
+TEST_F(FrameAuthServerTest, AMeshGetsOneSecretForAllItsMembers) {
+  auto mesh_key = [&](const std::string& mesh, const std::string& keep, std::string* secret) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::MeshKeyRequest req;
+    req.set_mesh(mesh);
+    req.set_keep(keep);
+    v1::FrameKeyResponse resp;
+    grpc::Status s = stub_->GetMeshKey(&ctx, req, &resp);
+    *secret = resp.secret();
+    return s.error_code();
+  };
+  std::string first, again, other;
+  ASSERT_EQ(mesh_key("mlp.mesh", "", &first), grpc::StatusCode::OK);
+  EXPECT_EQ(first.size(), kJobSecretBytes);
+  ASSERT_EQ(mesh_key("mlp.mesh", "", &again), grpc::StatusCode::OK);
+  EXPECT_EQ(again, first);
+  ASSERT_EQ(mesh_key("bert.mesh", "", &other), grpc::StatusCode::OK);
+  EXPECT_NE(other, first);
+  const std::string held = NewJobSecret();
+  ASSERT_EQ(mesh_key("mlp.mesh", held, &again), grpc::StatusCode::OK);
+  EXPECT_EQ(again, held);
+  ASSERT_EQ(mesh_key("mlp.mesh", "", &again), grpc::StatusCode::OK);
+  EXPECT_EQ(again, held);
+  EXPECT_EQ(mesh_key("mlp", "", &again), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(mesh_key("mlp.mesh", "short", &again), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_EQ(mesh_key("mlp.mesh", "", &again), grpc::StatusCode::OK);
+  EXPECT_EQ(again, held) << "a refused request changed the secret";
+}
+
 }  // namespace
 }  // namespace tessel

@@ -19,4 +19,13 @@ std::shared_ptr<FrameAuth> FrameKeys::Find(uint64_t job_id) {
   return it == auth_.end() ? nullptr : it->second;
 }
 
+std::string FrameKeys::MeshSecret(const std::string& group, const std::string& keep) {
+  if (!enabled_) return "";
+  absl::MutexLock lock(&mu_);
+  std::string& secret = mesh_[group];
+  if (!keep.empty()) secret = keep;
+  if (secret.empty()) secret = NewJobSecret();
+  return secret;
+}
+
 }  // namespace tessel

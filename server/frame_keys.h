@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -33,11 +34,19 @@ class FrameKeys {
   std::shared_ptr<FrameAuth> For(uint64_t job_id, int32_t shard);
   // The job's authentication if it has one yet; nullptr otherwise.
   std::shared_ptr<FrameAuth> Find(uint64_t job_id);
+  // The secret of a hybrid job's worker-to-worker mesh (`group`, e.g.
+  // "mlp.mesh"): `keep` if not empty (the secret a running mesh holds, which
+  // this server may have lost by restarting), otherwise the one it holds,
+  // made on the first ask. The mesh's members all fetch it from shard 0
+  // (worker/hybrid.h). "" when off. This server never checks mesh messages;
+  // it only keeps and hands out the secret.
+  std::string MeshSecret(const std::string& group, const std::string& keep = "");
 
  private:
   const bool enabled_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<FrameAuth>> auth_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::string> mesh_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessel

@@ -165,6 +165,26 @@ grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::JobRe
   return grpc::Status::OK;
 }
 
+grpc::Status ShardService::GetMeshKey(grpc::ServerContext* ctx, const v1::MeshKeyRequest* req,
+                                      v1::FrameKeyResponse* resp) {
+  if (!IsMeshGroup(req->mesh())) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("GetMeshKey: '", req->mesh(),
+                                     "' is no mesh group (a hybrid job's mesh is '<job>.mesh')"));
+  }
+  grpc::Status auth = Authorize(ctx, "GetMeshKey", req->mesh());
+  if (!auth.ok()) return auth;
+  if (!req->keep().empty() && req->keep().size() != kJobSecretBytes) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("GetMeshKey: a mesh secret is ", kJobSecretBytes,
+                                     " bytes; `keep` has ", req->keep().size()));
+  }
+  if (frame_keys_ != nullptr) {
+    resp->set_secret(frame_keys_->MeshSecret(req->mesh(), req->keep()));
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status ShardService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
                                     v1::ListJobsResponse* resp) {
   grpc::Status auth = Authorize(ctx, "ListJobs");

@@ -48,8 +48,11 @@ def tail(path, n=10):
 
 
 class Cluster:
-    def __init__(self, d):
+    def __init__(self, d, auth=False):
         self.d = d
+        # auth: the servers authenticate data-path frames, and so the hybrid
+        # processes their mesh, with a key from shard server 0.
+        self.auth = auth
         os.makedirs(d)
         _, self.reg = start_registry(REGISTRY, d, LEASE_MS)
         self.ckdir = os.path.join(d, "checkpoints")
@@ -59,7 +62,8 @@ class Cluster:
     def start_server(self, s):
         return spawn([SERVER, "--registry=" + self.reg, "--shard=%d" % s,
                       "--ucx_tls=posix,sysv,self", "--lease_ttl_ms=%d" % LEASE_MS,
-                      "--checkpoint_dir=" + self.ckdir, "--update_threads=2"],
+                      "--checkpoint_dir=" + self.ckdir, "--update_threads=2",
+                      "--data_auth=" + ("on" if self.auth else "off")],
                      os.path.join(self.d, "server%d.log" % s))
 
     def start_rank(self, job, shape, extra, r, log_path):
@@ -167,36 +171,74 @@ def same_step_and_bits(name, paths, pattern, npy, reference, who):
     return check(same, "%s: final parameters bitwise equal to the clean run" % name) and ok
 
 
-def scenario(name, shape, extra):
+def mesh_keyed(name, c, paths):
+    """With c.auth, every process authenticated its mesh and dropped no
+    message of its own job."""
+    if not c.auth:
+        return True
+    texts = [open(p, errors="replace").read() for p in paths]
+    return check(all("worker-to-worker messages authenticated" in t for t in texts) and
+                 not any("dropping an unauthenticated" in t for t in texts),
+                 "%s: every process's mesh is authenticated, no message of the job dropped" % name)
+
+
+def scenario(name, shape, extra, shard=1, auth=False, then_replace=None):
+    """Shard server `shard` killed (-9) and restarted. With then_replace, once
+    every process recovered, worker `then_replace` is killed too and a
+    replacement started: with auth it gets the mesh's key from a shard 0 that
+    was restarted, which the survivors handed the key back to."""
     reference = clean_run(name, shape, extra)
     if reference is None:
         return
     d = os.path.join(ROOT, name)
-    c = Cluster(d)
+    c = Cluster(d, auth)
     c.start_job("fault", shape, extra)
-    # Kill shard server 1 once training is well under way and every partition
+    # Kill the shard server once training is well under way and every partition
     # has a checkpoint to go back to.
     if not wait_for_training(name, c, "fault", shape):
         return
     t0 = time.time()
-    c.servers[1].send_signal(signal.SIGKILL)
-    c.servers[1].wait()
+    c.servers[shard].send_signal(signal.SIGKILL)
+    c.servers[shard].wait()
     time.sleep(0.5)
-    c.servers[1] = c.start_server(1)
+    c.servers[shard] = c.start_server(shard)
+    logs = list(c.logs)
+    pattern = r"every partition rolled back from step \d+ to the checkpoint of step (\d+)"
+    if then_replace is not None:
+        end = time.time() + 90
+        while time.time() < end and not all(
+                "recovered in" in open(l, errors="replace").read() for l in c.logs):
+            time.sleep(0.05)
+        if not check(all("recovered in" in open(l, errors="replace").read() for l in c.logs),
+                     "%s: every process recovered from shard server %d's death" % (name, shard)):
+            c.show()
+            cleanup()
+            return
+        c.workers[then_replace].send_signal(signal.SIGKILL)
+        c.workers[then_replace].wait()
+        time.sleep(0.5)
+        replacement_log = os.path.join(d, "fault.rank%d.replacement.log" % then_replace)
+        c.workers[then_replace] = c.start_rank("fault", shape, extra + ["--resume"], then_replace,
+                                               replacement_log)
+        logs = [l for r, l in enumerate(c.logs) if r != then_replace] + [replacement_log]
+        pattern = (r"(?:rolled back from step \d+ to the checkpoint of step|resumes from the "
+                   r"checkpoint of step) (\d+)")
     rcs = c.wait_job(180)
     elapsed = time.time() - t0
     ok = check(rcs == [0] * len(rcs),
-               "%s: every process recovers and finishes after kill -9 of shard server 1 "
-               "(exit codes %s, %.1f s after the kill)" % (name, rcs, elapsed))
-    ok &= same_step_and_bits(
-        name, c.logs, r"every partition rolled back from step \d+ to the checkpoint of step (\d+)",
-        os.path.join(d, "fault.npy"), reference, "every process rolled back to the same checkpoint")
+               "%s: every process recovers and finishes after kill -9 of shard server %d%s "
+               "(exit codes %s, %.1f s after the kill)" %
+               (name, shard, "" if then_replace is None else
+                " and then of rank %d (replaced)" % then_replace, rcs, elapsed))
+    ok &= same_step_and_bits(name, logs, pattern, os.path.join(d, "fault.npy"), reference,
+                             "every process rolled back to the same checkpoint")
+    ok &= mesh_keyed(name, c, logs)
     if not ok:
         c.show()
     cleanup()
 
 
-def worker_replaced(name, shape, extra, victim):
+def worker_replaced(name, shape, extra, victim, auth=False):
     """A worker process dies and a replacement (--resume) joins: the others
     pause, welcome it, and every partition rolls back to a common checkpoint;
     bitwise as the clean run."""
@@ -204,7 +246,7 @@ def worker_replaced(name, shape, extra, victim):
     if reference is None:
         return
     d = os.path.join(ROOT, name)
-    c = Cluster(d)
+    c = Cluster(d, auth)
     c.start_job("job", shape, extra)
     if not wait_for_training(name, c, "job", shape):
         return
@@ -227,6 +269,7 @@ def worker_replaced(name, shape, extra, victim):
         r"(?:rolled back from step \d+ to the checkpoint of step|resumes from the checkpoint of "
         r"step) (\d+)", os.path.join(d, "job.npy"), reference,
         "survivors and the replacement agree on the checkpoint")
+    ok &= mesh_keyed(name, c, [l for r, l in enumerate(c.logs) if r != victim] + [replacement_log])
     if not ok:
         c.show()
         for line in tail(replacement_log, 15):
@@ -277,13 +320,16 @@ def main():
     try:
         # Two data-parallel replicas of a two-stage pipeline (zero2, fp32).
         scenario("dp2-pp2", (2, 1, 2), [])
-        # Tensor parallelism and pipeline, zero1 in bf16.
-        scenario("tp2-pp2-bf16", (1, 2, 2), ["--strategy=zero1", "--precision=bf16"])
+        # Tensor parallelism and pipeline, zero1 in bf16; servers and mesh
+        # authenticated. Shard server 0 (the mesh key's source) dies, then a
+        # worker: its replacement gets the running mesh's key.
+        scenario("tp2-pp2-bf16-auth", (1, 2, 2), ["--strategy=zero1", "--precision=bf16"],
+                 shard=0, auth=True, then_replace=1)
         # A worker process dies: a replacement rejoins the running job.
         worker_replaced("dp2-pp2-replace-1", (2, 1, 2), [], 1)
         # Rank 0 (which coordinates the agreement on the checkpoint) replaced.
         worker_replaced("tp2-pp2-bf16-replace-0", (1, 2, 2),
-                        ["--strategy=zero1", "--precision=bf16"], 0)
+                        ["--strategy=zero1", "--precision=bf16"], 0, auth=True)
         # Every process gone (one killed, the others gave up): a whole restart.
         whole_restart("dp2-pp2-restart", (2, 1, 2), [])
     finally:

@@ -137,6 +137,13 @@ timeout 120 "$HYBRID" --local --dp=2 --tp=2 --pp=1 --micro_batches=2 --steps=10 
   { cat "$tmp/hybrid.txt"; fail "tessel-hybrid-train --local with mTLS failed"; }
 grep -q "max relative difference vs the single-process hybrid reference: 0 " "$tmp/hybrid.txt" ||
   { cat "$tmp/hybrid.txt"; fail "hybrid over mTLS differs from its reference"; }
-echo "tessel-hybrid-train --local: 4 processes over mutual TLS match the reference"
+hybrid_dir=$(sed -n 's/.*logs in \([^ ]*\)$/\1/p' "$tmp/hybrid.txt" | head -1)
+keyed=$(cat "$hybrid_dir"/*.log 2>/dev/null | grep -c "worker-to-worker messages authenticated")
+[ "$keyed" -eq 4 ] ||
+  { cat "$tmp/hybrid.txt"; fail "expected 4 processes to authenticate their mesh, found $keyed (logs: $hybrid_dir)"; }
+if cat "$hybrid_dir"/*.log | grep -q "dropping an unauthenticated"; then
+  fail "a hybrid process dropped a mesh message of its own job"
+fi
+echo "tessel-hybrid-train --local: 4 processes over mutual TLS, mesh messages authenticated, match the reference"
 
 echo; echo "PASS"

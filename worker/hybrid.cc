@@ -11,7 +11,10 @@
 #include "absl/strings/str_split.h"
 #include "core/job_name.h"
 #include "core/log.h"
+#include "core/frame_auth.h"
+#include "core/wire.h"
 #include "rpc/registry_client.h"
+#include "rpc/shard_fleet.h"
 #include "rpc/tls.h"
 #include "worker/collectives.h"
 #include "worker/internal/make_transport.h"
@@ -181,6 +184,12 @@ absl::Status HybridSession::Start() {
   std::string token = w.token;
   if (const char* env = std::getenv("TESSEL_TOKEN"); token.empty() && env != nullptr) token = env;
   registry_ = std::make_unique<RegistryClient>(w.registry, *credentials, token);
+  credentials_ = *credentials;
+  token_ = token;
+  // Keyed before anyone learns this process's mesh address: no message is
+  // ever taken unauthenticated where the servers authenticate theirs.
+  absl::Status keyed = KeyMesh(absl::Now() + w.connect_timeout);
+  if (!keyed.ok()) return keyed;
   // A replacement waits for its dead predecessor's lease to lapse.
   absl::StatusOr<MeshView> mesh =
       JoinMesh(registry_.get(), po.name, w.rank, w.world_size, peers_->address(), w.connect_timeout,
@@ -258,6 +267,61 @@ absl::Status HybridSession::Start() {
                    << " connected; partition job '" << partition.job << "' as rank " << coords_.d
                    << " of " << config.dp;
   return absl::OkStatus();
+}
+
+absl::Status HybridSession::KeyMesh(absl::Time deadline) {
+  const WorkerOptions& w = options_.worker;
+  const std::string where = absl::StrCat("job '", w.job, "' ", Describe());
+  const std::string mesh = MeshGroupName(w.job);
+  auto has_shard0 = [](const v1::View& v) {
+    for (const auto& m : v.members()) {
+      if (m.role() == v1::ROLE_SERVER && m.rank() == 0) return true;
+    }
+    return false;
+  };
+  absl::Status last;
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    auto pool = registry_->WaitForView(w.server_pool, has_shard0, left);
+    if (!pool.ok()) {
+      last = pool.status();
+      break;
+    }
+    ShardFleet fleet(ControlOptions{credentials_, token_});
+    fleet.ConnectView(*pool);
+    v1::MeshKeyRequest req;
+    req.set_mesh(mesh);
+    req.set_keep(mesh_secret_);
+    v1::FrameKeyResponse resp;
+    last = fleet.Call(0, &v1::ShardServer::Stub::GetMeshKey, req, &resp,
+                      absl::StrCat("GetMeshKey (the key of mesh '", mesh, "')"));
+    if (absl::IsUnimplemented(last)) {
+      TESSEL_LOG(WARNING) << where << ": shard server 0 predates mesh keys (" << last.message()
+                          << "); worker-to-worker messages go unauthenticated";
+      return absl::OkStatus();
+    }
+    if (last.ok()) {
+      if (resp.secret().empty() || resp.secret() == mesh_secret_) return absl::OkStatus();
+      absl::StatusOr<std::shared_ptr<FrameAuth>> auth =
+          FrameAuth::Create(resp.secret(), JobId(mesh), /*shard=*/-1);
+      if (!auth.ok()) {
+        return absl::InternalError(
+            absl::StrCat(where, ": shard server 0's mesh key: ", auth.status().message()));
+      }
+      mesh_secret_ = resp.secret();
+      peers_->SetAuth(*std::move(auth));
+      TESSEL_LOG(INFO) << where << ": worker-to-worker messages authenticated (mesh '" << mesh
+                       << "', key from shard server 0)";
+      return absl::OkStatus();
+    }
+    // A restarting server, or one not reachable yet: try again.
+    if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return absl::Status(last.ok() ? absl::StatusCode::kDeadlineExceeded : last.code(),
+                      absl::StrCat(where, ": cannot get the mesh's key from shard server 0 of pool '",
+                                   w.server_pool, "': ", last.ok() ? "timed out" : last.message()));
 }
 
 std::string HybridSession::ConfigText() const {
@@ -362,6 +426,12 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
     return absl::FailedPreconditionError(absl::StrCat(
         where, ": the worker-to-worker (mesh) endpoint cannot recover in place: ", s.message(),
         ". Restart the whole job with --resume (it goes on from the newest checkpoint)"));
+  }
+  // The mesh's key stays what it was; shard 0 (perhaps a restarted one, the
+  // source of a replacement's key) is handed it back.
+  if (!mesh_secret_.empty()) {
+    s = KeyMesh(start + options_.worker.recovery_timeout);
+    if (!s.ok()) return s;
   }
   // 1. A new generation: from here on, nothing of the abandoned step is
   // received. Every survivor has been through the same recoveries, so they

@@ -46,6 +46,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "rpc/tls.h"
 #include "worker/peer_group.h"
 #include "worker/worker.h"
 
@@ -226,6 +227,13 @@ class HybridSession {
   // still lists the dead process is never taken for whole.
   absl::Status AwaitWholeMesh(absl::Time deadline, std::vector<int>* replaced);
   std::string ConfigText() const;
+  // Authenticates the mesh when the pool's servers authenticate data-path
+  // frames: the mesh's secret from shard 0 (GetMeshKey, over the control
+  // plane), handed to the PeerGroup. A member that holds the secret already
+  // hands it back, so a restarted shard 0 keeps the running mesh's. Waits
+  // for shard 0 (a restarting one) until `deadline`. Servers from before
+  // mesh keys (UNIMPLEMENTED) leave the mesh unauthenticated.
+  absl::Status KeyMesh(absl::Time deadline);
   // Every process of the mesh, at this generation: the survivors in Recover
   // and a replacement in Start meet here.
   absl::Status RecoveryBarrier();
@@ -233,6 +241,9 @@ class HybridSession {
   const HybridOptions options_;
   const RankCoords coords_;
   std::unique_ptr<RegistryClient> registry_;  // keeps the mesh membership's lease
+  ClientCredentials credentials_;             // the control plane's, for KeyMesh
+  std::string token_;
+  std::string mesh_secret_;  // "" while the mesh is not authenticated
   int64_t mesh_epoch_ = 0;                    // the mesh group's epoch once complete
   // In Recover(): the servers are expected to change, so the health check
   // does not look at them.

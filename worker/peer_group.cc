@@ -96,10 +96,47 @@ absl::StatusOr<PeerId> PeerGroup::PeerFor(int rank) {
   return static_cast<PeerId>(peers_[rank]);
 }
 
+void PeerGroup::SetAuth(std::shared_ptr<FrameAuth> auth) {
+  absl::MutexLock lock(&mu_);
+  auth_ = std::move(auth);
+}
+
+bool PeerGroup::authenticated() {
+  absl::MutexLock lock(&mu_);
+  return auth_ != nullptr;
+}
+
+int64_t PeerGroup::refused_unauthenticated() {
+  absl::MutexLock lock(&mu_);
+  return refused_unauthenticated_;
+}
+
 Accept PeerGroup::OnMessage(const Incoming& in) {
-  absl::StatusOr<PeerMessageHeader> h = DecodePeerHeader(in.header);
+  // A tagged header is the 40 header bytes and their tag.
+  const bool tagged = in.header.size() == kPeerHeaderBytes + kFrameTagBytes;
+  const absl::Span<const uint8_t> header =
+      tagged ? in.header.subspan(0, kPeerHeaderBytes) : in.header;
+  absl::StatusOr<PeerMessageHeader> h = DecodePeerHeader(header);
   if (!h.ok()) {
     TESSEL_LOG(WARNING) << Where() << ": refused a message: " << h.status().message();
+    return Accept{};
+  }
+  std::shared_ptr<FrameAuth> auth;
+  {
+    absl::MutexLock lock(&mu_);
+    auth = auth_;
+  }
+  if (auth != nullptr &&
+      (!tagged || !auth->VerifyTag(header, in.header.subspan(kPeerHeaderBytes), h->generation))) {
+    int64_t refused = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      refused = ++refused_unauthenticated_;
+    }
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+        << Where() << ": dropping an unauthenticated message (" << (tagged ? "wrong" : "no")
+        << " tag; says it is from rank " << h->from << ", generation " << h->generation << ", tag "
+        << h->tag << "; " << refused << " dropped so far)";
     return Accept{};
   }
   if (h->group_id != group_id_) {
@@ -185,12 +222,18 @@ absl::Status PeerGroup::SendPayload(int peer, uint64_t tag, std::shared_ptr<cons
   h.from = rank_;
   h.tag = tag;
   h.payload_bytes = bytes;
+  std::shared_ptr<FrameAuth> auth;
   {
     absl::MutexLock lock(&mu_);
     h.generation = generation_;
+    auth = auth_;
     ++outstanding_sends_;
   }
-  const std::vector<uint8_t> header = EncodePeerHeader(h);
+  std::vector<uint8_t> header = EncodePeerHeader(h);
+  if (auth != nullptr) {
+    const std::array<uint8_t, kFrameTagBytes> tag = auth->TagOf(header, h.generation);
+    header.insert(header.end(), tag.begin(), tag.end());
+  }
   transport_->Send(*to, absl::MakeConstSpan(header), data, bytes,
                    [this, owner = std::move(owner), peer, tag](absl::Status s) {
                      absl::MutexLock lock(&mu_);

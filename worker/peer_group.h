@@ -27,6 +27,14 @@
 // the group, are refused and logged; a second message for a (peer, tag) that
 // is still unclaimed fails the group (a tag reuse is a bug).
 //
+// Authentication (SetAuth, e.g. a hybrid job's mesh key from its shard
+// servers): every header then goes out with a 16-byte tag, the group key's
+// SipHash of the 40 header bytes under the key of the message's generation
+// (core/frame_auth.h); a message without a valid tag is dropped before it
+// can take a (peer, tag) slot, counted (refused_unauthenticated()) and
+// logged at most once per 10 s. A Reset changes the key with the
+// generation, so a message of an older generation cannot be re-stamped.
+//
 // Threads: Send, Recv and Flush may be called from any thread (collectives
 // built on them must be issued in the same order on every member). The transport's
 // progress thread runs the receive handler, which only stores messages.
@@ -53,6 +61,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/frame_auth.h"
 #include "transport/transport.h"
 
 namespace tessel {
@@ -143,6 +152,15 @@ class PeerGroup {
   // the group with that status. It may block briefly (e.g. one RPC).
   void SetHealthCheck(std::function<absl::Status()> check);
 
+  // Authenticates every message from here on (see the top; nullptr: none).
+  // Set it before the group's address is handed out (before JoinMesh), so
+  // that no message is ever taken unauthenticated, and again with a new
+  // secret (a shard server that held it restarted) before a Reset.
+  void SetAuth(std::shared_ptr<FrameAuth> auth);
+  bool authenticated();
+  // Messages dropped for a missing or wrong tag, since the group was made.
+  int64_t refused_unauthenticated();
+
   // Stops the transport; pending sends complete with Cancelled.
   void Shutdown();
 
@@ -191,6 +209,8 @@ class PeerGroup {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   uint32_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const std::function<absl::Status()>> health_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<FrameAuth> auth_ ABSL_GUARDED_BY(mu_);
+  int64_t refused_unauthenticated_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Peer discovery through the registry: joins `group` as (ROLE_WORKER, rank)

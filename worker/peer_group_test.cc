@@ -16,6 +16,9 @@
 #include "gtest/gtest.h"
 #include "transport/transport_testing.h"
 #include "worker/collectives.h"
+#include "worker/peer_message.h"
+#include "core/frame_auth.h"
+#include "core/wire.h"
 
 namespace tessel {
 namespace {
@@ -278,6 +281,82 @@ TEST_P(PeerGroupTest, RefusesMessagesOfAnotherGroupAndBadArguments) {
   EXPECT_EQ(AllReduceSum(a, {1}, 1, absl::MakeSpan(data), "x").code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(AllReduceSum(a, {0}, 1, absl::MakeSpan(data), "x").ok());
+}
+
+// Authenticated groups (a hybrid mesh with its key): a process that knows
+// the group's name and a member's address but not the key cannot get a
+// message taken, whether it sends no tag, a tag under another job's key, or
+// a message of an older generation re-stamped with the current one; the
+// real sender's message under the same (peer, tag) is still taken.
+TEST_P(PeerGroupTest, AnAuthenticatedGroupTakesOnlyMessagesTaggedWithItsKey) {
+  auto g = MakeGroup(2, absl::Seconds(60));
+  const std::string secret = NewJobSecret();
+  for (auto& p : g) p->SetAuth(*FrameAuth::Create(secret, JobId("test.mesh"), -1));
+  for (auto& p : g) p->Reset(1);
+  EXPECT_TRUE(g[1]->authenticated());
+
+  std::unique_ptr<Transport> forger = factory_();
+  absl::StatusOr<PeerId> to = forger->Connect(g[1]->address());
+  ASSERT_TRUE(to.ok()) << to.status();
+  std::atomic<int> sent{0};
+  const std::vector<float> fake = {666, 666};
+  auto send = [&](std::vector<uint8_t> header) {
+    forger->Send(*to, header, fake.data(), fake.size() * sizeof(float),
+                 [&sent](absl::Status) { ++sent; });
+  };
+  PeerMessageHeader h;
+  h.group_id = 0;
+  {  // the group id is FNV-1a of the name, as a forger reading the code computes it
+    uint64_t id = 1469598103934665603ull;
+    for (unsigned char c : std::string("test.mesh")) id = (id ^ c) * 1099511628211ull;
+    h.group_id = id;
+  }
+  h.from = 0;
+  h.generation = 1;
+  h.tag = 9;
+  h.payload_bytes = fake.size() * sizeof(float);
+  send(EncodePeerHeader(h));  // no tag
+  auto other_job = *FrameAuth::Create(NewJobSecret(), JobId("test.mesh"), -1);
+  std::vector<uint8_t> wrong_key = EncodePeerHeader(h);
+  auto tag = other_job->TagOf(wrong_key, 1);
+  wrong_key.insert(wrong_key.end(), tag.begin(), tag.end());
+  send(wrong_key);  // a tag under another job's key
+  // A generation-0 message as a member sent it (right key), re-stamped
+  // with generation 1 by someone without the key.
+  auto real_key = *FrameAuth::Create(secret, JobId("test.mesh"), -1);
+  PeerMessageHeader old = h;
+  old.generation = 0;
+  tag = real_key->TagOf(EncodePeerHeader(old), 0);
+  std::vector<uint8_t> restamped = EncodePeerHeader(h);
+  restamped.insert(restamped.end(), tag.begin(), tag.end());
+  send(restamped);
+  for (int i = 0; i < 500 && (sent < 3 || g[1]->refused_unauthenticated() < 3); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(g[1]->refused_unauthenticated(), 3);
+
+  ASSERT_TRUE(g[0]->Send(1, 9, {1, 2}).ok());
+  auto v = g[1]->Recv(0, 9, "the real rank 0's message", 2);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, (std::vector<float>{1, 2}));
+  EXPECT_EQ(g[0]->refused_unauthenticated(), 0);
+  forger->Shutdown();
+}
+
+// A member without the key is not heard by keyed ones, and a keyed member's
+// tags are ignored by an unkeyed one (a group is keyed whole or not at all).
+TEST_P(PeerGroupTest, KeyedAndUnkeyedMembersDoNotMix) {
+  auto g = MakeGroup(2, absl::Milliseconds(300));
+  g[1]->SetAuth(*FrameAuth::Create(NewJobSecret(), JobId("test.mesh"), -1));
+  ASSERT_TRUE(g[0]->Send(1, 1, {1}).ok());
+  EXPECT_EQ(g[1]->Recv(0, 1, "an untagged message").status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(g[1]->refused_unauthenticated(), 1);
+  ASSERT_TRUE(g[1]->Send(0, 2, {2}).ok());
+  auto v = g[0]->Recv(1, 2, "a tagged message", 1);
+  ASSERT_TRUE(v.ok()) << v.status();
+  g[1]->SetAuth(nullptr);
+  EXPECT_FALSE(g[1]->authenticated());
 }
 
 TEST_P(PeerGroupTest, BytesTravelExactlyAndFloatReceiversCheckTheirSize) {

@@ -555,7 +555,12 @@ absl::StatusOr<std::vector<int64_t>> Worker::CompleteCheckpointSteps() {
   if (p_->membership->fleet().size() == 0) {
     return absl::FailedPreconditionError(absl::StrCat(ctx.Where(), ": no servers"));
   }
-  auto steps = p_->control->CheckpointSteps();
+  // Asked while a recovery has not reconnected yet: shard 0 may have been
+  // restarted at another address.
+  absl::StatusOr<std::unique_ptr<ShardFleet>> fleet =
+      p_->membership->CurrentFleet(absl::Now() + ctx.options.recovery_timeout);
+  if (!fleet.ok()) return fleet.status();
+  auto steps = internal::JobControl(&ctx, fleet->get()).CheckpointSteps();
   if (!steps.ok()) return ctx.Recoverable(absl::UnavailableError(steps.status().message()));
   return steps;
 }

@@ -22,7 +22,8 @@ Membership::Membership(JobContext* ctx, DataChannel* channel, const ClientCreden
     : ctx_(ctx),
       channel_(channel),
       registry_(std::make_unique<RegistryClient>(ctx->options.registry, credentials, ctx->token)),
-      fleet_(ControlOptions{credentials, ctx->token}) {
+      control_(ControlOptions{credentials, ctx->token}),
+      fleet_(control_) {
   for (int r = 0; r < ctx->world_size; ++r) member_ids_.push_back(r);
 }
 
@@ -577,6 +578,31 @@ absl::Status Membership::WaitForComplete(absl::Time deadline, absl::Time elastic
     if (!logged) {
       TESSEL_LOG(WARNING) << ctx_->Where() << ": paused; waiting for " << missing;
       logged = true;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ShardFleet>> Membership::CurrentFleet(absl::Time deadline) {
+  const WorkerOptions& o = ctx_->options;
+  std::string why;
+  for (;;) {
+    auto pool = registry_->GetView(o.server_pool);
+    if (pool.ok()) {
+      auto fleet = std::make_unique<ShardFleet>(control_);
+      for (const auto& m : pool->members()) {
+        if (m.role() == v1::ROLE_SERVER && m.rank() < num_servers()) {
+          fleet->Connect(m.rank(), m.grpc_address());
+        }
+      }
+      if (fleet->size() == num_servers()) return fleet;
+      why = absl::StrCat("only ", fleet->size(), " of ", num_servers(), " shard server(s) of pool '",
+                         o.server_pool, "' are registered");
+    } else {
+      why = std::string(pool.status().message());
+    }
+    if (absl::Now() >= deadline) {
+      return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(ctx_->Where(), ": ", why)));
     }
     absl::SleepFor(absl::Milliseconds(100));
   }

@@ -56,6 +56,12 @@ class Membership {
 
   ShardFleet& fleet() { return fleet_; }
   RegistryClient& registry() { return *registry_; }
+  // A control-plane client of the pool's shard servers as registered now
+  // (a restarted one at its new address, which fleet() learns only when a
+  // recovery reconnects), once every shard is registered; Unavailable
+  // (recoverable) if they are not by `deadline`. For calls made before the
+  // recovery proper, e.g. listing checkpoints to agree on one.
+  absl::StatusOr<std::unique_ptr<ShardFleet>> CurrentFleet(absl::Time deadline);
   int num_servers() const { return static_cast<int>(ucx_addresses_.size()); }
   // Per shard: the UCX address this worker reached it at ("" = not reached).
   const std::vector<std::string>& ucx_addresses() const { return ucx_addresses_; }
@@ -133,6 +139,7 @@ class Membership {
   JobContext* const ctx_;
   DataChannel* const channel_;
   std::unique_ptr<RegistryClient> registry_;
+  const ControlOptions control_;
   ShardFleet fleet_;
   std::vector<std::string> ucx_addresses_;  // per shard; "" = connect again
   std::vector<int> member_ids_;             // registry ranks in data-parallel rank order
