@@ -336,11 +336,11 @@ TEST(HybridRefusalTest, BadConfigurationsAreRefusedNamingWhatToChange) {
   }
 }
 
-// Refusals that need the registry: a registry-only cluster (no servers:
-// both fail before any partition job exists).
+// Refusals at the mesh, before any partition job exists (one shard server:
+// the mesh asks shard 0 for its key before it is joined).
 TEST(HybridMeshTest, ProcessesThatDisagreeOrAreMissingAreNamed) {
   ClusterOptions co;
-  co.servers = 0;
+  co.servers = 1;
   co.run_dir = MakeRunDir("hybrid-mesh");
   LocalCluster cluster(co);
   ASSERT_TRUE(cluster.Start().ok());

@@ -184,7 +184,7 @@ absl::Status HybridSession::Start() {
   std::string token = w.token;
   if (const char* env = std::getenv("TESSEL_TOKEN"); token.empty() && env != nullptr) token = env;
   registry_ = std::make_unique<RegistryClient>(w.registry, *credentials, token);
-  credentials_ = *credentials;
+  credentials_ = std::make_unique<ClientCredentials>(*credentials);
   token_ = token;
   // Keyed before anyone learns this process's mesh address: no message is
   // ever taken unauthenticated where the servers authenticate theirs.
@@ -288,7 +288,7 @@ absl::Status HybridSession::KeyMesh(absl::Time deadline) {
       last = pool.status();
       break;
     }
-    ShardFleet fleet(ControlOptions{credentials_, token_});
+    ShardFleet fleet(ControlOptions{*credentials_, token_});
     fleet.ConnectView(*pool);
     v1::MeshKeyRequest req;
     req.set_mesh(mesh);

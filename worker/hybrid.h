@@ -46,13 +46,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "rpc/tls.h"
 #include "worker/peer_group.h"
 #include "worker/worker.h"
 
 namespace tessel {
 
 class RegistryClient;  // rpc/registry_client.h
+struct ClientCredentials;  // rpc/tls.h
 
 struct HybridConfig {
   int dp = 1;  // data-parallel replicas
@@ -241,7 +241,7 @@ class HybridSession {
   const HybridOptions options_;
   const RankCoords coords_;
   std::unique_ptr<RegistryClient> registry_;  // keeps the mesh membership's lease
-  ClientCredentials credentials_;             // the control plane's, for KeyMesh
+  std::unique_ptr<ClientCredentials> credentials_;  // the control plane's, for KeyMesh
   std::string token_;
   std::string mesh_secret_;  // "" while the mesh is not authenticated
   int64_t mesh_epoch_ = 0;                    // the mesh group's epoch once complete

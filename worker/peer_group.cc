@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/frame_auth.h"
 #include "core/log.h"
 #include "rpc/registry_client.h"
 #include "worker/peer_message.h"

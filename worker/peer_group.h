@@ -61,12 +61,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "core/frame_auth.h"
 #include "transport/transport.h"
 
 namespace tessel {
 
 class RegistryClient;  // rpc/registry_client.h
+class FrameAuth;       // core/frame_auth.h
 
 struct PeerGroupOptions {
   // Group name; messages carry its hash, so two groups never mix.
