@@ -16,6 +16,7 @@
 
 #include "core/frame_auth.h"
 #include "core/job_name.h"
+#include "core/metrics.h"
 #include "gtest/gtest.h"
 #include "rpc/registry_client.h"
 #include "testing/inproc_cluster.h"
@@ -105,8 +106,18 @@ int64_t Forge(const std::string& registry, const std::atomic<bool>& stop) {
   return sent;
 }
 
+double MeshMetric(int rank) {
+  return metrics::Default()
+      .AddCounter("tessel_peer_messages_unauthenticated_total",
+                  "worker-to-worker (hybrid mesh) messages dropped for a missing or wrong tag",
+                  {"group", "rank"})
+      .GetCounter({"hy.mesh", absl::StrCat(rank)})
+      ->value();
+}
+
 TEST_P(MeshAuthTest, ForgedMeshMessagesAreDroppedAndEverySumIsExact) {
   const bool auth = GetParam();
+  const double metric_before[2] = {MeshMetric(0), MeshMetric(1)};
   std::atomic<int> connected{0};
   std::atomic<bool> stop{false};
   std::atomic<int64_t> refused{0}, sent{0}, taken{0};
@@ -154,6 +165,9 @@ TEST_P(MeshAuthTest, ForgedMeshMessagesAreDroppedAndEverySumIsExact) {
       forger.join();
     }
     refused += peers.refused_unauthenticated();
+    // The drops are exported as a metric too (the counter outlives the
+    // group: it holds every group "hy.mesh" of this process, hence the delta).
+    EXPECT_EQ(MeshMetric(r) - metric_before[r], static_cast<double>(peers.refused_unauthenticated()));
     if (auth) {
       EXPECT_TRUE((*session)->Finish().ok());
     }

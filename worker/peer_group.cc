@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "core/frame_auth.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include "rpc/registry_client.h"
 #include "worker/peer_message.h"
 
@@ -43,7 +44,14 @@ PeerGroup::PeerGroup(std::unique_ptr<Transport> transport, int rank, int size,
       size_(size),
       options_(std::move(options)),
       group_id_(GroupId(options_.name)),
-      transport_(std::move(transport)) {
+      transport_(std::move(transport)),
+      unauthenticated_metric_(
+          metrics::Default()
+              .AddCounter("tessel_peer_messages_unauthenticated_total",
+                          "worker-to-worker (hybrid mesh) messages dropped for a missing or wrong "
+                          "tag",
+                          {"group", "rank"})
+              .GetCounter({options_.name, absl::StrCat(rank)})) {
   {
     absl::MutexLock lock(&mu_);
     peers_.assign(static_cast<size_t>(std::max(size_, 0)), -1);
@@ -134,6 +142,7 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
       absl::MutexLock lock(&mu_);
       refused = ++refused_unauthenticated_;
     }
+    unauthenticated_metric_->Add();
     TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
         << Where() << ": dropping an unauthenticated message (" << (tagged ? "wrong" : "no")
         << " tag; says it is from rank " << h->from << ", generation " << h->generation << ", tag "

@@ -67,6 +67,9 @@ namespace tessel {
 
 class RegistryClient;  // rpc/registry_client.h
 class FrameAuth;       // core/frame_auth.h
+namespace metrics {
+class Counter;  // core/metrics.h
+}
 
 struct PeerGroupOptions {
   // Group name; messages carry its hash, so two groups never mix.
@@ -158,7 +161,8 @@ class PeerGroup {
   // secret (a shard server that held it restarted) before a Reset.
   void SetAuth(std::shared_ptr<FrameAuth> auth);
   bool authenticated();
-  // Messages dropped for a missing or wrong tag, since the group was made.
+  // Messages dropped for a missing or wrong tag, since the group was made
+  // (also the metric tessel_peer_messages_unauthenticated_total{group,rank}).
   int64_t refused_unauthenticated();
 
   // Stops the transport; pending sends complete with Cancelled.
@@ -211,6 +215,8 @@ class PeerGroup {
   std::shared_ptr<const std::function<absl::Status()>> health_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<FrameAuth> auth_ ABSL_GUARDED_BY(mu_);
   int64_t refused_unauthenticated_ ABSL_GUARDED_BY(mu_) = 0;
+  // tessel_peer_messages_unauthenticated_total{group, rank}
+  metrics::Counter* const unauthenticated_metric_;
 };
 
 // Peer discovery through the registry: joins `group` as (ROLE_WORKER, rank)
