@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/frame_auth.h"
 #include "core/job_name.h"
 #include "core/log.h"
-#include "core/frame_auth.h"
 #include "core/wire.h"
 #include "rpc/registry_client.h"
 #include "rpc/shard_fleet.h"
@@ -319,9 +319,10 @@ absl::Status HybridSession::KeyMesh(absl::Time deadline) {
     if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) break;
     absl::SleepFor(absl::Milliseconds(200));
   }
-  return absl::Status(last.ok() ? absl::StatusCode::kDeadlineExceeded : last.code(),
-                      absl::StrCat(where, ": cannot get the mesh's key from shard server 0 of pool '",
-                                   w.server_pool, "': ", last.ok() ? "timed out" : last.message()));
+  return absl::Status(
+      last.ok() ? absl::StatusCode::kDeadlineExceeded : last.code(),
+      absl::StrCat(where, ": cannot get the mesh's key from shard server 0 of pool '",
+                   w.server_pool, "': ", last.ok() ? "timed out" : last.message()));
 }
 
 std::string HybridSession::ConfigText() const {

@@ -51,7 +51,7 @@
 
 namespace tessel {
 
-class RegistryClient;  // rpc/registry_client.h
+class RegistryClient;      // rpc/registry_client.h
 struct ClientCredentials;  // rpc/tls.h
 
 struct HybridConfig {
@@ -240,11 +240,11 @@ class HybridSession {
 
   const HybridOptions options_;
   const RankCoords coords_;
-  std::unique_ptr<RegistryClient> registry_;  // keeps the mesh membership's lease
+  std::unique_ptr<RegistryClient> registry_;        // keeps the mesh membership's lease
   std::unique_ptr<ClientCredentials> credentials_;  // the control plane's, for KeyMesh
   std::string token_;
   std::string mesh_secret_;  // "" while the mesh is not authenticated
-  int64_t mesh_epoch_ = 0;                    // the mesh group's epoch once complete
+  int64_t mesh_epoch_ = 0;   // the mesh group's epoch once complete
   // In Recover(): the servers are expected to change, so the health check
   // does not look at them.
   bool recovering_ = false;

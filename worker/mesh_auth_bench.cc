@@ -88,10 +88,11 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 2000;
-  std::printf("# 2-rank AllReduceSum over a PeerGroup (UCX shared memory, threads), %d iterations "
-              "(1 MiB: a tenth) x 9 interleaved repeats; us per sum, median and minimum over the "
-              "repeats; ratio = authenticated / not\n",
-              iters);
+  std::printf(
+      "# 2-rank AllReduceSum over a PeerGroup (UCX shared memory, threads), %d iterations "
+      "(1 MiB: a tenth) x 9 interleaved repeats; us per sum, median and minimum over the "
+      "repeats; ratio = authenticated / not\n",
+      iters);
   std::printf("# tag + verify of one message header: %.0f ns\n", tessel::TagNanos());
   std::printf("%10s %12s %12s %8s %12s %12s %8s\n", "bytes", "plain_med", "auth_med", "ratio",
               "plain_min", "auth_min", "ratio");

@@ -91,7 +91,8 @@ int64_t Forge(const std::string& registry, const std::atomic<bool>& stop) {
         h.payload_bytes = kFloats * sizeof(float);
         std::vector<uint8_t> untagged = EncodePeerHeader(h);
         std::vector<uint8_t> made_up = untagged;
-        for (size_t i = 0; i < kFrameTagBytes; ++i) made_up.push_back(static_cast<uint8_t>(random()));
+        for (size_t i = 0; i < kFrameTagBytes; ++i)
+          made_up.push_back(static_cast<uint8_t>(random()));
         for (const auto& header : {untagged, made_up}) {
           forger->Send(to[static_cast<size_t>(victim)], header, poison.data(),
                        poison.size() * sizeof(float), [&done](absl::Status) { ++done; });
@@ -138,8 +139,9 @@ TEST_P(MeshAuthTest, ForgedMeshMessagesAreDroppedAndEverySumIsExact) {
     absl::SleepFor(absl::Milliseconds(100));  // the forger's first pass lands first
     for (int round = 0; round < kRounds; ++round) {
       std::vector<float> mine = Vector(r, round);
-      absl::Status s = AllReduceSum(peers, {0, 1}, HybridTag(HybridMessage::kForwardSum, round, 0, 0),
-                                    absl::MakeSpan(mine), "the test's sum");
+      absl::Status s =
+          AllReduceSum(peers, {0, 1}, HybridTag(HybridMessage::kForwardSum, round, 0, 0),
+                       absl::MakeSpan(mine), "the test's sum");
       if (!auth) {
         // Unauthenticated, a forged message takes the real one's place (or
         // trips the duplicate-tag check): the attack this closes.
@@ -167,7 +169,8 @@ TEST_P(MeshAuthTest, ForgedMeshMessagesAreDroppedAndEverySumIsExact) {
     refused += peers.refused_unauthenticated();
     // The drops are exported as a metric too (the counter outlives the
     // group: it holds every group "hy.mesh" of this process, hence the delta).
-    EXPECT_EQ(MeshMetric(r) - metric_before[r], static_cast<double>(peers.refused_unauthenticated()));
+    EXPECT_EQ(MeshMetric(r) - metric_before[r],
+              static_cast<double>(peers.refused_unauthenticated()));
     if (auth) {
       EXPECT_TRUE((*session)->Finish().ok());
     }

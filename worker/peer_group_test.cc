@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/frame_auth.h"
+#include "core/wire.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "transport/transport_testing.h"
 #include "worker/collectives.h"
 #include "worker/peer_message.h"
-#include "core/frame_auth.h"
-#include "core/wire.h"
 
 namespace tessel {
 namespace {

@@ -596,8 +596,8 @@ absl::StatusOr<std::unique_ptr<ShardFleet>> Membership::CurrentFleet(absl::Time 
         }
       }
       if (fleet->size() == num_servers()) return fleet;
-      why = absl::StrCat("only ", fleet->size(), " of ", num_servers(), " shard server(s) of pool '",
-                         o.server_pool, "' are registered");
+      why = absl::StrCat("only ", fleet->size(), " of ", num_servers(),
+                         " shard server(s) of pool '", o.server_pool, "' are registered");
     } else {
       why = std::string(pool.status().message());
     }
