@@ -32,18 +32,24 @@ Membership::~Membership() {
   (void)s;
 }
 
+namespace {
+// Shard servers of `pool` with rank < n (all of them for n = 0).
+int ServersBelow(const v1::View& pool, int n) {
+  int count = 0;
+  for (const auto& m : pool.members()) {
+    count += m.role() == v1::ROLE_SERVER && (n == 0 || m.rank() < n);
+  }
+  return count;
+}
+}  // namespace
+
 absl::Status Membership::FindServers() {
   const WorkerOptions& o = ctx_->options;
   const int want = o.num_servers;
   auto pool = registry_->WaitForView(
       o.server_pool,
       [&](const v1::View& v) {
-        int n = 0, contiguous = 0;
-        for (const auto& m : v.members()) {
-          n += m.role() == v1::ROLE_SERVER;
-          contiguous += m.role() == v1::ROLE_SERVER && m.rank() < want;
-        }
-        return want == 0 ? n > 0 : contiguous == want;
+        return want == 0 ? ServersBelow(v, 0) > 0 : ServersBelow(v, want) == want;
       },
       o.connect_timeout);
   if (!pool.ok()) {
@@ -584,28 +590,18 @@ absl::Status Membership::WaitForComplete(absl::Time deadline, absl::Time elastic
 }
 
 absl::StatusOr<std::unique_ptr<ShardFleet>> Membership::CurrentFleet(absl::Time deadline) {
-  const WorkerOptions& o = ctx_->options;
-  std::string why;
-  for (;;) {
-    auto pool = registry_->GetView(o.server_pool);
-    if (pool.ok()) {
-      auto fleet = std::make_unique<ShardFleet>(control_);
-      for (const auto& m : pool->members()) {
-        if (m.role() == v1::ROLE_SERVER && m.rank() < num_servers()) {
-          fleet->Connect(m.rank(), m.grpc_address());
-        }
-      }
-      if (fleet->size() == num_servers()) return fleet;
-      why = absl::StrCat("only ", fleet->size(), " of ", num_servers(),
-                         " shard server(s) of pool '", o.server_pool, "' are registered");
-    } else {
-      why = std::string(pool.status().message());
-    }
-    if (absl::Now() >= deadline) {
-      return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(ctx_->Where(), ": ", why)));
-    }
-    absl::SleepFor(absl::Milliseconds(100));
+  const std::string& name = ctx_->options.server_pool;
+  auto pool = registry_->WaitForView(
+      name, [this](const v1::View& v) { return ServersBelow(v, num_servers()) == num_servers(); },
+      std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  if (!pool.ok()) {
+    return ctx_->Recoverable(
+        absl::UnavailableError(absl::StrCat(ctx_->Where(), ": shard servers of pool '", name,
+                                            "' not all back: ", pool.status().message())));
   }
+  auto fleet = std::make_unique<ShardFleet>(control_);
+  fleet->ConnectView(*pool);
+  return fleet;
 }
 
 absl::Status Membership::Reconnect(const v1::View& pool) {
