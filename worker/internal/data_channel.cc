@@ -257,7 +257,7 @@ Accept DataChannel::OnFrame(const Incoming& in) {
                         : (h->shard < 0 || h->shard >= num_shards())) {
       ++unauthenticated_;
       TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
-          << ctx_->Where() << ": dropping an unauthenticated data-path frame ("
+          << ctx_->WhereAnyThread() << ": dropping an unauthenticated data-path frame ("
           << (in.header.size() == kSealedHeaderBytes ? "wrong tag" : "no tag")
           << "): " << DescribeHeader(*h) << " (" << unauthenticated_.load() << " dropped so far)";
       return Accept{};
@@ -274,8 +274,8 @@ Accept DataChannel::OnFrame(const Incoming& in) {
       }
       if (!error_.ok()) return;
       error_ = absl::Status(static_cast<absl::StatusCode>(about.code),
-                            absl::StrCat(ctx_->Where(), ": shard ", about.shard, " refused ",
-                                         DescribeHeader(about), ": ", *message));
+                            absl::StrCat(ctx_->WhereAnyThread(), ": shard ", about.shard,
+                                         " refused ", DescribeHeader(about), ": ", *message));
     };
     if (in.payload_bytes == 0) {
       record(absl::OkStatus());

@@ -250,7 +250,7 @@ Accept HostAggregator::OnPush(const FrameHeader& h, const Incoming& in) {
   if (h.epoch != ctx_->epoch.load() || o == nullptr || j < 0 ||
       h.payload_bytes != static_cast<uint64_t>(o->size) * 4 || o->receiving[j] ||
       o->landed[j] > o->summed_step) {
-    TESSEL_LOG(WARNING) << ctx_->Where() << ": dropping "
+    TESSEL_LOG(WARNING) << ctx_->WhereAnyThread() << ": dropping "
                         << (o != nullptr && j >= 0 && h.epoch == ctx_->epoch.load() ? "a second"
                                                                                     : "a stray")
                         << " host-aggregation push " << DescribeHeader(h) << " (epoch "

@@ -31,6 +31,12 @@ std::string JobContext::Where() const {
                       step);
 }
 
+std::string JobContext::WhereAnyThread() const {
+  const int r = rank.load();
+  return absl::StrCat("job '", options.job, "' rank ", r,
+                      id == r ? std::string() : absl::StrCat(" (registry rank ", id, ")"));
+}
+
 absl::Status JobContext::Recoverable(absl::Status s) const {
   if (!options.recovery || s.ok()) return s;
   const absl::StatusCode c = s.code();

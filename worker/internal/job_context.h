@@ -28,6 +28,9 @@ struct JobContext {
 
   // "job 'J' rank R (registry rank I) step S": the prefix of every message.
   std::string Where() const;
+  // The same without the step, for the transport's thread (the step belongs
+  // to the driving thread): frame handlers and their callbacks.
+  std::string WhereAnyThread() const;
   bool ddp() const { return options.strategy == Strategy::kDdp; }
   bool fsdp() const { return options.strategy == Strategy::kFsdp; }
   bool elastic() const { return options.elastic_min_workers > 0; }
