@@ -29,7 +29,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "core/cli.h"
+#include "runtime/cli.h"
 #include "core/topk.h"
 #include "gpu/device.h"
 #include "model/dataset.h"

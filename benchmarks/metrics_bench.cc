@@ -1,4 +1,4 @@
-// The cost of Tessel's metrics (core/metrics.h) per operation, for the
+// The cost of Tessel's metrics (runtime/metrics.h) per operation, for the
 // overhead figure in benchmarks/metrics_overhead.py: an update through a
 // held pointer (the data path's frame counters, the worker's phases), one
 // through a family lookup (a bucket update, labelled by job), and one scrape
@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 
 namespace {
 

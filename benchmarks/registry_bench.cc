@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "core/cli.h"
-#include "core/log.h"
+#include "runtime/cli.h"
+#include "runtime/log.h"
 #include "proto/registry.grpc.pb.h"
 #include "registry/backend_factory.h"
 #include "registry/registry_service.h"

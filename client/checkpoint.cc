@@ -18,7 +18,7 @@
 #include "client/commands.h"
 #include "client/context.h"
 #include "client/output.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "proto/shard.grpc.pb.h"
 
 namespace tessel::ctl {

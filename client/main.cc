@@ -19,7 +19,7 @@
 #include "client/commands.h"
 #include "client/config.h"
 #include "client/context.h"
-#include "core/version.h"
+#include "runtime/version.h"
 #include "rpc/auth.h"
 #include "rpc/tls.h"
 

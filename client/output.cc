@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/context.h"
-#include "core/log.h"
+#include "runtime/log.h"
 
 namespace tessel::ctl {
 namespace {

@@ -1,6 +1,6 @@
 // `tesselctl version`: this client's version and each shard server's of the
 // pool (kubectl's client and server versions).
-#include "core/version.h"
+#include "runtime/version.h"
 
 #include <iostream>
 #include <string>

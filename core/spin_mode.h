@@ -1,7 +1,7 @@
 // How a Tessel thread that ran out of work waits for the next: poll for a
 // while (spin), sleep on its wake-up fd at once (event), or poll only while
 // this host's polling threads fit its cores (auto). SpinPolicy
-// (core/spin_budget.h) applies it; --poll_mode chooses it.
+// (runtime/spin_budget.h) applies it; --poll_mode chooses it.
 #ifndef TESSEL_CORE_SPIN_MODE_H_
 #define TESSEL_CORE_SPIN_MODE_H_
 

@@ -24,6 +24,19 @@ T Get(const uint8_t* in, size_t offset) {
 
 }  // namespace
 
+FrameHeader MakeHeader(FrameType type, uint64_t job_id, int64_t epoch, int64_t step, int32_t rank,
+                       int32_t shard, int32_t bucket) {
+  FrameHeader h;
+  h.type = type;
+  h.job_id = job_id;
+  h.epoch = epoch;
+  h.step = step;
+  h.rank = rank;
+  h.shard = shard;
+  h.bucket = bucket;
+  return h;
+}
+
 HeaderBytes EncodeHeader(const FrameHeader& h) {
   HeaderBytes b{};
   Put<uint32_t>(b.data(), 0, kFrameMagic);

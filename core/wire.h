@@ -65,6 +65,20 @@ struct FrameHeader {
 
 using HeaderBytes = std::array<uint8_t, kHeaderBytes>;
 
+// A header of `type` about (job, epoch, step, rank, shard, bucket), every
+// other field zero: the one place workers and servers assemble headers.
+FrameHeader MakeHeader(FrameType type, uint64_t job_id, int64_t epoch, int64_t step, int32_t rank,
+                       int32_t shard, int32_t bucket);
+
+// Bytes of one element of a dense payload: PUSH gradients and PARAMS
+// parameters travel in the job's precision (2 for fp16/bf16, 4 for fp32);
+// INIT and state frames carry fp32 masters (half = false).
+inline constexpr uint64_t WireElementBytes(bool half) { return half ? 2 : 4; }
+// Bytes of a dense payload of `elements` elements.
+inline constexpr uint64_t DensePayloadBytes(int64_t elements, bool half) {
+  return static_cast<uint64_t>(elements) * WireElementBytes(half);
+}
+
 HeaderBytes EncodeHeader(const FrameHeader& h);
 
 // InvalidArgument for a wrong size, magic, version, unknown type, non-zero

@@ -42,7 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "core/cli.h"
+#include "runtime/cli.h"
 #include "examples/npy_out.h"
 #include "worker/hybrid.h"
 #include "worker/partition.h"

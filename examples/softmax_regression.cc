@@ -33,7 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "core/cli.h"
+#include "runtime/cli.h"
 #include "examples/npy_out.h"
 #include "worker/train_flags.h"  // --steps and --micro_batches
 #include "worker/worker.h"

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/lease.h"
 #include "registry/etcd/etcd_test_util.h"
 #include "registry/registry.h"
 
@@ -41,7 +42,7 @@ namespace tessel {
 
 struct RegistryBackendOptions {
   // The ttl of a Join that asks for none (absl::ZeroDuration()).
-  absl::Duration default_ttl = absl::Seconds(3);
+  absl::Duration default_ttl = kDefaultLeaseTtl;
   // etcd: where the registry's keys live. Registries made with the same
   // prefix share their state (a registry restart); tests that share one etcd
   // each use a prefix of their own.

@@ -11,8 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
-#include "core/flag_config.h"
-#include "core/log.h"
+#include "runtime/flag_config.h"
+#include "runtime/log.h"
 #include "registry/etcd/etcd_registry.h"
 #include "registry/memory/memory_registry.h"
 #include "registry/registry_service.h"
@@ -22,12 +22,11 @@
 #include "rpc/grpc_util.h"
 #include "rpc/health.h"
 #include "rpc/metrics_server.h"
+#include "rpc/lease_flags.h"
 #include "rpc/tls_flags.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port for the Registry gRPC service (port 0 picks a free port)");
-ABSL_FLAG(int, lease_ttl_ms, 3000,
-          "default lease time-to-live of members, in milliseconds (etcd rounds up to seconds)");
 ABSL_FLAG(std::string, advertise_address, "",
           "host in the address this registry reports (--port_file, logs); default: the "
           "--listen host, or for a wildcard --listen $POD_IP, else this host's first "
@@ -119,7 +118,12 @@ int main(int argc, char** argv) {
     std::cerr << "tessel-registry: " << credentials.status().message() << "\n";
     return 1;
   }
-  const absl::Duration ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
+  absl::StatusOr<absl::Duration> lease_ttl = tessel::LeaseTtlFromFlags();
+  if (!lease_ttl.ok()) {
+    std::cerr << "tessel-registry: " << lease_ttl.status().message() << "\n";
+    return 2;
+  }
+  const absl::Duration ttl = *lease_ttl;
 
   std::unique_ptr<tessel::Registry> registry;
   if (backend == "memory") {

@@ -9,7 +9,7 @@
 #ifndef TESSEL_REGISTRY_REGISTRY_METRICS_H_
 #define TESSEL_REGISTRY_REGISTRY_METRICS_H_
 
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 
 namespace tessel {
 

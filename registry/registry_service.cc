@@ -4,7 +4,7 @@
 #include <optional>
 #include <set>
 
-#include "core/log.h"
+#include "runtime/log.h"
 #include "registry/memory/memory_registry.h"
 #include "registry/registry_metrics.h"
 #include "rpc/grpc_util.h"

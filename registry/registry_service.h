@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 #include "proto/registry.grpc.pb.h"
 #include "registry/health_checker.h"
 #include "registry/registry.h"

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "nlohmann/json.hpp"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/grpc_util.h"

@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 
 namespace tessel {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "proto/health.grpc.pb.h"
 #include "rpc/grpc_util.h"
 

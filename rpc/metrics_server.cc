@@ -8,8 +8,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/log.h"
-#include "core/version.h"
+#include "runtime/log.h"
+#include "runtime/version.h"
 
 ABSL_FLAG(std::string, metrics_address, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free port; "

@@ -21,7 +21,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 
 ABSL_DECLARE_FLAG(std::string, metrics_address);
 

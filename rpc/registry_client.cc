@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/host_identity.h"

@@ -77,6 +77,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/layout.h"
 #include "core/precision.h"
+#include "core/wire.h"
 
 namespace tessel {
 
@@ -157,7 +158,7 @@ class BucketReducer {
   int64_t buffer_bytes();
 
  private:
-  size_t wire_bytes() const { return half_ ? 2 : 4; }
+  size_t wire_bytes() const { return WireElementBytes(half_); }
   // Per rank, where its push of `bucket` lies (borrowed or held).
   void LandedLocked(int bucket, std::vector<const void*>* landed) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

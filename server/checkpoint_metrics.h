@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 
 namespace tessel {
 

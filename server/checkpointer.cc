@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "core/tensor_steps.h"
 #include "server/checkpoint_metrics.h"
 

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/log.h"
+#include "runtime/log.h"
 
 namespace tessel {
 
@@ -231,14 +231,8 @@ void DataPlane::RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::P
       "the job was restored by a newer recovery while this pull waited (it was at epoch ", epoch,
       "); recover again"));
   for (const ShardJob::Puller& p : waiting) {
-    FrameHeader h;
-    h.type = FrameType::kPull;
-    h.job_id = old.job_id();
-    h.epoch = epoch;
-    h.step = p.version;
-    h.rank = p.rank;
-    h.shard = old.shard();
-    h.bucket = p.first_bucket;
+    FrameHeader h = MakeHeader(FrameType::kPull, old.job_id(), epoch, p.version, p.rank,
+                               old.shard(), p.first_bucket);
     h.bucket_count = static_cast<uint32_t>(p.bucket_count);
     SendError(p.reply_to, h, refused);
   }
@@ -258,27 +252,15 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       frame_keys_ != nullptr ? frame_keys_->For(job->job_id(), job->shard()).get() : nullptr;
   for (const ShardJob::Puller& p : serve.pullers) {
     if (p.bucket_count == 0) {  // notify only: the shard reached the step
-      FrameHeader h;
-      h.type = FrameType::kParams;
-      h.job_id = job->job_id();
-      h.epoch = epoch;
-      h.step = p.version;
-      h.rank = p.rank;
-      h.shard = job->shard();
-      h.bucket = p.first_bucket;
+      const FrameHeader h = MakeHeader(FrameType::kParams, job->job_id(), epoch, p.version,
+                                       p.rank, job->shard(), p.first_bucket);
       const WireHeader wire = ToWire(auth, h);
       transport_->Send(p.reply_to, wire.span(), nullptr, 0, nullptr);
       continue;
     }
     for (int b : p.buckets) {
-      FrameHeader h;
-      h.type = FrameType::kParams;
-      h.job_id = job->job_id();
-      h.epoch = epoch;
-      h.step = p.version;
-      h.rank = p.rank;
-      h.shard = job->shard();
-      h.bucket = b;
+      FrameHeader h =
+          MakeHeader(FrameType::kParams, job->job_id(), epoch, p.version, p.rank, job->shard(), b);
       h.bucket_count = static_cast<uint32_t>(p.bucket_count);
       h.payload_bytes = job->served_bytes(b);
       const WireHeader wire = ToWire(auth, h);

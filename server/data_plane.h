@@ -34,8 +34,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/spin_budget.h"
-#include "core/timeline.h"
+#include "runtime/spin_budget.h"
+#include "runtime/timeline.h"
 #include "proto/shard.pb.h"
 #include "server/checkpointer.h"
 #include "server/frame_keys.h"
@@ -67,7 +67,7 @@ class DataPlane {
   // (to an update thread and back to the transport) per bucket; not when
   // the step takes a checkpoint (its Submit may wait for room).
   // `frame_keys` (not owned; null: off): frames of a job that has keys must
-  // carry a valid tag (core/frame_auth.h); others are dropped without an
+  // carry a valid tag (runtime/frame_auth.h); others are dropped without an
   // answer, counted as refused "unauthenticated" and logged (at most a line
   // every 10 s), and every frame of the job this plane sends is sealed.
   DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/lease.h"
 #include "proto/registry.pb.h"
 #include "rpc/registry_client.h"
 #include "transport/transport.h"
@@ -38,7 +39,7 @@ struct EndpointKeeperOptions {
   // How long to keep trying to re-join the registry after a renewal.
   absl::Duration join_timeout = absl::Seconds(30);
   // The lease ttl of the re-join.
-  absl::Duration lease_ttl = absl::Seconds(3);
+  absl::Duration lease_ttl = kDefaultLeaseTtl;
   // Called once a probe has found the queue wedged, before the renewal
   // (e.g. to report NOT_SERVING). May be empty.
   std::function<void()> on_wedged;

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "core/frame_auth.h"
+#include "runtime/frame_auth.h"
 #include "core/status_macros.h"
 #include "core/wire.h"
 #include "gtest/gtest.h"

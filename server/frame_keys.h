@@ -1,5 +1,5 @@
 // FrameKeys: the data-path frame authentication of a shard server's jobs
-// (core/frame_auth.h, docs/security.md). When on, each job gets a secret of
+// (runtime/frame_auth.h, docs/security.md). When on, each job gets a secret of
 // its own the first time it is asked for (a frame of it arrives, a worker
 // asks GetFrameKey), and every frame of the job must carry a tag made with
 // it; the job's workers get the secret from GetFrameKey, over the
@@ -20,7 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "core/frame_auth.h"
+#include "runtime/frame_auth.h"
 
 namespace tessel {
 

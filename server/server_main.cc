@@ -10,15 +10,17 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "core/flag_config.h"
-#include "core/hostname.h"
-#include "core/log.h"
+#include "runtime/flag_config.h"
+#include "runtime/hostname.h"
+#include "runtime/log.h"
 #include "gpu/detect.h"
 #include "rpc/auth.h"
 #include "rpc/auth_flags.h"
 #include "rpc/metrics_server.h"
+#include "rpc/registry_flags.h"
 #include "rpc/tls_flags.h"
 #include "rpc/token_flag.h"
+#include "runtime/timeline_flags.h"
 #include "server/data_plane.h"
 #include "server/shard_server.h"
 #include "transport/ucx/ucx_flags.h"
@@ -26,7 +28,6 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "host:port of the control gRPC service (port 0 picks a free port)");
-ABSL_FLAG(std::string, registry, "", "host:port of the membership registry (required)");
 ABSL_FLAG(std::string, pool, "default", "server pool to join; workers find servers by pool");
 ABSL_FLAG(int, shard, -1,
           "this server's shard index within the pool (>= 0; required unless "
@@ -47,13 +48,6 @@ ABSL_FLAG(bool, exit_on_lost_lease, false,
           "exit (status 2) when the registry no longer knows this server's lease, for a "
           "supervisor to restart it; by default the server keeps its jobs and joins again "
           "(a restarted memory registry, or an eviction) and workers recover");
-ABSL_FLAG(int, lease_ttl_ms, 3000, "registry lease time-to-live, in milliseconds");
-ABSL_FLAG(std::string, timeline, "",
-          "write a Chrome-trace/Perfetto timeline of each step per bucket (pushes received, the "
-          "reduction and update, parameters sent) to this file; \"{shard}\" in it becomes the "
-          "shard; merge a job's files with tools/tessel-timeline; empty: off");
-ABSL_FLAG(int64_t, timeline_first_step, 1, "first step --timeline records");
-ABSL_FLAG(int64_t, timeline_steps, 100, "steps --timeline records (0: every step)");
 ABSL_FLAG(int, update_threads, 0,
           "threads that reduce and update complete gradient buckets, different buckets of a step "
           "at once (0: half this machine's cores, 1 to 8; at most 256)");
@@ -139,8 +133,12 @@ int main(int argc, char** argv) {
     }
     shard = *ordinal;
   }
-  const std::string registry_address = absl::GetFlag(FLAGS_registry);
-  if (registry_address.empty()) return Fail("--registry is required (host:port)");
+  absl::StatusOr<std::string> registry_address = tessel::RegistryAddressFromFlags();
+  if (!registry_address.ok()) return Fail(std::string(registry_address.status().message()));
+  absl::StatusOr<absl::Duration> lease_ttl = tessel::LeaseTtlFromFlags();
+  if (!lease_ttl.ok()) return Fail(std::string(lease_ttl.status().message()));
+  absl::StatusOr<tessel::TimelineFlags> timeline = tessel::TimelineFromFlags();
+  if (!timeline.ok()) return Fail(std::string(timeline.status().message()));
   if (shard < 0) return Fail("--shard is required and must be >= 0 (or --shard_from_hostname)");
   const int stall_report_s = absl::GetFlag(FLAGS_stall_report_s);
   if (stall_report_s < 0) {
@@ -169,7 +167,7 @@ int main(int argc, char** argv) {
   options.registry = registry_address;
   options.pool = absl::GetFlag(FLAGS_pool);
   options.shard = shard;
-  options.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
+  options.lease_ttl = *lease_ttl;
   options.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.checkpoint_max_queued = absl::GetFlag(FLAGS_checkpoint_max_queued);
@@ -177,9 +175,8 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_write_delay_ms));
   options.tls = tessel::TlsOptionsFromFlags();
   options.stall_report = absl::Seconds(stall_report_s);
-  options.timeline = absl::GetFlag(FLAGS_timeline);
-  options.timeline_first_step = absl::GetFlag(FLAGS_timeline_first_step);
-  options.timeline_steps = absl::GetFlag(FLAGS_timeline_steps);
+  options.timeline = timeline->path;
+  options.timeline_window = timeline->window;
   options.receive_check_period = absl::Milliseconds(absl::GetFlag(FLAGS_receive_check_ms));
   options.receive_check_timeout =
       absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_receive_check_timeout_ms)));

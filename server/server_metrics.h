@@ -32,7 +32,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 #include "core/wire.h"
 
 namespace tessel {

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "proto/registry.pb.h"
 #include "rpc/grpc_util.h"
 #include "rpc/health.h"
@@ -97,7 +97,7 @@ absl::Status ShardServer::Init() {
     auto timeline = Timeline::Open(
         TimelinePath(options_.timeline, -1, options_.shard),
         absl::StrCat("server[", options_.shard, "]"),
-        {.first_step = options_.timeline_first_step, .steps = options_.timeline_steps});
+        options_.timeline_window);
     if (!timeline.ok()) return timeline.status();
     timeline_ = *std::move(timeline);
   }

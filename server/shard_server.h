@@ -52,7 +52,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "core/timeline.h"
+#include "core/lease.h"
+#include "runtime/timeline.h"
 #include "rpc/auth.h"
 #include "rpc/tls.h"
 #include "server/data_plane.h"
@@ -75,12 +76,11 @@ class ShardService;
 class StallWatcher;
 
 struct ShardServerOptions {
-  // Chrome-trace timeline of steps timeline_first_step .. + timeline_steps - 1
+  // Chrome-trace timeline of steps steps timeline_window (first_step, steps)
   // ("{shard}" replaced; "" = off): per bucket, pushes received, the
-  // reduction and update, parameters sent (core/timeline.h).
+  // reduction and update, parameters sent (runtime/timeline.h).
   std::string timeline;
-  int64_t timeline_first_step = 1;
-  int64_t timeline_steps = 100;
+  TimelineOptions timeline_window;
   // host:port of the control gRPC service (port 0 picks a free port).
   std::string listen = "127.0.0.1:0";
   // The host registered for the gRPC address ("" = AdvertiseHost's default:
@@ -98,7 +98,7 @@ struct ShardServerOptions {
   std::string pool = "default";
   // This server's shard index within the pool (required, >= 0).
   int shard = -1;
-  absl::Duration lease_ttl = absl::Seconds(3);
+  absl::Duration lease_ttl = kDefaultLeaseTtl;
   // Keep trying to join this long while a previous server of this shard
   // still holds its lease; also bounds the re-join after an endpoint renewal.
   absl::Duration join_timeout = absl::Seconds(30);
@@ -130,7 +130,7 @@ struct ShardServerOptions {
   // sleeps, so the next bucket starts without a wake-up (DataPlane).
   absl::Duration update_spin = kDefaultUpdateSpin;
   // Whether they poll at all: tessel-server passes --poll_mode (auto: only
-  // while this host's polling threads fit its cores; core/spin_budget.h).
+  // while this host's polling threads fit its cores; runtime/spin_budget.h).
   SpinMode poll_mode = SpinMode::kSpin;
   // Sum the ranks of a bucket that landed in rank order before its last
   // rank arrives (prefix order; three or more workers). Off only to

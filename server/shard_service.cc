@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/job_name.h"
-#include "core/version.h"
+#include "runtime/version.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
 #include "rpc/limits.h"

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
-#include "core/log.h"
+#include "runtime/log.h"
 
 namespace tessel {
 

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/lease.h"
 #include "worker/options.h"
 
 namespace grpc {
@@ -45,7 +46,7 @@ class InProcCluster {
     int servers = 2;
     Kind transport = Kind::kInProc;
     std::string pool = "default";
-    absl::Duration lease_ttl = absl::Seconds(3);
+    absl::Duration lease_ttl = kDefaultLeaseTtl;
     std::string checkpoint_dir;  // "" = no checkpoints
     // Which shard servers authenticate data-path frames: the odd ones by
     // default (every test covers both paths), or all.

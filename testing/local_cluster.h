@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/lease.h"
 #include "registry/registry_service.h"
 #include "registry/status_page.h"
 #include "rpc/metrics_server.h"
@@ -36,7 +37,7 @@ struct ClusterOptions {
   // UCX puts active messages on tcp lanes (docs/architecture.md, Data path).
   std::string ucx_tls = "posix,sysv,self";
   std::vector<std::string> server_args;  // extra flags for every server
-  absl::Duration lease_ttl = absl::Seconds(3);
+  absl::Duration lease_ttl = kDefaultLeaseTtl;
   // Mutual TLS for the embedded registry, and forwarded (--tls_*) to every
   // server and worker started; empty = plaintext.
   TlsOptions tls;

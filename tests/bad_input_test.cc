@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 #include "gtest/gtest.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/grpc_util.h"

@@ -16,7 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/cli.h"
+#include "runtime/cli.h"
 #include "proto/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, address, "", "host:port of a plaintext grpc.health.v1 service (required)");

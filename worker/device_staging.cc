@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/log.h"
+#include "runtime/log.h"
 
 namespace tessel {
 

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/frame_auth.h"
-#include "core/metrics.h"
+#include "runtime/frame_auth.h"
+#include "runtime/metrics.h"
 #include "core/wire.h"
 #include "gtest/gtest.h"
 #include "rpc/registry_client.h"

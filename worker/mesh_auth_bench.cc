@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/frame_auth.h"
+#include "runtime/frame_auth.h"
 #include "core/wire.h"
 #include "transport/transport_testing.h"
 #include "worker/collectives.h"

@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/frame_auth.h"
+#include "runtime/frame_auth.h"
 #include "core/job_name.h"
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 #include "gtest/gtest.h"
 #include "rpc/registry_client.h"
 #include "testing/inproc_cluster.h"

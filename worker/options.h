@@ -27,9 +27,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/early_stopping.h"
+#include "core/lease.h"
 #include "core/optimizer_params.h"
 #include "core/precision.h"
 #include "rpc/tls_options.h"
+#include "runtime/timeline.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_options.h"
 
@@ -91,12 +93,11 @@ struct WorkerOptions {
   // Serve this worker's Prometheus metrics at http://HOST:PORT/metrics
   // (port 0 picks one, logged); "" = off. worker/internal/worker_metrics.h.
   std::string metrics_address;
-  // Write a Chrome-trace timeline of steps timeline_first_step ..
-  // + timeline_steps - 1 here ("{rank}" is replaced by the rank; "" = off):
-  // per bucket, push sent and parameters received (core/timeline.h).
+  // Write a Chrome-trace timeline of the steps in timeline_window here
+  // ("{rank}" is replaced by the rank; "" = off): per bucket, push sent and
+  // parameters received (runtime/timeline.h).
   std::string timeline;
-  int64_t timeline_first_step = 1;
-  int64_t timeline_steps = 100;  // 0: every step
+  TimelineOptions timeline_window;  // first_step, steps (0: every step)
   int rank = 0;                  // in [0, world_size); [0, elastic_max_workers) with growth
   int world_size = 1;
   std::string server_pool = "default";
@@ -117,7 +118,7 @@ struct WorkerOptions {
   // a process of its own lost, so some rank will never join).
   std::function<absl::Status()> connect_check;
   absl::Duration step_timeout = absl::Seconds(120);
-  absl::Duration lease_ttl = absl::Seconds(3);
+  absl::Duration lease_ttl = kDefaultLeaseTtl;
   UcxOptions ucx;
   // The data-path endpoint (default: UCX with `ucx`).
   TransportFactory transport;

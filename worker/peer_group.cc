@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/frame_auth.h"
-#include "core/log.h"
-#include "core/metrics.h"
+#include "runtime/frame_auth.h"
+#include "runtime/log.h"
+#include "runtime/metrics.h"
 #include "rpc/registry_client.h"
 #include "worker/peer_message.h"
 

@@ -30,7 +30,7 @@
 // Authentication (SetAuth, e.g. a hybrid job's mesh key from its shard
 // servers): every header then goes out with a 16-byte tag, the group key's
 // SipHash of the 40 header bytes under the key of the message's generation
-// (core/frame_auth.h); a message without a valid tag is dropped before it
+// (runtime/frame_auth.h); a message without a valid tag is dropped before it
 // can take a (peer, tag) slot, counted (refused_unauthenticated()) and
 // logged at most once per 10 s. A Reset changes the key with the
 // generation, so a message of an older generation cannot be re-stamped.
@@ -66,9 +66,9 @@
 namespace tessel {
 
 class RegistryClient;  // rpc/registry_client.h
-class FrameAuth;       // core/frame_auth.h
+class FrameAuth;       // runtime/frame_auth.h
 namespace metrics {
-class Counter;  // core/metrics.h
+class Counter;  // runtime/metrics.h
 }
 
 struct PeerGroupOptions {

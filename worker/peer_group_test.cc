@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/frame_auth.h"
+#include "runtime/frame_auth.h"
 #include "core/wire.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

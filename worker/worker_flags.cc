@@ -4,12 +4,13 @@
 #include "absl/strings/str_cat.h"
 #include "rpc/auth.h"
 #include "rpc/metrics_server.h"
+#include "rpc/registry_flags.h"
 #include "rpc/tls_flags.h"
 #include "rpc/token_flag.h"
+#include "runtime/timeline_flags.h"
 #include "transport/ucx/ucx_flags.h"
 #include "worker/train_flags.h"
 
-ABSL_FLAG(std::string, registry, "", "registry host:port (required)");
 ABSL_FLAG(std::string, pool, "default", "shard server pool");
 ABSL_FLAG(int, step_timeout_s, 120,
           "seconds any wait (a step on the servers, a peer's message) may take before the worker "
@@ -43,8 +44,6 @@ ABSL_FLAG(bool, auto_resume, false,
 ABSL_FLAG(int64_t, resume_step, -1, "with --resume: the checkpoint's step (-1 = latest)");
 ABSL_FLAG(int, recovery_timeout_s, 60,
           "seconds to wait for a lost worker or shard server to return before giving up");
-ABSL_FLAG(int, lease_ttl_ms, 3000,
-          "registry lease of this worker: a dead worker is noticed about this long after it died");
 ABSL_FLAG(int, elastic_min_workers, 0,
           "job policy when a worker is lost (needs --recover): 0 = wait for a replacement "
           "(--rank=R --resume); N = if none joins within --elastic_grace_s, go on from the "
@@ -63,12 +62,6 @@ ABSL_FLAG(std::string, host_id, "",
           "this worker's host for --aggregation (default: boot id and network and IPC "
           "namespaces, or $TESSEL_HOST_ID); workers with one host_id must reach each other over "
           "shared memory or loopback");
-ABSL_FLAG(std::string, timeline, "",
-          "write a Chrome-trace/Perfetto timeline of each step per bucket (push sent, parameters "
-          "received) to this file; \"{rank}\" in it becomes the rank; merge the files of a job "
-          "with tools/tessel-timeline (docs/observability.md); empty: off");
-ABSL_FLAG(int64_t, timeline_first_step, 1, "first step --timeline records");
-ABSL_FLAG(int64_t, timeline_steps, 100, "steps --timeline records (0: every step)");
 
 namespace tessel {
 
@@ -85,11 +78,12 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   if (!strategy.ok()) return strategy.status();
   auto half = PrecisionFromFlags();
   if (!half.ok()) return half.status();
-  o.registry = absl::GetFlag(FLAGS_registry);
+  o.registry = absl::GetFlag(FLAGS_registry);  // checked where it is used (Worker::Create)
   o.metrics_address = absl::GetFlag(FLAGS_metrics_address);
-  o.timeline = absl::GetFlag(FLAGS_timeline);
-  o.timeline_first_step = absl::GetFlag(FLAGS_timeline_first_step);
-  o.timeline_steps = absl::GetFlag(FLAGS_timeline_steps);
+  auto timeline = TimelineFromFlags();
+  if (!timeline.ok()) return timeline.status();
+  o.timeline = timeline->path;
+  o.timeline_window = timeline->window;
   o.server_pool = absl::GetFlag(FLAGS_pool);
   o.strategy = *strategy;
   o.optimizer = *optimizer;
@@ -117,7 +111,9 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   o.checkpoint_report_interval =
       absl::Seconds(std::max(0, absl::GetFlag(FLAGS_checkpoint_report_s)));
   o.recovery = absl::GetFlag(FLAGS_recover);
-  o.lease_ttl = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ttl_ms));
+  auto lease_ttl = LeaseTtlFromFlags();
+  if (!lease_ttl.ok()) return lease_ttl.status();
+  o.lease_ttl = *lease_ttl;
   o.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
   o.elastic_min_workers = absl::GetFlag(FLAGS_elastic_min_workers);
   o.elastic_grace = absl::Seconds(absl::GetFlag(FLAGS_elastic_grace_s));

@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/log.h"
+#include "runtime/log.h"
 
 namespace tessel {
 namespace {

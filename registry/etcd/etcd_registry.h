@@ -52,6 +52,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "core/lease.h"
 #include "registry/etcd/etcd_client.h"
 #include "registry/registry.h"
 
@@ -60,7 +61,7 @@ namespace tessel {
 struct EtcdRegistryOptions {
   std::vector<std::string> endpoints = {"127.0.0.1:2379"};
   std::string prefix = "/tessel";
-  absl::Duration default_ttl = absl::Seconds(3);
+  absl::Duration default_ttl = kDefaultLeaseTtl;
   absl::Duration rpc_timeout = absl::Seconds(5);  // deadline of every etcd call
   // TLS to etcd (rpc/tls.h LoadTlsClientCredentials); default plaintext,
   // unless an endpoint is https:// (EtcdClient::Connect).

@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 #include "testing/process.h"
 
 namespace tessel {

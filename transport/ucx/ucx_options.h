@@ -31,7 +31,7 @@ struct UcxOptions {
   // Keep polling (with sched_yield) this long after the last activity,
   // then sleep on the event fd (--ucx_spin_us). Not negative.
   absl::Duration spin = absl::Milliseconds(5);
-  // Whether that polling happens (--poll_mode, core/spin_budget.h): kAuto
+  // Whether that polling happens (--poll_mode, runtime/spin_budget.h): kAuto
   // polls while this host's polling threads fit its cores, else sleeps on
   // the event fd at once; kSpin always polls; kEvent never does.
   SpinMode poll_mode = SpinMode::kAuto;

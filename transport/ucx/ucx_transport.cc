@@ -10,7 +10,7 @@
 #endif
 
 #include "absl/strings/str_cat.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "core/status_macros.h"
 #include "transport/ucx/internal/context.h"
 #include "transport/ucx/internal/descriptor_codec.h"

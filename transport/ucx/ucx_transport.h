@@ -88,7 +88,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/spin_budget.h"
+#include "runtime/spin_budget.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_options.h"
 

@@ -1,3 +1,4 @@
+#include "core/wire.h"
 #include "worker/internal/bucket_exchange.h"
 
 #include <algorithm>
@@ -6,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "core/topk.h"
 
 namespace tessel::internal {
@@ -357,7 +358,7 @@ Accept BucketExchange::OnParams(const FrameHeader& h) {
   const Range br = layout.bucket_range(h.shard, h.bucket);
   absl::MutexLock lock(&channel_->mu());
   if (h.step != expect_version_ || h.epoch != ctx_->epoch.load() ||
-      h.payload_bytes != static_cast<uint64_t>(br.size()) * (ctx_->half ? 2 : 4)) {
+      h.payload_bytes != DensePayloadBytes(br.size(), ctx_->half)) {
     TESSEL_LOG(WARNING) << "dropping stale or mis-sized " << DescribeHeader(h)
                         << " (expecting step " << expect_version_ << ", epoch "
                         << ctx_->epoch.load() << ")";

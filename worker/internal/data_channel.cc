@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "core/topk.h"
 
 namespace tessel::internal {
@@ -26,18 +26,12 @@ DataChannel::DataChannel(JobContext* ctx, std::unique_ptr<Transport> transport)
 DataChannel::~DataChannel() { transport_->Shutdown(); }
 
 FrameHeader DataChannel::Header(FrameType type, int64_t step, int shard, int bucket) const {
-  FrameHeader h;
-  h.type = type;
-  h.job_id = ctx_->job_id;
-  h.epoch = ctx_->epoch;
-  h.step = step;
-  h.rank = ctx_->rank.load();
-  h.shard = shard;
-  h.bucket = bucket;
+  FrameHeader h =
+      MakeHeader(type, ctx_->job_id, ctx_->epoch, step, ctx_->rank.load(), shard, bucket);
   if (type == FrameType::kPush || type == FrameType::kInit) {
     const int64_t n = ctx_->layout->bucket_range(shard, bucket).size();
-    const uint64_t elem = type == FrameType::kPush && ctx_->half ? 2 : 4;  // INIT: fp32 masters
-    h.payload_bytes = static_cast<uint64_t>(n) * elem;
+    // INIT carries fp32 masters.
+    h.payload_bytes = DensePayloadBytes(n, type == FrameType::kPush && ctx_->half);
     if (type == FrameType::kPush && ctx_->options.topk_ratio > 0) {
       h.payload_bytes = SparseBytes(TopkCount(ctx_->options.topk_ratio, n));
     }

@@ -38,7 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/frame_auth.h"
+#include "runtime/frame_auth.h"
 #include "core/wire.h"
 #include "transport/transport.h"
 #include "worker/internal/job_context.h"

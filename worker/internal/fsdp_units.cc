@@ -1,9 +1,10 @@
+#include "core/wire.h"
 #include "worker/internal/fsdp_units.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "core/precision.h"
 
 namespace tessel::internal {
@@ -297,7 +298,7 @@ Accept FsdpUnits::OnParams(const FrameHeader& h) {
   Unit& u = units_[unit];
   const bool held = ctx_->half ? !u.params_half.empty() : !u.params.empty();
   if (u.version != h.step || !held || br.end > u.range.end ||
-      h.payload_bytes != static_cast<uint64_t>(br.size()) * (ctx_->half ? 2 : 4)) {
+      h.payload_bytes != DensePayloadBytes(br.size(), ctx_->half)) {
     TESSEL_LOG(WARNING) << "dropping stale " << DescribeHeader(h);
     channel_->CountStaleLocked();
     return Accept{};

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "core/reduce.h"
 #include "worker/internal/host_groups.h"
 

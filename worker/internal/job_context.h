@@ -18,7 +18,7 @@
 
 #include "core/layout.h"
 #include "core/precision.h"
-#include "core/timeline.h"
+#include "runtime/timeline.h"
 #include "worker/options.h"
 
 namespace tessel::internal {

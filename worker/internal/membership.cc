@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/log.h"
+#include "runtime/log.h"
 
 namespace tessel::internal {
 

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "core/status_macros.h"
 #include "worker/internal/server_state.h"
 #include "worker/train_state.h"

@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "core/metrics.h"
+#include "runtime/metrics.h"
 #include "worker/reports.h"
 
 namespace tessel::internal {

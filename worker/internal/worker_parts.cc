@@ -1,7 +1,7 @@
 #include "worker/internal/worker_parts.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/log.h"
+#include "runtime/log.h"
 #include "rpc/tls.h"
 #include "worker/internal/make_transport.h"
 #include "worker/internal/server_reducer.h"
@@ -34,7 +34,7 @@ absl::Status WorkerParts::Build() {
   if (!o.timeline.empty()) {
     auto opened =
         Timeline::Open(TimelinePath(o.timeline, o.rank, -1), absl::StrCat("worker[", o.rank, "]"),
-                       {.first_step = o.timeline_first_step, .steps = o.timeline_steps});
+                       o.timeline_window);
     if (!opened.ok()) return Named(ctx, opened.status());
     timeline = *std::move(opened);
     ctx.timeline = timeline.get();

@@ -27,7 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "core/timeline.h"
+#include "runtime/timeline.h"
 #include "proto/shard.pb.h"
 #include "rpc/metrics_server.h"
 #include "worker/internal/bucket_exchange.h"
