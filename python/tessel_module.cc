@@ -195,8 +195,7 @@ PYBIND11_MODULE(_tessel, m) {
                  auto_resume, checkpoint_every_steps, checkpoint_initial, token, topk_ratio);
              o.metrics_address = metrics_address;
              o.timeline = timeline;
-             o.timeline_first_step = timeline_first_step;
-             o.timeline_steps = timeline_steps;
+             o.timeline_window = {.first_step = timeline_first_step, .steps = timeline_steps};
              auto a = tessel::AggregationFromName(aggregation);
              if (!a.ok()) throw py::value_error(std::string(a.status().message()));
              o.aggregation = *a;
@@ -214,7 +213,8 @@ PYBIND11_MODULE(_tessel, m) {
            py::arg("auto_resume") = false, py::arg("checkpoint_every_steps") = 0,
            py::arg("checkpoint_initial") = false, py::arg("token") = "",
            py::arg("topk_ratio") = 0.0, py::arg("metrics_address") = "", py::arg("timeline") = "",
-           py::arg("timeline_first_step") = 1, py::arg("timeline_steps") = 100,
+           py::arg("timeline_first_step") = tessel::TimelineOptions{}.first_step,
+           py::arg("timeline_steps") = tessel::TimelineOptions{}.steps,
            py::arg("aggregation") = "auto", py::arg("host_id") = "",
            "Joins the job (registry host:port, job name, rank of world_size) and waits for the "
            "world and the shard servers. metrics_address (HOST:PORT, port 0: a free one): serve "
