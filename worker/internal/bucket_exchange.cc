@@ -358,7 +358,7 @@ Accept BucketExchange::OnParams(const FrameHeader& h) {
   const Range br = layout.bucket_range(h.shard, h.bucket);
   absl::MutexLock lock(&channel_->mu());
   if (h.step != expect_version_ || h.epoch != ctx_->epoch.load() ||
-      h.payload_bytes != DensePayloadBytes(br.size(), ctx_->half)) {
+      h.payload_bytes != DensePayloadBytes(br.size(), ctx_->half.has_value())) {
     TESSEL_LOG(WARNING) << "dropping stale or mis-sized " << DescribeHeader(h)
                         << " (expecting step " << expect_version_ << ", epoch "
                         << ctx_->epoch.load() << ")";

@@ -298,7 +298,7 @@ Accept FsdpUnits::OnParams(const FrameHeader& h) {
   Unit& u = units_[unit];
   const bool held = ctx_->half ? !u.params_half.empty() : !u.params.empty();
   if (u.version != h.step || !held || br.end > u.range.end ||
-      h.payload_bytes != DensePayloadBytes(br.size(), ctx_->half)) {
+      h.payload_bytes != DensePayloadBytes(br.size(), ctx_->half.has_value())) {
     TESSEL_LOG(WARNING) << "dropping stale " << DescribeHeader(h);
     channel_->CountStaleLocked();
     return Accept{};
