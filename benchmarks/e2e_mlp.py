@@ -3,7 +3,7 @@
 through torch DDP (gloo), in the same run, and each one's exposed
 communication.
 
-The model, batch and update are ../shared/anchors/ddp_step.py's: Linear(2048,
+The model, batch and update are docs/machine.md's torch DDP step: Linear(2048,
 8192) -> ReLU -> Linear(8192, 1024), float32 (25,175,040 parameters, 100.7 MB
 of gradients), MSE loss on a fixed random batch of 32 per worker, SGD
 (lr 1e-3), one BLAS thread per process. A step is zero_grad + forward +
@@ -15,9 +15,9 @@ Contenders, each run after a quiet machine (>= 90 % idle for 3 one-second
 windows, or --quiet_max_s: flagged NOT-QUIET), in an order rotated every
 repeat:
   single        one process, the whole step with no communication: the
-                compute a step costs (the anchor's A).
+                compute a step costs (docs/machine.md's A).
   torch-ddp     torch DistributedDataParallel over gloo (TCP on lo), 2
-                processes, default 25 MiB buckets (the anchor's C).
+                processes, default 25 MiB buckets (docs/machine.md's C).
   tessel-<s>    tessel.torch's DistributedOptimizer, strategy s (zero2, ddp,
                 ...), 2 workers and 2 shard servers under tessel-launch (UCX
                 shared memory).

@@ -4,7 +4,8 @@
 #          [--strategies=zero2,ddp] [--quiet_max_s=120]
 set -euo pipefail
 # Debian's torch links the generic libblas.so.3: reference BLAS makes the step
-# 8x slower (../shared/anchors/README.md), so use OpenBLAS as the anchors did.
+# 8x slower (docs/machine.md, "A torch DDP step"), so use OpenBLAS, as that
+# baseline was measured.
 if ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     echo "e2e_mlp: installing libopenblas0-pthread (torch's BLAS, as the anchors measured)"

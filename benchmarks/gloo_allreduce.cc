@@ -3,7 +3,7 @@
 // that comparison is: gloo::barrier, then gloo::allreduce (ring), and the
 // iteration's time is the maximum over ranks. Prints the median (min, max)
 // over iterations with the same columns as datapath_bench.
-// Adapted from ../shared/anchors/gloo_coll.cc (the anchors' measurement).
+// docs/machine.md ("Gloo") has this machine's Gloo figures and how to re-measure them.
 // After each size's row rank 0 prints the CPU of every rank per timed step,
 // summed ("cpu S_MiB MS"), and, on a device other than lo, each rank's
 // device bytes per step ("link S_MiB RANK RX TX"): bench_probe.h.
