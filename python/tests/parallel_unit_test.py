@@ -16,6 +16,7 @@ ranks waits and fails, one sent twice while in flight is a collision).
   - Pipeline over 2 stages (also with 2 tensor ranks each): the loss and every
     gradient against dense; a step that failed on one stage raises on both and
     the next step runs clean; a stage without parameters;
+  - HybridMesh.replicate makes the parameters no layer splits tensor rank 0's;
   - HybridMesh's attached worker: a closing optimizer detaches only its own, a
     refused DistributedOptimizer leaves none attached.
 """
@@ -37,6 +38,7 @@ from fakes import MeshWorld
 from tessel.torch import parallel as tp
 from tessel.torch import session as session_lib
 from tessel.torch.parallel import comm
+from tessel.torch.parallel.layers import replicated_parameters
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "examples"))
@@ -427,6 +429,33 @@ class AttachTest(Base):
         for calls, attached in run(fn, 1):
             self.assertIsNone(attached, "a refused optimizer's worker is still attached")
             self.assertEqual(calls, ["attach", "attach"])
+
+
+class ReplicateTest(Base):
+    def test_replicated_parameters_become_tensor_rank_0s(self):
+        """What DistributedOptimizer does at construction: the parameters no layer
+        splits (layers.replicated_parameters) take tensor rank 0's values; the split
+        ones keep each rank's slice."""
+        def fn(s, h):
+            torch.manual_seed(0)  # the same dense layers on every rank
+            model = nn.Sequential(tp.ColumnParallelLinear(4, 6, session=s),
+                                  tp.RowParallelLinear(6, 4, session=s), nn.LayerNorm(4))
+            with torch.no_grad():  # replicated values that differ between the ranks
+                model[1].bias.fill_(h.t + 1)
+                model[2].weight.fill_(10 * (h.t + 1))
+            split_before = model[0].weight.detach().clone()
+            shared = replicated_parameters(model, list(model.parameters()))
+            h.replicate(shared)
+            return ([id(p) for p in shared] == [id(model[1].bias), id(model[2].weight),
+                                                id(model[2].bias)],
+                    model[1].bias.detach().clone(), model[2].weight.detach().clone(),
+                    torch.equal(model[0].weight, split_before), split_before)
+        (ok0, bias0, ln0, kept0, w0), (ok1, bias1, ln1, kept1, w1) = run(fn, 2)
+        self.assertTrue(ok0 and ok1, "replicated_parameters: the row bias and the norm's")
+        self.assertTrue(torch.equal(bias0, torch.ones(4)) and torch.equal(bias1, bias0))
+        self.assertTrue(torch.equal(ln0, torch.full((4,), 10.0)) and torch.equal(ln1, ln0))
+        self.assertTrue(kept0 and kept1, "a split parameter is left as it was")
+        self.assertFalse(torch.equal(w0, w1), "the ranks' slices differ")
 
 
 if __name__ == "__main__":

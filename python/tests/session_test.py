@@ -5,6 +5,7 @@ import unittest
 from unittest import mock
 
 import tessel.torch as tt
+from tessel.torch import session as session_lib
 from tessel.torch.session import Session
 
 ENV = {"TESSEL_REGISTRY": "127.0.0.1:5000", "TESSEL_JOB": "mlp", "TESSEL_RANK": "1",
@@ -92,6 +93,21 @@ class SessionTest(unittest.TestCase):
             tt.size()
         with self.assertRaisesRegex(RuntimeError, r"call tessel.torch.init\(\) first"):
             tt.DistributedOptimizer(None)
+
+    def test_reset_default_session(self):
+        with mock.patch.dict(os.environ, ENV, clear=True):
+            tt.init()
+        old = tt.default_session()
+        log = []
+        old.adopt(Closing(log))
+        self.assertIs(session_lib.reset_default_session(), old)
+        self.assertIsNot(tt.default_session(), old)
+        self.assertFalse(tt.default_session().initialized, "the new default is uninitialized")
+        self.assertEqual(log, [], "nothing of the old one is closed")
+        self.assertTrue(old.initialized)
+        with self.assertRaisesRegex(RuntimeError, r"call tessel.torch.init\(\) first"):
+            tt.rank()
+        old.shutdown()
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ Tessel's), scaler.py (LossScaler), clip.py (clip_grad_norm_), agree.py (a
 step's job-wide decisions), buffers.py (BufferSync: broadcast_buffers),
 sync_bn.py (SyncBatchNorm, convert_sync_batchnorm), group.py, flat.py, fsdp.py and fsdp_unit.py (a
 parameter group bound to its worker; fsdp's units and their states),
-staging.py (CUDA staging), precision.py, parallel/ (tensor and pipeline
+staging.py (CUDA staging), precision.py, hybrid_mesh.py (HybridMesh: the
+session's place in a hybrid job), parallel/ (tensor and pipeline
 parallelism: init(tensor_parallel=, pipeline_parallel=), the parallel layers,
 Pipeline; docs/hybrid.md), pretrained.py (load_pretrained: a
 safetensors, torch or npz file, such as `tesselctl checkpoint export` writes,

@@ -38,6 +38,7 @@ from tessel.torch.fsdp import FsdpGroup, plan_units
 from tessel.torch.group import Settings
 from tessel.torch.hyper import tessel_hyper
 from tessel.torch.model_state import ModelState
+from tessel.torch.parallel.layers import replicated_parameters
 from tessel.torch.precision import PRECISIONS, STRATEGIES
 from tessel.torch.scaler import LossScaler
 from tessel.torch.sync_bn import bind_sync_batchnorm, unbind_sync_batchnorm
@@ -202,7 +203,8 @@ class DistributedOptimizer:
                              "their checkpoints could roll back to different steps)")
         plans = plan_units(model, self._groups) if strategy == "fsdp" else [[]] * len(self._groups)
         if hybrid is not None:
-            hybrid.replicate(model, [p for g in self._groups for p in g.params])
+            hybrid.replicate(replicated_parameters(model,
+                                                   [p for g in self._groups for p in g.params]))
         self._abandoned = False  # a Pipeline step lost to a recovery
         try:
             self._connect(cfg, model, plans, rank, world, base_job, bucket_bytes,

@@ -10,6 +10,16 @@ default session (`default_session()`); shutdown() leaves it as new (not
 initialized, no optimizers), so init() may be called again. Other sessions
 can be made and passed as `DistributedOptimizer(..., session=s)`.
 
+The default session is this module's one global, on purpose: a training
+script says `tt.init()` once and every DistributedOptimizer, SyncBatchNorm
+and tensor-parallel layer made without `session=` finds it, as
+torch.distributed's init_process_group()/destroy_process_group() keep one
+default process group per process. Everything else lives in Session objects.
+Tests reset it with `reset_default_session()` (a fresh Session in its place,
+nothing of the old one closed: for a test that failed half way, or one that
+must start from a new default), or install their own by patching
+`default_session`.
+
 Threads: not thread-safe; use a session from the thread that trains.
 
 Example:
@@ -20,6 +30,8 @@ Example:
 """
 import os
 
+from tessel.torch.hybrid_mesh import HybridMesh
+
 
 class Session:
     """One process's place in a training job (see the module's docs)."""
@@ -27,7 +39,7 @@ class Session:
     def __init__(self):
         self._config = None
         self._optimizers = []
-        self._hybrid = None  # parallel/mesh.py's HybridMesh, with tensor/pipeline_parallel
+        self._hybrid = None  # hybrid_mesh.py's HybridMesh, with tensor/pipeline_parallel
 
     def __deepcopy__(self, memo):
         # A process's handle, shared by a model's copies (copy.deepcopy of a model
@@ -103,7 +115,6 @@ class Session:
             raise ValueError("tessel.torch.init: mesh= is for a hybrid job: give "
                              "tensor_parallel or pipeline_parallel too")
         if tensor_parallel is not None or pipeline_parallel is not None:
-            from tessel.torch.parallel.mesh import HybridMesh  # imports torch's nn
             self._hybrid = HybridMesh(cfg, 1 if tensor_parallel is None else tensor_parallel,
                                       1 if pipeline_parallel is None else pipeline_parallel,
                                       mesh=mesh)
@@ -113,7 +124,7 @@ class Session:
 
     @property
     def hybrid(self):
-        """The hybrid job's mesh (parallel/mesh.py's HybridMesh), or None when init() was
+        """The hybrid job's mesh (hybrid_mesh.py's HybridMesh), or None when init() was
         not given tensor_parallel or pipeline_parallel."""
         return self._hybrid
 
@@ -160,6 +171,15 @@ _DEFAULT = Session()
 def default_session():
     """The session tessel.torch's init(), rank(), size() and shutdown() act on."""
     return _DEFAULT
+
+
+def reset_default_session():
+    """Tests: puts a new, uninitialized Session in the default session's place and
+    returns the old one, unclosed (shutdown() is the way to leave a job; this only
+    forgets it). Objects that already hold the old session keep it."""
+    global _DEFAULT
+    old, _DEFAULT = _DEFAULT, Session()
+    return old
 
 
 def init(registry=None, job=None, rank=None, world_size=None, num_servers=None, ucx_tls=None,

@@ -17,8 +17,10 @@ What it does. init(tensor_parallel=T, pipeline_parallel=P) makes the world's
 processes dp = world / (T*P) replicas of P pipeline stages of T tensor ranks
 (ranks as worker/hybrid.h numbers them: tensor_rank() = rank % T,
 pipeline_stage() = (rank / T) % P, data_rank() = rank / (T*P)) and joins the
-job's worker-to-worker mesh (UCX). Each (stage, tensor rank) partition is its
-own Tessel job on the shard servers (JOB.p<stage>.t<rank>); its dp replicas
+job's worker-to-worker mesh (UCX; the session holds it as a HybridMesh,
+tessel/torch/hybrid_mesh.py, one floor below this package). Each (stage,
+tensor rank) partition is its own Tessel job on the shard servers
+(JOB.p<stage>.t<rank>); its dp replicas
 reduce gradients there (DistributedOptimizer with strategy zero1 or zero2;
 every torch optimizer Tessel supports), exactly as tessel-hybrid-train does.
 The layers (layers.py) split their weights Megatron-style and sum forward and

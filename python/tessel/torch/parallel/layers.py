@@ -324,6 +324,13 @@ def split_parameters(module):
     return out
 
 
+def replicated_parameters(module, params):
+    """The parameters of `params` that no tensor-parallel layer of `module` splits: the
+    ones every tensor rank holds whole (HybridMesh.replicate makes them rank 0's)."""
+    split = {id(p) for p, _, _ in split_parameters(module).values()}
+    return [p for p in params if id(p) not in split]
+
+
 def to_dense(module):
     """A copy of `module` with every tensor-parallel layer replaced by its dense torch
     layer (collective over the tensor group: every tensor rank calls it); `module`

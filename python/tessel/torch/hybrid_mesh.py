@@ -19,6 +19,11 @@ attached); start-up agreements the others made once (Pipeline's, the
 replicated parameters') are skipped (`replacement`). The partition's DistributedOptimizer attaches its
 worker (attach()), so a lost shard server also ends mesh waits.
 
+Floor. The session's part of a hybrid job, beside session.py (which makes it)
+and below tessel.torch.parallel (whose layers and Pipeline reach it through the
+session): it imports nothing of tessel.torch, so the imports between the
+package's modules stay acyclic (tests/imports_test.py).
+
 Threads: the training thread's (autograd runs the layers' backward there on a
 CPU model).
 
@@ -108,16 +113,15 @@ class HybridMesh:
         """The shard-server job of this process's partition: JOB.p<p>.t<t>."""
         return tessel.partition_job_name(job or self.job, self.p, self.t)
 
-    def replicate(self, model, params):
-        """Makes every parameter in `params` that no tensor-parallel layer of `model`
-        splits tensor rank 0's (one broadcast over the tensor group), so replicated
-        parameters (a row-parallel bias, layer norms) start identical; their gradients
-        are then identical too, and so are their updates."""
+    def replicate(self, shared):
+        """Makes every parameter in `shared` tensor rank 0's (one broadcast over the
+        tensor group), so replicated parameters (a row-parallel bias, layer norms)
+        start identical; their gradients are then identical too, and so are their
+        updates. `shared`: the parameters no tensor-parallel layer splits, which the
+        caller knows (parallel/layers.py's replicated_parameters): this module sits
+        below the layers, beside the session that makes it."""
         if self.tp == 1 or self.replacement:  # a replacement's come from the checkpoint
             return
-        from tessel.torch.parallel.layers import split_parameters
-        split = {id(p) for p, _, _ in split_parameters(model).values()}
-        shared = [p for p in params if id(p) not in split]
         if not shared:
             return
         with torch.no_grad():
