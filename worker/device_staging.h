@@ -40,6 +40,24 @@
 // releases the next forward. The worker's host copies are refreshed (Store)
 // only when it reads them: Serialize, GatherAll, a state broadcast.
 //
+// Why there are two stagings: python/tessel/torch/staging.py (Staging) does
+// the same job for tessel.torch, and neither can be the other, because each
+// stages memory its own runtime owns, ordered on its own runtime's streams.
+// This class owns raw device buffers allocated through gpu::Device and
+// orders copies on that Device's kCompute/kToHost/kToDevice streams, for
+// models that compute through gpu::Device (model/device_mlp.h,
+// tools/train_main.cc); it also does what only this path has (DDP's update
+// and top-k compression on the device, half casts on the device, per-chunk
+// parameter waits). The Python one stages torch tensors: torch's caching
+// allocator owns them (the model's parameters and .grad are views of them),
+// backward runs on torch's current stream, and it orders its copies with
+// torch.cuda streams and events; the Python extension links neither CUDA nor
+// gpu/ (torch brings its own CUDA runtime), so it cannot hand torch's memory
+// and stream to this class. The two keep one protocol on purpose: gradients
+// leave range by range behind the stream that produced them, go to
+// Worker::GradientsReady in order as each copy lands, and the new parameters
+// go back after Worker::Step() before their first reader.
+//
 // Where the UCX in use can move CUDA memory (Worker::device_memory_types()
 // names "cuda": a cuda_copy or cuda_ipc transport) device buffers could go
 // to UCX directly; Debian's UCX has neither, and this class always stages

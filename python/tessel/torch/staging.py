@@ -18,6 +18,29 @@ where no GPU is.
   - drain(): waits for the queued copies and forgets them (a skipped step).
   - upload(): the worker's parameters to the device, ordered before any later
     work on the current stream.
+
+Why two stagings. worker/device_staging.h (C++ DeviceStaging) does the same
+job for the C++ SDK, and this one cannot be it, nor it this one: each stages
+memory its own runtime owns, ordered on its own runtime's streams.
+  - Here the device tensors are torch's (its caching allocator: the model's
+    parameters and .grad are views of them, so autograd writes gradients in
+    place), backward runs on torch's current stream, and the copies are
+    ordered against that stream with torch.cuda streams and events. The
+    extension (python/BUILD's _tessel.so) links no CUDA and no gpu/ code:
+    torch brings its own CUDA runtime.
+  - DeviceStaging owns raw device buffers allocated through gpu::Device
+    (gpu/device.h) and orders copies on that Device's kCompute, kToHost and
+    kToDevice streams, for models that compute through gpu::Device
+    (model/device_mlp.h, tessel-train). It also keeps what only the C++ path
+    has: DDP's update and top-k compression on the device, half-precision
+    casts on the device, per-chunk parameter waits.
+Using DeviceStaging from here would mean handing torch's memory and stream to
+a second CUDA runtime (gpu/cuda_device's static one) and bridging events
+between them. What the two share is the protocol, kept the same on purpose:
+gradients leave the device range by range behind the stream that produced
+them, are handed to Worker.gradients_ready in order as each copy lands, and
+the new parameters go back after Worker.step() before their next reader.
+
 Threads: enqueue may run on autograd's thread (a hook), the rest on the
 training thread; torch's autograd finishes backward before step() runs, so
 they never overlap.
