@@ -1,8 +1,20 @@
-"""What benchmarks/run_datapath.py and run_multihost.py share: waiting for a
-quiet machine, and reading a contender's output (datapath_bench,
-mpi_allreduce and gloo_allreduce print the same columns, then "cpu S_MiB
-MS" and "link S_MiB RANK RX TX" lines; benchmarks/bench_probe.h)."""
+"""What the benchmark drivers share.
+
+All of them (run_datapath.py, run_multihost.py, e2e_mlp.py, zoo_bench.py):
+waiting for a quiet machine (wait_quiet). run_datapath.py and run_multihost.py:
+reading a contender's output (datapath_bench, mpi_allreduce and gloo_allreduce
+print the same columns, then "cpu S_MiB MS" and "link S_MiB RANK RX TX" lines;
+benchmarks/bench_probe.h). e2e_mlp.py and zoo_bench.py, which time torch
+training steps of tessel.torch against torch DDP: one BLAS thread per process,
+the timed step loop, the slower rank's time over gloo or over a Tessel worker,
+a free port, torch's banner line and a run's line of step times. torch is
+imported only by the functions that use it (run_datapath and run_multihost do
+not need it).
+"""
+import os
 import re
+import socket
+import statistics
 import time
 
 ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)"
@@ -59,3 +71,88 @@ def parse(out, calls=None, phases=None, cpu=None, link=None):
                 update = float(m.group(12)) if m.group(12) is not None else float("nan")
                 phases[int(m.group(1))] = tuple(float(m.group(k)) for k in (9, 10, 11)) + (update,)
     return rows
+
+
+# --- torch training steps (e2e_mlp.py, zoo_bench.py) ---------------------------
+
+def one_thread():
+    """This process computes on one thread (torch's intra-op pool)."""
+    import torch
+    torch.set_num_threads(1)
+
+
+def one_thread_env():
+    """os.environ with one BLAS/OpenMP thread, for a contender's processes."""
+    env = dict(os.environ)
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return env
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (gloo's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_steps(step, steps, warm, barrier=None, slowest=None, after=None):
+    """Per-step seconds of `step()` after `warm` warm-up steps: barrier() (not
+    timed), then the step; after() (not timed) once it is timed; with
+    `slowest`, the slower rank's time (slowest(dt) is collective)."""
+    out = []
+    for i in range(warm + steps):
+        if barrier:
+            barrier()
+        t0 = time.perf_counter()
+        step()
+        dt = time.perf_counter() - t0
+        if after:
+            after()
+        if slowest:
+            dt = slowest(dt)
+        if i >= warm:
+            out.append(dt)
+    return out
+
+
+def gloo_slowest(dt):
+    """The largest of the ranks' `dt` (torch.distributed's group; collective)."""
+    import torch
+    import torch.distributed as dist
+    t = torch.tensor([dt], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def tessel_sync(worker, rank, world):
+    """(barrier, slowest) over a tessel.Worker's job: barrier() returns once every
+    rank called it; slowest(dt) is the largest of the ranks' dt."""
+    import numpy as np
+    one = np.zeros(1, dtype=np.float32)
+
+    def barrier():
+        worker.all_reduce_mean(one)
+
+    def slowest(dt):
+        v = np.zeros(world, dtype=np.float32)
+        v[rank] = dt
+        worker.all_reduce_mean(v)  # each rank's dt / world
+        return float(v.max()) * world
+
+    return barrier, slowest
+
+
+def torch_banner(name):
+    """Prints "NAME: torch VERSION, BLAS LIBRARIES" (the BLAS torch loaded)."""
+    import torch
+    blas = sorted({line.split()[-1] for line in open("/proc/self/maps")
+                   if "blas" in line and ".so" in line})
+    print(f"{name}: torch {torch.__version__}, BLAS {','.join(blas) or '?'}")
+
+
+def times_line(ts, quiet, idle):
+    """A run's step times (seconds) as "median M ms  min A  max B  (n=N)", and
+    NOT-QUIET with the idle % when the machine was not quiet before it."""
+    flag = "" if quiet else f"  NOT-QUIET (idle {idle:.0f}%)"
+    return (f"median {statistics.median(ts) * 1e3:8.1f} ms  min {min(ts) * 1e3:8.1f}  "
+            f"max {max(ts) * 1e3:8.1f}  (n={len(ts)}){flag}")

@@ -36,12 +36,13 @@ Usage: bazel run //benchmarks:e2e_mlp -- [--repeats=3] [--steps=15]
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from bench_common import (free_port, gloo_slowest, one_thread, one_thread_env, run_steps,
+                          tessel_sync, times_line, torch_banner, wait_quiet)
 
 D_IN, D_HID, D_OUT, BATCH, LR, WARM = 2048, 8192, 1024, 32, 1e-3, 3
 WORKERS, SERVERS = 2, 2
@@ -62,30 +63,18 @@ def batch(rank):
     return torch.randn(BATCH, D_IN, generator=g), torch.randn(BATCH, D_OUT, generator=g)
 
 
-def run_steps(model, opt, x, y, steps, barrier=None, slowest=None):
-    """Per-step seconds (after WARM warm-up steps): barrier, then the step;
-    with `slowest`, the slower rank's time."""
+def train(model, opt, x, y, steps, barrier=None, slowest=None):
+    """Per-step seconds (after WARM warm-up steps) of zero_grad, forward,
+    backward and the optimizer step (bench_common.run_steps)."""
     import torch.nn as nn
     lossf = nn.MSELoss()
-    out = []
-    for i in range(WARM + steps):
-        if barrier:
-            barrier()
-        t0 = time.perf_counter()
+
+    def step():
         opt.zero_grad()
         lossf(model(x), y).backward()
         opt.step()
-        dt = time.perf_counter() - t0
-        if slowest:
-            dt = slowest(dt)
-        if i >= WARM:
-            out.append(dt)
-    return out
 
-
-def one_thread():
-    import torch
-    torch.set_num_threads(1)
+    return run_steps(step, steps, WARM, barrier=barrier, slowest=slowest)
 
 
 def child_single(args):
@@ -94,7 +83,7 @@ def child_single(args):
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     x, y = batch(0)
-    return run_steps(model, opt, x, y, args.steps)
+    return train(model, opt, x, y, args.steps)
 
 
 def ddp_rank(rank, port, steps, out_path):
@@ -108,13 +97,7 @@ def ddp_rank(rank, port, steps, out_path):
     model = nn.parallel.DistributedDataParallel(make_model())
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     x, y = batch(rank)
-
-    def slowest(dt):
-        t = torch.tensor([dt], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.item()
-
-    ts = run_steps(model, opt, x, y, steps, barrier=dist.barrier, slowest=slowest)
+    ts = train(model, opt, x, y, steps, barrier=dist.barrier, slowest=gloo_slowest)
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump(ts, f)
@@ -124,9 +107,7 @@ def ddp_rank(rank, port, steps, out_path):
 
 def child_torch_ddp(args):
     import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "ts.json")
         mp.start_processes(ddp_rank, args=(port, args.steps, out), nprocs=WORKERS, join=True,
@@ -137,7 +118,6 @@ def child_torch_ddp(args):
 
 def child_tessel_worker(args):
     """One rank under tessel-launch; rank 0 writes the step times to args.out."""
-    import numpy as np
     import torch
     import tessel.torch as tt
     one_thread()
@@ -148,18 +128,8 @@ def child_tessel_worker(args):
     worker = opt._groups[0].worker  # the job's worker: barrier and max over ranks
     rank, world = tt.rank(), tt.size()
     x, y = batch(rank)
-    one = np.zeros(1, dtype=np.float32)
-
-    def barrier():
-        worker.all_reduce_mean(one)
-
-    def slowest(dt):
-        v = np.zeros(world, dtype=np.float32)
-        v[rank] = dt
-        worker.all_reduce_mean(v)  # each rank's dt / world
-        return float(v.max()) * world
-
-    ts = run_steps(model, opt, x, y, args.steps, barrier=barrier, slowest=slowest)
+    barrier, slowest = tessel_sync(worker, rank, world)
+    ts = train(model, opt, x, y, args.steps, barrier=barrier, slowest=slowest)
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(ts, f)
@@ -170,36 +140,10 @@ def child_tessel_worker(args):
 
 # --- the driver ---------------------------------------------------------------
 
-def cpu_times():
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    return sum(v), v[3] + v[4]
-
-
-def wait_quiet(max_s, need=3):
-    start, ok = time.time(), 0
-    while True:
-        t0, i0 = cpu_times()
-        time.sleep(1)
-        t1, i1 = cpu_times()
-        idle = 100.0 * (i1 - i0) / max(1, t1 - t0)
-        ok = ok + 1 if idle >= 90 else 0
-        if ok >= need:
-            return True, idle, time.time() - start
-        if time.time() - start > max_s:
-            return False, idle, time.time() - start
-
-
-def env_one_thread():
-    env = dict(os.environ)
-    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    return env
-
-
 def run_contender(args, name, run_dir):
     """Runs one contender; returns its per-step seconds."""
     here = os.path.abspath(__file__)
-    env = env_one_thread()
+    env = one_thread_env()
     out = os.path.join(run_dir, f"{name}.json")
     if name.startswith("tessel-"):
         strategy = name[len("tessel-"):]
@@ -249,10 +193,7 @@ def main():
     if not args.launch or not os.path.exists(args.launch):
         raise SystemExit("e2e_mlp: --launch=PATH to tessel-launch is required "
                          "(bazel run //benchmarks:e2e_mlp sets it)")
-    import torch
-    blas = sorted({line.split()[-1] for line in open("/proc/self/maps")
-                   if "blas" in line and ".so" in line})
-    print(f"e2e_mlp: torch {torch.__version__}, BLAS {','.join(blas) or '?'}")
+    torch_banner("e2e_mlp")
     contenders = ["single", "torch-ddp"] + [f"tessel-{s}" for s in args.strategies.split(",") if s]
     print(f"e2e_mlp: {D_IN}-{D_HID}-{D_OUT} MLP (25,175,040 params, 100.7 MB fp32), batch "
           f"{BATCH} per worker, SGD lr {LR}, {WORKERS} workers, {SERVERS} shard servers, 1 BLAS "
@@ -264,14 +205,11 @@ def main():
         for rep in range(args.repeats):
             order = contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]
             for c in order:
-                quiet, idle, waited = wait_quiet(args.quiet_max_s)
+                quiet, idle, _ = wait_quiet(args.quiet_max_s)
                 not_quiet += 0 if quiet else 1
                 ts = run_contender(args, c, run_dir)
-                med = statistics.median(ts) * 1e3
-                medians[c].append(med)
-                print(f"repeat {rep + 1}  {c:<14} median {med:8.1f} ms  min "
-                      f"{min(ts) * 1e3:8.1f}  max {max(ts) * 1e3:8.1f}  (n={len(ts)})"
-                      f"{'' if quiet else f'  NOT-QUIET (idle {idle:.0f}%)'}", flush=True)
+                medians[c].append(statistics.median(ts) * 1e3)
+                print(f"repeat {rep + 1}  {c:<14} {times_line(ts, quiet, idle)}", flush=True)
     print(f"\nsummary: median step over the {args.repeats} runs' medians, ms "
           f"(min / median / max); {not_quiet} run(s) NOT-QUIET")
     single = statistics.median(medians["single"])

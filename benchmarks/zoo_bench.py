@@ -46,12 +46,13 @@ import ctypes
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from bench_common import (free_port, gloo_slowest, one_thread, one_thread_env, run_steps,
+                          tessel_sync, times_line, torch_banner, wait_quiet)
 
 WARM, WORKERS, SERVERS = 3, 2, 2
 RESNET_BATCH = 16                                      # images per worker, 3x32x32
@@ -118,32 +119,19 @@ class Memory:
                 "heap_peak_mib": self.heap_peak / 2**20}
 
 
-def run_steps(model, opt, x, y, steps, mem, barrier=None, slowest=None):
-    """Per-step seconds after WARM warm-up steps: barrier, then the step; with
-    `slowest`, the slower rank's time. Samples the heap after each phase."""
-    out = []
-    for i in range(WARM + steps):
-        if barrier:
-            barrier()
-        t0 = time.perf_counter()
+def train(model, opt, x, y, steps, mem, barrier=None, slowest=None):
+    """Per-step seconds after WARM warm-up steps of zero_grad, forward, backward
+    and the optimizer step (bench_common.run_steps). Samples the heap after
+    each phase."""
+    def step():
         opt.zero_grad()
         loss = loss_of(model(x), y)
         mem.sample()
         loss.backward()
         mem.sample()
         opt.step()
-        dt = time.perf_counter() - t0
-        mem.sample()
-        if slowest:
-            dt = slowest(dt)
-        if i >= WARM:
-            out.append(dt)
-    return out
 
-
-def one_thread():
-    import torch
-    torch.set_num_threads(1)
+    return run_steps(step, steps, WARM, barrier=barrier, slowest=slowest, after=mem.sample)
 
 
 def child_single(args):
@@ -153,7 +141,7 @@ def child_single(args):
     model = make_model(args.model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = batch(args.model, 0)
-    ts = run_steps(model, opt, x, y, args.steps, mem)
+    ts = train(model, opt, x, y, args.steps, mem)
     return {"times": ts, "ranks": [mem.report()]}
 
 
@@ -217,14 +205,8 @@ def torch_rank(rank, port, kind, model_name, steps, out_dir):
             wrapped = fsdp(model, auto_wrap_policy=policy)
         opt = torch.optim.Adam(wrapped.parameters(), lr=1e-3)
         x, y = batch(model_name, rank)
-
-        def slowest(dt):
-            t = torch.tensor([dt], dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            return t.item()
-
-        result["times"] = run_steps(wrapped, opt, x, y, steps, mem, barrier=dist.barrier,
-                                    slowest=slowest)
+        result["times"] = train(wrapped, opt, x, y, steps, mem, barrier=dist.barrier,
+                                slowest=gloo_slowest)
         result["memory"] = mem.report()
     except Exception as e:  # torch-fsdp where this torch cannot run it: say why
         result = {"unavailable": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}",
@@ -239,9 +221,7 @@ def torch_rank(rank, port, kind, model_name, steps, out_dir):
 
 def child_torch(args):
     import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with tempfile.TemporaryDirectory() as d:
         mp.start_processes(torch_rank, args=(port, args.child, args.model, args.steps, d),
                            nprocs=WORKERS, join=True, start_method="spawn")
@@ -280,7 +260,6 @@ def server_peak_rss_mib():
 
 def child_tessel_worker(args):
     """One rank under tessel-launch; writes args.out + .r<rank>.json."""
-    import numpy as np
     import torch
     import tessel.torch as tt
     one_thread()
@@ -292,18 +271,8 @@ def child_tessel_worker(args):
     worker = opt.workers[0]  # the job's worker: barrier and max over ranks
     rank, world = tt.rank(), tt.size()
     x, y = batch(args.model, rank)
-    one = np.zeros(1, dtype=np.float32)
-
-    def barrier():
-        worker.all_reduce_mean(one)
-
-    def slowest(dt):
-        v = np.zeros(world, dtype=np.float32)
-        v[rank] = dt
-        worker.all_reduce_mean(v)  # each rank's dt / world
-        return float(v.max()) * world
-
-    ts = run_steps(model, opt, x, y, args.steps, mem, barrier=barrier, slowest=slowest)
+    barrier, slowest = tessel_sync(worker, rank, world)
+    ts = train(model, opt, x, y, args.steps, mem, barrier=barrier, slowest=slowest)
     result = {"times": ts, "memory": mem.report()}
     if rank == 0:
         result["servers_mib"] = server_peak_rss_mib()
@@ -315,29 +284,8 @@ def child_tessel_worker(args):
 
 # --- the driver ---------------------------------------------------------------
 
-def cpu_times():
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    return sum(v), v[3] + v[4]
-
-
-def wait_quiet(max_s, need=3):
-    start, ok = time.time(), 0
-    while True:
-        t0, i0 = cpu_times()
-        time.sleep(1)
-        t1, i1 = cpu_times()
-        idle = 100.0 * (i1 - i0) / max(1, t1 - t0)
-        ok = ok + 1 if idle >= 90 else 0
-        if ok >= need:
-            return True, idle
-        if time.time() - start > max_s:
-            return False, idle
-
-
 def child_env(args):
-    env = dict(os.environ)
-    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = one_thread_env()
     paths = [p for p in (args.python_root, args.zoo_root, env.get("PYTHONPATH")) if p]
     env["PYTHONPATH"] = ":".join(paths)
     return env
@@ -449,12 +397,9 @@ def main():
     if not args.launch or not os.path.exists(args.launch):
         raise SystemExit("zoo_bench: --launch=PATH to tessel-launch is required "
                          "(bazel run //benchmarks:zoo_bench sets it)")
-    import torch
     models = [m for m in args.models.split(",") if m]
     contenders = [c for c in args.contenders.split(",") if c]
-    blas = sorted({line.split()[-1] for line in open("/proc/self/maps")
-                   if "blas" in line and ".so" in line})
-    print(f"zoo_bench: torch {torch.__version__}, BLAS {','.join(blas) or '?'}")
+    torch_banner("zoo_bench")
     print(f"zoo_bench: Python {sys.version.split()[0]}, "
           f"{os.cpu_count()} cores; {WORKERS} workers (1 BLAS thread each), {SERVERS} shard "
           f"servers for Tessel; Adam lr 1e-3; {args.repeats} repeats x {args.steps} steps "
@@ -474,7 +419,7 @@ def main():
                 for c in order:
                     if (m, c) in unavailable:
                         continue
-                    quiet, idle = wait_quiet(args.quiet_max_s)
+                    quiet, idle, _ = wait_quiet(args.quiet_max_s)
                     not_quiet += 0 if quiet else 1
                     r = run_contender(args, c, m, rep_dir)
                     if "unavailable" in r:
@@ -484,11 +429,8 @@ def main():
                         continue
                     r["quiet"] = quiet
                     results[(m, c)].append(r)
-                    ts = r["times"]
-                    med = statistics.median(ts) * 1e3
-                    print(f"repeat {rep + 1}  {m:<8} {c:<13} median {med:8.1f} ms  min "
-                          f"{min(ts) * 1e3:8.1f}  max {max(ts) * 1e3:8.1f}  (n={len(ts)})"
-                          f"{'' if quiet else f'  NOT-QUIET (idle {idle:.0f}%)'}", flush=True)
+                    print(f"repeat {rep + 1}  {m:<8} {c:<13} "
+                          f"{times_line(r['times'], quiet, idle)}", flush=True)
     print_summary(args, models, contenders, results, unavailable, not_quiet)
     return None
 
