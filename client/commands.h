@@ -3,6 +3,16 @@
 // of them was chosen; main runs it after resolving the global flags `g`.
 //
 // Subcommands appear in --help in the order main adds them.
+//
+// Example (a new group, in its own file):
+//   void AddFooCommands(CLI::App& app, Globals& g, std::vector<Command>* commands) {
+//     CLI::App* foo = app.add_subcommand("foo", "what foo shows");
+//     commands->push_back({foo, [&g] {
+//       Cluster c(g);
+//       absl::Status s = c.ConnectServers();
+//       return s.ok() ? kOk : Fail(s);
+//     }});
+//   }
 #ifndef TESSEL_CLIENT_COMMANDS_H_
 #define TESSEL_CLIENT_COMMANDS_H_
 

@@ -3,6 +3,13 @@
 // shard servers, through ShardFleet).
 //
 // Threads: tesselctl is single-threaded; everything here lives on main's.
+//
+// Example (a command's action):
+//   Cluster c(g);
+//   if (absl::Status s = c.ConnectServers(); !s.ok()) return Fail(s);  // exit code
+//   absl::StatusOr<std::vector<ShardRow>> rows = CollectShards(c, job);
+//   if (!rows.ok()) return Fail(rows.status());
+//   PrintTable({"SHARD", "STEP"}, table_rows);
 #ifndef TESSEL_CLIENT_CONTEXT_H_
 #define TESSEL_CLIENT_CONTEXT_H_
 

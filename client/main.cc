@@ -17,7 +17,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
-#include "client/config.h"
+#include "client/config_file.h"
 #include "client/context.h"
 #include "runtime/version.h"
 #include "rpc/auth.h"

@@ -4,6 +4,10 @@
 // lower-case words ("server", "zero2", "adam"), field names are the proto's.
 // --watch re-renders every --watch_interval and prints when the output
 // changed, until interrupted.
+//
+// Example:
+//   nlohmann::json data = ProtoJson(stats);      // proto field names
+//   Render(g, data, [&](std::ostream& out) { out << "STEP " << stats.step() << "\n"; });
 #ifndef TESSEL_CLIENT_OUTPUT_H_
 #define TESSEL_CLIENT_OUTPUT_H_
 

@@ -1,6 +1,6 @@
 // hybrid_regression: a user's own C++ model trained with hybrid data x tensor
 // x pipeline parallelism through the SDK (worker/hybrid.h's HybridSession,
-// worker/partition.h, worker/pipeline_stage.h): the model describes its
+// core/partition.h, worker/pipeline_stage.h): the model describes its
 // tensors once and supplies forward and backward; it never builds a message.
 //
 // The model is a two-layer regression network,
@@ -45,7 +45,7 @@
 #include "runtime/cli.h"
 #include "examples/npy_out.h"
 #include "worker/hybrid.h"
-#include "worker/partition.h"
+#include "core/partition.h"
 #include "worker/pipeline_stage.h"
 #include "worker/train_flags.h"  // --steps, --micro_batches, --optimizer, --lr
 #include "worker/worker_flags.h"

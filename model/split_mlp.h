@@ -31,7 +31,7 @@
 // Partition (stage p, tensor rank t): the tensors of the stage's layers on
 // rank t, packed in order (weight then bias per layer), named as in the full
 // model ("fc1.weight", ...) with their local shapes. Every tp rank of a stage
-// has the same shapes. The cut is a generic PartitionPlan (worker/partition.h,
+// has the same shapes. The cut is a generic PartitionPlan (core/partition.h,
 // plan()): a column-parallel layer's weight and bias split along dim 0, a
 // row-parallel layer's weight along dim 1 and its bias replicated, a
 // replicated layer's both replicated; Slice cuts a full parameter vector
@@ -64,7 +64,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/mlp.h"
-#include "worker/partition.h"
+#include "core/partition.h"
 
 namespace tessel::model {
 

@@ -158,7 +158,7 @@ class BucketReducer {
   int64_t buffer_bytes();
 
  private:
-  size_t wire_bytes() const { return WireElementBytes(half_); }
+  size_t wire_bytes() const { return WireElementBytes(half_.has_value()); }
   // Per rank, where its push of `bucket` lies (borrowed or held).
   void LandedLocked(int bucket, std::vector<const void*>* landed) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
   options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
   options.exit_on_lost_lease = absl::GetFlag(FLAGS_exit_on_lost_lease);
-  options.registry = registry_address;
+  options.registry = *registry_address;
   options.pool = absl::GetFlag(FLAGS_pool);
   options.shard = shard;
   options.lease_ttl = *lease_ttl;

@@ -314,7 +314,7 @@ class ShardJob {
   // slot received, and `c` told whether to update or fold the bucket.
   void LandedLocked(const FrameHeader& h, const BucketReducer::Landing& landed, Completion* c)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  size_t wire_bytes() const { return WireElementBytes(half_); }
+  size_t wire_bytes() const { return WireElementBytes(half_.has_value()); }
   void RefreshHalf(size_t offset, size_t n);
 
   const v1::JobSpec spec_;

@@ -59,7 +59,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "worker/hybrid.h"
-#include "worker/partition.h"
+#include "core/partition.h"
 #include "worker/peer_group.h"
 
 namespace tessel {

@@ -16,9 +16,17 @@
 //
 // Precedence: flags, then the environment (TESSEL_REGISTRY, TESSEL_TOKEN,
 // ...), then the context (--context NAME, else current-context), then the
-// built-in defaults.
-#ifndef TESSEL_CLIENT_CONFIG_H_
-#define TESSEL_CLIENT_CONFIG_H_
+// built-in defaults (main.cc applies it). The `tesselctl config` commands
+// that edit the file are in config.cc.
+//
+// Example:
+//   absl::StatusOr<Config> config = LoadConfig(ConfigPath());
+//   if (!config.ok()) return Fail(config.status());
+//   config->contexts.push_back({"dev", {{"registry", "127.0.0.1:7070"}}});
+//   config->current_context = "dev";
+//   absl::Status saved = SaveConfig(ConfigPath(), *config);  // 0600, atomic
+#ifndef TESSEL_CLIENT_CONFIG_FILE_H_
+#define TESSEL_CLIENT_CONFIG_FILE_H_
 
 #include <map>
 #include <string>
@@ -54,4 +62,4 @@ absl::Status SaveConfig(const std::string& path, const Config& config);
 
 }  // namespace tessel::ctl
 
-#endif  // TESSEL_CLIENT_CONFIG_H_
+#endif  // TESSEL_CLIENT_CONFIG_FILE_H_

@@ -1,4 +1,4 @@
-#include "worker/partition.h"
+#include "core/partition.h"
 
 #include <algorithm>
 #include <cstring>

@@ -2,7 +2,7 @@
 // example by hand; and, over random models, Slice then Assemble is the
 // identity and every element of a split tensor is held by exactly one tensor
 // rank.
-#include "worker/partition.h"
+#include "core/partition.h"
 
 #include <random>
 #include <string>

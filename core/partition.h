@@ -36,8 +36,8 @@
 //
 // Pure logic: no I/O, no threads. Immutable after Create; const methods may
 // run concurrently.
-#ifndef TESSEL_WORKER_PARTITION_H_
-#define TESSEL_WORKER_PARTITION_H_
+#ifndef TESSEL_CORE_PARTITION_H_
+#define TESSEL_CORE_PARTITION_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -135,4 +135,4 @@ class PartitionPlan {
 
 }  // namespace tessel
 
-#endif  // TESSEL_WORKER_PARTITION_H_
+#endif  // TESSEL_CORE_PARTITION_H_
