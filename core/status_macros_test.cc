@@ -70,5 +70,87 @@ TEST(StatusMacrosTest, AssignOrReturnMovesTheValueOrReturnsTheStatus) {
   EXPECT_EQ(sum.status().code(), absl::StatusCode::kOutOfRange);
 }
 
+// A status type of another library (as grpc::Status is): an error code that
+// passes through TESSEL_RETURN_IF_ERROR unchanged and is what the _AS forms
+// convert an absl::Status into.
+struct OtherStatus {
+  bool ok() const { return code == 0; }
+  int code = 0;
+  std::string message;
+};
+int conversions = 0;
+OtherStatus ToOther(const absl::Status& s) {
+  ++conversions;
+  return {static_cast<int>(s.code()), std::string(s.message())};
+}
+absl::StatusOr<int> Twice(int v) {
+  ++evaluations;
+  if (v < 0) return absl::OutOfRangeError("negative");
+  return 2 * v;
+}
+OtherStatus OtherCheck(int code) {
+  ++evaluations;
+  return {code, code == 0 ? "" : "denied"};
+}
+
+OtherStatus Handler(int check, int a, int* out, int* reached) {
+  TESSEL_RETURN_IF_ERROR(OtherCheck(check));  // passed on as it is
+  ++*reached;
+  TESSEL_RETURN_IF_ERROR_AS(a < 0 ? Fails("negative input") : Passes(), ToOther);
+  ++*reached;
+  TESSEL_ASSIGN_OR_RETURN_AS(std::unique_ptr<int> x, Make(a), ToOther);
+  TESSEL_ASSIGN_OR_RETURN_AS(*out, Twice(a), ToOther);  // into an existing lvalue
+  *out += *x;
+  return {};
+}
+
+TEST(StatusMacrosTest, ReturnIfErrorPassesAnotherStatusTypeOnUnchanged) {
+  evaluations = 0;
+  conversions = 0;
+  int out = 0, reached = 0;
+  const OtherStatus s = Handler(7, 1, &out, &reached);
+  EXPECT_EQ(s.code, 7);
+  EXPECT_EQ(s.message, "denied");
+  EXPECT_EQ(reached, 0);
+  EXPECT_EQ(evaluations, 1);
+  EXPECT_EQ(conversions, 0);
+}
+
+TEST(StatusMacrosTest, AsFormsConvertTheErrorAndMoveTheValue) {
+  evaluations = 0;
+  conversions = 0;
+  int out = 0, reached = 0;
+  OtherStatus s = Handler(0, 2, &out, &reached);
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(out, 6);  // 2 * 2 + 2
+  EXPECT_EQ(reached, 2);
+  EXPECT_EQ(evaluations, 4);  // each expression once
+  EXPECT_EQ(conversions, 0);
+
+  evaluations = 0;
+  reached = 0;
+  s = Handler(0, -1, &out, &reached);
+  EXPECT_EQ(s.code, static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(s.message, "negative input");
+  EXPECT_EQ(reached, 1);
+  EXPECT_EQ(evaluations, 2);
+  EXPECT_EQ(conversions, 1);
+}
+
+TEST(StatusMacrosTest, AssignOrReturnAsConvertsAStatusOrError) {
+  conversions = 0;
+  int out = 0, reached = 0;
+  auto handler = [&](int a) -> OtherStatus {
+    TESSEL_ASSIGN_OR_RETURN_AS(out, Twice(a), ToOther);
+    ++reached;
+    return {};
+  };
+  const OtherStatus s = handler(-3);
+  EXPECT_EQ(s.code, static_cast<int>(absl::StatusCode::kOutOfRange));
+  EXPECT_EQ(s.message, "negative");
+  EXPECT_EQ(reached, 0);
+  EXPECT_EQ(conversions, 1);
+}
+
 }  // namespace
 }  // namespace tessel
