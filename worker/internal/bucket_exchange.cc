@@ -1,4 +1,3 @@
-#include "core/wire.h"
 #include "worker/internal/bucket_exchange.h"
 
 #include <algorithm>
@@ -7,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/log.h"
+#include "core/status_macros.h"
 #include "core/topk.h"
+#include "core/wire.h"
+#include "runtime/log.h"
 
 namespace tessel::internal {
 
@@ -133,15 +134,14 @@ absl::StatusOr<absl::Span<uint8_t>> BucketExchange::SparseBucket(int shard, int 
 }
 
 absl::Status BucketExchange::SparseReady(int shard, int bucket) {
-  absl::StatusOr<absl::Span<uint8_t>> wire = SparseBucket(shard, bucket);
-  if (!wire.ok()) return wire.status();
+  TESSEL_ASSIGN_OR_RETURN(absl::Span<uint8_t> wire, SparseBucket(shard, bucket));
   if (pushed_[shard][bucket] || caller_sparse_[shard][bucket]) {
     return absl::InvalidArgumentError(absl::StrCat(ctx_->Where(), ": bucket ", bucket, " of shard ",
                                                    shard, " was handed over twice this step"));
   }
   const Range br = ctx_->layout->bucket_range(shard, bucket);
   const int64_t k = TopkCount(ctx_->options.topk_ratio, br.size());
-  if (absl::Status s = CheckSparse(wire->data(), k, br.size()); !s.ok()) {
+  if (absl::Status s = CheckSparse(wire.data(), k, br.size()); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(ctx_->Where(), ": bucket ", bucket, " of shard ", shard, ": ", s.message()));
   }
@@ -174,7 +174,7 @@ void BucketExchange::PushBucket(int shard, int bucket) {
   if (aggregator_.active()) {  // fp32 only (host_groups.h)
     const float* src = buffers_.grads.data() + begin;
     {
-      absl::MutexLock lock(&channel_->mu());
+      absl::MutexLock lock(&mu_);
       ArmLocked(ctx_->step + 1);  // the PARAMS may come from another worker before Exchange
     }
     const int to = aggregator_.AggregatorOf(shard, bucket);
@@ -233,17 +233,16 @@ absl::Status BucketExchange::Exchange(int64_t version) {
     PushBucket(shard, bucket);
   }
   if (host) {
-    if (absl::Status sum = aggregator_.PushAll(); !sum.ok()) return sum;
-    if (absl::Status met = aggregator_.AwaitPulls(version); !met.ok()) return met;
+    TESSEL_RETURN_IF_ERROR(aggregator_.PushAll());
+    TESSEL_RETURN_IF_ERROR(aggregator_.AwaitPulls(version));
     SendPulls(version, false);
   }
   const absl::Time pushed = absl::Now();
-  absl::Status s = WaitForParams(version);
+  TESSEL_RETURN_IF_ERROR(WaitForParams(version));
   // The PARAMS passed on leave from this worker's buffers, which the caller
   // may change once Exchange returns.
-  if (host && s.ok()) s = channel_->WaitForWorkerSends();
-  if (!s.ok()) return s;
-  absl::MutexLock lock(&channel_->mu());
+  if (host) TESSEL_RETURN_IF_ERROR(channel_->WaitForWorkerSends());
+  absl::MutexLock lock(&mu_);
   const absl::Time first = std::max(first_received_at_, pushed);
   const absl::Time last = std::max(last_received_at_, first);
   last_phases_.push_ns = absl::ToInt64Nanoseconds(pushed - start);
@@ -256,7 +255,7 @@ absl::Status BucketExchange::Exchange(int64_t version) {
     ctx_->timeline->Span("exchange", "exchange", begin, absl::ToUnixMicros(last),
                          {.job = ctx_->options.job, .step = version, .rank = ctx_->rank.load()});
   }
-  return s;
+  return absl::OkStatus();
 }
 
 absl::Status BucketExchange::Pull(int64_t version) {
@@ -265,12 +264,13 @@ absl::Status BucketExchange::Pull(int64_t version) {
 }
 
 void BucketExchange::ArmLocked(int64_t version) {
-  if (expect_version_ == version) return;
+  if (expect_version_ == version && expect_epoch_ == ctx_->epoch.load()) return;
   const Layout& layout = *ctx_->layout;
   const int shards = channel_->num_shards();
   int64_t expected = 0;
   for (int s = 0; s < shards; ++s) expected += layout.num_buckets(s);
   expect_version_ = version;
+  expect_epoch_ = ctx_->epoch.load();
   expected_ = expected;
   received_ = 0;
   received_by_shard_.assign(static_cast<size_t>(shards), 0);
@@ -280,7 +280,7 @@ void BucketExchange::SendPulls(int64_t version, bool all) {
   const Layout& layout = *ctx_->layout;
   const int shards = channel_->num_shards();
   {
-    absl::MutexLock lock(&channel_->mu());
+    absl::MutexLock lock(&mu_);
     if (all) expect_version_ = -1;  // count afresh
     ArmLocked(version);
     forward_version_ = all ? -1 : version;
@@ -298,10 +298,14 @@ void BucketExchange::SendPulls(int64_t version, bool all) {
 
 absl::Status BucketExchange::WaitForParams(int64_t version) {
   return channel_->WaitFor(
-      [&] { return received_ == expected_ && forwarding_ == 0; },
+      [&] {
+        absl::MutexLock lock(&mu_);
+        return PulledLocked();
+      },
       [&] {
         const Layout& layout = *ctx_->layout;
-        std::vector<std::string> missing;  // under mu(), as `done`
+        std::vector<std::string> missing;
+        absl::MutexLock lock(&mu_);
         for (int s = 0; s < channel_->num_shards(); ++s) {
           const int want = layout.num_buckets(s);
           if (received_by_shard_[s] < want) {
@@ -326,7 +330,7 @@ void BucketExchange::Reset() {
   // steps that are rolled back is dropped with them.
   std::fill(residual_.begin(), residual_.end(), 0.f);
   {
-    absl::MutexLock lock(&channel_->mu());
+    absl::MutexLock lock(&mu_);
     expect_version_ = -1;  // accept no PARAMS until the rollback's pull
     forward_version_ = -1;
     received_ = 0;
@@ -336,10 +340,11 @@ void BucketExchange::Reset() {
   aggregator_.Reset();
 }
 
-void BucketExchange::RetireLocked(bool stuck, std::vector<PayloadVector<float>>* retired,
-                                  std::vector<PayloadVector<uint16_t>>* retired_half) {
+void BucketExchange::Retire(bool stuck, std::vector<PayloadVector<float>>* retired,
+                            std::vector<PayloadVector<uint16_t>>* retired_half) {
   if (!stuck) return;
-  aggregator_.RetireLocked(stuck, retired);
+  aggregator_.Retire(stuck, retired);
+  absl::MutexLock lock(&mu_);  // OnParams reads where the buffers lie
   // DDP receives the averaged gradient; its parameters are its own state.
   PayloadVector<float>& target = ctx_->ddp() ? buffers_.grads : buffers_.params;
   if (!target.empty()) {
@@ -356,13 +361,16 @@ void BucketExchange::RetireLocked(bool stuck, std::vector<PayloadVector<float>>*
 Accept BucketExchange::OnParams(const FrameHeader& h) {
   const Layout& layout = *ctx_->layout;
   const Range br = layout.bucket_range(h.shard, h.bucket);
-  absl::MutexLock lock(&channel_->mu());
-  if (h.step != expect_version_ || h.epoch != ctx_->epoch.load() ||
+  // Asked before taking mu_ (never held around a call into the aggregator):
+  // whether this rank passes the bucket on to the host's other workers.
+  const bool aggregates = aggregator_.Forwards(h.shard, h.bucket);
+  absl::MutexLock lock(&mu_);
+  if (h.step != expect_version_ || h.epoch != expect_epoch_ ||
       h.payload_bytes != DensePayloadBytes(br.size(), ctx_->half.has_value())) {
     TESSEL_LOG(WARNING) << "dropping stale or mis-sized " << DescribeHeader(h)
-                        << " (expecting step " << expect_version_ << ", epoch "
-                        << ctx_->epoch.load() << ")";
-    channel_->CountStaleLocked();
+                        << " (expecting step " << expect_version_ << ", epoch " << expect_epoch_
+                        << ")";
+    channel_->CountStale();
     return Accept{};
   }
   // ZeRO pulls parameters; DDP pulls the averaged gradient.
@@ -372,40 +380,41 @@ Accept BucketExchange::OnParams(const FrameHeader& h) {
           ? static_cast<void*>((ddp ? buffers_.grads_half.data() : buffers_.params_half.data()) +
                                br.begin)
           : static_cast<void*>((ddp ? buffers_.grads.data() : buffers_.params.data()) + br.begin);
-  const int shard = h.shard;
-  const int bucket = h.bucket;
-  const int64_t step = h.step;
-  std::function<void()> forward;
-  const bool forwards =
-      forward_version_ == h.step && aggregator_.active() && aggregator_.Aggregates(shard, bucket);
-  if (forwards) {
-    forward = [this, h, dst] {
-      aggregator_.Forward(h, dst);  // counted in the channel's sends from here
-      absl::MutexLock lock(&channel_->mu());
-      --forwarding_;
-    };
+  const bool forwards = forward_version_ == h.step && aggregates;
+  return channel_->Receive(dst, h.epoch, [this, h, dst, forwards] { Landed(h, dst, forwards); });
+}
+
+void BucketExchange::Landed(const FrameHeader& h, void* dst, bool forwards) {
+  const absl::Time now = absl::Now();
+  bool done = false;
+  {
+    absl::MutexLock lock(&mu_);
+    // A recovery re-armed (or disarmed) the pull since the frame was taken.
+    if (h.step != expect_version_ || h.epoch != expect_epoch_) return;
+    // Exchange waits for the pass-on too: it is counted with the arrival, so
+    // the step cannot look complete before the pass-on's sends are counted.
+    if (forwards) ++forwarding_;
+    if (received_ == 0) first_received_at_ = now;
+    last_received_at_ = now;
+    ++received_;
+    ++received_by_shard_[static_cast<size_t>(h.shard)];
+    done = PulledLocked();
   }
-  return channel_->Receive(
-      dst, h.epoch,
-      [this, shard, bucket, step, forwards] {
-        // Exchange waits for the pass-on too: its sends must be counted before
-        // the step can look complete.
-        if (forwards) ++forwarding_;
-        const absl::Time now = absl::Now();
-        if (ctx_->timeline != nullptr) {
-          ctx_->timeline->Instant("params", "exchange", absl::ToUnixMicros(now),
-                                  {.job = ctx_->options.job,
-                                   .step = step,
-                                   .rank = ctx_->rank.load(),
-                                   .shard = shard,
-                                   .bucket = bucket});
-        }
-        if (received_ == 0) first_received_at_ = now;
-        last_received_at_ = now;
-        ++received_;
-        ++received_by_shard_[shard];
-      },
-      std::move(forward));
+  if (ctx_->timeline != nullptr) {
+    ctx_->timeline->Instant("params", "exchange", absl::ToUnixMicros(now),
+                            {.job = ctx_->options.job,
+                             .step = h.step,
+                             .rank = ctx_->rank.load(),
+                             .shard = static_cast<int>(h.shard),
+                             .bucket = static_cast<int>(h.bucket)});
+  }
+  if (forwards) {
+    aggregator_.Forward(h, dst);  // counted in the channel's sends from here
+    absl::MutexLock lock(&mu_);
+    --forwarding_;
+    done = PulledLocked();
+  }
+  if (done) channel_->Notify();
 }
 
 }  // namespace tessel::internal

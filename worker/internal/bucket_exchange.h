@@ -20,8 +20,20 @@
 //     those PARAMS have left (so the buffer they came from may change).
 //     Pull (after a restore) always pulls every bucket itself.
 //
-// Threads: the driving thread calls everything; OnParams runs on the
-// transport's progress thread. Receive counters are under the channel's mu().
+// Threads: the driving thread calls everything; OnParams, OnPush and the
+// receives they start complete on the transport's progress thread. The
+// exchange keeps its receive state under its own mutex (mu_, below); the
+// channel only delivers frames (FrameSink) and is woken (Notify) when the
+// pull may be complete.
+//
+// Example:
+//   BucketExchange exchange(&ctx, &channel);
+//   channel.SetSink(&exchange);
+//   exchange.Allocate();                          // after the layout is registered
+//   ... backward writes exchange.buffers().grads ...
+//   TESSEL_RETURN_IF_ERROR(exchange.GradientsReady(0, n));  // pushes the buckets
+//   TESSEL_RETURN_IF_ERROR(exchange.Exchange(step + 1));    // pulls step + 1
+//   exchange.NextStep();
 #ifndef TESSEL_WORKER_INTERNAL_BUCKET_EXCHANGE_H_
 #define TESSEL_WORKER_INTERNAL_BUCKET_EXCHANGE_H_
 
@@ -31,7 +43,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "transport/payload_vector.h"
@@ -98,10 +112,10 @@ class BucketExchange : public FrameSink {
   void NextStep();
   // A recovery starts: accept no PARAMS until the rollback's pull.
   void Reset();
-  // Under the channel's mu(): a transfer may still write into the receive
-  // buffer (stuck), so it is retired (kept, never read) and replaced.
-  void RetireLocked(bool stuck, std::vector<PayloadVector<float>>* retired,
-                    std::vector<PayloadVector<uint16_t>>* retired_half);
+  // After a recovery's SettleReceives: if a transfer may still write into
+  // the receive buffer (stuck), it is retired (kept, never read) and replaced.
+  void Retire(bool stuck, std::vector<PayloadVector<float>>* retired,
+              std::vector<PayloadVector<uint16_t>>* retired_half);
 
   Accept OnParams(const FrameHeader& h) override;
   Accept OnPush(const FrameHeader& h, const Incoming& in) override {
@@ -113,10 +127,17 @@ class BucketExchange : public FrameSink {
   // Pulls `version`: every bucket, or (host aggregation) those this worker
   // aggregates.
   void SendPulls(int64_t version, bool all);
-  // Under mu(): expects the PARAMS of `version` (once per version: host
-  // aggregation arms it at the step's first push, before a forward can come).
-  void ArmLocked(int64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(channel_->mu());
+  // Expects the PARAMS of `version` in the current epoch (once per version:
+  // host aggregation arms it at the step's first push, before a forward can
+  // come).
+  void ArmLocked(int64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WaitForParams(int64_t version);
+  // A PARAMS frame of (epoch, step) for `shard` landed; passes it on to the
+  // host's other workers from `dst` if `forwards`.
+  void Landed(const FrameHeader& h, void* dst, bool forwards);
+  bool PulledLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return received_ == expected_ && forwarding_ == 0;
+  }
 
   JobContext* const ctx_;
   DataChannel* const channel_;
@@ -136,15 +157,25 @@ class BucketExchange : public FrameSink {
   StepPhases last_phases_;
   HostAggregator aggregator_;
 
-  // Under channel_->mu().
-  int64_t expect_version_ = -1;
-  int64_t forward_version_ = -1;  // host aggregation: PARAMS of it are passed on
-  int64_t forwarding_ = 0;        // landed, not yet handed to the transport to pass on
-  int64_t received_ = 0;
-  int64_t expected_ = 0;
-  absl::Time first_received_at_;  // this pull's first and last bucket
-  absl::Time last_received_at_;
-  std::vector<int> received_by_shard_;
+  // The pull's receive state. Locking rule: written by the driving thread
+  // (arming a pull, Reset) and by OnParams and its landings on the progress
+  // thread, always under mu_; WaitForParams' condition reads it under mu_.
+  // mu_ is taken before the channel's, never while the channel's is held,
+  // and never around a call into the aggregator. The buffers themselves are
+  // the driving thread's, except that OnParams reads where they lie (under
+  // mu_) and Retire replaces them (under mu_).
+  mutable absl::Mutex mu_;
+  int64_t expect_version_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t expect_epoch_ ABSL_GUARDED_BY(mu_) = -1;
+  // Host aggregation: PARAMS of it are passed on.
+  int64_t forward_version_ ABSL_GUARDED_BY(mu_) = -1;
+  // Landed, not yet handed to the transport to pass on.
+  int64_t forwarding_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t received_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t expected_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time first_received_at_ ABSL_GUARDED_BY(mu_);  // this pull's first and last bucket
+  absl::Time last_received_at_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> received_by_shard_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessel::internal

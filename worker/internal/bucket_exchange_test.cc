@@ -11,54 +11,17 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "transport/inproc/inproc_transport.h"
 #include "worker/internal/data_channel.h"
 #include "worker/internal/job_context.h"
+#include "worker/internal/scripted_server.h"
 
 namespace tessel::internal {
 namespace {
 
 constexpr int64_t kEpoch = 7;
-
-// Records every frame it gets, with the sender, for the test to answer.
-class ScriptedServer {
- public:
-  explicit ScriptedServer(std::shared_ptr<InProcFabric> fabric)
-      : transport_(InProcTransport::Create(std::move(fabric))) {
-    transport_->SetHandler([this](const Incoming& in) {
-      auto h = DecodeHeader(in.header.data(), in.header.size());
-      absl::MutexLock lock(&mu_);
-      if (h.ok()) frames_.push_back({*h, in.from});
-      sink_.resize(in.payload_bytes);
-      return Accept{sink_.data(), [](absl::Status) {}};
-    });
-  }
-  ~ScriptedServer() { transport_->Shutdown(); }
-  std::string address() const { return transport_->address(); }
-
-  // Waits for `n` frames; returns them.
-  std::vector<std::pair<FrameHeader, PeerId>> Await(size_t n) {
-    absl::MutexLock lock(&mu_);
-    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return frames_.size() >= n; };
-    mu_.Await(absl::Condition(&enough));
-    return frames_;
-  }
-  // Sends `h` with `payload` back to `to`.
-  void Reply(PeerId to, const FrameHeader& h, std::vector<uint8_t> payload) {
-    auto owned = std::make_shared<std::vector<uint8_t>>(std::move(payload));
-    const HeaderBytes bytes = EncodeHeader(h);
-    transport_->Send(to, absl::MakeConstSpan(bytes), owned->data(), owned->size(),
-                     [owned](absl::Status) {});
-  }
-
- private:
-  std::unique_ptr<InProcTransport> transport_;
-  absl::Mutex mu_;
-  std::vector<std::pair<FrameHeader, PeerId>> frames_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> sink_ ABSL_GUARDED_BY(mu_);
-};
 
 class BucketExchangeTest : public ::testing::Test {
  protected:
@@ -75,11 +38,7 @@ class BucketExchangeTest : public ::testing::Test {
     ctx_->layout = std::make_unique<Layout>(std::move(*layout));
     server_ = std::make_unique<ScriptedServer>(fabric_);
     channel_ = std::make_unique<DataChannel>(ctx_.get(), InProcTransport::Create(fabric_));
-    channel_->SetShards(1);
-    channel_->SetAddress(0, "scripted");
-    auto peer = channel_->transport().Connect(server_->address());
-    ASSERT_TRUE(peer.ok());
-    channel_->SetPeer(0, *peer);
+    ASSERT_TRUE(ConnectChannel(channel_.get(), {server_.get()}).ok());
     exchange_ = std::make_unique<BucketExchange>(ctx_.get(), channel_.get());
     channel_->SetSink(exchange_.get());
     exchange_->Allocate();
@@ -93,22 +52,11 @@ class BucketExchangeTest : public ::testing::Test {
   }
 
   FrameHeader Params(int bucket, int64_t step, int64_t epoch, uint64_t bytes) {
-    FrameHeader h;
-    h.type = FrameType::kParams;
-    h.job_id = ctx_->job_id;
+    FrameHeader h = ParamsHeader(*ctx_, 0, bucket, step, bytes);
     h.epoch = epoch;
-    h.step = step;
-    h.shard = 0;
-    h.bucket = bucket;
-    h.payload_bytes = bytes;
     return h;
   }
-  static std::vector<uint8_t> Floats(size_t n, float v) {
-    std::vector<float> f(n, v);
-    std::vector<uint8_t> b(n * 4);
-    std::memcpy(b.data(), f.data(), b.size());
-    return b;
-  }
+  static std::vector<uint8_t> Floats(size_t n, float v) { return FloatBytes(n, v); }
 
   std::shared_ptr<InProcFabric> fabric_ = std::make_shared<InProcFabric>();
   std::unique_ptr<JobContext> ctx_;
@@ -127,14 +75,14 @@ TEST_F(BucketExchangeTest, PushesEveryBucketOnceAndLandsOnlyTheStepsParams) {
   std::thread answer([&] {
     // PUSH 0, then PULL (bucket_count 3), then PUSH 1 and 2.
     auto frames = server_->Await(4);
-    const PeerId worker = frames[0].second;
-    EXPECT_EQ(frames[0].first.type, FrameType::kPush);
-    EXPECT_EQ(frames[0].first.bucket, 0);
-    EXPECT_EQ(frames[0].first.epoch, kEpoch);
-    EXPECT_EQ(frames[0].first.payload_bytes, 160u);
-    EXPECT_EQ(frames[1].first.type, FrameType::kPull);
-    EXPECT_EQ(frames[1].first.step, 1);
-    EXPECT_EQ(frames[1].first.bucket_count, 3u);
+    const PeerId worker = frames[0].from;
+    EXPECT_EQ(frames[0].header.type, FrameType::kPush);
+    EXPECT_EQ(frames[0].header.bucket, 0);
+    EXPECT_EQ(frames[0].header.epoch, kEpoch);
+    EXPECT_EQ(frames[0].header.payload_bytes, 160u);
+    EXPECT_EQ(frames[1].header.type, FrameType::kPull);
+    EXPECT_EQ(frames[1].header.step, 1);
+    EXPECT_EQ(frames[1].header.bucket_count, 3u);
     // Refused, each counted as stale: another step, another epoch, wrong size.
     server_->Reply(worker, Params(0, 2, kEpoch, 160), Floats(40, 9.f));
     server_->Reply(worker, Params(0, 1, kEpoch - 1, 160), Floats(40, 9.f));
@@ -164,7 +112,7 @@ TEST_F(BucketExchangeTest, PushesEveryBucketOnceAndLandsOnlyTheStepsParams) {
 TEST_F(BucketExchangeTest, AnErrorOfThisEpochEndsTheWaitAndOneOfAnOlderEpochDoesNot) {
   std::thread answer([&] {
     auto frames = server_->Await(1);  // the PULL
-    const PeerId worker = frames[0].second;
+    const PeerId worker = frames[0].from;
     FrameHeader old = Params(0, 1, kEpoch - 1, 0);
     old.type = FrameType::kError;
     old.code = static_cast<int32_t>(absl::StatusCode::kFailedPrecondition);
@@ -187,7 +135,8 @@ TEST_F(BucketExchangeTest, AnErrorOfThisEpochEndsTheWaitAndOneOfAnOlderEpochDoes
 TEST_F(BucketExchangeTest, AWaitWithNoAnswerEndsAtTheStepDeadlineNamingWhatIsMissing) {
   absl::Status s = exchange_->Pull(1);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_NE(s.message().find("parameters of step 1 (missing shard 0 (scripted): 0/3 buckets)"),
+  EXPECT_NE(s.message().find(absl::StrCat("parameters of step 1 (missing shard 0 (",
+                                          server_->address(), "): 0/3 buckets)")),
             std::string::npos)
       << s;
 }

@@ -4,8 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/log.h"
+#include "core/status_macros.h"
 #include "core/topk.h"
+#include "runtime/log.h"
 
 namespace tessel::internal {
 
@@ -31,7 +32,7 @@ FrameHeader DataChannel::Header(FrameType type, int64_t step, int shard, int buc
   if (type == FrameType::kPush || type == FrameType::kInit) {
     const int64_t n = ctx_->layout->bucket_range(shard, bucket).size();
     // INIT carries fp32 masters.
-    h.payload_bytes = DensePayloadBytes(n, type == FrameType::kPush && ctx_->half);
+    h.payload_bytes = DensePayloadBytes(n, type == FrameType::kPush && ctx_->half.has_value());
     if (type == FrameType::kPush && ctx_->options.topk_ratio > 0) {
       h.payload_bytes = SparseBytes(TopkCount(ctx_->options.topk_ratio, n));
     }
@@ -88,7 +89,23 @@ void DataChannel::SendToWorker(int rank, const FrameHeader& h, const void* paylo
 
 void DataChannel::FailSend(const FrameHeader& h, absl::Status s) {
   absl::MutexLock lock(&mu_);
-  if (send_error_.ok() && h.epoch == ctx_->epoch.load()) send_error_ = ctx_->Recoverable(s);
+  if (send_error_.ok() && h.epoch == ctx_->epoch.load()) {
+    send_error_ = ctx_->Recoverable(s);
+    ++events_;
+  }
+}
+
+int64_t DataChannel::ReadyEpoch(int rank) {
+  absl::MutexLock lock(&mu_);
+  auto it = ready_.find(rank);
+  return it == ready_.end() ? -1 : it->second;
+}
+
+bool DataChannel::Pulled(int rank, int64_t version) {
+  absl::MutexLock lock(&mu_);
+  auto it = pulled_.find(rank);
+  return it != pulled_.end() && it->second.first == ctx_->epoch.load() &&
+         it->second.second >= version;
 }
 
 std::shared_ptr<FrameAuth> DataChannel::AuthOf(int shard) {
@@ -141,15 +158,19 @@ void DataChannel::SendTo(PeerId peer, const FrameHeader& h, const void* payload,
     to_worker = to_worker && h.epoch == ctx_->epoch.load();
     outstanding_worker_sends_ += to_worker ? 1 : 0;
   }
-  transport_->Send(peer, wire.span(), payload, h.payload_bytes,
-                   [this, keep = std::move(keep), epoch = h.epoch, to_worker](absl::Status s) {
-                     absl::MutexLock lock(&mu_);
-                     --outstanding_sends_;
-                     if (to_worker && epoch == ctx_->epoch.load()) --outstanding_worker_sends_;
-                     if (!s.ok() && send_error_.ok() && epoch == ctx_->epoch.load()) {
-                       send_error_ = Own(s);
-                     }
-                   });
+  transport_->Send(
+      peer, wire.span(), payload, h.payload_bytes,
+      [this, keep = std::move(keep), epoch = h.epoch, to_worker](absl::Status s) {
+        absl::MutexLock lock(&mu_);
+        --outstanding_sends_;
+        if (to_worker && epoch == ctx_->epoch.load() && --outstanding_worker_sends_ == 0) {
+          ++events_;
+        }
+        if (!s.ok() && send_error_.ok() && epoch == ctx_->epoch.load()) {
+          send_error_ = Own(s);
+          ++events_;
+        }
+      });
 }
 
 std::string DataChannel::DescribePaths() {
@@ -177,40 +198,67 @@ void DataChannel::WaitForSends() {
 
 absl::Status DataChannel::WaitForWorkerSends() {
   return WaitFor(
-      [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_worker_sends_ == 0; },
+      [this] {
+        absl::MutexLock lock(&mu_);
+        return outstanding_worker_sends_ == 0;
+      },
       [] { return std::string("the parameters passed on to the other workers of this host"); });
+}
+
+void DataChannel::Notify() {
+  absl::MutexLock lock(&mu_);
+  ++events_;
 }
 
 absl::Status DataChannel::WaitFor(const std::function<bool()>& done,
                                   const std::function<std::string()>& what) {
-  absl::MutexLock lock(&mu_);
-  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return done() || !error_.ok() || !send_error_.ok();
-  };
-  struct Arg {
-    decltype(ready)* f;
-  } arg{&ready};
-  // Wait in slices so a membership change (a worker left or its lease
-  // lapsed, a server restarted) ends the wait within about a heartbeat, with
-  // the reason, instead of at the step deadline.
+  // Look at `done` whenever something changed, and at least every 250 ms so
+  // a membership change (a worker left or its lease lapsed, a server
+  // restarted) ends the wait within about a heartbeat, with the reason,
+  // instead of at the step deadline.
+  constexpr absl::Duration kSlice = absl::Milliseconds(250);
   const absl::Duration timeout = ctx_->options.step_timeout;
   const absl::Time deadline = absl::Now() + timeout;
+  absl::Time next_check = absl::Now() + kSlice;
   bool finished = false;
-  while (!finished && absl::Now() < deadline) {
-    finished = mu_.AwaitWithTimeout(absl::Condition(
-                                        +[](Arg* a) { return (*a->f)(); }, &arg),
-                                    std::min(absl::Milliseconds(250), deadline - absl::Now()));
-    if (!finished && check_) {
-      mu_.Unlock();
-      absl::Status outside = check_();
-      mu_.Lock();
-      if (!outside.ok()) return outside;
+  for (;;) {
+    int64_t seen = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (FailedLocked()) break;
+      seen = events_;
     }
+    if (done()) {
+      finished = true;
+      break;
+    }
+    absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    if (now >= next_check) {
+      if (check_) TESSEL_RETURN_IF_ERROR(check_());
+      next_check = absl::Now() + kSlice;
+      continue;
+    }
+    struct Seen {
+      DataChannel* channel;
+      int64_t events;
+    } arg{this, seen};
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](Seen* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                               return a->channel->events_ != a->events ||
+                                      a->channel->FailedLocked();
+                             },
+                             &arg),
+                         std::min(next_check, deadline) - now);
   }
-  if (!error_.ok()) return ctx_->Recoverable(error_);
-  if (!send_error_.ok()) {
-    return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
-        ctx_->Where(), ": sending to a shard server failed: ", send_error_.message())));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return ctx_->Recoverable(error_);
+    if (!send_error_.ok()) {
+      return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
+          ctx_->Where(), ": sending to a shard server failed: ", send_error_.message())));
+    }
   }
   if (!finished) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -220,23 +268,25 @@ absl::Status DataChannel::WaitFor(const std::function<bool()>& done,
   return absl::OkStatus();
 }
 
-Accept DataChannel::Receive(void* dst, int64_t epoch, std::function<void()> landed,
-                            std::function<void()> after) {
-  ++inflight_receives_;
-  return Accept{
-      dst, [this, epoch, landed = std::move(landed), after = std::move(after)](absl::Status s) {
-        {
-          absl::MutexLock lock(&mu_);
-          --inflight_receives_;
-          if (epoch != ctx_->epoch.load()) return;  // a recovery started meanwhile
-          if (!s.ok()) {
-            if (error_.ok()) error_ = Own(s);
-            return;
-          }
-          landed();
-        }
-        if (after) after();
-      }};
+Accept DataChannel::Receive(void* dst, int64_t epoch, std::function<void()> landed) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++inflight_receives_;
+  }
+  return Accept{dst, [this, epoch, landed = std::move(landed)](absl::Status s) {
+                  bool current = false;
+                  {
+                    absl::MutexLock lock(&mu_);
+                    current = epoch == ctx_->epoch.load();  // else a recovery started meanwhile
+                    if (current && !s.ok() && error_.ok()) {
+                      error_ = Own(s);
+                      ++events_;
+                    }
+                  }
+                  if (current && s.ok()) landed();
+                  absl::MutexLock lock(&mu_);
+                  --inflight_receives_;
+                }};
 }
 
 Accept DataChannel::OnFrame(const Incoming& in) {
@@ -270,6 +320,7 @@ Accept DataChannel::OnFrame(const Incoming& in) {
       error_ = absl::Status(static_cast<absl::StatusCode>(about.code),
                             absl::StrCat(ctx_->WhereAnyThread(), ": shard ", about.shard,
                                          " refused ", DescribeHeader(about), ": ", *message));
+      ++events_;
     };
     if (in.payload_bytes == 0) {
       record(absl::OkStatus());
@@ -287,6 +338,7 @@ Accept DataChannel::OnFrame(const Incoming& in) {
     absl::MutexLock lock(&mu_);
     int64_t& epoch = ready_[h->rank];
     epoch = std::max(epoch, h->epoch);
+    ++events_;
     return Accept{};
   }
   if (h->type == FrameType::kPull && h->job_id == ctx_->job_id && in.payload_bytes == 0) {
@@ -294,6 +346,7 @@ Accept DataChannel::OnFrame(const Incoming& in) {
     absl::MutexLock lock(&mu_);
     std::pair<int64_t, int64_t>& at = pulled_[h->rank];
     at = std::max(at, std::make_pair(h->epoch, h->step));
+    ++events_;
     return Accept{};
   }
   if (h->type == FrameType::kPush && h->job_id == ctx_->job_id && ctx_->layout != nullptr &&
@@ -324,13 +377,12 @@ void DataChannel::SetEpoch(int64_t epoch) {
   send_error_ = absl::OkStatus();
 }
 
-void DataChannel::SettleReceives(absl::Duration limit,
-                                 const std::function<void(bool stuck)>& retire) {
+bool DataChannel::SettleReceives(absl::Duration limit) {
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(
                            +[](int64_t* n) { return *n == 0; }, &inflight_receives_),
                        limit);
-  retire(inflight_receives_ > 0);
+  return inflight_receives_ > 0;
 }
 
 int64_t DataChannel::inflight_receives() {
@@ -355,11 +407,6 @@ bool DataChannel::RenewIfWedged() {
   ++endpoint_renewals_;
   std::fill(peers_.begin(), peers_.end(), kNoPeer);
   return true;
-}
-
-int64_t DataChannel::stale_dropped() {
-  absl::MutexLock lock(&mu_);
-  return stale_dropped_;
 }
 
 }  // namespace tessel::internal

@@ -2,9 +2,9 @@
 // owns the Transport and one peer per shard, stamps and sends frames,
 // counts what is in flight, keeps the first failure of the step (an ERROR
 // frame, a failed send or receive), drops frames of an old epoch, and
-// implements the one blocking wait every step uses (WaitFor). PARAMS frames
-// go to the installed FrameSink (BucketExchange or FsdpUnits), which decides
-// where their payload lands.
+// implements the one blocking wait every step uses (WaitFor). PARAMS and
+// worker PUSH frames go to the installed FrameSink (BucketExchange or
+// FsdpUnits), which decides where their payload lands.
 //
 // Contract:
 //   - Frames carry (job, epoch, step, rank, shard, bucket) from JobContext;
@@ -17,13 +17,30 @@
 //     unauthenticated() and logged at most every 10 s.
 //   - WaitFor returns OK once `done` holds, the first error otherwise
 //     (recoverable when recovery is on), and DeadlineExceeded naming `what`
-//     after step_timeout. Every 250 ms it runs the periodic check (lease,
-//     membership, servers: installed by the Worker) without the lock.
+//     after step_timeout. It evaluates `done` at the start, after every
+//     Notify() and every 250 ms; every 250 ms it also runs the periodic check
+//     (lease, membership, servers: installed by the Worker).
+//   - Ownership runs one way: a sink keeps its own state under its own lock
+//     and tells the channel nothing but "something changed" (Notify); the
+//     channel hands frames to the sink (FrameSink) and knows nothing of the
+//     sink's state.
 //
 // Threads: the driving thread calls everything except OnFrame and the
-// completions, which run on the transport's progress thread. Counters and
-// errors are under mu(); sinks keep their receive counters under mu() too,
-// so WaitFor conditions see them.
+// completions, which run on the transport's progress thread. The channel's
+// counters and errors are under its own mutex (mu_), which it never holds
+// while it calls out: FrameSink methods, a receive's `landed`, WaitFor's
+// `done` and `what` and the periodic check run without it. So a sink may
+// call the channel while it holds its own lock (lock order: sink, then
+// channel), never the reverse.
+//
+// Example:
+//   DataChannel channel(&ctx, std::move(transport));
+//   channel.SetShards(1);
+//   channel.SetPeer(0, *channel.transport().Connect(server_ucx_address));
+//   channel.SetSink(&exchange);  // PARAMS land in the exchange's buffers
+//   channel.Send(channel.Header(FrameType::kPull, step, 0, 0), nullptr);
+//   TESSEL_RETURN_IF_ERROR(channel.WaitFor([&] { return exchange.Landed(); },
+//                                          [] { return "the pull"; }));
 #ifndef TESSEL_WORKER_INTERNAL_DATA_CHANNEL_H_
 #define TESSEL_WORKER_INTERNAL_DATA_CHANNEL_H_
 
@@ -38,14 +55,16 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "runtime/frame_auth.h"
 #include "core/wire.h"
+#include "runtime/frame_auth.h"
 #include "transport/transport.h"
 #include "worker/internal/job_context.h"
 
 namespace tessel::internal {
 
-// Where the payload of a PARAMS frame lands. Runs on the progress thread.
+// Where the payload of a PARAMS (or worker PUSH) frame lands: the narrow
+// interface through which the channel delivers frames. Runs on the progress
+// thread, without the channel's lock.
 class FrameSink {
  public:
   virtual ~FrameSink() = default;
@@ -101,20 +120,13 @@ class DataChannel {
   // Sends a frame to another worker of this host (SetWorkerPeers); a
   // failed send fails the step in progress.
   void SendToWorker(int rank, const FrameHeader& h, const void* payload);
-  // Under mu(): the newest epoch a READY frame of `rank` (a worker of this
-  // host) announced, -1 if none came.
-  int64_t ReadyEpochLocked(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = ready_.find(rank);
-    return it == ready_.end() ? -1 : it->second;
-  }
-  // Under mu(): whether `rank` (a worker of this host) sent a PULL for
-  // `version` (or later) in the current epoch: it is past its backward
-  // pass, so the parameters of `version` may land in its buffers.
-  bool PulledLocked(int rank, int64_t version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = pulled_.find(rank);
-    return it != pulled_.end() && it->second.first == ctx_->epoch.load() &&
-           it->second.second >= version;
-  }
+  // The newest epoch a READY frame of `rank` (a worker of this host)
+  // announced, -1 if none came.
+  int64_t ReadyEpoch(int rank);
+  // Whether `rank` (a worker of this host) sent a PULL for `version` (or
+  // later) in the current epoch: it is past its backward pass, so the
+  // parameters of `version` may land in its buffers.
+  bool Pulled(int rank, int64_t version);
   // With a timeline: when the step's first push was sent (-1: none since the
   // last call), and forget it.
   int64_t TakeFirstPushUs() { return first_push_us_.exchange(-1); }
@@ -125,16 +137,22 @@ class DataChannel {
   // that died may never complete).
   absl::Status WaitForWorkerSends();
 
-  // `done` and `what` run under mu().
+  // `done` and `what` run on the calling thread without the channel's lock:
+  // they read the caller's state under the caller's own lock.
   absl::Status WaitFor(const std::function<bool()>& done, const std::function<std::string()>& what);
+  // A sink's state changed so that a WaitFor's `done` may hold now: wakes
+  // the wait (any thread; without it the wait still looks every 250 ms).
+  void Notify();
 
-  // For sinks, under mu(): a transfer into `dst` of `epoch`; `landed` runs
-  // under mu() once it arrived while that epoch is still current, and then
-  // `after` (if any) without the lock (it may send).
-  Accept Receive(void* dst, int64_t epoch, std::function<void()> landed,
-                 std::function<void()> after = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CountStaleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++stale_dropped_; }
-  absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }
+  // For sinks: a transfer into `dst` of `epoch`, counted in flight until it
+  // completes. A failure while `epoch` is current fails the step's waits;
+  // an arrival while it is current runs `landed` on the progress thread,
+  // without the channel's lock (it may send). A recovery may begin between
+  // that check and `landed`: the sink checks its own state again.
+  Accept Receive(void* dst, int64_t epoch, std::function<void()> landed);
+  // A frame a sink dropped (stale, mis-sized, unknown): counted in
+  // stale_dropped().
+  void CountStale() { ++stale_dropped_; }
 
   // Forgets the step's failures (a recovery starts over).
   void ClearErrors();
@@ -143,17 +161,17 @@ class DataChannel {
   // Moves to a new fencing epoch: from here on, refusals and failed sends of
   // the old one are ignored.
   void SetEpoch(int64_t epoch);
-  // Waits up to `limit` for receives in flight to land; `retire(stuck)`
-  // then runs under mu() (stuck: some are still in flight, from a dead or
-  // stalled server, and their buffers must never be read again).
-  void SettleReceives(absl::Duration limit, const std::function<void(bool stuck)>& retire);
+  // Waits up to `limit` for receives in flight to land. True if some are
+  // still in flight (from a dead or stalled server): the buffers they target
+  // must never be read again (the sinks' Retire).
+  bool SettleReceives(absl::Duration limit);
   int64_t inflight_receives();
 
   // Probes the receive queue; if it is wedged (transport/transport.h),
   // re-creates the endpoint. True if it did: every peer must reconnect.
   bool RenewIfWedged();
   int64_t endpoint_renewals() const { return endpoint_renewals_.load(); }
-  int64_t stale_dropped();
+  int64_t stale_dropped() const { return stale_dropped_.load(); }
 
   // Each shard's frame key secret ("" where that server does not
   // authenticate frames), num_shards() of them; InvalidArgument for a
@@ -164,7 +182,6 @@ class DataChannel {
   int64_t unauthenticated() const { return unauthenticated_.load(); }
 
  private:
-  std::atomic<int64_t> first_push_us_{-1};  // for the timeline
   Accept OnFrame(const Incoming& in);
   void SendTo(PeerId peer, const FrameHeader& h, const void* payload,
               std::shared_ptr<const void> keep, bool to_worker);
@@ -172,21 +189,29 @@ class DataChannel {
   std::shared_ptr<FrameAuth> AuthOf(int shard);
   // Records a send that could not start (no endpoint) as the step's failure.
   void FailSend(const FrameHeader& h, absl::Status s);
+  bool FailedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !error_.ok() || !send_error_.ok();
+  }
 
   JobContext* const ctx_;
   std::unique_ptr<Transport> transport_;
   FrameSink* sink_ = nullptr;
   std::function<absl::Status()> check_;
-  std::vector<PeerId> peers_;           // driving thread
-  std::vector<std::string> addresses_;  // driving thread
+  std::vector<PeerId> peers_;               // driving thread
+  std::vector<std::string> addresses_;      // driving thread
+  std::atomic<int64_t> first_push_us_{-1};  // for the timeline
 
+  // Guards the channel's own state below, and nothing of its sinks'.
   absl::Mutex mu_;
+  // Bumped (under mu_) by Notify and by every change of the channel's own
+  // that a wait looks at (an error, the last worker send, READY, PULL):
+  // WaitFor sleeps until it moves.
+  int64_t events_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t outstanding_sends_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t outstanding_worker_sends_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t inflight_receives_ ABSL_GUARDED_BY(mu_) = 0;  // accepted, not yet landed
   absl::Status error_ ABSL_GUARDED_BY(mu_);             // ERROR frame or failed receive
   absl::Status send_error_ ABSL_GUARDED_BY(mu_);
-  int64_t stale_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, int64_t> ready_ ABSL_GUARDED_BY(mu_);  // READY: rank -> newest epoch
   // Worker PULLs: rank -> (epoch, step) of the newest.
   std::map<int, std::pair<int64_t, int64_t>> pulled_ ABSL_GUARDED_BY(mu_);
@@ -194,6 +219,7 @@ class DataChannel {
   std::vector<PeerId> worker_peers_ ABSL_GUARDED_BY(mu_);
   // By shard; null where frames go untagged.
   std::vector<std::shared_ptr<FrameAuth>> auth_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> stale_dropped_{0};
   std::atomic<int64_t> endpoint_renewals_{0};
   std::atomic<int64_t> unauthenticated_{0};
 };

@@ -4,8 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/log.h"
 #include "core/reduce.h"
+#include "core/status_macros.h"
+#include "core/wire.h"
+#include "runtime/log.h"
 #include "worker/internal/host_groups.h"
 
 namespace tessel::internal {
@@ -19,9 +21,9 @@ HostAggregator::HostAggregator(JobContext* ctx, DataChannel* channel)
 void HostAggregator::Configure(const std::vector<int>& groups) {
   Leases leases;  // pushes of the old epoch still borrowed: their senders finish
   {
-    // Under the channel's lock: a frame of an old epoch may still come in on
-    // the transport's thread and look the bookkeeping up.
-    absl::MutexLock lock(&channel_->mu());
+    // A frame of an old epoch may still come in on the transport's thread
+    // and look the bookkeeping up.
+    absl::MutexLock lock(&mu_);
     for (Owned& o : owned_) TakeLeasesLocked(&o, &leases);
     ConfigureLocked(groups);
   }
@@ -31,6 +33,7 @@ void HostAggregator::Configure(const std::vector<int>& groups) {
 void HostAggregator::ConfigureLocked(const std::vector<int>& groups) {
   const Layout& layout = *ctx_->layout;
   me_ = ctx_->rank.load();
+  epoch_ = ctx_->epoch.load();
   members_.clear();
   if (groups.empty()) {
     members_.push_back(me_);
@@ -46,6 +49,7 @@ void HostAggregator::ConfigureLocked(const std::vector<int>& groups) {
     other_index_[static_cast<size_t>(m)] = static_cast<int>(others_.size());
     others_.push_back(m);
   }
+  const bool shares = members_.size() > 1;
   const int shards = channel_->num_shards();
   int64_t total = 0;
   for (int s = 0; s < shards; ++s) total += layout.num_buckets(s);
@@ -56,10 +60,10 @@ void HostAggregator::ConfigureLocked(const std::vector<int>& groups) {
   int64_t k = 0;
   for (int s = 0; s < shards; ++s) {
     for (int b = 0; b < layout.num_buckets(s); ++b, ++k) {
-      const int agg = active() ? BucketAggregator(members_, k, total) : me_;
+      const int agg = shares ? BucketAggregator(members_, k, total) : me_;
       aggregator_[s].push_back(agg);
       owned_index_[s].push_back(-1);
-      if (agg != me_ || !active()) continue;
+      if (agg != me_ || !shares) continue;
       const Range br = layout.bucket_range(s, b);
       Owned o;
       o.shard = s;
@@ -77,24 +81,36 @@ void HostAggregator::ConfigureLocked(const std::vector<int>& groups) {
     }
   }
   slots_.assign(static_cast<size_t>(slot_elems_) * others_.size(), 0.f);
-  partial_.assign(static_cast<size_t>(active() ? slot_elems_ : 0), 0.f);
+  partial_.assign(static_cast<size_t>(shares ? slot_elems_ : 0), 0.f);
+}
+
+bool HostAggregator::Forwards(int shard, int bucket) const {
+  absl::MutexLock lock(&mu_);
+  return members_.size() > 1 && AggregatorOfLocked(shard, bucket) == me_;
 }
 
 absl::Status HostAggregator::Meet() {
   if (!active()) return absl::OkStatus();
   FrameHeader ready = channel_->Header(FrameType::kReady, ctx_->step, 0, 0);
-  for (int m : others_) channel_->SendToWorker(m, ready, nullptr);
+  for (int m : members()) {
+    if (m != me_) channel_->SendToWorker(m, ready, nullptr);
+  }
   const int64_t epoch = ready.epoch;
-  return AwaitOthers([&](int m) { return channel_->ReadyEpochLocked(m) >= epoch; },
+  return AwaitOthers([&](int m) { return channel_->ReadyEpoch(m) >= epoch; },
                      "to take host-aggregation pushes");
 }
 
 absl::Status HostAggregator::AwaitOthers(const std::function<bool(int)>& done,
                                          const std::string& what) {
-  return channel_->WaitFor([&] { return std::all_of(others_.begin(), others_.end(), done); },
+  std::vector<int> others;
+  {
+    absl::MutexLock lock(&mu_);
+    others = others_;
+  }
+  return channel_->WaitFor([&] { return std::all_of(others.begin(), others.end(), done); },
                            [&] {
                              std::vector<int> missing;
-                             for (int m : others_) {
+                             for (int m : others) {
                                if (!done(m)) missing.push_back(m);
                              }
                              return absl::StrCat("the other workers of this host (rank",
@@ -104,6 +120,7 @@ absl::Status HostAggregator::AwaitOthers(const std::function<bool(int)>& done,
 }
 
 void HostAggregator::PullRange(int shard, int* first, int* count) const {
+  absl::MutexLock lock(&mu_);
   const std::vector<int>& aggs = aggregator_[static_cast<size_t>(shard)];
   *first = 0;
   *count = 0;
@@ -115,16 +132,18 @@ void HostAggregator::PullRange(int shard, int* first, int* count) const {
 }
 
 void HostAggregator::OwnReady(int shard, int bucket, const float* src) {
-  Owned& o = owned_[static_cast<size_t>(OwnedIndex(shard, bucket))];
   const int64_t step = ctx_->step;
+  size_t index = 0;
   bool complete = false;
   {
-    absl::MutexLock lock(&channel_->mu());
+    absl::MutexLock lock(&mu_);
+    index = static_cast<size_t>(OwnedIndexLocked(shard, bucket));
+    Owned& o = owned_[index];
     o.own = src;
     o.own_step = step;
     complete = CompleteLocked(o, step);
   }
-  if (complete) SumAndPush(&o);
+  if (complete) SumAndPush(index);
 }
 
 bool HostAggregator::CompleteLocked(const Owned& o, int64_t step) const {
@@ -135,40 +154,51 @@ bool HostAggregator::CompleteLocked(const Owned& o, int64_t step) const {
   return true;
 }
 
-void HostAggregator::SumAndPush(Owned* o) {
+void HostAggregator::SumAndPush(size_t index) {
   std::vector<const float*> srcs;
-  srcs.reserve(members_.size());
-  for (int m : members_) {
-    if (m == me_) {
-      srcs.push_back(o->own);
-      continue;
+  float* out = nullptr;
+  int64_t size = 0;
+  int shard = 0, bucket = 0;
+  {
+    // The pushes of this step are in and none of the next can land before
+    // summed_step moves on: the sources stay where they are.
+    absl::MutexLock lock(&mu_);
+    const Owned& o = owned_[index];
+    srcs.reserve(members_.size());
+    for (int m : members_) {
+      if (m == me_) {
+        srcs.push_back(o.own);
+        continue;
+      }
+      const size_t j = static_cast<size_t>(other_index_[static_cast<size_t>(m)]);
+      const float* in_place = o.borrowed[j];
+      srcs.push_back(in_place != nullptr ? in_place : SlotLocked(j, o));
     }
-    const int j = other_index_[static_cast<size_t>(m)];
-    const float* in_place = o->borrowed[static_cast<size_t>(j)];
-    srcs.push_back(in_place != nullptr ? in_place : Slot(j, *o));
+    out = partial_.data() + o.at;
+    size = o.size;
+    shard = o.shard;
+    bucket = o.bucket;
   }
-  float* out = partial_.data() + o->at;
   // Ranks of the host in order: the first level of the tree the shard
   // finishes over the hosts (docs/hierarchical.md).
-  ReduceSum(srcs.data(), static_cast<int>(srcs.size()), out, static_cast<size_t>(o->size));
+  ReduceSum(srcs.data(), static_cast<int>(srcs.size()), out, static_cast<size_t>(size));
   const int64_t step = ctx_->step;
   Leases leases;
   {
-    absl::MutexLock lock(&channel_->mu());
-    TakeLeasesLocked(o, &leases);
-    o->summed_step = step;  // the slots are free for the next step's pushes
+    absl::MutexLock lock(&mu_);
+    TakeLeasesLocked(&owned_[index], &leases);
+    owned_[index].summed_step = step;  // the slots are free for the next step's pushes
   }
   Release(leases);
-  channel_->Send(channel_->Header(FrameType::kPush, step, o->shard, o->bucket), out);
+  channel_->Send(channel_->Header(FrameType::kPush, step, shard, bucket), out);
 }
 
 absl::Status HostAggregator::PushAll() {
   const int64_t step = ctx_->step;
   for (;;) {
-    std::vector<size_t> ready;
-    bool all = false;
-    absl::Status s = channel_->WaitFor(
+    TESSEL_RETURN_IF_ERROR(channel_->WaitFor(
         [&] {
+          absl::MutexLock lock(&mu_);
           for (const Owned& o : owned_) {
             if (o.summed_step != step && CompleteLocked(o, step)) return true;
           }
@@ -177,6 +207,7 @@ absl::Status HostAggregator::PushAll() {
         },
         [&] {
           std::vector<std::string> waiting;
+          absl::MutexLock lock(&mu_);
           for (const Owned& o : owned_) {
             if (o.summed_step == step) continue;
             std::vector<int> ranks;
@@ -190,36 +221,38 @@ absl::Status HostAggregator::PushAll() {
           }
           return absl::StrCat("this host's gradients of step ", step, " (waiting for ",
                               absl::StrJoin(waiting, "; "), ")");
-        });
-    if (!s.ok()) return s;
+        }));
+    std::vector<size_t> ready;
+    bool all = true;
     {
-      absl::MutexLock lock(&channel_->mu());
-      all = true;
+      absl::MutexLock lock(&mu_);
       for (size_t i = 0; i < owned_.size(); ++i) {
         all = all && owned_[i].summed_step == step;
         if (CompleteLocked(owned_[i], step)) ready.push_back(i);
       }
     }
     if (all) return absl::OkStatus();
-    for (size_t i : ready) SumAndPush(&owned_[i]);
+    for (size_t i : ready) SumAndPush(i);
   }
 }
 
 void HostAggregator::AnnouncePull(int64_t version) {
   FrameHeader pull = channel_->Header(FrameType::kPull, version, 0, 0);
-  for (int m : others_) channel_->SendToWorker(m, pull, nullptr);
+  for (int m : members()) {
+    if (m != me_) channel_->SendToWorker(m, pull, nullptr);
+  }
 }
 
 absl::Status HostAggregator::AwaitPulls(int64_t version) {
-  return AwaitOthers([&](int m) { return channel_->PulledLocked(m, version); },
+  return AwaitOthers([&](int m) { return channel_->Pulled(m, version); },
                      absl::StrCat("to finish step ", version, "'s backward pass"));
 }
 
 void HostAggregator::Forward(const FrameHeader& h, const void* payload) {
   std::vector<int> to;
   {
-    absl::MutexLock lock(&channel_->mu());
-    if (h.epoch != ctx_->epoch.load()) return;  // a recovery regroups meanwhile
+    absl::MutexLock lock(&mu_);
+    if (h.epoch != epoch_ || h.epoch != ctx_->epoch.load()) return;  // a recovery regroups
     to = others_;
   }
   for (int m : to) channel_->SendToWorker(m, h, payload);
@@ -238,46 +271,65 @@ void HostAggregator::Release(const Leases& leases) {
 }
 
 Accept HostAggregator::OnPush(const FrameHeader& h, const Incoming& in) {
-  absl::MutexLock lock(&channel_->mu());
-  const int i = static_cast<size_t>(h.shard) < owned_index_.size() &&
-                        static_cast<size_t>(h.bucket) < owned_index_[h.shard].size()
-                    ? OwnedIndex(h.shard, h.bucket)
-                    : -1;
-  const int j = h.rank >= 0 && static_cast<size_t>(h.rank) < other_index_.size()
-                    ? other_index_[static_cast<size_t>(h.rank)]
-                    : -1;
-  Owned* o = i >= 0 ? &owned_[static_cast<size_t>(i)] : nullptr;
-  if (h.epoch != ctx_->epoch.load() || o == nullptr || j < 0 ||
-      h.payload_bytes != static_cast<uint64_t>(o->size) * 4 || o->receiving[j] ||
-      o->landed[j] > o->summed_step) {
-    TESSEL_LOG(WARNING) << ctx_->WhereAnyThread() << ": dropping "
-                        << (o != nullptr && j >= 0 && h.epoch == ctx_->epoch.load() ? "a second"
-                                                                                    : "a stray")
-                        << " host-aggregation push " << DescribeHeader(h) << " (epoch "
-                        << ctx_->epoch.load() << ")";
-    channel_->CountStaleLocked();
-    return Accept{};
+  Accept accept;
+  bool complete = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const int i = OwnedIndexLocked(h.shard, h.bucket);
+    const int j = h.rank >= 0 && static_cast<size_t>(h.rank) < other_index_.size()
+                      ? other_index_[static_cast<size_t>(h.rank)]
+                      : -1;
+    Owned* o = i >= 0 ? &owned_[static_cast<size_t>(i)] : nullptr;
+    const bool current = h.epoch == epoch_ && h.epoch == ctx_->epoch.load();
+    if (!current || o == nullptr || j < 0 ||
+        h.payload_bytes != DensePayloadBytes(o->size, /*half=*/false) ||
+        o->receiving[static_cast<size_t>(j)] ||
+        o->landed[static_cast<size_t>(j)] > o->summed_step) {
+      TESSEL_LOG(WARNING) << ctx_->WhereAnyThread() << ": dropping "
+                          << (o != nullptr && j >= 0 && current ? "a second" : "a stray")
+                          << " host-aggregation push " << DescribeHeader(h) << " (epoch "
+                          << ctx_->epoch.load() << ")";
+      channel_->CountStale();
+      return Accept{};
+    }
+    const int64_t step = h.step;
+    const size_t other = static_cast<size_t>(j);
+    if (in.in_place != nullptr) {  // summed where the member keeps it
+      o->borrowed[other] = static_cast<const float*>(in.in_place);
+      o->lease[other] = {in.from, in.lease};
+      o->landed[other] = step;
+      complete = CompleteLocked(*o, o->own_step);
+      accept.borrow = true;
+    } else {
+      o->receiving[other] = 1;
+      const size_t index = static_cast<size_t>(i);
+      const int64_t epoch = h.epoch;
+      accept = channel_->Receive(SlotLocked(other, *o), epoch, [this, epoch, index, other, step] {
+        SlotLanded(epoch, index, other, step);
+      });
+    }
   }
-  const int64_t step = h.step;
-  if (in.in_place != nullptr) {  // summed where the member keeps it
-    o->borrowed[static_cast<size_t>(j)] = static_cast<const float*>(in.in_place);
-    o->lease[static_cast<size_t>(j)] = {in.from, in.lease};
-    o->landed[static_cast<size_t>(j)] = step;
-    Accept a;
-    a.borrow = true;
-    return a;
+  if (complete) channel_->Notify();  // PushAll may sum it now
+  return accept;
+}
+
+void HostAggregator::SlotLanded(int64_t epoch, size_t index, size_t other, int64_t step) {
+  {
+    absl::MutexLock lock(&mu_);
+    // A recovery may have regrouped since the push was taken: owned_ is new.
+    if (epoch != epoch_ || index >= owned_.size() || other >= owned_[index].landed.size()) return;
+    Owned& o = owned_[index];
+    o.landed[other] = step;
+    o.receiving[other] = 0;
+    if (!CompleteLocked(o, o.own_step)) return;
   }
-  o->receiving[j] = 1;
-  return channel_->Receive(Slot(j, *o), h.epoch, [o, j, step] {
-    o->landed[static_cast<size_t>(j)] = step;
-    o->receiving[static_cast<size_t>(j)] = 0;
-  });
+  channel_->Notify();  // PushAll may sum it now
 }
 
 void HostAggregator::Reset() {
   Leases leases;  // their senders' sends complete once released
   {
-    absl::MutexLock lock(&channel_->mu());
+    absl::MutexLock lock(&mu_);
     for (Owned& o : owned_) {
       TakeLeasesLocked(&o, &leases);
       o.own = nullptr;
@@ -290,7 +342,8 @@ void HostAggregator::Reset() {
   Release(leases);
 }
 
-void HostAggregator::RetireLocked(bool stuck, std::vector<PayloadVector<float>>* retired) {
+void HostAggregator::Retire(bool stuck, std::vector<PayloadVector<float>>* retired) {
+  absl::MutexLock lock(&mu_);
   if (!stuck || slots_.empty()) return;
   retired->push_back(std::move(slots_));
   slots_.assign(retired->back().size(), 0.f);

@@ -25,8 +25,18 @@
 //   - PushAll() returns once every bucket this rank aggregates was pushed
 //     this step (or the channel's wait fails: a member died, a deadline).
 //
-// Threads: the driving thread calls everything but OnPush, which runs on the
-// transport's progress thread; slot bookkeeping is under the channel's mu().
+// Threads: the driving thread calls everything but OnPush and Forwards,
+// which run on the transport's progress thread (as do the receives OnPush
+// starts). Slot bookkeeping is under the aggregator's own mutex (mu_, below),
+// never the channel's.
+//
+// Example (each rank of a host, after the layout is registered):
+//   HostAggregator aggregator(&ctx, &channel);
+//   aggregator.Configure(ctx.rank_groups);  // e.g. {0, 0}: ranks 0 and 1 share a host
+//   TESSEL_RETURN_IF_ERROR(aggregator.Meet());
+//   // per bucket: the aggregator sums, every other member sends its PUSH there
+//   if (aggregator.Aggregates(s, b)) aggregator.OwnReady(s, b, grads + begin);
+//   TESSEL_RETURN_IF_ERROR(aggregator.PushAll());  // every owned bucket pushed
 #ifndef TESSEL_WORKER_INTERNAL_HOST_AGGREGATOR_H_
 #define TESSEL_WORKER_INTERNAL_HOST_AGGREGATOR_H_
 
@@ -35,7 +45,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "transport/payload_vector.h"
 #include "worker/internal/data_channel.h"
 #include "worker/internal/job_context.h"
@@ -48,19 +60,23 @@ class HostAggregator {
 
   // `groups`: per rank (JobSpec.rank_groups); empty = flat. Needs the layout.
   void Configure(const std::vector<int>& groups);
-  // This rank shares its host's buckets with other ranks.
-  bool active() const { return members_.size() > 1; }
+  // The configuration (driving thread; Configure is its only writer):
+  // this rank shares its host's buckets with other ranks.
+  bool active() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return members_.size() > 1; }
   // The ranks of this rank's group, ascending.
-  const std::vector<int>& members() const { return members_; }
-
+  const std::vector<int>& members() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return members_; }
   // The rank that sums (shard, bucket) for this rank's group.
-  int AggregatorOf(int shard, int bucket) const {
-    if (static_cast<size_t>(shard) >= aggregator_.size()) return me_;  // not configured: flat
-    return aggregator_[static_cast<size_t>(shard)][static_cast<size_t>(bucket)];
+  int AggregatorOf(int shard, int bucket) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return AggregatorOfLocked(shard, bucket);
   }
-  bool Aggregates(int shard, int bucket) const { return AggregatorOf(shard, bucket) == me_; }
+  bool Aggregates(int shard, int bucket) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return AggregatorOfLocked(shard, bucket) == me_;
+  }
   // The buckets of `shard` this rank aggregates: [first, first + count).
   void PullRange(int shard, int* first, int* count) const;
+  // Any thread: whether this rank passes the PARAMS of (shard, bucket) on to
+  // the other members (active, and it aggregates the bucket).
+  bool Forwards(int shard, int bucket) const;
 
   // After Configure, on every member of the group: tells the others this
   // rank takes their pushes now (a READY frame of the epoch) and waits until
@@ -90,8 +106,9 @@ class HostAggregator {
 
   // A recovery starts: forget every push and summed step.
   void Reset();
-  // Under the channel's mu(): a receive may still be writing into a slot.
-  void RetireLocked(bool stuck, std::vector<PayloadVector<float>>* retired);
+  // After a recovery's SettleReceives: if a receive may still be writing
+  // into a slot (stuck), the slots are retired (kept, never read) and replaced.
+  void Retire(bool stuck, std::vector<PayloadVector<float>>* retired);
 
  private:
   struct Owned {
@@ -110,39 +127,61 @@ class HostAggregator {
     std::vector<const float*> borrowed;
     std::vector<std::pair<PeerId, uint64_t>> lease;
   };
-  // Index into owned_ of (shard, bucket), -1 if another rank aggregates it.
-  int OwnedIndex(int shard, int bucket) const {
+  int AggregatorOfLocked(int shard, int bucket) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    if (static_cast<size_t>(shard) >= aggregator_.size()) return me_;  // not configured: flat
+    return aggregator_[static_cast<size_t>(shard)][static_cast<size_t>(bucket)];
+  }
+  // Index into owned_ of (shard, bucket), -1 if another rank aggregates it
+  // (or it is no bucket of the layout).
+  int OwnedIndexLocked(int shard, int bucket) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    if (shard < 0 || static_cast<size_t>(shard) >= owned_index_.size() || bucket < 0 ||
+        static_cast<size_t>(bucket) >= owned_index_[static_cast<size_t>(shard)].size()) {
+      return -1;
+    }
     return owned_index_[static_cast<size_t>(shard)][static_cast<size_t>(bucket)];
   }
-  bool CompleteLocked(const Owned& o, int64_t step) const;
-  void ConfigureLocked(const std::vector<int>& groups);
-  // Waits until done(m) holds (under the channel's mu()) for every other
-  // member; the deadline's message names those it does not hold for.
+  bool CompleteLocked(const Owned& o, int64_t step) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void ConfigureLocked(const std::vector<int>& groups) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until done(m) holds for every other member; the deadline's
+  // message names those it does not hold for. `done` runs without mu_.
   absl::Status AwaitOthers(const std::function<bool(int)>& done, const std::string& what);
   // Sums o's group in rank order and pushes it (driving thread).
-  void SumAndPush(Owned* o);
-  // Under the channel's mu(): forgets the borrows of o's pushes and adds
-  // their leases to `leases`, for Release() without the lock (the transport's
-  // thread holds its own lock while it calls in under mu()).
+  void SumAndPush(size_t index);
+  // A member's push into its slot landed (progress thread).
+  void SlotLanded(int64_t epoch, size_t index, size_t other, int64_t step);
+  // Forgets the borrows of o's pushes and adds their leases to `leases`,
+  // for Release() without the lock (the transport's thread holds its own
+  // lock while it calls in).
   using Leases = std::vector<std::pair<PeerId, uint64_t>>;
   static void TakeLeasesLocked(Owned* o, Leases* leases);
   void Release(const Leases& leases);
-  float* Slot(int other, const Owned& o) {
+  float* SlotLocked(size_t other, const Owned& o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return slots_.data() + static_cast<int64_t>(other) * slot_elems_ + o.at;
   }
 
   JobContext* const ctx_;
   DataChannel* const channel_;
-  int me_ = 0;
-  std::vector<int> members_;                   // this rank's group, ascending
-  std::vector<int> others_;                    // members_ without me_
-  std::vector<int> other_index_;               // rank -> index in others_, -1
-  std::vector<std::vector<int>> aggregator_;   // [shard][bucket] -> rank
-  std::vector<std::vector<int>> owned_index_;  // [shard][bucket] -> owned_ index
-  std::vector<Owned> owned_;
-  int64_t slot_elems_ = 0;
-  PayloadVector<float> slots_;    // [other][owned elements]
-  PayloadVector<float> partial_;  // the group's sum of each owned bucket
+
+  // Locking rule: everything below is under mu_. The configuration (me_ to
+  // owned_index_) is written only by Configure on the driving thread, so the
+  // driving thread may read it without mu_ (the const accessors above); the
+  // progress thread reads it under mu_. owned_'s step bookkeeping is written
+  // by both threads, always under mu_; so are the vectors slots_ and
+  // partial_ (their storage), while their contents are written by the
+  // transport and by SumAndPush one bucket at a time, as that bookkeeping
+  // allows. mu_ is taken before the channel's, never while it is held.
+  mutable absl::Mutex mu_;
+  int me_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = -1;  // the epoch configured in: pushes of others are stale
+  std::vector<int> members_ ABSL_GUARDED_BY(mu_);                   // this rank's group, ascending
+  std::vector<int> others_ ABSL_GUARDED_BY(mu_);                    // members_ without me_
+  std::vector<int> other_index_ ABSL_GUARDED_BY(mu_);               // rank -> index in others_, -1
+  std::vector<std::vector<int>> aggregator_ ABSL_GUARDED_BY(mu_);   // [shard][bucket] -> rank
+  std::vector<std::vector<int>> owned_index_ ABSL_GUARDED_BY(mu_);  // [shard][bucket] -> owned_
+  std::vector<Owned> owned_ ABSL_GUARDED_BY(mu_);
+  int64_t slot_elems_ ABSL_GUARDED_BY(mu_) = 0;
+  PayloadVector<float> slots_ ABSL_GUARDED_BY(mu_);    // [other][owned elements]
+  PayloadVector<float> partial_ ABSL_GUARDED_BY(mu_);  // the group's sum of each owned bucket
 };
 
 }  // namespace tessel::internal

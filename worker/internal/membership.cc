@@ -119,11 +119,8 @@ absl::Status Membership::ClassifyJoin() {
       newcomer_ = true;
       join_epoch_ = st.epoch();
       member_ids_ = ids;
-      {
-        absl::MutexLock lock(&channel_->mu());
-        ctx_->world_size = static_cast<int>(ids.size());
-        ctx_->rank = static_cast<int>(ids.size());  // prospective
-      }
+      ctx_->world_size = static_cast<int>(ids.size());
+      ctx_->rank = static_cast<int>(ids.size());  // prospective
       TESSEL_LOG(INFO) << ctx_->Where() << ": the job is running with " << ids.size()
                        << " worker(s) (registry ranks " << absl::StrJoin(ids, ", ") << ") at step "
                        << st.step() << "; joining it as a newcomer, admitted at the next "
@@ -638,11 +635,8 @@ void Membership::Adopt(const std::vector<int>& ids) {
   if (ids == member_ids_) return;
   const int rank = static_cast<int>(std::find(ids.begin(), ids.end(), ctx_->id) - ids.begin());
   const int from = ctx_->world_size;
-  {
-    absl::MutexLock lock(&channel_->mu());
-    ctx_->world_size = static_cast<int>(ids.size());
-    ctx_->rank = rank;
-  }
+  ctx_->world_size = static_cast<int>(ids.size());
+  ctx_->rank = rank;
   member_ids_ = ids;
   if (static_cast<int>(ids.size()) > from || newcomer_) {
     TESSEL_LOG(WARNING) << ctx_->Where() << ": the job grows from " << from << " to " << ids.size()

@@ -64,10 +64,9 @@ void RecoveryCoordinator::SettleReceives(absl::Duration limit) {
   // that comes from a dead or stalled server and could land at any time (a
   // stalled one may wake up), so the buffers it targets are retired (kept
   // alive, never read again) and replaced by fresh ones.
-  p_.channel->SettleReceives(limit, [this](bool stuck) {
-    p_.units->RetireLocked(stuck, &retired_, &retired_half_);
-    p_.exchange->RetireLocked(stuck, &retired_payload_, &retired_payload_half_);
-  });
+  const bool stuck = p_.channel->SettleReceives(limit);
+  p_.units->Retire(stuck, &retired_, &retired_half_);
+  p_.exchange->Retire(stuck, &retired_payload_, &retired_payload_half_);
   if (const int64_t n = p_.channel->inflight_receives(); n > 0) {
     TESSEL_LOG(WARNING) << p_.ctx->Where() << ": " << n
                         << " parameter transfer(s) from before the rollback are still in flight "

@@ -101,7 +101,7 @@ class RecoveryCoordinator {
   std::optional<OwnRestore> own_restore_;
   int recoveries_ = 0;
   // Buffers a transfer from before a rollback may still write into: kept
-  // until the transport is shut down (under the channel's mu()).
+  // until the transport is shut down (driving thread).
   std::vector<std::vector<float>> retired_;
   std::vector<std::vector<uint16_t>> retired_half_;
   std::vector<PayloadVector<float>> retired_payload_;  // the exchange's buffers

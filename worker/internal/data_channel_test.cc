@@ -1,0 +1,264 @@
+// DataChannel against scripted shard servers (scripted_server.h): headers
+// sized by the one payload rule, a send to an unconnected shard failing the
+// step with what to check, WaitFor's three endings (done, error, deadline)
+// and its periodic check, Notify waking a wait, receives landing only in
+// their epoch, READY and PULL of the host's workers, and frame keys.
+#include "worker/internal/data_channel.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "core/topk.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/frame_auth.h"
+#include "transport/inproc/inproc_transport.h"
+#include "worker/internal/job_context.h"
+#include "worker/internal/scripted_server.h"
+
+namespace tessel::internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kEpoch = 3;
+
+// A sink with its own state under its own lock: it takes every PARAMS frame
+// that fits into its buffer (or, told so, under another epoch) and counts
+// what is offered and what lands.
+class CountingSink : public FrameSink {
+ public:
+  explicit CountingSink(DataChannel* channel) : channel_(channel), buffer_(1000) {}
+  Accept OnParams(const FrameHeader& h) override {
+    ++offered_;
+    if (h.payload_bytes > buffer_.size() * sizeof(float)) return Accept{};
+    const int64_t epoch = receive_epoch_.load() >= 0 ? receive_epoch_.load() : h.epoch;
+    return channel_->Receive(buffer_.data(), epoch, [this] {
+      {
+        absl::MutexLock lock(&mu_);
+        ++landed_;
+      }
+      channel_->Notify();
+    });
+  }
+  int landed() {
+    absl::MutexLock lock(&mu_);
+    return landed_;
+  }
+  int offered() const { return offered_.load(); }
+  float first() const { return buffer_[0]; }
+  void ReceiveUnder(int64_t epoch) { receive_epoch_ = epoch; }
+
+ private:
+  DataChannel* const channel_;
+  std::vector<float> buffer_;
+  std::atomic<int64_t> receive_epoch_{-1};
+  std::atomic<int> offered_{0};
+  absl::Mutex mu_;
+  int landed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class DataChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Make(WorkerOptions()); }
+
+  void Make(WorkerOptions o) {
+    channel_.reset();
+    o.job = "j";
+    o.recovery = true;
+    o.step_timeout = absl::Seconds(2);
+    ctx_ = std::make_unique<JobContext>(o);
+    ctx_->epoch = kEpoch;
+    auto layout = Layout::Create({{"w", {100}}}, 2, 4, 40);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    ctx_->layout = std::make_unique<Layout>(std::move(*layout));
+    channel_ = std::make_unique<DataChannel>(ctx_.get(), InProcTransport::Create(fabric_));
+    ASSERT_TRUE(ConnectChannel(channel_.get(), {&server0_, &server1_}).ok());
+    sink_ = std::make_unique<CountingSink>(channel_.get());
+    channel_->SetSink(sink_.get());
+  }
+
+  void TearDown() override { channel_.reset(); }
+
+  // Sends a PULL to shard 0 and returns the worker's endpoint as the server
+  // sees it.
+  PeerId WorkerAtServer0() {
+    channel_->Send(channel_->Header(FrameType::kPull, 1, 0, 0), nullptr);
+    return server0_.Await(1).at(0).from;
+  }
+  FrameHeader Control(FrameType type, int rank, int64_t epoch, int64_t step) {
+    FrameHeader h = MakeHeader(type, ctx_->job_id, epoch, step, rank, 0, 0);
+    return h;
+  }
+
+  std::shared_ptr<InProcFabric> fabric_ = std::make_shared<InProcFabric>();
+  ScriptedServer server0_{fabric_};
+  ScriptedServer server1_{fabric_};
+  std::unique_ptr<JobContext> ctx_;
+  std::unique_ptr<DataChannel> channel_;
+  std::unique_ptr<CountingSink> sink_;
+};
+
+TEST_F(DataChannelTest, HeadersCarryTheJobAndTheOnePayloadRule) {
+  const int64_t n = ctx_->layout->bucket_range(0, 0).size();
+  FrameHeader push = channel_->Header(FrameType::kPush, 5, 0, 0);
+  EXPECT_EQ(push.job_id, ctx_->job_id);
+  EXPECT_EQ(push.epoch, kEpoch);
+  EXPECT_EQ(push.step, 5);
+  EXPECT_EQ(push.payload_bytes, DensePayloadBytes(n, false));
+  EXPECT_EQ(channel_->Header(FrameType::kPull, 5, 1, 0).payload_bytes, 0u);
+
+  ctx_->half = HalfType::kBF16;  // PUSH in half, INIT still fp32 masters
+  EXPECT_EQ(channel_->Header(FrameType::kPush, 5, 0, 0).payload_bytes, DensePayloadBytes(n, true));
+  EXPECT_EQ(channel_->Header(FrameType::kInit, 0, 0, 0).payload_bytes, DensePayloadBytes(n, false));
+
+  ctx_->half.reset();
+  ctx_->options.topk_ratio = 0.1;
+  EXPECT_EQ(channel_->Header(FrameType::kPush, 5, 0, 0).payload_bytes,
+            SparseBytes(TopkCount(0.1, n)));
+}
+
+TEST_F(DataChannelTest, ASendToAShardNeverConnectedFailsTheNextWaitSayingWhatToCheck) {
+  channel_->SetPeer(1, DataChannel::kNoPeer);
+  channel_->Send(channel_->Header(FrameType::kPull, 1, 1, 0), nullptr);
+  absl::Status s = channel_->WaitFor([] { return false; }, [] { return "nothing"; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("shard 1 (" + server1_.address() + ")"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--ucx_tls"));
+  EXPECT_TRUE(IsRecoverable(s));
+  channel_->ClearErrors();
+  EXPECT_TRUE(channel_->WaitFor([] { return true; }, [] { return "nothing"; }).ok());
+}
+
+TEST_F(DataChannelTest, AWaitEndsAtTheDeadlineNamingWhatAndRunsThePeriodicCheck) {
+  std::atomic<int> checks{0};
+  channel_->SetPeriodicCheck([&] {
+    ++checks;
+    return absl::OkStatus();
+  });
+  const absl::Time start = absl::Now();
+  absl::Status s = channel_->WaitFor([] { return false; }, [] { return "the test's frames"; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the test's frames did not complete within 2s"));
+  EXPECT_GE(absl::Now() - start, absl::Seconds(2));
+  EXPECT_GE(checks.load(), 3);  // every 250 ms
+
+  channel_->SetPeriodicCheck([] { return absl::AbortedError("a worker left"); });
+  s = channel_->WaitFor([] { return false; }, [] { return "x"; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(s.message(), "a worker left");
+}
+
+TEST_F(DataChannelTest, NotifyWakesAWaitWhoseConditionNowHolds) {
+  absl::Mutex mu;
+  bool flag = false;
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    {
+      absl::MutexLock lock(&mu);
+      flag = true;
+    }
+    channel_->Notify();
+  });
+  // No periodic check and a long deadline: only Notify or the 250 ms slice
+  // can end it; either way the wait sees the condition.
+  absl::Status s = channel_->WaitFor(
+      [&] {
+        absl::MutexLock lock(&mu);
+        return flag;
+      },
+      [] { return "the flag"; });
+  setter.join();
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST_F(DataChannelTest, ParamsLandThroughTheSinkOnlyWhileTheirEpochIsCurrent) {
+  const PeerId worker = WorkerAtServer0();
+  server0_.Reply(worker, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(40, 2.f));
+  ASSERT_TRUE(channel_->WaitFor([&] { return sink_->landed() == 1; }, [] { return "1"; }).ok());
+  EXPECT_EQ(sink_->first(), 2.f);
+
+  // A receive the sink took under an epoch a recovery has left: it arrives,
+  // but `landed` does not run and nothing stays in flight.
+  sink_->ReceiveUnder(kEpoch - 1);
+  server0_.Reply(worker, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(40, 3.f));
+  ASSERT_TRUE(channel_->WaitFor([&] { return sink_->offered() == 2; }, [] { return "2"; }).ok());
+  EXPECT_FALSE(channel_->SettleReceives(absl::Seconds(5)));
+  EXPECT_EQ(channel_->inflight_receives(), 0);
+  EXPECT_EQ(sink_->landed(), 1);
+
+  // PARAMS of a bucket the layout does not have never reach the sink.
+  sink_->ReceiveUnder(-1);
+  server0_.Reply(worker, ParamsHeader(*ctx_, 0, ctx_->layout->num_buckets(0), 1, 160),
+                 FloatBytes(40, 4.f));
+  server0_.Reply(worker, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(40, 5.f));
+  ASSERT_TRUE(channel_->WaitFor([&] { return sink_->landed() == 2; }, [] { return "2"; }).ok());
+  EXPECT_EQ(sink_->offered(), 3);
+  EXPECT_EQ(sink_->first(), 5.f);
+}
+
+TEST_F(DataChannelTest, AnErrorOfTheCurrentEpochFailsTheWaitAndAnOldOneIsCountedStale) {
+  const PeerId worker = WorkerAtServer0();
+  FrameHeader old = Control(FrameType::kError, 0, kEpoch - 1, 1);
+  old.code = static_cast<int32_t>(absl::StatusCode::kFailedPrecondition);
+  server0_.Reply(worker, old, {});
+  FrameHeader now = Control(FrameType::kError, 0, kEpoch, 1);
+  now.code = static_cast<int32_t>(absl::StatusCode::kNotFound);
+  const std::string why = "no such job";
+  server0_.Reply(worker, now, std::vector<uint8_t>(why.begin(), why.end()));
+  absl::Status s = channel_->WaitFor([] { return false; }, [] { return "x"; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("shard 0 refused"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no such job"));
+  EXPECT_EQ(channel_->stale_dropped(), 1);
+  // A new epoch forgets it.
+  channel_->SetEpoch(kEpoch + 1);
+  EXPECT_TRUE(channel_->WaitFor([] { return true; }, [] { return "x"; }).ok());
+}
+
+TEST_F(DataChannelTest, ReadyAndPullOfTheHostsWorkersAreRecordedPerEpoch) {
+  const PeerId worker = WorkerAtServer0();
+  EXPECT_EQ(channel_->ReadyEpoch(1), -1);
+  server0_.Reply(worker, Control(FrameType::kReady, 1, kEpoch, 0), {});
+  server0_.Reply(worker, Control(FrameType::kPull, 1, kEpoch, 4), {});
+  ASSERT_TRUE(
+      channel_
+          ->WaitFor([&] { return channel_->ReadyEpoch(1) == kEpoch && channel_->Pulled(1, 4); },
+                    [] { return "READY and PULL"; })
+          .ok());
+  EXPECT_TRUE(channel_->Pulled(1, 3));
+  EXPECT_FALSE(channel_->Pulled(1, 5));
+  EXPECT_FALSE(channel_->Pulled(2, 4));
+  channel_->SetEpoch(kEpoch + 1);  // a PULL of the old epoch does not count
+  EXPECT_FALSE(channel_->Pulled(1, 4));
+  EXPECT_EQ(channel_->ReadyEpoch(1), kEpoch);
+}
+
+TEST_F(DataChannelTest, WithFrameKeysFramesAreSealedAndUntaggedOnesDropped) {
+  EXPECT_EQ(channel_->SetFrameKeys({"only one"}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(channel_->SetFrameKeys({"short", ""}).code(), absl::StatusCode::kInvalidArgument);
+  const std::string secret = NewJobSecret();
+  ASSERT_TRUE(channel_->SetFrameKeys({secret, ""}).ok());
+  EXPECT_TRUE(channel_->authenticated());
+  channel_->Send(channel_->Header(FrameType::kPull, 1, 0, 0), nullptr);
+  channel_->Send(channel_->Header(FrameType::kPull, 1, 1, 0), nullptr);
+  const ScriptedServer::Frame to0 = server0_.Await(1).at(0);
+  const ScriptedServer::Frame to1 = server1_.Await(1).at(0);
+  EXPECT_EQ(to0.header_bytes, kSealedHeaderBytes);
+  EXPECT_EQ(to1.header_bytes, kHeaderBytes);
+
+  auto auth = FrameAuth::Create(secret, ctx_->job_id, 0);
+  ASSERT_TRUE(auth.ok());
+  server0_.Reply(to0.from, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(40, 1.f));  // no tag
+  server0_.Reply(to0.from, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(40, 2.f), auth->get());
+  ASSERT_TRUE(channel_->WaitFor([&] { return sink_->landed() == 1; }, [] { return "1"; }).ok());
+  EXPECT_EQ(sink_->first(), 2.f);
+  EXPECT_EQ(channel_->unauthenticated(), 1);
+}
+
+}  // namespace
+}  // namespace tessel::internal

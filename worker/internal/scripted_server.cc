@@ -1,0 +1,73 @@
+#include "worker/internal/scripted_server.h"
+
+#include <cstring>
+#include <utility>
+
+namespace tessel::internal {
+
+ScriptedServer::ScriptedServer(std::shared_ptr<InProcFabric> fabric)
+    : transport_(InProcTransport::Create(std::move(fabric))) {
+  transport_->SetHandler([this](const Incoming& in) {
+    auto h = DecodeWireHeader(in.header);
+    if (!h.ok()) return Accept{};
+    auto frame = std::make_shared<Frame>();
+    frame->header = *h;
+    frame->from = in.from;
+    frame->header_bytes = in.header.size();
+    frame->payload.resize(in.payload_bytes);
+    auto record = [this, frame](absl::Status) {
+      absl::MutexLock lock(&mu_);
+      frames_.push_back(std::move(*frame));
+    };
+    if (in.payload_bytes == 0) {
+      record(absl::OkStatus());
+      return Accept{};
+    }
+    return Accept{frame->payload.data(), record};
+  });
+}
+
+ScriptedServer::~ScriptedServer() { transport_->Shutdown(); }
+
+std::vector<ScriptedServer::Frame> ScriptedServer::Await(size_t n, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return frames_.size() >= n; };
+  mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  return frames_;
+}
+
+void ScriptedServer::Reply(PeerId to, const FrameHeader& h, std::vector<uint8_t> payload,
+                           FrameAuth* auth) {
+  auto owned = std::make_shared<std::vector<uint8_t>>(std::move(payload));
+  const WireHeader wire = ToWire(auth, h);
+  transport_->Send(to, wire.span(), owned->data(), owned->size(), [owned](absl::Status) {});
+}
+
+absl::Status ConnectChannel(DataChannel* channel, const std::vector<ScriptedServer*>& servers) {
+  channel->SetShards(static_cast<int>(servers.size()));
+  for (size_t s = 0; s < servers.size(); ++s) {
+    auto peer = channel->transport().Connect(servers[s]->address());
+    if (!peer.ok()) return peer.status();
+    channel->SetAddress(static_cast<int>(s), servers[s]->address());
+    channel->SetPeer(static_cast<int>(s), *peer);
+  }
+  return absl::OkStatus();
+}
+
+FrameHeader ParamsHeader(const JobContext& ctx, int shard, int bucket, int64_t step,
+                         uint64_t bytes) {
+  FrameHeader h =
+      MakeHeader(FrameType::kParams, ctx.job_id, ctx.epoch.load(), step, 0, shard, bucket);
+  h.payload_bytes = bytes;
+  h.bucket_count = bytes > 0 ? 1 : 0;  // as a server answers a pull; 0: "the shard is at step"
+  return h;
+}
+
+std::vector<uint8_t> FloatBytes(size_t n, float v) {
+  std::vector<float> f(n, v);
+  std::vector<uint8_t> b(n * sizeof(float));
+  std::memcpy(b.data(), f.data(), b.size());
+  return b;
+}
+
+}  // namespace tessel::internal
