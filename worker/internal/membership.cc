@@ -6,24 +6,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 #include "runtime/log.h"
 
 namespace tessel::internal {
-
-std::vector<int> WorkerIdsOf(const v1::ShardStats& stats) {
-  std::vector<int> ids(stats.worker_ids().begin(), stats.worker_ids().end());
-  if (ids.empty()) {
-    for (int r = 0; r < stats.world_size(); ++r) ids.push_back(r);
-  }
-  return ids;
-}
 
 Membership::Membership(JobContext* ctx, DataChannel* channel, const ClientCredentials& credentials)
     : ctx_(ctx),
       channel_(channel),
       registry_(std::make_unique<RegistryClient>(ctx->options.registry, credentials, ctx->token)),
       control_(ControlOptions{credentials, ctx->token}),
-      fleet_(control_) {
+      fleet_(control_),
+      aggregation_(ctx, channel),
+      growth_(ctx, registry_.get(), &fleet_) {
   for (int r = 0; r < ctx->world_size; ++r) member_ids_.push_back(r);
 }
 
@@ -67,8 +62,9 @@ absl::Status Membership::FindServers() {
             [](const v1::Member* a, const v1::Member* b) { return a->rank() < b->rank(); });
   channel_->SetShards(static_cast<int>(members.size()));
   ucx_addresses_.assign(members.size(), std::string());
-  server_hosts_.assign(members.size(), std::string());
-  for (size_t i = 0; i < members.size(); ++i) server_hosts_[i] = members[i]->host_id();
+  std::vector<std::string> hosts;
+  for (const v1::Member* m : members) hosts.push_back(m->host_id());
+  aggregation_.SetServerHosts(std::move(hosts));
   for (size_t i = 0; i < members.size(); ++i) {
     const int shard = static_cast<int>(i);
     if (members[i]->rank() != shard) {
@@ -96,78 +92,6 @@ absl::Status Membership::FindServers() {
   return absl::OkStatus();
 }
 
-absl::Status Membership::ClassifyJoin() {
-  const WorkerOptions& o = ctx_->options;
-  if (o.elastic_max_workers == 0) return RefuseLateReplacement();
-  if (fleet_.size() == 0) return absl::OkStatus();
-  // A rank beyond the world can only join a job that is running: wait for it.
-  const absl::Time deadline = absl::Now() + o.connect_timeout;
-  v1::JobRef ref;
-  ref.set_job(o.job);
-  for (bool logged = false;; logged = true) {
-    v1::ShardStats st;
-    absl::Status g = fleet_.Call(0, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats");
-    if (g.ok()) {
-      const std::vector<int> ids = WorkerIdsOf(st);
-      if (std::find(ids.begin(), ids.end(), ctx_->id) != ids.end()) return absl::OkStatus();
-      if (static_cast<int>(ids.size()) >= o.elastic_max_workers) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            ctx_->Where(), ": the running job already has ", ids.size(),
-            " workers (registry ranks ", absl::StrJoin(ids, ", "),
-            "), elastic_max_workers=", o.elastic_max_workers, ": no room for this one"));
-      }
-      newcomer_ = true;
-      join_epoch_ = st.epoch();
-      member_ids_ = ids;
-      ctx_->world_size = static_cast<int>(ids.size());
-      ctx_->rank = static_cast<int>(ids.size());  // prospective
-      TESSEL_LOG(INFO) << ctx_->Where() << ": the job is running with " << ids.size()
-                       << " worker(s) (registry ranks " << absl::StrJoin(ids, ", ") << ") at step "
-                       << st.step() << "; joining it as a newcomer, admitted at the next "
-                       << "checkpoint boundary (a multiple of " << o.checkpoint.every_steps
-                       << " steps)";
-      return absl::OkStatus();
-    }
-    if (!absl::IsNotFound(g)) return g;
-    // Not created yet: ranks of the world start it; a rank beyond waits.
-    if (ctx_->id < o.world_size) return absl::OkStatus();
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(ctx_->Where(), ": rank ", ctx_->id, " is beyond the world of ", o.world_size,
-                       " and joins a running job, but job '", o.job,
-                       "' did not start on the shard servers "
-                       "within ",
-                       absl::FormatDuration(o.connect_timeout), " (connect_timeout)"));
-    }
-    if (!logged) {
-      TESSEL_LOG(INFO) << ctx_->Where() << ": rank " << ctx_->id << " is beyond the world of "
-                       << o.world_size << ": waiting for the job to start, then joining it";
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-}
-
-absl::Status Membership::RefuseLateReplacement() {
-  // A replacement for a worker the job went on without (elastic) would
-  // only disturb the survivors: refuse it before it joins.
-  if (!ctx_->resume || fleet_.size() == 0) return absl::OkStatus();
-  v1::JobRef ref;
-  ref.set_job(ctx_->options.job);
-  v1::ShardStats st;
-  if (fleet_.Call(0, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats").ok() &&
-      st.worker_ids_size() > 0 &&
-      std::find(st.worker_ids().begin(), st.worker_ids().end(), ctx_->id) ==
-          st.worker_ids().end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        ctx_->Where(), ": the job went on without this worker: an elastic recovery at epoch ",
-        st.epoch(), " continued with ", st.worker_ids_size(), " worker(s), registry ranks ",
-        absl::StrJoin(st.worker_ids(), ", "),
-        ". A replacement cannot rejoin it; restart the whole job from a checkpoint with "
-        "--resume and the world size you want"));
-  }
-  return absl::OkStatus();
-}
-
 v1::Member Membership::Me() const {
   v1::Member me;
   me.set_group(ctx_->options.job);
@@ -181,9 +105,9 @@ v1::Member Membership::Me() const {
 absl::Status Membership::Join() {
   const WorkerOptions& o = ctx_->options;
   // Servers first: a worker is useless without its shards.
-  absl::Status s = FindServers();
-  if (s.ok()) s = ClassifyJoin();
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(FindServers());
+  TESSEL_ASSIGN_OR_RETURN(std::optional<std::vector<int>> running, growth_.ClassifyJoin());
+  if (running.has_value()) member_ids_ = *std::move(running);  // a newcomer's job
   registered_address_ = channel_->transport().address();
   const v1::Member me = Me();
   auto joined = registry_->Join(me, o.lease_ttl);
@@ -194,14 +118,13 @@ absl::Status Membership::Join() {
     absl::SleepFor(absl::Milliseconds(100));
     joined = registry_->Join(me, o.lease_ttl);
   }
-  if (!joined.ok()) return joined.status();
-  if (newcomer_) {
+  TESSEL_RETURN_IF_ERROR(joined);
+  if (growth_.newcomer()) {
     // No world to wait for: the job's workers admit this one (Admitted).
-    auto view = registry_->GetView(o.job);
-    if (!view.ok()) return view.status();
-    ctx_->epoch = view->epoch();
-    view_epoch_ = view->epoch();
-    Remember(*view);
+    TESSEL_ASSIGN_OR_RETURN(const v1::View view, registry_->GetView(o.job));
+    ctx_->epoch = view.epoch();
+    view_epoch_ = view.epoch();
+    Remember(view);
     return absl::OkStatus();
   }
   const int world = ctx_->world_size;
@@ -217,10 +140,7 @@ absl::Status Membership::Join() {
     const absl::Duration slice = o.connect_check ? std::min(absl::Milliseconds(500), left) : left;
     view = registry_->WaitForView(o.job, complete, std::max(slice, absl::ZeroDuration()));
     if (view.ok() || !absl::IsDeadlineExceeded(view.status()) || absl::Now() >= deadline) break;
-    if (o.connect_check) {
-      absl::Status outside = o.connect_check();
-      if (!outside.ok()) return outside;
-    }
+    if (o.connect_check) TESSEL_RETURN_IF_ERROR(o.connect_check());
   }
   if (!view.ok()) {
     return absl::DeadlineExceededError(absl::StrCat(ctx_->Where(), ": not all ", world,
@@ -257,77 +177,13 @@ absl::Status Membership::CheckMembers() {
 
 void Membership::Remember(const v1::View& view) {
   member_addresses_.clear();
-  member_hosts_.clear();
   member_joined_.clear();
   for (const auto& m : view.members()) {
     if (m.role() != v1::ROLE_WORKER) continue;
     member_addresses_[m.rank()] = m.ucx_address();
-    member_hosts_[m.rank()] = m.host_id();
     member_joined_[m.rank()] = m.joined_epoch();
   }
-}
-
-namespace {
-
-// Why this job's workers cannot sum inside a host ("" if they can).
-std::string HostAggregationUnsupported(const JobContext& ctx) {
-  if (ctx.options.precision != Precision::kFp32) {
-    return "mixed precision: a host's partial sum would need fp32 on the wire";
-  }
-  if (ctx.options.topk_ratio > 0) return "top-k compression";
-  if (ctx.unit_grads()) return ctx.fsdp() ? "fsdp gathers unit by unit" : "zero2 with units";
-  return "";
-}
-
-}  // namespace
-
-AggregationPlan Membership::PlanAggregation(const std::vector<int>& ids) const {
-  std::vector<std::string> hosts;
-  for (int id : ids) {
-    auto it = member_hosts_.find(id);
-    // Unknown: a host of its own (never grouped with anyone).
-    hosts.push_back(it != member_hosts_.end() && !it->second.empty()
-                        ? it->second
-                        : absl::StrCat("unknown host of registry rank ", id));
-  }
-  return internal::PlanAggregation(ctx_->options.aggregation, HostAggregationUnsupported(*ctx_),
-                                   hosts, server_hosts_);
-}
-
-absl::Status Membership::UseAggregation(const AggregationPlan& plan, const std::vector<int>& ids) {
-  std::vector<PeerId> peers(ids.size(), DataChannel::kNoPeer);
-  const int me = ctx_->rank.load();
-  for (size_t r = 0; r < plan.groups.size(); ++r) {
-    if (static_cast<int>(r) == me || plan.groups[r] != plan.groups[static_cast<size_t>(me)]) {
-      continue;
-    }
-    auto address = member_addresses_.find(ids[r]);
-    if (address == member_addresses_.end()) {
-      return ctx_->Recoverable(absl::UnavailableError(
-          absl::StrCat(ctx_->Where(), ": rank ", r, " (registry rank ", ids[r],
-                       ") of this host is not in the registry view; cannot aggregate with it")));
-    }
-    auto known = worker_endpoints_.find(address->second);
-    if (known != worker_endpoints_.end()) {
-      peers[r] = known->second;
-      continue;
-    }
-    auto peer = channel_->transport().Connect(address->second);
-    if (!peer.ok()) {
-      return ctx_->Recoverable(absl::UnavailableError(absl::StrCat(
-          ctx_->Where(), ": cannot reach rank ", r, " of this host over UCX for host aggregation: ",
-          peer.status().message(), " (--aggregation=flat does without)")));
-    }
-    worker_endpoints_[address->second] = *peer;
-    peers[r] = *peer;
-  }
-  channel_->SetWorkerPeers(std::move(peers));
-  if (plan.why != ctx_->aggregation) {
-    TESSEL_LOG(INFO) << ctx_->Where() << ": " << plan.why;
-  }
-  ctx_->rank_groups = plan.groups;
-  ctx_->aggregation = plan.why;
-  return absl::OkStatus();
+  aggregation_.SetWorkers(view);
 }
 
 std::string Membership::AfterPause() const {
@@ -480,91 +336,16 @@ absl::Status Membership::Rejoin() {
 absl::Status Membership::WaitForComplete(absl::Time deadline, absl::Time elastic_at,
                                          std::vector<int>* ids) {
   const WorkerOptions& o = ctx_->options;
-  const int world = ctx_->world_size;
   bool logged = false;
-  std::string missing;
   for (;;) {
-    absl::Status rejoined = Rejoin();
-    if (!rejoined.ok()) return rejoined;
+    TESSEL_RETURN_IF_ERROR(Rejoin());
     auto job = registry_->GetView(o.job);
     auto pool = registry_->GetView(o.server_pool);
-    missing.clear();
+    std::string missing;
     if (job.ok() && pool.ok()) {
-      std::vector<std::string> ranks, gone;
-      std::vector<int> present_ids;
-      for (int r = 0; r < world; ++r) {
-        bool present = false;
-        for (const auto& m : job->members()) {
-          present = present || (m.role() == v1::ROLE_WORKER && m.rank() == member_ids_[r]);
-        }
-        if (present) {
-          present_ids.push_back(member_ids_[r]);
-        } else {
-          ranks.push_back(absl::StrCat(member_ids_[r]));
-        }
-      }
-      for (int sh = 0; sh < num_servers(); ++sh) {
-        bool present = false;
-        for (const auto& m : pool->members()) {
-          present = present || (m.role() == v1::ROLE_SERVER && m.rank() == sh);
-        }
-        if (!present) gone.push_back(absl::StrCat(sh));
-      }
-      const int survivors = static_cast<int>(present_ids.size());
-      // Elastic: no replacement within the grace period, enough survivors.
-      const bool shrink = ctx_->elastic() && !ranks.empty() && gone.empty() &&
-                          survivors >= o.elastic_min_workers && absl::Now() >= elastic_at;
-      if (!ranks.empty()) {
-        absl::StrAppend(&missing, "worker rank(s) ", absl::StrJoin(ranks, ", "),
-                        " (start a replacement with --rank=", ranks.size() == 1 ? ranks[0] : "R",
-                        " --resume)");
-        if (ctx_->elastic()) {
-          absl::StrAppend(
-              &missing,
-              survivors >= o.elastic_min_workers
-                  ? absl::StrCat("; without one, the job goes on elastically with ", survivors,
-                                 " worker(s) after ", absl::FormatDuration(o.elastic_grace))
-                  : absl::StrCat(
-                        "; only ", survivors,
-                        " worker(s) left, fewer than elastic_min_workers=", o.elastic_min_workers));
-        }
-      }
-      if (!gone.empty()) {
-        absl::StrAppend(&missing, missing.empty() ? "" : " and ", "shard server(s) ",
-                        absl::StrJoin(gone, ", "), " of pool '", o.server_pool,
-                        "' (restart tessel-server --shard=", gone.size() == 1 ? gone[0] : "N",
-                        " with the same --checkpoint_dir)");
-      }
-      if (missing.empty() || shrink) {
-        // A worker that was paused or cut off past its lease may find its
-        // rank taken by a replacement: it must not train alongside it.
-        for (const auto& m : job->members()) {
-          if (m.role() == v1::ROLE_WORKER && m.rank() == ctx_->id &&
-              m.pid() != static_cast<int64_t>(getpid())) {
-            return absl::AbortedError(
-                absl::StrCat(ctx_->Where(), ": rank ", ctx_->id,
-                             " is now held by another process (pid ", m.pid(), " on ", m.host(),
-                             "): this worker's lease lapsed while it was paused or cut off, and a "
-                             "replacement took over. Exiting"));
-          }
-        }
-        *ids = shrink ? present_ids : member_ids_;
-        for (int n : growth_) {  // the newcomers agreed on, if still there
-          for (const auto& m : job->members()) {
-            if (m.role() == v1::ROLE_WORKER && m.rank() == n) {
-              ids->push_back(n);
-              break;
-            }
-          }
-        }
-        if (shrink) {
-          TESSEL_LOG(WARNING) << ctx_->Where() << ": no replacement for "
-                              << absl::StrJoin(ranks, ", ") << " within "
-                              << absl::FormatDuration(o.elastic_grace)
-                              << "; going on elastically with the " << survivors
-                              << " worker(s) left (registry ranks "
-                              << absl::StrJoin(present_ids, ", ") << ")";
-        }
+      TESSEL_ASSIGN_OR_RETURN(const bool complete,
+                              LookForComplete(*job, *pool, elastic_at, ids, &missing));
+      if (complete) {
         view_epoch_ = job->epoch();
         Remember(*job);
         return Reconnect(*pool);
@@ -584,6 +365,79 @@ absl::Status Membership::WaitForComplete(absl::Time deadline, absl::Time elastic
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
+}
+
+absl::StatusOr<bool> Membership::LookForComplete(const v1::View& job, const v1::View& pool,
+                                                 absl::Time elastic_at, std::vector<int>* ids,
+                                                 std::string* missing) {
+  const WorkerOptions& o = ctx_->options;
+  std::vector<std::string> ranks, gone;
+  std::vector<int> present_ids;
+  for (int r = 0; r < ctx_->world_size; ++r) {
+    bool present = false;
+    for (const auto& m : job.members()) {
+      present = present || (m.role() == v1::ROLE_WORKER && m.rank() == member_ids_[r]);
+    }
+    if (present) {
+      present_ids.push_back(member_ids_[r]);
+    } else {
+      ranks.push_back(absl::StrCat(member_ids_[r]));
+    }
+  }
+  for (int sh = 0; sh < num_servers(); ++sh) {
+    bool present = false;
+    for (const auto& m : pool.members()) {
+      present = present || (m.role() == v1::ROLE_SERVER && m.rank() == sh);
+    }
+    if (!present) gone.push_back(absl::StrCat(sh));
+  }
+  const int survivors = static_cast<int>(present_ids.size());
+  // Elastic: no replacement within the grace period, enough survivors.
+  const bool shrink = ctx_->elastic() && !ranks.empty() && gone.empty() &&
+                      survivors >= o.elastic_min_workers && absl::Now() >= elastic_at;
+  if (!ranks.empty()) {
+    absl::StrAppend(missing, "worker rank(s) ", absl::StrJoin(ranks, ", "),
+                    " (start a replacement with --rank=", ranks.size() == 1 ? ranks[0] : "R",
+                    " --resume)");
+    if (ctx_->elastic()) {
+      absl::StrAppend(
+          missing, survivors >= o.elastic_min_workers
+                       ? absl::StrCat("; without one, the job goes on elastically with ", survivors,
+                                      " worker(s) after ", absl::FormatDuration(o.elastic_grace))
+                       : absl::StrCat("; only ", survivors,
+                                      " worker(s) left, fewer than elastic_min_workers=",
+                                      o.elastic_min_workers));
+    }
+  }
+  if (!gone.empty()) {
+    absl::StrAppend(missing, missing->empty() ? "" : " and ", "shard server(s) ",
+                    absl::StrJoin(gone, ", "), " of pool '", o.server_pool,
+                    "' (restart tessel-server --shard=", gone.size() == 1 ? gone[0] : "N",
+                    " with the same --checkpoint_dir)");
+  }
+  if (!missing->empty() && !shrink) return false;
+  // A worker that was paused or cut off past its lease may find its rank
+  // taken by a replacement: it must not train alongside it.
+  for (const auto& m : job.members()) {
+    if (m.role() == v1::ROLE_WORKER && m.rank() == ctx_->id &&
+        m.pid() != static_cast<int64_t>(getpid())) {
+      return absl::AbortedError(
+          absl::StrCat(ctx_->Where(), ": rank ", ctx_->id, " is now held by another process (pid ",
+                       m.pid(), " on ", m.host(),
+                       "): this worker's lease lapsed while it was paused or cut off, and a "
+                       "replacement took over. Exiting"));
+    }
+  }
+  *ids = shrink ? present_ids : member_ids_;
+  for (int n : growth_.Present(job)) ids->push_back(n);  // the newcomers agreed on
+  if (shrink) {
+    TESSEL_LOG(WARNING) << ctx_->Where() << ": no replacement for " << absl::StrJoin(ranks, ", ")
+                        << " within " << absl::FormatDuration(o.elastic_grace)
+                        << "; going on elastically with the " << survivors
+                        << " worker(s) left (registry ranks " << absl::StrJoin(present_ids, ", ")
+                        << ")";
+  }
+  return true;
 }
 
 absl::StatusOr<std::unique_ptr<ShardFleet>> Membership::CurrentFleet(absl::Time deadline) {
@@ -626,7 +480,7 @@ absl::Status Membership::Reconnect(const v1::View& pool) {
     channel_->SetAddress(shard, now->grpc_address());
     channel_->SetPeer(shard, *peer);
     ucx_addresses_[shard] = now->ucx_address();
-    server_hosts_[static_cast<size_t>(shard)] = now->host_id();
+    aggregation_.SetServerHost(shard, now->host_id());
   }
   return absl::OkStatus();
 }
@@ -638,7 +492,7 @@ void Membership::Adopt(const std::vector<int>& ids) {
   ctx_->world_size = static_cast<int>(ids.size());
   ctx_->rank = rank;
   member_ids_ = ids;
-  if (static_cast<int>(ids.size()) > from || newcomer_) {
+  if (static_cast<int>(ids.size()) > from || growth_.newcomer()) {
     TESSEL_LOG(WARNING) << ctx_->Where() << ": the job grows from " << from << " to " << ids.size()
                         << " workers (registry ranks " << absl::StrJoin(ids, ", ")
                         << "); this worker is rank " << rank << " of " << ids.size();
@@ -654,38 +508,14 @@ absl::Status Membership::Admitted(const std::vector<int>& ids) {
   auto view = registry_->GetView(ctx_->options.job);
   if (!view.ok()) return ctx_->Recoverable(absl::UnavailableError(view.status().message()));
   Adopt(ids);
-  newcomer_ = false;
+  growth_.Admitted();
   view_epoch_ = view->epoch();
   Remember(*view);
   return absl::OkStatus();
 }
 
-std::vector<int> Membership::Newcomers() {
-  std::vector<int> out;
-  auto view = registry_->GetView(ctx_->options.job);
-  if (!view.ok()) return out;
-  for (const auto& m : view->members()) {
-    if (m.role() == v1::ROLE_WORKER &&
-        std::find(member_ids_.begin(), member_ids_.end(), m.rank()) == member_ids_.end()) {
-      out.push_back(m.rank());
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-void Membership::PlanGrowth(std::vector<int> newcomers, int64_t step) {
-  growth_ = std::move(newcomers);
-  growth_step_ = step;
-}
-
-void Membership::ClearGrowth() {
-  growth_.clear();
-  growth_step_ = -1;
-}
-
 void Membership::ForgetServerEndpoints() {
-  worker_endpoints_.clear();
+  aggregation_.ForgetEndpoints();
   std::fill(ucx_addresses_.begin(), ucx_addresses_.end(), std::string());
 }
 

@@ -3,10 +3,14 @@
 // through the DataChannel), waits for the whole world, and afterwards tells
 // whether anything changed that a step cannot survive: a worker left or was
 // replaced, a shard server died or restarted, this worker's own lease lapsed.
+// What it learns feeds two objects it owns: the host-aggregation plan
+// (AggregationPlanner: who shares a host) and elastic growth (ElasticGrowth:
+// newcomers and their admission).
 //
 // Contract:
 //   - Join() returns once every rank of the world is registered, with the
-//     fencing epoch set to the registry's.
+//     fencing epoch set to the registry's (a newcomer, see ElasticGrowth,
+//     returns once registered).
 //   - Check() (run by every blocking wait) is OK while the world and the
 //     servers are the ones last seen complete; otherwise it returns the
 //     status a failed step carries, recoverable when recovery is on, with a
@@ -15,12 +19,19 @@
 //     (or, elastic, enough survivors after the grace), reconnects restarted
 //     servers and says which workers go on (with growth planned, the
 //     newcomers present are appended).
-//   - A newcomer (elastic growth: a rank the running job does not have)
-//     joins the registry without waiting for a world; the job's workers see
-//     it in Newcomers() and admit it at a checkpoint boundary.
+//   - Whenever the job is complete again, aggregation() has its view.
 //
 // Threads: the driving thread only. The registry client heartbeats on its own
 // thread.
+//
+// Example:
+//   Membership membership(&ctx, &channel, credentials);
+//   TESSEL_RETURN_IF_ERROR(membership.Join());
+//   channel.SetPeriodicCheck([&] { return membership.Check(); });
+//   ...  // a step failed recoverably:
+//   std::vector<int> ids;
+//   TESSEL_RETURN_IF_ERROR(membership.WaitForComplete(deadline, elastic_at, &ids));
+//   membership.Adopt(ids);
 #ifndef TESSEL_WORKER_INTERNAL_MEMBERSHIP_H_
 #define TESSEL_WORKER_INTERNAL_MEMBERSHIP_H_
 
@@ -36,15 +47,12 @@
 #include "proto/shard.pb.h"
 #include "rpc/registry_client.h"
 #include "rpc/shard_fleet.h"
+#include "worker/internal/aggregation_planner.h"
 #include "worker/internal/data_channel.h"
-#include "worker/internal/host_groups.h"
+#include "worker/internal/elastic_growth.h"
 #include "worker/internal/job_context.h"
 
 namespace tessel::internal {
-
-// The registry ranks of a job's workers as a shard records them: the list
-// its last recovery wrote, or 0..world_size-1 when none has.
-std::vector<int> WorkerIdsOf(const v1::ShardStats& stats);
 
 class Membership {
  public:
@@ -56,6 +64,8 @@ class Membership {
 
   ShardFleet& fleet() { return fleet_; }
   RegistryClient& registry() { return *registry_; }
+  AggregationPlanner& aggregation() { return aggregation_; }
+  ElasticGrowth& growth() { return growth_; }
   // A control-plane client of the pool's shard servers as registered now
   // (a restarted one at its new address, which fleet() learns only when a
   // recovery reconnects), once every shard is registered; Unavailable
@@ -84,37 +94,11 @@ class Membership {
   // Takes on the workers a recovery settled on (elastic: renumbered
   // survivors, or the workers and the newcomers they admitted).
   void Adopt(const std::vector<int>& ids);
-
-  // --- elastic growth (WorkerOptions::elastic_max_workers) ---
-  // True from Join() until Admitted() when this worker is not one of the
-  // running job's workers: it waits to be admitted at a checkpoint boundary.
-  bool newcomer() const { return newcomer_; }
-  // A newcomer: the shards' epoch when it joined (only a restore at a newer
-  // epoch can admit it).
-  int64_t join_epoch() const { return join_epoch_; }
   // A newcomer: the job's workers restored the shards for `ids`, which
   // include this worker; it takes its rank among them.
   absl::Status Admitted(const std::vector<int>& ids);
-  // Registry ranks of the workers registered for the job that are not among
-  // its workers (newcomers waiting), ascending; empty if the registry cannot
-  // be read.
-  std::vector<int> Newcomers();
-  // The job's workers agreed at the boundary `step` to admit `newcomers`:
-  // the next WaitForComplete appends those present to the workers that go
-  // on. growth_step() is -1 when no growth is planned.
-  void PlanGrowth(std::vector<int> newcomers, int64_t step);
-  int64_t growth_step() const { return growth_step_; }
-  void ClearGrowth();
   // After the data channel renewed its endpoint: every server reconnects.
   void ForgetServerEndpoints();
-
-  // Hierarchical aggregation for the workers `ids` (registry ranks in
-  // data-parallel order), from the host ids they and the servers registered:
-  // the same on every rank (host_groups.h).
-  AggregationPlan PlanAggregation(const std::vector<int>& ids) const;
-  // Takes `plan` for `ids`: ctx rank_groups and aggregation, and an endpoint
-  // to every other worker of this worker's group.
-  absl::Status UseAggregation(const AggregationPlan& plan, const std::vector<int>& ids);
 
   int64_t view_epoch() const { return view_epoch_; }
   // Registry ranks of the job's workers in data-parallel rank order.
@@ -122,45 +106,55 @@ class Membership {
   // What a recovery does once the job is whole again, for pause messages.
   std::string AfterPause() const;
 
+  // The Worker facade's calls (worker/worker.cc), kept until it calls
+  // growth() and aggregation() itself.
+  bool newcomer() const { return growth_.newcomer(); }
+  std::vector<int> Newcomers() { return growth_.Newcomers(member_ids_); }
+  void PlanGrowth(std::vector<int> newcomers, int64_t step) {
+    growth_.Plan(std::move(newcomers), step);
+  }
+  AggregationPlan PlanAggregation(const std::vector<int>& ids) const {
+    return aggregation_.Plan(ids);
+  }
+  absl::Status UseAggregation(const AggregationPlan& plan, const std::vector<int>& ids) {
+    return aggregation_.Use(plan, ids);
+  }
+
  private:
   // This worker as a registry member: its registry rank and the UCX
   // address it first joined with (its identity, kept across endpoint renewals).
   v1::Member Me() const;
   absl::Status FindServers();
-  // Whether this worker is one of the running job's workers, a newcomer
-  // (growth on) or a late replacement to refuse (growth off).
-  absl::Status ClassifyJoin();
-  absl::Status RefuseLateReplacement();
   absl::Status MembershipChanged();
+  // The job is complete in `view`: it is the one changes are measured from.
   void Remember(const v1::View& view);
   absl::Status Reconnect(const v1::View& pool);
   absl::Status Rejoin();
+  // WaitForComplete's look at the registry's views: true with *ids set when
+  // the job can go on, false with *missing saying who it waits for; Aborted
+  // when this worker's rank is held by another process.
+  absl::StatusOr<bool> LookForComplete(const v1::View& job, const v1::View& pool,
+                                       absl::Time elastic_at, std::vector<int>* ids,
+                                       std::string* missing);
 
   JobContext* const ctx_;
   DataChannel* const channel_;
   std::unique_ptr<RegistryClient> registry_;
   const ControlOptions control_;
   ShardFleet fleet_;
+  AggregationPlanner aggregation_;
+  ElasticGrowth growth_;
   std::vector<std::string> ucx_addresses_;  // per shard; "" = connect again
   std::vector<int> member_ids_;             // registry ranks in data-parallel rank order
   // Registry rank -> UCX address of the job's workers when last complete
   // (a restarted process has a new address).
   std::map<int, std::string> member_addresses_;
-  std::map<int, std::string> member_hosts_;  // registry rank -> host id, the same view
   // Registry rank -> the epoch its membership began at, the same view: a
   // process that lapsed and re-joined keeps its address but not this.
   std::map<int, int64_t> member_joined_;
-  std::vector<std::string> server_hosts_;  // per shard: host id ("" = unknown)
-  // Endpoints to other workers of this host by UCX address, kept while the
-  // address stays (a second endpoint to one peer is not made).
-  std::map<std::string, PeerId> worker_endpoints_;
   int64_t view_epoch_ = 0;          // registry epoch of the job group when last complete
   std::string registered_address_;  // the UCX address this worker joined with
   std::function<absl::Status()> wait_check_;
-  bool newcomer_ = false;
-  int64_t join_epoch_ = 0;
-  std::vector<int> growth_;  // newcomers agreed on at growth_step_
-  int64_t growth_step_ = -1;
 };
 
 }  // namespace tessel::internal

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/log.h"
 #include "core/status_macros.h"
+#include "runtime/log.h"
 #include "worker/internal/server_state.h"
 
 namespace tessel::internal {
@@ -22,12 +22,13 @@ absl::Status RecoveryCoordinator::Run(int64_t restore_step) {
   const int64_t after_epoch = std::max(ctx.epoch.load(), p_.membership->view_epoch());
   const absl::Time elastic_at = start + ctx.options.elastic_grace;
   // Growth: the boundary's checkpoint, which every worker has reached.
-  const int64_t growth_step = p_.membership->growth_step();
+  ElasticGrowth& growth = p_.membership->growth();
+  const int64_t growth_step = growth.step();
   if (growth_step >= 0 && restore_step < 0 && !ctx.ddp()) restore_step = growth_step;
   struct ClearGrowth {
-    Membership* m;
-    ~ClearGrowth() { m->ClearGrowth(); }
-  } clear_growth{p_.membership};
+    ElasticGrowth* g;
+    ~ClearGrowth() { g->Clear(); }
+  } clear_growth{&growth};
   own_restore_.reset();
   for (int attempt = 1;; ++attempt) {
     absl::Status s = Once(deadline, elastic_at, restore_step, after_epoch);
@@ -85,8 +86,7 @@ absl::Status RecoveryCoordinator::Once(absl::Time deadline, absl::Time elastic_a
   if (p_.channel->RenewIfWedged()) p_.membership->ForgetServerEndpoints();
   // The workers to go on with: all of them, or (elastic) the survivors.
   std::vector<int> ids;
-  absl::Status s = p_.membership->WaitForComplete(deadline, elastic_at, &ids);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(p_.membership->WaitForComplete(deadline, elastic_at, &ids));
   SettleReceives(absl::Seconds(1));
   int64_t epoch = 0, step = 0;
   // The first of them restores every shard and records the membership
@@ -98,13 +98,12 @@ absl::Status RecoveryCoordinator::Once(absl::Time deadline, absl::Time elastic_a
       TESSEL_LOG(INFO) << ctx.Where() << ": every shard still holds this worker's restore of step "
                        << step << " at epoch " << epoch << "; taking it again";
     } else {
-      s = RestoreShards(deadline, restore_step, ids, &epoch, &step);
-      if (s.ok()) own_restore_ = OwnRestore{epoch, step, ids};
+      TESSEL_RETURN_IF_ERROR(RestoreShards(deadline, restore_step, ids, &epoch, &step));
+      own_restore_ = OwnRestore{epoch, step, ids};
     }
   } else {
-    s = AwaitRestore(deadline, after_epoch, &epoch, &step, &ids);
+    TESSEL_RETURN_IF_ERROR(AwaitRestore(deadline, after_epoch, &epoch, &step, &ids));
   }
-  if (!s.ok()) return s;
   p_.membership->Adopt(ids);
   return TakeRestore(epoch, step, ids);
 }
@@ -120,8 +119,9 @@ absl::Status RecoveryCoordinator::TakeRestore(int64_t epoch, int64_t step,
   TESSEL_RETURN_IF_ERROR(p_.channel->SetFrameKeys(*keys));
   p_.spec->set_world_size(static_cast<int>(ids.size()));
   // The hosts may differ now (a replacement elsewhere, fewer or more ranks).
-  const AggregationPlan plan = p_.membership->PlanAggregation(ids);
-  TESSEL_RETURN_IF_ERROR(p_.membership->UseAggregation(plan, ids));
+  AggregationPlanner& aggregation = p_.membership->aggregation();
+  const AggregationPlan plan = aggregation.Plan(ids);
+  TESSEL_RETURN_IF_ERROR(aggregation.Use(plan, ids));
   p_.spec->clear_rank_groups();
   for (int g : plan.groups) p_.spec->add_rank_groups(g);
   if (ctx.layout != nullptr && !ctx.fsdp()) {
@@ -145,11 +145,11 @@ absl::Status RecoveryCoordinator::Admit() {
   Reset();
   int64_t epoch = 0, step = 0;
   std::vector<int> ids;
-  absl::Status s = AwaitRestore(deadline, p_.membership->join_epoch(), &epoch, &step, &ids);
+  absl::Status s =
+      AwaitRestore(deadline, p_.membership->growth().join_epoch(), &epoch, &step, &ids);
   if (!s.ok()) return Untagged(s);
-  s = p_.membership->Admitted(ids);
-  if (s.ok()) s = TakeRestore(epoch, step, ids);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(p_.membership->Admitted(ids));
+  TESSEL_RETURN_IF_ERROR(TakeRestore(epoch, step, ids));
   TESSEL_LOG(WARNING) << ctx.Where() << ": admitted after "
                       << absl::FormatDuration(
                              absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
@@ -169,7 +169,7 @@ absl::Status RecoveryCoordinator::RestoreShards(absl::Time deadline, int64_t res
     auto info = control.GetCheckpoint(restore_step, "finding the checkpoint to roll back to");
     // Growth: the boundary's checkpoint may still be being written.
     while (absl::IsNotFound(info.status()) && restore_step >= 0 &&
-           restore_step == p_.membership->growth_step() && absl::Now() < deadline) {
+           restore_step == p_.membership->growth().step() && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(20));
       info = control.GetCheckpoint(restore_step, absl::StrCat("the checkpoint of step ",
                                                               restore_step, " to grow the job at"));
@@ -194,7 +194,9 @@ absl::Status RecoveryCoordinator::RestoreShards(absl::Time deadline, int64_t res
   *req.mutable_spec() = *p_.spec;
   req.mutable_spec()->set_world_size(static_cast<int>(ids.size()));
   req.mutable_spec()->clear_rank_groups();
-  for (int g : p_.membership->PlanAggregation(ids).groups) req.mutable_spec()->add_rank_groups(g);
+  for (int g : p_.membership->aggregation().Plan(ids).groups) {
+    req.mutable_spec()->add_rank_groups(g);
+  }
   for (int id : ids) req.add_worker_ids(id);
   req.set_epoch(*epoch);
   req.set_restore(!ddp);
@@ -217,23 +219,66 @@ absl::Status RecoveryCoordinator::RestoreShards(absl::Time deadline, int64_t res
     // the newest one).
     return ctx.Recoverable(absl::UnavailableError(s.message()));
   }
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(s);
   TESSEL_LOG(INFO) << ctx.Where() << ": restored " << p_.membership->fleet().size()
                    << " shard(s) to step " << *step << " at epoch " << *epoch << " for "
                    << ids.size() << " worker(s)";
   return absl::OkStatus();
 }
 
+RestoreSeen ReadRestore(const std::vector<v1::ShardStats>& stats, int64_t after_epoch) {
+  RestoreSeen seen;
+  seen.ready = true;
+  for (size_t shard = 0; shard < stats.size(); ++shard) {
+    const v1::ShardStats& st = stats[shard];
+    std::vector<int> shard_ids = WorkerIdsOf(st);
+    if (st.epoch() <= after_epoch || st.restored_from_step() != st.step() ||
+        (shard > 0 && (st.epoch() != seen.epoch || st.step() != seen.step))) {
+      seen.last = absl::StrCat("shard ", shard, " at epoch ", st.epoch(), " step ", st.step(),
+                               " (restored from ", st.restored_from_step(), ")");
+      seen.ready = false;
+      return seen;
+    }
+    if (shard > 0 && shard_ids != seen.ids) {
+      seen.last =
+          absl::StrCat("shard ", shard, " restored for workers ", absl::StrJoin(shard_ids, ","),
+                       ", another shard for ", absl::StrJoin(seen.ids, ","));
+      seen.ready = false;
+      return seen;
+    }
+    seen.epoch = st.epoch();
+    seen.step = st.step();
+    seen.ids = std::move(shard_ids);
+  }
+  return seen;
+}
+
+DdpAlignment PlanDdpAlignment(absl::Span<const uint64_t> words, int world) {
+  DdpAlignment plan;
+  for (int r = 0; r < world; ++r) {
+    if (words[2 * r] > 0 && (plan.donor < 0 || words[2 * r] > words[2 * plan.donor])) {
+      plan.donor = r;
+    }
+  }
+  if (plan.donor < 0) return plan;
+  const uint64_t top = words[2 * plan.donor];
+  const uint64_t digest = words[2 * plan.donor + 1];
+  plan.step = static_cast<int64_t>(top) - 1;
+  for (int r = 0; r < world; ++r) {
+    const uint64_t step1 = words[2 * r];
+    if (step1 == top && words[2 * r + 1] == digest) continue;
+    plan.behind.push_back(step1 == 0     ? absl::StrCat(r, " (no state: a replacement)")
+                          : step1 == top ? absl::StrCat(r, " (same step, other state)")
+                                         : absl::StrCat(r, " (at step ", step1 - 1, ")"));
+  }
+  return plan;
+}
+
 bool RecoveryCoordinator::StillRestored(const OwnRestore& r) {
   auto stats = p_.control->Stats(absl::Seconds(5));
   if (!stats.ok()) return false;
-  for (const v1::ShardStats& st : *stats) {
-    if (st.epoch() != r.epoch || st.step() != r.step || st.restored_from_step() != r.step ||
-        WorkerIdsOf(st) != r.ids) {
-      return false;  // moved on
-    }
-  }
-  return true;
+  const RestoreSeen seen = ReadRestore(*stats, r.epoch - 1);
+  return seen.ready && seen.epoch == r.epoch && seen.step == r.step && seen.ids == r.ids;
 }
 
 absl::Status RecoveryCoordinator::AwaitRestore(absl::Time deadline, int64_t after_epoch,
@@ -243,44 +288,29 @@ absl::Status RecoveryCoordinator::AwaitRestore(absl::Time deadline, int64_t afte
   std::string last = "no answer yet";
   int polls = 0;
   for (;;) {
-    int64_t e = -1, k = -1;
-    std::vector<int> restored_ids;
-    bool unreachable = false;
     // Restored by this recovery: a newer epoch, every shard the same, and
     // still at the step it was restored to (no step can pass without us).
     auto stats = p_.control->Stats(absl::Seconds(5));
-    absl::Status ready = stats.status();
-    if (!stats.ok()) {
-      last = std::string(ready.message());
-      unreachable = !absl::IsNotFound(ready);
+    bool unreachable = false;
+    RestoreSeen seen;
+    if (stats.ok()) {
+      seen = ReadRestore(*stats, after_epoch);
+      if (!seen.ready) last = seen.last;
+    } else {
+      last = std::string(stats.status().message());
+      unreachable = !absl::IsNotFound(stats.status());
     }
-    for (size_t shard = 0; stats.ok() && shard < stats->size() && ready.ok(); ++shard) {
-      const v1::ShardStats& st = (*stats)[shard];
-      std::vector<int> shard_ids = WorkerIdsOf(st);
-      if (st.epoch() <= after_epoch || st.restored_from_step() != st.step() ||
-          (e >= 0 && (st.epoch() != e || st.step() != k))) {
-        last = absl::StrCat("shard ", shard, " at epoch ", st.epoch(), " step ", st.step(),
-                            " (restored from ", st.restored_from_step(), ")");
-        ready = absl::UnavailableError(last);
-      } else if (e >= 0 && shard_ids != restored_ids) {
-        last =
-            absl::StrCat("shard ", shard, " restored for workers ", absl::StrJoin(shard_ids, ","),
-                         ", another shard for ", absl::StrJoin(restored_ids, ","));
-        ready = absl::UnavailableError(last);
-      } else {
-        e = st.epoch();
-        k = st.step();
-        restored_ids = std::move(shard_ids);
-      }
-    }
-    const bool newcomer = p_.membership->newcomer();
-    if (ready.ok() && newcomer &&
+    const bool ready = seen.ready;
+    const int64_t e = seen.epoch, k = seen.step;
+    std::vector<int>& restored_ids = seen.ids;
+    const bool newcomer = p_.membership->growth().newcomer();
+    if (ready && newcomer &&
         std::find(restored_ids.begin(), restored_ids.end(), ctx.id) == restored_ids.end()) {
       // A recovery of the job without this newcomer: wait for the next.
       last = absl::StrCat("a recovery at epoch ", e, " restored step ", k, " for registry ranks ",
                           absl::StrJoin(restored_ids, ", "), ", not yet this one");
       after_epoch = e;
-    } else if (ready.ok()) {
+    } else if (ready) {
       if (std::find(restored_ids.begin(), restored_ids.end(), ctx.id) == restored_ids.end()) {
         // Not recoverable: the job went on without this worker.
         return absl::AbortedError(
@@ -313,12 +343,9 @@ absl::Status RecoveryCoordinator::AwaitRestore(absl::Time deadline, int64_t afte
       absl::SleepFor(absl::Milliseconds(50));
       continue;
     }
-    absl::Status changed = p_.membership->CheckMembers();  // someone left again: start over
-    if (!changed.ok()) return changed;
-    if (++polls % 10 == 0 || unreachable) {
-      absl::Status servers = p_.membership->CheckServers();  // a server died again
-      if (!servers.ok()) return servers;
-    }
+    // Someone left again, or a server died again: start over.
+    TESSEL_RETURN_IF_ERROR(p_.membership->CheckMembers());
+    if (++polls % 10 == 0 || unreachable) TESSEL_RETURN_IF_ERROR(p_.membership->CheckServers());
     absl::SleepFor(absl::Milliseconds(50));
   }
 }
@@ -327,20 +354,14 @@ absl::Status RecoveryCoordinator::AlignDdpState(int64_t server_step) {
   JobContext& ctx = *p_.ctx;
   ModelBuffers& buffers = p_.exchange->buffers();
   DdpState& ddp = *p_.ddp;
-  if (ddp.holds_state()) {  // a DDP updater holds the values that count
-    if (absl::Status s = ddp.SyncToHost(ctx.half, &buffers); !s.ok()) return s;
-  }
+  // A DDP updater holds the values that count.
+  if (ddp.holds_state()) TESSEL_RETURN_IF_ERROR(ddp.SyncToHost(ctx.half, &buffers));
   // Per rank: step + 1 (0: holds no state) and the digest of its state.
   const uint64_t mine[2] = {ddp.holds_state() ? static_cast<uint64_t>(ctx.step) + 1 : 0,
                             ddp.holds_state() ? ddp.Digest(ctx.step, buffers.params) : 0};
-  auto all = p_.collectives->AllGatherWords(mine);
-  if (!all.ok()) return all.status();
-  const int world = ctx.world_size;
-  int donor = -1;
-  for (int r = 0; r < world; ++r) {
-    if ((*all)[2 * r] > 0 && (donor < 0 || (*all)[2 * r] > (*all)[2 * donor])) donor = r;
-  }
-  if (donor < 0) {
+  TESSEL_ASSIGN_OR_RETURN(const std::vector<uint64_t> all, p_.collectives->AllGatherWords(mine));
+  const DdpAlignment plan = PlanDdpAlignment(all, ctx.world_size);
+  if (plan.donor < 0) {
     // Not recoverable: nobody can supply the state.
     return absl::DataLossError(absl::StrCat(
         ctx.Where(),
@@ -349,23 +370,13 @@ absl::Status RecoveryCoordinator::AlignDdpState(int64_t server_step) {
         "job afresh, or use zero1/zero2/fsdp with --checkpoint_every_steps to survive losing "
         "every worker"));
   }
-  const int64_t target = static_cast<int64_t>((*all)[2 * donor]) - 1;
-  std::vector<std::string> behind;
-  for (int r = 0; r < world; ++r) {
-    const uint64_t step1 = (*all)[2 * r];
-    if (step1 == (*all)[2 * donor] && (*all)[2 * r + 1] == (*all)[2 * donor + 1]) continue;
-    behind.push_back(step1 == 0                   ? absl::StrCat(r, " (no state: a replacement)")
-                     : step1 == (*all)[2 * donor] ? absl::StrCat(r, " (same step, other state)")
-                                                  : absl::StrCat(r, " (at step ", step1 - 1, ")"));
-  }
-  if (!behind.empty()) {
-    TESSEL_LOG(WARNING) << ctx.Where() << ": rank(s) " << absl::StrJoin(behind, ", ")
-                        << " differ from rank " << donor << " at step " << target
-                        << "; every rank takes rank " << donor << "'s state";
-    absl::Status s = BroadcastDdpState(donor, &ctx, &buffers, &ddp, p_.collectives);
-    if (!s.ok()) return s;
-    s = ddp.SyncFromHost(buffers);
-    if (!s.ok()) return s;
+  const int64_t target = plan.step;
+  if (!plan.behind.empty()) {
+    TESSEL_LOG(WARNING) << ctx.Where() << ": rank(s) " << absl::StrJoin(plan.behind, ", ")
+                        << " differ from rank " << plan.donor << " at step " << target
+                        << "; every rank takes rank " << plan.donor << "'s state";
+    TESSEL_RETURN_IF_ERROR(BroadcastDdpState(plan.donor, &ctx, &buffers, &ddp, p_.collectives));
+    TESSEL_RETURN_IF_ERROR(ddp.SyncFromHost(buffers));
   }
   ddp.set_holds_state(true);
   if (target == server_step) return absl::OkStatus();

@@ -22,10 +22,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/shard.pb.h"
 #include "transport/payload_vector.h"
 #include "worker/internal/bucket_exchange.h"
@@ -38,6 +40,31 @@
 #include "worker/internal/membership.h"
 
 namespace tessel::internal {
+
+// What the shards' stats say about a restore (AwaitRestore, StillRestored):
+// ready when every shard holds the same restore, at an epoch above
+// `after_epoch` and still at the step it was restored to (no step can pass
+// without every worker); then its epoch, step and the workers (registry
+// ranks) it was made for. Otherwise `last` says what was seen instead.
+struct RestoreSeen {
+  bool ready = false;
+  int64_t epoch = -1;
+  int64_t step = -1;
+  std::vector<int> ids;
+  std::string last;
+};
+RestoreSeen ReadRestore(const std::vector<v1::ShardStats>& stats, int64_t after_epoch);
+
+// AlignDdpState's choice from every rank's (step + 1, digest) words (0: the
+// rank holds no state): the donor is the lowest rank at the highest step
+// (-1: nobody holds state) and `step` its step; `behind` names each rank
+// that differs from it and how.
+struct DdpAlignment {
+  int donor = -1;
+  int64_t step = -1;
+  std::vector<std::string> behind;
+};
+DdpAlignment PlanDdpAlignment(absl::Span<const uint64_t> words, int world);
 
 struct RecoveryParts {
   JobContext* ctx;
