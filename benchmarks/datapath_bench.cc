@@ -36,9 +36,10 @@ extern "C" {
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
+#include "rpc/grpc_util.h"
 #include "runtime/cli.h"
 #include "runtime/log.h"
-#include "rpc/grpc_util.h"
 #include "testing/local_cluster.h"
 #include "transport/ucx/ucx_flags.h"
 #include "worker/train_flags.h"
@@ -121,10 +122,9 @@ int RunWorker() {
     // And every server's process CPU (ShardStats.process_cpu_us).
     std::vector<int64_t> update_us, server_cpu_us;
     auto server_stats = [&]() -> absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> {
-      auto reports = (*worker)->ServerStats();
-      if (!reports.ok()) return reports.status();
+      TESSEL_ASSIGN_OR_RETURN(auto reports, (*worker)->ServerStats());
       std::vector<std::pair<int64_t, int64_t>> out;
-      for (const tessel::ShardReport& r : *reports) {
+      for (const tessel::ShardReport& r : reports) {
         out.emplace_back(r.update_us, r.process_cpu_us);
       }
       return out;

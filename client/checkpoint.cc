@@ -18,8 +18,9 @@
 #include "client/commands.h"
 #include "client/context.h"
 #include "client/output.h"
-#include "runtime/log.h"
+#include "core/status_macros.h"
 #include "proto/shard.grpc.pb.h"
+#include "runtime/log.h"
 
 namespace tessel::ctl {
 namespace {
@@ -63,9 +64,8 @@ int Save(const Globals& g, const std::string& job, bool wait, int wait_s) {
     bool immediate_all = true;
     const absl::Status failure = fleet.ForEach([&](int shard) {
       v1::SaveCheckpointResponse resp;
-      absl::Status s = fleet.CallWithPrefix(shard, &Stub::SaveCheckpoint, req, &resp,
-                                            absl::StrCat("shard ", shard));
-      if (!s.ok()) return s;
+      TESSEL_RETURN_IF_ERROR(fleet.CallWithPrefix(shard, &Stub::SaveCheckpoint, req, &resp,
+                                                  absl::StrCat("shard ", shard)));
       immediate_all = immediate_all && resp.immediate();
       asked.push_back(shard);
       return absl::OkStatus();

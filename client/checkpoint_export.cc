@@ -34,6 +34,7 @@
 #include "client/tensor_files/safetensors.h"
 #include "client/tensor_files/torch_file.h"
 #include "core/job_name.h"
+#include "core/status_macros.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/limits.h"
 
@@ -77,9 +78,8 @@ absl::StatusOr<std::vector<std::string>> JobsAtStep(const Cluster& c, const std:
     v1::JobRef ref;
     ref.set_job(group);
     v1::ListCheckpointsResponse list;
-    absl::Status s = c.fleet().CallWithPrefix(c.AnyShard(), &Stub::ListCheckpoints, ref, &list,
-                                              "ListCheckpoints");
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(c.fleet().CallWithPrefix(c.AnyShard(), &Stub::ListCheckpoints, ref,
+                                                    &list, "ListCheckpoints"));
     if (list.checkpoints().empty()) break;
     const bool has = std::any_of(list.checkpoints().begin(), list.checkpoints().end(),
                                  [step](const v1::CheckpointInfo& i) { return i.step() == step; });
@@ -89,27 +89,25 @@ absl::StatusOr<std::vector<std::string>> JobsAtStep(const Cluster& c, const std:
 }
 
 absl::StatusOr<JobPart> ReadJob(const Cluster& c, const std::string& job, int64_t step) {
-  auto info = GetCheckpoint(c, job, step);
-  if (!info.ok()) return info.status();
+  TESSEL_ASSIGN_OR_RETURN(auto info, GetCheckpoint(c, job, step));
   JobPart part;
   part.job = job;
-  const nlohmann::json manifest = nlohmann::json::parse(info->manifest_json(), nullptr, false);
+  const nlohmann::json manifest = nlohmann::json::parse(info.manifest_json(), nullptr, false);
   if (manifest.is_discarded() || !manifest.contains("spec") ||
       !google::protobuf::util::JsonStringToMessage(manifest["spec"].dump(), &part.spec).ok()) {
     return absl::DataLossError(
         absl::StrCat("the manifest of job '", job, "' step ", step, " has no readable job spec"));
   }
   v1::VerifyCheckpointResponse verified;
-  absl::Status s =
-      c.fleet().CallWithPrefix(c.AnyShard(), &Stub::VerifyCheckpoint, CheckpointRef(job, step),
-                               &verified, "VerifyCheckpoint", kCheckpointIoTimeout);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(c.fleet().CallWithPrefix(c.AnyShard(), &Stub::VerifyCheckpoint,
+                                                  CheckpointRef(job, step), &verified,
+                                                  "VerifyCheckpoint", kCheckpointIoTimeout));
   if (!verified.ok()) {
     return absl::DataLossError(
         absl::StrCat("checkpoint of job '", job, "' at step ", step,
                      " is damaged; nothing exported: ", absl::StrJoin(verified.problems(), "; ")));
   }
-  const int64_t n = info->num_params();
+  const int64_t n = info.num_params();
   part.values.resize(static_cast<size_t>(n));
   for (int64_t offset = 0; offset < n; offset += kMaxStateElementsPerCall) {
     v1::ReadCheckpointRequest req;
@@ -118,9 +116,8 @@ absl::StatusOr<JobPart> ReadJob(const Cluster& c, const std::string& job, int64_
     req.set_offset(offset);
     req.set_count(std::min(kMaxStateElementsPerCall, n - offset));
     v1::CheckpointParams resp;
-    s = c.fleet().CallWithPrefix(c.AnyShard(), &Stub::ReadCheckpoint, req, &resp, "ReadCheckpoint",
-                                 kCheckpointIoTimeout);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(c.fleet().CallWithPrefix(c.AnyShard(), &Stub::ReadCheckpoint, req, &resp,
+                                                    "ReadCheckpoint", kCheckpointIoTimeout));
     if (resp.step() != step || resp.num_params() != n || resp.offset() != offset ||
         resp.params().size() != static_cast<size_t>(req.count()) * sizeof(float)) {
       return absl::DataLossError(absl::StrCat("shard server answered ReadCheckpoint of job '", job,

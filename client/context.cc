@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "core/status_macros.h"
 
 namespace tessel::ctl {
 namespace {
@@ -90,9 +91,8 @@ Cluster::Cluster(const Globals& g)
 }
 
 absl::Status Cluster::ConnectServers() {
-  auto view = registry_.GetView(g_.pool);
-  if (!view.ok()) return view.status();
-  if (fleet_.ConnectView(*view) == 0) {
+  TESSEL_ASSIGN_OR_RETURN(auto view, registry_.GetView(g_.pool));
+  if (fleet_.ConnectView(view) == 0) {
     return absl::NotFoundError(absl::StrCat("no shard servers registered in pool '", g_.pool,
                                             "' at registry ", g_.registry));
   }
@@ -130,9 +130,9 @@ v1::CheckpointRef CheckpointRef(const std::string& job, int64_t step) {
 absl::StatusOr<v1::CheckpointInfo> GetCheckpoint(const Cluster& c, const std::string& job,
                                                  int64_t step) {
   v1::CheckpointInfo info;
-  absl::Status s = c.fleet().CallWithPrefix(c.AnyShard(), &v1::ShardServer::Stub::GetCheckpoint,
-                                            CheckpointRef(job, step), &info, "GetCheckpoint");
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(
+      c.fleet().CallWithPrefix(c.AnyShard(), &v1::ShardServer::Stub::GetCheckpoint,
+                               CheckpointRef(job, step), &info, "GetCheckpoint"));
   return info;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/optimizer.h"
+#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace tessel {
@@ -189,9 +190,8 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
       return absl::InvalidArgumentError(absl::StrCat("manifest: ", s.message()));
     }
     for (const json& e : j.at("shards")) {
-      auto entry = EntryFromJson(e);
-      if (!entry.ok()) return entry.status();
-      m.shards.push_back(*entry);
+      TESSEL_ASSIGN_OR_RETURN(auto entry, EntryFromJson(e));
+      m.shards.push_back(entry);
     }
   } catch (const json::exception& ex) {
     return absl::InvalidArgumentError(absl::StrCat("manifest: ", ex.what()));

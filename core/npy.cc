@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/status_macros.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "core/npy.cc reads and writes '<f4' by copying host floats");
@@ -57,12 +58,12 @@ class HeaderParser {
     SkipSpace();
     while (!Consume('}')) {
       std::string key;
-      if (absl::Status s = ParseString(&key); !s.ok()) return s;
+      TESSEL_RETURN_IF_ERROR(ParseString(&key));
       SkipSpace();
       if (!Consume(':')) return Error("expected ':' after a key");
       SkipSpace();
       Literal value;
-      if (absl::Status s = ParseValue(&value); !s.ok()) return s;
+      TESSEL_RETURN_IF_ERROR(ParseValue(&value));
       if (!dict->emplace(key, std::move(value)).second) {
         return Error(absl::StrCat("duplicate key '", key, "'"));
       }
@@ -161,7 +162,7 @@ class HeaderParser {
     bool saw_comma = false;
     while (!Consume(close)) {
       int64_t v;
-      if (absl::Status s = ParseInt(&v); !s.ok()) return s;
+      TESSEL_RETURN_IF_ERROR(ParseInt(&v));
       out->ints.push_back(v);
       SkipSpace();
       if (Consume(',')) {

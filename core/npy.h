@@ -17,9 +17,8 @@
 //   - Little-endian hosts only (as every Tessel target is).
 //
 // Example:
-//   if (absl::Status s = WriteNpyF32("/ckpt/w.npy", weights); !s.ok()) return s;
-//   absl::StatusOr<std::vector<float>> w = ReadNpyF32("/ckpt/w.npy");
-//   if (!w.ok()) return w.status();
+//   TESSEL_RETURN_IF_ERROR(WriteNpyF32("/ckpt/w.npy", weights));
+//   TESSEL_ASSIGN_OR_RETURN(std::vector<float> w, ReadNpyF32("/ckpt/w.npy"));
 #ifndef TESSEL_CORE_NPY_H_
 #define TESSEL_CORE_NPY_H_
 

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 namespace {
@@ -82,8 +83,7 @@ absl::StatusOr<PartitionPlan> PartitionPlan::Create(std::vector<TensorSpec> tens
       return absl::InvalidArgumentError(
           absl::StrCat("tensor name '", spec.name, "' appears twice; names must be unique"));
     }
-    absl::Status s = CheckTensor(spec, tp, pp);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(CheckTensor(spec, tp, pp));
     ++per_stage[spec.stage];
   }
   for (int p = 0; p < pp; ++p) {

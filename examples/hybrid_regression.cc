@@ -42,10 +42,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "runtime/cli.h"
-#include "examples/npy_out.h"
-#include "worker/hybrid.h"
 #include "core/partition.h"
+#include "core/status_macros.h"
+#include "examples/npy_out.h"
+#include "runtime/cli.h"
+#include "worker/hybrid.h"
 #include "worker/pipeline_stage.h"
 #include "worker/train_flags.h"  // --steps, --micro_batches, --optimizer, --lr
 #include "worker/worker_flags.h"
@@ -242,9 +243,7 @@ struct Run {
 absl::Status RunWorker(const Run& run, const tessel::PartitionPlan& plan) {
   const Shape& s = run.shape;
   tessel::HybridOptions o;
-  auto worker_options = tessel::WorkerOptionsFromFlags();
-  if (!worker_options.ok()) return worker_options.status();
-  o.worker = std::move(*worker_options);
+  TESSEL_ASSIGN_OR_RETURN(o.worker, tessel::WorkerOptionsFromFlags());
   o.worker.job = absl::GetFlag(FLAGS_job);
   o.worker.rank = absl::GetFlag(FLAGS_rank);
   o.worker.world_size = absl::GetFlag(FLAGS_world);
@@ -254,16 +253,14 @@ absl::Status RunWorker(const Run& run, const tessel::PartitionPlan& plan) {
   o.fingerprint =
       absl::StrCat("D=", s.inputs, " H=", s.hidden, " O=", s.outputs, " batch=", run.batch,
                    " steps=", run.steps, " seed=", run.seed, " lr=", absl::GetFlag(FLAGS_lr));
-  auto session = tessel::HybridSession::Connect(o);
-  if (!session.ok()) return session.status();
-  tessel::HybridSession& hs = **session;
+  TESSEL_ASSIGN_OR_RETURN(auto session, tessel::HybridSession::Connect(o));
+  tessel::HybridSession& hs = *session;
   tessel::Worker& worker = hs.worker();
   const tessel::RankCoords me = hs.coords();
   const std::vector<float> teacher = RandomNetwork(s, run.seed);
-  absl::StatusOr<std::vector<float>> init = plan.Slice(RandomNetwork(s, run.seed + 1), me.p, me.t);
-  if (!init.ok()) return init.status();
-  absl::Status status = worker.RegisterLayout(plan.Layout(me.p), *init);
-  if (!status.ok()) return status;
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> init,
+                          plan.Slice(RandomNetwork(s, run.seed + 1), me.p, me.t));
+  TESSEL_RETURN_IF_ERROR(worker.RegisterLayout(plan.Layout(me.p), init));
 
   // The model's part: forward and backward of this rank's share. Every
   // message (activations, their gradients, the output's sum) is the
@@ -291,9 +288,8 @@ absl::Status RunWorker(const Run& run, const tessel::PartitionPlan& plan) {
     }
     std::vector<float> y(static_cast<size_t>(m) * s.outputs);
     OutPartial(m, h, s.outputs, hid[j].data(), w.w2, me.t == 0 ? w.b2 : nullptr, y.data());
-    absl::Status sum = stage.SumOverTensorGroup(tessel::TensorSum::kForward, k, j, 0,
-                                                absl::MakeSpan(y), "out's output");
-    if (!sum.ok()) return sum;
+    TESSEL_RETURN_IF_ERROR(stage.SumOverTensorGroup(tessel::TensorSum::kForward, k, j, 0,
+                                                    absl::MakeSpan(y), "out's output"));
     std::vector<float> dy(y.size());
     loss_sum += LossGrad(m, s.outputs, y.data(),
                          batch.target.data() + static_cast<size_t>(j) * m * s.outputs, dy.data());
@@ -321,11 +317,9 @@ absl::Status RunWorker(const Run& run, const tessel::PartitionPlan& plan) {
     batch = MakeBatch(s, teacher, run.seed, k, me.d, run.batch);
     w = Locate<Params>(plan, me.p, worker.params().data());
     loss_sum = 0;
-    status = stage.Step(k, f);
-    if (!status.ok()) return status;
+    TESSEL_RETURN_IF_ERROR(stage.Step(k, f));
     std::copy(grads.begin(), grads.end(), worker.grads().begin());
-    status = worker.Step();
-    if (!status.ok()) return status;
+    TESSEL_RETURN_IF_ERROR(worker.Step());
     if (reports_loss && ((k + 1) % absl::GetFlag(FLAGS_log_every) == 0 || k + 1 == run.steps)) {
       std::printf("step %lld/%d loss %.6f (replica 0)\n", static_cast<long long>(k + 1), run.steps,
                   loss_sum / static_cast<float>(mb));
@@ -334,19 +328,16 @@ absl::Status RunWorker(const Run& run, const tessel::PartitionPlan& plan) {
   }
   std::vector<float> mine;
   if (me.d == 0) {
-    absl::StatusOr<std::vector<float>> params = worker.GatherAll();
-    if (!params.ok()) return params.status();
-    mine = std::move(*params);
+    TESSEL_ASSIGN_OR_RETURN(mine, worker.GatherAll());
   }
-  absl::StatusOr<std::vector<float>> full = tessel::CollectPartitions(
-      hs.peers(), hs.config(), hs.rank(), plan, std::move(mine), run.steps);
-  if (!full.ok()) return full.status();
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> full,
+                          tessel::CollectPartitions(hs.peers(), hs.config(), hs.rank(), plan,
+                                                    std::move(mine), run.steps));
   if (hs.rank() == 0) {
-    std::printf("final: %zu parameters from %d partition(s)\n", full->size(),
+    std::printf("final: %zu parameters from %d partition(s)\n", full.size(),
                 run.config.tp * run.config.pp);
     const std::string out = absl::GetFlag(FLAGS_out);
-    if (!out.empty()) status = examples::WriteNpy(out, *full);
-    if (!status.ok()) return status;
+    if (!out.empty()) TESSEL_RETURN_IF_ERROR(examples::WriteNpy(out, full));
   }
   return hs.Finish();
 }
@@ -363,13 +354,12 @@ absl::Status RunReference(const Run& run, const tessel::OptimizerParams& opt) {
   }
   const Shape& s = run.shape;
   const int tp = run.config.tp, dp = run.config.dp, mb = run.config.micro_batches;
-  auto plan = tessel::PartitionPlan::Create(Tensors(s, 1), tp, 1);
-  if (!plan.ok()) return plan.status();
+  TESSEL_ASSIGN_OR_RETURN(auto plan, tessel::PartitionPlan::Create(Tensors(s, 1), tp, 1));
   const std::vector<float> teacher = RandomNetwork(s, run.seed);
   const std::vector<float> init = RandomNetwork(s, run.seed + 1);
   std::vector<std::vector<float>> parts(tp);
-  for (int t = 0; t < tp; ++t) parts[t] = *plan->Slice(init, 0, t);
-  const size_t n = plan->partition_size(0);
+  for (int t = 0; t < tp; ++t) parts[t] = *plan.Slice(init, 0, t);
+  const size_t n = plan.partition_size(0);
   const int m = run.rows(), h = s.hidden / tp, o = s.outputs;
   const float neg_lr = -opt.lr;
   for (int64_t k = 0; k < run.steps; ++k) {
@@ -382,7 +372,7 @@ absl::Status RunReference(const Run& run, const tessel::OptimizerParams& opt) {
         std::vector<std::vector<float>> hid(tp, std::vector<float>(static_cast<size_t>(m) * h));
         std::vector<std::vector<float>> partial(tp, std::vector<float>(static_cast<size_t>(m) * o));
         for (int t = 0; t < tp; ++t) {
-          const Params w = Locate<Params>(*plan, 0, parts[t].data());
+          const Params w = Locate<Params>(plan, 0, parts[t].data());
           HiddenForward(m, s.inputs, h, x, w.w1, w.b1, hid[t].data());
           OutPartial(m, h, o, hid[t].data(), w.w2, t == 0 ? w.b2 : nullptr, partial[t].data());
         }
@@ -395,9 +385,9 @@ absl::Status RunReference(const Run& run, const tessel::OptimizerParams& opt) {
             LossGrad(m, o, y.data(), b.target.data() + static_cast<size_t>(j) * m * o, dy.data());
         if (d == 0) loss0 += loss;
         for (int t = 0; t < tp; ++t) {
-          const Params w = Locate<Params>(*plan, 0, parts[t].data());
+          const Params w = Locate<Params>(plan, 0, parts[t].data());
           std::vector<float> g(n), dhid(static_cast<size_t>(m) * h);
-          const Grads gp = Locate<Grads>(*plan, 0, g.data());
+          const Grads gp = Locate<Grads>(plan, 0, g.data());
           OutBackward(m, h, o, dy.data(), hid[t].data(), w.w2, gp.w2, gp.b2, dhid.data());
           HiddenBackward(m, s.inputs, h, x, hid[t].data(), dhid.data(), gp.w1, gp.b1);
           Accumulate(j, mb, g, &grads[d][t]);
@@ -417,11 +407,10 @@ absl::Status RunReference(const Run& run, const tessel::OptimizerParams& opt) {
                   loss0 / static_cast<float>(mb));
     }
   }
-  absl::StatusOr<std::vector<float>> full = plan->Assemble(parts);
-  if (!full.ok()) return full.status();
-  std::printf("final: %zu parameters (reference, tp=%d)\n", full->size(), tp);
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> full, plan.Assemble(parts));
+  std::printf("final: %zu parameters (reference, tp=%d)\n", full.size(), tp);
   const std::string out = absl::GetFlag(FLAGS_out);
-  return out.empty() ? absl::OkStatus() : examples::WriteNpy(out, *full);
+  return out.empty() ? absl::OkStatus() : examples::WriteNpy(out, full);
 }
 
 }  // namespace

@@ -152,7 +152,7 @@ absl::Status CudaDevice::SynchronizeStream(Stream s) {
 }
 
 absl::StatusOr<double> CudaDevice::ElapsedMs(const Event* from, const Event* to) {
-  if (absl::Status s = first_error_.Get(); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(first_error_.Get());
   if (Handle(from) == nullptr || Handle(to) == nullptr) {
     return absl::FailedPreconditionError("ElapsedMs: an event could not be created");
   }

@@ -61,6 +61,7 @@
 #include "absl/types/span.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
+#include "core/status_macros.h"
 
 namespace tessel::gpu {
 
@@ -153,10 +154,9 @@ class DeviceBuffer {
   static absl::StatusOr<DeviceBuffer> Create(Device* device, size_t n) {
     DeviceBuffer b;
     if (n == 0) return b;
-    absl::StatusOr<void*> p = device->Alloc(n * sizeof(T));
-    if (!p.ok()) return p.status();
+    TESSEL_ASSIGN_OR_RETURN(void* p, device->Alloc(n * sizeof(T)));
     b.device_ = device;
-    b.data_ = static_cast<T*>(*p);
+    b.data_ = static_cast<T*>(p);
     b.size_ = n;
     return b;
   }

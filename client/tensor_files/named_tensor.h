@@ -13,7 +13,7 @@
 // Example:
 //   std::vector<float> w(6), b(2);
 //   std::vector<NamedTensor> t = {{"fc.weight", {2, 3}, w}, {"fc.bias", {2}, b}};
-//   if (absl::Status s = ValidateTensors(t); !s.ok()) return s;
+//   TESSEL_RETURN_IF_ERROR(ValidateTensors(t));
 #ifndef TESSEL_CLIENT_TENSOR_FILES_NAMED_TENSOR_H_
 #define TESSEL_CLIENT_TENSOR_FILES_NAMED_TENSOR_H_
 

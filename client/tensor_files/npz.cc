@@ -3,12 +3,13 @@
 #include "absl/strings/str_cat.h"
 #include "client/tensor_files/zip_writer.h"
 #include "core/npy.h"
+#include "core/status_macros.h"
 
 namespace tessel::tensor_files {
 
 absl::Status WriteNpz(const std::vector<NamedTensor>& tensors, std::ostream* out,
                       bool force_zip64) {
-  if (absl::Status s = ValidateTensors(tensors); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateTensors(tensors));
   ZipWriter::Options options;
   options.force_zip64 = force_zip64;
   ZipWriter zip(out, options);
@@ -16,7 +17,7 @@ absl::Status WriteNpz(const std::vector<NamedTensor>& tensors, std::ostream* out
     const std::string header = NpyHeaderF32(t.shape);
     const absl::string_view data(reinterpret_cast<const char*>(t.data.data()),
                                  t.data.size() * sizeof(float));
-    if (absl::Status s = zip.Add(absl::StrCat(t.name, ".npy"), {header, data}); !s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(zip.Add(absl::StrCat(t.name, ".npy"), {header, data}));
   }
   return zip.Finish();
 }

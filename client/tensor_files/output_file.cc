@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel::tensor_files {
 namespace {
@@ -87,7 +88,7 @@ absl::Status CheckOutputPath(const std::string& path, bool overwrite) {
 
 absl::Status WriteFileAtomically(const std::string& path, bool overwrite,
                                  const std::function<absl::Status(std::ostream*)>& write) {
-  if (absl::Status s = CheckOutputPath(path, overwrite); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(CheckOutputPath(path, overwrite));
   const std::string tmp = path + ".tmp";
   const int fd =
       open(tmp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (overwrite ? O_TRUNC : O_EXCL), 0644);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace tessel::tensor_files {
@@ -21,7 +22,7 @@ absl::Status Put(std::ostream* out, const char* data, size_t size) {
 
 absl::Status WriteSafetensors(const std::vector<NamedTensor>& tensors, const Metadata& metadata,
                               std::ostream* out) {
-  if (absl::Status s = ValidateTensors(tensors); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateTensors(tensors));
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -56,12 +57,11 @@ absl::Status WriteSafetensors(const std::vector<NamedTensor>& tensors, const Met
   char length[8];
   for (int i = 0; i < 8; ++i)
     length[i] = static_cast<char>((uint64_t{text.size()} >> (8 * i)) & 0xff);
-  if (absl::Status s = Put(out, length, sizeof(length)); !s.ok()) return s;
-  if (absl::Status s = Put(out, text.data(), text.size()); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(Put(out, length, sizeof(length)));
+  TESSEL_RETURN_IF_ERROR(Put(out, text.data(), text.size()));
   for (const NamedTensor& t : tensors) {
-    absl::Status s =
-        Put(out, reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float));
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(
+        Put(out, reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float)));
   }
   out->flush();
   if (!out->good()) return absl::DataLossError("writing the safetensors file failed");

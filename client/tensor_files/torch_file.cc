@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/tensor_files/zip_writer.h"
+#include "core/status_macros.h"
 
 namespace tessel::tensor_files {
 namespace {
@@ -127,7 +128,7 @@ std::string TorchStateDictPickle(const std::vector<NamedTensor>& tensors) {
 
 absl::Status WriteTorchStateDict(const std::vector<NamedTensor>& tensors, std::ostream* out,
                                  const TorchFileOptions& options) {
-  if (absl::Status s = ValidateTensors(tensors); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateTensors(tensors));
   if (options.archive.empty() || options.archive.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("the archive folder name '", options.archive, "' must be one path part"));
@@ -138,16 +139,15 @@ absl::Status WriteTorchStateDict(const std::vector<NamedTensor>& tensors, std::o
   ZipWriter zip(out, zip_options);
   const std::string& a = options.archive;
   const std::string pickle = TorchStateDictPickle(tensors);
-  if (absl::Status s = zip.Add(a + "/data.pkl", {pickle}); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(zip.Add(a + "/data.pkl", {pickle}));
   for (size_t k = 0; k < tensors.size(); ++k) {
     const absl::Span<const float> d = tensors[k].data;
-    absl::Status s = zip.Add(
+    TESSEL_RETURN_IF_ERROR(zip.Add(
         absl::StrCat(a, "/data/", k),
-        {absl::string_view(reinterpret_cast<const char*>(d.data()), d.size() * sizeof(float))});
-    if (!s.ok()) return s;
+        {absl::string_view(reinterpret_cast<const char*>(d.data()), d.size() * sizeof(float))}));
   }
-  if (absl::Status s = zip.Add(a + "/version", {"3\n"}); !s.ok()) return s;
-  if (absl::Status s = zip.Add(a + "/byteorder", {"little"}); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(zip.Add(a + "/version", {"3\n"}));
+  TESSEL_RETURN_IF_ERROR(zip.Add(a + "/byteorder", {"little"}));
   return zip.Finish();
 }
 

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel::tensor_files {
 namespace {
@@ -136,9 +137,9 @@ absl::Status ZipWriter::Add(const std::string& name, const std::vector<absl::str
   Put16(&h, static_cast<uint16_t>(extra.size()));
   h += name;
   h += extra;
-  if (absl::Status s = Write(h); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(Write(h));
   for (absl::string_view p : parts) {
-    if (absl::Status s = Write(p); !s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(Write(p));
   }
   entries_.push_back(std::move(e));
   return absl::OkStatus();
@@ -180,7 +181,7 @@ absl::Status ZipWriter::Finish() {
     Put32(&h, e.zip64 ? kMax32 : static_cast<uint32_t>(e.header_offset));
     h += e.name;
     h += extra;
-    if (absl::Status s = Write(h); !s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(Write(h));
   }
   const uint64_t cd_size = offset_ - cd_offset;
   zip64_end = zip64_end || cd_offset >= kMax32 || cd_size >= kMax32;
@@ -212,7 +213,7 @@ absl::Status ZipWriter::Finish() {
   Put32(&end, Clamp32(cd_size));
   Put32(&end, Clamp32(cd_offset));
   Put16(&end, 0);  // comment
-  if (absl::Status s = Write(end); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(Write(end));
   out_->flush();
   if (!out_->good()) {
     failed_ = true;

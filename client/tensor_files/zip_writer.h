@@ -21,8 +21,8 @@
 // Example:
 //   std::ostringstream out;
 //   ZipWriter zip(&out, {.align = 64});
-//   if (absl::Status s = zip.Add("archive/version", {"3\n"}); !s.ok()) return s;
-//   if (absl::Status s = zip.Finish(); !s.ok()) return s;
+//   TESSEL_RETURN_IF_ERROR(zip.Add("archive/version", {"3\n"}));
+//   TESSEL_RETURN_IF_ERROR(zip.Finish());
 #ifndef TESSEL_CLIENT_TENSOR_FILES_ZIP_WRITER_H_
 #define TESSEL_CLIENT_TENSOR_FILES_ZIP_WRITER_H_
 
