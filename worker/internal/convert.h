@@ -1,4 +1,15 @@
 // The SDK's plain option types to and from the protocol's (proto/shard.proto).
+//
+// Contract: every Strategy and Precision has its own proto value;
+// MakeJobSpec carries the job's options (strategy, precision of every
+// tensor, bucket size, alignment, top-k, checkpoint policy, fsdp units), so
+// the servers' ValidateJobSpec lays the job out as the worker's options say.
+//
+// Threads: none (pure).
+//
+// Example:
+//   v1::JobSpec spec = MakeJobSpec(options, world_size, {{"w", {1024}}}, num_shards);
+//   TESSEL_ASSIGN_OR_RETURN(Layout layout, ValidateJobSpec(spec));
 #ifndef TESSEL_WORKER_INTERNAL_CONVERT_H_
 #define TESSEL_WORKER_INTERNAL_CONVERT_H_
 

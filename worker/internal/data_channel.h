@@ -33,14 +33,15 @@
 // call the channel while it holds its own lock (lock order: sink, then
 // channel), never the reverse.
 //
-// Example:
+// Example: a sink counts what lands under its own lock, and waits for it.
 //   DataChannel channel(&ctx, std::move(transport));
 //   channel.SetShards(1);
 //   channel.SetPeer(0, *channel.transport().Connect(server_ucx_address));
-//   channel.SetSink(&exchange);  // PARAMS land in the exchange's buffers
+//   channel.SetSink(&sink);  // sink.OnParams: return channel.Receive(dst, h.epoch,
+//                            //   [&] { sink.CountLanded(); channel.Notify(); });
 //   channel.Send(channel.Header(FrameType::kPull, step, 0, 0), nullptr);
-//   TESSEL_RETURN_IF_ERROR(channel.WaitFor([&] { return exchange.Landed(); },
-//                                          [] { return "the pull"; }));
+//   TESSEL_RETURN_IF_ERROR(channel.WaitFor([&] { return sink.landed() == buckets; },
+//                                          [] { return std::string("the pull"); }));
 #ifndef TESSEL_WORKER_INTERNAL_DATA_CHANNEL_H_
 #define TESSEL_WORKER_INTERNAL_DATA_CHANNEL_H_
 

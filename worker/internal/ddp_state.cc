@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/digest.h"
+#include "core/status_macros.h"
 
 namespace tessel::internal {
 
@@ -62,7 +63,7 @@ absl::Status DdpState::SyncToHost(std::optional<HalfType> half, ModelBuffers* b)
 absl::Status DdpState::InstallUpdater(DdpUpdater* updater, std::optional<HalfType> half,
                                       ModelBuffers* buffers) {
   if (updater == updater_) return absl::OkStatus();
-  if (absl::Status s = SyncToHost(half, buffers); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(SyncToHost(half, buffers));
   DdpUpdater* old = updater_;
   updater_ = updater;
   absl::Status s = SyncFromHost(*buffers);
@@ -114,8 +115,7 @@ absl::Status BroadcastDdpState(int root, JobContext* ctx, ModelBuffers* buffers,
       at += n * sizeof(float);
     }
   }
-  absl::Status s = collectives->Broadcast(root, &wire);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(collectives->Broadcast(root, &wire));
   const char* at = wire.data();
   std::memcpy(&ctx->step, at, sizeof(int64_t));
   at += sizeof(int64_t);

@@ -10,6 +10,13 @@
 // params, state): equal digests mean equal training states.
 //
 // Threads: the driving thread only.
+//
+// Example:
+//   DdpState ddp(options.optimizer);
+//   ddp.Init(layout.num_params(), /*holds=*/true);
+//   ... the exchange averaged the gradient into buffers.grads ...
+//   TESSEL_RETURN_IF_ERROR(ddp.Apply(step, ctx.half, layout, &buffers));
+//   uint64_t digest = ddp.Digest(step + 1, buffers.params);  // equal on every rank
 #ifndef TESSEL_WORKER_INTERNAL_DDP_STATE_H_
 #define TESSEL_WORKER_INTERNAL_DDP_STATE_H_
 

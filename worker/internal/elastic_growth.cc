@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 #include "runtime/log.h"
 
 namespace tessel::internal {
@@ -22,8 +23,7 @@ ElasticGrowth::ElasticGrowth(JobContext* ctx, RegistryClient* registry, ShardFle
 absl::StatusOr<std::optional<std::vector<int>>> ElasticGrowth::ClassifyJoin() {
   const WorkerOptions& o = ctx_->options;
   if (o.elastic_max_workers == 0) {
-    absl::Status refused = RefuseLateReplacement();
-    if (!refused.ok()) return refused;
+    TESSEL_RETURN_IF_ERROR(RefuseLateReplacement());
     return std::nullopt;
   }
   if (fleet_->size() == 0) return std::nullopt;

@@ -30,7 +30,7 @@
 // starts). Slot bookkeeping is under the aggregator's own mutex (mu_, below),
 // never the channel's.
 //
-// Example (each rank of a host, after the layout is registered):
+// Example: each rank of a host, after the layout is registered:
 //   HostAggregator aggregator(&ctx, &channel);
 //   aggregator.Configure(ctx.rank_groups);  // e.g. {0, 0}: ranks 0 and 1 share a host
 //   TESSEL_RETURN_IF_ERROR(aggregator.Meet());

@@ -11,6 +11,14 @@
 //   - BucketAggregator spreads a group's buckets over its members in
 //     contiguous runs of the job's bucket order (shard-major), so each member
 //     sums about 1/L of the model and pulls one contiguous range per shard.
+//
+// Threads: none (pure).
+//
+// Example:
+//   AggregationPlan plan = PlanAggregation(Aggregation::kAuto, "", {"a", "a", "b", "b"},
+//                                          {"s1", "s2"});
+//   // plan.groups == {0, 0, 1, 1}; plan.why == "host aggregation: 2 hosts (ranks 0-1; 2-3)"
+//   int sums = BucketAggregator({0, 1}, /*k=*/3, /*total=*/4);  // rank 1
 #ifndef TESSEL_WORKER_INTERNAL_HOST_GROUPS_H_
 #define TESSEL_WORKER_INTERNAL_HOST_GROUPS_H_
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel::internal {
 namespace {
@@ -52,8 +53,7 @@ absl::StatusOr<std::vector<std::string>> JobCollectives::AllGather(absl::string_
   const size_t words = WordsFor(mine.size());
   std::vector<float> wire(static_cast<size_t>(world) * words, 0.f);
   PutBytes(mine, wire.data() + static_cast<size_t>(ctx_->rank.load()) * words);
-  absl::Status s = AllReduceMean(absl::MakeSpan(wire));
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(AllReduceMean(absl::MakeSpan(wire)));
   std::vector<std::string> all(static_cast<size_t>(world), std::string(mine.size(), '\0'));
   for (int r = 0; r < world; ++r) GetBytes(wire.data() + r * words, world, &all[r]);
   return all;
@@ -65,11 +65,10 @@ absl::StatusOr<std::vector<uint64_t>> JobCollectives::AllGatherWords(
   for (size_t i = 0; i < mine.size(); ++i) {
     for (int b = 0; b < 8; ++b) bytes[i * 8 + b] = static_cast<char>((mine[i] >> (8 * b)) & 0xff);
   }
-  auto all = AllGather(bytes);
-  if (!all.ok()) return all.status();
+  TESSEL_ASSIGN_OR_RETURN(const std::vector<std::string> all, AllGather(bytes));
   std::vector<uint64_t> out;
-  out.reserve(all->size() * mine.size());
-  for (const std::string& rank : *all) {
+  out.reserve(all.size() * mine.size());
+  for (const std::string& rank : all) {
     for (size_t i = 0; i < mine.size(); ++i) {
       uint64_t v = 0;
       for (int b = 0; b < 8; ++b) {
@@ -84,16 +83,14 @@ absl::StatusOr<std::vector<uint64_t>> JobCollectives::AllGatherWords(
 absl::Status JobCollectives::Broadcast(int root, std::string* bytes) {
   std::vector<float> wire(WordsFor(bytes->size()), 0.f);
   if (ctx_->rank.load() == root) PutBytes(*bytes, wire.data());
-  absl::Status s = AllReduceMean(absl::MakeSpan(wire));
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(AllReduceMean(absl::MakeSpan(wire)));
   GetBytes(wire.data(), ctx_->world_size, bytes);
   return absl::OkStatus();
 }
 
 absl::Status JobCollectives::AgreeOk(bool ok, const std::string& what) {
   std::vector<float> flag = {ok ? 0.f : 1.f};
-  absl::Status s = AllReduceMean(absl::MakeSpan(flag));
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(AllReduceMean(absl::MakeSpan(flag)));
   if (flag[0] != 0.f) {
     return absl::AbortedError(absl::StrCat(
         ctx_->Where(), ": ", what, " failed on another rank (see its log); nothing changed"));
@@ -105,8 +102,7 @@ absl::Status JobCollectives::Release(size_t size) {
   auto it = reducers_.find(size);
   if (it == reducers_.end()) return absl::OkStatus();
   // Nobody may still be pulling from its job when rank 0 deletes it.
-  absl::Status s = AgreeOk(true, "releasing a reducer");
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(AgreeOk(true, "releasing a reducer"));
   if (ctx_->rank.load() == 0) it->second->DeleteJob();
   reducers_.erase(it);
   return absl::OkStatus();

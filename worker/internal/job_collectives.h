@@ -16,6 +16,13 @@
 // every reducer (a recovery renames them by epoch).
 //
 // Threads: the driving thread only.
+//
+// Example: the same calls on every rank:
+//   JobCollectives collectives(&ctx, [&](size_t n) { return ServerReducer::Make(site, n); });
+//   std::vector<float> loss = {local_loss};
+//   TESSEL_RETURN_IF_ERROR(collectives.AllReduceMean(absl::MakeSpan(loss)));
+//   TESSEL_ASSIGN_OR_RETURN(std::vector<uint64_t> all, collectives.AllGatherWords(mine));
+//   TESSEL_RETURN_IF_ERROR(collectives.AgreeOk(wrote.ok(), "writing the servers"));
 #ifndef TESSEL_WORKER_INTERNAL_JOB_COLLECTIVES_H_
 #define TESSEL_WORKER_INTERNAL_JOB_COLLECTIVES_H_
 

@@ -2,10 +2,21 @@
 // the Worker (worker/internal/*): options, registry identity, the fencing
 // epoch stamped on frames, the step, the layout once registered.
 //
+// Contract: Where() names the job, rank (and registry rank once they
+// differ) and step, the prefix of every message; Recoverable(s) tags s
+// (IsRecoverable) when recovery is on and its code is one a rollback
+// repairs (FailedPrecondition, NotFound, Aborted, Unavailable, Cancelled).
+//
 // Threads: the driving thread writes everything; the transport's progress
 // thread reads `epoch` and `rank` (atomics: a recovery moves to a new epoch,
 // an elastic one renumbers ranks) for frames and messages. Collaborators keep
 // a pointer; the Worker owns the context.
+//
+// Example:
+//   JobContext ctx(options);
+//   ctx.step = 7;  // ctx.Where() == "job 'mlp' rank 0 step 7"
+//   absl::Status s = ctx.Recoverable(absl::UnavailableError("server gone"));
+//   // IsRecoverable(s) with options.recovery; Untagged(s) drops the tag
 #ifndef TESSEL_WORKER_INTERNAL_JOB_CONTEXT_H_
 #define TESSEL_WORKER_INTERNAL_JOB_CONTEXT_H_
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/log.h"
 #include "core/status_macros.h"
 #include "rpc/job_spec.h"
+#include "runtime/log.h"
 
 namespace tessel::internal {
 
@@ -151,7 +151,7 @@ absl::StatusOr<std::vector<v1::ShardStats>> JobControl::Stats(absl::Duration tim
     if (g.ok()) out.push_back(std::move(st));
     return g;
   });
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(s);
   return out;
 }
 
@@ -165,14 +165,13 @@ absl::StatusOr<int64_t> JobControl::MaxEpoch() const {
     if (g.ok()) epoch = std::max(epoch, st.epoch());
     return absl::IsNotFound(g) ? absl::OkStatus() : g;
   });
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(s);
   return epoch;
 }
 
 absl::StatusOr<v1::ShardStats> JobControl::FirstShardStats() const {
   v1::ShardStats st;
-  absl::Status s = fleet_->Call(0, &Stub::GetStats, Ref(), &st, What("GetStats"));
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(fleet_->Call(0, &Stub::GetStats, Ref(), &st, What("GetStats")));
   return st;
 }
 
@@ -181,7 +180,7 @@ absl::StatusOr<std::vector<int64_t>> JobControl::CheckpointSteps() const {
   absl::Status s =
       fleet_->Call(0, &Stub::ListCheckpoints, Ref(), &resp, What("listing the job's checkpoints"));
   if (absl::IsNotFound(s)) return std::vector<int64_t>();
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(s);
   std::vector<int64_t> steps;
   for (const v1::CheckpointInfo& c : resp.checkpoints()) steps.push_back(c.step());
   std::sort(steps.begin(), steps.end());
@@ -194,8 +193,7 @@ absl::StatusOr<v1::CheckpointInfo> JobControl::GetCheckpoint(int64_t step,
   ref.set_job(ctx_->options.job);
   ref.set_step(step);
   v1::CheckpointInfo info;
-  absl::Status s = fleet_->Call(0, &Stub::GetCheckpoint, ref, &info, What(what));
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(fleet_->Call(0, &Stub::GetCheckpoint, ref, &info, What(what)));
   return info;
 }
 
@@ -207,7 +205,7 @@ absl::StatusOr<bool> JobControl::UnderWay(bool checkpoints) const {
   v1::ListCheckpointsResponse resp;
   absl::Status s = fleet_->Call(0, &Stub::ListCheckpoints, Ref(), &resp, What("ListCheckpoints"));
   if (absl::IsNotFound(s) || absl::IsFailedPrecondition(s)) return false;
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(s);
   return resp.checkpoints_size() > 0;
 }
 

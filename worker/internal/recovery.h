@@ -17,6 +17,12 @@
 // FsdpUnits, DdpState, JobCollectives, JobControl.
 //
 // Threads: the driving thread.
+//
+// Example: a step failed with a status IsRecoverable says is:
+//   RecoveryCoordinator recovery(RecoveryParts{&ctx, &channel, &membership, &exchange,
+//                                              &units, &ddp, &collectives, &control, &spec});
+//   TESSEL_RETURN_IF_ERROR(recovery.Run(/*restore_step=*/-1));  // latest checkpoint
+//   // ctx.step is the restored step; the buffers hold its parameters
 #ifndef TESSEL_WORKER_INTERNAL_RECOVERY_H_
 #define TESSEL_WORKER_INTERNAL_RECOVERY_H_
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "core/tensor_steps.h"
 #include "rpc/limits.h"
 
@@ -27,9 +28,9 @@ absl::Status ReadServerState(const JobContext& ctx, const ShardFleet& fleet, Tra
       req.set_offset(off);
       req.set_count(std::min(kChunk, r.size() - off));
       v1::ShardState st;
-      absl::Status s = fleet.Call(shard, &v1::ShardServer::Stub::ReadState, req, &st,
-                                  absl::StrCat(ctx.Where(), ": ReadState"), absl::Minutes(1));
-      if (!s.ok()) return s;
+      TESSEL_RETURN_IF_ERROR(fleet.Call(shard, &v1::ShardServer::Stub::ReadState, req, &st,
+                                        absl::StrCat(ctx.Where(), ": ReadState"),
+                                        absl::Minutes(1)));
       const size_t bytes = static_cast<size_t>(req.count()) * sizeof(float);
       if (st.params().size() != bytes || st.state().size() != bytes * slots ||
           st.range_begin() != r.begin || st.range_end() != r.end) {
@@ -44,7 +45,7 @@ absl::Status ReadServerState(const JobContext& ctx, const ShardFleet& fleet, Tra
     }
     return absl::OkStatus();
   });
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(s);
   out->tensor_skips.clear();  // each shard's counts are right for its own tensors
   for (const auto& shard_skips : skips) MergeSkips(shard_skips, &out->tensor_skips);
   if (NoSkips(out->tensor_skips)) out->tensor_skips.clear();
@@ -79,9 +80,9 @@ absl::Status WriteServerState(const JobContext& ctx, const ShardFleet& fleet,
         for (int64_t s : state.tensor_skips) req.add_tensor_skips(s);
       }
       v1::WriteStateResponse resp;
-      absl::Status s = fleet.Call(shard, &v1::ShardServer::Stub::WriteState, req, &resp,
-                                  absl::StrCat(ctx.Where(), ": WriteState"), absl::Minutes(1));
-      if (!s.ok()) return s;
+      TESSEL_RETURN_IF_ERROR(fleet.Call(shard, &v1::ShardServer::Stub::WriteState, req, &resp,
+                                        absl::StrCat(ctx.Where(), ": WriteState"),
+                                        absl::Minutes(1)));
     } while (off < r.size() && !ddp);
     return absl::OkStatus();
   });

@@ -9,6 +9,13 @@
 // together (DDP servers hold no state: only the step is written).
 //
 // Threads: the driving thread.
+//
+// Example:
+//   TrainState state;
+//   state.params.assign(layout.num_params(), 0.f);
+//   state.state.assign(StateSlots(options.optimizer), std::vector<float>(layout.num_params()));
+//   TESSEL_RETURN_IF_ERROR(ReadServerState(ctx, fleet, &state));  // at ctx.step
+//   TESSEL_RETURN_IF_ERROR(WriteServerState(ctx, fleet, state));  // at state.step
 #ifndef TESSEL_WORKER_INTERNAL_SERVER_STATE_H_
 #define TESSEL_WORKER_INTERNAL_SERVER_STATE_H_
 

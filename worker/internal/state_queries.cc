@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "runtime/log.h"
 #include "core/status_macros.h"
+#include "runtime/log.h"
 #include "worker/internal/server_state.h"
 #include "worker/train_state.h"
 
@@ -16,11 +16,10 @@ StateQueries::StateQueries(const StateQueryParts& parts)
     : p_(parts), stopper_(parts.ctx->options.early_stopping) {}
 
 absl::StatusOr<std::vector<ShardReport>> StateQueries::ServerStats() {
-  auto stats = p_.control->Stats();
-  if (!stats.ok()) return stats.status();
+  TESSEL_ASSIGN_OR_RETURN(const std::vector<v1::ShardStats> stats, p_.control->Stats());
   std::vector<ShardReport> out;
-  for (size_t shard = 0; shard < stats->size(); ++shard) {
-    const v1::ShardStats& st = (*stats)[shard];
+  for (size_t shard = 0; shard < stats.size(); ++shard) {
+    const v1::ShardStats& st = stats[shard];
     ShardReport rep;
     rep.shard = static_cast<int>(shard);
     rep.range = Range{st.range_begin(), st.range_end()};
@@ -70,8 +69,7 @@ absl::StatusOr<absl::Span<const float>> StateQueries::SynchronizeGradients() {
       for (float& g : synced) g /= count;
     }
   }
-  absl::Status s = p_.collectives->AllReduceMean(absl::MakeSpan(synced));
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(p_.collectives->AllReduceMean(absl::MakeSpan(synced)));
   return absl::MakeConstSpan(synced);
 }
 
@@ -84,37 +82,34 @@ absl::StatusOr<OptimizerStateReport> StateQueries::SynchronizeOptimizerState() {
   report.step = ctx.step;
   if (!ctx.ddp()) {
     // One copy, sharded: nothing to copy around; check the shards agree on the step.
-    auto stats = ServerStats();
-    if (!stats.ok()) return stats.status();
-    for (const ShardReport& st : *stats) {
+    TESSEL_ASSIGN_OR_RETURN(const std::vector<ShardReport> stats, ServerStats());
+    for (const ShardReport& st : stats) {
       report.digests.push_back(st.state_digest);
       if (st.step != ctx.step || st.step_in_progress || !st.initialized) report.consistent = false;
     }
     return report;
   }
-  if (absl::Status s = p_.ddp->SyncToHost(ctx.half, &p_.exchange->buffers()); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(p_.ddp->SyncToHost(ctx.half, &p_.exchange->buffers()));
   const uint64_t mine[2] = {static_cast<uint64_t>(ctx.step),
                             p_.ddp->Digest(ctx.step, p_.exchange->buffers().params)};
-  auto all = p_.collectives->AllGatherWords(mine);
-  if (!all.ok()) return all.status();
+  TESSEL_ASSIGN_OR_RETURN(const std::vector<uint64_t> all, p_.collectives->AllGatherWords(mine));
   const int world = ctx.world_size;
   for (int r = 0; r < world; ++r) {
-    if ((*all)[2 * r] != (*all)[0]) {  // the same verdict on every rank, before anything changes
-      return absl::FailedPreconditionError(absl::StrCat(
-          ctx.Where(), ": rank 0 is at step ", (*all)[0], " and rank ", r, " at ", (*all)[2 * r],
-          "; ranks must call SynchronizeOptimizerState at the same step"));
+    if (all[2 * r] != all[0]) {  // the same verdict on every rank, before anything changes
+      return absl::FailedPreconditionError(
+          absl::StrCat(ctx.Where(), ": rank 0 is at step ", all[0], " and rank ", r, " at ",
+                       all[2 * r], "; ranks must call SynchronizeOptimizerState at the same step"));
     }
-    report.digests.push_back(absl::StrFormat("%016x", (*all)[2 * r + 1]));
-    if ((*all)[2 * r + 1] != (*all)[1]) report.repaired_ranks.push_back(r);
+    report.digests.push_back(absl::StrFormat("%016x", all[2 * r + 1]));
+    if (all[2 * r + 1] != all[1]) report.repaired_ranks.push_back(r);
   }
   report.consistent = report.repaired_ranks.empty();
   if (report.consistent) return report;
   TESSEL_LOG(WARNING) << ctx.Where() << ": optimizer state differs from rank 0's on rank(s) "
                       << absl::StrJoin(report.repaired_ranks, ", ") << "; copying rank 0's";
-  absl::Status s = BroadcastDdpState(0, &ctx, &p_.exchange->buffers(), p_.ddp, p_.collectives);
-  if (!s.ok()) return s;
-  s = p_.ddp->SyncFromHost(p_.exchange->buffers());
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(
+      BroadcastDdpState(0, &ctx, &p_.exchange->buffers(), p_.ddp, p_.collectives));
+  TESSEL_RETURN_IF_ERROR(p_.ddp->SyncFromHost(p_.exchange->buffers()));
   return report;
 }
 
@@ -128,7 +123,7 @@ absl::StatusOr<std::string> StateQueries::Serialize() {
   const size_t n = static_cast<size_t>(ctx.layout->num_params());
   if (ctx.ddp()) {
     ModelBuffers& b = p_.exchange->buffers();
-    if (absl::Status s = p_.ddp->SyncToHost(ctx.half, &b); !s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(p_.ddp->SyncToHost(ctx.half, &b));
     state.params.assign(b.params.begin(), b.params.end());
     state.state = p_.ddp->slots();
     state.tensor_skips = p_.ddp->skips();
@@ -136,14 +131,13 @@ absl::StatusOr<std::string> StateQueries::Serialize() {
   }
   // Every rank reads between two barriers: no shard can start the next step
   // while anyone reads.
-  absl::Status s = p_.collectives->AgreeOk(true, "Serialize");
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(p_.collectives->AgreeOk(true, "Serialize"));
   state.params.assign(n, 0.f);
   state.state.assign(static_cast<size_t>(StateSlots(ctx.options.optimizer)), std::vector<float>(n));
   absl::Status read = ReadServerState(ctx, *p_.fleet, &state);
-  s = p_.collectives->AgreeOk(read.ok(), "Serialize");
-  if (!read.ok()) return read;
-  if (!s.ok()) return s;
+  absl::Status agreed = p_.collectives->AgreeOk(read.ok(), "Serialize");
+  TESSEL_RETURN_IF_ERROR(read);  // this rank's own failure first
+  TESSEL_RETURN_IF_ERROR(agreed);
   return EncodeTrainState(state);
 }
 
@@ -158,14 +152,14 @@ absl::Status StateQueries::Deserialize(absl::string_view blob) {
     fits = absl::Status(fits.code(), absl::StrCat(ctx.Where(), ": Deserialize: ", fits.message()));
   }
   // Agree before touching anything: a rank with a bad blob stops everyone.
-  absl::Status s = p_.collectives->AgreeOk(fits.ok(), "Deserialize (checking the blob)");
-  if (!fits.ok()) return fits;
-  if (!s.ok()) return s;
+  absl::Status agreed = p_.collectives->AgreeOk(fits.ok(), "Deserialize (checking the blob)");
+  TESSEL_RETURN_IF_ERROR(fits);  // this rank's own failure first
+  TESSEL_RETURN_IF_ERROR(agreed);
   absl::Status wrote = absl::OkStatus();
   if (ctx.rank.load() == 0) wrote = WriteServerState(ctx, *p_.fleet, *state);
-  s = p_.collectives->AgreeOk(wrote.ok(), "Deserialize (writing the shard servers)");
-  if (!wrote.ok()) return wrote;
-  if (!s.ok()) return s;
+  agreed = p_.collectives->AgreeOk(wrote.ok(), "Deserialize (writing the shard servers)");
+  TESSEL_RETURN_IF_ERROR(wrote);
+  TESSEL_RETURN_IF_ERROR(agreed);
   ctx.step = state->step;
   p_.exchange->NextStep();
   if (ctx.ddp()) {
@@ -187,13 +181,13 @@ absl::Status StateQueries::LoadParameters(absl::Span<const float> params) {
   }
   const bool fits = static_cast<int64_t>(params.size()) == ctx.layout->num_params();
   // Agree before reading the servers: a rank with the wrong size stops everyone.
-  absl::Status s = p_.collectives->AgreeOk(fits, "LoadParameters (checking the size)");
+  absl::Status agreed = p_.collectives->AgreeOk(fits, "LoadParameters (checking the size)");
   if (!fits) {
     return absl::InvalidArgumentError(absl::StrCat(ctx.Where(), ": LoadParameters: ", params.size(),
                                                    " values for a job of ",
                                                    ctx.layout->num_params(), " parameters"));
   }
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(agreed);
   TESSEL_ASSIGN_OR_RETURN(std::string blob, Serialize());
   TESSEL_ASSIGN_OR_RETURN(TrainState state, DecodeTrainState(blob));
   state.params.assign(params.begin(), params.end());
@@ -203,8 +197,7 @@ absl::Status StateQueries::LoadParameters(absl::Span<const float> params) {
 
 absl::StatusOr<bool> StateQueries::ReportMetric(float value) {
   std::vector<float> mean = {value};
-  absl::Status s = p_.collectives->AllReduceMean(absl::MakeSpan(mean));
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(p_.collectives->AllReduceMean(absl::MakeSpan(mean)));
   stopper_.Observe(mean[0]);
   const WorkerOptions& o = p_.ctx->options;
   const bool stop =

@@ -16,6 +16,13 @@
 //   ServerStats            every shard server's view of the job.
 //
 // Threads: the driving thread.
+//
+// Example: every rank, between steps:
+//   StateQueries queries(StateQueryParts{&ctx, &exchange, &units, &ddp, &collectives,
+//                                        &control, &fleet, &spec});
+//   TESSEL_ASSIGN_OR_RETURN(std::string blob, queries.Serialize());
+//   TESSEL_RETURN_IF_ERROR(queries.Deserialize(blob));  // the same state again
+//   TESSEL_ASSIGN_OR_RETURN(bool stop, queries.ReportMetric(validation_loss));
 #ifndef TESSEL_WORKER_INTERNAL_STATE_QUERIES_H_
 #define TESSEL_WORKER_INTERNAL_STATE_QUERIES_H_
 

@@ -10,6 +10,14 @@
 //   tessel_worker_recovery_seconds{job,rank}
 //   tessel_worker_rolled_back_steps_total{job,rank}  steps redone after recoveries
 // The SDK's internal reduce-only jobs record none.
+//
+// Threads: the driving thread calls it; the series are updated atomically
+// and read by the metrics endpoint's thread (runtime/metrics.h).
+//
+// Example:
+//   WorkerMetrics metrics(options.job, rank);
+//   metrics.StepDone(step, exchange.last_phases(), /*update_seconds=*/0);
+//   metrics.Recovered(seconds, /*from=*/12, /*to=*/10);  // two steps rolled back
 #ifndef TESSEL_WORKER_INTERNAL_WORKER_METRICS_H_
 #define TESSEL_WORKER_INTERNAL_WORKER_METRICS_H_
 

@@ -1,8 +1,8 @@
 #include "worker/internal/worker_parts.h"
 
 #include "absl/strings/str_cat.h"
-#include "runtime/log.h"
 #include "rpc/tls.h"
+#include "runtime/log.h"
 #include "worker/internal/make_transport.h"
 #include "worker/internal/server_reducer.h"
 
@@ -32,15 +32,14 @@ absl::Status WorkerParts::Build() {
     TESSEL_LOG(INFO) << ctx.Where() << ": metrics at http://" << http->address() << "/metrics";
   }
   if (!o.timeline.empty()) {
-    auto opened =
-        Timeline::Open(TimelinePath(o.timeline, o.rank, -1), absl::StrCat("worker[", o.rank, "]"),
-                       o.timeline_window);
+    auto opened = Timeline::Open(TimelinePath(o.timeline, o.rank, -1),
+                                 absl::StrCat("worker[", o.rank, "]"), o.timeline_window);
     if (!opened.ok()) return Named(ctx, opened.status());
     timeline = *std::move(opened);
     ctx.timeline = timeline.get();
   }
   auto transport = MakeTransport(o);
-  if (!transport.ok()) return transport.status();
+  if (!transport.ok()) return Named(ctx, transport.status());
   channel = std::make_unique<DataChannel>(&ctx, std::move(*transport));
   membership = std::make_unique<Membership>(&ctx, channel.get(), *credentials);
   Membership* m = membership.get();

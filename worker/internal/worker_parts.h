@@ -27,9 +27,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "runtime/timeline.h"
 #include "proto/shard.pb.h"
 #include "rpc/metrics_server.h"
+#include "runtime/timeline.h"
 #include "worker/internal/bucket_exchange.h"
 #include "worker/internal/data_channel.h"
 #include "worker/internal/ddp_state.h"
