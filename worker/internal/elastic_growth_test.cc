@@ -18,6 +18,7 @@
 #include "rpc/shard_fleet.h"
 #include "testing/inproc_cluster.h"
 #include "worker/internal/convert.h"
+#include "worker/internal/fleet_testing.h"
 #include "worker/internal/job_context.h"
 
 namespace tessel::internal {
@@ -35,16 +36,8 @@ class ElasticGrowthTest : public ::testing::Test {
     cluster_ = std::make_unique<InProcCluster>(options);
     ASSERT_TRUE(cluster_->Start().ok());
     registry_ = std::make_unique<RegistryClient>(cluster_->registry_address());
-    auto pool = registry_->WaitForView(
-        "default",
-        [](const v1::View& v) {
-          int servers = 0;
-          for (const auto& m : v.members()) servers += m.role() == v1::ROLE_SERVER;
-          return servers == 2;
-        },
-        absl::Seconds(30));
-    ASSERT_TRUE(pool.ok()) << pool.status();
-    ASSERT_EQ(fleet_.ConnectView(*pool), 2);
+    absl::Status connected = ConnectFleet(cluster_->registry_address(), "default", 2, &fleet_);
+    ASSERT_TRUE(connected.ok()) << connected;
   }
   void TearDown() override {
     members_.clear();

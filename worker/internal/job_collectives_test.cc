@@ -1,75 +1,22 @@
-// JobCollectives over an in-memory Reducer: ranks are threads that meet at a
-// barrier and average in rank order, as the shard servers do. Bytes must come
-// back exactly whatever their values and length.
+// JobCollectives over an in-memory Reducer (memory_reducer.h): ranks are
+// threads that meet at a barrier and average in rank order, as the shard
+// servers do. Bytes must come back exactly whatever their values and
+// length.
 #include "worker/internal/job_collectives.h"
 
 #include <random>
 #include <thread>
 
-#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "worker/internal/memory_reducer.h"
 
 namespace tessel::internal {
 namespace {
 
-// One shared reduction point per vector size: each rank deposits its vector,
-// the last one computes the rank-order mean, everybody takes it.
-class Exchange {
- public:
-  explicit Exchange(int world) : world_(world) {}
-  void Mean(int rank, absl::Span<float> data) {
-    absl::MutexLock lock(&mu_);
-    const int64_t round = round_;
-    inputs_.resize(static_cast<size_t>(world_));
-    inputs_[rank].assign(data.begin(), data.end());
-    if (++arrived_ == world_) {
-      mean_.assign(data.size(), 0.f);
-      for (size_t i = 0; i < data.size(); ++i) {
-        float sum = 0.f;
-        for (int r = 0; r < world_; ++r) sum += inputs_[r][i];
-        mean_[i] = sum / static_cast<float>(world_);
-      }
-      arrived_ = 0;
-      ++round_;
-    } else {
-      std::pair<int64_t*, int64_t> wait(&round_, round);
-      mu_.Await(absl::Condition(
-          +[](std::pair<int64_t*, int64_t>* a) { return *a->first != a->second; }, &wait));
-    }
-    std::copy(mean_.begin(), mean_.end(), data.begin());
-  }
-
- private:
-  const int world_;
-  absl::Mutex mu_;
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::vector<float>> inputs_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> mean_ ABSL_GUARDED_BY(mu_);
-};
-
-class FakeReducer : public Reducer {
- public:
-  FakeReducer(Exchange* exchange, int rank, int* deleted)
-      : exchange_(exchange), rank_(rank), deleted_(deleted) {}
-  absl::Status Mean(absl::Span<float> data) override {
-    exchange_->Mean(rank_, data);
-    return absl::OkStatus();
-  }
-  void DeleteJob() override {
-    if (deleted_ != nullptr) ++*deleted_;
-  }
-
- private:
-  Exchange* exchange_;
-  int rank_;
-  int* deleted_;
-};
-
 constexpr int kWorld = 3;
 
 void OnRanks(const std::function<void(JobCollectives&, int rank)>& body, int* deleted) {
-  Exchange exchange(kWorld);
+  MemoryMean mean(kWorld);
   std::vector<std::thread> threads;
   for (int r = 0; r < kWorld; ++r) {
     threads.emplace_back([&, r] {
@@ -78,9 +25,9 @@ void OnRanks(const std::function<void(JobCollectives&, int rank)>& body, int* de
       o.rank = r;
       o.world_size = kWorld;
       JobContext ctx(o);
-      JobCollectives c(&ctx, [&exchange, r, deleted](size_t) {
+      JobCollectives c(&ctx, [&mean, r, deleted](size_t) {
         return absl::StatusOr<std::unique_ptr<Reducer>>(
-            std::make_unique<FakeReducer>(&exchange, r, r == 0 ? deleted : nullptr));
+            std::make_unique<MemoryReducer>(&mean, r, r == 0 ? deleted : nullptr));
       });
       body(c, r);
     });

@@ -12,10 +12,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/job_spec.h"
-#include "rpc/registry_client.h"
 #include "rpc/shard_fleet.h"
 #include "testing/inproc_cluster.h"
 #include "worker/internal/convert.h"
+#include "worker/internal/fleet_testing.h"
 #include "worker/internal/job_context.h"
 
 namespace tessel::internal {
@@ -37,17 +37,8 @@ class JobControlTest : public ::testing::Test {
                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
     cluster_ = std::make_unique<InProcCluster>(options);
     ASSERT_TRUE(cluster_->Start().ok());
-    registry_ = std::make_unique<RegistryClient>(cluster_->registry_address());
-    auto pool = registry_->WaitForView(
-        "default",
-        [](const v1::View& v) {
-          int servers = 0;
-          for (const auto& m : v.members()) servers += m.role() == v1::ROLE_SERVER;
-          return servers == 2;
-        },
-        absl::Seconds(30));
-    ASSERT_TRUE(pool.ok()) << pool.status();
-    ASSERT_EQ(fleet_.ConnectView(*pool), 2);
+    absl::Status connected = ConnectFleet(cluster_->registry_address(), "default", 2, &fleet_);
+    ASSERT_TRUE(connected.ok()) << connected;
   }
 
   // A zero2 job of kTensors on both shards, laid out.
@@ -88,7 +79,6 @@ class JobControlTest : public ::testing::Test {
   }
 
   std::unique_ptr<InProcCluster> cluster_;
-  std::unique_ptr<RegistryClient> registry_;
   ShardFleet fleet_;
   v1::JobSpec spec_;
 };

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/status_macros.h"
+
 namespace tessel::internal {
 
 ScriptedServer::ScriptedServer(std::shared_ptr<InProcFabric> fabric)
@@ -46,10 +48,9 @@ void ScriptedServer::Reply(PeerId to, const FrameHeader& h, std::vector<uint8_t>
 absl::Status ConnectChannel(DataChannel* channel, const std::vector<ScriptedServer*>& servers) {
   channel->SetShards(static_cast<int>(servers.size()));
   for (size_t s = 0; s < servers.size(); ++s) {
-    auto peer = channel->transport().Connect(servers[s]->address());
-    if (!peer.ok()) return peer.status();
+    TESSEL_ASSIGN_OR_RETURN(const PeerId peer, channel->transport().Connect(servers[s]->address()));
     channel->SetAddress(static_cast<int>(s), servers[s]->address());
-    channel->SetPeer(static_cast<int>(s), *peer);
+    channel->SetPeer(static_cast<int>(s), peer);
   }
   return absl::OkStatus();
 }
