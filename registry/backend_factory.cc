@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "registry/etcd/etcd_registry.h"
 #include "registry/memory/memory_registry.h"
 
@@ -24,18 +25,15 @@ RegistryBackends::RegistryBackends(std::string dir) : dir_(std::move(dir)) {}
 
 absl::StatusOr<std::unique_ptr<Registry>> RegistryBackends::Make(
     absl::string_view backend, const RegistryBackendOptions& options) {
-  if (absl::Status available = Available(backend); !available.ok()) return available;
+  TESSEL_RETURN_IF_ERROR(Available(backend));
   if (backend == "memory") return std::make_unique<MemoryRegistry>(options.default_ttl);
   if (etcd_ == nullptr) {
-    auto started = EtcdProcess::Start(dir_);
-    if (!started.ok()) return started.status();
-    etcd_ = std::move(*started);
+    TESSEL_ASSIGN_OR_RETURN(etcd_, EtcdProcess::Start(dir_));
   }
-  auto etcd = EtcdRegistry::Connect({.endpoints = {etcd_->endpoint()},
-                                     .prefix = options.etcd_prefix,
-                                     .default_ttl = options.default_ttl});
-  if (!etcd.ok()) return etcd.status();
-  return std::unique_ptr<Registry>(std::move(*etcd));
+  TESSEL_ASSIGN_OR_RETURN(auto etcd, EtcdRegistry::Connect({.endpoints = {etcd_->endpoint()},
+                                                            .prefix = options.etcd_prefix,
+                                                            .default_ttl = options.default_ttl}));
+  return std::unique_ptr<Registry>(std::move(etcd));
 }
 
 }  // namespace tessel

@@ -4,11 +4,12 @@
 #include <optional>
 #include <set>
 
-#include "runtime/log.h"
+#include "core/status_macros.h"
 #include "registry/memory/memory_registry.h"
 #include "registry/registry_metrics.h"
 #include "rpc/grpc_util.h"
 #include "rpc/view_delta.h"
+#include "runtime/log.h"
 
 namespace tessel {
 
@@ -90,18 +91,17 @@ void RegistryService::Stop() {
 grpc::Status RegistryService::Join(grpc::ServerContext* ctx, const v1::JoinRequest* req,
                                    v1::JoinResponse* resp) {
   const bool server = req->member().role() == v1::ROLE_SERVER;
-  grpc::Status auth = auth_.Check(*ctx, "Registry", server ? "Join/SERVER" : "Join/WORKER",
-                                  server ? "" : req->member().group());
-  if (!auth.ok()) return auth;
-  auto joined = registry_->Join(req->member(), absl::Milliseconds(req->lease_ttl_ms()));
-  if (!joined.ok()) return ToGrpc(joined.status());
-  resp->set_lease_id(joined->lease_id);
-  resp->set_lease_ttl_ms(absl::ToInt64Milliseconds(joined->ttl));
+  TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", server ? "Join/SERVER" : "Join/WORKER",
+                                     server ? "" : req->member().group()));
+  TESSEL_ASSIGN_OR_RETURN_AS(
+      auto joined, registry_->Join(req->member(), absl::Milliseconds(req->lease_ttl_ms())), ToGrpc);
+  resp->set_lease_id(joined.lease_id);
+  resp->set_lease_ttl_ms(absl::ToInt64Milliseconds(joined.ttl));
   if (!server) {
     absl::MutexLock lock(&progress_mu_);
-    leases_[joined->lease_id] = {req->member().group(), req->member().rank()};
+    leases_[joined.lease_id] = {req->member().group(), req->member().rank()};
   }
-  *resp->mutable_view() = std::move(joined->view);
+  *resp->mutable_view() = std::move(joined.view);
   TESSEL_LOG(INFO) << "join " << req->member().group() << " " << v1::Role_Name(req->member().role())
                    << " rank " << req->member().rank() << " -> epoch " << resp->view().epoch();
   return grpc::Status::OK;
@@ -109,11 +109,9 @@ grpc::Status RegistryService::Join(grpc::ServerContext* ctx, const v1::JoinReque
 
 grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                         v1::HeartbeatResponse* resp) {
-  grpc::Status auth = auth_.Check(*ctx, "Registry", "Heartbeat");
-  if (!auth.ok()) return auth;
-  auto epoch = registry_->Heartbeat(req->lease_id());
-  if (!epoch.ok()) return ToGrpc(epoch.status());
-  resp->set_epoch(*epoch);
+  TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", "Heartbeat"));
+  TESSEL_ASSIGN_OR_RETURN_AS(auto epoch, registry_->Heartbeat(req->lease_id()), ToGrpc);
+  resp->set_epoch(epoch);
   if (req->has_progress()) {
     absl::MutexLock lock(&progress_mu_);
     auto lease = leases_.find(req->lease_id());
@@ -131,8 +129,7 @@ grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
 
 grpc::Status RegistryService::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* req,
                                     v1::LeaveResponse*) {
-  grpc::Status auth = auth_.Check(*ctx, "Registry", "Leave");
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", "Leave"));
   {
     absl::MutexLock lock(&progress_mu_);
     leases_.erase(req->lease_id());
@@ -142,27 +139,23 @@ grpc::Status RegistryService::Leave(grpc::ServerContext* ctx, const v1::LeaveReq
 
 grpc::Status RegistryService::GetView(grpc::ServerContext* ctx, const v1::GetViewRequest* req,
                                       v1::GetViewResponse* resp) {
-  grpc::Status auth = auth_.Check(*ctx, "Registry", "GetView");
-  if (!auth.ok()) return auth;
-  auto view = registry_->GetView(req->group());
-  if (!view.ok()) return ToGrpc(view.status());
-  *resp->mutable_view() = std::move(*view);
+  TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", "GetView"));
+  TESSEL_ASSIGN_OR_RETURN_AS(auto view, registry_->GetView(req->group()), ToGrpc);
+  *resp->mutable_view() = std::move(view);
   return grpc::Status::OK;
 }
 
 grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
                                     grpc::ServerWriter<v1::View>* writer) {
-  grpc::Status auth = auth_.Check(*ctx, "Registry", "Watch");
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", "Watch"));
   int64_t after = req->after_epoch();
   // With deltas: the view last sent, which the next message changes.
   std::optional<v1::View> sent;
   if (after == 0) {
-    auto view = registry_->GetView(req->group());
-    if (!view.ok()) return ToGrpc(view.status());
-    if (!writer->Write(*view)) return grpc::Status::OK;
-    after = view->epoch();
-    if (req->deltas()) sent = std::move(*view);
+    TESSEL_ASSIGN_OR_RETURN_AS(auto view, registry_->GetView(req->group()), ToGrpc);
+    if (!writer->Write(view)) return grpc::Status::OK;
+    after = view.epoch();
+    if (req->deltas()) sent = std::move(view);
   }
   metrics::Gauge* streams = RegistryMetrics().watch_streams.GetGauge({});
   streams->Add(1);
@@ -173,7 +166,7 @@ grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchReq
   while (!ctx->IsCancelled() && !stop_.load()) {
     auto view = registry_->WaitForChange(req->group(), after, absl::Milliseconds(200));
     if (absl::IsDeadlineExceeded(view.status())) continue;
-    if (!view.ok()) return ToGrpc(view.status());
+    TESSEL_RETURN_IF_ERROR_AS(view, ToGrpc);
     if (req->deltas() && sent.has_value()) {
       if (!writer->Write(ViewDelta(*sent, *view))) break;
     } else if (!writer->Write(*view)) {
@@ -187,11 +180,9 @@ grpc::Status RegistryService::Watch(grpc::ServerContext* ctx, const v1::WatchReq
 
 grpc::Status RegistryService::ListGroups(grpc::ServerContext* ctx, const v1::ListGroupsRequest*,
                                          v1::ListGroupsResponse* resp) {
-  grpc::Status auth = auth_.Check(*ctx, "Registry", "ListGroups");
-  if (!auth.ok()) return auth;
-  auto views = registry_->ListGroups();
-  if (!views.ok()) return ToGrpc(views.status());
-  for (v1::View& v : *views) *resp->add_views() = std::move(v);
+  TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", "ListGroups"));
+  TESSEL_ASSIGN_OR_RETURN_AS(auto views, registry_->ListGroups(), ToGrpc);
+  for (v1::View& v : views) *resp->add_views() = std::move(v);
   return grpc::Status::OK;
 }
 

@@ -51,7 +51,7 @@ absl::StatusOr<AuthOptions> LoadAuthOptions(const AuthFlags& flags) {
        {clash(admin, "--admin_token_file", o.worker_tokens, "--worker_token_file"),
         clash(admin, "--admin_token_file", o.server_tokens, "--server_token_file"),
         clash(o.worker_tokens, "--worker_token_file", o.server_tokens, "--server_token_file")}) {
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(s);
   }
   return o;
 }

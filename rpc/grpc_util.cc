@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/status_macros.h"
 #include "rpc/grpc_metrics.h"
 #include "rpc/limits.h"
 
@@ -112,8 +113,7 @@ absl::StatusOr<std::string> AdvertiseHost(absl::string_view listen, absl::string
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     absl::string_view address, const std::vector<grpc::Service*>& services, std::string* bound,
     std::shared_ptr<grpc::ServerCredentials> credentials, absl::string_view advertise) {
-  auto host = AdvertiseHost(address, advertise);
-  if (!host.ok()) return host.status();
+  TESSEL_ASSIGN_OR_RETURN(auto host, AdvertiseHost(address, advertise));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -131,7 +131,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", address, " (address in use or not permitted?)"));
   }
-  *bound = absl::StrCat(*host, ":", port);
+  *bound = absl::StrCat(host, ":", port);
   return server;
 }
 

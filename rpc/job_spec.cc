@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 
@@ -49,8 +50,7 @@ absl::StatusOr<OptimizerParams> OptimizerFromProto(const v1::OptimizerConfig& c)
           "optimizer kind must be SGD, ADAM, ADAMW, RMSPROP or ADAGRAD");
   }
   p.grad_scale = c.grad_scale() == 0 ? 1.0f : static_cast<float>(c.grad_scale());
-  absl::Status s = ValidateOptimizerParams(p);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateOptimizerParams(p));
   return p;
 }
 
@@ -92,7 +92,7 @@ v1::OptimizerConfig OptimizerToProto(const OptimizerParams& p) {
 }
 
 absl::StatusOr<Layout> ValidateJobSpec(const v1::JobSpec& spec) {
-  if (absl::Status name = ValidateJobName(spec.job()); !name.ok()) return name;
+  TESSEL_RETURN_IF_ERROR(ValidateJobName(spec.job()));
   if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("job '", spec.job(),
                                                    "': world_size must be in [1, ", kMaxWorldSize,

@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "runtime/log.h"
 #include "runtime/version.h"
 
@@ -102,10 +103,10 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(
     std::vector<HttpPage> pages) {
   const std::string address = absl::GetFlag(FLAGS_metrics_address);
   if (address.empty()) return std::unique_ptr<MetricsServer>();
-  auto s = MetricsServer::Start(address, &metrics::Default(), std::move(pages));
-  if (!s.ok()) return s.status();
-  TESSEL_LOG(INFO) << "metrics at http://" << (*s)->address() << "/metrics";
-  return s;
+  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> server,
+                          MetricsServer::Start(address, &metrics::Default(), std::move(pages)));
+  TESSEL_LOG(INFO) << "metrics at http://" << server->address() << "/metrics";
+  return server;
 }
 
 }  // namespace tessel

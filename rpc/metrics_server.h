@@ -7,9 +7,8 @@
 //   GET /         a short index of the pages
 //
 // Example:
-//   auto http = tessel::MetricsServer::Start("0.0.0.0:9090");
-//   if (!http.ok()) return http.status();
-//   // ... (*http)->address() is "0.0.0.0:9090"; destroying it stops serving.
+//   TESSEL_ASSIGN_OR_RETURN(auto http, tessel::MetricsServer::Start("0.0.0.0:9090"));
+//   // ... http->address() is "0.0.0.0:9090"; destroying it stops serving.
 #ifndef TESSEL_RPC_METRICS_SERVER_H_
 #define TESSEL_RPC_METRICS_SERVER_H_
 

@@ -3,11 +3,12 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/log.h"
+#include "core/status_macros.h"
 #include "rpc/auth.h"
 #include "rpc/grpc_util.h"
 #include "rpc/host_identity.h"
 #include "rpc/view_delta.h"
+#include "runtime/log.h"
 
 namespace tessel {
 
@@ -23,8 +24,10 @@ void RegistryClient::Prepare(grpc::ClientContext* ctx) const {
 }
 
 RegistryClient::~RegistryClient() {
-  absl::Status s = Leave();
-  (void)s;
+  if (absl::Status s = Leave(); !s.ok()) {
+    TESSEL_LOG(WARNING) << "leaving the registry at " << address_
+                        << " failed (the lease lapses on its own after its TTL): " << s;
+  }
 }
 
 absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Duration ttl) {
@@ -42,9 +45,8 @@ absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Du
   grpc::ClientContext ctx;
   Prepare(&ctx);
   SetDeadline(&ctx);
-  absl::Status s =
-      FromGrpc(stub_->Join(&ctx, req, &resp), absl::StrCat("joining registry at ", address_));
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(
+      FromGrpc(stub_->Join(&ctx, req, &resp), absl::StrCat("joining registry at ", address_)));
   StopHeartbeats();
   {
     absl::MutexLock lock(&mu_);
@@ -147,9 +149,8 @@ absl::StatusOr<v1::View> RegistryClient::GetView(const std::string& group) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   SetDeadline(&ctx);
-  absl::Status s = FromGrpc(stub_->GetView(&ctx, req, &resp),
-                            absl::StrCat("registry at ", address_, " GetView(", group, ")"));
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(FromGrpc(stub_->GetView(&ctx, req, &resp),
+                                  absl::StrCat("registry at ", address_, " GetView(", group, ")")));
   return resp.view();
 }
 
@@ -159,9 +160,8 @@ absl::StatusOr<std::vector<v1::View>> RegistryClient::ListGroups() {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   SetDeadline(&ctx);
-  absl::Status s = FromGrpc(stub_->ListGroups(&ctx, req, &resp),
-                            absl::StrCat("registry at ", address_, " ListGroups"));
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(FromGrpc(stub_->ListGroups(&ctx, req, &resp),
+                                  absl::StrCat("registry at ", address_, " ListGroups")));
   return std::vector<v1::View>(resp.views().begin(), resp.views().end());
 }
 

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "rpc/auth.h"
 
 namespace tessel {
@@ -49,8 +50,7 @@ std::unique_ptr<grpc::ClientContext> ShardFleet::Context(absl::Duration timeout)
 
 absl::Status ShardFleet::ForEach(const std::function<absl::Status(int shard)>& call) const {
   for (int shard : shards()) {
-    absl::Status s = call(shard);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(call(shard));
   }
   return absl::OkStatus();
 }

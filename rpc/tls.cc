@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 namespace {
@@ -112,26 +113,20 @@ absl::StatusOr<PemFiles> LoadPem(const TlsOptions& o, const TlsFlagNames& n, boo
   }
   PemFiles pem;
   if (!o.ca_file.empty()) {
-    auto ca = ReadFile(n.ca, o.ca_file);
-    if (!ca.ok()) return ca.status();
-    pem.ca = std::move(*ca);
+    TESSEL_ASSIGN_OR_RETURN(pem.ca, ReadFile(n.ca, o.ca_file));
   }
   if (!o.cert_file.empty()) {
-    auto cert = ReadFile(n.cert, o.cert_file);
-    if (!cert.ok()) return cert.status();
-    auto key = ReadFile(n.key, o.key_file);
-    if (!key.ok()) return key.status();
-    pem.cert = std::move(*cert);
-    pem.key = std::move(*key);
+    TESSEL_ASSIGN_OR_RETURN(auto cert, ReadFile(n.cert, o.cert_file));
+    TESSEL_ASSIGN_OR_RETURN(auto key, ReadFile(n.key, o.key_file));
+    pem.cert = std::move(cert);
+    pem.key = std::move(key);
   }
 
   if (!pem.ca.empty()) {
-    auto ca_certs = ParseCerts(n.ca, o.ca_file, pem.ca);
-    if (!ca_certs.ok()) return ca_certs.status();
+    TESSEL_RETURN_IF_ERROR(ParseCerts(n.ca, o.ca_file, pem.ca));
   }
   if (pem.cert.empty()) return pem;
-  auto own = ParseCerts(n.cert, o.cert_file, pem.cert);
-  if (!own.ok()) return own.status();
+  TESSEL_ASSIGN_OR_RETURN(auto own, ParseCerts(n.cert, o.cert_file, pem.cert));
   std::unique_ptr<BIO, BioFree> bio(
       BIO_new_mem_buf(pem.key.data(), static_cast<int>(pem.key.size())));
   std::unique_ptr<EVP_PKEY, KeyFree> key_obj(
@@ -141,7 +136,7 @@ absl::StatusOr<PemFiles> LoadPem(const TlsOptions& o, const TlsFlagNames& n, boo
                                                    "' holds no unencrypted PEM private key (",
                                                    OpenSslError(), ")"));
   }
-  if (X509_check_private_key(own->front().get(), key_obj.get()) != 1) {
+  if (X509_check_private_key(own.front().get(), key_obj.get()) != 1) {
     ERR_clear_error();
     return absl::InvalidArgumentError(absl::StrCat(n.key, " file '", o.key_file,
                                                    "' is not the key of the certificate in ",
@@ -171,26 +166,23 @@ absl::StatusOr<ClientCredentials> ClientFromPem(const PemFiles& pem,
 
 absl::StatusOr<ClientCredentials> LoadClientCredentials(const TlsOptions& options) {
   if (!options.enabled()) return ClientCredentials();
-  auto pem = LoadPem(options, TlsFlagNames(), /*require_all=*/true);
-  if (!pem.ok()) return pem.status();
-  return ClientFromPem(*pem, options.server_name);
+  TESSEL_ASSIGN_OR_RETURN(auto pem, LoadPem(options, TlsFlagNames(), /*require_all=*/true));
+  return ClientFromPem(pem, options.server_name);
 }
 
 absl::StatusOr<ClientCredentials> LoadTlsClientCredentials(const TlsOptions& options,
                                                            const TlsFlagNames& names) {
-  auto pem = LoadPem(options, names, /*require_all=*/false);
-  if (!pem.ok()) return pem.status();
-  return ClientFromPem(*pem, options.server_name);
+  TESSEL_ASSIGN_OR_RETURN(auto pem, LoadPem(options, names, /*require_all=*/false));
+  return ClientFromPem(pem, options.server_name);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> LoadServerCredentials(
     const TlsOptions& options) {
   if (!options.enabled()) return grpc::InsecureServerCredentials();
-  auto pem = LoadPem(options, TlsFlagNames(), /*require_all=*/true);
-  if (!pem.ok()) return pem.status();
+  TESSEL_ASSIGN_OR_RETURN(auto pem, LoadPem(options, TlsFlagNames(), /*require_all=*/true));
   grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  ssl.pem_root_certs = pem->ca;
-  ssl.pem_key_cert_pairs.push_back({pem->key, pem->cert});
+  ssl.pem_root_certs = pem.ca;
+  ssl.pem_key_cert_pairs.push_back({pem.key, pem.cert});
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(ssl);
   if (creds == nullptr) return absl::InternalError("gRPC refused the TLS server credentials");
   return creds;

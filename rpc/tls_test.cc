@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "proto/registry.grpc.pb.h"
 #include "rpc/grpc_util.h"
 
@@ -179,9 +180,8 @@ class TlsEndToEndTest : public ::testing::Test {
     return s;
   }
   absl::Status Call(const TlsOptions& o) {
-    auto creds = LoadClientCredentials(o);
-    if (!creds.ok()) return creds.status();
-    return Call(*creds, address_);
+    TESSEL_ASSIGN_OR_RETURN(auto creds, LoadClientCredentials(o));
+    return Call(creds, address_);
   }
 
   FakeRegistry service_;

@@ -14,8 +14,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/cli.h"
+#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "runtime/cli.h"
 
 ABSL_FLAG(std::string, config, "",
           "JSON job config: flags from its \"common\" section (those this binary has) and "
@@ -46,9 +47,8 @@ absl::StatusOr<std::string> ValueText(const Json& value) {
   if (!value.is_array()) return ScalarText(value);
   std::vector<std::string> items;
   for (const Json& item : value) {
-    auto text = ScalarText(item);
-    if (!text.ok()) return text.status();
-    items.push_back(*text);
+    TESSEL_ASSIGN_OR_RETURN(auto text, ScalarText(item));
+    items.push_back(text);
   }
   return absl::StrJoin(items, ",");
 }
@@ -106,8 +106,7 @@ absl::Status ApplyFlagConfig(const std::string& path, absl::string_view section)
                        "\" (sections: common, registry, server, worker, launch, comment)"));
     }
   }
-  absl::Status s = ApplySection(path, config, "common", /*only_known=*/true);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ApplySection(path, config, "common", /*only_known=*/true));
   return ApplySection(path, config, std::string(section), /*only_known=*/false);
 }
 

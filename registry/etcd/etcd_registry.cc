@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/status_macros.h"
 #include "runtime/log.h"
 
 namespace tessel {
@@ -76,12 +77,12 @@ absl::StatusOr<std::unique_ptr<EtcdRegistry>> EtcdRegistry::Connect(EtcdRegistry
   if (options.prefix.empty()) {
     return absl::InvalidArgumentError("etcd key prefix must not be empty or '/' (e.g. /tessel)");
   }
-  auto etcd = EtcdClient::Connect(options.endpoints, options.rpc_timeout, options.credentials);
-  if (!etcd.ok()) return etcd.status();
+  TESSEL_ASSIGN_OR_RETURN(
+      auto etcd, EtcdClient::Connect(options.endpoints, options.rpc_timeout, options.credentials));
   auto registry =
-      std::unique_ptr<EtcdRegistry>(new EtcdRegistry(std::move(options), std::move(*etcd)));
+      std::unique_ptr<EtcdRegistry>(new EtcdRegistry(std::move(options), std::move(etcd)));
   int64_t revision = 0;
-  if (absl::Status s = registry->ResyncAll(&revision); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(registry->ResyncAll(&revision));
   registry->watcher_ = std::thread([r = registry.get(), revision] { r->WatchLoop(revision); });
   return registry;
 }
@@ -150,9 +151,8 @@ absl::StatusOr<EtcdRegistry::GroupState> EtcdRegistry::ParseGroup(
 }
 
 absl::StatusOr<EtcdRegistry::GroupState> EtcdRegistry::ReadGroup(const std::string& group) {
-  auto resp = etcd_->Range(PrefixRange(GroupPrefix(group)));
-  if (!resp.ok()) return resp.status();
-  return ParseGroup(EpochKey(group), resp->kvs());
+  TESSEL_ASSIGN_OR_RETURN(auto resp, etcd_->Range(PrefixRange(GroupPrefix(group))));
+  return ParseGroup(EpochKey(group), resp.kvs());
 }
 
 void EtcdRegistry::Remember(const std::string& group, int64_t epoch,
@@ -165,29 +165,27 @@ void EtcdRegistry::Remember(const std::string& group, int64_t epoch,
 
 absl::StatusOr<v1::View> EtcdRegistry::Reconcile(const std::string& group) {
   for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
-    auto state = ReadGroup(group);
-    if (!state.ok()) return state.status();
-    if (!state->dirty()) {
-      Remember(group, state->epoch, state->members);
-      return MakeView(group, state->epoch, state->members);
+    TESSEL_ASSIGN_OR_RETURN(auto state, ReadGroup(group));
+    if (!state.dirty()) {
+      Remember(group, state.epoch, state.members);
+      return MakeView(group, state.epoch, state.members);
     }
     // Members left (Leave, eviction, lease expiry) since the epoch was
     // written: bump it, unless someone else changed the epoch key meanwhile.
-    const int64_t epoch = state->epoch + 1;
+    const int64_t epoch = state.epoch + 1;
     etcdserverpb::TxnRequest txn;
     etcdserverpb::Compare* cmp = txn.add_compare();
     cmp->set_key(EpochKey(group));
     cmp->set_target(etcdserverpb::Compare::MOD);
     cmp->set_result(etcdserverpb::Compare::EQUAL);
-    cmp->set_mod_revision(state->epoch_mod_revision);
+    cmp->set_mod_revision(state.epoch_mod_revision);
     etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
     put->set_key(EpochKey(group));
-    put->set_value(absl::StrCat(epoch, " ", state->members.size()));
-    auto resp = etcd_->Txn(txn);
-    if (!resp.ok()) return resp.status();
-    if (resp->succeeded()) {
-      Remember(group, epoch, state->members);
-      return MakeView(group, epoch, state->members);
+    put->set_value(absl::StrCat(epoch, " ", state.members.size()));
+    TESSEL_ASSIGN_OR_RETURN(auto resp, etcd_->Txn(txn));
+    if (resp.succeeded()) {
+      Remember(group, epoch, state.members);
+      return MakeView(group, epoch, state.members);
     }
   }
   return absl::AbortedError(absl::StrCat("epoch of group '", group, "' changed ", kMaxCasAttempts,
@@ -196,10 +194,9 @@ absl::StatusOr<v1::View> EtcdRegistry::Reconcile(const std::string& group) {
 
 absl::StatusOr<Registry::Joined> EtcdRegistry::Join(const v1::Member& member, absl::Duration ttl) {
   if (ttl == absl::ZeroDuration()) ttl = options_.default_ttl;
-  if (absl::Status valid = ValidateJoin(member, ttl); !valid.ok()) return valid;
-  auto lease = etcd_->LeaseGrant(ttl);
-  if (!lease.ok()) return lease.status();
-  const int64_t lease_id = lease->id();
+  TESSEL_RETURN_IF_ERROR(ValidateJoin(member, ttl));
+  TESSEL_ASSIGN_OR_RETURN(auto lease, etcd_->LeaseGrant(ttl));
+  const int64_t lease_id = lease.id();
   auto give_back = [&] {
     absl::Status s = etcd_->LeaseRevoke(lease_id);
     (void)s;  // the lease lapses on its own if this fails
@@ -251,7 +248,7 @@ absl::StatusOr<Registry::Joined> EtcdRegistry::Join(const v1::Member& member, ab
     state->members.push_back(Leased{lease_id, joined});
     SortMembers(&state->members);
     Remember(group, epoch, state->members);
-    return Joined{lease_id, absl::Seconds(lease->ttl()), MakeView(group, epoch, state->members)};
+    return Joined{lease_id, absl::Seconds(lease.ttl()), MakeView(group, epoch, state->members)};
   }
   give_back();
   return absl::AbortedError(
@@ -259,8 +256,7 @@ absl::StatusOr<Registry::Joined> EtcdRegistry::Join(const v1::Member& member, ab
 }
 
 absl::StatusOr<int64_t> EtcdRegistry::Heartbeat(int64_t lease_id) {
-  auto ttl = etcd_->LeaseKeepAliveOnce(lease_id);
-  if (!ttl.ok()) return ttl.status();
+  TESSEL_RETURN_IF_ERROR(etcd_->LeaseKeepAliveOnce(lease_id));
   std::string group;
   {
     absl::MutexLock lock(&mu_);
@@ -273,30 +269,27 @@ absl::StatusOr<int64_t> EtcdRegistry::Heartbeat(int64_t lease_id) {
   }
   if (group.empty()) {
     // Joined through another registry process: ask etcd which key it holds.
-    auto info = etcd_->LeaseTimeToLive(lease_id, /*keys=*/true);
-    if (!info.ok()) return info.status();
-    if (info->keys().empty()) {
+    TESSEL_ASSIGN_OR_RETURN(auto info, etcd_->LeaseTimeToLive(lease_id, /*keys=*/true));
+    if (info.keys().empty()) {
       return absl::NotFoundError(
           absl::StrCat("lease ", lease_id, " holds no membership; join again"));
     }
-    group = GroupOfKey(info->keys(0));
+    group = GroupOfKey(info.keys(0));
   }
-  auto view = Reconcile(group);
-  if (!view.ok()) return view.status();
-  return view->epoch();
+  TESSEL_ASSIGN_OR_RETURN(auto view, Reconcile(group));
+  return view.epoch();
 }
 
 absl::Status EtcdRegistry::Leave(int64_t lease_id) {
-  auto info = etcd_->LeaseTimeToLive(lease_id, /*keys=*/true);
-  if (!info.ok()) return info.status();
+  TESSEL_ASSIGN_OR_RETURN(auto info, etcd_->LeaseTimeToLive(lease_id, /*keys=*/true));
   std::set<std::string> groups;
-  for (const std::string& key : info->keys()) {
+  for (const std::string& key : info.keys()) {
     std::string g = GroupOfKey(key);
     if (!g.empty()) groups.insert(g);
   }
   // Revoking deletes the member key; the epoch bump follows in Reconcile
   // (and in every registry's watcher).
-  if (absl::Status s = etcd_->LeaseRevoke(lease_id); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(etcd_->LeaseRevoke(lease_id));
   {
     absl::MutexLock lock(&mu_);
     group_by_lease_.erase(lease_id);
@@ -305,8 +298,7 @@ absl::Status EtcdRegistry::Leave(int64_t lease_id) {
     return absl::NotFoundError(absl::StrCat("lease ", lease_id, " held no membership"));
   }
   for (const std::string& g : groups) {
-    auto view = Reconcile(g);
-    if (!view.ok()) return view.status();
+    TESSEL_RETURN_IF_ERROR(Reconcile(g));
   }
   return absl::OkStatus();
 }
@@ -316,34 +308,30 @@ absl::StatusOr<v1::View> EtcdRegistry::GetView(const std::string& group) {
 }
 
 absl::StatusOr<std::vector<v1::View>> EtcdRegistry::ListGroups() {
-  auto resp = etcd_->Range(PrefixRange(GroupsPrefix()));
-  if (!resp.ok()) return resp.status();
+  TESSEL_ASSIGN_OR_RETURN(auto resp, etcd_->Range(PrefixRange(GroupsPrefix())));
   std::map<std::string, google::protobuf::RepeatedPtrField<mvccpb::KeyValue>> by_group;
-  for (const mvccpb::KeyValue& kv : resp->kvs()) {
+  for (const mvccpb::KeyValue& kv : resp.kvs()) {
     std::string g = GroupOfKey(kv.key());
     if (!g.empty()) *by_group[g].Add() = kv;
   }
   std::vector<v1::View> views;
   for (const auto& [group, kvs] : by_group) {
-    auto state = ParseGroup(EpochKey(group), kvs);
-    if (!state.ok()) return state.status();
-    if (state->dirty()) {
-      auto view = Reconcile(group);
-      if (!view.ok()) return view.status();
-      views.push_back(std::move(*view));
+    TESSEL_ASSIGN_OR_RETURN(auto state, ParseGroup(EpochKey(group), kvs));
+    if (state.dirty()) {
+      TESSEL_ASSIGN_OR_RETURN(auto view, Reconcile(group));
+      views.push_back(std::move(view));
     } else {
-      Remember(group, state->epoch, state->members);
-      views.push_back(MakeView(group, state->epoch, state->members));
+      Remember(group, state.epoch, state.members);
+      views.push_back(MakeView(group, state.epoch, state.members));
     }
   }
   return views;
 }
 
 absl::StatusOr<std::vector<Registry::Leased>> EtcdRegistry::ListMembers() {
-  auto resp = etcd_->Range(PrefixRange(GroupsPrefix()));
-  if (!resp.ok()) return resp.status();
+  TESSEL_ASSIGN_OR_RETURN(auto resp, etcd_->Range(PrefixRange(GroupsPrefix())));
   std::vector<Leased> members;
-  for (const mvccpb::KeyValue& kv : resp->kvs()) {
+  for (const mvccpb::KeyValue& kv : resp.kvs()) {
     const std::string group = GroupOfKey(kv.key());
     if (group.empty() || kv.key() == EpochKey(group)) continue;
     Leased m;
@@ -366,9 +354,8 @@ absl::StatusOr<v1::View> EtcdRegistry::WaitForChange(const std::string& group, i
     known = epochs_.count(group) > 0;
   }
   if (!known) {
-    auto view = Reconcile(group);  // fills the cache
-    if (!view.ok()) return view.status();
-    if (view->epoch() > after_epoch) return view;
+    TESSEL_ASSIGN_OR_RETURN(v1::View view, Reconcile(group));  // fills the cache
+    if (view.epoch() > after_epoch) return view;
   }
   {
     absl::MutexLock lock(&mu_);
@@ -391,17 +378,15 @@ absl::StatusOr<v1::View> EtcdRegistry::WaitForChange(const std::string& group, i
 }
 
 absl::Status EtcdRegistry::ResyncAll(int64_t* revision) {
-  auto resp = etcd_->Range(PrefixRange(GroupsPrefix()));
-  if (!resp.ok()) return resp.status();
-  *revision = resp->header().revision();
+  TESSEL_ASSIGN_OR_RETURN(auto resp, etcd_->Range(PrefixRange(GroupsPrefix())));
+  *revision = resp.header().revision();
   std::set<std::string> groups;
-  for (const mvccpb::KeyValue& kv : resp->kvs()) {
+  for (const mvccpb::KeyValue& kv : resp.kvs()) {
     std::string g = GroupOfKey(kv.key());
     if (!g.empty()) groups.insert(g);
   }
   for (const std::string& g : groups) {
-    auto view = Reconcile(g);
-    if (!view.ok()) return view.status();
+    TESSEL_RETURN_IF_ERROR(Reconcile(g));
   }
   return absl::OkStatus();
 }

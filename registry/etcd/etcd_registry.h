@@ -38,9 +38,9 @@
 // Threads: thread-safe; owns the watcher thread, joined by the destructor.
 //
 // Example:
-//   auto registry = EtcdRegistry::Connect({.endpoints = {"127.0.0.1:2379"}});
-//   if (!registry.ok()) return registry.status();  // names the endpoint
-//   auto joined = (*registry)->Join(member, absl::ZeroDuration());
+//   TESSEL_ASSIGN_OR_RETURN(auto registry,  // the error names the endpoint
+//                           EtcdRegistry::Connect({.endpoints = {"127.0.0.1:2379"}}));
+//   auto joined = registry->Join(member, absl::ZeroDuration());
 #ifndef TESSEL_REGISTRY_ETCD_ETCD_REGISTRY_H_
 #define TESSEL_REGISTRY_ETCD_ETCD_REGISTRY_H_
 

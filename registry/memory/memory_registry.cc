@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 
@@ -15,7 +16,7 @@ MemoryRegistry::MemoryRegistry(absl::Duration default_ttl, std::function<absl::T
 absl::StatusOr<Registry::Joined> MemoryRegistry::Join(const v1::Member& member,
                                                       absl::Duration ttl) {
   if (ttl == absl::ZeroDuration()) ttl = default_ttl_;
-  if (absl::Status valid = ValidateJoin(member, ttl); !valid.ok()) return valid;
+  TESSEL_RETURN_IF_ERROR(ValidateJoin(member, ttl));
   absl::MutexLock lock(&mu_);
   auto [group, created] = groups_.try_emplace(member.group());
   Group& g = group->second;
