@@ -8,9 +8,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "gpu/cublas.h"
 #include "gpu/cuda_device.h"
 #include "model/cuda_layer_kernels.h"
+#include "runtime/log.h"
 
 namespace tessel::model {
 namespace {
@@ -36,7 +38,10 @@ class CudaLayers : public DeviceLayers {
 
   ~CudaLayers() override {
     for (int i = 0; i < gpu::kNumStreams; ++i) {
-      (void)device_->SynchronizeStream(static_cast<Stream>(i));
+      if (absl::Status s = device_->SynchronizeStream(static_cast<Stream>(i)); !s.ok()) {
+        TESSEL_LOG(WARNING) << "CudaLayers: waiting for stream " << i
+                            << " before destroying its cuBLAS handle failed: " << s;
+      }
     }
     for (CublasHandle& h : handles_) {
       if (h != nullptr) cublas_.destroy(h);
@@ -228,7 +233,7 @@ absl::StatusOr<std::unique_ptr<DeviceLayers>> OpenCudaLayers(gpu::Device* device
   absl::StatusOr<CublasLibrary> cublas = CublasLibrary::Load();
   if (!cublas.ok()) return Unusable(cublas.status().message());
   auto layers = std::make_unique<CudaLayers>(cuda, *std::move(cublas));
-  if (absl::Status s = layers->CreateHandles(); !s.ok()) return s;  // ~CudaLayers cleans up
+  TESSEL_RETURN_IF_ERROR(layers->CreateHandles());  // ~CudaLayers cleans up
   return std::unique_ptr<DeviceLayers>(std::move(layers));
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "runtime/log.h"
 
 namespace tessel::model {
 
@@ -15,7 +16,10 @@ DeviceMlp::DeviceMlp(const Mlp& model, std::unique_ptr<DeviceLayers> layers, int
 
 DeviceMlp::~DeviceMlp() {
   // Nothing may still read or write the buffers being freed.
-  (void)device_->SynchronizeStream(Stream::kCompute);
+  if (absl::Status s = device_->SynchronizeStream(Stream::kCompute); !s.ok()) {
+    TESSEL_LOG(WARNING) << "DeviceMlp: waiting for the compute stream before freeing the "
+                        << "model's buffers failed: " << s;
+  }
   device_->UnpinHost(host_x_.data());
   device_->UnpinHost(host_y_.data());
   device_->UnpinHost(host_loss_.data());
@@ -39,30 +43,25 @@ absl::StatusOr<std::unique_ptr<DeviceMlp>> DeviceMlp::Create(const Mlp& model,
   const size_t rows = static_cast<size_t>(batch);
   const size_t widest = static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end()));
   auto alloc = [&](gpu::DeviceBuffer<float>* b, size_t n) -> absl::Status {
-    auto buffer = gpu::DeviceBuffer<float>::Create(device, n);
-    if (!buffer.ok()) return buffer.status();
-    *b = std::move(*buffer);
+    TESSEL_ASSIGN_OR_RETURN(*b, gpu::DeviceBuffer<float>::Create(device, n));
     return absl::OkStatus();
   };
-  absl::Status s = alloc(&m->x_, rows * sizes.front());
-  auto y = gpu::DeviceBuffer<int32_t>::Create(device, rows);
-  if (!y.ok()) return y.status();
-  m->y_ = std::move(*y);
+  TESSEL_RETURN_IF_ERROR(alloc(&m->x_, rows * sizes.front()));
+  TESSEL_ASSIGN_OR_RETURN(m->y_, gpu::DeviceBuffer<int32_t>::Create(device, rows));
   m->activations_.resize(sizes.size() - 1);
-  for (size_t l = 0; s.ok() && l + 1 < sizes.size(); ++l) {
-    s = alloc(&m->activations_[l], rows * sizes[l + 1]);
+  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+    TESSEL_RETURN_IF_ERROR(alloc(&m->activations_[l], rows * sizes[l + 1]));
   }
-  if (s.ok()) s = alloc(&m->d_output_, rows * widest);
-  if (s.ok()) s = alloc(&m->d_input_, rows * widest);
-  if (s.ok()) s = alloc(&m->loss_, 1);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(alloc(&m->d_output_, rows * widest));
+  TESSEL_RETURN_IF_ERROR(alloc(&m->d_input_, rows * widest));
+  TESSEL_RETURN_IF_ERROR(alloc(&m->loss_, 1));
   m->host_x_.resize(rows * sizes.front());
   m->host_y_.resize(rows);
   m->host_loss_.resize(1);
   for (auto [p, bytes] : {std::pair<void*, size_t>{m->host_x_.data(), m->host_x_.size() * 4},
                           {m->host_y_.data(), m->host_y_.size() * 4},
                           {m->host_loss_.data(), 4}}) {
-    if (s = device->PinHost(p, bytes); !s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(device->PinHost(p, bytes));
   }
   m->batch_copied_ = device->NewEvent();
   return m;
@@ -75,7 +74,7 @@ absl::Status DeviceMlp::SetBatch(const float* x, const int32_t* y) {
           "label ", y[i], " of row ", i, " is outside [0, ", model_.num_classes(), ")"));
     }
   }
-  if (absl::Status s = device_->Synchronize(batch_copied_.get()); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(device_->Synchronize(batch_copied_.get()));
   std::copy(x, x + host_x_.size(), host_x_.begin());
   std::copy(y, y + host_y_.size(), host_y_.begin());
   device_->CopyToDevice(Stream::kCompute, x_.data(), host_x_.data(),
@@ -120,7 +119,7 @@ void DeviceMlp::Backward(int layer, const float* layer_params, float* layer_grad
 }
 
 absl::StatusOr<float> DeviceMlp::Loss() {
-  if (absl::Status s = device_->SynchronizeStream(Stream::kCompute); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(device_->SynchronizeStream(Stream::kCompute));
   return host_loss_[0];
 }
 

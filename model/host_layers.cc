@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "model/layer_kernels.h"
+#include "runtime/log.h"
 
 namespace tessel::model {
 namespace {
@@ -16,7 +17,10 @@ class HostLayers : public DeviceLayers {
   ~HostLayers() override {
     // The tasks enqueued use scratch_.
     for (int i = 0; i < gpu::kNumStreams; ++i) {
-      (void)device_->SynchronizeStream(static_cast<Stream>(i));
+      if (absl::Status s = device_->SynchronizeStream(static_cast<Stream>(i)); !s.ok()) {
+        TESSEL_LOG(WARNING) << "HostLayers: waiting for stream " << i
+                            << " before freeing its scratch buffers failed: " << s;
+      }
     }
   }
 

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 #include "model/dataset.h"
 #include "model/internal/check.h"
 #include "model/internal/random.h"
@@ -82,7 +83,7 @@ struct Mlp::Workspace {
 };
 
 absl::StatusOr<Mlp> Mlp::Create(std::vector<int> sizes) {
-  if (absl::Status status = ValidateSizes(sizes); !status.ok()) return status;
+  TESSEL_RETURN_IF_ERROR(ValidateSizes(sizes));
   return Mlp(std::move(sizes));
 }
 

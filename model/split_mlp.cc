@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 #include "model/internal/check.h"
 #include "model/layer_kernels.h"
 
@@ -42,10 +43,9 @@ int StageOf(int layer, int layers, int pp) {
 }  // namespace
 
 absl::StatusOr<SplitMlp> SplitMlp::Create(std::vector<int> sizes, int tp, int pp) {
-  absl::StatusOr<Mlp> model = Mlp::Create(sizes);
-  if (!model.ok()) return model.status();
+  TESSEL_ASSIGN_OR_RETURN(Mlp model, Mlp::Create(sizes));
   const std::string shape = absl::StrJoin(sizes, ",");
-  const int layers = model->num_layers();
+  const int layers = model.num_layers();
   if (tp < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor-parallel size tp must be >= 1, got tp=", tp));
@@ -85,7 +85,7 @@ absl::StatusOr<SplitMlp> SplitMlp::Create(std::vector<int> sizes, int tp, int pp
   for (int l = 0; l < layers; ++l) {
     const LayerSplit split = SplitOf(l, layers);
     const int stage = StageOf(l, layers, pp);
-    const std::vector<TensorInfo>& full = model->tensors();
+    const std::vector<TensorInfo>& full = model.tensors();
     specs.push_back({full[2 * static_cast<size_t>(l)].name, full[2 * static_cast<size_t>(l)].shape,
                      split == LayerSplit::kColumn ? TensorSplit::kDim0
                      : split == LayerSplit::kRow  ? TensorSplit::kDim1
@@ -95,9 +95,8 @@ absl::StatusOr<SplitMlp> SplitMlp::Create(std::vector<int> sizes, int tp, int pp
         {full[2 * static_cast<size_t>(l) + 1].name, full[2 * static_cast<size_t>(l) + 1].shape,
          split == LayerSplit::kColumn ? TensorSplit::kDim0 : TensorSplit::kReplicated, stage});
   }
-  absl::StatusOr<PartitionPlan> plan = PartitionPlan::Create(std::move(specs), tp, pp);
-  if (!plan.ok()) return plan.status();
-  return SplitMlp(std::move(*model), tp, pp, std::move(*plan));
+  TESSEL_ASSIGN_OR_RETURN(PartitionPlan plan, PartitionPlan::Create(std::move(specs), tp, pp));
+  return SplitMlp(std::move(model), tp, pp, std::move(plan));
 }
 
 SplitMlp::SplitMlp(Mlp model, int tp, int pp, PartitionPlan plan)
