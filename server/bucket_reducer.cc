@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/reduce.h"
+#include "core/status_macros.h"
 #include "core/topk.h"
 
 namespace tessel {
@@ -151,9 +152,8 @@ absl::StatusOr<BucketReducer::Landing> BucketReducer::Land(int bucket, int rank)
   if (topk_ratio_ > 0) {
     // The pairs are checked before they count.
     const int64_t n = buckets_[bucket].size();
-    absl::Status s = CheckSparse(rank_sparse_[rank].data() + sparse_offset_[bucket],
-                                 TopkCount(topk_ratio_, n), n);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(CheckSparse(rank_sparse_[rank].data() + sparse_offset_[bucket],
+                                       TopkCount(topk_ratio_, n), n));
   }
   return RecordLocked(bucket, rank);
 }

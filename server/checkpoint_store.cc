@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 namespace {
@@ -66,12 +67,10 @@ absl::Status ValidateStorePath(const std::string& path) {
 }
 
 absl::Status LocalFsStore::Put(const std::string& path, const std::vector<Chunk>& chunks) {
-  absl::Status s = ValidateStorePath(path);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(path));
   const std::string full = Describe(path);
   const std::string dir = Parent(full);
-  s = MkdirAll(dir);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(MkdirAll(dir));
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = absl::StrCat(full, ".tmp-", getpid(), "-", counter++);
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -113,18 +112,15 @@ absl::Status LocalFsStore::Put(const std::string& path, const std::vector<Chunk>
 }
 
 absl::StatusOr<std::string> LocalFsStore::Get(const std::string& path) {
-  auto size = Size(path);
-  if (!size.ok()) return size.status();
-  std::string out(static_cast<size_t>(*size), '\0');
-  absl::Status s = ReadRange(path, 0, *size, out.data());
-  if (!s.ok()) return s;
+  TESSEL_ASSIGN_OR_RETURN(auto size, Size(path));
+  std::string out(static_cast<size_t>(size), '\0');
+  TESSEL_RETURN_IF_ERROR(ReadRange(path, 0, size, out.data()));
   return out;
 }
 
 absl::Status LocalFsStore::ReadRange(const std::string& path, int64_t offset, int64_t size,
                                      void* dst) {
-  absl::Status s = ValidateStorePath(path);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(path));
   const std::string full = Describe(path);
   int fd = open(full.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Errno("cannot open", full);
@@ -148,8 +144,7 @@ absl::Status LocalFsStore::ReadRange(const std::string& path, int64_t offset, in
 }
 
 absl::StatusOr<int64_t> LocalFsStore::Size(const std::string& path) {
-  absl::Status s = ValidateStorePath(path);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(path));
   struct stat st;
   const std::string full = Describe(path);
   if (stat(full.c_str(), &st) != 0) return Errno("cannot stat", full);
@@ -158,8 +153,7 @@ absl::StatusOr<int64_t> LocalFsStore::Size(const std::string& path) {
 
 absl::StatusOr<std::vector<std::string>> LocalFsStore::List(const std::string& dir) {
   if (!dir.empty()) {
-    absl::Status s = ValidateStorePath(dir);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(ValidateStorePath(dir));
   }
   const std::string full = dir.empty() ? root_ : Describe(dir);
   std::vector<std::string> names;
@@ -178,17 +172,14 @@ absl::StatusOr<std::vector<std::string>> LocalFsStore::List(const std::string& d
 }
 
 absl::Status LocalFsStore::RemoveAll(const std::string& dir) {
-  absl::Status s = ValidateStorePath(dir);
-  if (!s.ok()) return s;
-  auto names = List(dir);
-  if (!names.ok()) return names.status();
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(dir));
+  TESSEL_ASSIGN_OR_RETURN(auto names, List(dir));
   const std::string full = Describe(dir);
-  for (const std::string& n : *names) {
+  for (const std::string& n : names) {
     const std::string child = full + "/" + n;
     struct stat st;
     if (lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      s = RemoveAll(dir + "/" + n);
-      if (!s.ok()) return s;
+      TESSEL_RETURN_IF_ERROR(RemoveAll(dir + "/" + n));
     } else if (unlink(child.c_str()) != 0 && errno != ENOENT) {
       return Errno("cannot remove", child);
     }
@@ -198,8 +189,7 @@ absl::Status LocalFsStore::RemoveAll(const std::string& dir) {
 }
 
 absl::Status MemoryStore::Put(const std::string& path, const std::vector<Chunk>& chunks) {
-  absl::Status s = ValidateStorePath(path);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(path));
   std::string data;
   for (const Chunk& c : chunks) data.append(reinterpret_cast<const char*>(c.data()), c.size());
   absl::MutexLock lock(&mu_);
@@ -208,8 +198,7 @@ absl::Status MemoryStore::Put(const std::string& path, const std::vector<Chunk>&
 }
 
 absl::StatusOr<std::string> MemoryStore::Get(const std::string& path) {
-  absl::Status s = ValidateStorePath(path);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(path));
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(path);
   if (it == objects_.end()) return absl::NotFoundError(absl::StrCat("no object ", path));
@@ -218,8 +207,7 @@ absl::StatusOr<std::string> MemoryStore::Get(const std::string& path) {
 
 absl::Status MemoryStore::ReadRange(const std::string& path, int64_t offset, int64_t size,
                                     void* dst) {
-  absl::Status s = ValidateStorePath(path);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(path));
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(path);
   if (it == objects_.end()) return absl::NotFoundError(absl::StrCat("no object ", path));
@@ -231,8 +219,7 @@ absl::Status MemoryStore::ReadRange(const std::string& path, int64_t offset, int
 }
 
 absl::StatusOr<int64_t> MemoryStore::Size(const std::string& path) {
-  absl::Status s = ValidateStorePath(path);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(path));
   absl::MutexLock lock(&mu_);
   auto it = objects_.find(path);
   if (it == objects_.end()) return absl::NotFoundError(absl::StrCat("no object ", path));
@@ -241,8 +228,7 @@ absl::StatusOr<int64_t> MemoryStore::Size(const std::string& path) {
 
 absl::StatusOr<std::vector<std::string>> MemoryStore::List(const std::string& dir) {
   if (!dir.empty()) {
-    absl::Status s = ValidateStorePath(dir);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(ValidateStorePath(dir));
   }
   const std::string prefix = dir.empty() ? "" : dir + "/";
   absl::MutexLock lock(&mu_);
@@ -257,8 +243,7 @@ absl::StatusOr<std::vector<std::string>> MemoryStore::List(const std::string& di
 }
 
 absl::Status MemoryStore::RemoveAll(const std::string& dir) {
-  absl::Status s = ValidateStorePath(dir);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(dir));
   absl::MutexLock lock(&mu_);
   const std::string prefix = dir + "/";
   for (auto it = objects_.lower_bound(prefix); it != objects_.end();) {

@@ -9,8 +9,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/log.h"
+#include "core/status_macros.h"
 #include "core/tensor_steps.h"
+#include "runtime/log.h"
 #include "server/checkpoint_metrics.h"
 
 namespace tessel {
@@ -204,8 +205,7 @@ absl::Status Checkpointer::WriteShard(const ShardSnapshot& s) {
   }
   const std::string sum = absl::StrFormat("%016x", XXH64_digest(h));
   XXH64_freeState(h);
-  absl::Status st = store_->Put(dir + "/" + ShardFileName(s.shard), chunks);
-  if (!st.ok()) return st;
+  TESSEL_RETURN_IF_ERROR(store_->Put(dir + "/" + ShardFileName(s.shard), chunks));
   ShardEntry e;
   e.shard = s.shard;
   e.file = ShardFileName(s.shard);
@@ -255,9 +255,8 @@ absl::Status Checkpointer::TryFinalize(Pending& p, bool* done) {
       if (absl::IsNotFound(meta.status())) return absl::OkStatus();  // not yet
       return meta.status();
     }
-    auto e = ParseShardEntry(*meta);
-    if (!e.ok()) return e.status();
-    entries.push_back(*e);
+    TESSEL_ASSIGN_OR_RETURN(auto e, ParseShardEntry(*meta));
+    entries.push_back(e);
   }
   p.manifest.shards = entries;
   p.manifest.tensor_skips.clear();
@@ -265,12 +264,10 @@ absl::Status Checkpointer::TryFinalize(Pending& p, bool* done) {
   if (NoSkips(p.manifest.tensor_skips)) p.manifest.tensor_skips.clear();
   p.manifest.created_unix_ms = absl::ToUnixMillis(absl::Now());
   const std::string text = ManifestToJson(p.manifest);
-  auto check = ParseManifest(text);
-  if (!check.ok()) return check.status();
-  absl::Status st =
+  TESSEL_RETURN_IF_ERROR(ParseManifest(text));
+  TESSEL_RETURN_IF_ERROR(
       store_->Put(dir + "/" + kManifestName,
-                  {Chunk(reinterpret_cast<const uint8_t*>(text.data()), text.size())});
-  if (!st.ok()) return st;
+                  {Chunk(reinterpret_cast<const uint8_t*>(text.data()), text.size())}));
   *done = true;
   CheckpointFinalized(p.job, p.step);
   TESSEL_LOG(INFO) << "checkpoint " << p.job << " step " << p.step << " complete (" << p.num_shards
@@ -369,12 +366,10 @@ void Checkpointer::Prune(const std::string& job, int keep_last) {
 
 absl::StatusOr<std::vector<Manifest>> Checkpointer::List(const std::string& job) {
   if (!enabled()) return NotEnabled();
-  absl::Status s = ValidateStorePath(job);
-  if (!s.ok()) return s;
-  auto names = store_->List(job);
-  if (!names.ok()) return names.status();
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(job));
+  TESSEL_ASSIGN_OR_RETURN(auto names, store_->List(job));
   std::vector<Manifest> out;
-  for (const std::string& n : *names) {
+  for (const std::string& n : names) {
     const int64_t step = StepOfDir(n);
     if (step < 0) continue;
     auto text = store_->Get(CheckpointDir(job, step) + "/" + kManifestName);
@@ -390,16 +385,14 @@ absl::StatusOr<std::vector<Manifest>> Checkpointer::List(const std::string& job)
 absl::StatusOr<Manifest> Checkpointer::Read(const std::string& job, int64_t step) {
   if (!enabled()) return NotEnabled();
   if (step < 0) {
-    auto all = List(job);
-    if (!all.ok()) return all.status();
-    if (all->empty()) {
+    TESSEL_ASSIGN_OR_RETURN(auto all, List(job));
+    if (all.empty()) {
       return absl::NotFoundError(
           absl::StrCat("job '", job, "' has no complete checkpoint in ", store_->Describe(job)));
     }
-    return all->back();
+    return all.back();
   }
-  absl::Status s = ValidateStorePath(job);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateStorePath(job));
   const std::string path = CheckpointDir(job, step) + "/" + kManifestName;
   auto text = store_->Get(path);
   if (!text.ok()) {
@@ -416,11 +409,10 @@ absl::StatusOr<Manifest> Checkpointer::Read(const std::string& job, int64_t step
 }
 
 absl::StatusOr<std::string> Checkpointer::FileChecksum(const std::string& path, int64_t bytes) {
-  auto size = store_->Size(path);
-  if (!size.ok()) return size.status();
-  if (*size != bytes) {
+  TESSEL_ASSIGN_OR_RETURN(auto size, store_->Size(path));
+  if (size != bytes) {
     return absl::DataLossError(
-        absl::StrCat(store_->Describe(path), " has ", *size, " bytes; the manifest says ", bytes));
+        absl::StrCat(store_->Describe(path), " has ", size, " bytes; the manifest says ", bytes));
   }
   XXH64_state_t* h = XXH64_createState();
   XXH64_reset(h, 0);
@@ -456,10 +448,9 @@ absl::StatusOr<std::vector<std::string>> Checkpointer::Verify(const Manifest& m)
 }
 
 absl::Status Checkpointer::Delete(const std::string& job, int64_t step) {
-  auto m = Read(job, step);
-  if (!m.ok()) return m.status();
+  TESSEL_ASSIGN_OR_RETURN(auto m, Read(job, step));
   // Manifest first: from that instant the checkpoint no longer exists.
-  const std::string dir = CheckpointDir(job, m->step);
+  const std::string dir = CheckpointDir(job, m.step);
   return store_->RemoveAll(dir);
 }
 
@@ -478,15 +469,13 @@ absl::Status Checkpointer::Load(const Manifest& m, Range target, float* values,
     const ShardEntry& e = m.shards[p.old_shard];
     const std::string path = dir + "/" + e.file;
     if (p.old_shard != last_shard) {
-      auto size = store_->Size(path);
-      if (!size.ok()) return size.status();
-      if (*size != e.bytes) {
-        return absl::DataLossError(absl::StrCat(store_->Describe(path), " has ", *size,
+      TESSEL_ASSIGN_OR_RETURN(auto size, store_->Size(path));
+      if (size != e.bytes) {
+        return absl::DataLossError(absl::StrCat(store_->Describe(path), " has ", size,
                                                 " bytes; the manifest says ", e.bytes));
       }
       file.resize(static_cast<size_t>(e.bytes / 4));
-      absl::Status st = store_->ReadRange(path, 0, e.bytes, file.data());
-      if (!st.ok()) return st;
+      TESSEL_RETURN_IF_ERROR(store_->ReadRange(path, 0, e.bytes, file.data()));
       const std::string sum = Xxh64Hex(file.data(), static_cast<size_t>(e.bytes));
       if (sum != e.xxh64) {
         return absl::DataLossError(absl::StrCat(store_->Describe(path), ": checksum ", sum,
@@ -514,9 +503,8 @@ absl::Status Checkpointer::ReadParams(const Manifest& m, Range target, float* va
   const std::string dir = CheckpointDir(m.job, m.step);
   for (const Piece& p : ReslicePlan(m, target)) {
     const ShardEntry& e = m.shards[p.old_shard];
-    absl::Status st =
-        store_->ReadRange(dir + "/" + e.file, p.src_offset * 4, p.count * 4, values + p.dst_offset);
-    if (!st.ok()) return st;
+    TESSEL_RETURN_IF_ERROR(store_->ReadRange(dir + "/" + e.file, p.src_offset * 4, p.count * 4,
+                                             values + p.dst_offset));
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
@@ -30,7 +31,7 @@ class FakeTransport : public Transport {
   std::string name() const override { return "fake"; }
   absl::Status CheckReceiveQueue(absl::Duration) override { return probe; }
   absl::Status Reset() override {
-    if (!reset.ok()) return reset;
+    TESSEL_RETURN_IF_ERROR(reset);
     ++generation_;
     return absl::OkStatus();
   }

@@ -4,8 +4,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/log.h"
+#include "core/status_macros.h"
 #include "rpc/job_spec.h"
+#include "runtime/log.h"
 
 namespace tessel {
 
@@ -40,33 +41,33 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
   // A restore loads the checkpoint only if the job is not here yet; a repeat
   // (every worker sends one) falls through to the idempotency check below.
   if (req.restore() && FindJob(req.spec().job()) == nullptr) {
-    auto manifest = checkpointer_->Read(req.spec().job(), req.restore_step());
-    if (!manifest.ok()) return manifest.status();
-    auto restored = ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest,
-                                      checkpointer_, memory_);
-    if (!restored.ok()) return restored.status();
-    (*restored)->set_fold_prefix(fold_prefix_);
+    TESSEL_ASSIGN_OR_RETURN(auto manifest,
+                            checkpointer_->Read(req.spec().job(), req.restore_step()));
+    TESSEL_ASSIGN_OR_RETURN(auto restored,
+                            ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), manifest,
+                                              checkpointer_, memory_));
+    restored->set_fold_prefix(fold_prefix_);
     absl::MutexLock lock(&mu_);
-    if (!jobs_.contains((*restored)->job_id())) {
+    if (!jobs_.contains(restored->job_id())) {
       v1::CreateJobResponse resp;
       resp.set_created(true);
-      resp.set_range_begin((*restored)->range().begin);
-      resp.set_range_end((*restored)->range().end);
-      resp.set_step(manifest->step);
+      resp.set_range_begin(restored->range().begin);
+      resp.set_range_end(restored->range().end);
+      resp.set_step(manifest.step);
       TESSEL_LOG(INFO) << "restored job '" << req.spec().job() << "' shard " << req.shard_index()
-                       << " from the checkpoint of step " << manifest->step << " ("
-                       << manifest->num_shards << " shards then, " << req.spec().num_shards()
+                       << " from the checkpoint of step " << manifest.step << " ("
+                       << manifest.num_shards << " shards then, " << req.spec().num_shards()
                        << " now)";
-      jobs_[(*restored)->job_id()] = std::move(*restored);
+      jobs_[restored->job_id()] = std::move(restored);
       return resp;
     }
   }
-  auto job = ShardJob::Create(req.spec(), req.shard_index(), req.epoch(), memory_);
-  if (!job.ok()) return job.status();
-  (*job)->set_fold_prefix(fold_prefix_);
+  TESSEL_ASSIGN_OR_RETURN(auto job,
+                          ShardJob::Create(req.spec(), req.shard_index(), req.epoch(), memory_));
+  job->set_fold_prefix(fold_prefix_);
   absl::MutexLock lock(&mu_);
   v1::CreateJobResponse resp;
-  auto it = jobs_.find((*job)->job_id());
+  auto it = jobs_.find(job->job_id());
   if (it != jobs_.end()) {
     ShardJob& have = *it->second;
     if (have.spec().job() != req.spec().job()) {
@@ -102,14 +103,14 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
     return resp;
   }
   resp.set_created(true);
-  resp.set_range_begin((*job)->range().begin);
-  resp.set_range_end((*job)->range().end);
+  resp.set_range_begin(job->range().begin);
+  resp.set_range_end(job->range().end);
   resp.set_step(0);
   TESSEL_LOG(INFO) << "created job '" << req.spec().job() << "' shard " << req.shard_index()
                    << " range [" << resp.range_begin() << ", " << resp.range_end() << ") "
                    << StrategyName(req.spec().strategy()) << " world " << req.spec().world_size()
                    << " epoch " << req.epoch();
-  jobs_[(*job)->job_id()] = std::move(*job);
+  jobs_[job->job_id()] = std::move(job);
   return resp;
 }
 
@@ -153,18 +154,14 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::ReplaceJob(const v1::CreateJobRe
   std::unique_ptr<ShardJob> job;
   int64_t from_shards = 0;
   if (ddp) {
-    auto created = ShardJob::Create(req.spec(), req.shard_index(), req.epoch(), memory_);
-    if (!created.ok()) return created.status();
-    job = std::move(*created);
+    TESSEL_ASSIGN_OR_RETURN(job,
+                            ShardJob::Create(req.spec(), req.shard_index(), req.epoch(), memory_));
     job->StartAt(step);
   } else {
-    auto manifest = checkpointer_->Read(name, step);
-    if (!manifest.ok()) return manifest.status();
-    from_shards = manifest->num_shards;
-    auto restored = ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), *manifest,
-                                      checkpointer_, memory_);
-    if (!restored.ok()) return restored.status();
-    job = std::move(*restored);
+    TESSEL_ASSIGN_OR_RETURN(auto manifest, checkpointer_->Read(name, step));
+    from_shards = manifest.num_shards;
+    TESSEL_ASSIGN_OR_RETURN(job, ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(),
+                                                   manifest, checkpointer_, memory_));
   }
   job->SetWorkerIds({req.worker_ids().begin(), req.worker_ids().end()});
   job->set_fold_prefix(fold_prefix_);
@@ -234,12 +231,10 @@ absl::StatusOr<v1::SaveCheckpointResponse> JobTable::SaveCheckpoint(
     resp.set_immediate(true);  // already complete: nothing to do
     return resp;
   }
-  auto snapshot = job->RequestCheckpoint(req.step(), req.cancel());
-  if (!snapshot.ok()) return snapshot.status();
-  if (snapshot->has_value()) {
+  TESSEL_ASSIGN_OR_RETURN(auto snapshot, job->RequestCheckpoint(req.step(), req.cancel()));
+  if (snapshot.has_value()) {
     resp.set_immediate(true);
-    absl::Status s = checkpointer_->Submit(std::move(**snapshot), /*wait=*/false);  // an RPC
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(checkpointer_->Submit(std::move(*snapshot), /*wait=*/false));
   }
   return resp;
 }

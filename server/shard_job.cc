@@ -1,7 +1,5 @@
 #include "server/shard_job.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cassert>
 #include <chrono>
@@ -12,9 +10,8 @@
 #include "absl/time/clock.h"
 #include "core/digest.h"
 #include "core/status_macros.h"
-#include "core/tensor_steps.h"
 #include "rpc/job_spec.h"
-#include "rpc/limits.h"
+#include "server/job_admission.h"
 
 namespace tessel {
 namespace {
@@ -65,18 +62,8 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Create(const v1::JobSpec& sp
   }
   if (epoch < 0) return absl::InvalidArgumentError("epoch must be >= 0");
   TESSEL_ASSIGN_OR_RETURN(OptimizerParams optimizer, OptimizerFromProto(spec.optimizer()));
-  // Refuse, rather than die allocating, a job this machine cannot hold: its
-  // masters, state and per-rank receive buffers must fit in half the memory.
-  const double range = static_cast<double>(layout.shard_range(shard_index).size());
-  const double need = range * (4.0 * (1 + StateSlots(optimizer)) + 4.0 * NumRankGroups(spec));
-  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  if (have > 0 && need > have / 2) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("job '", spec.job(), "' shard ", shard_index, " needs about ",
-                     static_cast<int64_t>(need / (1 << 20)), " MiB; this server has ",
-                     static_cast<int64_t>(have / (1 << 20)),
-                     " MiB of memory: use more shard servers (smaller ranges) or fewer workers"));
-  }
+  TESSEL_RETURN_IF_ERROR(
+      CheckShardFits(spec, shard_index, layout, optimizer, PhysicalMemoryBytes()));
   // Checkpoints keep the spec as JSON: one that cannot be written would make
   // every checkpoint of the job unreadable, so the job is refused now.
   TESSEL_ASSIGN_OR_RETURN(std::string spec_json, JobSpecToJson(spec));
@@ -89,34 +76,9 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
                                                             const Manifest& manifest,
                                                             Checkpointer* checkpointer,
                                                             std::shared_ptr<PayloadMemory> memory) {
-  if (spec.strategy() == v1::STRATEGY_DDP) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", spec.job(),
-                     "': DDP keeps parameters and optimizer state on the workers; "
-                     "shard-server checkpoints cover zero1 and zero2 jobs"));
-  }
-  absl::StatusOr<v1::JobSpec> saved = JobSpecFromJson(manifest.spec_json);
-  if (!saved.ok()) {
-    return absl::DataLossError(absl::StrCat("checkpoint of job '", manifest.job, "' step ",
-                                            manifest.step, " has an unreadable spec"));
-  }
-  const std::string diff = DiffRestorableSpecs(*saved, spec);
-  if (!diff.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", spec.job(), "' cannot restore the checkpoint of step ", manifest.step,
-                     ": its model, strategy or optimizer differ: ", diff));
-  }
+  TESSEL_RETURN_IF_ERROR(CheckRestorable(spec, manifest));
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<ShardJob> job,
                           Create(spec, shard_index, epoch, std::move(memory)));
-  if (job->layout_.num_params() != manifest.num_params) {
-    return absl::FailedPreconditionError("checkpoint parameter count differs from the layout");
-  }
-  absl::Status skips = ValidateSkips(
-      manifest.tensor_skips, static_cast<int>(job->layout_.tensors().size()), manifest.step);
-  if (!skips.ok()) {
-    return absl::DataLossError(absl::StrCat("checkpoint of job '", manifest.job, "' step ",
-                                            manifest.step, ": ", skips.message()));
-  }
   std::vector<float*> state;
   for (auto& slot : job->rule_->state()) state.push_back(slot.data());
   TESSEL_RETURN_IF_ERROR(checkpointer->Load(manifest, job->range_, job->values_.data(), state));
@@ -152,7 +114,8 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       pushes_(num_buckets_, contributors_),
       pulls_(num_buckets_),
       checkpoints_(spec.checkpoint().every_steps()),
-      staging_(range_.size(), static_cast<int>(rule_->state().size())) {
+      transfer_(Where(), range_.size(), static_cast<int>(rule_->state().size()),
+                static_cast<int>(layout_.tensors().size()), rule_->holds_params()) {
   const size_t n = static_cast<size_t>(range_.size());
   values_ = PayloadVector<float>(PayloadAllocator<float>(memory));
   values_half_ = PayloadVector<uint16_t>(PayloadAllocator<uint16_t>(memory));
@@ -593,33 +556,16 @@ std::vector<float> ShardJob::ParamsSnapshot() {
   return std::vector<float>(values_.begin(), values_.end());
 }
 
+StateTransfer::Shard ShardJob::ShardLocked() const {
+  return StateTransfer::Shard{epoch_, version_, initialized_, StepInProgressLocked(),
+                              !pulls_.empty()};
+}
+
 absl::Status ShardJob::ReadState(int64_t step, int64_t epoch, int64_t offset, int64_t count,
                                  const std::function<void(const StateView&)>& out) {
-  if (!rule_->holds_params()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), "DDP keeps parameters and optimizer state on the workers"));
-  }
-  const int64_t n = range_.size();
-  if (offset < 0 || count < 0 || count > kMaxStateElementsPerCall || offset > n ||
-      count > n - offset) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(), "ReadState [", offset, ", +", count, ") is outside the range of ", n,
-                     " elements (at most ", kMaxStateElementsPerCall, " per call)"));
-  }
   absl::MutexLock lock(&mu_);
-  if (epoch != 0 && epoch != epoch_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), "ReadState from epoch ", epoch, " but the job is at epoch ", epoch_));
-  }
-  if (!initialized_) {
-    return absl::FailedPreconditionError(absl::StrCat(Where(), "not initialized yet"));
-  }
-  if (step != version_ || StepInProgressLocked()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), "ReadState for step ", step, " but the shard is at step ", version_,
-                     StepInProgressLocked() ? " with the next step in progress" : "",
-                     "; read between steps, when every worker has finished the step"));
-  }
+  TESSEL_RETURN_IF_ERROR(transfer_.CheckRange(offset, count));
+  TESSEL_RETURN_IF_ERROR(transfer_.CheckRead(ShardLocked(), step, epoch));
   StateView view;
   view.step = version_;
   view.range = range_;
@@ -634,60 +580,18 @@ absl::Status ShardJob::ReadState(int64_t step, int64_t epoch, int64_t offset, in
 }
 
 absl::StatusOr<StateWritten> ShardJob::WriteState(const StateWrite& req) {
-  const int64_t n = range_.size();
-  const bool holds = rule_->holds_params();
   absl::MutexLock lock(&mu_);
-  if (req.step < 0) return absl::InvalidArgumentError(absl::StrCat(Where(), "negative step"));
-  if (req.epoch != 0 && req.epoch != epoch_) {
-    // A writer from before a recovery (a zombie): nothing of it is kept.
-    staging_.Drop();
-    return absl::FailedPreconditionError(absl::StrCat(Where(), "WriteState from epoch ", req.epoch,
-                                                      " but the job is at epoch ", epoch_));
-  }
-  if (!req.params.empty() || !req.state.empty()) {
-    if (!holds) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(), "DDP shards hold no parameters; send only the commit"));
-    }
-    if (!staging_.Stage(req.step, req.offset, req.params, req.state)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Where(), "WriteState chunk at offset ", req.offset, " with ", req.params.size(),
-          " param bytes and ", req.state.size(), " state bytes does not fit a range of ", n,
-          " elements with ", rule_->state().size(), " state slots; staging dropped"));
-    }
-  }
-  StateWritten written{staging_.staged(), version_};
-  if (!req.commit) return written;
-  absl::Status skips_ok =
-      ValidateSkips(req.tensor_skips, static_cast<int>(layout_.tensors().size()), req.step);
-  if (!skips_ok.ok()) {
-    staging_.Drop();
-    return absl::InvalidArgumentError(absl::StrCat(Where(), "commit of step ", req.step, ": ",
-                                                   skips_ok.message(), "; nothing changed"));
-  }
-  if (holds && !staging_.Complete(req.step)) {
-    const int64_t got = staging_.step() == req.step ? staging_.staged() : 0;
-    staging_.Drop();
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), "commit of step ", req.step, " with ", got, " of ", n,
-                     " elements staged; send every chunk of the range first; nothing changed"));
-  }
-  if (StepInProgressLocked() || !pulls_.empty()) {
-    staging_.Drop();
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(),
-                     "a step is in progress (buckets pushed or pulls waiting); write the state "
-                     "between steps, when every worker is idle; nothing changed"));
-  }
-  if (holds) {
-    staging_.CopyTo(absl::MakeSpan(values_), rule_->state());
-    RefreshHalf(0, static_cast<size_t>(n));
+  TESSEL_ASSIGN_OR_RETURN(const bool commit, transfer_.Write(ShardLocked(), req));
+  if (!commit) return StateWritten{transfer_.staged(), version_};
+  if (rule_->holds_params()) {
+    transfer_.CopyTo(absl::MakeSpan(values_), rule_->state());
+    RefreshHalf(0, values_.size());
     initialized_ = true;
   }
   version_ = req.step;
   settings_.ResetSkips(req.tensor_skips);
   pushes_.StopClock();
-  staging_.Drop();
+  transfer_.Drop();
   return StateWritten{0, version_};
 }
 

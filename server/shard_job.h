@@ -47,7 +47,10 @@
 //   StepSettings (step_settings.h)     the optimizer's settings and skipped
 //                                      tensors of the next step;
 //   PullWaitlist (pull_waitlist.h)     pulls of the step in flight;
-//   CheckpointSchedule, JobCounters, StateStaging (WriteState's chunks).
+//   StateTransfer (state_transfer.h)   the rules of ReadState and WriteState
+//                                      (and their chunks until the commit);
+//   CheckpointSchedule, JobCounters; job_admission.h's checks before a job
+//   is created or restored.
 // The job speaks plain C++; the gRPC adapter converts (shard_job_proto.h).
 //
 // Threads: Accept*/Complete* run on the transport thread, UpdateBucket and
@@ -89,7 +92,7 @@
 #include "server/job_counters.h"
 #include "server/pull_waitlist.h"
 #include "server/push_tracker.h"
-#include "server/state_staging.h"
+#include "server/state_transfer.h"
 #include "server/step_settings.h"
 #include "server/update_rule.h"
 #include "transport/payload_vector.h"
@@ -127,17 +130,7 @@ struct StateView {
   absl::Span<const int64_t> tensor_skips;  // per tensor; empty if none ever skipped
 };
 
-// One WriteState call: a chunk of `params` (count floats) and `state`
-// (slots x count floats, slot by slot) at `offset`, and/or the commit.
-struct StateWrite {
-  int64_t step = 0;
-  int64_t epoch = 0;  // 0: unchecked
-  int64_t offset = 0;
-  absl::string_view params;
-  absl::string_view state;
-  bool commit = false;
-  std::vector<int64_t> tensor_skips;  // with the commit
-};
+// One WriteState call: StateWrite (server/state_transfer.h). Its answer:
 struct StateWritten {
   int64_t staged = 0;  // elements staged (0 after a commit)
   int64_t step = 0;    // the shard's version
@@ -305,6 +298,8 @@ class ShardJob {
   std::string DigestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardSnapshot SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool StepInProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What StateTransfer needs to know of the shard.
+  StateTransfer::Shard ShardLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AwaitUpdatesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the step whose last bucket was updated: the version moves, the
   // skips advance, a checkpoint due is taken, the pulls of the new version
@@ -369,8 +364,9 @@ class ShardJob {
   int64_t restored_from_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<int> worker_ids_ ABSL_GUARDED_BY(mu_);
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
-  // WriteState's chunks until the commit.
-  StateStaging staging_ ABSL_GUARDED_BY(mu_);
+  // ReadState's and WriteState's rules, and WriteState's chunks until the
+  // commit.
+  StateTransfer transfer_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessel

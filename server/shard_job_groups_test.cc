@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "core/optimizer.h"
 #include "core/reduce.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "rpc/job_spec.h"
 #include "server/shard_job.h"
@@ -99,9 +100,8 @@ class Harness {
   absl::StatusOr<std::optional<int>> Push(int rank, int bucket, const std::vector<float>& values) {
     FrameHeader h = JobFrame(*job_, kEpoch, FrameType::kPush, rank, bucket);
     h.payload_bytes = values.size() * 4;
-    auto dst = job_->AcceptData(h);
-    if (!dst.ok()) return dst.status();
-    std::memcpy(*dst, values.data(), values.size() * 4);
+    TESSEL_ASSIGN_OR_RETURN(auto dst, job_->AcceptData(h));
+    std::memcpy(dst, values.data(), values.size() * 4);
     ShardJob::Completion c = job_->CompleteReceive(h, absl::OkStatus());
     if (c.fold.has_value()) job_->FoldPrefix(*c.fold);
     return c.update;

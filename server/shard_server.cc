@@ -8,11 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "runtime/log.h"
+#include "core/status_macros.h"
 #include "proto/registry.pb.h"
 #include "rpc/grpc_util.h"
 #include "rpc/health.h"
 #include "rpc/registry_client.h"
+#include "runtime/log.h"
 #include "server/checkpoint_store.h"
 #include "server/checkpointer.h"
 #include "server/data_plane.h"
@@ -59,11 +60,9 @@ int UpdateThreads(int requested) {
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     ShardServerOptions options, std::unique_ptr<Transport> transport) {
   if (transport == nullptr) return absl::InvalidArgumentError("a transport is required");
-  absl::Status valid = Validate(options);
-  if (!valid.ok()) return valid;
+  TESSEL_RETURN_IF_ERROR(Validate(options));
   std::unique_ptr<ShardServer> server(new ShardServer(std::move(options), std::move(transport)));
-  absl::Status s = server->Init();
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(server->Init());
   return server;
 }
 
@@ -74,10 +73,8 @@ ShardServer::~ShardServer() { Stop(/*drain=*/false); }
 
 absl::Status ShardServer::Init() {
   // TLS first: a bad certificate path fails before anything is started.
-  auto server_credentials = LoadServerCredentials(options_.tls);
-  if (!server_credentials.ok()) return server_credentials.status();
-  auto client_credentials = LoadClientCredentials(options_.tls);
-  if (!client_credentials.ok()) return client_credentials.status();
+  TESSEL_ASSIGN_OR_RETURN(auto server_credentials, LoadServerCredentials(options_.tls));
+  TESSEL_ASSIGN_OR_RETURN(auto client_credentials, LoadClientCredentials(options_.tls));
 
   std::unique_ptr<CheckpointStore> store;
   if (!options_.checkpoint_dir.empty()) {
@@ -94,12 +91,10 @@ absl::Status ShardServer::Init() {
                                      options_.fold_prefix);
   metrics_ = std::make_unique<ServerMetrics>(options_.shard);
   if (!options_.timeline.empty()) {
-    auto timeline = Timeline::Open(
-        TimelinePath(options_.timeline, -1, options_.shard),
-        absl::StrCat("server[", options_.shard, "]"),
-        options_.timeline_window);
-    if (!timeline.ok()) return timeline.status();
-    timeline_ = *std::move(timeline);
+    TESSEL_ASSIGN_OR_RETURN(
+        timeline_,
+        Timeline::Open(TimelinePath(options_.timeline, -1, options_.shard),
+                       absl::StrCat("server[", options_.shard, "]"), options_.timeline_window));
   }
   const int update_threads = UpdateThreads(options_.update_threads);
   frame_keys_ = std::make_unique<FrameKeys>(options_.data_auth);
@@ -119,15 +114,13 @@ absl::Status ShardServer::Init() {
   // Health first: liveness answers (and readiness says NOT_SERVING) while
   // the server starts and joins.
   health_ = std::make_unique<HealthReporter>(std::vector<std::string>{"tessel.v1.ShardServer"});
-  absl::Status health = health_->Listen(options_.health_listen);
-  if (!health.ok()) return health;
-  auto grpc_server = StartGrpcServer(options_.listen, {service_.get()}, &grpc_address_,
-                                     *server_credentials, options_.advertise_address);
-  if (!grpc_server.ok()) return grpc_server.status();
-  grpc_server_ = std::move(*grpc_server);
+  TESSEL_RETURN_IF_ERROR(health_->Listen(options_.health_listen));
+  TESSEL_ASSIGN_OR_RETURN(grpc_server_,
+                          StartGrpcServer(options_.listen, {service_.get()}, &grpc_address_,
+                                          server_credentials, options_.advertise_address));
   health_->Attach(grpc_server_.get());
 
-  registry_ = std::make_unique<RegistryClient>(options_.registry, *client_credentials,
+  registry_ = std::make_unique<RegistryClient>(options_.registry, client_credentials,
                                                options_.registry_token);
   v1::Member me;
   me.set_group(options_.pool);
@@ -158,7 +151,7 @@ absl::Status ShardServer::Init() {
     absl::SleepFor(absl::Milliseconds(absl::IsAlreadyExists(view.status()) ? 100 : 250));
     view = registry_->Join(me, options_.lease_ttl);
   }
-  if (!view.ok()) return view.status();
+  TESSEL_RETURN_IF_ERROR(view);
   TESSEL_LOG(INFO) << "shard " << options_.shard << " of pool '" << options_.pool
                    << "' serving control on " << grpc_address_
                    << (options_.tls.enabled() ? " (mutual TLS)" : " (plaintext)") << ", data over "
@@ -294,8 +287,11 @@ void ShardServer::Stop(bool drain) {
     TESSEL_LOG(INFO) << "stopping; finishing checkpoint writes";
     if (checkpointer_ != nullptr) checkpointer_->Drain();
     if (registry_ != nullptr) {
-      absl::Status left = registry_->Leave();
-      (void)left;
+      if (absl::Status left = registry_->Leave(); !left.ok()) {
+        TESSEL_LOG(WARNING) << "shard " << options_.shard << " of pool '" << options_.pool
+                            << "': leaving the registry failed (the lease lapses on its own): "
+                            << left;
+      }
     }
   }
   if (grpc_server_ != nullptr) {

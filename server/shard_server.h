@@ -35,10 +35,10 @@
 //   ShardServerOptions options;
 //   options.registry = "127.0.0.1:7070";
 //   options.shard = 0;
-//   auto server = ShardServer::Start(options, InProcTransport::Create(fabric));
-//   if (!server.ok()) return server.status();
-//   ... (*server)->grpc_address() ...
-//   (*server)->Shutdown();
+//   TESSEL_ASSIGN_OR_RETURN(auto server,
+//                           ShardServer::Start(options, InProcTransport::Create(fabric)));
+//   ... server->grpc_address() ...
+//   server->Shutdown();
 #ifndef TESSEL_SERVER_SHARD_SERVER_H_
 #define TESSEL_SERVER_SHARD_SERVER_H_
 
@@ -53,9 +53,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/lease.h"
-#include "runtime/timeline.h"
 #include "rpc/auth.h"
 #include "rpc/tls.h"
+#include "runtime/timeline.h"
 #include "server/data_plane.h"
 #include "server/server_metrics.h"
 #include "transport/transport.h"

@@ -6,10 +6,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/job_name.h"
-#include "runtime/version.h"
+#include "core/status_macros.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
 #include "rpc/limits.h"
+#include "runtime/version.h"
 #include "server/shard_job_proto.h"
 
 namespace tessel {
@@ -85,9 +86,8 @@ grpc::Status ShardService::CreateJob(grpc::ServerContext* ctx, const v1::CreateJ
                                      v1::CreateJobResponse* resp) {
   if (auth_.enabled()) {
     const Caller caller = auth_.Identify(*ctx);
-    grpc::Status auth = auth_.Check(caller, "ShardServer", "CreateJob", req->spec().job());
-    if (auth.ok()) auth = CheckRestore(caller, *req);
-    if (!auth.ok()) return auth;
+    TESSEL_RETURN_IF_ERROR(auth_.Check(caller, "ShardServer", "CreateJob", req->spec().job()));
+    TESSEL_RETURN_IF_ERROR(CheckRestore(caller, *req));
   }
   if (req->shard_index() != options_.shard_index) {
     return grpc::Status(
@@ -95,16 +95,13 @@ grpc::Status ShardService::CreateJob(grpc::ServerContext* ctx, const v1::CreateJ
         absl::StrCat("this server is shard ", options_.shard_index,
                      " of its pool; CreateJob asked for shard ", req->shard_index()));
   }
-  auto r = jobs_->CreateJob(*req);
-  if (!r.ok()) return ToGrpc(r.status());
-  *resp = *r;
+  TESSEL_ASSIGN_OR_RETURN_AS(*resp, jobs_->CreateJob(*req), ToGrpc);
   return grpc::Status::OK;
 }
 
 grpc::Status ShardService::SetEpoch(grpc::ServerContext* ctx, const v1::SetEpochRequest* req,
                                     v1::SetEpochResponse* resp) {
-  grpc::Status auth = Authorize(ctx, "SetEpoch", req->job());
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "SetEpoch", req->job()));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   absl::Status s = job->SetEpoch(req->epoch());
@@ -115,8 +112,7 @@ grpc::Status ShardService::SetEpoch(grpc::ServerContext* ctx, const v1::SetEpoch
 grpc::Status ShardService::SetOptimizer(grpc::ServerContext* ctx,
                                         const v1::SetOptimizerRequest* req,
                                         v1::SetOptimizerResponse* resp) {
-  grpc::Status auth = Authorize(ctx, "SetOptimizer", req->job());
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "SetOptimizer", req->job()));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   auto optimizer = OptimizerFromProto(req->optimizer());
@@ -131,8 +127,7 @@ grpc::Status ShardService::SetOptimizer(grpc::ServerContext* ctx,
 
 grpc::Status ShardService::SkipTensors(grpc::ServerContext* ctx, const v1::SkipTensorsRequest* req,
                                        v1::SkipTensorsResponse* resp) {
-  grpc::Status auth = Authorize(ctx, "SkipTensors", req->job());
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "SkipTensors", req->job()));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   absl::Status s = job->SkipTensors(
@@ -143,8 +138,7 @@ grpc::Status ShardService::SkipTensors(grpc::ServerContext* ctx, const v1::SkipT
 
 grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* req,
                                     v1::ShardStats* resp) {
-  grpc::Status auth = Authorize(ctx, "GetStats", req->job());
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "GetStats", req->job()));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   *resp = StatsOf(*job);
@@ -153,8 +147,7 @@ grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* 
 
 grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::JobRef* req,
                                        v1::FrameKeyResponse* resp) {
-  grpc::Status auth = Authorize(ctx, "GetFrameKey", req->job());
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "GetFrameKey", req->job()));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   if (frame_keys_ != nullptr) {
@@ -172,8 +165,7 @@ grpc::Status ShardService::GetMeshKey(grpc::ServerContext* ctx, const v1::MeshKe
                         absl::StrCat("GetMeshKey: '", req->mesh(),
                                      "' is no mesh group (a hybrid job's mesh is '<job>.mesh')"));
   }
-  grpc::Status auth = Authorize(ctx, "GetMeshKey", req->mesh());
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "GetMeshKey", req->mesh()));
   if (!req->keep().empty() && req->keep().size() != kJobSecretBytes) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("GetMeshKey: a mesh secret is ", kJobSecretBytes,
@@ -187,8 +179,7 @@ grpc::Status ShardService::GetMeshKey(grpc::ServerContext* ctx, const v1::MeshKe
 
 grpc::Status ShardService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
                                     v1::ListJobsResponse* resp) {
-  grpc::Status auth = Authorize(ctx, "ListJobs");
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "ListJobs"));
   // A caller that holds only job-scoped worker credentials sees its jobs.
   std::optional<Caller> scoped;
   if (auth_.enabled() && !auth_.options().allow_anonymous_reads) {
@@ -210,8 +201,7 @@ grpc::Status ShardService::DeleteJob(grpc::ServerContext* ctx, const v1::JobRef*
     // A worker may clean up the reducer helper jobs its SDK created.
     const Caller caller = auth_.Identify(*ctx);
     if (!IsHelperJob(req->job()) || !caller.MayActOnJob(req->job())) {
-      grpc::Status auth = auth_.Check(caller, "ShardServer", "DeleteJob", req->job());
-      if (!auth.ok()) return auth;
+      TESSEL_RETURN_IF_ERROR(auth_.Check(caller, "ShardServer", "DeleteJob", req->job()));
     }
   }
   return ToGrpc(jobs_->DeleteJob(req->job()));
@@ -219,8 +209,7 @@ grpc::Status ShardService::DeleteJob(grpc::ServerContext* ctx, const v1::JobRef*
 
 grpc::Status ShardService::GetServerInfo(grpc::ServerContext* ctx, const v1::ServerInfoRequest*,
                                          v1::ServerInfoResponse* resp) {
-  grpc::Status auth = Authorize(ctx, "GetServerInfo");
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "GetServerInfo"));
   resp->set_version(kVersion);
   resp->set_ucx_address(transport_->address());
   resp->set_shard_index(options_.shard_index);
@@ -231,72 +220,58 @@ grpc::Status ShardService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ser
 grpc::Status ShardService::SaveCheckpoint(grpc::ServerContext* ctx,
                                           const v1::SaveCheckpointRequest* req,
                                           v1::SaveCheckpointResponse* resp) {
-  grpc::Status auth = Authorize(ctx, "SaveCheckpoint", req->job());
-  if (!auth.ok()) return auth;
-  auto r = jobs_->SaveCheckpoint(*req);
-  if (!r.ok()) return ToGrpc(r.status());
-  *resp = *r;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "SaveCheckpoint", req->job()));
+  TESSEL_ASSIGN_OR_RETURN_AS(*resp, jobs_->SaveCheckpoint(*req), ToGrpc);
   return grpc::Status::OK;
 }
 
 grpc::Status ShardService::ListCheckpoints(grpc::ServerContext* ctx, const v1::JobRef* req,
                                            v1::ListCheckpointsResponse* resp) {
-  grpc::Status auth = Authorize(ctx, "ListCheckpoints", req->job());
-  if (!auth.ok()) return auth;
-  auto all = jobs_->checkpointer()->List(req->job());
-  if (!all.ok()) return ToGrpc(all.status());
-  for (const Manifest& m : *all) *resp->add_checkpoints() = InfoOf(m, false);
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "ListCheckpoints", req->job()));
+  TESSEL_ASSIGN_OR_RETURN_AS(auto all, jobs_->checkpointer()->List(req->job()), ToGrpc);
+  for (const Manifest& m : all) *resp->add_checkpoints() = InfoOf(m, false);
   return grpc::Status::OK;
 }
 
 grpc::Status ShardService::GetCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
                                          v1::CheckpointInfo* resp) {
-  grpc::Status auth = Authorize(ctx, "GetCheckpoint", req->job());
-  if (!auth.ok()) return auth;
-  auto m = jobs_->checkpointer()->Read(req->job(), req->step());
-  if (!m.ok()) return ToGrpc(m.status());
-  *resp = InfoOf(*m, true);
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "GetCheckpoint", req->job()));
+  TESSEL_ASSIGN_OR_RETURN_AS(auto m, jobs_->checkpointer()->Read(req->job(), req->step()), ToGrpc);
+  *resp = InfoOf(m, true);
   return grpc::Status::OK;
 }
 
 grpc::Status ShardService::VerifyCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
                                             v1::VerifyCheckpointResponse* resp) {
-  grpc::Status auth = Authorize(ctx, "VerifyCheckpoint", req->job());
-  if (!auth.ok()) return auth;
-  auto m = jobs_->checkpointer()->Read(req->job(), req->step());
-  if (!m.ok()) return ToGrpc(m.status());
-  auto problems = jobs_->checkpointer()->Verify(*m);
-  if (!problems.ok()) return ToGrpc(problems.status());
-  resp->set_ok(problems->empty());
-  for (const std::string& p : *problems) resp->add_problems(p);
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "VerifyCheckpoint", req->job()));
+  TESSEL_ASSIGN_OR_RETURN_AS(auto m, jobs_->checkpointer()->Read(req->job(), req->step()), ToGrpc);
+  TESSEL_ASSIGN_OR_RETURN_AS(auto problems, jobs_->checkpointer()->Verify(m), ToGrpc);
+  resp->set_ok(problems.empty());
+  for (const std::string& p : problems) resp->add_problems(p);
   return grpc::Status::OK;
 }
 
 grpc::Status ShardService::DeleteCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
                                             v1::DeleteCheckpointResponse*) {
-  grpc::Status auth = Authorize(ctx, "DeleteCheckpoint", req->job());
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "DeleteCheckpoint", req->job()));
   return ToGrpc(jobs_->checkpointer()->Delete(req->job(), req->step()));
 }
 
 grpc::Status ShardService::ReadCheckpoint(grpc::ServerContext* ctx,
                                           const v1::ReadCheckpointRequest* req,
                                           v1::CheckpointParams* resp) {
-  grpc::Status auth = Authorize(ctx, "ReadCheckpoint", req->job());
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "ReadCheckpoint", req->job()));
   if (req->count() < 0 || req->count() > kMaxStateElementsPerCall) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
         "ReadCheckpoint count ", req->count(), " is outside [0, ", kMaxStateElementsPerCall, "]")));
   }
-  auto m = jobs_->checkpointer()->Read(req->job(), req->step());
-  if (!m.ok()) return ToGrpc(m.status());
+  TESSEL_ASSIGN_OR_RETURN_AS(auto m, jobs_->checkpointer()->Read(req->job(), req->step()), ToGrpc);
   const Range target{req->offset(), req->offset() + req->count()};
   std::string bytes(static_cast<size_t>(req->count()) * sizeof(float), '\0');
-  absl::Status s =
-      jobs_->checkpointer()->ReadParams(*m, target, reinterpret_cast<float*>(bytes.data()));
-  if (!s.ok()) return ToGrpc(s);
-  resp->set_step(m->step);
-  resp->set_num_params(m->num_params);
+  TESSEL_RETURN_IF_ERROR_AS(
+      jobs_->checkpointer()->ReadParams(m, target, reinterpret_cast<float*>(bytes.data())), ToGrpc);
+  resp->set_step(m.step);
+  resp->set_num_params(m.num_params);
   resp->set_offset(req->offset());
   resp->set_params(std::move(bytes));
   return grpc::Status::OK;
@@ -304,25 +279,19 @@ grpc::Status ShardService::ReadCheckpoint(grpc::ServerContext* ctx,
 
 grpc::Status ShardService::ReadState(grpc::ServerContext* ctx, const v1::ReadStateRequest* req,
                                      v1::ShardState* resp) {
-  grpc::Status auth = Authorize(ctx, "ReadState", req->job());
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "ReadState", req->job()));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
-  auto r = ReadShardState(*job, *req);
-  if (!r.ok()) return ToGrpc(r.status());
-  *resp = std::move(*r);
+  TESSEL_ASSIGN_OR_RETURN_AS(*resp, ReadShardState(*job, *req), ToGrpc);
   return grpc::Status::OK;
 }
 
 grpc::Status ShardService::WriteState(grpc::ServerContext* ctx, const v1::WriteStateRequest* req,
                                       v1::WriteStateResponse* resp) {
-  grpc::Status auth = Authorize(ctx, "WriteState", req->job());
-  if (!auth.ok()) return auth;
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "WriteState", req->job()));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
-  auto r = WriteShardState(*job, *req);
-  if (!r.ok()) return ToGrpc(r.status());
-  *resp = *r;
+  TESSEL_ASSIGN_OR_RETURN_AS(*resp, WriteShardState(*job, *req), ToGrpc);
   return grpc::Status::OK;
 }
 
