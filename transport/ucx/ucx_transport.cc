@@ -1,6 +1,5 @@
 #include "transport/ucx/ucx_transport.h"
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -10,15 +9,18 @@
 #endif
 
 #include "absl/strings/str_cat.h"
-#include "runtime/log.h"
 #include "core/status_macros.h"
+#include "runtime/log.h"
 #include "transport/ucx/internal/context.h"
 #include "transport/ucx/internal/descriptor_codec.h"
+#include "transport/ucx/internal/endpoints.h"
 #include "transport/ucx/internal/ep_lanes.h"
 #include "transport/ucx/internal/in_flight.h"
 #include "transport/ucx/internal/payload_memory.h"
 #include "transport/ucx/internal/progress_loop.h"
 #include "transport/ucx/internal/remote_key_cache.h"
+#include "transport/ucx/internal/send_leases.h"
+#include "transport/ucx/internal/wedge_judge.h"
 #include "transport/ucx/internal/wedge_probe.h"
 
 namespace tessel {
@@ -48,42 +50,6 @@ constexpr unsigned kDescriptorAmId = 9;  // a payload in payload memory
 constexpr unsigned kReleaseAmId = 10;    // the receiver is done with it
 constexpr unsigned kHelloAmId = 11;      // a connecting peer's address (OnHello)
 
-// The lanes UCX chose for `ep` (ucp_ep_print_info, the one public view of
-// them in UCX 1.13).
-ucx_internal::EpLanes LanesOf(ucp_ep_h ep) {
-  char* buf = nullptr;
-  size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  if (f == nullptr) return {};
-  ucp_ep_print_info(ep, f);
-  std::fclose(f);
-  ucx_internal::EpLanes lanes = ucx_internal::ParseEpInfo(absl::string_view(buf, len));
-  std::free(buf);
-  return lanes;
-}
-
-// RemoteKeyCache's UCX calls.
-class UcpRemoteKeyOps : public ucx_internal::RemoteKeyOps {
- public:
-  absl::StatusOr<void*> Unpack(void* ep, absl::Span<const uint8_t> packed) override {
-    ucp_rkey_h rkey = nullptr;
-    ucs_status_t s = ucp_ep_rkey_unpack(static_cast<ucp_ep_h>(ep), packed.data(), &rkey);
-    if (s != UCS_OK) return UcsError("ucp_ep_rkey_unpack", s);
-    return static_cast<void*>(rkey);
-  }
-  char* Map(void* rkey, uint64_t remote_base) override {
-    void* local = nullptr;
-    if (ucp_rkey_ptr(static_cast<ucp_rkey_h>(rkey), remote_base, &local) != UCS_OK) {
-      return nullptr;
-    }
-    return static_cast<char*>(local);
-  }
-  void Destroy(void* rkey) override { ucp_rkey_destroy(static_cast<ucp_rkey_h>(rkey)); }
-  void DestroyWorker(void* worker) override {
-    ucp_worker_destroy(static_cast<ucp_worker_h>(worker));
-  }
-};
-
 }  // namespace
 
 UcxTransport::UcxTransport(const UcxOptions& options) : options_(options) {}
@@ -102,8 +68,10 @@ absl::Status UcxTransport::Init() {
   TESSEL_ASSIGN_OR_RETURN(context_, ucx_internal::UcxContext::Create(options_));
   device_memory_types_ = context_->device_memory_types();
   memory_ = std::make_shared<ucx_internal::UcxPayloadMemory>(context_);
-  keys_ = std::make_unique<ucx_internal::RemoteKeyCache>(std::make_unique<UcpRemoteKeyOps>());
+  keys_ = std::make_unique<ucx_internal::RemoteKeyCache>(ucx_internal::MakeUcpRemoteKeyOps());
   in_flight_ = std::make_unique<ucx_internal::InFlight>();
+  leases_ = std::make_unique<ucx_internal::SendLeases>();
+  judge_ = std::make_unique<ucx_internal::WedgeJudge>();
   TESSEL_ASSIGN_OR_RETURN(probe_, ucx_internal::WedgeProbe::Create(context_->get()));
   spin_policy_ =
       std::make_unique<SpinPolicy>(options_.poll_mode, options_.spin, 1, "UCX progress thread");
@@ -123,11 +91,7 @@ bool UcxTransport::Progress() {
   for (int round = 0; round < kMaxRounds && ucp_worker_progress(worker_) != 0; ++round) {
     did = true;
   }
-  // Over tcp a large payload moves for a long while before it is
-  // delivered; the worker doing work is the queue moving (a FIFO can only
-  // wedge on shared memory, where deliveries alone are judged).
-  if (did && !probe_on_shm_) progress_.fetch_add(1, std::memory_order_relaxed);
-  passes_.fetch_add(1, std::memory_order_relaxed);
+  judge_->Pass(did);
   if (probe_->Progress()) did = true;
   return did;
 }
@@ -167,11 +131,7 @@ absl::Status UcxTransport::CreateWorker() {
   if (s != UCS_OK) return UcsError("ucp_worker_get_efd", s);
   TESSEL_RETURN_IF_ERROR(loop_->Watch(ucp_fd_));
   TESSEL_RETURN_IF_ERROR(probe_->Attach(worker_, address, kProbeAmId));
-  probe_am_ = LanesOf(probe_->ep()).am;
-  probe_on_shm_ = false;
-  for (const std::string& tl : probe_am_) {
-    if (tl == "posix" || tl == "sysv" || tl == "xpmem") probe_on_shm_ = true;
-  }
+  judge_->SetProbePath(ucx_internal::LanesOf(probe_->ep()).am);
   absl::MutexLock lock(&address_mu_);
   address_ = std::move(address);
   return absl::OkStatus();
@@ -179,9 +139,7 @@ absl::Status UcxTransport::CreateWorker() {
 
 void UcxTransport::DestroyWorker(const absl::Status& why) {
   // Descriptor sends will never be released through this worker.
-  std::vector<Lease> unreleased;
-  for (auto& [id, lease] : leases_) unreleased.push_back(std::move(lease));
-  leases_.clear();
+  std::vector<ucx_internal::SendLeases::Lease> unreleased = leases_->TakeAll();
   // Remote keys go before their worker; a borrowed one stays (retired), and
   // so does the worker, until the borrow ends.
   const bool kept = worker_ != nullptr && keys_->RetireWorker(worker_);
@@ -218,7 +176,7 @@ void UcxTransport::DestroyWorker(const absl::Status& why) {
     worker_ = nullptr;
     ucp_fd_ = -1;
   }
-  for (Lease& lease : unreleased) {
+  for (ucx_internal::SendLeases::Lease& lease : unreleased) {
     if (lease.done) lease.done(why);
   }
   // Operations towards dead peers never complete: they end here. (Any that
@@ -228,6 +186,11 @@ void UcxTransport::DestroyWorker(const absl::Status& why) {
 
 UcxTransport::~UcxTransport() { Shutdown(); }
 
+UcxTransport::LateProbes UcxTransport::late_probes() const {
+  if (judge_ == nullptr) return {};
+  return {judge_->late_starved(), judge_->late_moving()};
+}
+
 std::string UcxTransport::address() const {
   absl::MutexLock lock(&address_mu_);
   return address_;
@@ -235,47 +198,29 @@ std::string UcxTransport::address() const {
 
 absl::Status UcxTransport::CheckReceiveQueue(absl::Duration timeout) {
   const uint64_t seq = probe_->NextSeq();
-  auto moved_so_far = [this] { return path_deliveries_.load() + progress_.load(); };
-  const uint64_t before = moved_so_far();
+  const uint64_t before = judge_->Movement();
   if (!loop_->Post([this, seq] {
         probe_->Send(seq);
-        sent_at_pass_.store(passes_.load());
+        judge_->ProbeSent();
       })) {
     return absl::UnavailableError("transport is shut down");
   }
   absl::Status probe = probe_->Await(seq, timeout);
   if (probe.ok()) return probe;
-  // Late. Judge only once the progress thread has had its chances: two
-  // whole passes over the worker since the probe left (a thread starved of
-  // CPU, or deep in a long call, has not had them; one asleep on its event
-  // fd is woken for them), for at most kPatience more.
+  // Late. Judge only once the progress thread has had its chances (a thread
+  // starved of CPU, or deep in a long call, has not had them; one asleep on
+  // its event fd is woken for them), for at most kPatience more.
   constexpr absl::Duration kPatience = absl::Seconds(30);
-  auto had_chances = [&] {
-    return probe_->Sent(seq) && passes_.load() >= sent_at_pass_.load() + 2;
-  };
   const absl::Time give_up = absl::Now() + kPatience;
-  while (!probe.ok() && !had_chances() && absl::Now() < give_up) {
+  while (!probe.ok() && !judge_->HadChances(probe_->Sent(seq)) && absl::Now() < give_up) {
     if (!loop_->Post([] {})) return absl::UnavailableError("transport is shut down");
     probe = probe_->Await(seq, absl::Milliseconds(10));
   }
-  // A wedged FIFO delivers nothing from anyone on the probe's path; a busy
-  // one keeps moving.
-  const uint64_t moved = moved_so_far() - before;
-  if (!probe.ok() && had_chances() && moved == 0) return probe;
-  const bool starved = !had_chances();
-  ++(starved ? late_starved_ : late_moving_);
-  TESSEL_LOG_EVERY_N_SEC(INFO, 10)
-      << "ucx: the receive-queue probe took over " << absl::FormatDuration(timeout)
-      << (probe.ok() ? ", then arrived"
-          : !starved ? absl::StrCat(", but the queue moved meanwhile (", moved,
-                                    " deliveries or progress rounds the probe's way)")
-                     : ", but the busy progress thread had not had its chances")
-      << ": load, not a wedge";
-  return absl::OkStatus();
+  return judge_->Judge(probe, probe_->Sent(seq), before, timeout);
 }
 
 void UcxTransport::Delivered(PeerId from) {
-  if (from < peers_.size() && peers_[from].on_probe_path) ++path_deliveries_;
+  if (from < peers_.size() && peers_[from].on_probe_path) judge_->Delivered();
 }
 
 absl::Status UcxTransport::Reset() {
@@ -302,15 +247,11 @@ UcxTransport::Peer UcxTransport::NewPeer(ucp_ep_h ep, bool owned) const {
   // endpoint; elsewhere it goes through UCX's rendezvous, which moves large
   // payloads by RMA (get or put) on the endpoint's rma_bw lanes (cma,
   // tcp, rc...) straight between the two buffers.
-  const ucx_internal::EpLanes lanes = LanesOf(ep);
+  const ucx_internal::EpLanes lanes = ucx_internal::LanesOf(ep);
   p.copied = ucx_internal::DescribeCopied(lanes);
   p.in_place = options_.zero_copy && lanes.mappable;
   p.path = p.in_place ? "in place" : p.copied;
-  for (const std::string& tl : lanes.am) {
-    if (std::find(probe_am_.begin(), probe_am_.end(), tl) != probe_am_.end()) {
-      p.on_probe_path = true;
-    }
-  }
+  p.on_probe_path = judge_->OnProbePath(lanes.am);
   return p;
 }
 
@@ -334,30 +275,8 @@ void UcxTransport::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
     // frees it later, so its address leaves the map now) and fail its PeerId.
     self->peer_by_ep_.erase(it);
     p.ep = nullptr;
-    self->CloseLater(ep);
+    ucx_internal::CloseLater(ep);
   }
-}
-
-ucp_ep_params_t UcxTransport::EndpointParams(const std::string& address, bool on_error) {
-  ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
-  ep.err_mode =
-      options_.peer_error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-  if (on_error) {
-    ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.err_handler.cb = &UcxTransport::OnEpError;
-    ep.err_handler.arg = this;
-  }
-  return ep;
-}
-
-void UcxTransport::CloseLater(ucp_ep_h ep) {
-  ucp_request_param_t cp{};
-  cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
-  cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  cp.cb.send = [](void* request, ucs_status_t, void*) { ucp_request_free(request); };
-  (void)ucp_ep_close_nbx(ep, &cp);  // done at once, or freed by the callback
 }
 
 void UcxTransport::SendHello(ucp_ep_h ep) {
@@ -393,7 +312,8 @@ void UcxTransport::Adopt(ucp_ep_h reply, const std::string& address) {
   // keeps it until we close it and calls OnEpError when the peer fails).
   // The error handler in either error mode: where UCX finds a peer dead
   // (tcp), OnEpError closes the endpoint instead of UCX destroying it under us.
-  ucp_ep_params_t params = EndpointParams(address, /*on_error=*/true);
+  ucp_ep_params_t params = ucx_internal::EndpointParams(address, options_.peer_error_handling,
+                                                        &UcxTransport::OnEpError, this);
   ucp_ep_h h = nullptr;
   if (ucp_ep_create(worker_, &params, &h) != UCS_OK) return;
   if (h != reply) {
@@ -416,7 +336,9 @@ absl::StatusOr<PeerId> UcxTransport::Connect(absl::string_view address) {
   std::string addr(address);
   absl::StatusOr<PeerId> result = absl::UnavailableError("transport is shut down");
   loop_->Call([&] {
-    ucp_ep_params_t ep = EndpointParams(addr, options_.peer_error_handling);
+    ucp_ep_params_t ep = ucx_internal::EndpointParams(
+        addr, options_.peer_error_handling,
+        options_.peer_error_handling ? &UcxTransport::OnEpError : nullptr, this);
     ucp_ep_h h = nullptr;
     ucs_status_t s = ucp_ep_create(worker_, &ep, &h);
     if (s != UCS_OK) {
@@ -507,7 +429,7 @@ bool UcxTransport::SendDescriptor(PeerId to, std::vector<uint8_t>& header, const
                                   size_t bytes, SendDone& done) {
   std::optional<ucx_internal::UcxPayloadMemory::Found> region = memory_->Find(payload, bytes);
   if (!region.has_value()) return false;
-  const uint64_t lease = next_lease_++;
+  const uint64_t lease = leases_->Open({to, std::move(done), header, payload, bytes});
   DescriptorFields fields;
   fields.lease = lease;
   fields.region = region->id;
@@ -518,16 +440,10 @@ bool UcxTransport::SendDescriptor(PeerId to, std::vector<uint8_t>& header, const
       fields, header,
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(region->rkey->data()),
                           region->rkey->size()));
-  leases_[lease] = Lease{to, std::move(done), header, payload, bytes};
   // The descriptor's own send only matters if it fails: then the lease ends.
   in_flight_->Send(peers_[to].ep, kDescriptorAmId, std::move(descriptor), nullptr, 0,
                    [this, lease](absl::Status s) {
-                     if (s.ok()) return;
-                     auto it = leases_.find(lease);
-                     if (it == leases_.end()) return;
-                     SendDone d = std::move(it->second.done);
-                     leases_.erase(it);
-                     if (d) d(s);
+                     if (!s.ok()) leases_->End(lease, s);
                    });
   return true;
 }
@@ -615,10 +531,9 @@ ucs_status_t UcxTransport::OnRelease(void* arg, const void* header, size_t heade
     TESSEL_LOG(WARNING) << "ucx: dropping a malformed release: " << m.status().message();
     return UCS_OK;
   }
-  auto it = self->leases_.find(m->lease);
-  if (it == self->leases_.end()) return UCS_OK;
-  Lease lease = std::move(it->second);
-  self->leases_.erase(it);
+  std::optional<ucx_internal::SendLeases::Lease> held = self->leases_->Take(m->lease);
+  if (!held.has_value()) return UCS_OK;
+  ucx_internal::SendLeases::Lease& lease = *held;
   if (m->status == ReleaseStatus::kResend && lease.peer < self->peers_.size()) {
     self->peers_[lease.peer].in_place = false;
     self->peers_[lease.peer].path = self->peers_[lease.peer].copied;

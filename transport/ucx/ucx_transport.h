@@ -50,24 +50,18 @@
 // receive FIFO wedges it for good (UCX reads the FIFO strictly in order).
 // CheckReceiveQueue() finds that with a probe from a second UCX worker in
 // this process; Reset() cures it with a fresh UCX worker at a new address.
-// It judges from progress, not from the clock alone: a late probe is a wedge
-// only if the probe left, the progress thread then made two whole passes
-// over the worker (not starved of CPU), and the queue did not move: nothing
-// arrived from any peer whose messages take the probe's path (the same
-// active-message transport), and, where that path is not shared memory,
-// the worker did no work at all (a large payload over tcp moves for a long
-// while before it is delivered). A saturated queue keeps moving and is never
-// reset; a wedged shared-memory FIFO delivers nothing from this host,
-// whatever peers on other hosts send over tcp.
+// A late probe is judged from progress, not from the clock alone
+// (WedgeJudge): a saturated queue keeps moving and is never reset.
 //
 // Parts, each with its own contract and test (transport/ucx/internal/):
 // ProgressLoop (the thread, its queue, eventfd and spin-then-sleep),
 // UcxContext and UcxPayloadMemory (the UCP context, registered payload
 // regions), InFlight (the sends and receives UCX holds), RemoteKeyCache
 // (peers' regions unpacked and mapped here, and borrows), the descriptor
-// codec (DESCRIPTOR and RELEASE on the wire), WedgeProbe (CheckReceiveQueue)
-// and ParseEpInfo (lanes -> path). This class keeps the peers, the leases of
-// descriptor sends and the message handlers.
+// codec (DESCRIPTOR and RELEASE on the wire), SendLeases (descriptor sends
+// until their RELEASE), WedgeProbe and WedgeJudge (CheckReceiveQueue) and
+// ParseEpInfo (lanes -> path). This class keeps the peers, the endpoints and
+// the message handlers.
 //
 // Example:
 //   absl::StatusOr<std::unique_ptr<UcxTransport>> t = UcxTransport::Create({});
@@ -101,7 +95,9 @@ class UcxContext;                    // the UCP context
 class UcxPayloadMemory;              // payload_memory()
 class RemoteKeyCache;                // peers' regions unpacked and mapped here
 class WedgeProbe;                    // CheckReceiveQueue's probe
+class WedgeJudge;                    // its verdict: wedged, or load
 class InFlight;                      // the sends and receives UCX holds
+class SendLeases;                    // descriptor sends until RELEASE
 enum class ReleaseStatus : uint8_t;  // descriptor_codec.h
 }  // namespace ucx_internal
 
@@ -133,7 +129,7 @@ class UcxTransport : public Transport {
     uint64_t moving = 0;
     uint64_t total() const { return starved + moving; }
   };
-  LateProbes late_probes() const { return {late_starved_.load(), late_moving_.load()}; }
+  LateProbes late_probes() const;
 
  private:
   // A remote endpoint, by PeerId (an index into peers_).
@@ -157,16 +153,6 @@ class UcxTransport : public Transport {
     // probe uses (so they show that the probed queue moves).
     bool on_probe_path = false;
   };
-  // A descriptor send waiting for the receiver's RELEASE, with what it
-  // takes to send the payload again through the queues.
-  struct Lease {
-    PeerId peer;
-    SendDone done;
-    std::vector<uint8_t> header;
-    const void* payload;
-    size_t bytes;
-  };
-
   explicit UcxTransport(const UcxOptions& options);
   absl::Status Init();
 
@@ -195,10 +181,6 @@ class UcxTransport : public Transport {
                               size_t length, const ucp_am_recv_param_t* param);
   void SendHello(ucp_ep_h ep);
   void Adopt(ucp_ep_h reply, const std::string& address);
-  // Parameters of an endpoint to `address`; OnEpError is its error handler
-  // if `on_error`.
-  ucp_ep_params_t EndpointParams(const std::string& address, bool on_error);
-  void CloseLater(ucp_ep_h ep);
   static ucs_status_t OnDescriptor(void* arg, const void* header, size_t header_length, void* data,
                                    size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t OnRelease(void* arg, const void* header, size_t header_length, void* data,
@@ -223,35 +205,23 @@ class UcxTransport : public Transport {
   Handler handler_;
   std::vector<Peer> peers_;
   absl::flat_hash_map<ucp_ep_h, PeerId> peer_by_ep_;
-  // The wedge probe's active-message transports ("posix", "tcp"...), and
-  // whether one is shared memory (a FIFO that can wedge).
-  std::vector<std::string> probe_am_;
-  bool probe_on_shm_ = false;
   // Sends and receives UCX still holds. A peer that died never completes
   // them; DestroyWorker cancels what is left, so every `done` runs once.
   std::unique_ptr<ucx_internal::InFlight> in_flight_;
   // Descriptor sends by lease, until RELEASE (or the worker goes).
-  absl::flat_hash_map<uint64_t, Lease> leases_;
-  uint64_t next_lease_ = 1;
+  std::unique_ptr<ucx_internal::SendLeases> leases_;
   // Peers' regions unpacked here, and the payloads borrowed through them.
   std::unique_ptr<ucx_internal::RemoteKeyCache> keys_;
 
   mutable absl::Mutex address_mu_;
   std::string address_ ABSL_GUARDED_BY(address_mu_);
   std::atomic<bool> shut_down_{false};
-  // Messages (and rendezvous payloads) delivered from peers on the probe's
-  // path, and the late probes judged load (CheckReceiveQueue).
   // Endpoints Adopt made that UCX did not pair with the peer's (closed at
   // shutdown).
   std::vector<ucp_ep_h> spare_eps_;
-  std::atomic<uint64_t> path_deliveries_{0};
-  std::atomic<uint64_t> progress_{0};  // rounds that did work, when the probe is not on shm
-  std::atomic<uint64_t> late_starved_{0};
-  std::atomic<uint64_t> late_moving_{0};
-  // Progress() calls so far, and how many there had been when the last
-  // probe left.
-  std::atomic<uint64_t> passes_{0};
-  std::atomic<uint64_t> sent_at_pass_{0};
+  // The evidence CheckReceiveQueue judges a late probe on (Progress and
+  // Delivered gather it), and the late probes judged load.
+  std::unique_ptr<ucx_internal::WedgeJudge> judge_;
 };
 
 }  // namespace tessel

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "core/status_macros.h"
+
 namespace tessel {
 namespace ucx_internal {
 
@@ -37,16 +39,15 @@ absl::StatusOr<RemoteKey*> RemoteKeyCache::Get(void* ep, void* worker, uint64_t 
     return key;
   }
   Sweep(now);
-  absl::StatusOr<void*> rkey = ops_->Unpack(ep, packed);
-  if (!rkey.ok()) return rkey.status();
+  TESSEL_ASSIGN_OR_RETURN(void* rkey, ops_->Unpack(ep, packed));
   auto* key = new RemoteKey;
-  key->rkey = *rkey;
+  key->rkey = rkey;
   key->ep = ep;
   key->worker = worker;
   key->region = region;
   key->remote_base = remote_base;
   key->used_at = now;
-  key->mapped = ops_->Map(*rkey, remote_base);
+  key->mapped = ops_->Map(rkey, remote_base);
   int same_ep = 0;
   RemoteKey* oldest = nullptr;
   for (auto& [where, k] : keys_) {
