@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
 #include "server/shard_server.h"
@@ -27,9 +28,10 @@ TransportFactory InProcCluster::transport_factory() const {
     return [zero_copy, tls]() -> absl::StatusOr<std::unique_ptr<Transport>> {
       // Every payload in payload memory as a descriptor, however small (the
       // tests' buckets are): the zero-copy path is the one under test.
-      auto t = UcxTransport::Create({.tls = tls, .zero_copy = zero_copy, .in_place_min_bytes = 0});
-      if (!t.ok()) return t.status();
-      return std::unique_ptr<Transport>(std::move(*t));
+      TESSEL_ASSIGN_OR_RETURN(
+          auto t,
+          UcxTransport::Create({.tls = tls, .zero_copy = zero_copy, .in_place_min_bytes = 0}));
+      return std::unique_ptr<Transport>(std::move(t));
     };
   }
   std::shared_ptr<InProcFabric> fabric = fabric_;
@@ -40,13 +42,11 @@ TransportFactory InProcCluster::transport_factory() const {
 
 absl::Status InProcCluster::Start() {
   registry_ = std::make_unique<RegistryService>(options_.lease_ttl);
-  auto server = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_);
-  if (!server.ok()) return server.status();
-  registry_server_ = std::move(*server);
+  TESSEL_ASSIGN_OR_RETURN(registry_server_,
+                          StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_));
   servers_.resize(static_cast<size_t>(options_.servers));
   for (int s = 0; s < options_.servers; ++s) {
-    absl::Status started = StartServer(s);
-    if (!started.ok()) return started;
+    TESSEL_RETURN_IF_ERROR(StartServer(s));
   }
   return absl::OkStatus();
 }
@@ -72,9 +72,8 @@ absl::Status InProcCluster::StartServer(int shard) {
   // And both data paths: odd shards authenticate every frame (the workers
   // fetch their keys and seal and check theirs), even shards do not.
   o.data_auth = options_.data_auth_everywhere || shard % 2 == 1;
-  auto transport = transport_factory()();
-  if (!transport.ok()) return transport.status();
-  auto started = ShardServer::Start(o, std::move(*transport));
+  TESSEL_ASSIGN_OR_RETURN(auto transport, transport_factory()());
+  auto started = ShardServer::Start(o, std::move(transport));
   if (!started.ok()) {
     return absl::Status(started.status().code(),
                         absl::StrCat("shard server ", shard, ": ", started.status().message()));

@@ -1,6 +1,7 @@
 #include "testing/local_cluster.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
 
@@ -12,12 +13,10 @@ LocalCluster::LocalCluster(ClusterOptions options)
 LocalCluster::~LocalCluster() { Stop(); }
 
 absl::Status LocalCluster::Start() {
-  auto credentials = LoadServerCredentials(options_.tls);
-  if (!credentials.ok()) return credentials.status();
+  TESSEL_ASSIGN_OR_RETURN(auto credentials, LoadServerCredentials(options_.tls));
   registry_ = std::make_unique<RegistryService>(options_.lease_ttl);
-  auto server = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_, *credentials);
-  if (!server.ok()) return server.status();
-  registry_server_ = std::move(*server);
+  TESSEL_ASSIGN_OR_RETURN(registry_server_, StartGrpcServer("127.0.0.1:0", {registry_.get()},
+                                                            &registry_address_, credentials));
 
   const std::string binary = FindBinary("server/tessel-server");
   for (int s = 0; s < options_.servers; ++s) {
@@ -30,17 +29,14 @@ absl::Status LocalCluster::Start() {
         absl::StrCat("--lease_ttl_ms=", absl::ToInt64Milliseconds(options_.lease_ttl))};
     for (std::string& f : TlsFlags(options_.tls)) argv.push_back(std::move(f));
     argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
-    absl::Status st = processes_.Start(absl::StrCat("server", s), argv);
-    if (!st.ok()) return st;
+    TESSEL_RETURN_IF_ERROR(processes_.Start(absl::StrCat("server", s), argv));
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   const int want = options_.servers;
   while (absl::Now() < deadline) {
-    absl::Status alive = processes_.CheckAlive();
-    if (!alive.ok()) return alive;
-    auto view = registry_->registry().GetView(options_.pool);
-    if (!view.ok()) return view.status();
-    if (view->members_size() >= want) return absl::OkStatus();
+    TESSEL_RETURN_IF_ERROR(processes_.CheckAlive());
+    TESSEL_ASSIGN_OR_RETURN(auto view, registry_->registry().GetView(options_.pool));
+    if (view.members_size() >= want) return absl::OkStatus();
     absl::SleepFor(absl::Milliseconds(20));
   }
   return absl::DeadlineExceededError(
@@ -63,8 +59,7 @@ absl::Status LocalCluster::RunWorkers(int workers, const std::vector<std::string
     argv.insert(argv.end(), args.begin(), args.end());
     argv.push_back(absl::StrCat("--ucx_tls=", options_.ucx_tls));  // last one wins
     const std::string name = absl::StrCat("worker", r);
-    absl::Status s = processes_.Start(name, argv, show_rank0 && r == 0);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(processes_.Start(name, argv, show_rank0 && r == 0));
     names.push_back(name);
   }
   return processes_.WaitAll(names, timeout, stop_requested);
@@ -84,9 +79,8 @@ absl::StatusOr<std::vector<HttpPage>> LocalCluster::StatusPages() {
     return absl::FailedPreconditionError("the local cluster's registry is not started");
   }
   if (status_page_ == nullptr) {
-    absl::StatusOr<ClientCredentials> credentials = LoadClientCredentials(options_.tls);
-    if (!credentials.ok()) return credentials.status();
-    status_page_ = std::make_unique<StatusPage>(registry_.get(), *std::move(credentials));
+    TESSEL_ASSIGN_OR_RETURN(ClientCredentials credentials, LoadClientCredentials(options_.tls));
+    status_page_ = std::make_unique<StatusPage>(registry_.get(), std::move(credentials));
     status_page_->SetAddress(registry_address_);
   }
   return status_page_->Pages();

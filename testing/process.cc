@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 
@@ -127,8 +128,7 @@ absl::Status ProcessGroup::Reap(bool) {
 }
 
 absl::Status ProcessGroup::CheckAlive() {
-  absl::Status s = Reap(true);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(Reap(true));
   for (const Child& c : children_) {
     if (c.exited) return Describe(c);
   }
@@ -139,8 +139,7 @@ absl::Status ProcessGroup::WaitAll(const std::vector<std::string>& names, absl::
                                    const volatile int* stop_requested) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
-    absl::Status s = Reap(true);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(Reap(true));
     bool all = true;
     for (const std::string& n : names) {
       bool found = false;

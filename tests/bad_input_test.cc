@@ -13,12 +13,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "runtime/metrics.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
 #include "rpc/registry_client.h"
+#include "runtime/metrics.h"
 #include "server/data_plane.h"
 #include "server/job_table.h"
 #include "server/server_metrics.h"
@@ -164,8 +165,7 @@ class ProcessBackend : public Backend {
     v1::ShardStats st;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
-    absl::Status s = FromGrpc(stub_->GetStats(&ctx, ref, &st), "GetStats");
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(FromGrpc(stub_->GetStats(&ctx, ref, &st), "GetStats"));
     return st;
   }
   Transport* client() override { return client_.get(); }

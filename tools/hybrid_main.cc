@@ -36,11 +36,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "runtime/cli.h"
-#include "runtime/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
+#include "core/status_macros.h"
 #include "rpc/tls_flags.h"
+#include "runtime/cli.h"
+#include "runtime/log.h"
 #include "testing/local_cluster.h"
 #include "tools/internal/hybrid_launch.h"
 #include "tools/internal/hybrid_mlp.h"
@@ -117,9 +118,8 @@ absl::Status CollectFinal(tessel::HybridSession& session, const tessel::model::S
   const tessel::HybridConfig& c = session.config();
   std::vector<float> mine;
   if (session.coords().d == 0) {
-    absl::StatusOr<std::vector<float>> params = session.worker().GatherAll();
-    if (!params.ok()) return params.status();
-    mine = std::move(*params);
+    TESSEL_ASSIGN_OR_RETURN(std::vector<float> params, session.worker().GatherAll());
+    mine = std::move(params);
   }
   absl::StatusOr<std::vector<float>> full = tessel::CollectPartitions(
       session.peers(), c, session.rank(), split.plan(), std::move(mine), steps);
@@ -192,7 +192,7 @@ absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp&
     absl::Span<float> grads = half ? absl::MakeSpan(work_grads) : worker.grads();
     auto loss = stage.Step(k, params, b.x.data(), b.y.data(), batch, grads, ready);
     if (!loss.ok()) {
-      if (absl::Status r = recovered(loss.status(), &k); !r.ok()) return r;
+      TESSEL_RETURN_IF_ERROR(recovered(loss.status(), &k));
       continue;
     }
     const int sync_every = absl::GetFlag(FLAGS_sync_grads_every);
@@ -201,7 +201,7 @@ absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp&
       // data-parallel sub-group, so the query is that job's mean.
       auto mean = worker.SynchronizeGradients();
       if (!mean.ok()) {
-        if (absl::Status r = recovered(mean.status(), &k); !r.ok()) return r;
+        TESSEL_RETURN_IF_ERROR(recovered(mean.status(), &k));
         continue;
       }
       double sq = 0;
@@ -216,7 +216,7 @@ absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp&
     }
     absl::Status s = worker.Step();
     if (!s.ok()) {
-      if (absl::Status r = recovered(s, &k); !r.ok()) return r;
+      TESSEL_RETURN_IF_ERROR(recovered(s, &k));
       continue;
     }
     ++window_steps;
@@ -226,7 +226,7 @@ absl::Status TrainLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp&
                                tessel::HybridTag(tessel::HybridMessage::kLoss, k, 0, 0),
                                absl::MakeSpan(sum), absl::StrCat("the loss of step ", k));
       if (!s.ok()) {
-        if (absl::Status r = recovered(s, &k); !r.ok()) return r;
+        TESSEL_RETURN_IF_ERROR(recovered(s, &k));
         continue;
       }
       if (rank == 0) {
@@ -262,9 +262,8 @@ absl::Status ReplayLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp
   for (int64_t k = worker.step(); k < steps; ++k) {
     for (int m = 0; m < micro_batches; ++m) {
       const std::string path = tessel::HybridReplayGradPath(dir, k, me.d, m, micro_batches);
-      absl::StatusOr<std::vector<float>> g = tessel::ReadHybridReplayGrad(path, full_size);
-      if (!g.ok()) return g.status();
-      std::vector<float> part = split.Slice(*g, me.p, me.t);
+      TESSEL_ASSIGN_OR_RETURN(std::vector<float> g, tessel::ReadHybridReplayGrad(path, full_size));
+      std::vector<float> part = split.Slice(g, me.p, me.t);
       if (half) {
         if (m == 0) {
           mean = std::move(part);
@@ -272,8 +271,7 @@ absl::Status ReplayLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp
           for (size_t i = 0; i < mean.size(); ++i) mean[i] += part[i];
         }
       } else if (micro_batches > 1) {
-        absl::Status s = worker.AccumulateGradients(part);
-        if (!s.ok()) return s;
+        TESSEL_RETURN_IF_ERROR(worker.AccumulateGradients(part));
       } else {
         std::copy(part.begin(), part.end(), worker.grads().begin());
       }
@@ -287,8 +285,8 @@ absl::Status ReplayLoop(tessel::HybridSession& hs, const tessel::model::SplitMlp
     }
     absl::Status s = worker.Step();
     if (!s.ok()) {
-      s = hs.Recover(s);  // a shard server died: every partition rolls back together
-      if (!s.ok()) return s;
+      // A shard server died: every partition rolls back together.
+      TESSEL_RETURN_IF_ERROR(hs.Recover(s));
       k = worker.step() - 1;
       continue;
     }

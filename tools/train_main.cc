@@ -3,13 +3,11 @@
 // real shard servers. Normally started by tessel-demo or tessel-replay.
 #include <algorithm>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <limits>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -19,14 +17,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "runtime/flag_config.h"
-#include "runtime/log.h"
 #include "core/npy.h"
 #include "core/precision.h"
+#include "core/status_macros.h"
 #include "gpu/device.h"
 #include "model/device_layers.h"
 #include "model/device_mlp.h"
+#include "runtime/flag_config.h"
+#include "runtime/log.h"
 #include "tools/internal/mlp_job.h"
+#include "tools/internal/preemption.h"
 #include "worker/device_staging.h"
 #include "worker/train_flags.h"
 #include "worker/unit_step.h"
@@ -52,73 +52,6 @@ ABSL_FLAG(std::string, loss_log, "",
 
 namespace {
 
-// SIGTERM (preemption, `kubectl delete pod`, a scale-down): finish the step
-// in progress, ask the servers for a checkpoint at the next step boundary,
-// run that one more step, leave the job and exit with 143 (128 + SIGTERM;
-// an Indexed Job retries the index, and its replacement recovers from that
-// checkpoint, losing nothing).
-volatile std::sig_atomic_t g_terminate = 0;
-void OnTerminate(int) { g_terminate = 1; }
-constexpr int kTerminatedExit = 143;
-
-// The extra step cannot finish when the servers are going away too (a whole
-// deployment deleted at once): after --preempt_grace_s the process exits
-// 143 wherever it is, before Kubernetes' SIGKILL at the pod's
-// terminationGracePeriodSeconds.
-void StartPreemptionWatchdog(absl::Duration grace) {
-  std::thread([grace] {
-    while (!g_terminate) absl::SleepFor(absl::Milliseconds(100));
-    absl::SleepFor(grace);
-    std::cerr << "tessel-train: SIGTERM: not done within --preempt_grace_s ("
-              << absl::FormatDuration(grace) << "); exiting now\n";
-    std::_Exit(kTerminatedExit);
-  }).detach();
-}
-
-// What to do after a completed step when SIGTERM has arrived: -1 = go on,
-// else the exit status. The checkpoint is asked for once, then one more step
-// runs so the servers reach it.
-class Preemption {
- public:
-  int AfterStep(tessel::Worker* worker) {
-    if (!g_terminate) return -1;
-    if (requested_step_ < 0) {
-      absl::Status s = worker->RequestCheckpoint();
-      if (s.ok()) {
-        requested_step_ = worker->step() + 1;
-        std::cerr << "tessel-train: SIGTERM: rank " << worker->rank()
-                  << " asked for a checkpoint at step " << requested_step_
-                  << "; one more step, then leaving\n";
-        return -1;
-      }
-      std::cerr << "tessel-train: SIGTERM: no checkpoint (" << s.message()
-                << "); leaving after step " << worker->step() << "\n";
-      return kTerminatedExit;
-    }
-    if (worker->step() < requested_step_) return -1;
-    return Leave(worker);
-  }
-  // A step failed recoverably after SIGTERM: another worker left first (a
-  // whole Job being deleted), so the step asked for cannot complete; the
-  // checkpoint the first leaver asked for is the job's. Leave now rather
-  // than wait in a recovery until the grace period ends.
-  int AfterFailedStep(tessel::Worker* worker) {
-    if (!g_terminate) return -1;
-    std::cerr << "tessel-train: SIGTERM: rank " << worker->rank() << " leaves at step "
-              << worker->step() << " (another worker left first; its checkpoint is the job's)\n";
-    return kTerminatedExit;
-  }
-
- private:
-  int Leave(tessel::Worker* worker) {
-    std::cerr << "tessel-train: SIGTERM: rank " << worker->rank() << " leaves at step "
-              << worker->step() << " (checkpoint at step " << requested_step_ << ")\n";
-    return kTerminatedExit;
-  }
-
-  int64_t requested_step_ = -1;
-};
-
 int Fail(const absl::Status& s) {
   std::cerr << "tessel-train: " << s.message() << "\n";
   return 1;
@@ -127,28 +60,27 @@ int Fail(const absl::Status& s) {
 // The worker options (worker/worker_flags.h) plus what this tool decides:
 // identity, and one unit per MLP layer for the per-unit strategies.
 absl::StatusOr<tessel::WorkerOptions> OptionsFromFlags() {
-  auto o = tessel::WorkerOptionsFromFlags();
-  if (!o.ok()) return o.status();
-  o->job = absl::GetFlag(FLAGS_job);
-  o->rank = absl::GetFlag(FLAGS_rank);
-  if (o->rank < 0) {
+  TESSEL_ASSIGN_OR_RETURN(tessel::WorkerOptions o, tessel::WorkerOptionsFromFlags());
+  o.job = absl::GetFlag(FLAGS_job);
+  o.rank = absl::GetFlag(FLAGS_rank);
+  if (o.rank < 0) {
     for (const char* name : {"JOB_COMPLETION_INDEX", "TESSEL_RANK"}) {
       const char* value = std::getenv(name);
       if (value == nullptr || *value == '\0') continue;
-      if (!absl::SimpleAtoi(value, &o->rank) || o->rank < 0) {
+      if (!absl::SimpleAtoi(value, &o.rank) || o.rank < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("$", name, "='", value, "' is not a rank (an integer >= 0)"));
       }
       break;
     }
-    if (o->rank < 0) {
+    if (o.rank < 0) {
       return absl::InvalidArgumentError(
           "--rank is required (or $JOB_COMPLETION_INDEX / $TESSEL_RANK in the environment)");
     }
   }
-  o->world_size = absl::GetFlag(FLAGS_world);
-  o->num_servers = absl::GetFlag(FLAGS_servers);
-  o->shuffle_seed = tessel::ShuffleSeedFor(o->rank);
+  o.world_size = absl::GetFlag(FLAGS_world);
+  o.num_servers = absl::GetFlag(FLAGS_servers);
+  o.shuffle_seed = tessel::ShuffleSeedFor(o.rank);
   // fsdp gathers per unit; zero2 keeps gradients per unit and frees each
   // unit's as soon as it is pushed. One unit per MLP layer (replay: four).
   // On a device, zero2 keeps full buffers: DeviceStaging overlaps their
@@ -156,14 +88,14 @@ absl::StatusOr<tessel::WorkerOptions> OptionsFromFlags() {
   auto mlp_config = tessel::MlpJobFromFlags();
   const bool on_device =
       mlp_config.ok() && mlp_config->device != "cpu" && absl::GetFlag(FLAGS_grads).empty();
-  if (o->strategy == tessel::Strategy::kFsdp ||
-      (o->strategy == tessel::Strategy::kZero2 && absl::GetFlag(FLAGS_micro_batches) == 1 &&
+  if (o.strategy == tessel::Strategy::kFsdp ||
+      (o.strategy == tessel::Strategy::kZero2 && absl::GetFlag(FLAGS_micro_batches) == 1 &&
        !on_device)) {
     if (!absl::GetFlag(FLAGS_grads).empty()) {
-      o->fsdp_units = {0, 1, 2, 3};  // replay: the flat vector in four tensors
+      o.fsdp_units = {0, 1, 2, 3};  // replay: the flat vector in four tensors
     } else if (auto config = tessel::MlpJobFromFlags(); config.ok()) {
       for (size_t l = 0; l + 1 < config->layers.size(); ++l) {
-        o->fsdp_units.push_back(static_cast<int>(2 * l));  // one unit per layer
+        o.fsdp_units.push_back(static_cast<int>(2 * l));  // one unit per layer
       }
     }
   }
@@ -224,7 +156,7 @@ int Replay(tessel::Worker* worker, int steps) {
   }
   absl::Status s = worker->RegisterLayout(tensors, *init);
   if (!s.ok()) return Fail(s);
-  Preemption preemption;
+  tessel::Preemption preemption;
   for (int64_t k = worker->step(); k < steps; ++k) {
     tessel::SetLogStep(k);
     // rank, not fixed: an elastic recovery renumbers the workers.
@@ -361,7 +293,7 @@ int RunMlpSteps(tessel::Worker* worker, int steps, const tessel::MlpJob& job, co
   absl::Time window_start = absl::Now();
   double loss_sum = 0;
   int window = 0;
-  Preemption preemption;
+  tessel::Preemption preemption;
   LossLog loss_log(worker->registry_rank());  // its file stays with the process
   for (int64_t k = worker->step(); k < steps; ++k) {
     tessel::SetLogStep(k);
@@ -492,8 +424,7 @@ int TrainMlpOnDevice(tessel::Worker* worker, int steps, tessel::gpu::Device* dev
       if (status.ok()) status = tessel::UnitStep(*worker, unit_model, computed);
       if (status.ok()) status = unit_model.status();
     } else {
-      status = (*mlp)->SetBatch(batch.x.data(), batch.y.data());
-      if (!status.ok()) return status;
+      TESSEL_RETURN_IF_ERROR((*mlp)->SetBatch(batch.x.data(), batch.y.data()));
       for (int l = 0; l < model.num_layers(); ++l) {
         staging->WaitParams(tessel::gpu::Stream::kCompute, l);
         (*mlp)->Forward(l, staging->params() + layers[l].begin);
@@ -504,11 +435,10 @@ int TrainMlpOnDevice(tessel::Worker* worker, int steps, tessel::gpu::Device* dev
         staging->GradientsEnqueued(layers[l]);
       }
       status = staging->Step();
-      auto loss = (*mlp)->Loss();
-      if (!loss.ok()) return loss.status();  // a device error: not recoverable
-      *computed = *loss;
+      TESSEL_ASSIGN_OR_RETURN(auto loss, (*mlp)->Loss());  // a device error: not recoverable
+      *computed = loss;
     }
-    if (!status.ok()) return status;
+    TESSEL_RETURN_IF_ERROR(status);
     return *computed;
   };
   const std::string suffix = absl::StrCat("  (", device->kind(), ")");
@@ -543,8 +473,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   auto step = [&](int64_t k, int rank, int world, float* computed) -> absl::StatusOr<float> {
     if (units) {
       MlpUnits model(job, k, rank, world);
-      absl::Status status = tessel::UnitStep(*worker, model, computed);
-      if (!status.ok()) return status;
+      TESSEL_RETURN_IF_ERROR(tessel::UnitStep(*worker, model, computed));
       return *computed;
     }
     if (micro_batches > 1) {  // gradient accumulation through the SDK
@@ -555,9 +484,9 @@ int TrainMlp(tessel::Worker* worker, int steps) {
                                   micro.data());
         acc = worker->AccumulateGradients(micro);
       }
-      if (!acc.ok()) return acc;
+      TESSEL_RETURN_IF_ERROR(acc);
       *computed = sum / micro_batches;
-      if (acc = worker->Step(); !acc.ok()) return acc;
+      TESSEL_RETURN_IF_ERROR(worker->Step());
       return *computed;
     }
     absl::Status ready = absl::OkStatus();
@@ -580,8 +509,8 @@ int TrainMlp(tessel::Worker* worker, int steps) {
       ready = worker->GradientsReady(static_cast<int64_t>(t.offset),
                                      static_cast<int64_t>(t.offset + t.numel));
     });
-    if (ready.ok()) ready = worker->Step();
-    if (!ready.ok()) return ready;
+    TESSEL_RETURN_IF_ERROR(ready);
+    TESSEL_RETURN_IF_ERROR(worker->Step());
     return *computed;
   };
   const int rc = RunMlpSteps(
@@ -616,8 +545,8 @@ int main(int argc, char** argv) {
   if (!options.ok()) return Fail(options.status());
   tessel::SetLogLabel(absl::StrCat("worker[", options->rank, "]"));
   tessel::SetLogContext({.job = options->job, .rank = options->rank});
-  std::signal(SIGTERM, OnTerminate);
-  StartPreemptionWatchdog(absl::Seconds(std::max(0, absl::GetFlag(FLAGS_preempt_grace_s))));
+  tessel::InstallPreemptionHandler(
+      absl::Seconds(std::max(0, absl::GetFlag(FLAGS_preempt_grace_s))));
   const int steps = absl::GetFlag(FLAGS_steps);
   if (steps < 0) return Fail(absl::InvalidArgumentError("--steps must be >= 0"));
   auto worker = tessel::Worker::Connect(*options);

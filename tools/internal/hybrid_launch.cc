@@ -1,6 +1,7 @@
 #include "tools/internal/hybrid_launch.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 
@@ -24,8 +25,7 @@ absl::Status RunHybridWorkers(LocalCluster* cluster, const std::string& binary,
     argv.push_back(absl::StrCat("--ucx_tls=", o.ucx_tls));
     if (r == 0 && !o.out.empty()) argv.push_back(absl::StrCat("--out=", o.out));
     const std::string name = absl::StrCat(o.job, "-rank", r);
-    absl::Status s = cluster->processes().Start(name, argv, o.show_rank0 && r == 0);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(cluster->processes().Start(name, argv, o.show_rank0 && r == 0));
     names.push_back(name);
   }
   return cluster->processes().WaitAll(names, o.timeout, stop_requested);

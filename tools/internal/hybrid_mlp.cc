@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/reduce.h"
+#include "core/status_macros.h"
 #include "model/layer_kernels.h"
 #include "worker/train_flags.h"
 
@@ -33,11 +34,10 @@ HybridConfig HybridConfigFromFlags() {
 
 absl::StatusOr<model::SplitMlp> ValidateHybrid(const HybridConfig& config, int world_size,
                                                const MlpJobConfig& mlp) {
-  absl::Status s = ValidateHybridConfig(config, world_size);
-  if (!s.ok()) return s;
-  absl::StatusOr<model::SplitMlp> split = model::SplitMlp::Create(mlp.layers, config.tp, config.pp);
-  if (!split.ok()) return split.status();
-  if (split->num_layers() > 4095) {
+  TESSEL_RETURN_IF_ERROR(ValidateHybridConfig(config, world_size));
+  TESSEL_ASSIGN_OR_RETURN(model::SplitMlp split,
+                          model::SplitMlp::Create(mlp.layers, config.tp, config.pp));
+  if (split.num_layers() > 4095) {
     return absl::InvalidArgumentError("at most 4095 layers (the message tags' layer field)");
   }
   if (mlp.batch % config.micro_batches != 0) {
@@ -117,10 +117,9 @@ absl::StatusOr<std::vector<float>> HybridMlpStage::Forward(int j, std::vector<fl
       // Only tensor rank 0's partial starts from the bias.
       kernels::Linear(rows_, split_.local_in(l), split_.local_out(l), in, w,
                       pipeline_.coords().t == 0 ? b : nullptr, out.data(), &scratch_);
-      absl::Status s =
-          pipeline_.SumOverTensorGroup(TensorSum::kForward, step_, j, l, absl::MakeSpan(out),
-                                       absl::StrCat("fc", l, "'s output"));
-      if (!s.ok()) return s;
+      TESSEL_RETURN_IF_ERROR(pipeline_.SumOverTensorGroup(TensorSum::kForward, step_, j, l,
+                                                          absl::MakeSpan(out),
+                                                          absl::StrCat("fc", l, "'s output")));
     } else {
       kernels::Linear(rows_, split_.local_in(l), split_.local_out(l), in, w, b, out.data(),
                       &scratch_);
@@ -164,19 +163,17 @@ absl::StatusOr<std::vector<float>> HybridMlpStage::Backward(int j, std::vector<f
       if (final_micro) {
         const float count = static_cast<float>(config_.micro_batches);
         for (size_t e = 0; e < t->numel; ++e) acc[e] /= count;
-        absl::Status s = (*on_ready_)(static_cast<int64_t>(t->offset),
-                                      static_cast<int64_t>(t->offset + t->numel));
-        if (!s.ok()) return s;
+        TESSEL_RETURN_IF_ERROR((*on_ready_)(static_cast<int64_t>(t->offset),
+                                            static_cast<int64_t>(t->offset + t->numel)));
       }
     }
     if (l == 0) break;  // nobody needs d(loss)/d(x)
     std::vector<float> dx(m * in);
     kernels::InputGrad(rows_, in, out, d.data(), params_ + wt.offset, dx.data());
     if (split_.split(l) == LayerSplit::kColumn) {
-      absl::Status s =
+      TESSEL_RETURN_IF_ERROR(
           pipeline_.SumOverTensorGroup(TensorSum::kBackward, step_, j, l, absl::MakeSpan(dx),
-                                       absl::StrCat("fc", l, "'s input gradient"));
-      if (!s.ok()) return s;
+                                       absl::StrCat("fc", l, "'s input gradient")));
     }
     kernels::ReluMask(input, dx.data(), dx.size());
     d = std::move(dx);
@@ -189,14 +186,14 @@ absl::StatusOr<std::vector<float>> TrainHybridReference(const MlpJob& job,
                                                         const OptimizerParams& optimizer,
                                                         const HybridConfig& config, int steps,
                                                         std::optional<HalfType> half) {
-  absl::StatusOr<model::SplitMlp> split = ValidateHybrid(config, config.world(), job.config());
-  if (!split.ok()) return split.status();
+  TESSEL_ASSIGN_OR_RETURN(model::SplitMlp split,
+                          ValidateHybrid(config, config.world(), job.config()));
   std::vector<float> full(job.model().num_params());
   job.Init(full.data());
   const int partitions = config.pp * config.tp;
   std::vector<std::vector<float>> parts;
   for (int p = 0; p < config.pp; ++p) {
-    for (int t = 0; t < config.tp; ++t) parts.push_back(split->Slice(full, p, t));
+    for (int t = 0; t < config.tp; ++t) parts.push_back(split.Slice(full, p, t));
   }
   // Optimizer state per partition, as each partition job's servers keep it.
   std::vector<std::vector<std::vector<float>>> state(partitions);
@@ -219,8 +216,8 @@ absl::StatusOr<std::vector<float>> TrainHybridReference(const MlpJob& job,
     }
     for (int d = 0; d < config.dp; ++d) {
       model::Dataset b = job.Batch(step, d, config.dp);
-      split->ReferenceGradients(working, b.x.data(), b.y.data(), job.config().batch,
-                                config.micro_batches, &grads[d]);
+      split.ReferenceGradients(working, b.x.data(), b.y.data(), job.config().batch,
+                               config.micro_batches, &grads[d]);
       for (std::vector<float>& g : grads[d]) RoundTrip(half, g.data(), g.size());
     }
     for (int i = 0; i < partitions; ++i) {
@@ -235,7 +232,7 @@ absl::StatusOr<std::vector<float>> TrainHybridReference(const MlpJob& job,
     }
   }
   for (std::vector<float>& part : parts) RoundTrip(half, part.data(), part.size());
-  return split->Assemble(parts);
+  return split.Assemble(parts);
 }
 
 double NormRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
@@ -254,11 +251,10 @@ absl::StatusOr<HybridReferenceDiffs> CompareWithReferences(const MlpJob& job,
                                                            const HybridConfig& config, int steps,
                                                            const std::vector<float>& final_params,
                                                            std::optional<HalfType> half) {
-  absl::StatusOr<std::vector<float>> hybrid =
-      TrainHybridReference(job, optimizer, config, steps, half);
-  if (!hybrid.ok()) return hybrid.status();
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> hybrid,
+                          TrainHybridReference(job, optimizer, config, steps, half));
   HybridReferenceDiffs out;
-  out.hybrid = MaxRelativeDifference(final_params, *hybrid);
+  out.hybrid = MaxRelativeDifference(final_params, hybrid);
   const std::vector<float> same_micro =
       TrainReference(job, optimizer, config.dp, steps, half, config.micro_batches);
   const std::vector<float> whole = TrainReference(job, optimizer, config.dp, steps, half, 1);

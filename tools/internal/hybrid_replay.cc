@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/npy.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 
@@ -15,12 +16,11 @@ std::string HybridReplayGradPath(const std::string& dir, int64_t step, int repli
 
 absl::StatusOr<std::vector<float>> ReadHybridReplayGrad(const std::string& path,
                                                         size_t num_params) {
-  absl::StatusOr<std::vector<float>> g = ReadNpyF32(path);
-  if (!g.ok()) return g.status();
-  if (g->size() != num_params) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " has ", g->size(), " floats; the MLP's parameter vector (and INIT) has ", num_params,
-        ": every gradient file holds the whole flat vector"));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> g, ReadNpyF32(path));
+  if (g.size() != num_params) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " has ", g.size(), " floats; the MLP's parameter vector (and INIT) has ",
+                     num_params, ": every gradient file holds the whole flat vector"));
   }
   return g;
 }
@@ -30,12 +30,11 @@ absl::StatusOr<std::vector<float>> ValidateHybridReplayInputs(const std::string&
                                                               const model::Mlp& model, int dp,
                                                               int micro_batches, int64_t steps,
                                                               int first_replica, int end_replica) {
-  absl::StatusOr<std::vector<float>> init = ReadNpyF32(init_path);
-  if (!init.ok()) return init.status();
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> init, ReadNpyF32(init_path));
   const size_t n = model.num_params();
-  if (init->size() != n) {
+  if (init.size() != n) {
     return absl::InvalidArgumentError(absl::StrCat(
-        init_path, " has ", init->size(),
+        init_path, " has ", init.size(),
         " floats but the MLP --layers=", absl::StrJoin(model.sizes(), ","), " has ", n,
         " parameters: hybrid replay steps that MLP's flat parameter vector; pass the --layers "
         "whose parameter count equals INIT's length"));
@@ -54,7 +53,7 @@ absl::StatusOr<std::vector<float>> ValidateHybridReplayInputs(const std::string&
                                 : std::string(".npy"),
               "; check --grads, --steps, --dp and --micro_batches)"));
         }
-        if (!g.ok()) return g.status();
+        TESSEL_RETURN_IF_ERROR(g);
       }
     }
   }

@@ -15,9 +15,10 @@
 // equals flat single-process training on the same files, bit for bit.
 //
 // Example:
-//   auto init = ValidateHybridReplayInputs(init_path, dir, split.model(), dp, m, steps);
-//   if (!init.ok()) return init.status();  // nothing started yet
-//   std::vector<float> part = split.Slice(*init, p, t);
+//   TESSEL_ASSIGN_OR_RETURN(std::vector<float> init,  // nothing started yet
+//                           ValidateHybridReplayInputs(init_path, dir, split.model(), dp, m,
+//                           steps));
+//   std::vector<float> part = split.Slice(init, p, t);
 #ifndef TESSEL_TOOLS_INTERNAL_HYBRID_REPLAY_H_
 #define TESSEL_TOOLS_INTERNAL_HYBRID_REPLAY_H_
 
