@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 namespace {
@@ -32,23 +33,20 @@ absl::StatusOr<int> SelfIn(const PeerGroup& group, absl::Span<const int> members
 
 absl::Status AllReduceSum(PeerGroup& group, absl::Span<const int> members, uint64_t tag,
                           absl::Span<float> data, absl::string_view what) {
-  absl::StatusOr<int> self = SelfIn(group, members, "AllReduceSum");
-  if (!self.ok()) return self.status();
+  TESSEL_ASSIGN_OR_RETURN(int self, SelfIn(group, members, "AllReduceSum"));
   if (members.size() == 1) return absl::OkStatus();
   for (int m : members) {
     if (m == group.rank()) continue;
-    absl::Status s = group.Send(m, tag, std::vector<float>(data.begin(), data.end()));
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(group.Send(m, tag, std::vector<float>(data.begin(), data.end())));
   }
   std::vector<std::vector<float>> got(members.size());
   for (size_t i = 0; i < members.size(); ++i) {
-    if (static_cast<int>(i) == *self) continue;
-    absl::StatusOr<std::vector<float>> v =
-        group.Recv(members[i], tag, what, static_cast<int64_t>(data.size()));
-    if (!v.ok()) return v.status();
-    got[i] = std::move(*v);
+    if (static_cast<int>(i) == self) continue;
+    TESSEL_ASSIGN_OR_RETURN(std::vector<float> v,
+                            group.Recv(members[i], tag, what, static_cast<int64_t>(data.size())));
+    got[i] = std::move(v);
   }
-  got[*self].assign(data.begin(), data.end());
+  got[self].assign(data.begin(), data.end());
   // Left to right in member order: the same bits on every member.
   std::vector<float>& acc = got[0];
   for (size_t i = 1; i < got.size(); ++i) {
@@ -62,44 +60,38 @@ absl::Status AllReduceSum(PeerGroup& group, absl::Span<const int> members, uint6
 absl::StatusOr<std::vector<std::string>> AllGather(PeerGroup& group, absl::Span<const int> members,
                                                    uint64_t tag, absl::string_view mine,
                                                    absl::string_view what) {
-  absl::StatusOr<int> self = SelfIn(group, members, "AllGather");
-  if (!self.ok()) return self.status();
+  TESSEL_ASSIGN_OR_RETURN(int self, SelfIn(group, members, "AllGather"));
   for (int m : members) {
     if (m == group.rank()) continue;
-    absl::Status s = group.SendBytes(m, tag, std::string(mine));
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(group.SendBytes(m, tag, std::string(mine)));
   }
   std::vector<std::string> all(members.size());
   for (size_t i = 0; i < members.size(); ++i) {
-    if (static_cast<int>(i) == *self) {
+    if (static_cast<int>(i) == self) {
       all[i] = std::string(mine);
       continue;
     }
-    absl::StatusOr<std::string> theirs = group.RecvBytes(members[i], tag, what);
-    if (!theirs.ok()) return theirs.status();
-    all[i] = std::move(*theirs);
+    TESSEL_ASSIGN_OR_RETURN(std::string theirs, group.RecvBytes(members[i], tag, what));
+    all[i] = std::move(theirs);
   }
   return all;
 }
 
 absl::Status Broadcast(PeerGroup& group, absl::Span<const int> members, int root, uint64_t tag,
                        std::string* bytes, absl::string_view what) {
-  absl::StatusOr<int> self = SelfIn(group, members, "Broadcast");
-  if (!self.ok()) return self.status();
+  TESSEL_RETURN_IF_ERROR(SelfIn(group, members, "Broadcast"));
   if (std::find(members.begin(), members.end(), root) == members.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
         group.Describe(group.rank()), ": Broadcast from rank ", root, ", which is not a member"));
   }
   if (group.rank() != root) {
-    absl::StatusOr<std::string> got = group.RecvBytes(root, tag, what);
-    if (!got.ok()) return got.status();
-    *bytes = std::move(*got);
+    TESSEL_ASSIGN_OR_RETURN(std::string got, group.RecvBytes(root, tag, what));
+    *bytes = std::move(got);
     return absl::OkStatus();
   }
   for (int m : members) {
     if (m == root) continue;
-    absl::Status s = group.SendBytes(m, tag, *bytes);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(group.SendBytes(m, tag, *bytes));
   }
   return absl::OkStatus();
 }

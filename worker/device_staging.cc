@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "runtime/log.h"
 
 namespace tessel {
@@ -26,7 +27,12 @@ DeviceStaging::~DeviceStaging() {
     }
   }
   if (absl::Status s = Drain(); !s.ok()) TESSEL_LOG(WARNING) << "device staging: " << s;
-  for (int s = 0; s < gpu::kNumStreams; ++s) (void)device_->SynchronizeStream(Stream(s));
+  for (int i = 0; i < gpu::kNumStreams; ++i) {
+    if (absl::Status s = device_->SynchronizeStream(Stream(i)); !s.ok()) {
+      TESSEL_LOG(WARNING) << "device staging: waiting for stream " << i
+                          << " before unpinning the worker's buffers failed: " << s;
+    }
+  }
   Unpin();
 }
 
@@ -60,27 +66,22 @@ absl::StatusOr<std::unique_ptr<DeviceStaging>> DeviceStaging::Create(Worker* wor
   }
   std::unique_ptr<DeviceStaging> s(new DeviceStaging(worker, device, std::move(chunks)));
   const size_t count = static_cast<size_t>(n);
-  auto params = gpu::DeviceBuffer<float>::Create(device, count);
-  if (!params.ok()) return params.status();
-  auto grads = gpu::DeviceBuffer<float>::Create(device, count);
-  if (!grads.ok()) return grads.status();
-  s->params_ = std::move(*params);
-  s->grads_ = std::move(*grads);
+  TESSEL_ASSIGN_OR_RETURN(auto params, gpu::DeviceBuffer<float>::Create(device, count));
+  TESSEL_ASSIGN_OR_RETURN(auto grads, gpu::DeviceBuffer<float>::Create(device, count));
+  s->params_ = std::move(params);
+  s->grads_ = std::move(grads);
   if (s->half_) {
-    auto hp = gpu::DeviceBuffer<uint16_t>::Create(device, count);
-    if (!hp.ok()) return hp.status();
-    auto hg = gpu::DeviceBuffer<uint16_t>::Create(device, count);
-    if (!hg.ok()) return hg.status();
-    s->half_params_ = std::move(*hp);
-    s->half_grads_ = std::move(*hg);
+    TESSEL_ASSIGN_OR_RETURN(auto hp, gpu::DeviceBuffer<uint16_t>::Create(device, count));
+    TESSEL_ASSIGN_OR_RETURN(auto hg, gpu::DeviceBuffer<uint16_t>::Create(device, count));
+    s->half_params_ = std::move(hp);
+    s->half_grads_ = std::move(hg);
   }
   if (s->topk_ratio_ > 0) {
-    auto residual = gpu::DeviceBuffer<float>::Create(device, count);
-    if (!residual.ok()) return residual.status();
-    auto sparse = gpu::DeviceBuffer<uint8_t>::Create(device, worker->sparse_grads().size());
-    if (!sparse.ok()) return sparse.status();
-    s->residual_ = std::move(*residual);
-    s->sparse_ = std::move(*sparse);
+    TESSEL_ASSIGN_OR_RETURN(auto residual, gpu::DeviceBuffer<float>::Create(device, count));
+    TESSEL_ASSIGN_OR_RETURN(
+        auto sparse, gpu::DeviceBuffer<uint8_t>::Create(device, worker->sparse_grads().size()));
+    s->residual_ = std::move(residual);
+    s->sparse_ = std::move(sparse);
     const Layout& layout = worker->layout();
     for (int shard = 0; shard < layout.num_shards(); ++shard) {
       s->bucket_ready_.emplace_back(static_cast<size_t>(layout.num_buckets(shard)), 0);
@@ -88,20 +89,17 @@ absl::StatusOr<std::unique_ptr<DeviceStaging>> DeviceStaging::Create(Worker* wor
   }
   for (size_t c = 0; c < s->chunks_.size(); ++c) s->chunk_ready_.push_back(device->NewEvent());
   s->compute_done_ = device->NewEvent();
-  if (absl::Status st = s->Reload(); !st.ok()) return st;
+  TESSEL_RETURN_IF_ERROR(s->Reload());
   if (o.strategy == Strategy::kDdp) {
     if (s->half_) {
-      auto masters = gpu::DeviceBuffer<float>::Create(device, count);
-      if (!masters.ok()) return masters.status();
-      s->masters_ = std::move(*masters);
+      TESSEL_ASSIGN_OR_RETURN(s->masters_, gpu::DeviceBuffer<float>::Create(device, count));
     }
     for (int k = 0; k < StateSlots(o.optimizer); ++k) {
-      auto slot = gpu::DeviceBuffer<float>::Create(device, count);
-      if (!slot.ok()) return slot.status();
-      s->slots_.push_back(std::move(*slot));
+      TESSEL_ASSIGN_OR_RETURN(auto slot, gpu::DeviceBuffer<float>::Create(device, count));
+      s->slots_.push_back(std::move(slot));
     }
     // Hands over the parameters and state (Load).
-    if (absl::Status st = worker->SetDdpUpdater(s.get()); !st.ok()) return st;
+    TESSEL_RETURN_IF_ERROR(worker->SetDdpUpdater(s.get()));
     s->ddp_on_device_ = true;
   }
   return s;
@@ -142,16 +140,16 @@ void DeviceStaging::Unpin() {
 }
 
 absl::Status DeviceStaging::Reload() {
-  if (absl::Status s = Drain(); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(Drain());
   for (int s = 0; s < gpu::kNumStreams; ++s) {
-    if (absl::Status st = device_->SynchronizeStream(Stream(s)); !st.ok()) return st;
+    TESSEL_RETURN_IF_ERROR(device_->SynchronizeStream(Stream(s)));
   }
-  if (absl::Status s = Pin(); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(Pin());
   if (topk_ratio_ > 0) {  // what was held back belongs to the steps rolled back
     device_->Fill(Stream::kCompute, residual_.data(), 0.f, residual_.size());
   }
   if (!ddp_on_device_) Upload();  // DDP: the worker's changes came through Load
-  if (absl::Status s = device_->SynchronizeStream(Stream::kCompute); !s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(device_->SynchronizeStream(Stream::kCompute));
   return device_->SynchronizeStream(Stream::kToDevice);
 }
 
@@ -304,8 +302,7 @@ absl::Status DeviceStaging::Step() {
   for (PendingCopy& c : last_) spare_.push_back(std::move(c));
   last_ = std::move(pending_);
   pending_.clear();
-  status = worker_->Step();  // DDP: Apply() queued the update on the device
-  if (!status.ok()) return status;
+  TESSEL_RETURN_IF_ERROR(worker_->Step());  // DDP: Apply() queued the update on the device
   if (!ddp_on_device_) Upload();
   return absl::OkStatus();
 }
@@ -381,16 +378,13 @@ absl::StatusOr<DeviceStaging::StepTiming> DeviceStaging::LastStepTiming() {
   StepTiming t;
   const gpu::Event* origin = last_.front().computed.get();
   for (const PendingCopy& c : last_) {
-    auto begin = device_->ElapsedMs(origin, c.begun.get());
-    auto end = device_->ElapsedMs(origin, c.landed.get());
-    if (!begin.ok()) return begin.status();
-    if (!end.ok()) return end.status();
-    t.copies.push_back({c.range, c.bytes, *begin, *end});
+    TESSEL_ASSIGN_OR_RETURN(const double begin, device_->ElapsedMs(origin, c.begun.get()));
+    TESSEL_ASSIGN_OR_RETURN(const double end, device_->ElapsedMs(origin, c.landed.get()));
+    t.copies.push_back({c.range, c.bytes, begin, end});
   }
   // The last range's `computed` follows the last backward kernel.
-  auto done = device_->ElapsedMs(origin, last_.back().computed.get());
-  if (!done.ok()) return done.status();
-  t.compute_done_ms = *done;
+  TESSEL_ASSIGN_OR_RETURN(auto done, device_->ElapsedMs(origin, last_.back().computed.get()));
+  t.compute_done_ms = done;
   return t;
 }
 

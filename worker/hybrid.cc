@@ -9,53 +9,24 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "runtime/frame_auth.h"
 #include "core/job_name.h"
-#include "runtime/log.h"
+#include "core/status_macros.h"
 #include "core/wire.h"
 #include "rpc/registry_client.h"
 #include "rpc/shard_fleet.h"
 #include "rpc/tls.h"
+#include "runtime/frame_auth.h"
+#include "runtime/log.h"
 #include "worker/collectives.h"
 #include "worker/internal/make_transport.h"
 
 namespace tessel {
 namespace {
 
-// The tag's index field (layer, stage boundary or partition) has 12 bits.
-constexpr int kMaxTagIndex = 4095;
 // HybridMessage::kRecovery index of the welcome a replacement receives.
 constexpr int kWelcomeIndex = 3;
 
-[[noreturn]] void Fatal(const std::string& message) {
-  TESSEL_LOG(ERROR) << message;
-  std::abort();
-}
-
 }  // namespace
-
-absl::Status ValidateHybridConfig(const HybridConfig& c, int world_size) {
-  if (c.dp < 1 || c.tp < 1 || c.pp < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dp, tp and pp must each be >= 1, got dp=", c.dp, " tp=", c.tp, " pp=", c.pp));
-  }
-  if (static_cast<int64_t>(c.dp) * c.tp * c.pp != world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dp=", c.dp, " x tp=", c.tp, " x pp=", c.pp, " = ",
-        static_cast<int64_t>(c.dp) * c.tp * c.pp, " processes, but the world size is ", world_size,
-        ": start dp*tp*pp processes (world size ", static_cast<int64_t>(c.dp) * c.tp * c.pp,
-        ") or change dp, tp or pp so that dp*tp*pp = ", world_size));
-  }
-  if (c.tp * c.pp > kMaxTagIndex + 1) {
-    return absl::InvalidArgumentError(absl::StrCat("tp*pp = ", c.tp * c.pp, " partitions; at most ",
-                                                   kMaxTagIndex + 1, " are supported"));
-  }
-  if (c.micro_batches < 1 || c.micro_batches > kMaxMicroBatches) {
-    return absl::InvalidArgumentError(absl::StrCat("micro_batches must be in [1, ",
-                                                   kMaxMicroBatches, "], got ", c.micro_batches));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status ValidateHybridStrategy(Strategy strategy) {
   if (strategy == Strategy::kZero1 || strategy == Strategy::kZero2) return absl::OkStatus();
@@ -64,93 +35,20 @@ absl::Status ValidateHybridStrategy(Strategy strategy) {
       StrategyName(strategy), ": use --strategy=zero2 (or zero1)"));
 }
 
-RankCoords CoordsOf(const HybridConfig& c, int rank) {
-  RankCoords out;
-  out.t = rank % c.tp;
-  out.p = (rank / c.tp) % c.pp;
-  out.d = rank / (c.tp * c.pp);
-  return out;
-}
-
-int RankOf(const HybridConfig& c, const RankCoords& x) {
-  return x.d * (c.pp * c.tp) + x.p * c.tp + x.t;
-}
-
-std::string DescribeRank(const HybridConfig& c, int rank) {
-  const RankCoords x = CoordsOf(c, rank);
-  return absl::StrCat("rank ", rank, " (d", x.d, " p", x.p, " t", x.t, ")");
-}
-
-std::vector<int> TensorGroup(const HybridConfig& c, int rank) {
-  RankCoords x = CoordsOf(c, rank);
-  std::vector<int> out;
-  for (x.t = 0; x.t < c.tp; ++x.t) out.push_back(RankOf(c, x));
-  return out;
-}
-
-std::vector<int> DataGroup(const HybridConfig& c, int rank) {
-  RankCoords x = CoordsOf(c, rank);
-  std::vector<int> out;
-  for (x.d = 0; x.d < c.dp; ++x.d) out.push_back(RankOf(c, x));
-  return out;
-}
-
-int NextStageRank(const HybridConfig& c, int rank) {
-  RankCoords x = CoordsOf(c, rank);
-  if (x.p + 1 >= c.pp) return -1;
-  ++x.p;
-  return RankOf(c, x);
-}
-
-int PrevStageRank(const HybridConfig& c, int rank) {
-  RankCoords x = CoordsOf(c, rank);
-  if (x.p == 0) return -1;
-  --x.p;
-  return RankOf(c, x);
-}
-
-uint64_t HybridTag(HybridMessage kind, int64_t step, int micro_batch, int index) {
-  if (step < 0 || step >= kMaxHybridSteps || micro_batch < 0 || micro_batch > kMaxMicroBatches ||
-      index < 0 || index > kMaxTagIndex) {
-    Fatal(absl::StrCat("HybridTag out of range: step ", step, ", micro-batch ", micro_batch,
-                       ", index ", index));
-  }
-  return (static_cast<uint64_t>(kind) << 56) | (static_cast<uint64_t>(step) << 24) |
-         (static_cast<uint64_t>(micro_batch) << 12) | static_cast<uint64_t>(index);
-}
-
-std::vector<PipelineOp> OneFOneBSchedule(int stage, int stages, int micro_batches) {
-  const int warmup = std::min(stages - 1 - stage, micro_batches);
-  std::vector<PipelineOp> ops;
-  ops.reserve(2 * static_cast<size_t>(micro_batches));
-  int next_forward = 0;
-  int next_backward = 0;
-  for (; next_forward < warmup; ++next_forward) ops.push_back({true, next_forward});
-  while (next_forward < micro_batches) {
-    ops.push_back({true, next_forward++});
-    ops.push_back({false, next_backward++});
-  }
-  while (next_backward < micro_batches) ops.push_back({false, next_backward++});
-  return ops;
-}
-
 absl::StatusOr<std::unique_ptr<HybridSession>> HybridSession::Connect(
     const HybridOptions& options) {
   const WorkerOptions& w = options.worker;
   if (w.registry.empty())
     return absl::InvalidArgumentError("HybridOptions.worker.registry is empty");
   if (w.job.empty()) return absl::InvalidArgumentError("HybridOptions.worker.job is empty");
-  absl::Status s = ValidateHybridConfig(options.config, w.world_size);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateHybridConfig(options.config, w.world_size));
   if (w.rank < 0 || w.rank >= w.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", w.rank, " is outside [0, ", w.world_size, ")"));
   }
-  s = ValidateHybridStrategy(w.strategy);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateHybridStrategy(w.strategy));
   std::unique_ptr<HybridSession> session(new HybridSession(options));
-  s = session->Start();
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(session->Start());
   return session;
 }
 
@@ -162,34 +60,33 @@ HybridSession::~HybridSession() {
   own_worker_.reset();
   if (peers_ != nullptr) peers_->Shutdown();
   if (registry_ != nullptr) {
-    absl::Status s = registry_->Leave();
-    (void)s;
+    if (absl::Status s = registry_->Leave(); !s.ok()) {
+      TESSEL_LOG(WARNING) << "job '" << options_.worker.job << "' " << Describe()
+                          << ": leaving the mesh group failed (its lease lapses on its own): " << s;
+    }
   }
 }
 
 absl::Status HybridSession::Start() {
   const WorkerOptions& w = options_.worker;
   const HybridConfig config = options_.config;
-  auto credentials = LoadClientCredentials(w.tls);
-  if (!credentials.ok()) return credentials.status();
-  auto transport = internal::MakeTransport(w);
-  if (!transport.ok()) return transport.status();
+  TESSEL_ASSIGN_OR_RETURN(auto credentials, LoadClientCredentials(w.tls));
+  TESSEL_ASSIGN_OR_RETURN(auto transport, internal::MakeTransport(w));
   PeerGroupOptions po;
   po.name = MeshGroupName(w.job);
   po.timeout = w.step_timeout;
   po.describe = [config](int r) { return DescribeRank(config, r); };
-  peers_ = std::make_unique<PeerGroup>(std::move(*transport), w.rank, w.world_size, po);
+  peers_ = std::make_unique<PeerGroup>(std::move(transport), w.rank, w.world_size, po);
 
   // The worker's token: registries with member credentials ask for it.
   std::string token = w.token;
   if (const char* env = std::getenv("TESSEL_TOKEN"); token.empty() && env != nullptr) token = env;
-  registry_ = std::make_unique<RegistryClient>(w.registry, *credentials, token);
-  credentials_ = std::make_unique<ClientCredentials>(*credentials);
+  registry_ = std::make_unique<RegistryClient>(w.registry, credentials, token);
+  credentials_ = std::make_unique<ClientCredentials>(credentials);
   token_ = token;
   // Keyed before anyone learns this process's mesh address: no message is
   // ever taken unauthenticated where the servers authenticate theirs.
-  absl::Status keyed = KeyMesh(absl::Now() + w.connect_timeout);
-  if (!keyed.ok()) return keyed;
+  TESSEL_RETURN_IF_ERROR(KeyMesh(absl::Now() + w.connect_timeout));
   // A replacement waits for its dead predecessor's lease to lapse.
   absl::StatusOr<MeshView> mesh =
       JoinMesh(registry_.get(), po.name, w.rank, w.world_size, peers_->address(), w.connect_timeout,
@@ -199,8 +96,7 @@ absl::Status HybridSession::Start() {
                                                            mesh.status().message()));
   }
   mesh_epoch_ = mesh->epoch;
-  absl::Status s = peers_->Connect(mesh->addresses);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(peers_->Connect(mesh->addresses));
   peers_->SetHealthCheck([this] { return MeshHealth(); });
   // With --resume this process either replaces one a running job lost (its
   // peers, recovering, welcome it with their generation and configuration)
@@ -227,8 +123,7 @@ absl::Status HybridSession::Start() {
     }
   }
   if (!replacement) {
-    s = CheckSameConfig();
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(CheckSameConfig());
   }
   replacement_ = replacement;
   if (!options_.make_worker) {
@@ -254,14 +149,12 @@ absl::Status HybridSession::Start() {
   worker_->SetWaitCheck([this] { return MeshMembership(); });
   if (w.resume) {
     if (replacement) {  // meets the survivors in Recover
-      s = RecoveryBarrier();
-      if (!s.ok()) return s;
+      TESSEL_RETURN_IF_ERROR(RecoveryBarrier());
     }
-    absl::StatusOr<int64_t> step = AgreeCheckpointStep();
-    if (!step.ok()) return step.status();
-    worker_->SetResumeStep(*step);
+    TESSEL_ASSIGN_OR_RETURN(int64_t step, AgreeCheckpointStep());
+    worker_->SetResumeStep(step);
     TESSEL_LOG(INFO) << "job '" << w.job << "' " << Describe()
-                     << ": every partition resumes from the checkpoint of step " << *step;
+                     << ": every partition resumes from the checkpoint of step " << step;
   }
   TESSEL_LOG(INFO) << "job '" << w.job << "' " << Describe() << ": mesh of " << w.world_size
                    << " connected; partition job '" << partition.job << "' as rank " << coords_.d
@@ -345,12 +238,12 @@ absl::Status HybridSession::CheckSameConfig() {
   };
   std::vector<int> everyone(world);
   for (int r = 0; r < world; ++r) everyone[r] = r;
-  absl::StatusOr<std::vector<std::string>> all =
-      AllGather(*peers_, everyone, tag, mine, "the configuration check at start-up");
-  if (!all.ok()) return all.status();
+  TESSEL_ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      AllGather(*peers_, everyone, tag, mine, "the configuration check at start-up"));
   // Rank 0 names the first process that differs; the others compare with it.
   for (int r = rank() == 0 ? 1 : 0; r < (rank() == 0 ? world : 1); ++r) {
-    if ((*all)[r] != mine) return differs(r, (*all)[r]);
+    if (all[r] != mine) return differs(r, all[r]);
   }
   return absl::OkStatus();
 }
@@ -359,8 +252,7 @@ absl::Status HybridSession::MeshHealth() {
   // A shard server that left or came back ends worker-to-worker waits too:
   // a process whose step went through may wait for one whose step failed.
   if (recovery() && !recovering_ && worker_ != nullptr) {
-    absl::Status servers = worker_->CheckServers();
-    if (!servers.ok()) return servers;
+    TESSEL_RETURN_IF_ERROR(worker_->CheckServers());
   }
   return MeshMembership();
 }
@@ -416,14 +308,12 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
   // 0. Every process present: a lost one replaced. (A shard server's death
   // leaves the mesh as it was.)
   std::vector<int> replaced;
-  absl::Status s = AwaitWholeMesh(start + options_.worker.recovery_timeout, &replaced);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(AwaitWholeMesh(start + options_.worker.recovery_timeout, &replaced));
   // A process killed while writing into this one's shared-memory mesh queue
   // wedges it for good (transport/transport.h). Renewing the mesh endpoint
   // in place is not built for hybrid jobs (peers would take the new address
   // for a replacement): say so now rather than time out in the barrier.
-  s = peers_->CheckReceiveQueue(absl::Seconds(3));
-  if (!s.ok()) {
+  if (absl::Status s = peers_->CheckReceiveQueue(absl::Seconds(3)); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         where, ": the worker-to-worker (mesh) endpoint cannot recover in place: ", s.message(),
         ". Restart the whole job with --resume (it goes on from the newest checkpoint)"));
@@ -431,8 +321,7 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
   // The mesh's key stays what it was; shard 0 (perhaps a restarted one, the
   // source of a replacement's key) is handed it back.
   if (!mesh_secret_.empty()) {
-    s = KeyMesh(start + options_.worker.recovery_timeout);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(KeyMesh(start + options_.worker.recovery_timeout));
   }
   // 1. A new generation: from here on, nothing of the abandoned step is
   // received. Every survivor has been through the same recoveries, so they
@@ -444,24 +333,20 @@ absl::Status HybridSession::Recover(const absl::Status& why) {
   while (std::find(replaced.begin(), replaced.end(), welcomer) != replaced.end()) ++welcomer;
   if (rank() == welcomer) {
     for (int r : replaced) {
-      s = peers_->SendBytes(r, HybridTag(HybridMessage::kRecovery, 0, 0, kWelcomeIndex),
-                            ConfigText());
-      if (!s.ok()) return s;
+      TESSEL_RETURN_IF_ERROR(peers_->SendBytes(
+          r, HybridTag(HybridMessage::kRecovery, 0, 0, kWelcomeIndex), ConfigText()));
     }
   }
-  s = RecoveryBarrier();
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(RecoveryBarrier());
   // 2. The newest step every partition job has a complete checkpoint of.
-  absl::StatusOr<int64_t> step = AgreeCheckpointStep();
-  if (!step.ok()) return step.status();
+  TESSEL_ASSIGN_OR_RETURN(int64_t step, AgreeCheckpointStep());
   // 3. Every partition rolls back to it.
-  s = worker_->RecoverTo(*step);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(worker_->RecoverTo(step));
   TESSEL_LOG(WARNING) << where << ": recovered in "
                       << absl::FormatDuration(
                              absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
                       << ": every partition rolled back from step " << from
-                      << " to the checkpoint of step " << *step << " (peer generation "
+                      << " to the checkpoint of step " << step << " (peer generation "
                       << peers_->generation() << ")";
   return absl::OkStatus();
 }
@@ -557,10 +442,9 @@ absl::StatusOr<int64_t> HybridSession::AgreeCheckpointStep() {
     std::vector<int64_t> common = mine.ok() ? *mine : std::vector<int64_t>();
     std::string why_none = mine.ok() ? std::string() : std::string(mine.status().message());
     for (int r = 1; r < world; ++r) {
-      absl::StatusOr<std::string> theirs =
-          peers_->RecvBytes(r, list_tag, "its partition's checkpoint list");
-      if (!theirs.ok()) return theirs.status();
-      const std::string& text = *theirs;
+      TESSEL_ASSIGN_OR_RETURN(std::string theirs,
+                              peers_->RecvBytes(r, list_tag, "its partition's checkpoint list"));
+      const std::string& text = theirs;
       std::vector<int64_t> steps;
       for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
         int64_t v = 0;
@@ -578,13 +462,11 @@ absl::StatusOr<int64_t> HybridSession::AgreeCheckpointStep() {
     chosen = common.empty() ? absl::StrCat("none", why_none.empty() ? "" : ": ", why_none)
                             : absl::StrCat(common.back());
   } else {
-    absl::Status s = peers_->SendBytes(0, list_tag, listed);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(peers_->SendBytes(0, list_tag, listed));
   }
   std::vector<int> everyone(world);
   for (int r = 0; r < world; ++r) everyone[r] = r;
-  absl::Status s = Broadcast(*peers_, everyone, 0, step_tag, &chosen, "the checkpoint step");
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(Broadcast(*peers_, everyone, 0, step_tag, &chosen, "the checkpoint step"));
   int64_t step = -1;
   if (!absl::SimpleAtoi(chosen, &step)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -613,14 +495,12 @@ absl::Status HybridSession::AttachWorker(Worker* worker) {
   if (!pending_resume_) return absl::OkStatus();
   pending_resume_ = false;
   if (replacement_) {  // meets the survivors in Recover
-    absl::Status s = RecoveryBarrier();
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(RecoveryBarrier());
   }
-  absl::StatusOr<int64_t> step = AgreeCheckpointStep();
-  if (!step.ok()) return step.status();
-  worker_->SetResumeStep(*step);
+  TESSEL_ASSIGN_OR_RETURN(int64_t step, AgreeCheckpointStep());
+  worker_->SetResumeStep(step);
   TESSEL_LOG(INFO) << "job '" << options_.worker.job << "' " << Describe()
-                   << ": every partition resumes from the checkpoint of step " << *step;
+                   << ": every partition resumes from the checkpoint of step " << step;
   return absl::OkStatus();
 }
 

@@ -8,10 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "rpc/registry_client.h"
 #include "runtime/frame_auth.h"
 #include "runtime/log.h"
 #include "runtime/metrics.h"
-#include "rpc/registry_client.h"
 #include "worker/peer_message.h"
 
 namespace tessel {
@@ -223,10 +224,9 @@ absl::Status PeerGroup::SendPayload(int peer, uint64_t tag, std::shared_ptr<cons
   }
   {
     absl::MutexLock lock(&mu_);
-    if (!error_.ok()) return error_;
+    TESSEL_RETURN_IF_ERROR(error_);
   }
-  absl::StatusOr<PeerId> to = PeerFor(peer);
-  if (!to.ok()) return to.status();
+  TESSEL_ASSIGN_OR_RETURN(PeerId to, PeerFor(peer));
   PeerMessageHeader h;
   h.group_id = group_id_;
   h.from = rank_;
@@ -244,7 +244,7 @@ absl::Status PeerGroup::SendPayload(int peer, uint64_t tag, std::shared_ptr<cons
     const std::array<uint8_t, kFrameTagBytes> tag = auth->TagOf(header, h.generation);
     header.insert(header.end(), tag.begin(), tag.end());
   }
-  transport_->Send(*to, absl::MakeConstSpan(header), data, bytes,
+  transport_->Send(to, absl::MakeConstSpan(header), data, bytes,
                    [this, owner = std::move(owner), peer, tag](absl::Status s) {
                      absl::MutexLock lock(&mu_);
                      --outstanding_sends_;
@@ -311,23 +311,21 @@ absl::StatusOr<std::vector<uint8_t>> PeerGroup::RecvPayload(int peer, uint64_t t
 }
 
 absl::StatusOr<std::string> PeerGroup::RecvBytes(int peer, uint64_t tag, absl::string_view what) {
-  absl::StatusOr<std::vector<uint8_t>> data = RecvPayload(peer, tag, what);
-  if (!data.ok()) return data.status();
-  return std::string(data->begin(), data->end());
+  TESSEL_ASSIGN_OR_RETURN(std::vector<uint8_t> data, RecvPayload(peer, tag, what));
+  return std::string(data.begin(), data.end());
 }
 
 absl::StatusOr<std::vector<float>> PeerGroup::Recv(int peer, uint64_t tag, absl::string_view what,
                                                    int64_t expected) {
-  absl::StatusOr<std::vector<uint8_t>> data = RecvPayload(peer, tag, what);
-  if (!data.ok()) return data.status();
-  if (data->size() % sizeof(float) != 0 ||
-      (expected >= 0 && static_cast<int64_t>(data->size() / sizeof(float)) != expected)) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<uint8_t> data, RecvPayload(peer, tag, what));
+  if (data.size() % sizeof(float) != 0 ||
+      (expected >= 0 && static_cast<int64_t>(data.size() / sizeof(float)) != expected)) {
     return absl::InternalError(absl::StrCat(
-        Where(), ": ", what, " from ", Describe(peer), " has ", data->size(), " bytes, expected ",
+        Where(), ": ", what, " from ", Describe(peer), " has ", data.size(), " bytes, expected ",
         expected >= 0 ? absl::StrCat(expected) : "whole", " floats"));
   }
-  std::vector<float> out(data->size() / sizeof(float));
-  if (!out.empty()) std::memcpy(out.data(), data->data(), data->size());  // never memcpy(nullptr)
+  std::vector<float> out(data.size() / sizeof(float));
+  if (!out.empty()) std::memcpy(out.data(), data.data(), data.size());  // never memcpy(nullptr)
   return out;
 }
 

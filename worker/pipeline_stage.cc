@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "worker/collectives.h"
 
 namespace tessel {
@@ -45,9 +46,8 @@ absl::Status PipelineStage::Step(int64_t step, const StageFunctions& functions) 
   step_ = step;
   loss_grads_.assign(last_stage() ? config_.micro_batches : 0, {});
   for (const PipelineOp& op : OneFOneBSchedule(coords_.p, config_.pp, config_.micro_batches)) {
-    absl::Status s =
-        op.forward ? Forward(op.micro_batch, functions) : Backward(op.micro_batch, functions);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(op.forward ? Forward(op.micro_batch, functions)
+                                      : Backward(op.micro_batch, functions));
   }
   loss_grads_.clear();
   return absl::OkStatus();
@@ -56,24 +56,23 @@ absl::Status PipelineStage::Step(int64_t step, const StageFunctions& functions) 
 absl::Status PipelineStage::Forward(int j, const StageFunctions& f) {
   std::vector<float> input;
   if (prev_ >= 0) {
-    absl::StatusOr<std::vector<float>> in = peers_->Recv(
-        prev_, HybridTag(HybridMessage::kActivation, step_, j, coords_.p - 1),
-        absl::StrCat("the activation of ", Where(j), " from stage ", coords_.p - 1), f.input_size);
-    if (!in.ok()) return in.status();
-    input = std::move(*in);
+    TESSEL_ASSIGN_OR_RETURN(
+        std::vector<float> in,
+        peers_->Recv(prev_, HybridTag(HybridMessage::kActivation, step_, j, coords_.p - 1),
+                     absl::StrCat("the activation of ", Where(j), " from stage ", coords_.p - 1),
+                     f.input_size));
+    input = std::move(in);
   }
-  absl::StatusOr<std::vector<float>> out = f.forward(j, std::move(input));
-  if (!out.ok()) return out.status();
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> out, f.forward(j, std::move(input)));
   if (last_stage()) {
-    absl::Status s = CheckSize(*out, f.output_size, j, "forward (d(loss)/d(output), output_size)");
-    if (!s.ok()) return s;
-    loss_grads_[j] = std::move(*out);
+    TESSEL_RETURN_IF_ERROR(
+        CheckSize(out, f.output_size, j, "forward (d(loss)/d(output), output_size)"));
+    loss_grads_[j] = std::move(out);
     return absl::OkStatus();
   }
-  absl::Status s = CheckSize(*out, f.output_size, j, "forward (the activation, output_size)");
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(CheckSize(out, f.output_size, j, "forward (the activation, output_size)"));
   return peers_->Send(next_, HybridTag(HybridMessage::kActivation, step_, j, coords_.p),
-                      std::move(*out));
+                      std::move(out));
 }
 
 absl::Status PipelineStage::Backward(int j, const StageFunctions& f) {
@@ -81,20 +80,19 @@ absl::Status PipelineStage::Backward(int j, const StageFunctions& f) {
   if (last_stage()) {
     d = std::move(loss_grads_[j]);
   } else {
-    absl::StatusOr<std::vector<float>> g = peers_->Recv(
-        next_, HybridTag(HybridMessage::kActivationGrad, step_, j, coords_.p),
-        absl::StrCat("the gradient of ", Where(j), "'s activation from stage ", coords_.p + 1),
-        f.output_size);
-    if (!g.ok()) return g.status();
-    d = std::move(*g);
+    TESSEL_ASSIGN_OR_RETURN(
+        std::vector<float> g,
+        peers_->Recv(
+            next_, HybridTag(HybridMessage::kActivationGrad, step_, j, coords_.p),
+            absl::StrCat("the gradient of ", Where(j), "'s activation from stage ", coords_.p + 1),
+            f.output_size));
+    d = std::move(g);
   }
-  absl::StatusOr<std::vector<float>> dx = f.backward(j, std::move(d));
-  if (!dx.ok()) return dx.status();
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> dx, f.backward(j, std::move(d)));
   if (prev_ < 0) return absl::OkStatus();  // nobody needs d(loss)/d(stage 0's input)
-  absl::Status s = CheckSize(*dx, f.input_size, j, "backward (d(loss)/d(input), input_size)");
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(CheckSize(dx, f.input_size, j, "backward (d(loss)/d(input), input_size)"));
   return peers_->Send(prev_, HybridTag(HybridMessage::kActivationGrad, step_, j, coords_.p - 1),
-                      std::move(*dx));
+                      std::move(dx));
 }
 
 absl::Status PipelineStage::SumOverTensorGroup(TensorSum kind, int64_t step, int micro_batch,
@@ -125,9 +123,8 @@ absl::StatusOr<std::vector<float>> CollectPartitions(PeerGroup& peers, const Hyb
   const int partition = me.p * config.tp + me.t;
   if (rank != 0 && me.d != 0) return std::vector<float>();
   if (rank != 0) {
-    absl::Status s =
-        peers.Send(0, HybridTag(HybridMessage::kCollect, step, 0, partition), std::move(mine));
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(
+        peers.Send(0, HybridTag(HybridMessage::kCollect, step, 0, partition), std::move(mine)));
     return std::vector<float>();
   }
   std::vector<std::vector<float>> parts(config.pp * config.tp);
@@ -136,12 +133,13 @@ absl::StatusOr<std::vector<float>> CollectPartitions(PeerGroup& peers, const Hyb
     for (int t = 0; t < config.tp; ++t) {
       const int i = p * config.tp + t;
       if (i == 0) continue;
-      absl::StatusOr<std::vector<float>> part = peers.Recv(
-          RankOf(config, {0, p, t}), HybridTag(HybridMessage::kCollect, step, 0, i),
-          absl::StrCat("the final parameters of partition (stage ", p, ", tensor rank ", t, ")"),
-          static_cast<int64_t>(plan.partition_size(p)));
-      if (!part.ok()) return part.status();
-      parts[i] = std::move(*part);
+      TESSEL_ASSIGN_OR_RETURN(
+          std::vector<float> part,
+          peers.Recv(RankOf(config, {0, p, t}), HybridTag(HybridMessage::kCollect, step, 0, i),
+                     absl::StrCat("the final parameters of partition (stage ", p, ", tensor rank ",
+                                  t, ")"),
+                     static_cast<int64_t>(plan.partition_size(p))));
+      parts[i] = std::move(part);
     }
   }
   return plan.Assemble(parts);

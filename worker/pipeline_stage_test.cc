@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/inproc_mesh.h"
@@ -45,9 +46,8 @@ ScalingRun RunScaling(const HybridConfig& c) {
       f.forward = [&](int j, std::vector<float> in) -> absl::StatusOr<std::vector<float>> {
         if (stage.first_stage()) in = {j + 1.0f, j + 2.0f};
         for (float& v : in) v *= factor;
-        absl::Status s = stage.SumOverTensorGroup(TensorSum::kForward, 5, j, 0, absl::MakeSpan(in),
-                                                  "the test's output");
-        if (!s.ok()) return s;
+        TESSEL_RETURN_IF_ERROR(stage.SumOverTensorGroup(TensorSum::kForward, 5, j, 0,
+                                                        absl::MakeSpan(in), "the test's output"));
         for (float& v : in) v /= static_cast<float>(c.tp);
         run.sums[r] = in;
         return in;  // last stage: d(0.5 |out|^2)/d(out) = out

@@ -16,7 +16,8 @@ for f in "$@"; do
 done
 fail=0
 for h in worker/worker.h worker/options.h worker/reports.h worker/unit_step.h \
-  worker/worker_flags.h worker/train_flags.h worker/hybrid.h worker/peer_group.h \
+  worker/worker_flags.h worker/train_flags.h worker/hybrid.h worker/hybrid_layout.h \
+  worker/peer_group.h \
   worker/collectives.h worker/ddp_updater.h; do
   printf '#include "%s"\nint main() { return 0; }\n' "$h" > "$tmp/tu.cc"
   if ! g++ -std=c++17 -fsyntax-only -H -I"$tmp/src" "$tmp/tu.cc" 2> "$tmp/h.txt"; then

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 
 ABSL_FLAG(std::string, strategy, "zero2",
           "ddp, zero1, zero2 or fsdp (hybrid DPxTPxPP: tessel-hybrid-train)");
@@ -78,8 +79,7 @@ absl::StatusOr<OptimizerParams> OptimizerFromFlags() {
   p.centered = absl::GetFlag(FLAGS_centered);
   p.lr_decay = static_cast<float>(absl::GetFlag(FLAGS_lr_decay));
   p.initial_accumulator_value = static_cast<float>(absl::GetFlag(FLAGS_initial_accumulator_value));
-  absl::Status s = ValidateOptimizerParams(p);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateOptimizerParams(p));
   return p;
 }
 

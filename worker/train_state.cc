@@ -178,12 +178,11 @@ absl::Status CheckTrainStateFits(const TrainState& state, const v1::JobSpec& spe
         " state; job '", spec.job(), "' uses ",
         v1::OptimizerConfig::Kind_Name(spec.optimizer().kind())));
   }
-  auto mine = OptimizerFromProto(spec.optimizer());
-  if (!mine.ok()) return mine.status();
-  if (static_cast<size_t>(StateSlots(*mine)) != state.state.size()) {
+  TESSEL_ASSIGN_OR_RETURN(auto mine, OptimizerFromProto(spec.optimizer()));
+  if (static_cast<size_t>(StateSlots(mine)) != state.state.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the training state has ", state.state.size(), " optimizer state slots; job '", spec.job(),
-        "' needs ", StateSlots(*mine), " (e.g. SGD momentum on in one and off in the other)"));
+        "' needs ", StateSlots(mine), " (e.g. SGD momentum on in one and off in the other)"));
   }
   return absl::OkStatus();
 }

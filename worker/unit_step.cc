@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel {
 namespace {
@@ -13,14 +14,12 @@ absl::StatusOr<const float*> GatherForCompute(Worker& worker, int unit,
                                               std::vector<float>* scratch) {
   const auto half = worker.half_type();
   if (!half) {
-    auto params = worker.Gather(unit);
-    if (!params.ok()) return params.status();
-    return params->data();
+    TESSEL_ASSIGN_OR_RETURN(auto params, worker.Gather(unit));
+    return params.data();
   }
-  auto params = worker.GatherHalf(unit);
-  if (!params.ok()) return params.status();
-  scratch->resize(params->size());
-  HalfToFloat(*half, params->data(), scratch->data(), params->size());
+  TESSEL_ASSIGN_OR_RETURN(auto params, worker.GatherHalf(unit));
+  scratch->resize(params.size());
+  HalfToFloat(*half, params.data(), scratch->data(), params.size());
   return static_cast<const float*>(scratch->data());
 }
 
@@ -44,20 +43,18 @@ absl::Status FsdpStep(Worker& worker, UnitModel& model, float* loss) {
   std::vector<float> params_fp32, grads_fp32;  // mixed precision: one unit, widened
   absl::Status s = worker.Prefetch(0);
   for (int u = 0; u < units && s.ok(); ++u) {
-    auto params = GatherForCompute(worker, u, &params_fp32);
-    if (!params.ok()) return params.status();
+    TESSEL_ASSIGN_OR_RETURN(auto params, GatherForCompute(worker, u, &params_fp32));
     if (u + 1 < units) s = worker.Prefetch(u + 1);
-    model.Forward(u, *params);
+    model.Forward(u, params);
     worker.Release(u);
   }
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(s);
   *loss = model.Loss();
   s = worker.Prefetch(units - 1);
   for (int u = units - 1; u >= 0 && s.ok(); --u) {
-    auto params = GatherForCompute(worker, u, &params_fp32);
-    if (!params.ok()) return params.status();
+    TESSEL_ASSIGN_OR_RETURN(auto params, GatherForCompute(worker, u, &params_fp32));
     if (u > 0) s = worker.Prefetch(u - 1);
-    BackwardInto(worker, model, u, *params, &grads_fp32);
+    BackwardInto(worker, model, u, params, &grads_fp32);
     worker.Release(u);
     if (s.ok()) s = worker.PushUnit(u);
   }
@@ -78,8 +75,7 @@ absl::Status Zero2UnitStep(Worker& worker, UnitModel& model, float* loss) {
   *loss = model.Loss();
   for (int u = units - 1; u >= 0; --u) {
     BackwardInto(worker, model, u, params + worker.unit_range(u).begin, &grads_fp32);
-    absl::Status s = worker.PushUnit(u);
-    if (!s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(worker.PushUnit(u));
   }
   return worker.Step();
 }

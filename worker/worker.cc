@@ -6,13 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/log.h"
-#include "runtime/metrics.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/status_macros.h"
 #include "core/tensor_steps.h"
 #include "rpc/job_spec.h"
+#include "runtime/log.h"
+#include "runtime/metrics.h"
+#include "worker/checkpoint_watch.h"
 #include "worker/internal/bucket_exchange.h"
 #include "worker/internal/convert.h"
 #include "worker/internal/data_channel.h"
@@ -27,15 +28,15 @@ namespace tessel {
 using internal::WorkerParts;
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& options) {
-  absl::Status s = ValidateWorkerOptions(options);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(ValidateWorkerOptions(options));
   std::unique_ptr<Worker> w(new Worker(std::make_unique<WorkerParts>(options)));
-  s = w->Start();
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(w->Start());
   return w;
 }
 
-Worker::Worker(std::unique_ptr<WorkerParts> parts) : p_(std::move(parts)) {}
+Worker::Worker(std::unique_ptr<WorkerParts> parts)
+    : p_(std::move(parts)),
+      checkpoints_(std::make_unique<CheckpointWatch>(p_->ctx.options, absl::Now())) {}
 
 Worker::~Worker() = default;  // WorkerParts stops the transport first
 
@@ -131,7 +132,7 @@ absl::Status Worker::CreateJob() {
   req.set_epoch(ctx.epoch.load());
   req.set_restore(ctx.resume);
   req.set_restore_step(ctx.options.resume_step);
-  absl::Status created = p_->control->CreateJob(
+  TESSEL_RETURN_IF_ERROR(p_->control->CreateJob(
       req, "CreateJob", [&](int shard, const v1::CreateJobResponse& resp) -> absl::Status {
         if (ctx.resume) {
           if (shard == 0) ctx.step = resp.step();
@@ -146,12 +147,10 @@ absl::Status Worker::CreateJob() {
               "; resume it (WorkerOptions.resume / --resume) or use a new job name"));
         }
         return absl::OkStatus();
-      });
-  if (!created.ok()) return created;
+      }));
   // Before the first frame: the servers may authenticate them.
-  absl::StatusOr<std::vector<std::string>> keys = p_->control->FrameKeys();
-  if (!keys.ok()) return keys.status();
-  return p_->channel->SetFrameKeys(*keys);
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::string> keys, p_->control->FrameKeys());
+  return p_->channel->SetFrameKeys(keys);
 }
 
 absl::Status Worker::PullInitial(absl::Span<const float> init) {
@@ -252,8 +251,7 @@ absl::Status Worker::Step() {
         ": with per-unit gradients every unit must be pushed (PushUnit) before Step(); ",
         p_->exchange->unpushed(), " bucket(s) were not"));
   }
-  absl::Status s = p_->exchange->Exchange(ctx.step + 1);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(p_->exchange->Exchange(ctx.step + 1));
   ++ctx.step;
   p_->exchange->NextStep();
   double update_seconds = 0;
@@ -268,8 +266,7 @@ absl::Status Worker::Step() {
     update_seconds = metrics::SecondsSince(start);
   }
   StepMetrics(p_->exchange->last_phases(), update_seconds);
-  MaybeCheckpoint();
-  MaybeReportCheckpoints();
+  WatchCheckpoints();
   return AdmitNewcomers();
 }
 
@@ -292,50 +289,14 @@ absl::Status Worker::AdmitNewcomers() {
                    " workers. Recover() admits them; nothing rolls back")));
 }
 
-int64_t Worker::checkpoints_failing_since() const { return p_->checkpoints_failing_since; }
+int64_t Worker::checkpoints_failing_since() const { return checkpoints_->failing_since(); }
 
-void Worker::MaybeReportCheckpoints() {
+void Worker::WatchCheckpoints() {
   const internal::JobContext& ctx = p_->ctx;
-  const WorkerOptions& o = ctx.options;
-  const bool checkpoints = o.checkpoint.every_steps > 0 || o.checkpoint.initial ||
-                           o.checkpoint_interval > absl::ZeroDuration();
-  if (ctx.rank.load() != 0 || !checkpoints || ctx.layout == nullptr ||
-      absl::Now() - p_->last_checkpoint_report < o.checkpoint_report_interval) {
-    return;
-  }
-  p_->last_checkpoint_report = absl::Now();
-  auto stats = p_->control->Stats(absl::Seconds(2));
-  if (!stats.ok()) return;  // the step's own waits report a server in trouble
-  int64_t since = -1;
-  std::string why;
-  for (const v1::ShardStats& st : *stats) {
-    if (st.checkpoint_failing_since() < 0) continue;
-    if (since < 0 || st.checkpoint_failing_since() < since) since = st.checkpoint_failing_since();
-    absl::StrAppend(&why, why.empty() ? "" : "; ", st.checkpoint_error());  // "shard s: ..."
-  }
-  if (since >= 0 && since != p_->checkpoints_failing_since) {
-    TESSEL_LOG(WARNING) << ctx.Where() << ": checkpoints have been failing since step " << since
-                        << " (" << why
-                        << "); training goes on, but a recovery would roll back to the newest "
-                           "complete checkpoint (tesselctl checkpoint list --job "
-                        << o.job << ")";
-  } else if (since < 0 && p_->checkpoints_failing_since >= 0) {
-    TESSEL_LOG(INFO) << ctx.Where() << ": checkpoints succeed again";
-  }
-  p_->checkpoints_failing_since = since;
-}
-
-void Worker::MaybeCheckpoint() {
-  const WorkerOptions& o = p_->ctx.options;
-  if (p_->ctx.rank.load() != 0 || o.checkpoint_interval <= absl::ZeroDuration() ||
-      absl::Now() - p_->last_checkpoint < o.checkpoint_interval) {
-    return;
-  }
-  p_->last_checkpoint = absl::Now();
-  absl::Status s = RequestCheckpoint();
-  if (!s.ok()) {
-    TESSEL_LOG(WARNING) << p_->ctx.Where() << ": periodic checkpoint not scheduled: " << s;
-  }
+  if (ctx.rank.load() != 0) return;
+  checkpoints_->AfterStep(
+      absl::Now(), ctx.Where(), [this] { return RequestCheckpoint(); },
+      [this] { return p_->control->Stats(absl::Seconds(2)); });
 }
 
 absl::Status Worker::SetOptimizer(const OptimizerParams& optimizer) {
@@ -447,12 +408,10 @@ absl::Status Worker::FinishStep() {
   if (!ctx.fsdp() || ctx.layout == nullptr) {
     return absl::FailedPreconditionError("FinishStep is for fsdp jobs; use Step()");
   }
-  absl::Status s = p_->units->Barrier(ctx.step + 1);
-  if (!s.ok()) return s;
+  TESSEL_RETURN_IF_ERROR(p_->units->Barrier(ctx.step + 1));
   ++ctx.step;
   StepMetrics(StepPhases{}, 0);
-  MaybeCheckpoint();
-  MaybeReportCheckpoints();
+  WatchCheckpoints();
   return AdmitNewcomers();
 }
 
@@ -469,7 +428,7 @@ absl::StatusOr<std::vector<float>> Worker::GatherAll() {
   const internal::JobContext& ctx = p_->ctx;
   const internal::ModelBuffers& b = p_->exchange->buffers();
   if (ctx.ddp()) {  // a DDP updater holds the values that count
-    if (absl::Status s = p_->ddp.SyncToHost(ctx.half, &p_->exchange->buffers()); !s.ok()) return s;
+    TESSEL_RETURN_IF_ERROR(p_->ddp.SyncToHost(ctx.half, &p_->exchange->buffers()));
   }
   if (ctx.half && !ctx.fsdp()) {
     std::vector<float> all(b.params_half.size());
@@ -557,10 +516,9 @@ absl::StatusOr<std::vector<int64_t>> Worker::CompleteCheckpointSteps() {
   }
   // Asked while a recovery has not reconnected yet: shard 0 may have been
   // restarted at another address.
-  absl::StatusOr<std::unique_ptr<ShardFleet>> fleet =
-      p_->membership->CurrentFleet(absl::Now() + ctx.options.recovery_timeout);
-  if (!fleet.ok()) return fleet.status();
-  auto steps = internal::JobControl(&ctx, fleet->get()).CheckpointSteps();
+  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<ShardFleet> fleet,
+                          p_->membership->CurrentFleet(absl::Now() + ctx.options.recovery_timeout));
+  auto steps = internal::JobControl(&ctx, fleet.get()).CheckpointSteps();
   if (!steps.ok()) return ctx.Recoverable(absl::UnavailableError(steps.status().message()));
   return steps;
 }

@@ -84,6 +84,7 @@ namespace tessel {
 namespace internal {
 struct WorkerParts;  // the collaborators behind the facade (worker.cc)
 }  // namespace internal
+class CheckpointWatch;  // rank 0's checkpoint duties (worker/checkpoint_watch.h)
 
 class Worker {
  public:
@@ -387,10 +388,9 @@ class Worker {
   // Creates (or, resuming, restores) the registered job on every shard.
   absl::Status CreateJob();
   absl::Status PullInitial(absl::Span<const float> init);
-  void MaybeCheckpoint();
-  // Rank 0, checkpoints configured: every checkpoint_report_interval asks the shards whether
-  // checkpoints fail, and logs when that starts and ends.
-  void MaybeReportCheckpoints();
+  // Rank 0, after a step: time-based checkpoints and failure reports
+  // (CheckpointWatch).
+  void WatchCheckpoints();
   // Elastic growth, after a step: at a checkpoint boundary the ranks agree
   // on the newcomers they all see; if any, a recoverable status (Recover()
   // admits them).
@@ -400,6 +400,7 @@ class Worker {
   void StepMetrics(const StepPhases& phases, double update_seconds);
 
   std::unique_ptr<internal::WorkerParts> p_;
+  std::unique_ptr<CheckpointWatch> checkpoints_;
 };
 
 }  // namespace tessel

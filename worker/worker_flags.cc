@@ -2,6 +2,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "rpc/auth.h"
 #include "rpc/metrics_server.h"
 #include "rpc/registry_flags.h"
@@ -72,31 +73,25 @@ uint64_t ShuffleSeedFor(int rank) {
 
 absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   WorkerOptions o;
-  auto optimizer = OptimizerFromFlags();
-  if (!optimizer.ok()) return optimizer.status();
-  auto strategy = StrategyFromFlags();
-  if (!strategy.ok()) return strategy.status();
-  auto half = PrecisionFromFlags();
-  if (!half.ok()) return half.status();
+  TESSEL_ASSIGN_OR_RETURN(auto optimizer, OptimizerFromFlags());
+  TESSEL_ASSIGN_OR_RETURN(auto strategy, StrategyFromFlags());
+  TESSEL_ASSIGN_OR_RETURN(auto half, PrecisionFromFlags());
   o.registry = absl::GetFlag(FLAGS_registry);  // checked where it is used (Worker::Create)
   o.metrics_address = absl::GetFlag(FLAGS_metrics_address);
-  auto timeline = TimelineFromFlags();
-  if (!timeline.ok()) return timeline.status();
-  o.timeline = timeline->path;
-  o.timeline_window = timeline->window;
+  TESSEL_ASSIGN_OR_RETURN(auto timeline, TimelineFromFlags());
+  o.timeline = timeline.path;
+  o.timeline_window = timeline.window;
   o.server_pool = absl::GetFlag(FLAGS_pool);
-  o.strategy = *strategy;
-  o.optimizer = *optimizer;
-  o.precision = PrecisionOf(*half);
+  o.strategy = strategy;
+  o.optimizer = optimizer;
+  o.precision = PrecisionOf(half);
   o.bucket_bytes = absl::GetFlag(FLAGS_bucket_bytes);
   o.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
-  auto ucx = UcxOptionsFromFlags();
-  if (!ucx.ok()) return ucx.status();
-  o.ucx = *ucx;
+  TESSEL_ASSIGN_OR_RETURN(auto ucx, UcxOptionsFromFlags());
+  o.ucx = ucx;
   o.shuffle_seed = absl::GetFlag(FLAGS_shuffle_seed);
-  auto aggregation = AggregationFromFlags();
-  if (!aggregation.ok()) return aggregation.status();
-  o.aggregation = *aggregation;
+  TESSEL_ASSIGN_OR_RETURN(auto aggregation, AggregationFromFlags());
+  o.aggregation = aggregation;
   o.host_id = absl::GetFlag(FLAGS_host_id);
   o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
   o.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
@@ -111,17 +106,16 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   o.checkpoint_report_interval =
       absl::Seconds(std::max(0, absl::GetFlag(FLAGS_checkpoint_report_s)));
   o.recovery = absl::GetFlag(FLAGS_recover);
-  auto lease_ttl = LeaseTtlFromFlags();
-  if (!lease_ttl.ok()) return lease_ttl.status();
-  o.lease_ttl = *lease_ttl;
+  TESSEL_ASSIGN_OR_RETURN(auto lease_ttl, LeaseTtlFromFlags());
+  o.lease_ttl = lease_ttl;
   o.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));
   o.elastic_min_workers = absl::GetFlag(FLAGS_elastic_min_workers);
   o.elastic_grace = absl::Seconds(absl::GetFlag(FLAGS_elastic_grace_s));
   o.elastic_max_workers = absl::GetFlag(FLAGS_elastic_max_workers);
   if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    auto token = ReadTokenFile("--token_file", absl::GetFlag(FLAGS_token_file));
-    if (!token.ok()) return token.status();
-    o.token = *token;
+    TESSEL_ASSIGN_OR_RETURN(auto token,
+                            ReadTokenFile("--token_file", absl::GetFlag(FLAGS_token_file)));
+    o.token = token;
   }
   return o;
 }

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "worker/worker.h"
 
 namespace tessel {
@@ -27,9 +28,8 @@ inline void OnRanks(int world, const std::function<void(int)>& body) {
 // server needs this one to roll back to.
 inline absl::Status AwaitCompleteCheckpoint(Worker& worker, int64_t step) {
   for (int i = 0; i < 500; ++i) {
-    auto steps = worker.CompleteCheckpointSteps();
-    if (!steps.ok()) return steps.status();
-    if (!steps->empty() && steps->back() == step) return absl::OkStatus();
+    TESSEL_ASSIGN_OR_RETURN(auto steps, worker.CompleteCheckpointSteps());
+    if (!steps.empty() && steps.back() == step) return absl::OkStatus();
     absl::SleepFor(absl::Milliseconds(10));
   }
   return absl::DeadlineExceededError(absl::StrCat("no complete checkpoint of step ", step));

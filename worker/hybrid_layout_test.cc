@@ -1,6 +1,7 @@
-// Pure parts of the hybrid strategy: configuration checks, the rank mapping,
-// groups, tags and the 1F1B schedule. (Real processes: tests/hybrid_test.cc.)
-#include "worker/hybrid.h"
+// The hybrid layout (worker/hybrid_layout.h): configuration checks, the rank
+// mapping, groups, tags and the 1F1B schedule. (Real processes:
+// tests/hybrid_test.cc.)
+#include "worker/hybrid_layout.h"
 
 #include <set>
 #include <string>
