@@ -26,6 +26,7 @@
 #include "runtime/flag_config.h"
 #include "runtime/log.h"
 #include "tools/internal/mlp_job.h"
+#include "tools/internal/mlp_units.h"
 #include "tools/internal/preemption.h"
 #include "worker/device_staging.h"
 #include "worker/train_flags.h"
@@ -202,74 +203,6 @@ int Replay(tessel::Worker* worker, int steps) {
   return 0;
 }
 
-// The MLP as the SDK's per-unit step recipe (worker/unit_step.h) sees it:
-// one unit per layer, over the batch of step k for this rank.
-class MlpUnits : public tessel::UnitModel {
- public:
-  MlpUnits(const tessel::MlpJob& job, int64_t k, int rank, int world)
-      : batch_(job.Batch(k, rank, world)),
-        stepper_(job.model(), batch_.x.data(), batch_.y.data(), job.config().batch) {}
-  void Forward(int unit, const float* params) override { stepper_.Forward(unit, params); }
-  float Loss() override { return stepper_.Loss(); }
-  void Backward(int unit, const float* params, float* grads) override {
-    stepper_.Backward(unit, params, grads);
-  }
-
- private:
-  tessel::model::Dataset batch_;  // before stepper_, which points into it
-  tessel::model::MlpStepper stepper_;
-};
-
-// The MLP on a device as the per-unit recipe (worker/unit_step.h) sees it:
-// each call gets host pointers valid only until it returns (the unit is
-// released, the gradients pushed right after), so each call copies them on
-// the compute stream and waits for its copies before returning.
-class DeviceMlpUnits : public tessel::UnitModel {
- public:
-  DeviceMlpUnits(tessel::model::DeviceMlp* mlp, tessel::gpu::Device* device, float* layer_params,
-                 float* layer_grads)
-      : mlp_(mlp), device_(device), params_(layer_params), grads_(layer_grads) {}
-  absl::Status SetBatch(const tessel::model::Dataset& batch) {
-    return mlp_->SetBatch(batch.x.data(), batch.y.data());
-  }
-  void Forward(int unit, const float* params) override {
-    Upload(unit, params);
-    mlp_->Forward(unit, params_);
-    Sync();  // `params` is released when this returns
-  }
-  float Loss() override {
-    auto loss = mlp_->Loss();
-    if (!loss.ok()) {
-      Note(loss.status());
-      return std::numeric_limits<float>::quiet_NaN();
-    }
-    return *loss;
-  }
-  void Backward(int unit, const float* params, float* grads) override {
-    Upload(unit, params);
-    mlp_->Backward(unit, params_, grads_);
-    device_->CopyToHost(tessel::gpu::Stream::kCompute, grads, grads_, Bytes(unit));
-    Sync();  // `grads` is pushed when this returns
-  }
-  const absl::Status& status() const { return status_; }
-
- private:
-  size_t Bytes(int unit) const { return mlp_->model().LayerRange(unit).second * sizeof(float); }
-  void Upload(int unit, const float* params) {
-    device_->CopyToDevice(tessel::gpu::Stream::kCompute, params_, params, Bytes(unit));
-  }
-  void Sync() { Note(device_->SynchronizeStream(tessel::gpu::Stream::kCompute)); }
-  void Note(const absl::Status& s) {
-    if (status_.ok() && !s.ok()) status_ = s;
-  }
-
-  tessel::model::DeviceMlp* mlp_;
-  tessel::gpu::Device* device_;
-  float* params_;
-  float* grads_;
-  absl::Status status_;
-};
-
 // One step of the MLP on global batch `k` of this rank: its loss, or the
 // step's status. Sets *computed to the loss as soon as the forward pass ran
 // (a step that fails afterwards may still have completed on the servers).
@@ -419,7 +352,7 @@ int TrainMlpOnDevice(tessel::Worker* worker, int steps, tessel::gpu::Device* dev
     const tessel::model::Dataset batch = job.Batch(k, rank, world);
     absl::Status status;
     if (units) {
-      DeviceMlpUnits unit_model(mlp->get(), device, unit_params.data(), unit_grads.data());
+      tessel::DeviceMlpUnits unit_model(mlp->get(), device, unit_params.data(), unit_grads.data());
       status = unit_model.SetBatch(batch);
       if (status.ok()) status = tessel::UnitStep(*worker, unit_model, computed);
       if (status.ok()) status = unit_model.status();
@@ -472,7 +405,7 @@ int TrainMlp(tessel::Worker* worker, int steps) {
   std::vector<float> micro(micro_batches > 1 ? job.model().num_params() : 0);
   auto step = [&](int64_t k, int rank, int world, float* computed) -> absl::StatusOr<float> {
     if (units) {
-      MlpUnits model(job, k, rank, world);
+      tessel::MlpUnits model(job, k, rank, world);
       TESSEL_RETURN_IF_ERROR(tessel::UnitStep(*worker, model, computed));
       return *computed;
     }
