@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace tessel {
@@ -104,37 +105,29 @@ OtherStatus Handler(int check, int a, int* out, int* reached) {
   return {};
 }
 
-TEST(StatusMacrosTest, ReturnIfErrorPassesAnotherStatusTypeOnUnchanged) {
+// One call of Handler, summed up: what it returned, the value it wrote, how
+// far it got, and how often it evaluated an expression and converted.
+std::string RunHandler(int check, int a) {
   evaluations = 0;
   conversions = 0;
   int out = 0, reached = 0;
-  const OtherStatus s = Handler(7, 1, &out, &reached);
-  EXPECT_EQ(s.code, 7);
-  EXPECT_EQ(s.message, "denied");
-  EXPECT_EQ(reached, 0);
-  EXPECT_EQ(evaluations, 1);
-  EXPECT_EQ(conversions, 0);
+  const OtherStatus s = Handler(check, a, &out, &reached);
+  return absl::StrCat("code=", s.code, " message='", s.message, "' out=", out, " reached=", reached,
+                      " evaluations=", evaluations, " conversions=", conversions);
+}
+
+TEST(StatusMacrosTest, ReturnIfErrorPassesAnotherStatusTypeOnUnchanged) {
+  EXPECT_EQ(RunHandler(7, 1),
+            "code=7 message='denied' out=0 reached=0 evaluations=1 conversions=0");
 }
 
 TEST(StatusMacrosTest, AsFormsConvertTheErrorAndMoveTheValue) {
-  evaluations = 0;
-  conversions = 0;
-  int out = 0, reached = 0;
-  OtherStatus s = Handler(0, 2, &out, &reached);
-  EXPECT_TRUE(s.ok());
-  EXPECT_EQ(out, 6);  // 2 * 2 + 2
-  EXPECT_EQ(reached, 2);
-  EXPECT_EQ(evaluations, 4);  // each expression once
-  EXPECT_EQ(conversions, 0);
-
-  evaluations = 0;
-  reached = 0;
-  s = Handler(0, -1, &out, &reached);
-  EXPECT_EQ(s.code, static_cast<int>(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ(s.message, "negative input");
-  EXPECT_EQ(reached, 1);
-  EXPECT_EQ(evaluations, 2);
-  EXPECT_EQ(conversions, 1);
+  // Each expression evaluated once; out = Twice(2) + *Make(2).
+  EXPECT_EQ(RunHandler(0, 2), "code=0 message='' out=6 reached=2 evaluations=4 conversions=0");
+  EXPECT_EQ(RunHandler(0, -1),
+            absl::StrCat("code=", static_cast<int>(absl::StatusCode::kInvalidArgument),
+                         " message='negative input' out=0 reached=1 evaluations=2 "
+                         "conversions=1"));
 }
 
 TEST(StatusMacrosTest, AssignOrReturnAsConvertsAStatusOrError) {

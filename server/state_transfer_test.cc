@@ -2,7 +2,7 @@
 // do, and which refusals drop the staging (tested without a ShardJob).
 #include "server/state_transfer.h"
 
-#include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -16,13 +16,11 @@ constexpr int64_t kElements = 10;
 constexpr int kSlots = 2;
 constexpr int kTensors = 3;
 
+// The bytes of floats base, base + 1, ... (n of them).
 std::string Floats(int64_t n, float base) {
-  std::string out(static_cast<size_t>(n) * 4, '\0');
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = base + static_cast<float>(i);
-    std::memcpy(out.data() + 4 * i, &v, 4);
-  }
-  return out;
+  std::vector<float> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), base);
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
 
 StateTransfer Zero() {

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "transport/ucx/internal/context.h"
 #include "transport/ucx/internal/payload_memory.h"
+#include "transport/ucx/internal/ucp_testing.h"
 
 namespace tessel {
 namespace ucx_internal {
@@ -34,21 +35,12 @@ TEST(EndpointParamsTest, ErrorModeAndHandlerAsAsked) {
 class EndpointsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    UcxOptions o;
-    o.tls = "posix,sysv,self";
-    auto context = UcxContext::Create(o);
-    ASSERT_TRUE(context.ok()) << context.status();
-    context_ = *context;
-    ucp_worker_params_t wp{};
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-    ASSERT_EQ(ucp_worker_create(context_->get(), &wp, &from_), UCS_OK);
-    ASSERT_EQ(ucp_worker_create(context_->get(), &wp, &to_), UCS_OK);
-    ucp_address_t* addr = nullptr;
-    size_t len = 0;
-    ASSERT_EQ(ucp_worker_get_address(to_, &addr, &len), UCS_OK);
-    address_.assign(reinterpret_cast<const char*>(addr), len);
-    ucp_worker_release_address(to_, addr);
+    context_ = TestContext();
+    ASSERT_NE(context_, nullptr);
+    from_ = TestWorker(context_->get());
+    to_ = TestWorker(context_->get());
+    ASSERT_TRUE(from_ != nullptr && to_ != nullptr);
+    address_ = WorkerAddress(to_);
     ucp_ep_params_t params = EndpointParams(address_, false, nullptr, nullptr);
     ASSERT_EQ(ucp_ep_create(from_, &params, &ep_), UCS_OK);
   }

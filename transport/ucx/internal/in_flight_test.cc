@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "transport/ucx/internal/context.h"
+#include "transport/ucx/internal/ucp_testing.h"
 
 namespace tessel {
 namespace ucx_internal {
@@ -18,34 +19,19 @@ namespace {
 
 constexpr unsigned kAmId = 7;
 
-ucp_worker_h MakeWorker(ucp_context_h context) {
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  ucp_worker_h w = nullptr;
-  EXPECT_EQ(ucp_worker_create(context, &wp, &w), UCS_OK);
-  return w;
-}
-
 class InFlightTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    UcxOptions o;
-    o.tls = "posix,sysv,self";
-    auto context = UcxContext::Create(o);
-    ASSERT_TRUE(context.ok()) << context.status();
-    context_ = *context;
-    sender_ = MakeWorker(context_->get());
-    receiver_ = MakeWorker(context_->get());
-    ucp_address_t* addr = nullptr;
-    size_t len = 0;
-    ASSERT_EQ(ucp_worker_get_address(receiver_, &addr, &len), UCS_OK);
+    context_ = TestContext();
+    ASSERT_NE(context_, nullptr);
+    sender_ = TestWorker(context_->get());
+    receiver_ = TestWorker(context_->get());
+    const std::string address = WorkerAddress(receiver_);
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.address = addr;
+    ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     ASSERT_EQ(ucp_ep_create(sender_, &ep, &ep_), UCS_OK);
-    ucp_worker_release_address(receiver_, addr);
     // Messages are dropped unless a test installs its own handler.
     SetHandler([](void*, const void*, size_t, void*, size_t,
                   const ucp_am_recv_param_t*) { return UCS_OK; },

@@ -8,18 +8,11 @@
 
 #include "gtest/gtest.h"
 #include "transport/ucx/internal/context.h"
+#include "transport/ucx/internal/ucp_testing.h"
 
 namespace tessel {
 namespace ucx_internal {
 namespace {
-
-std::shared_ptr<UcxContext> Context(const std::string& tls = "posix,sysv,self") {
-  UcxOptions o;
-  o.tls = tls;
-  auto c = UcxContext::Create(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? *c : nullptr;
-}
 
 TEST(UcxContextTest, RefusesAMalformedPortRange) {
   UcxOptions range;
@@ -30,14 +23,14 @@ TEST(UcxContextTest, RefusesAMalformedPortRange) {
 }
 
 TEST(UcxContextTest, ReportsDeviceMemoryTypesWithoutHost) {
-  std::shared_ptr<UcxContext> context = Context();
+  std::shared_ptr<UcxContext> context = TestContext();
   ASSERT_NE(context, nullptr);
   ASSERT_NE(context->get(), nullptr);
   for (const std::string& t : context->device_memory_types()) EXPECT_NE(t, "host");
 }
 
 TEST(UcxPayloadMemoryTest, RegionsAreZeroedAndFoundByAnyRangeInside) {
-  auto memory = std::make_shared<UcxPayloadMemory>(Context());
+  auto memory = std::make_shared<UcxPayloadMemory>(TestContext());
   EXPECT_EQ(memory->Allocate(0), nullptr);
   const size_t n = 1 << 16;
   auto* a = static_cast<uint8_t*>(memory->Allocate(n));
@@ -78,7 +71,7 @@ TEST(UcxPayloadMemoryTest, RegionsAreZeroedAndFoundByAnyRangeInside) {
 }
 
 TEST(UcxPayloadMemoryTest, MemoryKeepsTheContextAlive) {
-  std::shared_ptr<UcxContext> context = Context();
+  std::shared_ptr<UcxContext> context = TestContext();
   std::weak_ptr<UcxContext> weak = context;
   auto memory = std::make_shared<UcxPayloadMemory>(std::move(context));
   void* p = memory->Allocate(4096);

@@ -30,38 +30,38 @@ TEST(WedgeJudgeTest, ChancesAreTwoPassesAfterTheProbeLeft) {
   EXPECT_FALSE(j.HadChances(false)) << "a probe not sent yet has had no chance";
 }
 
-TEST(WedgeJudgeTest, AQuietSharedMemoryQueueIsWedgedEvenWhileTheWorkerWorks) {
-  WedgeJudge j;
-  j.SetProbePath({"posix"});
-  const uint64_t before = j.Movement();
-  j.ProbeSent();
-  j.Pass(true);  // work on shared memory is not the probed FIFO moving
-  j.Pass(true);
-  EXPECT_EQ(j.Judge(kLate, true, before, absl::Seconds(1)).code(), kLate.code());
-  EXPECT_EQ(j.late_starved() + j.late_moving(), 0u);
-}
+// A probe that left, two passes over the worker after it, and what moved
+// meanwhile: the verdict and the late probes counted as the queue moving.
+struct Case {
+  const char* path;  // the probe's transport
+  bool delivered;    // a message came the probe's way
+  bool worked;       // the passes did work
+  bool wedged;
+};
 
-TEST(WedgeJudgeTest, DeliveriesOnThePathMeanLoad) {
-  WedgeJudge j;
-  j.SetProbePath({"posix"});
-  const uint64_t before = j.Movement();
-  j.ProbeSent();
-  j.Delivered();
-  j.Pass(false);
-  j.Pass(false);
-  EXPECT_TRUE(j.Judge(kLate, true, before, absl::Seconds(1)).ok());
-  EXPECT_EQ(j.late_moving(), 1u);
-}
-
-TEST(WedgeJudgeTest, OverTcpAnyWorkIsMovement) {
-  WedgeJudge j;
-  j.SetProbePath({"tcp"});
-  const uint64_t before = j.Movement();
-  j.ProbeSent();
-  j.Pass(true);
-  j.Pass(false);
-  EXPECT_TRUE(j.Judge(kLate, true, before, absl::Seconds(1)).ok());
-  EXPECT_EQ(j.late_moving(), 1u);
+TEST(WedgeJudgeTest, WedgedOnlyWhenNothingMovedTheProbesWay) {
+  for (const Case& c : {
+           // Work on shared memory is not the probed FIFO moving.
+           Case{"posix", false, true, true},
+           Case{"posix", true, false, false},
+           Case{"sysv", false, false, true},
+           // Over tcp any work is movement (a large payload on its way).
+           Case{"tcp", false, true, false},
+           Case{"tcp", false, false, true},
+       }) {
+    WedgeJudge j;
+    j.SetProbePath({c.path});
+    const uint64_t before = j.Movement();
+    j.ProbeSent();
+    if (c.delivered) j.Delivered();
+    j.Pass(c.worked);
+    j.Pass(false);
+    const absl::Status verdict = j.Judge(kLate, true, before, absl::Seconds(1));
+    EXPECT_EQ(!verdict.ok(), c.wedged)
+        << c.path << " delivered=" << c.delivered << " worked=" << c.worked;
+    EXPECT_EQ(j.late_moving(), c.wedged ? 0u : 1u);
+    EXPECT_EQ(j.late_starved(), 0u);
+  }
 }
 
 TEST(WedgeJudgeTest, AStarvedThreadOrALateArrivalIsLoad) {

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "transport/ucx/internal/context.h"
+#include "transport/ucx/internal/ucp_testing.h"
 
 namespace tessel {
 namespace ucx_internal {
@@ -19,20 +20,11 @@ constexpr unsigned kProbeAmId = 8;
 class WedgeProbeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    UcxOptions o;
-    o.tls = "posix,sysv,self";
-    auto context = UcxContext::Create(o);
-    ASSERT_TRUE(context.ok()) << context.status();
-    context_ = *context;
-    ucp_worker_params_t wp{};
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-    ASSERT_EQ(ucp_worker_create(context_->get(), &wp, &target_), UCS_OK);
-    ucp_address_t* addr = nullptr;
-    size_t len = 0;
-    ASSERT_EQ(ucp_worker_get_address(target_, &addr, &len), UCS_OK);
-    address_.assign(reinterpret_cast<const char*>(addr), len);
-    ucp_worker_release_address(target_, addr);
+    context_ = TestContext();
+    ASSERT_NE(context_, nullptr);
+    target_ = TestWorker(context_->get());
+    ASSERT_NE(target_, nullptr);
+    address_ = WorkerAddress(target_);
     auto probe = WedgeProbe::Create(context_->get());
     ASSERT_TRUE(probe.ok()) << probe.status();
     probe_ = std::move(*probe);
