@@ -29,13 +29,7 @@ class BucketExchangeTest : public ::testing::Test {
     WorkerOptions o;
     o.job = "j";
     o.strategy = Strategy::kZero1;
-    o.recovery = true;
-    o.step_timeout = absl::Seconds(2);
-    ctx_ = std::make_unique<JobContext>(o);
-    ctx_->epoch = kEpoch;
-    auto layout = Layout::Create({{"w", {100}}}, 1, 4, 40);  // buckets of 40, 40, 20
-    ASSERT_TRUE(layout.ok()) << layout.status();
-    ctx_->layout = std::make_unique<Layout>(std::move(*layout));
+    ctx_ = DataPathContext(o, kEpoch, {{"w", {100}}}, 1, 40);  // buckets of 40, 40, 20
     server_ = std::make_unique<ScriptedServer>(fabric_);
     channel_ = std::make_unique<DataChannel>(ctx_.get(), InProcTransport::Create(fabric_));
     ASSERT_TRUE(ConnectChannel(channel_.get(), {server_.get()}).ok());

@@ -69,13 +69,7 @@ class DataChannelTest : public ::testing::Test {
   void Make(WorkerOptions o) {
     channel_.reset();
     o.job = "j";
-    o.recovery = true;
-    o.step_timeout = absl::Seconds(2);
-    ctx_ = std::make_unique<JobContext>(o);
-    ctx_->epoch = kEpoch;
-    auto layout = Layout::Create({{"w", {100}}}, 2, 4, 40);
-    ASSERT_TRUE(layout.ok()) << layout.status();
-    ctx_->layout = std::make_unique<Layout>(std::move(*layout));
+    ctx_ = DataPathContext(o, kEpoch, {{"w", {100}}}, 2, 40);
     channel_ = std::make_unique<DataChannel>(ctx_.get(), InProcTransport::Create(fabric_));
     ASSERT_TRUE(ConnectChannel(channel_.get(), {&server0_, &server1_}).ok());
     sink_ = std::make_unique<CountingSink>(channel_.get());

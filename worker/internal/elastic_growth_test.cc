@@ -17,8 +17,8 @@
 #include "rpc/registry_client.h"
 #include "rpc/shard_fleet.h"
 #include "testing/inproc_cluster.h"
+#include "worker/internal/cluster_fixture.h"
 #include "worker/internal/convert.h"
-#include "worker/internal/fleet_testing.h"
 #include "worker/internal/job_context.h"
 
 namespace tessel::internal {
@@ -28,20 +28,15 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kJobEpoch = 7;
 
-class ElasticGrowthTest : public ::testing::Test {
+class ElasticGrowthTest : public ClusterTest {
  protected:
   void SetUp() override {
-    InProcCluster::Options options;
-    options.servers = 2;
-    cluster_ = std::make_unique<InProcCluster>(options);
-    ASSERT_TRUE(cluster_->Start().ok());
+    ClusterTest::SetUp();
     registry_ = std::make_unique<RegistryClient>(cluster_->registry_address());
-    absl::Status connected = ConnectFleet(cluster_->registry_address(), "default", 2, &fleet_);
-    ASSERT_TRUE(connected.ok()) << connected;
   }
   void TearDown() override {
     members_.clear();
-    cluster_->Stop();
+    ClusterTest::TearDown();
   }
 
   // Job `job` running on both shards for the workers `ids` (registry ranks)
@@ -81,10 +76,8 @@ class ElasticGrowthTest : public ::testing::Test {
     ASSERT_TRUE(members_.back()->Join(m, absl::Seconds(30)).ok());
   }
 
-  std::unique_ptr<InProcCluster> cluster_;
   std::unique_ptr<RegistryClient> registry_;
   std::vector<std::unique_ptr<RegistryClient>> members_;
-  ShardFleet fleet_;
 };
 
 TEST_F(ElasticGrowthTest, AWorkerBeyondTheRunningJobJoinsAsANewcomer) {

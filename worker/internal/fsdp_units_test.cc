@@ -49,14 +49,8 @@ class FsdpUnitsTest : public ::testing::Test {
     WorkerOptions o;
     o.job = "f";
     o.strategy = Strategy::kFsdp;
-    o.recovery = true;
-    o.step_timeout = absl::Seconds(2);
     o.fsdp_units = {0, 2};  // unit 0: a, b (buckets 0, 1); unit 1: c (bucket 2)
-    ctx_ = std::make_unique<JobContext>(o);
-    ctx_->epoch = kEpoch;
-    auto layout = Layout::Create({{"a", {40}}, {"b", {40}}, {"c", {20}}}, 1, 4, 40);
-    ASSERT_TRUE(layout.ok()) << layout.status();
-    ctx_->layout = std::make_unique<Layout>(std::move(*layout));
+    ctx_ = DataPathContext(o, kEpoch, {{"a", {40}}, {"b", {40}}, {"c", {20}}}, 1, 40);
     channel_ = std::make_unique<DataChannel>(ctx_.get(), InProcTransport::Create(fabric_));
     ASSERT_TRUE(ConnectChannel(channel_.get(), {&server_}).ok());
     units_ = std::make_unique<FsdpUnits>(ctx_.get(), channel_.get());

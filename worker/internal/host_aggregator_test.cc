@@ -43,13 +43,8 @@ struct HostRank {
     o.job = "host";
     o.rank = rank;
     o.world_size = 2;
-    o.recovery = true;
-    o.step_timeout = absl::Seconds(5);
-    ctx = std::make_unique<JobContext>(o);
-    ctx->epoch = kEpoch;
-    auto layout = Layout::Create({{"w", {80}}}, 1, 4, 40);  // buckets 0 and 1 of 40
-    EXPECT_TRUE(layout.ok()) << layout.status();
-    ctx->layout = std::make_unique<Layout>(std::move(*layout));
+    ctx = DataPathContext(o, kEpoch, {{"w", {80}}}, 1, 40);  // buckets 0 and 1 of 40
+    ctx->options.step_timeout = absl::Seconds(5);
     ctx->rank_groups = {0, 0};
     channel = std::make_unique<DataChannel>(ctx.get(), InProcTransport::Create(fabric));
     EXPECT_TRUE(ConnectChannel(channel.get(), {shard}).ok());

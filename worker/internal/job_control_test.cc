@@ -14,8 +14,8 @@
 #include "rpc/job_spec.h"
 #include "rpc/shard_fleet.h"
 #include "testing/inproc_cluster.h"
+#include "worker/internal/cluster_fixture.h"
 #include "worker/internal/convert.h"
-#include "worker/internal/fleet_testing.h"
 #include "worker/internal/job_context.h"
 
 namespace tessel::internal {
@@ -27,18 +27,14 @@ using ::testing::HasSubstr;
 // one shard.
 const std::vector<TensorDesc> kTensors = {{"a", {128}}, {"b", {128}}};
 
-class JobControlTest : public ::testing::Test {
+class JobControlTest : public ClusterTest {
  protected:
-  void SetUp() override {
+  InProcCluster::Options ClusterOptions() override {
     InProcCluster::Options options;
-    options.servers = 2;
     options.checkpoint_dir =
         absl::StrCat(::testing::TempDir(), "/job-control-",
                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    cluster_ = std::make_unique<InProcCluster>(options);
-    ASSERT_TRUE(cluster_->Start().ok());
-    absl::Status connected = ConnectFleet(cluster_->registry_address(), "default", 2, &fleet_);
-    ASSERT_TRUE(connected.ok()) << connected;
+    return options;
   }
 
   // A zero2 job of kTensors on both shards, laid out.
@@ -78,8 +74,6 @@ class JobControlTest : public ::testing::Test {
     return fleet_.Call(shard, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats").ok();
   }
 
-  std::unique_ptr<InProcCluster> cluster_;
-  ShardFleet fleet_;
   v1::JobSpec spec_;
 };
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/status_macros.h"
+#include "gtest/gtest.h"
 
 namespace tessel::internal {
 
@@ -43,6 +44,19 @@ void ScriptedServer::Reply(PeerId to, const FrameHeader& h, std::vector<uint8_t>
   auto owned = std::make_shared<std::vector<uint8_t>>(std::move(payload));
   const WireHeader wire = ToWire(auth, h);
   transport_->Send(to, wire.span(), owned->data(), owned->size(), [owned](absl::Status) {});
+}
+
+std::unique_ptr<JobContext> DataPathContext(WorkerOptions o, int64_t epoch,
+                                            const std::vector<TensorDesc>& tensors, int shards,
+                                            int64_t bucket_elems) {
+  o.recovery = true;
+  o.step_timeout = absl::Seconds(2);
+  auto ctx = std::make_unique<JobContext>(o);
+  ctx->epoch = epoch;
+  auto layout = Layout::Create(tensors, shards, 4, bucket_elems);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  if (layout.ok()) ctx->layout = std::make_unique<Layout>(std::move(*layout));
+  return ctx;
 }
 
 absl::Status ConnectChannel(DataChannel* channel, const std::vector<ScriptedServer*>& servers) {

@@ -10,6 +10,8 @@
 //     payload back to a sender; the payload lives until the send completed.
 //   - ConnectChannel points a DataChannel's shards at servers: shard s at
 //     servers[s], with its address as the shard's name in messages.
+//   - DataPathContext makes a worker's context with its layout; a layout
+//     the arguments do not allow fails the test.
 //
 // Threads: the test's threads call everything; frames are recorded on the
 // endpoint's progress thread, under a mutex.
@@ -17,11 +19,12 @@
 // Example:
 //   auto fabric = std::make_shared<InProcFabric>();
 //   ScriptedServer server(fabric);
-//   DataChannel channel(&ctx, InProcTransport::Create(fabric));
+//   auto ctx = DataPathContext(WorkerOptions(), /*epoch=*/3, {{"w", {100}}}, 1, 40);
+//   DataChannel channel(ctx.get(), InProcTransport::Create(fabric));
 //   ASSERT_TRUE(ConnectChannel(&channel, {&server}).ok());
 //   channel.Send(channel.Header(FrameType::kPull, 1, 0, 0), nullptr);
 //   ScriptedServer::Frame pull = server.Await(1)[0];
-//   server.Reply(pull.from, ParamsHeader(ctx, 0, 0, 1, 160), FloatBytes(40, 1.f));
+//   server.Reply(pull.from, ParamsHeader(*ctx, 0, 0, 1, 160), FloatBytes(40, 1.f));
 #ifndef TESSEL_WORKER_INTERNAL_SCRIPTED_SERVER_H_
 #define TESSEL_WORKER_INTERNAL_SCRIPTED_SERVER_H_
 
@@ -64,6 +67,13 @@ class ScriptedServer {
   absl::Mutex mu_;
   std::vector<Frame> frames_ ABSL_GUARDED_BY(mu_);
 };
+
+// A worker's context for the data-path tests: `o` with recovery on and a
+// step timeout of 2 s, at fencing epoch `epoch`, with the layout of
+// `tensors` over `shards` (alignment 4, buckets of `bucket_elems`).
+std::unique_ptr<JobContext> DataPathContext(WorkerOptions o, int64_t epoch,
+                                            const std::vector<TensorDesc>& tensors, int shards,
+                                            int64_t bucket_elems);
 
 // Shard s of `channel` is servers[s].
 absl::Status ConnectChannel(DataChannel* channel, const std::vector<ScriptedServer*>& servers);

@@ -13,9 +13,9 @@
 #include "core/job_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "rpc/registry_client.h"
 #include "rpc/shard_fleet.h"
 #include "testing/inproc_cluster.h"
+#include "worker/internal/cluster_fixture.h"
 #include "worker/internal/job_context.h"
 
 namespace tessel::internal {
@@ -25,24 +25,10 @@ using ::testing::HasSubstr;
 
 constexpr int kWorld = 2;
 
-class ServerReducerTest : public ::testing::Test {
+class ServerReducerTest : public ClusterTest {
  protected:
   void SetUp() override {
-    InProcCluster::Options options;
-    options.servers = 2;
-    cluster_ = std::make_unique<InProcCluster>(options);
-    ASSERT_TRUE(cluster_->Start().ok());
-    RegistryClient registry(cluster_->registry_address());
-    auto pool = registry.WaitForView(
-        "default",
-        [](const v1::View& v) {
-          int servers = 0;
-          for (const auto& m : v.members()) servers += m.role() == v1::ROLE_SERVER;
-          return servers == 2;
-        },
-        absl::Seconds(30));
-    ASSERT_TRUE(pool.ok()) << pool.status();
-    pool_ = *pool;
+    ClusterTest::SetUp();
     ucx_addresses_.assign(2, "");
     for (const auto& m : pool_.members()) {
       if (m.role() == v1::ROLE_SERVER)
@@ -78,8 +64,6 @@ class ServerReducerTest : public ::testing::Test {
     return fleet.Call(shard, &v1::ShardServer::Stub::GetStats, ref, &st, "GetStats").ok();
   }
 
-  std::unique_ptr<InProcCluster> cluster_;
-  v1::View pool_;
   std::vector<std::string> ucx_addresses_;
 };
 

@@ -12,9 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/job_spec.h"
-#include "testing/inproc_cluster.h"
+#include "worker/internal/cluster_fixture.h"
 #include "worker/internal/convert.h"
-#include "worker/internal/fleet_testing.h"
 #include "worker/internal/job_context.h"
 #include "worker/internal/job_control.h"
 
@@ -25,18 +24,8 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kEpoch = 4;
 
-class ServerStateTest : public ::testing::Test {
+class ServerStateTest : public ClusterTest {
  protected:
-  void SetUp() override {
-    InProcCluster::Options options;
-    options.servers = 2;
-    cluster_ = std::make_unique<InProcCluster>(options);
-    ASSERT_TRUE(cluster_->Start().ok());
-    absl::Status connected = ConnectFleet(cluster_->registry_address(), "default", 2, &fleet_);
-    ASSERT_TRUE(connected.ok()) << connected;
-  }
-  void TearDown() override { cluster_->Stop(); }
-
   // A job of `strategy` with Adam (two state slots) over 300 floats, created
   // on both shards at kEpoch.
   std::unique_ptr<JobContext> Job(const std::string& name, Strategy strategy) {
@@ -70,9 +59,6 @@ class ServerStateTest : public ::testing::Test {
     }
     return state;
   }
-
-  std::unique_ptr<InProcCluster> cluster_;
-  ShardFleet fleet_;
 };
 
 TEST_F(ServerStateTest, WhatIsWrittenIsReadBackAtItsStep) {

@@ -12,35 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "rpc/registry_client.h"
-#include "testing/inproc_cluster.h"
+#include "worker/internal/cluster_fixture.h"
 
 namespace tessel::internal {
 namespace {
 
 using ::testing::StartsWith;
 
-class WorkerPartsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    InProcCluster::Options options;
-    options.servers = 2;
-    cluster_ = std::make_unique<InProcCluster>(options);
-    ASSERT_TRUE(cluster_->Start().ok());
-  }
-  void TearDown() override { cluster_->Stop(); }
-
-  int WorkersRegistered(const std::string& job) {
-    RegistryClient registry(cluster_->registry_address());
-    auto view = registry.GetView(job);
-    if (!view.ok()) return 0;
-    int n = 0;
-    for (const auto& m : view->members()) n += m.role() == v1::ROLE_WORKER;
-    return n;
-  }
-
-  std::unique_ptr<InProcCluster> cluster_;
-};
+class WorkerPartsTest : public ClusterTest {};
 
 TEST_F(WorkerPartsTest, BuildMakesEveryPartAndTheWorkerJoinsThroughThem) {
   WorkerOptions o = cluster_->worker_options("parts", 0, 1);
