@@ -29,13 +29,13 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "runtime/cli.h"
 #include "core/topk.h"
 #include "gpu/device.h"
 #include "model/dataset.h"
 #include "model/device_layers.h"
 #include "model/device_mlp.h"
 #include "model/mlp.h"
+#include "runtime/cli.h"
 
 ABSL_FLAG(std::string, device, "cuda", "cuda, or host (the CPU emulation)");
 ABSL_FLAG(double, pcie_peak_gbs, 63.0, "the host link's peak, GB/s (PCIe 5.0 x16: 63.0)");

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "runtime/cli.h"
-#include "runtime/log.h"
 #include "proto/registry.grpc.pb.h"
 #include "registry/backend_factory.h"
 #include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
+#include "runtime/cli.h"
+#include "runtime/log.h"
 
 ABSL_FLAG(int, members, 200, "members joining one group (each op is timed this many times)");
 

@@ -1,5 +1,3 @@
-#include "client/config_file.h"
-
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -18,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
+#include "client/config_file.h"
 #include "client/context.h"
 #include "client/output.h"
 

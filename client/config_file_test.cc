@@ -21,9 +21,7 @@ class ConfigFileTest : public ::testing::Test {
     dir_ = tmpl;
   }
   void TearDown() override { ASSERT_EQ(std::system(("rm -rf " + dir_).c_str()), 0); }
-  void Write(const std::string& path, const std::string& text) {
-    std::ofstream(path) << text;
-  }
+  void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
   std::string dir_;
 };
 
@@ -59,11 +57,10 @@ TEST_F(ConfigFileTest, SaveThenLoadKeepsEveryKeyPrivately) {
 
 TEST_F(ConfigFileTest, RefusesBadFilesNamingThem) {
   const std::string path = dir_ + "/config";
-  for (const std::string& text :
-       {std::string("contexts: [unclosed"), std::string("- a list\n"),
-        std::string("contexts:\n  - name: a\n    colour: red\n"),
-        std::string("contexts:\n  - registry: x:1\n"),
-        std::string("contexts:\n  - name: a\n  - name: a\n")}) {
+  for (const std::string& text : {std::string("contexts: [unclosed"), std::string("- a list\n"),
+                                  std::string("contexts:\n  - name: a\n    colour: red\n"),
+                                  std::string("contexts:\n  - registry: x:1\n"),
+                                  std::string("contexts:\n  - name: a\n  - name: a\n")}) {
     Write(path, text);
     absl::StatusOr<Config> c = LoadConfig(path);
     ASSERT_FALSE(c.ok()) << text;

@@ -14,8 +14,8 @@
 #include "client/commands.h"
 #include "client/context.h"
 #include "client/output.h"
-#include "runtime/log.h"
 #include "proto/shard.grpc.pb.h"
+#include "runtime/log.h"
 
 namespace tessel::ctl {
 namespace {

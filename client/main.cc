@@ -19,9 +19,9 @@
 #include "client/commands.h"
 #include "client/config_file.h"
 #include "client/context.h"
-#include "runtime/version.h"
 #include "rpc/auth.h"
 #include "rpc/tls.h"
+#include "runtime/version.h"
 
 namespace tessel::ctl {
 namespace {

@@ -33,8 +33,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "runtime/cli.h"
 #include "examples/npy_out.h"
+#include "runtime/cli.h"
 #include "worker/train_flags.h"  // --steps and --micro_batches
 #include "worker/worker.h"
 #include "worker/worker_flags.h"

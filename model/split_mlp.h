@@ -63,8 +63,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/mlp.h"
 #include "core/partition.h"
+#include "model/mlp.h"
 
 namespace tessel::model {
 

@@ -5,9 +5,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "runtime/log.h"
 #include "registry/registry_metrics.h"
 #include "rpc/grpc_util.h"
+#include "runtime/log.h"
 
 namespace tessel {
 

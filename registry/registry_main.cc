@@ -11,8 +11,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
-#include "runtime/flag_config.h"
-#include "runtime/log.h"
 #include "registry/etcd/etcd_registry.h"
 #include "registry/memory/memory_registry.h"
 #include "registry/registry_service.h"
@@ -21,9 +19,11 @@
 #include "rpc/auth_flags.h"
 #include "rpc/grpc_util.h"
 #include "rpc/health.h"
-#include "rpc/metrics_server.h"
 #include "rpc/lease_flags.h"
+#include "rpc/metrics_server.h"
 #include "rpc/tls_flags.h"
+#include "runtime/flag_config.h"
+#include "runtime/log.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port for the Registry gRPC service (port 0 picks a free port)");

@@ -39,11 +39,11 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "runtime/metrics.h"
 #include "proto/registry.grpc.pb.h"
 #include "registry/health_checker.h"
 #include "registry/registry.h"
 #include "rpc/auth.h"
+#include "runtime/metrics.h"
 
 namespace tessel {
 

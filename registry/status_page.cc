@@ -4,10 +4,10 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/log.h"
 #include "nlohmann/json.hpp"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/grpc_util.h"
+#include "runtime/log.h"
 
 namespace tessel {
 

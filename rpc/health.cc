@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "runtime/log.h"
 #include "proto/health.grpc.pb.h"
 #include "rpc/grpc_util.h"
+#include "runtime/log.h"
 
 namespace tessel {
 

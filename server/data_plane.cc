@@ -252,8 +252,8 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
       frame_keys_ != nullptr ? frame_keys_->For(job->job_id(), job->shard()).get() : nullptr;
   for (const ShardJob::Puller& p : serve.pullers) {
     if (p.bucket_count == 0) {  // notify only: the shard reached the step
-      const FrameHeader h = MakeHeader(FrameType::kParams, job->job_id(), epoch, p.version,
-                                       p.rank, job->shard(), p.first_bucket);
+      const FrameHeader h = MakeHeader(FrameType::kParams, job->job_id(), epoch, p.version, p.rank,
+                                       job->shard(), p.first_bucket);
       const WireHeader wire = ToWire(auth, h);
       transport_->Send(p.reply_to, wire.span(), nullptr, 0, nullptr);
       continue;

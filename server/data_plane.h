@@ -34,9 +34,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/shard.pb.h"
 #include "runtime/spin_budget.h"
 #include "runtime/timeline.h"
-#include "proto/shard.pb.h"
 #include "server/checkpointer.h"
 #include "server/frame_keys.h"
 #include "server/job_table.h"

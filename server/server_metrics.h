@@ -32,8 +32,8 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "runtime/metrics.h"
 #include "core/wire.h"
+#include "runtime/metrics.h"
 
 namespace tessel {
 

@@ -16,8 +16,8 @@
 #include "absl/flags/usage.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "runtime/cli.h"
 #include "proto/health.grpc.pb.h"
+#include "runtime/cli.h"
 
 ABSL_FLAG(std::string, address, "", "host:port of a plaintext grpc.health.v1 service (required)");
 ABSL_FLAG(std::string, service, "",

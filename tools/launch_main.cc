@@ -16,10 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "rpc/metrics_server.h"
 #include "runtime/cli.h"
 #include "runtime/flag_config.h"
 #include "runtime/log.h"
-#include "rpc/metrics_server.h"
 #include "testing/local_cluster.h"
 #include "tools/internal/launch.h"
 

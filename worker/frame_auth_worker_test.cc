@@ -10,11 +10,11 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/frame_auth.h"
-#include "runtime/metrics.h"
 #include "core/wire.h"
 #include "gtest/gtest.h"
 #include "rpc/registry_client.h"
+#include "runtime/frame_auth.h"
+#include "runtime/metrics.h"
 #include "testing/inproc_cluster.h"
 #include "worker/worker.h"
 #include "worker/worker_testing.h"

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/frame_auth.h"
 #include "core/wire.h"
+#include "runtime/frame_auth.h"
 #include "transport/transport_testing.h"
 #include "worker/collectives.h"
 #include "worker/peer_group.h"

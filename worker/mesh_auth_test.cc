@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/frame_auth.h"
 #include "core/job_name.h"
-#include "runtime/metrics.h"
 #include "gtest/gtest.h"
 #include "rpc/registry_client.h"
+#include "runtime/frame_auth.h"
+#include "runtime/metrics.h"
 #include "testing/inproc_cluster.h"
 #include "transport/transport_testing.h"
 #include "worker/collectives.h"

@@ -98,7 +98,7 @@ struct WorkerOptions {
   // parameters received (runtime/timeline.h).
   std::string timeline;
   TimelineOptions timeline_window;  // first_step, steps (0: every step)
-  int rank = 0;                  // in [0, world_size); [0, elastic_max_workers) with growth
+  int rank = 0;                     // in [0, world_size); [0, elastic_max_workers) with growth
   int world_size = 1;
   std::string server_pool = "default";
   int num_servers = 0;  // shard servers to use: ranks 0..n-1 of the pool; 0 = all present

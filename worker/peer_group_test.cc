@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/frame_auth.h"
 #include "core/wire.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/frame_auth.h"
 #include "transport/transport_testing.h"
 #include "worker/collectives.h"
 #include "worker/peer_message.h"

@@ -58,8 +58,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "worker/hybrid.h"
 #include "core/partition.h"
+#include "worker/hybrid.h"
 #include "worker/peer_group.h"
 
 namespace tessel {

@@ -55,7 +55,7 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   v1::JobSpec spec = internal::MakeJobSpec(o, ctx.world_size, tensors, num_servers());
   TESSEL_ASSIGN_OR_RETURN(Layout layout, ValidateJobSpec(spec));
   // A newcomer (elastic growth) takes part in the recovery that admits it.
-  const bool newcomer = p_->membership->newcomer();
+  const bool newcomer = p_->membership->growth().newcomer();
   if (newcomer) ctx.resume = true;
   if (o.auto_resume && !ctx.resume) {
     TESSEL_ASSIGN_OR_RETURN(const bool under_way, p_->control->UnderWay(!ctx.ddp()));
@@ -81,8 +81,8 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   ctx.half = JobHalfType(spec);
   if (!newcomer) {  // a newcomer takes the groups of the recovery that admits it
     const std::vector<int>& ids = p_->membership->member_ids();
-    const internal::AggregationPlan plan = p_->membership->PlanAggregation(ids);
-    TESSEL_RETURN_IF_ERROR(p_->membership->UseAggregation(plan, ids));
+    const internal::AggregationPlan plan = p_->membership->aggregation().Plan(ids);
+    TESSEL_RETURN_IF_ERROR(p_->membership->aggregation().Use(plan, ids));
     for (int g : plan.groups) spec.add_rank_groups(g);
   }
   p_->channel->SetSink(ctx.fsdp() ? static_cast<internal::FrameSink*>(p_->units.get())
@@ -276,12 +276,13 @@ absl::Status Worker::AdmitNewcomers() {
   const int slots = internal::GrowthSlots(o.elastic_max_workers, ctx.world_size,
                                           o.checkpoint.every_steps, ctx.step);
   if (slots == 0) return absl::OkStatus();
-  TESSEL_ASSIGN_OR_RETURN(std::vector<uint64_t> all,
-                          p_->collectives->AllGatherWords(
-                              internal::GrowthProposal(p_->membership->Newcomers(), slots)));
+  TESSEL_ASSIGN_OR_RETURN(
+      std::vector<uint64_t> all,
+      p_->collectives->AllGatherWords(internal::GrowthProposal(
+          p_->membership->growth().Newcomers(p_->membership->member_ids()), slots)));
   const std::vector<int> agreed = internal::AgreedNewcomers(all, ctx.world_size, slots);
   if (agreed.empty()) return absl::OkStatus();
-  p_->membership->PlanGrowth(agreed, ctx.step);
+  p_->membership->growth().Plan(agreed, ctx.step);
   return ctx.Recoverable(absl::AbortedError(
       absl::StrCat(ctx.Where(), ": admitting ", agreed.size(), " new worker(s) (registry rank(s) ",
                    absl::StrJoin(agreed, ", "), ") at the checkpoint of step ", ctx.step,

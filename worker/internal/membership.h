@@ -106,20 +106,6 @@ class Membership {
   // What a recovery does once the job is whole again, for pause messages.
   std::string AfterPause() const;
 
-  // The Worker facade's calls (worker/worker.cc), kept until it calls
-  // growth() and aggregation() itself.
-  bool newcomer() const { return growth_.newcomer(); }
-  std::vector<int> Newcomers() { return growth_.Newcomers(member_ids_); }
-  void PlanGrowth(std::vector<int> newcomers, int64_t step) {
-    growth_.Plan(std::move(newcomers), step);
-  }
-  AggregationPlan PlanAggregation(const std::vector<int>& ids) const {
-    return aggregation_.Plan(ids);
-  }
-  absl::Status UseAggregation(const AggregationPlan& plan, const std::vector<int>& ids) {
-    return aggregation_.Use(plan, ids);
-  }
-
  private:
   // This worker as a registry member: its registry rank and the UCX
   // address it first joined with (its identity, kept across endpoint renewals).

@@ -65,10 +65,7 @@ struct WorkerParts {
   std::unique_ptr<JobCollectives> collectives;
   std::unique_ptr<RecoveryCoordinator> recovery;
   std::unique_ptr<StateQueries> queries;
-  v1::JobSpec spec;  // as registered
-  absl::Time last_checkpoint = absl::Now();
-  absl::Time last_checkpoint_report = absl::Now();  // MaybeReportCheckpoints
-  int64_t checkpoints_failing_since = -1;
+  v1::JobSpec spec;                        // as registered
   std::unique_ptr<MetricsServer> http;     // WorkerOptions.metrics_address
   std::unique_ptr<Timeline> timeline;      // WorkerOptions.timeline
   std::unique_ptr<WorkerMetrics> metrics;  // from the first step
