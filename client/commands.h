@@ -4,7 +4,7 @@
 //
 // Subcommands appear in --help in the order main adds them.
 //
-// Example (a new group, in its own file):
+// Example: a new group, in its own file:
 //   void AddFooCommands(CLI::App& app, Globals& g, std::vector<Command>* commands) {
 //     CLI::App* foo = app.add_subcommand("foo", "what foo shows");
 //     commands->push_back({foo, [&g] {

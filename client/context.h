@@ -4,7 +4,7 @@
 //
 // Threads: tesselctl is single-threaded; everything here lives on main's.
 //
-// Example (a command's action):
+// Example: a command's action:
 //   Cluster c(g);
 //   if (absl::Status s = c.ConnectServers(); !s.ok()) return Fail(s);  // exit code
 //   absl::StatusOr<std::vector<ShardRow>> rows = CollectShards(c, job);

@@ -93,6 +93,17 @@ int LogEvery(int steps) {
 
 bool ReplayMode() { return !absl::GetFlag(FLAGS_grads).empty(); }
 
+// The model flags of a hybrid job: tensor and pipeline parallelism compute
+// on the CPU only.
+absl::StatusOr<tessel::MlpJobConfig> HybridMlpFromFlags() {
+  TESSEL_ASSIGN_OR_RETURN(tessel::MlpJobConfig mlp, tessel::MlpJobFromFlags());
+  if (mlp.device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device=", mlp.device, ": hybrid (tensor/pipeline-parallel) jobs compute on the CPU only"));
+  }
+  return mlp;
+}
+
 // Everything the processes of one job must agree on besides dp/tp/pp.
 std::string Fingerprint(const tessel::MlpJobConfig& mlp, int steps) {
   std::vector<std::string> flags = tessel::ForwardedTrainFlags();
@@ -305,14 +316,8 @@ int RunWorker() {
   const bool replay = ReplayMode();
   tessel::SetLogLabel(absl::StrCat("hybrid[", rank, "]"));
   // Configuration first: nothing is started for a job that cannot run.
-  auto mlp = tessel::MlpJobFromFlags();
+  auto mlp = HybridMlpFromFlags();
   if (!mlp.ok()) return Fail(mlp.status(), 2);
-  if (mlp->device != "cpu") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-                    "--device=", mlp->device,
-                    ": hybrid (tensor/pipeline-parallel) jobs compute on the CPU only")),
-                2);
-  }
   if (replay) {
     if (absl::GetFlag(FLAGS_init).empty()) {
       return Fail(absl::InvalidArgumentError("replay mode (--grads) needs --init=INIT.npy"), 2);
@@ -414,14 +419,8 @@ int RunLocal() {
   std::signal(SIGTERM, OnSignal);
   const tessel::HybridConfig config = tessel::HybridConfigFromFlags();
   const bool replay = ReplayMode();
-  auto mlp = tessel::MlpJobFromFlags();
+  auto mlp = HybridMlpFromFlags();
   if (!mlp.ok()) return Fail(mlp.status(), 2);
-  if (mlp->device != "cpu") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-                    "--device=", mlp->device,
-                    ": hybrid (tensor/pipeline-parallel) jobs compute on the CPU only")),
-                2);
-  }
   if (replay) mlp->batch = config.micro_batches;  // replay has no batch
   auto split = tessel::ValidateHybrid(config, config.world(), *mlp);
   if (!split.ok()) return Fail(split.status(), 2);

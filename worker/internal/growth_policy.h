@@ -19,7 +19,7 @@
 //
 // Example:
 //   const int slots = GrowthSlots(4, 2, /*every_steps=*/5, /*step=*/10);  // 2
-//   std::vector<uint64_t> mine = GrowthProposal(membership.Newcomers(), slots);
+//   std::vector<uint64_t> mine = GrowthProposal(membership.growth().Newcomers(members), slots);
 //   // all = every rank's `mine`, rank-major (an all-gather)
 //   std::vector<int> admit = AgreedNewcomers(all, world_size, slots);
 #ifndef TESSEL_WORKER_INTERNAL_GROWTH_POLICY_H_

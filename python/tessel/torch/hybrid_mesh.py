@@ -5,7 +5,7 @@ checks T and P against the world size (ValueError naming the numbers before
 anything connects), joins the job's worker-to-worker mesh (tessel.Mesh, i.e.
 worker/hybrid.h's HybridSession without a worker of its own) and knows this
 process's coordinates: replica d, stage p, tensor rank t, numbered as
-worker/hybrid.h does (t = rank % T, p = (rank / T) % P, d = rank / (T * P)).
+worker/hybrid_layout.h does (t = rank % T, p = (rank / T) % P, d = rank / (T * P)).
 It hands out the tags of tensor-parallel collectives: every tensor rank of a
 stage runs the same layers in the same order, so a per-process sequence
 number names the same collective on each (step, micro-batch and index fields
