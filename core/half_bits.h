@@ -10,6 +10,12 @@
 //   - bf16: NaN is made quiet (0x40 set); everything else rounds to nearest
 //     even, overflowing to inf.
 //   - Widening is exact (a signalling fp16 NaN comes back quiet).
+//
+// Example:
+//   uint32_t bits;
+//   std::memcpy(&bits, &x, 4);
+//   uint16_t h = half_bits::F32ToBF16(bits);   // what goes on the wire
+//   uint32_t back = half_bits::BF16ToF32(h);    // exact widening
 #ifndef TESSEL_CORE_HALF_BITS_H_
 #define TESSEL_CORE_HALF_BITS_H_
 

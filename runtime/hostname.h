@@ -1,4 +1,8 @@
 // Identity from the host name, for processes run by Kubernetes controllers.
+//
+// Example (tessel-server --shard_from_hostname):
+//   absl::StatusOr<int> shard = OrdinalFromHostname();  // "tessel-server-3" -> 3
+//   if (!shard.ok()) return Fail(shard.status());
 #ifndef TESSEL_RUNTIME_HOSTNAME_H_
 #define TESSEL_RUNTIME_HOSTNAME_H_
 

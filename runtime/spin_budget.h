@@ -29,6 +29,10 @@
 //           The default everywhere.
 //
 // Threads: everything is thread-safe.
+//
+// Example (a thread that runs out of work):
+//   SpinPolicy policy(SpinMode::kAuto, absl::Milliseconds(5), /*threads=*/1, "update");
+//   absl::Duration window = policy.Window();  // poll this long, then sleep on the fd
 #ifndef TESSEL_RUNTIME_SPIN_BUDGET_H_
 #define TESSEL_RUNTIME_SPIN_BUDGET_H_
 
