@@ -98,8 +98,9 @@ bool ReplayMode() { return !absl::GetFlag(FLAGS_grads).empty(); }
 absl::StatusOr<tessel::MlpJobConfig> HybridMlpFromFlags() {
   TESSEL_ASSIGN_OR_RETURN(tessel::MlpJobConfig mlp, tessel::MlpJobFromFlags());
   if (mlp.device != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device=", mlp.device, ": hybrid (tensor/pipeline-parallel) jobs compute on the CPU only"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", mlp.device,
+                     ": hybrid (tensor/pipeline-parallel) jobs compute on the CPU only"));
   }
   return mlp;
 }
