@@ -317,21 +317,36 @@ def whole_restart(name, shape, extra):
 
 
 def main():
-    try:
+    # TESSEL_HYBRID_SCENARIOS: a comma-separated subset of the names below
+    # (the sanitizer build runs two); default all.
+    chosen = os.environ.get("TESSEL_HYBRID_SCENARIOS", "")
+    chosen = set(chosen.split(",")) if chosen else None
+    scenarios = [
         # Two data-parallel replicas of a two-stage pipeline (zero2, fp32).
-        scenario("dp2-pp2", (2, 1, 2), [])
+        ("dp2-pp2", lambda n: scenario(n, (2, 1, 2), [])),
         # Tensor parallelism and pipeline, zero1 in bf16; servers and mesh
         # authenticated. Shard server 0 (the mesh key's source) dies, then a
         # worker: its replacement gets the running mesh's key.
-        scenario("tp2-pp2-bf16-auth", (1, 2, 2), ["--strategy=zero1", "--precision=bf16"],
-                 shard=0, auth=True, then_replace=1)
+        ("tp2-pp2-bf16-auth", lambda n: scenario(n, (1, 2, 2),
+                                                 ["--strategy=zero1", "--precision=bf16"],
+                                                 shard=0, auth=True, then_replace=1)),
         # A worker process dies: a replacement rejoins the running job.
-        worker_replaced("dp2-pp2-replace-1", (2, 1, 2), [], 1)
+        ("dp2-pp2-replace-1", lambda n: worker_replaced(n, (2, 1, 2), [], 1)),
         # Rank 0 (which coordinates the agreement on the checkpoint) replaced.
-        worker_replaced("tp2-pp2-bf16-replace-0", (1, 2, 2),
-                        ["--strategy=zero1", "--precision=bf16"], 0, auth=True)
+        ("tp2-pp2-bf16-replace-0", lambda n: worker_replaced(
+            n, (1, 2, 2), ["--strategy=zero1", "--precision=bf16"], 0, auth=True)),
         # Every process gone (one killed, the others gave up): a whole restart.
-        whole_restart("dp2-pp2-restart", (2, 1, 2), [])
+        ("dp2-pp2-restart", lambda n: whole_restart(n, (2, 1, 2), [])),
+    ]
+    unknown = (chosen or set()) - {n for n, _ in scenarios}
+    if unknown:
+        log("FAIL: unknown scenario(s) %s; known: %s"
+            % (sorted(unknown), ", ".join(n for n, _ in scenarios)))
+        return 2
+    try:
+        for name, run in scenarios:
+            if chosen is None or name in chosen:
+                run(name)
     finally:
         cleanup()
     if failures:
