@@ -9,6 +9,7 @@
 #define TESSEL_RPC_AUTH_TESTING_H_
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -40,10 +41,12 @@ inline std::string TmpDir() {
   return tmp != nullptr ? tmp : "/tmp";
 }
 
-// Writes `text` to TmpDir()/name and returns the path.
+// Writes `text` to TmpDir()/name, owner-only (0600, as every token file
+// must be: rpc/secret_file.h), and returns the path.
 inline std::string WriteFile(const std::string& name, const std::string& text) {
   const std::string path = absl::StrCat(TmpDir(), "/", name);
   std::ofstream(path) << text;
+  EXPECT_EQ(chmod(path.c_str(), 0600), 0) << path;
   return path;
 }
 

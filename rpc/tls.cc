@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "rpc/secret_file.h"
 
 namespace tessel {
 namespace {
@@ -117,7 +118,10 @@ absl::StatusOr<PemFiles> LoadPem(const TlsOptions& o, const TlsFlagNames& n, boo
   }
   if (!o.cert_file.empty()) {
     TESSEL_ASSIGN_OR_RETURN(auto cert, ReadFile(n.cert, o.cert_file));
-    TESSEL_ASSIGN_OR_RETURN(auto key, ReadFile(n.key, o.key_file));
+    TESSEL_ASSIGN_OR_RETURN(auto key, ReadSecretFile(absl::StrCat(n.key, " file"), o.key_file));
+    if (key.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(n.key, " file '", o.key_file, "' is empty"));
+    }
     pem.cert = std::move(cert);
     pem.key = std::move(key);
   }

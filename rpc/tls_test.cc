@@ -1,6 +1,7 @@
 #include "rpc/tls.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -69,9 +70,37 @@ TEST(TlsOptionsTest, BadPathsAreClearErrors) {
   EXPECT_FALSE(LoadServerCredentials(o).ok());
 }
 
+// A private key others may read is refused (rpc/secret_file.h), for the
+// --tls_* flags and for the etcd client's alike; certificates may be public.
+TEST(TlsOptionsTest, ReadableKeyIsRefused) {
+  const std::string key = absl::StrCat(CertDir(), "/readable-client.key");
+  std::ifstream in(absl::StrCat(CertDir(), "/client.key"));
+  std::ofstream(key) << in.rdbuf();
+  ASSERT_EQ(chmod(key.c_str(), 0644), 0);
+  TlsOptions o = Pair("ca", "client");
+  ASSERT_TRUE(LoadClientCredentials(o).ok());  // 0644 certificates, a 0600 key
+  o.key_file = key;
+  auto c = LoadClientCredentials(o);
+  ASSERT_EQ(c.status().code(), absl::StatusCode::kPermissionDenied) << c.status();
+  EXPECT_NE(c.status().message().find("--tls_key file '" + key + "' has mode 0644"),
+            std::string::npos)
+      << c.status();
+  EXPECT_NE(c.status().message().find("chmod 600 " + key), std::string::npos) << c.status();
+  c = LoadTlsClientCredentials(
+      o, {.ca = "--etcd_tls_ca", .cert = "--etcd_tls_cert", .key = "--etcd_tls_key"});
+  ASSERT_EQ(c.status().code(), absl::StatusCode::kPermissionDenied) << c.status();
+  EXPECT_NE(c.status().message().find("--etcd_tls_key file"), std::string::npos) << c.status();
+  o = Pair("ca", "server");
+  o.key_file = key;
+  EXPECT_EQ(LoadServerCredentials(o).status().code(), absl::StatusCode::kPermissionDenied);
+  ASSERT_EQ(chmod(key.c_str(), 0600), 0);
+  EXPECT_TRUE(LoadClientCredentials(Pair("ca", "client")).ok());
+}
+
 TEST(TlsOptionsTest, NotPemIsAClearError) {
   const std::string junk = absl::StrCat(CertDir(), "/junk.pem");
   std::ofstream(junk) << "not a certificate\n";
+  chmod(junk.c_str(), 0600);  // used as a key too, which must be owner-only
   TlsOptions o = Pair("ca", "client");
   o.cert_file = junk;
   auto c = LoadClientCredentials(o);

@@ -1,13 +1,10 @@
 #include "rpc/token_files.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/status_macros.h"
+#include "rpc/secret_file.h"
 
 namespace tessel {
 
@@ -25,46 +22,36 @@ namespace {
 // The non-blank, non-comment lines of a token file, split on whitespace.
 absl::StatusOr<std::vector<std::vector<std::string>>> TokenLines(absl::string_view flag,
                                                                  const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read ", flag, " '", path, "': ", std::strerror(errno)));
-  }
+  TESSEL_ASSIGN_OR_RETURN(const std::string content, ReadSecretFile(flag, path));
   std::vector<std::vector<std::string>> lines;
-  std::string line;
-  while (std::getline(in, line)) {
+  for (absl::string_view line : absl::StrSplit(content, '\n')) {
     const absl::string_view text = absl::StripAsciiWhitespace(line);
     if (text.empty() || text.front() == '#') continue;
     lines.push_back(absl::StrSplit(text, absl::ByAnyChar(" \t"), absl::SkipEmpty()));
   }
-  if (lines.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " '", path, "' holds no token; write one, e.g. ",
-                     "`head -c 24 /dev/urandom | base64 > ", path, "`"));
-  }
   return lines;
+}
+
+// How to write a good token file (owner-only, rpc/secret_file.h).
+std::string WriteOneHint(const std::string& path) {
+  return absl::StrCat("`(umask 077; head -c 24 /dev/urandom | base64 > ", path, ")`");
 }
 
 absl::Status CheckTokenLength(absl::string_view flag, const std::string& path,
                               absl::string_view token) {
   if (token.size() >= 16) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("the token in ", flag, " '", path,
-                                                 "' must be at least 16 characters, e.g. "
-                                                 "`head -c 24 /dev/urandom | base64 > ",
-                                                 path, "`"));
+                                                 "' must be at least 16 characters, e.g. ",
+                                                 WriteOneHint(path)));
 }
 
 }  // namespace
 
 absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag, const std::string& path) {
-  auto lines = TokenLines(flag, path);
-  if (!lines.ok()) {
-    if (absl::IsInvalidArgument(lines.status())) {
-      return CheckTokenLength(flag, path, "");  // "must be at least 16 characters"
-    }
-    return lines.status();
-  }
-  const std::string& token = lines->front().front();
+  TESSEL_ASSIGN_OR_RETURN(const std::vector<std::vector<std::string>> lines,
+                          TokenLines(flag, path));
+  if (lines.empty()) return CheckTokenLength(flag, path, "");  // "at least 16 characters"
+  const std::string& token = lines.front().front();
   TESSEL_RETURN_IF_ERROR(CheckTokenLength(flag, path, token));
   return token;
 }
@@ -73,6 +60,10 @@ absl::StatusOr<std::vector<RoleToken>> ReadRoleTokenFile(absl::string_view flag,
                                                          const std::string& path, Role role) {
   TESSEL_ASSIGN_OR_RETURN(const std::vector<std::vector<std::string>> lines,
                           TokenLines(flag, path));
+  if (lines.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", path, "' holds no token; write one, e.g. ", WriteOneHint(path)));
+  }
   std::vector<RoleToken> out;
   int n = 0;
   for (const std::vector<std::string>& fields : lines) {

@@ -3,6 +3,7 @@
 #include "rpc/token_files.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <string>
 #include <vector>
@@ -89,6 +90,21 @@ TEST(ReadRoleTokenFileTest, BadFilesAreNamed) {
       ReadRoleTokenFile("--worker_token_file", WriteFile("w-short", "abc\n"), Role::kWorker);
   ASSERT_EQ(short_token.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(short_token.status().message().find("--worker_token_file"), std::string::npos);
+}
+
+// Token files are secrets (rpc/secret_file.h): one that others may read is
+// refused before a token is taken from it, naming the flag and the fix.
+TEST(ReadTokenFileTest, WorldReadableFileIsRefused) {
+  const std::string path = WriteFile("readable", absl::StrCat(kWorker, "\n"));
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  auto t = ReadTokenFile("--token_file", path);
+  ASSERT_EQ(t.status().code(), absl::StatusCode::kPermissionDenied) << t.status();
+  EXPECT_NE(t.status().message().find("chmod 600 " + path), std::string::npos) << t.status();
+  auto r = ReadRoleTokenFile("--worker_token_file", path, Role::kWorker);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied) << r.status();
+  EXPECT_NE(r.status().message().find("--worker_token_file '" + path + "' has mode 0644"),
+            std::string::npos)
+      << r.status();
 }
 
 }  // namespace
