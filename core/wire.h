@@ -42,6 +42,10 @@ enum class FrameType : uint16_t {
 inline constexpr uint32_t kFrameMagic = 0x314C5354;  // "TSL1" little-endian
 inline constexpr uint16_t kWireVersion = 1;
 inline constexpr size_t kHeaderBytes = 64;
+// The longest ERROR text (its payload) a sender writes and a receiver
+// takes: servers cut longer messages to this, workers drop an ERROR frame
+// announcing more (docs/wire-protocol.md).
+inline constexpr uint64_t kMaxErrorTextBytes = 4096;
 // FrameHeader::bucket_count of a PUSH that is a micro-batch part.
 inline constexpr uint32_t kPushPart = 1;
 

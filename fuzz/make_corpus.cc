@@ -182,6 +182,7 @@ bool UcxDescriptors(const std::string& dir) {
   f.lease = 12;
   f.region = 3;
   f.remote_base = 0x7f3a5c000000;
+  f.region_bytes = 1 << 20;
   f.offset = 4096;
   f.bytes = push.payload_bytes;
   const std::vector<uint8_t> push_desc = ucx::EncodeDescriptor(f, header, rkey);
@@ -197,7 +198,7 @@ bool UcxDescriptors(const std::string& dir) {
   std::vector<uint8_t> bad_trailing = push_desc;
   bad_trailing.push_back(0);
   std::vector<uint8_t> bad_lengths = push_desc;
-  bad_lengths[40] = 65;  // header_len one past the header
+  bad_lengths[48] = 65;  // header_len one past the header
   std::vector<uint8_t> bad_status = ucx::EncodeRelease({12, ucx::ReleaseStatus::kDropped});
   bad_status[8] = 3;
   using Status = ucx::ReleaseStatus;

@@ -53,8 +53,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(d->header.data() == data + ucx::kDescriptorFixedBytes &&
                    d->rkey.data() == data + ucx::kDescriptorFixedBytes + d->header.size(),
                "header or key outside the input");
-    FUZZ_CHECK(d->fields.offset + d->fields.bytes >= d->fields.offset,
-               absl::StrCat("offset ", d->fields.offset, " + size ", d->fields.bytes, " wraps"));
+    FUZZ_CHECK(d->fields.offset <= d->fields.region_bytes &&
+                   d->fields.bytes <= d->fields.region_bytes - d->fields.offset,
+               absl::StrCat("accepted ", d->fields.bytes, " bytes at offset ", d->fields.offset,
+                            " of a ", d->fields.region_bytes, "-byte region"));
     const std::vector<uint8_t> again = ucx::EncodeDescriptor(d->fields, d->header, d->rkey);
     FUZZ_CHECK(again.size() == size && std::memcmp(again.data(), data, size) == 0,
                absl::StrCat("descriptor (lease ", d->fields.lease, ", region ", d->fields.region,

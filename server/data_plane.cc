@@ -69,17 +69,34 @@ int64_t DataPlane::update_queue_depth() {
   return static_cast<int64_t>(updates_.size());
 }
 
+void DataPlane::CountUnanswered(absl::string_view reason) {
+  const int64_t n = ++unanswered_;
+  if (metrics_ != nullptr) metrics_->FrameRefused(std::string(reason));
+  TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+      << "dropping a data-path frame without an answer (" << reason
+      << "): data-path authentication is on and the frame names no job this server serves (" << n
+      << " dropped so far)";
+}
+
 int64_t DataPlane::rejected_unrouted() {
   absl::MutexLock lock(&mu_);
   return rejected_unrouted_;
 }
 
 Accept DataPlane::OnFrame(const Incoming& in) {
+  // With data-path authentication on, a frame that cannot be authenticated
+  // (malformed, or of a job this server does not serve: it has no key) gets
+  // no answer at all: an ERROR would tell a prober which job ids exist.
+  const bool silent = frame_keys_ != nullptr && frame_keys_->enabled();
   auto h = DecodeWireHeader(in.header);
   if (!h.ok()) {
     {
       absl::MutexLock lock(&mu_);
       ++rejected_unrouted_;
+    }
+    if (silent) {
+      CountUnanswered("malformed");
+      return Accept{};
     }
     FrameHeader unknown;
     SendError(in.from, unknown, h.status(), "malformed");
@@ -95,6 +112,10 @@ Accept DataPlane::OnFrame(const Incoming& in) {
     {
       absl::MutexLock lock(&mu_);
       ++rejected_unrouted_;
+    }
+    if (silent) {
+      CountUnanswered("unknown_job");
+      return Accept{};
     }
     SendError(
         in.from, *h,
@@ -150,7 +171,10 @@ Accept DataPlane::OnFrame(const Incoming& in) {
         a.borrow = true;
         return a;
       }
-      return Accept{*dst, [this, job, header, from](absl::Status s) {
+      // The bucket's size, checked against the header (AcceptData) and what
+      // arrived (above): the room the transport may fill.
+      return Accept{*dst, static_cast<size_t>(header.payload_bytes),
+                    [this, job, header, from](absl::Status s) {
                       PushCompleted(job, header, from, s, job->CompleteReceive(header, s));
                     }};
     }
@@ -216,7 +240,9 @@ void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Statu
   FrameHeader h = about;
   h.type = FrameType::kError;
   h.code = static_cast<int32_t>(s.code());
-  auto message = std::make_shared<std::string>(s.message());
+  // Workers take no longer text (core/wire.h): cut here, not dropped there.
+  auto message =
+      std::make_shared<std::string>(s.message().substr(0, static_cast<size_t>(kMaxErrorTextBytes)));
   h.payload_bytes = message->size();
   const WireHeader wire = ToWire(AuthOf(h.job_id), h);
   transport_->Send(to, wire.span(), message->data(), message->size(), [message](absl::Status) {});

@@ -70,6 +70,10 @@ class DataPlane {
   // carry a valid tag (runtime/frame_auth.h); others are dropped without an
   // answer, counted as refused "unauthenticated" and logged (at most a line
   // every 10 s), and every frame of the job this plane sends is sealed.
+  // With keys on (FrameKeys::enabled), a frame that cannot be authenticated
+  // at all (malformed, or naming a job this server does not serve) is
+  // dropped without an answer too (unanswered()), so job ids cannot be
+  // probed; with keys off it gets an ERROR saying what is wrong.
   DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpointer,
             ServerMetrics* metrics = nullptr, Timeline* timeline = nullptr, int update_threads = 1,
             absl::Duration spin = kDefaultUpdateSpin, SpinMode poll_mode = SpinMode::kSpin,
@@ -82,6 +86,8 @@ class DataPlane {
 
   // Frames refused before reaching a job (malformed, unknown job).
   int64_t rejected_unrouted();
+  // Of those, the ones dropped without an answer (keys on: see above).
+  int64_t unanswered() const { return unanswered_.load(); }
   // Frames dropped for a missing or wrong tag.
   int64_t unauthenticated() const { return unauthenticated_.load(); }
   // Complete buckets waiting for the compute thread.
@@ -92,6 +98,8 @@ class DataPlane {
   // `reason`: the metrics label ("" = the status code's name).
   void SendError(PeerId to, const FrameHeader& about, const absl::Status& s,
                  absl::string_view reason = "");
+  // Counts, and logs at most every 10 s, a frame dropped without an answer.
+  void CountUnanswered(absl::string_view reason);
   // JobTable's ReplacedListener: an ERROR to each pull the old job owed.
   void RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::Puller>& waiting);
   void ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve);
@@ -118,6 +126,7 @@ class DataPlane {
   JobTable* const jobs_;
   FrameKeys* const frame_keys_;  // null: frames are not authenticated
   std::atomic<int64_t> unauthenticated_{0};
+  std::atomic<int64_t> unanswered_{0};
   Checkpointer* const checkpointer_;
   ServerMetrics* const metrics_;
   Timeline* const timeline_;  // --timeline; not owned

@@ -91,7 +91,7 @@ class Endpoint {
       if (!h.ok()) return Accept{};
       frames_.push_back({*h, std::vector<uint8_t>(in.header.begin(), in.header.end())});
       if (h->type != FrameType::kParams || in.payload_bytes != kFloats * 4) return Accept{};
-      return Accept{params_.data(), [this](absl::Status s) {
+      return Accept{params_.data(), params_.size() * sizeof(float), [this](absl::Status s) {
                       absl::MutexLock lock(&mu_);
                       params_landed_ += s.ok() ? 1 : 0;
                     }};
@@ -270,6 +270,40 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
   EXPECT_EQ(Stats("B").rejected_frames(), rejected + 2 * kCopies);
   EXPECT_EQ(Stats("B").pushed_bytes(), 2 * kFloats * 4) << "a replayed push was applied";
   EXPECT_EQ(Stats("B").step(), 1);
+}
+
+// Issue 42: with data-path authentication on, a frame that cannot be
+// authenticated gets no answer at all: one naming a job this server does not
+// serve (an ERROR "no such job" would tell a prober which job ids exist) and
+// a malformed one. A frame of a served job under its key still gets its
+// ERROR, after them on the same endpoint, so their answers would have come.
+TEST_F(FrameAuthServerTest, FramesThatCannotBeAuthenticatedGetNoAnswer) {
+  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
+  std::shared_ptr<FrameAuth> b = KeyOf("B");
+  ASSERT_TRUE(b != nullptr);
+  Endpoint prober(server_->transport_address());
+  std::vector<float> g(kFloats);
+  const HeaderBytes unknown = EncodeHeader(Header(FrameType::kPush, "nope", 1, 0, 0, kFloats * 4));
+  prober.Send(unknown, g.data(), kFloats * 4);
+  const SealedHeader unknown_sealed = (*FrameAuth::Create(b->secret(), JobId("nope"), 0))
+                                          ->Seal(Header(FrameType::kPull, "nope", 1, 1, 0, 0));
+  prober.Send(unknown_sealed, nullptr, 0);
+  std::vector<uint8_t> malformed(kHeaderBytes, 0xab);
+  prober.Send(malformed, nullptr, 0);
+  // A pull of a step far ahead: refused with an ERROR under B's key.
+  const SealedHeader ahead = b->Seal(Header(FrameType::kPull, "B", 1, 9, 0, 0));
+  prober.Send(ahead, nullptr, 0);
+  std::vector<std::pair<FrameHeader, std::vector<uint8_t>>> frames;
+  for (int i = 0; i < 500 && frames.empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    frames = prober.frames();
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  frames = prober.frames();
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].first.type, FrameType::kError);
+  EXPECT_EQ(frames[0].first.job_id, JobId("B")) << DescribeHeader(frames[0].first);
+  EXPECT_TRUE(b->Verify(frames[0].second, frames[0].first));
 }
 
 TEST_F(FrameAuthServerTest, KeysGoOnlyToTheJobsWorkersAndOnlyForJobsThatExist) {

@@ -131,7 +131,7 @@ TEST_F(ShardServerTest, JoinsAnswersControlRpcsAndServesFrames) {
       return Accept{};
     }
     got = *h;
-    return Accept{params.data(), [&](absl::Status st) {
+    return Accept{params.data(), params.size() * sizeof(float), [&](absl::Status st) {
                     EXPECT_TRUE(st.ok()) << st;
                     served.Notify();
                   }};

@@ -125,6 +125,9 @@ class ProcessBackend : public Backend {
     ClusterOptions o;
     o.servers = 1;
     o.run_dir = MakeRunDir("bad-input");
+    // Raw RPCs and frames with no credential: what this suite sends is bad
+    // input, not unauthenticated input (tests/attack_test covers that).
+    o.insecure = true;
     cluster_ = std::make_unique<LocalCluster>(o);
     ready_ = cluster_->Start();
     if (!ready_.ok()) return;
@@ -203,11 +206,14 @@ class BadInputTest : public ::testing::TestWithParam<std::string> {
       auto reply = std::make_shared<Reply>();
       reply->header = *h;
       void* dst = nullptr;
+      size_t room = 0;
       if (h->type == FrameType::kError) {
         reply->error.resize(in.payload_bytes);
         dst = reply->error.data();
+        room = reply->error.size();
       } else if (h->type == FrameType::kParams) {
         dst = received_.data() + h->bucket * kBucketElems;
+        room = (received_.size() - h->bucket * kBucketElems) * sizeof(float);
       }
       auto done = [this, reply](absl::Status s) {
         absl::MutexLock lock(&mu_);
@@ -217,7 +223,7 @@ class BadInputTest : public ::testing::TestWithParam<std::string> {
         done(absl::OkStatus());
         return Accept{};
       }
-      return Accept{dst, done};
+      return Accept{dst, room, done};
     });
     v1::CreateJobRequest req;
     *req.mutable_spec() = Spec("job");

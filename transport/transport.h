@@ -22,7 +22,8 @@
 //
 // Example:
 //   transport->SetHandler([&](const Incoming& in) {
-//     return Accept{buffer, [](absl::Status s) { /* payload is in buffer */ }};
+//     if (in.payload_bytes != sizeof(buffer)) return Accept{};  // not what we expect
+//     return Accept{buffer, sizeof(buffer), [](absl::Status s) { /* payload is in buffer */ }};
 //   });
 //   absl::StatusOr<PeerId> peer = transport->Connect(remote_address);
 //   transport->Send(*peer, header_bytes, data, size, [](absl::Status s) {});
@@ -38,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -59,11 +61,24 @@ struct Incoming {
   uint64_t lease = 0;
 };
 
+// The status of a payload a transport dropped because it is larger than the
+// Accept::capacity its receiver gave (one place for every backend's message).
+inline absl::Status PayloadTooLarge(size_t payload_bytes, size_t capacity) {
+  return absl::OutOfRangeError(absl::StrCat("dropped a payload of ", payload_bytes,
+                                            " bytes: its receiver has room for ", capacity));
+}
+
 // The receiver's decision about an incoming payload.
 struct Accept {
   // Where the payload_bytes land. nullptr drops the payload (the message is
   // refused; `done` is not called). Ignored when payload_bytes == 0.
   void* dst = nullptr;
+  // Bytes available at `dst`. The transport writes at most this many: a
+  // payload larger than `capacity` is dropped (nothing is written, `done`
+  // runs with OutOfRange) whatever the handler decided. Defence in depth:
+  // handlers check Incoming::payload_bytes themselves first. Placed second
+  // so that an Accept{dst, done} that forgets it does not compile.
+  size_t capacity = 0;
   // Called once the payload is in `dst` (OK) or could not be received.
   std::function<void(absl::Status)> done;
   // Only when Incoming::in_place is set: the receiver keeps reading the

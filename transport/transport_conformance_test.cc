@@ -1,5 +1,6 @@
 // One suite, every backend: the in-process transport and UCX (two endpoints in
 // this process, talking through UCX's own shared-memory or tcp transports).
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <numeric>
@@ -45,7 +46,7 @@ void LandAt(Transport* t, void* dst, size_t bytes, absl::Notification* received,
   t->SetHandler([=](const Incoming& in) {
     if (from != nullptr) *from = in.from;
     EXPECT_EQ(in.payload_bytes, bytes);
-    return Accept{dst, [received](absl::Status s) {
+    return Accept{dst, bytes, [received](absl::Status s) {
                     EXPECT_TRUE(s.ok()) << s;
                     received->Notify();
                   }};
@@ -61,7 +62,7 @@ TEST_P(TransportConformanceTest, DeliversHeaderAndPayloadAndRepliesToSender) {
     seen_header.assign(in.header.begin(), in.header.end());
     EXPECT_EQ(in.payload_bytes, inbox.size() * sizeof(float));
     PeerId from = in.from;
-    return Accept{inbox.data(), [&, from](absl::Status s) {
+    return Accept{inbox.data(), inbox.size() * sizeof(float), [&, from](absl::Status s) {
                     EXPECT_TRUE(s.ok()) << s;
                     got_request.Notify();
                     std::vector<uint8_t> h = Header(9, 16);
@@ -72,7 +73,7 @@ TEST_P(TransportConformanceTest, DeliversHeaderAndPayloadAndRepliesToSender) {
   float reply = 0;
   a_->SetHandler([&](const Incoming& in) {
     EXPECT_EQ(in.header.size(), 16u);
-    return Accept{&reply, [&](absl::Status s) { got_reply.Notify(); }};
+    return Accept{&reply, sizeof(reply), [&](absl::Status s) { got_reply.Notify(); }};
   });
   auto peer = a_->Connect(b_->address());
   ASSERT_TRUE(peer.ok()) << peer.status();
@@ -120,7 +121,7 @@ TEST_P(TransportConformanceTest, RefusedPayloadCompletesSenderAndLeavesReceiverU
       refused++;
       return Accept{};
     }
-    return Accept{sink.data(), [&](absl::Status s) {
+    return Accept{sink.data(), sink.size() * sizeof(float), [&](absl::Status s) {
                     accepted++;
                     second.Notify();
                   }};
@@ -160,7 +161,8 @@ TEST_P(TransportConformanceTest, ManyConcurrentSendersAllArrive) {
   b_->SetHandler([&](const Incoming& in) {
     int sender = in.header[0];
     int index = in.header[1] | (in.header[2] << 8);
-    return Accept{&slots[sender * kPerSender + index], [&, sender](absl::Status s) {
+    return Accept{&slots[sender * kPerSender + index], sizeof(uint32_t),
+                  [&, sender](absl::Status s) {
                     bool last;
                     {
                       absl::MutexLock lock(&mu);
@@ -390,7 +392,7 @@ TEST_P(TransportConformanceTest, BorrowedPayloadStaysTheSendersUntilReleased) {
   absl::Notification copied;
   // Not mappable here (tcp): sent through the queues, into `fallback`.
   Borrower borrower(b_.get(), [&] {
-    return Accept{fallback.data(), [&](absl::Status) { copied.Notify(); }};
+    return Accept{fallback.data(), n * sizeof(float), [&](absl::Status) { copied.Notify(); }};
   });
   auto peer = a_->Connect(b_->address());
   ASSERT_TRUE(peer.ok());
@@ -453,6 +455,79 @@ TEST_P(TransportConformanceTest, BorrowSurvivesReceiverResetAndSenderShutdownEnd
   if (can_reset) a_->Shutdown();
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   memory->Free(src);  // after the transport shut down
+}
+
+// Issue 42: a transport never writes more than Accept::capacity at dst, even
+// when the handler chose dst without checking the size: the payload is
+// dropped (nothing written) and `done` runs with OutOfRange. Eager, rendezvous
+// and payload-memory (descriptor) payloads alike.
+TEST_P(TransportConformanceTest, APayloadLargerThanItsCapacityIsDroppedNotWritten) {
+  std::shared_ptr<PayloadMemory> memory = a_->payload_memory();
+  const size_t large = 4u << 20;
+  auto* shared = static_cast<uint8_t*>(memory != nullptr ? memory->Allocate(large) : nullptr);
+  auto peer = a_->Connect(b_->address());
+  ASSERT_TRUE(peer.ok());
+  struct Case {
+    size_t bytes;
+    const uint8_t* from;
+  };
+  std::vector<uint8_t> ordinary(large, 0x5a);
+  std::vector<Case> cases = {{64, ordinary.data()}, {large, ordinary.data()}};
+  if (shared != nullptr) {
+    std::fill(shared, shared + large, 0x5a);
+    cases.push_back({large, shared});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.bytes);
+    // Room for half the payload; the upper half is a guard that must stay.
+    std::vector<uint8_t> dst(c.bytes, 0);
+    absl::Notification landed;
+    absl::Status outcome;
+    b_->SetHandler([&](const Incoming& in) {
+      if (in.payload_bytes == 0) return Accept{};
+      return Accept{dst.data(), c.bytes / 2, [&](absl::Status s) {
+                      outcome = s;
+                      landed.Notify();
+                    }};
+    });
+    absl::Notification sent;
+    std::vector<uint8_t> h = Header(6);
+    a_->Send(*peer, absl::MakeConstSpan(h), c.from, c.bytes, [&](absl::Status) { sent.Notify(); });
+    ASSERT_TRUE(landed.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    EXPECT_EQ(outcome.code(), absl::StatusCode::kOutOfRange) << outcome;
+    EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](uint8_t v) { return v == 0; }))
+        << "bytes were written";
+    ASSERT_TRUE(sent.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  }
+  if (shared != nullptr) memory->Free(shared);
+}
+
+// Issue 42: a borrow ends only through the peer it came from: a Release
+// naming another peer (with the right lease) leaves the sender's send open.
+TEST_P(TransportConformanceTest, ABorrowIsReleasedOnlyThroughItsOwnPeer) {
+  std::shared_ptr<PayloadMemory> memory = a_->payload_memory();
+  const size_t n = 64u << 10;
+  auto* src = static_cast<float*>(memory->Allocate(n * sizeof(float)));
+  ASSERT_NE(src, nullptr);
+  Borrower borrower(b_.get(), [] { return Accept{}; });
+  auto to_c = b_->Connect(c_->address());  // another peer of b
+  ASSERT_TRUE(to_c.ok());
+  auto peer = a_->Connect(b_->address());
+  ASSERT_TRUE(peer.ok());
+  std::atomic<bool> done{false};
+  std::vector<uint8_t> h = Header(8);
+  a_->Send(*peer, absl::MakeConstSpan(h), src, n * sizeof(float),
+           [&](absl::Status) { done = true; });
+  const float* borrowed = borrower.Wait([&] { return done.load(); });
+  if (borrowed == nullptr) GTEST_SKIP() << GetParam().name << ": not mappable in place here";
+  ASSERT_NE(*to_c, borrower.from());
+  b_->Release(*to_c, borrower.lease());
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(done.load()) << "ended through another peer";
+  b_->Release(borrower.from(), borrower.lease());
+  for (int i = 0; i < 2000 && !done.load(); ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(done.load());
+  memory->Free(src);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TransportConformanceTest,

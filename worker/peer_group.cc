@@ -116,6 +116,11 @@ bool PeerGroup::authenticated() {
   return auth_ != nullptr;
 }
 
+int64_t PeerGroup::refused_oversized() {
+  absl::MutexLock lock(&mu_);
+  return refused_oversized_;
+}
+
 int64_t PeerGroup::refused_unauthenticated() {
   absl::MutexLock lock(&mu_);
   return refused_unauthenticated_;
@@ -169,6 +174,18 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
   const Key key{h->from, h->generation, h->tag};
   absl::MutexLock lock(&mu_);
   if (h->generation < generation_) return Accept{};  // sent before a Reset: dropped
+  uint64_t unclaimed = 0;
+  for (const auto& [k, slot] : inbox_) unclaimed += slot.data.size();
+  if (h->payload_bytes > options_.max_message_bytes ||
+      h->payload_bytes > options_.max_inbox_bytes - std::min(unclaimed, options_.max_inbox_bytes)) {
+    const int64_t refused = ++refused_oversized_;
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+        << Where() << ": refused a message of " << h->payload_bytes << " bytes from "
+        << Describe(h->from) << " (tag " << h->tag << "; at most " << options_.max_message_bytes
+        << " per message and " << options_.max_inbox_bytes << " unclaimed, " << unclaimed
+        << " held now; " << refused << " refused so far)";
+    return Accept{};
+  }
   if (inbox_.contains(key)) {
     if (error_.ok()) {
       error_ = absl::InternalError(
@@ -181,7 +198,7 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
   slot.data.resize(h->payload_bytes);
   // The vector's buffer stays put while the map rehashes (a move keeps it),
   // and nobody takes the slot before it is complete.
-  return Accept{slot.data.data(), [this, key](absl::Status s) {
+  return Accept{slot.data.data(), slot.data.size(), [this, key](absl::Status s) {
                   absl::MutexLock lock(&mu_);
                   auto it = inbox_.find(key);
                   if (it == inbox_.end()) return;

@@ -24,7 +24,8 @@
 // Wire: each message is a 40-byte header (magic "TPG1", version, a hash of
 // the group name, sender rank, tag, payload bytes; little-endian) plus the
 // payload. Messages from another group, with a bad header or a sender outside
-// the group, are refused and logged; a second message for a (peer, tag) that
+// the group, whose payload is not the size their header says, or larger than
+// the options' bounds, are refused and logged; a second message for a (peer, tag) that
 // is still unclaimed fails the group (a tag reuse is a bug).
 //
 // Authentication (SetAuth, e.g. a hybrid job's mesh key from its shard
@@ -71,6 +72,10 @@ namespace metrics {
 class Counter;  // runtime/metrics.h
 }
 
+// PeerGroupOptions' default bounds (issue 42).
+inline constexpr uint64_t kDefaultMaxPeerMessageBytes = uint64_t{256} << 20;
+inline constexpr uint64_t kDefaultMaxPeerInboxBytes = uint64_t{1} << 30;
+
 struct PeerGroupOptions {
   // Group name; messages carry its hash, so two groups never mix.
   std::string name = "mesh";
@@ -80,6 +85,14 @@ struct PeerGroupOptions {
   std::function<std::string(int rank)> describe;
   // How often a blocked wait runs the health check.
   absl::Duration health_period = absl::Milliseconds(250);
+  // Bounds on what peers can make this rank allocate (a message's buffer is
+  // allocated when it arrives, before anyone asks for it): the largest
+  // message taken (set it to the largest tensor the group exchanges), and
+  // the bytes of messages arrived and not yet claimed. A message beyond
+  // either is refused before anything is allocated, counted
+  // (refused_oversized()) and logged at most every 10 s.
+  uint64_t max_message_bytes = kDefaultMaxPeerMessageBytes;
+  uint64_t max_inbox_bytes = kDefaultMaxPeerInboxBytes;
 };
 
 class PeerGroup {
@@ -164,6 +177,9 @@ class PeerGroup {
   // Messages dropped for a missing or wrong tag, since the group was made
   // (also the metric tessel_peer_messages_unauthenticated_total{group,rank}).
   int64_t refused_unauthenticated();
+  // Messages refused for their size (PeerGroupOptions::max_message_bytes,
+  // max_inbox_bytes), since the group was made.
+  int64_t refused_oversized();
 
   // Stops the transport; pending sends complete with Cancelled.
   void Shutdown();
@@ -215,6 +231,7 @@ class PeerGroup {
   std::shared_ptr<const std::function<absl::Status()>> health_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<FrameAuth> auth_ ABSL_GUARDED_BY(mu_);
   int64_t refused_unauthenticated_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t refused_oversized_ ABSL_GUARDED_BY(mu_) = 0;
   // tessel_peer_messages_unauthenticated_total{group, rank}
   metrics::Counter* const unauthenticated_metric_;
 };

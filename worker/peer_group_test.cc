@@ -283,6 +283,42 @@ TEST_P(PeerGroupTest, RefusesMessagesOfAnotherGroupAndBadArguments) {
   EXPECT_TRUE(AllReduceSum(a, {0}, 1, absl::MakeSpan(data), "x").ok());
 }
 
+// Issue 42: a message's buffer is allocated when it arrives, before anyone
+// asks for it, so a peer cannot make a rank allocate more than the options
+// allow: one message above max_message_bytes, or one that would take the
+// unclaimed bytes above max_inbox_bytes, is refused (and counted); claiming
+// a message makes room again.
+TEST_P(PeerGroupTest, MessagesBeyondTheBoundsAreRefusedBeforeAnyAllocation) {
+  if (!factory_) factory_ = GetParam().make();
+  PeerGroupOptions o;
+  o.name = "bounded.mesh";
+  o.timeout = absl::Milliseconds(300);
+  o.max_message_bytes = 1024;
+  o.max_inbox_bytes = 2048;
+  PeerGroup a(factory_(), 0, 2, o);
+  PeerGroup b(factory_(), 1, 2, o);
+  const std::vector<std::string> addresses = {a.address(), b.address()};
+  ASSERT_TRUE(a.Connect(addresses).ok());
+  ASSERT_TRUE(b.Connect(addresses).ok());
+  ASSERT_TRUE(b.Send(0, 1, Iota(257, 0)).ok());  // 1028 bytes: over the message bound
+  EXPECT_EQ(a.Recv(1, 1, "too large").status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(a.refused_oversized(), 1);
+  ASSERT_TRUE(b.Send(0, 2, Iota(256, 0)).ok());  // 1024 bytes each: two fit unclaimed
+  ASSERT_TRUE(b.Send(0, 3, Iota(256, 1)).ok());
+  ASSERT_TRUE(b.Flush().ok());
+  ASSERT_TRUE(b.Send(0, 4, Iota(1, 2)).ok());  // a third does not
+  EXPECT_EQ(a.Recv(1, 4, "over the inbox bound").status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(a.refused_oversized(), 2);
+  auto two = a.Recv(1, 2, "tag 2", 256);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(*two, Iota(256, 0));
+  ASSERT_TRUE(b.Send(0, 5, Iota(1, 3)).ok());  // room again
+  auto five = a.Recv(1, 5, "tag 5", 1);
+  ASSERT_TRUE(five.ok()) << five.status();
+  EXPECT_EQ(a.refused_oversized(), 2);
+}
+
 // Authenticated groups (a hybrid mesh with its key): a process that knows
 // the group's name and a member's address but not the key cannot get a
 // message taken, whether it sends no tag, a tag under another job's key, or

@@ -162,10 +162,17 @@ void InProcTransport::Deliver(InProcTransport* sender, const std::string& sender
   Accept accept = handler_ ? handler_(in) : Accept{};
   if (block != nullptr && (accept.borrow || accept.dst != nullptr)) MarkInPlace(in.from);
   if (accept.borrow && in.in_place != nullptr) {
-    borrowed_[in.lease] = Borrow{std::move(block), sender, sender_address, std::move(done)};
+    borrowed_[in.lease] =
+        Borrow{std::move(block), sender, sender_address, std::move(done), in.from};
     return;
   }
   if (accept.borrow) accept.dst = nullptr;  // borrowing a copy: refused
+  if (bytes > 0 && accept.dst != nullptr && bytes > accept.capacity) {
+    // Never written past the room its receiver gave (transport.h).
+    if (accept.done) accept.done(PayloadTooLarge(bytes, accept.capacity));
+    accept.dst = nullptr;
+    accept.done = nullptr;
+  }
   if (bytes > 0 && accept.dst != nullptr) std::memcpy(accept.dst, data, bytes);
   if ((bytes == 0 || accept.dst != nullptr) && accept.done) accept.done(absl::OkStatus());
   // Complete on the sender's thread, if it is still there.
@@ -176,10 +183,11 @@ void InProcTransport::Deliver(InProcTransport* sender, const std::string& sender
 
 std::shared_ptr<PayloadMemory> InProcTransport::payload_memory() { return memory_; }
 
-void InProcTransport::Release(PeerId, uint64_t lease) {
-  Post([this, lease] {
+void InProcTransport::Release(PeerId from, uint64_t lease) {
+  Post([this, from, lease] {
     auto it = borrowed_.find(lease);
-    if (it == borrowed_.end()) return;
+    // A lease ends only through the peer it came from.
+    if (it == borrowed_.end() || it->second.from != from) return;
     Borrow b = std::move(it->second);
     borrowed_.erase(it);
     fabric_->PostTo(b.sender_address, b.sender, [done = std::move(b.done)] {

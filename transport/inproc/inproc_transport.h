@@ -103,6 +103,7 @@ class InProcTransport : public Transport {
     InProcTransport* sender;
     std::string sender_address;
     SendDone done;
+    PeerId from;  // Release must name it
   };
   absl::flat_hash_map<uint64_t, Borrow> borrowed_;
   uint64_t next_lease_ = 1;

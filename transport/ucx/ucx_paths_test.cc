@@ -45,7 +45,7 @@ TEST(UcxPathsTest, ThePathIsChosenAtConnectTimeAndAPayloadTakesIt) {
     b->SetHandler([&](const Incoming& in) {
       from = in.from;
       was_in_place = in.in_place != nullptr;
-      return Accept{dst.data(), [&](absl::Status s) {
+      return Accept{dst.data(), dst.size(), [&](absl::Status s) {
                       EXPECT_TRUE(s.ok()) << s;
                       landed.Notify();
                     }};

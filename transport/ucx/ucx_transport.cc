@@ -153,6 +153,7 @@ void UcxTransport::DestroyWorker(const absl::Status& why) {
     if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.emplace_back(worker_, r);
   }
   spare_eps_.clear();
+  hello_eps_.clear();
   for (Peer& p : peers_) {
     if (p.owned && p.ep != nullptr && worker_ != nullptr) {
       void* r = ucp_ep_close_nbx(p.ep, &cp);
@@ -189,6 +190,17 @@ UcxTransport::~UcxTransport() { Shutdown(); }
 UcxTransport::LateProbes UcxTransport::late_probes() const {
   if (judge_ == nullptr) return {};
   return {judge_->late_starved(), judge_->late_moving()};
+}
+
+UcxTransport::Refusals UcxTransport::refusals() const {
+  Refusals r;
+  r.oversized = dropped_oversized_.load();
+  r.descriptors = dropped_descriptors_.load();
+  r.releases = dropped_releases_.load();
+  r.misdirected_releases = misdirected_releases_.load();
+  r.hellos = refused_hellos_.load();
+  r.peers = refused_peers_.load();
+  return r;
 }
 
 std::string UcxTransport::address() const {
@@ -258,6 +270,13 @@ UcxTransport::Peer UcxTransport::NewPeer(ucp_ep_h ep, bool owned) const {
 PeerId UcxTransport::PeerForEp(ucp_ep_h ep) {
   auto it = peer_by_ep_.find(ep);
   if (it != peer_by_ep_.end()) return it->second;
+  if (peer_by_ep_.size() >= kMaxPeers) {
+    ++refused_peers_;
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+        << "ucx: refusing messages from a new endpoint: " << kMaxPeers
+        << " peers are connected already (" << refused_peers_.load() << " refused so far)";
+    return kNoPeerId;
+  }
   PeerId id = peers_.size();
   peers_.push_back(NewPeer(ep, /*owned=*/false));
   peer_by_ep_[ep] = id;
@@ -307,6 +326,17 @@ void UcxTransport::Adopt(ucp_ep_h reply, const std::string& address) {
   if (known != peer_by_ep_.end() && peers_[known->second].owned) {
     return;  // ours already: both sides connected and UCX paired the two
   }
+  // One HELLO per endpoint, and a bounded number of endpoints dialed for
+  // HELLOs at all: a stranger repeating HELLO (with third parties'
+  // addresses) cannot make this process dial without end.
+  if (!hello_eps_.insert(reply).second || hello_eps_.size() > kMaxPeers ||
+      spare_eps_.size() >= kMaxSpareEndpoints) {
+    ++refused_hellos_;
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+        << "ucx: ignoring a HELLO (a repeated one, or " << kMaxSpareEndpoints
+        << " unmatched ones already; " << refused_hellos_.load() << " ignored so far)";
+    return;
+  }
   // UCX matches an endpoint made to a peer that already connected here with
   // the one its connection made: the same handle comes back, now ours (UCX
   // keeps it until we close it and calls OnEpError when the peer fails).
@@ -326,7 +356,12 @@ void UcxTransport::Adopt(ucp_ep_h reply, const std::string& address) {
     spare_eps_.push_back(h);
     return;
   }
-  Peer& p = peers_[PeerForEp(reply)];
+  const PeerId id = PeerForEp(reply);
+  if (id == kNoPeerId) {
+    spare_eps_.push_back(h);  // the table is full: closed at shutdown
+    return;
+  }
+  Peer& p = peers_[id];
   p.owned = true;
   p.adopted = true;
 }
@@ -398,8 +433,9 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
   auto* self = static_cast<UcxTransport*>(arg);
   MessageDelivered();
   Incoming in;
-  in.from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? self->PeerForEp(param->reply_ep)
-                                                                 : ~PeerId{0};
+  const bool has_reply = param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP;
+  in.from = has_reply ? self->PeerForEp(param->reply_ep) : kNoPeerId;
+  if (has_reply && in.from == kNoPeerId) return UCS_OK;  // the peer table is full
   in.header = absl::MakeConstSpan(static_cast<const uint8_t*>(header), header_length);
   in.payload_bytes = length;
   self->Delivered(in.from);
@@ -409,6 +445,15 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
     return UCS_OK;
   }
   if (accept.dst == nullptr) return UCS_OK;  // refused: UCX releases the data
+  if (length > accept.capacity) {
+    // Never written past the room its receiver gave (transport.h); UCX
+    // releases the data.
+    ++self->dropped_oversized_;
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10) << "ucx: dropping a payload of " << length
+                                        << " bytes: its receiver has room for " << accept.capacity;
+    if (accept.done) accept.done(PayloadTooLarge(length, accept.capacity));
+    return UCS_OK;
+  }
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     std::memcpy(accept.dst, data, length);
     if (accept.done) accept.done(absl::OkStatus());
@@ -434,6 +479,7 @@ bool UcxTransport::SendDescriptor(PeerId to, std::vector<uint8_t>& header, const
   fields.lease = lease;
   fields.region = region->id;
   fields.remote_base = region->base;
+  fields.region_bytes = region->bytes;
   fields.offset = reinterpret_cast<uintptr_t>(payload) - region->base;
   fields.bytes = bytes;
   std::vector<uint8_t> descriptor = ucx_internal::EncodeDescriptor(
@@ -453,7 +499,11 @@ void UcxTransport::SendRelease(PeerId to, uint64_t lease, ReleaseStatus status) 
   // The message must outlive a send UCX queues; the callback frees it.
   auto* message = new std::vector<uint8_t>(ucx_internal::EncodeRelease({lease, status}));
   ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  // With a reply endpoint: the sender takes a RELEASE only from the peer
+  // its lease went to (OnRelease).
+  rp.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  rp.flags = UCP_AM_SEND_FLAG_REPLY;
   rp.cb.send = [](void* request, ucs_status_t, void* user_data) {
     delete static_cast<std::vector<uint8_t>*>(user_data);
     ucp_request_free(request);
@@ -481,9 +531,18 @@ ucs_status_t UcxTransport::OnDescriptor(void* arg, const void* header, size_t he
   const DescriptorFields& head = d->fields;
   ucp_ep_h ep = param->reply_ep;
   const PeerId from = self->PeerForEp(ep);
+  if (from == kNoPeerId) return UCS_OK;  // the peer table is full: nothing is read
   self->Delivered(from);
-  absl::StatusOr<ucx_internal::RemoteKey*> key =
-      self->keys_->Get(ep, self->worker_, head.region, d->rkey, head.remote_base, absl::Now());
+  absl::StatusOr<ucx_internal::RemoteKey*> key = self->keys_->Get(
+      ep, self->worker_, head.region, d->rkey, head.remote_base, head.region_bytes, absl::Now());
+  if (!key.ok() && absl::IsInvalidArgument(key.status())) {
+    // The region was described otherwise before: nothing of it is read.
+    ++self->dropped_descriptors_;
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+        << "ucx: dropping a payload descriptor: " << key.status().message();
+    self->SendRelease(from, head.lease, ReleaseStatus::kDropped);
+    return UCS_OK;
+  }
   if (!key.ok() || (*key)->mapped == nullptr) {
     // Not unpackable (e.g. another pod's shared memory) or not mappable here
     // (another host, no shared-memory transport in common): the sender
@@ -514,6 +573,14 @@ ucs_status_t UcxTransport::OnDescriptor(void* arg, const void* header, size_t he
     self->SendRelease(from, head.lease, ReleaseStatus::kDropped);
     return UCS_OK;
   }
+  if (head.bytes > accept.capacity) {  // never written past the receiver's room
+    ++self->dropped_oversized_;
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10) << "ucx: dropping an in-place payload of " << head.bytes
+                                        << " bytes: its receiver has room for " << accept.capacity;
+    if (accept.done) accept.done(PayloadTooLarge(head.bytes, accept.capacity));
+    self->SendRelease(from, head.lease, ReleaseStatus::kDropped);
+    return UCS_OK;
+  }
   std::memcpy(accept.dst, in.in_place, head.bytes);
   self->peers_[from].path = "in place";
   if (accept.done) accept.done(absl::OkStatus());
@@ -522,7 +589,7 @@ ucs_status_t UcxTransport::OnDescriptor(void* arg, const void* header, size_t he
 }
 
 ucs_status_t UcxTransport::OnRelease(void* arg, const void* header, size_t header_length, void*,
-                                     size_t, const ucp_am_recv_param_t*) {
+                                     size_t, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxTransport*>(arg);
   MessageDelivered();
   absl::StatusOr<ucx_internal::Release> m = ucx_internal::DecodeRelease(
@@ -531,8 +598,28 @@ ucs_status_t UcxTransport::OnRelease(void* arg, const void* header, size_t heade
     TESSEL_LOG(WARNING) << "ucx: dropping a malformed release: " << m.status().message();
     return UCS_OK;
   }
-  std::optional<ucx_internal::SendLeases::Lease> held = self->leases_->Take(m->lease);
-  if (!held.has_value()) return UCS_OK;
+  // Only the peer the lease was sent to ends it (SendLeases::TakeFrom): the
+  // endpoint the RELEASE arrived on must be that peer's.
+  auto peer = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+                  ? self->peer_by_ep_.find(param->reply_ep)
+                  : self->peer_by_ep_.end();
+  std::optional<ucx_internal::SendLeases::Lease> held =
+      peer == self->peer_by_ep_.end() ? std::nullopt
+                                      : self->leases_->TakeFrom(m->lease, peer->second);
+  if (!held.has_value()) {
+    // Ended already (a late duplicate), or not this sender's to end.
+    if (peer == self->peer_by_ep_.end()) {
+      ++self->dropped_releases_;
+    } else if (self->leases_->misdirected() != self->misdirected_releases_.load()) {
+      self->misdirected_releases_ = self->leases_->misdirected();
+    } else {
+      return UCS_OK;  // a late duplicate
+    }
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+        << "ucx: ignoring a RELEASE that is not its sender's to give ("
+        << self->dropped_releases_.load() + self->misdirected_releases_.load() << " so far)";
+    return UCS_OK;
+  }
   ucx_internal::SendLeases::Lease& lease = *held;
   if (m->status == ReleaseStatus::kResend && lease.peer < self->peers_.size()) {
     self->peers_[lease.peer].in_place = false;

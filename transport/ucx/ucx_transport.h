@@ -79,6 +79,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -131,7 +132,28 @@ class UcxTransport : public Transport {
   };
   LateProbes late_probes() const;
 
+  // Bounds on what peers can make this transport keep (issue 42):
+  // endpoints it exchanges messages with at once (a message from a new
+  // endpoint beyond this is dropped, and counted), and endpoints made for
+  // HELLOs that UCX did not pair with the endpoint they came on (kept until
+  // shutdown; a HELLO beyond this dials nothing). A HELLO is taken once per
+  // endpoint.
+  static constexpr size_t kMaxPeers = 16384;
+  static constexpr size_t kMaxSpareEndpoints = 64;
+
+  // What this transport refused from its peers, since it was made.
+  struct Refusals {
+    uint64_t oversized = 0;             // payloads larger than their Accept::capacity
+    uint64_t descriptors = 0;           // descriptors of a region described otherwise before
+    uint64_t releases = 0;              // RELEASEs from an endpoint that is no peer
+    uint64_t misdirected_releases = 0;  // RELEASEs naming another peer's lease
+    uint64_t hellos = 0;                // HELLOs repeated or beyond kMaxSpareEndpoints
+    uint64_t peers = 0;                 // messages from a new endpoint beyond kMaxPeers
+  };
+  Refusals refusals() const;
+
  private:
+  static constexpr PeerId kNoPeerId = ~PeerId{0};
   // A remote endpoint, by PeerId (an index into peers_).
   struct Peer {
     ucp_ep_h ep = nullptr;
@@ -219,6 +241,15 @@ class UcxTransport : public Transport {
   // Endpoints Adopt made that UCX did not pair with the peer's (closed at
   // shutdown).
   std::vector<ucp_ep_h> spare_eps_;
+  // Reply endpoints a HELLO came on (one each).
+  absl::flat_hash_set<ucp_ep_h> hello_eps_;
+  // Refusals (written on the progress thread, read anywhere).
+  std::atomic<uint64_t> dropped_oversized_{0};
+  std::atomic<uint64_t> dropped_descriptors_{0};
+  std::atomic<uint64_t> dropped_releases_{0};
+  std::atomic<uint64_t> misdirected_releases_{0};
+  std::atomic<uint64_t> refused_hellos_{0};
+  std::atomic<uint64_t> refused_peers_{0};
   // The evidence CheckReceiveQueue judges a late probe on (Progress and
   // Delivered gather it), and the late probes judged load.
   std::unique_ptr<ucx_internal::WedgeJudge> judge_;

@@ -162,7 +162,7 @@ TEST(UcxWedgeTest, ALateProbeWhileMessagesArriveIsLoadNotAWedge) {
   receiver->SetHandler([&](const Incoming& in) {
     ++received;
     absl::SleepFor(absl::Milliseconds(2));  // a saturated progress thread
-    return Accept{in.payload_bytes <= sink.size() ? sink.data() : nullptr, nullptr};
+    return Accept{in.payload_bytes <= sink.size() ? sink.data() : nullptr, sink.size(), nullptr};
   });
   ASSERT_TRUE(receiver->CheckReceiveQueue(absl::Seconds(10)).ok());
   {
@@ -198,7 +198,7 @@ TEST(UcxWedgeTest, AWedgeIsFoundWhilePeersOnAnotherPathKeepDelivering) {
   std::atomic<int> received{0};
   receiver->SetHandler([&](const Incoming& in) {
     ++received;
-    return Accept{in.payload_bytes <= sink.size() ? sink.data() : nullptr, nullptr};
+    return Accept{in.payload_bytes <= sink.size() ? sink.data() : nullptr, sink.size(), nullptr};
   });
   ASSERT_TRUE(receiver->CheckReceiveQueue(absl::Seconds(10)).ok());
   // Eager-sized messages: what this test needs is a peer delivering over tcp

@@ -381,7 +381,10 @@ Accept BucketExchange::OnParams(const FrameHeader& h) {
                                br.begin)
           : static_cast<void*>((ddp ? buffers_.grads.data() : buffers_.params.data()) + br.begin);
   const bool forwards = forward_version_ == h.step && aggregates;
-  return channel_->Receive(dst, h.epoch, [this, h, dst, forwards] { Landed(h, dst, forwards); });
+  // h.payload_bytes is the bucket's size (checked above) and what arrived
+  // (DataChannel::OnFrame): the room the transport may fill.
+  return channel_->Receive(dst, h.payload_bytes, h.epoch,
+                           [this, h, dst, forwards] { Landed(h, dst, forwards); });
 }
 
 void BucketExchange::Landed(const FrameHeader& h, void* dst, bool forwards) {

@@ -111,11 +111,13 @@ TEST_F(BucketExchangeTest, AnErrorOfThisEpochEndsTheWaitAndOneOfAnOlderEpochDoes
     old.type = FrameType::kError;
     old.code = static_cast<int32_t>(absl::StatusCode::kFailedPrecondition);
     const std::string text = "an old refusal";
+    old.payload_bytes = text.size();  // as servers write it
     server_->Reply(worker, old, std::vector<uint8_t>(text.begin(), text.end()));
     FrameHeader now = old;
     now.epoch = kEpoch;
     now.code = static_cast<int32_t>(absl::StatusCode::kNotFound);
     const std::string why = "no such job on this server";
+    now.payload_bytes = why.size();
     server_->Reply(worker, now, std::vector<uint8_t>(why.begin(), why.end()));
   });
   absl::Status s = exchange_->Pull(1);

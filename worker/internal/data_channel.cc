@@ -268,12 +268,13 @@ absl::Status DataChannel::WaitFor(const std::function<bool()>& done,
   return absl::OkStatus();
 }
 
-Accept DataChannel::Receive(void* dst, int64_t epoch, std::function<void()> landed) {
+Accept DataChannel::Receive(void* dst, size_t capacity, int64_t epoch,
+                            std::function<void()> landed) {
   {
     absl::MutexLock lock(&mu_);
     ++inflight_receives_;
   }
-  return Accept{dst, [this, epoch, landed = std::move(landed)](absl::Status s) {
+  return Accept{dst, capacity, [this, epoch, landed = std::move(landed)](absl::Status s) {
                   bool current = false;
                   {
                     absl::MutexLock lock(&mu_);
@@ -307,6 +308,15 @@ Accept DataChannel::OnFrame(const Incoming& in) {
       return Accept{};
     }
   }
+  // Sizes before anything is allocated or a destination chosen: the bytes
+  // that arrived must be those the header announces (the sinks check the
+  // header against the job), and an ERROR's text is short.
+  if (in.payload_bytes != h->payload_bytes) {
+    return Refuse(*h, in, "its payload is not the size its header announces");
+  }
+  if (h->type == FrameType::kError && in.payload_bytes > kMaxErrorTextBytes) {
+    return Refuse(*h, in, "an ERROR text is at most kMaxErrorTextBytes");
+  }
   if (h->type == FrameType::kError) {
     auto message = std::make_shared<std::string>(in.payload_bytes, '\0');
     FrameHeader about = *h;
@@ -326,7 +336,7 @@ Accept DataChannel::OnFrame(const Incoming& in) {
       record(absl::OkStatus());
       return Accept{};
     }
-    return Accept{message->data(), record};
+    return Accept{message->data(), message->size(), record};
   }
   if (h->type == FrameType::kParams && h->job_id == ctx_->job_id && ctx_->layout != nullptr &&
       sink_ != nullptr && h->shard >= 0 && h->shard < num_shards() && h->bucket >= 0 &&
@@ -355,6 +365,14 @@ Accept DataChannel::OnFrame(const Incoming& in) {
     return sink_->OnPush(*h, in);  // from a worker of this host (host aggregation)
   }
   TESSEL_LOG(WARNING) << "dropping unexpected frame " << DescribeHeader(*h);
+  return Accept{};
+}
+
+Accept DataChannel::Refuse(const FrameHeader& h, const Incoming& in, absl::string_view why) {
+  const int64_t n = ++refused_;
+  TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+      << ctx_->WhereAnyThread() << ": dropping " << DescribeHeader(h) << " with "
+      << in.payload_bytes << " payload bytes: " << why << " (" << n << " dropped so far)";
   return Accept{};
 }
 

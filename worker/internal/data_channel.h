@@ -10,6 +10,13 @@
 //   - Frames carry (job, epoch, step, rank, shard, bucket) from JobContext;
 //     an ERROR or failed transfer of another epoch than the current one is
 //     ignored (a recovery moved on), counted in stale_dropped().
+//   - No payload is taken at its sender's word: a frame whose payload is
+//     not the size its header announces, or an ERROR whose text is longer
+//     than kMaxErrorTextBytes, is dropped before anything is allocated or
+//     a destination chosen, counted in refused() and logged at most every
+//     10 s; a sink compares the header's size with what the job expects for
+//     that bucket (or unit) and gives the transport the room it has
+//     (Receive's `capacity`).
 //   - With frame keys (SetFrameKeys: the servers authenticate frames), every
 //     frame about shard s is sealed with shard s's key and every frame that
 //     arrives must carry a valid tag under it (forwarded PARAMS and worker-
@@ -37,7 +44,7 @@
 //   DataChannel channel(&ctx, std::move(transport));
 //   channel.SetShards(1);
 //   channel.SetPeer(0, *channel.transport().Connect(server_ucx_address));
-//   channel.SetSink(&sink);  // sink.OnParams: return channel.Receive(dst, h.epoch,
+//   channel.SetSink(&sink);  // sink.OnParams: return channel.Receive(dst, bytes, h.epoch,
 //                            //   [&] { sink.CountLanded(); channel.Notify(); });
 //   channel.Send(channel.Header(FrameType::kPull, step, 0, 0), nullptr);
 //   TESSEL_RETURN_IF_ERROR(channel.WaitFor([&] { return sink.landed() == buckets; },
@@ -150,7 +157,8 @@ class DataChannel {
   // an arrival while it is current runs `landed` on the progress thread,
   // without the channel's lock (it may send). A recovery may begin between
   // that check and `landed`: the sink checks its own state again.
-  Accept Receive(void* dst, int64_t epoch, std::function<void()> landed);
+  // `capacity`: the bytes available at `dst` (the transport writes no more).
+  Accept Receive(void* dst, size_t capacity, int64_t epoch, std::function<void()> landed);
   // A frame a sink dropped (stale, mis-sized, unknown): counted in
   // stale_dropped().
   void CountStale() { ++stale_dropped_; }
@@ -181,9 +189,14 @@ class DataChannel {
   // Whether any shard authenticates frames.
   bool authenticated();
   int64_t unauthenticated() const { return unauthenticated_.load(); }
+  // Frames dropped for a payload size their header does not announce, or an
+  // ERROR text over kMaxErrorTextBytes.
+  int64_t refused() const { return refused_.load(); }
 
  private:
   Accept OnFrame(const Incoming& in);
+  // Counts and logs (every 10 s at most) a frame refused for its size.
+  Accept Refuse(const FrameHeader& h, const Incoming& in, absl::string_view why);
   void SendTo(PeerId peer, const FrameHeader& h, const void* payload,
               std::shared_ptr<const void> keep, bool to_worker);
   // The key frames about `shard` are sealed and checked with (null: none).
@@ -223,6 +236,7 @@ class DataChannel {
   std::atomic<int64_t> stale_dropped_{0};
   std::atomic<int64_t> endpoint_renewals_{0};
   std::atomic<int64_t> unauthenticated_{0};
+  std::atomic<int64_t> refused_{0};
 };
 
 }  // namespace tessel::internal

@@ -37,7 +37,7 @@ class CountingSink : public FrameSink {
     ++offered_;
     if (h.payload_bytes > buffer_.size() * sizeof(float)) return Accept{};
     const int64_t epoch = receive_epoch_.load() >= 0 ? receive_epoch_.load() : h.epoch;
-    return channel_->Receive(buffer_.data(), epoch, [this] {
+    return channel_->Receive(buffer_.data(), buffer_.size() * sizeof(float), epoch, [this] {
       {
         absl::MutexLock lock(&mu_);
         ++landed_;
@@ -49,7 +49,12 @@ class CountingSink : public FrameSink {
     absl::MutexLock lock(&mu_);
     return landed_;
   }
+  Accept OnPush(const FrameHeader& h, const Incoming& in) override {
+    ++pushes_offered_;
+    return Accept{};
+  }
   int offered() const { return offered_.load(); }
+  int pushes_offered() const { return pushes_offered_.load(); }
   float first() const { return buffer_[0]; }
   void ReceiveUnder(int64_t epoch) { receive_epoch_ = epoch; }
 
@@ -58,6 +63,7 @@ class CountingSink : public FrameSink {
   std::vector<float> buffer_;
   std::atomic<int64_t> receive_epoch_{-1};
   std::atomic<int> offered_{0};
+  std::atomic<int> pushes_offered_{0};
   absl::Mutex mu_;
   int landed_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -203,6 +209,7 @@ TEST_F(DataChannelTest, AnErrorOfTheCurrentEpochFailsTheWaitAndAnOldOneIsCounted
   FrameHeader now = Control(FrameType::kError, 0, kEpoch, 1);
   now.code = static_cast<int32_t>(absl::StatusCode::kNotFound);
   const std::string why = "no such job";
+  now.payload_bytes = why.size();  // as servers write it
   server0_.Reply(worker, now, std::vector<uint8_t>(why.begin(), why.end()));
   absl::Status s = channel_->WaitFor([] { return false; }, [] { return "x"; });
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
@@ -252,6 +259,62 @@ TEST_F(DataChannelTest, WithFrameKeysFramesAreSealedAndUntaggedOnesDropped) {
   ASSERT_TRUE(channel_->WaitFor([&] { return sink_->landed() == 1; }, [] { return "1"; }).ok());
   EXPECT_EQ(sink_->first(), 2.f);
   EXPECT_EQ(channel_->unauthenticated(), 1);
+}
+
+// Issue 42, the reproduction: a PARAMS frame of 57,600 bytes under a header
+// saying 19,200 (here: 12,000 under 160, more than the sink's whole buffer),
+// sent by a process in no job while the worker waits for that step. The
+// sink chose its destination from the header; the transport copied what
+// arrived, past the buffer (a SEGV under AddressSanitizer). The channel now
+// drops it before any sink sees it, and counts it.
+TEST_F(DataChannelTest, AParamsFrameLargerThanItsHeaderSaysIsDroppedBeforeTheSink) {
+  const PeerId worker = WorkerAtServer0();
+  server0_.Reply(worker, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(3000, 9.f));
+  server0_.Reply(worker, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(20, 8.f));  // short
+  ASSERT_TRUE(channel_->WaitFor([&] { return channel_->refused() == 2; }, [] { return "2"; }).ok());
+  EXPECT_EQ(sink_->offered(), 0);
+  EXPECT_EQ(sink_->landed(), 0);
+  EXPECT_EQ(sink_->first(), 0.f) << "nothing was written";
+  // The step goes on: the real frame still lands.
+  server0_.Reply(worker, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(40, 2.f));
+  ASSERT_TRUE(channel_->WaitFor([&] { return sink_->landed() == 1; }, [] { return "1"; }).ok());
+  EXPECT_EQ(sink_->first(), 2.f);
+}
+
+// The same for a host-aggregation PUSH from another worker of this host.
+TEST_F(DataChannelTest, APushWhosePayloadIsNotItsHeadersSizeNeverReachesTheSink) {
+  const PeerId worker = WorkerAtServer0();
+  FrameHeader push = Control(FrameType::kPush, 1, kEpoch, 1);
+  push.payload_bytes = 160;
+  server0_.Reply(worker, push, FloatBytes(4000, 1.f));
+  ASSERT_TRUE(channel_->WaitFor([&] { return channel_->refused() == 1; }, [] { return "1"; }).ok());
+  server0_.Reply(worker, push, FloatBytes(40, 1.f));
+  ASSERT_TRUE(
+      channel_->WaitFor([&] { return sink_->pushes_offered() == 1; }, [] { return "push"; }).ok());
+  EXPECT_EQ(channel_->refused(), 1);
+}
+
+// Issue 42: an ERROR frame's text is allocated only up to kMaxErrorTextBytes
+// and only as long as its header says; a longer (or mis-sized) one is dropped
+// and counted, and fails nothing.
+TEST_F(DataChannelTest, AnErrorTextLongerThanTheLimitOrItsHeaderIsDropped) {
+  const PeerId worker = WorkerAtServer0();
+  FrameHeader error = Control(FrameType::kError, 0, kEpoch, 1);
+  error.code = static_cast<int32_t>(absl::StatusCode::kNotFound);
+  const std::vector<uint8_t> huge(kMaxErrorTextBytes + 1, 'x');
+  error.payload_bytes = huge.size();
+  server0_.Reply(worker, error, huge);
+  error.payload_bytes = 4;
+  server0_.Reply(worker, error, std::vector<uint8_t>(64, 'y'));
+  ASSERT_TRUE(channel_->WaitFor([&] { return channel_->refused() == 2; }, [] { return "2"; }).ok());
+  EXPECT_TRUE(channel_->WaitFor([] { return true; }, [] { return "x"; }).ok())
+      << "a dropped ERROR fails nothing";
+  const std::string why = "no such job";
+  error.payload_bytes = why.size();
+  server0_.Reply(worker, error, std::vector<uint8_t>(why.begin(), why.end()));
+  absl::Status s = channel_->WaitFor([] { return false; }, [] { return "x"; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no such job"));
 }
 
 }  // namespace

@@ -411,7 +411,7 @@ Accept FsdpUnits::OnParams(const FrameHeader& h) {
                          : static_cast<void*>(u.params.data() + at);
   const int64_t epoch = h.epoch;
   const int64_t version = h.step;
-  return channel_->Receive(dst, epoch,
+  return channel_->Receive(dst, h.payload_bytes, epoch,  // the bucket's size, checked above
                            [this, unit, epoch, version] { Landed(unit, epoch, version); });
 }
 

@@ -304,9 +304,9 @@ Accept HostAggregator::OnPush(const FrameHeader& h, const Incoming& in) {
       o->receiving[other] = 1;
       const size_t index = static_cast<size_t>(i);
       const int64_t epoch = h.epoch;
-      accept = channel_->Receive(SlotLocked(other, *o), epoch, [this, epoch, index, other, step] {
-        SlotLanded(epoch, index, other, step);
-      });
+      accept = channel_->Receive(
+          SlotLocked(other, *o), DensePayloadBytes(o->size, /*half=*/false), epoch,
+          [this, epoch, index, other, step] { SlotLanded(epoch, index, other, step); });
     }
   }
   if (complete) channel_->Notify();  // PushAll may sum it now

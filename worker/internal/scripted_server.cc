@@ -26,7 +26,7 @@ ScriptedServer::ScriptedServer(std::shared_ptr<InProcFabric> fabric)
       record(absl::OkStatus());
       return Accept{};
     }
-    return Accept{frame->payload.data(), record};
+    return Accept{frame->payload.data(), frame->payload.size(), record};
   });
 }
 

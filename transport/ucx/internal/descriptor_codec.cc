@@ -29,10 +29,11 @@ std::vector<uint8_t> EncodeDescriptor(const DescriptorFields& fields,
   PutLe(p + 0, fields.lease, 8);
   PutLe(p + 8, fields.region, 8);
   PutLe(p + 16, fields.remote_base, 8);
-  PutLe(p + 24, fields.offset, 8);
-  PutLe(p + 32, fields.bytes, 8);
-  PutLe(p + 40, header.size(), 4);
-  PutLe(p + 44, rkey.size(), 4);
+  PutLe(p + 24, fields.region_bytes, 8);
+  PutLe(p + 32, fields.offset, 8);
+  PutLe(p + 40, fields.bytes, 8);
+  PutLe(p + 48, header.size(), 4);
+  PutLe(p + 52, rkey.size(), 4);
   if (!header.empty()) std::memcpy(p + kDescriptorFixedBytes, header.data(), header.size());
   if (!rkey.empty()) {
     std::memcpy(p + kDescriptorFixedBytes + header.size(), rkey.data(), rkey.size());
@@ -51,10 +52,11 @@ absl::StatusOr<DescriptorView> DecodeDescriptor(absl::Span<const uint8_t> wire) 
   d.fields.lease = GetLe(p + 0, 8);
   d.fields.region = GetLe(p + 8, 8);
   d.fields.remote_base = GetLe(p + 16, 8);
-  d.fields.offset = GetLe(p + 24, 8);
-  d.fields.bytes = GetLe(p + 32, 8);
-  const uint64_t header_len = GetLe(p + 40, 4);
-  const uint64_t rkey_len = GetLe(p + 44, 4);
+  d.fields.region_bytes = GetLe(p + 24, 8);
+  d.fields.offset = GetLe(p + 32, 8);
+  d.fields.bytes = GetLe(p + 40, 8);
+  const uint64_t header_len = GetLe(p + 48, 4);
+  const uint64_t rkey_len = GetLe(p + 52, 4);
   if (kDescriptorFixedBytes + header_len + rkey_len != wire.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("UCX payload descriptor of ", wire.size(), " bytes announces a ", header_len,
@@ -64,10 +66,12 @@ absl::StatusOr<DescriptorView> DecodeDescriptor(absl::Span<const uint8_t> wire) 
   if (rkey_len == 0) {
     return absl::InvalidArgumentError("UCX payload descriptor carries no remote key");
   }
-  if (d.fields.offset + d.fields.bytes < d.fields.offset) {
-    return absl::InvalidArgumentError(absl::StrCat("UCX payload descriptor's offset ",
-                                                   d.fields.offset, " + size ", d.fields.bytes,
-                                                   " overflows 64 bits"));
+  // offset + bytes <= region_bytes, written so that nothing overflows.
+  if (d.fields.offset > d.fields.region_bytes ||
+      d.fields.bytes > d.fields.region_bytes - d.fields.offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX payload descriptor names ", d.fields.bytes, " bytes at offset ", d.fields.offset,
+        " of a ", d.fields.region_bytes, "-byte region (it must lie inside the region)"));
   }
   d.header = wire.subspan(kDescriptorFixedBytes, header_len);
   d.rkey = wire.subspan(kDescriptorFixedBytes + header_len, rkey_len);

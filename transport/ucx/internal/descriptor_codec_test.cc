@@ -15,6 +15,7 @@ DescriptorFields Fields() {
   f.lease = 7;
   f.region = 3;
   f.remote_base = 0x7f0012340000;
+  f.region_bytes = 4 << 20;
   f.offset = 4096;
   f.bytes = 1 << 20;
   return f;
@@ -30,6 +31,7 @@ TEST(DescriptorCodecTest, RoundTrips) {
   EXPECT_EQ(d->fields.lease, 7u);
   EXPECT_EQ(d->fields.region, 3u);
   EXPECT_EQ(d->fields.remote_base, 0x7f0012340000u);
+  EXPECT_EQ(d->fields.region_bytes, 4u << 20);
   EXPECT_EQ(d->fields.offset, 4096u);
   EXPECT_EQ(d->fields.bytes, 1u << 20);
   EXPECT_EQ(std::vector<uint8_t>(d->header.begin(), d->header.end()), header);
@@ -39,21 +41,22 @@ TEST(DescriptorCodecTest, RoundTrips) {
 }
 
 TEST(DescriptorCodecTest, TheLayoutIsLittleEndianAndFixed) {
-  // The layout of the struct the transport sent before the codec existed
-  // (five u64, two u32, then header and key), so peers of either build agree.
+  // Six u64, two u32, then header and key (descriptor_codec.h).
   const std::vector<uint8_t> wire = EncodeDescriptor(Fields(), {0xaa}, {0xbb, 0xcc});
-  uint64_t lease = 0, offset = 0;
+  uint64_t lease = 0, region_bytes = 0, offset = 0;
   uint32_t header_len = 0, rkey_len = 0;
   std::memcpy(&lease, wire.data(), 8);
-  std::memcpy(&offset, wire.data() + 24, 8);
-  std::memcpy(&header_len, wire.data() + 40, 4);
-  std::memcpy(&rkey_len, wire.data() + 44, 4);
+  std::memcpy(&region_bytes, wire.data() + 24, 8);
+  std::memcpy(&offset, wire.data() + 32, 8);
+  std::memcpy(&header_len, wire.data() + 48, 4);
+  std::memcpy(&rkey_len, wire.data() + 52, 4);
   EXPECT_EQ(lease, 7u);
+  EXPECT_EQ(region_bytes, 4u << 20);
   EXPECT_EQ(offset, 4096u);
   EXPECT_EQ(header_len, 1u);
   EXPECT_EQ(rkey_len, 2u);
-  EXPECT_EQ(wire[48], 0xaa);
-  EXPECT_EQ(wire[49], 0xbb);
+  EXPECT_EQ(wire[56], 0xaa);
+  EXPECT_EQ(wire[57], 0xbb);
 }
 
 TEST(DescriptorCodecTest, AnEmptyHeaderIsFine) {
@@ -71,13 +74,13 @@ TEST(DescriptorCodecTest, MalformedDescriptorsAreRefusedWithAReason) {
     EXPECT_FALSE(d.status().message().empty()) << why;
   };
   refused({}, "empty");
-  refused(std::vector<uint8_t>(good.begin(), good.begin() + 47), "shorter than the fixed part");
+  refused(std::vector<uint8_t>(good.begin(), good.begin() + 55), "shorter than the fixed part");
   refused(std::vector<uint8_t>(good.begin(), good.end() - 1), "truncated key");
   std::vector<uint8_t> longer = good;
   longer.push_back(0);
   refused(longer, "trailing byte");
   std::vector<uint8_t> huge = good;
-  huge[43] = 0xff;  // header_len's top byte: far past the input
+  huge[51] = 0xff;  // header_len's top byte: far past the input
   refused(huge, "header length past the end");
   refused(EncodeDescriptor(Fields(), {1, 2}, {}), "no remote key");
   DescriptorFields wrap = Fields();
@@ -86,17 +89,43 @@ TEST(DescriptorCodecTest, MalformedDescriptorsAreRefusedWithAReason) {
   refused(EncodeDescriptor(wrap, {}, {1}), "offset + bytes overflows");
 }
 
+// Issue 42: a descriptor names a payload inside the sender's region, never
+// past it: ucp_rkey_ptr checks no bounds, so the receiver would otherwise
+// read (and copy into its buffers) whatever lies beyond the mapping.
+TEST(DescriptorCodecTest, APayloadOutsideItsRegionIsRefused) {
+  auto refused = [](const DescriptorFields& f, const char* why) {
+    absl::StatusOr<DescriptorView> d = DecodeDescriptor(EncodeDescriptor(f, {}, {1}));
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << why;
+  };
+  DescriptorFields f = Fields();
+  f.offset = f.region_bytes - f.bytes;  // ends exactly at the region's end: fine
+  EXPECT_TRUE(DecodeDescriptor(EncodeDescriptor(f, {}, {1})).ok());
+  f.offset += 1;
+  refused(f, "one byte past the end");
+  f = Fields();
+  f.offset = f.region_bytes;
+  f.bytes = 1;
+  refused(f, "starts at the end");
+  f = Fields();
+  f.offset = 1 << 20;
+  f.bytes = ~uint64_t{0} - (1 << 19);  // offset + bytes wraps to inside the region
+  refused(f, "size wraps around");
+  f = Fields();
+  f.region_bytes = 0;
+  refused(f, "empty region");
+}
+
 TEST(DescriptorCodecTest, RandomBytesNeverCrash) {
   std::mt19937 rng(5);
   for (int i = 0; i < 20000; ++i) {
     std::vector<uint8_t> wire(rng() % 80);
     for (uint8_t& b : wire) b = static_cast<uint8_t>(rng());
-    if (wire.size() >= 48 && i % 2 == 0) {  // plausible lengths half the time
-      const uint32_t rest = static_cast<uint32_t>(wire.size() - 48);
+    if (wire.size() >= kDescriptorFixedBytes && i % 2 == 0) {  // plausible lengths half the time
+      const uint32_t rest = static_cast<uint32_t>(wire.size() - kDescriptorFixedBytes);
       const uint32_t h = rest == 0 ? 0 : rng() % (rest + 1);
       const uint32_t k = rest - h;
-      std::memcpy(wire.data() + 40, &h, 4);
-      std::memcpy(wire.data() + 44, &k, 4);
+      std::memcpy(wire.data() + 48, &h, 4);
+      std::memcpy(wire.data() + 52, &k, 4);
     }
     absl::StatusOr<DescriptorView> d = DecodeDescriptor(wire);
     if (d.ok()) {

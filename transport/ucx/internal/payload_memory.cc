@@ -68,7 +68,7 @@ std::optional<UcxPayloadMemory::Found> UcxPayloadMemory::Find(const void* p, siz
   if (it == regions_.begin()) return std::nullopt;
   --it;
   if (at + bytes > it->first + it->second.bytes) return std::nullopt;
-  return Found{it->second.id, it->first, it->second.rkey};
+  return Found{it->second.id, it->first, it->second.bytes, it->second.rkey};
 }
 
 }  // namespace ucx_internal

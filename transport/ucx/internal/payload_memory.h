@@ -44,6 +44,7 @@ class UcxPayloadMemory : public PayloadMemory {
   struct Found {
     uint64_t id;                              // unique among this memory's regions, never reused
     uintptr_t base;                           // the region's address here
+    size_t bytes;                             // the region's size
     std::shared_ptr<const std::string> rkey;  // packed
   };
 

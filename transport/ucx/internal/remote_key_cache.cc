@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
 namespace tessel {
@@ -30,8 +31,16 @@ void RemoteKeyCache::Sweep(absl::Time now) {
 
 absl::StatusOr<RemoteKey*> RemoteKeyCache::Get(void* ep, void* worker, uint64_t region,
                                                absl::Span<const uint8_t> packed,
-                                               uint64_t remote_base, absl::Time now) {
+                                               uint64_t remote_base, uint64_t region_bytes,
+                                               absl::Time now) {
   auto it = keys_.find({ep, region});
+  if (it != keys_.end() &&
+      (it->second->remote_base != remote_base || it->second->region_bytes != region_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload region ", region, " was described as ", it->second->region_bytes,
+                     " bytes at 0x", absl::Hex(it->second->remote_base), " and now as ",
+                     region_bytes, " bytes at 0x", absl::Hex(remote_base)));
+  }
   if (it != keys_.end()) {
     it->second->used_at = now;
     RemoteKey* key = it->second;
@@ -46,6 +55,7 @@ absl::StatusOr<RemoteKey*> RemoteKeyCache::Get(void* ep, void* worker, uint64_t 
   key->worker = worker;
   key->region = region;
   key->remote_base = remote_base;
+  key->region_bytes = region_bytes;
   key->used_at = now;
   key->mapped = ops_->Map(rkey, remote_base);
   int same_ep = 0;

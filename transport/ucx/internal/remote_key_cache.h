@@ -24,7 +24,8 @@
 //
 // Example:
 //   RemoteKeyCache keys(std::make_unique<UcpRemoteKeyOps>());
-//   absl::StatusOr<RemoteKey*> key = keys.Get(ep, worker, region, packed, base, absl::Now());
+//   absl::StatusOr<RemoteKey*> key =
+//       keys.Get(ep, worker, region, packed, base, region_bytes, absl::Now());
 //   if (key.ok() && (*key)->mapped != nullptr) read((*key)->mapped + offset);
 //   keys.Borrow(from, lease, *key);  ...  keys.EndBorrow(from, lease, &tell_sender);
 #ifndef TESSEL_TRANSPORT_UCX_INTERNAL_REMOTE_KEY_CACHE_H_
@@ -70,10 +71,11 @@ struct RemoteKey {
   void* worker = nullptr;  // the worker `ep` belongs to
   uint64_t region = 0;
   uint64_t remote_base = 0;
-  char* mapped = nullptr;  // where remote_base is mapped here; null: not mappable
-  int borrows = 0;         // borrowed payloads read through it
-  absl::Time used_at;      // last descriptor (least recently used goes first)
-  bool retired = false;    // out of the cache: its worker was reset
+  uint64_t region_bytes = 0;  // as first described (descriptor_codec.h)
+  char* mapped = nullptr;     // where remote_base is mapped here; null: not mappable
+  int borrows = 0;            // borrowed payloads read through it
+  absl::Time used_at;         // last descriptor (least recently used goes first)
+  bool retired = false;       // out of the cache: its worker was reset
 };
 
 class RemoteKeyCache {
@@ -84,11 +86,14 @@ class RemoteKeyCache {
   RemoteKeyCache& operator=(const RemoteKeyCache&) = delete;
 
   // The key of (`ep`, `region`): cached, or unpacked from `packed` (on
-  // `ep`, of `worker`) and mapped. The error is Unpack's. The pointer stays
-  // valid until the key is dropped: while borrowed, at least.
+  // `ep`, of `worker`) and mapped. The error is Unpack's, or
+  // InvalidArgument when a cached region is now described with another
+  // base or size (a region's id is never reused, so the sender lies; the
+  // caller drops the descriptor). The pointer stays valid until the key is
+  // dropped: while borrowed, at least.
   absl::StatusOr<RemoteKey*> Get(void* ep, void* worker, uint64_t region,
                                  absl::Span<const uint8_t> packed, uint64_t remote_base,
-                                 absl::Time now);
+                                 uint64_t region_bytes, absl::Time now);
 
   // The receiver borrows payload (from, lease), which lies in `key`.
   void Borrow(PeerId from, uint64_t lease, RemoteKey* key);

@@ -40,11 +40,13 @@ struct FakeOps : RemoteKeyOps {
 void* Handle(uintptr_t n) { return reinterpret_cast<void*>(n); }
 const std::vector<uint8_t> kPacked = {1, 2, 3};
 const absl::Time kT0 = absl::FromUnixSeconds(1000000);
+constexpr uint64_t kRegionBytes = 1 << 20;
 
 class RemoteKeyCacheTest : public ::testing::Test {
  protected:
   RemoteKey* Get(uintptr_t ep, uint64_t region, absl::Time now = kT0, uintptr_t worker = 100) {
-    auto key = cache_.Get(Handle(ep), Handle(worker), region, kPacked, region << 20, now);
+    auto key =
+        cache_.Get(Handle(ep), Handle(worker), region, kPacked, region << 20, kRegionBytes, now);
     EXPECT_TRUE(key.ok()) << key.status();
     return key.ok() ? *key : nullptr;
   }
@@ -64,9 +66,24 @@ TEST_F(RemoteKeyCacheTest, UnpacksOncePerEndpointAndRegion) {
   EXPECT_EQ(cache_.size(), 3u);
 }
 
+// Issue 42: a region keeps the base and size it was first described with;
+// a later descriptor of the same region that says otherwise (to stretch the
+// bounds its payloads are checked against) is refused, and the key stays.
+TEST_F(RemoteKeyCacheTest, ARegionDescribedOtherwiseIsRefused) {
+  RemoteKey* a = Get(1, 7);
+  ASSERT_NE(a, nullptr);
+  auto bigger = cache_.Get(Handle(1), Handle(100), 7, kPacked, 7u << 20, kRegionBytes * 2, kT0);
+  EXPECT_EQ(bigger.status().code(), absl::StatusCode::kInvalidArgument) << bigger.status();
+  auto moved = cache_.Get(Handle(1), Handle(100), 7, kPacked, 8u << 20, kRegionBytes, kT0);
+  EXPECT_EQ(moved.status().code(), absl::StatusCode::kInvalidArgument) << moved.status();
+  EXPECT_EQ(Get(1, 7), a);
+  EXPECT_EQ(a->region_bytes, kRegionBytes);
+  EXPECT_EQ(log_.unpacked, 1);
+}
+
 TEST_F(RemoteKeyCacheTest, UnpackErrorsAndUnmappableRegions) {
   log_.fail_unpack = true;
-  auto failed = cache_.Get(Handle(1), Handle(100), 7, kPacked, 0, kT0);
+  auto failed = cache_.Get(Handle(1), Handle(100), 7, kPacked, 0, kRegionBytes, kT0);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(cache_.size(), 0u);
   log_.fail_unpack = false;
