@@ -1,5 +1,6 @@
 #include "client/config_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -123,13 +124,21 @@ absl::Status SaveConfig(const std::string& path, const Config& config) {
     }
   }
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  // Owner-only from its creation (it names the user's token and key files).
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0 || ::fchmod(fd, 0600) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write ", tmp, ": ", std::strerror(err)));
+  }
+  ::close(fd);
   {
     std::ofstream f(tmp, std::ios::trunc);
     if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
     f << out.c_str() << "\n";
     if (!f.flush()) return absl::DataLossError(absl::StrCat("writing ", tmp, " failed"));
   }
-  ::chmod(tmp.c_str(), 0600);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
     return absl::PermissionDeniedError(

@@ -27,12 +27,17 @@ absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::InternalError(msg);
 }
 
+// Checkpoints hold a job's parameters and optimizer state: private to the
+// server's user, whatever the umask (which only ever removes bits).
+constexpr mode_t kDirMode = 0700;
+constexpr mode_t kFileMode = 0600;
+
 absl::Status MkdirAll(const std::string& dir) {
   std::string cur;
   for (absl::string_view part : absl::StrSplit(dir, '/', absl::SkipEmpty())) {
     cur = cur.empty() && dir[0] == '/' ? absl::StrCat("/", part)
                                        : absl::StrCat(cur, cur.empty() ? "" : "/", part);
-    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return Errno("cannot create", cur);
+    if (mkdir(cur.c_str(), kDirMode) != 0 && errno != EEXIST) return Errno("cannot create", cur);
   }
   return absl::OkStatus();
 }
@@ -73,8 +78,14 @@ absl::Status LocalFsStore::Put(const std::string& path, const std::vector<Chunk>
   TESSEL_RETURN_IF_ERROR(MkdirAll(dir));
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = absl::StrCat(full, ".tmp-", getpid(), "-", counter++);
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, kFileMode);
   if (fd < 0) return Errno("cannot create", tmp);
+  if (fchmod(fd, kFileMode) != 0) {  // a leftover temporary keeps its own mode
+    absl::Status err = Errno("cannot chmod", tmp);
+    close(fd);
+    unlink(tmp.c_str());
+    return err;
+  }
   int64_t since_pause = 0;
   for (const Chunk& c : chunks) {
     size_t done = 0;

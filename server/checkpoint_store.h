@@ -47,8 +47,9 @@ class CheckpointStore {
 absl::Status ValidateStorePath(const std::string& path);
 
 // Files under a root directory: temporary name, fsync, rename, fsync of the
-// directory. `write_delay` (testing only) pauses after each MiB written, so a
-// test can kill the writer in the middle of a file.
+// directory. Files are written 0600 and the directories Put creates 0700
+// (owner only, whatever the umask); the root itself keeps the mode it has. `write_delay` (testing
+// only) pauses after each MiB written, so a test can kill the writer in the middle of a file.
 class LocalFsStore : public CheckpointStore {
  public:
   explicit LocalFsStore(std::string root, absl::Duration write_delay = absl::ZeroDuration())

@@ -2,6 +2,10 @@
 // re-slice onto another shard count, detect damage, prune.
 #include "server/checkpointer.h"
 
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 
@@ -49,6 +53,44 @@ class CheckpointerTest : public ::testing::Test {
   std::unique_ptr<Checkpointer> ck_;
   std::vector<float> all_;
 };
+
+// Checkpoints are private: through the real store, every file written is
+// 0600 and every folder created (the root too, when the store makes it)
+// 0700, even under umask 0.
+TEST(CheckpointerFilesTest, FilesAreOwnerOnly) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string parent = std::string(tmp ? tmp : "/tmp") + "/modes-XXXXXX";
+  ASSERT_NE(mkdtemp(parent.data()), nullptr);
+  const std::string root = parent + "/checkpoints";
+  const mode_t old_umask = umask(0);
+  {
+    Checkpointer ck(std::make_unique<LocalFsStore>(root), absl::Seconds(5));
+    std::vector<float> all(kParams);
+    std::iota(all.begin(), all.end(), 1.f);
+    for (int s = 0; s < 2; ++s) ASSERT_TRUE(ck.Submit(Snap(s, 2, 10, all)).ok());
+    ck.Drain();
+    ASSERT_TRUE(ck.Read("j", -1).ok());
+  }
+  umask(old_umask);
+  int files = 0, dirs = 0;
+  std::vector<std::string> paths = {root};
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    paths.push_back(e.path().string());
+  }
+  for (const std::string& p : paths) {
+    struct stat st;
+    ASSERT_EQ(stat(p.c_str(), &st), 0) << p;
+    if (S_ISDIR(st.st_mode)) {
+      ++dirs;
+      EXPECT_EQ(st.st_mode & 07777, 0700u) << p;
+    } else {
+      ++files;
+      EXPECT_EQ(st.st_mode & 07777, 0600u) << p;
+    }
+  }
+  EXPECT_GE(dirs, 3) << "root, job, step";
+  EXPECT_GE(files, 3) << "two shards and a manifest";
+}
 
 TEST_F(CheckpointerTest, WritesFinalizesAndReslicesOntoAnotherShardCount) {
   Write(2, 10);

@@ -90,8 +90,8 @@ absl::Status WriteFileAtomically(const std::string& path, bool overwrite,
                                  const std::function<absl::Status(std::ostream*)>& write) {
   TESSEL_RETURN_IF_ERROR(CheckOutputPath(path, overwrite));
   const std::string tmp = path + ".tmp";
-  const int fd =
-      open(tmp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (overwrite ? O_TRUNC : O_EXCL), 0644);
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (overwrite ? O_TRUNC : O_EXCL),
+                      kOutputFileMode);
   if (fd < 0) {
     const int err = errno;
     if (err == EEXIST) {
@@ -100,6 +100,13 @@ absl::Status WriteFileAtomically(const std::string& path, bool overwrite,
                        " is under way, or one was killed; remove it (or pass --force)"));
     }
     return Errno(err, "create", tmp);
+  }
+  // A temporary file left by a killed writer (overwrite) keeps its own mode.
+  if (fchmod(fd, kOutputFileMode) != 0) {
+    const int err = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return Errno(err, "chmod", tmp);
   }
   close(fd);
   absl::Status status;

@@ -10,6 +10,9 @@
 //     meanwhile (link(2), then unlink of the temporary).
 //   - An existing `path + ".tmp"` is AlreadyExists too (another writer's, or
 //     a killed one's: the message says to remove it), unless `overwrite`.
+//   - The file is written kOutputFileMode (0600: an export holds a model's
+//     parameters; `chmod` it to share it), whatever the umask; a file it
+//     replaces (overwrite) is replaced by that mode too.
 //   - The writer's error is returned as it is; a stream or file system
 //     error names the file and the operation.
 // Threads: none of its own; one call writes one file.
@@ -27,6 +30,8 @@
 #include "absl/status/status.h"
 
 namespace tessel::tensor_files {
+
+inline constexpr int kOutputFileMode = 0600;
 
 // AlreadyExists naming `path` (and --force) when it exists and !overwrite;
 // InvalidArgument when it is a folder or its folder does not exist.

@@ -43,6 +43,26 @@ TEST(OutputFileTest, WritesAndRefusesToOverwriteUnlessAsked) {
   EXPECT_FALSE(Exists(path + ".tmp"));
 }
 
+// Exports are private to their writer, whatever the umask, also when they
+// replace a file (or a leftover temporary) that others could read.
+TEST(OutputFileTest, FilesAreOwnerOnly) {
+  const std::string path = testing::TmpPath("private.bin");
+  unlink(path.c_str());
+  const mode_t old_umask = umask(0);
+  ASSERT_TRUE(WriteFileAtomically(path, false, Writes("model")).ok());
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  std::ofstream(path + ".tmp") << "leftover";
+  ASSERT_EQ(chmod((path + ".tmp").c_str(), 0644), 0);
+  ASSERT_TRUE(WriteFileAtomically(path, true, Writes("again")).ok());
+  umask(old_umask);
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(testing::ReadFile(path), "again");
+}
+
 TEST(OutputFileTest, AFailedWriteLeavesNothing) {
   const std::string path = testing::TmpPath("failed.bin");
   unlink(path.c_str());

@@ -26,7 +26,11 @@ absl::Status WorkerParts::Build() {
   auto credentials = LoadClientCredentials(o.tls);
   if (!credentials.ok()) return Named(ctx, credentials.status());
   if (!o.metrics_address.empty()) {
-    auto started = MetricsServer::Start(o.metrics_address);
+    // Who may read it off loopback: --metrics_token_file / --metrics_open
+    // (or their TESSEL_METRICS_* variables, for the Python SDK).
+    auto access = HttpAccessFromFlags();
+    if (!access.ok()) return Named(ctx, access.status());
+    auto started = MetricsServer::Start(o.metrics_address, &metrics::Default(), {}, *access);
     if (!started.ok()) return Named(ctx, started.status());
     http = *std::move(started);
     TESSEL_LOG(INFO) << ctx.Where() << ": metrics at http://" << http->address() << "/metrics";
