@@ -175,6 +175,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   health.credentials = *client_credentials;
+  const std::string admin_token = auth->token;  // may read the status page over the network
   tessel::RegistryService service(std::move(registry), health, *std::move(auth));
   // Readiness: SERVING while the backend answers (etcd reachable).
   tessel::HealthReporter readiness({"tessel.v1.Registry"});
@@ -186,7 +187,7 @@ int main(int argc, char** argv) {
   // once it listens; the page reads it on each request.
   std::string bound;
   tessel::StatusPage status(&service, health.credentials);
-  auto metrics_http = tessel::StartMetricsServerFromFlags(status.Pages());
+  auto metrics_http = tessel::StartMetricsServerFromFlags(status.Pages(), {admin_token});
   if (!metrics_http.ok()) {
     std::cerr << "tessel-registry: " << metrics_http.status().message() << "\n";
     return 1;

@@ -208,6 +208,12 @@ int main(int argc, char** argv) {
   auto auth = tessel::LoadAuthOptions(auth_flags);
   if (!auth.ok()) return Fail(std::string(auth.status().message()));
   options.admin = *std::move(auth);
+  if (options.data_auth && !options.tls.enabled()) {
+    TESSEL_LOG(WARNING) << "data-path authentication is on without TLS: each job's frame key "
+                           "reaches its workers over plaintext gRPC (GetFrameKey), so anyone who "
+                           "can watch this network can read the key and forge or alter frames; "
+                           "add --tls_ca, --tls_cert and --tls_key (docs/security.md)";
+  }
   if (!absl::GetFlag(FLAGS_token_file).empty()) {
     auto token = tessel::ReadTokenFile("--token_file", absl::GetFlag(FLAGS_token_file));
     if (!token.ok()) return Fail(std::string(token.status().message()));
@@ -215,7 +221,7 @@ int main(int argc, char** argv) {
   }
 
   // Metrics before the server: a taken --metrics_address fails before it joins.
-  auto metrics_http = tessel::StartMetricsServerFromFlags();
+  auto metrics_http = tessel::StartMetricsServerFromFlags({}, {options.admin.token});
   if (!metrics_http.ok()) return Fail(std::string(metrics_http.status().message()));
 
   absl::StatusOr<tessel::UcxOptions> ucx = tessel::UcxOptionsFromFlags();
