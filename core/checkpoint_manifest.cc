@@ -155,6 +155,7 @@ std::string ManifestToJson(const Manifest& m) {
             {"spec", spec.is_discarded() ? json(m.spec_json) : spec},
             {"shards", shards}};
   if (!m.tensor_skips.empty()) j["tensor_skips"] = m.tensor_skips;
+  if (!m.creator.empty()) j["creator"] = m.creator;
   return j.dump(2) + "\n";
 }
 
@@ -186,6 +187,7 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
       if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("manifest: ", s.message()));
     }
     m.spec_json = j.at("spec").dump();
+    if (j.contains("creator")) m.creator = j.at("creator").get<std::string>();
     if (absl::Status s = GetCounts(j, "tensor_skips", m.step, &m.tensor_skips); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("manifest: ", s.message()));
     }

@@ -51,6 +51,10 @@ struct Manifest {
   int state_slots = 0;
   std::string spec_json;  // the JobSpec (protobuf JSON), layout and optimizer
   int64_t created_unix_ms = 0;
+  // Who created the job (rpc/caller.h Caller::Identity: a token's
+  // fingerprint or a certificate's subject, never a secret); "creator" in
+  // the JSON only when known, absent ("" here) otherwise.
+  std::string creator;
   std::vector<ShardEntry> shards;  // sorted by shard, contiguous ranges
   // Per tensor, the steps that left it without an update (no gradient on any
   // rank: core/tensor_steps.h); "tensor_skips" in the JSON only when some

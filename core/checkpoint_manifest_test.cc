@@ -64,6 +64,23 @@ TEST(CheckpointManifestTest, TensorSkipsRoundTripWhenPresent) {
   EXPECT_EQ(ParseManifest(ManifestToJson(m)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The job's creator (a credential's identity) is written when known, read
+// back, and absent from checkpoints written before creators were recorded.
+TEST(CheckpointManifestTest, CreatorRoundTripsWhenKnown) {
+  Manifest m = Sample(2, 100);
+  EXPECT_EQ(ManifestToJson(m).find("creator"), std::string::npos);
+  auto back = ParseManifest(ManifestToJson(m));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->creator, "");
+  m.creator = "token sha256:00112233445566778899aabbccddeeff";
+  back = ParseManifest(ManifestToJson(m));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->creator, m.creator);
+  std::string text = ManifestToJson(m);
+  text.replace(text.find("\"token sha256"), 47, "17");  // not a string
+  EXPECT_EQ(ParseManifest(text).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CheckpointManifestTest, RejectsInconsistentManifests) {
   EXPECT_FALSE(ParseManifest("not json").ok());
   EXPECT_FALSE(ParseManifest("[]").ok());

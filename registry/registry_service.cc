@@ -69,6 +69,7 @@ void RegistryService::PruneLeases() {
   if (!members.ok()) return;
   std::set<int64_t> live;
   for (const Registry::Leased& m : *members) live.insert(m.lease_id);
+  holders_.Retain(live);
   absl::MutexLock lock(&progress_mu_);
   for (auto it = leases_.begin(); it != leases_.end();) {
     it = live.count(it->first) ? std::next(it) : leases_.erase(it);
@@ -91,10 +92,19 @@ void RegistryService::Stop() {
 grpc::Status RegistryService::Join(grpc::ServerContext* ctx, const v1::JoinRequest* req,
                                    v1::JoinResponse* resp) {
   const bool server = req->member().role() == v1::ROLE_SERVER;
-  TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", server ? "Join/SERVER" : "Join/WORKER",
-                                     server ? "" : req->member().group()));
+  const char* rpc = server ? "Join/SERVER" : "Join/WORKER";
+  std::string holder;
+  if (auth_.enabled()) {
+    const Caller caller = auth_.Identify(*ctx);
+    TESSEL_RETURN_IF_ERROR(
+        auth_.Check(caller, "Registry", rpc, server ? "" : req->member().group()));
+    holder = caller.Identity();
+  } else {
+    TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", rpc));
+  }
   TESSEL_ASSIGN_OR_RETURN_AS(
       auto joined, registry_->Join(req->member(), absl::Milliseconds(req->lease_ttl_ms())), ToGrpc);
+  if (auth_.enabled()) holders_.Bind(joined.lease_id, std::move(holder));
   resp->set_lease_id(joined.lease_id);
   resp->set_lease_ttl_ms(absl::ToInt64Milliseconds(joined.ttl));
   if (!server) {
@@ -110,7 +120,16 @@ grpc::Status RegistryService::Join(grpc::ServerContext* ctx, const v1::JoinReque
 grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                         v1::HeartbeatResponse* resp) {
   TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", "Heartbeat"));
+  std::string holder;
+  if (auth_.enabled()) {
+    const Caller caller = auth_.Identify(*ctx);
+    holder = caller.Identity();
+    TESSEL_RETURN_IF_ERROR(CheckHolder(req->lease_id(), caller, "Heartbeat"));
+  }
   TESSEL_ASSIGN_OR_RETURN_AS(auto epoch, registry_->Heartbeat(req->lease_id()), ToGrpc);
+  // A lease joined through another registry replica (or before this process
+  // started) is its first renewer's from now on.
+  if (auth_.enabled()) holders_.BindIfUnknown(req->lease_id(), holder);
   resp->set_epoch(epoch);
   if (req->has_progress()) {
     absl::MutexLock lock(&progress_mu_);
@@ -130,11 +149,23 @@ grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
 grpc::Status RegistryService::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* req,
                                     v1::LeaveResponse*) {
   TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", "Leave"));
+  if (auth_.enabled()) {
+    TESSEL_RETURN_IF_ERROR(CheckHolder(req->lease_id(), auth_.Identify(*ctx), "Leave"));
+  }
   {
     absl::MutexLock lock(&progress_mu_);
     leases_.erase(req->lease_id());
   }
+  holders_.Forget(req->lease_id());
   return ToGrpc(registry_->Leave(req->lease_id()));
+}
+
+grpc::Status RegistryService::CheckHolder(int64_t lease_id, const Caller& caller,
+                                          absl::string_view rpc) {
+  if (caller.Has(Role::kAdmin)) return grpc::Status::OK;
+  const absl::Status s = holders_.Check(lease_id, caller.Identity(), rpc);
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, std::string(s.message()));
 }
 
 grpc::Status RegistryService::GetView(grpc::ServerContext* ctx, const v1::GetViewRequest* req,

@@ -10,8 +10,12 @@
 //
 // Authorization (rpc/auth.h, service "Registry" of its role table): with no
 // credential configured everything is open, as before roles. Heartbeat and
-// Leave are always open: they act only on the caller's own lease, named by
-// its unguessable id. The member operations stay open (mutual TLS is what
+// Leave need no role: they act only on the caller's own lease, and once
+// credentials are configured a lease is bound at Join to the joining
+// caller's identity (LeaseHolders, registry/lease_holders.h): another
+// credential's Heartbeat or Leave of it is refused (PERMISSION_DENIED), an
+// admin's allowed. The
+// member operations stay open (mutual TLS is what
 // keeps strangers out) until member credentials are configured: with server
 // tokens (--server_token_file) or certificate roles (--cert_roles) a Join as
 // ROLE_SERVER needs a server or admin credential; with worker tokens or
@@ -41,6 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/registry.grpc.pb.h"
 #include "registry/health_checker.h"
+#include "registry/lease_holders.h"
 #include "registry/registry.h"
 #include "rpc/auth.h"
 #include "runtime/metrics.h"
@@ -87,8 +92,12 @@ class RegistryService final : public v1::Registry::Service {
 
  private:
   void CollectMetrics();
-  // Drops leases_ entries of leases the registry no longer holds.
+  // Drops leases_ and holders_ entries of leases the registry no longer holds.
   void PruneLeases();
+  // OK for an admin, or unless `lease_id` is held by another identity than
+  // the caller's (LeaseHolders::Check); called while credentials are
+  // configured.
+  grpc::Status CheckHolder(int64_t lease_id, const Caller& caller, absl::string_view rpc);
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<HealthChecker> health_checker_;
   const Authorizer auth_;
@@ -98,6 +107,8 @@ class RegistryService final : public v1::Registry::Service {
   // Lease -> (group, rank), from Join, for heartbeats' progress.
   std::map<int64_t, std::pair<std::string, int>> leases_ ABSL_GUARDED_BY(progress_mu_);
   std::map<std::string, std::deque<ProgressPoint>> progress_ ABSL_GUARDED_BY(progress_mu_);
+  // Who joined with each lease (only while credentials are configured).
+  LeaseHolders holders_;
   // tessel_registry_* gauges, read from the registry on each scrape.
   metrics::Registry::CollectorHandle metrics_;
 };

@@ -1,8 +1,11 @@
 #include "rpc/access_policy.h"
 
+#include <openssl/sha.h>
+
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -33,6 +36,13 @@ std::string ScopeText(const Grant& g) {
 }
 
 }  // namespace
+
+std::string TokenIdentity(absl::string_view token) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), digest);
+  return absl::StrCat("token sha256:", absl::BytesToHexString(
+                                           absl::string_view(reinterpret_cast<char*>(digest), 16)));
+}
 
 AccessPolicy::AccessPolicy(AuthOptions options, std::string service)
     : options_(std::move(options)),
@@ -80,7 +90,7 @@ Caller AccessPolicy::IdentifyToken(absl::string_view header) const {
     caller.bad_token = true;
     return caller;
   }
-  caller.grants.push_back({match->role, match->jobs, "token"});
+  caller.grants.push_back({match->role, match->jobs, "token", TokenIdentity(match->token)});
   return caller;
 }
 
@@ -90,7 +100,8 @@ bool AccessPolicy::NeedsCredential(absl::string_view service, absl::string_view 
 }
 
 absl::Status AccessPolicy::Check(const Caller& caller, absl::string_view service,
-                                 absl::string_view rpc, absl::string_view job) const {
+                                 absl::string_view rpc, absl::string_view job,
+                                 const Creator& creator) const {
   const RpcRule* rule = RuleFor(service, rpc);
   if (rule == nullptr) {
     // Every RPC has a row (auth_test checks the services' descriptors); an
@@ -100,6 +111,7 @@ absl::Status AccessPolicy::Check(const Caller& caller, absl::string_view service
   }
   if (!Enforced(rule->anonymous)) return absl::OkStatus();
   const Grant* out_of_scope = nullptr;
+  const Grant* other_tenant = nullptr;
   for (const Grant& g : caller.grants) {
     if (g.role == Role::kAdmin) return absl::OkStatus();
     bool allowed = false;
@@ -107,6 +119,10 @@ absl::Status AccessPolicy::Check(const Caller& caller, absl::string_view service
     if (!allowed) continue;
     if (rule->job_scoped && g.role == Role::kWorker && !g.Covers(job)) {
       out_of_scope = &g;
+      continue;
+    }
+    if (rule->job_scoped && g.role == Role::kWorker && !caller.GrantReaches(g, job, creator)) {
+      other_tenant = &g;
       continue;
     }
     return absl::OkStatus();
@@ -129,6 +145,17 @@ absl::Status AccessPolicy::Check(const Caller& caller, absl::string_view service
                      rule->anonymous == Anonymous::kIfReadsAllowed
                          ? " (the service refuses anonymous reads: --allow_anonymous_reads=false)"
                          : ""));
+  }
+  if (other_tenant != nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        where, ": the worker credential", ScopeText(*other_tenant), " (", other_tenant->source,
+        ") reaches a name derived from its job only where that credential created it, and ",
+        creator->empty() ? absl::StrCat("no creator is recorded for job '", job,
+                                        "' (created without credentials, or a checkpoint written "
+                                        "before Tessel recorded creators)")
+                         : absl::StrCat("job '", job, "' was created by another credential"),
+        "; use the credential of job '", job, "' (a worker token or certificate scoped to '", job,
+        "'), or an admin credential"));
   }
   if (out_of_scope != nullptr) {
     return absl::PermissionDeniedError(

@@ -23,6 +23,14 @@
 // is), and Heartbeat and Leave are always open: they act only on the
 // caller's own lease, named by an unguessable id.
 //
+// Tenants: a worker grant reaches a name derived from its scope (not named
+// by it) only where its holder created what exists of that name
+// (rpc/caller.h); the service supplies the creator to Check.
+//
+// Identities (Grant::identity): a token's is TokenIdentity (a SHA-256
+// fingerprint, never the token), a certificate's its subject
+// (rpc/certificate_grants.h).
+//
 // Refusals: UNAUTHENTICATED when no valid credential was presented,
 // PERMISSION_DENIED when the credential's role or scope does not allow the
 // call (or the RPC has no row); both say which credential would.
@@ -47,6 +55,10 @@
 
 namespace tessel {
 
+// "token sha256:<first 16 bytes of SHA-256(token), hex>": a token's
+// identity, stable across processes, safe to log and to store.
+std::string TokenIdentity(absl::string_view token);
+
 class AccessPolicy {
  public:
   // `service` names the server in refusals, e.g. "this shard server".
@@ -64,9 +76,13 @@ class AccessPolicy {
   bool NeedsCredential(absl::string_view service, absl::string_view rpc) const;
 
   // OK when `caller` may call `rpc` of `service` (RuleFor) on `job` ("" for
-  // RPCs not about one job). Refusals name what would be allowed.
+  // RPCs not about one job). `creator`: who created what exists of `job`
+  // (rpc/caller.h's tenants' rule), looked up by the service where
+  // Caller::ReachesOnlyByDerivation(job); nullopt = nothing exists (or not
+  // looked up: the caller does not reach it by derivation). Refusals name
+  // what would be allowed.
   absl::Status Check(const Caller& caller, absl::string_view service, absl::string_view rpc,
-                     absl::string_view job = "") const;
+                     absl::string_view job = "", const Creator& creator = std::nullopt) const;
 
   // A PERMISSION_DENIED for `caller` that the table alone cannot express
   // (e.g. a worker restoring an older checkpoint): "<service> refuses <rpc>:

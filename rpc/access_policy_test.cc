@@ -23,7 +23,7 @@ using StatusCode = absl::StatusCode;
 
 Caller WithGrant(Role role, std::vector<std::string> jobs = {}) {
   Caller c;
-  c.grants.push_back({role, std::move(jobs), "token"});
+  c.grants.push_back({role, std::move(jobs), "token", "token sha256:00"});
   return c;
 }
 
@@ -110,7 +110,7 @@ TEST(AccessPolicyTest, WorkerScope) {
   EXPECT_TRUE(strict.Check(scoped, "ShardServer", "GetStats", "jobA").ok());
   // A caller holding two grants passes with either.
   Caller two = scoped;
-  two.grants.push_back({Role::kWorker, {"jobB"}, "certificate"});
+  two.grants.push_back({Role::kWorker, {"jobB"}, "certificate", "certificate CN=worker:jobB"});
   EXPECT_TRUE(auth.Check(two, "ShardServer", "CreateJob", "jobB").ok());
   EXPECT_TRUE(two.MayActOnJob("jobB~sync1.e1"));
   EXPECT_FALSE(two.MayActOnJob("jobC"));
@@ -254,6 +254,42 @@ TEST(AccessPolicyTest, ScopedWorkerTokenCreatesTheJobsGroups) {
                                  "job 'mlp2'"),
             std::string::npos)
       << other.message();
+}
+
+// Issue 42, part 5: the tenants' rule in Check. A token's identity is a
+// fingerprint, stable, different per token, never the token.
+TEST(AccessPolicyTest, DerivedNamesOfAnotherCreatorAreRefused) {
+  AuthOptions o;
+  o.worker_tokens = {{kWorkerA, Role::kWorker, {"mlp"}}, {kWorker, Role::kWorker, {"mlp.g1"}}};
+  o.allow_anonymous_reads = true;
+  const AccessPolicy policy(o, "this shard server");
+  const Caller a = policy.IdentifyToken(absl::StrCat("Bearer ", kWorkerA));
+  const Caller x = policy.IdentifyToken(absl::StrCat("Bearer ", kWorker));
+  EXPECT_EQ(a.Identity(), TokenIdentity(kWorkerA));
+  EXPECT_EQ(a.Identity().rfind("token sha256:", 0), 0u);
+  EXPECT_EQ(a.Identity().size(), std::string("token sha256:").size() + 32);
+  EXPECT_EQ(a.Identity().find(kWorkerA), std::string::npos);
+  EXPECT_NE(a.Identity(), x.Identity());
+
+  EXPECT_TRUE(policy.Check(a, "ShardServer", "ReadState", "mlp.g1").ok());  // none exists
+  EXPECT_TRUE(policy.Check(a, "ShardServer", "ReadState", "mlp.g1", a.Identity()).ok());
+  const absl::Status other = policy.Check(a, "ShardServer", "ReadState", "mlp.g1", x.Identity());
+  EXPECT_EQ(other.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(other.message().find("this shard server refuses ReadState of job 'mlp.g1': the worker "
+                                 "credential for job 'mlp' (token) reaches a name derived from "
+                                 "its job only where that credential created it, and job "
+                                 "'mlp.g1' was created by another credential; use the "
+                                 "credential of job 'mlp.g1'"),
+            std::string::npos)
+      << other.message();
+  EXPECT_EQ(other.message().find(kWorker), std::string::npos) << "a token in a message";
+  const absl::Status unknown = policy.Check(a, "ShardServer", "ReadState", "mlp.g1", "");
+  EXPECT_EQ(unknown.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(unknown.message().find("no creator is recorded"), std::string::npos)
+      << unknown.message();
+  // The owner of "mlp.g1" by name, and anonymous reads where they are open.
+  EXPECT_TRUE(policy.Check(x, "ShardServer", "ReadState", "mlp.g1", a.Identity()).ok());
+  EXPECT_TRUE(policy.Check(a, "ShardServer", "GetStats", "mlp.g1", x.Identity()).ok());
 }
 
 TEST(AccessPolicyTest, NeedsCredentialOnlyWhereTheTableIsEnforced) {

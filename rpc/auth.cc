@@ -38,8 +38,9 @@ Caller Authorizer::Identify(const grpc::ServerContext& ctx) const {
 }
 
 grpc::Status Authorizer::Check(const Caller& caller, absl::string_view service,
-                               absl::string_view rpc, absl::string_view job) const {
-  return ToGrpcStatus(policy_.Check(caller, service, rpc, job));
+                               absl::string_view rpc, absl::string_view job,
+                               const Creator& creator) const {
+  return ToGrpcStatus(policy_.Check(caller, service, rpc, job, creator));
 }
 
 grpc::Status Authorizer::Check(const grpc::ServerContext& ctx, absl::string_view service,

@@ -56,9 +56,9 @@ class Authorizer {
     return policy_.IdentifyToken(authorization_header);
   }
 
-  // AccessPolicy::Check as a grpc::Status.
+  // AccessPolicy::Check as a grpc::Status (`creator`: see there).
   grpc::Status Check(const Caller& caller, absl::string_view service, absl::string_view rpc,
-                     absl::string_view job = "") const;
+                     absl::string_view job = "", const Creator& creator = std::nullopt) const;
   // Identify + Check (no identification for an RPC open to anyone).
   grpc::Status Check(const grpc::ServerContext& ctx, absl::string_view service,
                      absl::string_view rpc, absl::string_view job = "") const;

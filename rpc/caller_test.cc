@@ -35,7 +35,7 @@ TEST(JobScopeTest, TheJobAndTheNamesTheSdkDerives) {
 // jobs): a worker scoped to J covers them all.
 TEST(CallerTest, ScopedWorkerCoversGroupsPartitionsAndHelpers) {
   Caller c;
-  c.grants.push_back({Role::kWorker, {"mlp"}, "token"});
+  c.grants.push_back({Role::kWorker, {"mlp"}, "token", "token sha256:01"});
   EXPECT_TRUE(c.MayActOnJob("mlp"));
   EXPECT_TRUE(c.MayActOnJob("mlp.g1"));
   EXPECT_TRUE(c.MayActOnJob("mlp.g1~sync8.e1"));
@@ -51,15 +51,57 @@ TEST(CallerTest, ScopedWorkerCoversGroupsPartitionsAndHelpers) {
 
 TEST(CallerTest, AdminAndUnscopedWorkerCoverEveryJob) {
   Caller admin;
-  admin.grants.push_back({Role::kAdmin, {}, "token"});
+  admin.grants.push_back({Role::kAdmin, {}, "token", "token sha256:02"});
   EXPECT_TRUE(admin.MayActOnJob("anything"));
   Caller worker;
-  worker.grants.push_back({Role::kWorker, {}, "certificate CN=x, O=tessel:worker"});
+  worker.grants.push_back(
+      {Role::kWorker, {}, "certificate CN=x, O=tessel:worker", "certificate CN=x,O=tessel:worker"});
   EXPECT_TRUE(worker.MayActOnJob("anything.g3"));
   Caller reader;
-  reader.grants.push_back({Role::kReader, {}, "token"});
+  reader.grants.push_back({Role::kReader, {}, "token", "token sha256:03"});
   EXPECT_FALSE(reader.MayActOnJob("anything"));  // a reader acts on no job
   EXPECT_FALSE(Caller().MayActOnJob("anything"));
+}
+
+// Issue 42, part 5: a name derived from the scope is the caller's only where
+// nothing of it exists yet or its own credential created it; a scope that
+// names the job itself, an unscoped worker and an admin reach it whoever
+// created it.
+TEST(CallerTest, DerivedNamesAreReachedOnlyWhereTheCredentialCreatedThem) {
+  Caller a;
+  a.grants.push_back({Role::kWorker, {"A"}, "token", "token sha256:aa"});
+  EXPECT_EQ(a.Identity(), "token sha256:aa");
+  EXPECT_TRUE(a.MayActOnJob("A.g1"));                      // nothing exists yet
+  EXPECT_TRUE(a.MayActOnJob("A.g1", "token sha256:aa"));   // its own
+  EXPECT_FALSE(a.MayActOnJob("A.g1", "token sha256:bb"));  // another tenant's
+  EXPECT_FALSE(a.MayActOnJob("A.g1", ""));                 // nobody's on record
+  EXPECT_TRUE(a.MayActOnJob("A", "token sha256:bb"));      // its scope names A
+  EXPECT_TRUE(a.ReachesOnlyByDerivation("A.g1"));
+  EXPECT_FALSE(a.ReachesOnlyByDerivation("A"));
+  EXPECT_FALSE(a.ReachesOnlyByDerivation("B"));  // not reached at all
+
+  Caller x;  // the tenant whose job is literally "A.g1"
+  x.grants.push_back({Role::kWorker, {"A.g1"}, "token", "token sha256:bb"});
+  EXPECT_TRUE(x.MayActOnJob("A.g1", "token sha256:aa"));
+  EXPECT_FALSE(x.ReachesOnlyByDerivation("A.g1"));
+
+  Caller unscoped;
+  unscoped.grants.push_back({Role::kWorker, {}, "token", "token sha256:cc"});
+  EXPECT_TRUE(unscoped.MayActOnJob("A.g1", "token sha256:bb"));
+  Caller admin;
+  admin.grants.push_back({Role::kAdmin, {}, "token", "token sha256:dd"});
+  EXPECT_TRUE(admin.MayActOnJob("A.g1", "token sha256:bb"));
+  EXPECT_FALSE(admin.ReachesOnlyByDerivation("A.g1"));
+
+  // A token and a certificate together: one identity, both named once.
+  Caller both;
+  both.grants.push_back({Role::kWorker, {"A"}, "token", "token sha256:aa"});
+  both.grants.push_back({Role::kWorker, {"A"}, "certificate", "certificate CN=worker:A"});
+  both.grants.push_back({Role::kReader, {}, "certificate", "certificate CN=worker:A"});
+  EXPECT_EQ(both.Identity(), "token sha256:aa + certificate CN=worker:A");
+  EXPECT_TRUE(both.MayActOnJob("A.g1", both.Identity()));
+  EXPECT_FALSE(both.MayActOnJob("A.g1", "token sha256:aa"));
+  EXPECT_EQ(Caller().Identity(), "");
 }
 
 }  // namespace

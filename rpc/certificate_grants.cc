@@ -39,6 +39,15 @@ std::vector<std::string> NameEntries(X509_NAME* name, int nid) {
   return out;
 }
 
+// The whole subject on one line, RFC 2253 ("CN=worker:mlp,O=tessel:worker").
+std::string SubjectLine(X509_NAME* name) {
+  std::unique_ptr<BIO, BioFree> out(BIO_new(BIO_s_mem()));
+  if (out == nullptr || X509_NAME_print_ex(out.get(), name, 0, XN_FLAG_RFC2253) < 0) return "";
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(out.get(), &data);
+  return n > 0 ? std::string(data, static_cast<size_t>(n)) : "";
+}
+
 }  // namespace
 
 std::vector<Grant> GrantsFromCertificate(absl::string_view pem) {
@@ -51,6 +60,7 @@ std::vector<Grant> GrantsFromCertificate(absl::string_view pem) {
   const std::vector<std::string> cns = NameEntries(subject, NID_commonName);
   const std::vector<std::string> orgs = NameEntries(subject, NID_organizationName);
   const std::string cn = cns.empty() ? "" : cns.front();
+  const std::string identity = absl::StrCat("certificate ", SubjectLine(subject));
   for (const std::string& o : orgs) {
     absl::string_view role = o;
     if (!absl::ConsumePrefix(&role, kRolePrefix)) continue;
@@ -69,6 +79,7 @@ std::vector<Grant> GrantsFromCertificate(absl::string_view pem) {
       continue;
     }
     g.source = absl::StrCat("certificate CN=", cn, ", O=", o);
+    g.identity = identity;
     out.push_back(std::move(g));
   }
   return out;

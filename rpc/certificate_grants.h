@@ -1,6 +1,7 @@
 // Roles from a client certificate (mutual TLS), Kubernetes' group and user
 // convention: every O (organization) "tessel:ROLE" of the subject grants
-// ROLE, and for a worker a CN "worker:JOB" scopes it to JOB. Parsed with
+// ROLE, and for a worker a CN "worker:JOB" scopes it to JOB. Every grant's
+// identity is "certificate " and the whole subject (RFC 2253). Parsed with
 // OpenSSL; pure (any thread).
 //
 // Example:
@@ -8,6 +9,7 @@
 //   std::vector<Grant> g = GrantsFromCertificate(pem);
 //   // g[0].role == Role::kWorker, g[0].jobs == {"mlp"},
 //   // g[0].source == "certificate CN=worker:mlp, O=tessel:worker"
+//   // g[0].identity == "certificate CN=worker:mlp,O=tessel:worker"
 #ifndef TESSEL_RPC_CERTIFICATE_GRANTS_H_
 #define TESSEL_RPC_CERTIFICATE_GRANTS_H_
 

@@ -39,5 +39,21 @@ TEST(CertificateRolesTest, SubjectOrganizationAndCommonName) {
   EXPECT_TRUE(GrantsFromCertificate("not a certificate").empty());
 }
 
+// A certificate's identity (what a shard server records as a job's creator)
+// is its whole subject: the same for every grant it carries, different for
+// another subject.
+TEST(CertificateRolesTest, IdentityIsTheSubject) {
+  auto grants = [](const std::string& name) {
+    return GrantsFromCertificate(ReadAll(absl::StrCat(CertDir(), "/", name, ".crt")));
+  };
+  const std::string scoped = grants("worker-jobA")[0].identity;
+  EXPECT_EQ(scoped.rfind("certificate ", 0), 0u) << scoped;
+  EXPECT_NE(scoped.find("CN=worker:jobA"), std::string::npos) << scoped;
+  EXPECT_NE(scoped.find("O=tessel:worker"), std::string::npos) << scoped;
+  EXPECT_EQ(grants("worker-jobA")[0].identity, scoped);  // stable
+  EXPECT_NE(grants("worker")[0].identity, scoped);
+  EXPECT_NE(grants("admin")[0].identity, grants("worker")[0].identity);
+}
+
 }  // namespace
 }  // namespace tessel

@@ -176,6 +176,7 @@ void Checkpointer::WriterLoop() {
         pending.manifest.num_params = s.num_params;
         pending.manifest.state_slots = static_cast<int>(s.state.size());
         pending.manifest.spec_json = s.spec_json;
+        pending.manifest.creator = s.creator;
         pending_.push_back(std::move(pending));
       }
     } else {

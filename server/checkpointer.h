@@ -57,6 +57,7 @@ struct ShardSnapshot {
   std::vector<std::vector<float>> state;
   int64_t pause_us = 0;
   std::vector<int64_t> tensor_skips;  // per tensor, steps that skipped it; empty if none
+  std::string creator;                // the job's creator (ShardJob::creator); shard 0's is kept
 };
 
 struct CheckpointProgress {

@@ -14,7 +14,8 @@ JobTable::JobTable(Checkpointer* checkpointer, std::shared_ptr<PayloadMemory> me
                    bool fold_prefix)
     : checkpointer_(checkpointer), memory_(std::move(memory)), fold_prefix_(fold_prefix) {}
 
-absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobRequest& req) {
+absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobRequest& req,
+                                                          const std::string& creator) {
   if (req.spec().checkpoint().every_steps() < 0 || req.spec().checkpoint().keep_last() < 0) {
     return absl::InvalidArgumentError("checkpoint every_steps and keep_last must be >= 0");
   }
@@ -37,7 +38,7 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
       }
     }
   }
-  if (req.replace()) return ReplaceJob(req);
+  if (req.replace()) return ReplaceJob(req, creator);
   // A restore loads the checkpoint only if the job is not here yet; a repeat
   // (every worker sends one) falls through to the idempotency check below.
   if (req.restore() && FindJob(req.spec().job()) == nullptr) {
@@ -47,6 +48,7 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
                             ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(), manifest,
                                               checkpointer_, memory_));
     restored->set_fold_prefix(fold_prefix_);
+    restored->SetCreator(manifest.creator.empty() ? creator : manifest.creator);
     absl::MutexLock lock(&mu_);
     if (!jobs_.contains(restored->job_id())) {
       v1::CreateJobResponse resp;
@@ -65,6 +67,7 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
   TESSEL_ASSIGN_OR_RETURN(auto job,
                           ShardJob::Create(req.spec(), req.shard_index(), req.epoch(), memory_));
   job->set_fold_prefix(fold_prefix_);
+  job->SetCreator(creator);
   absl::MutexLock lock(&mu_);
   v1::CreateJobResponse resp;
   auto it = jobs_.find(job->job_id());
@@ -114,7 +117,8 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::CreateJob(const v1::CreateJobReq
   return resp;
 }
 
-absl::StatusOr<v1::CreateJobResponse> JobTable::ReplaceJob(const v1::CreateJobRequest& req) {
+absl::StatusOr<v1::CreateJobResponse> JobTable::ReplaceJob(const v1::CreateJobRequest& req,
+                                                           const std::string& creator) {
   const std::string& name = req.spec().job();
   const bool ddp = req.spec().strategy() == v1::STRATEGY_DDP;
   const int64_t step = ddp ? req.start_step() : req.restore_step();
@@ -153,6 +157,7 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::ReplaceJob(const v1::CreateJobRe
   }
   std::unique_ptr<ShardJob> job;
   int64_t from_shards = 0;
+  std::string recorded;  // the checkpoint's creator, else the replaced job's
   if (ddp) {
     TESSEL_ASSIGN_OR_RETURN(job,
                             ShardJob::Create(req.spec(), req.shard_index(), req.epoch(), memory_));
@@ -160,9 +165,14 @@ absl::StatusOr<v1::CreateJobResponse> JobTable::ReplaceJob(const v1::CreateJobRe
   } else {
     TESSEL_ASSIGN_OR_RETURN(auto manifest, checkpointer_->Read(name, step));
     from_shards = manifest.num_shards;
+    recorded = manifest.creator;
     TESSEL_ASSIGN_OR_RETURN(job, ShardJob::Restore(req.spec(), req.shard_index(), req.epoch(),
                                                    manifest, checkpointer_, memory_));
   }
+  if (std::shared_ptr<ShardJob> have = FindJob(name); recorded.empty() && have != nullptr) {
+    recorded = have->creator();
+  }
+  job->SetCreator(recorded.empty() ? creator : recorded);
   job->SetWorkerIds({req.worker_ids().begin(), req.worker_ids().end()});
   job->set_fold_prefix(fold_prefix_);
   std::shared_ptr<ShardJob> replaced;

@@ -44,11 +44,18 @@ class JobTable {
   explicit JobTable(Checkpointer* checkpointer, std::shared_ptr<PayloadMemory> memory = nullptr,
                     bool fold_prefix = true);
 
-  absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& req);
+  // `creator`: the caller's identity (rpc/caller.h Caller::Identity), which
+  // a job this creates records (ShardJob::creator) unless it is restored
+  // from a checkpoint that records one: a restore keeps the checkpoint's
+  // creator, whoever restores it. A job already here keeps its own.
+  absl::StatusOr<v1::CreateJobResponse> CreateJob(const v1::CreateJobRequest& req,
+                                                  const std::string& creator = "");
   // CreateJob with `replace` (recovery): the job starts again from a
   // checkpoint (or, DDP, empty at start_step) at a newer epoch, whatever this
-  // server held; see CreateJobRequest.replace.
-  absl::StatusOr<v1::CreateJobResponse> ReplaceJob(const v1::CreateJobRequest& req);
+  // server held; see CreateJobRequest.replace. The creator: the
+  // checkpoint's, else the replaced job's, else `creator`.
+  absl::StatusOr<v1::CreateJobResponse> ReplaceJob(const v1::CreateJobRequest& req,
+                                                   const std::string& creator = "");
   // Asks the job's shard to snapshot at `step` (see ShardJob::RequestCheckpoint).
   absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(const v1::SaveCheckpointRequest& req);
   absl::Status DeleteJob(const std::string& job);

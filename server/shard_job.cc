@@ -367,6 +367,7 @@ ShardSnapshot ShardJob::SnapshotLocked() {
   s.pause_us = absl::ToInt64Microseconds(absl::Now() - t0);
   last_pause_us_ = s.pause_us;
   s.spec_json = spec_json_;
+  s.creator = creator_;
   return s;
 }
 
@@ -487,6 +488,16 @@ void ShardJob::SetWorkerIds(std::vector<int> ids) {
 std::vector<int> ShardJob::worker_ids() {
   absl::MutexLock lock(&mu_);
   return worker_ids_;
+}
+
+void ShardJob::SetCreator(std::string creator) {
+  absl::MutexLock lock(&mu_);
+  creator_ = std::move(creator);
+}
+
+std::string ShardJob::creator() {
+  absl::MutexLock lock(&mu_);
+  return creator_;
 }
 
 void ShardJob::CountRejected() {

@@ -253,6 +253,10 @@ class ShardJob {
   // recovery that created this job set them (empty = 0..world_size-1).
   void SetWorkerIds(std::vector<int> ids);
   std::vector<int> worker_ids();
+  // Who created the job (rpc/caller.h Caller::Identity; "" = not known), set
+  // by the JobTable before the job is published; its checkpoints record it.
+  void SetCreator(std::string creator);
+  std::string creator();
   void CountRejected();
   void CountPulled(uint64_t bytes);
   // `with_digest`: hash the state (under the job's lock, in proportion to its
@@ -363,6 +367,7 @@ class ShardJob {
   int64_t last_pause_us_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_from_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<int> worker_ids_ ABSL_GUARDED_BY(mu_);
+  std::string creator_ ABSL_GUARDED_BY(mu_);
   CheckpointProgress checkpoint_progress_ ABSL_GUARDED_BY(mu_);
   // ReadState's and WriteState's rules, and WriteState's chunks until the
   // commit.

@@ -41,8 +41,46 @@ v1::CheckpointInfo InfoOf(const Manifest& m, bool with_manifest) {
 }  // namespace
 
 grpc::Status ShardService::Authorize(grpc::ServerContext* ctx, absl::string_view rpc,
-                                     absl::string_view job) const {
-  return auth_.Check(*ctx, "ShardServer", rpc, job);
+                                     absl::string_view job, const std::function<Creator()>& creator,
+                                     Caller* identified) {
+  if (!auth_.enabled()) return grpc::Status::OK;
+  if (identified == nullptr && !auth_.policy().NeedsCredential("ShardServer", rpc)) {
+    return grpc::Status::OK;
+  }
+  Caller caller = auth_.Identify(*ctx);
+  Creator made;
+  if (creator && caller.ReachesOnlyByDerivation(job)) made = creator();
+  grpc::Status s = auth_.Check(caller, "ShardServer", rpc, job, made);
+  if (identified != nullptr) *identified = std::move(caller);
+  return s;
+}
+
+Creator ShardService::LiveCreator(const std::string& job) {
+  std::shared_ptr<ShardJob> have = jobs_->FindJob(job);
+  if (have == nullptr) return std::nullopt;
+  return have->creator();
+}
+
+Creator ShardService::CheckpointCreator(const std::string& job, int64_t step) {
+  absl::StatusOr<Manifest> m = jobs_->checkpointer()->Read(job, step);
+  if (!m.ok()) return std::nullopt;  // nothing to reach; the RPC itself reports it
+  return m->creator;
+}
+
+Creator ShardService::CreateCreator(const v1::CreateJobRequest& req) {
+  const std::string& job = req.spec().job();
+  if (Creator live = LiveCreator(job)) return live;
+  if (req.restore()) {
+    if (Creator restored = CheckpointCreator(job, req.restore_step())) return restored;
+  }
+  return CheckpointCreator(job, -1);
+}
+
+Creator ShardService::MeshCreator(const std::string& mesh) {
+  absl::MutexLock lock(&mesh_mu_);
+  auto it = mesh_creators_.find(mesh);
+  if (it == mesh_creators_.end()) return std::nullopt;
+  return it->second;
 }
 
 grpc::Status ShardService::CheckRestore(const Caller& caller, const v1::CreateJobRequest& req) {
@@ -82,26 +120,41 @@ v1::ShardStats ShardService::StatsOf(ShardJob& job) {
   return ShardStatsProto(job);
 }
 
+grpc::Status ShardService::CheckRewind(const Caller& caller, ShardJob& job, int64_t step) {
+  if (!auth_.enabled() || caller.Has(Role::kAdmin)) return grpc::Status::OK;
+  const int64_t at = job.version();
+  if (step >= at) return grpc::Status::OK;
+  const std::string& name = job.spec().job();
+  return auth_.Deny(
+      caller, "WriteState",
+      absl::StrCat("write step ", step, " into job '", name, "', which is at step ", at,
+                   ": going back to an older step is an operator's rewind"),
+      absl::StrCat("tesselctl checkpoint restore --job ", name,
+                   " --step STEP --token_file=ADMIN_TOKEN_FILE goes back to a checkpoint; or load "
+                   "the state into a job that is not past step ",
+                   step, " (a new job, or one started without --resume)"));
+}
+
 grpc::Status ShardService::CreateJob(grpc::ServerContext* ctx, const v1::CreateJobRequest* req,
                                      v1::CreateJobResponse* resp) {
-  if (auth_.enabled()) {
-    const Caller caller = auth_.Identify(*ctx);
-    TESSEL_RETURN_IF_ERROR(auth_.Check(caller, "ShardServer", "CreateJob", req->spec().job()));
-    TESSEL_RETURN_IF_ERROR(CheckRestore(caller, *req));
-  }
+  Caller caller;
+  TESSEL_RETURN_IF_ERROR(Authorize(
+      ctx, "CreateJob", req->spec().job(), [&] { return CreateCreator(*req); }, &caller));
+  TESSEL_RETURN_IF_ERROR(CheckRestore(caller, *req));
   if (req->shard_index() != options_.shard_index) {
     return grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
         absl::StrCat("this server is shard ", options_.shard_index,
                      " of its pool; CreateJob asked for shard ", req->shard_index()));
   }
-  TESSEL_ASSIGN_OR_RETURN_AS(*resp, jobs_->CreateJob(*req), ToGrpc);
+  TESSEL_ASSIGN_OR_RETURN_AS(*resp, jobs_->CreateJob(*req, caller.Identity()), ToGrpc);
   return grpc::Status::OK;
 }
 
 grpc::Status ShardService::SetEpoch(grpc::ServerContext* ctx, const v1::SetEpochRequest* req,
                                     v1::SetEpochResponse* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "SetEpoch", req->job()));
+  TESSEL_RETURN_IF_ERROR(
+      Authorize(ctx, "SetEpoch", req->job(), [&] { return LiveCreator(req->job()); }));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   absl::Status s = job->SetEpoch(req->epoch());
@@ -112,7 +165,8 @@ grpc::Status ShardService::SetEpoch(grpc::ServerContext* ctx, const v1::SetEpoch
 grpc::Status ShardService::SetOptimizer(grpc::ServerContext* ctx,
                                         const v1::SetOptimizerRequest* req,
                                         v1::SetOptimizerResponse* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "SetOptimizer", req->job()));
+  TESSEL_RETURN_IF_ERROR(
+      Authorize(ctx, "SetOptimizer", req->job(), [&] { return LiveCreator(req->job()); }));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   auto optimizer = OptimizerFromProto(req->optimizer());
@@ -127,7 +181,8 @@ grpc::Status ShardService::SetOptimizer(grpc::ServerContext* ctx,
 
 grpc::Status ShardService::SkipTensors(grpc::ServerContext* ctx, const v1::SkipTensorsRequest* req,
                                        v1::SkipTensorsResponse* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "SkipTensors", req->job()));
+  TESSEL_RETURN_IF_ERROR(
+      Authorize(ctx, "SkipTensors", req->job(), [&] { return LiveCreator(req->job()); }));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   absl::Status s = job->SkipTensors(
@@ -138,7 +193,8 @@ grpc::Status ShardService::SkipTensors(grpc::ServerContext* ctx, const v1::SkipT
 
 grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* req,
                                     v1::ShardStats* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "GetStats", req->job()));
+  TESSEL_RETURN_IF_ERROR(
+      Authorize(ctx, "GetStats", req->job(), [&] { return LiveCreator(req->job()); }));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   *resp = StatsOf(*job);
@@ -147,7 +203,8 @@ grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* 
 
 grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::JobRef* req,
                                        v1::FrameKeyResponse* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "GetFrameKey", req->job()));
+  TESSEL_RETURN_IF_ERROR(
+      Authorize(ctx, "GetFrameKey", req->job(), [&] { return LiveCreator(req->job()); }));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   if (frame_keys_ != nullptr) {
@@ -165,11 +222,17 @@ grpc::Status ShardService::GetMeshKey(grpc::ServerContext* ctx, const v1::MeshKe
                         absl::StrCat("GetMeshKey: '", req->mesh(),
                                      "' is no mesh group (a hybrid job's mesh is '<job>.mesh')"));
   }
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "GetMeshKey", req->mesh()));
+  Caller caller;
+  TESSEL_RETURN_IF_ERROR(Authorize(
+      ctx, "GetMeshKey", req->mesh(), [&] { return MeshCreator(req->mesh()); }, &caller));
   if (!req->keep().empty() && req->keep().size() != kJobSecretBytes) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("GetMeshKey: a mesh secret is ", kJobSecretBytes,
                                      " bytes; `keep` has ", req->keep().size()));
+  }
+  if (auth_.enabled() && !caller.Has(Role::kAdmin)) {
+    absl::MutexLock lock(&mesh_mu_);
+    mesh_creators_.try_emplace(req->mesh(), caller.Identity());
   }
   if (frame_keys_ != nullptr) {
     resp->set_secret(frame_keys_->MeshSecret(req->mesh(), req->keep()));
@@ -189,7 +252,7 @@ grpc::Status ShardService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobs
     if (!all) scoped = std::move(caller);
   }
   for (auto& job : jobs_->Jobs()) {
-    if (scoped.has_value() && !scoped->MayActOnJob(job->spec().job())) continue;
+    if (scoped.has_value() && !scoped->MayActOnJob(job->spec().job(), job->creator())) continue;
     *resp->add_jobs() = StatsOf(*job);
   }
   return grpc::Status::OK;
@@ -200,7 +263,7 @@ grpc::Status ShardService::DeleteJob(grpc::ServerContext* ctx, const v1::JobRef*
   if (auth_.enabled()) {
     // A worker may clean up the reducer helper jobs its SDK created.
     const Caller caller = auth_.Identify(*ctx);
-    if (!IsHelperJob(req->job()) || !caller.MayActOnJob(req->job())) {
+    if (!IsHelperJob(req->job()) || !caller.MayActOnJob(req->job(), LiveCreator(req->job()))) {
       TESSEL_RETURN_IF_ERROR(auth_.Check(caller, "ShardServer", "DeleteJob", req->job()));
     }
   }
@@ -220,14 +283,16 @@ grpc::Status ShardService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ser
 grpc::Status ShardService::SaveCheckpoint(grpc::ServerContext* ctx,
                                           const v1::SaveCheckpointRequest* req,
                                           v1::SaveCheckpointResponse* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "SaveCheckpoint", req->job()));
+  TESSEL_RETURN_IF_ERROR(
+      Authorize(ctx, "SaveCheckpoint", req->job(), [&] { return LiveCreator(req->job()); }));
   TESSEL_ASSIGN_OR_RETURN_AS(*resp, jobs_->SaveCheckpoint(*req), ToGrpc);
   return grpc::Status::OK;
 }
 
 grpc::Status ShardService::ListCheckpoints(grpc::ServerContext* ctx, const v1::JobRef* req,
                                            v1::ListCheckpointsResponse* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "ListCheckpoints", req->job()));
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "ListCheckpoints", req->job(),
+                                   [&] { return CheckpointCreator(req->job(), -1); }));
   TESSEL_ASSIGN_OR_RETURN_AS(auto all, jobs_->checkpointer()->List(req->job()), ToGrpc);
   for (const Manifest& m : all) *resp->add_checkpoints() = InfoOf(m, false);
   return grpc::Status::OK;
@@ -235,7 +300,8 @@ grpc::Status ShardService::ListCheckpoints(grpc::ServerContext* ctx, const v1::J
 
 grpc::Status ShardService::GetCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
                                          v1::CheckpointInfo* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "GetCheckpoint", req->job()));
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "GetCheckpoint", req->job(),
+                                   [&] { return CheckpointCreator(req->job(), req->step()); }));
   TESSEL_ASSIGN_OR_RETURN_AS(auto m, jobs_->checkpointer()->Read(req->job(), req->step()), ToGrpc);
   *resp = InfoOf(m, true);
   return grpc::Status::OK;
@@ -243,7 +309,8 @@ grpc::Status ShardService::GetCheckpoint(grpc::ServerContext* ctx, const v1::Che
 
 grpc::Status ShardService::VerifyCheckpoint(grpc::ServerContext* ctx, const v1::CheckpointRef* req,
                                             v1::VerifyCheckpointResponse* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "VerifyCheckpoint", req->job()));
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "VerifyCheckpoint", req->job(),
+                                   [&] { return CheckpointCreator(req->job(), req->step()); }));
   TESSEL_ASSIGN_OR_RETURN_AS(auto m, jobs_->checkpointer()->Read(req->job(), req->step()), ToGrpc);
   TESSEL_ASSIGN_OR_RETURN_AS(auto problems, jobs_->checkpointer()->Verify(m), ToGrpc);
   resp->set_ok(problems.empty());
@@ -260,12 +327,21 @@ grpc::Status ShardService::DeleteCheckpoint(grpc::ServerContext* ctx, const v1::
 grpc::Status ShardService::ReadCheckpoint(grpc::ServerContext* ctx,
                                           const v1::ReadCheckpointRequest* req,
                                           v1::CheckpointParams* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "ReadCheckpoint", req->job()));
+  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "ReadCheckpoint", req->job(),
+                                   [&] { return CheckpointCreator(req->job(), req->step()); }));
   if (req->count() < 0 || req->count() > kMaxStateElementsPerCall) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
         "ReadCheckpoint count ", req->count(), " is outside [0, ", kMaxStateElementsPerCall, "]")));
   }
   TESSEL_ASSIGN_OR_RETURN_AS(auto m, jobs_->checkpointer()->Read(req->job(), req->step()), ToGrpc);
+  // Checked without computing offset + count, which overflows for an offset
+  // near the int64 maximum (count is in [0, kMaxStateElementsPerCall]).
+  if (req->offset() < 0 || req->offset() > m.num_params ||
+      req->count() > m.num_params - req->offset()) {
+    return ToGrpc(absl::OutOfRangeError(absl::StrCat(
+        "ReadCheckpoint of ", req->count(), " parameters at offset ", req->offset(),
+        " is outside the ", m.num_params, " of checkpoint '", m.job, "' step ", m.step)));
+  }
   const Range target{req->offset(), req->offset() + req->count()};
   std::string bytes(static_cast<size_t>(req->count()) * sizeof(float), '\0');
   TESSEL_RETURN_IF_ERROR_AS(
@@ -279,7 +355,8 @@ grpc::Status ShardService::ReadCheckpoint(grpc::ServerContext* ctx,
 
 grpc::Status ShardService::ReadState(grpc::ServerContext* ctx, const v1::ReadStateRequest* req,
                                      v1::ShardState* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "ReadState", req->job()));
+  TESSEL_RETURN_IF_ERROR(
+      Authorize(ctx, "ReadState", req->job(), [&] { return LiveCreator(req->job()); }));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
   TESSEL_ASSIGN_OR_RETURN_AS(*resp, ReadShardState(*job, *req), ToGrpc);
@@ -288,9 +365,12 @@ grpc::Status ShardService::ReadState(grpc::ServerContext* ctx, const v1::ReadSta
 
 grpc::Status ShardService::WriteState(grpc::ServerContext* ctx, const v1::WriteStateRequest* req,
                                       v1::WriteStateResponse* resp) {
-  TESSEL_RETURN_IF_ERROR(Authorize(ctx, "WriteState", req->job()));
+  Caller caller;
+  TESSEL_RETURN_IF_ERROR(Authorize(
+      ctx, "WriteState", req->job(), [&] { return LiveCreator(req->job()); }, &caller));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
+  TESSEL_RETURN_IF_ERROR(CheckRewind(caller, *job, req->step()));
   TESSEL_ASSIGN_OR_RETURN_AS(*resp, WriteShardState(*job, *req), ToGrpc);
   return grpc::Status::OK;
 }

@@ -23,13 +23,33 @@
 //    with --resume --resume_step).
 //  - DeleteJob: a worker may delete the reducer helper jobs its SDK creates
 //    ("J~sync<N>.e<E>", IsHelperJob) within its scope; other jobs: admin.
+//  - Tenants apart (rpc/caller.h): a worker scoped to J reaches a name
+//    derived from J ("J.g1", "J.p0.t0", "J~sync8.e1", "J.mesh") only where
+//    nothing of that name exists yet or its own credential created what
+//    exists. CreateJob records the caller's identity as the job's creator
+//    (ShardJob::creator; a restore keeps the checkpoint's), checkpoints
+//    record it in their manifest, and each RPC compares with what it acts
+//    on: the live job (SetEpoch, ReadState, WriteState, GetStats, ...), the
+//    checkpoint it reads (ListCheckpoints: the latest; GetCheckpoint,
+//    VerifyCheckpoint, ReadCheckpoint: the one named), for CreateJob the
+//    live job, else the checkpoint it restores, else the latest checkpoint
+//    (a fresh job would prune another tenant's checkpoints), and for
+//    GetMeshKey the first non-admin caller that asked for the mesh's key.
+//  - Rewinds: WriteState of a step older than the job's (the shard would go
+//    back) needs an admin credential, as an older restore does; the same or
+//    a later step (a state loaded into a fresh job, LoadParameters, DDP
+//    recovery moving servers to the workers' step) stays a worker's. SetEpoch
+//    never moves an epoch back, for anyone (ShardJob::SetEpoch).
 // ListJobs shows a caller holding only job-scoped worker credentials (when
-// anonymous reads are off) just its jobs.
+// anonymous reads are off) just the jobs it reaches.
 #ifndef TESSEL_SERVER_SHARD_SERVICE_H_
 #define TESSEL_SERVER_SHARD_SERVICE_H_
 
+#include <functional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/auth.h"
@@ -42,7 +62,7 @@ namespace tessel {
 struct ShardServiceOptions {
   int shard_index = 0;
   std::string pool;
-  AuthOptions auth;  // no credential configured = no authorization
+  AuthOptions auth;      // no credential configured = no authorization
 };
 
 // Checkpoints that completed less than this long ago do not make an older
@@ -98,11 +118,24 @@ class ShardService final : public v1::ShardServer::Service {
                           v1::WriteStateResponse*) override;
 
  private:
-  // The role table's check of `rpc` on `job`.
+  // The role table's check of `rpc` on `job`, with the tenants' rule:
+  // `creator` (called only where the caller reaches `job` by derivation)
+  // says who created what exists of it. `identified`, if not null, receives
+  // the caller (anonymous when no credential is configured).
   grpc::Status Authorize(grpc::ServerContext* ctx, absl::string_view rpc,
-                         absl::string_view job = "") const;
+                         absl::string_view job = "",
+                         const std::function<Creator()>& creator = nullptr,
+                         Caller* identified = nullptr);
+  // Who created what exists of `job` (see the file comment); nullopt for
+  // nothing.
+  Creator LiveCreator(const std::string& job);
+  Creator CheckpointCreator(const std::string& job, int64_t step);  // -1 = latest
+  Creator CreateCreator(const v1::CreateJobRequest& req);
+  Creator MeshCreator(const std::string& mesh);
   // A worker's restore of an older checkpoint (see the file comment).
   grpc::Status CheckRestore(const Caller& caller, const v1::CreateJobRequest& req);
+  // A worker's WriteState of a step older than the job's (a rewind).
+  grpc::Status CheckRewind(const Caller& caller, ShardJob& job, int64_t step);
   v1::ShardStats StatsOf(ShardJob& job);
 
   JobTable* const jobs_;
@@ -110,6 +143,9 @@ class ShardService final : public v1::ShardServer::Service {
   FrameKeys* const frame_keys_;
   const ShardServiceOptions options_;
   const Authorizer auth_;
+  absl::Mutex mesh_mu_;
+  // Mesh group -> its creator: the first non-admin caller of GetMeshKey.
+  absl::flat_hash_map<std::string, std::string> mesh_creators_ ABSL_GUARDED_BY(mesh_mu_);
 };
 
 }  // namespace tessel

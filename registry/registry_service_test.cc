@@ -1,0 +1,132 @@
+// RegistryService over a real in-process gRPC server: with credentials
+// configured, a lease is renewed (Heartbeat) and ended (Leave) only by the
+// credential that joined with it; with none, anonymous members keep working.
+#include "registry/registry_service.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "proto/registry.grpc.pb.h"
+#include "rpc/auth.h"
+#include "rpc/grpc_util.h"
+
+namespace tessel {
+namespace {
+
+using grpc::StatusCode;
+
+constexpr char kAdmin[] = "tessel-admin-token-registry-0";
+constexpr char kWorkerA[] = "tessel-worker-token-job-A-000";
+constexpr char kWorkerB[] = "tessel-worker-token-job-B-000";
+
+class Harness {
+ public:
+  explicit Harness(AuthOptions auth) : service_(absl::Seconds(30), std::move(auth)) {
+    auto server = StartGrpcServer("127.0.0.1:0", {&service_}, &address_);
+    EXPECT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = v1::Registry::NewStub(MakeChannel(address_));
+  }
+  ~Harness() {
+    service_.Stop();
+    server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
+
+  absl::StatusOr<int64_t> Join(const std::string& group, const std::string& token) {
+    v1::JoinRequest req;
+    req.mutable_member()->set_group(group);
+    req.mutable_member()->set_role(v1::ROLE_WORKER);
+    v1::JoinResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    AddToken(&ctx, token);
+    grpc::Status s = stub_->Join(&ctx, req, &resp);
+    if (!s.ok()) return absl::UnknownError(s.error_message());
+    return resp.lease_id();
+  }
+  grpc::Status Heartbeat(int64_t lease, const std::string& token) {
+    v1::HeartbeatRequest req;
+    req.set_lease_id(lease);
+    v1::HeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    AddToken(&ctx, token);
+    return stub_->Heartbeat(&ctx, req, &resp);
+  }
+  grpc::Status Leave(int64_t lease, const std::string& token) {
+    v1::LeaveRequest req;
+    req.set_lease_id(lease);
+    v1::LeaveResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    AddToken(&ctx, token);
+    return stub_->Leave(&ctx, req, &resp);
+  }
+  int Members(const std::string& group) {
+    auto view = service_.registry().GetView(group);
+    return view.ok() ? view->members_size() : -1;
+  }
+
+ private:
+  RegistryService service_;
+  std::string address_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Registry::Stub> stub_;
+};
+
+// Issue 42, part 5: Leave took any lease id, so job B's worker (or anyone)
+// could end job A's members' memberships.
+TEST(RegistryServiceTest, OnlyTheJoiningCredentialRenewsOrEndsALease) {
+  AuthOptions auth;
+  auth.token = kAdmin;
+  auth.worker_tokens = {{kWorkerA, Role::kWorker, {"A"}}, {kWorkerB, Role::kWorker, {"B"}}};
+  Harness h(auth);
+  absl::StatusOr<int64_t> lease = h.Join("A", kWorkerA);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_EQ(h.Members("A"), 1);
+
+  const grpc::Status leave = h.Leave(*lease, kWorkerB);
+  EXPECT_EQ(leave.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(leave.error_message().find("only the credential that joined with a lease"),
+            std::string::npos)
+      << leave.error_message();
+  EXPECT_EQ(h.Leave(*lease, "").error_code(), StatusCode::PERMISSION_DENIED);  // anonymous
+  EXPECT_EQ(h.Heartbeat(*lease, kWorkerB).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(h.Members("A"), 1) << "a refused Leave removed the member";
+
+  EXPECT_TRUE(h.Heartbeat(*lease, kWorkerA).ok());
+  EXPECT_TRUE(h.Leave(*lease, kWorkerA).ok());
+  EXPECT_EQ(h.Members("A"), 0);
+
+  // The operator may end any member's lease.
+  lease = h.Join("A", kWorkerA);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_TRUE(h.Leave(*lease, kAdmin).ok());
+  EXPECT_EQ(h.Members("A"), 0);
+}
+
+TEST(RegistryServiceTest, AnonymousMembersKeepWorkingWithoutCredentials) {
+  Harness h(AuthOptions{});
+  absl::StatusOr<int64_t> lease = h.Join("A", "");
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_TRUE(h.Heartbeat(*lease, "").ok());
+  EXPECT_TRUE(h.Leave(*lease, "").ok());
+  EXPECT_EQ(h.Members("A"), 0);
+}
+
+// Credentials configured for shard servers only: workers join anonymously
+// (Join/WORKER stays open), and renew and end their leases anonymously.
+TEST(RegistryServiceTest, AnonymousJoinersRenewAnonymously) {
+  AuthOptions auth;
+  auth.token = kAdmin;
+  Harness h(auth);
+  absl::StatusOr<int64_t> lease = h.Join("A", "");
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_TRUE(h.Heartbeat(*lease, "").ok());
+  EXPECT_TRUE(h.Leave(*lease, "").ok());
+}
+
+}  // namespace
+}  // namespace tessel
