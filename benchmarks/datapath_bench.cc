@@ -393,6 +393,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
         absl::StrFormat("--lr=%.17g", absl::GetFlag(FLAGS_lr)),
         "--result=" + result};
+    for (std::string& f : cluster.WorkerCredentialFlags()) argv.push_back(std::move(f));
     names.push_back(absl::StrCat("bench", r));
     s = cluster.processes().Start(names.back(), argv);
     if (!s.ok()) break;

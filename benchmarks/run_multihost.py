@@ -131,12 +131,12 @@ def run_tessel(args, hosts, bins, run_dir, sizes, aggregation):
     deadline = time.time() + args.timeout_s
     try:
         reg = "%s:%d" % (hosts.registry.ip, REG_PORT)
-        procs.append(hosts.registry.popen([bins["registry"], "--listen=" + reg],
+        procs.append(hosts.registry.popen([bins["registry"], "--insecure", "--listen=" + reg],
                                           stdout=logs("registry"), stderr=subprocess.STDOUT))
         if not hosts.registry.wait_listening(REG_PORT, timeout=20, proc=procs[-1]):
             return 1, "the registry did not listen"
         for s, h in enumerate(hosts.servers):
-            procs.append(h.popen([bins["server"], "--registry=" + reg, "--shard=%d" % s,
+            procs.append(h.popen([bins["server"], "--insecure", "--registry=" + reg, "--shard=%d" % s,
                                   "--listen=%s:%d" % (h.ip, SRV_PORT), "--ucx_tls=" + UCX_TLS],
                                  stdout=logs("server%d" % s), stderr=subprocess.STDOUT))
         for s, h in enumerate(hosts.servers):

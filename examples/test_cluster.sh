@@ -14,13 +14,13 @@ start_cluster() {
   local name=$1 registry=$2 server=$3
   tmp="${TEST_TMPDIR:-$(mktemp -d)}/$name"
   rm -rf "$tmp"; mkdir -p "$tmp"
-  "$registry" --listen=127.0.0.1:0 --port_file="$tmp/port" > "$tmp/registry.log" 2>&1 &
+  "$registry" --insecure --listen=127.0.0.1:0 --port_file="$tmp/port" > "$tmp/registry.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
   [ -s "$tmp/port" ] || fail "the registry did not start"
   REG="$(cat "$tmp/port")"
   for s in 0 1; do
-    "$server" --registry="$REG" --shard=$s --ucx_tls=posix,sysv,self > "$tmp/server$s.log" 2>&1 &
+    "$server" --insecure --registry="$REG" --shard=$s --ucx_tls=posix,sysv,self > "$tmp/server$s.log" 2>&1 &
     pids+=($!)
   done
 }

@@ -118,6 +118,11 @@ int main(int argc, char** argv) {
     std::cerr << "tessel-registry: " << credentials.status().message() << "\n";
     return 1;
   }
+  auto posture = tessel::SecurityPostureOf(auth_flags, *auth, "tessel-registry");
+  if (!posture.ok()) {
+    std::cerr << "tessel-registry: " << posture.status().message() << "\n";
+    return 1;
+  }
   absl::StatusOr<absl::Duration> lease_ttl = tessel::LeaseTtlFromFlags();
   if (!lease_ttl.ok()) {
     std::cerr << "tessel-registry: " << lease_ttl.status().message() << "\n";
@@ -208,7 +213,13 @@ int main(int argc, char** argv) {
     }
   }
   TESSEL_LOG(INFO) << "registry (" << backend << ") listening on " << bound
-                   << (tessel::TlsOptionsFromFlags().enabled() ? " (mutual TLS)" : " (plaintext)");
+                   << (tessel::TlsOptionsFromFlags().enabled() ? " (mutual TLS)" : " (plaintext)")
+                   << ", callers: " << posture->description;
+  if (posture->insecure) {
+    TESSEL_LOG(WARNING) << "running INSECURE (--insecure): no credentials, so anyone who can "
+                           "reach this registry can join, leave and list every group "
+                           "(docs/security.md)";
+  }
   if (health.period > absl::ZeroDuration()) {
     TESSEL_LOG(INFO) << "health checks every " << absl::FormatDuration(health.period)
                      << ", timeout " << absl::FormatDuration(health.timeout) << ", evict after "

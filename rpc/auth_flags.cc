@@ -21,6 +21,15 @@ ABSL_FLAG(bool, cert_roles, false,
           "enforce roles on the strength of client certificates alone (mutual TLS: subject "
           "O=tessel:admin|worker|server|reader, CN=worker:JOB), even without token files");
 
+ABSL_FLAG(bool, insecure, false,
+          "run with no credentials: every RPC open to anyone who can connect, data-path frames "
+          "not authenticated. Without this flag a service with no token file, no --cert_roles "
+          "and no TLS refuses to start (docs/security.md)");
+ABSL_FLAG(bool, trust_any_certificate, false,
+          "with mutual TLS and no credential table (no token file, no --cert_roles): let every "
+          "certificate the CA issued do everything. Without this flag that configuration refuses "
+          "to start");
+
 namespace tessel {
 
 AuthFlags AuthFlagsFromFlags() {
@@ -29,6 +38,8 @@ AuthFlags AuthFlagsFromFlags() {
   f.worker_token_file = absl::GetFlag(FLAGS_worker_token_file);
   f.allow_anonymous_reads = absl::GetFlag(FLAGS_allow_anonymous_reads);
   f.certificate_roles = absl::GetFlag(FLAGS_cert_roles);
+  f.insecure = absl::GetFlag(FLAGS_insecure);
+  f.trust_any_certificate = absl::GetFlag(FLAGS_trust_any_certificate);
   return f;
 }
 

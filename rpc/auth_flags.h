@@ -1,6 +1,6 @@
 // The credential flags of the services (tessel-server, tessel-registry),
 // defined once here: --admin_token_file, --worker_token_file,
-// --allow_anonymous_reads, --cert_roles. The registry alone adds
+// --allow_anonymous_reads, --cert_roles, --insecure, --trust_any_certificate. The registry alone adds
 // --server_token_file (registry_main.cc). What a process presents to others
 // is rpc/token_flag.h's --token_file.
 //
@@ -21,6 +21,8 @@ ABSL_DECLARE_FLAG(std::string, admin_token_file);
 ABSL_DECLARE_FLAG(std::string, worker_token_file);
 ABSL_DECLARE_FLAG(bool, allow_anonymous_reads);
 ABSL_DECLARE_FLAG(bool, cert_roles);
+ABSL_DECLARE_FLAG(bool, insecure);
+ABSL_DECLARE_FLAG(bool, trust_any_certificate);
 
 namespace tessel {
 

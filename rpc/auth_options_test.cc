@@ -47,5 +47,60 @@ TEST(LoadAuthOptionsTest, CertificateRolesNeedTls) {
   EXPECT_TRUE(LoadAuthOptions(f).ok());
 }
 
+TEST(SecurityPostureTest, NoCredentialsRefusedWithoutInsecure) {
+  AuthFlags f;
+  AuthOptions none;
+  auto p = SecurityPostureOf(f, none, "tessel-server");
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(p.status().message().find("tessel-server has no credentials"), std::string::npos);
+  EXPECT_NE(p.status().message().find("--insecure"), std::string::npos);
+  f.insecure = true;
+  p = SecurityPostureOf(f, none, "tessel-server");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->insecure);
+  EXPECT_FALSE(p->authenticated());
+  EXPECT_EQ(p->description, "insecure");
+}
+
+TEST(SecurityPostureTest, TokensAuthenticate) {
+  AuthFlags f;
+  AuthOptions o;
+  o.token = kAdmin;
+  auto p = SecurityPostureOf(f, o, "tessel-registry");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->insecure);
+  EXPECT_TRUE(p->authenticated());
+  EXPECT_EQ(p->description, "tokens");
+  // --insecure beside credentials changes nothing: the credentials count.
+  f.insecure = true;
+  p = SecurityPostureOf(f, o, "tessel-registry");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->insecure);
+}
+
+TEST(SecurityPostureTest, TlsWithoutTableNeedsTrustAnyCertificate) {
+  AuthFlags f;
+  f.tls = true;
+  AuthOptions none;
+  auto p = SecurityPostureOf(f, none, "tessel-registry");
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(p.status().message().find("--trust_any_certificate"), std::string::npos);
+  // --insecure does not open it: TLS is configured, the table is what is missing.
+  f.insecure = true;
+  EXPECT_FALSE(SecurityPostureOf(f, none, "tessel-registry").ok());
+  f.trust_any_certificate = true;
+  p = SecurityPostureOf(f, none, "tessel-registry");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->description, "mutual TLS, any certificate");
+  AuthOptions roles;
+  roles.certificate_roles = true;
+  roles.token = kAdmin;
+  AuthFlags tls;
+  tls.tls = true;
+  p = SecurityPostureOf(tls, roles, "tessel-server");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->description, "mutual TLS, tokens, certificate roles");
+}
+
 }  // namespace
 }  // namespace tessel

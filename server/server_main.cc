@@ -92,8 +92,8 @@ ABSL_FLAG(std::string, data_auth, "auto",
           "authenticate the data path: every UCX frame of a job carries a tag made with the job's "
           "key, which only its workers get (GetFrameKey, over the control plane); frames without "
           "a valid tag are dropped and counted (tessel_server_frames_refused_total{reason="
-          "\"unauthenticated\"}). on, off, or auto: on when TLS is configured (--tls_*), since "
-          "without TLS the key would cross the network in the clear. docs/security.md");
+          "\"unauthenticated\"}). on, off, or auto: on whenever callers are authenticated "
+          "(token files, --cert_roles or --tls_*), off with --insecure. docs/security.md");
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -196,7 +196,6 @@ int main(int argc, char** argv) {
   if (data_auth != "auto" && data_auth != "on" && data_auth != "off") {
     return Fail(absl::StrCat("--data_auth=", data_auth, ": expected auto, on or off"));
   }
-  options.data_auth = data_auth == "on" || (data_auth == "auto" && options.tls.enabled());
   // TLS first: a bad certificate path fails before anything is started
   // (ShardServer::Start loads the credentials again).
   auto server_credentials = tessel::LoadServerCredentials(options.tls);
@@ -208,6 +207,18 @@ int main(int argc, char** argv) {
   auto auth = tessel::LoadAuthOptions(auth_flags);
   if (!auth.ok()) return Fail(std::string(auth.status().message()));
   options.admin = *std::move(auth);
+  auto posture = tessel::SecurityPostureOf(auth_flags, options.admin, "tessel-server");
+  if (!posture.ok()) return Fail(std::string(posture.status().message()));
+  options.security = posture->description;
+  // The data path is authenticated wherever the control plane is: the frame
+  // keys go only to callers the control plane let in.
+  options.data_auth = data_auth == "on" || (data_auth == "auto" && posture->authenticated());
+  if (posture->insecure) {
+    TESSEL_LOG(WARNING) << "running INSECURE (--insecure): no credentials, so every RPC is open "
+                           "to anyone who can reach this server"
+                        << (options.data_auth ? "" : " and data-path frames are not authenticated")
+                        << " (docs/security.md)";
+  }
   if (options.data_auth && !options.tls.enabled()) {
     TESSEL_LOG(WARNING) << "data-path authentication is on without TLS: each job's frame key "
                            "reaches its workers over plaintext gRPC (GetFrameKey), so anyone who "

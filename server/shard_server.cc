@@ -87,6 +87,7 @@ absl::Status ShardServer::Init() {
   service_options.shard_index = options_.shard;
   service_options.pool = options_.pool;
   service_options.auth = options_.admin;
+  service_options.security = options_.security;
   jobs_ = std::make_unique<JobTable>(checkpointer_.get(), transport_->payload_memory(),
                                      options_.fold_prefix);
   metrics_ = std::make_unique<ServerMetrics>(options_.shard);
@@ -154,7 +155,10 @@ absl::Status ShardServer::Init() {
   TESSEL_RETURN_IF_ERROR(view);
   TESSEL_LOG(INFO) << "shard " << options_.shard << " of pool '" << options_.pool
                    << "' serving control on " << grpc_address_
-                   << (options_.tls.enabled() ? " (mutual TLS)" : " (plaintext)") << ", data over "
+                   << (options_.tls.enabled() ? " (mutual TLS)" : " (plaintext)")
+                   << (options_.security.empty() ? ""
+                                                 : absl::StrCat(", callers: ", options_.security))
+                   << ", data over "
                    << (transport_->name() == "ucx" ? std::string("UCX") : transport_->name())
                    << (options_.data_auth ? " (every frame authenticated)"
                                           : " (frames not authenticated)")

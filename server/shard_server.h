@@ -112,6 +112,9 @@ struct ShardServerOptions {
   // Who may call which RPC (rpc/auth.h: admin and worker tokens,
   // certificate roles, anonymous reads); nothing configured = everything.
   AuthOptions admin;
+  // How callers are authenticated, for GetServerInfo and the start-up line
+  // (rpc/auth_options.h SecurityPosture's description; "" = not said).
+  std::string security;
   // Token this server presents to the registry (its --server_token_file);
   // "" = none.
   std::string registry_token;

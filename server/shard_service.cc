@@ -277,6 +277,7 @@ grpc::Status ShardService::GetServerInfo(grpc::ServerContext* ctx, const v1::Ser
   resp->set_ucx_address(transport_->address());
   resp->set_shard_index(options_.shard_index);
   resp->set_pool(options_.pool);
+  resp->set_security(options_.security);
   return grpc::Status::OK;
 }
 

@@ -63,6 +63,7 @@ struct ShardServiceOptions {
   int shard_index = 0;
   std::string pool;
   AuthOptions auth;      // no credential configured = no authorization
+  std::string security;  // GetServerInfo's `security` (SecurityPosture)
 };
 
 // Checkpoints that completed less than this long ago do not make an older

@@ -14,7 +14,13 @@ LocalCluster::~LocalCluster() { Stop(); }
 
 absl::Status LocalCluster::Start() {
   TESSEL_ASSIGN_OR_RETURN(auto credentials, LoadServerCredentials(options_.tls));
-  registry_ = std::make_unique<RegistryService>(options_.lease_ttl);
+  AuthOptions auth;
+  if (!options_.insecure) {
+    TESSEL_ASSIGN_OR_RETURN(LaunchCredentials made, MakeLaunchCredentials(options_.run_dir));
+    credentials_ = std::make_unique<LaunchCredentials>(std::move(made));
+    auth = credentials_->auth;
+  }
+  registry_ = std::make_unique<RegistryService>(options_.lease_ttl, std::move(auth));
   TESSEL_ASSIGN_OR_RETURN(registry_server_, StartGrpcServer("127.0.0.1:0", {registry_.get()},
                                                             &registry_address_, credentials));
 
@@ -28,6 +34,11 @@ absl::Status LocalCluster::Start() {
         absl::StrCat("--ucx_tls=", options_.ucx_tls),
         absl::StrCat("--lease_ttl_ms=", absl::ToInt64Milliseconds(options_.lease_ttl))};
     for (std::string& f : TlsFlags(options_.tls)) argv.push_back(std::move(f));
+    if (credentials_ != nullptr) {
+      for (std::string& f : credentials_->ServerFlags()) argv.push_back(std::move(f));
+    } else {
+      argv.push_back("--insecure");
+    }
     argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
     TESSEL_RETURN_IF_ERROR(processes_.Start(absl::StrCat("server", s), argv));
   }
@@ -56,6 +67,7 @@ absl::Status LocalCluster::RunWorkers(int workers, const std::vector<std::string
                                      absl::StrCat("--servers=", options_.servers),
                                      absl::StrCat("--pool=", options_.pool)};
     for (std::string& f : TlsFlags(options_.tls)) argv.push_back(std::move(f));
+    for (std::string& f : WorkerCredentialFlags()) argv.push_back(std::move(f));
     argv.insert(argv.end(), args.begin(), args.end());
     argv.push_back(absl::StrCat("--ucx_tls=", options_.ucx_tls));  // last one wins
     const std::string name = absl::StrCat("worker", r);
@@ -63,6 +75,16 @@ absl::Status LocalCluster::RunWorkers(int workers, const std::vector<std::string
     names.push_back(name);
   }
   return processes_.WaitAll(names, timeout, stop_requested);
+}
+
+std::vector<std::string> LocalCluster::WorkerCredentialFlags() const {
+  if (credentials_ == nullptr) return {};
+  return {absl::StrCat("--token_file=", credentials_->worker_token_file)};
+}
+
+std::string LocalCluster::WorkerToken() const {
+  if (credentials_ == nullptr || credentials_->auth.worker_tokens.empty()) return "";
+  return credentials_->auth.worker_tokens[0].token;
 }
 
 void LocalCluster::Stop() {

@@ -24,6 +24,7 @@
 #include "registry/status_page.h"
 #include "rpc/metrics_server.h"
 #include "rpc/tls.h"
+#include "testing/launch_credentials.h"
 #include "testing/process.h"
 
 namespace tessel {
@@ -41,6 +42,11 @@ struct ClusterOptions {
   // Mutual TLS for the embedded registry, and forwarded (--tls_*) to every
   // server and worker started; empty = plaintext.
   TlsOptions tls;
+  // Every process without credentials (--insecure). Otherwise (the default)
+  // Start() makes this launch's tokens (testing/launch_credentials.h): the
+  // registry and the servers require them, the servers then authenticate
+  // every data-path frame, and the workers started present the worker token.
+  bool insecure = false;
 };
 
 class LocalCluster {
@@ -64,10 +70,19 @@ class LocalCluster {
   absl::StatusOr<std::vector<HttpPage>> StatusPages();
   const std::string& run_dir() const { return options_.run_dir; }
   const TlsOptions& tls() const { return options_.tls; }
+  // This launch's tokens (after Start; nullptr with `insecure`).
+  const LaunchCredentials* credentials() const { return credentials_.get(); }
+  // The flags a worker process started by someone else (tessel-launch's)
+  // needs to present its credential: {"--token_file=..."} or none.
+  std::vector<std::string> WorkerCredentialFlags() const;
+  // The worker token itself, for a Worker in this process
+  // (WorkerOptions::token); "" with `insecure`.
+  std::string WorkerToken() const;
   ProcessGroup& processes() { return processes_; }
 
  private:
   ClusterOptions options_;
+  std::unique_ptr<LaunchCredentials> credentials_;
   std::unique_ptr<RegistryService> registry_;
   std::unique_ptr<grpc::Server> registry_server_;
   std::unique_ptr<StatusPage> status_page_;

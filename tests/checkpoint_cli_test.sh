@@ -18,8 +18,9 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 step() { echo; echo "== $*"; }
 
-echo "tessel-test-admin-token-0123456789" > "$tmp/token"
-"$REGISTRY" --listen=127.0.0.1:0 --port_file="$tmp/registry.port" --lease_ttl_ms=1500 \
+# Token files are secrets: owner-only, or every binary refuses them.
+(umask 077; echo "tessel-test-admin-token-0123456789" > "$tmp/token")
+"$REGISTRY" --insecure --listen=127.0.0.1:0 --port_file="$tmp/registry.port" --lease_ttl_ms=1500 \
   > "$tmp/registry.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$tmp/registry.port" ] && break; sleep 0.1; done
@@ -30,7 +31,7 @@ export TESSEL_REGISTRY="$REG"
 declare -A server_pid
 start_server() {  # pool shard [extra flags]
   local pool=$1 shard=$2; shift 2
-  "$SERVER" --registry="$REG" --pool="$pool" --shard="$shard" --ucx_tls=posix,sysv,self \
+  "$SERVER" --insecure --registry="$REG" --pool="$pool" --shard="$shard" --ucx_tls=posix,sysv,self \
     --checkpoint_dir="$ckdir" --admin_token_file="$tmp/token" --lease_ttl_ms=1500 "$@" \
     > "$tmp/server-$pool-$shard.log" 2>&1 &
   server_pid[$pool/$shard]=$!
@@ -165,7 +166,11 @@ python3 -c "import json,sys; d=json.load(open('$tmp/shards.json')); assert len(d
 cat "$tmp/noauth.txt"
 [ $rc -eq 5 ] || fail "save without a token must exit 5, got $rc"
 grep -q "TESSEL_TOKEN" "$tmp/noauth.txt" || fail "no hint about the token"
-echo "wrong-token-wrong-token" > "$tmp/badtoken"
+(umask 077; echo "wrong-token-wrong-token" > "$tmp/badtoken")
+cp "$tmp/token" "$tmp/open.token" && chmod 644 "$tmp/open.token"
+"$CTL" --pool e --token_file "$tmp/open.token" checkpoint delete --job ck --step 40 > "$tmp/open.txt" 2>&1 &&
+  fail "a token file others can read must be refused"
+grep -q "chmod 600 $tmp/open.token" "$tmp/open.txt" || fail "no chmod hint: $(cat "$tmp/open.txt")"
 "$CTL" --pool e --token_file "$tmp/badtoken" checkpoint delete --job ck --step 40 > /dev/null 2>&1; [ $? -eq 5 ] || fail "wrong token must exit 5"
 TESSEL_TOKEN="$(cat "$tmp/token")" "$CTL" --pool e checkpoint save --job w4 || fail "save with env token"
 "$CTL" --pool e --token_file "$tmp/token" checkpoint delete --job ck --step 20 || fail "delete"

@@ -88,14 +88,19 @@ def first_log_lines(args, d, name, want=2, timeout=15):
 
 
 def check_logs(paths, d):
-    reg = paths["tessel-registry"]
-    text = first_log_lines([reg, "--listen=127.0.0.1:0"], d, "text")
+    # With a credential, so that the only WARNING a registry logs at start
+    # (--insecure's) stays out of the INFO-only checks below.
+    token = os.path.join(d, "admin.token")
+    with open(os.open(token, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write("cli-flags-test-admin-token-0123456789\n")
+    reg = [paths["tessel-registry"], "--admin_token_file=" + token]
+    text = first_log_lines(reg + ["--listen=127.0.0.1:0"], d, "text")
     m = [re.match(r"^([DIWE]) (\S+) registry (\S+:\d+)\] (.*)$", l) for l in text]
     check(text and all(m), "text lines: level, time, process, source, message: %r" %
           (text[:1],))
     check(all(x and RFC3339.match(x.group(2)) for x in m),
           "text timestamps are RFC 3339 UTC with milliseconds")
-    js = first_log_lines([reg, "--listen=127.0.0.1:0", "--log_format=json"], d, "json")
+    js = first_log_lines(reg + ["--listen=127.0.0.1:0", "--log_format=json"], d, "json")
     try:
         objs = [json.loads(l) for l in js]
     except ValueError as e:
@@ -106,7 +111,7 @@ def check_logs(paths, d):
           "--log_format=json: one object per line with time, level, process, source, msg")
     check(all(RFC3339.match(o["time"]) and o["level"] == "info" and o["process"] == "registry"
               for o in objs), "json fields: %r" % (objs[:1],))
-    quiet = first_log_lines([reg, "--listen=127.0.0.1:0", "--log_level=warning",
+    quiet = first_log_lines(reg + ["--listen=127.0.0.1:0", "--log_level=warning",
                              "--port_file=" + os.path.join(d, "port")], d, "quiet", want=1,
                             timeout=3)
     check(not quiet, "--log_level=warning leaves out the registry's INFO lines")

@@ -39,12 +39,14 @@ def main():
 
     try:
         token = os.path.join(d, "admin.token")
-        open(token, "w").write("s3cret-admin-token-0123456789\n")
+        # Token files are secrets: owner-only, or every binary refuses them.
+        with open(os.open(token, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write("s3cret-admin-token-0123456789\n")
         _, reg = start_registry(registry, d, 1500)
         ck = os.path.join(d, "ck")
 
         def start_server(shard):
-            return spawn([server, "--registry=" + reg, "--shard=%d" % shard, UCX,
+            return spawn([server, "--insecure", "--registry=" + reg, "--shard=%d" % shard, UCX,
                           "--checkpoint_dir=" + ck, "--lease_ttl_ms=1500",
                           "--admin_token_file=" + token], os.path.join(d, "server%d.log" % shard))
 

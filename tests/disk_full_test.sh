@@ -39,7 +39,7 @@ fi
 dd if=/dev/zero of="$tmp/small/filler" bs=4k count=170 status=none || fail "cannot fill"
 df -k "$tmp/small" | tail -1
 
-"$REGISTRY" --listen=127.0.0.1:0 --port_file="$tmp/registry.port" --lease_ttl_ms=1500 \
+"$REGISTRY" --insecure --listen=127.0.0.1:0 --port_file="$tmp/registry.port" --lease_ttl_ms=1500 \
   --metrics_address=127.0.0.1:0 > "$tmp/registry.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$tmp/registry.port" ] && break; sleep 0.1; done
@@ -49,7 +49,7 @@ export TESSEL_REGISTRY="$REG"
 
 start_server() {  # pool shard checkpoint_dir [extra flags]
   local pool=$1 shard=$2 dir=$3; shift 3
-  "$SERVER" --registry="$REG" --pool="$pool" --shard="$shard" --ucx_tls=posix,sysv,self \
+  "$SERVER" --insecure --registry="$REG" --pool="$pool" --shard="$shard" --ucx_tls=posix,sysv,self \
     --checkpoint_dir="$dir" --lease_ttl_ms=1500 --metrics_address=127.0.0.1:0 "$@" \
     > "$tmp/server-$pool-$shard.log" 2>&1 &
   pids+=($!)

@@ -67,7 +67,7 @@ class Cluster:
         _, self.reg = start_registry(REGISTRY, d, LEASE_MS)
         self.ckdir = ckdir or os.path.join(d, "checkpoints")
         for s in range(SHARDS):
-            spawn([SERVER, "--registry=" + self.reg, "--shard=%d" % s,
+            spawn([SERVER, "--insecure", "--registry=" + self.reg, "--shard=%d" % s,
                    "--ucx_tls=posix,sysv,self", "--lease_ttl_ms=%d" % SERVER_LEASE_MS,
                    "--checkpoint_dir=" + self.ckdir], os.path.join(d, "server%d.log" % s))
         self.workers = {}

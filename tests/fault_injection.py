@@ -89,7 +89,7 @@ class Cluster:
         self.workers = {r: self.start_worker(r, resume=False) for r in range(WORLD)}
 
     def start_server(self, s):
-        return spawn([SERVER, "--registry=" + self.reg, "--shard=%d" % s,
+        return spawn([SERVER, "--insecure", "--registry=" + self.reg, "--shard=%d" % s,
                       "--ucx_tls=posix,sysv,self", "--lease_ttl_ms=%d" % LEASE_MS,
                       "--checkpoint_dir=" + self.ckdir,
                       "--checkpoint_write_delay_ms=%d" % self.write_delay_ms,

@@ -60,7 +60,7 @@ class Cluster:
         time.sleep(0.5)
 
     def start_server(self, s):
-        return spawn([SERVER, "--registry=" + self.reg, "--shard=%d" % s,
+        return spawn([SERVER, "--insecure", "--registry=" + self.reg, "--shard=%d" % s,
                       "--ucx_tls=posix,sysv,self", "--lease_ttl_ms=%d" % LEASE_MS,
                       "--checkpoint_dir=" + self.ckdir, "--update_threads=2",
                       "--data_auth=" + ("on" if self.auth else "off")],

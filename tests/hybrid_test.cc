@@ -358,7 +358,8 @@ TEST(HybridMeshTest, ProcessesThatDisagreeOrAreMissingAreNamed) {
                                     "--batch=8",
                                     "--steps=2",
                                     absl::StrCat("--layers=", layers),
-                                    "--ucx_tls=posix,sysv,self"};
+                                    "--ucx_tls=posix,sysv,self",
+                                    cluster.WorkerCredentialFlags()[0]};
   };
   ProcessGroup& group = cluster.processes();
   // Two processes of one job with different models: refused at start-up.
@@ -399,11 +400,12 @@ TEST(HybridMeshTest, AKilledPeerEndsItsPeersWaitNamingIt) {
                             "--steps=100000000", "--step_timeout_s=60", "--connect_timeout_s=30",
                             "--layers=16,32,32,4", "--batch=12", "--samples=512",
                             "--log_every=100000000", "--ucx_tls=posix,sysv,self",
+                            cluster.WorkerCredentialFlags()[0],
                             // Nobody replaces it: give up soon after pausing.
                             "--recovery_timeout_s=5"})
                     .ok());
   }
-  RegistryClient registry(cluster.registry_address());
+  RegistryClient registry(cluster.registry_address(), {}, cluster.WorkerToken());
   pid_t victim = 0;
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (victim == 0 && absl::Now() < give_up) {

@@ -316,7 +316,7 @@ def check_image(tag, image, layout, tmp, host_version, release, variant):
     os.makedirs(d)
     port_file = os.path.join(root, "tmp/registry.port")
     registry = spawn(in_image(root, uid, gid, [
-        "/usr/local/bin/tessel-registry", "--listen=127.0.0.1:0",
+        "/usr/local/bin/tessel-registry", "--insecure", "--listen=127.0.0.1:0",
         "--port_file=/tmp/registry.port", "--lease_ttl_ms=3000"], mounts=True),
         os.path.join(d, "registry.log"))
     address = wait_for("the registry's port file", lambda: os.path.exists(port_file) and open(
@@ -330,7 +330,7 @@ def check_image(tag, image, layout, tmp, host_version, release, variant):
         address, grpc_health(address)))
 
     server = spawn(in_image(root, uid, gid, [
-        "/usr/local/bin/tessel-server", "--registry=" + address, "--shard=0",
+        "/usr/local/bin/tessel-server", "--insecure", "--registry=" + address, "--shard=0",
         "--listen=127.0.0.1:0", "--ucx_tls=tcp", "--lease_ttl_ms=3000"], mounts=True),
         os.path.join(d, "server.log"))
 

@@ -192,7 +192,7 @@ def test_registry():
     os.makedirs(d)
     _, address = start_registry(REGISTRY, d, 3000)
     for s in range(2):
-        spawn([SERVER, "--registry=" + address, "--shard=%d" % s, "--ucx_tls=posix,sysv,self"],
+        spawn([SERVER, "--insecure", "--registry=" + address, "--shard=%d" % s, "--ucx_tls=posix,sysv,self"],
               os.path.join(d, "server%d.log" % s))
     time.sleep(1)
     p = launch(["--nproc_per_node=2", "--registry=" + address, "--job=external",

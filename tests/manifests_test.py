@@ -1031,7 +1031,7 @@ def prod_secrets(gen_certs, tmp):
         "tessel-etcd-tls": {k: read(k) for k in ("ca.crt", "server.crt", "server.key",
                                                  "client.crt", "client.key")},
     }
-    for t in ("admin", "worker", "server"):
+    for t in ("admin", "worker", "server", "metrics"):
         secrets["tessel-%s-token" % t] = {
             "token": ("%s-%s\n" % (t, os.urandom(18).hex())).encode()}
     return secrets, d
@@ -1048,7 +1048,8 @@ def run_prod(ov, bins, probe_bin, ctl, gen_certs, tmp):
     tokens = {}
     for t in ("admin", "worker"):
         tokens[t] = os.path.join(tmp, "%s.token" % t)
-        with open(tokens[t], "wb") as f:
+        # Owner-only: a token file others may read is refused.
+        with open(os.open(tokens[t], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             f.write(secrets["tessel-%s-token" % t]["token"])
     tls = ["--tls_ca", os.path.join(certs, "ca.crt"), "--tls_cert",
            os.path.join(certs, "client.crt"), "--tls_key", os.path.join(certs, "client.key"),

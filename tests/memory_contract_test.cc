@@ -37,6 +37,7 @@ Measured RunJob(Strategy strategy, const std::string& job, Precision precision =
     threads.emplace_back([&, r] {
       WorkerOptions o;
       o.registry = cluster.registry_address();
+      o.token = cluster.WorkerToken();
       o.job = job;
       o.rank = r;
       o.world_size = kWorkers;

@@ -141,7 +141,7 @@ def main():
     try:
         reg_log = os.path.join(d, "registry.log")
         port_file = os.path.join(d, "registry.port")
-        spawn([registry, "--listen=127.0.0.1:0", "--port_file=" + port_file,
+        spawn([registry, "--insecure", "--listen=127.0.0.1:0", "--port_file=" + port_file,
                "--metrics_address=127.0.0.1:0", "--lease_ttl_ms=1500"], reg_log)
         reg_http = metrics_address(reg_log)
         while not (os.path.exists(port_file) and open(port_file).read().strip()):
@@ -150,7 +150,7 @@ def main():
         servers = []
         for shard in range(2):
             slog = os.path.join(d, "server%d.log" % shard)
-            spawn([server, "--registry=" + reg, "--shard=%d" % shard, UCX,
+            spawn([server, "--insecure", "--registry=" + reg, "--shard=%d" % shard, UCX,
                    "--checkpoint_dir=" + os.path.join(d, "ck"), "--lease_ttl_ms=1500",
                    "--metrics_address=127.0.0.1:0"], slog)
             servers.append(metrics_address(slog))

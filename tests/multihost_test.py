@@ -200,11 +200,11 @@ class Cluster:
         if self.layout == "config":
             cfg = self.config_file()
             self.reg = "tessel-registry:%d" % REG_PORT
-            self.registry = Proc(reg_host, [REGISTRY, "--config=" + cfg, "--port_file=" + port_file],
+            self.registry = Proc(reg_host, [REGISTRY, "--insecure", "--config=" + cfg, "--port_file=" + port_file],
                                  {"POD_IP": reg_host.ip}, self.logpath("registry")).start()
         else:
             self.reg = "%s:%d" % (self.ip("tessel-registry"), REG_PORT)
-            self.registry = Proc(reg_host, [REGISTRY, "--listen=" + self.reg,
+            self.registry = Proc(reg_host, [REGISTRY, "--insecure", "--listen=" + self.reg,
                                             "--port_file=" + port_file,
                                             "--lease_ttl_ms=%d" % LEASE_MS],
                                  {}, self.logpath("registry")).start()
@@ -216,12 +216,12 @@ class Cluster:
             n = "tessel-server-%d" % s
             host = self.hosts[n]
             if self.layout == "config":
-                argv = [SERVER, "--config=" + cfg]
+                argv = [SERVER, "--insecure", "--config=" + cfg]
                 if s == 0:
                     argv.append("--advertise_address=" + host.ip)
                 env = {"HOSTNAME": n}
             else:
-                argv = [SERVER, "--registry=" + self.reg, "--shard=%d" % s,
+                argv = [SERVER, "--insecure", "--registry=" + self.reg, "--shard=%d" % s,
                         "--listen=%s:%d" % (self.ip(n), self.server_port(s)),
                         "--ucx_tls=" + self.tls, "--lease_ttl_ms=%d" % LEASE_MS,
                         "--checkpoint_dir=" + self.ckdir]

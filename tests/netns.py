@@ -12,7 +12,7 @@ Example:
     with Bridge("tessel") as br:              # a free 10.2xx.y.0/24
         a, b = br.add_host("registry"), br.add_host("server-0")
         b.hosts_file({"tessel-registry": a})   # /etc/hosts inside b
-        p = a.popen(["tessel-registry", "--listen=%s:7070" % a.ip],
+        p = a.popen(["tessel-registry", "--insecure", "--listen=%s:7070" % a.ip],
                     stdout=open("reg.log", "w"), stderr=subprocess.STDOUT)
         a.wait_listening(7070, timeout=10)
         b.run(["tesselctl", "--registry=tessel-registry:7070", "members"])

@@ -73,7 +73,7 @@ class Cluster:
         self.workers = {}
 
     def server(self, i):
-        return spawn([SERVER, "--config=" + self.config, "--shard_from_hostname"],
+        return spawn([SERVER, "--insecure", "--config=" + self.config, "--shard_from_hostname"],
                      os.path.join(self.d, "server%d.log" % i),
                      env={"HOSTNAME": "tessel-server-%d" % i})
 
@@ -138,7 +138,7 @@ def main():
     c.registry.wait()
     t_kill = time.time()
     time.sleep(1.0)
-    registry = spawn([REGISTRY, "--listen=" + c.address, "--lease_ttl_ms=1500"],
+    registry = spawn([REGISTRY, "--insecure", "--listen=" + c.address, "--lease_ttl_ms=1500"],
                      os.path.join(c.d, "registry.log"))
     end = time.time() + 20
     while time.time() < end and not all("joined the registry again" in c.log("server%d" % i)

@@ -73,7 +73,9 @@ def start_registry(binary, d, lease_ms):
     """Starts tessel-registry on a free loopback port, logging to
     d/registry.log; returns (process, "host:port")."""
     port = os.path.join(d, "registry.port")
-    p = spawn([binary, "--listen=127.0.0.1:0", "--port_file=" + port,
+    # --insecure: the tests' registries run without credentials (roles_test.sh,
+    # tls_test.sh and the launchers' generated tokens test those).
+    p = spawn([binary, "--insecure", "--listen=127.0.0.1:0", "--port_file=" + port,
                "--lease_ttl_ms=%d" % lease_ms], os.path.join(d, "registry.log"))
     for _ in range(200):
         if os.path.exists(port) and open(port).read().strip():

@@ -39,7 +39,7 @@ members() { ctl get /tessel/groups/default/members/ --prefix --keys-only | grep 
 
 start_registry() {  # $1 = listen address
   rm -f "$tmp/port"
-  "$REGISTRY" --backend=etcd --etcd_endpoints="$ETCD" --listen="$1" --port_file="$tmp/port" \
+  "$REGISTRY" --insecure --backend=etcd --etcd_endpoints="$ETCD" --listen="$1" --port_file="$tmp/port" \
     --lease_ttl_ms=2000 --health_check_period_ms=0 >> "$tmp/registry.log" 2>&1 &
   reg_pid=$!
   pids+=($reg_pid)
@@ -49,7 +49,7 @@ start_registry() {  # $1 = listen address
 start_registry 127.0.0.1:0
 REG="$(cat "$tmp/port")"
 for s in 0 1; do
-  "$SERVER" --registry="$REG" --shard=$s --ucx_tls=posix,sysv,self --lease_ttl_ms=2000 \
+  "$SERVER" --insecure --registry="$REG" --shard=$s --ucx_tls=posix,sysv,self --lease_ttl_ms=2000 \
     > "$tmp/server$s.log" 2>&1 &
   eval "s$s=$!"
   pids+=($!)

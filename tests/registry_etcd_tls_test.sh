@@ -64,7 +64,7 @@ expect() {
   local want=$1 pattern=$2; shift 2
   local out rc t
   t=$(now)
-  out=$(timeout 30 "$REGISTRY" --listen=127.0.0.1:0 --etcd_timeout_ms=2000 \
+  out=$(timeout 30 "$REGISTRY" --insecure --listen=127.0.0.1:0 --etcd_timeout_ms=2000 \
     --health_check_period_ms=0 "$@" 2>&1); rc=$?
   local took; took=$(since "$t")
   out=$(grep -v '^E[0-9]' <<<"$out")  # gRPC's own handshake log lines
@@ -108,7 +108,7 @@ step "3. registry over TLS to etcd, two shard servers"
 start_registry() {  # $1 = listen address, then the etcd flags
   local listen=$1; shift
   rm -f "$tmp/port"
-  "$REGISTRY" --backend=etcd --listen="$listen" --port_file="$tmp/port" --lease_ttl_ms=2000 \
+  "$REGISTRY" --insecure --backend=etcd --listen="$listen" --port_file="$tmp/port" --lease_ttl_ms=2000 \
     --health_check_period_ms=0 --etcd_timeout_ms=2000 "$@" >> "$tmp/registry.log" 2>&1 &
   reg_pid=$!
   pids+=($reg_pid)
@@ -120,7 +120,7 @@ REG="$(cat "$tmp/port")"
 grep -q "membership in etcd at https://$ETCD over TLS" "$tmp/registry.log" ||
   fail "registry does not log that it reaches etcd over TLS"
 for s in 0 1; do
-  "$SERVER" --registry="$REG" --shard=$s --ucx_tls=posix,sysv,self --lease_ttl_ms=2000 \
+  "$SERVER" --insecure --registry="$REG" --shard=$s --ucx_tls=posix,sysv,self --lease_ttl_ms=2000 \
     > "$tmp/server$s.log" 2>&1 &
   pids+=($!)
 done

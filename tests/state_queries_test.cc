@@ -39,6 +39,7 @@ class StateQueriesTest : public ::testing::Test {
                         int servers = 2) {
     WorkerOptions o;
     o.registry = cluster_->registry_address();
+    o.token = cluster_->WorkerToken();
     o.job = job;
     o.rank = rank;
     o.world_size = world;

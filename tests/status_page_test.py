@@ -94,12 +94,12 @@ def main():
     try:
         port_file = os.path.join(d, "registry.port")
         reg_log = os.path.join(d, "registry.log")
-        spawn([registry, "--listen=127.0.0.1:0", "--port_file=" + port_file,
+        spawn([registry, "--insecure", "--listen=127.0.0.1:0", "--port_file=" + port_file,
                "--metrics_address=127.0.0.1:0"], reg_log)
         http = wait_for(r"metrics at http://(\S+)/metrics", reg_log)
         reg = wait_for(r"(\S+)", port_file)
         for shard in range(2):
-            spawn([server, "--registry=" + reg, "--shard=%d" % shard, UCX,
+            spawn([server, "--insecure", "--registry=" + reg, "--shard=%d" % shard, UCX,
                    "--checkpoint_dir=" + os.path.join(d, "ck")],
                   os.path.join(d, "server%d.log" % shard))
         procs = [spawn([train, "--registry=" + reg, "--job=" + JOB, "--rank=%d" % r, "--world=2",

@@ -41,8 +41,9 @@ grep -q "wrote" "$tmp/gen2.txt" && fail "gen_certs.sh re-issued existing certifi
 c="$tmp/certs"
 SERVER_TLS=(--tls_ca="$c/ca.crt" --tls_cert="$c/server.crt" --tls_key="$c/server.key")
 CLIENT_TLS=(--tls_ca="$c/ca.crt" --tls_cert="$c/client.crt" --tls_key="$c/client.key")
-echo "tessel-test-admin-token-0123456789" > "$tmp/token"
-echo "not-the-admin-token-but-long-enough" > "$tmp/wrong-token"
+(umask 077  # token files are secrets: owner-only, or every binary refuses them
+  echo "tessel-test-admin-token-0123456789" > "$tmp/token"
+  echo "not-the-admin-token-but-long-enough" > "$tmp/wrong-token")
 
 "$REGISTRY" --listen=127.0.0.1:0 --port_file="$tmp/registry.port" --lease_ttl_ms=1500 \
   --admin_token_file="$tmp/token" --allow_anonymous_reads=false "${SERVER_TLS[@]}" \
@@ -97,14 +98,14 @@ expect 2 "is not the key of the certificate" "$CTL" jobs \
 expect 2 "cannot read --tls_ca file '/nonexistent/ca.crt'" "$CTL" jobs \
   --tls_ca=/nonexistent/ca.crt --tls_cert="$c/client.crt" --tls_key="$c/client.key"
 # A TLS client against a plaintext registry.
-"$REGISTRY" --listen=127.0.0.1:0 --port_file="$tmp/plain.port" > "$tmp/plain-registry.log" 2>&1 &
+"$REGISTRY" --insecure --listen=127.0.0.1:0 --port_file="$tmp/plain.port" > "$tmp/plain-registry.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$tmp/plain.port" ] && break; sleep 0.1; done
 expect 5 "TLS handshake failed.*uses TLS at all" "$CTL" --registry "$(cat "$tmp/plain.port")" \
   members "${CLIENT_TLS[@]}"
 
 step "5. a plaintext shard server cannot join the TLS registry"
-expect 1 "joining registry at .*--tls_cert" "$SERVER" --registry="$REG" --shard=5 \
+expect 1 "joining registry at .*--tls_cert" "$SERVER" --insecure --registry="$REG" --shard=5 \
   --pool=intruders --ucx_tls=posix,sysv,self
 
 step "6. admin tokens"

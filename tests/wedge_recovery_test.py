@@ -51,7 +51,7 @@ class Cluster:
         self.workers = [self.start_worker(r) for r in range(2)]
 
     def start_server(self, s):
-        return spawn([SERVER, "--registry=" + self.reg, "--shard=%d" % s, "--ucx_tls=" + TLS,
+        return spawn([SERVER, "--insecure", "--registry=" + self.reg, "--shard=%d" % s, "--ucx_tls=" + TLS,
                       "--lease_ttl_ms=%d" % LEASE_MS, "--receive_check_ms=500",
                       "--checkpoint_dir=" + os.path.join(self.d, "checkpoints")],
                      os.path.join(self.d, "server%d.log" % s))

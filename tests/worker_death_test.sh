@@ -21,11 +21,11 @@ fail() { echo "FAIL: $*"; for f in "$tmp"/*.log; do echo "--- $f"; grep -v "UCX 
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
-"$REGISTRY" --listen=127.0.0.1:0 --port_file="$tmp/port" --lease_ttl_ms=1500 > "$tmp/registry.log" 2>&1 &
+"$REGISTRY" --insecure --listen=127.0.0.1:0 --port_file="$tmp/port" --lease_ttl_ms=1500 > "$tmp/registry.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 REG="$(cat "$tmp/port")"
-"$SERVER" --registry="$REG" --shard=0 --ucx_tls=posix,sysv,self --lease_ttl_ms=1500 \
+"$SERVER" --insecure --registry="$REG" --shard=0 --ucx_tls=posix,sysv,self --lease_ttl_ms=1500 \
   --checkpoint_dir="$tmp/checkpoints" --stall_report_s=2 > "$tmp/server.log" 2>&1 &
 pids+=($!)
 sleep 0.5

@@ -20,6 +20,7 @@
 #include "rpc/tls_flags.h"
 #include "runtime/cli.h"
 #include "runtime/log.h"
+#include "testing/cluster_flags.h"
 #include "testing/local_cluster.h"
 #include "tools/internal/hybrid_mlp.h"
 #include "tools/internal/mlp_job.h"
@@ -117,18 +118,23 @@ int main(int argc, char** argv) {
   std::string others_metrics;
   std::unique_ptr<tessel::MetricsServer> metrics_http;
   if (!metrics_address.empty()) {
-    auto http = tessel::MetricsServer::Start(metrics_address);
+    auto access = tessel::HttpAccessFromFlags();
+    if (!access.ok()) return Fail(access.status());
+    auto http = tessel::MetricsServer::Start(metrics_address, &tessel::metrics::Default(), {},
+                                             *std::move(access));
     if (!http.ok()) return Fail(http.status());
     metrics_http = *std::move(http);
     others_metrics = absl::StrCat(
         "--metrics_address=", metrics_address.substr(0, metrics_address.rfind(':')), ":0");
     copt.server_args.push_back(others_metrics);
+    for (std::string& f : tessel::MetricsAccessFlags()) copt.server_args.push_back(std::move(f));
   }
   const std::string timeline_dir = absl::GetFlag(FLAGS_timeline_dir);
   if (!timeline_dir.empty()) {
     copt.server_args.push_back("--timeline=" + timeline_dir + "/server-{shard}.json");
     copt.server_args.push_back("--timeline_steps=20");
   }
+  copt.insecure = tessel::InsecureClusterFromFlags();
   tessel::LocalCluster cluster(copt);
   std::printf(
       "Tessel demo: %d shard servers + %d workers (separate processes), strategy %s, "

@@ -42,6 +42,7 @@
 #include "rpc/tls_flags.h"
 #include "runtime/cli.h"
 #include "runtime/log.h"
+#include "testing/cluster_flags.h"
 #include "testing/local_cluster.h"
 #include "tools/internal/hybrid_launch.h"
 #include "tools/internal/hybrid_mlp.h"
@@ -463,6 +464,7 @@ int RunLocal() {
   copt.run_dir = tessel::MakeRunDir("tessel-hybrid");
   if (!absl::GetFlag(FLAGS_ucx_tls).empty()) copt.ucx_tls = absl::GetFlag(FLAGS_ucx_tls);
   copt.tls = tessel::TlsOptionsFromFlags();
+  copt.insecure = tessel::InsecureClusterFromFlags();
   tessel::LocalCluster cluster(copt);
   std::printf("tessel-hybrid-train --local: %d shard servers + %d worker processes; logs in %s\n",
               servers, config.world(), copt.run_dir.c_str());

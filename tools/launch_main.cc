@@ -20,6 +20,7 @@
 #include "runtime/cli.h"
 #include "runtime/flag_config.h"
 #include "runtime/log.h"
+#include "testing/cluster_flags.h"
 #include "testing/local_cluster.h"
 #include "tools/internal/launch.h"
 
@@ -208,8 +209,10 @@ int main(int argc, char** argv) {
       // The servers serve theirs on free ports of the same host (their logs say which).
       const std::string a = absl::GetFlag(FLAGS_metrics_address);
       copt.server_args.push_back("--metrics_address=" + a.substr(0, a.rfind(':')) + ":0");
+      for (std::string& f : tessel::MetricsAccessFlags()) copt.server_args.push_back(std::move(f));
     }
     options.ucx_tls = copt.ucx_tls;  // the workers talk to these servers as they do
+    copt.insecure = tessel::InsecureClusterFromFlags();
     cluster = std::make_unique<tessel::LocalCluster>(copt);
     std::cerr << "tessel-launch: starting an embedded registry and " << servers
               << " shard server(s); logs in " << options.run_dir << "\n";
@@ -225,6 +228,12 @@ int main(int argc, char** argv) {
     }
     options.registry = cluster->registry_address();
     options.num_servers = servers;
+    if (const tessel::LaunchCredentials* c = cluster->credentials(); c != nullptr) {
+      options.token_file = c->worker_token_file;
+      std::cerr << "tessel-launch: this launch's credentials are in " << c->dir
+                << " (workers get TESSEL_TOKEN_FILE; tesselctl --registry=" << options.registry
+                << " --token_file=" << c->admin_token_file << ")\n";
+    }
     auto pages = cluster->StatusPages();
     if (!pages.ok()) {
       cluster->Stop();

@@ -32,6 +32,7 @@
 #include "rpc/tls_flags.h"
 #include "runtime/cli.h"
 #include "runtime/log.h"
+#include "testing/cluster_flags.h"
 #include "testing/local_cluster.h"
 #include "testing/process.h"
 #include "tools/internal/hybrid_mlp.h"
@@ -148,6 +149,7 @@ int main(int argc, char** argv) {
   copt.server_args.push_back(
       absl::StrCat("--ucx_zero_copy=", absl::GetFlag(FLAGS_ucx_zero_copy) ? "true" : "false"));
   copt.tls = tessel::TlsOptionsFromFlags();
+  copt.insecure = tessel::InsecureClusterFromFlags();
   tessel::LocalCluster cluster(copt);
   absl::Status s = cluster.Start();
   if (!s.ok()) return Fail(s);

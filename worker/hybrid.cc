@@ -15,6 +15,7 @@
 #include "rpc/registry_client.h"
 #include "rpc/shard_fleet.h"
 #include "rpc/tls.h"
+#include "rpc/token_env.h"
 #include "runtime/frame_auth.h"
 #include "runtime/log.h"
 #include "worker/collectives.h"
@@ -79,8 +80,7 @@ absl::Status HybridSession::Start() {
   peers_ = std::make_unique<PeerGroup>(std::move(transport), w.rank, w.world_size, po);
 
   // The worker's token: registries with member credentials ask for it.
-  std::string token = w.token;
-  if (const char* env = std::getenv("TESSEL_TOKEN"); token.empty() && env != nullptr) token = env;
+  TESSEL_ASSIGN_OR_RETURN(std::string token, PresentedToken(w.token));
   registry_ = std::make_unique<RegistryClient>(w.registry, credentials, token);
   credentials_ = std::make_unique<ClientCredentials>(credentials);
   token_ = token;

@@ -11,6 +11,7 @@
 #include "core/status_macros.h"
 #include "core/tensor_steps.h"
 #include "rpc/job_spec.h"
+#include "rpc/token_env.h"
 #include "runtime/log.h"
 #include "runtime/metrics.h"
 #include "worker/checkpoint_watch.h"
@@ -27,8 +28,10 @@ namespace tessel {
 
 using internal::WorkerParts;
 
-absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& options) {
-  TESSEL_RETURN_IF_ERROR(ValidateWorkerOptions(options));
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Connect(const WorkerOptions& given) {
+  TESSEL_RETURN_IF_ERROR(ValidateWorkerOptions(given));
+  WorkerOptions options = given;
+  TESSEL_ASSIGN_OR_RETURN(options.token, PresentedToken(options.token));
   std::unique_ptr<Worker> w(new Worker(std::make_unique<WorkerParts>(options)));
   TESSEL_RETURN_IF_ERROR(w->Start());
   return w;

@@ -46,7 +46,7 @@ class Cluster:
     def __init__(self, args, work):
         self.procs = []
         port_file = os.path.join(work, "registry.port")
-        self.spawn([args.registry, "--listen=127.0.0.1:0", f"--port_file={port_file}"],
+        self.spawn([args.registry, "--insecure", "--listen=127.0.0.1:0", f"--port_file={port_file}"],
                    os.path.join(work, "registry.log"))
         deadline = time.monotonic() + 20
         while not (os.path.exists(port_file) and open(port_file).read().strip()):
@@ -56,7 +56,7 @@ class Cluster:
         with open(port_file) as f:
             self.registry = f.read().strip()
         for shard in range(2):
-            self.spawn([args.server, f"--registry={self.registry}", f"--shard={shard}",
+            self.spawn([args.server, "--insecure", f"--registry={self.registry}", f"--shard={shard}",
                         f"--ucx_tls={UCX_TLS}", f"--checkpoint_dir={os.path.join(work, 'ckpt')}"],
                        os.path.join(work, f"server{shard}.log"))
 

@@ -98,13 +98,13 @@ def main():
     start = time.monotonic()
     try:
         port_file = os.path.join(d, "registry.port")
-        spawn([args.registry, "--listen=127.0.0.1:0", "--port_file=" + port_file,
+        spawn([args.registry, "--insecure", "--listen=127.0.0.1:0", "--port_file=" + port_file,
                "--metrics_address=127.0.0.1:0"], "registry.log")
         http = wait_for("registry metrics address", lambda: grep(
             r"metrics at http://(\S+)/metrics", os.path.join(d, "registry.log")))
         registry = wait_for("registry port", lambda: open(port_file).read().strip())
         for shard in range(2):
-            spawn([args.server, "--registry=" + registry, f"--shard={shard}",
+            spawn([args.server, "--insecure", "--registry=" + registry, f"--shard={shard}",
                    "--ucx_tls=" + UCX], f"server{shard}.log")
         out = os.path.join(d, "out")
         os.mkdir(out)

@@ -39,7 +39,7 @@ class Cluster:
         os.makedirs(d)
         self.procs = []
         port = os.path.join(d, "registry.port")
-        self.spawn([args.registry, "--listen=127.0.0.1:0", f"--port_file={port}",
+        self.spawn([args.registry, "--insecure", "--listen=127.0.0.1:0", f"--port_file={port}",
                     f"--lease_ttl_ms={LEASE_MS}"], "registry.log")
         for _ in range(200):
             if os.path.exists(port) and open(port).read().strip():
@@ -56,7 +56,7 @@ class Cluster:
         return p
 
     def start_server(self, s):
-        return self.spawn([self.args.server, f"--registry={self.address}", f"--shard={s}",
+        return self.spawn([self.args.server, "--insecure", f"--registry={self.address}", f"--shard={s}",
                            f"--lease_ttl_ms={LEASE_MS}", f"--checkpoint_dir={self.ckdir}",
                            "--update_threads=2"], f"server{s}.log")
 

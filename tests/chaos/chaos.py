@@ -153,7 +153,7 @@ class Cluster:
             raise RuntimeError("etcd did not start: %s" % tail(self.etcd.log))
 
     def start_registry(self):
-        argv = [REGISTRY, "--listen=" + self.reg, "--lease_ttl_ms=%d" % LEASE_MS]
+        argv = [REGISTRY, "--insecure", "--listen=" + self.reg, "--lease_ttl_ms=%d" % LEASE_MS]
         if ETCD:
             argv += ["--backend=etcd",
                      "--etcd_endpoints=%s:%d" % (self.hosts["etcd"].ip, ETCD_PORT)]
@@ -163,7 +163,7 @@ class Cluster:
 
     def start_server(self, s):
         h = self.hosts["server-%d" % s]
-        self.servers[s] = Proc(h, [SERVER, "--registry=" + self.reg, "--shard=%d" % s,
+        self.servers[s] = Proc(h, [SERVER, "--insecure", "--registry=" + self.reg, "--shard=%d" % s,
                                    "--listen=%s:%d" % (h.ip, SRV_PORT), "--ucx_tls=tcp",
                                    "--lease_ttl_ms=%d" % LEASE_MS,
                                    "--checkpoint_dir=" + self.ckdir],

@@ -21,6 +21,7 @@ absl::Status RunHybridWorkers(LocalCluster* cluster, const std::string& binary,
                                      absl::StrCat("--micro_batches=", o.config.micro_batches),
                                      absl::StrCat("--servers=", o.servers)};
     for (std::string& f : TlsFlags(cluster->tls())) argv.push_back(std::move(f));
+    for (std::string& f : cluster->WorkerCredentialFlags()) argv.push_back(std::move(f));
     argv.insert(argv.end(), o.args.begin(), o.args.end());
     argv.push_back(absl::StrCat("--ucx_tls=", o.ucx_tls));
     if (r == 0 && !o.out.empty()) argv.push_back(absl::StrCat("--out=", o.out));

@@ -182,6 +182,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnvironment(const LaunchO
   };
   if (!o.config.empty()) env.push_back({"TESSEL_CONFIG", o.config});
   if (!o.ucx_tls.empty()) env.push_back({"TESSEL_UCX_TLS", o.ucx_tls});
+  if (!o.token_file.empty()) env.push_back({"TESSEL_TOKEN_FILE", o.token_file});
   if (!o.python_root.empty()) {
     env.push_back({"PYTHONPATH", o.inherited_pythonpath.empty()
                                      ? o.python_root

@@ -75,6 +75,9 @@ struct LaunchOptions {
   std::vector<std::string> command;  // argv; command[0] an absolute path
   absl::Duration timeout = absl::InfiniteDuration();
   std::string ucx_tls;  // TESSEL_UCX_TLS when not empty: the embedded servers' transports
+  // TESSEL_TOKEN_FILE when not empty: the worker token of the embedded
+  // cluster (testing/launch_credentials.h); the file's path, never the token.
+  std::string token_file;
 };
 
 // NAME=VALUE pairs the worker of `local_rank` on this host gets on top of
