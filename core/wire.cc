@@ -88,9 +88,10 @@ absl::StatusOr<FrameHeader> DecodeHeader(const void* data, size_t size) {
   h.code = Get<int32_t>(in, 44);
   h.payload_bytes = Get<uint64_t>(in, 48);
   h.bucket_count = Get<uint32_t>(in, 56);
-  if (h.type == FrameType::kPush && h.bucket_count > kPushPart) {
-    return absl::InvalidArgumentError(absl::StrCat("PUSH bucket count ", h.bucket_count,
-                                                   ": 0 (the push) or ", kPushPart, " (a part)"));
+  if (h.type == FrameType::kPush && h.bucket_count >= PushPartCount(kMaxPushParts)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PUSH bucket count ", h.bucket_count, ": 0 (the push) or ", kPushPart,
+                     " + a part index below ", kMaxPushParts, " (a part)"));
   }
   if (h.bucket_count != 0 && h.type != FrameType::kPull && h.type != FrameType::kParams &&
       h.type != FrameType::kError && h.type != FrameType::kPush) {

@@ -46,8 +46,12 @@ inline constexpr size_t kHeaderBytes = 64;
 // takes: servers cut longer messages to this, workers drop an ERROR frame
 // announcing more (docs/wire-protocol.md).
 inline constexpr uint64_t kMaxErrorTextBytes = 4096;
-// FrameHeader::bucket_count of a PUSH that is a micro-batch part.
+// FrameHeader::bucket_count of a PUSH that is a micro-batch part: kPushPart
+// + the part's index in its step (0, 1, ...; at most kMaxPushParts parts a
+// step), so a server takes each part once (a replayed part is refused).
 inline constexpr uint32_t kPushPart = 1;
+inline constexpr uint32_t kMaxPushParts = 4096;
+inline constexpr uint32_t PushPartCount(uint32_t index) { return kPushPart + index; }
 
 struct FrameHeader {
   FrameType type = FrameType::kPush;
@@ -61,11 +65,18 @@ struct FrameHeader {
   uint64_t payload_bytes = 0;
   // PULL: buckets [bucket, bucket + bucket_count) of the shard; 0 asks only
   // to be told (an empty PARAMS frame) when the shard reaches `step`.
-  // PARAMS: echoes the PULL's count. PUSH: kPushPart marks a micro-batch
-  // part (summed on the server into the rank's push of that bucket and step,
-  // which completes nothing); 0 is the push itself. Zero in every other frame.
+  // PARAMS: echoes the PULL's count. PUSH: 0 is the push itself;
+  // PushPartCount(i) marks micro-batch part i of the step (summed on the
+  // server into the rank's push of that bucket and step, which completes
+  // nothing). Zero in every other frame.
   uint32_t bucket_count = 0;
 };
+
+// Whether `h` is a micro-batch part, and its index in the step.
+inline bool IsPushPart(const FrameHeader& h) {
+  return h.type == FrameType::kPush && h.bucket_count >= kPushPart;
+}
+inline uint32_t PushPartIndex(const FrameHeader& h) { return h.bucket_count - kPushPart; }
 
 using HeaderBytes = std::array<uint8_t, kHeaderBytes>;
 

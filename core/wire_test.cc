@@ -66,13 +66,21 @@ TEST(WireTest, RejectsMalformedHeaders) {
   EXPECT_NE(corrupt(44, 99).message().find("error code"), std::string::npos);
   FrameHeader push = Sample();
   push.type = FrameType::kPush;
+  push.bucket_count = PushPartCount(kMaxPushParts);  // one part too many
   HeaderBytes pb = EncodeHeader(push);
-  EXPECT_NE(DecodeHeader(pb.data(), pb.size()).status().message().find("PUSH bucket count 5"),
+  EXPECT_NE(DecodeHeader(pb.data(), pb.size()).status().message().find("PUSH bucket count"),
             std::string::npos);
-  push.bucket_count = kPushPart;  // a micro-batch part
-  pb = EncodeHeader(push);
-  ASSERT_TRUE(DecodeHeader(pb.data(), pb.size()).ok());
-  EXPECT_EQ(DecodeHeader(pb.data(), pb.size())->bucket_count, kPushPart);
+  for (uint32_t index : {0u, 4u, kMaxPushParts - 1}) {  // micro-batch parts, by index
+    push.bucket_count = PushPartCount(index);
+    pb = EncodeHeader(push);
+    absl::StatusOr<FrameHeader> back = DecodeHeader(pb.data(), pb.size());
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(IsPushPart(*back));
+    EXPECT_EQ(PushPartIndex(*back), index);
+  }
+  push.bucket_count = 0;
+  EXPECT_FALSE(IsPushPart(push));
+  push.bucket_count = kPushPart;
   FrameHeader init = push;
   init.type = FrameType::kInit;
   HeaderBytes ib = EncodeHeader(init);

@@ -81,7 +81,7 @@ absl::Status FrameChecks::CheckData(const FrameHeader& h, const State& st, bool 
     return absl::FailedPreconditionError(
         absl::StrCat(where, "parameters are not initialized yet; rank 0 must send INIT first"));
   }
-  if (h.bucket_count == kPushPart && (s_.half || s_.topk_ratio > 0)) {
+  if (IsPushPart(h) && (s_.half || s_.topk_ratio > 0)) {
     return absl::FailedPreconditionError(absl::StrCat(
         where, "micro-batch parts are summed in float32 and dense only; this job pushes ",
         s_.half ? "half floats" : "top-k pairs", " (accumulate on the worker)"));

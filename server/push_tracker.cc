@@ -43,7 +43,16 @@ bool PushTracker::Receive(int bucket, int rank) {
   return ++received_[bucket] == world_;
 }
 
+bool PushTracker::TakePart(int bucket, int rank, uint32_t index) {
+  return parts_.emplace(bucket, rank, index).second;
+}
+
+void PushTracker::ReleasePart(int bucket, int rank, uint32_t index) {
+  parts_.erase({bucket, rank, index});
+}
+
 void PushTracker::NextStep() {
+  parts_.clear();
   for (auto& bucket : slots_) std::fill(bucket.begin(), bucket.end(), Slot::kEmpty);
   std::fill(received_.begin(), received_.end(), 0);
   StopClock();

@@ -11,7 +11,12 @@
 //                       may push the bucket again). The clock keeps running.
 //   Receive(b, r)       the payload landed; true exactly when this completed
 //                       bucket b.
-//   NextStep()          the version moved: every slot empty, clock stopped.
+//   TakePart(b, r, i)   micro-batch part i of rank r's push of bucket b this
+//                       step: true, and taken, unless it was taken already
+//                       (a replayed part, refused: it would be summed twice).
+//   ReleasePart(b, r, i) its receive failed: it may come again.
+//   NextStep()          the version moved: every slot empty, no part taken,
+//                       clock stopped.
 //   StopClock()         no step is in progress any more (the caller knows):
 //                       the next reserve starts a new clock.
 //   StallDue(now, d)    the clock has run for more than d and the step was
@@ -38,7 +43,9 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -58,6 +65,8 @@ class PushTracker {
   bool Complete(int bucket) const { return received_[bucket] == world_; }
 
   void Reserve(int bucket, int rank, absl::Time now);
+  bool TakePart(int bucket, int rank, uint32_t index);
+  void ReleasePart(int bucket, int rank, uint32_t index);
   void Release(int bucket, int rank);
   bool Receive(int bucket, int rank);
   void NextStep();
@@ -83,8 +92,9 @@ class PushTracker {
 
   const int num_buckets_;
   const int world_;
-  std::vector<std::vector<Slot>> slots_;  // [bucket][rank]
-  std::vector<int> received_;             // per bucket: ranks whose push landed
+  std::vector<std::vector<Slot>> slots_;            // [bucket][rank]
+  std::vector<int> received_;                       // per bucket: ranks whose push landed
+  std::set<std::tuple<int, int, uint32_t>> parts_;  // (bucket, rank, index) taken this step
   // When the step's first push was reserved (nullopt: no step in progress),
   // and when StallDue last reported it.
   std::optional<absl::Time> started_;

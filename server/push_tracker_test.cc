@@ -41,6 +41,21 @@ TEST(PushTrackerTest, SlotsMoveFromEmptyThroughReceivingToReceived) {
 
 // Whatever the order of reserves and receives, each bucket completes exactly
 // once, on its last rank's receive.
+// Issue 42: each micro-batch part (by index) of a rank's bucket is taken
+// once a step; a failed receive frees it, and so does the next step.
+TEST(PushTrackerTest, APartIsTakenOncePerStep) {
+  PushTracker t(2, 2);
+  EXPECT_TRUE(t.TakePart(0, 1, 0));
+  EXPECT_FALSE(t.TakePart(0, 1, 0)) << "replayed";
+  EXPECT_TRUE(t.TakePart(0, 1, 1));
+  EXPECT_TRUE(t.TakePart(0, 0, 0)) << "another rank";
+  EXPECT_TRUE(t.TakePart(1, 1, 0)) << "another bucket";
+  t.ReleasePart(0, 1, 1);
+  EXPECT_TRUE(t.TakePart(0, 1, 1)) << "its receive failed: it may come again";
+  t.NextStep();
+  EXPECT_TRUE(t.TakePart(0, 1, 0));
+}
+
 TEST(PushTrackerTest, EveryBucketCompletesOnceInAnyOrder) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {

@@ -157,8 +157,14 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
     init_seen_[h.bucket] = 1;
     return values_.data() + (layout_.bucket_range(shard_, h.bucket).begin - range_.begin);
   }
+  if (IsPushPart(h) && !pushes_.TakePart(h.bucket, h.rank, PushPartIndex(h))) {
+    ++counters_.rejected;
+    return absl::AlreadyExistsError(absl::StrCat(Where(), "rank ", h.rank, " already pushed part ",
+                                                 PushPartIndex(h), " of bucket ", h.bucket,
+                                                 " in step ", h.step, " (a replayed part)"));
+  }
   pushes_.Reserve(h.bucket, g, absl::Now());
-  if (h.bucket_count == kPushPart) return reducer_.AcceptPart(h.bucket, g);
+  if (IsPushPart(h)) return reducer_.AcceptPart(h.bucket, g);
   // After parts the push is added to them: copied, never borrowed.
   return reducer_.Accept(h.bucket, g, borrow && !reducer_.HasParts(h.bucket, g));
 }
@@ -180,10 +186,12 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
     }
     return c;
   }
-  if (h.bucket_count == kPushPart) {  // summed into the rank's push; the slot is free again
+  if (IsPushPart(h)) {  // summed into the rank's push; the slot is free again
     if (s.ok()) {
       reducer_.LandPart(h.bucket, group_[h.rank]);
       counters_.pushed_bytes += static_cast<int64_t>(h.payload_bytes);
+    } else {
+      pushes_.ReleasePart(h.bucket, h.rank, PushPartIndex(h));  // it may come again
     }
     pushes_.Release(h.bucket, group_[h.rank]);
     return c;

@@ -375,6 +375,39 @@ TEST(ShardJobServeTest, PushBuffersArePooledAndFreedOnceSummed) {
   ExpectBitwise(t.job().ParamsSnapshot(), Reference(spec, 2));
 }
 
+// Issue 42: micro-batch parts carry their index in the step, and a part
+// replayed within its step is refused (AlreadyExists) instead of being summed
+// again: the step's parameters are those of the same parts without the
+// replay, bit for bit. The next step numbers its parts from 0 again.
+TEST(ShardJobServeTest, AReplayedMicroBatchPartIsRefusedNotSummedAgain) {
+  const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, 1, 64, 64);
+  Harness replayed(spec), clean(spec);
+  auto part = [](Harness& t, uint32_t index, int salt) -> absl::Status {
+    FrameHeader h = t.Header(FrameType::kPush, 0, 0);
+    h.bucket_count = PushPartCount(index);
+    absl::StatusOr<void*> dst = t.job().AcceptData(h);
+    if (!dst.ok()) return dst.status();
+    std::vector<float> g(64);
+    for (int i = 0; i < 64; ++i) g[i] = TestValue(0, i, salt);
+    std::memcpy(*dst, g.data(), g.size() * 4);
+    t.job().CompleteReceive(h, absl::OkStatus());
+    return absl::OkStatus();
+  };
+  for (Harness* t : {&replayed, &clean}) {
+    ASSERT_TRUE(part(*t, 0, 1).ok());
+    ASSERT_TRUE(part(*t, 1, 2).ok());
+  }
+  const absl::Status again = part(replayed, 0, 1);
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists) << again;
+  EXPECT_NE(again.message().find("part 0"), std::string::npos) << again;
+  for (Harness* t : {&replayed, &clean}) {
+    if (std::optional<int> c = t->Push(0, 0, 3)) t->job().UpdateBucket(*c);
+    ASSERT_EQ(t->job().version(), 1);
+  }
+  ExpectBitwise(replayed.job().ParamsSnapshot(), clean.job().ParamsSnapshot());
+  EXPECT_TRUE(part(replayed, 0, 4).ok()) << "a new step";
+}
+
 // Folds on their own threads while pushes land and buckets update on
 // others, as the data plane's compute threads run them: still bitwise.
 TEST(ShardJobServeTest, FoldsBesidePushesAndUpdatesOnOtherThreadsAreBitwise) {

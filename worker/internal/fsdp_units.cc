@@ -282,6 +282,11 @@ absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int b
                      "): the servers sum micro-batch parts in float32 only; "
                      "accumulate half gradients on the worker"));
   }
+  if (part && parts >= static_cast<int>(kMaxPushParts)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx_->Where(), ": PushUnitPart(", unit, "): at most ", kMaxPushParts,
+                     " micro-batch parts a step (core/wire.h); accumulate on the worker"));
+  }
   if (parts > 0) channel_->WaitForSends();  // the unit's earlier part is out
   Unit& u = units_[static_cast<size_t>(unit)];
   {
@@ -294,7 +299,8 @@ absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int b
     for (int b = first; b < first + count; ++b) {
       if (!part) pushed(s, b);
       FrameHeader h = channel_->Header(FrameType::kPush, ctx_->step, s, b);
-      if (part) h.bucket_count = kPushPart;
+      // Numbered, so a server takes each part once.
+      if (part) h.bucket_count = PushPartCount(static_cast<uint32_t>(parts));
       const Range br = ctx_->layout->bucket_range(s, b);
       // The buffer lives until its last bucket is sent, then is freed.
       const size_t at = static_cast<size_t>(br.begin - u.range.begin);
