@@ -189,6 +189,14 @@ absl::StatusOr<HttpAccess> HttpAccessFromFlags(std::vector<std::string> service_
   return access;
 }
 
+std::vector<std::string> MetricsAccessFlags() {
+  std::vector<std::string> out;
+  if (absl::GetFlag(FLAGS_metrics_open)) out.push_back("--metrics_open");
+  const std::string file = absl::GetFlag(FLAGS_metrics_token_file);
+  if (!file.empty()) out.push_back("--metrics_token_file=" + file);
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(
     std::vector<HttpPage> pages, std::vector<std::string> service_tokens) {
   const std::string address = absl::GetFlag(FLAGS_metrics_address);

@@ -89,6 +89,11 @@ class MetricsServer {
 // admin token of tessel-server and tessel-registry).
 absl::StatusOr<HttpAccess> HttpAccessFromFlags(std::vector<std::string> service_tokens = {});
 
+// --metrics_open and --metrics_token_file as they were given, to forward to
+// the child processes a launcher starts with a --metrics_address of its own
+// host (empty when neither is set).
+std::vector<std::string> MetricsAccessFlags();
+
 // Starts the server --metrics_address names (with `pages`, HttpAccessFromFlags
 // (service_tokens)), logging "metrics at http://ADDRESS/metrics"; null (and
 // no error) when the flag is empty.

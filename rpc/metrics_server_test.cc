@@ -145,6 +145,7 @@ TEST(MetricsAccessTest, AccessFromFlags) {
   std::ofstream(file) << "# prometheus\ntessel-reader-token-0123\n";
   ASSERT_EQ(chmod(file.c_str(), 0600), 0);
   absl::SetFlag(&FLAGS_metrics_token_file, file);
+  EXPECT_EQ(MetricsAccessFlags(), std::vector<std::string>{"--metrics_token_file=" + file});
   auto access = HttpAccessFromFlags({"tessel-admin-token-01234"});
   ASSERT_TRUE(access.ok()) << access.status();
   EXPECT_EQ(access->tokens,
@@ -155,6 +156,7 @@ TEST(MetricsAccessTest, AccessFromFlags) {
   EXPECT_EQ(access.status().code(), absl::StatusCode::kPermissionDenied) << access.status();
   absl::SetFlag(&FLAGS_metrics_token_file, "");
   absl::SetFlag(&FLAGS_metrics_open, true);
+  EXPECT_EQ(MetricsAccessFlags(), std::vector<std::string>{"--metrics_open"});
   access = HttpAccessFromFlags();
   ASSERT_TRUE(access.ok());
   EXPECT_TRUE(access->open);
