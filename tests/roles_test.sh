@@ -11,7 +11,10 @@
 #     3. the job-scoped worker token trains job 'ra' but cannot create 'rb'
 #     4. tesselctl with the worker token lists checkpoints but cannot delete
 #        one (exit 5, message naming the admin credential); ReadState
-#        without a credential is refused even though reads are anonymous
+#        without a credential is refused even though reads are anonymous;
+#        WriteState of an older step (a rewind) needs the admin token; a job
+#        named 'ra.g1' that another tenant (a token scoped to 'ra.g1')
+#        trained is out of reach of the token scoped to 'ra'
 #     5. servers restarted: tesselctl with the worker token cannot restore an
 #        older checkpoint (an operator's rewind); with the admin token it
 #        can; the workers (worker token) join that rewind with --resume
@@ -101,11 +104,13 @@ umask 077  # token files are secrets: owner-only, or every binary refuses them
 echo "tessel-roles-admin-token-0123456" > "$tmp/admin.token"
 echo "tessel-roles-worker-token-012345" > "$tmp/worker.token"
 echo "tessel-roles-worker-token-job-ra" > "$tmp/worker-ra.token"
+echo "tessel-roles-worker-token-ra.g1-" > "$tmp/worker-rag1.token"
 echo "tessel-roles-server-token-012345" > "$tmp/server.token"
 {
   echo "# worker tokens: any job, then one for job ra only"
   cat "$tmp/worker.token"
   echo "$(cat "$tmp/worker-ra.token") ra"
+  echo "$(cat "$tmp/worker-rag1.token") ra.g1"
 } > "$tmp/workers.tokens"
 ADMIN=(--token_file="$tmp/admin.token")
 WORKER=(--token_file="$tmp/worker.token")
@@ -158,6 +163,18 @@ expect 5 "the worker credential for job 'ra' \(token\) may not act on job 'rt'" 
 # the call passes the check (and finds no such job on this server).
 expect 1 "NOT_FOUND: .*no job 'ra.g1'" \
   "$PROBE" --address="$addr" --rpc=ReadState --job=ra.g1 --token_file="$tmp/worker-ra.token"
+# A rewind is the operator's: WriteState of step 10 into 'rt' (at step 40).
+expect 5 "the worker credential \(token\) may not write step 10 into job 'rt', which is at step 40.*an admin credential may" \
+  "$PROBE" --address="$addr" --rpc=WriteState --job=rt --step=10 "${WORKER[@]}"
+expect 0 "OK" "$PROBE" --address="$addr" --rpc=WriteState --job=rt --step=10 "${ADMIN[@]}"
+expect 0 "OK" "$PROBE" --address="$addr" --rpc=WriteState --job=rt --step=40 "${WORKER[@]}"
+# Another tenant's job that happens to be named 'ra.g1' (its token scoped to
+# 'ra.g1'): not the 'ra' token's, although 'ra.g1' derives from 'ra'.
+train ra.g1 1 5 "$tmp/rag1.npy" --token_file="$tmp/worker-rag1.token" || fail "tenant 'ra.g1' on its job"
+expect 5 "the worker credential for job 'ra' \(token\) reaches a name derived from its job only where that credential created it, and job 'ra.g1' was created by another credential" \
+  "$PROBE" --address="$addr" --rpc=ReadState --job=ra.g1 --token_file="$tmp/worker-ra.token"
+expect 1 "FAILED_PRECONDITION|INVALID_ARGUMENT|OUT_OF_RANGE" \
+  "$PROBE" --address="$addr" --rpc=ReadState --job=ra.g1 --token_file="$tmp/worker-rag1.token"
 expect 5 "the worker credential \(token\) may not list every group \(an admin or reader credential may\)" \
   "$CTL" members "${WORKER[@]}"
 expect 0 "default +[0-9]+ +server +1" "$CTL" members "${ADMIN[@]}"

@@ -3,7 +3,7 @@
 // for RPCs tesselctl does not make (ReadState, WriteState, SetEpoch).
 //
 // Usage:
-//   rpc_probe --address=HOST:PORT --rpc=ReadState --job=J [--token_file=F]
+//   rpc_probe --address=HOST:PORT --rpc=ReadState --job=J [--step=S] [--token_file=F]
 //             [--tls_ca=CA --tls_cert=CERT --tls_key=KEY]
 // Prints "<CODE>: <message>" and exits 0 for OK, 5 for UNAUTHENTICATED or
 // PERMISSION_DENIED, 1 for any other status, 2 for a usage error.
@@ -22,6 +22,7 @@
 ABSL_FLAG(std::string, address, "", "host:port of the shard server's gRPC service");
 ABSL_FLAG(std::string, rpc, "ReadState", "ReadState, WriteState, SetEpoch or GetStats");
 ABSL_FLAG(std::string, job, "", "the job the RPC names");
+ABSL_FLAG(int64_t, step, 0, "WriteState: the step it writes (a chunk of nothing, no commit)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   } else if (rpc == "WriteState") {
     tessel::v1::WriteStateRequest req;
     req.set_job(job);
+    req.set_step(absl::GetFlag(FLAGS_step));
     tessel::v1::WriteStateResponse resp;
     s = stub->WriteState(&ctx, req, &resp);
   } else if (rpc == "SetEpoch") {
