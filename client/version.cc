@@ -1,5 +1,6 @@
 // `tesselctl version`: this client's version and each shard server's of the
-// pool (kubectl's client and server versions).
+// pool (kubectl's client and server versions), with how each authenticates
+// its callers; a server started with --insecure is flagged on stderr.
 #include "runtime/version.h"
 
 #include <iostream>
@@ -33,6 +34,13 @@ int Version(const Globals& g, bool client_only) {
         json row = {{"shard", shard}, {"address", c.fleet().address(shard)}};
         if (s.ok()) {
           row["version"] = info.version();
+          // "" from servers that predate the field.
+          row["security"] = info.security().empty() ? "unknown" : info.security();
+          if (info.security() == "insecure") {
+            std::cerr << "WARNING: shard server " << shard << " (" << c.fleet().address(shard)
+                      << ") runs with --insecure: no credentials, every RPC open to anyone who "
+                         "can reach it (docs/security.md)\n";
+          }
         } else {
           row["error"] = std::string(s.message());
           if (failure.ok()) failure = s;
@@ -50,8 +58,10 @@ int Version(const Globals& g, bool client_only) {
         for (const json& s : data["servers"]) {
           o << "Server " << s["shard"].get<int>() << " (" << s["address"].get<std::string>()
             << "): "
-            << (s.contains("version") ? s["version"].get<std::string>()
-                                      : "unreachable: " + s["error"].get<std::string>())
+            << (s.contains("version")
+                    ? absl::StrCat(s["version"].get<std::string>(),
+                                   ", callers: ", s["security"].get<std::string>())
+                    : "unreachable: " + s["error"].get<std::string>())
             << "\n";
         }
       },

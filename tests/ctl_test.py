@@ -46,7 +46,7 @@ def main():
         ck = os.path.join(d, "ck")
 
         def start_server(shard):
-            return spawn([server, "--insecure", "--registry=" + reg, "--shard=%d" % shard, UCX,
+            return spawn([server, "--registry=" + reg, "--shard=%d" % shard, UCX,
                           "--checkpoint_dir=" + ck, "--lease_ttl_ms=1500",
                           "--admin_token_file=" + token], os.path.join(d, "server%d.log" % shard))
 
@@ -82,6 +82,22 @@ def main():
               [s.get("version") for s in vj.get("servers", [])] ==
               [vj["client"]["version"]] * 2,
               "version: the client's and both servers' (%s)" % v.stdout.strip()[:200])
+        # How each server authenticates its callers: these hold an admin token.
+        check([s.get("security") for s in vj.get("servers", [])] == ["tokens"] * 2 and
+              "--insecure" not in v.stderr,
+              "version: both servers' callers 'tokens', no warning (%r)" % v.stderr.strip()[:200])
+        # A server started with --insecure (a pool of its own): flagged.
+        spawn([server, "--insecure", "--registry=" + reg, "--pool=open", "--shard=0", UCX,
+               "--lease_ttl_ms=1500"], os.path.join(d, "open-server.log"))
+        for _ in range(100):
+            v = run(*R, "--pool", "open", "version")
+            if v.returncode == 0:
+                break
+            time.sleep(0.1)
+        check(v.returncode == 0 and "callers: insecure" in v.stdout and
+              "shard server 0" in v.stderr and "runs with --insecure" in v.stderr,
+              "version: an --insecure server is shown and warned about (%r, %r)"
+              % (v.stdout.strip()[-120:], v.stderr.strip()[:200]))
         v = run("--registry", "127.0.0.1:1", "--timeout", "2", "version")
         check(v.returncode == 4 and "Client: tessel" in v.stdout,
               "version with no cluster: the client's, then exit 4 (%d)" % v.returncode)
