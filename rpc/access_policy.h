@@ -20,8 +20,9 @@
 // credentials once server tokens or certificate roles are configured; a Join
 // of any other role needs worker or admin credentials once worker tokens or
 // certificate roles are; GetView and Watch need any credential once either
-// is), and Heartbeat and Leave are always open: they act only on the
-// caller's own lease, named by an unguessable id.
+// is), and Heartbeat and Leave need no role: they act only on the caller's
+// own lease, which the registry service binds to the joining caller's
+// identity (registry/lease_holders.h).
 //
 // Tenants: a worker grant reaches a name derived from its scope (not named
 // by it) only where its holder created what exists of that name
