@@ -231,8 +231,16 @@ grpc::Status ShardService::GetMeshKey(grpc::ServerContext* ctx, const v1::MeshKe
                                      " bytes; `keep` has ", req->keep().size()));
   }
   if (auth_.enabled() && !caller.Has(Role::kAdmin)) {
-    absl::MutexLock lock(&mesh_mu_);
-    mesh_creators_.try_emplace(req->mesh(), caller.Identity());
+    // The first asker becomes the mesh's creator; checked again against the
+    // creator now recorded, in case another tenant's first ask won a race.
+    std::string bound;
+    {
+      absl::MutexLock lock(&mesh_mu_);
+      bound = mesh_creators_.try_emplace(req->mesh(), caller.Identity()).first->second;
+    }
+    if (caller.ReachesOnlyByDerivation(req->mesh())) {
+      TESSEL_RETURN_IF_ERROR(auth_.Check(caller, "ShardServer", "GetMeshKey", req->mesh(), bound));
+    }
   }
   if (frame_keys_ != nullptr) {
     resp->set_secret(frame_keys_->MeshSecret(req->mesh(), req->keep()));
