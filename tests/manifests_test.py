@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """The manifests are the cluster: deploy/ rendered, validated and run.
 
+0. Makes the dev overlay's tokens as deploy/README.md says
+   (deploy/overlays/dev/make-credentials.sh, in a copy of deploy/, never in
+   the source tree): three 0600 files of different tokens in a 0700 folder,
+   kept as they are when it runs again.
 1. Renders every overlay of deploy/ with `kubectl kustomize` (kustomize v5)
    and prints the number of objects of each kind in each.
 2. Validates every rendered object against Kubernetes' OpenAPI schemas,
@@ -27,11 +31,18 @@
    name, the pod's volumes bound at their mount paths (the rendered
    ConfigMap's tessel.json at /etc/tessel/tessel.json), the image's binaries
    (Bazel's) bound at /usr/local/bin, as uid 65532 on a read-only root, and
-   the Services' names in the pod's /etc/hosts. Nothing is rewritten.
-   Readiness and liveness are asked as the kubelet asks (tessel-health-probe
-   from the root namespace, the node, to the pod IP and probe port); the
-   registry must list every server at its pod IP with its pod ordinal as
-   shard; every worker must exit 0, and the one of completion index 0 must
+   the Services' names in the pod's /etc/hosts, its Secret volumes from the
+   Secrets the overlay generated (root-owned, group fsGroup, defaultMode).
+   Nothing is rewritten. Readiness and liveness are asked as the kubelet asks
+   (tessel-health-probe from the root namespace, the node, to the pod IP and
+   probe port); the registry and the servers must say they authenticate
+   their callers with tokens (`callers: tokens`, every frame authenticated,
+   never INSECURE); the registry must list every server at its pod IP with
+   its pod ordinal as shard (asked with the generated admin token); an
+   anonymous `tesselctl checkpoint delete` and the worker token's are
+   refused (exit 5) while the admin token is let through, and each server
+   refuses an anonymous GetFrameKey (tests/rpc_probe); every worker must
+   exit 0, and the one of completion index 0 must
    be rank 0, print the last step and a falling loss; then the servers and
    the registry must stop on SIGTERM within terminationGracePeriodSeconds.
 5. Runs the prod overlay the same way with the Secrets deploy/README.md
@@ -56,10 +67,12 @@ etcd (Debian's etcd-server).
 Usage: manifests_test.py --deploy=deploy/base/kustomization.yaml
     --validator=deploy/validate/k8s_validate.js --registry=BIN --server=BIN
     --train=BIN --probe=BIN --ctl=BIN --gen_certs=scripts/gen_certs.sh
+    --rpc_probe=tests/rpc_probe
     [--kubectl=kubectl] [--etcd=/usr/bin/etcd] [--npm_dir=DIR]
     [--steps=render,validate,flags,run,prod]
 """
 import argparse
+import base64
 import collections
 import glob
 import json
@@ -69,6 +82,7 @@ import random
 import re
 import shutil
 import signal
+import stat
 import string
 import subprocess
 import sys
@@ -98,6 +112,8 @@ READY_TIMEOUT_S = 90
 JOB_TIMEOUT_S = 300
 PROD_READY_TIMEOUT_S = 120
 PROD_CHECKPOINT_TIMEOUT_S = 180
+# The dev overlay's generated tokens (deploy/overlays/dev/credentials/ROLE-token).
+DEV_ROLES = ("admin", "worker", "server")
 
 failures = []
 
@@ -736,16 +752,27 @@ def hosts_for(ov, pods):
     return names, several
 
 
+def rendered_secrets(ov):
+    """{name: {key: bytes}} of the Secrets the overlay renders."""
+    out = {}
+    for o in ov.of_kind("Secret"):
+        data = {k: base64.b64decode(v) for k, v in o.get("data", {}).items()}
+        data.update({k: v.encode() for k, v in o.get("stringData", {}).items()})
+        out[o["metadata"]["name"]] = data
+    return out
+
+
 class Cluster:
     """An overlay's pods as processes: one network namespace per pod on a
     bridge (the root namespace is the node), one mount namespace per
-    container (tests/pod_exec.py). `secrets` {name: {key: bytes}} are the
-    Secrets the cluster would hold."""
+    container (tests/pod_exec.py). The cluster holds the overlay's own
+    Secrets (its secretGenerator's) and `secrets` {name: {key: bytes}}, the
+    ones created beforehand."""
 
     def __init__(self, ov, bins, probe_bin, tmp, secrets=None):
         self.ov, self.bins, self.probe_bin = ov, bins, probe_bin
         self.tmp = os.path.join(tmp, "run-" + ov.name)
-        self.secrets = secrets or {}
+        self.secrets = dict(rendered_secrets(ov), **(secrets or {}))
         self.claims = {}
         self.procs = {}
         self.pods = plan_pods(ov)
@@ -968,8 +995,110 @@ def losses(text):
             re.findall(r"(?m)^step\s+(\d+)/(\d+)\s+loss\s+([0-9.eE+-]+)", text)]
 
 
-def run_dev(ov, bins, probe_bin, ctl, tmp):
-    """Step 4: the dev overlay's pods, until the Indexed Job completes."""
+def dev_credentials(deploy):
+    """Step 0: deploy/overlays/dev/make-credentials.sh, run as deploy/README.md
+    says but in the copy `deploy`, twice; returns {role: token file}."""
+    dev = os.path.join(deploy, "overlays", "dev")
+    d = os.path.join(dev, "credentials")
+    # deploy/BUILD leaves a developer's own tokens out of the runfiles; the
+    # test makes fresh ones whatever the copy holds.
+    shutil.rmtree(d, ignore_errors=True)
+    files = {r: os.path.join(d, "%s-token" % r) for r in DEV_ROLES}
+    W = "overlays/dev/make-credentials.sh: "
+
+    def run():
+        # From another directory, with a permissive umask: the script sets its own.
+        return subprocess.run(["bash", os.path.join(dev, "make-credentials.sh")], cwd="/",
+                              capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: os.umask(0o022))
+
+    def state():
+        out = {}
+        for role, f in files.items():
+            with open(f) as fh:
+                out[role] = (fh.read(), stat.S_IMODE(os.stat(f).st_mode))
+        return out
+
+    r = run()
+    if not check(r.returncode == 0 and all(os.path.isfile(f) for f in files.values()),
+                 W + "writes %s (%s)" % (", ".join(sorted(os.path.basename(f)
+                                                          for f in files.values())),
+                                         (r.stdout + r.stderr).strip().replace("\n", "; "))):
+        return files
+    first = state()
+    tokens = {t.strip() for t, _ in first.values()}
+    check(stat.S_IMODE(os.stat(d).st_mode) == 0o700 and
+          all(m == 0o600 for _, m in first.values()),
+          W + "the folder 0700, every token file 0600 (%s)" %
+          ", ".join("%s %o" % (k, m) for k, (_, m) in sorted(first.items())))
+    check(len(tokens) == len(DEV_ROLES) and
+          all(re.fullmatch(r"[A-Za-z0-9+/]{43}=", t) for t in tokens),
+          W + "%d different tokens, each 32 random bytes in base64" % len(DEV_ROLES))
+    r = run()
+    check(r.returncode == 0 and state() == first,
+          W + "run again, it keeps every token as it was (rc %d: %s)" %
+          (r.returncode, (r.stdout + r.stderr).strip().replace("\n", "; ")))
+    return files
+
+
+def anonymous_env(tmp):
+    """The environment of a tesselctl with no credential at all: no token
+    variables, no CLI config file."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TESSEL_TOKEN", "TESSEL_TOKEN_FILE", "TESSEL_CONFIG")}
+    env["HOME"] = env["XDG_CONFIG_HOME"] = tmp
+    return env
+
+
+def check_authenticated(cl, ctl, rpc_probe, registry, tokens, tmp):
+    """The dev overlay's registry and servers say they authenticate their
+    callers with tokens (never INSECURE); an anonymous checkpoint delete and
+    the worker token's are refused, the admin token's is let through; each
+    server refuses an anonymous GetFrameKey."""
+    P = cl.P
+    for p in cl.of("Deployment") + cl.of("StatefulSet", "tessel-server"):
+        with open(p["log"], errors="replace") as f:
+            text = f.read()
+        line = [l for l in text.splitlines() if "callers: " in l][:1]
+        ok = bool(line) and re.search(r"callers: tokens\b", line[0]) is not None and \
+            "INSECURE" not in text and "callers: insecure" not in text
+        if p["workload"]["kind"] == "StatefulSet":
+            ok = ok and "(every frame authenticated)" in line[0]
+        check(ok, P + "%s authenticates its callers with the generated tokens: %s%s" %
+              (p["name"], line or "no start-up line", "" if ok else cl.dump(p)))
+    cfg = cl.config()
+    job = cfg["worker"]["job"]
+    delete = ["checkpoint", "delete", "--job", job, "--step", "1"]
+    for who, extra, says in (("an anonymous caller", [], "requires an admin"),
+                             ("the worker token", ["--token_file", tokens["worker"]],
+                              "may not delete checkpoints")):
+        r = subprocess.run([ctl, "--registry", registry] + extra + delete, capture_output=True,
+                           text=True, timeout=60, env=anonymous_env(tmp))
+        out = (r.stderr or r.stdout).strip()
+        check(r.returncode == 5 and says in out,
+              P + "%s may not delete a checkpoint (exit %d: %s)" %
+              (who, r.returncode, out.splitlines()[-1:]))
+    # Each server straight, not through the registry: the data path's frame
+    # key never goes to an anonymous caller. (The workers' training with
+    # every frame authenticated shows that their token gets it.)
+    for p in cl.of("StatefulSet", "tessel-server"):
+        address = "%s:%d" % (p["ip"], port_of(cfg["server"]["listen"]))
+        r = subprocess.run([rpc_probe, "--address=" + address, "--rpc=GetFrameKey",
+                            "--job=" + job], capture_output=True, text=True, timeout=60,
+                           env=anonymous_env(tmp))
+        check(r.returncode == 5, P + "%s refuses an anonymous GetFrameKey of job %s (exit %d: %s)"
+              % (p["name"], job, r.returncode, (r.stdout + r.stderr).strip().splitlines()[-1:]))
+    r = subprocess.run([ctl, "--registry", registry, "--token_file", tokens["admin"]] + delete,
+                       capture_output=True, text=True, timeout=60, env=anonymous_env(tmp))
+    out = (r.stderr or r.stdout).strip()
+    check(r.returncode != 5 and "credential" not in out,
+          P + "the admin token's checkpoint delete passes the credential check (exit %d: %s)" %
+          (r.returncode, out.splitlines()[-1:]))
+
+
+def run_dev(ov, bins, probe_bin, ctl, rpc_probe, tokens, tmp):
+    """Step 4: the dev overlay's pods, until the Indexed Job completes.
+    `tokens` {role: file}: the generated tokens the overlay's Secrets hold."""
     cl = Cluster(ov, bins, probe_bin, tmp)
     P = cl.P
     with netns.Bridge("manifests-dev") as bridge:
@@ -977,7 +1106,9 @@ def run_dev(ov, bins, probe_bin, ctl, tmp):
         cl.wait_ready(READY_TIMEOUT_S)
         cfg = cl.config()
         reg = cl.of("Deployment")[0]
-        cl.check_shards(ctl, "%s:%d" % (reg["ip"], port_of(cfg["registry"]["listen"])))
+        registry = "%s:%d" % (reg["ip"], port_of(cfg["registry"]["listen"]))
+        cl.check_shards(ctl, registry, ["--token_file", tokens["admin"]])
+        check_authenticated(cl, ctl, rpc_probe, registry, tokens, tmp)
         # The Job: every worker exits 0; index 0 is rank 0 and reports.
         workers = cl.of("Job")
         end = cl.t0 + JOB_TIMEOUT_S
@@ -1149,6 +1280,7 @@ def main():
     ap.add_argument("--probe", required=True, help="tessel-health-probe")
     ap.add_argument("--ctl", required=True, help="tesselctl")
     ap.add_argument("--gen_certs", required=True, help="scripts/gen_certs.sh")
+    ap.add_argument("--rpc_probe", required=True, help="tests/rpc_probe (GetFrameKey)")
     ap.add_argument("--etcd", default=shutil.which("etcd") or "/usr/bin/etcd",
                     help="an etcd binary whose flags the etcd manifests' are checked against")
     ap.add_argument("--kubectl", default=shutil.which("kubectl") or "kubectl")
@@ -1170,6 +1302,8 @@ def main():
                          IMAGE_BIN + "tessel-train": a.train})
         if os.path.exists(a.etcd):
             bins.paths[IMAGE_BIN + "etcd"] = a.etcd
+        log("== 0. the dev overlay's tokens (overlays/dev/make-credentials.sh, in the copy)")
+        dev_tokens = dev_credentials(deploy)
         log("== 1. render (%s)" % a.kubectl)
         overlays = render_all(a.kubectl, deploy)
         if "validate" in steps:
@@ -1186,7 +1320,7 @@ def main():
             dev = [ov for ov in overlays if ov.name == "dev"]
             log("== 4. run overlays/dev: one network namespace per pod")
             if check(bool(dev), "overlays/dev rendered"):
-                run_dev(dev[0], bins, a.probe, a.ctl, tmp)
+                run_dev(dev[0], bins, a.probe, a.ctl, a.rpc_probe, dev_tokens, tmp)
         if "prod" in steps:
             prod = [ov for ov in overlays if ov.name == "prod"]
             log("== 5. run overlays/prod with the Secrets of deploy/README.md, to its first "

@@ -1,6 +1,7 @@
 // rpc_probe: calls one tessel.v1.ShardServer RPC on one shard server and
 // prints its status, for tests that check which credential a server refuses
-// for RPCs tesselctl does not make (ReadState, WriteState, SetEpoch).
+// for RPCs tesselctl does not make (ReadState, WriteState, SetEpoch,
+// GetFrameKey).
 //
 // Usage:
 //   rpc_probe --address=HOST:PORT --rpc=ReadState --job=J [--step=S] [--token_file=F]
@@ -20,7 +21,8 @@
 #include "rpc/token_flag.h"
 
 ABSL_FLAG(std::string, address, "", "host:port of the shard server's gRPC service");
-ABSL_FLAG(std::string, rpc, "ReadState", "ReadState, WriteState, SetEpoch or GetStats");
+ABSL_FLAG(std::string, rpc, "ReadState",
+          "ReadState, WriteState, SetEpoch, GetStats or GetFrameKey");
 ABSL_FLAG(std::string, job, "", "the job the RPC names");
 ABSL_FLAG(int64_t, step, 0, "WriteState: the step it writes (a chunk of nothing, no commit)");
 
@@ -67,8 +69,14 @@ int main(int argc, char** argv) {
     req.set_job(job);
     tessel::v1::ShardStats resp;
     s = stub->GetStats(&ctx, req, &resp);
+  } else if (rpc == "GetFrameKey") {
+    tessel::v1::JobRef req;
+    req.set_job(job);
+    tessel::v1::FrameKeyResponse resp;
+    s = stub->GetFrameKey(&ctx, req, &resp);
   } else {
-    std::cerr << "rpc_probe: --rpc must be ReadState, WriteState, SetEpoch or GetStats\n";
+    std::cerr << "rpc_probe: --rpc must be ReadState, WriteState, SetEpoch, GetStats or "
+                 "GetFrameKey\n";
     return 2;
   }
   std::cout << tessel::FromGrpc(s, rpc) << "\n";
