@@ -61,7 +61,8 @@
 // codec (DESCRIPTOR and RELEASE on the wire), SendLeases (descriptor sends
 // until their RELEASE), WedgeProbe and WedgeJudge (CheckReceiveQueue) and
 // ParseEpInfo (lanes -> path). This class keeps the peers, the endpoints and
-// the message handlers.
+// the message handlers (ucx_transport.cc; the zero-copy ones, DESCRIPTOR and
+// RELEASE, in ucx_zero_copy.cc).
 //
 // Example:
 //   absl::StatusOr<std::unique_ptr<UcxTransport>> t = UcxTransport::Create({});
