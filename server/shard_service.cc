@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -121,17 +122,29 @@ v1::ShardStats ShardService::StatsOf(ShardJob& job) {
 }
 
 grpc::Status ShardService::CheckRewind(const Caller& caller, ShardJob& job, int64_t step) {
-  if (!auth_.enabled() || caller.Has(Role::kAdmin)) return grpc::Status::OK;
-  const int64_t at = job.version();
-  if (step >= at) return grpc::Status::OK;
+  if (!auth_.enabled() || caller.Has(Role::kAdmin) || step >= job.version()) {
+    return grpc::Status::OK;
+  }
+  // Back within the steps since the latest complete checkpoint: the
+  // workers' own (tessel.torch's load_state_dict of an earlier state_dict).
+  // Behind it: the rewind a worker's restore may not do either.
   const std::string& name = job.spec().job();
+  if (!jobs_->checkpointer()->enabled()) return grpc::Status::OK;
+  absl::StatusOr<std::vector<Manifest>> all = jobs_->checkpointer()->List(name);
+  if (absl::IsNotFound(all.status())) return grpc::Status::OK;
+  TESSEL_RETURN_IF_ERROR_AS(all.status(), ToGrpc);  // unknown: refused, not allowed
+  int64_t latest = -1;
+  for (const Manifest& m : *all) latest = std::max(latest, m.step);
+  if (step >= latest) return grpc::Status::OK;
   return auth_.Deny(
       caller, "WriteState",
-      absl::StrCat("write step ", step, " into job '", name, "', which is at step ", at,
-                   ": going back to an older step is an operator's rewind"),
+      absl::StrCat("write step ", step, " into job '", name, "' (at step ", job.version(),
+                   "): the latest complete checkpoint is step ", latest,
+                   ", and going back behind it is an operator's rewind"),
       absl::StrCat("tesselctl checkpoint restore --job ", name,
-                   " --step STEP --token_file=ADMIN_TOKEN_FILE goes back to a checkpoint; or load "
-                   "the state into a job that is not past step ",
+                   " --step STEP --token_file=ADMIN_TOKEN_FILE goes back to a checkpoint, or make "
+                   "the same load with an admin credential; a worker's credential may load the "
+                   "state into a job not past step ",
                    step, " (a new job, or one started without --resume)"));
 }
 

@@ -35,11 +35,15 @@
 //    live job, else the checkpoint it restores, else the latest checkpoint
 //    (a fresh job would prune another tenant's checkpoints), and for
 //    GetMeshKey the first non-admin caller that asked for the mesh's key.
-//  - Rewinds: WriteState of a step older than the job's (the shard would go
-//    back) needs an admin credential, as an older restore does; the same or
-//    a later step (a state loaded into a fresh job, LoadParameters, DDP
-//    recovery moving servers to the workers' step) stays a worker's. SetEpoch
-//    never moves an epoch back, for anyone (ShardJob::SetEpoch).
+//  - Rewinds: WriteState of a step older than the job's latest complete
+//    checkpoint, into a job past it, needs an admin credential, as a restore
+//    of an older checkpoint does (otherwise ReadCheckpoint + WriteState
+//    would be that restore). Going back within the steps since the latest
+//    checkpoint (tessel.torch's load_state_dict of an earlier state_dict),
+//    the same or a later step (a state loaded into a fresh job,
+//    LoadParameters, DDP recovery moving servers to the workers' step) stay
+//    a worker's. SetEpoch never moves an epoch back, for anyone
+//    (ShardJob::SetEpoch).
 // ListJobs shows a caller holding only job-scoped worker credentials (when
 // anonymous reads are off) just the jobs it reaches.
 #ifndef TESSEL_SERVER_SHARD_SERVICE_H_
@@ -135,7 +139,7 @@ class ShardService final : public v1::ShardServer::Service {
   Creator MeshCreator(const std::string& mesh);
   // A worker's restore of an older checkpoint (see the file comment).
   grpc::Status CheckRestore(const Caller& caller, const v1::CreateJobRequest& req);
-  // A worker's WriteState of a step older than the job's (a rewind).
+  // A worker's WriteState behind the latest checkpoint (a rewind).
   grpc::Status CheckRewind(const Caller& caller, ShardJob& job, int64_t step);
   v1::ShardStats StatsOf(ShardJob& job);
 

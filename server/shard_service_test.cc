@@ -252,9 +252,12 @@ TEST_F(ShardServiceTest, CheckpointsKeepTheirCreator) {
   EXPECT_EQ(Code(&Stub::ReadCheckpoint, read, kWorkerA), StatusCode::OK);
 }
 
-// WriteState to an older step rewinds the job: an admin's (as a restore of
-// an older checkpoint is); the same or a later step stays the worker's.
-TEST_F(ShardServiceTest, RewindingWithWriteStateNeedsAdmin) {
+// WriteState behind the job's latest complete checkpoint rewinds the job: an
+// admin's (as a restore of an older checkpoint is; otherwise ReadCheckpoint
+// and WriteState would be that restore). Back within the steps since it
+// (tessel.torch's load_state_dict of an earlier state_dict), the same or a
+// later step stay the worker's.
+TEST_F(ShardServiceTest, RewindingBehindTheLatestCheckpointNeedsAdmin) {
   CreateWithCheckpoint("A", kWorkerA);
   v1::ReadStateRequest read;
   read.set_job("A");
@@ -275,12 +278,30 @@ TEST_F(ShardServiceTest, RewindingWithWriteStateNeedsAdmin) {
   };
   ASSERT_TRUE(write(5, kWorkerA).ok());  // forward (a load into a fresh job)
   EXPECT_TRUE(write(5, kWorkerA).ok());  // the same step (LoadParameters)
+  EXPECT_TRUE(write(2, kWorkerA).ok());  // back, not behind checkpoint 0 (load_state_dict)
+  ASSERT_TRUE(write(5, kWorkerA).ok());
+  v1::SaveCheckpointRequest save;
+  save.set_job("A");
+  save.set_step(5);
+  v1::SaveCheckpointResponse saved;
+  ASSERT_TRUE(Call(&Stub::SaveCheckpoint, save, &saved, kWorkerA).ok());
+  checkpointer_.Drain();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!checkpointer_.Read("A", 5).ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(checkpointer_.Read("A", 5).ok());
+
   const grpc::Status back = write(3, kWorkerA);
   EXPECT_EQ(back.error_code(), StatusCode::PERMISSION_DENIED);
-  EXPECT_NE(back.error_message().find("step 3"), std::string::npos) << back.error_message();
+  EXPECT_NE(back.error_message().find("may not write step 3 into job 'A' (at step 5): the latest "
+                                      "complete checkpoint is step 5"),
+            std::string::npos)
+      << back.error_message();
   EXPECT_NE(back.error_message().find("an admin credential may"), std::string::npos)
       << back.error_message();
   EXPECT_EQ(jobs_.FindJob("A")->version(), 5) << "the refusal changed the job";
+  EXPECT_TRUE(write(5, kWorkerA).ok());
   EXPECT_TRUE(write(3, kAdmin).ok());
   EXPECT_EQ(jobs_.FindJob("A")->version(), 3);
 }

@@ -12,9 +12,9 @@
 #     4. tesselctl with the worker token lists checkpoints but cannot delete
 #        one (exit 5, message naming the admin credential); ReadState
 #        without a credential is refused even though reads are anonymous;
-#        WriteState of an older step (a rewind) needs the admin token; a job
-#        named 'ra.g1' that another tenant (a token scoped to 'ra.g1')
-#        trained is out of reach of the token scoped to 'ra'
+#        WriteState behind the latest checkpoint (a rewind) needs the admin
+#        token; a job named 'ra.g1' that another tenant (a token scoped to
+#        'ra.g1') trained is out of reach of the token scoped to 'ra'
 #     5. servers restarted: tesselctl with the worker token cannot restore an
 #        older checkpoint (an operator's rewind); with the admin token it
 #        can; the workers (worker token) join that rewind with --resume
@@ -163,8 +163,9 @@ expect 5 "the worker credential for job 'ra' \(token\) may not act on job 'rt'" 
 # the call passes the check (and finds no such job on this server).
 expect 1 "NOT_FOUND: .*no job 'ra.g1'" \
   "$PROBE" --address="$addr" --rpc=ReadState --job=ra.g1 --token_file="$tmp/worker-ra.token"
-# A rewind is the operator's: WriteState of step 10 into 'rt' (at step 40).
-expect 5 "the worker credential \(token\) may not write step 10 into job 'rt', which is at step 40.*an admin credential may" \
+# A rewind behind the latest checkpoint is the operator's: WriteState of
+# step 10 into 'rt' (at step 40, checkpoint 40 complete).
+expect 5 "the worker credential \(token\) may not write step 10 into job 'rt' \(at step 40\): the latest complete checkpoint is step 40.*an admin credential may" \
   "$PROBE" --address="$addr" --rpc=WriteState --job=rt --step=10 "${WORKER[@]}"
 expect 0 "OK" "$PROBE" --address="$addr" --rpc=WriteState --job=rt --step=10 "${ADMIN[@]}"
 expect 0 "OK" "$PROBE" --address="$addr" --rpc=WriteState --job=rt --step=40 "${WORKER[@]}"
