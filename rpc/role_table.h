@@ -8,8 +8,9 @@
 //   worker  creates, joins and trains its own job: CreateJob (with the
 //           restore of the job's latest checkpoint, never an older one:
 //           the shard service decides that), SetEpoch, SaveCheckpoint,
-//           ReadState/WriteState (not of a step older than the job's: a
-//           rewind, decided by the shard service), ReadCheckpoint, reads,
+//           ReadState/WriteState (not behind the job's latest complete
+//           checkpoint: a rewind, decided by the shard service),
+//           ReadCheckpoint, reads,
 //           the registry Join of its job. A job scope reaches names derived
 //           from the job only where the credential created them
 //           (rpc/caller.h).
