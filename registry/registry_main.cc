@@ -192,6 +192,7 @@ int main(int argc, char** argv) {
   // once it listens; the page reads it on each request.
   std::string bound;
   tessel::StatusPage status(&service, health.credentials);
+  status.SetSecurity(posture->description);
   auto metrics_http = tessel::StartMetricsServerFromFlags(status.Pages(), {admin_token});
   if (!metrics_http.ok()) {
     std::cerr << "tessel-registry: " << metrics_http.status().message() << "\n";

@@ -21,6 +21,12 @@ void StatusPage::SetAddress(const std::string& address) {
   address_ = address;
 }
 
+void StatusPage::SetSecurity(const std::string& security) {
+  absl::MutexLock lock(&mu_);
+  security_ = security;
+  computed_ = absl::InfinitePast();
+}
+
 std::vector<HttpPage> StatusPage::Pages() {
   return {{"/status", "text/html; charset=utf-8", [] { return Html(); }},
           {"/status.json", "application/json", [this] { return Json(); }}};
@@ -38,6 +44,7 @@ std::string StatusPage::Compute() {
   const absl::Time now = absl::Now();
   json out = {{"time", FormatRfc3339Utc(now)},
               {"registry", address_},
+              {"security", security_},
               {"members", json::array()},
               {"jobs", json::array()},
               {"errors", json::array()}};
@@ -175,6 +182,8 @@ std::string StatusPage::Html() {
 <body>
 <h1>Tessel</h1>
 <div class="muted" id="meta">loading...</div>
+<div id="insecure" class="err" style="display:none"><b>INSECURE</b>: this registry runs with
+--insecure: no credentials, anyone who can reach it can join, leave and list every group.</div>
 <div id="errors" class="err"></div>
 <h2>Jobs</h2>
 <table id="jobs"><thead><tr><th>job</th><th>strategy</th><th>workers</th><th>shards</th>
@@ -211,7 +220,9 @@ async function refresh() {
   try {
     const r = await fetch('status.json', {cache: 'no-store'}); const s = await r.json();
     document.getElementById('meta').textContent = 'registry ' + s.registry + ' \u00b7 ' + s.time +
-        ' \u00b7 ' + s.members.length + ' members, ' + s.jobs.length + ' jobs \u00b7 refreshes every 2 s';
+        ' \u00b7 ' + s.members.length + ' members, ' + s.jobs.length + ' jobs \u00b7 callers: ' +
+        (s.security || 'unknown') + ' \u00b7 refreshes every 2 s';
+    document.getElementById('insecure').style.display = s.security === 'insecure' ? '' : 'none';
     document.getElementById('errors').innerHTML = s.errors.map(esc).join('<br>');
     document.querySelector('#jobs tbody').innerHTML = s.jobs.map(j => '<tr><td>' + esc(j.name) +
         '</td><td>' + esc(j.strategy) + '</td><td>' + j.workers + '/' + j.world_size + '</td><td>' +

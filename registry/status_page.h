@@ -31,6 +31,10 @@ class StatusPage {
   StatusPage(RegistryService* service, ClientCredentials credentials);
   // The registry's gRPC address, once it listens (shown on the page).
   void SetAddress(const std::string& address);
+  // How the registry authenticates its callers (SecurityPosture's
+  // description, rpc/auth_options.h): "security" in /status.json, and a
+  // warning across the page when it is "insecure".
+  void SetSecurity(const std::string& security);
 
   std::string Json();
   static std::string Html();
@@ -44,6 +48,7 @@ class StatusPage {
   const ClientCredentials credentials_;
   absl::Mutex mu_;
   std::string address_ ABSL_GUARDED_BY(mu_);
+  std::string security_ ABSL_GUARDED_BY(mu_);
   absl::Time computed_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string cached_ ABSL_GUARDED_BY(mu_);
   // Per job, (time, step) as polled, for steps per second.

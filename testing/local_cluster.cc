@@ -104,6 +104,10 @@ absl::StatusOr<std::vector<HttpPage>> LocalCluster::StatusPages() {
     TESSEL_ASSIGN_OR_RETURN(ClientCredentials credentials, LoadClientCredentials(options_.tls));
     status_page_ = std::make_unique<StatusPage>(registry_.get(), std::move(credentials));
     status_page_->SetAddress(registry_address_);
+    const bool tls = options_.tls.enabled();
+    status_page_->SetSecurity(credentials_ != nullptr ? (tls ? "mutual TLS, tokens" : "tokens")
+                                                      : (tls ? "mutual TLS, any certificate"
+                                                             : "insecure"));
   }
   return status_page_->Pages();
 }

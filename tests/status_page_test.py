@@ -139,6 +139,8 @@ def main():
               (len(losses), losses[0] if losses else 0, losses[-1] if losses else 0))
         check(sum(1 for m in s["members"] if m["role"] == "server") == 2 and s["registry"] == reg,
               "members: the two servers; the registry's address")
+        check(s.get("security") == "insecure",
+              "security: 'insecure' (this registry runs with --insecure): %r" % s.get("security"))
         html, ctype = get("http://%s/status" % http)
         check(ctype.startswith("text/html") and "status.json" in html, "/status is the HTML page")
 
@@ -150,6 +152,11 @@ def main():
                              timeout=120)
         check(dom.returncode == 0 and "<td>%s</td>" % JOB in dom.stdout,
               "chromium: the rendered page names the job in its jobs table")
+        banner = re.search(r'<div id="insecure"[^>]*>', dom.stdout)
+        check(banner is not None and "display: none" not in banner.group(0) and
+              "display:none" not in banner.group(0) and "callers: insecure" in dom.stdout,
+              "chromium: the page shows the INSECURE banner and 'callers: insecure' (%s)" %
+              (banner.group(0) if banner else None))
         poly = re.search(r'<svg class="loss" data-job="%s".*?<polyline[^>]*points="([^"]+)"' % JOB,
                          dom.stdout, re.S)
         npts = len(poly.group(1).split()) if poly else 0
