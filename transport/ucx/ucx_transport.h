@@ -145,7 +145,7 @@ class UcxTransport : public Transport {
   // What this transport refused from its peers, since it was made.
   struct Refusals {
     uint64_t oversized = 0;             // payloads larger than their Accept::capacity
-    uint64_t descriptors = 0;           // descriptors of a region described otherwise before
+    uint64_t descriptors = 0;           // malformed, outside their region, or re-describing one
     uint64_t releases = 0;              // RELEASEs from an endpoint that is no peer
     uint64_t misdirected_releases = 0;  // RELEASEs naming another peer's lease
     uint64_t hellos = 0;                // HELLOs repeated or beyond kMaxSpareEndpoints

@@ -78,8 +78,10 @@ ucs_status_t UcxTransport::OnDescriptor(void* arg, const void* header, size_t he
   MessageDelivered();
   absl::StatusOr<ucx_internal::DescriptorView> d = ucx_internal::DecodeDescriptor(
       absl::MakeConstSpan(static_cast<const uint8_t*>(header), header_length));
-  if (!d.ok()) {
-    TESSEL_LOG(WARNING) << "ucx: dropping a malformed payload descriptor: " << d.status().message();
+  if (!d.ok()) {  // nothing of it is read (e.g. a payload outside its region)
+    ++self->dropped_descriptors_;
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+        << "ucx: dropping a malformed payload descriptor: " << d.status().message();
     return UCS_OK;
   }
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
