@@ -2,7 +2,8 @@
 // encoders produce: frame headers (EncodeHeader), .npy files (WriteNpyF32),
 // serialized JobSpecs (derived from the spec a real checkpoint recorded) and
 // the UCX transport's descriptors and releases (EncodeDescriptor,
-// EncodeRelease).
+// EncodeRelease), and the frame sequences of the frame-handler targets
+// (fuzz/frame_seeds.h).
 // fuzz/make_corpus.sh builds and runs it; the numpy files and the checkpoint
 // JSON come from numpy and a real run (see fuzz/README.md).
 //
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "core/checkpoint_manifest.h"
 #include "core/npy.h"
 #include "core/wire.h"
+#include "fuzz/frame_seeds.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/shard.pb.h"
 #include "transport/ucx/internal/descriptor_codec.h"
@@ -219,6 +222,13 @@ bool UcxDescriptors(const std::string& dir) {
          WriteFile(dir + "/bad_release_status", Bytes(bad_status));
 }
 
+bool Seeds(const std::string& dir, const std::map<std::string, std::string>& seeds) {
+  for (const auto& [name, bytes] : seeds) {
+    if (!WriteFile(dir + "/" + name, bytes)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -229,6 +239,7 @@ int main(int argc, char** argv) {
   const std::string corpus = argv[1];
   const bool ok = Headers(corpus + "/wire_header") && Npy(corpus + "/npy") &&
                   Specs(corpus + "/job_spec", argv[2]) &&
-                  UcxDescriptors(corpus + "/ucx_descriptor");
+                  UcxDescriptors(corpus + "/ucx_descriptor") &&
+                  Seeds(corpus + "/data_plane", tessel::fuzz::DataPlaneSeeds());
   return ok ? 0 : 1;
 }

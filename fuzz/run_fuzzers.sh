@@ -9,6 +9,7 @@
 #   fuzz/run_fuzzers.sh --repro TARGET FILE... build TARGET and run it once on each FILE
 #                                              (e.g. an input saved under fuzz/crashes/)
 # Targets: wire_header peer_message npy manifest shard_entry job_spec train_state ucx_descriptor
+#          data_plane
 #
 # Environment:
 #   TESSEL_FUZZ_SECONDS  fuzzing time per target, in seconds (default 10)
@@ -34,10 +35,10 @@ set -uo pipefail
 # dir/x.cc beside it adds that source, and "dir/x.pb.h" adds dir/x.proto
 # (generated with protoc). One library per header pair, as the tree is laid out.
 readonly ALL_TARGETS=(wire_header peer_message npy manifest shard_entry job_spec train_state
-  ucx_descriptor)
+  ucx_descriptor data_plane)
 # libFuzzer dictionaries (fuzz/dict/), for targets whose input is text.
 declare -A TARGET_DICT=([npy]=npy.dict [manifest]=json.dict [shard_entry]=json.dict)
-readonly PKG_MODULES="absl_strings absl_str_format absl_status absl_statusor absl_synchronization absl_hash absl_raw_hash_set protobuf libxxhash"
+readonly PKG_MODULES="absl_strings absl_str_format absl_status absl_statusor absl_synchronization absl_hash absl_raw_hash_set protobuf libxxhash libcrypto"
 readonly INSTALL_HINT="install them with: apt-get install clang libclang-rt-14-dev (scripts/install_deps.sh)"
 
 SRC="${TESSEL_FUZZ_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
@@ -189,9 +190,10 @@ for u in "${!all_units[@]}"; do
     *.proto) src_file="$WORK/gen/${u%.proto}.pb.cc" ;;
     fuzz/*) extra=("${FUZZ_WARNINGS[@]}") ;;
     # clang 14 refuses target_clones on function templates (optimizer.cc's
-    # kernels); without the attribute each function has its default clone
-    # only, which is all fuzzing needs.
-    *) extra=('-Dtarget_clones(...)=') ;;
+    # kernels), and __builtin_cpu_supports("f16c") (precision.cc's choice of
+    # kernel); without them each function has its default, portable
+    # version only, which is all fuzzing needs.
+    *) extra=('-Dtarget_clones(...)=' '-D__builtin_cpu_supports(feature)=0') ;;
   esac
   spawn "$name" "$CXX" "${CXXFLAGS[@]}" "${extra[@]}" -c "$src_file" -o "$(obj_of "$u")"
 done

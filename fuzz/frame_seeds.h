@@ -1,0 +1,173 @@
+// Seeds of the frame-handler fuzz targets (data_plane, worker_frames), made
+// with the real encoders (MakeHeader, EncodeHeader) in the input format of
+// fuzz/frame_input.h, for the jobs of fuzz/frame_jobs.h: complete legitimate
+// steps (so the fuzzer starts past the header and size checks, and reaches
+// updates and served parameters), and one defect each (bad_*). Used by
+// make_corpus.cc.
+#ifndef TESSEL_FUZZ_FRAME_SEEDS_H_
+#define TESSEL_FUZZ_FRAME_SEEDS_H_
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/layout.h"
+#include "core/topk.h"
+#include "core/wire.h"
+#include "fuzz/frame_input.h"
+#include "fuzz/frame_jobs.h"
+
+namespace tessel::fuzz {
+
+// An input under construction: the config byte, then frames.
+class SeedInput {
+ public:
+  explicit SeedInput(uint8_t config) : bytes_(1, static_cast<char>(config)) {}
+  // A frame of `h` with a payload of h.payload_bytes: floats counting up
+  // from `base` (as many as fit), repeated by the target.
+  SeedInput& Frame(const FrameHeader& h, uint8_t flags = 0, float base = 0.25f) {
+    const HeaderBytes hb = EncodeHeader(h);
+    std::vector<uint8_t> content(std::min<uint64_t>(h.payload_bytes, 64));
+    for (size_t i = 0; i + 4 <= content.size(); i += 4) {
+      const float v = base + 0.125f * static_cast<float>(i / 4);
+      std::memcpy(&content[i], &v, 4);
+    }
+    WriteFrame(&bytes_, flags, hb.data(), hb.size(), content.data(), content.size());
+    return *this;
+  }
+  // A frame whose payload is `content` as given (e.g. an ERROR's text).
+  SeedInput& Raw(const FrameHeader& h, const std::string& content, uint8_t flags = 0) {
+    const HeaderBytes hb = EncodeHeader(h);
+    WriteFrame(&bytes_, flags, hb.data(), hb.size(), content.data(), content.size());
+    return *this;
+  }
+  // Header bytes as given (malformed ones).
+  SeedInput& Bytes(const std::string& header, uint8_t flags = 0) {
+    WriteFrame(&bytes_, flags, reinterpret_cast<const uint8_t*>(header.data()), header.size(),
+               nullptr, 0);
+    return *this;
+  }
+  const std::string& str() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+inline Layout FuzzLayout() {
+  return *Layout::Create({{"w", {kFuzzElements}}}, 1, kFuzzAlign, kFuzzBucketElements);
+}
+
+inline FrameHeader FuzzHeader(FrameType type, int64_t step, int rank, int bucket,
+                              uint64_t payload_bytes) {
+  FrameHeader h = MakeHeader(type, JobId(kFuzzJob), kFuzzEpoch, step, rank, 0, bucket);
+  h.payload_bytes = payload_bytes;
+  return h;
+}
+
+// data_plane: name -> input.
+inline std::map<std::string, std::string> DataPlaneSeeds() {
+  const Layout layout = FuzzLayout();
+  const int buckets = layout.num_buckets(0);
+  auto elems = [&](int b) { return layout.bucket_range(0, b).size(); };
+  // A full step of the job `config` makes: rank 0's INITs (not DDP), every
+  // rank's PUSH of step 0, and both ranks' PULL of step 1.
+  auto step = [&](uint8_t config, uint8_t flags) {
+    SeedInput in(config);
+    const int strategy = (config & kPlaneStrategy) >> 1;
+    const bool half = (config & kPlaneHalf) != 0;
+    const bool topk = (config & kPlaneTopk) != 0;
+    if (strategy != 0) {
+      for (int b = 0; b < buckets; ++b) {
+        in.Frame(FuzzHeader(FrameType::kInit, 0, 0, b, DensePayloadBytes(elems(b), false)), flags);
+      }
+    }
+    for (int b = 0; b < buckets; ++b) {
+      for (int r = 0; r < kFuzzWorld; ++r) {
+        const uint64_t bytes =
+            topk ? SparseBytes(TopkCount(0.25, elems(b))) : DensePayloadBytes(elems(b), half);
+        if (topk) {  // k rising indices, then k values
+          FrameHeader h = FuzzHeader(FrameType::kPush, 0, r, b, bytes);
+          std::string indices, values;
+          for (uint32_t i = 0; i < bytes / 8; ++i) {
+            const uint32_t index = 2 * i + static_cast<uint32_t>(r);
+            const float v = 0.5f + static_cast<float>(i);
+            indices.append(reinterpret_cast<const char*>(&index), 4);
+            values.append(reinterpret_cast<const char*>(&v), 4);
+          }
+          in.Raw(h, indices + values, flags);
+        } else {
+          in.Frame(FuzzHeader(FrameType::kPush, 0, r, b, bytes),
+                   static_cast<uint8_t>(flags | (r << kTargetShift)), 0.5f + r);
+        }
+      }
+    }
+    for (int r = 0; r < kFuzzWorld; ++r) {
+      FrameHeader pull = FuzzHeader(FrameType::kPull, 1, r, 0, 0);
+      pull.bucket_count = static_cast<uint32_t>(buckets);
+      in.Frame(pull, static_cast<uint8_t>(flags | (r << kTargetShift)));
+    }
+    return in.str();
+  };
+  std::map<std::string, std::string> seeds;
+  const uint8_t zero2 = 4 << 0, zero1 = 2, ddp = 0;
+  seeds["step_ddp"] = step(ddp | kPlaneInline, 0);
+  seeds["step_zero1"] = step(zero1 | kPlaneInline, 0);
+  seeds["step_zero2"] = step(zero2, 0);
+  seeds["step_zero2_fold"] = step(zero2 | kPlaneFold | kPlaneInline, 0);
+  seeds["step_zero2_bf16"] = step(zero2 | kPlaneHalf | kPlaneInline, 0);
+  seeds["step_ddp_topk"] = step(ddp | kPlaneTopk | kPlaneInline, 0);
+  seeds["step_zero2_in_place"] = step(zero2 | kPlaneInline, kInPlace);
+  seeds["step_zero2_auth"] = step(zero2 | kPlaneAuth | kPlaneInline, kSeal);
+  seeds["step_ddp_auth_in_place"] = step(ddp | kPlaneAuth | kPlaneInline, kSeal | kInPlace);
+  // Forgeries: the same step unsealed under authentication.
+  seeds["bad_step_unsealed"] = step(zero2 | kPlaneAuth | kPlaneInline, 0);
+
+  const uint64_t b0 = DensePayloadBytes(elems(0), false);
+  FrameHeader error = FuzzHeader(FrameType::kError, 0, 0, 0, 17);
+  error.code = 9;
+  FrameHeader other_job = FuzzHeader(FrameType::kPush, 0, 0, 0, b0);
+  other_job.job_id = JobId("other");
+  FrameHeader old_epoch = FuzzHeader(FrameType::kPush, 0, 0, 0, b0);
+  old_epoch.epoch = kFuzzEpoch - 1;
+  FrameHeader bad_rank = FuzzHeader(FrameType::kPush, 0, kFuzzWorld, 0, b0);
+  FrameHeader bad_bucket = FuzzHeader(FrameType::kPush, 0, 0, buckets, b0);
+  FrameHeader big = FuzzHeader(FrameType::kPush, 0, 0, 0, uint64_t{1} << 40);
+  FrameHeader part = FuzzHeader(FrameType::kPush, 0, 1, 0, b0);
+  part.bucket_count = PushPartCount(0);
+  FrameHeader params = FuzzHeader(FrameType::kParams, 0, 0, 0, b0);
+  FrameHeader pull_many = FuzzHeader(FrameType::kPull, 1, 0, 0, 0);
+  pull_many.bucket_count = 1u << 30;
+  std::string bad_magic(reinterpret_cast<const char*>(EncodeHeader(other_job).data()),
+                        kHeaderBytes);
+  bad_magic[0] = 'X';
+  seeds["bad_frames"] = SeedInput(ddp)
+                            .Raw(error, "refused by the fuzzer")
+                            .Frame(other_job)
+                            .Frame(old_epoch)
+                            .Frame(bad_rank)
+                            .Frame(bad_bucket)
+                            .Frame(big)
+                            .Frame(params)
+                            .Frame(pull_many)
+                            .Bytes(bad_magic)
+                            .Bytes(std::string(10, '\0'))
+                            .str();
+  seeds["bad_frames_auth"] = SeedInput(zero2 | kPlaneAuth)
+                                 .Raw(error, "refused by the fuzzer", kSeal)
+                                 .Frame(other_job, kSeal)
+                                 .Frame(big, kSeal)
+                                 .Frame(bad_rank, kSeal)
+                                 .Bytes(bad_magic, kSeal)
+                                 .str();
+  seeds["parts_replayed"] = SeedInput(ddp | kPlaneInline)
+                                .Frame(part, 1 << kTargetShift)
+                                .Frame(part, 1 << kTargetShift)
+                                .str();
+  return seeds;
+}
+
+}  // namespace tessel::fuzz
+
+#endif  // TESSEL_FUZZ_FRAME_SEEDS_H_
