@@ -125,8 +125,10 @@ Accept DataPlane::OnFrame(const Incoming& in) {
     return Accept{};
   }
   if (frame_keys_ != nullptr) {
-    std::shared_ptr<FrameAuth> auth = frame_keys_->For(job->job_id(), job->shard());
-    if (auth != nullptr && !auth->Verify(in.header, *h)) {
+    std::shared_ptr<JobFrameKeys> keys = frame_keys_->For(job->job_id(), job->shard());
+    // A rank outside the job has no key: nothing is derived for it.
+    if (keys != nullptr && (h->rank < 0 || h->rank >= job->spec().world_size() ||
+                            !keys->VerifyFromWorker(in.header, *h))) {
       // No answer: an ERROR would tell a forger what it got right.
       ++unauthenticated_;
       job->CountRejected();
@@ -135,9 +137,22 @@ Accept DataPlane::OnFrame(const Incoming& in) {
           << "dropping an unauthenticated data-path frame ("
           << (in.header.size() == kSealedHeaderBytes ? "wrong tag" : "no tag")
           << "): " << DescribeHeader(*h) << " for job '" << job->spec().job()
-          << "'; its sender does not hold the job's key for that epoch, so it is not one of "
-             "the job's workers ("
+          << "'; its sender does not hold rank " << h->rank
+          << "'s key of the job for that epoch, so it is not that rank's worker ("
           << unauthenticated_.load() << " dropped so far)";
+      return Accept{};
+    }
+    if (keys != nullptr && !endpoints_.Admit(job, *h, in.from)) {
+      // A replay (captured bytes re-sent from another endpoint): no answer,
+      // and nothing is sent to the replayer.
+      ++replayed_;
+      job->CountRejected();
+      if (metrics_ != nullptr) metrics_->FrameRefused("replayed");
+      TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+          << "dropping " << DescribeHeader(*h) << " for job '" << job->spec().job() << "': rank "
+          << h->rank << "'s frames of epoch " << h->epoch
+          << " come from another endpoint, so this is a replay of captured bytes ("
+          << replayed_.load() << " dropped so far)";
       return Accept{};
     }
   }
@@ -244,7 +259,7 @@ void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Statu
   auto message =
       std::make_shared<std::string>(s.message().substr(0, static_cast<size_t>(kMaxErrorTextBytes)));
   h.payload_bytes = message->size();
-  const WireHeader wire = ToWire(AuthOf(h.job_id), h);
+  const WireHeader wire = ToWorker(AuthOf(h.job_id), h);
   transport_->Send(to, wire.span(), message->data(), message->size(), [message](absl::Status) {});
 }
 
@@ -267,20 +282,41 @@ void DataPlane::RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::P
                    << " that a newer recovery replaced the job";
 }
 
-FrameAuth* DataPlane::AuthOf(uint64_t job_id) {
+JobFrameKeys* DataPlane::AuthOf(uint64_t job_id) {
   return frame_keys_ != nullptr ? frame_keys_->Find(job_id).get() : nullptr;
+}
+
+WireHeader DataPlane::ToWorker(JobFrameKeys* keys, const FrameHeader& h) {
+  if (keys == nullptr) return ToWire(nullptr, h);
+  return WireHeader{keys->SealToWorker(h), kSealedHeaderBytes};
+}
+
+bool DataPlane::RankEndpoints::Admit(const std::shared_ptr<ShardJob>& job, const FrameHeader& h,
+                                     PeerId from) {
+  // Only frames of the job's epoch bind (the others are refused as stale
+  // after this), and only ranks of the job (checked by the caller).
+  if (h.epoch != job->epoch()) return true;
+  absl::MutexLock lock(&mu_);
+  Bound& b = bound_[job->job_id()];
+  if (b.job.lock() != job || b.epoch != h.epoch) {
+    b.job = job;
+    b.epoch = h.epoch;
+    b.from.clear();
+  }
+  auto [it, first] = b.from.try_emplace(h.rank, from);
+  return first || it->second == from;
 }
 
 void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve) {
   const int64_t epoch = job->epoch();
   // Kept by FrameKeys for the server's life.
-  FrameAuth* const auth =
+  JobFrameKeys* const auth =
       frame_keys_ != nullptr ? frame_keys_->For(job->job_id(), job->shard()).get() : nullptr;
   for (const ShardJob::Puller& p : serve.pullers) {
     if (p.bucket_count == 0) {  // notify only: the shard reached the step
       const FrameHeader h = MakeHeader(FrameType::kParams, job->job_id(), epoch, p.version, p.rank,
                                        job->shard(), p.first_bucket);
-      const WireHeader wire = ToWire(auth, h);
+      const WireHeader wire = ToWorker(auth, h);
       transport_->Send(p.reply_to, wire.span(), nullptr, 0, nullptr);
       continue;
     }
@@ -289,7 +325,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
           MakeHeader(FrameType::kParams, job->job_id(), epoch, p.version, p.rank, job->shard(), b);
       h.bucket_count = static_cast<uint32_t>(p.bucket_count);
       h.payload_bytes = job->served_bytes(b);
-      const WireHeader wire = ToWire(auth, h);
+      const WireHeader wire = ToWorker(auth, h);
       job->CountPulled(h.payload_bytes);
       if (metrics_ != nullptr) metrics_->FrameSent(FrameType::kParams, h.payload_bytes);
       if (timeline_ != nullptr) {

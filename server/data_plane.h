@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/shard.pb.h"
@@ -67,9 +68,15 @@ class DataPlane {
   // (to an update thread and back to the transport) per bucket; not when
   // the step takes a checkpoint (its Submit may wait for room).
   // `frame_keys` (not owned; null: off): frames of a job that has keys must
-  // carry a valid tag (runtime/frame_auth.h); others are dropped without an
-  // answer, counted as refused "unauthenticated" and logged (at most a line
-  // every 10 s), and every frame of the job this plane sends is sealed.
+  // carry a valid tag under the up key of their rank and epoch
+  // (runtime/rank_keys.h); others are dropped without an answer, counted as
+  // refused "unauthenticated" and logged (at most a line every 10 s), and
+  // every frame of the job this plane sends is sealed under the down key of
+  // its addressee. The first authenticated frame of a (rank, epoch) binds
+  // that rank to the endpoint it came from: the rank's frames of that epoch
+  // from any other endpoint (replays of captured bytes) are dropped without
+  // an answer, counted as refused "replayed" (replayed()), and a PULL is
+  // answered only on the rank's endpoint.
   // With keys on (FrameKeys::enabled), a frame that cannot be authenticated
   // at all (malformed, or naming a job this server does not serve) is
   // dropped without an answer too (unanswered()), so job ids cannot be
@@ -90,6 +97,8 @@ class DataPlane {
   int64_t unanswered() const { return unanswered_.load(); }
   // Frames dropped for a missing or wrong tag.
   int64_t unauthenticated() const { return unauthenticated_.load(); }
+  // Frames dropped for coming from another endpoint than their rank's.
+  int64_t replayed() const { return replayed_.load(); }
   // Complete buckets waiting for the compute thread.
   int64_t update_queue_depth();
 
@@ -103,9 +112,27 @@ class DataPlane {
   // JobTable's ReplacedListener: an ERROR to each pull the old job owed.
   void RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::Puller>& waiting);
   void ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve);
-  // The job's frame authentication if it has one (kept by FrameKeys for
-  // the server's life), else null.
-  FrameAuth* AuthOf(uint64_t job_id);
+  // The job's frame keys if it has them (kept by FrameKeys for the
+  // server's life), else null.
+  JobFrameKeys* AuthOf(uint64_t job_id);
+  // `h` sealed for its addressee under `keys` (null: bare).
+  static WireHeader ToWorker(JobFrameKeys* keys, const FrameHeader& h);
+  // Each job's ranks' endpoints in its current epoch (with keys on).
+  class RankEndpoints {
+   public:
+    // Whether `h` (authenticated, of a rank of `job`) may come from `from`:
+    // the first frame of its rank in the job's epoch binds the rank there.
+    bool Admit(const std::shared_ptr<ShardJob>& job, const FrameHeader& h, PeerId from);
+
+   private:
+    struct Bound {
+      std::weak_ptr<ShardJob> job;  // a recreated job starts over
+      int64_t epoch = 0;
+      absl::flat_hash_map<int32_t, PeerId> from;  // rank -> endpoint
+    };
+    absl::Mutex mu_;
+    absl::flat_hash_map<uint64_t, Bound> bound_ ABSL_GUARDED_BY(mu_);
+  };
   void ComputeLoop();
   // Reduces and updates one complete bucket and serves it. On the
   // transport's thread (`inline_update`) it never waits for the
@@ -127,6 +154,8 @@ class DataPlane {
   FrameKeys* const frame_keys_;  // null: frames are not authenticated
   std::atomic<int64_t> unauthenticated_{0};
   std::atomic<int64_t> unanswered_{0};
+  std::atomic<int64_t> replayed_{0};
+  RankEndpoints endpoints_;
   Checkpointer* const checkpointer_;
   ServerMetrics* const metrics_;
   Timeline* const timeline_;  // --timeline; not owned

@@ -25,6 +25,7 @@
 #include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
 #include "runtime/frame_auth.h"
+#include "runtime/rank_keys.h"
 #include "server/shard_server.h"
 #include "testing/process.h"
 #include "transport/transport_testing.h"
@@ -161,17 +162,31 @@ class FrameAuthServerTest : public ::testing::Test {
     v1::CreateJobResponse resp;
     return stub_->CreateJob(&ctx, req, &resp);
   }
-  std::shared_ptr<FrameAuth> KeyOf(const std::string& job) {
+  // GetFrameKey for (job, rank, epoch) under `claim`: the answer's code.
+  grpc::StatusCode Ask(const std::string& job, int rank, int64_t epoch, const std::string& claim,
+                       v1::FrameKeyResponse* resp, std::string* message = nullptr) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
-    v1::JobRef ref;
-    ref.set_job(job);
+    v1::FrameKeyRequest req;
+    req.set_job(job);
+    req.set_rank(rank);
+    req.set_epoch(epoch);
+    req.set_claim(claim);
+    grpc::Status s = stub_->GetFrameKey(&ctx, req, resp);
+    if (message != nullptr) *message = s.error_message();
+    return s.error_code();
+  }
+  // The keys rank `rank` of `job` gets for `epoch` (a claim of its own).
+  std::shared_ptr<const RankFrameKeys> KeyOf(const std::string& job, int rank = 0,
+                                             int64_t epoch = 1, std::string* secret = nullptr) {
     v1::FrameKeyResponse resp;
-    grpc::Status s = stub_->GetFrameKey(&ctx, ref, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    auto auth = FrameAuth::Create(resp.secret(), JobId(job), 0);
-    EXPECT_TRUE(auth.ok()) << auth.status();
-    return auth.ok() ? *auth : nullptr;
+    EXPECT_EQ(Ask(job, rank, epoch, NewJobSecret(), &resp), grpc::StatusCode::OK);
+    EXPECT_EQ(resp.key_version(), kRankKeysVersion);
+    if (secret != nullptr) *secret = resp.secret();
+    auto keys = RankFrameKeys::Create(FrameKeyGrant{resp.secret(), resp.host_secret()}, JobId(job),
+                                      0, rank, epoch);
+    EXPECT_TRUE(keys.ok()) << keys.status();
+    return keys.ok() ? *keys : nullptr;
   }
   v1::ShardStats Stats(const std::string& job) {
     grpc::ClientContext ctx;
@@ -193,9 +208,11 @@ class FrameAuthServerTest : public ::testing::Test {
 TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
   ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
   ASSERT_TRUE(Create(DdpJob("A", 1)).ok());
-  std::shared_ptr<FrameAuth> b = KeyOf("B"), a = KeyOf("A");
-  ASSERT_TRUE(a != nullptr && b != nullptr);
-  EXPECT_NE(a->secret(), b->secret());
+  std::string a_secret, b_secret;
+  std::shared_ptr<const RankFrameKeys> b = KeyOf("B", 0, 1, &b_secret), b1 = KeyOf("B", 1),
+                                       a = KeyOf("A", 0, 1, &a_secret);
+  ASSERT_TRUE(a != nullptr && b != nullptr && b1 != nullptr);
+  EXPECT_NE(a_secret, b_secret);
 
   const std::string address = server_->transport_address();
   Endpoint rank0(address), rank1(address);
@@ -214,8 +231,9 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
   for (size_t i = kHeaderBytes; i < made_up.size(); ++i) made_up[i] = static_cast<uint8_t>(i * 7);
   EXPECT_TRUE(Forge(address, made_up, kFloats * 4).ok());  // a made-up tag
   // Job A's worker holds a real key, of the wrong job.
-  std::shared_ptr<FrameAuth> a_for_b = *FrameAuth::Create(a->secret(), JobId("B"), 0);
-  const SealedHeader wrong_job = a_for_b->Seal(push1);
+  std::shared_ptr<const RankFrameKeys> a_for_b =
+      *RankFrameKeys::Create(FrameKeyGrant{a_secret, ""}, JobId("B"), 0, 1, 1);
+  const SealedHeader wrong_job = a_for_b->Seal(push1, false);
   EXPECT_TRUE(Forge(address, wrong_job, kFloats * 4).ok());
   const int forged = 3 * kCopies;
   for (int i = 0; i < 100 && Stats("B").rejected_frames() < forged; ++i) {
@@ -225,11 +243,11 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
   EXPECT_EQ(Stats("B").pushed_bytes(), 0) << "a forged push was applied";
 
   // The real workers: both pushes count, the mean is theirs.
-  const SealedHeader real0 = b->Seal(Header(FrameType::kPush, "B", 1, 0, 0, kFloats * 4));
-  const SealedHeader real1 = b->Seal(push1);
+  const SealedHeader real0 = b->Seal(Header(FrameType::kPush, "B", 1, 0, 0, kFloats * 4), false);
+  const SealedHeader real1 = b1->Seal(push1, false);
   rank0.Send(absl::MakeConstSpan(real0), g0.data(), kFloats * 4);
   rank1.Send(absl::MakeConstSpan(real1), g1.data(), kFloats * 4);
-  const SealedHeader pull = b->Seal(Header(FrameType::kPull, "B", 1, 1, 0, 0));
+  const SealedHeader pull = b->Seal(Header(FrameType::kPull, "B", 1, 1, 0, 0), false);
   rank0.Send(absl::MakeConstSpan(pull), nullptr, 0);
   ASSERT_TRUE(rank0.AwaitParams(1)) << "the real workers' step did not complete";
   const std::vector<float> mean = rank0.params();
@@ -239,7 +257,7 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
   }
   for (const auto& [h, wire] : rank0.frames()) {
     EXPECT_NE(h.type, FrameType::kError) << DescribeHeader(h);
-    EXPECT_TRUE(b->Verify(wire, h)) << "the server's reply is not sealed with B's key";
+    EXPECT_TRUE(b->Verify(wire, h)) << "the server's reply is not sealed with rank 0's key";
   }
   EXPECT_EQ(Stats("B").pushed_bytes(), 2 * kFloats * 4);
   EXPECT_EQ(Stats("B").step(), 1);
@@ -257,7 +275,7 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
   }
   const int64_t rejected = Stats("B").rejected_frames();
   FrameHeader step1 = Header(FrameType::kPush, "B", 1, 1, 1, kFloats * 4);
-  const SealedHeader old_epoch = b->Seal(step1);  // as captured in epoch 1
+  const SealedHeader old_epoch = b1->Seal(step1, false);  // as captured in epoch 1
   EXPECT_TRUE(Forge(address, old_epoch, kFloats * 4).ok());
   SealedHeader restamped = old_epoch;
   step1.epoch = 2;
@@ -279,19 +297,21 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
 // ERROR, after them on the same endpoint, so their answers would have come.
 TEST_F(FrameAuthServerTest, FramesThatCannotBeAuthenticatedGetNoAnswer) {
   ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
-  std::shared_ptr<FrameAuth> b = KeyOf("B");
+  std::string b_secret;
+  std::shared_ptr<const RankFrameKeys> b = KeyOf("B", 0, 1, &b_secret);
   ASSERT_TRUE(b != nullptr);
   Endpoint prober(server_->transport_address());
   std::vector<float> g(kFloats);
   const HeaderBytes unknown = EncodeHeader(Header(FrameType::kPush, "nope", 1, 0, 0, kFloats * 4));
   prober.Send(unknown, g.data(), kFloats * 4);
-  const SealedHeader unknown_sealed = (*FrameAuth::Create(b->secret(), JobId("nope"), 0))
-                                          ->Seal(Header(FrameType::kPull, "nope", 1, 1, 0, 0));
+  const SealedHeader unknown_sealed =
+      (*RankFrameKeys::Create(FrameKeyGrant{b_secret, ""}, JobId("nope"), 0, 0, 1))
+          ->Seal(Header(FrameType::kPull, "nope", 1, 1, 0, 0), false);
   prober.Send(unknown_sealed, nullptr, 0);
   std::vector<uint8_t> malformed(kHeaderBytes, 0xab);
   prober.Send(malformed, nullptr, 0);
   // A pull of a step far ahead: refused with an ERROR under B's key.
-  const SealedHeader ahead = b->Seal(Header(FrameType::kPull, "B", 1, 9, 0, 0));
+  const SealedHeader ahead = b->Seal(Header(FrameType::kPull, "B", 1, 9, 0, 0), false);
   prober.Send(ahead, nullptr, 0);
   std::vector<std::pair<FrameHeader, std::vector<uint8_t>>> frames;
   for (int i = 0; i < 500 && frames.empty(); ++i) {
@@ -307,15 +327,123 @@ TEST_F(FrameAuthServerTest, FramesThatCannotBeAuthenticatedGetNoAnswer) {
 }
 
 TEST_F(FrameAuthServerTest, KeysGoOnlyToTheJobsWorkersAndOnlyForJobsThatExist) {
-  ASSERT_TRUE(Create(DdpJob("B", 1)).ok());
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  v1::JobRef ref;
-  ref.set_job("nope");
+  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
   v1::FrameKeyResponse resp;
-  EXPECT_EQ(stub_->GetFrameKey(&ctx, ref, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
-  // Stable for the job's life on this server.
-  EXPECT_EQ(KeyOf("B")->secret(), KeyOf("B")->secret());
+  EXPECT_EQ(Ask("nope", 0, 1, NewJobSecret(), &resp), grpc::StatusCode::NOT_FOUND);
+}
+
+// Issue 42 part 2: a rank's key of an epoch goes to one worker process, the
+// first to claim it; the same claim again (a retried RPC) gets the same
+// secret, any other claim is refused naming the rank. Ranks differ, epochs
+// differ, and only the job's current epoch and ranks are served.
+TEST_F(FrameAuthServerTest, ARanksKeyGoesToOneProcessPerEpoch) {
+  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
+  const std::string mine = NewJobSecret(), theirs = NewJobSecret();
+  v1::FrameKeyResponse first, again, other, rank1;
+  ASSERT_EQ(Ask("B", 0, 1, mine, &first), grpc::StatusCode::OK);
+  EXPECT_EQ(first.secret().size(), kJobSecretBytes);
+  EXPECT_TRUE(first.host_secret().empty()) << "a flat job has no host groups";
+  ASSERT_EQ(Ask("B", 0, 1, mine, &again), grpc::StatusCode::OK);
+  EXPECT_EQ(again.secret(), first.secret());
+  std::string message;
+  EXPECT_EQ(Ask("B", 0, 1, theirs, &other, &message), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(message.find("rank 0"), std::string::npos) << message;
+  EXPECT_TRUE(other.secret().empty());
+  ASSERT_EQ(Ask("B", 1, 1, theirs, &rank1), grpc::StatusCode::OK);
+  EXPECT_NE(rank1.secret(), first.secret());
+  EXPECT_EQ(Ask("B", 2, 1, NewJobSecret(), &other), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Ask("B", -1, 1, NewJobSecret(), &other), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Ask("B", 1, 2, NewJobSecret(), &other), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Ask("B", 1, 1, "", &other), grpc::StatusCode::INVALID_ARGUMENT);  // no claim
+  // A recovery's new epoch: a new key, claimed afresh.
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::SetEpochRequest req;
+    req.set_job("B");
+    req.set_epoch(2);
+    v1::SetEpochResponse resp;
+    ASSERT_TRUE(stub_->SetEpoch(&ctx, req, &resp).ok());
+  }
+  v1::FrameKeyResponse next;
+  ASSERT_EQ(Ask("B", 0, 2, theirs, &next), grpc::StatusCode::OK);
+  EXPECT_NE(next.secret(), first.secret());
+  EXPECT_EQ(Ask("B", 0, 1, mine, &other), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// Host aggregation: the ranks of a host group get the group's secret, the
+// others do not (a group of one has none).
+TEST_F(FrameAuthServerTest, OnlyAHostGroupsRanksGetItsSecret) {
+  v1::CreateJobRequest req = DdpJob("H", 3);
+  for (int g : {0, 0, 1}) req.mutable_spec()->add_rank_groups(g);
+  ASSERT_TRUE(Create(req).ok());
+  v1::FrameKeyResponse r0, r1, r2;
+  ASSERT_EQ(Ask("H", 0, 1, NewJobSecret(), &r0), grpc::StatusCode::OK);
+  ASSERT_EQ(Ask("H", 1, 1, NewJobSecret(), &r1), grpc::StatusCode::OK);
+  ASSERT_EQ(Ask("H", 2, 1, NewJobSecret(), &r2), grpc::StatusCode::OK);
+  EXPECT_EQ(r0.host_secret().size(), kJobSecretBytes);
+  EXPECT_EQ(r0.host_secret(), r1.host_secret());
+  EXPECT_TRUE(r2.host_secret().empty());
+  EXPECT_NE(r0.host_secret(), r0.secret());
+}
+
+// Issue 42 part 2: a worker of the job holds its own rank's key only. Its
+// PUSH as another rank (under its own key) is dropped and counted, and that
+// rank's real push is still taken.
+TEST_F(FrameAuthServerTest, AWorkerCannotPushAsAnotherRank) {
+  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
+  std::shared_ptr<const RankFrameKeys> r0 = KeyOf("B", 0), r1 = KeyOf("B", 1);
+  ASSERT_TRUE(r0 != nullptr && r1 != nullptr);
+  const std::string address = server_->transport_address();
+  Endpoint rank0(address), rank1(address);
+  std::vector<float> g0(kFloats, 1.f), g1(kFloats, 3.f), evil(kFloats, 1000.f);
+  const FrameHeader push1 = Header(FrameType::kPush, "B", 1, 0, 1, kFloats * 4);
+  const SealedHeader as_rank1 = r0->Seal(push1, false);  // rank 0's key, rank 1's header
+  rank0.Send(absl::MakeConstSpan(as_rank1), evil.data(), kFloats * 4);
+  for (int i = 0; i < 100 && Stats("B").rejected_frames() < 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(Stats("B").rejected_frames(), 1);
+  EXPECT_EQ(Stats("B").pushed_bytes(), 0) << "a push as another rank was applied";
+  rank0.Send(
+      absl::MakeConstSpan(r0->Seal(Header(FrameType::kPush, "B", 1, 0, 0, kFloats * 4), false)),
+      g0.data(), kFloats * 4);
+  rank1.Send(absl::MakeConstSpan(r1->Seal(push1, false)), g1.data(), kFloats * 4);
+  rank0.Send(absl::MakeConstSpan(r0->Seal(Header(FrameType::kPull, "B", 1, 1, 0, 0), false)),
+             nullptr, 0);
+  ASSERT_TRUE(rank0.AwaitParams(1));
+  EXPECT_EQ(rank0.params()[0], 2.f);  // (1 + 3) / 2: the forged 1000 is not in it
+  EXPECT_EQ(Stats("B").pushed_bytes(), 2 * kFloats * 4);
+}
+
+// Issue 42 part 2: a PULL captured on the fabric and re-sent from another
+// endpoint gets nothing: the rank's frames of the epoch came from its own
+// endpoint. The real worker's pull is answered.
+TEST_F(FrameAuthServerTest, AReplayedPullFromAnotherEndpointGetsNoParameters) {
+  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
+  std::shared_ptr<const RankFrameKeys> r0 = KeyOf("B", 0), r1 = KeyOf("B", 1);
+  ASSERT_TRUE(r0 != nullptr && r1 != nullptr);
+  const std::string address = server_->transport_address();
+  Endpoint rank0(address), rank1(address), replayer(address);
+  std::vector<float> g0(kFloats, 1.f), g1(kFloats, 3.f);
+  rank0.Send(
+      absl::MakeConstSpan(r0->Seal(Header(FrameType::kPush, "B", 1, 0, 0, kFloats * 4), false)),
+      g0.data(), kFloats * 4);
+  rank1.Send(
+      absl::MakeConstSpan(r1->Seal(Header(FrameType::kPush, "B", 1, 0, 1, kFloats * 4), false)),
+      g1.data(), kFloats * 4);
+  const SealedHeader pull = r0->Seal(Header(FrameType::kPull, "B", 1, 1, 0, 0), false);
+  rank0.Send(absl::MakeConstSpan(pull), nullptr, 0);
+  ASSERT_TRUE(rank0.AwaitParams(1));
+  const int64_t rejected = Stats("B").rejected_frames();
+  replayer.Send(absl::MakeConstSpan(pull), nullptr, 0);  // the captured bytes
+  for (int i = 0; i < 100 && Stats("B").rejected_frames() < rejected + 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(Stats("B").rejected_frames(), rejected + 1);
+  EXPECT_TRUE(replayer.frames().empty())
+      << "the replayer got " << DescribeHeader(replayer.frames()[0].first);
 }
 
 // A hybrid job's mesh ("J.mesh") is no job on the server: its secret is made

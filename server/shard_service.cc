@@ -214,15 +214,50 @@ grpc::Status ShardService::GetStats(grpc::ServerContext* ctx, const v1::JobRef* 
   return grpc::Status::OK;
 }
 
-grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::JobRef* req,
+grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::FrameKeyRequest* req,
                                        v1::FrameKeyResponse* resp) {
   TESSEL_RETURN_IF_ERROR(
       Authorize(ctx, "GetFrameKey", req->job(), [&] { return LiveCreator(req->job()); }));
   auto job = jobs_->FindJob(req->job());
   if (job == nullptr) return NoJob(req->job());
-  if (frame_keys_ != nullptr) {
-    if (std::shared_ptr<FrameAuth> keys = frame_keys_->For(job->job_id(), job->shard())) {
-      resp->set_secret(keys->secret());
+  std::shared_ptr<JobFrameKeys> keys =
+      frame_keys_ != nullptr ? frame_keys_->For(job->job_id(), job->shard()) : nullptr;
+  if (keys == nullptr) return grpc::Status::OK;  // frames go untagged
+  const std::string where = absl::StrCat("GetFrameKey of job '", req->job(), "': ");
+  // Nothing below trusts the caller: its rank must be the job's, its epoch
+  // the job's current one (a key for an epoch to come could be claimed
+  // before its worker exists), its claim a real one.
+  if (req->claim().size() < kMinFrameKeyClaimBytes ||
+      req->claim().size() > kMaxFrameKeyClaimBytes) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat(where, "a request names its rank, epoch and a claim of ",
+                     kMinFrameKeyClaimBytes, " to ", kMaxFrameKeyClaimBytes, " bytes (got ",
+                     req->claim().size(),
+                     "); a worker from before per-rank frame keys cannot run against this "
+                     "server: upgrade it"));
+  }
+  const int world = job->spec().world_size();
+  if (req->rank() < 0 || req->rank() >= world) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat(where, "rank ", req->rank(), " is outside [0, ", world, ")"));
+  }
+  if (req->epoch() != job->epoch()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat(where, "the job is at epoch ", job->epoch(), ", not ",
+                                     req->epoch(), "; recover (or re-register) first"));
+  }
+  TESSEL_RETURN_IF_ERROR_AS(
+      frame_keys_->Claim(job->job_id(), req->rank(), req->epoch(), req->claim(), job), ToGrpc);
+  resp->set_secret(keys->RankSecret(req->rank(), req->epoch()));
+  resp->set_key_version(kRankKeysVersion);
+  // The rank's host group, if it has other ranks: their frames to each
+  // other (host aggregation) carry the group's tag.
+  const auto& groups = job->spec().rank_groups();
+  if (groups.size() == world) {
+    const int32_t group = groups[req->rank()];
+    if (std::count(groups.begin(), groups.end(), group) > 1) {
+      resp->set_host_secret(keys->HostSecret(group, req->epoch()));
     }
   }
   return grpc::Status::OK;

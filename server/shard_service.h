@@ -97,7 +97,8 @@ class ShardService final : public v1::ShardServer::Service {
   grpc::Status SkipTensors(grpc::ServerContext*, const v1::SkipTensorsRequest*,
                            v1::SkipTensorsResponse*) override;
   grpc::Status GetStats(grpc::ServerContext*, const v1::JobRef*, v1::ShardStats*) override;
-  grpc::Status GetFrameKey(grpc::ServerContext*, const v1::JobRef*, v1::FrameKeyResponse*) override;
+  grpc::Status GetFrameKey(grpc::ServerContext*, const v1::FrameKeyRequest*,
+                           v1::FrameKeyResponse*) override;
   grpc::Status GetMeshKey(grpc::ServerContext*, const v1::MeshKeyRequest*,
                           v1::FrameKeyResponse*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,

@@ -147,7 +147,9 @@ TEST_F(ShardServiceTest, ADerivedNameAnotherTenantCreatedIsOutOfReach) {
       << join.error_message();
   EXPECT_EQ(join.error_message().find(kTenantX), std::string::npos) << "a token in a message";
   EXPECT_EQ(Code(&Stub::GetStats, Ref("A.g1"), kWorkerA), StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Code(&Stub::GetFrameKey, Ref("A.g1"), kWorkerA), StatusCode::PERMISSION_DENIED);
+  v1::FrameKeyRequest key;
+  key.set_job("A.g1");
+  EXPECT_EQ(Code(&Stub::GetFrameKey, key, kWorkerA), StatusCode::PERMISSION_DENIED);
   v1::ReadStateRequest read;
   read.set_job("A.g1");
   read.set_count(1);

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     tessel::v1::ShardStats resp;
     s = stub->GetStats(&ctx, req, &resp);
   } else if (rpc == "GetFrameKey") {
-    tessel::v1::JobRef req;
+    tessel::v1::FrameKeyRequest req;
     req.set_job(job);
     tessel::v1::FrameKeyResponse resp;
     s = stub->GetFrameKey(&ctx, req, &resp);

@@ -152,7 +152,7 @@ absl::Status Worker::CreateJob() {
         return absl::OkStatus();
       }));
   // Before the first frame: the servers may authenticate them.
-  TESSEL_ASSIGN_OR_RETURN(std::vector<std::string> keys, p_->control->FrameKeys());
+  TESSEL_ASSIGN_OR_RETURN(std::vector<FrameKeyGrant> keys, p_->control->FrameKeys());
   return p_->channel->SetFrameKeys(keys);
 }
 

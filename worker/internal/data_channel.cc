@@ -108,48 +108,73 @@ bool DataChannel::Pulled(int rank, int64_t version) {
          it->second.second >= version;
 }
 
-std::shared_ptr<FrameAuth> DataChannel::AuthOf(int shard) {
+std::shared_ptr<const RankFrameKeys> DataChannel::AuthOf(int shard, int64_t epoch, bool* on) {
   absl::MutexLock lock(&mu_);
+  if (on != nullptr) *on = false;
   if (shard < 0 || static_cast<size_t>(shard) >= auth_.size()) return nullptr;
-  return auth_[static_cast<size_t>(shard)];
+  const auto& keys = auth_[static_cast<size_t>(shard)];
+  if (on != nullptr) *on = !keys.empty();
+  for (const auto& k : keys) {
+    if (k->epoch() == epoch) return k;
+  }
+  return nullptr;
 }
 
 bool DataChannel::authenticated() {
   absl::MutexLock lock(&mu_);
-  return std::any_of(auth_.begin(), auth_.end(), [](const auto& a) { return a != nullptr; });
+  return std::any_of(auth_.begin(), auth_.end(), [](const auto& a) { return !a.empty(); });
 }
 
-absl::Status DataChannel::SetFrameKeys(const std::vector<std::string>& secrets) {
-  if (secrets.size() != peers_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(ctx_->Where(), ": ", secrets.size(),
+absl::Status DataChannel::SetFrameKeys(const std::vector<FrameKeyGrant>& grants) {
+  constexpr size_t kKeepEpochs = 4;
+  if (grants.size() != peers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(ctx_->Where(), ": ", grants.size(),
                                                    " frame keys for ", peers_.size(), " shards"));
   }
-  std::vector<std::shared_ptr<FrameAuth>> auth(secrets.size());
-  for (size_t s = 0; s < secrets.size(); ++s) {
-    if (secrets[s].empty()) continue;
-    auto a = FrameAuth::Create(secrets[s], ctx_->job_id, static_cast<int32_t>(s));
-    if (!a.ok()) {
+  const int32_t rank = ctx_->rank.load();
+  const int64_t epoch = ctx_->epoch.load();
+  std::vector<std::shared_ptr<const RankFrameKeys>> fresh(grants.size());
+  for (size_t s = 0; s < grants.size(); ++s) {
+    if (grants[s].rank_secret.empty()) continue;
+    auto k = RankFrameKeys::Create(grants[s], ctx_->job_id, static_cast<int32_t>(s), rank, epoch);
+    if (!k.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(ctx_->Where(), ": shard ", s, "'s frame key: ", a.status().message()));
+          absl::StrCat(ctx_->Where(), ": shard ", s, "'s frame key: ", k.status().message()));
     }
-    auth[s] = *std::move(a);
+    fresh[s] = *std::move(k);
   }
   std::vector<std::string> on;
-  for (size_t s = 0; s < auth.size(); ++s) {
-    if (auth[s] != nullptr) on.push_back(absl::StrCat(s));
+  for (size_t s = 0; s < fresh.size(); ++s) {
+    if (fresh[s] != nullptr) on.push_back(absl::StrCat(s));
   }
   if (!on.empty()) {
     TESSEL_LOG(INFO) << ctx_->Where() << ": data-path frames authenticated with shard(s) "
-                     << absl::StrJoin(on, ", ");
+                     << absl::StrJoin(on, ", ") << " (rank " << rank << "'s keys of epoch " << epoch
+                     << ")";
   }
   absl::MutexLock lock(&mu_);
-  auth_ = std::move(auth);
+  auth_.resize(fresh.size());
+  for (size_t s = 0; s < fresh.size(); ++s) {
+    auto& keys = auth_[s];
+    if (fresh[s] == nullptr) {  // this server does not authenticate (now)
+      keys.clear();
+      continue;
+    }
+    keys.erase(std::remove_if(keys.begin(), keys.end(),
+                              [&](const auto& k) { return k->epoch() == epoch; }),
+               keys.end());
+    keys.push_front(std::move(fresh[s]));
+    if (keys.size() > kKeepEpochs) keys.pop_back();
+  }
   return absl::OkStatus();
 }
 
 void DataChannel::SendTo(PeerId peer, const FrameHeader& h, const void* payload,
                          std::shared_ptr<const void> keep, bool to_worker) {
-  const WireHeader wire = ToWire(AuthOf(h.shard).get(), h);
+  WireHeader wire = ToWire(nullptr, h);
+  if (std::shared_ptr<const RankFrameKeys> keys = AuthOf(h.shard, h.epoch)) {
+    wire = WireHeader{keys->Seal(h, to_worker), kSealedHeaderBytes};
+  }
   {
     absl::MutexLock lock(&mu_);
     ++outstanding_sends_;
@@ -297,9 +322,13 @@ Accept DataChannel::OnFrame(const Incoming& in) {
     return Accept{};
   }
   if (authenticated()) {
-    std::shared_ptr<FrameAuth> auth = AuthOf(h->shard);
-    if (auth != nullptr ? !auth->Verify(in.header, *h)
-                        : (h->shard < 0 || h->shard >= num_shards())) {
+    // A shard that authenticates: the frame must be authentic under this
+    // rank's keys of its epoch (held for the last few epochs); one that
+    // does not: any frame about it, as before.
+    bool on = false;
+    std::shared_ptr<const RankFrameKeys> keys = AuthOf(h->shard, h->epoch, &on);
+    if (on ? keys == nullptr || !keys->Verify(in.header, *h)
+           : (h->shard < 0 || h->shard >= num_shards())) {
       ++unauthenticated_;
       TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
           << ctx_->WhereAnyThread() << ": dropping an unauthenticated data-path frame ("

@@ -17,11 +17,15 @@
 //     10 s; a sink compares the header's size with what the job expects for
 //     that bucket (or unit) and gives the transport the room it has
 //     (Receive's `capacity`).
-//   - With frame keys (SetFrameKeys: the servers authenticate frames), every
-//     frame about shard s is sealed with shard s's key and every frame that
-//     arrives must carry a valid tag under it (forwarded PARAMS and worker-
-//     to-worker frames too); the rest is dropped, counted in
-//     unauthenticated() and logged at most every 10 s.
+//   - With frame keys (SetFrameKeys: the servers authenticate frames; this
+//     rank's keys for the epoch, runtime/rank_keys.h), every frame about
+//     shard s to s is sealed with this rank's up key of s, and every frame to
+//     a worker of this host group (host aggregation: PUSH, PULL, READY,
+//     forwarded PARAMS) with the group's key of s. A frame that arrives must
+//     be a PARAMS or ERROR under this rank's down key (a server's) or a
+//     frame of another rank of the group under the group's key, of a key the
+//     channel holds (this epoch and the last few); the rest is dropped,
+//     counted in unauthenticated() and logged at most every 10 s.
 //   - WaitFor returns OK once `done` holds, the first error otherwise
 //     (recoverable when recovery is on), and DeadlineExceeded naming `what`
 //     after step_timeout. It evaluates `done` at the start, after every
@@ -53,6 +57,7 @@
 #define TESSEL_WORKER_INTERNAL_DATA_CHANNEL_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,6 +70,7 @@
 #include "absl/time/time.h"
 #include "core/wire.h"
 #include "runtime/frame_auth.h"
+#include "runtime/rank_keys.h"
 #include "transport/transport.h"
 #include "worker/internal/job_context.h"
 
@@ -182,10 +188,12 @@ class DataChannel {
   int64_t endpoint_renewals() const { return endpoint_renewals_.load(); }
   int64_t stale_dropped() const { return stale_dropped_.load(); }
 
-  // Each shard's frame key secret ("" where that server does not
-  // authenticate frames), num_shards() of them; InvalidArgument for a
-  // wrong count or size. Before the first frame of an epoch is sent.
-  absl::Status SetFrameKeys(const std::vector<std::string>& secrets);
+  // This rank's frame keys of the current epoch (ctx rank and epoch) from
+  // each shard (an empty grant where that server does not authenticate
+  // frames), num_shards() of them; InvalidArgument for a wrong count or
+  // size. Before the first frame of an epoch is sent. The keys of the last
+  // few epochs stay, for the refusals of frames sent before a recovery.
+  absl::Status SetFrameKeys(const std::vector<FrameKeyGrant>& grants);
   // Whether any shard authenticates frames.
   bool authenticated();
   int64_t unauthenticated() const { return unauthenticated_.load(); }
@@ -199,8 +207,9 @@ class DataChannel {
   Accept Refuse(const FrameHeader& h, const Incoming& in, absl::string_view why);
   void SendTo(PeerId peer, const FrameHeader& h, const void* payload,
               std::shared_ptr<const void> keep, bool to_worker);
-  // The key frames about `shard` are sealed and checked with (null: none).
-  std::shared_ptr<FrameAuth> AuthOf(int shard);
+  // The keys frames about `shard` of `epoch` are sealed and checked with
+  // (null: none). `*on`: whether the shard authenticates frames at all.
+  std::shared_ptr<const RankFrameKeys> AuthOf(int shard, int64_t epoch, bool* on = nullptr);
   // Records a send that could not start (no endpoint) as the step's failure.
   void FailSend(const FrameHeader& h, absl::Status s);
   bool FailedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -231,8 +240,8 @@ class DataChannel {
   std::map<int, std::pair<int64_t, int64_t>> pulled_ ABSL_GUARDED_BY(mu_);
   // Set by the driving thread, read by forwards on the progress thread.
   std::vector<PeerId> worker_peers_ ABSL_GUARDED_BY(mu_);
-  // By shard; null where frames go untagged.
-  std::vector<std::shared_ptr<FrameAuth>> auth_ ABSL_GUARDED_BY(mu_);
+  // By shard, newest epoch first; empty where frames go untagged.
+  std::vector<std::deque<std::shared_ptr<const RankFrameKeys>>> auth_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> stale_dropped_{0};
   std::atomic<int64_t> endpoint_renewals_{0};
   std::atomic<int64_t> unauthenticated_{0};

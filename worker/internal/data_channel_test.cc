@@ -6,6 +6,7 @@
 #include "worker/internal/data_channel.h"
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/frame_auth.h"
+#include "runtime/rank_keys.h"
 #include "transport/inproc/inproc_transport.h"
 #include "worker/internal/job_context.h"
 #include "worker/internal/scripted_server.h"
@@ -240,10 +242,16 @@ TEST_F(DataChannelTest, ReadyAndPullOfTheHostsWorkersAreRecordedPerEpoch) {
 }
 
 TEST_F(DataChannelTest, WithFrameKeysFramesAreSealedAndUntaggedOnesDropped) {
-  EXPECT_EQ(channel_->SetFrameKeys({"only one"}).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(channel_->SetFrameKeys({"short", ""}).code(), absl::StatusCode::kInvalidArgument);
-  const std::string secret = NewJobSecret();
-  ASSERT_TRUE(channel_->SetFrameKeys({secret, ""}).ok());
+  EXPECT_EQ(channel_->SetFrameKeys({FrameKeyGrant{"only one", ""}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(channel_->SetFrameKeys({FrameKeyGrant{"short", ""}, FrameKeyGrant{}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto job = *JobFrameKeys::Create(NewJobSecret(), ctx_->job_id, 0);
+  const int rank = ctx_->rank.load();
+  ASSERT_TRUE(channel_
+                  ->SetFrameKeys({FrameKeyGrant{job->RankSecret(rank, ctx_->epoch.load()), ""},
+                                  FrameKeyGrant{}})
+                  .ok());
   EXPECT_TRUE(channel_->authenticated());
   channel_->Send(channel_->Header(FrameType::kPull, 1, 0, 0), nullptr);
   channel_->Send(channel_->Header(FrameType::kPull, 1, 1, 0), nullptr);
@@ -252,13 +260,52 @@ TEST_F(DataChannelTest, WithFrameKeysFramesAreSealedAndUntaggedOnesDropped) {
   EXPECT_EQ(to0.header_bytes, kSealedHeaderBytes);
   EXPECT_EQ(to1.header_bytes, kHeaderBytes);
 
-  auto auth = FrameAuth::Create(secret, ctx_->job_id, 0);
-  ASSERT_TRUE(auth.ok());
   server0_.Reply(to0.from, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(40, 1.f));  // no tag
-  server0_.Reply(to0.from, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(40, 2.f), auth->get());
+  server0_.Reply(to0.from, ParamsHeader(*ctx_, 0, 0, 1, 160), FloatBytes(40, 2.f), job.get());
   ASSERT_TRUE(channel_->WaitFor([&] { return sink_->landed() == 1; }, [] { return "1"; }).ok());
   EXPECT_EQ(sink_->first(), 2.f);
   EXPECT_EQ(channel_->unauthenticated(), 1);
+}
+
+// Issue 42 part 2: another member of the job holds its own rank's keys only.
+// Its PARAMS toward this rank, sealed with any key it has (its down key: the
+// server's toward it; its up key), are dropped; an ERROR it forges too.
+TEST_F(DataChannelTest, AnotherRanksKeysForgeNoFrameTowardThisRank) {
+  auto job = *JobFrameKeys::Create(NewJobSecret(), ctx_->job_id, 0);
+  const int rank = ctx_->rank.load();
+  const int64_t epoch = ctx_->epoch.load();
+  ASSERT_TRUE(
+      channel_->SetFrameKeys({FrameKeyGrant{job->RankSecret(rank, epoch), ""}, FrameKeyGrant{}})
+          .ok());
+  const PeerId worker = WorkerAtServer0();
+  const int other = rank + 1;
+  auto theirs = *RankFrameKeys::Create(FrameKeyGrant{job->RankSecret(other, epoch), ""},
+                                       ctx_->job_id, 0, other, epoch);
+  const FrameHeader params = ParamsHeader(*ctx_, 0, 0, 1, 160);  // addressed to `rank`
+  FrameHeader to_them = params;
+  to_them.rank = other;
+  // What the forger can make: its own down key's tag re-addressed, its up key's.
+  SealedHeader with_down = job->SealToWorker(to_them);
+  const HeaderBytes readdressed = EncodeHeader(params);
+  std::memcpy(with_down.data(), readdressed.data(), kHeaderBytes);
+  const std::vector<uint8_t> payload = FloatBytes(40, 7.f);
+  server0_.SendRaw(worker, with_down, payload);
+  const SealedHeader with_up = theirs->Seal(params, /*to_worker=*/false);
+  server0_.SendRaw(worker, with_up, payload);
+  const SealedHeader with_up_as_worker = theirs->Seal(params, /*to_worker=*/true);
+  server0_.SendRaw(worker, with_up_as_worker, payload);
+  FrameHeader error = params;
+  error.type = FrameType::kError;
+  error.payload_bytes = 0;
+  const SealedHeader forged_error = theirs->Seal(error, false);
+  server0_.SendRaw(worker, forged_error, {});
+  ASSERT_TRUE(
+      channel_->WaitFor([&] { return channel_->unauthenticated() == 4; }, [] { return "4"; }).ok());
+  EXPECT_EQ(sink_->offered(), 0);
+  // The server's real frame still lands.
+  server0_.Reply(worker, params, FloatBytes(40, 2.f), job.get());
+  ASSERT_TRUE(channel_->WaitFor([&] { return sink_->landed() == 1; }, [] { return "1"; }).ok());
+  EXPECT_EQ(sink_->first(), 2.f);
 }
 
 // Issue 42, the reproduction: a PARAMS frame of 57,600 bytes under a header

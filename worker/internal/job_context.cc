@@ -5,10 +5,17 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "core/wire.h"
+#include "runtime/frame_auth.h"
 
 namespace tessel::internal {
 namespace {
 constexpr char kRecoverableUrl[] = "type.tessel.dev/recoverable";
+
+// One per process: its workers are one trust domain (they share memory).
+const std::string& ProcessClaim() {
+  static const std::string* const claim = new std::string(NewJobSecret());
+  return *claim;
+}
 }  // namespace
 
 JobContext::JobContext(const WorkerOptions& o)
@@ -18,7 +25,8 @@ JobContext::JobContext(const WorkerOptions& o)
       id(o.rank),
       resume(o.resume),
       job_id(JobId(o.job)),
-      token(o.token) {
+      token(o.token),
+      frame_key_claim(ProcessClaim()) {
   if (token.empty()) {
     if (const char* env = std::getenv("TESSEL_TOKEN")) token = env;
   }

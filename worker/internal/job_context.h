@@ -82,6 +82,10 @@ struct JobContext {
   // group as put in the JobSpec (empty = flat), and why (Worker::aggregation()).
   std::vector<int> rank_groups;
   std::string aggregation = "flat";
+  // This process's claim on its rank's frame keys (GetFrameKey): random,
+  // made once per process, so a retried or repeated request of this process
+  // is recognised and another process's for the same (rank, epoch) is not.
+  const std::string frame_key_claim;
 };
 
 // The payload a status carries when Worker::IsRecoverable holds.

@@ -69,20 +69,31 @@ absl::Status JobControl::CreateJob(const v1::CreateJobRequest& request, absl::st
   });
 }
 
-absl::StatusOr<std::vector<std::string>> JobControl::FrameKeys() const {
+absl::StatusOr<std::vector<FrameKeyGrant>> JobControl::FrameKeys() const {
   const std::string call = What("GetFrameKey");
-  std::vector<std::string> secrets;
+  v1::FrameKeyRequest req;
+  req.set_job(ctx_->options.job);
+  req.set_rank(ctx_->rank.load());
+  req.set_epoch(ctx_->epoch.load());
+  req.set_claim(ctx_->frame_key_claim);
+  std::vector<FrameKeyGrant> grants;
   TESSEL_RETURN_IF_ERROR(ForEach([&](int shard) -> absl::Status {
     v1::FrameKeyResponse resp;
-    absl::Status got = fleet_->Call(shard, &Stub::GetFrameKey, Ref(), &resp, call);
+    absl::Status got = fleet_->Call(shard, &Stub::GetFrameKey, req, &resp, call);
     // A server from before data-path authentication has no GetFrameKey: it
     // takes and sends untagged frames, as before.
     if (!got.ok() && !absl::IsUnimplemented(got)) return got;
-    if (secrets.size() <= static_cast<size_t>(shard)) secrets.resize(shard + 1);
-    secrets[static_cast<size_t>(shard)] = resp.secret();
+    if (!resp.secret().empty() && resp.key_version() != kRankKeysVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          ctx_->Where(), ": shard ", shard,
+          " hands out one frame key for the whole job (a server from before per-rank keys); "
+          "upgrade the shard servers"));
+    }
+    if (grants.size() <= static_cast<size_t>(shard)) grants.resize(shard + 1);
+    grants[static_cast<size_t>(shard)] = FrameKeyGrant{resp.secret(), resp.host_secret()};
     return absl::OkStatus();
   }));
-  return secrets;
+  return grants;
 }
 
 absl::Status JobControl::SetOptimizer(const OptimizerParams& optimizer, int64_t step) const {

@@ -48,6 +48,7 @@
 #include "core/optimizer.h"
 #include "proto/shard.pb.h"
 #include "rpc/shard_fleet.h"
+#include "runtime/rank_keys.h"
 #include "worker/internal/job_context.h"
 
 namespace tessel::internal {
@@ -69,9 +70,10 @@ class JobControl {
   // rather than a call failing.
   absl::Status CreateJob(const v1::CreateJobRequest& request, absl::string_view what,
                          const CreateCheck& check, bool* refused = nullptr) const;
-  // Every shard's data-path frame key secret (GetFrameKey; "" where the
-  // server does not authenticate frames), in shard order.
-  absl::StatusOr<std::vector<std::string>> FrameKeys() const;
+  // This rank's data-path frame keys of the current epoch from every shard
+  // (GetFrameKey with ctx.rank, ctx.epoch and ctx.frame_key_claim; empty
+  // where the server does not authenticate frames), in shard order.
+  absl::StatusOr<std::vector<FrameKeyGrant>> FrameKeys() const;
 
   // New optimizer hyper-parameters from `step` on, on every shard.
   absl::Status SetOptimizer(const OptimizerParams& optimizer, int64_t step) const;

@@ -114,7 +114,7 @@ absl::Status RecoveryCoordinator::TakeRestore(int64_t epoch, int64_t step,
   p_.collectives->DropAll();  // named by the old epoch; the new one gets fresh ones
   p_.channel->SetEpoch(epoch);
   // A restarted server has a new frame key (its jobs are new there).
-  absl::StatusOr<std::vector<std::string>> keys = p_.control->FrameKeys();
+  absl::StatusOr<std::vector<FrameKeyGrant>> keys = p_.control->FrameKeys();
   if (!keys.ok()) return ctx.Recoverable(absl::UnavailableError(keys.status().message()));
   TESSEL_RETURN_IF_ERROR(p_.channel->SetFrameKeys(*keys));
   p_.spec->set_world_size(static_cast<int>(ids.size()));

@@ -40,10 +40,17 @@ std::vector<ScriptedServer::Frame> ScriptedServer::Await(size_t n, absl::Duratio
 }
 
 void ScriptedServer::Reply(PeerId to, const FrameHeader& h, std::vector<uint8_t> payload,
-                           FrameAuth* auth) {
+                           JobFrameKeys* auth) {
   auto owned = std::make_shared<std::vector<uint8_t>>(std::move(payload));
-  const WireHeader wire = ToWire(auth, h);
+  const WireHeader wire =
+      auth != nullptr ? WireHeader{auth->SealToWorker(h), kSealedHeaderBytes} : ToWire(nullptr, h);
   transport_->Send(to, wire.span(), owned->data(), owned->size(), [owned](absl::Status) {});
+}
+
+void ScriptedServer::SendRaw(PeerId to, absl::Span<const uint8_t> header,
+                             std::vector<uint8_t> payload) {
+  auto owned = std::make_shared<std::vector<uint8_t>>(std::move(payload));
+  transport_->Send(to, header, owned->data(), owned->size(), [owned](absl::Status) {});
 }
 
 std::unique_ptr<JobContext> DataPathContext(WorkerOptions o, int64_t epoch,

@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/wire.h"
 #include "runtime/frame_auth.h"
+#include "runtime/rank_keys.h"
 #include "transport/inproc/inproc_transport.h"
 #include "worker/internal/data_channel.h"
 #include "worker/internal/job_context.h"
@@ -58,9 +59,12 @@ class ScriptedServer {
 
   // Waits for `n` frames (or `timeout`); returns those that came.
   std::vector<Frame> Await(size_t n, absl::Duration timeout = absl::Seconds(10));
-  // Sends `h` with `payload` to `to`, sealed with `auth` if given.
+  // Sends `h` with `payload` to `to`, sealed with `auth`'s key for h.rank
+  // (server to worker) if given.
   void Reply(PeerId to, const FrameHeader& h, std::vector<uint8_t> payload,
-             FrameAuth* auth = nullptr);
+             JobFrameKeys* auth = nullptr);
+  // Sends `header` as it is (a forger's bytes) with `payload` to `to`.
+  void SendRaw(PeerId to, absl::Span<const uint8_t> header, std::vector<uint8_t> payload);
 
  private:
   std::unique_ptr<InProcTransport> transport_;

@@ -90,7 +90,7 @@ absl::Status ServerReducer::Start(const ReducerSite& site, size_t size) {
   create.set_epoch(ctx_.epoch.load());
   create.set_restore_step(-1);
   TESSEL_RETURN_IF_ERROR(control_->CreateJob(create, "CreateJob", nullptr));
-  TESSEL_ASSIGN_OR_RETURN(std::vector<std::string> keys, control_->FrameKeys());
+  TESSEL_ASSIGN_OR_RETURN(std::vector<FrameKeyGrant> keys, control_->FrameKeys());
   TESSEL_RETURN_IF_ERROR(channel_->SetFrameKeys(keys));
   exchange_->Allocate();
   return absl::OkStatus();
