@@ -149,7 +149,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       absl::StatusOr<FrameHeader> decoded = header.size() >= kHeaderBytes
                                                 ? DecodeHeader(header.data(), kHeaderBytes)
                                                 : absl::InvalidArgumentError("short");
-      const bool sealed = key != nullptr && f.seal() && decoded.ok();
+      // The key is the job's and its shard's: it seals nothing else.
+      const bool sealed = key != nullptr && f.seal() && decoded.ok() &&
+                          decoded->job_id == job->job_id() && decoded->shard == job->shard();
       if (sealed) {
         const WireHeader wire = ToWire(key.get(), *decoded);
         header.assign(wire.span().begin(), wire.span().end());

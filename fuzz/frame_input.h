@@ -90,12 +90,18 @@ inline bool ReadFrame(FrameReader* r, FuzzFrame* f) {
   return true;
 }
 
-// For make_corpus.cc: appends one frame in the format above.
+// For make_corpus.cc: appends one frame in the format above; with
+// `own_size`, its payload_bytes is that, not the header's.
 inline void WriteFrame(std::string* out, uint8_t flags, const uint8_t* header, size_t header_bytes,
-                       const void* content, size_t content_bytes) {
-  out->push_back(static_cast<char>(flags & ~kOwnSize));
+                       const void* content, size_t content_bytes,
+                       const uint64_t* own_size = nullptr) {
+  flags = static_cast<uint8_t>(own_size != nullptr ? flags | kOwnSize : flags & ~kOwnSize);
+  out->push_back(static_cast<char>(flags));
   out->push_back(static_cast<char>(header_bytes));
   out->append(reinterpret_cast<const char*>(header), header_bytes);
+  for (int i = 0; own_size != nullptr && i < 8; ++i) {
+    out->push_back(static_cast<char>((*own_size >> (8 * i)) & 0xff));
+  }
   out->push_back(static_cast<char>(content_bytes & 0xff));
   out->push_back(static_cast<char>((content_bytes >> 8) & 0xff));
   out->append(static_cast<const char*>(content), content_bytes);

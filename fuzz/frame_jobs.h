@@ -1,8 +1,7 @@
 // The small jobs the frame-handler fuzz targets run (data_plane,
-// worker_frames), in one place for the targets and make_corpus.cc, which
-// writes their seeds: one tensor of kFuzzElements fp32 (or half) elements,
-// buckets of kFuzzBucketElements, alignment 4, kFuzzWorld ranks, epoch
-// kFuzzEpoch.
+// worker_frames), and their configuration bytes, in one place for the targets and make_corpus.cc,
+// which writes their seeds: one tensor of kFuzzElements fp32 (or half) elements, buckets of
+// kFuzzBucketElements, alignment 4, kFuzzWorld ranks, epoch kFuzzEpoch.
 #ifndef TESSEL_FUZZ_FRAME_JOBS_H_
 #define TESSEL_FUZZ_FRAME_JOBS_H_
 
@@ -24,6 +23,17 @@ inline constexpr uint8_t kPlaneHalf = 8;      // bf16 tensors (mixed precision o
 inline constexpr uint8_t kPlaneTopk = 16;     // top-k compressed pushes (fp32 only)
 inline constexpr uint8_t kPlaneFold = 32;     // ShardJob folds ranks in prefix order
 inline constexpr uint8_t kPlaneInline = 64;   // buckets update on the transport's thread
+
+// worker_frames: the worker's layout has kFuzzWorkerShards shards (the same
+// tensor and buckets), so frames can name a shard it does not have. Its
+// configuration byte:
+inline constexpr int kFuzzWorkerShards = 2;
+inline constexpr int64_t kFuzzParamsStep = 1;   // the step whose PARAMS the worker waits for
+inline constexpr uint8_t kWorkerAuth = 1;       // every shard authenticates frames
+inline constexpr uint8_t kWorkerHalf = 2;       // bf16 on the wire (PARAMS in half)
+inline constexpr uint8_t kWorkerHostGroup = 4;  // ranks 0 and 1 share a host (aggregation)
+inline constexpr uint8_t kWorkerRank1 = 8;      // this worker is rank 1 (else 0)
+inline constexpr uint8_t kWorkerOwnReady = 16;  // then its own gradients are ready (sums)
 
 }  // namespace tessel::fuzz
 

@@ -43,6 +43,15 @@ class SeedInput {
     WriteFrame(&bytes_, flags, hb.data(), hb.size(), content.data(), content.size());
     return *this;
   }
+  // A frame of `h` whose payload is `payload_bytes` long, whatever its
+  // header says.
+  SeedInput& Sized(const FrameHeader& h, uint64_t payload_bytes, uint8_t flags = 0) {
+    const HeaderBytes hb = EncodeHeader(h);
+    const std::string content(16, 'p');
+    WriteFrame(&bytes_, flags, hb.data(), hb.size(), content.data(), content.size(),
+               &payload_bytes);
+    return *this;
+  }
   // Header bytes as given (malformed ones).
   SeedInput& Bytes(const std::string& header, uint8_t flags = 0) {
     WriteFrame(&bytes_, flags, reinterpret_cast<const uint8_t*>(header.data()), header.size(),
@@ -165,6 +174,88 @@ inline std::map<std::string, std::string> DataPlaneSeeds() {
                                 .Frame(part, 1 << kTargetShift)
                                 .Frame(part, 1 << kTargetShift)
                                 .str();
+  return seeds;
+}
+
+// worker_frames: name -> input.
+inline std::map<std::string, std::string> WorkerFramesSeeds() {
+  const Layout layout =
+      *Layout::Create({{"w", {kFuzzElements}}}, kFuzzWorkerShards, kFuzzAlign, kFuzzBucketElements);
+  auto header = [&](FrameType type, int64_t step, int rank, int shard, int bucket,
+                    uint64_t payload_bytes) {
+    FrameHeader h = MakeHeader(type, JobId(kFuzzJob), kFuzzEpoch, step, rank, shard, bucket);
+    h.payload_bytes = payload_bytes;
+    return h;
+  };
+  // The PARAMS of every bucket of step kFuzzParamsStep, as the servers send them.
+  auto params = [&](uint8_t config, uint8_t flags) {
+    SeedInput in(config);
+    const bool half = (config & kWorkerHalf) != 0;
+    for (int s = 0; s < kFuzzWorkerShards; ++s) {
+      for (int b = 0; b < layout.num_buckets(s); ++b) {
+        FrameHeader h = header(FrameType::kParams, kFuzzParamsStep, 0, s, b,
+                               DensePayloadBytes(layout.bucket_range(s, b).size(), half));
+        h.bucket_count = static_cast<uint32_t>(layout.num_buckets(s));
+        in.Frame(h, static_cast<uint8_t>(flags | (s << kTargetShift)));
+      }
+    }
+    return in;
+  };
+  // The other rank of the host: READY, its PUSH of every bucket (step 0),
+  // its PULL.
+  auto host = [&](uint8_t config, uint8_t flags) {
+    SeedInput in(config);
+    const int other = (config & kWorkerRank1) != 0 ? 0 : 1;
+    const uint8_t from = static_cast<uint8_t>((kFuzzWorkerShards + other) << kTargetShift);
+    in.Frame(header(FrameType::kReady, 0, other, 0, 0, 0), static_cast<uint8_t>(flags | from));
+    for (int s = 0; s < kFuzzWorkerShards; ++s) {
+      for (int b = 0; b < layout.num_buckets(s); ++b) {
+        in.Frame(header(FrameType::kPush, 0, other, s, b,
+                        DensePayloadBytes(layout.bucket_range(s, b).size(), false)),
+                 static_cast<uint8_t>(flags | from), 1.5f);
+      }
+    }
+    in.Frame(header(FrameType::kPull, kFuzzParamsStep, other, 0, 0, 0),
+             static_cast<uint8_t>((flags & kSeal) | from));
+    return in;
+  };
+  std::map<std::string, std::string> seeds;
+  seeds["params"] = params(0, 0).str();
+  seeds["params_bf16"] = params(kWorkerHalf, 0).str();
+  seeds["params_in_place"] = params(0, kInPlace).str();
+  seeds["params_auth"] = params(kWorkerAuth, kSeal).str();
+  seeds["host_rank0"] = host(kWorkerHostGroup | kWorkerOwnReady, 0).str();
+  seeds["host_rank0_in_place"] = host(kWorkerHostGroup | kWorkerOwnReady, kInPlace).str();
+  seeds["host_rank1_auth"] =
+      host(kWorkerHostGroup | kWorkerOwnReady | kWorkerRank1 | kWorkerAuth, kSeal).str();
+  seeds["bad_params_unsealed"] = params(kWorkerAuth, 0).str();
+
+  const uint64_t b0 = DensePayloadBytes(layout.bucket_range(0, 0).size(), false);
+  FrameHeader error = header(FrameType::kError, kFuzzParamsStep, 0, 0, 0, 21);
+  error.code = 10;  // ABORTED
+  FrameHeader old_error = error;
+  old_error.epoch = kFuzzEpoch - 1;
+  FrameHeader long_error = error;
+  long_error.payload_bytes = kMaxErrorTextBytes + 1;
+  FrameHeader p0 = header(FrameType::kParams, kFuzzParamsStep, 0, 0, 0, b0);
+  FrameHeader big = header(FrameType::kParams, kFuzzParamsStep, 0, 0, 0, uint64_t{1} << 40);
+  FrameHeader no_shard = header(FrameType::kParams, kFuzzParamsStep, 0, kFuzzWorkerShards, 0, b0);
+  FrameHeader old_step = header(FrameType::kParams, 0, 0, 0, 0, b0);
+  FrameHeader other_job = p0;
+  other_job.job_id = JobId("other");
+  seeds["error"] = SeedInput(0).Raw(error, "the shard refused the pull").str();
+  seeds["error_old_epoch"] = SeedInput(0).Raw(old_error, "the shard refused the pull").str();
+  seeds["bad_error_long"] = SeedInput(0).Sized(long_error, kMaxErrorTextBytes + 1).str();
+  seeds["bad_sizes"] = SeedInput(0)
+                           .Sized(p0, b0 + 4)
+                           .Sized(p0, b0 - 4)
+                           .Sized(p0, 0)
+                           .Frame(big)
+                           .Sized(big, 64, kInPlace)
+                           .Frame(no_shard)
+                           .Frame(old_step)
+                           .Frame(other_job)
+                           .str();
   return seeds;
 }
 

@@ -240,6 +240,7 @@ int main(int argc, char** argv) {
   const bool ok = Headers(corpus + "/wire_header") && Npy(corpus + "/npy") &&
                   Specs(corpus + "/job_spec", argv[2]) &&
                   UcxDescriptors(corpus + "/ucx_descriptor") &&
-                  Seeds(corpus + "/data_plane", tessel::fuzz::DataPlaneSeeds());
+                  Seeds(corpus + "/data_plane", tessel::fuzz::DataPlaneSeeds()) &&
+                  Seeds(corpus + "/worker_frames", tessel::fuzz::WorkerFramesSeeds());
   return ok ? 0 : 1;
 }
