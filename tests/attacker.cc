@@ -1,0 +1,157 @@
+// An attacker for //tests:attack_test: a process in no job that knows what
+// anyone may read from a registry (members' UCX addresses, jobs' names and
+// epochs) and sprays hostile data-path frames at one peer over UCX.
+//
+// Usage:
+//   attacker --to=HEX_UCX_ADDRESS --job=NAME --epoch=E --kinds=push,pull,init,params,error,
+//            oversized,undersized --steps=FIRST:LAST --ranks=0,1 --shards=0,1 --buckets=4
+//            [--bytes=N] [--ucx_tls=posix,sysv,self]
+// Every frame is sent twice: with the bare 64-byte header, and with a 16-byte
+// tag of random bytes after it (a forger without the job's key). Frames:
+//   push, init    a gradient / initial bucket of --bytes bytes of 0x7F
+//                 (3.4e38 in every float lane: applied once, it would wreck
+//                 the parameters)
+//   pull          a PULL of the bucket (a forger asking for parameters)
+//   params        a PARAMS of --bytes bytes of 0x7F toward a worker
+//   error         an ERROR toward a worker, its text 1 KiB
+//   oversized     a PARAMS whose payload is 3x what its header says (the
+//                 memory-safety attack on a worker: the transport would copy
+//                 the real length)
+//   undersized    a PARAMS whose payload is a third of what its header says
+// Prints "sent N frames" and exits 0 once every send completed (1 if the
+// peer cannot be reached or a send failed).
+#include <atomic>
+#include <cstdint>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "core/wire.h"
+#include "transport/ucx/ucx_transport.h"
+
+ABSL_FLAG(std::string, to, "", "hex UCX address of the peer (tesselctl members -o json)");
+ABSL_FLAG(std::string, ucx_tls, "posix,sysv,self", "UCX transports");
+ABSL_FLAG(std::string, job, "", "job name (its id is JobId(name))");
+ABSL_FLAG(int64_t, epoch, 0, "the job's epoch (tesselctl stats -o json)");
+ABSL_FLAG(std::string, kinds, "push,pull,init", "frame kinds (see the file comment)");
+ABSL_FLAG(std::string, steps, "0:0", "FIRST:LAST steps");
+ABSL_FLAG(std::string, ranks, "0", "ranks, comma-separated");
+ABSL_FLAG(std::string, shards, "0", "shards, comma-separated");
+ABSL_FLAG(int, buckets, 1, "buckets 0..N-1");
+ABSL_FLAG(int64_t, bytes, 4096, "payload bytes of push/init/params frames");
+
+namespace {
+
+std::vector<int> Ints(const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view s : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int v;
+    if (absl::SimpleAtoi(s, &v)) out.push_back(v);
+  }
+  return out;
+}
+
+struct Frame {
+  std::string header;  // 64 or 80 bytes
+  std::vector<uint8_t> payload;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::vector<std::string> range = absl::StrSplit(absl::GetFlag(FLAGS_steps), ':');
+  int64_t first = 0, last = 0;
+  if (absl::GetFlag(FLAGS_to).empty() || absl::GetFlag(FLAGS_job).empty() || range.size() != 2 ||
+      !absl::SimpleAtoi(range[0], &first) || !absl::SimpleAtoi(range[1], &last) || last < first ||
+      absl::GetFlag(FLAGS_bytes) < 0) {
+    std::cerr << "attacker: give --to, --job, --steps=FIRST:LAST (see the file comment)\n";
+    return 1;
+  }
+  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t job = tessel::JobId(absl::GetFlag(FLAGS_job));
+  const int64_t bytes = absl::GetFlag(FLAGS_bytes);
+  std::vector<Frame> frames;
+  auto add = [&](tessel::FrameHeader h, size_t payload) {
+    const tessel::HeaderBytes enc = tessel::EncodeHeader(h);
+    std::string bare(enc.begin(), enc.end());
+    std::string tagged = bare;
+    for (int i = 0; i < 16; ++i) tagged.push_back(static_cast<char>(rng()));
+    for (const std::string& header : {bare, tagged}) {
+      frames.push_back({header, std::vector<uint8_t>(payload, 0x7F)});
+    }
+  };
+  for (absl::string_view kind : absl::StrSplit(absl::GetFlag(FLAGS_kinds), ',')) {
+    for (int64_t step = first; step <= last; ++step) {
+      for (int rank : Ints(absl::GetFlag(FLAGS_ranks))) {
+        for (int shard : Ints(absl::GetFlag(FLAGS_shards))) {
+          for (int b = 0; b < absl::GetFlag(FLAGS_buckets); ++b) {
+            const int64_t epoch = absl::GetFlag(FLAGS_epoch);
+            auto header = [&](tessel::FrameType t) {
+              return tessel::MakeHeader(t, job, epoch, step, rank, shard, b);
+            };
+            if (kind == "push" || kind == "init" || kind == "params") {
+              tessel::FrameHeader h = header(kind == "push"   ? tessel::FrameType::kPush
+                                             : kind == "init" ? tessel::FrameType::kInit
+                                                              : tessel::FrameType::kParams);
+              h.payload_bytes = static_cast<uint64_t>(bytes);
+              add(h, static_cast<size_t>(bytes));
+            } else if (kind == "pull") {
+              tessel::FrameHeader h = header(tessel::FrameType::kPull);
+              h.bucket_count = 1;
+              add(h, 0);
+            } else if (kind == "error") {
+              tessel::FrameHeader h = header(tessel::FrameType::kError);
+              h.code = 13;  // INTERNAL
+              h.payload_bytes = 1024;
+              add(h, 1024);
+            } else if (kind == "oversized" || kind == "undersized") {
+              tessel::FrameHeader h = header(tessel::FrameType::kParams);
+              h.payload_bytes = static_cast<uint64_t>(bytes);
+              add(h, static_cast<size_t>(kind == "oversized" ? 3 * bytes : bytes / 3));
+            } else {
+              std::cerr << "attacker: unknown kind '" << kind << "'\n";
+              return 1;
+            }
+          }
+        }
+      }
+    }
+  }
+  auto transport = tessel::UcxTransport::Create({.tls = absl::GetFlag(FLAGS_ucx_tls)});
+  if (!transport.ok()) {
+    std::cerr << "attacker: " << transport.status() << "\n";
+    return 1;
+  }
+  (*transport)->SetHandler([](const tessel::Incoming&) { return tessel::Accept{}; });
+  auto peer = (*transport)->Connect(absl::HexStringToBytes(absl::GetFlag(FLAGS_to)));
+  if (!peer.ok()) {
+    std::cerr << "attacker: " << peer.status() << "\n";
+    return 1;
+  }
+  std::atomic<size_t> done{0}, failed{0};
+  for (const Frame& f : frames) {
+    (*transport)
+        ->Send(*peer,
+               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(f.header.data()),
+                                   f.header.size()),
+               f.payload.data(), f.payload.size(), [&](absl::Status s) {
+                 if (!s.ok()) ++failed;
+                 ++done;
+               });
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (done.load() < frames.size() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  (*transport)->Shutdown();
+  std::cout << "sent " << done.load() << " frames (" << failed.load() << " failed)" << std::endl;
+  return done.load() == frames.size() && failed.load() == 0 ? 0 : 1;
+}
