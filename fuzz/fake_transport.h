@@ -45,8 +45,8 @@ namespace tessel::fuzz {
 // The largest payload offered in place: the UCX transport offers one only
 // inside a mapped region of the peer's payload memory (descriptor checks).
 inline constexpr uint64_t kMaxInPlaceBytes = uint64_t{1} << 20;
-// Far more than any buffer of the small jobs the targets make: a handler
-// that gives this much room has trusted a size its sender wrote.
+// By default, far more than any buffer of the small jobs the targets make:
+// a handler that gives more room has trusted a size its sender wrote.
 inline constexpr uint64_t kMaxPlausibleCapacity = uint64_t{64} << 20;
 
 class FakeTransport : public Transport {
@@ -64,6 +64,9 @@ class FakeTransport : public Transport {
     bool too_large = false;  // dropped: larger than the capacity given
   };
 
+  // `max_capacity`: the most room a handler may give one payload.
+  explicit FakeTransport(uint64_t max_capacity = kMaxPlausibleCapacity)
+      : max_capacity_(max_capacity) {}
   ~FakeTransport() override { Shutdown(); }
 
   std::string address() const override { return "fuzz"; }
@@ -120,7 +123,7 @@ class FakeTransport : public Transport {
     } else {
       if (a.borrow) a.dst = nullptr;  // borrowing a copy: refused
       if (payload_bytes > 0 && a.dst != nullptr) {
-        FUZZ_CHECK(a.capacity <= kMaxPlausibleCapacity,
+        FUZZ_CHECK(a.capacity <= max_capacity_,
                    absl::StrCat("a handler gave room for ", a.capacity, " bytes to a frame of ",
                                 payload_bytes));
         if (payload_bytes > a.capacity) {
@@ -166,6 +169,7 @@ class FakeTransport : public Transport {
     return d;
   }
 
+  const uint64_t max_capacity_;
   Handler handler_;
   PeerId next_peer_ = 1;
   uint64_t next_lease_ = 0;

@@ -35,6 +35,22 @@ inline constexpr uint8_t kWorkerHostGroup = 4;  // ranks 0 and 1 share a host (a
 inline constexpr uint8_t kWorkerRank1 = 8;      // this worker is rank 1 (else 0)
 inline constexpr uint8_t kWorkerOwnReady = 16;  // then its own gradients are ready (sums)
 
+// peer_group: a group of kFuzzPeers ranks named kFuzzMesh. Its
+// configuration byte:
+inline constexpr char kFuzzMesh[] = "fz.mesh";
+inline constexpr int kFuzzPeers = 3;
+inline constexpr uint64_t kFuzzPeerMaxMessage = 64;  // the small bounds
+inline constexpr uint64_t kFuzzPeerMaxInbox = 160;
+inline constexpr uint64_t kFuzzPeerLargeMaxMessage = uint64_t{1} << 20;  // the larger bounds
+inline constexpr uint64_t kFuzzPeerLargeMaxInbox = uint64_t{4} << 20;
+inline constexpr uint8_t kPeerAuth = 1;         // SetAuth: messages carry the mesh key's tag
+inline constexpr uint8_t kPeerSmallBounds = 2;  // the small bounds above, else the larger
+inline constexpr uint8_t kPeerRank = 12;        // bits 2-3: this rank (3 reads as 0)
+inline constexpr uint8_t kPeerReset = 16;       // Reset(1) before the messages
+// A frame's target bit (frame_input.h): its header keeps the group id it has
+// (else the target stamps the group's own).
+inline constexpr uint8_t kForeignGroup = 8;
+
 }  // namespace tessel::fuzz
 
 #endif  // TESSEL_FUZZ_FRAME_JOBS_H_

@@ -1,5 +1,6 @@
-// Seeds of the frame-handler fuzz targets (data_plane, worker_frames), made
-// with the real encoders (MakeHeader, EncodeHeader) in the input format of
+// Seeds of the frame-handler fuzz targets (data_plane, worker_frames,
+// peer_group), made with the real encoders (MakeHeader, EncodeHeader,
+// EncodePeerHeader) in the input format of
 // fuzz/frame_input.h, for the jobs of fuzz/frame_jobs.h: complete legitimate
 // steps (so the fuzzer starts past the header and size checks, and reaches
 // updates and served parameters), and one defect each (bad_*). Used by
@@ -18,6 +19,7 @@
 #include "core/wire.h"
 #include "fuzz/frame_input.h"
 #include "fuzz/frame_jobs.h"
+#include "worker/peer_message.h"
 
 namespace tessel::fuzz {
 
@@ -50,6 +52,12 @@ class SeedInput {
     const std::string content(16, 'p');
     WriteFrame(&bytes_, flags, hb.data(), hb.size(), content.data(), content.size(),
                &payload_bytes);
+    return *this;
+  }
+  // A peer-group message (worker/peer_message.h) whose payload is `content`.
+  SeedInput& Peer(const PeerMessageHeader& h, const std::string& content, uint8_t flags = 0) {
+    const std::vector<uint8_t> hb = EncodePeerHeader(h);
+    WriteFrame(&bytes_, flags, hb.data(), hb.size(), content.data(), content.size());
     return *this;
   }
   // Header bytes as given (malformed ones).
@@ -256,6 +264,54 @@ inline std::map<std::string, std::string> WorkerFramesSeeds() {
                            .Frame(old_step)
                            .Frame(other_job)
                            .str();
+  return seeds;
+}
+
+// peer_group: name -> input.
+inline std::map<std::string, std::string> PeerGroupSeeds() {
+  auto message = [](int from, uint32_t generation, uint64_t tag, size_t bytes) {
+    PeerMessageHeader h;
+    h.group_id = 0;  // the target stamps the group's own id
+    h.from = from;
+    h.generation = generation;
+    h.tag = tag;
+    h.payload_bytes = bytes;
+    return h;
+  };
+  // Rank 0's view: messages from ranks 1 and 2 (activations, gradients, text).
+  auto exchange = [&](uint8_t config, uint8_t flags, uint32_t generation) {
+    SeedInput in(config);
+    const std::string acts(48, 'a'), grads(32, 'g'), text = "config of stage 1";
+    in.Peer(message(1, generation, 0x100000001, acts.size()), acts, flags);
+    in.Peer(message(2, generation, 0x100000002, grads.size()), grads, flags);
+    in.Peer(message(1, generation, 7, text.size()), text, flags);
+    in.Peer(message(2, generation, 8, 0), "", flags);
+    return in.str();
+  };
+  std::map<std::string, std::string> seeds;
+  seeds["exchange"] = exchange(0, 0, 0);
+  seeds["exchange_small_bounds"] = exchange(kPeerSmallBounds, 0, 0);
+  seeds["exchange_auth"] = exchange(kPeerAuth, kSeal, 0);
+  seeds["exchange_reset"] = exchange(kPeerReset | kPeerAuth, kSeal, 1);
+  seeds["exchange_rank2"] = SeedInput(static_cast<uint8_t>(2 << 2))
+                                .Peer(message(0, 0, 3, 5), "hello")
+                                .Peer(message(1, 0, 3, 5), "hello")
+                                .str();
+  seeds["bad_unsealed"] = exchange(kPeerAuth, 0, 0);
+  seeds["bad_old_generation"] = exchange(kPeerReset, 0, 0);
+  PeerMessageHeader other_group = message(1, 0, 1, 4);
+  other_group.group_id = JobId("other.mesh");
+  seeds["bad_messages"] = SeedInput(kPeerSmallBounds)
+                              .Peer(other_group, "abcd", kForeignGroup << kTargetShift)
+                              .Peer(message(0, 0, 1, 4), "self")
+                              .Peer(message(3, 0, 1, 4), "none")
+                              .Peer(message(1, 0, 1, 5), "four")
+                              .Peer(message(1, 0, 2, kFuzzPeerMaxMessage + 1), "big")
+                              .Peer(message(1, 0, 3, kFuzzPeerMaxMessage), "full")
+                              .Peer(message(2, 0, 3, kFuzzPeerMaxMessage), "full")
+                              .Peer(message(1, 0, 4, kFuzzPeerMaxMessage), "over the inbox")
+                              .Peer(message(1, 0, 3, 4), "again")
+                              .str();
   return seeds;
 }
 

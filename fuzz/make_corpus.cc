@@ -241,6 +241,7 @@ int main(int argc, char** argv) {
                   Specs(corpus + "/job_spec", argv[2]) &&
                   UcxDescriptors(corpus + "/ucx_descriptor") &&
                   Seeds(corpus + "/data_plane", tessel::fuzz::DataPlaneSeeds()) &&
-                  Seeds(corpus + "/worker_frames", tessel::fuzz::WorkerFramesSeeds());
+                  Seeds(corpus + "/worker_frames", tessel::fuzz::WorkerFramesSeeds()) &&
+                  Seeds(corpus + "/peer_group", tessel::fuzz::PeerGroupSeeds());
   return ok ? 0 : 1;
 }

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 corpus=fuzz/corpus
-mkdir -p "$corpus"/{wire_header,npy,manifest,shard_entry,job_spec,ucx_descriptor,data_plane,worker_frames}
+mkdir -p "$corpus"/{wire_header,npy,manifest,shard_entry,job_spec,ucx_descriptor,data_plane,worker_frames,peer_group}
 
 if [ $# -ge 1 ]; then
   cp "$1/MANIFEST.json" "$corpus/manifest/real_manifest.json"
@@ -76,7 +76,7 @@ protoc --proto_path=. --cpp_out="$tmp" proto/shard.proto
 "${CXX:-g++}" -std=c++17 -O1 -I. -I"$tmp" fuzz/make_corpus.cc core/wire.cc core/npy.cc \
   core/checkpoint_manifest.cc core/layout.cc core/optimizer.cc core/optimizer_params.cc \
   core/optimizer_scalars.cc core/topk.cc \
-  transport/ucx/internal/descriptor_codec.cc "$tmp/proto/shard.pb.cc" \
+  transport/ucx/internal/descriptor_codec.cc worker/peer_message.cc "$tmp/proto/shard.pb.cc" \
   -o "$tmp/make_corpus" $(pkg-config --cflags --libs absl_strings absl_str_format absl_status \
   absl_statusor absl_synchronization absl_hash absl_raw_hash_set protobuf libxxhash)
 "$tmp/make_corpus" "$corpus" "$real"
