@@ -19,6 +19,7 @@
 #include "core/wire.h"
 #include "fuzz/frame_input.h"
 #include "fuzz/frame_jobs.h"
+#include "transport/ucx/internal/descriptor_codec.h"
 #include "worker/peer_message.h"
 
 namespace tessel::fuzz {
@@ -312,6 +313,68 @@ inline std::map<std::string, std::string> PeerGroupSeeds() {
                               .Peer(message(1, 0, 4, kFuzzPeerMaxMessage), "over the inbox")
                               .Peer(message(1, 0, 3, 4), "again")
                               .str();
+  return seeds;
+}
+
+// ucx_receiver: name -> input. A frame's target bits: operation | endpoint << 2
+// (see ucx_receiver_fuzzer.cc).
+inline std::map<std::string, std::string> UcxReceiverSeeds() {
+  auto frame = [](std::string* out, int op, int endpoint, uint8_t flags,
+                  const std::vector<uint8_t>& am_header) {
+    WriteFrame(out, static_cast<uint8_t>(flags | ((op | endpoint << 2) << kTargetShift)),
+               am_header.data(), am_header.size(), nullptr, 0);
+  };
+  const FrameHeader push = FuzzHeader(FrameType::kPush, 0, 1, 0, 256);
+  const HeaderBytes hb = EncodeHeader(push);
+  const std::vector<uint8_t> header(hb.begin(), hb.end());
+  auto descriptor = [&](uint64_t lease, uint64_t region, uint64_t region_bytes, uint64_t offset,
+                        uint64_t bytes, uint8_t key = 7) {
+    ucx_internal::DescriptorFields f;
+    f.lease = lease;
+    f.region = region;
+    f.remote_base = 0x7f0000000000 + (region << 20);
+    f.region_bytes = region_bytes;
+    f.offset = offset;
+    f.bytes = bytes;
+    return ucx_internal::EncodeDescriptor(f, header, std::vector<uint8_t>(41, key));
+  };
+  auto release = [](uint64_t lease_or_index, ucx_internal::ReleaseStatus status) {
+    return ucx_internal::EncodeRelease({lease_or_index, status});
+  };
+  using Status = ucx_internal::ReleaseStatus;
+  std::map<std::string, std::string> seeds;
+  std::string s(1, '\0');
+  frame(&s, 2, 0, 0, {});                                       // this side sends to endpoint 0
+  frame(&s, 0, 0, kInPlace, descriptor(11, 1, 4096, 64, 256));  // endpoint 0's push, borrowed
+  frame(&s, 0, 0, 0, descriptor(12, 1, 4096, 3840, 256));       // the same region, copied
+  frame(&s, 3, 0, 0, {});                                       // the borrow ends
+  frame(&s, 1, 1, kSeal, release(0, Status::kReadInPlace));     // endpoint 1 releases lease 0
+  frame(&s, 1, 0, kSeal, release(0, Status::kReadInPlace));     // its peer does
+  frame(&s, 1, 0, kSeal, release(0, Status::kReadInPlace));     // again
+  seeds["borrow_release"] = s;
+  s.assign(1, '\0');
+  frame(&s, 0, 1, kInPlace, descriptor(21, 5, 4096, 0, 4096));
+  frame(&s, 0, 1, 0, descriptor(22, 5, 8192, 4096, 4096));  // re-described larger: refused
+  frame(&s, 0, 1, 0, descriptor(23, 5, 4096, 4095, 2));     // outside: not decoded
+  frame(&s, 3, 1, kSeal, {});                               // endpoint 1's worker is reset
+  frame(&s, 3, 1, 0, {});                                   // the borrow ends after it
+  seeds["redescribed_retired"] = s;
+  s.assign(1, '\0');
+  for (uint64_t r = 1; r <= 20; ++r)
+    frame(&s, 0, 2, r % 5 == 0 ? kInPlace : 0, descriptor(r, r, 1024, 0, 512));
+  frame(&s, 3, 2, 0, {});
+  frame(&s, 3, 3, 0, {});  // time moves: idle keys go
+  frame(&s, 3, 3, 0, {});
+  frame(&s, 3, 3, 0, {});
+  frame(&s, 3, 3, 0, {});
+  frame(&s, 0, 2, 0, descriptor(40, 40, 1024, 0, 512));
+  seeds["many_regions"] = s;
+  s.assign(1, '\0');
+  frame(&s, 0, 3, 0, descriptor(1, 1, uint64_t{1} << 40, 0, 4096));  // not mappable here
+  frame(&s, 0, 3, 0, descriptor(2, 2, 4096, 0, 4096, 0xff));         // not unpackable
+  frame(&s, 0, 3, 0, descriptor(3, 3, 0, 0, 0));                     // empty
+  frame(&s, 1, 3, 0, release(77, Status::kDropped));                 // a lease never sent
+  seeds["unmappable"] = s;
   return seeds;
 }
 

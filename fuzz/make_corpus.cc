@@ -242,6 +242,7 @@ int main(int argc, char** argv) {
                   UcxDescriptors(corpus + "/ucx_descriptor") &&
                   Seeds(corpus + "/data_plane", tessel::fuzz::DataPlaneSeeds()) &&
                   Seeds(corpus + "/worker_frames", tessel::fuzz::WorkerFramesSeeds()) &&
-                  Seeds(corpus + "/peer_group", tessel::fuzz::PeerGroupSeeds());
+                  Seeds(corpus + "/peer_group", tessel::fuzz::PeerGroupSeeds()) &&
+                  Seeds(corpus + "/ucx_receiver", tessel::fuzz::UcxReceiverSeeds());
   return ok ? 0 : 1;
 }

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 corpus=fuzz/corpus
-mkdir -p "$corpus"/{wire_header,npy,manifest,shard_entry,job_spec,ucx_descriptor,data_plane,worker_frames,peer_group}
+mkdir -p "$corpus"/{wire_header,npy,manifest,shard_entry,job_spec,ucx_descriptor,data_plane,worker_frames,peer_group,ucx_receiver}
 
 if [ $# -ge 1 ]; then
   cp "$1/MANIFEST.json" "$corpus/manifest/real_manifest.json"

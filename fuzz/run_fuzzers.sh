@@ -9,7 +9,7 @@
 #   fuzz/run_fuzzers.sh --repro TARGET FILE... build TARGET and run it once on each FILE
 #                                              (e.g. an input saved under fuzz/crashes/)
 # Targets: wire_header peer_message npy manifest shard_entry job_spec train_state ucx_descriptor
-#          data_plane worker_frames peer_group
+#          data_plane worker_frames peer_group ucx_receiver
 #
 # Environment:
 #   TESSEL_FUZZ_SECONDS  fuzzing time per target, in seconds (default 10)
@@ -35,7 +35,7 @@ set -uo pipefail
 # dir/x.cc beside it adds that source, and "dir/x.pb.h" adds dir/x.proto
 # (generated with protoc). One library per header pair, as the tree is laid out.
 readonly ALL_TARGETS=(wire_header peer_message npy manifest shard_entry job_spec train_state
-  ucx_descriptor data_plane worker_frames peer_group)
+  ucx_descriptor data_plane worker_frames peer_group ucx_receiver)
 # libFuzzer dictionaries (fuzz/dict/), for targets whose input is text.
 declare -A TARGET_DICT=([npy]=npy.dict [manifest]=json.dict [shard_entry]=json.dict)
 readonly PKG_MODULES="absl_strings absl_str_format absl_status absl_statusor absl_synchronization absl_hash absl_raw_hash_set protobuf libxxhash libcrypto"
