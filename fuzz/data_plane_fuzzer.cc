@@ -8,8 +8,8 @@
 // The first input byte picks the job and the server (frame_jobs.h kPlane*):
 // data-path authentication on or off, ddp/zero1/zero2, bf16, top-k pushes,
 // prefix folding, inline updates. A frame flagged kSeal is sealed with the
-// job's real key (a worker holding it); every other frame under
-// authentication is a forgery.
+// up key of its header's rank (runtime/rank_keys.h: the worker of that rank
+// holds it); every other frame under authentication is a forgery.
 //
 // Invariants besides "no crash, no sanitizer report":
 //   - the transport never writes past the room a handler gave (ASan) and
@@ -36,6 +36,7 @@
 #include "proto/shard.pb.h"
 #include "runtime/frame_auth.h"
 #include "runtime/log.h"
+#include "runtime/rank_keys.h"
 #include "server/checkpointer.h"
 #include "server/data_plane.h"
 #include "server/frame_keys.h"
@@ -133,7 +134,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(created.ok(), absl::StrCat("the fuzz job was refused: ", created.status().ToString()));
   std::shared_ptr<ShardJob> job = jobs.FindJob(kFuzzJob);
   FUZZ_CHECK(job != nullptr, "the fuzz job is not in the table");
-  std::shared_ptr<FrameAuth> key = auth_on ? keys.For(job->job_id(), job->shard()) : nullptr;
+  std::shared_ptr<JobFrameKeys> key = auth_on ? keys.For(job->job_id(), job->shard()) : nullptr;
   const JobState before = StateOf(*job);
 
   bool all_refused = true;
@@ -149,12 +150,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       absl::StatusOr<FrameHeader> decoded = header.size() >= kHeaderBytes
                                                 ? DecodeHeader(header.data(), kHeaderBytes)
                                                 : absl::InvalidArgumentError("short");
-      // The key is the job's and its shard's: it seals nothing else.
-      const bool sealed = key != nullptr && f.seal() && decoded.ok() &&
-                          decoded->job_id == job->job_id() && decoded->shard == job->shard();
-      if (sealed) {
-        const WireHeader wire = ToWire(key.get(), *decoded);
-        header.assign(wire.span().begin(), wire.span().end());
+      // A worker of the job seals its frames with its rank's up key (the
+      // rank secret GetFrameKey gives it): only this job's and shard's
+      // frames, of one of its ranks.
+      bool sealed = false;
+      if (key != nullptr && f.seal() && decoded.ok() && decoded->job_id == job->job_id() &&
+          decoded->shard == job->shard() && decoded->rank >= 0 && decoded->rank < kFuzzWorld) {
+        absl::StatusOr<std::shared_ptr<const RankFrameKeys>> worker =
+            RankFrameKeys::Create({key->RankSecret(decoded->rank, decoded->epoch), ""},
+                                  job->job_id(), job->shard(), decoded->rank, decoded->epoch);
+        FUZZ_CHECK(worker.ok(), worker.status().ToString());
+        const SealedHeader wire = (*worker)->Seal(*decoded, /*to_worker=*/false);
+        header.assign(wire.begin(), wire.end());
+        sealed = true;
         any_sealed = true;
       }
       const uint64_t payload_bytes =

@@ -7,7 +7,9 @@
 // sends them (fuzz/frame_input.h), through FakeTransport.
 //
 // The first input byte (frame_jobs.h kWorker*): frame authentication on
-// (a frame flagged kSeal is sealed with its shard's key), bf16 on the wire,
+// (a frame flagged kSeal is sealed as its legitimate sender would: a
+// server's PARAMS/ERROR to this rank, the host's other rank's frames),
+// bf16 on the wire,
 // ranks 0 and 1 on one host (host aggregation), this worker's rank, and
 // whether its own gradients are ready at the end (the aggregator then sums
 // what landed, reading borrowed pushes where they lie, and pushes).
@@ -39,6 +41,7 @@
 #include "fuzz/fuzz_check.h"
 #include "runtime/frame_auth.h"
 #include "runtime/log.h"
+#include "runtime/rank_keys.h"
 // FrameSink's default OnPush names parameters it does not use; this target
 // builds with -Wextra -Werror (run_fuzzers.sh), the library with defaults.
 #pragma clang diagnostic push
@@ -140,15 +143,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FakeTransport& transport = *owned_transport;
   DataChannel channel(&ctx, std::move(owned_transport));
   channel.SetShards(kFuzzWorkerShards);
-  std::vector<std::shared_ptr<FrameAuth>> keys(kFuzzWorkerShards);
+  // The peers' keys (runtime/rank_keys.h): each shard server's, and those
+  // of the other rank of this host (rank secret and the host group's).
+  const int me = o.rank;
+  const int other = 1 - me;
+  std::vector<std::shared_ptr<JobFrameKeys>> servers(kFuzzWorkerShards);
+  std::vector<std::shared_ptr<const RankFrameKeys>> other_keys(kFuzzWorkerShards);
+  std::vector<FrameKeyGrant> grants(kFuzzWorkerShards);
   for (int s = 0; s < kFuzzWorkerShards; ++s) {
     channel.SetPeer(s, *transport.Connect(""));
-    if (auth_on) keys[static_cast<size_t>(s)] = *FrameAuth::Create(Secret(s), ctx.job_id, s);
+    if (!auth_on) continue;
+    servers[static_cast<size_t>(s)] = *JobFrameKeys::Create(Secret(s), ctx.job_id, s);
+    JobFrameKeys& server = *servers[static_cast<size_t>(s)];
+    const std::string host = host_group ? server.HostSecret(0, kFuzzEpoch) : "";
+    grants[static_cast<size_t>(s)] = {server.RankSecret(me, kFuzzEpoch), host};
+    other_keys[static_cast<size_t>(s)] = *RankFrameKeys::Create(
+        {server.RankSecret(other, kFuzzEpoch), host}, ctx.job_id, s, other, kFuzzEpoch);
   }
   if (auth_on) {
-    std::vector<std::string> secrets;
-    for (int s = 0; s < kFuzzWorkerShards; ++s) secrets.push_back(Secret(s));
-    absl::Status set = channel.SetFrameKeys(secrets);
+    absl::Status set = channel.SetFrameKeys(grants);
     FUZZ_CHECK(set.ok(), set.ToString());
   }
   HostAggregator aggregator(&ctx, &channel);
@@ -164,12 +177,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     absl::StatusOr<FrameHeader> decoded = header.size() >= kHeaderBytes
                                               ? DecodeHeader(header.data(), kHeaderBytes)
                                               : absl::InvalidArgumentError("short");
-    // A key is the job's and its shard's: it seals nothing else.
-    const bool sealable = auth_on && f.seal() && decoded.ok() && decoded->job_id == ctx.job_id &&
-                          decoded->shard >= 0 && decoded->shard < kFuzzWorkerShards;
-    if (sealable) {
-      const WireHeader wire = ToWire(keys[static_cast<size_t>(decoded->shard)].get(), *decoded);
-      header.assign(wire.span().begin(), wire.span().end());
+    // Sealed as its legitimate sender would: a server's PARAMS or ERROR to
+    // this rank under the down key, the host's other rank's PUSH, PULL,
+    // READY or forwarded PARAMS under the host key; nothing else has a key
+    // (another job, shard, epoch or rank).
+    bool sealable = false;
+    if (auth_on && f.seal() && decoded.ok() && decoded->job_id == ctx.job_id &&
+        decoded->shard >= 0 && decoded->shard < kFuzzWorkerShards && decoded->epoch == kFuzzEpoch) {
+      const size_t s = static_cast<size_t>(decoded->shard);
+      const bool from_server =
+          (decoded->type == FrameType::kParams || decoded->type == FrameType::kError) &&
+          decoded->rank == me;
+      const bool from_host = host_group && decoded->rank == other &&
+                             decoded->type != FrameType::kError &&
+                             decoded->type != FrameType::kInit;
+      if (from_server || from_host) {
+        const SealedHeader wire = from_server ? servers[s]->SealToWorker(*decoded)
+                                              : other_keys[s]->Seal(*decoded, /*to_worker=*/true);
+        header.assign(wire.begin(), wire.end());
+        sealable = true;
+      }
     }
     const uint64_t payload_bytes =
         f.own_size ? f.payload_bytes : (decoded.ok() ? decoded->payload_bytes : 0);
