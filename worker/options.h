@@ -154,7 +154,8 @@ struct WorkerOptions {
   // the servers' --checkpoint_dir resumes them.
   bool auto_resume = false;
   // Bearer token for servers and registries that require a credential
-  // ("" = $TESSEL_TOKEN if set): a worker-role token (--worker_token_file on
+  // ("" = $TESSEL_TOKEN if set, else the token in $TESSEL_TOKEN_FILE:
+  // rpc/token_env.h): a worker-role token (--worker_token_file on
   // the servers, docs/operations.md "Roles and credentials"), or the admin
   // token.
   std::string token;

@@ -56,7 +56,8 @@ puts rank 0's loss on the registry's status page (docs/observability.md).
 
 Environment (tessel-launch sets it): TESSEL_REGISTRY, TESSEL_JOB,
 TESSEL_RANK, TESSEL_WORLD_SIZE, TESSEL_NUM_SERVERS, and optionally
-TESSEL_UCX_TLS, TESSEL_TOKEN, TESSEL_METRICS_ADDRESS, TESSEL_TIMELINE.
+TESSEL_UCX_TLS, TESSEL_TOKEN (or TESSEL_TOKEN_FILE, a file holding it: what
+tessel-launch's embedded cluster sets), TESSEL_METRICS_ADDRESS, TESSEL_TIMELINE.
 
 The package's files: session.py (init, rank, size, shutdown: the Session),
 optimizer.py (DistributedOptimizer, the facade), hyper.py (torch settings ->
