@@ -42,12 +42,8 @@ std::string StatusPage::Json() {
 
 std::string StatusPage::Compute() {
   const absl::Time now = absl::Now();
-  json out = {{"time", FormatRfc3339Utc(now)},
-              {"registry", address_},
-              {"security", security_},
-              {"members", json::array()},
-              {"jobs", json::array()},
-              {"errors", json::array()}};
+  json out = {{"time", FormatRfc3339Utc(now)}, {"registry", address_},  {"security", security_},
+              {"members", json::array()},      {"jobs", json::array()}, {"errors", json::array()}};
   auto groups = service_->registry().ListGroups();
   if (!groups.ok()) {
     out["errors"].push_back(absl::StrCat("registry: ", groups.status().message()));

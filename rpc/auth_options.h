@@ -54,9 +54,9 @@ struct AuthFlags {
 // credential flags (SecurityPostureOf) and shown in its start-up log line,
 // GetServerInfo, `tesselctl version` and the status page.
 struct SecurityPosture {
-  bool tls = false;         // mutual TLS on the control plane
-  bool credentials = false; // a role table: tokens or certificate roles
-  bool insecure = false;    // neither: started with --insecure
+  bool tls = false;          // mutual TLS on the control plane
+  bool credentials = false;  // a role table: tokens or certificate roles
+  bool insecure = false;     // neither: started with --insecure
   // The control plane authenticates callers (TLS or credentials): the data
   // path is then authenticated too (--data_auth=auto).
   bool authenticated() const { return tls || credentials; }

@@ -153,16 +153,13 @@ absl::Status ShardServer::Init() {
     view = registry_->Join(me, options_.lease_ttl);
   }
   TESSEL_RETURN_IF_ERROR(view);
-  TESSEL_LOG(INFO) << "shard " << options_.shard << " of pool '" << options_.pool
-                   << "' serving control on " << grpc_address_
-                   << (options_.tls.enabled() ? " (mutual TLS)" : " (plaintext)")
-                   << (options_.security.empty() ? ""
-                                                 : absl::StrCat(", callers: ", options_.security))
-                   << ", data over "
-                   << (transport_->name() == "ucx" ? std::string("UCX") : transport_->name())
-                   << (options_.data_auth ? " (every frame authenticated)"
-                                          : " (frames not authenticated)")
-                   << ", " << UpdateThreads(options_.update_threads) << " update thread(s)";
+  TESSEL_LOG(INFO)
+      << "shard " << options_.shard << " of pool '" << options_.pool << "' serving control on "
+      << grpc_address_ << (options_.tls.enabled() ? " (mutual TLS)" : " (plaintext)")
+      << (options_.security.empty() ? "" : absl::StrCat(", callers: ", options_.security))
+      << ", data over " << (transport_->name() == "ucx" ? std::string("UCX") : transport_->name())
+      << (options_.data_auth ? " (every frame authenticated)" : " (frames not authenticated)")
+      << ", " << UpdateThreads(options_.update_threads) << " update thread(s)";
 
   EndpointKeeperOptions keeper;
   keeper.probe_timeout = options_.receive_check_timeout;

@@ -55,9 +55,8 @@ absl::StatusOr<LaunchCredentials> MakeLaunchCredentials(const std::string& run_d
   // one), so a run directory used again gets fresh tokens.
   std::string dir = absl::StrCat(run_dir, "/credentials-XXXXXX");
   if (mkdtemp(dir.data()) == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create a credentials directory under ", run_dir, ": ",
-                     std::strerror(errno)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create a credentials directory under ", run_dir, ": ", std::strerror(errno)));
   }
   c.dir = dir;
   if (chmod(c.dir.c_str(), 0700) != 0) {

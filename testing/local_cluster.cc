@@ -105,9 +105,9 @@ absl::StatusOr<std::vector<HttpPage>> LocalCluster::StatusPages() {
     status_page_ = std::make_unique<StatusPage>(registry_.get(), std::move(credentials));
     status_page_->SetAddress(registry_address_);
     const bool tls = options_.tls.enabled();
-    status_page_->SetSecurity(credentials_ != nullptr ? (tls ? "mutual TLS, tokens" : "tokens")
-                                                      : (tls ? "mutual TLS, any certificate"
-                                                             : "insecure"));
+    status_page_->SetSecurity(credentials_ != nullptr
+                                  ? (tls ? "mutual TLS, tokens" : "tokens")
+                                  : (tls ? "mutual TLS, any certificate" : "insecure"));
   }
   return status_page_->Pages();
 }

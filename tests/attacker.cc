@@ -139,13 +139,13 @@ int main(int argc, char** argv) {
   std::atomic<size_t> done{0}, failed{0};
   for (const Frame& f : frames) {
     (*transport)
-        ->Send(*peer,
-               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(f.header.data()),
-                                   f.header.size()),
-               f.payload.data(), f.payload.size(), [&](absl::Status s) {
-                 if (!s.ok()) ++failed;
-                 ++done;
-               });
+        ->Send(
+            *peer,
+            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(f.header.data()), f.header.size()),
+            f.payload.data(), f.payload.size(), [&](absl::Status s) {
+              if (!s.ok()) ++failed;
+              ++done;
+            });
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (done.load() < frames.size() && absl::Now() < deadline) {

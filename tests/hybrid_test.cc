@@ -392,18 +392,18 @@ TEST(HybridMeshTest, AKilledPeerEndsItsPeersWaitNamingIt) {
   ASSERT_TRUE(cluster.Start().ok());
   ProcessGroup group(co.run_dir);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(group
-                    .Start(absl::StrCat("r", r),
-                           {FindBinary("tools/tessel-hybrid-train"),
-                            absl::StrCat("--registry=", cluster.registry_address()), "--job=h-kill",
-                            absl::StrCat("--rank=", r), "--world=2", "--tp=2", "--servers=1",
-                            "--steps=100000000", "--step_timeout_s=60", "--connect_timeout_s=30",
-                            "--layers=16,32,32,4", "--batch=12", "--samples=512",
-                            "--log_every=100000000", "--ucx_tls=posix,sysv,self",
-                            cluster.WorkerCredentialFlags()[0],
-                            // Nobody replaces it: give up soon after pausing.
-                            "--recovery_timeout_s=5"})
-                    .ok());
+    ASSERT_TRUE(
+        group
+            .Start(absl::StrCat("r", r),
+                   {FindBinary("tools/tessel-hybrid-train"),
+                    absl::StrCat("--registry=", cluster.registry_address()), "--job=h-kill",
+                    absl::StrCat("--rank=", r), "--world=2", "--tp=2", "--servers=1",
+                    "--steps=100000000", "--step_timeout_s=60", "--connect_timeout_s=30",
+                    "--layers=16,32,32,4", "--batch=12", "--samples=512", "--log_every=100000000",
+                    "--ucx_tls=posix,sysv,self", cluster.WorkerCredentialFlags()[0],
+                    // Nobody replaces it: give up soon after pausing.
+                    "--recovery_timeout_s=5"})
+            .ok());
   }
   RegistryClient registry(cluster.registry_address(), {}, cluster.WorkerToken());
   pid_t victim = 0;
