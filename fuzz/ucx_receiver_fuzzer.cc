@@ -166,17 +166,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             (*key)->remote_base == head.remote_base && (*key)->region_bytes == head.region_bytes,
             absl::StrCat("region ", head.region, " was taken as described otherwise"));
         if ((*key)->mapped == nullptr) continue;  // not mappable: resend, nothing read
+        // OnDescriptor drops, unread, a descriptor whose (peer, lease) is
+        // still borrowed (a replay: a second borrow would lose the first;
+        // found by this target: fuzz/crashes/ucx_receiver/duplicate_borrow_lost).
+        if (keys.IsBorrowed(from, head.lease)) continue;
         const char* payload = (*key)->mapped + head.offset;
         sink += Checksum(payload, head.bytes);  // the copy into the receiver's buffer
         const bool again = std::any_of(borrows.begin(), borrows.end(), [&](const Borrowed& b) {
           return b.from == from && b.lease == head.lease;
         });
-        // OnDescriptor borrows a (peer, lease) it already borrows again, and
-        // the cache then loses the first borrow (its key stays pinned):
-        // reported (fuzz/crashes/ucx_receiver/). The harness skips such a
-        // borrow unless TESSEL_FUZZ_UCX_DUPLICATE_BORROWS is set.
-        static const bool duplicates = std::getenv("TESSEL_FUZZ_UCX_DUPLICATE_BORROWS") != nullptr;
-        if (f.in_place() && (!again || duplicates)) {
+        FUZZ_CHECK(!again, "a lease still borrowed was borrowed again");
+        if (f.in_place()) {
           keys.Borrow(from, head.lease, *key);
           borrows.push_back({from, head.lease, payload, head.bytes});
         }

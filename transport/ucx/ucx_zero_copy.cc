@@ -116,6 +116,15 @@ ucs_status_t UcxTransport::OnDescriptor(void* arg, const void* header, size_t he
     self->SendRelease(from, head.lease, ReleaseStatus::kResend);
     return UCS_OK;
   }
+  if (self->keys_->IsBorrowed(from, head.lease)) {
+    // A lease this peer lent before and the receiver still reads: a replay.
+    // Dropped unread and unanswered (a RELEASE would end the real send).
+    ++self->dropped_descriptors_;
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+        << "ucx: dropping a payload descriptor that names lease " << head.lease
+        << ", which its peer lent before and is still borrowed";
+    return UCS_OK;
+  }
   Incoming in;
   in.from = from;
   in.header = d->header;

@@ -73,6 +73,10 @@ absl::StatusOr<RemoteKey*> RemoteKeyCache::Get(void* ep, void* worker, uint64_t 
   return key;
 }
 
+bool RemoteKeyCache::IsBorrowed(PeerId from, uint64_t lease) const {
+  return borrowed_.count({from, lease}) > 0;
+}
+
 void RemoteKeyCache::Borrow(PeerId from, uint64_t lease, RemoteKey* key) {
   ++key->borrows;
   borrowed_[{from, lease}] = key;

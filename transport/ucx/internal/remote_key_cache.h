@@ -96,7 +96,12 @@ class RemoteKeyCache {
                                  uint64_t region_bytes, absl::Time now);
 
   // The receiver borrows payload (from, lease), which lies in `key`.
+  // (from, lease) must not be borrowed already: check IsBorrowed first.
   void Borrow(PeerId from, uint64_t lease, RemoteKey* key);
+  // Whether (from, lease) is borrowed now: a descriptor that names a lease
+  // its peer already lent is a replay, dropped before anyone reads it (a
+  // second borrow would lose the first, pinning its key for good).
+  bool IsBorrowed(PeerId from, uint64_t lease) const;
   // Ends borrow (from, lease); false if there is none. *tell_sender: the
   // key's worker is still current, so the sender can be sent its RELEASE.
   bool EndBorrow(PeerId from, uint64_t lease, bool* tell_sender);

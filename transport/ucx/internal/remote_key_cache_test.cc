@@ -127,6 +127,16 @@ TEST_F(RemoteKeyCacheTest, IdleKeysGoUnlessBorrowed) {
   EXPECT_EQ(cache_.size(), 1u);
 }
 
+TEST_F(RemoteKeyCacheTest, ABorrowedLeaseIsKnownUntilItEnds) {
+  EXPECT_FALSE(cache_.IsBorrowed(3, 20));
+  cache_.Borrow(3, 20, Get(3, 1));
+  EXPECT_TRUE(cache_.IsBorrowed(3, 20));
+  EXPECT_FALSE(cache_.IsBorrowed(4, 20)) << "per peer";
+  bool tell = false;
+  ASSERT_TRUE(cache_.EndBorrow(3, 20, &tell));
+  EXPECT_FALSE(cache_.IsBorrowed(3, 20));
+}
+
 TEST_F(RemoteKeyCacheTest, EndBorrowOfAnUnknownLeaseIsFalse) {
   bool tell = true;
   EXPECT_FALSE(cache_.EndBorrow(1, 2, &tell));
