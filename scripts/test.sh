@@ -13,6 +13,9 @@
 #               elastic and end-to-end TLS suites (CI time; the processes
 #               they start run under ASan in the fault-injection and
 #               hybrid-recovery suites), and
+#               the unit tests of flags, logs, CLI output and config
+#               files (runtime, rpc's flag tests, client, testing, tools'
+#               launcher units: parsing that a sanitizer adds little to),
 #               the Python tests (//python),
 #               whose extension /usr/bin/python3 loads without a sanitizer
 #               runtime)
