@@ -1,6 +1,5 @@
 #include "worker/peer_group.h"
 
-
 #include <algorithm>
 #include <cstring>
 #include <utility>
