@@ -1,9 +1,8 @@
 // The credential flags of the services (tessel-server, tessel-registry),
 // defined once here: --admin_token_file, --worker_token_file,
-// --allow_anonymous_reads, --cert_roles, --insecure, --trust_any_certificate. The registry alone
-// adds
-// --server_token_file (registry_main.cc). What a process presents to others
-// is rpc/token_flag.h's --token_file.
+// --allow_anonymous_reads, --cert_roles, --insecure, --trust_any_certificate.
+// The registry alone adds --server_token_file (registry_main.cc). What a
+// process presents to others is rpc/token_flag.h's --token_file.
 //
 // Example:
 //   absl::ParseCommandLine(argc, argv);
