@@ -1,42 +1,56 @@
 #!/usr/bin/env python3
-"""An attacker in no job against a Tessel cluster started the ordinary way.
+"""An attacker in no job against Tessel started each of the ordinary ways.
 
-Two ways of starting Tessel, each with a job trained twice (2 workers x 2
-shard servers, real processes on loopback): once in peace (the reference),
-once while a separate attacker process (tests/attacker.cc) sprays hostile
-frames at every member it can see:
+Each way of starting Tessel trains one job (2 workers x 2 shard servers,
+real processes) twice: once in peace (the reference), once while a
+separate attacker process (tests/attacker.cc) sprays hostile frames at
+every member it can see. Scenarios (TESSEL_ATTACK_SCENARIOS):
 
-  standalone   tessel-registry and tessel-server started by hand with
+  tokens       tessel-registry and tessel-server started by hand with
                tokens (scripts/gen_tokens.sh), as docs/tools.md shows
+  insecure     the same started --insecure: only mis-sized PARAMS, which
+               the workers' bounds must refuse
   demo         tessel-demo's embedded cluster (the README's first command),
                whose credentials the launcher makes itself
+  launch       tessel-launch with 2 tessel.torch workers, no flag about
+               security (attack_launch.py; plain run only)
+  overlay      deploy/overlays/dev's pods, one network namespace each, with
+               the overlay's generated token Secrets, attacked from another
+               namespace on the same bridge (attack_overlay.py;
+               //tests:attack_overlay_test: root, plain run only)
 
-What the attacker knows is what anyone may read without a credential: the
-members' UCX addresses (`tesselctl members -o json`), the job's name, epoch
-and step (`tesselctl describe job -o json`). It sends, for the steps just
-ahead of the job: forged PUSH, PULL and INIT frames to both shard servers
-(bare headers and headers with a made-up tag), forged PARAMS and ERROR
-frames to both workers, PARAMS whose payload is 3x or 1/3 of what their
-header says (the memory-safety attack: a worker once copied the real
-length past its buffer), and, over gRPC, GetFrameKey and a checkpoint
-delete with no credential. Checked:
+What the attacker knows is what anyone may read without a credential
+(attack_lib.py): the members' UCX and gRPC addresses and each job's name
+and epoch (`tesselctl members -o json`, no token). It sends, for every step
+of the run: forged PUSH, PULL and INIT frames to both shard servers (bare
+headers and headers with a made-up tag), forged PARAMS and ERROR frames to
+both workers, PARAMS whose payload is 3x or 1/3 of what their header says
+(the memory-safety attack: a worker once copied the real length past its
+buffer), and, over gRPC, GetFrameKey and a checkpoint delete with no
+credential. Checked:
 
-  0 applied    the attacked job ends bitwise equal to the reference
-  0 crashes    every server still alive, every worker exited 0
-  0 killed     the job finished all its steps
+  0 applied    the attacked job ends bitwise equal to the reference (final
+               parameters; the overlay: every shard's state digest)
+  0 crashes    every server still alive, no worker killed by a signal
+  0 killed     the job finished all its steps, every worker exited 0
   and the attack landed: the servers counted the refused frames
+
+The suite ends with a table of these counters per scenario (frames sent,
+refused, applied, crashes, jobs killed).
 
 Under the sanitizer build (//tests:attack_test in the asan+ubsan run) the
 servers and workers are AddressSanitizer builds, so an out-of-bounds write
 fails the run.
 
-Environment: TESSEL_ATTACK_STEPS (default 300), TESSEL_ATTACK_SCENARIOS
-(default tokens,insecure,demo).
+Environment: TESSEL_ATTACK_STEPS (default 300; the launch scenario's:
+TESSEL_ATTACK_LAUNCH_STEPS, default 800), TESSEL_ATTACK_SCENARIOS (default
+tokens,insecure,demo,launch).
 
 Usage: attack_test.py REGISTRY SERVER TRAIN CTL ATTACKER GEN_TOKENS RPC_PROBE DEMO
+    [--launch=tessel-launch --torch_worker=attack_torch_worker.py]
+    [--deploy=deploy/base/kustomization.yaml --probe=tessel-health-probe [--kubectl=kubectl]]
 """
-import base64
-import json
+import argparse
 import os
 import subprocess
 import sys
@@ -44,90 +58,20 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attack_lib  # noqa: E402
+from attack_lib import Tools, attack, describe, record, wait_training  # noqa: E402
 from proc_util import check, finish, log, spawn  # noqa: E402
 
-REGISTRY, SERVER, TRAIN, CTL, ATTACKER, GEN_TOKENS, PROBE, DEMO = sys.argv[1:9]
 UCX = "--ucx_tls=posix,sysv,self"
-# The sanitizer run trains fewer steps and leaves out the demo
-# (TESSEL_ATTACK_STEPS, TESSEL_ATTACK_SCENARIOS: tokens,insecure,demo).
+# The sanitizer run trains fewer steps and leaves out the demo and the launch
+# (TESSEL_ATTACK_STEPS, TESSEL_ATTACK_SCENARIOS: tokens,insecure,demo,launch;
+# overlay is //tests:attack_overlay_test's).
 STEPS = int(os.environ.get("TESSEL_ATTACK_STEPS", "300"))
-SCENARIOS = os.environ.get("TESSEL_ATTACK_SCENARIOS", "tokens,insecure,demo").split(",")
+SCENARIOS = os.environ.get("TESSEL_ATTACK_SCENARIOS", "tokens,insecure,demo,launch").split(",")
 MODEL = ["--layers=32,256,256,8", "--samples=2048", "--batch=32", "--optimizer=adam",
          "--lr=0.01", "--strategy=zero2", "--steps=%d" % STEPS, UCX]
-
-
-def ctl(reg, *args, token=None):
-    cmd = [CTL, "--registry", reg] + (["--token_file", token] if token else []) + list(args)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-
-
-def members(reg):
-    r = ctl(reg, "members", "-o", "json")
-    return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
-
-
-def ucx_of(view_list, group, role):
-    return [(int(m.get("rank", 0)), base64.b64decode(m["ucx_address"]).hex(), m.get("grpc_address"))
-            for v in view_list if v.get("group") == group
-            for m in v.get("members", []) if m.get("role") == role and m.get("ucx_address")]
-
-
-def describe(reg, job, admin):
-    """The job as an operator sees it (the test's view, not the attacker's)."""
-    r = ctl(reg, "describe", "job", job, "-o", "json", token=admin)
-    return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
-
-
-def attack(reg, job, admin, insecure=False):
-    """Waits until `job` trains, then attacks every member; returns a summary."""
-    info = None
-    for _ in range(300):
-        info = describe(reg, job, admin)
-        if info and info["step"]["min"] >= 5:
-            break
-        time.sleep(0.1)
-    if not check(info is not None and info["step"]["min"] >= 5, "%s is training" % job):
-        return None
-    view = members(reg)
-    servers = ucx_of(view, "default", "ROLE_SERVER") or ucx_of(view, "default", "server")
-    workers = ucx_of(view, job, "ROLE_WORKER") or ucx_of(view, job, "worker")
-    check(len(servers) == 2 and len(workers) == 2,
-          "the attacker sees 2 servers and 2 workers from the registry (%d, %d)"
-          % (len(servers), len(workers)))
-    # What the attacker knows: the group's epoch from the listing anyone may
-    # read; the step it does not know, so it sprays every step of the run.
-    epochs = [v.get("epoch") for v in view if v.get("group") == job]
-    epoch = int(epochs[0]) if epochs else 0
-    check(epoch == info["epoch"], "the listing gives the attacker the job's epoch (%s, %s)"
-          % (epoch, info["epoch"]))
-    common = ["--job=" + job, "--epoch=%d" % epoch, "--steps=0:%d" % STEPS,
-              "--ranks=0,1", "--shards=0,1", "--buckets=2", "--bytes=4096", UCX]
-    sent = 0
-    for _, address, _ in ([] if insecure else servers):
-        r = subprocess.run([ATTACKER, "--to=" + address, "--kinds=push,pull,init"] + common,
-                           capture_output=True, text=True, timeout=60)
-        log("  attacker -> server: %s%s" % (r.stdout.strip(), r.stderr.strip()[-200:]))
-        sent += int(r.stdout.split()[1]) if r.stdout.startswith("sent") else 0
-    for _, address, _ in workers:
-        kinds = "oversized,undersized" if insecure else "params,error,oversized,undersized"
-        r = subprocess.run([ATTACKER, "--to=" + address, "--kinds=" + kinds] + common,
-                           capture_output=True, text=True, timeout=60)
-        log("  attacker -> worker: %s%s" % (r.stdout.strip(), r.stderr.strip()[-200:]))
-        sent += int(r.stdout.split()[1]) if r.stdout.startswith("sent") else 0
-    check(sent > 0, "the attacker sent %d frames" % sent)
-    if insecure:
-        return {"sent": sent}
-    # The control plane, with no credential.
-    grpc0 = next((g for _, _, g in servers if g), None)
-    if grpc0:
-        r = subprocess.run([PROBE, "--address=" + grpc0, "--rpc=GetFrameKey", "--job=" + job],
-                           capture_output=True, text=True, timeout=30)
-        check(r.returncode == 5, "GetFrameKey without a credential refused (exit %d: %s)"
-              % (r.returncode, r.stdout.strip()[:120]))
-    r = ctl(reg, "checkpoint", "delete", "--job", job, "--step", "1")
-    check(r.returncode == 5, "a checkpoint delete without a credential refused (exit %d)"
-          % r.returncode)
-    return {"sent": sent}
+ARGS = None  # main()'s parsed command line
+TOOLS = None
 
 
 def standalone(d, insecure=False):
@@ -140,13 +84,13 @@ def standalone(d, insecure=False):
     d = os.path.join(d, "insecure" if insecure else "tokens")
     os.makedirs(d)
     creds = os.path.join(d, "creds")
-    subprocess.run(["bash", GEN_TOKENS, creds], check=True, capture_output=True)
+    subprocess.run(["bash", ARGS.gen_tokens, creds], check=True, capture_output=True)
     tok = {r: os.path.join(creds, r + ".token") for r in ("admin", "worker", "server")}
     auth = ["--admin_token_file=" + tok["admin"], "--worker_token_file=" + tok["worker"]]
     if insecure:
         auth, tok["server"], tok["worker"], tok["admin"] = ["--insecure"], "", "", None
     port = os.path.join(d, "registry.port")
-    spawn([REGISTRY, "--listen=127.0.0.1:0", "--port_file=" + port, "--lease_ttl_ms=3000"] +
+    spawn([ARGS.registry, "--listen=127.0.0.1:0", "--port_file=" + port, "--lease_ttl_ms=3000"] +
           (["--server_token_file=" + tok["server"]] if tok["server"] else []) + auth,
           os.path.join(d, "registry.log"))
     for _ in range(200):
@@ -154,40 +98,49 @@ def standalone(d, insecure=False):
             break
         time.sleep(0.05)
     reg = open(port).read().strip()
-    servers = [spawn([SERVER, "--registry=" + reg, "--shard=%d" % s, UCX, "--lease_ttl_ms=3000"] +
+    servers = [spawn([ARGS.server, "--registry=" + reg, "--shard=%d" % s, UCX,
+                      "--lease_ttl_ms=3000"] +
                      (["--token_file=" + tok["server"]] if tok["server"] else []) + auth,
                      os.path.join(d, "server%d.log" % s)) for s in range(2)]
 
     def train(job, attacked):
         out = os.path.join(d, job + ".npy")
-        procs = [spawn([TRAIN, "--registry=" + reg, "--job=" + job, "--rank=%d" % r, "--world=2",
-                        "--servers=2", "--log_every=100"] +
+        procs = [spawn([ARGS.train, "--registry=" + reg, "--job=" + job, "--rank=%d" % r,
+                        "--world=2", "--servers=2", "--log_every=100"] +
                        (["--token_file=" + tok["worker"]] if tok["worker"] else []) +
                        MODEL + (["--out=" + out] if r == 0 else []),
                        os.path.join(d, "%s.rank%d.log" % (job, r))) for r in range(2)]
-        summary = attack(reg, job, tok["admin"], insecure) if attacked else None
+        sent = None
+        if attacked:
+            info = wait_training(TOOLS, reg, job, tok["admin"])
+            if check(info is not None, "%s is training" % job):
+                sent = attack(TOOLS, reg, job, info, STEPS, insecure=insecure)
         rcs = [p.wait(timeout=300) for p in procs]
-        return out, rcs, summary
+        return out, rcs, sent
 
     ref, rcs, _ = train("reference", False)
     check(rcs == [0, 0], "the reference trained (exit codes %s)" % rcs)
-    got, rcs, summary = train("attacked", True)
+    got, rcs, sent = train("attacked", True)
     check(rcs == [0, 0], "0 jobs killed: the attacked job's workers exited 0 (%s)" % rcs)
-    check(all(p.poll() is None for p in servers), "0 crashes: both shard servers alive")
+    crashed = sum(p.poll() is not None for p in servers) + sum(rc < 0 for rc in rcs)
+    check(crashed == 0, "0 crashes: both shard servers alive, no worker killed by a signal")
     same = (os.path.exists(ref) and os.path.exists(got) and
             open(ref, "rb").read() == open(got, "rb").read())
     check(same, "0 applied: the attacked job's final parameters are bitwise the reference's")
+    refused = None
     if insecure:
         logs = "".join(open(os.path.join(d, "attacked.rank%d.log" % r), errors="replace").read()
                        for r in range(2))
         check("payload is not" in logs or "dropping" in logs,
               "the attack landed: the workers dropped the mis-sized PARAMS (their logs say so)")
     else:
-        info = describe(reg, "attacked", tok["admin"]) or {}
+        info = describe(TOOLS, reg, "attacked", tok["admin"]) or {}
+        refused = info.get("refused_frames")
         check(info.get("refused_frames", 0) > 0,
               "the attack landed: the servers refused %s frames of the attacked job"
               % info.get("refused_frames"))
-    return summary
+    record("insecure" if insecure else "tokens", sent or 0, refused, same, crashed,
+           sum(rc != 0 for rc in rcs))
 
 
 def demo(d):
@@ -195,7 +148,7 @@ def demo(d):
     out = os.path.join(d, "demo.txt")
     # The demo compares its result with one process training the same
     # batches: "max relative difference vs single process: 0" is the bitwise check.
-    p = spawn([DEMO, "--steps=%d" % STEPS, "--workers=2", "--servers=2"], out)
+    p = spawn([ARGS.demo, "--steps=%d" % STEPS, "--workers=2", "--servers=2"], out)
     reg = admin = None
     for _ in range(600):
         # The demo's registry and admin token file (the operator's view): its
@@ -212,25 +165,52 @@ def demo(d):
         time.sleep(0.1)
     if not check(reg is not None and admin is not None,
                  "found the demo's registry (%s) and its admin token file" % reg):
-        return None
-    summary = attack(reg, "demo", admin)
+        return
+    info = wait_training(TOOLS, reg, "demo", admin, alive=lambda: p.poll() is None)
+    sent, refused = 0, None
+    if check(info is not None, "demo is training"):
+        sent = attack(TOOLS, reg, "demo", info, STEPS)
+        refused = (describe(TOOLS, reg, "demo", admin) or {}).get("refused_frames")
     rc = p.wait(timeout=300)
     text = open(out).read()
-    check(rc == 0 and "max relative difference vs single process: 0 " in text and
-          text.strip().endswith("OK"),
+    same = "max relative difference vs single process: 0 " in text and text.strip().endswith("OK")
+    check(rc == 0 and same,
           "0 applied, 0 killed: the demo ended bitwise equal to one process (exit %d)" % rc)
-    return summary
+    record("demo", sent, refused, same, int(rc < 0), int(rc != 0))
 
 
 def main():
+    global ARGS, TOOLS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for name in ("registry", "server", "train", "ctl", "attacker", "gen_tokens", "rpc_probe",
+                 "demo"):
+        ap.add_argument(name)
+    ap.add_argument("--launch", help="tessel-launch (scenario launch)")
+    ap.add_argument("--torch_worker", help="attack_torch_worker.py (scenario launch)")
+    ap.add_argument("--deploy", help="deploy/base/kustomization.yaml (scenario overlay)")
+    ap.add_argument("--probe", help="tessel-health-probe (scenario overlay)")
+    ap.add_argument("--kubectl", default="kubectl", help="scenario overlay")
+    ARGS = ap.parse_args()
+    TOOLS = Tools(ARGS.ctl, ARGS.attacker, ARGS.rpc_probe)
+    log("scenarios: %s, %d steps" % (",".join(SCENARIOS), STEPS))
     d = tempfile.mkdtemp(prefix="attack-", dir=os.environ.get("TEST_TMPDIR"))
     try:
-        if "tokens" in SCENARIOS:
-            standalone(d)
-        if "insecure" in SCENARIOS:
-            standalone(d, insecure=True)
-        if "demo" in SCENARIOS:
-            demo(d)
+        for name in SCENARIOS:
+            t0 = time.time()
+            if name in ("tokens", "insecure"):
+                standalone(d, insecure=name == "insecure")
+            elif name == "demo":
+                demo(d)
+            elif name == "launch":
+                import attack_launch
+                attack_launch.scenario(ARGS, TOOLS, d)
+            elif name == "overlay":
+                import attack_overlay
+                attack_overlay.scenario(ARGS, TOOLS, d)
+            else:
+                check(False, "unknown scenario %r (tokens, insecure, demo, launch, overlay)" % name)
+            log("   (%s: %.1f s)" % (name, time.time() - t0))
+        attack_lib.print_table()
     finally:
         status = finish(d)
     return status

@@ -1,0 +1,157 @@
+"""The attacker's side of //tests:attack_test and //tests:attack_overlay_test,
+shared by every scenario (attack_test.py: standalone, insecure, demo;
+attack_launch.py: tessel-launch; attack_overlay.py: the dev overlay), and
+the table of counters the suite prints at the end.
+
+What the attacker knows is what anyone may read without a credential: the
+members' UCX and gRPC addresses (`tesselctl members -o json`, no token)
+and, from the same listing, each job's name and epoch. `attack()` sprays
+tests/attacker.cc's hostile frames at every server and worker it lists,
+then tries the control plane with no credential (GetFrameKey straight at a
+server, a checkpoint delete through the registry). `Tools` holds the
+binaries; `where` runs the attacker's commands where the attacker is
+(`Local`: the test's own network namespace; attack_overlay.py: another).
+"""
+import base64
+import json
+import subprocess
+import time
+
+from proc_util import check, log
+
+# One row per scenario: name, frames sent, frames the servers refused,
+# applied (0 when the attacked job ended bitwise equal to its peaceful
+# run), processes crashed, jobs killed.
+results = []
+
+
+class Tools:
+    """Paths of the binaries the attacker and the operator use."""
+
+    def __init__(self, ctl, attacker, rpc_probe):
+        self.ctl, self.attacker, self.rpc_probe = ctl, attacker, rpc_probe
+
+
+class Local:
+    """Runs commands here: run() to the end (output captured as text),
+    start() in the background (stdout and stderr piped, as text)."""
+
+    @staticmethod
+    def run(argv, timeout):
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+    @staticmethod
+    def start(argv):
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def ctl(tools, reg, *args, token=None, where=Local):
+    cmd = [tools.ctl, "--registry", reg] + (["--token_file", token] if token else []) + list(args)
+    return where.run(cmd, 30)
+
+
+def members(tools, reg, where=Local):
+    """The registry's listing as anyone may read it (no credential)."""
+    r = ctl(tools, reg, "members", "-o", "json", where=where)
+    try:
+        return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
+    except ValueError:
+        return []
+
+
+def ucx_of(view_list, group, role):
+    return [(int(m.get("rank", 0)), base64.b64decode(m["ucx_address"]).hex(), m.get("grpc_address"))
+            for v in view_list if v.get("group") == group
+            for m in v.get("members", []) if m.get("role") in (role, "ROLE_" + role.upper())
+            and m.get("ucx_address")]
+
+
+def describe(tools, reg, job, admin):
+    """The job as an operator sees it (the test's view, not the attacker's)."""
+    r = ctl(tools, reg, "describe", "job", job, "-o", "json", token=admin)
+    try:
+        return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+    except ValueError:
+        return None
+
+
+def wait_training(tools, reg, job, admin, min_step=5, timeout=30.0, alive=lambda: True):
+    """Waits until every rank of `job` passed `min_step`; returns describe's answer."""
+    info = None
+    end = time.time() + timeout
+    while time.time() < end and alive():
+        info = describe(tools, reg, job, admin)
+        if info and info["step"]["min"] >= min_step:
+            return info
+        time.sleep(0.1)
+    return info if info and info["step"]["min"] >= min_step else None
+
+
+def attack(tools, reg, job, info, steps, servers_want=2, workers_want=2, insecure=False,
+           ucx="--ucx_tls=posix,sysv,self", buckets=2, where=Local):
+    """Attacks every member of `job` and of the server pool from what the
+    registry lists to anyone; `info` is the operator's describe of the job
+    (to check the listing told the attacker the right epoch). Returns the
+    number of frames sent."""
+    view = members(tools, reg, where=where)
+    servers = ucx_of(view, "default", "server")
+    workers = ucx_of(view, job, "worker")
+    check(len(servers) == servers_want and len(workers) == workers_want,
+          "the attacker sees %d servers and %d workers from the registry, without a credential "
+          "(%d, %d)" % (servers_want, workers_want, len(servers), len(workers)))
+    # What the attacker knows: the group's epoch from the listing anyone may
+    # read; the step it does not know, so it sprays every step of the run.
+    epochs = [v.get("epoch") for v in view if v.get("group") == job]
+    epoch = int(epochs[0]) if epochs else 0
+    check(epoch == info["epoch"], "the listing gives the attacker the job's epoch (%s, %s)"
+          % (epoch, info["epoch"]))
+    common = ["--job=" + job, "--epoch=%d" % epoch, "--steps=0:%d" % steps,
+              "--ranks=0,1", "--shards=0,1", "--buckets=%d" % buckets, "--bytes=4096", ucx]
+    sent = 0
+    targets = [(a, "push,pull,init", "server") for _, a, _ in ([] if insecure else servers)]
+    targets += [(a, "oversized,undersized" if insecure else "params,error,oversized,undersized",
+                 "worker") for _, a, _ in workers]
+    # One attacker process per peer, all at once (the attack lasts about a
+    # second, while the job trains).
+    procs = [(where.start([tools.attacker, "--to=" + address, "--kinds=" + kinds] + common), what)
+             for address, kinds, what in targets]
+    for p, what in procs:
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        err = "\n".join(l for l in err.splitlines() if "UCX  WARN" not in l)
+        log("  attacker -> %s: %s%s" % (what, out.strip(), err.strip()[-200:]))
+        sent += int(out.split()[1]) if out.startswith("sent") else 0
+    check(sent > 0, "the attacker sent %d frames" % sent)
+    if insecure:
+        return sent
+    # The control plane, with no credential.
+    grpc0 = next((g for _, _, g in servers if g), None)
+    if grpc0:
+        r = where.run([tools.rpc_probe, "--address=" + grpc0, "--rpc=GetFrameKey", "--job=" + job],
+                      30)
+        check(r.returncode == 5, "GetFrameKey without a credential refused (exit %d: %s)"
+              % (r.returncode, r.stdout.strip()[:120]))
+    r = ctl(tools, reg, "checkpoint", "delete", "--job", job, "--step", "1", where=where)
+    check(r.returncode == 5, "a checkpoint delete without a credential refused (exit %d)"
+          % r.returncode)
+    return sent
+
+
+def record(name, sent, refused, same, crashed, killed):
+    """One row of the table (see `results`); `same`: bitwise equal to the peaceful run."""
+    results.append((name, sent, refused, 0 if same else "some", crashed, killed))
+
+
+def print_table():
+    if not results:
+        return
+    log("== counters per scenario")
+    log("  %-10s %10s %10s %8s %8s %12s" % ("scenario", "sent", "refused", "applied", "crashes",
+                                             "jobs killed"))
+    for name, sent, refused, applied, crashed, killed in results:
+        log("  %-10s %10s %10s %8s %8s %12s" % (name, sent, "-" if refused is None else refused,
+                                                 applied, crashed, killed))
+    log("  %-10s %10d" % ("total", sum(r[1] for r in results)))
