@@ -60,17 +60,26 @@ def scenario(args, tools, d):
         return
     d = os.path.join(d, "launch")
     ref_p, ref_dir, ref = launch(args, d, "reference")
+    # The insider: the reference launch's worker token (a worker credential
+    # of another job, on another cluster), kept while that launch runs (its
+    # launcher removes its credentials when it ends).
+    other = os.path.join(d, "other-launch-worker.token")
+    _, ref_admin = operator_view(ref_p, ref_dir)
+    if ref_admin:
+        with open(os.open(other, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(read(os.path.join(os.path.dirname(ref_admin), "worker.token")))
+    check(read(other).strip() != "", "kept the reference launch's worker token (another job's)")
     rc = ref_p.wait(timeout=300)
     check(rc == 0 and os.path.exists(ref), "the reference launch trained (exit %d)%s" % (
         rc, "" if rc == 0 else ": " + read(os.path.join(ref_dir, "launch.log"))[-1500:]))
     p, run_dir, got = launch(args, d, "attacked")
     reg, admin = operator_view(p, run_dir)
-    sent = refused = None
+    answer = refused = None
     if check(reg is not None, "the launcher's log names its registry (%s)" % reg):
         info = wait_training(tools, reg, "attacked", admin, timeout=90,
                              alive=lambda: p.poll() is None)
         if check(info is not None, "the launch's workers are training"):
-            sent = attack(tools, reg, "attacked", info, STEPS)
+            answer = attack(tools, reg, "attacked", info, STEPS, insider_token=other)
             now = describe(tools, reg, "attacked", admin) or {}
             refused = now.get("refused_frames")
             check(now.get("step", {}).get("min", STEPS) < STEPS or p.poll() is None,
@@ -83,16 +92,18 @@ def scenario(args, tools, d):
     killed = int(rc != 0 or "saved" not in text)
     check(killed == 0, "0 jobs killed: the attacked launch exited 0 and rank 0 saved (exit %d)%s"
           % (rc, "" if rc == 0 else ": " + text[-1500:]))
-    # The launcher exits 1 when a shard server it started stops while the
-    # workers run, and 128+N when a worker dies of a signal.
-    crashed = int(rc == 1 and "shard server" in text) + int(rc > 128)
+    # The launcher (its embedded registry in it) dies of a signal itself, says
+    # so when a shard server it started stops while the workers run, and
+    # exits 128+N when a worker dies of signal N.
+    crashed = int(rc < 0) + int("a shard server stopped while workers ran" in text) + \
+        int(rc > 128)
     check(crashed == 0, "0 crashes: no shard server stopped, no worker killed by a signal")
     dropped = [r for r in range(2) if "dropping" in read(os.path.join(run_dir, "worker%d.log" % r))]
     check(dropped == [0, 1], "the attack reached the workers: ranks %s logged dropped frames"
           % dropped)
     same = os.path.exists(ref) and os.path.exists(got) and read_bytes(ref) == read_bytes(got)
     check(same, "0 applied: the attacked launch's final parameters are bitwise the reference's")
-    record("launch", sent or 0, refused, same, crashed, killed)
+    record("launch", answer, refused, same, crashed, killed)
 
 
 def read_bytes(path):

@@ -19,9 +19,9 @@ import time
 
 from proc_util import check, log
 
-# One row per scenario: name, frames sent, frames the servers refused,
-# applied (0 when the attacked job ended bitwise equal to its peaceful
-# run), processes crashed, jobs killed.
+# One row per scenario: name, frames sent, frames the servers refused, RPCs
+# refused of those tried ("refused/tried"), applied (0 when the attacked job
+# ended bitwise equal to its peaceful run), processes crashed, jobs killed.
 results = []
 
 
@@ -88,11 +88,13 @@ def wait_training(tools, reg, job, admin, min_step=5, timeout=30.0, alive=lambda
 
 
 def attack(tools, reg, job, info, steps, servers_want=2, workers_want=2, insecure=False,
-           ucx="--ucx_tls=posix,sysv,self", buckets=2, where=Local):
+           ucx="--ucx_tls=posix,sysv,self", buckets=2, where=Local, insider_token=None):
     """Attacks every member of `job` and of the server pool from what the
     registry lists to anyone; `info` is the operator's describe of the job
-    (to check the listing told the attacker the right epoch). Returns the
-    number of frames sent."""
+    (to check the listing told the attacker the right epoch). With
+    `insider_token` (a token file: a worker credential of another job), the
+    job's RPCs are tried with it too. Returns {"sent": frames sent, "rpcs":
+    [RPCs refused, RPCs tried]}."""
     view = members(tools, reg, where=where)
     servers = ucx_of(view, "default", "server")
     workers = ucx_of(view, job, "worker")
@@ -125,33 +127,53 @@ def attack(tools, reg, job, info, steps, servers_want=2, workers_want=2, insecur
         log("  attacker -> %s: %s%s" % (what, out.strip(), err.strip()[-200:]))
         sent += int(out.split()[1]) if out.startswith("sent") else 0
     check(sent > 0, "the attacker sent %d frames" % sent)
+    out = {"sent": sent, "rpcs": [0, 0]}  # rpcs: [refused, tried]
     if insecure:
-        return sent
-    # The control plane, with no credential.
-    grpc0 = next((g for _, _, g in servers if g), None)
-    if grpc0:
-        r = where.run([tools.rpc_probe, "--address=" + grpc0, "--rpc=GetFrameKey", "--job=" + job],
-                      30)
-        check(r.returncode == 5, "GetFrameKey without a credential refused (exit %d: %s)"
-              % (r.returncode, r.stdout.strip()[:120]))
-    r = ctl(tools, reg, "checkpoint", "delete", "--job", job, "--step", "1", where=where)
-    check(r.returncode == 5, "a checkpoint delete without a credential refused (exit %d)"
-          % r.returncode)
-    return sent
+        return out
+    grpcs = [g for _, _, g in servers if g]
+    # The control plane, with no credential, then (insider) with a worker
+    # credential of another job.
+    for who, token, rpcs in ((None, None, ("GetFrameKey", "ReadState")),
+                             ("a worker token of another job", insider_token,
+                              ("GetFrameKey", "ReadState", "SetEpoch", "WriteState"))):
+        if who and not token:
+            continue
+        who = who or "no credential"
+        for grpc in grpcs:
+            for rpc in rpcs:
+                r = where.run([tools.rpc_probe, "--address=" + grpc, "--rpc=" + rpc,
+                               "--job=" + job] + (["--token_file=" + token] if token else []), 30)
+                tally(out, r.returncode == 5, "%s on server %s with %s refused (exit %d: %s)"
+                      % (rpc, grpc, who, r.returncode, r.stdout.strip()[:120]))
+        r = ctl(tools, reg, "checkpoint", "delete", "--job", job, "--step", "1", token=token,
+                where=where)
+        tally(out, r.returncode == 5, "a checkpoint delete with %s refused (exit %d)"
+              % (who, r.returncode))
+    return out
 
 
-def record(name, sent, refused, same, crashed, killed):
-    """One row of the table (see `results`); `same`: bitwise equal to the peaceful run."""
-    results.append((name, sent, refused, 0 if same else "some", crashed, killed))
+def tally(out, refused, what):
+    out["rpcs"][1] += 1
+    out["rpcs"][0] += int(check(refused, what))
+
+
+def record(name, attacked, refused, same, crashed, killed):
+    """One row of the table (see `results`); `attacked`: attack()'s answer
+    (None if the attack did not run); `same`: bitwise equal to the peaceful
+    run."""
+    attacked = attacked or {"sent": 0, "rpcs": [0, 0]}
+    results.append((name, attacked["sent"], refused, "%d/%d" % tuple(attacked["rpcs"]),
+                    0 if same else "some", crashed, killed))
 
 
 def print_table():
     if not results:
         return
     log("== counters per scenario")
-    log("  %-10s %10s %10s %8s %8s %12s" % ("scenario", "sent", "refused", "applied", "crashes",
-                                             "jobs killed"))
-    for name, sent, refused, applied, crashed, killed in results:
-        log("  %-10s %10s %10s %8s %8s %12s" % (name, sent, "-" if refused is None else refused,
-                                                 applied, crashed, killed))
+    row = "  %-10s %10s %10s %12s %8s %8s %12s"
+    log(row % ("scenario", "frames", "refused", "RPCs refused", "applied", "crashes",
+               "jobs killed"))
+    for name, sent, refused, rpcs, applied, crashed, killed in results:
+        log(row % (name, sent, "-" if refused is None else refused, rpcs, applied, crashed,
+                   killed))
     log("  %-10s %10d" % ("total", sum(r[1] for r in results)))

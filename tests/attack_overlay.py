@@ -82,7 +82,7 @@ def run_once(ov, bins, args, tools, tokens, d, attacked):
     """The overlay's pods until the Job is done; returns a dict of what was seen."""
     name = "attacked" if attacked else "reference"
     cl = Cluster(ov, bins, args.probe, os.path.join(d, name))
-    seen = {"sent": 0, "refused": None, "digests": None, "rcs": [], "crashed": 0, "dropped": 0}
+    seen = {"attack": None, "refused": None, "digests": None, "rcs": [], "crashed": 0, "dropped": 0}
     with netns.Bridge("attack-" + name) as bridge:
         cl.start(bridge)
         ready = cl.wait_ready(READY_TIMEOUT_S)
@@ -96,7 +96,7 @@ def run_once(ov, bins, args, tools, tokens, d, attacked):
             info = wait_training(tools, reg, job, tokens["admin"], timeout=60,
                                  alive=lambda: all(cl.rc(p) is None for p in workers))
             if check(info is not None, "job %s of the overlay is training" % job):
-                seen["sent"] = attack(tools, reg, job, info, steps, ucx="--ucx_tls=tcp",
+                seen["attack"] = attack(tools, reg, job, info, steps, ucx="--ucx_tls=tcp",
                                       where=where)
                 now = describe(tools, reg, job, tokens["admin"]) or {}
                 check(now.get("step", {}).get("min", steps) < steps,
@@ -163,7 +163,7 @@ def scenario(args, tools, d):
               % got["refused"])
         check(got["dropped"] == len(got["rcs"]), "the attack reached the workers: %d of %d "
               "logged dropped frames" % (got["dropped"], len(got["rcs"])))
-        record("overlay", got["sent"], got["refused"], same, got["crashed"], killed)
+        record("overlay", got["attack"], got["refused"], same, got["crashed"], killed)
     finally:
         # pod_cluster's checks count in manifest_checks' list.
         proc_util.failures.extend(manifest_checks.failures)

@@ -51,6 +51,7 @@ Usage: attack_test.py REGISTRY SERVER TRAIN CTL ATTACKER GEN_TOKENS RPC_PROBE DE
     [--deploy=deploy/base/kustomization.yaml --probe=tessel-health-probe [--kubectl=kubectl]]
 """
 import argparse
+import base64
 import os
 import subprocess
 import sys
@@ -60,7 +61,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attack_lib  # noqa: E402
 from attack_lib import Tools, attack, describe, record, wait_training  # noqa: E402
-from proc_util import check, finish, log, spawn  # noqa: E402
+from proc_util import check, finish, log, read, spawn  # noqa: E402
 
 UCX = "--ucx_tls=posix,sysv,self"
 # The sanitizer run trains fewer steps and leaves out the demo and the launch
@@ -86,9 +87,17 @@ def standalone(d, insecure=False):
     creds = os.path.join(d, "creds")
     subprocess.run(["bash", ARGS.gen_tokens, creds], check=True, capture_output=True)
     tok = {r: os.path.join(creds, r + ".token") for r in ("admin", "worker", "server")}
-    auth = ["--admin_token_file=" + tok["admin"], "--worker_token_file=" + tok["worker"]]
+    # The insider: a worker token scoped to another job, in the same table.
+    tok["insider"], table = os.path.join(creds, "insider.token"), os.path.join(creds, "workers")
+    insider = base64.b64encode(os.urandom(24)).decode()
+    for path, text in ((tok["insider"], insider + "\n"),
+                       (table, read(tok["worker"]) + insider + " other-job\n")):
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(text)
+    auth = ["--admin_token_file=" + tok["admin"], "--worker_token_file=" + table]
     if insecure:
         auth, tok["server"], tok["worker"], tok["admin"] = ["--insecure"], "", "", None
+        tok["insider"] = None
     port = os.path.join(d, "registry.port")
     spawn([ARGS.registry, "--listen=127.0.0.1:0", "--port_file=" + port, "--lease_ttl_ms=3000"] +
           (["--server_token_file=" + tok["server"]] if tok["server"] else []) + auth,
@@ -110,17 +119,18 @@ def standalone(d, insecure=False):
                        (["--token_file=" + tok["worker"]] if tok["worker"] else []) +
                        MODEL + (["--out=" + out] if r == 0 else []),
                        os.path.join(d, "%s.rank%d.log" % (job, r))) for r in range(2)]
-        sent = None
+        answer = None
         if attacked:
             info = wait_training(TOOLS, reg, job, tok["admin"])
             if check(info is not None, "%s is training" % job):
-                sent = attack(TOOLS, reg, job, info, STEPS, insecure=insecure)
+                answer = attack(TOOLS, reg, job, info, STEPS, insecure=insecure,
+                                insider_token=tok["insider"])
         rcs = [p.wait(timeout=300) for p in procs]
-        return out, rcs, sent
+        return out, rcs, answer
 
     ref, rcs, _ = train("reference", False)
     check(rcs == [0, 0], "the reference trained (exit codes %s)" % rcs)
-    got, rcs, sent = train("attacked", True)
+    got, rcs, answer = train("attacked", True)
     check(rcs == [0, 0], "0 jobs killed: the attacked job's workers exited 0 (%s)" % rcs)
     crashed = sum(p.poll() is not None for p in servers) + sum(rc < 0 for rc in rcs)
     check(crashed == 0, "0 crashes: both shard servers alive, no worker killed by a signal")
@@ -139,7 +149,7 @@ def standalone(d, insecure=False):
         check(info.get("refused_frames", 0) > 0,
               "the attack landed: the servers refused %s frames of the attacked job"
               % info.get("refused_frames"))
-    record("insecure" if insecure else "tokens", sent or 0, refused, same, crashed,
+    record("insecure" if insecure else "tokens", answer, refused, same, crashed,
            sum(rc != 0 for rc in rcs))
 
 
@@ -167,16 +177,16 @@ def demo(d):
                  "found the demo's registry (%s) and its admin token file" % reg):
         return
     info = wait_training(TOOLS, reg, "demo", admin, alive=lambda: p.poll() is None)
-    sent, refused = 0, None
+    answer, refused = None, None
     if check(info is not None, "demo is training"):
-        sent = attack(TOOLS, reg, "demo", info, STEPS)
+        answer = attack(TOOLS, reg, "demo", info, STEPS)
         refused = (describe(TOOLS, reg, "demo", admin) or {}).get("refused_frames")
     rc = p.wait(timeout=300)
     text = open(out).read()
     same = "max relative difference vs single process: 0 " in text and text.strip().endswith("OK")
     check(rc == 0 and same,
           "0 applied, 0 killed: the demo ended bitwise equal to one process (exit %d)" % rc)
-    record("demo", sent, refused, same, int(rc < 0), int(rc != 0))
+    record("demo", answer, refused, same, int(rc < 0), int(rc != 0))
 
 
 def main():
