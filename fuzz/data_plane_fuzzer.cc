@@ -33,9 +33,9 @@
 #include "fuzz/frame_input.h"
 #include "fuzz/frame_jobs.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/quiet_logs.h"
 #include "proto/shard.pb.h"
 #include "runtime/frame_auth.h"
-#include "runtime/log.h"
 #include "runtime/rank_keys.h"
 #include "server/checkpointer.h"
 #include "server/data_plane.h"
@@ -112,16 +112,12 @@ int CheckSent(const std::vector<FakeTransport::Sent>& sent, size_t from) {
 }  // namespace
 }  // namespace tessel::fuzz
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  tessel::SetMinLogLevel(tessel::LogLevel::kError);
-  return 0;
-}
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return tessel::fuzz::QuietLogs(); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessel;
   using namespace tessel::fuzz;
-  FrameReader reader(data, size);
-  const uint8_t config = reader.U8();
+  const uint8_t config = ConfigByte(data, size);
   const bool auth_on = (config & kPlaneAuth) != 0;
 
   // Destroyed in reverse: the plane, then the jobs (which may hold borrowed
@@ -144,8 +140,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     DataPlane plane(&transport, &jobs, &checkpointer, nullptr, nullptr, /*update_threads=*/1,
                     absl::ZeroDuration(), SpinMode::kEvent,
                     (config & kPlaneInline) != 0 ? int64_t{1} << 20 : 0, &keys);
-    FuzzFrame f;
-    while (ReadFrame(&reader, &f)) {
+    ForEachFrame(data, size, [&](const FuzzFrame& f) {
       std::vector<uint8_t> header = f.header;
       absl::StatusOr<FrameHeader> decoded = header.size() >= kHeaderBytes
                                                 ? DecodeHeader(header.data(), kHeaderBytes)
@@ -165,8 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         sealed = true;
         any_sealed = true;
       }
-      const uint64_t payload_bytes =
-          f.own_size ? f.payload_bytes : (decoded.ok() ? decoded->payload_bytes : 0);
+      const uint64_t payload_bytes = f.PayloadBytes(decoded.ok() ? decoded->payload_bytes : 0);
 
       const size_t sent_before = transport.sent_count();
       const int64_t unrouted_before = plane.rejected_unrouted();
@@ -197,7 +191,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                 decoded.ok() ? DescribeHeader(*decoded) : "undecodable"));
         FUZZ_CHECK(errors == 0, "a frame without the job's key was answered with an ERROR");
       }
-    }
+    });
     transport.RunCompletions();
     plane.Stop();
   }

@@ -19,10 +19,10 @@
 // A truncated frame at the end is read as if the input ended with zeros.
 //
 // Example:
-//   FrameReader r(data, size);
-//   const uint8_t config = r.U8();
-//   FuzzFrame f;
-//   while (ReadFrame(&r, &f)) Deliver(f);
+//   const uint8_t config = ConfigByte(data, size);
+//   ForEachFrame(data, size, [&](const FuzzFrame& f) {
+//     Deliver(f.header, f.PayloadBytes(announced_by_the_header), f.content);
+//   });
 #ifndef TESSEL_FUZZ_FRAME_INPUT_H_
 #define TESSEL_FUZZ_FRAME_INPUT_H_
 
@@ -74,6 +74,10 @@ struct FuzzFrame {
   bool own_size = false;
   uint64_t payload_bytes = 0;  // with own_size
   std::vector<uint8_t> content;
+  // The payload size to deliver: the frame's own with kOwnSize, else the
+  // size its header announces (`announced`: 0 where the header does not
+  // decode).
+  uint64_t PayloadBytes(uint64_t announced) const { return own_size ? payload_bytes : announced; }
   bool seal() const { return (flags & kSeal) != 0; }
   bool in_place() const { return (flags & kInPlace) != 0; }
   uint8_t target_bits() const { return static_cast<uint8_t>(flags >> kTargetShift); }
@@ -88,6 +92,20 @@ inline bool ReadFrame(FrameReader* r, FuzzFrame* f) {
   f->payload_bytes = f->own_size ? r->U64() : 0;
   f->content = r->Bytes(r->U16());
   return true;
+}
+
+// The input's configuration byte, its first (0 if the input is empty).
+inline uint8_t ConfigByte(const uint8_t* data, size_t size) { return size > 0 ? data[0] : 0; }
+
+// Calls `on_frame(const FuzzFrame&)` for each frame of the input after its
+// configuration byte, in order, until the input is used up. What a target
+// does with a frame is its own; the reading is here, once.
+template <typename OnFrame>
+void ForEachFrame(const uint8_t* data, size_t size, OnFrame&& on_frame) {
+  FrameReader reader(data, size);
+  reader.U8();  // the configuration byte: ConfigByte
+  FuzzFrame f;
+  while (ReadFrame(&reader, &f)) on_frame(static_cast<const FuzzFrame&>(f));
 }
 
 // For make_corpus.cc: appends one frame in the format above; with

@@ -24,7 +24,6 @@
 //     exceed max_inbox_bytes;
 //   - RecvBytes of a message that was taken returns exactly its bytes.
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,21 +38,17 @@
 #include "fuzz/frame_input.h"
 #include "fuzz/frame_jobs.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/quiet_logs.h"
 #include "runtime/frame_auth.h"
-#include "runtime/log.h"
 #include "worker/peer_group.h"
 #include "worker/peer_message.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (std::getenv("TESSEL_FUZZ_LOG") == nullptr) tessel::SetMinLogLevel(tessel::LogLevel::kError);
-  return 0;
-}
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return tessel::fuzz::QuietLogs(); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessel;
   using namespace tessel::fuzz;
-  FrameReader reader(data, size);
-  const uint8_t config = reader.U8();
+  const uint8_t config = ConfigByte(data, size);
   const bool auth_on = (config & kPeerAuth) != 0;
   const int rank = ((config & kPeerRank) >> 2) % kFuzzPeers;
   const uint32_t generation = (config & kPeerReset) != 0 ? 1 : 0;
@@ -95,8 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::map<std::tuple<int, uint32_t, uint64_t>, std::vector<uint8_t>> taken;
   uint64_t held = 0;
   std::string trace;  // shown by --repro (TESSEL_FUZZ_SHOW_INPUT)
-  FuzzFrame f;
-  while (ReadFrame(&reader, &f)) {
+  ForEachFrame(data, size, [&](const FuzzFrame& f) {
     std::vector<uint8_t> header = f.header;
     absl::StatusOr<PeerMessageHeader> decoded =
         header.size() >= kPeerHeaderBytes
@@ -113,8 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const auto tag = key->TagOf(absl::MakeConstSpan(header), decoded->generation);
       header.insert(header.end(), tag.begin(), tag.end());
     }
-    const uint64_t payload_bytes =
-        f.own_size ? f.payload_bytes : (decoded.ok() ? decoded->payload_bytes : 0);
+    const uint64_t payload_bytes = f.PayloadBytes(decoded.ok() ? decoded->payload_bytes : 0);
     const int64_t unauthenticated_before = group.refused_unauthenticated();
     const int64_t oversized_before = group.refused_oversized();
     const FakeTransport::Outcome out = transport.Deliver((f.target_bits() & 7) + 1, header,
@@ -137,14 +130,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         absl::MakeConstSpan(header.data(), tagged ? kPeerHeaderBytes : header.size()));
     if (!seen.ok()) {
       FUZZ_CHECK(!out.written, "an undecodable message was taken");
-      continue;
+      return;
     }
     const PeerMessageHeader& h = *seen;
     if (auth_on && !sealed) {
       FUZZ_CHECK(
           !out.written && unauthenticated == 1,
           absl::StrCat("a message without the mesh key's tag was taken or not counted: ", trace));
-      continue;
+      return;
     }
     const bool stray = h.group_id != group_id || h.from < 0 || h.from >= kFuzzPeers ||
                        h.from == rank || h.payload_bytes != payload_bytes ||
@@ -152,26 +145,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (stray) {
       FUZZ_CHECK(!out.written && oversized == 0,
                  absl::StrCat("a stray message was taken or counted: ", trace));
-      continue;
+      return;
     }
     if (payload_bytes > options.max_message_bytes ||
         payload_bytes > options.max_inbox_bytes - held) {
       FUZZ_CHECK(!out.written && oversized == 1,
                  absl::StrCat("a message over the bounds was not refused as such (", held,
                               " bytes held)"));
-      continue;
+      return;
     }
     const auto k = std::make_tuple(static_cast<int>(h.from), h.generation, h.tag);
     if (taken.count(k) != 0) {
       FUZZ_CHECK(!out.written, "a second message for an unclaimed (peer, tag) was taken");
-      continue;
+      return;
     }
     FUZZ_CHECK(out.written || payload_bytes == 0,
                absl::StrCat("a well-formed message within the bounds was not taken: ", trace));
     taken[k] = Materialize(f.content, static_cast<size_t>(payload_bytes));
     held += payload_bytes;
     FUZZ_CHECK(held <= options.max_inbox_bytes, "the inbox holds more than its bound");
-  }
+  });
   ShowGeneratedInput(
       absl::StrCat("config ", static_cast<int>(config), " rank ", rank, "\n", trace));
   for (const auto& [k, bytes] : taken) {

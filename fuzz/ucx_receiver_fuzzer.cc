@@ -48,7 +48,7 @@
 #include "absl/time/time.h"
 #include "fuzz/frame_input.h"
 #include "fuzz/fuzz_check.h"
-#include "runtime/log.h"
+#include "fuzz/quiet_logs.h"
 #include "transport/ucx/internal/descriptor_codec.h"
 #include "transport/ucx/internal/remote_key_cache.h"
 #include "transport/ucx/internal/send_leases.h"
@@ -115,17 +115,13 @@ uint64_t Checksum(const char* p, uint64_t n) {
 }  // namespace
 }  // namespace tessel::fuzz
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  tessel::SetMinLogLevel(tessel::LogLevel::kError);
-  return 0;
-}
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return tessel::fuzz::QuietLogs(); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessel;
   using namespace tessel::fuzz;
   constexpr int kEndpoints = 4;
-  FrameReader reader(data, size);
-  reader.U8();  // the configuration byte: none yet
+  // The configuration byte (ConfigByte): none yet.
 
   std::set<void*> live;  // fake mappings alive
   auto owned_ops = std::make_unique<FakeKeyOps>(&live);
@@ -144,8 +140,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int worker = 0;
     absl::Time now = absl::UnixEpoch();
 
-    FuzzFrame f;
-    while (ReadFrame(&reader, &f)) {
+    ForEachFrame(data, size, [&](const FuzzFrame& f) {
       const int op = f.target_bits() & 3;
       const int e = (f.target_bits() >> 2) & 3;
       const PeerId from = static_cast<PeerId>(e + 1);
@@ -153,7 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const absl::Span<const uint8_t> am_header = absl::MakeConstSpan(f.header);
       if (op == 0) {  // DESCRIPTOR, as OnDescriptor
         absl::StatusOr<DescriptorView> d = ucx_internal::DecodeDescriptor(am_header);
-        if (!d.ok()) continue;
+        if (!d.ok()) return;
         const ucx_internal::DescriptorFields& head = d->fields;
         FUZZ_CHECK(head.offset + head.bytes <= head.region_bytes &&
                        head.offset + head.bytes >= head.offset,
@@ -161,15 +156,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         ops.set_described(head.region_bytes);
         absl::StatusOr<RemoteKey*> key = keys.Get(ep, &workers[worker], head.region, d->rkey,
                                                   head.remote_base, head.region_bytes, now);
-        if (!key.ok()) continue;  // re-described (InvalidArgument) or not unpackable: not read
+        if (!key.ok()) return;  // re-described (InvalidArgument) or not unpackable: not read
         FUZZ_CHECK(
             (*key)->remote_base == head.remote_base && (*key)->region_bytes == head.region_bytes,
             absl::StrCat("region ", head.region, " was taken as described otherwise"));
-        if ((*key)->mapped == nullptr) continue;  // not mappable: resend, nothing read
+        if ((*key)->mapped == nullptr) return;  // not mappable: resend, nothing read
         // OnDescriptor drops, unread, a descriptor whose (peer, lease) is
         // still borrowed (a replay: a second borrow would lose the first;
         // found by this target: fuzz/crashes/ucx_receiver/duplicate_borrow_lost).
-        if (keys.IsBorrowed(from, head.lease)) continue;
+        if (keys.IsBorrowed(from, head.lease)) return;
         const char* payload = (*key)->mapped + head.offset;
         sink += Checksum(payload, head.bytes);  // the copy into the receiver's buffer
         const bool again = std::any_of(borrows.begin(), borrows.end(), [&](const Borrowed& b) {
@@ -190,7 +185,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         absl::StatusOr<ucx_internal::Release> m =
             ucx_internal::DecodeRelease(absl::MakeConstSpan(wire));
-        if (!m.ok()) continue;
+        if (!m.ok()) return;
         const uint64_t misdirected = leases.misdirected();
         const size_t held = leases.size();
         std::optional<SendLeases::Lease> l = leases.TakeFrom(m->lease, from);
@@ -235,7 +230,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(keys.size() <= static_cast<size_t>(kEndpoints) *
                                     (ucx_internal::kKeysPerEndpoint + borrows.size()),
                  absl::StrCat(keys.size(), " keys cached"));
-    }
+    });
     for (const auto& [lease, runs] : done_runs) {
       FUZZ_CHECK(runs == 1, absl::StrCat("lease ", lease, "'s done ran ", runs, " times"));
     }

@@ -39,8 +39,8 @@
 #include "fuzz/frame_input.h"
 #include "fuzz/frame_jobs.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/quiet_logs.h"
 #include "runtime/frame_auth.h"
-#include "runtime/log.h"
 #include "runtime/rank_keys.h"
 // FrameSink's default OnPush names parameters it does not use; this target
 // builds with -Wextra -Werror (run_fuzzers.sh), the library with defaults.
@@ -112,16 +112,12 @@ std::string Secret(int shard) {
 }  // namespace
 }  // namespace tessel::fuzz
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  tessel::SetMinLogLevel(tessel::LogLevel::kError);
-  return 0;
-}
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return tessel::fuzz::QuietLogs(); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessel;
   using namespace tessel::fuzz;
-  FrameReader reader(data, size);
-  const uint8_t config = reader.U8();
+  const uint8_t config = ConfigByte(data, size);
   const bool auth_on = (config & kWorkerAuth) != 0;
   const bool half = (config & kWorkerHalf) != 0;
   const bool host_group = (config & kWorkerHostGroup) != 0 && !half;  // aggregation is fp32
@@ -171,8 +167,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   bool expect_failure = false;
   std::string trace;  // shown by --repro (TESSEL_FUZZ_SHOW_INPUT)
-  FuzzFrame f;
-  while (ReadFrame(&reader, &f)) {
+  ForEachFrame(data, size, [&](const FuzzFrame& f) {
     std::vector<uint8_t> header = f.header;
     absl::StatusOr<FrameHeader> decoded = header.size() >= kHeaderBytes
                                               ? DecodeHeader(header.data(), kHeaderBytes)
@@ -198,8 +193,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         sealable = true;
       }
     }
-    const uint64_t payload_bytes =
-        f.own_size ? f.payload_bytes : (decoded.ok() ? decoded->payload_bytes : 0);
+    const uint64_t payload_bytes = f.PayloadBytes(decoded.ok() ? decoded->payload_bytes : 0);
     // The header DataChannel decodes: the first 64 bytes of 64 or 80.
     absl::StatusOr<FrameHeader> wire_header = DecodeWireHeader(absl::MakeConstSpan(header));
     const bool authentic = wire_header.ok() && (!auth_on || sealable);
@@ -225,7 +219,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  absl::StrCat("a frame without its shard's key was not refused as such: ",
                               DescribeHeader(*wire_header)));
     }
-    if (!authentic) continue;
+    if (!authentic) return;
     const FrameHeader& h = *wire_header;
     const bool size_lies = payload_bytes != h.payload_bytes;
     const bool long_error = h.type == FrameType::kError && payload_bytes > kMaxErrorTextBytes;
@@ -234,14 +228,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  absl::StrCat(DescribeHeader(h), " with ", payload_bytes,
                               " payload bytes was not refused and counted once (refused ", refused,
                               ", unauthenticated ", unauthenticated, ")"));
-      continue;
+      return;
     }
     FUZZ_CHECK(refused == 0, absl::StrCat(DescribeHeader(h), " counted as refused"));
     if (h.type == FrameType::kError && h.epoch == kFuzzEpoch && h.code != 0) {
       expect_failure = true;
     }
     if (out.too_large) expect_failure = true;
-  }
+  });
   if (host_group && (config & kWorkerOwnReady) != 0) {
     // This worker's own gradients: the aggregator sums every bucket whose
     // member pushes are in (reading borrowed ones in place) and pushes it.
