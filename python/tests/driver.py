@@ -4,11 +4,12 @@ import sys
 import time
 
 
-def launch(launch_bin, job, command, nproc=2, flags=(), timeout_s=240, wait_s=None, what=None):
-    """tessel-launch --nproc_per_node=NPROC --servers=2 --job=JOB --timeout_s=T FLAGS --
+def launch(launch_bin, job, command, nproc=2, flags=(), timeout_s=240, wait_s=None, what=None,
+           servers=2):
+    """tessel-launch --nproc_per_node=NPROC --servers=SERVERS --job=JOB --timeout_s=T FLAGS --
     COMMAND, waited for up to wait_s (default timeout_s + 60). If it fails, prints the
     end of its output and exits the driver. Returns (output, seconds)."""
-    cmd = [launch_bin, f"--nproc_per_node={nproc}", "--servers=2", f"--job={job}",
+    cmd = [launch_bin, f"--nproc_per_node={nproc}", f"--servers={servers}", f"--job={job}",
            f"--timeout_s={timeout_s}", *flags, "--", *command]
     start = time.monotonic()
     run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -30,6 +30,7 @@ import weakref
 
 import tessel
 import torch
+from tessel.torch import opt_state
 from tessel.torch import session as session_lib
 from tessel.torch.agree import agree
 from tessel.torch.buffers import BufferSync
@@ -366,6 +367,8 @@ class DistributedOptimizer:
             g.end_step()
         self._clip_coef = None  # this step's only
         self._scaler.stepped()
+        if hasattr(self.optimizer, "_step_count"):  # torch's counter a scheduler checks
+            self.optimizer._step_count += 1
         # Not after a rollback: a restarted rank's first step() ends with a broadcast
         # of its own, which the others' must match.
         if self.recoveries == recovered:
@@ -522,27 +525,18 @@ class DistributedOptimizer:
 
     def state_dict(self):
         """The whole training state (parameters, optimizer state, step) of every group,
-        and the loss scaler's: portable across world sizes, shard counts and strategies."""
-        state = {"tessel": 1, "groups": [g.require_worker().serialize() for g in self._groups]}
-        if self._scaler.enabled:
-            state["scaler"] = self._scaler.state_dict()
-        return state
+        the torch optimizer's param_groups (torch's entries: every group's
+        hyper-parameters, a scheduler's among them, and its parameter indices) and the
+        loss scaler's: portable across world sizes, shard counts and strategies
+        (opt_state.py). Collective."""
+        return opt_state.state_dict(self)
 
     def load_state_dict(self, state):
-        if not isinstance(state, dict) or state.get("tessel") != 1:
-            raise ValueError("not a tessel.torch DistributedOptimizer state_dict")
-        blobs = state["groups"]
-        if len(blobs) != len(self._groups):
-            raise ValueError(f"the state has {len(blobs)} parameter group(s), this optimizer "
-                             f"{len(self._groups)}")
-        scaler = state.get("scaler") if self._scaler.enabled else None
-        if scaler is not None:
-            LossScaler.check_state(scaler)
-        for g, blob in zip(self._groups, blobs):
-            g.require_worker().deserialize(blob)
-            g.loaded()
-        if scaler is not None:
-            self._scaler.load_state_dict(scaler)
+        """Loads a state_dict(): every job's parameters, optimizer state and step, and the
+        saved param_groups into the torch optimizer (as torch's load_state_dict); a
+        scheduler made on it loads its own state_dict() beside. ValueError naming the
+        difference (group counts and sizes, tensors) before anything changes. Collective."""
+        opt_state.load_state_dict(self, state)
 
     def close(self):
         """Leaves the jobs. The parameters move into memory of their own first
