@@ -43,16 +43,8 @@ bool PushTracker::Receive(int bucket, int rank) {
   return ++received_[bucket] == world_;
 }
 
-bool PushTracker::TakePart(int bucket, int rank, uint32_t index) {
-  return parts_.emplace(bucket, rank, index).second;
-}
-
-void PushTracker::ReleasePart(int bucket, int rank, uint32_t index) {
-  parts_.erase({bucket, rank, index});
-}
-
 void PushTracker::NextStep() {
-  parts_.clear();
+  parts_.NextStep();
   for (auto& bucket : slots_) std::fill(bucket.begin(), bucket.end(), Slot::kEmpty);
   std::fill(received_.begin(), received_.end(), 0);
   StopClock();
@@ -105,6 +97,17 @@ PushTracker::Waiting PushTracker::DescribeWaitingAs(
     if (!in_flight.empty()) {
       out.receives.push_back(absl::StrCat(who(r), DescribeBuckets(in_flight, num_buckets_), ")"));
     }
+  }
+  return out;
+}
+
+std::string PushTracker::Waiting::ToString() const {
+  std::string out;
+  if (!pushes.empty())
+    absl::StrAppend(&out, "waiting for pushes from ", absl::StrJoin(pushes, ", "));
+  if (!receives.empty()) {
+    absl::StrAppend(&out, pushes.empty() ? "" : "; ", "receives not finished from ",
+                    absl::StrJoin(receives, ", "));
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // PushTracker: one shard's bookkeeping of the step in progress. Per bucket
 // and rank it knows whether the rank's push has not come yet, is being
 // received, or has landed; it says when a bucket is complete (every rank's
-// push landed, so the bucket can be reduced); it runs the step's stall
+// push landed, so the bucket can be reduced); it holds the micro-batch parts
+// taken this step (parts(), server/push_parts.h); it runs the step's stall
 // clock; and it describes what a stalled step waits for.
 //
 // Contract:
@@ -11,10 +12,8 @@
 //                       may push the bucket again). The clock keeps running.
 //   Receive(b, r)       the payload landed; true exactly when this completed
 //                       bucket b.
-//   TakePart(b, r, i)   micro-batch part i of rank r's push of bucket b this
-//                       step: true, and taken, unless it was taken already
-//                       (a replayed part, refused: it would be summed twice).
-//   ReleasePart(b, r, i) its receive failed: it may come again.
+//   parts()             the step's micro-batch parts (PushParts: each taken
+//                       once, a replay refused).
 //   NextStep()          the version moved: every slot empty, no part taken,
 //                       clock stopped.
 //   StopClock()         no step is in progress any more (the caller knows):
@@ -43,12 +42,11 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "server/push_parts.h"
 
 namespace tessel {
 
@@ -65,8 +63,8 @@ class PushTracker {
   bool Complete(int bucket) const { return received_[bucket] == world_; }
 
   void Reserve(int bucket, int rank, absl::Time now);
-  bool TakePart(int bucket, int rank, uint32_t index);
-  void ReleasePart(int bucket, int rank, uint32_t index);
+  // By rank, not by group: each rank's parts are its own.
+  PushParts& parts() { return parts_; }
   void Release(int bucket, int rank);
   bool Receive(int bucket, int rank);
   void NextStep();
@@ -80,6 +78,10 @@ class PushTracker {
   struct Waiting {
     std::vector<std::string> pushes;    // buckets not pushed yet
     std::vector<std::string> receives;  // buckets whose payload is on its way
+    bool empty() const { return pushes.empty() && receives.empty(); }
+    // For the stall report (docs/errors.md): "waiting for pushes from A, B;
+    // receives not finished from C", either part alone, "" if empty().
+    std::string ToString() const;
   };
   Waiting DescribeWaiting(const std::vector<int>& worker_ids) const;
   // Hierarchical aggregation tracks a slot per group (`group_of_rank`, by
@@ -92,9 +94,9 @@ class PushTracker {
 
   const int num_buckets_;
   const int world_;
-  std::vector<std::vector<Slot>> slots_;            // [bucket][rank]
-  std::vector<int> received_;                       // per bucket: ranks whose push landed
-  std::set<std::tuple<int, int, uint32_t>> parts_;  // (bucket, rank, index) taken this step
+  std::vector<std::vector<Slot>> slots_;  // [bucket][rank]
+  std::vector<int> received_;             // per bucket: ranks whose push landed
+  PushParts parts_;
   // When the step's first push was reserved (nullopt: no step in progress),
   // and when StallDue last reported it.
   std::optional<absl::Time> started_;

@@ -133,6 +133,12 @@ FrameChecks::State ShardJob::FrameStateLocked() const {
   return FrameChecks::State{epoch_, version_, initialized_};
 }
 
+absl::Status ShardJob::RefusedLocked(absl::Status refusal, bool stale) {
+  counters_.stale_epoch += stale ? 1 : 0;
+  ++counters_.rejected;
+  return refusal;
+}
+
 absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
   absl::MutexLock lock(&mu_);
   // The slot's state, where the frame names one (else the checks refuse it
@@ -148,20 +154,17 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
                                               "'s) already pushed bucket ", h.bucket, " of step ",
                                               h.step, ": one push per group and bucket"));
   }
-  if (!s.ok()) {
-    counters_.stale_epoch += stale ? 1 : 0;
-    ++counters_.rejected;
-    return s;
-  }
+  if (!s.ok()) return RefusedLocked(s, stale);
   if (h.type == FrameType::kInit) {
     init_seen_[h.bucket] = 1;
     return values_.data() + (layout_.bucket_range(shard_, h.bucket).begin - range_.begin);
   }
-  if (IsPushPart(h) && !pushes_.TakePart(h.bucket, h.rank, PushPartIndex(h))) {
-    ++counters_.rejected;
-    return absl::AlreadyExistsError(absl::StrCat(Where(), "rank ", h.rank, " already pushed part ",
-                                                 PushPartIndex(h), " of bucket ", h.bucket,
-                                                 " in step ", h.step, " (a replayed part)"));
+  if (IsPushPart(h)) {
+    absl::Status taken = pushes_.parts().Take(h.bucket, h.rank, PushPartIndex(h), h.step);
+    if (!taken.ok()) {
+      return RefusedLocked(absl::Status(taken.code(), absl::StrCat(Where(), taken.message())),
+                           /*stale=*/false);
+    }
   }
   pushes_.Reserve(h.bucket, g, absl::Now());
   if (IsPushPart(h)) return reducer_.AcceptPart(h.bucket, g);
@@ -191,7 +194,7 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
       reducer_.LandPart(h.bucket, group_[h.rank]);
       counters_.pushed_bytes += static_cast<int64_t>(h.payload_bytes);
     } else {
-      pushes_.ReleasePart(h.bucket, h.rank, PushPartIndex(h));  // it may come again
+      pushes_.parts().Failed(h.bucket, h.rank, PushPartIndex(h));  // it may come again
     }
     pushes_.Release(h.bucket, group_[h.rank]);
     return c;
@@ -291,11 +294,7 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
   absl::MutexLock lock(&mu_);
   bool stale = false;
   absl::StatusOr<FrameChecks::PullAt> at = checks_.CheckPull(h, FrameStateLocked(), &stale);
-  if (!at.ok()) {
-    counters_.stale_epoch += stale ? 1 : 0;
-    ++counters_.rejected;
-    return at.status();
-  }
+  if (!at.ok()) return RefusedLocked(at.status(), stale);
   const bool ready = *at == FrameChecks::PullAt::kReady;
   Serve serve;
   serve.version = version_;
@@ -334,20 +333,12 @@ std::optional<std::string> ShardJob::StallReport(absl::Time now, absl::Duration 
   const PushTracker::Waiting waiting = contributors_ == world_
                                            ? pushes_.DescribeWaiting(worker_ids_)
                                            : pushes_.DescribeGroupsWaiting(group_);
-  const std::vector<std::string>& missing = waiting.pushes;
-  const std::vector<std::string>& receiving = waiting.receives;
   std::string out = absl::StrCat(
       "job '", spec_.job(), "' shard ", shard_, ": step ", version_, " (epoch ", epoch_,
-      ") stalled for ", absl::FormatDuration(absl::Trunc(*stalled, absl::Milliseconds(100))));
-  if (!missing.empty()) {
-    absl::StrAppend(&out, ", waiting for pushes from ", absl::StrJoin(missing, ", "));
-  }
-  if (!receiving.empty()) {
-    absl::StrAppend(&out, missing.empty() ? ", " : "; ", "receives not finished from ",
-                    absl::StrJoin(receiving, ", "));
-  }
-  if (missing.empty() && receiving.empty()) {
-    absl::StrAppend(&out, ", every push arrived; ", buckets_updated_, " of ", num_buckets_,
+      ") stalled for ", absl::FormatDuration(absl::Trunc(*stalled, absl::Milliseconds(100))), ", ",
+      waiting.ToString());
+  if (waiting.empty()) {
+    absl::StrAppend(&out, "every push arrived; ", buckets_updated_, " of ", num_buckets_,
                     " buckets updated (", updates_running_, " running)");
   }
   const std::vector<int> pullers = pulls_.RanksWaitingFor(version_ + 1);

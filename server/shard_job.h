@@ -297,6 +297,8 @@ class ShardJob {
   ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout, int shard, int64_t epoch,
            OptimizerParams optimizer, std::shared_ptr<PayloadMemory> memory);
   FrameChecks::State FrameStateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A refused frame: counted (`stale`: of an older epoch), `refusal` returned.
+  absl::Status RefusedLocked(absl::Status refusal, bool stale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // "job 'J' shard S: ", the start of every refusal.
   std::string Where() const;
   std::string DigestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
