@@ -9,8 +9,11 @@
 
 namespace tessel {
 
-// The release; bump it with the image tags in deploy/.
-#define TESSEL_RELEASE "0.1.0"
+// The release, from runtime/release.bzl (the one place it is written) through
+// runtime:version's `defines`.
+#ifndef TESSEL_RELEASE
+#error "TESSEL_RELEASE is set by //runtime:version from runtime/release.bzl"
+#endif
 inline constexpr char kRelease[] = TESSEL_RELEASE;
 
 // The release and the versions of the formats a build speaks: the wire

@@ -32,6 +32,8 @@ PACKAGES=(
   # PyTorch (CPU) and scikit-learn's digits for tessel.torch, its tests and
   # examples, all run by /usr/bin/python3.
   pybind11-dev python3-dev python3-torch python3-sklearn
+  # The wheel's test installs it into a fresh virtual environment (//python:wheel_test).
+  python3-venv
   # The model zoo (//python:zoo_test, benchmarks/zoo_bench.py): torchvision's ResNet-18.
   python3-torchvision
 )
