@@ -11,8 +11,16 @@
 // of an epoch is HMAC-SHA256(secret, "tessel frame key v1" | job id | shard
 // | epoch), its first 16 bytes; it changes with every recovery's epoch.
 //
+// Payload integrity (docs/wire-protocol.md, "Payload tags"; optional, the
+// shard server's --data_integrity=payload): the 16-byte tag of the frame's
+// payload goes between the header and the header tag (header 64 | payload
+// tag 16 | header tag 16, the header tag over the first 80 bytes): Poly1305
+// under a one-time key, HMAC-SHA256(payload key, the 64 header bytes). The
+// per-rank keys of runtime/rank_keys.h make and check them.
+//
 // Threads: a FrameAuth is safe to share; Seal and Verify take a short lock
 // to find the epoch's key (derived once per epoch, the last few kept).
+// MacKey and PayloadKey are immutable after construction.
 //
 // Example:
 //   auto auth = FrameAuth::Create(secret, JobId("mlp"), /*shard=*/1);
@@ -42,6 +50,59 @@ inline constexpr size_t kFrameTagBytes = 16;
 inline constexpr size_t kJobSecretBytes = 32;
 inline constexpr size_t kSealedHeaderBytes = kHeaderBytes + kFrameTagBytes;
 using SealedHeader = std::array<uint8_t, kSealedHeaderBytes>;
+// With payload integrity: header 64 | payload tag 16 | header tag 16.
+inline constexpr size_t kPayloadTagBytes = 16;
+inline constexpr size_t kPayloadSealedHeaderBytes = kSealedHeaderBytes + kPayloadTagBytes;
+using PayloadTag = std::array<uint8_t, kPayloadTagBytes>;
+
+// One SipHash-2-4-128 key (the one tag implementation of the data path);
+// tags are made on copies of its context.
+class MacKey {
+ public:
+  // The key: the first 16 bytes of HMAC-SHA256(secret, label).
+  MacKey(absl::string_view secret, absl::string_view label);
+  ~MacKey();
+  MacKey(const MacKey&) = delete;
+  MacKey& operator=(const MacKey&) = delete;
+
+  std::array<uint8_t, kFrameTagBytes> Tag(absl::Span<const uint8_t> bytes) const;
+  // Whether `tag` is the tag of `bytes` (constant time).
+  bool VerifyTag(absl::Span<const uint8_t> bytes, absl::Span<const uint8_t> tag) const;
+  // `h` encoded, then its tag.
+  SealedHeader Seal(const FrameHeader& h) const;
+  // Whether `am_header` is a sealed header, kSealedHeaderBytes (header 64 |
+  // tag) or kPayloadSealedHeaderBytes (header 64 | payload tag | tag), whose
+  // last 16 bytes are the tag of the bytes before them (constant time). The
+  // caller checks that the size is its mode's.
+  bool Verify(absl::Span<const uint8_t> am_header) const;
+
+ private:
+  struct Ctx;
+  std::unique_ptr<Ctx> ctx_;
+};
+
+// A payload key: 32 bytes, HMAC-SHA256(secret, label). The tag of a frame's
+// payload is Poly1305 under the frame's one-time key, HMAC-SHA256(payload
+// key, the frame's 64 header bytes); an ERROR frame's (a text of at most
+// kMaxErrorTextBytes, which a server may word differently for the same
+// header) is HMAC-SHA256(payload key, header | text), cut to 16 bytes.
+class PayloadKey {
+ public:
+  PayloadKey(absl::string_view secret, absl::string_view label);
+  ~PayloadKey();
+  PayloadKey(const PayloadKey&) = delete;
+  PayloadKey& operator=(const PayloadKey&) = delete;
+
+  // The tag of `n` bytes at `payload` (null when n is 0) sent under the 64
+  // encoded `header` bytes.
+  PayloadTag Tag(absl::Span<const uint8_t> header, const void* payload, size_t n) const;
+  // Whether `am_header` (kPayloadSealedHeaderBytes) carries the tag of the
+  // `n` bytes at `payload` (constant time). The header tag is checked apart.
+  bool Verify(absl::Span<const uint8_t> am_header, const void* payload, size_t n) const;
+
+ private:
+  std::array<uint8_t, 32> key_{};
+};
 
 // kJobSecretBytes from the operating system's random source.
 std::string NewJobSecret();
@@ -72,7 +133,7 @@ class FrameAuth {
   int32_t shard() const { return shard_; }
 
  private:
-  struct Key;  // an epoch's MAC context
+  struct Key;  // an epoch's MacKey
   FrameAuth(std::string secret, uint64_t job_id, int32_t shard)
       : secret_(std::move(secret)), job_id_(job_id), shard_(shard) {}
   // The tag of the 64 `header` bytes under the key of `epoch`.
@@ -86,17 +147,24 @@ class FrameAuth {
   std::deque<std::pair<int64_t, std::shared_ptr<Key>>> keys_ ABSL_GUARDED_BY(mu_);  // newest first
 };
 
-// The active-message header a frame goes out with: sealed (80 bytes) when
-// `auth` is set, the bare 64-byte header otherwise.
+// The active-message header a frame goes out with: sealed (80 bytes; 96
+// with a payload tag) or the bare 64-byte header.
 struct WireHeader {
-  SealedHeader bytes{};
+  std::array<uint8_t, kPayloadSealedHeaderBytes> bytes{};
   size_t size = 0;
   absl::Span<const uint8_t> span() const { return absl::MakeConstSpan(bytes.data(), size); }
 };
+// Sealed when `auth` is set, bare otherwise.
 WireHeader ToWire(FrameAuth* auth, const FrameHeader& h);
+// A sealed 80-byte header as a WireHeader.
+WireHeader ToWire(const SealedHeader& sealed);
+// `h` sealed by `mac`; with `payload_key` (else header tag only), the tag of
+// the h.payload_bytes bytes at `payload` between header and header tag.
+WireHeader SealFrame(const MacKey& mac, const PayloadKey* payload_key, const FrameHeader& h,
+                     const void* payload);
 
 // Decodes the header of a frame that arrived with `am_header` (64 bytes, or
-// a sealed 80: its first 64), as DecodeHeader does.
+// a sealed 80 or 96: its first 64), as DecodeHeader does.
 absl::StatusOr<FrameHeader> DecodeWireHeader(absl::Span<const uint8_t> am_header);
 
 }  // namespace tessel

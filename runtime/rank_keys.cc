@@ -14,7 +14,6 @@
 namespace tessel {
 namespace {
 
-constexpr size_t kKeyBytes = 16;   // SipHash's key
 constexpr size_t kKeepEpochs = 4;  // epochs whose keys a server keeps derived
 
 template <typename T>
@@ -45,65 +44,25 @@ std::string Derive(absl::string_view secret, absl::string_view label, uint64_t j
 constexpr char kUp[] = "tessel frame key v2 up";
 constexpr char kDown[] = "tessel frame key v2 down";
 constexpr char kHost[] = "tessel frame key v2 host";
+// Payload integrity: the payload keys of the same secrets.
+constexpr char kPayloadUp[] = "tessel payload key v1 up";
+constexpr char kPayloadDown[] = "tessel payload key v1 down";
+constexpr char kPayloadHost[] = "tessel payload key v1 host";
+
+// The sealed header's size in a mode: 96 with payload tags, 80 without.
+size_t SealedSize(bool payload) { return payload ? kPayloadSealedHeaderBytes : kSealedHeaderBytes; }
 
 }  // namespace
 
-struct MacKey::Ctx {
-  EVP_MAC_CTX* ctx = nullptr;
-  ~Ctx() { EVP_MAC_CTX_free(ctx); }
-};
-
-MacKey::MacKey(absl::string_view secret, absl::string_view label) : ctx_(std::make_unique<Ctx>()) {
-  std::string digest = Hmac(secret, label);
-  static EVP_MAC* const siphash = EVP_MAC_fetch(nullptr, "SIPHASH", nullptr);
-  ctx_->ctx = siphash != nullptr ? EVP_MAC_CTX_new(siphash) : nullptr;
-  size_t size = kFrameTagBytes;
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_size_t(OSSL_MAC_PARAM_SIZE, &size),
-                         OSSL_PARAM_construct_end()};
-  if (ctx_->ctx == nullptr ||
-      EVP_MAC_init(ctx_->ctx, reinterpret_cast<const unsigned char*>(digest.data()), kKeyBytes,
-                   params) != 1) {
-    std::abort();  // OpenSSL 3 always has SipHash; without it nothing can be keyed
-  }
-  OPENSSL_cleanse(digest.data(), digest.size());
-}
-
-MacKey::~MacKey() = default;
-
-std::array<uint8_t, kFrameTagBytes> MacKey::Tag(absl::Span<const uint8_t> bytes) const {
-  std::array<uint8_t, kFrameTagBytes> tag{};
-  EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(ctx_->ctx);
-  size_t len = 0;
-  if (ctx == nullptr || EVP_MAC_update(ctx, bytes.data(), bytes.size()) != 1 ||
-      EVP_MAC_final(ctx, tag.data(), &len, tag.size()) != 1 || len != tag.size()) {
-    std::abort();  // out of memory
-  }
-  EVP_MAC_CTX_free(ctx);
-  return tag;
-}
-
-SealedHeader MacKey::Seal(const FrameHeader& h) const {
-  SealedHeader out{};
-  const HeaderBytes header = EncodeHeader(h);
-  std::memcpy(out.data(), header.data(), kHeaderBytes);
-  const auto tag = Tag(absl::MakeConstSpan(header.data(), kHeaderBytes));
-  std::memcpy(out.data() + kHeaderBytes, tag.data(), kFrameTagBytes);
-  return out;
-}
-
-bool MacKey::Verify(absl::Span<const uint8_t> am_header) const {
-  if (am_header.size() != kSealedHeaderBytes) return false;
-  const auto want = Tag(am_header.subspan(0, kHeaderBytes));
-  return CRYPTO_memcmp(want.data(), am_header.data() + kHeaderBytes, kFrameTagBytes) == 0;
-}
-
 absl::StatusOr<std::shared_ptr<JobFrameKeys>> JobFrameKeys::Create(absl::string_view secret,
-                                                                   uint64_t job_id, int32_t shard) {
+                                                                   uint64_t job_id, int32_t shard,
+                                                                   bool payload) {
   if (secret.size() != kJobSecretBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("a frame key secret is ", kJobSecretBytes, " bytes; got ", secret.size()));
   }
-  return std::shared_ptr<JobFrameKeys>(new JobFrameKeys(std::string(secret), job_id, shard));
+  return std::shared_ptr<JobFrameKeys>(
+      new JobFrameKeys(std::string(secret), job_id, shard, payload));
 }
 
 std::string JobFrameKeys::RankSecret(int32_t rank, int64_t epoch) const {
@@ -128,21 +87,37 @@ JobFrameKeys::RankKeys JobFrameKeys::KeysOf(int32_t rank, int64_t epoch) {
     std::string secret = RankSecret(rank, epoch);
     keys.up = std::make_shared<const MacKey>(secret, kUp);
     keys.down = std::make_shared<const MacKey>(secret, kDown);
+    if (payload_) {
+      keys.up_payload = std::make_shared<const PayloadKey>(secret, kPayloadUp);
+      keys.down_payload = std::make_shared<const PayloadKey>(secret, kPayloadDown);
+    }
     OPENSSL_cleanse(secret.data(), secret.size());
   }
   return keys;
 }
 
 bool JobFrameKeys::VerifyFromWorker(absl::Span<const uint8_t> am_header, const FrameHeader& h) {
-  if (am_header.size() != kSealedHeaderBytes || h.job_id != job_id_ || h.shard != shard_ ||
+  if (am_header.size() != SealedSize(payload_) || h.job_id != job_id_ || h.shard != shard_ ||
       h.rank < 0) {
     return false;
   }
   return KeysOf(h.rank, h.epoch).up->Verify(am_header);
 }
 
+bool JobFrameKeys::VerifyPayloadFromWorker(absl::Span<const uint8_t> am_header,
+                                           const FrameHeader& h, const void* payload) {
+  if (!payload_) return true;
+  if (am_header.size() != kPayloadSealedHeaderBytes || h.rank < 0) return false;
+  return KeysOf(h.rank, h.epoch).up_payload->Verify(am_header, payload, h.payload_bytes);
+}
+
 SealedHeader JobFrameKeys::SealToWorker(const FrameHeader& h) {
   return KeysOf(h.rank, h.epoch).down->Seal(h);
+}
+
+WireHeader JobFrameKeys::SealFrameToWorker(const FrameHeader& h, const void* payload) {
+  const RankKeys keys = KeysOf(h.rank, h.epoch);
+  return SealFrame(*keys.down, keys.down_payload.get(), h, payload);
 }
 
 absl::StatusOr<std::shared_ptr<const RankFrameKeys>> RankFrameKeys::Create(
@@ -159,6 +134,12 @@ absl::StatusOr<std::shared_ptr<const RankFrameKeys>> RankFrameKeys::Create(
   k->down_ = std::make_unique<const MacKey>(grant.rank_secret, kDown);
   if (!grant.host_secret.empty())
     k->host_ = std::make_unique<const MacKey>(grant.host_secret, kHost);
+  if (grant.payload) {
+    k->up_payload_ = std::make_unique<const PayloadKey>(grant.rank_secret, kPayloadUp);
+    k->down_payload_ = std::make_unique<const PayloadKey>(grant.rank_secret, kPayloadDown);
+    if (!grant.host_secret.empty())
+      k->host_payload_ = std::make_unique<const PayloadKey>(grant.host_secret, kPayloadHost);
+  }
   return std::shared_ptr<const RankFrameKeys>(std::move(k));
 }
 
@@ -166,8 +147,25 @@ SealedHeader RankFrameKeys::Seal(const FrameHeader& h, bool to_worker) const {
   return (to_worker && host_ != nullptr ? *host_ : *up_).Seal(h);
 }
 
+WireHeader RankFrameKeys::SealFrame(const FrameHeader& h, bool to_worker,
+                                    const void* payload) const {
+  const bool host = to_worker && host_ != nullptr;
+  return ::tessel::SealFrame(host ? *host_ : *up_, host ? host_payload_.get() : up_payload_.get(),
+                             h, payload);
+}
+
+bool RankFrameKeys::VerifyPayload(absl::Span<const uint8_t> am_header, const FrameHeader& h,
+                                  const void* bytes) const {
+  if (up_payload_ == nullptr) return true;
+  // The key Verify took the header under: this rank's down key, else the
+  // host group's.
+  const PayloadKey* key = h.rank == rank_ ? down_payload_.get() : host_payload_.get();
+  return key != nullptr && key->Verify(am_header, bytes, h.payload_bytes);
+}
+
 bool RankFrameKeys::Verify(absl::Span<const uint8_t> am_header, const FrameHeader& h) const {
   if (h.job_id != job_id_ || h.shard != shard_ || h.epoch != epoch_) return false;
+  if (am_header.size() != SealedSize(payload())) return false;
   if (h.rank == rank_) {
     // Only a server addresses this rank, with PARAMS or ERROR.
     return (h.type == FrameType::kParams || h.type == FrameType::kError) &&

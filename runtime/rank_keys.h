@@ -22,6 +22,13 @@
 //   up / down / host key = first 16 bytes of HMAC-SHA256(that secret,
 //                          "tessel frame key v2 up" / "... down" / "... host")
 //
+// Payload integrity (the server's --data_integrity=payload; GetFrameKey's
+// key_version 3): each of those secrets also gives a payload key (the first
+// 32 bytes of HMAC-SHA256(that secret, "tessel payload key v1 up" / "...
+// down" / "... host")); every frame then carries its payload's tag under the
+// payload key of the direction its header tag uses (runtime/frame_auth.h,
+// PayloadKey), and its sealed header is 96 bytes, never 80.
+//
 // Threads: both classes are safe to share (the server's caches keys under a
 // short lock; a worker's keys are const after Create).
 //
@@ -52,44 +59,29 @@
 
 namespace tessel {
 
-// The GetFrameKey answer's version a worker understands: per-rank keys.
+// The GetFrameKey answer's versions a worker understands: per-rank keys
+// (header tags), and per-rank keys with payload tags.
 inline constexpr int32_t kRankKeysVersion = 2;
-
-// One SipHash-2-4-128 key; tags are made on copies of its context.
-class MacKey {
- public:
-  // The key: the first 16 bytes of HMAC-SHA256(secret, label).
-  MacKey(absl::string_view secret, absl::string_view label);
-  ~MacKey();
-  MacKey(const MacKey&) = delete;
-  MacKey& operator=(const MacKey&) = delete;
-
-  std::array<uint8_t, kFrameTagBytes> Tag(absl::Span<const uint8_t> bytes) const;
-  // `h` encoded, then its tag.
-  SealedHeader Seal(const FrameHeader& h) const;
-  // Whether `am_header` is kSealedHeaderBytes long and its last 16 bytes are
-  // the tag of its first 64 (constant time).
-  bool Verify(absl::Span<const uint8_t> am_header) const;
-
- private:
-  struct Ctx;
-  std::unique_ptr<Ctx> ctx_;
-};
+inline constexpr int32_t kPayloadKeysVersion = 3;
 
 // What a worker gets from a shard server for its rank and epoch.
 struct FrameKeyGrant {
   std::string rank_secret;  // "" when the server does not authenticate frames
   std::string host_secret;  // "" unless the rank shares a host group
+  bool payload = false;     // payloads are tagged too (kPayloadKeysVersion)
 };
 
 // A shard server's keys of one job (the job's secret on this server).
 class JobFrameKeys {
  public:
   // InvalidArgument unless `secret` is kJobSecretBytes long.
+  // `payload`: frames carry payload tags too (96-byte sealed headers).
   static absl::StatusOr<std::shared_ptr<JobFrameKeys>> Create(absl::string_view secret,
-                                                              uint64_t job_id, int32_t shard);
+                                                              uint64_t job_id, int32_t shard,
+                                                              bool payload = false);
   uint64_t job_id() const { return job_id_; }
   int32_t shard() const { return shard_; }
+  bool payload() const { return payload_; }
 
   std::string RankSecret(int32_t rank, int64_t epoch) const;
   std::string HostSecret(int32_t group, int64_t epoch) const;
@@ -98,20 +90,31 @@ class JobFrameKeys {
   // checks h.rank against the job's world size first (keys exist only for
   // its ranks; a rank outside it is no key's).
   bool VerifyFromWorker(absl::Span<const uint8_t> am_header, const FrameHeader& h);
-  // `h` sealed under the down key of (h.rank, h.epoch): PARAMS and ERROR.
+  // With payload tags: whether `am_header` (verified above) carries the tag
+  // of the h.payload_bytes bytes at `payload` under the up payload key of
+  // (h.rank, h.epoch). True when payloads are not tagged.
+  bool VerifyPayloadFromWorker(absl::Span<const uint8_t> am_header, const FrameHeader& h,
+                               const void* payload);
+  // `h` sealed under the down key of (h.rank, h.epoch): PARAMS and ERROR
+  // (header tag only).
   SealedHeader SealToWorker(const FrameHeader& h);
+  // The same in this job's mode: with payload tags, the tag of the
+  // h.payload_bytes bytes at `payload` too.
+  WireHeader SealFrameToWorker(const FrameHeader& h, const void* payload);
 
  private:
   struct RankKeys {
     std::shared_ptr<const MacKey> up, down;
+    std::shared_ptr<const PayloadKey> up_payload, down_payload;  // with payload tags
   };
-  JobFrameKeys(std::string secret, uint64_t job_id, int32_t shard)
-      : secret_(std::move(secret)), job_id_(job_id), shard_(shard) {}
+  JobFrameKeys(std::string secret, uint64_t job_id, int32_t shard, bool payload)
+      : secret_(std::move(secret)), job_id_(job_id), shard_(shard), payload_(payload) {}
   RankKeys KeysOf(int32_t rank, int64_t epoch);
 
   const std::string secret_;
   const uint64_t job_id_;
   const int32_t shard_;
+  const bool payload_;
   absl::Mutex mu_;
   // Newest epoch first; the last few epochs' keys stay derived.
   std::deque<std::pair<int64_t, absl::flat_hash_map<int32_t, RankKeys>>> epochs_
@@ -129,16 +132,27 @@ class RankFrameKeys {
   int32_t rank() const { return rank_; }
   int64_t epoch() const { return epoch_; }
   bool has_host_key() const { return host_ != nullptr; }
+  // Frames carry payload tags (the grant's `payload`).
+  bool payload() const { return up_payload_ != nullptr; }
 
   // A frame to a server (up key) or to a worker of this host group (host
   // key; a rank without a group has none and seals under its up key, which
   // no worker accepts).
   SealedHeader Seal(const FrameHeader& h, bool to_worker) const;
+  // The same in this rank's mode: with payload tags, the tag of the
+  // h.payload_bytes bytes at `payload` too (96 bytes).
+  WireHeader SealFrame(const FrameHeader& h, bool to_worker, const void* payload) const;
   // Whether a frame that arrived is authentic for this rank: PARAMS or ERROR
   // addressed to this rank under its down key (a server's); PARAMS, PUSH,
   // PULL or READY from another rank of this host group under the host key.
-  // Always false for another job, shard or epoch.
+  // Always false for another job, shard or epoch, or a sealed header of the
+  // other mode's size.
   bool Verify(absl::Span<const uint8_t> am_header, const FrameHeader& h) const;
+  // With payload tags: whether `am_header` (Verify'd) carries the tag of the
+  // h.payload_bytes bytes at `payload`, under the payload key of the
+  // direction Verify took. True when payloads are not tagged.
+  bool VerifyPayload(absl::Span<const uint8_t> am_header, const FrameHeader& h,
+                     const void* payload) const;
 
  private:
   RankFrameKeys(uint64_t job_id, int32_t shard, int32_t rank, int64_t epoch)
@@ -148,6 +162,7 @@ class RankFrameKeys {
   const int32_t rank_;
   const int64_t epoch_;
   std::unique_ptr<const MacKey> up_, down_, host_;
+  std::unique_ptr<const PayloadKey> up_payload_, down_payload_, host_payload_;
 };
 
 }  // namespace tessel
