@@ -6,9 +6,11 @@ for fsdp (register_layout, unit_range, gather, unit_grads, prefetch, release,
 push_unit, finish_step, set_optimizer, gather_all, close) and the job-wide
 reduction (all_reduce_mean, with a fixed "other ranks" contribution). It
 keeps the registered values, hands out one gradient buffer per unit until
-that unit is pushed, and records every call in `calls`. ThreadWorld runs W
-ranks as threads whose RankWorkers' all_reduce_mean and broadcast meet as the
-servers' rank-order mean would (SyncBatchNorm and BufferSync without a
+that unit is pushed, and records every call in `calls`. FakeFlatWorker adds
+a flat group's (flat.py): params and grads (its buffers), gradients_ready,
+step, and synchronize_gradients (one rank's gradients as the mean).
+ThreadWorld runs W ranks as threads whose RankWorkers' all_reduce_mean and
+broadcast meet as the servers' rank-order mean would (SyncBatchNorm and BufferSync without a
 cluster). MeshWorld runs a hybrid job's dp x tp x pp ranks as threads over an
 in-memory mailbox with tessel.Mesh's interface (tags, sends and receives,
 the collectives), for tessel.torch.parallel without a cluster.
@@ -115,6 +117,34 @@ class FakeWorker:
 
     def named(self, name):
         return [c for c in self.calls if c[0] == name]
+
+
+class FakeFlatWorker(FakeWorker):
+    """FakeWorker for a flat group (flat.py): its buffers and calls."""
+
+    def __init__(self):
+        super().__init__()
+        del self.grads  # fsdp's per-unit buffers; a flat group calls grads()
+        self.grad_buffer = None
+
+    def params(self):
+        return self.values
+
+    def grads(self):
+        if self.grad_buffer is None:
+            self.grad_buffer = np.zeros_like(self.values)
+        return self.grad_buffer
+
+    def gradients_ready(self, begin, end):
+        self.calls.append(("gradients_ready", begin, end))
+
+    def step(self):
+        self.calls.append(("step",))
+
+    def synchronize_gradients(self):
+        """This rank's gradients as the mean (one rank)."""
+        self.calls.append(("synchronize_gradients",))
+        return self.grads().copy()
 
 
 class TwoLayers(nn.Module):

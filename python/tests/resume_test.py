@@ -34,7 +34,9 @@ def main():
             out, secs = driver.launch(args.launch, f"resume-{opt}-{mode}",
                                       ["/usr/bin/python3", args.worker, opt, strategy, mode, d],
                                       servers=n, what=f"{opt} {strategy} {mode}")
-            print(f"{opt} {strategy} {mode} on 2 workers x {n} servers: {secs:.1f} s")
+            done = [line for line in out.splitlines() if " checks" in line]
+            print(f"{opt} {strategy} {mode} on 2 workers x {n} servers: {secs:.1f} s; "
+                  f"{done[-1] if done else 'no checks line'}")
         want = np.load(os.path.join(d, f"{opt}-full.npy"))
         got = np.load(os.path.join(d, f"{opt}-resumed-{resumed_with}-2x{servers}.npy"))
         ok = np.array_equal(got, want)

@@ -23,7 +23,7 @@ Example:
 """
 import torch
 
-from tessel.torch.group import ParamGroup
+from tessel.torch.group import ParamGroup, changed_after_hand_over
 from tessel.torch.precision import HALF, model_dtype
 from tessel.torch.staging import Staging
 
@@ -41,6 +41,10 @@ class FlatGroup(ParamGroup):
         self.ready = [0] * len(params)  # backward passes seen per parameter this step
         self.staging = None  # Staging for parameters on a device
         self.staged = [False] * len(params)  # per parameter: its gradient was queued this step
+        # Backward handed this step's gradients over (the last pass's hooks ran), and
+        # the gradient buffer's _version then: an in-place change after it is refused.
+        self.handed = False
+        self.grad_version = None
 
     # --- binding -------------------------------------------------------------
     def bind(self):
@@ -58,13 +62,13 @@ class FlatGroup(ParamGroup):
         self.flat_grads.zero_()
         self.staged = [False] * len(self.params)
         self.ready = [0] * len(self.params)
-        if self.settings.overlap:
-            for i, p in enumerate(self.params):
-                self.hooks.append(self._hook(i, p))
+        for i, p in enumerate(self.params):
+            self.hooks.append(self._hook(i, p))
 
     def _hook(self, i, p):
         # The AccumulateGrad node of p: its post-hook runs once p.grad holds
-        # this backward's gradient (Horovod's way, torch 1.x).
+        # this backward's gradient (Horovod's way, torch 1.x). Without overlap it
+        # only notes the hand-over (step() pushes).
         acc = p.expand_as(p).grad_fn.next_functions[0][0]
         begin, end = self.ranges[i]
 
@@ -76,15 +80,21 @@ class FlatGroup(ParamGroup):
                 return
             # Staged (on a CUDA model this runs on autograd's thread), step()
             # sends the settings and hands the gradients over.
-            if self.staging is None and not any(self.ready):  # settings before pushes
+            overlap = self.settings.overlap
+            if overlap and self.staging is None and not any(self.ready):  # settings first
                 self.sync_hyper()
             self.ready[i] += 1
             if self.ready[i] == self.settings.backward_passes_per_step:
-                if self.staging is None:
+                self.handed = True
+                if not overlap:
+                    pass
+                elif self.staging is None:
                     self.worker.gradients_ready(begin, end)
                 else:
                     self.staging.enqueue(begin, end)
                     self.staged[i] = True
+            if self.handed:  # the buffer's version once backward wrote this gradient
+                self.grad_version = self.flat_grads._version
 
         acc.register_hook(hook)
         return acc  # keep the node alive
@@ -114,6 +124,7 @@ class FlatGroup(ParamGroup):
             if p.grad is not None:  # None stays None, as torch's optimizer sees it
                 p.grad = view
         self.param_ptrs = [p.data_ptr() for p in self.params]
+        self.handed = False  # new buffers: a step starts over
 
     # --- a step ----------------------------------------------------------------
     def check_layout(self):
@@ -127,7 +138,12 @@ class FlatGroup(ParamGroup):
     def collect_grads(self):
         """Every parameter's gradient in the worker's buffer; has_grad says which
         have one (torch's p.grad is not None). A parameter without one pushes zeros
-        (part of the mean if another rank has one) and keeps .grad None."""
+        (part of the mean if another rank has one) and keeps .grad None.
+        RuntimeError (changed_after_hand_over) if a gradient changed in place since
+        backward handed it over; nothing is pushed then."""
+        if self.handed and self.flat_grads._version != self.grad_version:
+            raise changed_after_hand_over(
+                [n for n, p in zip(self.names, self.params) if p.grad is not None])
         for i, p in enumerate(self.params):
             self.has_grad[i] = p.grad is not None
             if p.grad is None:
@@ -139,6 +155,8 @@ class FlatGroup(ParamGroup):
                 if not self.staged[i]:
                     self.staging.enqueue(b, e)
                     self.staged[i] = True
+        if self.handed:  # its own writes above are not the user's
+            self.grad_version = self.flat_grads._version
 
     def _adopt_grad(self, i, p):
         """p.grad back into the worker's buffer if something replaced it."""
@@ -164,6 +182,7 @@ class FlatGroup(ParamGroup):
     def end_step(self):
         self.ready = [0] * len(self.params)
         self.staged = [False] * len(self.params)
+        self.handed = False
 
     def drop_gradients(self):
         """A skipped step: this step's gradients are forgotten."""
@@ -172,6 +191,7 @@ class FlatGroup(ParamGroup):
             self.staged = [False] * len(self.params)
         self.flat_grads.zero_()
         self.ready = [0] * len(self.params)
+        self.handed = False
 
     def recovered(self):
         """After worker.recover(): the buffers may have moved; gradients start over."""
@@ -184,6 +204,8 @@ class FlatGroup(ParamGroup):
 
     # --- the rest of the optimizer's interface --------------------------------
     def zero_grad(self, set_to_none):
+        self.handed = False
+        self.ready = [0] * len(self.params)
         if set_to_none:
             for p in self.params:
                 p.grad = None

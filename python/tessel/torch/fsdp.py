@@ -31,7 +31,7 @@ Example:
 import torch
 
 from tessel.torch.fsdp_unit import FsdpUnit
-from tessel.torch.group import ParamGroup
+from tessel.torch.group import ParamGroup, changed_after_hand_over
 from tessel.torch.precision import model_dtype
 
 
@@ -72,6 +72,11 @@ class FsdpGroup(ParamGroup):
         super().__init__(index, params, names, hyper_source, settings)
         self.units = []
         self.unit_of = {}  # parameter index -> unit index
+        # unit index -> [(parameter index, its .grad, the .grad's _version)] when
+        # backward handed the unit's gradients over: an in-place change after it is
+        # refused. A unit pushed in backward leaves each member an empty .grad (its
+        # gradient is on the servers) for torch's clip_grad_norm_ to touch.
+        self.guards = {}
 
     def bind(self, plan):
         self.register_layout()
@@ -129,19 +134,49 @@ class FsdpGroup(ParamGroup):
                 return
             unit.done += 1
             self.has_grad[i] = True
-            if (unit.done == len(unit.members) * settings.backward_passes_per_step
-                    and settings.push_in_backward):  # loss scaling pushes in step(), if at all
+            if unit.done != len(unit.members) * settings.backward_passes_per_step:
+                return
+            if not settings.push_in_backward:  # loss scaling pushes in step(), if at all
                 if settings.sync:
-                    unit.push()
-                else:  # no_sync(): summed on the servers (fp32) or in the buffer
-                    unit.accumulate()
+                    self._guard(unit, [(i, self.params[i].grad) for i in unit.members])
+            elif settings.sync:
+                unit.push()
+                self._guard(unit, [(i, self._pushed_grad(i)) for i in unit.members])
+            else:  # no_sync(): summed on the servers (fp32) or in the buffer
+                unit.accumulate()
 
         acc.register_hook(hook)
         return acc
 
+    def _pushed_grad(self, i):
+        """An empty .grad for parameter i, whose gradient was pushed (None if it has none)."""
+        p = self.params[i]
+        if not self.has_grad[i]:
+            return None
+        with torch.no_grad():
+            p.grad = torch.empty(0, dtype=p.dtype, device=p.device)
+        return p.grad
+
+    def _guard(self, unit, grads):
+        self.guards[unit.index] = [(i, t, t._version) for i, t in grads if t is not None]
+
+    def _end_guards(self):
+        """The step is over (or dropped): the empty .grads go back to None."""
+        for guard in self.guards.values():
+            for i, t, _ in guard:
+                if self.params[i].grad is t and t.numel() == 0:
+                    self.params[i].grad = None
+        self.guards = {}
+
     # --- a step ----------------------------------------------------------------
     def collect_grads(self):
-        """Held units' gradients into their buffers (has_grad follows)."""
+        """Held units' gradients into their buffers (has_grad follows). RuntimeError
+        (changed_after_hand_over) if a gradient changed in place since backward
+        handed it over."""
+        changed = [self.names[i] for guard in self.guards.values() for i, t, v in guard
+                   if self.params[i].grad is t and t._version != v]
+        if changed:
+            raise changed_after_hand_over(changed)
         for unit in self.units:
             if unit.held:
                 unit.adopt_grads()
@@ -156,9 +191,11 @@ class FsdpGroup(ParamGroup):
         self.worker.finish_step()
         for unit in self.units:
             unit.finish_step()
+        self._end_guards()
 
     def drop_gradients(self):
         """A skipped step: every held unit lets go with its buffer zeroed."""
+        self._end_guards()
         for unit in self.units:
             unit.release(grads="zero")
             unit.forget_accumulated()
@@ -166,6 +203,7 @@ class FsdpGroup(ParamGroup):
 
     def recovered(self):
         """After worker.recover(): the SDK dropped what it held; gather afresh."""
+        self._end_guards()
         for unit in self.units:
             unit.reset()
 
@@ -181,6 +219,7 @@ class FsdpGroup(ParamGroup):
                 "zero_grad() after no_sync() passes: fsdp sent their gradients to the shard "
                 "servers, which sum them into this step; finish the step (a backward outside "
                 "no_sync(), then step()) before zeroing gradients")
+        self._end_guards()
         for unit in self.units:
             if unit.grads is not None:
                 unit.grads.zero_()

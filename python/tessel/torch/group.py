@@ -27,6 +27,21 @@ Example (what DistributedOptimizer does per group):
 import numpy as np
 
 
+def changed_after_hand_over(names):
+    """The RuntimeError of step() when gradients handed to Tessel changed in place
+    afterwards (a tensor's _version moved): this rank's change would not reach the
+    update, or only part of it."""
+    return RuntimeError(
+        f"the gradient of {', '.join(names[:3])}{' ...' if len(names) > 3 else ''} was changed "
+        f"in place after backward handed it to Tessel (torch.nn.utils.clip_grad_norm_, "
+        f"GradScaler.unscale_, p.grad.mul_(), model.zero_grad(), ...): the servers average "
+        f"the gradients as handed over, so the change would be lost or apply to this rank's "
+        f"share alone. Clip with tt.clip_grad_norm_(opt, max_norm) between backward and step "
+        f"(the job-wide norm, as under DDP; DistributedOptimizer(overlap=False), not fsdp); "
+        f"scale the loss, not the gradients; zero with opt.zero_grad() before backward. "
+        f"This step cannot finish")
+
+
 class Settings:
     """What every group of one DistributedOptimizer shares: complete (device and staged
     known) before any group binds, read-only afterwards.
