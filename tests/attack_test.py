@@ -43,7 +43,7 @@ servers and workers are AddressSanitizer builds, so an out-of-bounds write
 fails the run.
 
 Environment: TESSEL_ATTACK_STEPS (default 300; the launch scenario's:
-TESSEL_ATTACK_LAUNCH_STEPS, default 800), TESSEL_ATTACK_SCENARIOS (default
+TESSEL_ATTACK_LAUNCH_STEPS, default 500), TESSEL_ATTACK_SCENARIOS (default
 tokens,insecure,demo,launch).
 
 Usage: attack_test.py REGISTRY SERVER TRAIN CTL ATTACKER GEN_TOKENS RPC_PROBE DEMO

@@ -1,6 +1,6 @@
 """One rank of attack_test's `launch` scenario, as a user's script would be:
 tessel.torch from tessel-launch's environment (no flag, no token: the
-launcher's TESSEL_TOKEN_FILE), a small MLP trained with Adam (zero2, 4 KiB
+launcher's TESSEL_TOKEN_FILE), a small MLP trained with Adam (zero2, 16 KiB
 buckets, so the job has several) on this rank's half of each seeded global
 batch; rank 0 saves the final parameters, gathered, as one float32 vector.
 
@@ -13,7 +13,7 @@ import torch
 
 import tessel.torch as tt
 
-BATCH, IN, HIDDEN, CLASSES = 32, 16, 64, 4
+BATCH, IN, HIDDEN, CLASSES = 64, 32, 128, 4
 
 steps, out = int(sys.argv[1]), sys.argv[2]
 tt.init()
@@ -24,7 +24,7 @@ model = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(),
                             torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
                             torch.nn.Linear(HIDDEN, CLASSES))
 opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model=model,
-                              strategy="zero2", bucket_bytes=4096)
+                              strategy="zero2", bucket_bytes=16384)
 loss_fn = torch.nn.CrossEntropyLoss()
 per = BATCH // world
 for step in range(steps):
