@@ -160,6 +160,33 @@ for unused in (False, True):
         check(not torch.equal(exact_model.flat(umodel), before), "the used ones moved")
     uopt.close()
 
+# A DDP script's torch.nn.utils.clip_grad_norm_ between backward and step clips this
+# rank's gradients, not the job's mean: step() refuses it (overlap=False: before
+# anything is pushed) naming tt.clip_grad_norm_, and nothing changes; with the
+# gradients made again and tt.clip_grad_norm_ the step goes on.
+cmodel = exact_model.make_model()
+copt = tt.DistributedOptimizer(torch.optim.SGD(cmodel.parameters(), lr=0.1), model=cmodel,
+                               strategy="zero2", overlap=False, job=cfg["job"] + "-clip")
+
+
+def clip_backward():
+    copt.zero_grad()
+    tokens, labels = exact_model.batch(0)
+    loss_fn(cmodel(tokens[rank * per:(rank + 1) * per]),
+            labels[rank * per:(rank + 1) * per]).backward()
+
+
+clip_backward()
+torch.nn.utils.clip_grad_norm_(cmodel.parameters(), 0.1)
+before = exact_model.flat(cmodel).clone()
+expect_raises(RuntimeError, "tt.clip_grad_norm_", copt.step)
+check(torch.equal(exact_model.flat(cmodel), before) and copt.step_count == 0,
+      "a refused step changes nothing")
+clip_backward()
+tt.clip_grad_norm_(copt, 0.1)
+check(copt.step() is True and copt.step_count == 1, "tt.clip_grad_norm_, then the step goes on")
+copt.close()
+
 # fsdp: between steps the worker holds no parameters; gathered() holds them all.
 fmodel = exact_model.make_model()
 fopt = tt.DistributedOptimizer(torch.optim.SGD(fmodel.parameters(), lr=0.1), model=fmodel,

@@ -60,8 +60,8 @@ TESSEL_UCX_TLS, TESSEL_TOKEN (or TESSEL_TOKEN_FILE, a file holding it: what
 tessel-launch's embedded cluster sets), TESSEL_METRICS_ADDRESS, TESSEL_TIMELINE.
 
 The package's files: session.py (init, rank, size, shutdown: the Session),
-optimizer.py (DistributedOptimizer, the facade), hyper.py (torch settings ->
-Tessel's), scaler.py (LossScaler), clip.py (clip_grad_norm_), agree.py (a
+optimizer.py (DistributedOptimizer, the facade), opt_state.py (its
+state_dict and load_state_dict), hyper.py (torch settings -> Tessel's), scaler.py (LossScaler), clip.py (clip_grad_norm_), agree.py (a
 step's job-wide decisions), buffers.py (BufferSync: broadcast_buffers),
 sync_bn.py (SyncBatchNorm, convert_sync_batchnorm), group.py, flat.py, fsdp.py and fsdp_unit.py (a
 parameter group bound to its worker; fsdp's units and their states),
