@@ -21,6 +21,7 @@ every opt.step(), as a DDP script does. Every world size trains the same global 
 import copy
 import os
 import sys
+import warnings
 
 import torch
 
@@ -77,18 +78,24 @@ def refused(opt, model, state, fragment):
 model, opt, sched = make()
 path = os.path.join(outdir, f"{opt_name}.pt")
 if mode == "full":
-    for s in range(TOTAL):
-        if s == SAVE_AT:
-            state = {"opt": opt.state_dict(), "sched": sched.state_dict()}
-            pg = state["opt"]["param_groups"]
-            checks.check(len(pg) == 2 and pg[1]["weight_decay"] == 0.0
-                         and pg[0]["lr"] == opt.param_groups[0]["lr"],
-                         "state_dict()['param_groups'] is torch's")
-            checks.check(pg[0]["params"] == list(range(len(opt.param_groups[0]["params"]))),
-                         "param_groups' params are torch's indices")
-            if r.rank == 0:
-                torch.save(state, path)
-        train(model, opt, sched, s)
+    # opt.step() counts torch's optimizer._step_count: no "lr_scheduler.step() before
+    # optimizer.step()" warning from the scheduler.
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for s in range(TOTAL):
+            if s == SAVE_AT:
+                state = {"opt": opt.state_dict(), "sched": sched.state_dict()}
+                pg = state["opt"]["param_groups"]
+                checks.check(len(pg) == 2 and pg[1]["weight_decay"] == 0.0
+                             and pg[0]["lr"] == opt.param_groups[0]["lr"],
+                             "state_dict()['param_groups'] is torch's")
+                checks.check(pg[0]["params"] == list(range(len(opt.param_groups[0]["params"]))),
+                             "param_groups' params are torch's indices")
+                if r.rank == 0:
+                    torch.save(state, path)
+            train(model, opt, sched, s)
+    checks.check(not [w for w in seen if "before `optimizer.step()`" in str(w.message)],
+                 "the scheduler warned that optimizer.step() was not called")
     r.save_flat(opt, model, os.path.join(outdir, f"{opt_name}-full.npy"))
 else:
     saved = torch.load(path)
@@ -102,6 +109,9 @@ else:
     bad = copy.deepcopy(saved["opt"])
     bad["groups"].pop()
     refused(opt, model, bad, "Tessel job(s)")
+    bad = copy.deepcopy(saved["opt"])
+    bad["groups"].reverse()  # each job's blob onto the other's parameters
+    refused(opt, model, bad, "the state's job 0 holds")
     bad = copy.deepcopy(saved["opt"])
     del bad["param_groups"][0]["momentum" if opt_name == "sgd" else "betas"]
     refused(opt, model, bad, "lacks")

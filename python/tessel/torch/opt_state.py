@@ -13,7 +13,7 @@ Contract. state_dict(opt) returns
                                     # ...) and "params", torch's parameter indices
      "scaler": {...}}               # the loss scaler's state (only with loss scaling)
 load_state_dict(opt, state) checks all of it before anything changes (group
-counts, each group's size, the hyper-parameters the optimizer's rule needs,
+counts, each group's size, the hyper-parameters the optimizer's rule reads,
 each job's tensors as the blob's header lists them, the scaler's state):
 ValueError naming the difference, and nothing changed on this rank. Then it
 loads every job (collective: every rank passes the same state), puts the saved
@@ -91,16 +91,15 @@ def _check_param_groups(optimizer, saved):
         if len(params) != len(mine["params"]):
             raise ValueError(f"parameter group {i} has {len(mine['params'])} parameters in this "
                              f"optimizer, {len(params)} in the state")
-        missing = sorted(k for k in mine if k != "params" and k not in theirs)
-        if missing:
-            raise ValueError(f"the state's parameter group {i} lacks {', '.join(missing)} "
-                             f"(saved from another kind of torch optimizer?)")
-        merged = dict(theirs, params=mine["params"])
-        if mine["params"]:
-            try:
-                torch_hyper(optimizer, merged)
-            except (KeyError, TypeError, ValueError) as e:
-                raise ValueError(f"the state's parameter group {i}: {e}") from e
+        if not mine["params"]:
+            continue
+        try:  # what this optimizer's rule reads of a group (torch fills in the rest)
+            torch_hyper(optimizer, dict(theirs, params=mine["params"]))
+        except KeyError as e:
+            raise ValueError(f"the state's parameter group {i} lacks {e.args[0]!r} (saved from "
+                             f"another kind of torch optimizer?)") from e
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"the state's parameter group {i}: {e}") from e
 
 
 def load_state_dict(opt, state):
