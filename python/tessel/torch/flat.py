@@ -11,6 +11,11 @@ sends changed settings first. collect_grads() puts what the hooks did not see
 (a .grad torch replaced, or None) into the buffers before a step; rebind()
 points the parameters at the worker's buffers again after a load or a
 recovery moved them. close() gives the parameters memory of their own.
+The hooks run with overlap=False too, to note when backward's last pass of
+the step handed the gradients over (step() pushes them then): the gradient
+buffer's _version at that point. collect_grads() raises RuntimeError if it
+moved since (an in-place change: torch's clip_grad_norm_, p.grad.mul_()),
+which would otherwise be lost or apply to this rank's share alone.
 
 Threads: the hooks run during backward (autograd's thread for a CUDA model);
 everything else on the training thread.
@@ -86,11 +91,9 @@ class FlatGroup(ParamGroup):
             self.ready[i] += 1
             if self.ready[i] == self.settings.backward_passes_per_step:
                 self.handed = True
-                if not overlap:
-                    pass
-                elif self.staging is None:
+                if overlap and self.staging is None:
                     self.worker.gradients_ready(begin, end)
-                else:
+                elif overlap:
                     self.staging.enqueue(begin, end)
                     self.staged[i] = True
             if self.handed:  # the buffer's version once backward wrote this gradient

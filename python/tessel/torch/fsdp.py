@@ -11,6 +11,11 @@ backward did not reach (zero gradients) and finishes the step. Between steps
 the parameters are empty tensors; hold_all() gathers every unit not held
 (DistributedOptimizer.gathered()). Each unit is an FsdpUnit (fsdp_unit.py)
 with an explicit state; every release goes through FsdpUnit.release.
+When backward hands a unit's gradients over (its push; under loss scaling
+when backward made the last of them) the group notes each member's .grad
+and its _version (a pushed member gets an empty .grad until the step ends,
+so torch's clip_grad_norm_ touches something); collect_grads() raises
+RuntimeError if one changed in place since.
 
 plan_units(model, groups) cuts the model: per group, the model's top-level
 children that own parameters of the group, in the group's parameter order
