@@ -23,6 +23,7 @@
 #include "worker/internal/job_context.h"
 #include "worker/internal/worker_metrics.h"
 #include "worker/internal/worker_parts.h"
+#include "worker/job_start.h"
 
 namespace tessel {
 
@@ -69,18 +70,8 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   }
   const bool ddp = ctx.ddp();
   const size_t n = static_cast<size_t>(layout.num_params());
-  if (ddp && ctx.resume && !o.recovery) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        ctx.Where(),
-        ": DDP keeps parameters and optimizer state on the workers and writes no checkpoint, so "
-        "there is nothing to resume from on the servers. A replacement for a lost worker takes "
-        "the state of the surviving workers: run it with recovery on (--recover, "
-        "WorkerOptions.recovery) as well as --resume"));
-  }
-  if (!ctx.resume && (ctx.rank.load() == 0 || ddp) && init.size() != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ctx.Where(), ": init has ", init.size(), " floats but the layout has ", n));
-  }
+  TESSEL_RETURN_IF_ERROR(
+      CheckJobStart({ctx.Where(), ddp, ctx.resume, o.recovery, ctx.rank.load(), init.size(), n}));
   ctx.half = JobHalfType(spec);
   if (!newcomer) {  // a newcomer takes the groups of the recovery that admits it
     const std::vector<int>& ids = p_->membership->member_ids();
@@ -135,21 +126,9 @@ absl::Status Worker::CreateJob() {
   req.set_epoch(ctx.epoch.load());
   req.set_restore(ctx.resume);
   req.set_restore_step(ctx.options.resume_step);
-  TESSEL_RETURN_IF_ERROR(p_->control->CreateJob(
-      req, "CreateJob", [&](int shard, const v1::CreateJobResponse& resp) -> absl::Status {
-        if (ctx.resume) {
-          if (shard == 0) ctx.step = resp.step();
-          if (resp.step() != ctx.step) {
-            return absl::FailedPreconditionError(absl::StrCat(
-                ctx.Where(), ": shards resumed at different steps (shard 0 at ", ctx.step,
-                ", shard ", shard, " at ", resp.step(), "); restart the servers and resume again"));
-          }
-        } else if (resp.step() != 0 && !ddp) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              ctx.Where(), ": job already exists at step ", resp.step(), " on shard ", shard,
-              "; resume it (WorkerOptions.resume / --resume) or use a new job name"));
-        }
-        return absl::OkStatus();
+  TESSEL_RETURN_IF_ERROR(
+      p_->control->CreateJob(req, "CreateJob", [&](int shard, const v1::CreateJobResponse& resp) {
+        return CheckCreatedShard(ctx.Where(), ctx.resume, ddp, shard, resp.step(), &ctx.step);
       }));
   // Before the first frame: the servers may authenticate them.
   TESSEL_ASSIGN_OR_RETURN(std::vector<FrameKeyGrant> keys, p_->control->FrameKeys());
