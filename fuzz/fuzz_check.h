@@ -7,12 +7,18 @@
 //
 // Example:
 //   FUZZ_CHECK(back.ok(), absl::StrCat("re-encoded manifest rejected: ", back.status()));
+//   if (!m.ok()) CheckRefusal(m.status());  // bad input: InvalidArgument
 #ifndef TESSEL_FUZZ_FUZZ_CHECK_H_
 #define TESSEL_FUZZ_FUZZ_CHECK_H_
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 #define FUZZ_CHECK(cond, message)                                                               \
   do {                                                                                          \
@@ -25,6 +31,14 @@
   } while (0)
 
 namespace tessel::fuzz {
+
+// A decoder's refusal of bad input has one of `codes` (InvalidArgument
+// unless the decoder documents others); any other code is a broken invariant.
+inline void CheckRefusal(const absl::Status& s, std::initializer_list<absl::StatusCode> codes = {
+                                                    absl::StatusCode::kInvalidArgument}) {
+  FUZZ_CHECK(std::find(codes.begin(), codes.end(), s.code()) != codes.end(),
+             absl::StrCat("unexpected error code: ", s.ToString()));
+}
 
 // Targets that generate their input from the fuzz bytes print it to stderr
 // when TESSEL_FUZZ_SHOW_INPUT is set (run_fuzzers.sh --repro sets it), so a

@@ -180,10 +180,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   absl::StatusOr<tessel::Layout> layout = tessel::ValidateJobSpec(spec);
   if (!layout.ok()) {
-    const absl::StatusCode code = layout.status().code();
-    FUZZ_CHECK(
-        code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kUnimplemented,
-        absl::StrCat("unexpected error code: ", layout.status().ToString()));
+    tessel::fuzz::CheckRefusal(
+        layout.status(), {absl::StatusCode::kInvalidArgument, absl::StatusCode::kUnimplemented});
     return 0;
   }
 

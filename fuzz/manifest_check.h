@@ -1,6 +1,7 @@
 // Invariants of parsed checkpoint manifests and shard entries, shared by the
 // manifest and shard-entry fuzz targets: field-by-field equality (for
-// round trips), the consistency ParseShardEntry promises, and exactness: an
+// round trips) and the round trip itself, the consistency ParseShardEntry
+// promises, and exactness: an
 // accepted number is the number the JSON holds (not truncated, wrapped,
 // rounded, or read from a boolean).
 #ifndef TESSEL_FUZZ_MANIFEST_CHECK_H_
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint_manifest.h"
 #include "core/optimizer.h"
@@ -35,6 +37,20 @@ inline bool SameManifest(const Manifest& a, const Manifest& b) {
     if (!SameEntry(a.shards[i], b.shards[i])) return false;
   }
   return true;
+}
+
+// An accepted `value` (a manifest or an entry, `what`) printed as JSON
+// parses back to the same, and printing that again gives the same text.
+template <typename T>
+void CheckJsonRoundTrip(const T& value, std::string (*print)(const T&),
+                        absl::StatusOr<T> (*parse)(const std::string&),
+                        bool (*same)(const T&, const T&), const char* what) {
+  const std::string json = print(value);
+  absl::StatusOr<T> back = parse(json);
+  FUZZ_CHECK(back.ok(), absl::StrCat("printed ", what, " is rejected: ", back.status().ToString(),
+                                     "\n", json));
+  FUZZ_CHECK(same(value, *back), absl::StrCat(what, " changed in a round trip:\n", json));
+  FUZZ_CHECK(print(*back) == json, "printing is not stable");
 }
 
 // What ParseShardEntry guarantees about an entry it accepts.

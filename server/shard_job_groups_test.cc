@@ -24,22 +24,9 @@ constexpr int64_t kEpoch = 3;
 
 v1::JobSpec Spec(v1::Strategy strategy, const std::vector<int>& groups, int64_t elements,
                  int64_t bucket_floats) {
-  v1::JobSpec spec;
-  spec.set_job("groups");
-  spec.set_strategy(strategy);
-  spec.set_world_size(static_cast<int>(groups.size()));
-  spec.set_num_shards(1);
-  spec.set_bucket_bytes(bucket_floats * 4);
+  v1::JobSpec spec =
+      OneTensorSpec("groups", strategy, static_cast<int>(groups.size()), elements, bucket_floats);
   for (int g : groups) spec.add_rank_groups(g);
-  auto* t = spec.add_tensors();
-  t->set_name("w");
-  t->add_shape(elements);
-  t->set_dtype(v1::DTYPE_F32);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAM);
-  spec.mutable_optimizer()->set_lr(1e-2);
-  spec.mutable_optimizer()->set_beta1(0.9);
-  spec.mutable_optimizer()->set_beta2(0.999);
-  spec.mutable_optimizer()->set_eps(1e-8);
   return spec;
 }
 
@@ -86,12 +73,7 @@ std::vector<float> Reference(const std::vector<int>& groups, const v1::JobSpec& 
 
 class Harness {
  public:
-  explicit Harness(const v1::JobSpec& spec) {
-    auto created = ShardJob::Create(spec, 0, kEpoch);
-    EXPECT_TRUE(created.ok()) << created.status();
-    job_ = std::move(*created);
-    if (spec.strategy() != v1::STRATEGY_DDP) InitWithTestValues(*job_, kEpoch);
-  }
+  explicit Harness(const v1::JobSpec& spec) : job_(InitializedJob(spec, kEpoch)) {}
   int buckets() const { return job_->layout().num_buckets(0); }
   ShardJob& job() { return *job_; }
 

@@ -31,33 +31,13 @@ constexpr int64_t kEpoch = 5;
 // One shard, `elements` floats in buckets of `bucket_floats`.
 v1::JobSpec Spec(v1::Strategy strategy, int world, int64_t elements, int64_t bucket_floats,
                  v1::DType dtype = v1::DTYPE_F32) {
-  v1::JobSpec spec;
-  spec.set_job("serve");
-  spec.set_strategy(strategy);
-  spec.set_world_size(world);
-  spec.set_num_shards(1);
-  spec.set_bucket_bytes(bucket_floats * 4);
-  auto* t = spec.add_tensors();
-  t->set_name("w");
-  t->add_shape(elements);
-  t->set_dtype(dtype);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAM);
-  spec.mutable_optimizer()->set_lr(1e-2);
-  spec.mutable_optimizer()->set_beta1(0.9);
-  spec.mutable_optimizer()->set_beta2(0.999);
-  spec.mutable_optimizer()->set_eps(1e-8);
-  return spec;
+  return OneTensorSpec("serve", strategy, world, elements, bucket_floats, dtype);
 }
 
 class Harness {
  public:
-  explicit Harness(const v1::JobSpec& spec) {
-    auto created = ShardJob::Create(spec, 0, kEpoch);
-    EXPECT_TRUE(created.ok()) << created.status();
-    job_ = std::move(*created);
-    half_ = JobHalfType(spec);
-    if (spec.strategy() != v1::STRATEGY_DDP) InitWithTestValues(*job_, kEpoch);
-  }
+  explicit Harness(const v1::JobSpec& spec)
+      : job_(InitializedJob(spec, kEpoch)), half_(JobHalfType(spec)) {}
 
   int buckets() const { return job_->layout().num_buckets(0); }
   void DropJob() { job_.reset(); }

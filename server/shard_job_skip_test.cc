@@ -32,13 +32,8 @@ v1::JobSpec Spec(v1::Strategy strategy = v1::STRATEGY_ZERO2) {
     t->add_shape(n);
     t->set_dtype(v1::DTYPE_F32);
   }
-  auto* o = spec.mutable_optimizer();
-  o->set_kind(v1::OptimizerConfig::ADAM);
-  o->set_lr(1e-2);
-  o->set_beta1(0.9);
-  o->set_beta2(0.999);
-  o->set_eps(1e-8);
-  o->set_weight_decay(0.1);
+  *spec.mutable_optimizer() = TestAdam();
+  spec.mutable_optimizer()->set_weight_decay(0.1);
   return spec;
 }
 

@@ -19,16 +19,8 @@ const absl::Duration kAfter = absl::Seconds(10);
 
 // World 2, one shard, 64 floats in buckets of 16: four buckets.
 v1::JobSpec Spec(v1::Strategy strategy) {
-  v1::JobSpec spec;
-  spec.set_job("stall");
-  spec.set_strategy(strategy);
-  spec.set_world_size(2);
-  spec.set_num_shards(1);
-  spec.set_bucket_bytes(64);
-  auto* t = spec.add_tensors();
-  t->set_name("w");
-  t->add_shape(64);
-  t->set_dtype(v1::DTYPE_F32);
+  v1::JobSpec spec = OneTensorSpec("stall", strategy, 2, 64, 16);
+  spec.mutable_optimizer()->Clear();
   spec.mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
   spec.mutable_optimizer()->set_lr(0.1);
   return spec;

@@ -5,26 +5,14 @@
 #include "gtest/gtest.h"
 #include "server/shard_job.h"
 #include "server/shard_job_proto.h"
+#include "server/shard_job_testing.h"
 
 namespace tessel {
 namespace {
 
 v1::JobSpec Spec(v1::Strategy strategy = v1::STRATEGY_ZERO2) {
-  v1::JobSpec spec;
-  spec.set_job("state");
-  spec.set_strategy(strategy);
-  spec.set_world_size(2);
-  spec.set_num_shards(1);
-  spec.set_bucket_bytes(64);
-  auto* t = spec.add_tensors();
-  t->set_name("w");
-  t->add_shape(40);
-  t->set_dtype(v1::DTYPE_F32);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAM);
-  spec.mutable_optimizer()->set_lr(1e-3);
-  spec.mutable_optimizer()->set_beta1(0.9);
-  spec.mutable_optimizer()->set_beta2(0.999);
-  spec.mutable_optimizer()->set_eps(1e-8);
+  v1::JobSpec spec = OneTensorSpec("state", strategy, 2, 40, 16);
+  *spec.mutable_optimizer() = TestAdam(1e-3);
   return spec;
 }
 

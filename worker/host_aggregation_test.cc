@@ -33,11 +33,7 @@ const std::vector<TensorDesc> kTensors = {{"w1", {41, 13}}, {"b1", {13}}, {"w2",
 
 size_t NumParams() { return 41 * 13 + 13 + 13 * 23; }
 
-std::vector<float> Init() {
-  std::vector<float> p(NumParams());
-  for (size_t i = 0; i < p.size(); ++i) p[i] = std::sin(0.37f * static_cast<float>(i));
-  return p;
-}
+std::vector<float> Init() { return SineInit(NumParams()); }
 
 // Rank r's gradient at `step` (0-based); spread in magnitude so that the
 // order of a sum shows in its last bits.
@@ -49,19 +45,12 @@ float Grad(int rank, int64_t step, size_t i, float param) {
          0.001f * param;
 }
 
-OptimizerParams Adam() {
-  OptimizerParams o;
-  o.kind = OptimizerParams::Kind::kAdam;
-  o.lr = 1e-2f;
-  return o;
-}
-
 // Single-process training whose mean is the tree of `groups` (per rank; the
 // ranks of a group summed in order, then the groups in order, divided by W).
 std::vector<float> Reference(int steps, const std::vector<int>& groups) {
   std::vector<float> params = Init();
   const size_t n = params.size();
-  OptimizerParams opt = Adam();
+  OptimizerParams opt = TestAdam();
   std::vector<std::vector<float>> slots(StateSlots(opt), std::vector<float>(n));
   float* state[kMaxStateSlots] = {};
   for (size_t k = 0; k < slots.size(); ++k) state[k] = slots[k].data();
@@ -117,7 +106,7 @@ class HostAggregationTest : public ::testing::TestWithParam<InProcCluster::Kind>
                         const std::vector<std::string>& hosts) {
     WorkerOptions o = cluster_->worker_options(job, rank, kWorld);
     o.strategy = strategy;
-    o.optimizer = Adam();
+    o.optimizer = TestAdam();
     o.bucket_bytes = 1024;  // several buckets per shard, spread over a host's ranks
     o.aggregation = Aggregation::kHost;
     o.host_id = hosts[static_cast<size_t>(rank)];
@@ -170,18 +159,13 @@ class HostAggregationTest : public ::testing::TestWithParam<InProcCluster::Kind>
   std::unique_ptr<InProcCluster> cluster_;
 };
 
-void ExpectBitwise(const std::vector<float>& got, const std::vector<float>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "parameter " << i;
-}
-
 TEST_P(HostAggregationTest, OneHostEqualsFlatTrainingBitwise) {
   const std::vector<std::string> hosts = {"h", "h", "h", "h"};
   const std::vector<float> want = Reference(kSteps, {0, 1, 2, 3});  // the flat mean
   for (Strategy s : {Strategy::kZero2, Strategy::kZero1, Strategy::kDdp}) {
     SCOPED_TRACE(std::string(StrategyName(s)));
     const Run run = Train(absl::StrCat("one-", StrategyName(s)), s, hosts);
-    ExpectBitwise(run.params, want);
+    ExpectParamsEqual(run.params, want);
     EXPECT_EQ(run.aggregation, "host aggregation: 1 host (ranks 0-3)");
     // One partial sum per bucket reached the servers, not four pushes.
     EXPECT_EQ(run.pushed_per_step, static_cast<int64_t>(NumParams() * sizeof(float)));
@@ -204,7 +188,7 @@ TEST_P(HostAggregationTest, SeveralHostsEqualTheTreeBitwise) {
       SCOPED_TRACE(absl::StrCat(StrategyName(s), " hosts ", absl::StrJoin(hosts, "")));
       const Run run =
           Train(absl::StrCat("tree-", StrategyName(s), "-", absl::StrJoin(hosts, "")), s, hosts);
-      ExpectBitwise(run.params, want);
+      ExpectParamsEqual(run.params, want);
       EXPECT_EQ(run.pushed_per_step,
                 static_cast<int64_t>(num_groups * NumParams() * sizeof(float)));
     }
@@ -243,58 +227,15 @@ TEST_P(HostAggregationTest, JobsThatCannotAggregateStayFlatAndSaySo) {
 TEST_P(HostAggregationTest, ARestartedShardServerIsRecoveredFromWithTheGroups) {
   Restart(absl::StrCat(::testing::TempDir(), "/hier-ckpt-", InProcCluster::KindName(GetParam())));
   const std::vector<std::string> hosts = {"a", "a", "b", "b"};
-  constexpr int kTotal = 6;
-  constexpr int kBeforeRestart = 3;
-  std::atomic<int> arrived{0};
-  absl::Notification restarted;
-  std::vector<std::vector<float>> out(kWorld);
-  std::vector<int> recoveries(kWorld, 0);
-  std::thread restarter([&] {
-    while (arrived.load() < kWorld) absl::SleepFor(absl::Milliseconds(5));
-    absl::Status s = cluster_->RestartServer(1);
-    EXPECT_TRUE(s.ok()) << s;
-    restarted.Notify();
-  });
-  OnRanks([&](int r) {
-    WorkerOptions o = Options("hier-recover", r, Strategy::kZero2, hosts);
-    o.recovery = true;
-    o.recovery_timeout = absl::Seconds(30);
-    o.checkpoint.every_steps = 2;
-    o.checkpoint.initial = true;
-    auto w = Worker::Connect(o);
-    ASSERT_TRUE(w.ok()) << w.status();
-    Worker& worker = **w;
-    ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
-    for (int64_t s = worker.step(); s < kTotal; ++s) {
-      if (s == kBeforeRestart && !restarted.HasBeenNotified()) {
-        absl::Status ckpt = AwaitCompleteCheckpoint(worker, 2);
-        ASSERT_TRUE(ckpt.ok()) << ckpt;
-        arrived.fetch_add(1);
-        restarted.WaitForNotification();
-      }
-      absl::Span<float> p = worker.params();
-      absl::Span<float> g = worker.grads();
-      for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(r, s, i, p[i]);
-      absl::Status st = worker.Step();
-      if (Worker::IsRecoverable(st)) {
-        st = worker.Recover();
-        ASSERT_TRUE(st.ok()) << st;
-        EXPECT_EQ(worker.step(), 2);
+  const RestartRun run = TrainThroughAServerRestart(
+      kWorld, [&](int r) { return Options("hier-recover", r, Strategy::kZero2, hosts); }, kTensors,
+      Init(), Grad, [&] { return cluster_->RestartServer(1); },
+      [](Worker& worker) {
         EXPECT_EQ(worker.aggregation(), "host aggregation: 2 hosts (ranks 0-1; 2-3)");
-        s = worker.step() - 1;
-        continue;
-      }
-      ASSERT_TRUE(st.ok()) << st;
-    }
-    recoveries[r] = worker.recoveries();
-    auto all = worker.GatherAll();
-    ASSERT_TRUE(all.ok()) << all.status();
-    out[r] = std::move(*all);
-  });
-  restarter.join();
-  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(recoveries[r], 1) << "rank " << r;
-  for (int r = 1; r < kWorld; ++r) EXPECT_EQ(out[r], out[0]) << "rank " << r;
-  ExpectBitwise(out[0], Reference(kTotal, Groups(hosts)));
+      });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(run.recoveries[r], 1) << "rank " << r;
+  for (int r = 1; r < kWorld; ++r) EXPECT_EQ(run.params[r], run.params[0]) << "rank " << r;
+  ExpectParamsEqual(run.params[0], Reference(6, Groups(hosts)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, HostAggregationTest,

@@ -42,11 +42,7 @@ int64_t NumParams() {
   return n;
 }
 
-std::vector<float> Init() {
-  std::vector<float> p(static_cast<size_t>(NumParams()));
-  for (size_t i = 0; i < p.size(); ++i) p[i] = std::sin(0.37f * static_cast<float>(i));
-  return p;
-}
+std::vector<float> Init() { return SineInit(static_cast<size_t>(NumParams())); }
 
 // Rank r's gradient at `step` (0-based) for parameters `params`.
 float Grad(int rank, int64_t step, size_t i, float param) {
@@ -55,20 +51,13 @@ float Grad(int rank, int64_t step, size_t i, float param) {
          0.001f * param;
 }
 
-OptimizerParams Adam() {
-  OptimizerParams o;
-  o.kind = OptimizerParams::Kind::kAdam;
-  o.lr = 1e-2f;
-  return o;
-}
-
 // Single-process training on the mean of the ranks' gradients: of kWorld
 // ranks, or of `grown` ranks from step `grow_at` on.
 std::vector<float> Reference(int steps, int grow_at = -1, int grown = kWorld,
                              float lr_from_step_2 = 0) {
   std::vector<float> params = Init();
   const size_t n = params.size();
-  OptimizerParams opt = Adam();
+  OptimizerParams opt = TestAdam();
   std::vector<std::vector<float>> slots(StateSlots(opt), std::vector<float>(n));
   float* state[kMaxStateSlots] = {};
   for (size_t k = 0; k < slots.size(); ++k) state[k] = slots[k].data();
@@ -103,7 +92,7 @@ class WorkerTest : public ::testing::TestWithParam<InProcCluster::Kind> {
   WorkerOptions Options(const std::string& job, int rank, Strategy strategy) {
     WorkerOptions o = cluster_->worker_options(job, rank, kWorld);
     o.strategy = strategy;
-    o.optimizer = Adam();
+    o.optimizer = TestAdam();
     o.bucket_bytes = 1024;  // several buckets per shard
     if (strategy == Strategy::kFsdp) o.fsdp_units = {0, 2};
     return o;
@@ -198,7 +187,7 @@ TEST_P(WorkerTest, ThreeRanksFoldedInPrefixOrderStayBitwise) {
       threads.emplace_back([&, r] {
         WorkerOptions o = cluster_->worker_options(job, r, kThree);
         o.strategy = strategy;
-        o.optimizer = Adam();
+        o.optimizer = TestAdam();
         o.bucket_bytes = 1024;
         auto w = Worker::Connect(o);
         ASSERT_TRUE(w.ok()) << w.status();
@@ -224,12 +213,7 @@ TEST_P(WorkerTest, ThreeRanksFoldedInPrefixOrderStayBitwise) {
     }
     for (std::thread& t : threads) t.join();
     EXPECT_GT(folded, 0) << "ranks 0 and 1 were summed before rank 2 arrived";
-    for (int r = 0; r < kThree; ++r) {
-      ASSERT_EQ(out[r].size(), want.size());
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_EQ(out[r][i], want[i]) << "rank " << r << " parameter " << i;
-      }
-    }
+    ExpectEveryRankEqual(out, want);
   }
 }
 
@@ -454,61 +438,12 @@ TEST_P(WorkerTest, ARestartedShardServerIsRecoveredFromAndTrainingEndsBitwise) {
       absl::StrCat(::testing::TempDir(), "/ckpt-", InProcCluster::KindName(GetParam()));
   cluster_ = std::make_unique<InProcCluster>(options);
   ASSERT_TRUE(cluster_->Start().ok());
-  constexpr int kTotal = 6;
-  constexpr int kBeforeRestart = 3;
-  std::atomic<int> arrived{0};
-  absl::Notification restarted;
-  std::vector<std::vector<float>> out(kWorld);
-  std::vector<int> recoveries(kWorld, 0);
-  std::thread restarter([&] {
-    while (arrived.load() < kWorld) absl::SleepFor(absl::Milliseconds(5));
-    absl::Status s = cluster_->RestartServer(1);
-    EXPECT_TRUE(s.ok()) << s;
-    restarted.Notify();
-  });
-  OnRanks([&](int r) {
-    WorkerOptions o = Options("recover", r, Strategy::kZero2);
-    o.recovery = true;
-    o.recovery_timeout = absl::Seconds(30);
-    o.checkpoint.every_steps = 2;
-    o.checkpoint.initial = true;
-    auto w = Worker::Connect(o);
-    ASSERT_TRUE(w.ok()) << w.status();
-    Worker& worker = **w;
-    ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
-    for (int64_t s = worker.step(); s < kTotal; ++s) {
-      if (s == kBeforeRestart && !restarted.HasBeenNotified()) {
-        // The checkpoint of step 2 is written in the background: restart
-        // once it is complete, so the recovery has it to go back to.
-        absl::Status ckpt = AwaitCompleteCheckpoint(worker, 2);
-        ASSERT_TRUE(ckpt.ok()) << ckpt;
-        arrived.fetch_add(1);
-        restarted.WaitForNotification();
-      }
-      absl::Span<float> p = worker.params();
-      absl::Span<float> g = worker.grads();
-      for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(r, s, i, p[i]);
-      absl::Status st = worker.Step();
-      if (Worker::IsRecoverable(st)) {
-        st = worker.Recover();
-        ASSERT_TRUE(st.ok()) << st;
-        EXPECT_EQ(worker.step(), 2);  // back to the checkpoint of step 2
-        s = worker.step() - 1;        // the loop adds one
-        continue;
-      }
-      ASSERT_TRUE(st.ok()) << st;
-    }
-    recoveries[r] = worker.recoveries();
-    auto all = worker.GatherAll();
-    ASSERT_TRUE(all.ok()) << all.status();
-    out[r] = std::move(*all);
-  });
-  restarter.join();
-  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(recoveries[r], 1) << "rank " << r;
-  EXPECT_EQ(out[0], out[1]);
-  const std::vector<float> want = Reference(kTotal);
-  ASSERT_EQ(out[0].size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(out[0][i], want[i]) << "parameter " << i;
+  const RestartRun run = TrainThroughAServerRestart(
+      kWorld, [&](int r) { return Options("recover", r, Strategy::kZero2); }, kTensors, Init(),
+      Grad, [&] { return cluster_->RestartServer(1); });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(run.recoveries[r], 1) << "rank " << r;
+  EXPECT_EQ(run.params[0], run.params[1]);
+  ExpectParamsEqual(run.params[0], Reference(6));
 }
 
 // Elastic growth: two workers train; a third (rank 2 with
@@ -663,16 +598,16 @@ TEST_P(WorkerTest, NewOptimizerSettingsApplyFromTheNextStep) {
       ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
       for (int64_t s = 0; s < kSteps; ++s) {
         if (s == 2) {
-          OptimizerParams sgd = Adam();
+          OptimizerParams sgd = TestAdam();
           sgd.kind = OptimizerParams::Kind::kSgd;
           absl::Status refused = worker.SetOptimizer(sgd);
           EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
           EXPECT_NE(refused.message().find("cannot become SGD"), std::string::npos) << refused;
-          OptimizerParams bad = Adam();
+          OptimizerParams bad = TestAdam();
           bad.lr = -1;
           EXPECT_EQ(worker.SetOptimizer(bad).code(), absl::StatusCode::kInvalidArgument);
-          EXPECT_EQ(worker.options().optimizer.lr, Adam().lr);  // unchanged
-          OptimizerParams next = Adam();
+          EXPECT_EQ(worker.options().optimizer.lr, TestAdam().lr);  // unchanged
+          OptimizerParams next = TestAdam();
           next.lr = kNewLr;
           ASSERT_TRUE(worker.SetOptimizer(next).ok());
         }
@@ -686,10 +621,7 @@ TEST_P(WorkerTest, NewOptimizerSettingsApplyFromTheNextStep) {
       ASSERT_TRUE(all.ok()) << all.status();
       out[r] = std::move(*all);
     });
-    for (int r = 0; r < kWorld; ++r) {
-      ASSERT_EQ(out[r].size(), want.size());
-      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(out[r][i], want[i]) << "parameter " << i;
-    }
+    ExpectEveryRankEqual(out, want);
   }
 }
 
@@ -703,7 +635,7 @@ TEST_P(WorkerTest, NewOptimizerSettingsApplyFromTheNextStep) {
 TEST_P(WorkerTest, TensorsWithoutGradientsKeepTheirValuesAndState) {
   const std::vector<std::vector<int32_t>> skip = {{1}, {}, {0, 2}, {2}};
   const int steps = static_cast<int>(skip.size());
-  OptimizerParams opt = Adam();
+  OptimizerParams opt = TestAdam();
   opt.weight_decay = 0.05f;
   auto skipped = [&](int64_t s, size_t t) {
     return s < steps &&
@@ -802,12 +734,7 @@ TEST_P(WorkerTest, TensorsWithoutGradientsKeepTheirValuesAndState) {
       ASSERT_TRUE(all.ok()) << all.status();
       out[r] = std::move(*all);
     });
-    for (int r = 0; r < kWorld; ++r) {
-      ASSERT_EQ(out[r].size(), want.size());
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_EQ(out[r][i], want[i]) << "rank " << r << " parameter " << i;
-      }
-    }
+    ExpectEveryRankEqual(out, want);
   }
 }
 
