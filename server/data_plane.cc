@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -171,6 +172,12 @@ Accept DataPlane::OnFrame(const Incoming& in) {
       // A push the worker keeps in shared memory is reduced where it lies.
       const bool borrow =
           h->type == FrameType::kPush && in.in_place != nullptr && !job->compressed();
+      JobFrameKeys* const payload_keys = PayloadKeysOf(job->job_id());
+      if (borrow && payload_keys != nullptr &&
+          !payload_keys->VerifyPayloadFromWorker(in.header, *h, in.in_place)) {
+        DropBadPayload(*job, *h);  // nothing borrowed: the transport releases it
+        return Accept{};
+      }
       auto dst = job->AcceptData(*h, borrow);
       if (!dst.ok()) {
         SendError(in.from, *h, dst.status());
@@ -188,6 +195,26 @@ Accept DataPlane::OnFrame(const Incoming& in) {
       }
       // The bucket's size, checked against the header (AcceptData) and what
       // arrived (above): the room the transport may fill.
+      if (payload_keys != nullptr) {
+        // Payload tags: the bytes are checked where they landed before the
+        // job counts them; a mismatch frees the slot (as a failed receive
+        // does) with no answer, so nothing is summed or applied.
+        WireHeader sealed;
+        std::memcpy(sealed.bytes.data(), in.header.data(), in.header.size());
+        sealed.size = in.header.size();
+        void* const at = *dst;
+        return Accept{
+            *dst, static_cast<size_t>(header.payload_bytes),
+            [this, job, header, from, sealed, at, payload_keys](absl::Status s) {
+              if (s.ok() && !payload_keys->VerifyPayloadFromWorker(sealed.span(), header, at)) {
+                DropBadPayload(*job, header);
+                job->CompleteReceive(header,
+                                     absl::DataLossError("payload tag mismatch"));  // slot freed
+                return;
+              }
+              PushCompleted(job, header, from, s, job->CompleteReceive(header, s));
+            }};
+      }
       return Accept{*dst, static_cast<size_t>(header.payload_bytes),
                     [this, job, header, from](absl::Status s) {
                       PushCompleted(job, header, from, s, job->CompleteReceive(header, s));
@@ -259,7 +286,7 @@ void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Statu
   auto message =
       std::make_shared<std::string>(s.message().substr(0, static_cast<size_t>(kMaxErrorTextBytes)));
   h.payload_bytes = message->size();
-  const WireHeader wire = ToWorker(AuthOf(h.job_id), h);
+  const WireHeader wire = ToWorker(AuthOf(h.job_id), h, message->data());
   transport_->Send(to, wire.span(), message->data(), message->size(), [message](absl::Status) {});
 }
 
@@ -286,9 +313,25 @@ JobFrameKeys* DataPlane::AuthOf(uint64_t job_id) {
   return frame_keys_ != nullptr ? frame_keys_->Find(job_id).get() : nullptr;
 }
 
-WireHeader DataPlane::ToWorker(JobFrameKeys* keys, const FrameHeader& h) {
+JobFrameKeys* DataPlane::PayloadKeysOf(uint64_t job_id) {
+  JobFrameKeys* keys = AuthOf(job_id);
+  return keys != nullptr && keys->payload() ? keys : nullptr;
+}
+
+void DataPlane::DropBadPayload(ShardJob& job, const FrameHeader& h) {
+  const int64_t n = ++bad_payload_;
+  job.CountRejected();
+  if (metrics_ != nullptr) metrics_->FrameRefused("bad_payload");
+  TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+      << "dropping " << DescribeHeader(h) << " for job '" << job.spec().job()
+      << "': its payload does not match the payload tag its authenticated header carries "
+         "(changed in flight); nothing of it is used and no answer is sent ("
+      << n << " dropped so far)";
+}
+
+WireHeader DataPlane::ToWorker(JobFrameKeys* keys, const FrameHeader& h, const void* payload) {
   if (keys == nullptr) return ToWire(nullptr, h);
-  return WireHeader{keys->SealToWorker(h), kSealedHeaderBytes};
+  return keys->SealFrameToWorker(h, payload);
 }
 
 bool DataPlane::RankEndpoints::Admit(const std::shared_ptr<ShardJob>& job, const FrameHeader& h,
@@ -316,7 +359,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
     if (p.bucket_count == 0) {  // notify only: the shard reached the step
       const FrameHeader h = MakeHeader(FrameType::kParams, job->job_id(), epoch, p.version, p.rank,
                                        job->shard(), p.first_bucket);
-      const WireHeader wire = ToWorker(auth, h);
+      const WireHeader wire = ToWorker(auth, h, nullptr);
       transport_->Send(p.reply_to, wire.span(), nullptr, 0, nullptr);
       continue;
     }
@@ -325,7 +368,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
           MakeHeader(FrameType::kParams, job->job_id(), epoch, p.version, p.rank, job->shard(), b);
       h.bucket_count = static_cast<uint32_t>(p.bucket_count);
       h.payload_bytes = job->served_bytes(b);
-      const WireHeader wire = ToWorker(auth, h);
+      const WireHeader wire = ToWorker(auth, h, job->served_bucket(b));
       job->CountPulled(h.payload_bytes);
       if (metrics_ != nullptr) metrics_->FrameSent(FrameType::kParams, h.payload_bytes);
       if (timeline_ != nullptr) {

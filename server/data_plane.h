@@ -77,6 +77,13 @@ class DataPlane {
   // from any other endpoint (replays of captured bytes) are dropped without
   // an answer, counted as refused "replayed" (replayed()), and a PULL is
   // answered only on the rank's endpoint.
+  // With payload tags too (FrameKeys::payload), a PUSH or INIT whose payload
+  // does not match the tag its (authenticated) header carries is dropped
+  // after it landed and before the job counts it: its slot is freed, nothing
+  // is summed or applied, no answer goes out; counted as refused
+  // "bad_payload" (bad_payload()) and logged at most every 10 s. A borrowed
+  // push is checked where it lies, before it is borrowed. Every frame sent
+  // carries its payload's tag under the addressee's down payload key.
   // With keys on (FrameKeys::enabled), a frame that cannot be authenticated
   // at all (malformed, or naming a job this server does not serve) is
   // dropped without an answer too (unanswered()), so job ids cannot be
@@ -99,6 +106,8 @@ class DataPlane {
   int64_t unauthenticated() const { return unauthenticated_.load(); }
   // Frames dropped for coming from another endpoint than their rank's.
   int64_t replayed() const { return replayed_.load(); }
+  // Frames dropped for a payload that does not match its tag.
+  int64_t bad_payload() const { return bad_payload_.load(); }
   // Complete buckets waiting for the compute thread.
   int64_t update_queue_depth();
 
@@ -115,8 +124,13 @@ class DataPlane {
   // The job's frame keys if it has them (kept by FrameKeys for the
   // server's life), else null.
   JobFrameKeys* AuthOf(uint64_t job_id);
-  // `h` sealed for its addressee under `keys` (null: bare).
-  static WireHeader ToWorker(JobFrameKeys* keys, const FrameHeader& h);
+  // The job's keys if its frames carry payload tags, else null.
+  JobFrameKeys* PayloadKeysOf(uint64_t job_id);
+  // Counts and logs (every 10 s at most) a frame whose payload failed its tag.
+  void DropBadPayload(ShardJob& job, const FrameHeader& h);
+  // `h` sealed for its addressee under `keys` (null: bare), with the tag of
+  // the h.payload_bytes bytes at `payload` where the job tags payloads.
+  static WireHeader ToWorker(JobFrameKeys* keys, const FrameHeader& h, const void* payload);
   // Each job's ranks' endpoints in its current epoch (with keys on).
   class RankEndpoints {
    public:
@@ -155,6 +169,7 @@ class DataPlane {
   std::atomic<int64_t> unauthenticated_{0};
   std::atomic<int64_t> unanswered_{0};
   std::atomic<int64_t> replayed_{0};
+  std::atomic<int64_t> bad_payload_{0};
   RankEndpoints endpoints_;
   Checkpointer* const checkpointer_;
   ServerMetrics* const metrics_;

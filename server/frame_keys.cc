@@ -9,7 +9,8 @@ std::shared_ptr<JobFrameKeys> FrameKeys::For(uint64_t job_id, int32_t shard) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<JobFrameKeys>& keys = keys_[job_id];
   if (keys == nullptr || keys->shard() != shard) {
-    keys = *JobFrameKeys::Create(NewJobSecret(), job_id, shard);  // a secret of the right size
+    // A secret of the right size.
+    keys = *JobFrameKeys::Create(NewJobSecret(), job_id, shard, payload_);
   }
   return keys;
 }

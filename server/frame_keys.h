@@ -5,7 +5,9 @@
 // derived from it for the frame's rank, epoch and direction. A worker gets
 // only its own rank's secret for the epoch (GetFrameKey), and only if it is
 // the first to claim that (rank, epoch) here (Claim). Off: no job has one and
-// frames go untagged.
+// frames go untagged. With payload tags on (--data_integrity=payload), every
+// job's frames also carry a tag of their payload (runtime/rank_keys.h), and
+// GetFrameKey answers kPayloadKeysVersion, so the whole job agrees.
 //
 // Threads: any.
 //
@@ -37,9 +39,12 @@ inline constexpr size_t kMaxFrameKeyClaimBytes = 64;
 
 class FrameKeys {
  public:
-  explicit FrameKeys(bool enabled) : enabled_(enabled) {}
+  // `payload`: payloads are tagged too (only with `enabled`).
+  explicit FrameKeys(bool enabled, bool payload = false)
+      : enabled_(enabled), payload_(enabled && payload) {}
 
   bool enabled() const { return enabled_; }
+  bool payload() const { return payload_; }
   // The job's keys, made (with a new secret) on first use; nullptr when off.
   std::shared_ptr<JobFrameKeys> For(uint64_t job_id, int32_t shard);
   // The job's keys if it has them yet; nullptr otherwise.
@@ -67,6 +72,7 @@ class FrameKeys {
     std::weak_ptr<const void> job;
   };
   const bool enabled_;
+  const bool payload_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<JobFrameKeys>> keys_ ABSL_GUARDED_BY(mu_);
   // (job id, rank) -> the grant of its newest epoch.

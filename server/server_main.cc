@@ -94,6 +94,15 @@ ABSL_FLAG(std::string, data_auth, "auto",
           "a valid tag are dropped and counted (tessel_server_frames_refused_total{reason="
           "\"unauthenticated\"}). on, off, or auto: on whenever callers are authenticated "
           "(token files, --cert_roles or --tls_*), off with --insecure. docs/security.md");
+ABSL_FLAG(std::string, data_integrity, "header",
+          "with --data_auth on: what each frame's tag covers. header: the 64-byte header (who "
+          "sent it, for which job, epoch, step and bucket); the payload (gradients, parameters) "
+          "is not covered. payload: the payload too (Poly1305 under a one-time key per frame), "
+          "checked before anything is summed or used; frames whose payload changed in flight "
+          "are dropped and counted (tessel_server_frames_refused_total{reason=\"bad_payload\"}). "
+          "Every worker of a job learns it from GetFrameKey; workers from before it are "
+          "refused. Cost on a 2-core machine, W=2, 2 shards: see docs/performance.md, \"Data-path "
+          "authentication\" (benchmarks/results/data_auth-2026-12-07.txt)");
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -196,6 +205,10 @@ int main(int argc, char** argv) {
   if (data_auth != "auto" && data_auth != "on" && data_auth != "off") {
     return Fail(absl::StrCat("--data_auth=", data_auth, ": expected auto, on or off"));
   }
+  const std::string data_integrity = absl::GetFlag(FLAGS_data_integrity);
+  if (data_integrity != "header" && data_integrity != "payload") {
+    return Fail(absl::StrCat("--data_integrity=", data_integrity, ": expected header or payload"));
+  }
   // TLS first: a bad certificate path fails before anything is started
   // (ShardServer::Start loads the credentials again).
   auto server_credentials = tessel::LoadServerCredentials(options.tls);
@@ -213,6 +226,13 @@ int main(int argc, char** argv) {
   // The data path is authenticated wherever the control plane is: the frame
   // keys go only to callers the control plane let in.
   options.data_auth = data_auth == "on" || (data_auth == "auto" && posture->authenticated());
+  if (data_integrity == "payload" && !options.data_auth) {
+    return Fail(
+        "--data_integrity=payload tags payloads under the data-path frame keys, and data-path "
+        "authentication is off here (--data_auth=off, or --insecure with --data_auth=auto): "
+        "add --data_auth=on, or drop --data_integrity");
+  }
+  options.data_integrity_payload = data_integrity == "payload";
   if (posture->insecure) {
     TESSEL_LOG(WARNING) << "running INSECURE (--insecure): no credentials, so every RPC is open "
                            "to anyone who can reach this server"

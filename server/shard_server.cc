@@ -98,7 +98,7 @@ absl::Status ShardServer::Init() {
                        absl::StrCat("server[", options_.shard, "]"), options_.timeline_window));
   }
   const int update_threads = UpdateThreads(options_.update_threads);
-  frame_keys_ = std::make_unique<FrameKeys>(options_.data_auth);
+  frame_keys_ = std::make_unique<FrameKeys>(options_.data_auth, options_.data_integrity_payload);
   plane_ = std::make_unique<DataPlane>(transport_.get(), jobs_.get(), checkpointer_.get(),
                                        metrics_.get(), timeline_.get(), update_threads,
                                        options_.update_spin, options_.poll_mode,
@@ -158,7 +158,9 @@ absl::Status ShardServer::Init() {
       << grpc_address_ << (options_.tls.enabled() ? " (mutual TLS)" : " (plaintext)")
       << (options_.security.empty() ? "" : absl::StrCat(", callers: ", options_.security))
       << ", data over " << (transport_->name() == "ucx" ? std::string("UCX") : transport_->name())
-      << (options_.data_auth ? " (every frame authenticated)" : " (frames not authenticated)")
+      << (!options_.data_auth               ? " (frames not authenticated)"
+          : options_.data_integrity_payload ? " (every frame authenticated, payloads included)"
+                                            : " (every frame's header authenticated)")
       << ", " << UpdateThreads(options_.update_threads) << " update thread(s)";
 
   EndpointKeeperOptions keeper;

@@ -146,6 +146,10 @@ struct ShardServerOptions {
   // which its workers get over the control plane (server/frame_keys.h,
   // docs/security.md); frames without a valid one are dropped and counted.
   bool data_auth = false;
+  // With data_auth: every frame also carries a tag of its payload, checked
+  // before it is summed or used (--data_integrity=payload; the workers learn
+  // it from GetFrameKey). Off: header tags only.
+  bool data_integrity_payload = false;
   // Polled while Start() retries the join: true gives up (e.g. a signal).
   std::function<bool()> cancelled;
 };

@@ -247,10 +247,19 @@ grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::Frame
                         absl::StrCat(where, "the job is at epoch ", job->epoch(), ", not ",
                                      req->epoch(), "; recover (or re-register) first"));
   }
+  if (keys->payload() && req->max_key_version() < kPayloadKeysVersion) {
+    return grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat(where,
+                     "this server checks a tag of every frame's payload "
+                     "(--data_integrity=payload) and this worker does not make them (it is from "
+                     "before payload integrity): upgrade the worker, or run the servers with "
+                     "--data_integrity=header"));
+  }
   TESSEL_RETURN_IF_ERROR_AS(
       frame_keys_->Claim(job->job_id(), req->rank(), req->epoch(), req->claim(), job), ToGrpc);
   resp->set_secret(keys->RankSecret(req->rank(), req->epoch()));
-  resp->set_key_version(kRankKeysVersion);
+  resp->set_key_version(keys->payload() ? kPayloadKeysVersion : kRankKeysVersion);
   // The rank's host group, if it has other ranks: their frames to each
   // other (host aggregation) carry the group's tag.
   const auto& groups = job->spec().rank_groups();

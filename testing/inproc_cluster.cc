@@ -72,6 +72,7 @@ absl::Status InProcCluster::StartServer(int shard) {
   // And both data paths: odd shards authenticate every frame (the workers
   // fetch their keys and seal and check theirs), even shards do not.
   o.data_auth = options_.data_auth_everywhere || shard % 2 == 1;
+  o.data_integrity_payload = options_.data_integrity_payload;
   TESSEL_ASSIGN_OR_RETURN(auto transport, transport_factory()());
   auto started = ShardServer::Start(o, std::move(transport));
   if (!started.ok()) {

@@ -51,6 +51,9 @@ class InProcCluster {
     // Which shard servers authenticate data-path frames: the odd ones by
     // default (every test covers both paths), or all.
     bool data_auth_everywhere = false;
+    // Where frames are authenticated, the payloads are tagged too
+    // (--data_integrity=payload).
+    bool data_integrity_payload = false;
   };
 
   explicit InProcCluster(Options options);

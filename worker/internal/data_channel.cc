@@ -1,6 +1,7 @@
 #include "worker/internal/data_channel.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +12,12 @@
 namespace tessel::internal {
 
 namespace {
+// The payload check of the frame whose sink is choosing its destination
+// (set by OnFrame around the sink's call, taken by Receive on the same
+// thread): with payload tags, the bytes that land are checked against it
+// before the sink hears of them.
+thread_local DataChannel::PayloadCheck* t_payload_check = nullptr;
+
 // A status of this channel's own with `s`'s code and message (transport
 // statuses carry no payloads). Statuses share their message by reference
 // count, and Debian's Abseil drops the last reference in code ThreadSanitizer
@@ -144,13 +151,15 @@ absl::Status DataChannel::SetFrameKeys(const std::vector<FrameKeyGrant>& grants)
     fresh[s] = *std::move(k);
   }
   std::vector<std::string> on;
+  bool payload_tags = false;
   for (size_t s = 0; s < fresh.size(); ++s) {
     if (fresh[s] != nullptr) on.push_back(absl::StrCat(s));
+    payload_tags = payload_tags || (fresh[s] != nullptr && fresh[s]->payload());
   }
   if (!on.empty()) {
     TESSEL_LOG(INFO) << ctx_->Where() << ": data-path frames authenticated with shard(s) "
                      << absl::StrJoin(on, ", ") << " (rank " << rank << "'s keys of epoch " << epoch
-                     << ")";
+                     << (payload_tags ? "; payloads tagged" : "") << ")";
   }
   absl::MutexLock lock(&mu_);
   auth_.resize(fresh.size());
@@ -173,7 +182,9 @@ void DataChannel::SendTo(PeerId peer, const FrameHeader& h, const void* payload,
                          std::shared_ptr<const void> keep, bool to_worker) {
   WireHeader wire = ToWire(nullptr, h);
   if (std::shared_ptr<const RankFrameKeys> keys = AuthOf(h.shard, h.epoch)) {
-    wire = WireHeader{keys->Seal(h, to_worker), kSealedHeaderBytes};
+    // With payload tags, over the bytes at `payload` now: the caller keeps
+    // them unchanged until the send completes.
+    wire = keys->SealFrame(h, to_worker, payload);
   }
   {
     absl::MutexLock lock(&mu_);
@@ -299,7 +310,15 @@ Accept DataChannel::Receive(void* dst, size_t capacity, int64_t epoch,
     absl::MutexLock lock(&mu_);
     ++inflight_receives_;
   }
-  return Accept{dst, capacity, [this, epoch, landed = std::move(landed)](absl::Status s) {
+  // The frame's payload check, if its bytes are tagged (taken: one receive
+  // per frame).
+  std::shared_ptr<PayloadCheck> check;
+  if (t_payload_check != nullptr) {
+    check = std::make_shared<PayloadCheck>(std::move(*t_payload_check));
+    t_payload_check = nullptr;
+  }
+  return Accept{dst, capacity,
+                [this, epoch, dst, check, landed = std::move(landed)](absl::Status s) {
                   bool current = false;
                   {
                     absl::MutexLock lock(&mu_);
@@ -309,7 +328,10 @@ Accept DataChannel::Receive(void* dst, size_t capacity, int64_t epoch,
                       ++events_;
                     }
                   }
-                  if (current && s.ok()) landed();
+                  // Changed in flight: the sink never hears of these bytes
+                  // (its bucket stays missing, as if the frame were lost).
+                  const bool intact = !s.ok() || check == nullptr || Intact(*check, dst);
+                  if (current && s.ok() && intact) landed();
                   absl::MutexLock lock(&mu_);
                   --inflight_receives_;
                 }};
@@ -332,11 +354,43 @@ Accept DataChannel::OnFrame(const Incoming& in) {
       ++unauthenticated_;
       TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
           << ctx_->WhereAnyThread() << ": dropping an unauthenticated data-path frame ("
-          << (in.header.size() == kSealedHeaderBytes ? "wrong tag" : "no tag")
+          << (in.header.size() == kHeaderBytes ? "no tag" : "wrong tag")
           << "): " << DescribeHeader(*h) << " (" << unauthenticated_.load() << " dropped so far)";
       return Accept{};
     }
+    if (keys != nullptr && keys->payload() && in.payload_bytes == h->payload_bytes) {
+      PayloadCheck check{keys, {}, *h};
+      std::memcpy(check.header.data(), in.header.data(), kPayloadSealedHeaderBytes);
+      // Bytes readable now (none, or in place) are checked now; the others
+      // where they land (Receive).
+      if (in.payload_bytes == 0 || in.in_place != nullptr) {
+        if (!Intact(check, in.in_place)) return Accept{};
+      } else {
+        PayloadCheck* const before = t_payload_check;
+        t_payload_check = &check;
+        Accept a = Dispatch(*h, in);
+        t_payload_check = before;
+        return a;
+      }
+    }
   }
+  return Dispatch(*h, in);
+}
+
+bool DataChannel::Intact(const PayloadCheck& check, const void* payload) {
+  if (check.keys->VerifyPayload(absl::MakeConstSpan(check.header), check.h, payload)) return true;
+  const int64_t n = ++bad_payload_;
+  ++unauthenticated_;  // a wrong tag: the worker's unauthenticated-frames metric counts it
+  TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+      << ctx_->WhereAnyThread() << ": dropping " << DescribeHeader(check.h)
+      << ": its payload does not match the payload tag its authenticated header carries "
+         "(changed in flight); nothing of it is used ("
+      << n << " dropped so far)";
+  return false;
+}
+
+Accept DataChannel::Dispatch(const FrameHeader& header, const Incoming& in) {
+  const FrameHeader* const h = &header;
   // Sizes before anything is allocated or a destination chosen: the bytes
   // that arrived must be those the header announces (the sinks check the
   // header against the job), and an ERROR's text is short.
@@ -364,6 +418,15 @@ Accept DataChannel::OnFrame(const Incoming& in) {
     if (in.payload_bytes == 0) {
       record(absl::OkStatus());
       return Accept{};
+    }
+    if (t_payload_check != nullptr) {  // the text is checked before it counts
+      auto check = std::make_shared<PayloadCheck>(std::move(*t_payload_check));
+      t_payload_check = nullptr;
+      return Accept{message->data(), message->size(),
+                    [this, message, check, record](absl::Status s) {
+                      if (s.ok() && !Intact(*check, message->data())) return;
+                      record(s);
+                    }};
     }
     return Accept{message->data(), message->size(), record};
   }

@@ -26,6 +26,14 @@
 //     frame of another rank of the group under the group's key, of a key the
 //     channel holds (this epoch and the last few); the rest is dropped,
 //     counted in unauthenticated() and logged at most every 10 s.
+//   - Where the shard tags payloads too (its grant's `payload`: the server's
+//     --data_integrity=payload), every frame sent carries its payload's tag,
+//     and the payload of every frame that arrives is checked against its
+//     tag where it landed (Receive) or lies (in place, empty) before a sink
+//     hears of it: a mismatch drops the frame (the sink's bucket stays
+//     missing, as if the frame were lost), counted in bad_payload() (and in
+//     unauthenticated(): a wrong tag) and logged at most every 10 s. A sender keeps the payload
+//     unchanged until its send completes (as without tags).
 //   - WaitFor returns OK once `done` holds, the first error otherwise
 //     (recoverable when recovery is on), and DeadlineExceeded naming `what`
 //     after step_timeout. It evaluates `done` at the start, after every
@@ -200,9 +208,22 @@ class DataChannel {
   // Frames dropped for a payload size their header does not announce, or an
   // ERROR text over kMaxErrorTextBytes.
   int64_t refused() const { return refused_.load(); }
+  // Frames dropped for a payload that does not match its tag.
+  int64_t bad_payload() const { return bad_payload_.load(); }
+
+  // A frame's payload tag to check its bytes against (payload tags on).
+  struct PayloadCheck {
+    std::shared_ptr<const RankFrameKeys> keys;
+    std::array<uint8_t, kPayloadSealedHeaderBytes> header;
+    FrameHeader h;
+  };
 
  private:
   Accept OnFrame(const Incoming& in);
+  // After authentication: a frame to its handler or sink by type.
+  Accept Dispatch(const FrameHeader& h, const Incoming& in);
+  // Whether `payload` matches the check's tag; counts and logs when not.
+  bool Intact(const PayloadCheck& check, const void* payload);
   // Counts and logs (every 10 s at most) a frame refused for its size.
   Accept Refuse(const FrameHeader& h, const Incoming& in, absl::string_view why);
   void SendTo(PeerId peer, const FrameHeader& h, const void* payload,
@@ -246,6 +267,7 @@ class DataChannel {
   std::atomic<int64_t> endpoint_renewals_{0};
   std::atomic<int64_t> unauthenticated_{0};
   std::atomic<int64_t> refused_{0};
+  std::atomic<int64_t> bad_payload_{0};
 };
 
 }  // namespace tessel::internal

@@ -308,6 +308,63 @@ TEST_F(DataChannelTest, AnotherRanksKeysForgeNoFrameTowardThisRank) {
   EXPECT_EQ(sink_->first(), 2.f);
 }
 
+// Issue 42 part 4: payload integrity (the servers' --data_integrity=payload).
+// The worker's frames carry their payload's tag; a PARAMS (or ERROR) whose
+// payload changed in flight under its valid header is dropped before the
+// sink hears of it, and the step goes on with the real frame.
+TEST_F(DataChannelTest, WithPayloadTagsAPayloadChangedInFlightIsDropped) {
+  auto job = *JobFrameKeys::Create(NewJobSecret(), ctx_->job_id, 0, /*payload=*/true);
+  const int rank = ctx_->rank.load();
+  const int64_t epoch = ctx_->epoch.load();
+  ASSERT_TRUE(
+      channel_
+          ->SetFrameKeys({FrameKeyGrant{job->RankSecret(rank, epoch), "", true}, FrameKeyGrant{}})
+          .ok());
+  // What this worker sends carries its payload's tag under its up key.
+  const std::vector<uint8_t> grads = FloatBytes(40, 0.5f);
+  FrameHeader push = channel_->Header(FrameType::kPush, 0, 0, 0);
+  push.payload_bytes = grads.size();
+  channel_->Send(push, grads.data());
+  const ScriptedServer::Frame got = server0_.Await(1).at(0);
+  ASSERT_EQ(got.header_bytes, kPayloadSealedHeaderBytes);
+  EXPECT_TRUE(job->VerifyFromWorker(got.wire_header, got.header));
+  EXPECT_TRUE(job->VerifyPayloadFromWorker(got.wire_header, got.header, got.payload.data()));
+  std::vector<uint8_t> changed = got.payload;
+  changed[7] ^= 0x01;
+  EXPECT_FALSE(job->VerifyPayloadFromWorker(got.wire_header, got.header, changed.data()));
+
+  // PARAMS sealed by the server, one payload byte flipped between seal and send.
+  const PeerId worker = got.from;
+  const FrameHeader params = ParamsHeader(*ctx_, 0, 0, 1, 160);
+  std::vector<uint8_t> real = FloatBytes(40, 2.f);
+  const WireHeader sealed = job->SealFrameToWorker(params, real.data());
+  std::vector<uint8_t> flipped = real;
+  flipped[100] ^= 0x40;
+  server0_.SendRaw(worker, sealed.span(), flipped);
+  // An ERROR whose text changed in flight does not fail the step either.
+  FrameHeader error = params;
+  error.type = FrameType::kError;
+  error.code = static_cast<int32_t>(absl::StatusCode::kAborted);
+  const std::string text = "refused";
+  error.payload_bytes = text.size();
+  const WireHeader error_sealed = job->SealFrameToWorker(error, text.data());
+  server0_.SendRaw(worker, error_sealed.span(),
+                   std::vector<uint8_t>{'R', 'E', 'F', 'U', 'S', 'E', 'D'});
+  ASSERT_TRUE(
+      channel_->WaitFor([&] { return channel_->bad_payload() == 2; }, [] { return "2"; }).ok());
+  EXPECT_EQ(sink_->offered(), 1) << "the header was authentic";
+  EXPECT_EQ(sink_->landed(), 0) << "the changed payload was not handed on";
+  EXPECT_EQ(channel_->unauthenticated(), 2) << "a wrong payload tag is a wrong tag";
+  // A header-only seal (80 bytes) is not taken where payloads are tagged.
+  server0_.SendRaw(worker, job->SealToWorker(params), real);
+  // The real frame lands.
+  server0_.SendRaw(worker, sealed.span(), real);
+  ASSERT_TRUE(channel_->WaitFor([&] { return sink_->landed() == 1; }, [] { return "1"; }).ok());
+  EXPECT_EQ(sink_->first(), 2.f);
+  EXPECT_EQ(channel_->unauthenticated(), 3);
+  EXPECT_EQ(channel_->bad_payload(), 2);
+}
+
 // Issue 42, the reproduction: a PARAMS frame of 57,600 bytes under a header
 // saying 19,200 (here: 12,000 under 160, more than the sink's whole buffer),
 // sent by a process in no job while the worker waits for that step. The

@@ -76,6 +76,7 @@ absl::StatusOr<std::vector<FrameKeyGrant>> JobControl::FrameKeys() const {
   req.set_rank(ctx_->rank.load());
   req.set_epoch(ctx_->epoch.load());
   req.set_claim(ctx_->frame_key_claim);
+  req.set_max_key_version(kPayloadKeysVersion);
   std::vector<FrameKeyGrant> grants;
   TESSEL_RETURN_IF_ERROR(ForEach([&](int shard) -> absl::Status {
     v1::FrameKeyResponse resp;
@@ -83,14 +84,17 @@ absl::StatusOr<std::vector<FrameKeyGrant>> JobControl::FrameKeys() const {
     // A server from before data-path authentication has no GetFrameKey: it
     // takes and sends untagged frames, as before.
     if (!got.ok() && !absl::IsUnimplemented(got)) return got;
-    if (!resp.secret().empty() && resp.key_version() != kRankKeysVersion) {
+    if (!resp.secret().empty() && resp.key_version() != kRankKeysVersion &&
+        resp.key_version() != kPayloadKeysVersion) {
       return absl::FailedPreconditionError(absl::StrCat(
           ctx_->Where(), ": shard ", shard,
           " hands out one frame key for the whole job (a server from before per-rank keys); "
           "upgrade the shard servers"));
     }
     if (grants.size() <= static_cast<size_t>(shard)) grants.resize(shard + 1);
-    grants[static_cast<size_t>(shard)] = FrameKeyGrant{resp.secret(), resp.host_secret()};
+    // Version 3: the server tags and checks payloads too (the whole job does).
+    grants[static_cast<size_t>(shard)] =
+        FrameKeyGrant{resp.secret(), resp.host_secret(), resp.key_version() == kPayloadKeysVersion};
     return absl::OkStatus();
   }));
   return grants;

@@ -17,6 +17,7 @@ ScriptedServer::ScriptedServer(std::shared_ptr<InProcFabric> fabric)
     frame->header = *h;
     frame->from = in.from;
     frame->header_bytes = in.header.size();
+    frame->wire_header.assign(in.header.begin(), in.header.end());
     frame->payload.resize(in.payload_bytes);
     auto record = [this, frame](absl::Status) {
       absl::MutexLock lock(&mu_);
@@ -43,7 +44,7 @@ void ScriptedServer::Reply(PeerId to, const FrameHeader& h, std::vector<uint8_t>
                            JobFrameKeys* auth) {
   auto owned = std::make_shared<std::vector<uint8_t>>(std::move(payload));
   const WireHeader wire =
-      auth != nullptr ? WireHeader{auth->SealToWorker(h), kSealedHeaderBytes} : ToWire(nullptr, h);
+      auth != nullptr ? auth->SealFrameToWorker(h, owned->data()) : ToWire(nullptr, h);
   transport_->Send(to, wire.span(), owned->data(), owned->size(), [owned](absl::Status) {});
 }
 

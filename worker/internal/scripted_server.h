@@ -49,7 +49,8 @@ class ScriptedServer {
   struct Frame {
     FrameHeader header;
     PeerId from = 0;
-    size_t header_bytes = 0;  // kHeaderBytes, or kSealedHeaderBytes when tagged
+    size_t header_bytes = 0;           // kHeaderBytes, or kSealedHeaderBytes when tagged
+    std::vector<uint8_t> wire_header;  // the active-message header as it came
     std::vector<uint8_t> payload;
   };
 
