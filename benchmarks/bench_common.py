@@ -25,6 +25,26 @@ CPU = re.compile(r"^cpu (\d+) ([0-9.]+)\s*$")
 LINK = re.compile(r"^link (\d+) (\d+) (-?[0-9.]+) (-?[0-9.]+)\s*$")
 
 
+def build_gloo(src, out, ddp_update_lib=None):
+    """Builds gloo_allreduce.cc (Gloo's C++ allreduce baseline) into `out`,
+    installing Debian's libgloo-dev first if it is missing; with
+    `ddp_update_lib` (bazel-bin/benchmarks/libtessel_ddp_update.so) it also gets the
+    --update=sgd|adam modes (benchmarks/ddp_update.h)."""
+    import subprocess
+    if not os.path.exists("/usr/include/gloo/allreduce.h"):
+        print("# installing libgloo-dev (Gloo's C++ library) for the gloo baseline", flush=True)
+        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "libgloo-dev"],
+                       check=True, stdout=subprocess.DEVNULL,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(src)))
+    cmd = ["g++", "-O2", "-std=c++17", "-I", root, "-o", out, src]
+    if ddp_update_lib:
+        lib = os.path.abspath(ddp_update_lib)
+        cmd[1:1] = ["-DTESSEL_DDP_UPDATE"]
+        cmd += [lib, "-Wl,-rpath," + os.path.dirname(lib)]
+    subprocess.run(cmd + ["-lgloo", "-lpthread"], check=True)
+
+
 def cpu_times():
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:9]]

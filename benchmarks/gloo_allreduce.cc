@@ -7,9 +7,13 @@
 // After each size's row rank 0 prints the CPU of every rank per timed step,
 // summed ("cpu S_MiB MS"), and, on a device other than lo, each rank's
 // device bytes per step ("link S_MiB RANK RX TX"): bench_probe.h.
-// Build (run_datapath does): g++ -O2 -std=c++17 -I<repo root> -o gloo_allreduce
-//   gloo_allreduce.cc -lgloo -lpthread
-// Usage: gloo_allreduce RANKS SIZES_MIB ITERS        (forks RANKS processes, tcp on lo)
+// With --update=sgd|adam (a build with -DTESSEL_DDP_UPDATE, linked to
+// libtessel_ddp_update.so: benchmarks/ddp_update.h), every rank then turns the sum
+// into the mean and runs the optimizer's update over the whole vector with the
+// kernels Tessel's servers run, in the same timed window: a DDP step.
+// Build: bench_common.build_gloo (run_datapath and run_multihost call it).
+// Usage: gloo_allreduce [--update=OPT] RANKS SIZES_MIB ITERS
+//                                   (forks RANKS processes, tcp on lo)
 //        gloo_allreduce RANKS SIZES_MIB ITERS RANK STORE_DIR IFACE
 //                                   (one rank: run_multihost starts one per host
 //                                    namespace, rendezvous in the shared STORE_DIR)
@@ -36,6 +40,9 @@
 extern "C" {
 #include "benchmarks/bench_probe.h"
 }
+#ifdef TESSEL_DDP_UPDATE
+#include "benchmarks/ddp_update.h"
+#endif
 
 namespace {
 
@@ -46,7 +53,7 @@ double Now() {
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
 void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& sizes, int iters,
-             const std::string& iface) {
+             const std::string& iface, const std::string& update) {
   gloo::transport::tcp::attr attr;
   attr.iface = iface;
   const char* link = iface == "lo" ? "-" : iface.c_str();
@@ -59,9 +66,10 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
   uint32_t tag = 1;
   if (rank == 0) {
     std::printf(
-        "# gloo allreduce (ring, tcp on %s) float32 sum, %d ranks; step = barrier, then "
+        "# gloo allreduce (ring, tcp on %s) float32 sum%s%s, %d ranks; step = barrier, then "
         "the slowest rank\n",
-        iface.c_str(), n);
+        iface.c_str(), update.empty() ? "" : ", then the mean and the update on every rank: ",
+        update.c_str(), n);
     std::printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
                 "algbw_GBs", "busbw_GBs");
   }
@@ -69,6 +77,10 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
     const size_t count = static_cast<size_t>(mib) << 18;
     std::vector<float> in(count, 1e-3f * static_cast<float>(rank + 1)), out(count, 0.f);
     std::vector<double> ts;
+#ifdef TESSEL_DDP_UPDATE
+    std::unique_ptr<ddp_update, void (*)(ddp_update*)> u(
+        update.empty() ? nullptr : ddp_update_new(update.c_str(), count), &ddp_update_free);
+#endif
     bench_sample start = {0, 0, 0};
     for (int it = 0; it < 3 + iters; ++it) {
       gloo::BarrierOptions bo(ctx);
@@ -83,6 +95,9 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
       o.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<float>));
       o.setTag(tag++);
       gloo::allreduce(o);
+#ifdef TESSEL_DDP_UPDATE
+      if (u != nullptr) ddp_update_apply(u.get(), out.data(), n);
+#endif
       if (it >= 3) ts.push_back(Now() - t0);
     }
     {
@@ -131,7 +146,26 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* usage = "usage: gloo_allreduce RANKS SIZES_MIB ITERS [RANK STORE_DIR IFACE]\n";
+  const char* usage =
+      "usage: gloo_allreduce [--update=sgd|adam] RANKS SIZES_MIB ITERS [RANK STORE_DIR IFACE]\n";
+  std::string update;
+  if (argc > 1 && std::string(argv[1]).rfind("--update=", 0) == 0) {
+    update = std::string(argv[1]).substr(9);
+#ifdef TESSEL_DDP_UPDATE
+    ddp_update* probe = ddp_update_new(update.c_str(), 1);
+    const bool known = probe != nullptr;
+    ddp_update_free(probe);
+#else
+    const bool known = false;  // built without libtessel_ddp_update.so
+#endif
+    if (!known) {
+      std::fprintf(stderr, "--update=%s: not an optimizer of this build (sgd, adam with "
+                   "-DTESSEL_DDP_UPDATE)\n%s", update.c_str(), usage);
+      return 2;
+    }
+    --argc;
+    ++argv;
+  }
   if (argc != 4 && argc != 7) {
     std::fprintf(stderr, "%s", usage);
     return 2;
@@ -151,7 +185,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "RANK %d is not in [0, %d)\n%s", rank, n, usage);
       return 2;
     }
-    RunRank(rank, n, argv[5], sizes, iters, argv[6]);
+    RunRank(rank, n, argv[5], sizes, iters, argv[6], update);
     return 0;
   }
   char tmpl[] = "/tmp/gloo_allreduce_XXXXXX";
@@ -160,7 +194,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < n; ++r) {
     const pid_t p = fork();
     if (p == 0) {
-      RunRank(r, n, dir, sizes, iters, "lo");
+      RunRank(r, n, dir, sizes, iters, "lo", update);
       _exit(0);
     }
     kids.push_back(p);

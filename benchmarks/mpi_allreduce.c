@@ -7,17 +7,24 @@
  *   rs_ag      MPI_Reduce_scatter_block of S bytes then MPI_Allgather back to
  *              S bytes: the same two phases as a parameter server's push
  *              (reduce-scatter) and pull (all-gather), in one timed window.
+ *   allreduce-sgd, allreduce-adam
+ *              MPI_Allreduce, then every rank turns the sum into the mean and
+ *              runs the optimizer's update over the whole vector, with the
+ *              kernels Tessel's servers run (ddp_update.h): what a DDP step
+ *              does, timed in the same window.
  * After each size's row rank 0 prints the CPU every rank spent per timed
  * step, summed ("cpu S_MiB MS"), and with a device (DEV, e.g. eth0 in a
  * namespace used as a host) each rank's device bytes per step ("link S_MiB
  * RANK RX TX"); bench_probe.h says how.
- * Usage: mpirun -np W mpi_allreduce SIZES_MIB ITERS [allreduce|rs_ag] [DEV] */
+ * Usage: mpirun -np W mpi_allreduce SIZES_MIB ITERS
+ *          [allreduce|rs_ag|allreduce-sgd|allreduce-adam] [DEV] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "benchmarks/bench_probe.h"
+#include "benchmarks/ddp_update.h"
 
 static int cmp(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
@@ -34,15 +41,24 @@ int main(int argc, char** argv) {
   const char* mode = argc > 3 ? argv[3] : "allreduce";
   const char* dev = argc > 4 ? argv[4] : "-";
   int rs_ag = strcmp(mode, "rs_ag") == 0;
-  if (iters < 1 || (!rs_ag && strcmp(mode, "allreduce") != 0)) {
-    if (rank == 0) fprintf(stderr, "usage: mpi_allreduce SIZES_MIB ITERS [allreduce|rs_ag] [DEV]\n");
+  /* allreduce-<opt>: the optimizer's name after the dash */
+  const char* update = strncmp(mode, "allreduce-", 10) == 0 ? mode + 10 : NULL;
+  struct ddp_update* probe = update ? ddp_update_new(update, 1) : NULL;
+  int known = rs_ag || strcmp(mode, "allreduce") == 0 || probe != NULL;
+  ddp_update_free(probe);
+  if (iters < 1 || !known) {
+    if (rank == 0) {
+      fprintf(stderr, "usage: mpi_allreduce SIZES_MIB ITERS "
+                      "[allreduce|rs_ag|allreduce-sgd|allreduce-adam] [DEV]\n");
+    }
     MPI_Finalize();
     return 2;
   }
   char* copy = strdup(sizes);
   if (rank == 0) {
-    printf("# MPI %s float32 sum, %d ranks; step = barrier, then the slowest rank\n",
-           rs_ag ? "Reduce_scatter_block + Allgather" : "Allreduce", n);
+    printf("# MPI %s float32 sum%s%s, %d ranks; step = barrier, then the slowest rank\n",
+           rs_ag ? "Reduce_scatter_block + Allgather" : "Allreduce",
+           update ? ", then the mean and the update on every rank: " : "", update ? update : "", n);
     printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
            "algbw_GBs", "busbw_GBs");
   }
@@ -54,6 +70,7 @@ int main(int argc, char** argv) {
     float* out = malloc(count * sizeof(float));
     float* mine = malloc((part > 0 ? part : 1) * sizeof(float));
     for (size_t i = 0; i < count; i++) in[i] = 1e-3f * (rank + 1);
+    struct ddp_update* u = update ? ddp_update_new(update, count) : NULL;
     double* t = malloc(sizeof(double) * iters);
     struct bench_sample start = {0, 0, 0};
     for (int i = 0; i < 3 + iters; i++) {
@@ -65,6 +82,7 @@ int main(int argc, char** argv) {
         MPI_Allgather(mine, (int)part, MPI_FLOAT, out, (int)part, MPI_FLOAT, MPI_COMM_WORLD);
       } else {
         MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (u) ddp_update_apply(u, out, n);
       }
       double dt = MPI_Wtime() - t0, mx;
       MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -95,6 +113,7 @@ int main(int argc, char** argv) {
     free(mine);
     free(t);
     free(all3);
+    ddp_update_free(u);
   }
   free(copy);
   MPI_Finalize();

@@ -16,7 +16,13 @@ Contenders, for each world size W in --workers:
   mpi-allreduce    Open MPI MPI_Allreduce (its default transports).
   mpi-rs_ag        Open MPI MPI_Reduce_scatter_block + MPI_Allgather: the
                    push (reduce-scatter) and pull (all-gather) of a step.
+  mpi-allreduce-<opt>  the fair baseline: MPI_Allreduce, then every rank
+                   turns the sum into the mean and runs the same update <opt>
+                   over the whole vector with the kernels Tessel's servers run
+                   (benchmarks/ddp_update.h): what a DDP step does, while
+                   Tessel's step includes its servers' update.
   gloo-allreduce   Gloo's C++ ring allreduce over TCP on lo (libgloo-dev).
+  gloo-allreduce-<opt>  the same fair baseline over Gloo's allreduce.
   tessel-<opt>-tN  with --update_threads=N,...: the servers run N update
                    threads (default: one contender, the servers' default).
   tessel-<opt>-copied with --copied: the same with --ucx_zero_copy=false
@@ -31,6 +37,11 @@ Contenders, for each world size W in --workers:
   tessel-<opt>[-...]-noinline with --no_inline: the servers'
                    --inline_update_max_bytes=0 (every bucket through an update
                    thread, none reduced on the transport's thread).
+  tessel-<opt>-auth-<mode> with --data_auth=off,header,payload: the servers'
+                   data-path authentication: off (--data_auth=off), header
+                   tags (--data_auth=on --data_integrity=header) or header
+                   and payload tags (--data_integrity=payload), one contender
+                   per mode, for the cost of authentication in one run.
   tessel-<opt>-base with --base_bench: another build's datapath_bench (e.g. an
                    earlier commit's), for a before/after measured in one run.
   with --tcp:      tessel-tcp-sgd (UCX over TCP) and mpi-tcp-allreduce
@@ -43,12 +54,15 @@ Contenders, for each world size W in --workers:
 Ratio lines, one per (W, size, Tessel variant, baseline), end the output:
   64    W=2 tessel-sgd   21.10 ms vs mpi-allreduce   25.32 ms  ratio 1.20x
 (> 1: Tessel's step is faster; ratio = baseline median / Tessel median).
+A tessel-<opt> contender is compared with the raw allreduce lines and with the
+fair baseline of the same optimizer (mpi-allreduce-<opt>, gloo-allreduce-<opt>).
 
 Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
          [--sizes_mib=1,16,64,256] [--repeats=5] [--iters=10]
          [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
          [--update_threads=1,2] [--base_bench=OTHER/datapath_bench] [--copied]
          [--no_fold] [--no_inline] [--cma] [--poll_modes=auto,spin,event]
+         [--data_auth=off,header,payload] [--no_mpi]
 """
 import argparse
 import os
@@ -60,7 +74,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import parse, wait_quiet
+from bench_common import build_gloo, parse, wait_quiet
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_tcp_if_include", "lo",
           "--mca", "oob_tcp_if_include", "lo"]
@@ -71,6 +85,8 @@ def main():
     ap.add_argument("--bench", required=True)
     ap.add_argument("--mpi", required=True)
     ap.add_argument("--gloo_src", required=True)
+    ap.add_argument("--ddp_update_lib", default="",
+                    help="libtessel_ddp_update.so (bazel-bin/benchmarks): gloo-allreduce-<opt> contenders")
     ap.add_argument("--workers", default="2,4")
     ap.add_argument("--servers", type=int, default=2)
     ap.add_argument("--sizes_mib", default="1,16,64,256")
@@ -79,6 +95,8 @@ def main():
     ap.add_argument("--optimizers", default="sgd,adam")
     ap.add_argument("--tcp", action="store_true")
     ap.add_argument("--no_gloo", action="store_true")
+    ap.add_argument("--no_mpi", action="store_true",
+                    help="no Open MPI contenders (Tessel against itself, e.g. --data_auth)")
     ap.add_argument("--cma", action="store_true",
                     help="add tessel-cma-sgd: UCX_TLS cma,tcp,self (no shared memory: RMA gets)")
     ap.add_argument("--update_threads", default="",
@@ -101,6 +119,11 @@ def main():
                     help="also run each Tessel contender with the servers' "
                          "--inline_update_max_bytes=0 (tessel-<opt>-noinline: every bucket "
                          "handed to an update thread)")
+    ap.add_argument("--data_auth", default="",
+                    help="comma-separated off,header,payload: one Tessel contender per mode "
+                         "(tessel-<opt>-auth-<mode>), the servers run with --data_auth=off, "
+                         "--data_auth=on --data_integrity=header, or ... =payload (default: one "
+                         "contender, the servers' default)")
     ap.add_argument("--quiet_max_s", type=float, default=120)
     ap.add_argument("--timeout_s", type=float, default=900, help="per contender run")
     args = ap.parse_args()
@@ -108,20 +131,13 @@ def main():
     sizes = [int(s) for s in args.sizes_mib.split(",")]
     if args.repeats < 1 or args.iters < 1 or not worlds or not sizes:
         ap.error("--repeats, --iters, --workers and --sizes_mib must be positive")
-    if shutil.which("mpirun") is None:
+    if not args.no_mpi and shutil.which("mpirun") is None:
         sys.exit("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
     tmp = tempfile.mkdtemp(prefix="run-datapath-")
     gloo = None
     if not args.no_gloo:
-        if not os.path.exists("/usr/include/gloo/allreduce.h"):
-            print("# installing libgloo-dev (Gloo's C++ library) for the gloo baseline", flush=True)
-            subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "libgloo-dev"],
-                           check=True, stdout=subprocess.DEVNULL,
-                           env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
         gloo = os.path.join(tmp, "gloo_allreduce")
-        root = os.path.dirname(os.path.dirname(os.path.abspath(args.gloo_src)))
-        subprocess.run(["g++", "-O2", "-std=c++17", "-I", root, "-o", gloo, args.gloo_src,
-                        "-lgloo", "-lpthread"], check=True)
+        build_gloo(args.gloo_src, gloo, args.ddp_update_lib or None)
     size_arg = ",".join(str(s) for s in sizes)
     contenders = []  # (world, name, argv)
     threads = [int(t) for t in args.update_threads.split(",") if t] or [0]
@@ -139,6 +155,15 @@ def main():
                 modes = [m for m in args.poll_modes.split(",") if m]
                 if modes:
                     variants = [(f"{name}-{m}", [f"--poll_mode={m}"]) for m in modes]
+                auth_args = {"off": "--data_auth=off",
+                             "header": "--data_auth=on --data_integrity=header",
+                             "payload": "--data_auth=on --data_integrity=payload"}
+                auth_modes = [m for m in args.data_auth.split(",") if m]
+                if any(m not in auth_args for m in auth_modes):
+                    ap.error("--data_auth: expected off, header or payload")
+                if auth_modes:
+                    variants = [(f"{n}-auth-{m}", a + [f"--server_args={auth_args[m]}"])
+                                for n, a in variants for m in auth_modes]
                 if args.copied:
                     variants += [(n + "-copied", a + ["--ucx_zero_copy=false"])
                                  for n, a in list(variants)]
@@ -152,11 +177,15 @@ def main():
                                            extra + vargs + ["--fold_prefix=false"]))
             if args.base_bench:
                 contenders.append((w, f"tessel-{opt}-base", tessel(args.base_bench, w, opt)))
-        for mode in ("allreduce", "rs_ag"):
+        fair = [f"allreduce-{opt}" for opt in args.optimizers.split(",") if opt]
+        for mode in () if args.no_mpi else ["allreduce", "rs_ag"] + fair:
             contenders.append((w, f"mpi-{mode}",
                                MPIRUN + ["-np", str(w), args.mpi, size_arg, str(args.iters), mode]))
         if gloo:
             contenders.append((w, "gloo-allreduce", [gloo, str(w), size_arg, str(args.iters)]))
+            for opt in args.optimizers.split(",") if args.ddp_update_lib else []:
+                contenders.append((w, f"gloo-allreduce-{opt}",
+                                   [gloo, f"--update={opt}", str(w), size_arg, str(args.iters)]))
         if args.cma:
             contenders.append((w, "tessel-cma-sgd", tessel(args.bench, w, "sgd", "cma,tcp,self")))
         if args.tcp:
@@ -236,14 +265,22 @@ def main():
                     bcpu = statistics.median(cpus[(w, b, s)])
                     print(f"{s:<5} W={w} {t:15} cpu {tcpu:8.2f} ms vs {b:18} {bcpu:8.2f} ms  "
                           f"cpu ratio {tcpu / bcpu:.2f}x")
-    print("\n# ratio of medians: baseline / Tessel (> 1: Tessel's step is faster)")
+    print("\n# ratio of medians: baseline / Tessel (> 1: Tessel's step is faster); a fair "
+          "baseline (allreduce-<opt>: the all-reduce, then the update on every rank) only "
+          "against Tessel with the same optimizer")
+
+    def same_update(tessel_name, baseline):
+        """A raw baseline fits every Tessel contender; allreduce-<opt> only tessel-...<opt>..."""
+        fair = baseline.rsplit("-", 1)[-1] if baseline.split("-")[-2:-1] == ["allreduce"] else ""
+        return not fair or fair in tessel_name.split("-")
     names = sorted({n for _, n, _ in contenders})
     for w in worlds:
         for s in sizes:
             for t in [n for n in names if n.startswith("tessel-")]:
                 tmed = statistics.median(results[(w, t, s)])
                 tcp = "tcp" in t
-                for b in [n for n in names if not n.startswith("tessel-") and ("tcp" in n) == tcp]:
+                for b in [n for n in names if not n.startswith("tessel-") and ("tcp" in n) == tcp
+                          and same_update(t, n)]:
                     bmed = statistics.median(results[(w, b, s)])
                     print(f"{s:<5} W={w} {t:15} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "
                           f"ratio {bmed / tmed:.2f}x")
@@ -269,6 +306,12 @@ def main():
     speed_ups("prefix order in this run: --fold_prefix=false's median / the default's (> 1: "
               "folding ranks as they arrive is faster)",
               [(b[:-len("-nofold")], b) for b in names if b.endswith("-nofold")])
+    speed_ups("data-path authentication in this run: --data_auth=off's median / this mode's "
+              "(< 1: authentication costs; 0.95x = 5 % slower)",
+              [(b, b.replace("-auth-header", "-auth-off").replace("-auth-payload", "-auth-off"))
+               for b in names if b.endswith(("-auth-header", "-auth-payload"))
+               and b.replace("-auth-header", "-auth-off").replace("-auth-payload", "-auth-off")
+               in names])
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -61,7 +61,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import parse, wait_quiet
+from bench_common import build_gloo, parse, wait_quiet
 
 REG_PORT, SRV_PORT = 7070, 7100
 # Servers speak tcp only, so every byte between a worker and a server crosses
@@ -69,14 +69,6 @@ REG_PORT, SRV_PORT = 7070, 7100
 # the ranks of one host (the host aggregation's first level).
 UCX_TLS = "tcp,self"
 WORKER_TLS = "tcp,sm,self"
-
-
-def install_gloo():
-    if not os.path.exists("/usr/include/gloo/allreduce.h"):
-        print("# installing libgloo-dev (Gloo's C++ library) for the gloo baseline", flush=True)
-        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "libgloo-dev"],
-                       check=True, stdout=subprocess.DEVNULL,
-                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
 
 
 class Hosts:
@@ -245,11 +237,8 @@ def main():
     bins = {"bench": args.bench, "server": args.server, "registry": args.registry,
             "mpi": args.mpi}
     if not args.no_gloo:
-        install_gloo()
         bins["gloo"] = os.path.join(tmp, "gloo_allreduce")
-        root = os.path.dirname(os.path.dirname(os.path.abspath(args.gloo_src)))
-        subprocess.run(["g++", "-O2", "-std=c++17", "-I", root, "-o", bins["gloo"],
-                        args.gloo_src, "-lgloo", "-lpthread"], check=True)
+        build_gloo(args.gloo_src, bins["gloo"])
     W, H, L = args.hosts * args.per_host, args.hosts, args.per_host
     topo = "H=%dxL=%d" % (H, L)
     hosts = Hosts(netns, tmp, H, args.servers)
