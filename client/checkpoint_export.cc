@@ -9,7 +9,10 @@
 // A torch model with several parameter groups is several jobs (J, J.g1,
 // J.g2, ... core/job_name.h): the export of J takes every group job with a
 // checkpoint at the same step, up to the first group number with no
-// checkpoint at all.
+// checkpoint at all. The model's buffers are J.buffers (tessel.torch writes
+// it at J's checkpoint steps): its checkpoint at the step, when there is one,
+// adds each buffer under its state_dict name with its dtype (int64
+// num_batches_tracked stays int64), after the parameters.
 #include <google/protobuf/util/json_util.h>
 #include <sys/stat.h>
 
@@ -19,11 +22,14 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
 #include "client/context.h"
@@ -88,6 +94,79 @@ absl::StatusOr<std::vector<std::string>> JobsAtStep(const Cluster& c, const std:
   return jobs;
 }
 
+// Whether J.buffers (tessel.torch's job of the model's buffers) has a
+// checkpoint at `step`; a warning when it has checkpoints, but not that one.
+absl::StatusOr<bool> BuffersAtStep(const Cluster& c, const std::string& buffers_job, int64_t step) {
+  v1::JobRef ref;
+  ref.set_job(buffers_job);
+  v1::ListCheckpointsResponse list;
+  TESSEL_RETURN_IF_ERROR(c.fleet().CallWithPrefix(c.AnyShard(), &Stub::ListCheckpoints, ref, &list,
+                                                  "ListCheckpoints"));
+  if (list.checkpoints().empty()) return false;
+  for (const v1::CheckpointInfo& i : list.checkpoints()) {
+    if (i.step() == step) return true;
+  }
+  std::cerr << "tesselctl: warning: '" << buffers_job << "' has no checkpoint at step " << step
+            << "; the model's buffers are not in the file\n";
+  return false;
+}
+
+// A buffer's layout name: KEY@DTYPE[D0,D1,...] (python/tessel/torch/buffer_store.py).
+bool ParseBufferName(const std::string& name, std::string* key, const tensor_files::DType** dtype,
+                     std::vector<int64_t>* shape) {
+  const size_t at = name.rfind('@');
+  if (at == std::string::npos || at == 0 || name.back() != ']') return false;
+  const size_t open = name.find('[', at);
+  if (open == std::string::npos) return false;
+  *key = name.substr(0, at);
+  *dtype = tensor_files::FindDType(name.substr(at + 1, open - at - 1));
+  if (*dtype == nullptr) return false;
+  shape->clear();
+  const std::string dims = name.substr(open + 1, name.size() - open - 2);
+  if (dims.empty()) return true;
+  for (absl::string_view d : absl::StrSplit(dims, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(d, &v) || v < 0) return false;
+    shape->push_back(v);
+  }
+  return true;
+}
+
+// The buffers in J.buffers' part, each with its dtype, viewing the part's
+// values as bytes; each layout tensor holds ceil(bytes / 4) words (at least 1).
+absl::StatusOr<std::vector<NamedTensor>> BufferTensors(const JobPart& p) {
+  std::vector<NamedTensor> out;
+  const char* base = reinterpret_cast<const char*>(p.values.data());
+  int64_t offset = 0;  // in words
+  for (const v1::TensorSpec& t : p.spec.tensors()) {
+    NamedTensor nt;
+    if (!ParseBufferName(t.name(), &nt.name, &nt.dtype, &nt.shape)) {
+      return absl::DataLossError(absl::StrCat("job '", p.job, "' holds '", t.name(),
+                                              "', which is not a buffer's name (KEY@DTYPE[dims])"));
+    }
+    const int64_t numel = tensor_files::NumElements(nt.shape);
+    const int64_t words = t.shape_size() == 1 ? t.shape(0) : -1;
+    const int64_t bytes = numel < 0 ? -1 : numel * nt.dtype->itemsize;
+    if (bytes < 0 || words != std::max<int64_t>(1, (bytes + 3) / 4) ||
+        offset + words > static_cast<int64_t>(p.values.size())) {
+      return absl::DataLossError(absl::StrCat("buffer '", nt.name, "' of job '", p.job,
+                                              "' does not fit its checkpoint's values"));
+    }
+    if (std::string(nt.dtype->name) == tensor_files::kFloat32.name) {
+      nt.data = absl::MakeConstSpan(p.values.data() + offset, static_cast<size_t>(numel));
+    } else {
+      nt.bytes = absl::string_view(base + offset * 4, static_cast<size_t>(bytes));
+    }
+    offset += words;
+    out.push_back(std::move(nt));
+  }
+  if (offset != static_cast<int64_t>(p.values.size())) {
+    return absl::DataLossError(absl::StrCat("the buffers of job '", p.job, "' hold ", offset,
+                                            " words; its checkpoint ", p.values.size()));
+  }
+  return out;
+}
+
 absl::StatusOr<JobPart> ReadJob(const Cluster& c, const std::string& job, int64_t step) {
   TESSEL_ASSIGN_OR_RETURN(auto info, GetCheckpoint(c, job, step));
   JobPart part;
@@ -131,10 +210,16 @@ absl::StatusOr<JobPart> ReadJob(const Cluster& c, const std::string& job, int64_
 
 // The tensors of every part, in job order and each job's spec order, viewing
 // the parts' values. Tensor names must be unique across the jobs.
-absl::StatusOr<std::vector<NamedTensor>> Tensors(const std::vector<JobPart>& parts) {
+// The buffers (J.buffers' part, if any) come first here.
+absl::StatusOr<std::vector<NamedTensor>> Tensors(const std::vector<JobPart>& parts,
+                                                 const JobPart* buffers) {
   std::vector<NamedTensor> tensors;
   std::map<std::string, std::string> owner;  // tensor name -> job
   std::vector<std::string> clashes;
+  if (buffers != nullptr) {
+    TESSEL_ASSIGN_OR_RETURN(tensors, BufferTensors(*buffers));
+    for (const NamedTensor& t : tensors) owner.emplace(t.name, buffers->job);
+  }
   for (const JobPart& p : parts) {
     int64_t offset = 0;
     for (const v1::TensorSpec& t : p.spec.tensors()) {
@@ -191,8 +276,21 @@ int Export(const Globals& g, const ExportArgs& a) {
     if (!part.ok()) return Fail(part.status());
     parts.push_back(std::move(*part));
   }
-  auto tensors = Tensors(parts);
+  // The model's buffers (tessel.torch), written after the parameters.
+  const std::string buffers_job = BuffersJobName(a.job);
+  auto has_buffers = BuffersAtStep(c, buffers_job, step);
+  if (!has_buffers.ok()) return Fail(has_buffers.status());
+  std::optional<JobPart> buffers;
+  if (*has_buffers) {
+    auto part = ReadJob(c, buffers_job, step);
+    if (!part.ok()) return Fail(part.status());
+    buffers = std::move(*part);
+  }
+  auto tensors = Tensors(parts, buffers ? &*buffers : nullptr);
   if (!tensors.ok()) return Fail(tensors.status());
+  const size_t num_buffers = buffers ? static_cast<size_t>(buffers->spec.tensors_size()) : 0;
+  std::rotate(tensors->begin(), tensors->begin() + static_cast<std::ptrdiff_t>(num_buffers),
+              tensors->end());
   int64_t params = 0;
   for (const JobPart& p : parts) params += static_cast<int64_t>(p.values.size());
 
@@ -222,14 +320,16 @@ int Export(const Globals& g, const ExportArgs& a) {
                                   {"file", a.out},
                                   {"bytes", bytes},
                                   {"tensors", tensors->size()},
+                                  {"buffers", num_buffers},
                                   {"params", params}};
   Render(
       g, summary,
       [&](std::ostream& o) {
         o << "exported job '" << a.job << "' at step " << step;
         if (jobs->size() > 1) o << " (jobs " << absl::StrJoin(*jobs, ", ") << ")";
-        o << ": " << tensors->size() << " tensors, " << params << " parameters -> " << a.out << " ("
-          << a.format << ", " << Bytes(bytes) << ")\n";
+        o << ": " << tensors->size() << " tensors, " << params << " parameters";
+        if (num_buffers > 0) o << ", " << num_buffers << " buffers (" << buffers_job << ")";
+        o << " -> " << a.out << " (" << a.format << ", " << Bytes(bytes) << ")\n";
       },
       std::cout);
   return kOk;

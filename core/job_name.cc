@@ -14,11 +14,13 @@ constexpr absl::string_view kGroup = ".g";
 constexpr absl::string_view kStage = ".p";
 constexpr absl::string_view kTensorShard = ".t";
 constexpr absl::string_view kMesh = ".mesh";
+constexpr absl::string_view kBuffers = ".buffers";
 constexpr absl::string_view kHelper = "~sync";
 constexpr absl::string_view kEpoch = ".e";
 
 constexpr absl::string_view kGrammar =
-    "expected [.g<N>] [.p<P>.t<T> | .mesh] [~sync<N>.e<E>] after the job name";
+    "expected [.g<N>] [.p<P>.t<T> | .mesh] [~sync<N>.e<E>], or .buffers [~sync<N>.e<E>], after "
+    "the job name";
 
 // Consumes a decimal number from the front of `s`: no sign, no leading zero
 // unless it is 0, at most `max` (what the builders can write).
@@ -54,6 +56,8 @@ std::string PartitionJobName(absl::string_view job, int stage, int tensor_shard)
 
 std::string MeshGroupName(absl::string_view job) { return absl::StrCat(job, kMesh); }
 
+std::string BuffersJobName(absl::string_view job) { return absl::StrCat(job, kBuffers); }
+
 std::string HelperJobName(absl::string_view job, int64_t elements, int64_t epoch) {
   return absl::StrCat(job, kHelper, elements, kEpoch, epoch);
 }
@@ -67,13 +71,17 @@ absl::StatusOr<DerivedSuffix> ParseDerivedSuffix(absl::string_view suffix) {
   DerivedSuffix out;
   int64_t n = 0;
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  if (ConsumeNumbered(&suffix, kGroup, &n, kIntMax)) {
+  if (absl::ConsumePrefix(&suffix, kBuffers)) {
+    out.buffers = true;
+  } else if (ConsumeNumbered(&suffix, kGroup, &n, kIntMax)) {
     if (n == 0) return bad("group 0 is the job itself, never '.g0'");
     out.group = static_cast<int>(n);
   }
   int64_t stage = 0;
   int64_t tensor_shard = 0;
-  if (absl::ConsumePrefix(&suffix, kMesh)) {
+  if (out.buffers) {
+    // J.buffers takes nothing but a helper.
+  } else if (absl::ConsumePrefix(&suffix, kMesh)) {
     out.mesh = true;
   } else if (ConsumeNumbered(&suffix, kStage, &stage, kIntMax)) {
     if (!ConsumeNumbered(&suffix, kTensorShard, &tensor_shard, kIntMax)) {

@@ -8,6 +8,9 @@
 //                            shard T
 //            | ".mesh"       the registry group of a hybrid job's processes
 //                            (a group, not a job: no helper follows it)
+//            | ".buffers"    tessel.torch's job of a model's buffers (BatchNorm
+//                            statistics), written by rank 0 at checkpoint steps
+//                            (after J itself, no group before it)
 //   helper  := "~sync" N ".e" E
 //                            a reduce-only job the worker SDK makes for a
 //                            vector of N floats at membership epoch E
@@ -49,6 +52,7 @@ std::string GroupJobName(absl::string_view job, int group);  // group 0: `job`
 std::string PartitionJobName(absl::string_view job, int stage, int tensor_shard);
 std::string MeshGroupName(absl::string_view job);
 std::string HelperJobName(absl::string_view job, int64_t elements, int64_t epoch);
+std::string BuffersJobName(absl::string_view job);
 
 // What follows J in a derived name.
 struct DerivedSuffix {
@@ -59,6 +63,7 @@ struct DerivedSuffix {
   };
   std::optional<Partition> partition;
   bool mesh = false;
+  bool buffers = false;  // ".buffers"
   struct Helper {
     int64_t elements = 0;
     int64_t epoch = 0;

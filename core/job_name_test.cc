@@ -125,6 +125,25 @@ TEST(JobNameTest, ScopeCoversTheJobAndWhatIsDerivedFromIt) {
   EXPECT_FALSE(JobInScope("", "mlp"));
 }
 
+TEST(JobNameTest, BuffersJobIsTheModelsAndTakesOnlyHelpers) {
+  EXPECT_EQ(BuffersJobName("mlp"), "mlp.buffers");
+  absl::StatusOr<DerivedSuffix> s = ParseDerivedSuffix(".buffers");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->buffers);
+  EXPECT_EQ(s->group, 0);
+  s = ParseDerivedSuffix(".buffers~sync4.e1");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->buffers && s->helper.has_value());
+  for (const char* bad : {".buffers.g1", ".g1.buffers", ".buffers.mesh", ".buffers.p0.t0",
+                          ".p0.t0.buffers", ".buffers.buffers", ".buffersx"}) {
+    EXPECT_FALSE(ParseDerivedSuffix(bad).ok()) << bad;
+  }
+  EXPECT_TRUE(JobInScope("mlp", "mlp.buffers"));
+  EXPECT_TRUE(JobInScope("mlp", "mlp.buffers~sync8.e0"));
+  EXPECT_FALSE(JobInScope("mlp", "mlp.g1.buffers"));
+  EXPECT_FALSE(IsHelperJob("mlp.buffers"));
+}
+
 TEST(JobNameTest, HelperJobsAreNamedByTheirLastPart) {
   EXPECT_TRUE(IsHelperJob("mlp~sync4.e3"));
   EXPECT_TRUE(IsHelperJob("mlp.p0.t1~sync65536.e12"));

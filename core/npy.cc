@@ -301,9 +301,11 @@ absl::StatusOr<size_t> CheckHeader(const std::map<std::string, Literal>& dict) {
 
 }  // namespace
 
-std::string NpyHeaderF32(absl::Span<const int64_t> shape) {
+std::string NpyHeaderF32(absl::Span<const int64_t> shape) { return NpyHeader("<f4", shape); }
+
+std::string NpyHeader(absl::string_view descr, absl::Span<const int64_t> shape) {
   std::string dict =
-      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': ",
+      absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': ",
                    ShapeString(std::vector<int64_t>(shape.begin(), shape.end())), ", }");
   // numpy >= 1.24 leaves room for the first (growth) axis to grow in place.
   if (!shape.empty()) {

@@ -51,6 +51,8 @@ absl::StatusOr<std::vector<float>> ParseNpyF32(absl::string_view bytes,
 // 65535-byte limit of version 1.0 are the caller's to avoid (32 dimensions
 // of any size fit).
 std::string NpyHeaderF32(absl::Span<const int64_t> shape);
+// The same for an array of numpy dtype `descr` ("<i8", "|b1", ...).
+std::string NpyHeader(absl::string_view descr, absl::Span<const int64_t> shape);
 
 // Writes `data` as a 1-D float32 .npy file, atomically (see above).
 absl::Status WriteNpyF32(const std::string& path, absl::Span<const float> data);

@@ -23,6 +23,7 @@
 #include "core/job_name.h"
 #include "core/optimizer.h"
 #include "python/binding.h"
+#include "worker/train_state.h"
 #include "worker/worker.h"
 
 namespace py = pybind11;
@@ -178,6 +179,33 @@ PYBIND11_MODULE(_tessel, m) {
       "The job of parameter group `group` of job `job` (core/job_name.h): `job` itself for "
       "group 0, else job.g<group>.");
 
+  m.def(
+      "buffers_job_name", [](const std::string& job) { return tessel::BuffersJobName(job); },
+      py::arg("job"),
+      "The job holding the buffers of job `job`'s model (core/job_name.h): job.buffers.");
+
+  m.def(
+      "train_state_at",
+      [](const py::bytes& blob, int64_t step,
+         py::array_t<float, py::array::c_style | py::array::forcecast> params) {
+        std::string b = blob;
+        absl::StatusOr<tessel::TrainState> s = tessel::DecodeTrainState(b);
+        if (!s.ok()) throw py::value_error(std::string(s.status().message()));
+        if (step < 0) throw py::value_error("train_state_at: step must be >= 0");
+        if (static_cast<size_t>(params.size()) != s->params.size()) {
+          throw py::value_error(absl::StrCat("train_state_at: ", params.size(),
+                                             " parameters for a state of ", s->params.size()));
+        }
+        s->step = step;
+        s->params.assign(params.data(), params.data() + params.size());
+        absl::StatusOr<std::string> out = tessel::EncodeTrainState(*s);
+        if (!out.ok()) throw py::value_error(std::string(out.status().message()));
+        return py::bytes(*out);
+      },
+      py::arg("blob"), py::arg("step"), py::arg("params"),
+      "A serialize() blob with its step and parameters replaced (optimizer state kept): "
+      "what deserialize() then loads.");
+
   py::class_<PyWorker>(m, "Worker")
       .def(py::init([](const std::string& registry, const std::string& job, int rank,
                        int world_size, const std::string& strategy, const py::dict& optimizer,
@@ -298,6 +326,12 @@ PYBIND11_MODULE(_tessel, m) {
       .def(
           "recover", [](PyWorker& self) { Check(Unlocked([&] { return self.get().Recover(); })); },
           "After a RecoverableError: rolls back to the latest complete checkpoint.")
+      .def(
+          "recover_to",
+          [](PyWorker& self, int64_t step) {
+            Check(Unlocked([&] { return self.get().RecoverTo(step); }));
+          },
+          py::arg("step"), "Rolls back to the complete checkpoint of `step`.")
       // --- fsdp: parameters and gradients unit by unit ------------------
       .def_property_readonly("num_units", [](PyWorker& self) { return self.get().num_units(); })
       .def(

@@ -53,7 +53,35 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+constexpr DType kDTypes[] = {
+    kFloat32,
+    {"float64", "F64", "<f8", "DoubleStorage", 8},
+    {"float16", "F16", "<f2", "HalfStorage", 2},
+    {"bfloat16", "BF16", "", "BFloat16Storage", 2},
+    {"int64", "I64", "<i8", "LongStorage", 8},
+    {"int32", "I32", "<i4", "IntStorage", 4},
+    {"int16", "I16", "<i2", "ShortStorage", 2},
+    {"int8", "I8", "|i1", "CharStorage", 1},
+    {"uint8", "U8", "|u1", "ByteStorage", 1},
+    {"bool", "BOOL", "|b1", "BoolStorage", 1},
+};
+
 }  // namespace
+
+const DType* FindDType(const std::string& name) {
+  for (const DType& d : kDTypes) {
+    if (name == d.name) return &d;
+  }
+  return nullptr;
+}
+
+absl::string_view Bytes(const NamedTensor& t) {
+  if (t.dtype == nullptr || std::string(t.dtype->name) == kFloat32.name) {
+    return absl::string_view(reinterpret_cast<const char*>(t.data.data()),
+                             t.data.size() * sizeof(float));
+  }
+  return t.bytes;
+}
 
 int64_t NumElements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -80,9 +108,17 @@ absl::Status ValidateTensors(const std::vector<NamedTensor>& tensors) {
     if (n < 0) {
       problems.push_back(absl::StrCat("tensor '", t.name, "' has shape ", ShapeText(t.shape),
                                       ": a dimension is negative or the size overflows"));
-    } else if (static_cast<uint64_t>(n) != t.data.size()) {
-      problems.push_back(absl::StrCat("tensor '", t.name, "' has shape ", ShapeText(t.shape), " (",
-                                      n, " elements) but ", t.data.size(), " values"));
+    } else if (t.dtype == nullptr) {
+      problems.push_back(absl::StrCat("tensor '", t.name, "' has no dtype"));
+    } else if (std::string(t.dtype->name) == kFloat32.name) {
+      if (static_cast<uint64_t>(n) != t.data.size()) {
+        problems.push_back(absl::StrCat("tensor '", t.name, "' has shape ", ShapeText(t.shape),
+                                        " (", n, " elements) but ", t.data.size(), " values"));
+      }
+    } else if (!t.data.empty() || static_cast<uint64_t>(n) * t.dtype->itemsize != t.bytes.size()) {
+      problems.push_back(absl::StrCat("tensor '", t.name, "' (", t.dtype->name, ") has shape ",
+                                      ShapeText(t.shape), " (", n, " elements) but ",
+                                      t.bytes.size(), " bytes"));
     }
   }
   for (const std::string& d : duplicates) {

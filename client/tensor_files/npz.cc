@@ -14,9 +14,14 @@ absl::Status WriteNpz(const std::vector<NamedTensor>& tensors, std::ostream* out
   options.force_zip64 = force_zip64;
   ZipWriter zip(out, options);
   for (const NamedTensor& t : tensors) {
-    const std::string header = NpyHeaderF32(t.shape);
-    const absl::string_view data(reinterpret_cast<const char*>(t.data.data()),
-                                 t.data.size() * sizeof(float));
+    if (*t.dtype->npy == '\0') {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is ", t.dtype->name,
+                                                     ", which numpy (npz) has no type for"));
+    }
+  }
+  for (const NamedTensor& t : tensors) {
+    const std::string header = NpyHeader(t.dtype->npy, t.shape);
+    const absl::string_view data = Bytes(t);
     TESSEL_RETURN_IF_ERROR(zip.Add(absl::StrCat(t.name, ".npy"), {header, data}));
   }
   return zip.Finish();

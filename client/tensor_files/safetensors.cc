@@ -42,9 +42,10 @@ absl::Status WriteSafetensors(const std::vector<NamedTensor>& tensors, const Met
       return absl::InvalidArgumentError(
           "a tensor may not be named '__metadata__' in a safetensors file");
     }
-    const uint64_t bytes = t.data.size() * sizeof(float);
-    header[t.name] = {
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    const uint64_t bytes = Bytes(t).size();
+    header[t.name] = {{"dtype", t.dtype->safetensors},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text;
@@ -60,8 +61,8 @@ absl::Status WriteSafetensors(const std::vector<NamedTensor>& tensors, const Met
   TESSEL_RETURN_IF_ERROR(Put(out, length, sizeof(length)));
   TESSEL_RETURN_IF_ERROR(Put(out, text.data(), text.size()));
   for (const NamedTensor& t : tensors) {
-    TESSEL_RETURN_IF_ERROR(
-        Put(out, reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float)));
+    const absl::string_view bytes = Bytes(t);
+    TESSEL_RETURN_IF_ERROR(Put(out, bytes.data(), bytes.size()));
   }
   out->flush();
   if (!out->good()) return absl::DataLossError("writing the safetensors file failed");

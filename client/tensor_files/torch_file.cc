@@ -106,10 +106,10 @@ std::string TorchStateDictPickle(const std::vector<NamedTensor>& tensors) {
       p.Op(kMark);
       p.Op(kMark);  // the persistent id: the storage
       p.Str("storage");
-      p.Global("torch", "FloatStorage");
+      p.Global("torch", t.dtype->torch);
       p.Str(absl::StrCat(k));
       p.Str("cpu");
-      p.Int(static_cast<int64_t>(t.data.size()));
+      p.Int(static_cast<int64_t>(Bytes(t).size() / t.dtype->itemsize));
       p.Op(kTuple);
       p.Op(kBinPersId);
       p.Int(0);  // storage offset
@@ -141,10 +141,7 @@ absl::Status WriteTorchStateDict(const std::vector<NamedTensor>& tensors, std::o
   const std::string pickle = TorchStateDictPickle(tensors);
   TESSEL_RETURN_IF_ERROR(zip.Add(a + "/data.pkl", {pickle}));
   for (size_t k = 0; k < tensors.size(); ++k) {
-    const absl::Span<const float> d = tensors[k].data;
-    TESSEL_RETURN_IF_ERROR(zip.Add(
-        absl::StrCat(a, "/data/", k),
-        {absl::string_view(reinterpret_cast<const char*>(d.data()), d.size() * sizeof(float))}));
+    TESSEL_RETURN_IF_ERROR(zip.Add(absl::StrCat(a, "/data/", k), {Bytes(tensors[k])}));
   }
   TESSEL_RETURN_IF_ERROR(zip.Add(a + "/version", {"3\n"}));
   TESSEL_RETURN_IF_ERROR(zip.Add(a + "/byteorder", {"little"}));

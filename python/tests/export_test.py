@@ -5,8 +5,11 @@ checkpoints every 3 steps; export_worker.py), rank 0 saving its state_dict
 after steps 3 and 6. After the workers exit, the servers' checkpoints are
 exported in each format, at the latest step and at --step 3, and read with
 readers that share no code with the writers (safetensors_ref.py, torch.load,
-np.load): each tensor is bitwise rank 0's parameter under its name (the 0-d
-scale as [1]). load_pretrained of each file into a fresh model gives rank
+np.load): each tensor is bitwise rank 0's parameter or buffer under its name
+(the 0-d scale as [1]; BatchNorm's running statistics float32 and
+num_batches_tracked int64, 0-d, from the job exp.buffers). The torch file
+loads into a fresh model with load_state_dict(strict=True) and evaluates
+bitwise as rank 0's model did. load_pretrained of each file into a fresh model gives rank
 0's parameters bitwise. An unknown job or step, or an existing file, exits
 non-zero with a message on stderr and leaves no file.
 
@@ -96,25 +99,27 @@ def read_export(path, fmt):
     if fmt == "torch":
         sd = torch.load(path, map_location="cpu")
         check(type(sd).__name__ == "OrderedDict" and
-              all(t.dtype == torch.float32 for t in sd.values()),
-              "torch.load gives an OrderedDict of float32 tensors")
+              all(t.dtype == (torch.int64 if k.endswith("num_batches_tracked") else torch.float32)
+                  for k, t in sd.items()),
+              "torch.load gives an OrderedDict of float32 tensors, num_batches_tracked int64")
         return {k: v.numpy() for k, v in sd.items()}
     with np.load(path) as z:
         return {k: z[k] for k in z.files}
 
 
-def compare(got, want, what):
-    """got: name -> array from a file; want: rank 0's state_dict (parameters only)."""
-    check(sorted(got) == sorted(want), f"{what}: the names are the model's parameters "
+def compare(got, want, params, what):
+    """got: name -> array from a file; want: rank 0's state_dict (parameters and buffers)."""
+    check(sorted(got) == sorted(want), f"{what}: the names are the model's state_dict keys "
                                        f"({sorted(got)})")
     for name, t in want.items():
         if name not in got:
             continue
         a = got[name]
-        shape = list(t.shape) if t.dim() > 0 else [1]  # 0-d parameters are registered as [1]
-        check(list(a.shape) == shape and a.dtype == np.float32 and
+        # 0-d parameters are registered as [1]; buffers keep their shape (0-d too).
+        shape = list(t.shape) if t.dim() > 0 or name not in params else [1]
+        check(list(a.shape) == shape and a.dtype == t.numpy().dtype and
               a.tobytes() == t.numpy().tobytes(),
-              f"{what}: {name} {shape} bitwise rank 0's")
+              f"{what}: {name} {shape} {a.dtype} bitwise rank 0's")
 
 
 def main():
@@ -129,6 +134,7 @@ def main():
     cluster = Cluster(args, work)
     try:
         os.environ["TESSEL_UCX_TLS"] = UCX_TLS
+        torch.set_num_threads(1)  # as the workers: the same kernels for the eval comparison
         _, train_s = driver.launch(args.launch, JOB, ["/usr/bin/python3", args.worker, out],
                                    flags=[f"--registry={cluster.registry}"], timeout_s=120)
         reg = cluster.registry
@@ -136,8 +142,9 @@ def main():
               "the servers completed the step-6 checkpoints of exp and exp.g1")
         sizes = {}
         for step in (6, 3):
-            want_sd = torch.load(os.path.join(out, f"step{step}.pt"))
-            want = {n: want_sd[n] for n, _ in export_worker.make_model().named_parameters()}
+            want = torch.load(os.path.join(out, f"step{step}.pt"))
+            params = {n for n, _ in export_worker.make_model().named_parameters()}
+            want_eval = torch.load(os.path.join(out, f"eval{step}.pt"))
             for fmt, ext in (("safetensors", "safetensors"), ("torch", "pt"), ("npz", "npz")):
                 path = os.path.join(out, f"exp{step}.{ext}")
                 step_flag = [] if step == 6 else ["--step", "3"]  # 6: the latest, by default
@@ -151,13 +158,23 @@ def main():
                 sizes[(fmt, step)] = (os.path.getsize(path), secs)
                 check("exp, exp.g1" in r.stdout, f"export {fmt} names both group jobs")
                 check(not os.path.exists(path + ".tmp"), f"export {fmt}: no FILE.tmp left")
-                compare(read_export(path, fmt), want, f"{fmt} step {step}")
+                compare(read_export(path, fmt), want, params, f"{fmt} step {step}")
                 model = export_worker.make_model(seed=99)
                 loaded = tt.load_pretrained(model, path)
                 check(loaded.format == fmt and all(
-                    torch.equal(p.detach(), want[n]) and p.shape == want[n].shape
-                    for n, p in model.named_parameters()),
-                    f"load_pretrained({fmt} step {step}) gives rank 0's parameters bitwise")
+                    torch.equal(v, want[n]) and v.shape == want[n].shape and v.dtype == want[n].dtype
+                    for n, v in model.state_dict().items()),
+                    f"load_pretrained({fmt} step {step}, strict) gives rank 0's parameters and "
+                    f"buffers bitwise")
+                if fmt == "torch":  # torch's own strict load
+                    fresh = export_worker.make_model(seed=98)
+                    fresh.load_state_dict(torch.load(path), strict=True)
+                    fresh.eval()
+                    with torch.no_grad():
+                        got_eval = fresh(export_worker.eval_input())
+                    check(torch.equal(got_eval, want_eval),
+                          f"torch load_state_dict(strict=True) of the step-{step} export: eval "
+                          f"outputs bitwise rank 0's model's")
         for (fmt, step), (size, secs) in sorted(sizes.items()):
             print(f"  {fmt:12s} step {step}: {size} bytes, export {secs:.2f} s")
 

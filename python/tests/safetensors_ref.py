@@ -34,6 +34,11 @@ def write(path, arrays, metadata=None):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+# The safetensors dtypes this reader takes (the format's names), as numpy's.
+_NUMPY = {"F32": "<f4", "F64": "<f8", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+          "I8": "i1", "U8": "u1", "BOOL": "?"}
+
+
 def read(path):
     """(OrderedDict name -> float32 array, metadata dict); asserts the layout
     the format requires: offsets that tile the data section in order."""
@@ -45,10 +50,10 @@ def read(path):
     meta = header.pop("__metadata__", {})
     out, end = {}, 0
     for name, info in header.items():
-        assert info["dtype"] == "F32", (name, info)
+        assert info["dtype"] in _NUMPY, (name, info)
         b, e = info["data_offsets"]
         assert b == end, f"{name}: data_offsets {b} does not follow the previous tensor's {end}"
         end = e
-        out[name] = np.frombuffer(data[b:e], dtype="<f4").reshape(info["shape"])
+        out[name] = np.frombuffer(data[b:e], dtype=_NUMPY[info["dtype"]]).reshape(info["shape"])
     assert end == len(data), f"{len(data) - end} bytes after the last tensor"
     return out, meta

@@ -33,6 +33,7 @@ import torch
 from tessel.torch import opt_state
 from tessel.torch import session as session_lib
 from tessel.torch.agree import agree
+from tessel.torch.buffer_store import BufferStore, persistent_buffers
 from tessel.torch.buffers import BufferSync
 from tessel.torch.flat import FlatGroup
 from tessel.torch.fsdp import FsdpGroup, plan_units
@@ -240,6 +241,15 @@ class DistributedOptimizer:
                 g.bind(plan)
             else:
                 g.bind()
+        self._buffer_store = None
+        if (model is not None and rank == 0 and hybrid is None and strategy != "ddp"
+                and checkpoint_every_steps >= 1 and persistent_buffers(model)):
+            # The buffers in the servers' checkpoints (buffer_store.py): rank 0 alone.
+            store = BufferStore(model, checkpoint_every_steps)
+            store.connect(cfg, base_job, self.recovery)
+            self._buffer_store = store
+            if self.recovery and self.step_count > 0:  # resumed: the checkpoint's buffers
+                store.restore(self.step_count)
         self.broadcast_buffers = bool(broadcast_buffers)
         self._buffers = BufferSync(model if self.broadcast_buffers else None)
         if not self.recovery:
@@ -361,6 +371,9 @@ class DistributedOptimizer:
         for g in self._groups:
             g.sync_hyper()
         self._skip_tensors(skips)
+        if self._buffer_store is not None and self._buffer_store.due(self.step_count + 1):
+            # A checkpoint step: rank 0's buffers (this step's forward is done) go in first.
+            self._buffer_store.write(self.step_count + 1)
         recovered = self.recoveries
         for g in self._groups:
             self._recovering(g)
@@ -423,6 +436,8 @@ class DistributedOptimizer:
         self.recoveries += 1
         for g in self._groups:
             g.recovered()
+        if self._buffer_store is not None:  # rank 0: the checkpoint's buffers
+            self._buffer_store.restore(self.step_count)
 
     @property
     def step_count(self):
@@ -545,6 +560,9 @@ class DistributedOptimizer:
             self._hybrid.detach(self._groups[0].worker)
             self._hybrid = None
         unbind_sync_batchnorm(self._sync_bns)
+        if self._buffer_store is not None:
+            self._buffer_store.close()
+            self._buffer_store = None
         for g in self._groups:
             g.close()
             g.hooks = []
