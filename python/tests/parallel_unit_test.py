@@ -270,6 +270,32 @@ class LayersTest(Base):
                 for k, v in ssd.items():
                     self.equal(v, mine[k], f"T={T} t={t} shard_state_dict(dense_state_dict) {k}")
 
+    def test_tied_weights(self):
+        """An output head tied to a VocabParallelEmbedding's weight (GPT-2's lm_head):
+        dense_state_dict gathers it under both keys, shard_state_dict cuts both, and
+        to_dense keeps the tie on the dense weight."""
+        torch.manual_seed(5)
+        dense = nn.Sequential(nn.Embedding(12, 8), nn.LayerNorm(8), nn.Linear(8, 12, bias=False))
+        dense[2].weight = dense[0].weight
+        want = {k: v.clone() for k, v in dense.state_dict().items()}
+        self.assertEqual(sorted(want), ["0.weight", "1.bias", "1.weight", "2.weight"])
+        for T in (2, 4):
+            def fn(s, h):
+                m = copy.deepcopy(dense)
+                m[0] = tp.VocabParallelEmbedding.from_dense(m[0], session=s)
+                m[2].weight = m[0].weight  # tied to this rank's rows
+                whole = tp.to_dense(m)
+                dsd = tp.dense_state_dict(m)
+                return m.state_dict(), whole, dsd, tp.shard_state_dict(m, dsd)
+            for t, (mine, whole, dsd, ssd) in enumerate(run(fn, T)):
+                self.assertEqual(sorted(dsd), sorted(want))
+                for k, v in dsd.items():
+                    self.equal(v, want[k], f"T={T} t={t} dense_state_dict {k}")
+                for k, v in ssd.items():
+                    self.equal(v, mine[k], f"T={T} t={t} shard_state_dict {k}")
+                self.assertIs(whole[2].weight, whole[0].weight, "to_dense keeps the tie")
+                self.equal(whole[2].weight.detach(), want["2.weight"], f"T={T} to_dense tied")
+
     def test_refused_calls_consume_no_collective(self):
         def fn(s, h):
             row = tp.RowParallelLinear(8, 4, session=s)

@@ -324,6 +324,22 @@ def split_parameters(module):
     return out
 
 
+def split_keys(module):
+    """{state_dict key: (parameter, dimension, layer, name in the layer)} for every key
+    that holds a tensor-parallel layer's split parameter, tied ones included: a module
+    that shares the parameter (an output head tied to a VocabParallelEmbedding's weight)
+    names it under its own key too, and that key is split the same way."""
+    owners = {id(p): (p, dim, layer, pname.rpartition(".")[2])
+              for pname, (p, dim, layer) in split_parameters(module).items()}
+    out = {}
+    for name, child in module.named_modules(remove_duplicate=False):
+        prefix = f"{name}." if name else ""
+        for pname, p in child._parameters.items():
+            if p is not None and id(p) in owners:
+                out[prefix + pname] = owners[id(p)]
+    return out
+
+
 def replicated_parameters(module, params):
     """The parameters of `params` that no tensor-parallel layer of `module` splits: the
     ones every tensor rank holds whole (HybridMesh.replicate makes them rank 0's)."""
@@ -345,22 +361,34 @@ def to_dense(module):
             elif key.endswith("hooks") and isinstance(value, dict):
                 memo[id(value)] = type(value)()
     out = copy.deepcopy(module, memo)
+    dense = {}  # id(the copy's split parameter) -> its dense replacement
     for name, child in list(module.named_modules()):
         if isinstance(child, PARALLEL_LAYERS):
             parent_name, _, leaf = name.rpartition(".")
             parent = out.get_submodule(parent_name) if parent_name else out
-            setattr(parent, leaf, child.to_dense())
+            copied = getattr(parent, leaf)
+            replacement = child.to_dense()
+            for pname in child.SPLIT:
+                if getattr(copied, pname, None) is not None:
+                    dense[id(getattr(copied, pname))] = getattr(replacement, pname)
+            setattr(parent, leaf, replacement)
+    # Ties kept: a module that shared a split parameter shares the dense one.
+    for child in out.modules():
+        for pname, p in list(child._parameters.items()):
+            if p is not None and id(p) in dense:
+                child._parameters[pname] = dense[id(p)]
     return out
 
 
 def dense_state_dict(module):
     """`module`'s state_dict with every split tensor gathered whole: the keys and shapes
     of its dense twin (collective over the tensor group)."""
-    split = split_parameters(module)
+    split = split_keys(module)
     out = {}
     for key, value in module.state_dict().items():
         if key in split:
-            value = split[key][2].gather_tensor(key.rpartition(".")[2], value)
+            _, _, layer, pname = split[key]
+            value = layer.gather_tensor(pname, value)
         out[key] = value.detach().clone()
     return out
 
@@ -372,13 +400,14 @@ def shard_state_dict(module, dense):
     optimizer) or DistributedOptimizer.load_model_state_dict. KeyError naming a key
     `dense` lacks."""
     out = {}
-    split = split_parameters(module)
+    split = split_keys(module)
     for key, value in module.state_dict().items():
         if key not in dense:
             raise KeyError(f"shard_state_dict: the dense state_dict has no {key!r}")
         full = dense[key]
         if key in split:
-            full = split[key][2].shard_tensor(key.rpartition(".")[2], full)
+            _, _, layer, pname = split[key]
+            full = layer.shard_tensor(pname, full)
         if tuple(full.shape) != tuple(value.shape):
             raise ValueError(f"shard_state_dict: {key!r} is {tuple(dense[key].shape)} in the "
                              f"dense state_dict; this rank's slice would be {tuple(full.shape)}, "
