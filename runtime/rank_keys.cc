@@ -157,7 +157,7 @@ WireHeader RankFrameKeys::SealFrame(const FrameHeader& h, bool to_worker,
 bool RankFrameKeys::VerifyPayload(absl::Span<const uint8_t> am_header, const FrameHeader& h,
                                   const void* bytes) const {
   if (up_payload_ == nullptr) return true;
-  // The key Verify took the header under: this rank's down key, else the
+  // The direction Verify took the header tag in: this rank's down key, else the
   // host group's.
   const PayloadKey* key = h.rank == rank_ ? down_payload_.get() : host_payload_.get();
   return key != nullptr && key->Verify(am_header, bytes, h.payload_bytes);
