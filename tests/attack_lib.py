@@ -14,10 +14,11 @@ binaries; `where` runs the attacker's commands where the attacker is
 """
 import base64
 import json
+import os
 import subprocess
 import time
 
-from proc_util import check, log
+from proc_util import check, log, spawn
 
 # One row per scenario: name, frames sent, frames the servers refused, RPCs
 # refused of those tried ("refused/tried"), applied (0 when the attacked job
@@ -43,6 +44,26 @@ class Local:
     @staticmethod
     def start(argv):
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def start_cluster(args, d, auth, server_token, ucx):
+    """Starts tessel-registry and 2 tessel-servers by hand in `d` with `auth`
+    (their credential flags) and the servers' token file `server_token` (""
+    for none); returns (the registry's address, the server processes)."""
+    port = os.path.join(d, "registry.port")
+    spawn([args.registry, "--listen=127.0.0.1:0", "--port_file=" + port, "--lease_ttl_ms=3000"] +
+          (["--server_token_file=" + server_token] if server_token else []) + auth,
+          os.path.join(d, "registry.log"))
+    for _ in range(200):
+        if os.path.exists(port) and open(port).read().strip():
+            break
+        time.sleep(0.05)
+    reg = open(port).read().strip()
+    servers = [spawn([args.server, "--registry=" + reg, "--shard=%d" % s, ucx,
+                      "--lease_ttl_ms=3000"] +
+                     (["--token_file=" + server_token] if server_token else []) + auth,
+                     os.path.join(d, "server%d.log" % s)) for s in range(2)]
+    return reg, servers
 
 
 def ctl(tools, reg, *args, token=None, where=Local):
@@ -107,7 +128,7 @@ def attack(tools, reg, job, info, steps, servers_want=2, workers_want=2, insecur
     epoch = int(epochs[0]) if epochs else 0
     check(epoch == info["epoch"], "the listing gives the attacker the job's epoch (%s, %s)"
           % (epoch, info["epoch"]))
-    common = ["--job=" + job, "--epoch=%d" % epoch, "--steps=0:%d" % steps,
+    common = ["--job=" + job, "--epoch=%d" % epoch, "--step_range=0:%d" % steps,
               "--ranks=0,1", "--shards=0,1", "--buckets=%d" % buckets, "--bytes=4096", ucx]
     sent = 0
     targets = [(a, "push,pull,init", "server") for _, a, _ in ([] if insecure else servers)]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An attacker in no job against Tessel started each of the ordinary ways.
+"""An attacker against Tessel started each of the ordinary ways.
 
 Each way of starting Tessel trains one job (2 workers x 2 shard servers,
 real processes) twice: once in peace (the reference), once while a
@@ -12,6 +12,12 @@ every member it can see. Scenarios (TESSEL_ATTACK_SCENARIOS):
                the workers' bounds must refuse
   demo         tessel-demo's embedded cluster (the README's first command),
                whose credentials the launcher makes itself
+  member       a cluster started by hand with tokens, attacked from inside:
+               a real member of a 3-rank job (rank 2 is the attacker) sends
+               frames sealed under its own keys as other ranks, replayed
+               from another endpoint, and toward the other workers, and
+               asks for other ranks' keys; another tenant reaches for the
+               job's derived names (attack_insider.py)
   launch       tessel-launch with 2 tessel.torch workers, no flag about
                security (attack_launch.py; plain run only)
   overlay      deploy/overlays/dev's pods, one network namespace each, with
@@ -44,7 +50,7 @@ fails the run.
 
 Environment: TESSEL_ATTACK_STEPS (default 300; the launch scenario's:
 TESSEL_ATTACK_LAUNCH_STEPS, default 500), TESSEL_ATTACK_SCENARIOS (default
-tokens,insecure,demo,launch).
+tokens,insecure,member,demo,launch).
 
 Usage: attack_test.py REGISTRY SERVER TRAIN CTL ATTACKER GEN_TOKENS RPC_PROBE DEMO
     [--launch=tessel-launch --torch_worker=attack_torch_worker.py]
@@ -60,15 +66,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attack_lib  # noqa: E402
-from attack_lib import Tools, attack, describe, record, wait_training  # noqa: E402
+from attack_lib import (Tools, attack, describe, record, start_cluster,  # noqa: E402
+                        wait_training)
 from proc_util import check, finish, log, read, spawn  # noqa: E402
 
 UCX = "--ucx_tls=posix,sysv,self"
 # The sanitizer run trains fewer steps and leaves out the demo and the launch
-# (TESSEL_ATTACK_STEPS, TESSEL_ATTACK_SCENARIOS: tokens,insecure,demo,launch;
+# (TESSEL_ATTACK_STEPS, TESSEL_ATTACK_SCENARIOS: tokens,insecure,member,demo,launch;
 # overlay is //tests:attack_overlay_test's).
 STEPS = int(os.environ.get("TESSEL_ATTACK_STEPS", "300"))
-SCENARIOS = os.environ.get("TESSEL_ATTACK_SCENARIOS", "tokens,insecure,demo,launch").split(",")
+SCENARIOS = os.environ.get("TESSEL_ATTACK_SCENARIOS",
+                           "tokens,insecure,member,demo,launch").split(",")
 MODEL = ["--layers=32,256,256,8", "--samples=2048", "--batch=32", "--optimizer=adam",
          "--lr=0.01", "--strategy=zero2", "--steps=%d" % STEPS, UCX]
 ARGS = None  # main()'s parsed command line
@@ -98,19 +106,7 @@ def standalone(d, insecure=False):
     if insecure:
         auth, tok["server"], tok["worker"], tok["admin"] = ["--insecure"], "", "", None
         tok["insider"] = None
-    port = os.path.join(d, "registry.port")
-    spawn([ARGS.registry, "--listen=127.0.0.1:0", "--port_file=" + port, "--lease_ttl_ms=3000"] +
-          (["--server_token_file=" + tok["server"]] if tok["server"] else []) + auth,
-          os.path.join(d, "registry.log"))
-    for _ in range(200):
-        if os.path.exists(port) and open(port).read().strip():
-            break
-        time.sleep(0.05)
-    reg = open(port).read().strip()
-    servers = [spawn([ARGS.server, "--registry=" + reg, "--shard=%d" % s, UCX,
-                      "--lease_ttl_ms=3000"] +
-                     (["--token_file=" + tok["server"]] if tok["server"] else []) + auth,
-                     os.path.join(d, "server%d.log" % s)) for s in range(2)]
+    reg, servers = start_cluster(ARGS, d, auth, tok["server"], UCX)
 
     def train(job, attacked):
         out = os.path.join(d, job + ".npy")
@@ -209,6 +205,9 @@ def main():
             t0 = time.time()
             if name in ("tokens", "insecure"):
                 standalone(d, insecure=name == "insecure")
+            elif name == "member":
+                import attack_insider
+                attack_insider.scenario(ARGS, TOOLS, d, MODEL, ARGS.gen_tokens)
             elif name == "demo":
                 demo(d)
             elif name == "launch":
@@ -218,7 +217,8 @@ def main():
                 import attack_overlay
                 attack_overlay.scenario(ARGS, TOOLS, d)
             else:
-                check(False, "unknown scenario %r (tokens, insecure, demo, launch, overlay)" % name)
+                check(False, "unknown scenario %r (tokens, insecure, member, demo, launch, "
+                      "overlay)" % name)
             log("   (%s: %.1f s)" % (name, time.time() - t0))
         attack_lib.print_table()
     finally:

@@ -1,11 +1,18 @@
-// An attacker for //tests:attack_test: a process in no job that knows what
-// anyone may read from a registry (members' UCX addresses, jobs' names and
-// epochs) and sprays hostile data-path frames at one peer over UCX.
+// An attacker for //tests:attack_test. By default (--mode=outsider) a
+// process in no job that knows what anyone may read from a registry
+// (members' UCX addresses, jobs' names and epochs) and sprays hostile
+// data-path frames at one peer over UCX; --mode=member, tenant_setup and
+// tenant are the attacks from inside (tests/attack_insider.h).
 //
 // Usage:
 //   attacker --to=HEX_UCX_ADDRESS --job=NAME --epoch=E --kinds=push,pull,init,params,error,
-//            oversized,undersized --steps=FIRST:LAST --ranks=0,1 --shards=0,1 --buckets=4
+//            oversized,undersized --step_range=FIRST:LAST --ranks=0,1 --shards=0,1 --buckets=4
 //            [--bytes=N] [--ucx_tls=posix,sysv,self]
+//   attacker --mode=member --job=NAME --rank=R --world=W --servers=S --targets=FILE
+//            --kinds=steal_key,other_rank,replay_push,replay_pull,forged_direction
+//            --attack_at=K --registry=... --token_file=... [tessel-train's model flags]
+//   attacker --mode=tenant_setup|tenant --targets=FILE --victims=A.g1,A~sync1.e1
+//            --mesh=A.mesh --own=A.g2 --token_file=...
 // Every frame is sent twice: with the bare 64-byte header, and with a 16-byte
 // tag of random bytes after it (a forger without the job's key). Frames:
 //   push, init    a gradient / initial bucket of --bytes bytes of 0x7F
@@ -34,18 +41,30 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/wire.h"
+#include "tests/attack_insider.h"
+#include "transport/ucx/ucx_flags.h"
 #include "transport/ucx/ucx_transport.h"
 
+// --ucx_tls, and tessel-train's --steps and model flags, are the linked
+// libraries' (transport/ucx/ucx_flags.h, worker/train_flags.h).
+ABSL_FLAG(std::string, mode, "outsider", "outsider, member, tenant_setup or tenant");
 ABSL_FLAG(std::string, to, "", "hex UCX address of the peer (tesselctl members -o json)");
-ABSL_FLAG(std::string, ucx_tls, "posix,sysv,self", "UCX transports");
 ABSL_FLAG(std::string, job, "", "job name (its id is JobId(name))");
 ABSL_FLAG(int64_t, epoch, 0, "the job's epoch (tesselctl stats -o json)");
 ABSL_FLAG(std::string, kinds, "push,pull,init", "frame kinds (see the file comment)");
-ABSL_FLAG(std::string, steps, "0:0", "FIRST:LAST steps");
+ABSL_FLAG(std::string, step_range, "0:0", "FIRST:LAST steps");
 ABSL_FLAG(std::string, ranks, "0", "ranks, comma-separated");
 ABSL_FLAG(std::string, shards, "0", "shards, comma-separated");
 ABSL_FLAG(int, buckets, 1, "buckets 0..N-1");
 ABSL_FLAG(int64_t, bytes, 4096, "payload bytes of push/init/params frames");
+ABSL_FLAG(int, rank, 0, "member: its rank");
+ABSL_FLAG(int, world, 1, "member: the job's world size");
+ABSL_FLAG(int, servers, 0, "member: shard servers (0 = every server in the pool)");
+ABSL_FLAG(int64_t, attack_at, 5, "member: the step it attacks at");
+ABSL_FLAG(std::string, targets, "", "member, tenant: the targets file (tests/attack_rpc.h)");
+ABSL_FLAG(std::string, victims, "", "tenant: the victim's derived job names");
+ABSL_FLAG(std::string, mesh, "", "tenant: the victim's mesh group");
+ABSL_FLAG(std::string, own, "", "tenant: the derived name the attacker creates");
 
 namespace {
 
@@ -67,12 +86,37 @@ struct Frame {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const std::vector<std::string> range = absl::StrSplit(absl::GetFlag(FLAGS_steps), ':');
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "outsider") {
+    tessel::InsiderConfig c;
+    c.job = absl::GetFlag(FLAGS_job);
+    for (absl::string_view k : absl::StrSplit(absl::GetFlag(FLAGS_kinds), ',', absl::SkipEmpty())) {
+      c.kinds.insert(std::string(k));
+    }
+    c.targets = absl::GetFlag(FLAGS_targets);
+    c.buckets = absl::GetFlag(FLAGS_buckets);
+    c.bytes = absl::GetFlag(FLAGS_bytes);
+    c.rank = absl::GetFlag(FLAGS_rank);
+    c.world = absl::GetFlag(FLAGS_world);
+    c.servers = absl::GetFlag(FLAGS_servers);
+    c.attack_at = absl::GetFlag(FLAGS_attack_at);
+    c.victims = absl::StrSplit(absl::GetFlag(FLAGS_victims), ',', absl::SkipEmpty());
+    c.mesh = absl::GetFlag(FLAGS_mesh);
+    c.own = absl::GetFlag(FLAGS_own);
+    c.epoch = absl::GetFlag(FLAGS_epoch) > 0 ? absl::GetFlag(FLAGS_epoch) : 1;
+    if (mode == "member") return tessel::RunMember(c);
+    if (mode == "tenant_setup") return tessel::RunTenantSetup(c);
+    if (mode == "tenant") return tessel::RunTenant(c);
+    if (mode == "tenant_stats") return tessel::RunTenantStats(c);
+    std::cerr << "attacker: unknown --mode '" << mode << "'\n";
+    return 1;
+  }
+  const std::vector<std::string> range = absl::StrSplit(absl::GetFlag(FLAGS_step_range), ':');
   int64_t first = 0, last = 0;
   if (absl::GetFlag(FLAGS_to).empty() || absl::GetFlag(FLAGS_job).empty() || range.size() != 2 ||
       !absl::SimpleAtoi(range[0], &first) || !absl::SimpleAtoi(range[1], &last) || last < first ||
       absl::GetFlag(FLAGS_bytes) < 0) {
-    std::cerr << "attacker: give --to, --job, --steps=FIRST:LAST (see the file comment)\n";
+    std::cerr << "attacker: give --to, --job, --step_range=FIRST:LAST (see the file comment)\n";
     return 1;
   }
   std::mt19937_64 rng(std::random_device{}());
