@@ -32,7 +32,9 @@ std::vector<int64_t> SplitAligned(int64_t n, int parts, int64_t align) {
   // Work in alignment units so boundaries are aligned; spread the remainder
   // one unit at a time over the last shards. The final unit may be partial, so
   // giving the extra units to the last shards keeps every size within one
-  // unit of every other.
+  // unit of every other. With fewer units than parts, the first parts get one
+  // unit each and the last are empty: part 0 always holds elements (shard 0
+  // writes the checkpoint manifest, layout.h).
   const int64_t units = (n + align - 1) / align;
   const int64_t base = units / parts;
   const int64_t extra = units % parts;
@@ -40,7 +42,8 @@ std::vector<int64_t> SplitAligned(int64_t n, int parts, int64_t align) {
   int64_t unit = 0;
   for (int s = 0; s < parts; ++s) {
     bounds[s] = std::min(unit * align, n);
-    unit += base + (s >= parts - extra ? 1 : 0);
+    const bool gets_extra = base == 0 ? s < extra : s >= parts - extra;
+    unit += base + (gets_extra ? 1 : 0);
   }
   bounds[parts] = n;
   return bounds;

@@ -9,7 +9,15 @@
 //     [0, P) exactly. Range boundaries are multiples of `align_elems` (except the
 //     final end, which is P), and range sizes differ by at most one alignment
 //     unit, so shards are balanced. When P has fewer alignment units than S, the
-//     first ranges are empty.
+//     last ranges are empty; range 0 never is (P >= 1).
+//   - A shard whose range is empty (shard_empty) holds none of the job's
+//     state and takes no part in its steps: no data frame and no step-bound
+//     call (optimizer settings, skipped tensors, checkpoint requests, state
+//     reads) goes to it, its step is not the job's, and shard 0 writes its
+//     empty checkpoint part (ShardSnapshot::empty_shards). This is the one
+//     rule for jobs smaller than one alignment unit per shard (a parameter
+//     group of biases on several servers); shard 0, which holds elements,
+//     keeps its roles (the manifest, the job's step for UnderWay).
 //   - Each range is cut into buckets of `bucket_elems` elements (the last one
 //     may be shorter). Buckets never cross a range boundary, nor a cut point
 //     (optional element offsets, e.g. where FSDP units begin), so every
@@ -94,6 +102,9 @@ class Layout {
   const std::vector<TensorSlot>& tensors() const { return tensors_; }
 
   Range shard_range(int shard) const;
+  // The shard holds no element, so takes no part in the job's steps (see the
+  // contract above). Never true of shard 0.
+  bool shard_empty(int shard) const { return shard_range(shard).empty(); }
   int num_buckets(int shard) const;
   // Absolute element range of bucket `bucket` of shard `shard`.
   Range bucket_range(int shard, int bucket) const;

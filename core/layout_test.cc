@@ -1,5 +1,6 @@
 #include "core/layout.h"
 
+#include <algorithm>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -43,16 +44,40 @@ TEST(LayoutTest, JobNamesAreSafeForFoldersAndGroups) {
   EXPECT_TRUE(ValidateJobName(std::string(128, 'x')).ok());
 }
 
-TEST(LayoutTest, MoreShardsThanUnitsLeavesLeadingShardsEmpty) {
+TEST(LayoutTest, MoreShardsThanUnitsLeavesTrailingShardsEmpty) {
   auto layout = Layout::Create({{"w", {5}}}, 4, 4, 4);
   ASSERT_TRUE(layout.ok());
-  EXPECT_TRUE(layout->shard_range(0).empty());
-  EXPECT_TRUE(layout->shard_range(1).empty());
-  EXPECT_EQ(layout->shard_range(2), (Range{0, 4}));
-  EXPECT_EQ(layout->shard_range(3), (Range{4, 5}));
-  EXPECT_EQ(layout->num_buckets(0), 0);
-  EXPECT_EQ(layout->ShardOf(0), 2);
-  EXPECT_EQ(layout->ShardOf(4), 3);
+  EXPECT_EQ(layout->shard_range(0), (Range{0, 4}));
+  EXPECT_EQ(layout->shard_range(1), (Range{4, 5}));
+  EXPECT_EQ(layout->shard_range(2), (Range{5, 5}));
+  EXPECT_EQ(layout->shard_range(3), (Range{5, 5}));
+  EXPECT_FALSE(layout->shard_empty(0));
+  EXPECT_TRUE(layout->shard_empty(2));
+  EXPECT_EQ(layout->num_buckets(2), 0);
+  EXPECT_EQ(layout->ShardOf(0), 0);
+  EXPECT_EQ(layout->ShardOf(4), 1);
+}
+
+// Shard 0 holds elements whatever the job's size and the shard count: it
+// writes the manifest and answers for the job's step.
+TEST(LayoutTest, ShardZeroIsNeverEmpty) {
+  for (int64_t n = 1; n <= 300; n += 7) {
+    for (int shards = 1; shards <= 9; ++shards) {
+      auto layout = Layout::Create({{"w", {n}}}, shards, 64, 64);
+      ASSERT_TRUE(layout.ok());
+      EXPECT_FALSE(layout->shard_empty(0)) << n << " elements, " << shards << " shards";
+      int64_t lo = n, hi = 0;
+      for (int s = 0; s < shards; ++s) {
+        if (layout->shard_empty(s)) {
+          for (int t = s; t < shards; ++t) EXPECT_TRUE(layout->shard_empty(t));  // trailing only
+          break;
+        }
+        lo = std::min(lo, layout->shard_range(s).size());
+        hi = std::max(hi, layout->shard_range(s).size());
+      }
+      EXPECT_LE(hi - lo, 64);
+    }
+  }
 }
 
 TEST(LayoutTest, CutPointsSplitBucketsSoEachLiesInOneUnit) {

@@ -197,6 +197,30 @@ absl::Status Checkpointer::WriteShard(const ShardSnapshot& s) {
   const std::string dir = CheckpointDir(s.job, s.step);
   std::vector<Chunk> chunks = {AsChunk(s.values)};
   for (const auto& slot : s.state) chunks.push_back(AsChunk(slot));
+  ShardEntry e;
+  e.shard = s.shard;
+  e.range_begin = s.range.begin;
+  e.range_end = s.range.end;
+  e.state_slots = static_cast<int>(s.state.size());
+  e.snapshot_pause_us = s.pause_us;
+  e.tensor_skips = s.tensor_skips;
+  TESSEL_RETURN_IF_ERROR(WritePart(dir, chunks, &e));
+  // The shards without elements take no part in the steps (core/layout.h):
+  // their parts (no data, the entry) are written here, with the manifest
+  // writer's, exactly as they would write them.
+  for (const auto& [shard, range] : s.empty_shards) {
+    ShardEntry empty;
+    empty.shard = shard;
+    empty.range_begin = range.begin;
+    empty.range_end = range.end;
+    empty.state_slots = static_cast<int>(s.state.size());
+    TESSEL_RETURN_IF_ERROR(WritePart(dir, {}, &empty));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::WritePart(const std::string& dir, const std::vector<Chunk>& chunks,
+                                     ShardEntry* e) {
   XXH64_state_t* h = XXH64_createState();
   XXH64_reset(h, 0);
   int64_t bytes = 0;
@@ -206,19 +230,12 @@ absl::Status Checkpointer::WriteShard(const ShardSnapshot& s) {
   }
   const std::string sum = absl::StrFormat("%016x", XXH64_digest(h));
   XXH64_freeState(h);
-  TESSEL_RETURN_IF_ERROR(store_->Put(dir + "/" + ShardFileName(s.shard), chunks));
-  ShardEntry e;
-  e.shard = s.shard;
-  e.file = ShardFileName(s.shard);
-  e.range_begin = s.range.begin;
-  e.range_end = s.range.end;
-  e.state_slots = static_cast<int>(s.state.size());
-  e.bytes = bytes;
-  e.xxh64 = sum;
-  e.snapshot_pause_us = s.pause_us;
-  e.tensor_skips = s.tensor_skips;
-  const std::string meta = ShardEntryToJson(e);
-  return store_->Put(dir + "/" + ShardMetaName(s.shard),
+  e->file = ShardFileName(e->shard);
+  e->bytes = bytes;
+  e->xxh64 = sum;
+  TESSEL_RETURN_IF_ERROR(store_->Put(dir + "/" + e->file, chunks));
+  const std::string meta = ShardEntryToJson(*e);
+  return store_->Put(dir + "/" + ShardMetaName(e->shard),
                      {Chunk(reinterpret_cast<const uint8_t*>(meta.data()), meta.size())});
 }
 

@@ -4,11 +4,13 @@
 // range re-sliced from whatever shard count wrote it.
 //
 // Writing order for step N of job J, per shard s: `shard-s.bin` (params then
-// optimizer state), then `shard-s.json` (its checksum and range). Shard 0
-// then waits for every shard's meta, writes `MANIFEST.json` last, and prunes
-// old checkpoints. Each file goes through CheckpointStore::Put (temporary
-// name, fsync, rename, fsync of the directory), so a crash leaves at worst a
-// directory without a manifest, which List ignores and pruning removes.
+// optimizer state), then `shard-s.json` (its checksum and range); shard 0
+// writes those of the shards holding no element too (empty files: they take
+// no part in the steps, core/layout.h). Shard 0 then waits for every shard's
+// meta, writes `MANIFEST.json` last, and prunes old checkpoints. Each file
+// goes through CheckpointStore::Put (temporary name, fsync, rename, fsync of
+// the directory), so a crash leaves at worst a directory without a manifest,
+// which List ignores and pruning removes.
 //
 // A checkpoint that fails (a shard's write: a full or failing disk; or its
 // finalization: an error, or a shard's file missing at the deadline) is
@@ -58,6 +60,10 @@ struct ShardSnapshot {
   int64_t pause_us = 0;
   std::vector<int64_t> tensor_skips;  // per tensor, steps that skipped it; empty if none
   std::string creator;                // the job's creator (ShardJob::creator); shard 0's is kept
+  // Shard 0 only: the shards whose range is empty, which take no part in the
+  // steps (core/layout.h): shard 0 writes their parts (no data, an entry),
+  // so every checkpoint it snapshots can complete.
+  std::vector<std::pair<int, Range>> empty_shards;
 };
 
 struct CheckpointProgress {
@@ -135,6 +141,9 @@ class Checkpointer {
   void WriterLoop();
   void FinalizerLoop();
   absl::Status WriteShard(const ShardSnapshot& s);
+  // One shard's data file (`chunks`) and then its entry, `e` (shard, range,
+  // slots, pause and skips given; file, bytes and checksum filled in).
+  absl::Status WritePart(const std::string& dir, const std::vector<Chunk>& chunks, ShardEntry* e);
   absl::Status TryFinalize(Pending& p, bool* done);
   // Keeps the newest `keep_last` complete checkpoints; removes unfinished
   // directories of steps before the newest complete one.

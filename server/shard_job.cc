@@ -367,6 +367,13 @@ ShardSnapshot ShardJob::SnapshotLocked() {
   last_pause_us_ = s.pause_us;
   s.spec_json = spec_json_;
   s.creator = creator_;
+  if (shard_ == 0) {
+    for (int shard = 1; shard < layout_.num_shards(); ++shard) {
+      if (layout_.shard_empty(shard)) {
+        s.empty_shards.emplace_back(shard, layout_.shard_range(shard));
+      }
+    }
+  }
   return s;
 }
 
@@ -379,6 +386,9 @@ absl::StatusOr<std::optional<ShardSnapshot>> ShardJob::RequestCheckpoint(int64_t
                      "DDP keeps parameters on the workers; shard servers checkpoint zero1, zero2 "
                      "and fsdp jobs"));
   }
+  // A shard without elements takes no part in the steps (core/layout.h):
+  // shard 0 writes its part of every checkpoint.
+  if (layout_.shard_empty(shard_)) return std::optional<ShardSnapshot>();
   if (cancel) {
     checkpoints_.Cancel(step);
     return std::optional<ShardSnapshot>();

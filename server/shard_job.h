@@ -224,7 +224,10 @@ class ShardJob {
   // Snapshot when the shard reaches `step`: at once if it is idle there
   // (returned), else when that step's last bucket is updated (UpdateBucket's
   // Serve.snapshot). FailedPrecondition if the shard is past `step` or in the
-  // middle of it. `cancel` withdraws a request.
+  // middle of it. `cancel` withdraws a request. A shard without elements
+  // takes no part in the steps (core/layout.h): nothing, for any step;
+  // shard 0's snapshots carry its part (ShardSnapshot::empty_shards).
+  // SetOptimizer and SkipTensors take any step there (step_settings.h).
   absl::StatusOr<std::optional<ShardSnapshot>> RequestCheckpoint(int64_t step, bool cancel);
   void SetCheckpointProgress(const CheckpointProgress& p);
 

@@ -23,7 +23,9 @@ absl::Status StepSettings::SetOptimizer(const OptimizerParams& optimizer, int64_
         where_, "the optimizer is ", OptimizerKindName(optimizer_.kind), "; it cannot become ",
         OptimizerKindName(optimizer.kind), " (its state would not fit)"));
   }
-  if (step != version + 1) {
+  // A shard without elements takes no part in the steps (core/layout.h): it
+  // has nothing to apply the settings to, whatever step they are for.
+  if (step != version + 1 && !layout_.shard_empty(shard_)) {
     return absl::FailedPreconditionError(absl::StrCat(
         where_, "new optimizer settings from step ", step, " but the shard is at step ", version,
         ": set them between steps, before pushing step ", version + 1));
@@ -46,6 +48,9 @@ absl::Status StepSettings::SkipTensors(const std::vector<int32_t>& tensors, int6
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where_, "SkipTensors: ", valid.message()));
   }
+  // A shard without elements holds none of the tensors and has no step
+  // (core/layout.h): nothing to skip, nothing kept.
+  if (layout_.shard_empty(shard_)) return absl::OkStatus();
   if (step != version + 1) {
     return absl::FailedPreconditionError(
         absl::StrCat(where_, "tensors to skip at step ", step, " but the shard is at step ",

@@ -21,6 +21,9 @@
 //       that hold one), and the next step skips nothing until told.
 //   ResetSkips(skips)  a restore or a state write: the counts become
 //       `skips` (all zero: none), nothing is skipped now.
+// A shard whose range is empty takes no part in the steps (core/layout.h):
+// it takes optimizer settings for any step and keeps no skipped tensors
+// (validated as above either way), since it has nothing to apply them to.
 // Refusals start with `where` ("job 'J' shard S: ").
 //
 // Threads: none and no lock: the owner (ShardJob) serializes every call.

@@ -70,5 +70,32 @@ TEST(StepSettingsTest, SkippedTensorsFollowTheProtocolAndCountInTheShardsRangeOn
   EXPECT_EQ(s.skips(), (std::vector<int64_t>{2, 0, 1}));
 }
 
+// A job of 12 elements in units of 64 on 3 shards: shards 1 and 2 hold none.
+// They have no step (core/layout.h): settings for any step are taken (a
+// scheduler sets them every step while they stay at their first step),
+// validated as anywhere; skipped tensors leave nothing behind.
+TEST(StepSettingsTest, AShardWithoutElementsTakesSettingsForAnyStep) {
+  auto layout = Layout::Create({{"bias", {11}}, {"scale", {1}}}, 3, 64, 64);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_TRUE(layout->shard_empty(2));
+  StepSettings s("job 'j' shard 2: ", *layout, 2, Sgd(0.1f));
+  ASSERT_TRUE(s.SetOptimizer(Sgd(0.2f), 2, 0, false).ok());
+  ASSERT_TRUE(s.SetOptimizer(Sgd(0.3f), 7, 0, false).ok());
+  EXPECT_EQ(s.ForUpdate(7).optimizer.lr, 0.3f);
+  EXPECT_EQ(s.SetOptimizer(Sgd(-1.f), 8, 0, false).code(), absl::StatusCode::kInvalidArgument);
+  OptimizerParams adam = Sgd(0.2f);
+  adam.kind = OptimizerParams::Kind::kAdam;
+  EXPECT_EQ(s.SetOptimizer(adam, 8, 0, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.ForUpdate(8).optimizer.lr, 0.3f) << "refusals changed nothing";
+  EXPECT_EQ(s.SkipTensors({5}, 3, 0, kNoneComplete).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s.SkipTensors({0}, 3, 0, kNoneComplete).ok());
+  ASSERT_TRUE(s.SkipTensors({1}, 4, 0, kNoneComplete).ok()) << "no set kept from step 3";
+  EXPECT_TRUE(s.ForUpdate(4).skip_now.empty());
+  // Shard 0 holds the elements and keeps to the protocol.
+  StepSettings first("job 'j' shard 0: ", *layout, 0, Sgd(0.1f));
+  EXPECT_EQ(first.SetOptimizer(Sgd(0.2f), 2, 0, false).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace tessel

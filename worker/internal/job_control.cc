@@ -21,6 +21,11 @@ std::vector<int> JobControl::Shards() const {
   return shards;
 }
 
+bool JobControl::InStep(int shard) const {
+  const Layout* layout = ctx_->layout.get();
+  return layout == nullptr || shard >= layout->num_shards() || !layout->shard_empty(shard);
+}
+
 absl::Status JobControl::ForEach(const PerShard& call) const {
   for (int shard : Shards()) TESSEL_RETURN_IF_ERROR(call(shard));
   return absl::OkStatus();
@@ -61,7 +66,7 @@ absl::Status JobControl::CreateJob(const v1::CreateJobRequest& request, absl::st
       s = absl::InternalError(absl::StrCat(
           ctx_->Where(), ": shard ", shard, " derived range [", resp.range_begin(), ", ",
           resp.range_end(), ") but this worker derived [", r.begin, ", ", r.end, ")"));
-    } else if (check) {
+    } else if (check && InStep(shard)) {
       s = check(shard, resp);
     }
     if (!s.ok() && refused != nullptr) *refused = true;
@@ -107,6 +112,7 @@ absl::Status JobControl::SetOptimizer(const OptimizerParams& optimizer, int64_t 
   req.set_step(step);
   const std::string call = What("SetOptimizer");
   return ForAll([&](int shard) {
+    if (!InStep(shard)) return absl::OkStatus();
     v1::SetOptimizerResponse resp;
     return fleet_->Call(shard, &Stub::SetOptimizer, req, &resp, call);
   });
@@ -120,6 +126,7 @@ absl::Status JobControl::SkipTensors(absl::Span<const int32_t> tensors, int64_t 
   const Layout& layout = *ctx_->layout;
   const std::string call = What("SkipTensors");
   return ForAll([&](int shard) {
+    if (!InStep(shard)) return absl::OkStatus();
     const Range r = layout.shard_range(shard);
     bool holds = false;
     for (int32_t t : tensors) {
@@ -137,6 +144,7 @@ absl::Status JobControl::SaveCheckpoint(int64_t step) const {
   req.set_step(step);
   const std::string call = What("SaveCheckpoint");
   return ForAll([&](int shard) {
+    if (!InStep(shard)) return absl::OkStatus();  // shard 0 writes its part
     v1::SaveCheckpointResponse resp;
     return fleet_->Call(shard, &Stub::SaveCheckpoint, req, &resp, call);
   });

@@ -17,6 +17,11 @@
 //     shard S (address): <message>". Nothing is tagged recoverable: whether a
 //     failure is one a recovery repairs is the caller's decision
 //     (JobContext::Recoverable).
+//   - A shard without elements (core/layout.h, Layout::shard_empty) takes
+//     no part in the job's steps: the step-bound calls (SetOptimizer,
+//     SkipTensors, SaveCheckpoint) leave it out, and CreateJob's `check`
+//     (which compares steps) does not see it. Shard 0 always holds
+//     elements, so FirstShardStats and UnderWay read the job's step.
 //   - Requests name the job of the context; steps and epochs are the
 //     caller's, as is the JobSpec (nothing is read from the context but the
 //     job name, Where() and, for CreateJob and SkipTensors, the layout).
@@ -65,7 +70,8 @@ class JobControl {
   // CreateJob on every shard: `request` as given with shard_index set per
   // shard (a restore reads the checkpoint: up to 5 minutes a shard). Each
   // response's range must be the one ctx.layout derives for that shard
-  // (else Internal), then `check` (if any) sees it. On failure `*refused`
+  // (else Internal), then `check` (if any) sees it, where the shard holds
+  // elements. On failure `*refused`
   // (if given) says whether a response was refused (range or `check`)
   // rather than a call failing.
   absl::Status CreateJob(const v1::CreateJobRequest& request, absl::string_view what,
@@ -111,6 +117,9 @@ class JobControl {
   // Every shard whatever fails; the first failure.
   absl::Status ForAll(const PerShard& call) const;
   std::vector<int> Shards() const;
+  // Whether `shard` takes part in the job's steps: it holds elements of the
+  // layout (true before there is one).
+  bool InStep(int shard) const;
   std::string What(absl::string_view call) const;
   v1::JobRef Ref() const;
 

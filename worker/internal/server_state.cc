@@ -19,6 +19,8 @@ absl::Status ReadServerState(const JobContext& ctx, const ShardFleet& fleet, Tra
   // Each shard's per-tensor skips, merged after.
   std::vector<std::vector<int64_t>> skips(static_cast<size_t>(ctx.layout->num_shards()));
   absl::Status s = fleet.ForEach([&](int shard) -> absl::Status {
+    // A shard without elements takes no part in the steps (core/layout.h).
+    if (ctx.layout->shard_empty(shard)) return absl::OkStatus();
     const Range r = ctx.layout->shard_range(shard);
     for (int64_t off = 0; off < r.size(); off += kChunk) {
       v1::ReadStateRequest req;
@@ -56,6 +58,9 @@ absl::Status WriteServerState(const JobContext& ctx, const ShardFleet& fleet,
                               const TrainState& state) {
   const bool ddp = ctx.ddp();
   return fleet.ForEach([&](int shard) -> absl::Status {
+    // A shard without elements takes no part in the steps (core/layout.h):
+    // nothing to write, and no step to move.
+    if (ctx.layout->shard_empty(shard)) return absl::OkStatus();
     const Range r = ctx.layout->shard_range(shard);
     int64_t off = 0;
     do {

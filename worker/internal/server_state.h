@@ -6,7 +6,9 @@
 // Contract: ReadServerState fills state->params and state->state (sized by
 // the caller) for every shard's range at ctx.step; a chunk of the wrong size
 // is DataLoss. WriteServerState stages each shard's chunks and commits them
-// together (DDP servers hold no state: only the step is written).
+// together (DDP servers hold no state: only the step is written). Shards
+// without elements take no part in the steps (core/layout.h): neither reads
+// nor writes them.
 //
 // Threads: the driving thread.
 //
