@@ -70,6 +70,7 @@ void RegistryService::PruneLeases() {
   std::set<int64_t> live;
   for (const Registry::Leased& m : *members) live.insert(m.lease_id);
   holders_.Retain(live);
+  stragglers_.Retain(live);
   absl::MutexLock lock(&progress_mu_);
   for (auto it = leases_.begin(); it != leases_.end();) {
     it = live.count(it->first) ? std::next(it) : leases_.erase(it);
@@ -110,6 +111,8 @@ grpc::Status RegistryService::Join(grpc::ServerContext* ctx, const v1::JoinReque
   if (!server) {
     absl::MutexLock lock(&progress_mu_);
     leases_[joined.lease_id] = {req->member().group(), req->member().rank()};
+  } else {
+    stragglers_.ServerJoined(joined.lease_id);
   }
   *resp->mutable_view() = std::move(joined.view);
   TESSEL_LOG(INFO) << "join " << req->member().group() << " " << v1::Role_Name(req->member().role())
@@ -131,6 +134,36 @@ grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
   // started) is its first renewer's from now on.
   if (auth_.enabled()) holders_.BindIfUnknown(req->lease_id(), holder);
   resp->set_epoch(epoch);
+  // A server's stragglers (a worker's lease may not report any); a worker
+  // hears its job's.
+  if (!stragglers_.Report(req->lease_id(), {req->stragglers().begin(), req->stragglers().end()}) &&
+      req->stragglers_size() > 0) {
+    TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+        << "heartbeat of lease " << req->lease_id() << ": " << req->stragglers_size()
+        << " straggler entries dropped (not a shard server's lease, or malformed)";
+  }
+  std::string group;
+  {
+    absl::MutexLock lock(&progress_mu_);
+    auto lease = leases_.find(req->lease_id());
+    if (lease != leases_.end()) group = lease->second.first;
+  }
+  if (!group.empty()) {
+    std::vector<v1::Straggler> named = stragglers_.ForJob(group);
+    if (!named.empty()) {
+      absl::StatusOr<v1::View> got = registry_->GetView(group);
+      const v1::View view = got.ok() ? *std::move(got) : v1::View();
+      for (v1::Straggler& s : named) {
+        for (const v1::Member& m : view.members()) {
+          if (m.role() == v1::ROLE_WORKER && m.rank() == s.registry_rank()) {
+            s.set_host(m.host());
+            s.set_pid(m.pid());
+          }
+        }
+        *resp->add_stragglers() = std::move(s);
+      }
+    }
+  }
   if (req->has_progress()) {
     absl::MutexLock lock(&progress_mu_);
     auto lease = leases_.find(req->lease_id());
@@ -157,6 +190,7 @@ grpc::Status RegistryService::Leave(grpc::ServerContext* ctx, const v1::LeaveReq
     leases_.erase(req->lease_id());
   }
   holders_.Forget(req->lease_id());
+  stragglers_.Forget(req->lease_id());
   return ToGrpc(registry_->Leave(req->lease_id()));
 }
 

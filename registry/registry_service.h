@@ -47,6 +47,7 @@
 #include "registry/health_checker.h"
 #include "registry/lease_holders.h"
 #include "registry/registry.h"
+#include "registry/straggler_board.h"
 #include "rpc/auth.h"
 #include "runtime/metrics.h"
 
@@ -75,6 +76,8 @@ class RegistryService final : public v1::Registry::Service {
   };
   static constexpr size_t kMaxProgress = 600;
   std::map<std::string, std::vector<ProgressPoint>> Progress();
+  // The ranks the shard servers name stragglers now (their heartbeats).
+  StragglerBoard& stragglers() { return stragglers_; }
   // Ends Watch streams promptly and stops the background threads (call
   // before grpc::Server::Shutdown).
   void Stop();
@@ -109,6 +112,7 @@ class RegistryService final : public v1::Registry::Service {
   std::map<std::string, std::deque<ProgressPoint>> progress_ ABSL_GUARDED_BY(progress_mu_);
   // Who joined with each lease (only while credentials are configured).
   LeaseHolders holders_;
+  StragglerBoard stragglers_;
   // tessel_registry_* gauges, read from the registry on each scrape.
   metrics::Registry::CollectorHandle metrics_;
 };

@@ -40,17 +40,44 @@ std::string StatusPage::Json() {
   return cached_;
 }
 
+namespace {
+
+// Per finished step of one shard's flight recorder, each rank's lateness
+// (its last push after the first rank's, seconds): the status page's heat
+// map (steps x ranks); and the shard's scores.
+json LatenessHeatMap(const v1::ShardStats& st) {
+  json out = {{"shard", st.shard_index()},
+              {"steps", json::array()},
+              {"seconds", json::array()},
+              {"scores", json::array()}};
+  for (const v1::StepArrivals& a : st.flight()) {
+    if (a.end_us() < 0 || a.last_push_us_size() == 0) continue;
+    const int64_t first = *std::min_element(a.last_push_us().begin(), a.last_push_us().end());
+    if (first < 0) continue;
+    json row = json::array();
+    for (int64_t t : a.last_push_us()) row.push_back(static_cast<double>(t - first) / 1e6);
+    out["steps"].push_back(a.step());
+    out["seconds"].push_back(row);
+  }
+  for (const v1::RankScore& r : st.rank_scores()) out["scores"].push_back(r.score());
+  return out;
+}
+
+}  // namespace
+
 std::string StatusPage::Compute() {
   const absl::Time now = absl::Now();
   json out = {{"time", FormatRfc3339Utc(now)}, {"registry", address_},  {"security", security_},
-              {"members", json::array()},      {"jobs", json::array()}, {"errors", json::array()}};
+              {"members", json::array()},      {"jobs", json::array()}, {"errors", json::array()},
+              {"stragglers", json::array()}};
   auto groups = service_->registry().ListGroups();
   if (!groups.ok()) {
     out["errors"].push_back(absl::StrCat("registry: ", groups.status().message()));
     return out.dump();
   }
-  std::map<std::string, int> workers;                        // registered workers per job group
-  std::vector<std::pair<std::string, std::string>> servers;  // (pool, address)
+  std::map<std::string, int> workers;  // registered workers per job group
+  std::map<std::pair<std::string, int>, const v1::Member*> worker_at;  // (group, rank)
+  std::vector<std::pair<std::string, std::string>> servers;            // (pool, address)
   for (const v1::View& v : *groups) {
     for (const v1::Member& m : v.members()) {
       const bool server = m.role() == v1::ROLE_SERVER;
@@ -63,6 +90,7 @@ std::string StatusPage::Compute() {
         servers.emplace_back(v.group(), m.grpc_address());
       } else {
         ++workers[v.group()];
+        worker_at[{v.group(), m.rank()}] = &m;
       }
     }
   }
@@ -107,6 +135,24 @@ std::string StatusPage::Compute() {
       }
     }
   }
+  // The ranks the servers name stragglers, with their host and pid.
+  for (const v1::Straggler& st : service_->stragglers().All()) {
+    json j = {{"job", st.job()},
+              {"rank", st.rank()},
+              {"registry_rank", st.registry_rank()},
+              {"score", st.score()},
+              {"lateness_s", st.lateness_seconds()},
+              {"shard", st.shard()},
+              {"since", FormatRfc3339Utc(absl::FromUnixMillis(st.since_unix_ms()))},
+              {"host", nullptr},
+              {"pid", nullptr}};
+    auto m = worker_at.find({st.job(), st.registry_rank()});
+    if (m != worker_at.end()) {
+      j["host"] = m->second->host();
+      j["pid"] = m->second->pid();
+    }
+    out["stragglers"].push_back(j);
+  }
   const auto progress = service_->Progress();
   std::set<std::string> live;
   for (auto& [name, row] : jobs) {
@@ -125,7 +171,8 @@ std::string StatusPage::Compute() {
               {"checkpoint", nullptr},
               {"checkpoints_failing_since", nullptr},
               {"checkpoint_error", nullptr},
-              {"loss", json::array()}};
+              {"loss", json::array()},
+              {"lateness", LatenessHeatMap(row.first)}};
     if (row.failing_since >= 0) {
       j["checkpoints_failing_since"] = row.failing_since;
       j["checkpoint_error"] = row.failing_error;
@@ -185,6 +232,9 @@ std::string StatusPage::Html() {
 <table id="jobs"><thead><tr><th>job</th><th>strategy</th><th>workers</th><th>shards</th>
 <th>parameters</th><th>step</th><th>steps/s</th><th>epoch</th><th>recoveries</th>
 <th>newest checkpoint</th><th>checkpoint age</th></tr></thead><tbody></tbody></table>
+<h2>Stragglers</h2>
+<table id="stragglers"><thead><tr><th>job</th><th>rank</th><th>score</th><th>late by</th>
+<th>host</th><th>pid</th><th>since</th><th>named by</th></tr></thead><tbody></tbody></table>
 <div id="plots"></div>
 <h2>Members</h2>
 <table id="members"><thead><tr><th>group</th><th>role</th><th>rank</th><th>address</th>
@@ -212,6 +262,25 @@ function plot(job) {
     '<text x="' + (L - 4) + '" y="16" font-size="11" text-anchor="end">' + y1.toPrecision(3) + '</text>' +
     '<polyline fill="none" stroke="#d62728" stroke-width="3" points="' + line + '"/></svg></div>';
 }
+function heat(job) {
+  const h = job.lateness; if (!h || h.steps.length == 0) return '';
+  const ranks = h.seconds[0].length, C = 14, L = 60, T = 16;
+  const max = Math.max(1e-3, ...h.seconds.flat());
+  let cells = '';
+  h.seconds.forEach((row, i) => row.forEach((v, r) => {
+    const a = (v / max).toFixed(2);
+    cells += '<rect x="' + (L + i * C) + '" y="' + (T + r * C) + '" width="' + (C - 1) + '" height="' +
+      (C - 1) + '" fill="rgba(214,39,40,' + a + ')"><title>step ' + h.steps[i] + ' rank ' + r +
+      ': ' + (v * 1000).toFixed(1) + ' ms late</title></rect>'; }));
+  let labels = '';
+  for (let r = 0; r < ranks; r++) labels += '<text x="' + (L - 4) + '" y="' + (T + r * C + 10) +
+      '" font-size="10" text-anchor="end">rank ' + r + (h.scores.length > r ? ' (' +
+      h.scores[r].toFixed(1) + ')' : '') + '</text>';
+  return '<div class="job"><b>' + esc(job.name) + '</b> lateness per step and rank (shard ' +
+    h.shard + '; darker = later, max ' + (max * 1000).toFixed(0) + ' ms)<br><svg class="heat" ' +
+    'data-job="' + esc(job.name) + '" width="' + (L + h.steps.length * C + 10) + '" height="' +
+    (T + ranks * C + 6) + '">' + labels + cells + '</svg></div>';
+}
 async function refresh() {
   try {
     const r = await fetch('status.json', {cache: 'no-store'}); const s = await r.json();
@@ -230,7 +299,12 @@ async function refresh() {
             esc(j.checkpoint_error) + '">failing since step ' + j.checkpoints_failing_since +
             '</span>') + '</td><td>' +
         age(j.checkpoint ? j.checkpoint.age_s : null) + '</td></tr>').join('');
-    document.getElementById('plots').innerHTML = s.jobs.map(plot).join('');
+    document.getElementById('plots').innerHTML = s.jobs.map(j => plot(j) + heat(j)).join('');
+    document.querySelector('#stragglers tbody').innerHTML = s.stragglers.map(g => '<tr><td>' +
+        esc(g.job) + '</td><td>' + g.rank + '</td><td>' + g.score.toFixed(2) + '</td><td>' +
+        (g.lateness_s * 1000).toFixed(0) + ' ms</td><td>' + esc(g.host || '-') + '</td><td>' +
+        (g.pid || '-') + '</td><td>' + esc(g.since) + '</td><td>shard ' + g.shard +
+        '</td></tr>').join('');
     document.querySelector('#members tbody').innerHTML = s.members.map(m => '<tr><td>' +
         esc(m.group) + '</td><td>' + m.role + '</td><td>' + m.rank + '</td><td>' +
         esc(m.address || '-') + '</td><td>' + esc(m.host) + '</td></tr>').join('');

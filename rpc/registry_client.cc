@@ -77,6 +77,16 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
     }
     v1::HeartbeatRequest req;
     req.set_lease_id(lease_id);
+    StragglerSource source;
+    StragglerListener listener;
+    {
+      absl::MutexLock lock(&mu_);
+      source = straggler_source_;
+      listener = straggler_listener_;
+    }
+    if (source) {
+      for (v1::Straggler& s : source()) *req.add_stragglers() = std::move(s);
+    }
     if (const int64_t step = progress_step_.load(); step >= 0) {
       req.mutable_progress()->set_step(step);
       req.mutable_progress()->set_loss(progress_loss_.load());
@@ -96,6 +106,12 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
     if (s.ok()) {
       group_epoch_.store(resp.epoch());
       last_contact_ns_.store(absl::ToUnixNanos(absl::Now()));
+      std::vector<std::pair<std::string, int>> heard;
+      for (const v1::Straggler& g : resp.stragglers()) heard.emplace_back(g.job(), g.rank());
+      if (heard != stragglers_heard_) {
+        stragglers_heard_ = std::move(heard);
+        if (listener) listener({resp.stragglers().begin(), resp.stragglers().end()});
+      }
     }
     if (!s.ok()) TESSEL_LOG(WARNING) << "heartbeat failed (will retry): " << s.error_message();
   }
@@ -104,6 +120,16 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
 void RegistryClient::SetProgress(int64_t step, double loss) {
   progress_loss_.store(loss);
   progress_step_.store(step);
+}
+
+void RegistryClient::SetStragglerSource(StragglerSource source) {
+  absl::MutexLock lock(&mu_);
+  straggler_source_ = std::move(source);
+}
+
+void RegistryClient::SetStragglerListener(StragglerListener listener) {
+  absl::MutexLock lock(&mu_);
+  straggler_listener_ = std::move(listener);
 }
 
 void RegistryClient::StopHeartbeats() {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -57,6 +58,15 @@ class RegistryClient {
 
   // Sent with the following heartbeats (the status page's loss curve).
   void SetProgress(int64_t step, double loss);
+  // Shard servers: called before each heartbeat, its list sent with it (the
+  // ranks this server names stragglers now; server/straggler_watcher.h).
+  using StragglerSource = std::function<std::vector<v1::Straggler>()>;
+  void SetStragglerSource(StragglerSource source);
+  // Workers: called on the heartbeat thread whenever the stragglers the
+  // registry says the servers name in this member's job change (by job and
+  // rank), with the whole new list (empty: none any more).
+  using StragglerListener = std::function<void(const std::vector<v1::Straggler>&)>;
+  void SetStragglerListener(StragglerListener listener);
 
   absl::StatusOr<v1::View> GetView(const std::string& group);
   absl::StatusOr<std::vector<v1::View>> ListGroups();
@@ -79,6 +89,10 @@ class RegistryClient {
   int64_t lease_id_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status lease_status_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  StragglerSource straggler_source_ ABSL_GUARDED_BY(mu_);
+  StragglerListener straggler_listener_ ABSL_GUARDED_BY(mu_);
+  // (job, rank) of the stragglers last heard of (heartbeat thread only).
+  std::vector<std::pair<std::string, int>> stragglers_heard_;
   std::thread heartbeat_;
   std::atomic<int64_t> group_epoch_{0};
   std::atomic<int64_t> progress_step_{-1};

@@ -12,7 +12,8 @@ PushTracker::PushTracker(int num_buckets, int world)
     : num_buckets_(num_buckets),
       world_(world),
       slots_(num_buckets, std::vector<Slot>(world, Slot::kEmpty)),
-      received_(num_buckets, 0) {}
+      received_(num_buckets, 0),
+      flight_(world) {}
 
 bool PushTracker::AnyPushed() const {
   for (const auto& bucket : slots_) {
@@ -28,6 +29,7 @@ void PushTracker::Reserve(int bucket, int rank, absl::Time now) {
   assert(s == Slot::kEmpty);
   s = Slot::kReceiving;
   if (!started_) started_ = now;
+  flight_.Pushed(rank, absl::ToUnixMicros(now));
 }
 
 void PushTracker::Release(int bucket, int rank) {
@@ -43,14 +45,16 @@ bool PushTracker::Receive(int bucket, int rank) {
   return ++received_[bucket] == world_;
 }
 
-void PushTracker::NextStep() {
+void PushTracker::NextStep(int64_t step, absl::Time now) {
   parts_.NextStep();
   for (auto& bucket : slots_) std::fill(bucket.begin(), bucket.end(), Slot::kEmpty);
   std::fill(received_.begin(), received_.end(), 0);
+  flight_.EndStep(step, absl::ToUnixMicros(now));
   StopClock();
 }
 
 void PushTracker::StopClock() {
+  flight_.Discard();
   started_.reset();
   reported_.reset();
 }

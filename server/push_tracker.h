@@ -14,10 +14,14 @@
 //                       bucket b.
 //   parts()             the step's micro-batch parts (PushParts: each taken
 //                       once, a replay refused).
-//   NextStep()          the version moved: every slot empty, no part taken,
-//                       clock stopped.
+//   NextStep(s, now)    step s ended (the version moved past it): every
+//                       slot empty, no part taken, clock stopped; the
+//                       step's arrival times go into the flight recorder.
 //   StopClock()         no step is in progress any more (the caller knows):
-//                       the next reserve starts a new clock.
+//                       the next reserve starts a new clock (and the flight
+//                       recorder forgets the abandoned step's arrivals).
+//   flight()            when each rank's pushes arrived over the last steps
+//                       (server/flight_recorder.h): Reserve records them.
 //   StallDue(now, d)    the clock has run for more than d and the step was
 //                       not reported within the last d: returns how long it
 //                       has run and marks it reported. So a caller polling
@@ -31,7 +35,7 @@
 //
 // Example:
 //   PushTracker pushes(/*num_buckets=*/4, /*world=*/2);
-//   pushes.Reserve(0, 1, absl::Now());
+//   pushes.Reserve(0, 1, absl::Now());  // also the flight recorder's arrival
 //   if (pushes.Receive(0, 1)) { /* bucket 0 is complete: reduce it */ }
 //   if (auto age = pushes.StallDue(absl::Now(), absl::Seconds(30))) {
 //     PushTracker::Waiting w = pushes.DescribeWaiting(worker_ids);  // for the log
@@ -46,6 +50,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "server/flight_recorder.h"
 #include "server/push_parts.h"
 
 namespace tessel {
@@ -67,8 +72,9 @@ class PushTracker {
   PushParts& parts() { return parts_; }
   void Release(int bucket, int rank);
   bool Receive(int bucket, int rank);
-  void NextStep();
+  void NextStep(int64_t step, absl::Time now);
   void StopClock();
+  const FlightRecorder& flight() const { return flight_; }
   std::optional<absl::Duration> StallDue(absl::Time now, absl::Duration after);
 
   // What the step waits for, one entry per rank that owes something, in
@@ -97,6 +103,7 @@ class PushTracker {
   std::vector<std::vector<Slot>> slots_;  // [bucket][rank]
   std::vector<int> received_;             // per bucket: ranks whose push landed
   PushParts parts_;
+  FlightRecorder flight_;
   // When the step's first push was reserved (nullopt: no step in progress),
   // and when StallDue last reported it.
   std::optional<absl::Time> started_;

@@ -32,7 +32,7 @@ TEST(PushTrackerTest, SlotsMoveFromEmptyThroughReceivingToReceived) {
   EXPECT_EQ(t.slot(1, 0), Slot::kReceived);
   t.Reserve(1, 1, kT0);
   EXPECT_TRUE(t.Receive(1, 1)) << "the last rank completes the bucket";
-  t.NextStep();
+  t.NextStep(/*step=*/0, absl::UnixEpoch());
   for (int b = 0; b < 2; ++b) {
     for (int r = 0; r < 2; ++r) EXPECT_EQ(t.slot(b, r), Slot::kEmpty);
   }
@@ -48,7 +48,7 @@ TEST(PushTrackerTest, TheNextStepFreesEveryPart) {
   EXPECT_FALSE(t.parts().Take(0, 1, 0, 1).ok()) << "replayed";
   t.StopClock();
   EXPECT_FALSE(t.parts().Take(0, 1, 0, 1).ok()) << "a stopped clock is no new step";
-  t.NextStep();
+  t.NextStep(/*step=*/0, absl::UnixEpoch());
   EXPECT_EQ(t.parts().size(), 0u);
   EXPECT_TRUE(t.parts().Take(0, 1, 0, 2).ok());
 }
@@ -99,7 +99,7 @@ TEST(PushTrackerTest, EveryBucketCompletesOnceInAnyOrder) {
       completed[b] += done;
     }
     EXPECT_EQ(std::accumulate(completed.begin(), completed.end(), 0), buckets);
-    t.NextStep();
+    t.NextStep(/*step=*/0, absl::UnixEpoch());
     EXPECT_FALSE(t.AnyPushed());
   }
 }
@@ -123,11 +123,11 @@ TEST(PushTrackerTest, StallClockReportsOncePerPeriodAndStopsWithTheStep) {
   t.StopClock();
   EXPECT_FALSE(t.StallDue(kT0 + absl::Hours(1), after));
   // A reserve after StopClock starts a fresh clock; Release keeps it running.
-  t.NextStep();
+  t.NextStep(/*step=*/0, absl::UnixEpoch());
   t.Reserve(0, 0, kT0 + absl::Seconds(100));
   t.Release(0, 0);
   EXPECT_TRUE(t.StallDue(kT0 + absl::Seconds(111), after).has_value());
-  t.NextStep();
+  t.NextStep(/*step=*/0, absl::UnixEpoch());
   EXPECT_FALSE(t.StallDue(kT0 + absl::Hours(1), after));
 }
 
@@ -158,6 +158,32 @@ TEST(PushTrackerTest, DescribeBucketsJoinsRuns) {
   EXPECT_EQ(DescribeBuckets({0, 1, 2, 3}, 4), "buckets 0-3 of 4");
   EXPECT_EQ(DescribeBuckets({0, 1, 2, 5, 7, 8, 9}, 12), "buckets 0-2, 5, 7-9 of 12");
   EXPECT_EQ(DescribeBuckets({1, 3}, 4), "buckets 1, 3 of 4");
+}
+
+TEST(PushTrackerTest, ReservesAreTheFlightRecordersArrivals) {
+  PushTracker t(/*num_buckets=*/2, /*world=*/2);
+  t.Reserve(0, 1, kT0);
+  t.Reserve(1, 1, kT0 + absl::Milliseconds(2));
+  t.Reserve(0, 0, kT0 + absl::Milliseconds(5));
+  t.Release(0, 0);  // failed: the step goes on, its arrival stays
+  t.Reserve(0, 0, kT0 + absl::Milliseconds(6));
+  t.Reserve(1, 0, kT0 + absl::Milliseconds(7));
+  for (int b = 0; b < 2; ++b) {
+    for (int r = 0; r < 2; ++r) t.Receive(b, r);
+  }
+  t.NextStep(/*step=*/3, kT0 + absl::Milliseconds(9));
+  const std::vector<StepArrivals> w = t.flight().Window();
+  ASSERT_EQ(w.size(), 1u);
+  const int64_t t0 = absl::ToUnixMicros(kT0);
+  EXPECT_EQ(w[0].step, 3);
+  EXPECT_EQ(w[0].end_us, t0 + 9000);
+  EXPECT_EQ(w[0].first_push_us, (std::vector<int64_t>{t0 + 5000, t0}));
+  EXPECT_EQ(w[0].last_push_us, (std::vector<int64_t>{t0 + 7000, t0 + 2000}));
+  // A step abandoned (StopClock: a restore) leaves no arrivals behind.
+  t.Reserve(0, 0, kT0 + absl::Seconds(1));
+  t.Release(0, 0);
+  t.StopClock();
+  EXPECT_EQ(t.flight().Window().size(), 1u);
 }
 
 }  // namespace

@@ -284,7 +284,7 @@ void ShardJob::FinishStepLocked(Serve* serve) {
   ++counters_.applied_steps;
   buckets_updated_ = 0;
   settings_.EndStep();
-  pushes_.NextStep();
+  pushes_.NextStep(version_ - 1, absl::Now());  // the step that just ended
   serve->version = version_;
   if (checkpoints_.DueAt(version_)) serve->snapshot = SnapshotLocked();
   pulls_.Reached(version_, &serve->pullers);
@@ -567,6 +567,7 @@ JobStats ShardJob::Stats(bool with_digest) {
   st.last_snapshot_pause_us = last_pause_us_;
   st.restored_from_step = restored_from_;
   st.worker_ids = worker_ids_;
+  st.flight = pushes_.flight().Window();
   return st;
 }
 

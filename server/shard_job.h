@@ -116,6 +116,8 @@ struct JobStats {
   int64_t last_snapshot_pause_us = 0;
   int64_t restored_from_step = -1;
   std::vector<int> worker_ids;
+  // When each rank's pushes arrived, the last steps (server/flight_recorder.h).
+  std::vector<StepArrivals> flight;
 };
 
 // ReadState's answer, valid during the callback that receives it: the

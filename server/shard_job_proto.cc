@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include "core/status_macros.h"
+#include "core/straggler.h"
 #include "rpc/job_spec.h"
 
 namespace tessel {
@@ -82,6 +83,21 @@ v1::ShardStats ShardStatsProto(ShardJob& job, bool with_digest) {
   st.set_process_cpu_us(int64_t{cpu.tv_sec} * 1000000 + cpu.tv_nsec / 1000);
   st.set_recoveries(static_cast<int32_t>(s.counters.recoveries));
   for (int id : s.worker_ids) st.add_worker_ids(id);
+  for (const StepArrivals& a : s.flight) {
+    v1::StepArrivals* out = st.add_flight();
+    out->set_step(a.step);
+    out->set_end_us(a.end_us);
+    for (int64_t t : a.first_push_us) out->add_first_push_us(t);
+    for (int64_t t : a.last_push_us) out->add_last_push_us(t);
+  }
+  for (const RankScore& r : ScoreRanks(s.flight, StragglerRule{})) {
+    v1::RankScore* out = st.add_rank_scores();
+    out->set_rank(r.rank);
+    out->set_score(r.score);
+    out->set_lateness_seconds(r.lateness_s);
+    out->set_time_seconds(r.time_s);
+    out->set_steps(r.steps);
+  }
   return st;
 }
 

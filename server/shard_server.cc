@@ -21,6 +21,7 @@
 #include "server/job_table.h"
 #include "server/shard_service.h"
 #include "server/stall_watcher.h"
+#include "server/straggler_watcher.h"
 
 namespace tessel {
 namespace {
@@ -169,9 +170,45 @@ absl::Status ShardServer::Init() {
   keeper.lease_ttl = options_.lease_ttl;
   keeper.on_wedged = [this] { health_->SetReady(false, "renewing a wedged UCX endpoint"); };
   keeper_ = std::make_unique<EndpointKeeper>(transport_.get(), registry_.get(), me, keeper);
+  StartStragglerWatcher();
   health_->SetReady(true, absl::StrCat("joined the registry as shard ", options_.shard));
   supervisor_ = std::thread([this] { Supervise(); });
   return absl::OkStatus();
+}
+
+void ShardServer::StartStragglerWatcher() {
+  StragglerWatcherOptions o;
+  o.shard = options_.shard;
+  o.stall = options_.stall_report;
+  o.dump_dir = options_.flight_dir;
+  // Who a rank is: its host and pid as it joined the job's group.
+  auto who = [registry = registry_.get()](const std::string& job, int registry_rank) {
+    absl::StatusOr<v1::View> view = registry->GetView(job);
+    if (!view.ok()) return std::string();
+    for (const v1::Member& m : view->members()) {
+      if (m.role() == v1::ROLE_WORKER && m.rank() == registry_rank) {
+        return absl::StrCat("host ", m.host(), " pid ", m.pid());
+      }
+    }
+    return std::string();
+  };
+  straggler_watcher_ = std::make_shared<StragglerWatcher>([this] { return jobs_->Jobs(); }, o, who);
+  registry_->SetStragglerSource([w = straggler_watcher_, shard = options_.shard] {
+    std::vector<v1::Straggler> out;
+    for (const NamedStraggler& n : w->stragglers()) {
+      v1::Straggler s;
+      s.set_job(n.job);
+      s.set_rank(n.rank);
+      s.set_registry_rank(n.registry_rank);
+      s.set_score(n.score);
+      s.set_lateness_seconds(n.lateness_s);
+      s.set_shard(shard);
+      s.set_since_unix_ms(absl::ToUnixMillis(n.since));
+      out.push_back(std::move(s));
+    }
+    return out;
+  });
+  straggler_watcher_->Start();
 }
 
 std::string ShardServer::transport_address() const { return transport_->address(); }
@@ -285,6 +322,7 @@ void ShardServer::Stop(bool drain) {
   if (supervisor_.joinable()) supervisor_.join();
   if (health_ != nullptr) health_->SetReady(false, "draining: the server is stopping");
   stall_watcher_.reset();
+  if (straggler_watcher_ != nullptr) straggler_watcher_->Stop();
   metrics_watch_ = metrics::Registry::CollectorHandle();
   if (drain) {
     TESSEL_LOG(INFO) << "stopping; finishing checkpoint writes";

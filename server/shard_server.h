@@ -74,6 +74,7 @@ class FrameKeys;
 class RegistryClient;
 class ShardService;
 class StallWatcher;
+class StragglerWatcher;
 
 struct ShardServerOptions {
   // Chrome-trace timeline of steps steps timeline_window (first_step, steps)
@@ -120,8 +121,11 @@ struct ShardServerOptions {
   std::string registry_token;
   // Mutual TLS for the gRPC server and the registry client (off when empty).
   TlsOptions tls;
-  // Log a stalled step after this long, and again every as long (0 = off).
+  // Log a stalled step after this long, and again every as long (0 = off);
+  // also when the straggler watcher writes the flight recorder of a stalled
+  // step (into flight_dir; "" = $TMPDIR or /tmp).
   absl::Duration stall_report = absl::Seconds(30);
+  std::string flight_dir;
   // Probe the receive queue this often (0 = off), each probe waiting up to
   // receive_check_timeout.
   absl::Duration receive_check_period = absl::Seconds(1);
@@ -196,6 +200,8 @@ class ShardServer {
   void UpdateReadiness();
   void End(absl::Status status);
   void Stop(bool drain);
+  // The straggler watcher, its list sent with the registry heartbeats.
+  void StartStragglerWatcher();
 
   const ShardServerOptions options_;
   // Outlive the plane that updates them.
@@ -212,6 +218,8 @@ class ShardServer {
   std::unique_ptr<HealthReporter> health_;
   std::unique_ptr<RegistryClient> registry_;
   std::unique_ptr<StallWatcher> stall_watcher_;
+  // Shared with the registry client's heartbeats, which send its list.
+  std::shared_ptr<StragglerWatcher> straggler_watcher_;
   // Used by the supervisor thread only, once started.
   std::unique_ptr<EndpointKeeper> keeper_;
   absl::Notification stop_;

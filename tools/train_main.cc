@@ -44,6 +44,9 @@ ABSL_FLAG(std::string, init, "", "replay mode: initial parameters (1-D float32 .
 ABSL_FLAG(std::string, grads, "", "replay mode: directory of step{K}_rank{R}.npy gradients");
 ABSL_FLAG(std::string, out, "", "rank 0 writes the final parameters here (.npy)");
 ABSL_FLAG(int, log_every, 50, "print progress every N steps (rank 0)");
+ABSL_FLAG(int, step_sleep_ms, 0,
+          "sleep this long before each step, a stand-in for a model's compute (tests of the "
+          "straggler detector: docs/observability.md)");
 ABSL_FLAG(int, preempt_grace_s, 20,
           "after SIGTERM, exit (status 143) within this many seconds even if the checkpoint "
           "step cannot complete (keep it below the pod's terminationGracePeriodSeconds)");
@@ -228,8 +231,10 @@ int RunMlpSteps(tessel::Worker* worker, int steps, const tessel::MlpJob& job, co
   int window = 0;
   tessel::Preemption preemption;
   LossLog loss_log(worker->registry_rank());  // its file stays with the process
+  const absl::Duration step_sleep = absl::Milliseconds(absl::GetFlag(FLAGS_step_sleep_ms));
   for (int64_t k = worker->step(); k < steps; ++k) {
     tessel::SetLogStep(k);
+    if (step_sleep > absl::ZeroDuration()) absl::SleepFor(step_sleep);
     // This step's loss once the forward pass has run (NaN before).
     float computed = std::numeric_limits<float>::quiet_NaN();
     const absl::StatusOr<float> loss = step(k, rank, world, &computed);

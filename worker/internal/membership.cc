@@ -3,13 +3,30 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "runtime/log.h"
 
 namespace tessel::internal {
+namespace {
+
+// Rank 0's line when the servers start (or stop) naming a rank a straggler.
+std::string DescribeStraggler(const std::string& job, const v1::Straggler& s, bool started) {
+  return absl::StrFormat(
+      "job '%s': rank %d (registry rank %d%s) %s: score %.2f (1.0 = the median rank's pace), its "
+      "last push %.3f s after the first rank's (shard %d)",
+      job, s.rank(), s.registry_rank(),
+      s.host().empty() ? "" : absl::StrCat("; host ", s.host(), " pid ", s.pid()),
+      started ? "is a straggler" : "is no longer a straggler", s.score(), s.lateness_seconds(),
+      s.shard());
+}
+
+}  // namespace
 
 Membership::Membership(JobContext* ctx, DataChannel* channel, const ClientCredentials& credentials)
     : ctx_(ctx),
@@ -20,6 +37,24 @@ Membership::Membership(JobContext* ctx, DataChannel* channel, const ClientCreden
       aggregation_(ctx, channel),
       growth_(ctx, registry_.get(), &fleet_) {
   for (int r = 0; r < ctx->world_size; ++r) member_ids_.push_back(r);
+  // Rank 0 says which ranks the servers name stragglers (heartbeat thread).
+  registry_->SetStragglerListener([ctx, named = std::make_shared<std::map<int, v1::Straggler>>()](
+                                      const std::vector<v1::Straggler>& now) {
+    std::map<int, v1::Straggler> next;
+    for (const v1::Straggler& s : now) next[s.rank()] = s;
+    if (ctx->rank.load() == 0) {
+      for (const auto& [rank, s] : next) {
+        if (named->count(rank) != 0) continue;
+        TESSEL_LOG(WARNING) << DescribeStraggler(ctx->options.job, s, /*started=*/true);
+      }
+      for (const auto& [rank, s] : *named) {
+        if (next.count(rank) == 0) {
+          TESSEL_LOG(INFO) << DescribeStraggler(ctx->options.job, s, /*started=*/false);
+        }
+      }
+    }
+    *named = std::move(next);
+  });
 }
 
 Membership::~Membership() {
