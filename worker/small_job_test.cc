@@ -37,8 +37,9 @@ OptimizerParams LrAt(int64_t step) {
   return p;
 }
 
-// One process on the mean gradient, with the same schedule.
-std::vector<float> Reference() {
+// One process on the mean gradient, `steps` steps, with the same schedule
+// (`schedule`) or at LrAt(0) throughout.
+std::vector<float> Reference(int64_t steps = kSteps, bool schedule = true) {
   std::vector<float> params = SineInit(kParams);
   OptimizerParams opt = LrAt(0);
   std::vector<std::vector<float>> slots(StateSlots(opt), std::vector<float>(kParams));
@@ -47,14 +48,14 @@ std::vector<float> Reference() {
   InitState(opt, state, kParams);
   std::vector<std::vector<float>> grads(kWorld, std::vector<float>(kParams));
   std::vector<float> mean(kParams);
-  for (int64_t s = 0; s < kSteps; ++s) {
+  for (int64_t s = 0; s < steps; ++s) {
     std::vector<const float*> srcs;
     for (int r = 0; r < kWorld; ++r) {
       for (size_t i = 0; i < kParams; ++i) grads[r][i] = Grad(r, s, i);
       srcs.push_back(grads[r].data());
     }
     ReduceMean(srcs.data(), kWorld, mean.data(), kParams);
-    ApplyUpdate(LrAt(s), s + 1, params.data(), mean.data(), state, kParams);
+    ApplyUpdate(LrAt(schedule ? s : 0), s + 1, params.data(), mean.data(), state, kParams);
   }
   return params;
 }
@@ -150,6 +151,39 @@ TEST_P(SmallJobTest, ServersWithoutElementsFollowTheStep) {
     EXPECT_EQ(*all, out[r]);
   });
 }
+
+// A shard server restarts after the checkpoint of step 2. Shard 0 holds the
+// elements: the job rolls back to that checkpoint (recovery) and goes on.
+// Shard 2 holds none and takes no part in the steps: training is not
+// interrupted (nothing to roll back; shard 0 writes its checkpoint parts).
+// Either way every rank ends bitwise equal to 6 clean steps.
+class SmallJobRecoveryTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SmallJobRecoveryTest, RollsBackToTheCheckpoint) {
+  InProcCluster::Options options;
+  options.servers = kServers;
+  options.checkpoint_dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/recover-", GetParam());
+  InProcCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  const RestartRun run = TrainThroughAServerRestart(
+      kWorld,
+      [&](int r) {
+        WorkerOptions o = cluster.worker_options("small-recover", r, kWorld);
+        o.strategy = Strategy::kZero2;
+        o.optimizer = LrAt(0);
+        return o;
+      },
+      kTensors, SineInit(kParams), [](int r, int64_t s, size_t i, float) { return Grad(r, s, i); },
+      [&] { return cluster.RestartServer(GetParam()); });
+  const std::vector<float> want = Reference(6, /*schedule=*/false);
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(run.recoveries[r], GetParam() == 0 ? 1 : 0) << "rank " << r;
+    EXPECT_EQ(run.params[r], want) << "rank " << r;
+  }
+  cluster.Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(RestartedShard, SmallJobRecoveryTest, ::testing::Values(0, 2));
 
 INSTANTIATE_TEST_SUITE_P(Strategies, SmallJobTest,
                          ::testing::Values(Strategy::kZero2, Strategy::kZero1, Strategy::kFsdp,
