@@ -2,7 +2,9 @@
 worker that died at step 7; it resumes from the checkpoint of step 6, the
 other rank rolls back there, and training ends bitwise where a run without
 the crash ends (zero2 and fsdp, each also with the model staged as a CUDA
-model is).
+model is), and with a BatchNorm model (zero2-bn) rank 0's running statistics
+and num_batches_tracked end bitwise as a clean run's too: the rollback
+restores the buffers of the checkpoint's step.
 
 Usage: recovery_test.py --launch=tessel-launch --worker=recovery_worker.py
 """
@@ -33,8 +35,10 @@ def main():
     failures = []
     # *-staged: a model staged as a CUDA model is (tessel.torch's staging),
     # against the clean run of its strategy.
-    for strategy in ("zero2", "fsdp", "zero2-staged", "fsdp-staged"):
-        clean = strategy.split("-")[0]
+    # zero2-bn: a BatchNorm model; rank 0's buffers must roll back with the parameters
+    # (the job's buffers are checkpointed beside them: tessel.torch.buffer_store).
+    for strategy in ("zero2", "fsdp", "zero2-staged", "fsdp-staged", "zero2-bn"):
+        clean = strategy.replace("-staged", "")
         clean_s = 0.0
         if clean == strategy:
             _, clean_s = launch(args, out, f"clean-{strategy}", strategy, None)
@@ -47,7 +51,7 @@ def main():
         clean_note = f"clean run {clean_s:.1f} s" if clean == strategy else f"clean run: {clean}'s"
         print(f"{strategy}: {clean_note}; with rank 1 killed at step 7: "
               f"{crash_s:.1f} s, launcher restarted it: {'yes' if restarted else 'NO'}, "
-              f"rank 0 recoveries: {recoveries}, final parameters "
+              f"rank 0 recoveries: {recoveries}, final parameters{' and buffers' if strategy.endswith('-bn') else ''} "
               f"{'bitwise equal' if same else 'DIFFERENT'}")
         if not restarted:
             failures.append(f"{strategy}: the launcher did not restart the dead worker")

@@ -1,6 +1,8 @@
 """One rank of the recovery test (under tessel-launch --checkpoint_dir).
 
-    recovery_worker.py STRATEGY OUTDIR [CRASH_AT]      (STRATEGY: zero2, fsdp, zero2-staged)
+    recovery_worker.py STRATEGY OUTDIR [CRASH_AT]
+        (STRATEGY: zero2, fsdp, zero2-staged, fsdp-staged; zero2-bn: bn_model's
+        BatchNorm net, whose saved vector also holds rank 0's buffers)
 
 Trains 10 steps with recovery on (a checkpoint every 3 steps), the loop
 written over opt.step_count. With CRASH_AT, rank 1's first process dies
@@ -12,8 +14,10 @@ prints how many recoveries it made.
 import os
 import sys
 
+import numpy as np
 import torch
 
+import bn_model
 import exact_model
 import rank_lib
 import tessel.torch as tt
@@ -22,10 +26,11 @@ strategy, outdir = sys.argv[1], sys.argv[2]
 # zero2-staged: the model's own tensors staged as a CUDA model's are.
 os.environ["TESSEL_TORCH_STAGING"] = "1" if strategy.endswith("-staged") else "0"
 crash_at = int(sys.argv[3]) if len(sys.argv) > 3 else -1
-r = rank_lib.Rank()
+bn = strategy.endswith("-bn")  # bn_model's BatchNorm net: its buffers roll back too
+r = rank_lib.Rank(batch=bn_model.BATCH if bn else exact_model.BATCH)
 rank = r.rank
 restarted = int(os.environ.get("TESSEL_RESTART_COUNT", "0")) > 0
-model = exact_model.make_model()
+model = bn_model.Net() if bn else exact_model.make_model()
 opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model=model,
                               strategy=strategy.split("-")[0], bucket_bytes=512, recovery=True,
                               checkpoint_every_steps=3)
@@ -35,9 +40,22 @@ while opt.step_count < 10:
     k = opt.step_count
     if rank == 1 and not restarted and k == crash_at:
         os._exit(9)  # a crash: no goodbye to the registry or the servers
-    r.train_step(opt, model, k)
-r.save_flat(opt, model,
-            os.path.join(outdir, f"{strategy}-{'crash' if crash_at >= 0 else 'clean'}.npy"))
+    if bn:
+        x, y = bn_model.batch(k)
+        opt.zero_grad()
+        r.loss_fn(model(x[r.rows()]), y[r.rows()]).backward()
+        opt.step()
+    else:
+        r.train_step(opt, model, k)
+path = os.path.join(outdir, f"{strategy}-{'crash' if crash_at >= 0 else 'clean'}.npy")
+if bn:  # rank 0's parameters, running statistics and num_batches_tracked
+    with opt.gathered():
+        flat = torch.cat([bn_model.flat_params(model), bn_model.flat_stats(model),
+                          torch.tensor(bn_model.batches_tracked(model), dtype=torch.float32)])
+    if rank == 0:
+        np.save(path, flat.numpy())
+else:
+    r.save_flat(opt, model, path)
 if rank == 0:
     print(f"rank 0: {strategy} done at step {opt.step_count}, recoveries {opt.recoveries}",
           flush=True)
