@@ -48,10 +48,11 @@ def main():
         recoveries = int(m.group(1)) if m else -1
         same = np.array_equal(np.load(os.path.join(out, f"{clean}-clean.npy")),
                               np.load(os.path.join(out, f"{strategy}-crash.npy")))
+        kept = "parameters and buffers" if strategy.endswith("-bn") else "parameters"
         clean_note = f"clean run {clean_s:.1f} s" if clean == strategy else f"clean run: {clean}'s"
         print(f"{strategy}: {clean_note}; with rank 1 killed at step 7: "
               f"{crash_s:.1f} s, launcher restarted it: {'yes' if restarted else 'NO'}, "
-              f"rank 0 recoveries: {recoveries}, final parameters{' and buffers' if strategy.endswith('-bn') else ''} "
+              f"rank 0 recoveries: {recoveries}, final {kept} "
               f"{'bitwise equal' if same else 'DIFFERENT'}")
         if not restarted:
             failures.append(f"{strategy}: the launcher did not restart the dead worker")
