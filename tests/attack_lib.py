@@ -20,6 +20,13 @@ import time
 
 from proc_util import check, log, spawn
 
+# The transport attacks (tests/attack_transport.h) and what the attacked
+# processes log when they refuse them.
+TRANSPORT_KINDS = "out_of_region,forged_release,hello_flood"
+TRANSPORT_REFUSALS = (("out_of_region", "ucx: dropping a malformed payload descriptor"),
+                      ("forged_release", "ucx: ignoring a RELEASE that is not its sender's"),
+                      ("hello_flood", "ucx: ignoring a HELLO"))
+
 # One row per scenario: name, frames sent, frames the servers refused, RPCs
 # refused of those tried ("refused/tried"), applied (0 when the attacked job
 # ended bitwise equal to its peaceful run), processes crashed, jobs killed.
@@ -131,13 +138,19 @@ def attack(tools, reg, job, info, steps, servers_want=2, workers_want=2, insecur
     common = ["--job=" + job, "--epoch=%d" % epoch, "--step_range=0:%d" % steps,
               "--ranks=0,1", "--shards=0,1", "--buckets=%d" % buckets, "--bytes=4096", ucx]
     sent = 0
-    targets = [(a, "push,pull,init", "server") for _, a, _ in ([] if insecure else servers)]
-    targets += [(a, "oversized,undersized" if insecure else "params,error,oversized,undersized",
-                 "worker") for _, a, _ in workers]
+    # Frames, and below them the transport's own messages (DESCRIPTOR,
+    # RELEASE, HELLO; --insecure changes nothing there).
+    targets = [(a, "push,pull,init," + TRANSPORT_KINDS if not insecure else TRANSPORT_KINDS,
+                "server") for _, a, _ in servers]
+    targets += [(a, ("oversized,undersized," if insecure else
+                     "params,error,oversized,undersized,") + TRANSPORT_KINDS, "worker")
+                for _, a, _ in workers]
     # One attacker process per peer, all at once (the attack lasts about a
-    # second, while the job trains).
-    procs = [(where.start([tools.attacker, "--to=" + address, "--kinds=" + kinds] + common), what)
-             for address, kinds, what in targets]
+    # second, while the job trains); each peer's HELLOs name the next one's
+    # address to dial.
+    procs = [(where.start([tools.attacker, "--to=" + address, "--kinds=" + kinds,
+                           "--third=" + targets[(i + 1) % len(targets)][0]] + common), what)
+             for i, (address, kinds, what) in enumerate(targets)]
     for p, what in procs:
         try:
             out, err = p.communicate(timeout=120)
@@ -171,6 +184,13 @@ def attack(tools, reg, job, info, steps, servers_want=2, workers_want=2, insecur
         tally(out, r.returncode == 5, "a checkpoint delete with %s refused (exit %d)"
               % (who, r.returncode))
     return out
+
+
+def check_transport_refusals(logs, who):
+    """Checks that `logs` (the attacked processes' logs) say each transport
+    attack was refused."""
+    for kind, line in TRANSPORT_REFUSALS:
+        check(line in logs, "%s refused the %s messages (their logs: '%s')" % (who, kind, line))
 
 
 def tally(out, refused, what):

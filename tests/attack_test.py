@@ -133,6 +133,9 @@ def standalone(d, insecure=False):
     same = (os.path.exists(ref) and os.path.exists(got) and
             open(ref, "rb").read() == open(got, "rb").read())
     check(same, "0 applied: the attacked job's final parameters are bitwise the reference's")
+    attack_lib.check_transport_refusals(
+        "".join(read(os.path.join(d, f)) for f in os.listdir(d) if f.startswith("attacked.") or
+                f.startswith("server")), "the servers and workers")
     refused = None
     if insecure:
         logs = "".join(open(os.path.join(d, "attacked.rank%d.log" % r), errors="replace").read()

@@ -8,10 +8,11 @@
 //   attacker --to=HEX_UCX_ADDRESS --job=NAME --epoch=E --kinds=push,pull,init,params,error,
 //            oversized,undersized --step_range=FIRST:LAST --ranks=0,1 --shards=0,1 --buckets=4
 //            [--bytes=N] [--ucx_tls=posix,sysv,self]
+//            [--kinds=...,out_of_region,forged_release,hello_flood --third=HEX_UCX_ADDRESS]
 //   attacker --mode=member --job=NAME --rank=R --world=W --servers=S --targets=FILE
 //            --kinds=steal_key,other_rank,replay_push,replay_pull,forged_direction
 //            --attack_at=K --registry=... --token_file=... [tessel-train's model flags]
-//   attacker --mode=tenant_setup|tenant --targets=FILE --victims=A.g1,A~sync1.e1
+//   attacker --mode=tenant_setup|tenant|tenant_stats --targets=FILE --victims=A.g1,A~sync1.e1
 //            --mesh=A.mesh --own=A.g2 --token_file=...
 // Every frame is sent twice: with the bare 64-byte header, and with a 16-byte
 // tag of random bytes after it (a forger without the job's key). Frames:
@@ -25,12 +26,17 @@
 //                 memory-safety attack on a worker: the transport would copy
 //                 the real length)
 //   undersized    a PARAMS whose payload is a third of what its header says
-// Prints "sent N frames" and exits 0 once every send completed (1 if the
-// peer cannot be reached or a send failed).
+// and, below the frames (tests/attack_transport.h; sent once each, --third
+// naming the address HELLOs ask to dial): out_of_region, forged_release,
+// hello_flood.
+// Prints "sent N frames (F failed); kinds KIND=n ..." and exits 0 once every
+// send completed (1 if the peer cannot be reached or a send failed).
 #include <atomic>
 #include <cstdint>
 #include <iostream>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,10 +44,13 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/wire.h"
+#include "tests/attack_frames.h"
 #include "tests/attack_insider.h"
+#include "tests/attack_transport.h"
 #include "transport/ucx/ucx_flags.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -57,6 +66,8 @@ ABSL_FLAG(std::string, ranks, "0", "ranks, comma-separated");
 ABSL_FLAG(std::string, shards, "0", "shards, comma-separated");
 ABSL_FLAG(int, buckets, 1, "buckets 0..N-1");
 ABSL_FLAG(int64_t, bytes, 4096, "payload bytes of push/init/params frames");
+ABSL_FLAG(std::string, third, "",
+          "hex UCX address the hello_flood's HELLOs name besides the attacker's own");
 ABSL_FLAG(int, rank, 0, "member: its rank");
 ABSL_FLAG(int, world, 1, "member: the job's world size");
 ABSL_FLAG(int, servers, 0, "member: shard servers (0 = every server in the pool)");
@@ -76,11 +87,6 @@ std::vector<int> Ints(const std::string& text) {
   }
   return out;
 }
-
-struct Frame {
-  std::string header;  // 64 or 80 bytes
-  std::vector<uint8_t> payload;
-};
 
 }  // namespace
 
@@ -122,17 +128,21 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(std::random_device{}());
   const uint64_t job = tessel::JobId(absl::GetFlag(FLAGS_job));
   const int64_t bytes = absl::GetFlag(FLAGS_bytes);
-  std::vector<Frame> frames;
-  auto add = [&](tessel::FrameHeader h, size_t payload) {
+  std::vector<tessel::AttackFrame> frames;
+  std::set<std::string> transport_kinds;
+  // Each frame twice: the bare header, and the header with a made-up tag.
+  auto add = [&](absl::string_view kind, tessel::FrameHeader h, size_t payload) {
     const tessel::HeaderBytes enc = tessel::EncodeHeader(h);
-    std::string bare(enc.begin(), enc.end());
-    std::string tagged = bare;
-    for (int i = 0; i < 16; ++i) tagged.push_back(static_cast<char>(rng()));
-    for (const std::string& header : {bare, tagged}) {
-      frames.push_back({header, std::vector<uint8_t>(payload, 0x7F)});
-    }
+    std::vector<uint8_t> tagged(enc.begin(), enc.end());
+    for (int i = 0; i < 16; ++i) tagged.push_back(static_cast<uint8_t>(rng()));
+    tessel::AddFrame(&frames, std::string(kind), enc, payload);
+    tessel::AddFrame(&frames, std::string(kind), tagged, payload);
   };
   for (absl::string_view kind : absl::StrSplit(absl::GetFlag(FLAGS_kinds), ',')) {
+    if (tessel::IsTransportKind(std::string(kind))) {
+      transport_kinds.insert(std::string(kind));
+      continue;
+    }
     for (int64_t step = first; step <= last; ++step) {
       for (int rank : Ints(absl::GetFlag(FLAGS_ranks))) {
         for (int shard : Ints(absl::GetFlag(FLAGS_shards))) {
@@ -146,20 +156,20 @@ int main(int argc, char** argv) {
                                              : kind == "init" ? tessel::FrameType::kInit
                                                               : tessel::FrameType::kParams);
               h.payload_bytes = static_cast<uint64_t>(bytes);
-              add(h, static_cast<size_t>(bytes));
+              add(kind, h, static_cast<size_t>(bytes));
             } else if (kind == "pull") {
               tessel::FrameHeader h = header(tessel::FrameType::kPull);
               h.bucket_count = 1;
-              add(h, 0);
+              add(kind, h, 0);
             } else if (kind == "error") {
               tessel::FrameHeader h = header(tessel::FrameType::kError);
               h.code = 13;  // INTERNAL
               h.payload_bytes = 1024;
-              add(h, 1024);
+              add(kind, h, 1024);
             } else if (kind == "oversized" || kind == "undersized") {
               tessel::FrameHeader h = header(tessel::FrameType::kParams);
               h.payload_bytes = static_cast<uint64_t>(bytes);
-              add(h, static_cast<size_t>(kind == "oversized" ? 3 * bytes : bytes / 3));
+              add(kind, h, static_cast<size_t>(kind == "oversized" ? 3 * bytes : bytes / 3));
             } else {
               std::cerr << "attacker: unknown kind '" << kind << "'\n";
               return 1;
@@ -169,33 +179,43 @@ int main(int argc, char** argv) {
       }
     }
   }
-  auto transport = tessel::UcxTransport::Create({.tls = absl::GetFlag(FLAGS_ucx_tls)});
-  if (!transport.ok()) {
-    std::cerr << "attacker: " << transport.status() << "\n";
-    return 1;
+  const std::string to = absl::HexStringToBytes(absl::GetFlag(FLAGS_to));
+  tessel::SprayResult sent;
+  if (!frames.empty()) {
+    auto transport = tessel::UcxTransport::Create({.tls = absl::GetFlag(FLAGS_ucx_tls)});
+    if (!transport.ok()) {
+      std::cerr << "attacker: " << transport.status() << "\n";
+      return 1;
+    }
+    std::atomic<int64_t> answers{0};
+    (*transport)->SetHandler(tessel::CountingHandler(&answers));
+    auto peer = (*transport)->Connect(to);
+    if (!peer.ok()) {
+      std::cerr << "attacker: " << peer.status() << "\n";
+      return 1;
+    }
+    sent = tessel::Spray(**transport, *peer, frames);
+    (*transport)->Shutdown();
   }
-  (*transport)->SetHandler([](const tessel::Incoming&) { return tessel::Accept{}; });
-  auto peer = (*transport)->Connect(absl::HexStringToBytes(absl::GetFlag(FLAGS_to)));
-  if (!peer.ok()) {
-    std::cerr << "attacker: " << peer.status() << "\n";
-    return 1;
+  // Below the frames: DESCRIPTOR, RELEASE and HELLO messages, carrying a
+  // PUSH header of the job.
+  std::map<std::string, int64_t> messages;
+  absl::Status transport_attack = absl::OkStatus();
+  if (!transport_kinds.empty()) {
+    const tessel::HeaderBytes push = tessel::EncodeHeader(tessel::MakeHeader(
+        tessel::FrameType::kPush, job, absl::GetFlag(FLAGS_epoch), first, 0, 0, 0));
+    transport_attack = tessel::AttackTransport(
+        to, absl::GetFlag(FLAGS_ucx_tls), transport_kinds, std::string(push.begin(), push.end()),
+        absl::HexStringToBytes(absl::GetFlag(FLAGS_third)), &messages);
+    if (!transport_attack.ok()) std::cerr << "attacker: " << transport_attack << "\n";
   }
-  std::atomic<size_t> done{0}, failed{0};
-  for (const Frame& f : frames) {
-    (*transport)
-        ->Send(
-            *peer,
-            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(f.header.data()), f.header.size()),
-            f.payload.data(), f.payload.size(), [&](absl::Status s) {
-              if (!s.ok()) ++failed;
-              ++done;
-            });
+  int64_t total = static_cast<int64_t>(sent.done);
+  std::string kinds = tessel::KindCounts(frames);
+  for (const auto& [kind, n] : messages) {
+    total += n;
+    absl::StrAppend(&kinds, kinds.empty() ? "" : " ", kind, "=", n);
   }
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (done.load() < frames.size() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  (*transport)->Shutdown();
-  std::cout << "sent " << done.load() << " frames (" << failed.load() << " failed)" << std::endl;
-  return done.load() == frames.size() && failed.load() == 0 ? 0 : 1;
+  std::cout << "sent " << total << " frames (" << sent.failed << " failed); kinds " << kinds
+            << std::endl;
+  return sent.done == frames.size() && sent.failed == 0 && transport_attack.ok() ? 0 : 1;
 }
