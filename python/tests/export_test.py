@@ -162,8 +162,8 @@ def main():
                 model = export_worker.make_model(seed=99)
                 loaded = tt.load_pretrained(model, path)
                 check(loaded.format == fmt and all(
-                    torch.equal(v, want[n]) and v.shape == want[n].shape and v.dtype == want[n].dtype
-                    for n, v in model.state_dict().items()),
+                    torch.equal(v, want[n]) and v.shape == want[n].shape
+                    and v.dtype == want[n].dtype for n, v in model.state_dict().items()),
                     f"load_pretrained({fmt} step {step}, strict) gives rank 0's parameters and "
                     f"buffers bitwise")
                 if fmt == "torch":  # torch's own strict load
