@@ -28,7 +28,8 @@ import os
 import re
 import subprocess
 
-from attack_lib import Local, describe, members, record, start_cluster, ucx_of, wait_training
+from attack_lib import (Local, add_kinds, describe, members, record, start_cluster, ucx_of,
+                        wait_training)
 from proc_util import check, log, read, spawn
 
 MEMBER_KINDS = "steal_key,other_rank,replay_push,replay_pull,forged_direction"
@@ -49,7 +50,7 @@ def parse(out):
                   r"rpcs (\d+)/(\d+)", out)
     if not m:
         return None
-    return {"sent": int(m.group(1)), "failed": int(m.group(2)), "kinds": m.group(3),
+    return {"sent": int(m.group(1)), "failed": int(m.group(2)), "kinds": add_kinds({}, out),
             "answers": int(m.group(4)), "rpcs": [int(m.group(5)), int(m.group(6))]}
 
 
@@ -111,7 +112,7 @@ def scenario(args, tools, d, model, gen_tokens):
             member = parse(read(member_log))
             if check(member is not None, "the member reported its attack"):
                 log("  member: sent %d frames (%d failed): %s; answers %d; RPCs refused %d/%d"
-                    % (member["sent"], member["failed"], member["kinds"], member["answers"],
+                    % (member["sent"], member["failed"], fmt(member["kinds"]), member["answers"],
                        member["rpcs"][0], member["rpcs"][1]))
                 check(member["answers"] == 0, "no server or worker answered the member's "
                       "second endpoint (a replayed PULL got no PARAMS)")
@@ -133,8 +134,7 @@ def scenario(args, tools, d, model, gen_tokens):
     check(same, "0 applied: the attacked job's final parameters are bitwise the reference's")
     info = describe(tools, reg, "member", tok["admin"]) or {}
     refused = info.get("refused_frames")
-    kinds = dict((k, int(n)) for k, n in (kv.split("=") for kv in answer["kinds"].split())) \
-        if answer else {}
+    kinds = answer["kinds"] if answer else {}
     to_servers = sum(kinds.get(k, 0) for k in ("other_rank", "replay_push", "replay_pull"))
     check(refused == to_servers > 0, "the servers refused every frame the member sent them "
           "(%s of %d)" % (refused, to_servers))
@@ -154,13 +154,20 @@ def scenario(args, tools, d, model, gen_tokens):
     record("member", answer, refused, same, crashed, sum(rc != 0 for rc in rcs))
 
 
+def fmt(kinds):
+    return " ".join("%s=%d" % kv for kv in sorted(kinds.items()))
+
+
 def merge(a, b):
     if a is None:
         return b
     if b is None:
         return a
+    kinds = dict(a["kinds"])
+    for k, n in b["kinds"].items():
+        kinds[k] = kinds.get(k, 0) + n
     return {"sent": a["sent"] + b["sent"], "answers": a["answers"] + b["answers"],
-            "kinds": a["kinds"] + " " + b["kinds"],
+            "kinds": kinds,
             "rpcs": [a["rpcs"][0] + b["rpcs"][0], a["rpcs"][1] + b["rpcs"][1]]}
 
 
@@ -178,7 +185,7 @@ def tenants(args, tools, targets, tok):
                  "tenant B's attack ran (exit %d: %s)" % (r.returncode, r.stderr.strip()[-300:])):
         return None
     log("  tenant B: sent %d frames: %s; answers %d; RPCs refused %d/%d"
-        % (answer["sent"], answer["kinds"], answer["answers"], answer["rpcs"][0],
+        % (answer["sent"], fmt(answer["kinds"]), answer["answers"], answer["rpcs"][0],
            answer["rpcs"][1]))
     check(answer["rpcs"][0] == answer["rpcs"][1] > 0,
           "every RPC of tenant B on tenant A's derived names refused (PERMISSION_DENIED)")

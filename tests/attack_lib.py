@@ -15,6 +15,7 @@ binaries; `where` runs the attacker's commands where the attacker is
 import base64
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -29,7 +30,8 @@ TRANSPORT_REFUSALS = (("out_of_region", "ucx: dropping a malformed payload descr
 
 # One row per scenario: name, frames sent, frames the servers refused, RPCs
 # refused of those tried ("refused/tried"), applied (0 when the attacked job
-# ended bitwise equal to its peaceful run), processes crashed, jobs killed.
+# ended bitwise equal to its peaceful run), processes crashed, jobs killed,
+# and the frames sent per kind ({kind: n}).
 results = []
 
 
@@ -137,7 +139,7 @@ def attack(tools, reg, job, info, steps, servers_want=2, workers_want=2, insecur
           % (epoch, info["epoch"]))
     common = ["--job=" + job, "--epoch=%d" % epoch, "--step_range=0:%d" % steps,
               "--ranks=0,1", "--shards=0,1", "--buckets=%d" % buckets, "--bytes=4096", ucx]
-    sent = 0
+    sent, kinds = 0, {}
     # Frames, and below them the transport's own messages (DESCRIPTOR,
     # RELEASE, HELLO; --insecure changes nothing there).
     targets = [(a, "push,pull,init," + TRANSPORT_KINDS if not insecure else TRANSPORT_KINDS,
@@ -160,8 +162,9 @@ def attack(tools, reg, job, info, steps, servers_want=2, workers_want=2, insecur
         err = "\n".join(l for l in err.splitlines() if "UCX  WARN" not in l)
         log("  attacker -> %s: %s%s" % (what, out.strip(), err.strip()[-200:]))
         sent += int(out.split()[1]) if out.startswith("sent") else 0
+        add_kinds(kinds, out)
     check(sent > 0, "the attacker sent %d frames" % sent)
-    out = {"sent": sent, "rpcs": [0, 0]}  # rpcs: [refused, tried]
+    out = {"sent": sent, "rpcs": [0, 0], "kinds": kinds}  # rpcs: [refused, tried]
     if insecure:
         return out
     grpcs = [g for _, _, g in servers if g]
@@ -193,6 +196,15 @@ def check_transport_refusals(logs, who):
         check(line in logs, "%s refused the %s messages (their logs: '%s')" % (who, kind, line))
 
 
+def add_kinds(kinds, out):
+    """Adds the "kinds K=n ..." of an attacker's line `out` to `kinds`."""
+    m = re.search(r"kinds ([^;\n]*)", out)
+    for kv in (m.group(1).split() if m else []):
+        k, n = kv.split("=")
+        kinds[k] = kinds.get(k, 0) + int(n)
+    return kinds
+
+
 def tally(out, refused, what):
     out["rpcs"][1] += 1
     out["rpcs"][0] += int(check(refused, what))
@@ -204,7 +216,7 @@ def record(name, attacked, refused, same, crashed, killed):
     run."""
     attacked = attacked or {"sent": 0, "rpcs": [0, 0]}
     results.append((name, attacked["sent"], refused, "%d/%d" % tuple(attacked["rpcs"]),
-                    0 if same else "some", crashed, killed))
+                    0 if same else "some", crashed, killed, attacked.get("kinds", {})))
 
 
 def print_table():
@@ -214,7 +226,10 @@ def print_table():
     row = "  %-10s %10s %10s %12s %8s %8s %12s"
     log(row % ("scenario", "frames", "refused", "RPCs refused", "applied", "crashes",
                "jobs killed"))
-    for name, sent, refused, rpcs, applied, crashed, killed in results:
+    for name, sent, refused, rpcs, applied, crashed, killed, _ in results:
         log(row % (name, sent, "-" if refused is None else refused, rpcs, applied, crashed,
                    killed))
     log("  %-10s %10d" % ("total", sum(r[1] for r in results)))
+    log("== frames (and transport messages) sent per kind")
+    for r in results:
+        log("  %-10s %s" % (r[0], " ".join("%s=%d" % kv for kv in sorted(r[7].items()))))
