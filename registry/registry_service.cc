@@ -75,6 +75,19 @@ void RegistryService::PruneLeases() {
   for (auto it = leases_.begin(); it != leases_.end();) {
     it = live.count(it->first) ? std::next(it) : leases_.erase(it);
   }
+  for (auto it = phases_.begin(); it != phases_.end();) {
+    it = leases_.count(it->first) ? std::next(it) : phases_.erase(it);
+  }
+}
+
+std::map<std::string, std::map<int, RegistryService::RankPhases>> RegistryService::Phases() {
+  absl::MutexLock lock(&progress_mu_);
+  std::map<std::string, std::map<int, RankPhases>> out;
+  for (const auto& [lease, p] : phases_) {
+    auto at = leases_.find(lease);
+    if (at != leases_.end()) out[at->second.first][at->second.second] = p;
+  }
+  return out;
 }
 
 std::map<std::string, std::vector<RegistryService::ProgressPoint>> RegistryService::Progress() {
@@ -146,7 +159,12 @@ grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
   {
     absl::MutexLock lock(&progress_mu_);
     auto lease = leases_.find(req->lease_id());
-    if (lease != leases_.end()) group = lease->second.first;
+    if (lease != leases_.end()) {
+      group = lease->second.first;
+      if (req->has_phases()) {
+        phases_[req->lease_id()] = {absl::ToUnixMillis(absl::Now()), req->phases()};
+      }
+    }
   }
   if (!group.empty()) {
     std::vector<v1::Straggler> named = stragglers_.ForJob(group);
@@ -188,6 +206,7 @@ grpc::Status RegistryService::Leave(grpc::ServerContext* ctx, const v1::LeaveReq
   {
     absl::MutexLock lock(&progress_mu_);
     leases_.erase(req->lease_id());
+    phases_.erase(req->lease_id());
   }
   holders_.Forget(req->lease_id());
   stragglers_.Forget(req->lease_id());

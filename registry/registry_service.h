@@ -78,6 +78,13 @@ class RegistryService final : public v1::Registry::Service {
   std::map<std::string, std::vector<ProgressPoint>> Progress();
   // The ranks the shard servers name stragglers now (their heartbeats).
   StragglerBoard& stragglers() { return stragglers_; }
+  // Each worker's last step phases (HeartbeatRequest.phases), by group and
+  // registry rank, with when they came (unix ms). This process only.
+  struct RankPhases {
+    int64_t unix_ms = 0;
+    v1::StepPhases phases;
+  };
+  std::map<std::string, std::map<int, RankPhases>> Phases();
   // Ends Watch streams promptly and stops the background threads (call
   // before grpc::Server::Shutdown).
   void Stop();
@@ -110,6 +117,8 @@ class RegistryService final : public v1::Registry::Service {
   // Lease -> (group, rank), from Join, for heartbeats' progress.
   std::map<int64_t, std::pair<std::string, int>> leases_ ABSL_GUARDED_BY(progress_mu_);
   std::map<std::string, std::deque<ProgressPoint>> progress_ ABSL_GUARDED_BY(progress_mu_);
+  // Lease -> its worker's last phases (group and rank from leases_).
+  std::map<int64_t, RankPhases> phases_ ABSL_GUARDED_BY(progress_mu_);
   // Who joined with each lease (only while credentials are configured).
   LeaseHolders holders_;
   StragglerBoard stragglers_;

@@ -154,6 +154,7 @@ std::string StatusPage::Compute() {
     out["stragglers"].push_back(j);
   }
   const auto progress = service_->Progress();
+  const auto phases = service_->Phases();
   std::set<std::string> live;
   for (auto& [name, row] : jobs) {
     live.insert(name);
@@ -198,6 +199,21 @@ std::string StatusPage::Compute() {
           {"step", c.step()},
           {"created", FormatRfc3339Utc(absl::FromUnixMillis(c.created_unix_ms()))},
           {"age_s", absl::ToDoubleSeconds(now - absl::FromUnixMillis(c.created_unix_ms()))}};
+    }
+    // Each worker's last step phases (registry rank), for "computing" or
+    // "slow link" beside the servers' lateness.
+    j["phases"] = json::array();
+    if (auto ph = phases.find(name); ph != phases.end()) {
+      for (const auto& [rank, rp] : ph->second) {
+        j["phases"].push_back(
+            {{"registry_rank", rank},
+             {"step", rp.phases.step()},
+             {"compute_s", rp.phases.compute_ns() / 1e9},
+             {"push_s", rp.phases.push_ns() / 1e9},
+             {"wait_s", rp.phases.wait_ns() / 1e9},
+             {"pull_s", rp.phases.pull_ns() / 1e9},
+             {"age_s", absl::ToDoubleSeconds(now - absl::FromUnixMillis(rp.unix_ms))}});
+      }
     }
     auto p = progress.find(name);
     if (p != progress.end()) {

@@ -83,6 +83,7 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
       absl::MutexLock lock(&mu_);
       source = straggler_source_;
       listener = straggler_listener_;
+      if (phases_) *req.mutable_phases() = *phases_;
     }
     if (source) {
       for (v1::Straggler& s : source()) *req.add_stragglers() = std::move(s);
@@ -120,6 +121,18 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
 void RegistryClient::SetProgress(int64_t step, double loss) {
   progress_loss_.store(loss);
   progress_step_.store(step);
+}
+
+void RegistryClient::SetPhases(int64_t step, int64_t compute_ns, int64_t push_ns, int64_t wait_ns,
+                               int64_t pull_ns) {
+  v1::StepPhases p;
+  p.set_step(step);
+  p.set_compute_ns(compute_ns);
+  p.set_push_ns(push_ns);
+  p.set_wait_ns(wait_ns);
+  p.set_pull_ns(pull_ns);
+  absl::MutexLock lock(&mu_);
+  phases_ = std::move(p);
 }
 
 void RegistryClient::SetStragglerSource(StragglerSource source) {

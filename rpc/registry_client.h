@@ -18,6 +18,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -58,6 +59,10 @@ class RegistryClient {
 
   // Sent with the following heartbeats (the status page's loss curve).
   void SetProgress(int64_t step, double loss);
+  // Workers: the last step's phases (worker/reports.h StepPhases), sent with
+  // the following heartbeats.
+  void SetPhases(int64_t step, int64_t compute_ns, int64_t push_ns, int64_t wait_ns,
+                 int64_t pull_ns);
   // Shard servers: called before each heartbeat, its list sent with it (the
   // ranks this server names stragglers now; server/straggler_watcher.h).
   using StragglerSource = std::function<std::vector<v1::Straggler>()>;
@@ -90,6 +95,7 @@ class RegistryClient {
   absl::Status lease_status_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   StragglerSource straggler_source_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::StepPhases> phases_ ABSL_GUARDED_BY(mu_);
   StragglerListener straggler_listener_ ABSL_GUARDED_BY(mu_);
   // (job, rank) of the stragglers last heard of (heartbeat thread only).
   std::vector<std::pair<std::string, int>> stragglers_heard_;

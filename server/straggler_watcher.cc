@@ -92,11 +92,17 @@ void StragglerWatcher::Pass(absl::Time now) {
       LatenessFamily().GetGauge(l)->Set(s.lateness_s);
       ScoreFamily().GetGauge(l)->Set(s.score);
     }
+    // Host aggregation: the recorder's slots are the host groups, which push
+    // for their ranks (docs/hierarchical.md): named in the log as groups, not
+    // sent to the registry (whose entries are ranks).
+    const bool groups = !st.flight.empty() && st.flight.back().last_push_us.size() !=
+                                                  static_cast<size_t>(job->spec().world_size());
     std::vector<StragglerSet::Change> changes;
     std::vector<StepArrivals> dump;
     {
       absl::MutexLock lock(&mu_);
       JobState& state = state_[name];
+      state.groups = groups;
       changes = state.set.Update(scores, options_.rule);
       for (const StragglerSet::Change& c : changes) {
         if (c.started) {
@@ -124,15 +130,17 @@ void StragglerWatcher::Pass(absl::Time now) {
     }
     for (const StragglerSet::Change& c : changes) {
       const int reg = RegistryRank(st, c.score.rank);
-      std::string where = who_ ? who_(name, reg) : "";
+      const std::string where = who_ && !groups ? who_(name, reg) : "";
+      const std::string who = groups ? absl::StrCat("host group ", c.score.rank)
+                                     : absl::StrCat("rank ", c.score.rank, " (registry rank ", reg,
+                                                    where.empty() ? "" : "; ", where, ")");
       Report(c.started,
-             absl::StrFormat(
-                 "job '%s' shard %d: rank %d (registry rank %d%s%s) %s: score %.2f (1.0 = the "
-                 "median rank's pace), its last push %.3f s after the first rank's (median of "
-                 "%d steps)",
-                 name, options_.shard, c.score.rank, reg, where.empty() ? "" : "; ", where,
-                 c.started ? "is a straggler" : "is no longer a straggler", c.score.score,
-                 c.score.lateness_s, c.score.steps));
+             absl::StrFormat("job '%s' shard %d: %s %s: score %.2f (1.0 = the median rank's "
+                             "pace), its last push %.3f s after the first rank's (median of "
+                             "%d steps)",
+                             name, options_.shard, who,
+                             c.started ? "is a straggler" : "is no longer a straggler",
+                             c.score.score, c.score.lateness_s, c.score.steps));
     }
     if (!dump.empty()) {
       const std::string dir = DumpDir(options_.dump_dir);
@@ -172,6 +180,7 @@ std::vector<NamedStraggler> StragglerWatcher::stragglers() {
   absl::MutexLock lock(&mu_);
   std::vector<NamedStraggler> out;
   for (const auto& [job, state] : state_) {
+    if (state.groups) continue;
     for (const auto& [rank, s] : state.set.named()) {
       NamedStraggler n;
       n.job = job;

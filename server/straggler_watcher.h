@@ -89,6 +89,7 @@ class StragglerWatcher {
     std::map<int, absl::Time> since;
     std::map<int, int> registry_rank;  // of each rank named
     int64_t dumped_start_us = -1;      // the stalled step last written
+    bool groups = false;               // slots are host groups, not ranks
   };
   void Report(bool warning, const std::string& line);
   void Look(const std::string& job, const JobStats& st, absl::Time now, JobState* state)

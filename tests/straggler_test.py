@@ -163,6 +163,14 @@ def main():
                   if r != SLOW]
         check(max(others) < 1.5, "slowed: the other ranks' scores stay low (%s)" %
               ", ".join("%.2f" % s for s in others))
+        jobs = [j for j in json.loads(get("http://%s/status.json" % reg_http))["jobs"]
+                if j["name"] == JOB]
+        phases = {p["registry_rank"]: p for p in (jobs[0]["phases"] if jobs else [])}
+        check(sorted(phases) == list(range(WORLD)) and
+              all(p["compute_s"] >= 0.09 for p in phases.values()),
+              "status.json: every rank's step phases, compute >= the 100 ms it stands in (%s)" %
+              ", ".join("%d: compute %.3f wait %.3f" % (r, p["compute_s"], p["wait_s"])
+                        for r, p in sorted(phases.items())))
         log("rank %d: score %.2f, lateness %.3f s" % (
             SLOW, gauge(m, "tessel_rank_straggler_score", SLOW) or 0,
             gauge(m, "tessel_rank_lateness_seconds", SLOW) or 0))

@@ -28,8 +28,13 @@ struct OptimizerStateReport {
 // to come back (wait: this and the other ranks' pushes landing, the servers'
 // reduction and update), and receiving the rest (pull: the last bucket's
 // arrival minus the first's). All zero before the first step and for fsdp, whose steps go
-// unit by unit.
+// unit by unit. compute: from the end of the previous Step() to the start of
+// this one, the caller's own time (forward and backward, data loading; 0 on
+// the first step): with the servers' arrival times it tells "computing" from
+// "slow link" (docs/observability.md, "Stragglers"). Each step's phases go to
+// the registry with the worker's heartbeats (HeartbeatRequest.phases).
 struct StepPhases {
+  int64_t compute_ns = 0;
   int64_t push_ns = 0;
   int64_t wait_ns = 0;
   int64_t pull_ns = 0;

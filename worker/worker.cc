@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
 #include "core/status_macros.h"
@@ -233,6 +234,8 @@ absl::Status Worker::Step() {
         ": with per-unit gradients every unit must be pushed (PushUnit) before Step(); ",
         p_->exchange->unpushed(), " bucket(s) were not"));
   }
+  const absl::Time start = absl::Now();
+  p_->compute_ns = p_->last_step_end ? absl::ToInt64Nanoseconds(start - *p_->last_step_end) : 0;
   TESSEL_RETURN_IF_ERROR(p_->exchange->Exchange(ctx.step + 1));
   ++ctx.step;
   p_->exchange->NextStep();
@@ -247,9 +250,16 @@ absl::Status Worker::Step() {
     }
     update_seconds = metrics::SecondsSince(start);
   }
-  StepMetrics(p_->exchange->last_phases(), update_seconds);
+  const StepPhases phases = last_step_phases();
+  StepMetrics(phases, update_seconds);
+  if (p_->membership != nullptr) {
+    p_->membership->registry().SetPhases(ctx.step, phases.compute_ns, phases.push_ns,
+                                         phases.wait_ns, phases.pull_ns);
+  }
   WatchCheckpoints();
-  return AdmitNewcomers();
+  absl::Status admitted = AdmitNewcomers();
+  p_->last_step_end = absl::Now();
+  return admitted;
 }
 
 absl::Status Worker::AdmitNewcomers() {
@@ -307,7 +317,11 @@ absl::Status Worker::SetOptimizer(const OptimizerParams& optimizer) {
   return absl::OkStatus();
 }
 
-StepPhases Worker::last_step_phases() const { return p_->exchange->last_phases(); }
+StepPhases Worker::last_step_phases() const {
+  StepPhases phases = p_->exchange->last_phases();
+  phases.compute_ns = p_->compute_ns;
+  return phases;
+}
 
 std::string Worker::data_path() const { return p_->channel->DescribePaths(); }
 

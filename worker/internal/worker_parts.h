@@ -24,6 +24,7 @@
 #define TESSEL_WORKER_INTERNAL_WORKER_PARTS_H_
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -69,6 +70,10 @@ struct WorkerParts {
   std::unique_ptr<MetricsServer> http;     // WorkerOptions.metrics_address
   std::unique_ptr<Timeline> timeline;      // WorkerOptions.timeline
   std::unique_ptr<WorkerMetrics> metrics;  // from the first step
+  // The end of the last Step() (nullopt before the first), and the caller's
+  // time between it and the last Step()'s start (StepPhases::compute_ns).
+  std::optional<absl::Time> last_step_end;
+  int64_t compute_ns = 0;
 };
 
 }  // namespace tessel::internal
