@@ -22,7 +22,9 @@ namespace {
 
 using nlohmann::json;
 
+// "-" when no shard with elements answered (lo > hi).
 std::string StepRange(int64_t lo, int64_t hi) {
+  if (lo > hi) return "-";
   return lo == hi ? absl::StrCat(lo) : absl::StrCat(lo, "-", hi);
 }
 
@@ -66,8 +68,10 @@ int Jobs(const Globals& g, std::ostream& out) {
         for (const auto& [name, shards] : jobs) {
           int64_t lo = INT64_MAX, hi = 0, failing = -1;
           for (const auto& st : shards) {
-            lo = std::min(lo, st.step());
-            hi = std::max(hi, st.step());
+            if (!HoldsNoElements(st)) {
+              lo = std::min(lo, st.step());
+              hi = std::max(hi, st.step());
+            }
             if (st.checkpoint_failing_since() >= 0) {
               failing = failing < 0 ? st.checkpoint_failing_since()
                                     : std::min(failing, st.checkpoint_failing_since());
@@ -108,8 +112,10 @@ int Describe(const Globals& g, const std::string& job) {
     }
     const v1::ShardStats& st = *r.stats;
     if (first == nullptr) first = &st;
-    lo = std::min(lo, st.step());
-    hi = std::max(hi, st.step());
+    if (!HoldsNoElements(st)) {
+      lo = std::min(lo, st.step());
+      hi = std::max(hi, st.step());
+    }
     recoveries = std::max<int64_t>(recoveries, st.recoveries());
     refused += st.rejected_frames();
     stale += st.stale_epoch_frames();

@@ -105,6 +105,12 @@ void EmitYaml(YAML::Emitter& out, const json& v) {
 
 }  // namespace
 
+bool HoldsNoElements(const v1::ShardStats& st) { return st.range_end() <= st.range_begin(); }
+
+std::string ShardStep(const v1::ShardStats& st) {
+  return HoldsNoElements(st) ? "-" : absl::StrCat(st.step());
+}
+
 std::string CheckpointHealth(const v1::ShardStats& st) {
   if (st.checkpoint_failing_since() < 0) return st.checkpoint_error();
   return absl::StrCat("checkpoints failing since step ", st.checkpoint_failing_since(), ": ",

@@ -33,6 +33,12 @@ nlohmann::json ProtoJson(const google::protobuf::Message& m);
 // -> "server"; "SGD" of enum "Kind" -> "sgd".
 std::string EnumWord(const std::string& enum_type, const std::string& value_name);
 
+// A shard that holds none of the job's elements takes no part in its steps
+// (core/layout.h, Layout::shard_empty): its step is not the job's, so it is
+// left out of the job's step range and shown as "-" (ShardStep).
+bool HoldsNoElements(const v1::ShardStats& st);
+std::string ShardStep(const v1::ShardStats& st);
+
 // A shard's checkpoint trouble for a HEALTH column: "checkpoints failing
 // since step N: <error>" (or the error alone from an older server).
 std::string CheckpointHealth(const v1::ShardStats& st);

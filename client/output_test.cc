@@ -41,6 +41,20 @@ TEST(OutputTest, CheckpointHealthSaysSinceWhen) {
   EXPECT_NE(h.find("disk full"), std::string::npos) << h;
 }
 
+// A shard without elements takes no part in the job's steps: no step shown.
+TEST(OutputTest, AShardWithoutElementsHasNoStep) {
+  v1::ShardStats st;
+  st.set_range_begin(12);
+  st.set_range_end(12);
+  st.set_step(0);
+  EXPECT_TRUE(HoldsNoElements(st));
+  EXPECT_EQ(ShardStep(st), "-");
+  st.set_range_begin(0);
+  st.set_step(5);
+  EXPECT_FALSE(HoldsNoElements(st));
+  EXPECT_EQ(ShardStep(st), "5");
+}
+
 TEST(OutputTest, YamlKeepsOrderAndTypes) {
   const nlohmann::json v = nlohmann::json::parse(R"({"b": 1, "a": ["x", true]})");
   const std::string y = ToYaml(v);

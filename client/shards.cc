@@ -52,7 +52,7 @@ int Shards(const Globals& g, const std::string& job) {
           table.push_back({absl::StrCat(st.shard_index()), r.address,
                            absl::StrCat("[", st.range_begin(), ", ", st.range_end(), ")"),
                            Bytes(st.memory().params_bytes()), Bytes(st.memory().optimizer_bytes()),
-                           Bytes(st.memory().grad_buffer_bytes()), absl::StrCat(st.step()),
+                           Bytes(st.memory().grad_buffer_bytes()), ShardStep(st),
                            absl::StrCat(st.epoch()), health});
         }
         PrintTable({"SHARD", "ADDRESS", "RANGE", "PARAMS", "OPTIMIZER", "GRAD_BUFFERS", "STEP",
@@ -86,9 +86,11 @@ int Stats(const Globals& g, const std::string& job) {
     applied += st.applied_steps();
     recoveries += st.recoveries();
     pause = std::max(pause, st.last_snapshot_pause_us());
-    lo = std::min(lo, st.step());
-    hi = std::max(hi, st.step());
-    ckpt = std::min(ckpt, st.last_checkpoint_step());
+    if (!HoldsNoElements(st)) {  // shard 0 writes its checkpoint parts
+      lo = std::min(lo, st.step());
+      hi = std::max(hi, st.step());
+      ckpt = std::min(ckpt, st.last_checkpoint_step());
+    }
   }
   json j = {{"job", job},
             {"shards_reachable", reachable},
