@@ -110,4 +110,17 @@ void HalfToFloat(HalfType t, const uint16_t* in, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = F16ToFloat(in[i]);
 }
 
+void AddHalfInto(HalfType t, const uint16_t* src, uint16_t* acc, size_t n) {
+  constexpr size_t kBlock = 256;  // two float blocks on the stack, in L1
+  alignas(64) float a[kBlock];
+  alignas(64) float b[kBlock];
+  for (size_t off = 0; off < n; off += kBlock) {
+    const size_t len = n - off < kBlock ? n - off : kBlock;
+    HalfToFloat(t, acc + off, a, len);
+    HalfToFloat(t, src + off, b, len);
+    for (size_t i = 0; i < len; ++i) a[i] = a[i] + b[i];
+    FloatToHalf(t, a, acc + off, len);
+  }
+}
+
 }  // namespace tessel

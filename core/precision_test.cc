@@ -102,5 +102,62 @@ TEST(PrecisionTest, RandomFloatsRoundToNearestEvenOnEveryPath) {
   }
 }
 
+// The in-place half add rounds once, to nearest even, as torch's
+// `grad += g` in bf16/fp16 does.
+TEST(PrecisionTest, AddHalfIntoRoundsTheSumOnceToNearestEven) {
+  auto add = [](HalfType t, float a, float b) {
+    uint16_t acc = t == HalfType::kF16 ? FloatToF16(a) : FloatToBF16(a);
+    const uint16_t src = t == HalfType::kF16 ? FloatToF16(b) : FloatToBF16(b);
+    AddHalfInto(t, &src, &acc, 1);
+    return t == HalfType::kF16 ? F16ToFloat(acc) : BF16ToFloat(acc);
+  };
+  // bf16 has 8 significant bits: an ulp of 1 is 2^-7.
+  EXPECT_EQ(add(HalfType::kBF16, 1.f, std::ldexp(1.f, -9)), 1.f);  // a quarter ulp
+  EXPECT_EQ(add(HalfType::kBF16, 1.f, std::ldexp(1.f, -8)), 1.f);  // a tie: even
+  EXPECT_EQ(add(HalfType::kBF16, 1.f + std::ldexp(1.f, -7), std::ldexp(1.f, -8)),
+            1.f + std::ldexp(1.f, -6));  // a tie: even, up
+  EXPECT_EQ(add(HalfType::kBF16, 3.f, -1.f), 2.f);
+  // fp16 has 11: 2048 + 1 is a tie.
+  EXPECT_EQ(add(HalfType::kF16, 2048.f, 1.f), 2048.f);
+  EXPECT_EQ(add(HalfType::kF16, 2050.f, 1.f), 2052.f);
+  EXPECT_TRUE(std::isinf(add(HalfType::kF16, 65504.f, 65504.f)));
+
+  // Random halves (n not a multiple of any block): every element is the
+  // scalar definition, and for fp16 (whose sums are exact in double) the
+  // half nearest the exact sum.
+  std::mt19937 rng(7);
+  const size_t n = 1003;
+  for (HalfType t : {HalfType::kF16, HalfType::kBF16}) {
+    std::vector<uint16_t> acc(n), src(n);
+    for (size_t i = 0; i < n; ++i) {
+      acc[i] = static_cast<uint16_t>(rng() & 0x7bff) ^ static_cast<uint16_t>(rng() & 0x8000);
+      src[i] = static_cast<uint16_t>(rng() & 0x7bff) ^ static_cast<uint16_t>(rng() & 0x8000);
+      if (t == HalfType::kBF16) {  // finite bf16: exponent below all ones
+        acc[i] &= 0xbf7f;
+        src[i] &= 0xbf7f;
+      }
+    }
+    std::vector<uint16_t> got = acc;
+    AddHalfInto(t, src.data(), got.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      if (t == HalfType::kBF16) {
+        ASSERT_EQ(got[i], FloatToBF16(BF16ToFloat(acc[i]) + BF16ToFloat(src[i]))) << i;
+        continue;
+      }
+      ASSERT_EQ(got[i], FloatToF16(F16ToFloat(acc[i]) + F16ToFloat(src[i]))) << i;
+      const double exact = static_cast<double>(F16ToFloat(acc[i])) + F16ToFloat(src[i]);
+      const double value = F16ToFloat(got[i]);
+      if (std::isinf(value)) continue;
+      for (int d : {-1, 1}) {
+        const double other = F16ToFloat(static_cast<uint16_t>(got[i] + d));
+        if (std::isnan(other) || std::isinf(other) || std::signbit(other) != std::signbit(value)) {
+          continue;
+        }
+        ASSERT_LE(std::fabs(value - exact), std::fabs(other - exact)) << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessel

@@ -135,7 +135,12 @@ void BucketReducer::AddIncoming(int bucket, int rank) {
   }
   // Only this rank's frames of this bucket touch both buffers, one at a time.
   const int64_t n = buckets_[bucket].size();
-  for (int64_t i = 0; i < n; ++i) sum[i] += in[i];
+  if (half_) {  // in the half type, as the rank's in-place add would
+    AddHalfInto(*half_, reinterpret_cast<const uint16_t*>(in), reinterpret_cast<uint16_t*>(sum),
+                static_cast<size_t>(n));
+  } else {
+    for (int64_t i = 0; i < n; ++i) sum[i] += in[i];
+  }
   absl::MutexLock lock(&mu_);
   spare_[bucket].push_back(std::move(incoming_[bucket][rank]));
 }

@@ -28,15 +28,18 @@
 //   accumulator, and again while more land in order; it stops once the
 //   bucket is complete or its sum began. Optional: a fold never run leaves
 //   more of the sum to SumChunks.
-//   Micro-batch parts (fp32, not top-k): a rank may send a bucket's
-//   gradients in parts before its push (AcceptPart, LandPart): the first
-//   part lands in the rank's pooled buffer, each later part and the push
-//   itself in a second one and is added into it element by element, so the
-//   rank's push is the sum of its parts and push in the order they came
-//   (each rank's micro-batches in order, then the usual rank-order sum:
-//   what each rank accumulating locally gives, bit for bit). A part is not a
-//   landing: it completes nothing and is never folded; a push after parts is
-//   copied (Accept with borrow=false). The caller checks the precision.
+//   Micro-batch parts (dense: fp32 or half, not top-k): a rank may send a
+//   bucket's gradients in parts before its push (AcceptPart, LandPart): the
+//   first part lands in the rank's pooled buffer, each later part and the
+//   push itself in a second one and is added into it element by element, in
+//   the job's precision (half: each add rounds to the half type,
+//   core/precision.h's AddHalfInto, as torch's in-place add of a half .grad
+//   does), so the rank's push is the sum of its parts and push in the order
+//   they came (each rank's micro-batches in order, then the usual rank-order
+//   sum: what each rank accumulating locally gives, bit for bit). A part is
+//   not a landing: it completes nothing and is never folded; a push after
+//   parts is copied (Accept with borrow=false). The caller refuses top-k
+//   parts.
 //   Per bucket and step: Accept, Land/LandBorrowed for each rank (Accept
 //   only for a slot the caller's protocol has free; the caller validates
 //   frames), then, once Land said `complete`, BeginSum, SumChunks, EndSum
@@ -122,7 +125,7 @@ class BucketReducer {
   // malformed push is InvalidArgument (core/topk.h's words) and records
   // nothing (the rank may push again).
   absl::StatusOr<Landing> Land(int bucket, int rank);
-  // A micro-batch part of rank's `bucket` (fp32 jobs without top-k): where
+  // A micro-batch part of rank's `bucket` (dense jobs, not top-k): where
   // it goes. LandPart adds it to the rank's parts so far (the first is
   // kept as it is). Neither lands the rank's push.
   void* AcceptPart(int bucket, int rank);

@@ -350,76 +350,111 @@ TEST(BucketReducerTest, FoldsOnOtherThreadsBesideLandingsAndSumsAreBitwise) {
   }
 }
 
-// Micro-batch parts: each rank's parts and push are added in the order they
-// came (micro-batch order), then the ranks are summed in rank order: bitwise
-// what each rank summing its micro-batches itself and pushing once gives,
-// whatever order the ranks' frames interleave in, with folds (W = 3), a
-// borrowed rank, and the push after parts copied; parts complete nothing.
+// Micro-batch parts (fp32, bf16, fp16): each rank's parts and push are added
+// in the order they came (micro-batch order; in half, each add rounded to
+// half, as torch's in-place add into a half .grad), then the ranks are summed in rank order:
+// bitwise what each rank summing its micro-batches itself and pushing once gives, whatever order
+// the ranks' frames interleave in, with folds (W = 3), a borrowed rank, and the push after parts
+// copied; parts complete nothing.
 TEST(BucketReducerTest, PartsAreSummedPerRankInOrderThenAcrossRanks) {
   const int64_t n = 1000, bucket = 300;
   const int micro = 3;
-  for (int world : {2, 3}) {
-    for (bool interleave : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "world " << world << " interleave " << interleave);
-      BucketReducer reducer(Opts(world, Buckets(n, bucket)));
-      // wire[r][m]: rank r's micro-batch m (fp32).
-      std::vector<std::vector<std::vector<uint8_t>>> wire(world);
-      std::vector<std::vector<uint8_t>> summed(world);
-      for (int r = 0; r < world; ++r) {
-        std::vector<float> local(static_cast<size_t>(n), 0.f);
-        for (int m = 0; m < micro; ++m) {
-          wire[r].push_back(Wire(r, n, 10 + m, std::nullopt));
-          const float* g = reinterpret_cast<const float*>(wire[r][m].data());
-          for (int64_t i = 0; i < n; ++i) local[i] += g[i];  // what a worker accumulates
-        }
-        const uint8_t* bytes = reinterpret_cast<const uint8_t*>(local.data());
-        summed[r].assign(bytes, bytes + local.size() * sizeof(float));
-      }
-      const std::vector<float> want = Reference(summed, n, std::nullopt);
-      std::vector<float> got(static_cast<size_t>(n));
-      const std::vector<Range> buckets = Buckets(n, bucket);
-      // Frames in order: for each micro-batch, ranks high to low (interleaved),
-      // or each rank's micro-batches back to back.
-      std::vector<std::pair<int, int>> order;  // (rank, micro-batch)
-      if (interleave) {
-        for (int m = 0; m < micro; ++m)
-          for (int r = world - 1; r >= 0; --r) order.push_back({r, m});
-      } else {
-        for (int r = world - 1; r >= 0; --r)
-          for (int m = 0; m < micro; ++m) order.push_back({r, m});
-      }
-      for (int b = 0; b < static_cast<int>(buckets.size()); ++b) {
-        const Range br = buckets[b];
-        int completed = 0;
-        for (auto [r, m] : order) {
-          const float* src = reinterpret_cast<const float*>(wire[r][m].data()) + br.begin;
-          const size_t count = static_cast<size_t>(br.size());
-          if (m + 1 < micro) {
-            std::copy_n(src, count, static_cast<float*>(reducer.AcceptPart(b, r)));
-            reducer.LandPart(b, r);
-            EXPECT_TRUE(reducer.HasParts(b, r));
-            continue;
+  for (std::optional<HalfType> half :
+       {std::optional<HalfType>(), std::optional<HalfType>(HalfType::kBF16),
+        std::optional<HalfType>(HalfType::kF16)}) {
+    const size_t esize = half ? 2 : 4;
+    for (int world : {2, 3}) {
+      for (bool interleave : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "world " << world << " interleave " << interleave
+                                        << " half " << (half ? static_cast<int>(*half) : -1));
+        BucketReducer reducer(Opts(world, Buckets(n, bucket), half));
+        // wire[r][m]: rank r's micro-batch m (in the job's precision).
+        std::vector<std::vector<std::vector<uint8_t>>> wire(world);
+        std::vector<std::vector<uint8_t>> summed(world);
+        std::vector<std::vector<uint8_t>> summed_wide(world);  // half added in fp32
+        for (int r = 0; r < world; ++r) {
+          std::vector<float> local(static_cast<size_t>(n), 0.f);
+          std::vector<float> wide(static_cast<size_t>(n), 0.f);
+          std::vector<uint16_t> local_half(static_cast<size_t>(n), 0);
+          for (int m = 0; m < micro; ++m) {
+            wire[r].push_back(Wire(r, n, 10 + m, half));
+            if (!half) {
+              const float* g = reinterpret_cast<const float*>(wire[r][m].data());
+              for (int64_t i = 0; i < n; ++i) local[i] += g[i];  // what a worker accumulates
+              continue;
+            }
+            // What torch's `grad += g` in half gives: each add rounded to half.
+            const uint16_t* g = reinterpret_cast<const uint16_t*>(wire[r][m].data());
+            for (int64_t i = 0; i < n; ++i) {
+              const float a =
+                  *half == HalfType::kF16 ? F16ToFloat(local_half[i]) : BF16ToFloat(local_half[i]);
+              const float b = *half == HalfType::kF16 ? F16ToFloat(g[i]) : BF16ToFloat(g[i]);
+              local_half[i] = m == 0                    ? g[i]
+                              : *half == HalfType::kF16 ? FloatToF16(a + b)
+                                                        : FloatToBF16(a + b);
+              wide[i] += b;
+            }
           }
-          void* to = reducer.Accept(b, r, /*borrow=*/false);
-          ASSERT_NE(to, nullptr);
-          std::copy_n(src, count, static_cast<float*>(to));
-          auto l = reducer.Land(b, r);
-          ASSERT_TRUE(l.ok());
-          EXPECT_FALSE(reducer.HasParts(b, r));
-          completed += l->complete;
-          if (l->fold) reducer.Fold(b);
+          const uint8_t* bytes = half ? reinterpret_cast<const uint8_t*>(local_half.data())
+                                      : reinterpret_cast<const uint8_t*>(local.data());
+          summed[r].assign(bytes, bytes + static_cast<size_t>(n) * esize);
+          if (half) {
+            std::vector<uint16_t> w16(static_cast<size_t>(n));
+            FloatToHalf(*half, wide.data(), w16.data(), w16.size());
+            const uint8_t* wb = reinterpret_cast<const uint8_t*>(w16.data());
+            summed_wide[r].assign(wb, wb + w16.size() * 2);
+          }
         }
-        ASSERT_EQ(completed, 1);
-        reducer.BeginSum(b);
-        reducer.SumChunks(b, [&](Range part, const float* const* srcs, int count) {
-          ReduceMean(srcs, count, got.data() + part.begin, static_cast<size_t>(part.size()), world);
-        });
-        reducer.EndSum(b);
+        const std::vector<float> want = Reference(summed, n, half);
+        if (half) {  // the test tells the half sum from one kept in fp32
+          EXPECT_GT(Differing(Reference(summed_wide, n, half), want), 0);
+        }
+        std::vector<float> got(static_cast<size_t>(n));
+        const std::vector<Range> buckets = Buckets(n, bucket);
+        // Frames in order: for each micro-batch, ranks high to low (interleaved),
+        // or each rank's micro-batches back to back.
+        std::vector<std::pair<int, int>> order;  // (rank, micro-batch)
+        if (interleave) {
+          for (int m = 0; m < micro; ++m)
+            for (int r = world - 1; r >= 0; --r) order.push_back({r, m});
+        } else {
+          for (int r = world - 1; r >= 0; --r)
+            for (int m = 0; m < micro; ++m) order.push_back({r, m});
+        }
+        for (int b = 0; b < static_cast<int>(buckets.size()); ++b) {
+          const Range br = buckets[b];
+          int completed = 0;
+          for (auto [r, m] : order) {
+            const uint8_t* src = wire[r][m].data() + static_cast<size_t>(br.begin) * esize;
+            const size_t bytes = static_cast<size_t>(br.size()) * esize;
+            if (m + 1 < micro) {
+              std::memcpy(reducer.AcceptPart(b, r), src, bytes);
+              reducer.LandPart(b, r);
+              EXPECT_TRUE(reducer.HasParts(b, r));
+              continue;
+            }
+            void* to = reducer.Accept(b, r, /*borrow=*/false);
+            ASSERT_NE(to, nullptr);
+            std::memcpy(to, src, bytes);
+            auto l = reducer.Land(b, r);
+            ASSERT_TRUE(l.ok());
+            EXPECT_FALSE(reducer.HasParts(b, r));
+            completed += l->complete;
+            if (l->fold) reducer.Fold(b);
+          }
+          ASSERT_EQ(completed, 1);
+          reducer.BeginSum(b);
+          reducer.SumChunks(b, [&](Range part, const float* const* srcs, int count) {
+            ReduceMean(srcs, count, got.data() + part.begin, static_cast<size_t>(part.size()),
+                       world);
+          });
+          reducer.EndSum(b);
+        }
+        EXPECT_EQ(Differing(got, want), 0);
+        // Two buffers per rank and bucket at most (the sum and the incoming part).
+        EXPECT_LE(reducer.buffer_bytes(),
+                  static_cast<int64_t>(2 * world) * n * 4 + static_cast<int64_t>(n) * 4);
       }
-      EXPECT_EQ(Differing(got, want), 0);
-      // Two buffers per rank and bucket at most (the sum and the incoming part).
-      EXPECT_LE(reducer.buffer_bytes(),
-                static_cast<int64_t>(2 * world) * n * 4 + static_cast<int64_t>(n) * 4);
     }
   }
 }
