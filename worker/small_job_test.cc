@@ -115,6 +115,10 @@ TEST_P(SmallJobTest, ServersWithoutElementsFollowTheStep) {
       }
     }
     EXPECT_EQ(worker.step(), kSteps);
+    // The shards holding elements are at the job's step; the others have none.
+    auto sync = worker.SynchronizeOptimizerState();
+    ASSERT_TRUE(sync.ok()) << sync.status();
+    EXPECT_TRUE(sync->consistent);
     auto all = worker.GatherAll();
     ASSERT_TRUE(all.ok()) << all.status();
     out[r] = *all;
