@@ -11,7 +11,9 @@ on an overflow, a skipped step on every rank. The scaler and the clipping
 factor meet in each group's settings as "grad_scale". With model= it also
 keeps the model's buffers equal to rank 0's (BufferSync, buffers.py: at
 construction and at the end of each step) and binds the model's
-SyncBatchNorm modules to the first group's worker (sync_bn.py). See the
+SyncBatchNorm modules to the first group's worker (sync_bn.py); rank 0
+writes the buffers into the servers' checkpoints at checkpoint steps and
+restores them after a rollback (BufferStore, buffer_store.py). See the
 class's docs for the arguments.
 
 Threads: the training thread's; the groups' autograd hooks run during
@@ -133,7 +135,10 @@ class DistributedOptimizer:
                 before each forward instead: a forward sees the same buffers either way, and
                 here they also agree between steps (evaluation, checkpoints). Needs model=;
                 nothing runs with one rank or no buffers. Buffers are not parameters: they
-                stay in the model under every strategy, fsdp included.
+                stay in the model under every strategy, fsdp included. With
+                checkpoint_every_steps (not ddp, not hybrid), rank 0 also writes them into
+                the servers' checkpoints (job J.buffers, buffer_store.py) at each checkpoint
+                step, and a rollback or resume restores rank 0's from there.
                 tessel.torch.SyncBatchNorm modules in model= (convert_sync_batchnorm) are
                 bound to the first group's worker: their statistics are over the global batch.
     session:    the tessel.torch Session it runs under (default: the one tessel.torch.init()
