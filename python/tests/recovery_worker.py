@@ -2,7 +2,8 @@
 
     recovery_worker.py STRATEGY OUTDIR [CRASH_AT]
         (STRATEGY: zero2, fsdp, zero2-staged, fsdp-staged; zero2-bn: bn_model's
-        BatchNorm net, whose saved vector also holds rank 0's buffers)
+        BatchNorm net, whose saved vector also holds rank 0's buffers; zero2-bn-rank0:
+        the same with rank 0 killed, so its restarted process reads the buffers back)
 
 Trains 10 steps with recovery on (a checkpoint every 3 steps), the loop
 written over opt.step_count. With CRASH_AT, rank 1's first process dies
@@ -26,7 +27,8 @@ strategy, outdir = sys.argv[1], sys.argv[2]
 # zero2-staged: the model's own tensors staged as a CUDA model's are.
 os.environ["TESSEL_TORCH_STAGING"] = "1" if strategy.endswith("-staged") else "0"
 crash_at = int(sys.argv[3]) if len(sys.argv) > 3 else -1
-bn = strategy.endswith("-bn")  # bn_model's BatchNorm net: its buffers roll back too
+bn = "-bn" in strategy  # bn_model's BatchNorm net: its buffers roll back too
+crash_rank = 0 if strategy.endswith("-rank0") else 1  # -rank0: rank 0 dies and resumes
 r = rank_lib.Rank(batch=bn_model.BATCH if bn else exact_model.BATCH)
 rank = r.rank
 restarted = int(os.environ.get("TESSEL_RESTART_COUNT", "0")) > 0
@@ -38,7 +40,7 @@ if restarted:
     print(f"rank {rank}: restarted, resuming at step {opt.step_count}", file=sys.stderr, flush=True)
 while opt.step_count < 10:
     k = opt.step_count
-    if rank == 1 and not restarted and k == crash_at:
+    if rank == crash_rank and not restarted and k == crash_at:
         os._exit(9)  # a crash: no goodbye to the registry or the servers
     if bn:
         x, y = bn_model.batch(k)
