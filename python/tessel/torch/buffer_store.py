@@ -163,7 +163,7 @@ class BufferStore:
     def buffers(self):
         return persistent_buffers(self.model)
 
-    def connect(self, cfg, job, recovery, **worker_args):
+    def connect(self, cfg, job, recovery):
         """Joins J.buffers as its only rank (rank 0 of J calls this) and registers
         the buffers' layout, the model's values as its initial ones."""
         names, shapes, flat = encode(self.buffers())
@@ -174,7 +174,7 @@ class BufferStore:
             num_servers=cfg["num_servers"], ucx_tls=cfg["ucx_tls"],
             connect_timeout_s=cfg["connect_timeout_s"], step_timeout_s=cfg["step_timeout_s"],
             token=cfg["token"], recovery=recovery, auto_resume=recovery,
-            checkpoint_every_steps=1, checkpoint_initial=recovery, **worker_args)
+            checkpoint_every_steps=1, checkpoint_initial=recovery)
         self.worker.register_layout(names, shapes, flat)
         self.names = names
         self.template = self.worker.serialize()
