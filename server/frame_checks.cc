@@ -49,6 +49,14 @@ absl::Status FrameChecks::CheckData(const FrameHeader& h, const State& st, bool 
         where, "top-k bucket ", h.bucket, " carries ", h.payload_bytes, " bytes; expected ", want,
         " (", want / 8, " index/value pairs of ", n, " elements at ratio ", s_.topk_ratio, ")"));
   }
+  if (h.payload_bytes != want && h.type == FrameType::kPush &&
+      h.payload_bytes == static_cast<uint64_t>(n) * (s_.half ? 4 : 2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, IsPushPart(h) ? "micro-batch part" : "push", " of bucket ", h.bucket,
+                     " carries ", s_.half ? "float32" : "half floats", " (", h.payload_bytes,
+                     " bytes) but this job pushes ", s_.half ? "half floats" : "float32", " (",
+                     want, " bytes): the worker's precision ", "differs from the job's"));
+  }
   if (h.payload_bytes != want) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "bucket ", h.bucket, " carries ", h.payload_bytes, " bytes; expected ",
@@ -81,10 +89,11 @@ absl::Status FrameChecks::CheckData(const FrameHeader& h, const State& st, bool 
     return absl::FailedPreconditionError(
         absl::StrCat(where, "parameters are not initialized yet; rank 0 must send INIT first"));
   }
-  if (IsPushPart(h) && (s_.half || s_.topk_ratio > 0)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, "micro-batch parts are summed in float32 and dense only; this job pushes ",
-        s_.half ? "half floats" : "top-k pairs", " (accumulate on the worker)"));
+  if (IsPushPart(h) && s_.topk_ratio > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where,
+                     "micro-batch parts are summed dense only; this job pushes top-k pairs "
+                     "(accumulate on the worker)"));
   }
   if (h.step != st.version) {
     return absl::FailedPreconditionError(

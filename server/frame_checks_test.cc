@@ -83,7 +83,7 @@ TEST(FrameChecksTest, PushesFollowTheStepProtocol) {
   EXPECT_EQ(Data(topk, Frame(FrameType::kPush, 1, 1, 121)), Code::kInvalidArgument);
 }
 
-TEST(FrameChecksTest, MicroBatchPartsAreFloat32AndDenseOnly) {
+TEST(FrameChecksTest, MicroBatchPartsAreDenseInTheJobsPrecision) {
   FrameChecks::Shape fp32 = Shape();
   fp32.half = false;
   const FrameChecks c(fp32);
@@ -92,12 +92,29 @@ TEST(FrameChecksTest, MicroBatchPartsAreFloat32AndDenseOnly) {
   EXPECT_EQ(Data(c, part), Code::kOk);
   EXPECT_EQ(Data(c, part, kAt3, false, /*empty=*/false), Code::kAlreadyExists)
       << "one frame of a bucket from a rank at a time";
+  // Half parts are summed in half (BucketReducer) by a half job...
   FrameHeader half_part = Frame(FrameType::kPush, 1, 1, 120);
-  half_part.bucket_count = kPushPart;
+  half_part.bucket_count = PushPartCount(2);
+  EXPECT_EQ(Data(FrameChecks(Shape()), half_part), Code::kOk);
+  // ...and refused by a float32 one, which says why.
   bool stale = false;
-  const absl::Status half = FrameChecks(Shape()).CheckData(half_part, kAt3, false, true, &stale);
-  EXPECT_EQ(half.code(), Code::kFailedPrecondition);
-  EXPECT_NE(half.message().find("half floats"), std::string::npos) << half;
+  const absl::Status half = c.CheckData(half_part, kAt3, false, true, &stale);
+  EXPECT_EQ(half.code(), Code::kInvalidArgument);
+  EXPECT_NE(half.message().find("micro-batch part of bucket 1 carries half floats (120 bytes) but "
+                                "this job pushes float32 (240 bytes)"),
+            std::string::npos)
+      << half;
+  const absl::Status fp32_to_half =
+      FrameChecks(Shape()).CheckData(Frame(FrameType::kPush, 1, 1, 240), kAt3, false, true, &stale);
+  EXPECT_NE(fp32_to_half.message().find("push of bucket 1 carries float32"), std::string::npos)
+      << fp32_to_half;
+  // Top-k parts are not summed.
+  FrameHeader topk_part = Frame(FrameType::kPush, 1, 1, 120);  // the bucket's pairs
+  topk_part.bucket_count = kPushPart;
+  const absl::Status topk =
+      FrameChecks(Shape(true, 0.1)).CheckData(topk_part, kAt3, false, true, &stale);
+  EXPECT_EQ(topk.code(), Code::kFailedPrecondition);
+  EXPECT_NE(topk.message().find("summed dense only"), std::string::npos) << topk;
 }
 
 TEST(FrameChecksTest, InitIsRankZerosOnceBeforeAnything) {

@@ -276,11 +276,13 @@ class Worker {
   absl::Span<uint16_t> UnitHalfGrads(int unit);
   // Pushes the unit's gradients; the buffer is freed once they are sent.
   absl::Status PushUnit(int unit);
-  // fsdp, fp32: pushes the unit's gradients of one micro-batch as a part:
-  // the servers add it to this rank's push of the unit (PushUnit ends it),
-  // each rank's parts in order, so a worker holds one micro-batch's
-  // gradients of a unit at a time however many micro-batches a step has.
-  // The buffer is freed once sent; UnitGrads gives a new zeroed one.
+  // fsdp: pushes the unit's gradients of one micro-batch as a part: the
+  // servers add it to this rank's push of the unit (PushUnit ends it), each
+  // rank's parts in order and in the job's precision (fp16/bf16: each add
+  // rounded to half, as torch's in-place `grad += g`), so a worker holds one
+  // micro-batch's gradients of a unit at a time however many micro-batches a
+  // step has. The buffer is freed once sent; UnitGrads (UnitHalfGrads) gives
+  // a new zeroed one.
   absl::Status PushUnitPart(int unit);
   // Waits until every shard has applied this step; step() advances.
   absl::Status FinishStep();

@@ -276,12 +276,6 @@ absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int b
         absl::StrCat(ctx_->Where(), ": PushUnit(", unit, ") without ",
                      ctx_->half ? "UnitHalfGrads(" : "UnitGrads(", unit, ")"));
   }
-  if (part && ctx_->half) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(ctx_->Where(), ": PushUnitPart(", unit,
-                     "): the servers sum micro-batch parts in float32 only; "
-                     "accumulate half gradients on the worker"));
-  }
   if (part && parts >= static_cast<int>(kMaxPushParts)) {
     return absl::FailedPreconditionError(
         absl::StrCat(ctx_->Where(), ": PushUnitPart(", unit, "): at most ", kMaxPushParts,

@@ -102,8 +102,9 @@ class FsdpUnits : public FrameSink {
   absl::Span<float> Grads(int unit);
   absl::Span<uint16_t> HalfGrads(int unit);
   // Pushes the unit's gradients; `pushed(shard, bucket)` is told of each.
-  // With `part` (fp32 only): a micro-batch part, summed by the servers into
-  // the unit's push of this step (nobody is told); a part or push after
+  // With `part`: a micro-batch part, summed by the servers into the unit's
+  // push of this step in the job's precision (nobody is told); a part or push
+  // after
   // parts first waits until the earlier ones are sent, so the servers get
   // one frame of a bucket from this rank at a time.
   absl::Status Push(int unit, const std::function<void(int shard, int bucket)>& pushed,
