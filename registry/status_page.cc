@@ -280,8 +280,9 @@ function plot(job) {
 }
 function heat(job) {
   const h = job.lateness; if (!h || h.steps.length == 0) return '';
-  const ranks = h.seconds[0].length, C = 14, L = 60, T = 16;
-  const max = Math.max(1e-3, ...h.seconds.flat());
+  const ranks = h.seconds[0].length, C = 14, L = 84, T = 16;
+  // Full colour from 20 ms up (the straggler rule's floor): jitter stays faint.
+  const max = Math.max(0.02, ...h.seconds.flat());
   let cells = '';
   h.seconds.forEach((row, i) => row.forEach((v, r) => {
     const a = (v / max).toFixed(2);

@@ -171,6 +171,12 @@ def main():
               "status.json: every rank's step phases, compute >= the 100 ms it stands in (%s)" %
               ", ".join("%d: compute %.3f wait %.3f" % (r, p["compute_s"], p["wait_s"])
                         for r, p in sorted(phases.items())))
+        heat = jobs[0]["lateness"] if jobs else {"steps": [], "seconds": []}
+        recent = heat["seconds"][-5:]
+        check(len(heat["steps"]) >= 8 and all(len(row) == WORLD for row in heat["seconds"]) and
+              sum(row[SLOW] == max(row) and row[SLOW] > 0.05 for row in recent) >= 4,
+              "status.json: the lateness heat map (%d steps x %d ranks), rank %d the latest in "
+              "4 or more of the last 5 steps" % (len(heat["steps"]), WORLD, SLOW))
         log("rank %d: score %.2f, lateness %.3f s" % (
             SLOW, gauge(m, "tessel_rank_straggler_score", SLOW) or 0,
             gauge(m, "tessel_rank_lateness_seconds", SLOW) or 0))
