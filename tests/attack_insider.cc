@@ -90,9 +90,30 @@ struct Sprayer {
   std::deque<std::vector<AttackFrame>> kept;  // deque: elements never move
 };
 
+// The payload bytes of each bucket of each shard, as far as a member can
+// tell from what it sees: a bucket is a unit's part of the shard's range
+// (buckets never straddle a unit), split every bucket_bytes. So the frames
+// it forges have the real size, and would be taken if their tags were.
+std::map<int, std::vector<size_t>> BucketBytes(Worker& worker) {
+  std::map<int, std::vector<size_t>> out;
+  auto reports = worker.ServerStats();
+  if (!reports.ok()) return out;
+  const int64_t bucket_elems = worker.options().bucket_bytes / 4;
+  for (const ShardReport& r : *reports) {
+    for (int u = 0; u < worker.num_units(); ++u) {
+      const Range unit = worker.unit_range(u);
+      for (int64_t b = std::max(unit.begin, r.range.begin), e = std::min(unit.end, r.range.end);
+           b < e; b += bucket_elems) {
+        out[r.shard].push_back(static_cast<size_t>(std::min(e - b, bucket_elems)) * 4);
+      }
+    }
+  }
+  return out;
+}
+
 // The member's attack at its current step `k` (see attack_insider.h).
 int MemberAttack(const InsiderConfig& c, const WorkerOptions& o, int rank, int world, int64_t epoch,
-                 int64_t k, int64_t last_step) {
+                 int64_t k, int64_t last_step, const std::map<int, std::vector<size_t>>& sizes) {
   auto targets = WaitForTargets(c.targets, kTargetsWait);
   if (!targets.ok()) return Fail(targets.status().ToString());
   const uint64_t job_id = JobId(c.job);
@@ -134,17 +155,24 @@ int MemberAttack(const InsiderConfig& c, const WorkerOptions& o, int rank, int w
         auto header = [&](FrameType t, int r) {
           return MakeHeader(t, job_id, epoch, step, r, server.shard, b);
         };
+        // The real size where a frame could be taken (this step and the
+        // next); elsewhere --bytes (the sends stay cheap).
+        auto shard_sizes = sizes.find(server.shard);
+        const size_t bytes = step <= k + 1 && shard_sizes != sizes.end() &&
+                                     static_cast<size_t>(b) < shard_sizes->second.size()
+                                 ? shard_sizes->second[b]
+                                 : static_cast<size_t>(c.bytes);
         if (c.kinds.count("other_rank")) {
           for (int r = 0; r < world; ++r) {
             if (r != rank)
-              AddSealed(&frames, "other_rank", **mine, header(FrameType::kPush, r), false, c.bytes);
+              AddSealed(&frames, "other_rank", **mine, header(FrameType::kPush, r), false, bytes);
           }
         }
         if (c.kinds.count("replay_push")) {
-          AddSealed(&frames, "replay_push", **mine, header(FrameType::kPush, rank), false, c.bytes);
+          AddSealed(&frames, "replay_push", **mine, header(FrameType::kPush, rank), false, bytes);
           FrameHeader part = header(FrameType::kPush, rank);
           part.bucket_count = PushPartCount(0);
-          AddSealed(&frames, "replay_push", **mine, part, false, c.bytes);
+          AddSealed(&frames, "replay_push", **mine, part, false, bytes);
         }
         if (c.kinds.count("replay_pull")) {
           FrameHeader pull = header(FrameType::kPull, rank);
@@ -220,7 +248,7 @@ int RunMember(const InsiderConfig& c) {
   for (int64_t k = (*worker)->step(); k < steps; ++k) {
     if (k == c.attack_at && !c.kinds.empty()) {
       if (int rc = MemberAttack(c, *o, (*worker)->rank(), (*worker)->world_size(),
-                                (*worker)->epoch(), k, steps - 1);
+                                (*worker)->epoch(), k, steps - 1, BucketBytes(**worker));
           rc != 0) {
         return rc;
       }
