@@ -80,20 +80,30 @@ class FakeWorker:
     def release(self, u):
         self.calls.append(("release", u))
 
+    def _add_part(self, u):
+        """The unit's buffer added to its parts so far, as the servers add: in its
+        precision (bf16: each add rounded to bf16)."""
+        grads = self.grads.get(u)
+        if grads is not None and grads.dtype == np.int16:
+            half = torch.from_numpy(grads.copy()).view(torch.bfloat16)
+            return half if u not in self.parts else self.parts[u] + half
+        if grads is None:
+            grads = self.unit_grads(u)
+        return self.parts.get(u, 0) + grads
+
     def push_unit(self, u):
         self.calls.append(("push_unit", u))
-        grads = self.grads.get(u)
-        if grads is not None and grads.dtype == np.int16:  # bf16 widened
-            grads = torch.from_numpy(grads).view(torch.bfloat16).float().numpy()
-        elif grads is None:
-            grads = self.unit_grads(u)
-        self.pushed[u] = self.parts.pop(u, 0) + grads  # as the servers sum
+        total = self._add_part(u)
+        self.parts.pop(u, None)
+        if isinstance(total, torch.Tensor):  # bf16 widened
+            total = total.float().numpy()
+        self.pushed[u] = total
         self.grads.pop(u, None)
 
     def push_unit_part(self, u):
         """A micro-batch part: the servers add it to the unit's push of the step."""
         self.calls.append(("push_unit_part", u))
-        self.parts[u] = self.parts.get(u, 0) + self.unit_grads(u)
+        self.parts[u] = self._add_part(u)
         del self.grads[u]
 
     def finish_step(self):

@@ -195,20 +195,27 @@ class UnitStateTest(unittest.TestCase):
         self.assertTrue(torch.equal(got, want))
         g.zero_grad(False)  # the step's push ended the parts
 
-    def test_zero_grad_forgets_what_no_sync_kept(self):
+    def test_no_sync_pushes_half_passes_as_parts_summed_in_half(self):
         model, ref, g = make(precision="bf16")
         g.settings.sync = False
-        model(X.bfloat16()).sum().backward()  # half: the sum stays in the unit's buffer
-        self.assertEqual(g.worker.named("push_unit_part"), [])
+        model(X.bfloat16()).sum().backward()  # half too: each pass a part, no buffer kept
+        self.assertEqual(g.worker.named("push_unit_part"),
+                         [("push_unit_part", 1), ("push_unit_part", 0)])
+        self.assertEqual(g.worker.grads, {}, "no gradient buffer kept between passes")
         self.assertEqual(states(g), [RELEASED, RELEASED])
+        with self.assertRaisesRegex(RuntimeError, "finish the step"):
+            g.zero_grad(False)
+        (model(X.bfloat16()) * 3).sum().backward()
         g.settings.sync = True
-        g.zero_grad(False)
-        model(X.bfloat16()).sum().backward()
+        (model(X.bfloat16()) * 5).sum().backward()
+        # torch's own half accumulation: .grad += each pass's, rounded to bf16 each time.
         half_ref = copy.deepcopy(ref).bfloat16()
         half_ref(X.bfloat16()).sum().backward()
+        (half_ref(X.bfloat16()) * 3).sum().backward()
+        (half_ref(X.bfloat16()) * 5).sum().backward()
         want = torch.cat([p.grad.float().reshape(-1) for p in half_ref.parameters()])
         got = torch.cat([torch.from_numpy(g.worker.pushed[u]) for u in (0, 1)])
-        self.assertTrue(torch.equal(got, want), "zero_grad() forgot the first pass")
+        self.assertTrue(torch.equal(got, want))
 
     def test_changed_settings_go_before_the_forward(self):
         lr = [0.1]

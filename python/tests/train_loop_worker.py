@@ -16,7 +16,8 @@ Per strategy, from exact_model's initial parameters with Adam:
   - opt.load_model_state_dict(initial) puts the initial parameters back
     (the step count stays), model.load_state_dict(trained) the trained ones,
     and a step after it still trains;
-  - peak gradient bytes of a step with 1 and with 4 micro-batches.
+  - peak gradient bytes of a step with 1 and with 4 micro-batches (fsdp in
+    bf16 too: with 4 it is the largest unit's, the parts summed on the servers).
 """
 import json
 import os
@@ -63,10 +64,10 @@ def sd_flat(sd, model):
     return torch.cat([sd[n].reshape(-1) for n, _ in model.named_parameters()])
 
 
-def make(strategy, tag):
+def make(strategy, tag, precision="fp32"):
     model = exact_model.make_model()
     opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model=model,
-                                  strategy=strategy, bucket_bytes=512,
+                                  strategy=strategy, bucket_bytes=512, precision=precision,
                                   job=f"{r.cfg['job']}-{strategy}-{tag}")
     return model, opt
 
@@ -85,10 +86,18 @@ def refused_everywhere(opt, model, bad_on, state, fragment):
     checks.check(opt.step_count == step, "a refused load moved the step")
 
 
-def peak_grad_bytes(strategy, count):
-    model, opt = make(strategy, f"mem{count}")
+def peak_grad_bytes(strategy, count, precision="fp32"):
+    model, opt = make(strategy, f"mem{count}{precision}", precision)
     accumulate_step(opt, model, 0, count)
     return opt.workers[0].memory()["peak_grads_bytes"]
+
+
+def largest_unit_bytes(strategy, precision):
+    """Gradient bytes of the largest fsdp unit in `precision`."""
+    _, opt = make(strategy, f"units{precision}", precision)
+    w = opt.workers[0]
+    return max(e - b for b, e in (w.unit_range(u) for u in range(w.num_units))) * (
+        4 if precision == "fp32" else 2)
 
 
 report = {}
@@ -150,6 +159,15 @@ for strategy in strategies:
 
     report[strategy] = {"peak_grads_bytes_1": peak_grad_bytes(strategy, 1),
                         "peak_grads_bytes_4": peak_grad_bytes(strategy, 4)}
+    if strategy == "fsdp":  # bf16 parts are summed on the servers too: one unit's buffer
+        unit = largest_unit_bytes(strategy, "bf16")
+        peaks = {"peak_grads_bytes_1": peak_grad_bytes(strategy, 1, "bf16"),
+                 "peak_grads_bytes_4": peak_grad_bytes(strategy, 4, "bf16"),
+                 "largest_unit_bytes": unit}
+        checks.check(peaks["peak_grads_bytes_4"] == unit,
+                     f"fsdp bf16: peak gradient bytes with 4 micro-batches "
+                     f"{peaks['peak_grads_bytes_4']}, the largest unit's {unit}")
+        report["fsdp-bf16"] = peaks
     print(f"rank {rank}: {strategy}: {checks.passed} checks passed", flush=True)
 
 if rank == 0:

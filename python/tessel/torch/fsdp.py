@@ -147,7 +147,7 @@ class FsdpGroup(ParamGroup):
             elif settings.sync:
                 unit.push()
                 self._guard(unit, [(i, self._pushed_grad(i)) for i in unit.members])
-            else:  # no_sync(): summed on the servers (fp32) or in the buffer
+            else:  # no_sync(): a part, summed on the servers
                 unit.accumulate()
 
         acc.register_hook(hook)
@@ -203,7 +203,6 @@ class FsdpGroup(ParamGroup):
         self._end_guards()
         for unit in self.units:
             unit.release(grads="zero")
-            unit.forget_accumulated()
             unit.done = 0
 
     def recovered(self):
@@ -232,7 +231,6 @@ class FsdpGroup(ParamGroup):
                 for i in unit.members:
                     if self.params[i].grad is not None:
                         self.params[i].grad.zero_()
-            unit.forget_accumulated()
         if set_to_none:
             self.has_grad = [False] * len(self.params)
             for unit in self.units:

@@ -6,8 +6,9 @@ go into the unit's buffer (the worker's, or a device copy of it when staged),
 made when first needed in a step (bind_buffer: at the push, or at a hold when
 the step already has gradients of the unit), and are pushed once per step.
 Inside DistributedOptimizer.no_sync() backward's hook calls accumulate()
-instead of push(): the unit is released and its buffer keeps the sum, which
-the next hold binds again for torch to add into. The state says which of
+instead of push(): the unit is released and its gradients pushed as a
+micro-batch part (the servers sum the parts and the push, in the unit's
+precision), so its buffer goes until the next pass. The state says which of
 these holds:
 
     RELEASED  nothing held; this step's gradients not pushed yet
@@ -75,7 +76,6 @@ class FsdpUnit:
         self.begin = begin  # the unit's first element in the group's flat layout
         self.state = UnitState.RELEASED
         self.done = 0
-        self.accumulated = False  # no_sync(): its buffer holds earlier backward passes' sum
         self.buffered = False  # the worker's gradient buffer of this step exists
         self.parts = 0  # no_sync() passes pushed as parts this step (summed on the servers)
         self.grads = None  # the unit's gradient buffer while held (device copy if staged)
@@ -182,32 +182,17 @@ class FsdpUnit:
 
     def accumulate(self):
         """no_sync(): backward produced this pass's gradients; the unit lets go of
-        its parameters. In fp32 it pushes them as a micro-batch part, which the
-        servers add to this step's push (the buffer goes: the worker holds one
-        pass's gradients of a unit at a time); in half precision it keeps the
-        sum in its buffer (the next hold gives it back to torch, which adds the
-        next pass's in place)."""
+        its parameters and pushes them as a micro-batch part, which the servers add
+        to this step's push in the unit's precision (bf16/fp16: each add rounded to
+        half, as torch's in-place add into a half .grad), so the buffer goes: the
+        worker holds one pass's gradients of a unit at a time."""
         if not self.held:
             return
         self.adopt_grads()
         self.release(grads="flush")
-        if self.group.settings.precision in HALF:
-            self.accumulated = True
-            return
         self.group.worker.push_unit_part(self.index)
         self.buffered = False
         self.parts += 1
-
-    def forget_accumulated(self):
-        """zero_grad() or a skipped step: the sum no_sync() left in the worker's
-        buffer of a released unit goes (a held unit's buffer is zeroed by its owner)."""
-        if self.accumulated and not self.held:
-            w, u = self.group.worker, self.index
-            if self.group.settings.precision in HALF:
-                w.unit_half_grads(u).fill(0)
-            else:
-                w.unit_grads(u).fill(0)
-        self.accumulated = False
 
     def push(self):
         """Pushes this step's gradients once (a unit never held pushes zeros)."""
@@ -224,7 +209,6 @@ class FsdpUnit:
             self.release(grads="flush")
         w.push_unit(u)
         self.buffered = False
-        self.accumulated = False
         self.parts = 0
         self.state = UnitState.PUSHED
 
@@ -236,7 +220,6 @@ class FsdpUnit:
     def reset(self):
         """After the worker's recovery: it dropped what it held; gather afresh."""
         self.release(worker_dropped=True)
-        self.accumulated = False
         self.buffered = False
         self.parts = 0
         self.state = UnitState.RELEASED
