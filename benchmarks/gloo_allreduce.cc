@@ -68,8 +68,8 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
     std::printf(
         "# gloo allreduce (ring, tcp on %s) float32 sum%s%s, %d ranks; step = barrier, then "
         "the slowest rank\n",
-        iface.c_str(), update.empty() ? "" : ", then the mean and the update on every rank: ",
-        update.c_str(), n);
+        iface.c_str(),
+        update.empty() ? "" : ", then the mean and the update on every rank: ", update.c_str(), n);
     std::printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
                 "algbw_GBs", "busbw_GBs");
   }
@@ -159,8 +159,10 @@ int main(int argc, char** argv) {
     const bool known = false;  // built without libtessel_ddp_update.so
 #endif
     if (!known) {
-      std::fprintf(stderr, "--update=%s: not an optimizer of this build (sgd, adam with "
-                   "-DTESSEL_DDP_UPDATE)\n%s", update.c_str(), usage);
+      std::fprintf(stderr,
+                   "--update=%s: not an optimizer of this build (sgd, adam with "
+                   "-DTESSEL_DDP_UPDATE)\n%s",
+                   update.c_str(), usage);
       return 2;
     }
     --argc;

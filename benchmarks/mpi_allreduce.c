@@ -48,8 +48,9 @@ int main(int argc, char** argv) {
   ddp_update_free(probe);
   if (iters < 1 || !known) {
     if (rank == 0) {
-      fprintf(stderr, "usage: mpi_allreduce SIZES_MIB ITERS "
-                      "[allreduce|rs_ag|allreduce-sgd|allreduce-adam] [DEV]\n");
+      fprintf(stderr,
+              "usage: mpi_allreduce SIZES_MIB ITERS "
+              "[allreduce|rs_ag|allreduce-sgd|allreduce-adam] [DEV]\n");
     }
     MPI_Finalize();
     return 2;
