@@ -4,10 +4,12 @@
 // recorder written as a timeline, once.
 #include "server/straggler_watcher.h"
 
+#include <atomic>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -136,6 +138,31 @@ TEST_F(StragglerWatcherTest, AStalledStepHasItsFlightRecorderWrittenOnce) {
   EXPECT_EQ(waiting, 2);
   EXPECT_EQ(pushes, 3 * kWorld + 2);
   EXPECT_EQ(steps, 3) << "each finished step (the first from its first push)";
+}
+
+TEST_F(StragglerWatcherTest, ItsThreadLooksWhileOthersPushAndRead) {
+  StragglerWatcherOptions o;
+  o.shard = 8;
+  o.period = absl::Milliseconds(1);
+  o.stall = absl::ZeroDuration();
+  std::atomic<int> lines{0};
+  StragglerWatcher w([this] { return std::vector<std::shared_ptr<ShardJob>>{job_}; }, o, nullptr,
+                     [&](const std::string&) { ++lines; });
+  w.Start();
+  // The job's steps (this thread), the watcher's looks (its thread) and a
+  // heartbeat's reads (a third) at once; under TSan: no race.
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done) (void)w.stragglers();
+  });
+  Steps(12, 1, absl::Milliseconds(25));
+  absl::SleepFor(absl::Milliseconds(20));
+  done = true;
+  reader.join();
+  w.Stop();
+  EXPECT_EQ(lines.load(), 1) << "rank 1 named once";
+  ASSERT_EQ(w.stragglers().size(), 1u);
+  EXPECT_EQ(w.stragglers()[0].rank, 1);
 }
 
 }  // namespace
