@@ -98,8 +98,15 @@ void EmitYaml(YAML::Emitter& out, const json& v) {
     out << (v.get<bool>() ? "true" : "false");
   } else if (v.is_null()) {
     out << YAML::Null;
+  } else if (v.is_number_float()) {
+    // JSON's shortest form, made a YAML 1.1 float: a YAML 1.1 reader (PyYAML)
+    // takes "1e-05" for a string, "1.0e-05" for a number.
+    std::string d = v.dump();
+    const size_t e = d.find_first_of("eE");
+    if (e != std::string::npos && d.find('.') == std::string::npos) d.insert(e, ".0");
+    out << d;
   } else {
-    out << v.dump();  // numbers exactly as JSON writes them
+    out << v.dump();  // integers exactly as JSON writes them
   }
 }
 

@@ -63,5 +63,17 @@ TEST(OutputTest, YamlKeepsOrderAndTypes) {
   EXPECT_NE(y.find("- true"), std::string::npos) << y;
 }
 
+// A float JSON writes with an exponent and no point ("2e-05", a straggler's
+// lateness) is written as a YAML 1.1 float: PyYAML read "2e-05" as a string,
+// so `tesselctl jobs -o yaml` and `-o json` disagreed (//tests:ctl_test).
+TEST(OutputTest, YamlFloatsWithExponentsStayNumbers) {
+  const nlohmann::json v = nlohmann::json::parse(R"({"a": 2e-05, "b": 1e+20, "c": 0.5, "d": 3})");
+  const std::string y = ToYaml(v);
+  EXPECT_NE(y.find("a: 2.0e-05"), std::string::npos) << y;
+  EXPECT_NE(y.find("b: 1.0e+20"), std::string::npos) << y;
+  EXPECT_NE(y.find("c: 0.5"), std::string::npos) << y;
+  EXPECT_NE(y.find("d: 3"), std::string::npos) << y;
+}
+
 }  // namespace
 }  // namespace tessel::ctl

@@ -1,5 +1,6 @@
 #include "runtime/timeline.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,10 +29,16 @@ nlohmann::ordered_json ArgsJson(const TimelineArgs& a) {
 absl::StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& path,
                                                          const std::string& process,
                                                          TimelineOptions options) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
+  // Never through a symbolic link (a server writes its flight recorder into
+  // $TMPDIR on its own: a link planted there must not redirect the write).
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  std::FILE* f = fd < 0 ? nullptr : ::fdopen(fd, "w");
   if (f == nullptr) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
     return absl::UnavailableError(
-        absl::StrCat("timeline ", path, ": cannot write: ", std::strerror(errno)));
+        absl::StrCat("timeline ", path, ": cannot write: ", std::strerror(err),
+                     err == ELOOP ? " (it is a symbolic link: give the file's own path)" : ""));
   }
   std::unique_ptr<Timeline> t(new Timeline(path, f, process, options));
   absl::MutexLock lock(&t->mu_);

@@ -1,7 +1,9 @@
 #include "runtime/timeline.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -73,6 +75,23 @@ TEST(TimelineTest, PathPatternsAndUnwritablePaths) {
   auto bad = Timeline::Open("/nonexistent-dir/x.json", "p");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(bad.status().message().find("/nonexistent-dir/x.json"), std::string::npos);
+}
+
+// A symbolic link planted where a timeline goes (a server writes its flight
+// recorder into $TMPDIR by itself) is refused; the link's target is untouched.
+TEST(TimelineTest, ASymbolicLinkIsNotFollowed) {
+  const std::string target = TempPath("target.txt");
+  { std::ofstream(target) << "keep"; }
+  const std::string link = TempPath("planted.json");
+  std::remove(link.c_str());
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  auto t = Timeline::Open(link, "p");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(t.status().message().find("symbolic link"), std::string::npos) << t.status();
+  std::ifstream in(target);
+  std::string kept;
+  in >> kept;
+  EXPECT_EQ(kept, "keep");
 }
 
 TEST(TimelineTest, EveryStepWhenStepsIsZero) {

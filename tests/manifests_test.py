@@ -36,7 +36,7 @@
    Nothing is rewritten. Readiness and liveness are asked as the kubelet asks
    (tessel-health-probe from the root namespace, the node, to the pod IP and
    probe port); the registry and the servers must say they authenticate
-   their callers with tokens (`callers: tokens`, every frame authenticated,
+   their callers with tokens (`callers: tokens`, every frame's header authenticated,
    never INSECURE); the registry must list every server at its pod IP with
    its pod ordinal as shard (asked with the generated admin token); an
    anonymous `tesselctl checkpoint delete` and the worker token's are
@@ -171,7 +171,8 @@ def check_authenticated(cl, ctl, rpc_probe, registry, tokens, tmp):
         ok = bool(line) and re.search(r"callers: tokens\b", line[0]) is not None and \
             "INSECURE" not in text and "callers: insecure" not in text
         if p["workload"]["kind"] == "StatefulSet":
-            ok = ok and "(every frame authenticated)" in line[0]
+            ok = ok and ("(every frame's header authenticated)" in line[0] or
+                         "(every frame authenticated, payloads included)" in line[0])
         check(ok, P + "%s authenticates its callers with the generated tokens: %s%s" %
               (p["name"], line or "no start-up line", "" if ok else cl.dump(p)))
     cfg = cl.config()
@@ -188,7 +189,7 @@ def check_authenticated(cl, ctl, rpc_probe, registry, tokens, tmp):
               (who, r.returncode, out.splitlines()[-1:]))
     # Each server straight, not through the registry: the data path's frame
     # key never goes to an anonymous caller. (The workers' training with
-    # every frame authenticated shows that their token gets it.)
+    # every frame's header authenticated shows that their token gets it.)
     for p in cl.of("StatefulSet", "tessel-server"):
         address = "%s:%d" % (p["ip"], port_of(cfg["server"]["listen"]))
         r = subprocess.run([rpc_probe, "--address=" + address, "--rpc=GetFrameKey",
