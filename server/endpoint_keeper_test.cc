@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "registry/registry_service.h"
-#include "rpc/grpc_util.h"
+#include "rpc/registry_client.h"
+#include "server/test_registry.h"
 
 namespace tessel {
 namespace {
@@ -46,11 +46,9 @@ class FakeTransport : public Transport {
 class EndpointKeeperTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
-    auto server = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &address_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    client_ = std::make_unique<RegistryClient>(address_);
+    absl::Status started = registry_.Start();
+    ASSERT_TRUE(started.ok()) << started;
+    client_ = std::make_unique<RegistryClient>(registry_.address());
     member_.set_group("pool");
     member_.set_role(v1::ROLE_SERVER);
     member_.set_rank(0);
@@ -64,8 +62,7 @@ class EndpointKeeperTest : public ::testing::Test {
   }
   void TearDown() override {
     client_.reset();
-    registry_->Stop();
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+    registry_.Stop();
   }
   v1::View View() {
     auto view = client_->GetView("pool");
@@ -74,9 +71,7 @@ class EndpointKeeperTest : public ::testing::Test {
   }
 
   FakeTransport transport_;
-  std::unique_ptr<RegistryService> registry_;
-  std::unique_ptr<grpc::Server> server_;
-  std::string address_;
+  TestRegistry registry_;
   std::unique_ptr<RegistryClient> client_;
   v1::Member member_;
   int64_t joined_epoch_ = 0;

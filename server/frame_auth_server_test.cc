@@ -16,57 +16,24 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
 #include "core/wire.h"
 #include "gtest/gtest.h"
-#include "proto/shard.grpc.pb.h"
-#include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
 #include "runtime/frame_auth.h"
 #include "runtime/rank_keys.h"
-#include "server/shard_server.h"
+#include "server/server_test_fixture.h"
 #include "testing/process.h"
-#include "transport/transport_testing.h"
 
 namespace tessel {
 namespace {
 
 constexpr int kFloats = 1024;
 constexpr int kCopies = 5;  // frames each forger process sends
-constexpr char kTls[] = "posix,sysv,self";
 
 v1::CreateJobRequest DdpJob(const std::string& name, int world) {
-  v1::CreateJobRequest req;
-  v1::JobSpec* spec = req.mutable_spec();
-  spec->set_job(name);
-  spec->set_strategy(v1::STRATEGY_DDP);
-  spec->set_world_size(world);
-  spec->set_num_shards(1);
-  spec->set_bucket_bytes(kFloats * 4);
-  v1::TensorSpec* t = spec->add_tensors();
-  t->set_name("w");
-  t->add_shape(kFloats);
-  t->set_dtype(v1::DTYPE_F32);
-  spec->mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
-  spec->mutable_optimizer()->set_lr(0.1);
-  req.set_shard_index(0);
-  req.set_epoch(1);
-  return req;
-}
-
-FrameHeader Header(FrameType type, const std::string& job, int64_t epoch, int64_t step, int rank,
-                   uint64_t payload_bytes) {
-  FrameHeader h;
-  h.type = type;
-  h.job_id = JobId(job);
-  h.epoch = epoch;
-  h.step = step;
-  h.rank = rank;
-  h.payload_bytes = payload_bytes;
-  if (type == FrameType::kPull) h.bucket_count = 1;
-  return h;
+  return OneBucketDdpJob(name, world, kFloats);
 }
 
 // Runs ucx_frame_sender: `count` frames of `header` and a payload of
@@ -75,139 +42,30 @@ absl::Status Forge(const std::string& address, absl::Span<const uint8_t> header,
                    int count = kCopies) {
   ProcessGroup group(MakeRunDir("forger"));
   TESSEL_RETURN_IF_ERROR(group.Start(
-      "forger", {FindBinary("transport/ucx_frame_sender"), absl::BytesToHexString(address), kTls,
-                 absl::BytesToHexString(absl::string_view(
-                     reinterpret_cast<const char*>(header.data()), header.size())),
-                 absl::StrCat(bytes), absl::StrCat(count)}));
+      "forger",
+      {FindBinary("transport/ucx_frame_sender"), absl::BytesToHexString(address), kTestUcxTls,
+       absl::BytesToHexString(
+           absl::string_view(reinterpret_cast<const char*>(header.data()), header.size())),
+       absl::StrCat(bytes), absl::StrCat(count)}));
   return group.WaitAll({"forger"}, absl::Seconds(30));
 }
 
-// A worker's data endpoint: sends raw header bytes, records what comes back.
-class Endpoint {
- public:
-  explicit Endpoint(const std::string& server) : transport_(MakeUcxTransport({.tls = kTls})) {
-    transport_->SetHandler([this](const Incoming& in) {
-      auto h = DecodeWireHeader(in.header);
-      absl::MutexLock lock(&mu_);
-      if (!h.ok()) return Accept{};
-      frames_.push_back({*h, std::vector<uint8_t>(in.header.begin(), in.header.end())});
-      if (h->type != FrameType::kParams || in.payload_bytes != kFloats * 4) return Accept{};
-      return Accept{params_.data(), params_.size() * sizeof(float), [this](absl::Status s) {
-                      absl::MutexLock lock(&mu_);
-                      params_landed_ += s.ok() ? 1 : 0;
-                    }};
-    });
-    peer_ = *transport_->Connect(server);
-  }
-  ~Endpoint() { transport_->Shutdown(); }
-
-  void Send(absl::Span<const uint8_t> header, const void* payload, size_t bytes) {
-    transport_->Send(peer_, header, payload, bytes, nullptr);
-  }
-  // Waits up to 10 s for `n` PARAMS payloads.
-  bool AwaitParams(int n) {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(
-                                    +[](int* landed) { return *landed > 0; }, &params_landed_),
-                                absl::Seconds(10)) &&
-           params_landed_ >= n;
-  }
-  std::vector<std::pair<FrameHeader, std::vector<uint8_t>>> frames() {
-    absl::MutexLock lock(&mu_);
-    return frames_;
-  }
-  std::vector<float> params() {
-    absl::MutexLock lock(&mu_);
-    return params_;
-  }
-
- private:
-  std::unique_ptr<UcxTransport> transport_;
-  PeerId peer_ = 0;
-  absl::Mutex mu_;
-  std::vector<std::pair<FrameHeader, std::vector<uint8_t>>> frames_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> params_ ABSL_GUARDED_BY(mu_) = std::vector<float>(kFloats);
-  int params_landed_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-class FrameAuthServerTest : public ::testing::Test {
+class FrameAuthServerTest : public UcxShardServerTest {
  protected:
-  void SetUp() override {
-    registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
-    auto grpc = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_);
-    ASSERT_TRUE(grpc.ok()) << grpc.status();
-    registry_server_ = std::move(*grpc);
-    ShardServerOptions o;
-    o.registry = registry_address_;
-    o.shard = 0;
-    o.data_auth = true;
-    o.receive_check_period = absl::ZeroDuration();
-    auto server = ShardServer::Start(o, MakeUcxTransport({.tls = kTls}));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    stub_ = v1::ShardServer::NewStub(MakeChannel(server_->grpc_address()));
-  }
-  void TearDown() override {
-    if (server_ != nullptr) {
-      server_->Shutdown();
-      EXPECT_TRUE(server_->Wait().ok());
-    }
-    registry_->Stop();
-    registry_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
-  }
+  FrameAuthServerTest() { options_.data_auth = true; }
 
-  grpc::Status Create(const v1::CreateJobRequest& req) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    v1::CreateJobResponse resp;
-    return stub_->CreateJob(&ctx, req, &resp);
-  }
   // GetFrameKey for (job, rank, epoch) under `claim`: the answer's code.
   grpc::StatusCode Ask(const std::string& job, int rank, int64_t epoch, const std::string& claim,
                        v1::FrameKeyResponse* resp, std::string* message = nullptr) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    v1::FrameKeyRequest req;
-    req.set_job(job);
-    req.set_rank(rank);
-    req.set_epoch(epoch);
-    req.set_claim(claim);
-    grpc::Status s = stub_->GetFrameKey(&ctx, req, resp);
+    grpc::Status s = GetFrameKey(job, rank, epoch, claim, 0, resp);
     if (message != nullptr) *message = s.error_message();
     return s.error_code();
   }
-  // The keys rank `rank` of `job` gets for `epoch` (a claim of its own).
-  std::shared_ptr<const RankFrameKeys> KeyOf(const std::string& job, int rank = 0,
-                                             int64_t epoch = 1, std::string* secret = nullptr) {
-    v1::FrameKeyResponse resp;
-    EXPECT_EQ(Ask(job, rank, epoch, NewJobSecret(), &resp), grpc::StatusCode::OK);
-    EXPECT_EQ(resp.key_version(), kRankKeysVersion);
-    if (secret != nullptr) *secret = resp.secret();
-    auto keys = RankFrameKeys::Create(FrameKeyGrant{resp.secret(), resp.host_secret()}, JobId(job),
-                                      0, rank, epoch);
-    EXPECT_TRUE(keys.ok()) << keys.status();
-    return keys.ok() ? *keys : nullptr;
-  }
-  v1::ShardStats Stats(const std::string& job) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    v1::JobRef ref;
-    ref.set_job(job);
-    v1::ShardStats stats;
-    EXPECT_TRUE(stub_->GetStats(&ctx, ref, &stats).ok());
-    return stats;
-  }
-
-  std::unique_ptr<RegistryService> registry_;
-  std::unique_ptr<grpc::Server> registry_server_;
-  std::string registry_address_;
-  std::unique_ptr<ShardServer> server_;
-  std::unique_ptr<v1::ShardServer::Stub> stub_;
 };
 
 TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
-  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
-  ASSERT_TRUE(Create(DdpJob("A", 1)).ok());
+  ASSERT_TRUE(CreateJob(DdpJob("B", 2)).ok());
+  ASSERT_TRUE(CreateJob(DdpJob("A", 1)).ok());
   std::string a_secret, b_secret;
   std::shared_ptr<const RankFrameKeys> b = KeyOf("B", 0, 1, &b_secret), b1 = KeyOf("B", 1),
                                        a = KeyOf("A", 0, 1, &a_secret);
@@ -215,13 +73,9 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
   EXPECT_NE(a_secret, b_secret);
 
   const std::string address = server_->transport_address();
-  Endpoint rank0(address), rank1(address);
-  std::vector<float> g0(kFloats), g1(kFloats);
-  for (int i = 0; i < kFloats; ++i) {
-    g0[i] = 0.25f * i - 3.f;
-    g1[i] = 1.f - 0.125f * i;
-  }
-  const FrameHeader push1 = Header(FrameType::kPush, "B", 1, 0, 1, kFloats * 4);
+  FakeUcxWorker rank0(address, kFloats), rank1(address, kFloats);
+  const std::vector<float> g0 = TwoRankGradient(0, kFloats), g1 = TwoRankGradient(1, kFloats);
+  const FrameHeader push1 = TestFrameHeader(FrameType::kPush, "B", 1, 0, 1, kFloats * 4);
 
   // Forgeries first, all for rank 1's push of step 0.
   const HeaderBytes bare = EncodeHeader(push1);
@@ -236,25 +90,21 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
   const SealedHeader wrong_job = a_for_b->Seal(push1, false);
   EXPECT_TRUE(Forge(address, wrong_job, kFloats * 4).ok());
   const int forged = 3 * kCopies;
-  for (int i = 0; i < 100 && Stats("B").rejected_frames() < forged; ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  AwaitRejectedFrames("B", forged);
   EXPECT_EQ(Stats("B").rejected_frames(), forged);
   EXPECT_EQ(Stats("B").pushed_bytes(), 0) << "a forged push was applied";
 
   // The real workers: both pushes count, the mean is theirs.
-  const SealedHeader real0 = b->Seal(Header(FrameType::kPush, "B", 1, 0, 0, kFloats * 4), false);
+  const SealedHeader real0 =
+      b->Seal(TestFrameHeader(FrameType::kPush, "B", 1, 0, 0, kFloats * 4), false);
   const SealedHeader real1 = b1->Seal(push1, false);
   rank0.Send(absl::MakeConstSpan(real0), g0.data(), kFloats * 4);
   rank1.Send(absl::MakeConstSpan(real1), g1.data(), kFloats * 4);
-  const SealedHeader pull = b->Seal(Header(FrameType::kPull, "B", 1, 1, 0, 0), false);
+  const SealedHeader pull = b->Seal(TestFrameHeader(FrameType::kPull, "B", 1, 1, 0, 0), false);
   rank0.Send(absl::MakeConstSpan(pull), nullptr, 0);
   ASSERT_TRUE(rank0.AwaitParams(1)) << "the real workers' step did not complete";
   const std::vector<float> mean = rank0.params();
-  for (int i = 0; i < kFloats; ++i) {
-    const float want = (g0[i] + g1[i]) / 2.f;
-    ASSERT_EQ(std::memcmp(&mean[i], &want, 4), 0) << "element " << i;
-  }
+  ASSERT_TRUE(IsBitwiseMean(mean, g0, g1));
   for (const auto& [h, wire] : rank0.frames()) {
     EXPECT_NE(h.type, FrameType::kError) << DescribeHeader(h);
     EXPECT_TRUE(b->Verify(wire, h)) << "the server's reply is not sealed with rank 0's key";
@@ -264,17 +114,9 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
 
   // A new epoch (a recovery): the captured frames of epoch 1, replayed as
   // they were (refused: old epoch) and re-stamped with epoch 2 (no valid tag).
-  {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    v1::SetEpochRequest req;
-    req.set_job("B");
-    req.set_epoch(2);
-    v1::SetEpochResponse resp;
-    ASSERT_TRUE(stub_->SetEpoch(&ctx, req, &resp).ok());
-  }
+  ASSERT_TRUE(SetEpoch("B", 2).ok());
   const int64_t rejected = Stats("B").rejected_frames();
-  FrameHeader step1 = Header(FrameType::kPush, "B", 1, 1, 1, kFloats * 4);
+  FrameHeader step1 = TestFrameHeader(FrameType::kPush, "B", 1, 1, 1, kFloats * 4);
   const SealedHeader old_epoch = b1->Seal(step1, false);  // as captured in epoch 1
   EXPECT_TRUE(Forge(address, old_epoch, kFloats * 4).ok());
   SealedHeader restamped = old_epoch;
@@ -282,9 +124,7 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
   const HeaderBytes at2 = EncodeHeader(step1);
   std::memcpy(restamped.data(), at2.data(), kHeaderBytes);
   EXPECT_TRUE(Forge(address, restamped, kFloats * 4).ok());
-  for (int i = 0; i < 100 && Stats("B").rejected_frames() < rejected + 2 * kCopies; ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  AwaitRejectedFrames("B", rejected + 2 * kCopies);
   EXPECT_EQ(Stats("B").rejected_frames(), rejected + 2 * kCopies);
   EXPECT_EQ(Stats("B").pushed_bytes(), 2 * kFloats * 4) << "a replayed push was applied";
   EXPECT_EQ(Stats("B").step(), 1);
@@ -296,24 +136,25 @@ TEST_F(FrameAuthServerTest, OnlyTheJobsWorkersFramesAreApplied) {
 // a malformed one. A frame of a served job under its key still gets its
 // ERROR, after them on the same endpoint, so their answers would have come.
 TEST_F(FrameAuthServerTest, FramesThatCannotBeAuthenticatedGetNoAnswer) {
-  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
+  ASSERT_TRUE(CreateJob(DdpJob("B", 2)).ok());
   std::string b_secret;
   std::shared_ptr<const RankFrameKeys> b = KeyOf("B", 0, 1, &b_secret);
   ASSERT_TRUE(b != nullptr);
-  Endpoint prober(server_->transport_address());
+  FakeUcxWorker prober(server_->transport_address(), kFloats);
   std::vector<float> g(kFloats);
-  const HeaderBytes unknown = EncodeHeader(Header(FrameType::kPush, "nope", 1, 0, 0, kFloats * 4));
+  const HeaderBytes unknown =
+      EncodeHeader(TestFrameHeader(FrameType::kPush, "nope", 1, 0, 0, kFloats * 4));
   prober.Send(unknown, g.data(), kFloats * 4);
   const SealedHeader unknown_sealed =
       (*RankFrameKeys::Create(FrameKeyGrant{b_secret, ""}, JobId("nope"), 0, 0, 1))
-          ->Seal(Header(FrameType::kPull, "nope", 1, 1, 0, 0), false);
+          ->Seal(TestFrameHeader(FrameType::kPull, "nope", 1, 1, 0, 0), false);
   prober.Send(unknown_sealed, nullptr, 0);
   std::vector<uint8_t> malformed(kHeaderBytes, 0xab);
   prober.Send(malformed, nullptr, 0);
   // A pull of a step far ahead: refused with an ERROR under B's key.
-  const SealedHeader ahead = b->Seal(Header(FrameType::kPull, "B", 1, 9, 0, 0), false);
+  const SealedHeader ahead = b->Seal(TestFrameHeader(FrameType::kPull, "B", 1, 9, 0, 0), false);
   prober.Send(ahead, nullptr, 0);
-  std::vector<std::pair<FrameHeader, std::vector<uint8_t>>> frames;
+  std::vector<FakeUcxWorker::Frame> frames;
   for (int i = 0; i < 500 && frames.empty(); ++i) {
     absl::SleepFor(absl::Milliseconds(20));
     frames = prober.frames();
@@ -321,13 +162,13 @@ TEST_F(FrameAuthServerTest, FramesThatCannotBeAuthenticatedGetNoAnswer) {
   absl::SleepFor(absl::Milliseconds(200));
   frames = prober.frames();
   ASSERT_EQ(frames.size(), 1u);
-  EXPECT_EQ(frames[0].first.type, FrameType::kError);
-  EXPECT_EQ(frames[0].first.job_id, JobId("B")) << DescribeHeader(frames[0].first);
-  EXPECT_TRUE(b->Verify(frames[0].second, frames[0].first));
+  EXPECT_EQ(frames[0].header.type, FrameType::kError);
+  EXPECT_EQ(frames[0].header.job_id, JobId("B")) << DescribeHeader(frames[0].header);
+  EXPECT_TRUE(b->Verify(frames[0].wire, frames[0].header));
 }
 
 TEST_F(FrameAuthServerTest, KeysGoOnlyToTheJobsWorkersAndOnlyForJobsThatExist) {
-  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
+  ASSERT_TRUE(CreateJob(DdpJob("B", 2)).ok());
   v1::FrameKeyResponse resp;
   EXPECT_EQ(Ask("nope", 0, 1, NewJobSecret(), &resp), grpc::StatusCode::NOT_FOUND);
 }
@@ -337,7 +178,7 @@ TEST_F(FrameAuthServerTest, KeysGoOnlyToTheJobsWorkersAndOnlyForJobsThatExist) {
 // secret, any other claim is refused naming the rank. Ranks differ, epochs
 // differ, and only the job's current epoch and ranks are served.
 TEST_F(FrameAuthServerTest, ARanksKeyGoesToOneProcessPerEpoch) {
-  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
+  ASSERT_TRUE(CreateJob(DdpJob("B", 2)).ok());
   const std::string mine = NewJobSecret(), theirs = NewJobSecret();
   v1::FrameKeyResponse first, again, other, rank1;
   ASSERT_EQ(Ask("B", 0, 1, mine, &first), grpc::StatusCode::OK);
@@ -356,15 +197,7 @@ TEST_F(FrameAuthServerTest, ARanksKeyGoesToOneProcessPerEpoch) {
   EXPECT_EQ(Ask("B", 1, 2, NewJobSecret(), &other), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(Ask("B", 1, 1, "", &other), grpc::StatusCode::INVALID_ARGUMENT);  // no claim
   // A recovery's new epoch: a new key, claimed afresh.
-  {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    v1::SetEpochRequest req;
-    req.set_job("B");
-    req.set_epoch(2);
-    v1::SetEpochResponse resp;
-    ASSERT_TRUE(stub_->SetEpoch(&ctx, req, &resp).ok());
-  }
+  ASSERT_TRUE(SetEpoch("B", 2).ok());
   v1::FrameKeyResponse next;
   ASSERT_EQ(Ask("B", 0, 2, theirs, &next), grpc::StatusCode::OK);
   EXPECT_NE(next.secret(), first.secret());
@@ -376,7 +209,7 @@ TEST_F(FrameAuthServerTest, ARanksKeyGoesToOneProcessPerEpoch) {
 TEST_F(FrameAuthServerTest, OnlyAHostGroupsRanksGetItsSecret) {
   v1::CreateJobRequest req = DdpJob("H", 3);
   for (int g : {0, 0, 1}) req.mutable_spec()->add_rank_groups(g);
-  ASSERT_TRUE(Create(req).ok());
+  ASSERT_TRUE(CreateJob(req).ok());
   v1::FrameKeyResponse r0, r1, r2;
   ASSERT_EQ(Ask("H", 0, 1, NewJobSecret(), &r0), grpc::StatusCode::OK);
   ASSERT_EQ(Ask("H", 1, 1, NewJobSecret(), &r1), grpc::StatusCode::OK);
@@ -391,26 +224,25 @@ TEST_F(FrameAuthServerTest, OnlyAHostGroupsRanksGetItsSecret) {
 // PUSH as another rank (under its own key) is dropped and counted, and that
 // rank's real push is still taken.
 TEST_F(FrameAuthServerTest, AWorkerCannotPushAsAnotherRank) {
-  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
+  ASSERT_TRUE(CreateJob(DdpJob("B", 2)).ok());
   std::shared_ptr<const RankFrameKeys> r0 = KeyOf("B", 0), r1 = KeyOf("B", 1);
   ASSERT_TRUE(r0 != nullptr && r1 != nullptr);
   const std::string address = server_->transport_address();
-  Endpoint rank0(address), rank1(address);
+  FakeUcxWorker rank0(address, kFloats), rank1(address, kFloats);
   std::vector<float> g0(kFloats, 1.f), g1(kFloats, 3.f), evil(kFloats, 1000.f);
-  const FrameHeader push1 = Header(FrameType::kPush, "B", 1, 0, 1, kFloats * 4);
+  const FrameHeader push1 = TestFrameHeader(FrameType::kPush, "B", 1, 0, 1, kFloats * 4);
   const SealedHeader as_rank1 = r0->Seal(push1, false);  // rank 0's key, rank 1's header
   rank0.Send(absl::MakeConstSpan(as_rank1), evil.data(), kFloats * 4);
-  for (int i = 0; i < 100 && Stats("B").rejected_frames() < 1; ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  AwaitRejectedFrames("B", 1);
   EXPECT_EQ(Stats("B").rejected_frames(), 1);
   EXPECT_EQ(Stats("B").pushed_bytes(), 0) << "a push as another rank was applied";
-  rank0.Send(
-      absl::MakeConstSpan(r0->Seal(Header(FrameType::kPush, "B", 1, 0, 0, kFloats * 4), false)),
-      g0.data(), kFloats * 4);
+  rank0.Send(absl::MakeConstSpan(
+                 r0->Seal(TestFrameHeader(FrameType::kPush, "B", 1, 0, 0, kFloats * 4), false)),
+             g0.data(), kFloats * 4);
   rank1.Send(absl::MakeConstSpan(r1->Seal(push1, false)), g1.data(), kFloats * 4);
-  rank0.Send(absl::MakeConstSpan(r0->Seal(Header(FrameType::kPull, "B", 1, 1, 0, 0), false)),
-             nullptr, 0);
+  rank0.Send(
+      absl::MakeConstSpan(r0->Seal(TestFrameHeader(FrameType::kPull, "B", 1, 1, 0, 0), false)),
+      nullptr, 0);
   ASSERT_TRUE(rank0.AwaitParams(1));
   EXPECT_EQ(rank0.params()[0], 2.f);  // (1 + 3) / 2: the forged 1000 is not in it
   EXPECT_EQ(Stats("B").pushed_bytes(), 2 * kFloats * 4);
@@ -420,30 +252,28 @@ TEST_F(FrameAuthServerTest, AWorkerCannotPushAsAnotherRank) {
 // endpoint gets nothing: the rank's frames of the epoch came from its own
 // endpoint. The real worker's pull is answered.
 TEST_F(FrameAuthServerTest, AReplayedPullFromAnotherEndpointGetsNoParameters) {
-  ASSERT_TRUE(Create(DdpJob("B", 2)).ok());
+  ASSERT_TRUE(CreateJob(DdpJob("B", 2)).ok());
   std::shared_ptr<const RankFrameKeys> r0 = KeyOf("B", 0), r1 = KeyOf("B", 1);
   ASSERT_TRUE(r0 != nullptr && r1 != nullptr);
   const std::string address = server_->transport_address();
-  Endpoint rank0(address), rank1(address), replayer(address);
+  FakeUcxWorker rank0(address, kFloats), rank1(address, kFloats), replayer(address, kFloats);
   std::vector<float> g0(kFloats, 1.f), g1(kFloats, 3.f);
-  rank0.Send(
-      absl::MakeConstSpan(r0->Seal(Header(FrameType::kPush, "B", 1, 0, 0, kFloats * 4), false)),
-      g0.data(), kFloats * 4);
-  rank1.Send(
-      absl::MakeConstSpan(r1->Seal(Header(FrameType::kPush, "B", 1, 0, 1, kFloats * 4), false)),
-      g1.data(), kFloats * 4);
-  const SealedHeader pull = r0->Seal(Header(FrameType::kPull, "B", 1, 1, 0, 0), false);
+  rank0.Send(absl::MakeConstSpan(
+                 r0->Seal(TestFrameHeader(FrameType::kPush, "B", 1, 0, 0, kFloats * 4), false)),
+             g0.data(), kFloats * 4);
+  rank1.Send(absl::MakeConstSpan(
+                 r1->Seal(TestFrameHeader(FrameType::kPush, "B", 1, 0, 1, kFloats * 4), false)),
+             g1.data(), kFloats * 4);
+  const SealedHeader pull = r0->Seal(TestFrameHeader(FrameType::kPull, "B", 1, 1, 0, 0), false);
   rank0.Send(absl::MakeConstSpan(pull), nullptr, 0);
   ASSERT_TRUE(rank0.AwaitParams(1));
   const int64_t rejected = Stats("B").rejected_frames();
   replayer.Send(absl::MakeConstSpan(pull), nullptr, 0);  // the captured bytes
-  for (int i = 0; i < 100 && Stats("B").rejected_frames() < rejected + 1; ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  AwaitRejectedFrames("B", rejected + 1);
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(Stats("B").rejected_frames(), rejected + 1);
   EXPECT_TRUE(replayer.frames().empty())
-      << "the replayer got " << DescribeHeader(replayer.frames()[0].first);
+      << "the replayer got " << DescribeHeader(replayer.frames()[0].header);
 }
 
 // A hybrid job's mesh ("J.mesh") is no job on the server: its secret is made

@@ -14,9 +14,9 @@
 #include "gtest/gtest.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/shard.grpc.pb.h"
-#include "registry/registry_service.h"
 #include "rpc/grpc_util.h"
 #include "rpc/registry_client.h"
+#include "server/server_test_fixture.h"
 #include "transport/inproc/inproc_transport.h"
 
 namespace tessel {
@@ -27,15 +27,11 @@ constexpr int kFloats = 8;
 class ShardServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
-    auto server = StartGrpcServer("127.0.0.1:0", {registry_.get()}, &registry_address_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    registry_server_ = std::move(*server);
+    absl::Status started = registry_.Start();
+    ASSERT_TRUE(started.ok()) << started;
+    registry_address_ = registry_.address();
   }
-  void TearDown() override {
-    registry_->Stop();
-    registry_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
-  }
+  void TearDown() override { registry_.Stop(); }
 
   absl::StatusOr<std::unique_ptr<ShardServer>> StartShard(
       int shard, const std::function<void(ShardServerOptions*)>& adjust = {}) {
@@ -49,39 +45,15 @@ class ShardServerTest : public ::testing::Test {
   }
 
   std::shared_ptr<InProcFabric> fabric_ = std::make_shared<InProcFabric>();
-  std::unique_ptr<RegistryService> registry_;
-  std::unique_ptr<grpc::Server> registry_server_;
+  TestRegistry registry_;
   std::string registry_address_;
 };
 
 // DDP, world 1, one shard of one bucket: the served mean is the pushed gradient.
-v1::CreateJobRequest DdpJob() {
-  v1::CreateJobRequest req;
-  v1::JobSpec* spec = req.mutable_spec();
-  spec->set_job("j");
-  spec->set_strategy(v1::STRATEGY_DDP);
-  spec->set_world_size(1);
-  spec->set_num_shards(1);
-  spec->set_bucket_bytes(kFloats * 4);
-  v1::TensorSpec* t = spec->add_tensors();
-  t->set_name("w");
-  t->add_shape(kFloats);
-  t->set_dtype(v1::DTYPE_F32);
-  spec->mutable_optimizer()->set_kind(v1::OptimizerConfig::SGD);
-  spec->mutable_optimizer()->set_lr(0.1);
-  req.set_shard_index(0);
-  req.set_epoch(1);
-  return req;
-}
+v1::CreateJobRequest DdpJob() { return OneBucketDdpJob("j", 1, kFloats); }
 
 FrameHeader Header(FrameType type, int64_t step, uint64_t payload_bytes) {
-  FrameHeader h;
-  h.type = type;
-  h.job_id = JobId("j");
-  h.epoch = 1;
-  h.step = step;
-  h.payload_bytes = payload_bytes;
-  return h;
+  return TestFrameHeader(type, "j", 1, step, 0, payload_bytes);
 }
 
 TEST_F(ShardServerTest, JoinsAnswersControlRpcsAndServesFrames) {
@@ -143,9 +115,7 @@ TEST_F(ShardServerTest, JoinsAnswersControlRpcsAndServesFrames) {
   HeaderBytes push = EncodeHeader(Header(FrameType::kPush, 0, kFloats * 4));
   worker->Send(*peer, absl::MakeConstSpan(push), grad.data(), kFloats * 4,
                [](absl::Status st) { EXPECT_TRUE(st.ok()) << st; });
-  FrameHeader pull_header = Header(FrameType::kPull, 1, 0);
-  pull_header.bucket_count = 1;
-  HeaderBytes pull = EncodeHeader(pull_header);
+  HeaderBytes pull = EncodeHeader(Header(FrameType::kPull, 1, 0));
   worker->Send(*peer, absl::MakeConstSpan(pull), nullptr, 0, nullptr);
   ASSERT_TRUE(served.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(got.step, 1);
@@ -196,10 +166,10 @@ TEST_F(ShardServerTest, ShardsOfOnePoolRunInOneProcess) {
 TEST_F(ShardServerTest, LostLeaseEndsTheServerWhenAskedTo) {
   auto server = StartShard(0, [](ShardServerOptions* o) { o->exit_on_lost_lease = true; });
   ASSERT_TRUE(server.ok()) << server.status();
-  auto members = registry_->registry().ListMembers();
+  auto members = registry_.service().registry().ListMembers();
   ASSERT_TRUE(members.ok()) << members.status();
   ASSERT_EQ(members->size(), 1u);
-  ASSERT_TRUE(registry_->registry().Leave((*members)[0].lease_id).ok());
+  ASSERT_TRUE(registry_.service().registry().Leave((*members)[0].lease_id).ok());
   auto ended = (*server)->WaitFor(absl::Seconds(10));
   ASSERT_TRUE(ended.has_value()) << "the server did not notice its lease was gone";
   EXPECT_TRUE(absl::IsUnavailable(*ended)) << *ended;
@@ -242,13 +212,13 @@ TEST_F(ShardServerTest, LostLeaseRejoinsAndKeepsItsJobs) {
     v1::CreateJobResponse resp;
     ASSERT_TRUE(stub->CreateJob(&ctx, DdpJob(), &resp).ok());
   }
-  auto members = registry_->registry().ListMembers();
+  auto members = registry_.service().registry().ListMembers();
   ASSERT_TRUE(members.ok() && members->size() == 1u);
   const int64_t old_lease = (*members)[0].lease_id;
-  ASSERT_TRUE(registry_->registry().Leave(old_lease).ok());
+  ASSERT_TRUE(registry_.service().registry().Leave(old_lease).ok());
   ASSERT_TRUE(Eventually(
       [&] {
-        auto now = registry_->registry().ListMembers();
+        auto now = registry_.service().registry().ListMembers();
         return now.ok() && now->size() == 1u && (*now)[0].lease_id != old_lease;
       },
       absl::Seconds(10)))
@@ -270,18 +240,18 @@ TEST_F(ShardServerTest, LostLeaseRejoinsAndKeepsItsJobs) {
 TEST_F(ShardServerTest, LostLeaseToAReplacementStandsDown) {
   auto server = StartShard(0);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto members = registry_->registry().ListMembers();
+  auto members = registry_.service().registry().ListMembers();
   ASSERT_TRUE(members.ok() && members->size() == 1u);
   v1::Member replacement = (*members)[0].member;
   replacement.set_pid(replacement.pid() + 1);
-  ASSERT_TRUE(registry_->registry().Leave((*members)[0].lease_id).ok());
-  auto joined = registry_->registry().Join(replacement, absl::Seconds(30));
+  ASSERT_TRUE(registry_.service().registry().Leave((*members)[0].lease_id).ok());
+  auto joined = registry_.service().registry().Join(replacement, absl::Seconds(30));
   ASSERT_TRUE(joined.ok()) << joined.status();
   auto ended = (*server)->WaitFor(absl::Seconds(10));
   ASSERT_TRUE(ended.has_value()) << "the replaced server did not stand down";
   EXPECT_TRUE(absl::IsFailedPrecondition(*ended)) << *ended;
   EXPECT_NE(ended->message().find("standing down"), std::string::npos) << *ended;
-  auto now = registry_->registry().ListMembers();
+  auto now = registry_.service().registry().ListMembers();
   ASSERT_TRUE(now.ok() && now->size() == 1u);
   EXPECT_EQ((*now)[0].lease_id, joined->lease_id) << "the replacement keeps the shard";
 }
@@ -301,23 +271,18 @@ TEST_F(ShardServerTest, ReadinessFollowsTheRegistryAcrossARestart) {
   EXPECT_EQ(Health((*server)->grpc_address()), "SERVING");
 
   // The registry goes away.
-  registry_->Stop();
-  registry_server_->Shutdown(absl::ToChronoTime(absl::Now()));
-  registry_server_.reset();
+  registry_.Stop(absl::ZeroDuration());
   EXPECT_TRUE(Eventually([&] { return Health(health) == "NOT_SERVING"; }, absl::Seconds(5)))
       << Health(health);
   EXPECT_EQ(Health(health, "liveness"), "SERVING");
   EXPECT_EQ(Health((*server)->grpc_address()), "NOT_SERVING");
 
   // A new registry on the same address: it knows no lease; the server joins.
-  registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
-  std::string again;
-  auto restarted = StartGrpcServer(registry_address_, {registry_.get()}, &again);
-  ASSERT_TRUE(restarted.ok()) << restarted.status();
-  registry_server_ = std::move(*restarted);
+  absl::Status restarted = registry_.Start();
+  ASSERT_TRUE(restarted.ok()) << restarted;
   EXPECT_TRUE(Eventually(
       [&] {
-        auto members = registry_->registry().ListMembers();
+        auto members = registry_.service().registry().ListMembers();
         return members.ok() && members->size() == 1u;
       },
       absl::Seconds(10)))
@@ -332,42 +297,29 @@ TEST_F(ShardServerTest, ReadinessFollowsTheRegistryAcrossARestart) {
 // NOT_SERVING meanwhile, and joins once the registry is up; with none
 // within join_timeout, Start fails naming the registry.
 TEST_F(ShardServerTest, AServerStartedBeforeItsRegistryWaitsAndJoins) {
-  registry_->Stop();
-  registry_server_->Shutdown(absl::ToChronoTime(absl::Now()));
-  registry_server_.reset();
+  registry_.Stop(absl::ZeroDuration());
   std::thread later([&] {
     absl::SleepFor(absl::Seconds(1));
-    registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
-    std::string again;
-    auto restarted = StartGrpcServer(registry_address_, {registry_.get()}, &again);
-    ASSERT_TRUE(restarted.ok()) << restarted.status();
-    registry_server_ = std::move(*restarted);
+    absl::Status restarted = registry_.Start();
+    EXPECT_TRUE(restarted.ok()) << restarted;
   });
   const absl::Time t0 = absl::Now();
   auto server = StartShard(0, [](ShardServerOptions* o) { o->join_timeout = absl::Seconds(20); });
   later.join();
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_GE(absl::Now() - t0, absl::Milliseconds(900)) << "joined before the registry was up?";
-  auto members = registry_->registry().ListMembers();
+  auto members = registry_.service().registry().ListMembers();
   ASSERT_TRUE(members.ok());
   EXPECT_EQ(members->size(), 1u);
   EXPECT_EQ(Health((*server)->grpc_address()), "SERVING");
   (*server)->Shutdown();
 
   // Nobody at the address within join_timeout: Start fails and says where.
-  registry_->Stop();
-  registry_server_->Shutdown(absl::ToChronoTime(absl::Now()));
-  registry_server_.reset();
+  registry_.Stop(absl::ZeroDuration());
   auto alone = StartShard(1, [](ShardServerOptions* o) { o->join_timeout = absl::Seconds(1); });
   ASSERT_FALSE(alone.ok());
   EXPECT_TRUE(absl::IsUnavailable(alone.status()) || absl::IsDeadlineExceeded(alone.status()))
       << alone.status();
-  // TearDown stops a registry: give it one again.
-  registry_ = std::make_unique<RegistryService>(absl::Seconds(3));
-  std::string again;
-  auto restarted = StartGrpcServer(registry_address_, {registry_.get()}, &again);
-  ASSERT_TRUE(restarted.ok()) << restarted.status();
-  registry_server_ = std::move(*restarted);
 }
 
 TEST_F(ShardServerTest, RefusesBadOptions) {

@@ -4,7 +4,6 @@
 // so training ends bitwise where accumulating on the worker ends (2 ranks,
 // 3 micro-batches, 3 steps); and apart from where a sum kept in fp32 and
 // rounded once would (the test tells the two apart).
-#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,24 +21,11 @@ namespace {
 constexpr int kWorld = 2;
 constexpr int kSteps = 3;
 constexpr int kMicro = 3;
-const std::vector<TensorDesc> kTensors = {{"w1", {37, 11}}, {"b1", {11}}, {"w2", {11, 19}}};
+const std::vector<TensorDesc> kTensors = MlpTensors(37, 11, 19);
 
-size_t NumParams() { return 37 * 11 + 11 + 11 * 19; }
+size_t NumParams() { return NumElements(kTensors); }
 
-std::vector<float> Init() {
-  std::vector<float> p(NumParams());
-  for (size_t i = 0; i < p.size(); ++i) p[i] = std::sin(0.37f * static_cast<float>(i));
-  return p;
-}
-
-// Micro-batch m's gradient of element i (varied magnitudes, so half adds round).
-float Grad(int rank, int64_t step, int m, size_t i, float param) {
-  return 0.01f *
-             std::cos(0.11f * static_cast<float>(i) + static_cast<float>(rank + 3 * m) +
-                      0.5f * static_cast<float>(step)) *
-             static_cast<float>(1 + 7 * rank + 13 * m) +
-         0.001f * param;
-}
+std::vector<float> Init() { return SineInit(NumParams()); }
 
 enum class Mode {
   kWorker,  // each micro-batch added into the unit's half buffer in place, one push
@@ -75,7 +61,7 @@ std::vector<float> Train(InProcCluster& cluster, const std::string& name, Precis
         for (int m = 0; m < kMicro; ++m) {
           std::vector<float> f(params.size());
           for (size_t i = 0; i < f.size(); ++i) {
-            f[i] = Grad(r, s, m, static_cast<size_t>(range.begin) + i, params[i]);
+            f[i] = TestMicroBatchGrad(r, s, m, static_cast<size_t>(range.begin) + i, params[i]);
           }
           FloatToHalf(t, f.data(), g.data(), g.size());  // this pass's half gradient
           if (mode == Mode::kParts) {

@@ -8,7 +8,6 @@
 // mean itself.
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <functional>
 #include <map>
 #include <thread>
@@ -29,21 +28,11 @@ namespace {
 
 constexpr int kWorld = 4;
 constexpr int kSteps = 4;
-const std::vector<TensorDesc> kTensors = {{"w1", {41, 13}}, {"b1", {13}}, {"w2", {13, 23}}};
+const std::vector<TensorDesc> kTensors = MlpTensors(41, 13, 23);
 
-size_t NumParams() { return 41 * 13 + 13 + 13 * 23; }
+size_t NumParams() { return NumElements(kTensors); }
 
 std::vector<float> Init() { return SineInit(NumParams()); }
-
-// Rank r's gradient at `step` (0-based); spread in magnitude so that the
-// order of a sum shows in its last bits.
-float Grad(int rank, int64_t step, size_t i, float param) {
-  return 0.01f *
-             std::cos(static_cast<float>(i) * 0.11f + static_cast<float>(rank) +
-                      0.5f * static_cast<float>(step)) *
-             static_cast<float>(1 + 7 * rank) +
-         0.001f * param;
-}
 
 // Single-process training whose mean is the tree of `groups` (per rank; the
 // ranks of a group summed in order, then the groups in order, divided by W).
@@ -61,7 +50,7 @@ std::vector<float> Reference(int steps, const std::vector<int>& groups) {
   std::vector<float> mean(n);
   for (int64_t s = 0; s < steps; ++s) {
     for (int r = 0; r < kWorld; ++r) {
-      for (size_t i = 0; i < n; ++i) grads[r][i] = Grad(r, s, i, params[i]);
+      for (size_t i = 0; i < n; ++i) grads[r][i] = TestGrad(r, s, i, params[i]);
     }
     std::vector<const float*> partials;
     for (int g = 0; g < num_groups; ++g) {
@@ -131,12 +120,7 @@ class HostAggregationTest : public ::testing::TestWithParam<InProcCluster::Kind>
       Worker& worker = **w;
       ASSERT_TRUE(worker.RegisterLayout(kTensors, Init()).ok());
       for (int64_t s = 0; s < kSteps; ++s) {
-        absl::Span<float> p = worker.params();
-        absl::Span<float> g = worker.grads();
-        for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(r, s, i, p[i]);
-        // Some buckets handed over early, as backward does.
-        ASSERT_TRUE(worker.GradientsReady(0, static_cast<int64_t>(g.size()) / 3).ok());
-        absl::Status st = worker.Step();
+        absl::Status st = StepWithTestGrads(worker, r, s);  // some buckets handed over early
         ASSERT_TRUE(st.ok()) << st;
       }
       auto all = worker.GatherAll();
@@ -229,7 +213,7 @@ TEST_P(HostAggregationTest, ARestartedShardServerIsRecoveredFromWithTheGroups) {
   const std::vector<std::string> hosts = {"a", "a", "b", "b"};
   const RestartRun run = TrainThroughAServerRestart(
       kWorld, [&](int r) { return Options("hier-recover", r, Strategy::kZero2, hosts); }, kTensors,
-      Init(), Grad, [&] { return cluster_->RestartServer(1); },
+      Init(), TestGrad, [&] { return cluster_->RestartServer(1); },
       [](Worker& worker) {
         EXPECT_EQ(worker.aggregation(), "host aggregation: 2 hosts (ranks 0-1; 2-3)");
       });

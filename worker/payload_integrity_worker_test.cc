@@ -5,7 +5,6 @@
 // micro-batch parts, and host aggregation over two hosts (pushes to the
 // bucket's aggregator and its forwarded PARAMS under the host group's
 // payload key). Over UCX, so pushes read in place are checked in place.
-#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -21,23 +20,11 @@ namespace tessel {
 namespace {
 
 constexpr int kSteps = 3;
-const std::vector<TensorDesc> kTensors = {{"w1", {37, 11}}, {"b1", {11}}, {"w2", {11, 19}}};
+const std::vector<TensorDesc> kTensors = MlpTensors(37, 11, 19);
 
-size_t NumParams() { return 37 * 11 + 11 + 11 * 19; }
+size_t NumParams() { return NumElements(kTensors); }
 
-std::vector<float> Init() {
-  std::vector<float> p(NumParams());
-  for (size_t i = 0; i < p.size(); ++i) p[i] = std::sin(0.37f * static_cast<float>(i));
-  return p;
-}
-
-float Grad(int rank, int64_t step, size_t i, float param) {
-  return 0.01f *
-             std::cos(0.11f * static_cast<float>(i) + static_cast<float>(rank) +
-                      0.5f * static_cast<float>(step)) *
-             static_cast<float>(1 + 7 * rank) +
-         0.001f * param;
-}
+std::vector<float> Init() { return SineInit(NumParams()); }
 
 struct Config {
   std::string name;
@@ -76,7 +63,7 @@ std::vector<float> Train(InProcCluster& cluster, const Config& c) {
           for (int part = 0; part <= c.parts; ++part) {
             absl::Span<float> g = worker.UnitGrads(u);
             for (size_t i = 0; i < g.size(); ++i) {
-              g[i] = Grad(r + part, s, static_cast<size_t>(range.begin) + i, params[i]);
+              g[i] = TestGrad(r + part, s, static_cast<size_t>(range.begin) + i, params[i]);
             }
             absl::Status st = part < c.parts ? worker.PushUnitPart(u) : worker.PushUnit(u);
             ASSERT_TRUE(st.ok()) << st;
@@ -92,11 +79,7 @@ std::vector<float> Train(InProcCluster& cluster, const Config& c) {
         absl::Status st = worker.Step();
         ASSERT_TRUE(st.ok()) << st;
       } else {
-        absl::Span<float> p = worker.params();
-        absl::Span<float> g = worker.grads();
-        for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(r, s, i, p[i]);
-        ASSERT_TRUE(worker.GradientsReady(0, static_cast<int64_t>(g.size()) / 3).ok());
-        absl::Status st = worker.Step();
+        absl::Status st = StepWithTestGrads(worker, r, s);
         ASSERT_TRUE(st.ok()) << st;
       }
     }

@@ -1,5 +1,6 @@
 // Helpers shared by the worker SDK's multi-rank tests (worker_test,
-// host_aggregation_test): their initial parameters and optimizer, bitwise
+// host_aggregation_test, half_parts_test, payload_integrity_worker_test...):
+// their layout, initial parameters, gradients and optimizer, bitwise
 // comparisons, ranks as threads, waiting for a checkpoint, and training
 // through a shard server's restart.
 #ifndef TESSEL_WORKER_WORKER_TESTING_H_
@@ -31,6 +32,49 @@ inline std::vector<float> SineInit(size_t n) {
   std::vector<float> p(n);
   for (size_t i = 0; i < n; ++i) p[i] = std::sin(0.37f * static_cast<float>(i));
   return p;
+}
+
+// A two-layer perceptron's tensors: w1 [in, hidden], b1 [hidden],
+// w2 [hidden, out].
+inline std::vector<TensorDesc> MlpTensors(int64_t in, int64_t hidden, int64_t out) {
+  return {{"w1", {in, hidden}}, {"b1", {hidden}}, {"w2", {hidden, out}}};
+}
+
+// How many elements `tensors` hold together.
+inline size_t NumElements(const std::vector<TensorDesc>& tensors) {
+  size_t n = 0;
+  for (const TensorDesc& t : tensors) {
+    size_t elements = 1;
+    for (int64_t d : t.shape) elements *= static_cast<size_t>(d);
+    n += elements;
+  }
+  return n;
+}
+
+// Rank `rank`'s gradient of element i of micro-batch `micro` at `step`,
+// from its parameter: spread in magnitude (by rank and micro-batch) so that
+// the order of a sum, and half-precision rounding, show in the last bits.
+inline float TestMicroBatchGrad(int rank, int64_t step, int micro, size_t i, float param) {
+  return 0.01f *
+             std::cos(0.11f * static_cast<float>(i) + static_cast<float>(rank + 3 * micro) +
+                      0.5f * static_cast<float>(step)) *
+             static_cast<float>(1 + 7 * rank + 13 * micro) +
+         0.001f * param;
+}
+
+// Rank `rank`'s gradient of element i at `step` (one micro-batch).
+inline float TestGrad(int rank, int64_t step, size_t i, float param) {
+  return TestMicroBatchGrad(rank, step, 0, i, param);
+}
+
+// One fp32 step of rank `rank`: every gradient TestGrad of its parameter,
+// the first third handed over early (as backward does), then Step().
+inline absl::Status StepWithTestGrads(Worker& worker, int rank, int64_t step) {
+  absl::Span<float> p = worker.params();
+  absl::Span<float> g = worker.grads();
+  for (size_t i = 0; i < g.size(); ++i) g[i] = TestGrad(rank, step, i, p[i]);
+  TESSEL_RETURN_IF_ERROR(worker.GradientsReady(0, static_cast<int64_t>(g.size()) / 3));
+  return worker.Step();
 }
 
 // Adam with lr 1e-2, the rest its defaults.
