@@ -4,8 +4,33 @@
 
 #include "core/reduce.h"
 #include "core/tensor_steps.h"
+#include "server/update_pool.h"
 
 namespace tessel {
+namespace {
+
+// Runs apply(sub, sub_srcs) over `part`: split over the calling compute
+// thread's UpdatePool when there is one and the part is large enough (each
+// chunk's sources are the part's, moved to the chunk's first element), else
+// once over the whole part. Element-wise updates: the same bits either way.
+template <typename Fn>
+void SplitPart(Range part, const float* const* srcs, int count, const Fn& apply) {
+  UpdatePool* pool = UpdatePool::Current();
+  const size_t n = static_cast<size_t>(part.size());
+  if (pool == nullptr || pool->threads() == 1 || n < 2 * UpdatePool::kMinChunk) {
+    apply(part, srcs);
+    return;
+  }
+  pool->ParallelFor(n, UpdatePool::kMinChunk, [&](size_t begin, size_t end) {
+    thread_local std::vector<const float*> at;
+    at.resize(static_cast<size_t>(count));
+    for (int r = 0; r < count; ++r) at[r] = srcs[r] + begin;
+    const int64_t b = part.begin + static_cast<int64_t>(begin);
+    apply(Range{b, b + static_cast<int64_t>(end - begin)}, at.data());
+  });
+}
+
+}  // namespace
 
 std::unique_ptr<UpdateRule> MakeUpdateRule(bool ddp, const Layout& layout, Range range, int world,
                                            const OptimizerParams& optimizer) {
@@ -25,6 +50,13 @@ ZeroUpdate::ZeroUpdate(const Layout& layout, Range range, int world,
 
 void ZeroUpdate::Apply(const BucketStep& s, Range part, const float* const* srcs, int count,
                        float* values) {
+  SplitPart(part, srcs, count, [&](Range sub, const float* const* sub_srcs) {
+    ApplyOnThisThread(s, sub, sub_srcs, count, values);
+  });
+}
+
+void ZeroUpdate::ApplyOnThisThread(const BucketStep& s, Range part, const float* const* srcs,
+                                   int count, float* values) {
   thread_local std::vector<const float*> run_srcs;
   const Range global{range_.begin + part.begin, range_.begin + part.end};
   // Per run of tensors at the same step; tensors no rank had a gradient
@@ -47,7 +79,9 @@ void ZeroUpdate::Apply(const BucketStep& s, Range part, const float* const* srcs
 
 void DdpMean::Apply(const BucketStep&, Range part, const float* const* srcs, int count,
                     float* values) {
-  ReduceMean(srcs, count, values + part.begin, static_cast<size_t>(part.size()), world_);
+  SplitPart(part, srcs, count, [&](Range sub, const float* const* sub_srcs) {
+    ReduceMean(sub_srcs, count, values + sub.begin, static_cast<size_t>(sub.size()), world_);
+  });
 }
 
 }  // namespace tessel

@@ -19,7 +19,11 @@
 //
 // Threads: Apply runs on compute threads, several at once on different
 // parts; nothing else may touch those parts meanwhile (the step protocol
-// guarantees it). state() is the owner's to read between steps.
+// guarantees it). On a thread with an UpdatePool (server/update_pool.h:
+// the data plane's compute threads), a part of at least 2 x
+// UpdatePool::kMinChunk elements is split into chunks run on the pool's
+// threads too, and Apply returns once all are done (the same bits: every
+// kernel is element-wise). state() is the owner's to read between steps.
 //
 // Example:
 //   std::unique_ptr<UpdateRule> rule = MakeUpdateRule(ddp, layout, range, world, optimizer);
@@ -71,6 +75,10 @@ class ZeroUpdate final : public UpdateRule {
              float* values) override;
 
  private:
+  // Apply over `part` on the calling thread.
+  void ApplyOnThisThread(const BucketStep& s, Range part, const float* const* srcs, int count,
+                         float* values);
+
   const Layout& layout_;
   const Range range_;
   const int world_;
