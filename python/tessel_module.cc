@@ -155,6 +155,8 @@ PYBIND11_MODULE(_tessel, m) {
   using tessel::CheckUnit;
   using tessel::Copy;
   using tessel::HalfView;
+  using tessel::StepPhases;
+  using tessel::StragglerReport;
   using tessel::Worker;
   using tessel::WorkerMemory;
   using tessel::pybind::Check;
@@ -519,6 +521,41 @@ PYBIND11_MODULE(_tessel, m) {
           },
           "Bytes the worker holds now (params, grads, optimizer) and at peak (fsdp: "
           "parameters + gradients; peak_grads_bytes: gradients alone).")
+      .def(
+          "last_step_phases",
+          [](PyWorker& self) {
+            const StepPhases p = self.get().last_step_phases();
+            py::dict d;
+            d["compute"] = p.compute_ns / 1e9;
+            d["push"] = p.push_ns / 1e9;
+            d["wait"] = p.wait_ns / 1e9;
+            d["pull"] = p.pull_ns / 1e9;
+            d["update"] = p.update_ns / 1e9;
+            return d;
+          },
+          "Where the last step() went, in seconds: compute (the caller's time since the step "
+          "before), push, wait, pull, update (ddp's update here); zeros for fsdp.")
+      .def(
+          "stragglers",
+          [](PyWorker& self) {
+            py::list out;
+            for (const StragglerReport& s : self.get().stragglers()) {
+              py::dict d;
+              d["rank"] = s.rank;
+              d["registry_rank"] = s.registry_rank;
+              d["score"] = s.score;
+              d["lateness"] = s.lateness_seconds;
+              d["shard"] = s.shard;
+              d["since_unix_ms"] = s.since_unix_ms;
+              d["host"] = s.host;
+              d["pid"] = s.pid;
+              out.append(std::move(d));
+            }
+            return out;
+          },
+          "The ranks the shard servers name stragglers now (rank order; empty: none), as the "
+          "registry's last heartbeat answer said: rank, registry_rank, score (1.0 = the "
+          "median rank's pace), lateness (seconds), shard, since_unix_ms, host, pid.")
       .def_property_readonly("num_params",
                              [](PyWorker& self) { return self.get().layout().num_params(); })
       .def_property_readonly("recoveries", [](PyWorker& self) { return self.get().recoveries(); })

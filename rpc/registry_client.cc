@@ -107,8 +107,10 @@ void RegistryClient::HeartbeatLoop(int64_t lease_id, absl::Duration period) {
     if (s.ok()) {
       group_epoch_.store(resp.epoch());
       last_contact_ns_.store(absl::ToUnixNanos(absl::Now()));
-      std::vector<std::pair<std::string, int>> heard;
-      for (const v1::Straggler& g : resp.stragglers()) heard.emplace_back(g.job(), g.rank());
+      std::vector<std::tuple<std::string, int, double, double>> heard;
+      for (const v1::Straggler& g : resp.stragglers()) {
+        heard.emplace_back(g.job(), g.rank(), g.score(), g.lateness_seconds());
+      }
       if (heard != stragglers_heard_) {
         stragglers_heard_ = std::move(heard);
         if (listener) listener({resp.stragglers().begin(), resp.stragglers().end()});

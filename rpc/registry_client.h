@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -68,8 +69,8 @@ class RegistryClient {
   using StragglerSource = std::function<std::vector<v1::Straggler>()>;
   void SetStragglerSource(StragglerSource source);
   // Workers: called on the heartbeat thread whenever the stragglers the
-  // registry says the servers name in this member's job change (by job and
-  // rank), with the whole new list (empty: none any more).
+  // registry says the servers name in this member's job change (by job,
+  // rank, score or lateness), with the whole new list (empty: none any more).
   using StragglerListener = std::function<void(const std::vector<v1::Straggler>&)>;
   void SetStragglerListener(StragglerListener listener);
 
@@ -97,8 +98,9 @@ class RegistryClient {
   StragglerSource straggler_source_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::StepPhases> phases_ ABSL_GUARDED_BY(mu_);
   StragglerListener straggler_listener_ ABSL_GUARDED_BY(mu_);
-  // (job, rank) of the stragglers last heard of (heartbeat thread only).
-  std::vector<std::pair<std::string, int>> stragglers_heard_;
+  // (job, rank, score, lateness) of the stragglers last heard of (heartbeat
+  // thread only): the listener hears of a new score too.
+  std::vector<std::tuple<std::string, int, double, double>> stragglers_heard_;
   std::thread heartbeat_;
   std::atomic<int64_t> group_epoch_{0};
   std::atomic<int64_t> progress_step_{-1};

@@ -33,11 +33,31 @@ struct OptimizerStateReport {
 // the first step): with the servers' arrival times it tells "computing" from
 // "slow link" (docs/observability.md, "Stragglers"). Each step's phases go to
 // the registry with the worker's heartbeats (HeartbeatRequest.phases).
+// update: ddp's optimizer update on this worker after the pull (0 for the
+// other strategies: their servers update, inside wait).
 struct StepPhases {
   int64_t compute_ns = 0;
   int64_t push_ns = 0;
   int64_t wait_ns = 0;
   int64_t pull_ns = 0;
+  int64_t update_ns = 0;
+};
+
+// A rank the job's shard servers name a straggler now (docs/observability.md,
+// "Stragglers"), as the registry's last heartbeat answer said: rank is the
+// data-parallel rank; score its median step time over the median rank's
+// (1.0 = the median's pace); lateness its median last push after the first
+// rank's; shard the server naming it (the highest score when several do);
+// host and pid its process ("" and 0 when the registry no longer lists it).
+struct StragglerReport {
+  int rank = 0;
+  int registry_rank = 0;
+  double score = 0;
+  double lateness_seconds = 0;
+  int shard = 0;
+  int64_t since_unix_ms = 0;
+  std::string host;
+  int64_t pid = 0;
 };
 
 struct WorkerMemory {

@@ -240,6 +240,7 @@ absl::Status Worker::Step() {
   ++ctx.step;
   p_->exchange->NextStep();
   double update_seconds = 0;
+  p_->update_ns = 0;
   if (ctx.ddp()) {
     const auto start = std::chrono::steady_clock::now();
     absl::Status applied = p_->ddp.Apply(ctx.step, ctx.half, *ctx.layout, &p_->exchange->buffers());
@@ -249,6 +250,7 @@ absl::Status Worker::Step() {
                                        ": ", applied.message()));
     }
     update_seconds = metrics::SecondsSince(start);
+    p_->update_ns = static_cast<int64_t>(update_seconds * 1e9);
   }
   const StepPhases phases = last_step_phases();
   StepMetrics(phases, update_seconds);
@@ -320,7 +322,26 @@ absl::Status Worker::SetOptimizer(const OptimizerParams& optimizer) {
 StepPhases Worker::last_step_phases() const {
   StepPhases phases = p_->exchange->last_phases();
   phases.compute_ns = p_->compute_ns;
+  phases.update_ns = p_->update_ns;
   return phases;
+}
+
+std::vector<StragglerReport> Worker::stragglers() const {
+  std::vector<StragglerReport> out;
+  if (p_->membership == nullptr) return out;
+  for (const v1::Straggler& s : p_->membership->stragglers()) {
+    StragglerReport r;
+    r.rank = s.rank();
+    r.registry_rank = s.registry_rank();
+    r.score = s.score();
+    r.lateness_seconds = s.lateness_seconds();
+    r.shard = s.shard();
+    r.since_unix_ms = s.since_unix_ms();
+    r.host = s.host();
+    r.pid = s.pid();
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 std::string Worker::data_path() const { return p_->channel->DescribePaths(); }

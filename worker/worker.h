@@ -347,6 +347,11 @@ class Worker {
   int64_t epoch() const;
   // The last Step()'s push / wait / pull times (worker/reports.h).
   StepPhases last_step_phases() const;
+  // The ranks the job's shard servers name stragglers now, one per rank in
+  // rank order, as the registry's last heartbeat answer (about once a
+  // second) said; empty when none is, or without a registry
+  // (worker/reports.h StragglerReport). Cheap: a copy under a mutex.
+  std::vector<StragglerReport> stragglers() const;
   // How this worker's payloads moved to and from each shard server so far:
   // "in place" (UCX shared memory on one host: servers reduce gradients
   // where this worker keeps them, parameters are copied once) or "copied"

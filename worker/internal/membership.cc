@@ -37,24 +37,32 @@ Membership::Membership(JobContext* ctx, DataChannel* channel, const ClientCreden
       aggregation_(ctx, channel),
       growth_(ctx, registry_.get(), &fleet_) {
   for (int r = 0; r < ctx->world_size; ++r) member_ids_.push_back(r);
-  // Rank 0 says which ranks the servers name stragglers (heartbeat thread).
-  registry_->SetStragglerListener([ctx, named = std::make_shared<std::map<int, v1::Straggler>>()](
-                                      const std::vector<v1::Straggler>& now) {
+  // Rank 0 says which ranks the servers name stragglers (heartbeat thread);
+  // every rank keeps the list for Worker::stragglers().
+  registry_->SetStragglerListener([ctx, named = named_](const std::vector<v1::Straggler>& now) {
     std::map<int, v1::Straggler> next;
     for (const v1::Straggler& s : now) next[s.rank()] = s;
+    absl::MutexLock lock(&named->mu);
     if (ctx->rank.load() == 0) {
       for (const auto& [rank, s] : next) {
-        if (named->count(rank) != 0) continue;
+        if (named->now.count(rank) != 0) continue;
         TESSEL_LOG(WARNING) << DescribeStraggler(ctx->options.job, s, /*started=*/true);
       }
-      for (const auto& [rank, s] : *named) {
+      for (const auto& [rank, s] : named->now) {
         if (next.count(rank) == 0) {
           TESSEL_LOG(INFO) << DescribeStraggler(ctx->options.job, s, /*started=*/false);
         }
       }
     }
-    *named = std::move(next);
+    named->now = std::move(next);
   });
+}
+
+std::vector<v1::Straggler> Membership::stragglers() const {
+  absl::MutexLock lock(&named_->mu);
+  std::vector<v1::Straggler> out;
+  for (const auto& [rank, s] : named_->now) out.push_back(s);
+  return out;
 }
 
 Membership::~Membership() {

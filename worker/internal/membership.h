@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/registry.pb.h"
 #include "proto/shard.pb.h"
@@ -105,6 +106,9 @@ class Membership {
   const std::vector<int>& member_ids() const { return member_ids_; }
   // What a recovery does once the job is whole again, for pause messages.
   std::string AfterPause() const;
+  // The stragglers the servers name in this job now, one per rank in rank
+  // order, as the registry's last heartbeat answer said (any thread).
+  std::vector<v1::Straggler> stragglers() const;
 
  private:
   // This worker as a registry member: its registry rank and the UCX
@@ -141,6 +145,12 @@ class Membership {
   int64_t view_epoch_ = 0;          // registry epoch of the job group when last complete
   std::string registered_address_;  // the UCX address this worker joined with
   std::function<absl::Status()> wait_check_;
+  // Written by the heartbeat thread's straggler listener, which shares it.
+  struct Named {
+    mutable absl::Mutex mu;
+    std::map<int, v1::Straggler> now ABSL_GUARDED_BY(mu);  // by data-parallel rank
+  };
+  std::shared_ptr<Named> named_ = std::make_shared<Named>();
 };
 
 }  // namespace tessel::internal

@@ -74,6 +74,7 @@ struct WorkerParts {
   // time between it and the last Step()'s start (StepPhases::compute_ns).
   std::optional<absl::Time> last_step_end;
   int64_t compute_ns = 0;
+  int64_t update_ns = 0;  // ddp's update in the last Step() (StepPhases::update_ns)
 };
 
 }  // namespace tessel::internal

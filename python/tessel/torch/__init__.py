@@ -52,7 +52,10 @@ worker: W ranks each on a slice train as one process on the whole batch.
 Observability. init(metrics_address=, timeline=) (or $TESSEL_METRICS_ADDRESS,
 $TESSEL_TIMELINE) has the workers serve Prometheus metrics
 (opt.metrics_address) and write Chrome-trace timelines; opt.report_loss(loss)
-puts rank 0's loss on the registry's status page (docs/observability.md).
+puts rank 0's loss on the registry's status page; opt.last_step_report() says
+where this rank's last step went and which rank the shard servers name the
+job's straggler, and a StragglerWarning says when they start or stop naming
+one (docs/observability.md).
 
 Environment (tessel-launch sets it): TESSEL_REGISTRY, TESSEL_JOB,
 TESSEL_RANK, TESSEL_WORLD_SIZE, TESSEL_NUM_SERVERS, and optionally
@@ -60,7 +63,8 @@ TESSEL_UCX_TLS, TESSEL_TOKEN (or TESSEL_TOKEN_FILE, a file holding it: what
 tessel-launch's embedded cluster sets), TESSEL_METRICS_ADDRESS, TESSEL_TIMELINE.
 
 The package's files: session.py (init, rank, size, shutdown: the Session),
-optimizer.py (DistributedOptimizer, the facade), opt_state.py (its
+optimizer.py (DistributedOptimizer, the facade), report.py (its
+last_step_report and the straggler warning), opt_state.py (its
 state_dict and load_state_dict), hyper.py (torch settings -> Tessel's), scaler.py (LossScaler), clip.py (clip_grad_norm_), agree.py (a
 step's job-wide decisions), buffers.py (BufferSync: broadcast_buffers),
 sync_bn.py (SyncBatchNorm, convert_sync_batchnorm), group.py, flat.py, fsdp.py and fsdp_unit.py (a
@@ -76,11 +80,13 @@ from tessel.torch.clip import clip_grad_norm_
 from tessel.torch.model_state import merge_sharded_state_dicts
 from tessel.torch.optimizer import DistributedOptimizer
 from tessel.torch.pretrained import load_pretrained
+from tessel.torch.report import StepReport, Straggler, StragglerWarning
 from tessel.torch.scaler import LossScaler
 from tessel.torch.session import Session, default_session, init, rank, shutdown, size
 from tessel.torch.sync_bn import SyncBatchNorm, convert_sync_batchnorm
 from tessel.torch import parallel  # noqa: E402 (after the session it builds on)
 
-__all__ = ["DistributedOptimizer", "LossScaler", "Session", "SyncBatchNorm", "clip_grad_norm_",
-           "convert_sync_batchnorm", "default_session", "init", "load_pretrained",
-           "merge_sharded_state_dicts", "parallel", "rank", "shutdown", "size"]
+__all__ = ["DistributedOptimizer", "LossScaler", "Session", "StepReport", "Straggler",
+           "StragglerWarning", "SyncBatchNorm", "clip_grad_norm_", "convert_sync_batchnorm",
+           "default_session", "init", "load_pretrained", "merge_sharded_state_dicts", "parallel",
+           "rank", "shutdown", "size"]

@@ -44,6 +44,7 @@ from tessel.torch.hyper import tessel_hyper
 from tessel.torch.model_state import ModelState
 from tessel.torch.parallel.layers import replicated_parameters
 from tessel.torch.precision import PRECISIONS, STRATEGIES
+from tessel.torch.report import last_step_report, timed_step
 from tessel.torch.scaler import LossScaler
 from tessel.torch.sync_bn import bind_sync_batchnorm, unbind_sync_batchnorm
 
@@ -343,6 +344,7 @@ class DistributedOptimizer:
         for g in self._groups:
             g.zero_grad(set_to_none)
 
+    @timed_step  # times it for last_step_report() (report.py)
     def step(self, closure=None):
         """One synchronous step of every parameter group; the model holds the new values.
         Returns the closure's loss if one is given; otherwise True, or False when loss
@@ -528,6 +530,14 @@ class DistributedOptimizer:
         (a CUDA tensor's value is read, which waits for it). step(closure) reports the
         closure's loss itself."""
         self._groups[0].require_worker().report_loss(float(loss))
+
+    def last_step_report(self):
+        """This rank's last step: where its time went (compute, push, wait, pull, update,
+        other; seconds) and the job's slowest rank as the shard servers name it (rank,
+        score, lateness, host); None before the first step(). A rank newly named a
+        straggler, or no longer, gives one tessel.torch.StragglerWarning on rank 0 and on
+        that rank (report.py; docs/observability.md)."""
+        return last_step_report(self)
 
     @property
     def metrics_address(self):
