@@ -22,8 +22,15 @@ TESSEL_VECTOR_CLONES void DivInto(const float* __restrict acc, float divisor, fl
   for (size_t i = 0; i < n; ++i) out[i] = acc[i] / divisor;
 }
 
-// Elements per block of the reduction: two such float buffers live on the
-// stack and stay in L1 while the block is summed and consumed.
+// The last rank's add and the division in one pass: out = (a + b) / divisor,
+// the same two roundings as AddPair or AddInto followed by DivInto.
+TESSEL_VECTOR_CLONES void AddPairDiv(const float* __restrict a, const float* __restrict b,
+                                     float divisor, float* __restrict out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = (a[i] + b[i]) / divisor;
+}
+
+// Elements per block of the reduction: a float buffer of this many lives on
+// the stack and stays in L1 while the block is summed and consumed.
 constexpr size_t kBlock = 1024;
 
 // acc[0, len) = the sum of srcs[j][off, off + len), left to right. `acc` is
@@ -37,12 +44,27 @@ void ReduceSumBlock(const float* const* srcs, int w, size_t off, size_t len, flo
   }
 }
 
-// out[0, len) = that sum divided by `divisor`. `out` may alias any source
-// exactly.
+// out[0, len) = that sum divided by `divisor`, in as few passes as the
+// order allows: the last add fused with the division, and no scratch for
+// w <= 2 (ReduceSumBlock then DivInto, bit for bit). `out` may alias any
+// source exactly (then through `acc`, as the kernels' arguments are
+// __restrict); `acc` is scratch of kBlock floats.
 void ReduceMeanBlock(const float* const* srcs, int w, float divisor, size_t off, size_t len,
                      float* acc, float* out) {
-  ReduceSumBlock(srcs, w, off, len, acc);
-  DivInto(acc, divisor, out, len);
+  bool in_place = false;
+  for (int j = 0; j < w; ++j) in_place = in_place || srcs[j] + off == out;
+  if (in_place) {
+    ReduceSumBlock(srcs, w, off, len, acc);
+    DivInto(acc, divisor, out, len);
+  } else if (w == 1) {
+    DivInto(srcs[0] + off, divisor, out, len);
+  } else if (w == 2) {
+    AddPairDiv(srcs[0] + off, srcs[1] + off, divisor, out, len);
+  } else {
+    AddPair(srcs[0] + off, srcs[1] + off, acc, len);
+    for (int j = 2; j < w - 1; ++j) AddInto(srcs[j] + off, acc, len);
+    AddPairDiv(acc, srcs[w - 1] + off, divisor, out, len);
+  }
 }
 
 }  // namespace

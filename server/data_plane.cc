@@ -24,6 +24,7 @@ DataPlane::DataPlane(Transport* transport, JobTable* jobs, Checkpointer* checkpo
       timeline_(timeline),
       spin_(poll_mode, spin, update_threads, "update threads"),
       inline_update_max_bytes_(inline_update_max_bytes),
+      pool_(update_threads),
       releaser_(std::make_shared<Releaser>()) {
   {
     absl::MutexLock lock(&releaser_->mu);
@@ -388,6 +389,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
 }
 
 void DataPlane::ComputeLoop() {
+  const UpdatePool::Scope scope(&pool_);  // UpdateRule splits large buckets over it
   absl::Time last_work = absl::Now();
   for (;;) {
     Work work;

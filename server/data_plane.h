@@ -13,7 +13,11 @@
 // ranks of incomplete buckets that landed in rank order (ShardJob::
 // FoldPrefix: with three or more ranks, most of a bucket's sum is done
 // before its last rank arrives), and which the
-// plane owns and joins on destruction. The update queue and counters are
+// plane owns and joins on destruction. A large bucket's update is split
+// over the plane's UpdatePool (server/update_pool.h: update_threads - 1
+// helper threads, which join only while fewer than update_threads threads
+// update), so one bucket alone gets every update thread's core; the same
+// bits as on one thread. The update queue and counters are
 // under mu_; each ShardJob guards itself. Shut the transport down before
 // destroying the plane.
 //
@@ -43,6 +47,7 @@
 #include "server/job_table.h"
 #include "server/server_metrics.h"
 #include "server/shard_job.h"
+#include "server/update_pool.h"
 #include "transport/transport.h"
 
 namespace tessel {
@@ -121,6 +126,11 @@ class DataPlane {
   // JobTable's ReplacedListener: an ERROR to each pull the old job owed.
   void RefuseReplacedPulls(ShardJob& old, const std::vector<ShardJob::Puller>& waiting);
   void ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve);
+  // A held step's NORM answers (or their refusals).
+  void SendNorms(const std::shared_ptr<ShardJob>& job,
+                 const std::vector<ShardJob::NormReply>& norms);
+  // Complete buckets for the update threads (or this thread: inline).
+  void QueueUpdates(const std::shared_ptr<ShardJob>& job, const std::vector<int>& buckets);
   // The job's frame keys if it has them (kept by FrameKeys for the
   // server's life), else null.
   JobFrameKeys* AuthOf(uint64_t job_id);
@@ -191,6 +201,8 @@ class DataPlane {
   // Set under mu_ (so Await sees it); read without it by the spin.
   std::atomic<bool> stop_{false};
   int64_t rejected_unrouted_ ABSL_GUARDED_BY(mu_) = 0;
+  // Splits a large bucket's update (the compute threads' UpdatePool::Current).
+  UpdatePool pool_;
   std::vector<std::thread> compute_;
   const std::shared_ptr<Releaser> releaser_;
 };
