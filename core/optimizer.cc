@@ -17,14 +17,27 @@ using Kind = OptimizerParams::Kind;
 // Elements per block of loss scaling: the scaled gradient lives on the stack.
 constexpr size_t kScaleBlock = 1024;
 
+// Element i of a kernel's gradient: grad[i], or with kMean the mean
+// (grad[i] + grad_b[i]) / divisor, the last add and the division of
+// core/reduce.cc's rank-order mean done here in registers: the same two
+// float roundings as that mean stored and read back (no contraction, no
+// excess precision on x86-64), so the same bits.
+template <bool kMean>
+inline float GradAt(const float* __restrict grad, const float* __restrict grad_b, float divisor,
+                    size_t i) {
+  if (kMean) return (grad[i] + grad_b[i]) / divisor;
+  return grad[i];
+}
+
 // SGD without momentum: param += -lr * (grad [+ wd * param]).
-template <bool kWeightDecay>
+template <bool kMean, bool kWeightDecay>
 TESSEL_VECTOR_CLONES void SgdKernel(const OptimizerScalars& s, float* __restrict param,
-                                    const float* __restrict grad, size_t n) {
+                                    const float* __restrict grad, const float* __restrict grad_b,
+                                    float divisor, size_t n) {
   const float neg_lr = s.neg_lr;
   const float wd = s.weight_decay;
   for (size_t i = 0; i < n; ++i) {
-    float d_p = grad[i];
+    float d_p = GradAt<kMean>(grad, grad_b, divisor, i);
     if (kWeightDecay) d_p = d_p + wd * param[i];
     param[i] = param[i] + neg_lr * d_p;
   }
@@ -32,16 +45,17 @@ TESSEL_VECTOR_CLONES void SgdKernel(const OptimizerScalars& s, float* __restrict
 
 // SGD with momentum. kFirst: torch's momentum buffer is None, so it becomes a
 // clone of d_p (no momentum, no dampening applied).
-template <bool kWeightDecay, bool kNesterov, bool kFirst>
+template <bool kMean, bool kWeightDecay, bool kNesterov, bool kFirst>
 TESSEL_VECTOR_CLONES void SgdMomentumKernel(const OptimizerScalars& s, float* __restrict param,
-                                            const float* __restrict grad, float* __restrict buf,
-                                            size_t n) {
+                                            const float* __restrict grad,
+                                            const float* __restrict grad_b, float divisor,
+                                            float* __restrict buf, size_t n) {
   const float neg_lr = s.neg_lr;
   const float wd = s.weight_decay;
   const float momentum = s.momentum;
   const float one_minus_dampening = s.one_minus_dampening;
   for (size_t i = 0; i < n; ++i) {
-    float d_p = grad[i];
+    float d_p = GradAt<kMean>(grad, grad_b, divisor, i);
     if (kWeightDecay) d_p = d_p + wd * param[i];
     float b;
     if (kFirst) {
@@ -62,9 +76,10 @@ TESSEL_VECTOR_CLONES void SgdMomentumKernel(const OptimizerScalars& s, float* __
 
 // Adam (kDecoupled = false, L2 term in the gradient when kWeightDecay) and
 // AdamW (kDecoupled = true: param *= 1 - lr * wd first, no L2 term).
-template <bool kDecoupled, bool kWeightDecay>
+template <bool kMean, bool kDecoupled, bool kWeightDecay>
 TESSEL_VECTOR_CLONES void AdamKernel(const OptimizerScalars& s, float* __restrict param,
-                                     const float* __restrict grad, float* __restrict exp_avg,
+                                     const float* __restrict grad, const float* __restrict grad_b,
+                                     float divisor, float* __restrict exp_avg,
                                      float* __restrict exp_avg_sq, size_t n) {
   const float wd = s.weight_decay;
   const float decay = s.decay;
@@ -77,7 +92,7 @@ TESSEL_VECTOR_CLONES void AdamKernel(const OptimizerScalars& s, float* __restric
   const float neg_step_size = s.neg_step_size;
   for (size_t i = 0; i < n; ++i) {
     float p = param[i];
-    float g = grad[i];
+    float g = GradAt<kMean>(grad, grad_b, divisor, i);
     if (kDecoupled) p = p * decay;
     if (!kDecoupled && kWeightDecay) g = g + wd * p;
     float m = exp_avg[i] * beta1;
@@ -101,11 +116,12 @@ TESSEL_VECTOR_CLONES void AdamKernel(const OptimizerScalars& s, float* __restric
 //   buf.mul_(momentum).addcdiv_(grad, avg); param.add_(buf, alpha=-lr)  if kMomentum
 //   param.addcdiv_(grad, avg, value=-lr)                      otherwise
 // `buf` and `grad_avg` are not touched (and may be null) when not used.
-template <bool kWeightDecay, bool kCentered, bool kMomentum>
+template <bool kMean, bool kWeightDecay, bool kCentered, bool kMomentum>
 TESSEL_VECTOR_CLONES void RmspropKernel(const OptimizerScalars& s, float* __restrict param,
-                                        const float* __restrict grad, float* __restrict square_avg,
-                                        float* __restrict buf, float* __restrict grad_avg,
-                                        size_t n) {
+                                        const float* __restrict grad,
+                                        const float* __restrict grad_b, float divisor,
+                                        float* __restrict square_avg, float* __restrict buf,
+                                        float* __restrict grad_avg, size_t n) {
   const float wd = s.weight_decay;
   const float alpha = s.alpha;
   const float one_minus_alpha = s.one_minus_alpha;
@@ -114,7 +130,7 @@ TESSEL_VECTOR_CLONES void RmspropKernel(const OptimizerScalars& s, float* __rest
   const float neg_lr = s.neg_lr;
   for (size_t i = 0; i < n; ++i) {
     const float p = param[i];
-    float g = grad[i];
+    float g = GradAt<kMean>(grad, grad_b, divisor, i);
     if (kWeightDecay) g = g + wd * p;
     float sq = square_avg[i] * alpha;
     sq = sq + (one_minus_alpha * g) * g;  // addcmul: self + (value * t1) * t2
@@ -145,16 +161,17 @@ TESSEL_VECTOR_CLONES void RmspropKernel(const OptimizerScalars& s, float* __rest
 //   state_sum.addcmul_(grad, grad, value=1)
 //   std = state_sum.sqrt().add_(eps)
 //   param.addcdiv_(grad, std, value=-clr)
-template <bool kWeightDecay>
+template <bool kMean, bool kWeightDecay>
 TESSEL_VECTOR_CLONES void AdagradKernel(const OptimizerScalars& s, float* __restrict param,
-                                        const float* __restrict grad, float* __restrict sum,
-                                        size_t n) {
+                                        const float* __restrict grad,
+                                        const float* __restrict grad_b, float divisor,
+                                        float* __restrict sum, size_t n) {
   const float wd = s.weight_decay;
   const float eps = s.eps;
   const float neg_clr = s.neg_clr;
   for (size_t i = 0; i < n; ++i) {
     const float p = param[i];
-    float g = grad[i];
+    float g = GradAt<kMean>(grad, grad_b, divisor, i);
     if (kWeightDecay) g = g + wd * p;
     const float acc = sum[i] + (1.0f * g) * g;
     sum[i] = acc;
@@ -163,88 +180,105 @@ TESSEL_VECTOR_CLONES void AdagradKernel(const OptimizerScalars& s, float* __rest
   }
 }
 
-template <bool kWeightDecay, bool kNesterov>
-void RunSgdMomentumWith(const OptimizerScalars& s, float* params, const float* grad, float* buf,
+// A kernel's gradient: grad, or with kMean (grad + grad_b) / divisor.
+struct GradIn {
+  const float* grad;
+  const float* grad_b = nullptr;
+  float divisor = 1.f;
+};
+
+template <bool kMean, bool kWeightDecay, bool kNesterov>
+void RunSgdMomentumWith(const OptimizerScalars& s, float* params, const GradIn& g, float* buf,
                         size_t n) {
   if (s.first_step) {
-    SgdMomentumKernel<kWeightDecay, kNesterov, true>(s, params, grad, buf, n);
+    SgdMomentumKernel<kMean, kWeightDecay, kNesterov, true>(s, params, g.grad, g.grad_b, g.divisor,
+                                                            buf, n);
   } else {
-    SgdMomentumKernel<kWeightDecay, kNesterov, false>(s, params, grad, buf, n);
+    SgdMomentumKernel<kMean, kWeightDecay, kNesterov, false>(s, params, g.grad, g.grad_b, g.divisor,
+                                                             buf, n);
   }
 }
 
-void RunSgdMomentum(const OptimizerScalars& s, float* params, const float* grad, float* buf,
+template <bool kMean>
+void RunSgdMomentum(const OptimizerScalars& s, float* params, const GradIn& g, float* buf,
                     size_t n) {
   if (s.has_weight_decay && s.nesterov) {
-    RunSgdMomentumWith<true, true>(s, params, grad, buf, n);
+    RunSgdMomentumWith<kMean, true, true>(s, params, g, buf, n);
   } else if (s.has_weight_decay) {
-    RunSgdMomentumWith<true, false>(s, params, grad, buf, n);
+    RunSgdMomentumWith<kMean, true, false>(s, params, g, buf, n);
   } else if (s.nesterov) {
-    RunSgdMomentumWith<false, true>(s, params, grad, buf, n);
+    RunSgdMomentumWith<kMean, false, true>(s, params, g, buf, n);
   } else {
-    RunSgdMomentumWith<false, false>(s, params, grad, buf, n);
+    RunSgdMomentumWith<kMean, false, false>(s, params, g, buf, n);
   }
 }
 
-template <bool kWeightDecay, bool kCentered>
-void RunRmspropWith(const OptimizerScalars& s, float* params, const float* grad,
-                    float* const* state, size_t off, size_t n) {
+template <bool kMean, bool kWeightDecay, bool kCentered>
+void RunRmspropWith(const OptimizerScalars& s, float* params, const GradIn& g, float* const* state,
+                    size_t off, size_t n) {
   // Slots: square_avg, momentum_buffer (if momentum), grad_avg (if centered).
   float* square_avg = state[0] + off;
   if (s.has_momentum) {
     float* grad_avg = kCentered ? state[2] + off : nullptr;
-    RmspropKernel<kWeightDecay, kCentered, true>(s, params, grad, square_avg, state[1] + off,
-                                                 grad_avg, n);
+    RmspropKernel<kMean, kWeightDecay, kCentered, true>(s, params, g.grad, g.grad_b, g.divisor,
+                                                        square_avg, state[1] + off, grad_avg, n);
   } else {
     float* grad_avg = kCentered ? state[1] + off : nullptr;
-    RmspropKernel<kWeightDecay, kCentered, false>(s, params, grad, square_avg, nullptr, grad_avg,
-                                                  n);
+    RmspropKernel<kMean, kWeightDecay, kCentered, false>(s, params, g.grad, g.grad_b, g.divisor,
+                                                         square_avg, nullptr, grad_avg, n);
   }
 }
 
-void RunRmsprop(const OptimizerScalars& s, float* params, const float* grad, float* const* state,
+template <bool kMean>
+void RunRmsprop(const OptimizerScalars& s, float* params, const GradIn& g, float* const* state,
                 size_t off, size_t n) {
   if (s.has_weight_decay && s.centered) {
-    RunRmspropWith<true, true>(s, params, grad, state, off, n);
+    RunRmspropWith<kMean, true, true>(s, params, g, state, off, n);
   } else if (s.has_weight_decay) {
-    RunRmspropWith<true, false>(s, params, grad, state, off, n);
+    RunRmspropWith<kMean, true, false>(s, params, g, state, off, n);
   } else if (s.centered) {
-    RunRmspropWith<false, true>(s, params, grad, state, off, n);
+    RunRmspropWith<kMean, false, true>(s, params, g, state, off, n);
   } else {
-    RunRmspropWith<false, false>(s, params, grad, state, off, n);
+    RunRmspropWith<kMean, false, false>(s, params, g, state, off, n);
   }
 }
 
-void RunScaled(Kind kind, const OptimizerScalars& s, float* params, const float* grad,
+template <bool kMean>
+void RunScaled(Kind kind, const OptimizerScalars& s, float* params, const GradIn& g,
                float* const* state, size_t off, size_t n) {
+  const float* grad = g.grad;
+  const float* grad_b = g.grad_b;
+  const float d = g.divisor;
   switch (kind) {
     case Kind::kSgd:
       if (s.has_momentum) {
-        RunSgdMomentum(s, params, grad, state[0] + off, n);
+        RunSgdMomentum<kMean>(s, params, g, state[0] + off, n);
       } else if (s.has_weight_decay) {
-        SgdKernel<true>(s, params, grad, n);
+        SgdKernel<kMean, true>(s, params, grad, grad_b, d, n);
       } else {
-        SgdKernel<false>(s, params, grad, n);
+        SgdKernel<kMean, false>(s, params, grad, grad_b, d, n);
       }
       return;
     case Kind::kAdam:
       if (s.has_weight_decay) {
-        AdamKernel<false, true>(s, params, grad, state[0] + off, state[1] + off, n);
+        AdamKernel<kMean, false, true>(s, params, grad, grad_b, d, state[0] + off, state[1] + off,
+                                       n);
       } else {
-        AdamKernel<false, false>(s, params, grad, state[0] + off, state[1] + off, n);
+        AdamKernel<kMean, false, false>(s, params, grad, grad_b, d, state[0] + off, state[1] + off,
+                                        n);
       }
       return;
     case Kind::kAdamW:
-      AdamKernel<true, false>(s, params, grad, state[0] + off, state[1] + off, n);
+      AdamKernel<kMean, true, false>(s, params, grad, grad_b, d, state[0] + off, state[1] + off, n);
       return;
     case Kind::kRmsprop:
-      RunRmsprop(s, params, grad, state, off, n);
+      RunRmsprop<kMean>(s, params, g, state, off, n);
       return;
     case Kind::kAdagrad:
       if (s.has_weight_decay) {
-        AdagradKernel<true>(s, params, grad, state[0] + off, n);
+        AdagradKernel<kMean, true>(s, params, grad, grad_b, d, state[0] + off, n);
       } else {
-        AdagradKernel<false>(s, params, grad, state[0] + off, n);
+        AdagradKernel<kMean, false>(s, params, grad, grad_b, d, state[0] + off, n);
       }
       return;
   }
@@ -263,11 +297,25 @@ void OptimizerUpdate::Run(float* params, const float* grad, float* const* state,
     for (size_t done = 0; done < n; done += kScaleBlock) {
       const size_t len = std::min(kScaleBlock, n - done);
       for (size_t i = 0; i < len; ++i) scaled[i] = grad[done + i] * s_.grad_scale;
-      RunScaled(kind_, s_, params + done, scaled, state, off + done, len);
+      RunScaled<false>(kind_, s_, params + done, GradIn{scaled}, state, off + done, len);
     }
     return;
   }
-  RunScaled(kind_, s_, params, grad, state, off, n);
+  RunScaled<false>(kind_, s_, params, GradIn{grad}, state, off, n);
+}
+
+void OptimizerUpdate::RunMean(float* params, const float* a, const float* b, float divisor,
+                              float* const* state, size_t off, size_t n) const {
+  if (s_.scale_grad) {  // the mean, then scaled, a block at a time
+    alignas(64) float mean[kScaleBlock];
+    for (size_t done = 0; done < n; done += kScaleBlock) {
+      const size_t len = std::min(kScaleBlock, n - done);
+      for (size_t i = 0; i < len; ++i) mean[i] = (a[done + i] + b[done + i]) / divisor;
+      Run(params + done, mean, state, off + done, len);
+    }
+    return;
+  }
+  RunScaled<true>(kind_, s_, params, GradIn{a, b, divisor}, state, off, n);
 }
 
 void ApplyUpdate(const OptimizerParams& p, int64_t step, float* params, const float* grad,

@@ -71,6 +71,12 @@ class OptimizerUpdate {
   // state[k][state_offset + i].
   void Run(float* params, const float* grad, float* const* state, size_t state_offset,
            size_t n) const;
+  // The same with the gradient (a[i] + b[i]) / divisor, computed in the
+  // kernel's pass (core/reduce.h's last rank added and the division, never
+  // stored): bitwise Run over that mean stored first. a and b must not
+  // overlap params or the state.
+  void RunMean(float* params, const float* a, const float* b, float divisor, float* const* state,
+               size_t state_offset, size_t n) const;
 
   const OptimizerScalars& scalars() const { return s_; }
 

@@ -96,12 +96,25 @@ void ReduceAndApply(const OptimizerParams& p, int64_t step, float* params, const
   }
   const float d = static_cast<float>(divisor == 0 ? w : divisor);
   const OptimizerUpdate update(p, step);
+  if (n == 0) return;
+  // The last rank's add and the division run inside the update's own pass
+  // (OptimizerUpdate::RunMean): w = 2 reads the two pushes there directly;
+  // w >= 3 sums the ranks before the last into an L1 block first.
+  if (w == 2) {
+    update.RunMean(params, srcs[0], srcs[1], d, state, 0, n);
+    return;
+  }
   alignas(64) float acc[kBlock];
-  alignas(64) float grad[kBlock];
   for (size_t off = 0; off < n; off += kBlock) {
     const size_t len = std::min(kBlock, n - off);
-    ReduceMeanBlock(srcs, w, d, off, len, acc, grad);
-    update.Run(params + off, grad, state, off, len);
+    if (w == 1) {
+      DivInto(srcs[0] + off, d, acc, len);
+      update.Run(params + off, acc, state, off, len);
+    } else {
+      AddPair(srcs[0] + off, srcs[1] + off, acc, len);
+      for (int j = 2; j < w - 1; ++j) AddInto(srcs[j] + off, acc, len);
+      update.RunMean(params + off, acc, srcs[w - 1] + off, d, state, off, len);
+    }
   }
 }
 
