@@ -51,7 +51,7 @@ HeaderBytes EncodeHeader(const FrameHeader& h) {
   Put<int32_t>(b.data(), 44, h.code);
   Put<uint64_t>(b.data(), 48, h.payload_bytes);
   Put<uint32_t>(b.data(), 56, h.bucket_count);
-  Put<uint32_t>(b.data(), 60, 0);
+  Put<uint32_t>(b.data(), 60, h.flags);
   return b;
 }
 
@@ -71,11 +71,15 @@ absl::StatusOr<FrameHeader> DecodeHeader(const void* data, size_t size) {
   }
   const uint16_t type = Get<uint16_t>(in, 6);
   if (type < static_cast<uint16_t>(FrameType::kPush) ||
-      type > static_cast<uint16_t>(FrameType::kReady)) {
+      type > static_cast<uint16_t>(FrameType::kRelease)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown frame type ", type));
   }
-  if (Get<uint32_t>(in, 60) != 0) {
-    return absl::InvalidArgumentError("frame header reserved bytes are not zero");
+  const uint32_t flags = Get<uint32_t>(in, 60);
+  if (flags != 0 &&
+      (type != static_cast<uint16_t>(FrameType::kPush) || flags != kFrameHoldUpdate)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame header flags ", flags,
+                     ": only a PUSH carries flags, and only kFrameHoldUpdate (1)"));
   }
   FrameHeader h;
   h.type = static_cast<FrameType>(type);
@@ -88,13 +92,14 @@ absl::StatusOr<FrameHeader> DecodeHeader(const void* data, size_t size) {
   h.code = Get<int32_t>(in, 44);
   h.payload_bytes = Get<uint64_t>(in, 48);
   h.bucket_count = Get<uint32_t>(in, 56);
+  h.flags = flags;
   if (h.type == FrameType::kPush && h.bucket_count >= PushPartCount(kMaxPushParts)) {
     return absl::InvalidArgumentError(
         absl::StrCat("PUSH bucket count ", h.bucket_count, ": 0 (the push) or ", kPushPart,
                      " + a part index below ", kMaxPushParts, " (a part)"));
   }
   if (h.bucket_count != 0 && h.type != FrameType::kPull && h.type != FrameType::kParams &&
-      h.type != FrameType::kError && h.type != FrameType::kPush) {
+      h.type != FrameType::kError && h.type != FrameType::kPush && h.type != FrameType::kRelease) {
     return absl::InvalidArgumentError(
         absl::StrCat(FrameTypeName(h.type), " frames carry no bucket count"));
   }
@@ -128,6 +133,12 @@ const char* FrameTypeName(FrameType t) {
       return "ERROR";
     case FrameType::kReady:
       return "READY";
+    case FrameType::kNormAsk:
+      return "NORM_ASK";
+    case FrameType::kNorm:
+      return "NORM";
+    case FrameType::kRelease:
+      return "RELEASE";
   }
   return "?";
 }
@@ -135,7 +146,8 @@ const char* FrameTypeName(FrameType t) {
 std::string DescribeHeader(const FrameHeader& h) {
   return absl::StrCat(FrameTypeName(h.type), "(epoch=", h.epoch, " step=", h.step, " rank=", h.rank,
                       " shard=", h.shard, " bucket=", h.bucket, " bytes=", h.payload_bytes,
-                      h.bucket_count ? absl::StrCat(" count=", h.bucket_count) : "", ")");
+                      h.bucket_count ? absl::StrCat(" count=", h.bucket_count) : "",
+                      h.flags ? absl::StrCat(" flags=", h.flags) : "", ")");
 }
 
 }  // namespace tessel

@@ -6,7 +6,8 @@
 //    8 u64 job_id            16 i64 epoch         24 i64 step
 //   32 i32 rank              36 i32 shard         40 i32 bucket
 //   44 i32 code (ERROR: absl::StatusCode; else 0)
-//   48 u64 payload_bytes     56 u32 bucket_count (PULL only)   60 u32 reserved (0)
+//   48 u64 payload_bytes     56 u32 bucket_count (PULL, PARAMS, PUSH, RELEASE)
+//   60 u32 flags (PUSH: kFrameHoldUpdate; else 0)
 //
 // job_id is JobId(job name), so the header stays fixed-size. Decode checks
 // only the header's own consistency; whether it fits a job (epoch, step, size)
@@ -37,7 +38,20 @@ enum class FrameType : uint16_t {
   kInit = 4,    // worker rank 0 -> server: initial parameter bucket (step 0)
   kError = 5,   // either way: the frame named by the header was refused; payload = message
   kReady = 6,   // worker -> worker of its host: takes host-aggregation pushes of `epoch`
+  // Clipping by the job-wide gradient norm (server/step_hold.h): a step whose
+  // pushes carry kFrameHoldUpdate is reduced but not applied until RELEASE.
+  kNormAsk = 7,  // worker -> server: this shard's share of the norm of held step `step`
+  kNorm = 8,     // server -> worker: the answer, payload = GradNormStats (kNormPayloadBytes)
+  kRelease = 9,  // worker -> server: apply held step `step`; bucket_count = the
+                 // float bits of its gradient multiplier (0: the step's settings)
 };
+
+// FrameHeader::flags of a PUSH: the step's update waits for a RELEASE (every
+// push of a step carries the same flags). No other bit is defined.
+inline constexpr uint32_t kFrameHoldUpdate = 1;
+// A NORM frame's payload: sum of squares, sum of magnitudes and largest
+// magnitude of the shard's share of the step's mean gradient (3 x f64).
+inline constexpr uint64_t kNormPayloadBytes = 24;
 
 inline constexpr uint32_t kFrameMagic = 0x314C5354;  // "TSL1" little-endian
 inline constexpr uint16_t kWireVersion = 1;
@@ -68,8 +82,11 @@ struct FrameHeader {
   // PARAMS: echoes the PULL's count. PUSH: 0 is the push itself;
   // PushPartCount(i) marks micro-batch part i of the step (summed on the
   // server into the rank's push of that bucket and step, which completes
-  // nothing). Zero in every other frame.
+  // nothing). RELEASE: the gradient multiplier's float bits (0: keep the
+  // step's). Zero in every other frame.
   uint32_t bucket_count = 0;
+  // PUSH: kFrameHoldUpdate or 0. Zero in every other frame.
+  uint32_t flags = 0;
 };
 
 // Whether `h` is a micro-batch part, and its index in the step.
@@ -96,8 +113,8 @@ inline constexpr uint64_t DensePayloadBytes(int64_t elements, bool half) {
 
 HeaderBytes EncodeHeader(const FrameHeader& h);
 
-// InvalidArgument for a wrong size, magic, version, unknown type, non-zero
-// reserved bytes or an error code out of range.
+// InvalidArgument for a wrong size, magic, version, unknown type, unknown
+// flags (or flags on a frame other than PUSH) or an error code out of range.
 absl::StatusOr<FrameHeader> DecodeHeader(const void* data, size_t size);
 
 // Stable 64-bit id of a job name (FNV-1a); the same in every process and build.

@@ -1,5 +1,7 @@
 #include "core/wire.h"
 
+#include <cstring>
+
 #include "gtest/gtest.h"
 
 namespace tessel {
@@ -61,8 +63,8 @@ TEST(WireTest, RejectsMalformedHeaders) {
   EXPECT_NE(corrupt(0, 'X').message().find("magic"), std::string::npos);
   EXPECT_NE(corrupt(4, 2).message().find("version"), std::string::npos);
   EXPECT_NE(corrupt(6, 0).message().find("unknown frame type"), std::string::npos);
-  EXPECT_NE(corrupt(6, 7).message().find("unknown frame type"), std::string::npos);
-  EXPECT_NE(corrupt(60, 1).message().find("reserved"), std::string::npos);
+  EXPECT_NE(corrupt(6, 10).message().find("unknown frame type"), std::string::npos);
+  EXPECT_NE(corrupt(60, 2).message().find("flags"), std::string::npos);
   EXPECT_NE(corrupt(44, 99).message().find("error code"), std::string::npos);
   FrameHeader push = Sample();
   push.type = FrameType::kPush;
@@ -86,6 +88,42 @@ TEST(WireTest, RejectsMalformedHeaders) {
   HeaderBytes ib = EncodeHeader(init);
   EXPECT_NE(DecodeHeader(ib.data(), ib.size()).status().message().find("no bucket count"),
             std::string::npos);
+}
+
+TEST(WireTest, OnlyAPushCarriesTheHoldFlag) {
+  FrameHeader push = Sample();
+  push.type = FrameType::kPush;
+  push.bucket_count = 0;
+  push.flags = kFrameHoldUpdate;
+  HeaderBytes b = EncodeHeader(push);
+  absl::StatusOr<FrameHeader> back = DecodeHeader(b.data(), b.size());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->flags, kFrameHoldUpdate);
+  FrameHeader pull = Sample();
+  pull.type = FrameType::kPull;
+  pull.flags = kFrameHoldUpdate;
+  b = EncodeHeader(pull);
+  EXPECT_NE(DecodeHeader(b.data(), b.size()).status().message().find("only a PUSH"),
+            std::string::npos);
+}
+
+TEST(WireTest, ReleaseCarriesItsMultiplierInTheBucketCount) {
+  FrameHeader release = MakeHeader(FrameType::kRelease, JobId("j"), 1, 4, 0, 0, 0);
+  const float multiplier = 0.25f;
+  std::memcpy(&release.bucket_count, &multiplier, sizeof(float));
+  HeaderBytes b = EncodeHeader(release);
+  absl::StatusOr<FrameHeader> back = DecodeHeader(b.data(), b.size());
+  ASSERT_TRUE(back.ok()) << back.status();
+  float got = 0;
+  std::memcpy(&got, &back->bucket_count, sizeof(float));
+  EXPECT_EQ(got, multiplier);
+  EXPECT_EQ(std::string(FrameTypeName(back->type)), "RELEASE");
+  for (FrameType t : {FrameType::kNormAsk, FrameType::kNorm}) {
+    FrameHeader h = MakeHeader(t, JobId("j"), 1, 4, 0, 0, 0);
+    h.bucket_count = 1;
+    b = EncodeHeader(h);
+    EXPECT_FALSE(DecodeHeader(b.data(), b.size()).ok()) << FrameTypeName(t);
+  }
 }
 
 TEST(WireTest, JobIdIsStableFnv1a) {

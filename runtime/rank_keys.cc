@@ -167,8 +167,9 @@ bool RankFrameKeys::Verify(absl::Span<const uint8_t> am_header, const FrameHeade
   if (h.job_id != job_id_ || h.shard != shard_ || h.epoch != epoch_) return false;
   if (am_header.size() != SealedSize(payload())) return false;
   if (h.rank == rank_) {
-    // Only a server addresses this rank, with PARAMS or ERROR.
-    return (h.type == FrameType::kParams || h.type == FrameType::kError) &&
+    // Only a server addresses this rank, with PARAMS, ERROR or NORM.
+    return (h.type == FrameType::kParams || h.type == FrameType::kError ||
+            h.type == FrameType::kNorm) &&
            down_->Verify(am_header);
   }
   // Another rank: a worker of this host group (an ERROR is only a server's).

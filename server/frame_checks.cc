@@ -29,6 +29,27 @@ absl::Status FrameChecks::CheckAddress(const FrameHeader& h, const State& st,
   return absl::OkStatus();
 }
 
+absl::Status FrameChecks::CheckHeld(const FrameHeader& h, const State& st,
+                                    bool* stale_epoch) const {
+  TESSEL_RETURN_IF_ERROR(CheckAddress(h, st, stale_epoch));
+  const std::string& where = s_.where;
+  if (h.payload_bytes != 0 || h.bucket != 0 ||
+      (h.type == FrameType::kNormAsk && h.bucket_count != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, FrameTypeName(h.type), " carries no payload and names no bucket"));
+  }
+  if (!s_.holds_params) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where,
+        "DDP's workers apply the update and clip it themselves; held steps are for zero1, "
+        "zero2 and fsdp"));
+  }
+  if (!st.initialized) {
+    return absl::FailedPreconditionError(absl::StrCat(where, "not initialized yet"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FrameChecks::CheckData(const FrameHeader& h, const State& st, bool init_seen,
                                     bool slot_empty, bool* stale_epoch) const {
   TESSEL_RETURN_IF_ERROR(CheckAddress(h, st, stale_epoch));

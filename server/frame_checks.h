@@ -66,6 +66,11 @@ class FrameChecks {
                          bool* stale_epoch) const;
   enum class PullAt { kReady, kInFlight };
   absl::StatusOr<PullAt> CheckPull(const FrameHeader& h, const State& st, bool* stale_epoch) const;
+  // NORM_ASK or RELEASE (a held step, server/step_hold.h): addressed to
+  // this job, shard, epoch and a rank of it; no payload; a job whose shards
+  // hold the parameters (DDP's workers clip themselves), initialized. The
+  // step is StepHold's to judge.
+  absl::Status CheckHeld(const FrameHeader& h, const State& st, bool* stale_epoch) const;
 
  private:
   absl::Status CheckAddress(const FrameHeader& h, const State& st, bool* stale_epoch) const;

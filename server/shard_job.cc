@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
   absl::MutexLock lock(&job->mu_);
   job->settings_.ResetSkips(manifest.tensor_skips);
   job->version_ = manifest.step;
+  job->hold_.Reset(manifest.step);
   job->initialized_ = true;
   job->RefreshHalf(0, job->values_.size());
   job->restored_from_ = manifest.step;
@@ -113,6 +114,7 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       epoch_(epoch),
       pushes_(num_buckets_, contributors_),
       pulls_(num_buckets_),
+      hold_(Where(), num_buckets_),
       checkpoints_(spec.checkpoint().every_steps()),
       transfer_(Where(), range_.size(), static_cast<int>(rule_->state().size()),
                 static_cast<int>(layout_.tensors().size()), rule_->holds_params()) {
@@ -166,6 +168,19 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
                            /*stale=*/false);
     }
   }
+  const bool held = (h.flags & kFrameHoldUpdate) != 0;
+  if (held && !rule_->holds_params()) {
+    return RefusedLocked(absl::FailedPreconditionError(absl::StrCat(
+                             Where(),
+                             "DDP's workers apply the update and clip it themselves; "
+                             "a held step (kFrameHoldUpdate) is for zero1, zero2 and fsdp")),
+                         /*stale=*/false);
+  }
+  if (absl::Status agreed = hold_.OnPush(held); !agreed.ok()) {
+    if (IsPushPart(h)) pushes_.parts().Failed(h.bucket, h.rank, PushPartIndex(h));
+    return RefusedLocked(agreed, /*stale=*/false);
+  }
+  if (held && held_.empty()) held_.assign(static_cast<size_t>(range_.size()), 0.f);
   pushes_.Reserve(h.bucket, g, absl::Now());
   if (IsPushPart(h)) return reducer_.AcceptPart(h.bucket, g);
   // After parts the push is added to them: copied, never borrowed.
@@ -193,6 +208,7 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
     if (s.ok()) {
       reducer_.LandPart(h.bucket, group_[h.rank]);
       counters_.pushed_bytes += static_cast<int64_t>(h.payload_bytes);
+      pushes_.mutable_flight().CountBytes(group_[h.rank], static_cast<int64_t>(h.payload_bytes), 0);
     } else {
       pushes_.parts().Failed(h.bucket, h.rank, PushPartIndex(h));  // it may come again
     }
@@ -226,6 +242,7 @@ ShardJob::Completion ShardJob::CompleteBorrowed(const FrameHeader& h, const void
 void ShardJob::LandedLocked(const FrameHeader& h, const BucketReducer::Landing& landed,
                             Completion* c) {
   counters_.pushed_bytes += static_cast<int64_t>(h.payload_bytes);
+  pushes_.mutable_flight().CountBytes(group_[h.rank], static_cast<int64_t>(h.payload_bytes), 0);
   // The tracker and the reducer count the same landings: one bucket is
   // complete for both or for neither.
   const bool complete = pushes_.Receive(h.bucket, group_[h.rank]);
@@ -245,27 +262,38 @@ void ShardJob::FoldPrefix(int bucket) {
 
 ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   BucketStep step;
+  StepHold::Action action;
   {
     absl::MutexLock lock(&mu_);
     ++updates_running_;
     // A copy: SkipTensors may add to the skipped tensors meanwhile.
     step = settings_.ForUpdate(version_ + 1);
+    action = hold_.Begin(bucket);
+    HeldMultiplierLocked(&step);
   }
-  // Waits for a fold of this bucket that runs; none starts after.
-  reducer_.BeginSum(bucket);
-  const auto started = std::chrono::steady_clock::now();
-  reducer_.SumChunks(bucket, [&](Range part, const float* const* srcs, int count) {
-    rule_->Apply(step, part, srcs, count, values_.data());
-  });
-  // Mixed precision: the parameters (DDP: the mean) go back in half.
+  Serve serve;
+  // A held step: reduced and measured, applied once released.
+  if (action == StepHold::Action::kReduce && !ReduceHeld(bucket, &step, &serve)) return serve;
   const Range br = layout_.bucket_range(shard_, bucket);
+  const auto started = std::chrono::steady_clock::now();
+  if (action == StepHold::Action::kUpdate) {
+    // Waits for a fold of this bucket that runs; none starts after.
+    reducer_.BeginSum(bucket);
+    reducer_.SumChunks(bucket, [&](Range part, const float* const* srcs, int count) {
+      rule_->Apply(step, part, srcs, count, values_.data());
+    });
+  } else {  // its sum is held: the update's one source
+    const Range part{br.begin - range_.begin, br.end - range_.begin};
+    const float* held[] = {held_.data() + part.begin};
+    rule_->Apply(step, part, held, 1, values_.data());
+  }
+  // Mixed precision: the parameters (DDP: the mean) go back in half.
   RefreshHalf(static_cast<size_t>(br.begin - range_.begin), static_cast<size_t>(br.size()));
   const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
                               std::chrono::steady_clock::now() - started)
                               .count();
-  Serve serve;
   // The borrowed pushes are read: back to their workers.
-  serve.released = reducer_.EndSum(bucket);
+  if (action == StepHold::Action::kUpdate) serve.released = reducer_.EndSum(bucket);
   absl::MutexLock lock(&mu_);
   --updates_running_;
   counters_.update_us += took_us;
@@ -284,6 +312,13 @@ void ShardJob::FinishStepLocked(Serve* serve) {
   ++counters_.applied_steps;
   buckets_updated_ = 0;
   settings_.EndStep();
+  // NORM_ASKs still waiting: the step was released before it was measured.
+  AnswerNormsLocked(absl::FailedPreconditionError(absl::StrCat(
+                        Where(), "step ", version_ - 1,
+                        " was released and applied before every bucket was measured: every rank "
+                        "must ask for the norm before any releases the step")),
+                    serve);
+  hold_.EndStep();
   pushes_.NextStep(version_ - 1, absl::Now());  // the step that just ended
   serve->version = version_;
   if (checkpoints_.DueAt(version_)) serve->snapshot = SnapshotLocked();
@@ -299,6 +334,8 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
   Serve serve;
   serve.version = version_;
   Puller p{reply_to, h.rank, h.step, h.bucket, static_cast<int>(h.bucket_count), {}};
+  pushes_.mutable_flight().PullAsked(group_[h.rank], h.step - 1, !ready,
+                                     absl::ToUnixMicros(absl::Now()));
   if (ready) {
     for (int i = 0; i < p.bucket_count; ++i) p.buckets.push_back(p.first_bucket + i);
     serve.pullers.push_back(std::move(p));
@@ -312,7 +349,11 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
 
 std::vector<ShardJob::Puller> ShardJob::TakeWaitingPulls() {
   absl::MutexLock lock(&mu_);
-  return pulls_.TakeAll();
+  std::vector<Puller> all = pulls_.TakeAll();
+  for (const NormReply& n : norm_waiters_)
+    all.push_back(Puller{n.reply_to, n.rank, n.step, 0, 0, {}});
+  norm_waiters_.clear();
+  return all;
 }
 
 bool ShardJob::StepInProgressLocked() const {
@@ -340,6 +381,9 @@ std::optional<std::string> ShardJob::StallReport(absl::Time now, absl::Duration 
   if (waiting.empty()) {
     absl::StrAppend(&out, "every push arrived; ", buckets_updated_, " of ", num_buckets_,
                     " buckets updated (", updates_running_, " running)");
+    if (const std::string held = hold_.Waiting(); !held.empty()) {
+      absl::StrAppend(&out, "; waiting for ", held);
+    }
   }
   const std::vector<int> pullers = pulls_.RanksWaitingFor(version_ + 1);
   if (!pullers.empty()) {
@@ -480,6 +524,7 @@ void ShardJob::InheritCounters(ShardJob& previous) {
 void ShardJob::StartAt(int64_t step) {
   absl::MutexLock lock(&mu_);
   version_ = step;
+  hold_.Reset(step);
   restored_from_ = step;
   pushes_.StopClock();
 }
@@ -514,9 +559,13 @@ void ShardJob::CountRejected() {
   ++counters_.rejected;
 }
 
-void ShardJob::CountPulled(uint64_t bytes) {
+void ShardJob::CountPulled(int rank, int64_t version, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   counters_.pulled_bytes += static_cast<int64_t>(bytes);
+  FlightRecorder& flight = pushes_.mutable_flight();
+  flight.CountBytes(group_[rank], 0, static_cast<int64_t>(bytes));
+  flight.PullServed(group_[rank], version - 1, version == version_ + 1,
+                    absl::ToUnixMicros(absl::Now()));
 }
 
 int64_t ShardJob::version() {
@@ -552,7 +601,8 @@ JobStats ShardJob::Stats(bool with_digest) {
   // Receive buffers as allocated: a rank whose pushes are read in place
   // (zero-copy) has none; top-k pushes land in small sparse buffers; prefix
   // order adds the accumulator.
-  const int64_t received = reducer_.buffer_bytes();
+  const int64_t received =
+      reducer_.buffer_bytes() + static_cast<int64_t>(held_.size() * sizeof(float));
   if (rule_->holds_params()) {
     st.params_bytes = n + half;  // fp32 masters (+ the served half copy)
     st.optimizer_bytes = n * static_cast<int64_t>(rule_->state().size());
@@ -568,6 +618,15 @@ JobStats ShardJob::Stats(bool with_digest) {
   st.restored_from_step = restored_from_;
   st.worker_ids = worker_ids_;
   st.flight = pushes_.flight().Window();
+  st.rank_pushed_bytes = pushes_.flight().pushed_bytes();
+  st.rank_pulled_bytes = pushes_.flight().pulled_bytes();
+  if (std::optional<absl::Time> started = pushes_.started()) {
+    st.step_started_us = absl::ToUnixMicros(*started);
+    st.waiting = pushes_.WaitingSlots();
+  }
+  st.pulls_waiting = pulls_.RanksWaitingFor(version_ + 1);
+  st.buckets_updated = buckets_updated_;
+  st.num_buckets = num_buckets_;
   return st;
 }
 
@@ -610,6 +669,7 @@ absl::StatusOr<StateWritten> ShardJob::WriteState(const StateWrite& req) {
     initialized_ = true;
   }
   version_ = req.step;
+  hold_.Reset(req.step);
   settings_.ResetSkips(req.tensor_skips);
   pushes_.StopClock();
   transfer_.Drop();

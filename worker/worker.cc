@@ -236,6 +236,7 @@ absl::Status Worker::Step() {
   }
   const absl::Time start = absl::Now();
   p_->compute_ns = p_->last_step_end ? absl::ToInt64Nanoseconds(start - *p_->last_step_end) : 0;
+  TESSEL_RETURN_IF_ERROR(ReleaseIfHeld());
   TESSEL_RETURN_IF_ERROR(p_->exchange->Exchange(ctx.step + 1));
   ++ctx.step;
   p_->exchange->NextStep();
@@ -426,6 +427,7 @@ absl::Status Worker::FinishStep() {
   if (!ctx.fsdp() || ctx.layout == nullptr) {
     return absl::FailedPreconditionError("FinishStep is for fsdp jobs; use Step()");
   }
+  TESSEL_RETURN_IF_ERROR(ReleaseIfHeld());
   TESSEL_RETURN_IF_ERROR(p_->units->Barrier(ctx.step + 1));
   ++ctx.step;
   StepMetrics(StepPhases{}, 0);

@@ -73,6 +73,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/early_stopping.h"
+#include "core/grad_norm.h"
 #include "core/layout.h"
 #include "core/precision.h"
 #include "worker/ddp_updater.h"
@@ -286,6 +287,24 @@ class Worker {
   absl::Status PushUnitPart(int unit);
   // Waits until every shard has applied this step; step() advances.
   absl::Status FinishStep();
+  // --- held steps: clipping by the job-wide gradient norm ---------------
+  // zero1, zero2 and fsdp (worker/held_step.cc; server/step_hold.h). With
+  // HoldUpdates(true) every push of the coming steps asks the servers to
+  // reduce the step but hold its update; HeldGradientNorm() (after the
+  // step's gradients are handed over: fsdp, every unit pushed) pushes what is
+  // left and returns the step's mean gradient's stats over the job's shards,
+  // summed in shard order (the same bits on every rank; GradNormStats,
+  // NormOf); ReleaseStep(multiplier) lets the servers apply the step with
+  // the gradient times `multiplier` (replacing the step's grad_scale; 0:
+  // the step's own settings). Step() and FinishStep() release a held step
+  // not released yet with 0. Set it between steps; FailedPrecondition for
+  // ddp (its workers clip themselves) and with host aggregation. Every rank
+  // must hold the same steps (servers refuse pushes that disagree) and
+  // release with the same multiplier.
+  absl::Status HoldUpdates(bool hold);
+  bool holding_updates() const;
+  absl::StatusOr<GradNormStats> HeldGradientNorm();
+  absl::Status ReleaseStep(float multiplier);
   // fsdp: waits until every shard holds parameters of `version`.
   absl::Status Barrier(int64_t version);
   // The full parameters at the current step (tools and tests; allocates P floats).
@@ -391,6 +410,8 @@ class Worker {
 
  private:
   explicit Worker(std::unique_ptr<internal::WorkerParts> parts);
+  // Step()/FinishStep(): a held step not released yet is released with 0.
+  absl::Status ReleaseIfHeld();
   absl::Status Start();
   // Creates (or, resuming, restores) the registered job on every shard.
   absl::Status CreateJob();

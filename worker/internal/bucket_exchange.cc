@@ -258,6 +258,26 @@ absl::Status BucketExchange::Exchange(int64_t version) {
   return absl::OkStatus();
 }
 
+absl::Status BucketExchange::PushRemaining() {
+  if (aggregator_.active()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx_->Where(),
+                     ": a held step (clipping by the job-wide norm) cannot be pushed through "
+                     "host aggregation; run without rank groups, or clip with overlap=False"));
+  }
+  if (micro_batches_ > 1) {
+    const float count = static_cast<float>(micro_batches_);
+    for (float& g : buffers_.grads) g /= count;
+  }
+  micro_batches_ = 0;
+  for (size_t s = 0; s < pushed_.size(); ++s) {
+    for (size_t b = 0; b < pushed_[s].size(); ++b) {
+      if (!pushed_[s][b]) PushBucket(static_cast<int>(s), static_cast<int>(b));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BucketExchange::Pull(int64_t version) {
   SendPulls(version, /*all=*/true);
   return WaitForParams(version);

@@ -99,6 +99,10 @@ class BucketExchange : public FrameSink {
   // Buckets not pushed yet this step.
   int64_t unpushed() const;
 
+  // A held step (clipping, Worker::HeldGradientNorm): averages accumulated
+  // micro-batches and pushes every bucket not pushed yet, now; Exchange
+  // then only pulls. FailedPrecondition with host aggregation.
+  absl::Status PushRemaining();
   // Sends rank 0's initial fp32 parameters (INIT) from `source`.
   void SendInit(const float* source);
   // Averages accumulated micro-batches, pushes what is left (the pull of

@@ -1,6 +1,7 @@
 #include "worker/internal/data_channel.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,9 @@ DataChannel::~DataChannel() { transport_->Shutdown(); }
 FrameHeader DataChannel::Header(FrameType type, int64_t step, int shard, int bucket) const {
   FrameHeader h =
       MakeHeader(type, ctx_->job_id, ctx_->epoch, step, ctx_->rank.load(), shard, bucket);
+  if (type == FrameType::kPush && ctx_->hold_update.load(std::memory_order_relaxed)) {
+    h.flags = kFrameHoldUpdate;  // the step's update waits for its RELEASE
+  }
   if (type == FrameType::kPush || type == FrameType::kInit) {
     const int64_t n = ctx_->layout->bucket_range(shard, bucket).size();
     // INIT carries fp32 masters.
@@ -435,6 +439,40 @@ Accept DataChannel::Dispatch(const FrameHeader& header, const Incoming& in) {
       h->bucket < ctx_->layout->num_buckets(h->shard)) {
     return sink_->OnParams(*h);
   }
+  if (h->type == FrameType::kNorm && h->job_id == ctx_->job_id && h->shard >= 0 &&
+      h->shard < num_shards() && h->rank == ctx_->rank.load()) {
+    if (in.payload_bytes != kNormPayloadBytes) {
+      return Refuse(*h, in, "a NORM carries kNormPayloadBytes");
+    }
+    auto stats = std::make_shared<std::array<double, 3>>();
+    std::shared_ptr<PayloadCheck> check;
+    if (t_payload_check != nullptr) {  // checked where it lands, before it counts
+      check = std::make_shared<PayloadCheck>(std::move(*t_payload_check));
+      t_payload_check = nullptr;
+    }
+    const FrameHeader about = *h;
+    // Counted as an event: a WaitFor looking for it wakes.
+    auto record = [this, stats, check, about](absl::Status s) {
+      if (!s.ok() || (check != nullptr && !Intact(*check, stats->data()))) return;
+      absl::MutexLock lock(&mu_);
+      if (about.epoch != ctx_->epoch.load()) {
+        ++stale_dropped_;
+        return;
+      }
+      NormAnswer& a = norms_[about.shard];
+      a.epoch = about.epoch;
+      a.step = about.step;
+      a.stats = GradNormStats{(*stats)[0], (*stats)[1], (*stats)[2]};
+      ++events_;
+    };
+    if (in.in_place != nullptr) {  // read where it lies (checked by OnFrame already)
+      std::memcpy(stats->data(), in.in_place, kNormPayloadBytes);
+      check.reset();
+      record(absl::OkStatus());
+      return Accept{};
+    }
+    return Accept{stats->data(), static_cast<size_t>(kNormPayloadBytes), record};
+  }
   if (h->type == FrameType::kReady && h->job_id == ctx_->job_id && in.payload_bytes == 0) {
     // Kept whatever this worker is doing: it may not have its groups yet.
     absl::MutexLock lock(&mu_);
@@ -466,6 +504,17 @@ Accept DataChannel::Refuse(const FrameHeader& h, const Incoming& in, absl::strin
       << ctx_->WhereAnyThread() << ": dropping " << DescribeHeader(h) << " with "
       << in.payload_bytes << " payload bytes: " << why << " (" << n << " dropped so far)";
   return Accept{};
+}
+
+std::optional<GradNormStats> DataChannel::TakeNorm(int shard, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  auto it = norms_.find(shard);
+  if (it == norms_.end() || it->second.step != step || it->second.epoch != ctx_->epoch.load()) {
+    return std::nullopt;
+  }
+  const GradNormStats stats = it->second.stats;
+  norms_.erase(it);
+  return stats;
 }
 
 void DataChannel::ClearErrors() {

@@ -69,6 +69,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,6 +77,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/grad_norm.h"
 #include "core/wire.h"
 #include "runtime/frame_auth.h"
 #include "runtime/rank_keys.h"
@@ -152,6 +154,9 @@ class DataChannel {
   // With a timeline: when the step's first push was sent (-1: none since the
   // last call), and forget it.
   int64_t TakeFirstPushUs() { return first_push_us_.exchange(-1); }
+  // A held step's NORM answer from `shard` (server/step_hold.h): its stats
+  // for (this epoch, `step`) once arrived, and forgotten; nullopt until then.
+  std::optional<GradNormStats> TakeNorm(int shard, int64_t step);
   void WaitForSends();
   // Waits (up to the step timeout) until every send of this epoch to another
   // worker (SendToWorker) completed: the payloads may change then. Sends to
@@ -259,6 +264,12 @@ class DataChannel {
   std::map<int, int64_t> ready_ ABSL_GUARDED_BY(mu_);  // READY: rank -> newest epoch
   // Worker PULLs: rank -> (epoch, step) of the newest.
   std::map<int, std::pair<int64_t, int64_t>> pulled_ ABSL_GUARDED_BY(mu_);
+  struct NormAnswer {
+    int64_t epoch = -1;
+    int64_t step = -1;
+    GradNormStats stats;
+  };
+  std::map<int, NormAnswer> norms_ ABSL_GUARDED_BY(mu_);  // shard -> its newest NORM
   // Set by the driving thread, read by forwards on the progress thread.
   std::vector<PeerId> worker_peers_ ABSL_GUARDED_BY(mu_);
   // By shard, newest epoch first; empty where frames go untagged.

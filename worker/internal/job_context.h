@@ -75,6 +75,9 @@ struct JobContext {
   // the start, a newer one after each recovery.
   std::atomic<int64_t> epoch{0};
   int64_t step = 0;
+  // PUSH frames carry kFrameHoldUpdate: each step's update waits for the
+  // worker's RELEASE (clipping by the job-wide norm; Worker::HoldUpdates).
+  std::atomic<bool> hold_update{false};
   std::unique_ptr<Layout> layout;  // set by RegisterLayout
   Timeline* timeline = nullptr;    // WorkerOptions.timeline; not owned
   std::optional<HalfType> half;    // mixed precision

@@ -75,6 +75,8 @@ struct WorkerParts {
   std::optional<absl::Time> last_step_end;
   int64_t compute_ns = 0;
   int64_t update_ns = 0;  // ddp's update in the last Step() (StepPhases::update_ns)
+  // The last held step this worker released (Worker::ReleaseStep), -1: none.
+  int64_t released_step = -1;
 };
 
 }  // namespace tessel::internal
