@@ -36,6 +36,8 @@ void AddMemberCommands(CLI::App& app, Globals& g, std::vector<Command>* commands
 void AddJobCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
 // shards.cc: `shards`, `stats`.
 void AddShardCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
+// top_why.cc: `top JOB`, `why JOB`.
+void AddTopWhyCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);
 // jobs.cc also: `describe job NAME`, `delete job NAME`.
 // checkpoint.cc: `checkpoint save|list|show|verify|restore|delete|export`.
 void AddCheckpointCommands(CLI::App& app, Globals& g, std::vector<Command>* commands);

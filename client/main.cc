@@ -6,7 +6,7 @@
 // Exit codes: 0 ok; 1 the operation failed; 2 usage error; 3 not found;
 // 4 unreachable or timed out; 5 not authorized (no credential, a wrong token,
 // a role that may not do it, or the TLS handshake refused); 6 checkpoint
-// damaged.
+// damaged; `why` only: 7 stalled (ranks named), 8 stalled on the servers.
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -185,7 +185,8 @@ int Main(int argc, char** argv) {
   CLI::App app{
       "tesselctl: operate a Tessel cluster (members, jobs, shards, stats, checkpoints).\n"
       "Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unreachable, 5 not authorized "
-      "(credential, role or TLS), 6 checkpoint damaged."};
+      "(credential, role or TLS), 6 checkpoint damaged; `why`: 7 stalled, 8 stalled on the "
+      "servers."};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(kVersion));
   app.fallthrough();  // global options may also follow the subcommand
@@ -194,6 +195,7 @@ int Main(int argc, char** argv) {
   AddMemberCommands(app, g, &commands);
   AddJobCommands(app, g, &commands);
   AddShardCommands(app, g, &commands);
+  AddTopWhyCommands(app, g, &commands);
   AddCheckpointCommands(app, g, &commands);
   AddVersionCommand(app, g, &commands);
   AddConfigCommands(app, g, &commands);

@@ -45,6 +45,12 @@ struct StepArrivals {
   // push of the step (the header's arrival), -1 if it pushed nothing.
   std::vector<int64_t> first_push_us;
   std::vector<int64_t> last_push_us;
+  // Per rank (slot as above): when its first PULL of the step's result (the
+  // version after it) reached the shard, and when the shard sent that
+  // rank the last PARAMS bucket of it; -1 if not asked or not served (yet).
+  // The scoring rule does not read them; the stall dump and tesselctl do.
+  std::vector<int64_t> pull_asked_us;
+  std::vector<int64_t> pull_served_us;
 };
 
 // Every default of the rule, in one place.

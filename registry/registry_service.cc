@@ -78,6 +78,30 @@ void RegistryService::PruneLeases() {
   for (auto it = phases_.begin(); it != phases_.end();) {
     it = leases_.count(it->first) ? std::next(it) : phases_.erase(it);
   }
+  for (auto it = liveness_.begin(); it != liveness_.end();) {
+    it = leases_.count(it->first) ? std::next(it) : liveness_.erase(it);
+  }
+}
+
+void RegistryService::AddLiveness(v1::View* view) {
+  absl::MutexLock lock(&progress_mu_);
+  std::map<int, int64_t> lease_of_rank;  // this group's workers
+  for (const auto& [lease, at] : leases_) {
+    if (at.first == view->group()) lease_of_rank[at.second] = lease;
+  }
+  for (v1::Member& m : *view->mutable_members()) {
+    if (m.role() != v1::ROLE_WORKER) continue;
+    auto lease = lease_of_rank.find(m.rank());
+    if (lease == lease_of_rank.end()) continue;
+    v1::MemberLiveness* out = m.mutable_liveness();
+    if (auto l = liveness_.find(lease->second); l != liveness_.end()) {
+      out->set_last_heartbeat_unix_ms(l->second.last_heartbeat_ms);
+      out->set_lease_expires_unix_ms(l->second.last_heartbeat_ms + l->second.ttl_ms);
+    }
+    if (auto p = phases_.find(lease->second); p != phases_.end()) {
+      *out->mutable_phases() = p->second.phases;
+    }
+  }
 }
 
 std::map<std::string, std::map<int, RegistryService::RankPhases>> RegistryService::Phases() {
@@ -124,6 +148,8 @@ grpc::Status RegistryService::Join(grpc::ServerContext* ctx, const v1::JoinReque
   if (!server) {
     absl::MutexLock lock(&progress_mu_);
     leases_[joined.lease_id] = {req->member().group(), req->member().rank()};
+    liveness_[joined.lease_id] = {absl::ToInt64Milliseconds(joined.ttl),
+                                  absl::ToUnixMillis(absl::Now())};
   } else {
     stragglers_.ServerJoined(joined.lease_id);
   }
@@ -161,6 +187,9 @@ grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::Hear
     auto lease = leases_.find(req->lease_id());
     if (lease != leases_.end()) {
       group = lease->second.first;
+      if (auto l = liveness_.find(req->lease_id()); l != liveness_.end()) {
+        l->second.last_heartbeat_ms = absl::ToUnixMillis(absl::Now());
+      }
       if (req->has_phases()) {
         phases_[req->lease_id()] = {absl::ToUnixMillis(absl::Now()), req->phases()};
       }
@@ -207,6 +236,7 @@ grpc::Status RegistryService::Leave(grpc::ServerContext* ctx, const v1::LeaveReq
     absl::MutexLock lock(&progress_mu_);
     leases_.erase(req->lease_id());
     phases_.erase(req->lease_id());
+    liveness_.erase(req->lease_id());
   }
   holders_.Forget(req->lease_id());
   stragglers_.Forget(req->lease_id());
@@ -225,6 +255,7 @@ grpc::Status RegistryService::GetView(grpc::ServerContext* ctx, const v1::GetVie
                                       v1::GetViewResponse* resp) {
   TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", "GetView"));
   TESSEL_ASSIGN_OR_RETURN_AS(auto view, registry_->GetView(req->group()), ToGrpc);
+  AddLiveness(&view);
   *resp->mutable_view() = std::move(view);
   return grpc::Status::OK;
 }

@@ -119,6 +119,15 @@ class RegistryService final : public v1::Registry::Service {
   std::map<std::string, std::deque<ProgressPoint>> progress_ ABSL_GUARDED_BY(progress_mu_);
   // Lease -> its worker's last phases (group and rank from leases_).
   std::map<int64_t, RankPhases> phases_ ABSL_GUARDED_BY(progress_mu_);
+  // Lease -> its worker's TTL and last heartbeat here (unix ms), for
+  // GetView's Member.liveness.
+  struct Liveness {
+    int64_t ttl_ms = 0;
+    int64_t last_heartbeat_ms = 0;
+  };
+  std::map<int64_t, Liveness> liveness_ ABSL_GUARDED_BY(progress_mu_);
+  // Fills Member.liveness of `view`'s workers from liveness_ and phases_.
+  void AddLiveness(v1::View* view);
   // Who joined with each lease (only while credentials are configured).
   LeaseHolders holders_;
   StragglerBoard stragglers_;

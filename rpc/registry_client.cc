@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "rpc/auth.h"
@@ -40,6 +42,12 @@ absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Du
   }
   if (member.pid() == 0) req.mutable_member()->set_pid(getpid());
   if (member.host_id().empty()) req.mutable_member()->set_host_id(HostIdentity());
+  // Under Kubernetes, the pod (the downward API's metadata.name).
+  if (member.pod().empty()) {
+    if (const char* pod = std::getenv("POD_NAME"); pod != nullptr) {
+      req.mutable_member()->set_pod(pod);
+    }
+  }
   req.set_lease_ttl_ms(absl::ToInt64Milliseconds(ttl));
   v1::JoinResponse resp;
   grpc::ClientContext ctx;

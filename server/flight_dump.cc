@@ -40,6 +40,17 @@ absl::StatusOr<std::string> WriteFlightTimeline(const std::string& dir, const st
       const TimelineArgs args{job, step, static_cast<int>(r), shard};
       const int64_t first = s.first_push_us[r];
       const int64_t last = s.last_push_us[r];
+      // Its pull of the step's result: asked for, then served (the last
+      // bucket sent); still waiting when the step is in progress.
+      const int64_t asked = r < s.pull_asked_us.size() ? s.pull_asked_us[r] : -1;
+      const int64_t served = r < s.pull_served_us.size() ? s.pull_served_us[r] : -1;
+      if (asked >= 0) {
+        if (served >= asked) {
+          (*t)->Span("pull", track, asked, served > asked ? served : asked + 1, args);
+        } else {
+          (*t)->Span("pull (waiting)", track, asked, now_us > asked ? now_us : asked + 1, args);
+        }
+      }
       if (first < 0) {
         if (s.end_us < 0) (*t)->Instant("waiting", track, now_us, args);
         continue;

@@ -5,14 +5,20 @@
 
 namespace tessel {
 
-FlightRecorder::FlightRecorder(int world, int steps) : ring_(static_cast<size_t>(steps)) {
+FlightRecorder::FlightRecorder(int world, int steps)
+    : ring_(static_cast<size_t>(steps)),
+      pushed_bytes_(static_cast<size_t>(world), 0),
+      pulled_bytes_(static_cast<size_t>(world), 0) {
   const size_t w = static_cast<size_t>(world);
-  for (StepArrivals& s : ring_) {
-    s.first_push_us.assign(w, -1);
-    s.last_push_us.assign(w, -1);
-  }
-  current_.first_push_us.assign(w, -1);
-  current_.last_push_us.assign(w, -1);
+  for (StepArrivals& s : ring_) Allocate(&s, w);
+  Allocate(&current_, w);
+}
+
+void FlightRecorder::Allocate(StepArrivals* s, size_t world) {
+  s->first_push_us.assign(world, -1);
+  s->last_push_us.assign(world, -1);
+  s->pull_asked_us.assign(world, -1);
+  s->pull_served_us.assign(world, -1);
 }
 
 void FlightRecorder::Clear(StepArrivals* s) {
@@ -20,6 +26,19 @@ void FlightRecorder::Clear(StepArrivals* s) {
   s->end_us = -1;
   std::fill(s->first_push_us.begin(), s->first_push_us.end(), -1);
   std::fill(s->last_push_us.begin(), s->last_push_us.end(), -1);
+  std::fill(s->pull_asked_us.begin(), s->pull_asked_us.end(), -1);
+  std::fill(s->pull_served_us.begin(), s->pull_served_us.end(), -1);
+}
+
+StepArrivals* FlightRecorder::Find(int64_t step, bool in_progress) {
+  if (in_progress) return &current_;
+  if (step < 0) return nullptr;
+  for (size_t i = count_; i > 0; --i) {  // newest first: usually the first
+    StepArrivals& s = ring_[(head_ + i - 1) % ring_.size()];
+    if (s.step == step) return &s;
+    if (s.step < step) return nullptr;  // older ones are older steps
+  }
+  return nullptr;
 }
 
 void FlightRecorder::EndStep(int64_t step, int64_t now_us) {

@@ -1,5 +1,7 @@
-// FlightRecorder: one shard's record of when each rank's pushes arrived,
-// for the last kSteps steps of a job (a ring), so a slow or stuck rank can
+// FlightRecorder: one shard's record of when each rank's pushes arrived and
+// when its pulls were asked for and served, for the last kSteps steps of a
+// job (a ring), and each rank's gradient and parameter bytes over the job's
+// life on this shard, so a slow or stuck rank can
 // be named (core/straggler.h) and a stalled step explained
 // (server/straggler_watcher.h writes the window as a timeline).
 //
@@ -12,11 +14,23 @@
 //                     and a new step starts empty.
 //   Discard()         the step in progress is abandoned (a restore, a step
 //                     whose pushes all failed): its record is emptied.
+//   PullAsked(r, s, in_progress, t)
+//                     a PULL of rank r for step s's result (version s + 1)
+//                     arrived at t: in_progress says s is the step in
+//                     progress, else s is looked up in the ring (newest
+//                     first; a step no longer there is not recorded). The
+//                     first ask of the step is kept.
+//   PullServed(r, s, in_progress, t)
+//                     a PARAMS bucket of step s's result went to rank r at
+//                     t: the last is kept (when the pull was served in full).
+//   CountBytes(r, pushed, pulled)
+//                     rank r's gradient payload landed / parameters sent.
 //   Window()          the ring, oldest first, then the step in progress
 //                     (end_us -1, step -1: its number is not known before it
 //                     ends) if any rank pushed in it.
-// No allocation after construction on Pushed, EndStep and Discard (the data
-// path): every record is allocated up front and records are swapped.
+// No allocation after construction on any call but Window and the byte
+// reads (the data path): every record is allocated up front and records are
+// swapped.
 //
 // Threads: none and no lock; the owner serializes every call (PushTracker,
 // under ShardJob's mutex).
@@ -52,16 +66,43 @@ class FlightRecorder {
   }
   void EndStep(int64_t step, int64_t now_us);
   void Discard();
+  void PullAsked(int rank, int64_t step, bool in_progress, int64_t now_us) {
+    if (StepArrivals* s = Find(step, in_progress)) {
+      int64_t& asked = s->pull_asked_us[static_cast<size_t>(rank)];
+      if (asked < 0) asked = now_us;
+      if (in_progress) any_ = true;
+    }
+  }
+  void PullServed(int rank, int64_t step, bool in_progress, int64_t now_us) {
+    if (StepArrivals* s = Find(step, in_progress)) {
+      s->pull_served_us[static_cast<size_t>(rank)] = now_us;
+      if (in_progress) any_ = true;
+    }
+  }
+  void CountBytes(int rank, int64_t pushed, int64_t pulled) {
+    pushed_bytes_[static_cast<size_t>(rank)] += pushed;
+    pulled_bytes_[static_cast<size_t>(rank)] += pulled;
+  }
   std::vector<StepArrivals> Window() const;
+  // Per rank (slot): gradient payload bytes that landed, parameter bytes
+  // sent, over the job's life on this shard.
+  const std::vector<int64_t>& pushed_bytes() const { return pushed_bytes_; }
+  const std::vector<int64_t>& pulled_bytes() const { return pulled_bytes_; }
 
  private:
   static void Clear(StepArrivals* s);
+  static void Allocate(StepArrivals* s, size_t world);
+  // The record of `step`: the step in progress, or the ring's (nullptr if
+  // it is no longer there or was never recorded).
+  StepArrivals* Find(int64_t step, bool in_progress);
 
   std::vector<StepArrivals> ring_;  // ring_[(head_ + i) % size] oldest first
   size_t head_ = 0;
   size_t count_ = 0;
   StepArrivals current_;
-  bool any_ = false;  // some rank pushed in the current step
+  bool any_ = false;  // some rank pushed or pulled in the current step
+  std::vector<int64_t> pushed_bytes_;
+  std::vector<int64_t> pulled_bytes_;
 };
 
 }  // namespace tessel

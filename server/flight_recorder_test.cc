@@ -1,5 +1,5 @@
 // FlightRecorder: first and last push per rank, the ring's order and
-// bound, the step in progress, and Discard.
+// bound, the step in progress, Discard, pull times and bytes per rank.
 #include "server/flight_recorder.h"
 
 #include <vector>
@@ -61,6 +61,70 @@ TEST(FlightRecorderTest, DiscardForgetsTheStepInProgressOnly) {
   w = rec.Window();
   ASSERT_EQ(w.size(), 2u);
   EXPECT_EQ(w[1].first_push_us, (std::vector<int64_t>{9, -1})) << "the discarded push is gone";
+}
+
+TEST(FlightRecorderTest, PullsAskedInFlightAndServedAfterTheStepEndedLandInItsRecord) {
+  FlightRecorder rec(/*world=*/2);
+  rec.Pushed(0, 10);
+  rec.PullAsked(0, /*step=*/4, /*in_progress=*/true, 12);  // pipelined: before the step ends
+  rec.PullAsked(0, 4, true, 13);                           // a second pull: the first kept
+  rec.PullServed(0, 4, true, 14);                          // an early bucket
+  rec.Pushed(1, 20);
+  rec.EndStep(/*step=*/4, /*now_us=*/30);
+  rec.PullServed(0, 4, /*in_progress=*/false, 31);  // the rest, as the version reached 5
+  rec.PullAsked(1, 4, false, 40);                   // rank 1 asks once the step ended
+  rec.PullServed(1, 4, false, 41);
+  std::vector<StepArrivals> w = rec.Window();
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].step, 4);
+  EXPECT_EQ(w[0].pull_asked_us, (std::vector<int64_t>{12, 40}));
+  EXPECT_EQ(w[0].pull_served_us, (std::vector<int64_t>{31, 41}));
+}
+
+TEST(FlightRecorderTest, APullOfAStepNoLongerKeptIsNotRecorded) {
+  FlightRecorder rec(/*world=*/1, /*steps=*/2);
+  for (int64_t s = 0; s < 4; ++s) {
+    rec.Pushed(0, s * 10);
+    rec.EndStep(s, s * 10 + 5);
+  }
+  rec.PullAsked(0, /*step=*/1, /*in_progress=*/false, 100);   // gone from the ring
+  rec.PullServed(0, /*step=*/9, /*in_progress=*/false, 101);  // never there
+  rec.PullAsked(0, /*step=*/-1, /*in_progress=*/false, 102);  // the first pull (version 0)
+  std::vector<StepArrivals> w = rec.Window();
+  ASSERT_EQ(w.size(), 2u) << "no step in progress appears";
+  for (const StepArrivals& s : w) {
+    EXPECT_EQ(s.pull_asked_us, (std::vector<int64_t>{-1}));
+    EXPECT_EQ(s.pull_served_us, (std::vector<int64_t>{-1}));
+  }
+  rec.PullAsked(0, /*step=*/2, false, 103);  // the older of the two kept
+  EXPECT_EQ(rec.Window()[0].pull_asked_us, (std::vector<int64_t>{103}));
+}
+
+TEST(FlightRecorderTest, APullAloneShowsTheStepInProgressAndTheRingSlotComesBackClean) {
+  FlightRecorder rec(/*world=*/2, /*steps=*/1);
+  rec.PullAsked(1, /*step=*/0, /*in_progress=*/true, 5);
+  std::vector<StepArrivals> w = rec.Window();
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].end_us, -1);
+  EXPECT_EQ(w[0].pull_asked_us, (std::vector<int64_t>{-1, 5}));
+  rec.EndStep(0, 6);
+  rec.Pushed(0, 7);
+  rec.EndStep(1, 8);  // the ring of one: step 0's record comes back as the current
+  rec.Pushed(1, 9);
+  w = rec.Window();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[1].pull_asked_us, (std::vector<int64_t>{-1, -1})) << "a reused record is cleared";
+  rec.Discard();
+  EXPECT_EQ(rec.Window().size(), 1u);
+}
+
+TEST(FlightRecorderTest, CountsEachRanksBytes) {
+  FlightRecorder rec(/*world=*/3);
+  rec.CountBytes(2, 100, 0);
+  rec.CountBytes(2, 50, 0);
+  rec.CountBytes(0, 0, 400);
+  EXPECT_EQ(rec.pushed_bytes(), (std::vector<int64_t>{0, 0, 150}));
+  EXPECT_EQ(rec.pulled_bytes(), (std::vector<int64_t>{400, 0, 0}));
 }
 
 }  // namespace

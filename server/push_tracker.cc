@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -101,6 +102,20 @@ PushTracker::Waiting PushTracker::DescribeWaitingAs(
     if (!in_flight.empty()) {
       out.receives.push_back(absl::StrCat(who(r), DescribeBuckets(in_flight, num_buckets_), ")"));
     }
+  }
+  return out;
+}
+
+std::vector<PushTracker::SlotWaiting> PushTracker::WaitingSlots() const {
+  std::vector<SlotWaiting> out;
+  for (int r = 0; r < world_; ++r) {
+    SlotWaiting w;
+    w.slot = r;
+    for (int b = 0; b < num_buckets_; ++b) {
+      if (slots_[b][r] == Slot::kEmpty) w.not_pushed.push_back(b);
+      if (slots_[b][r] == Slot::kReceiving) w.receiving.push_back(b);
+    }
+    if (!w.not_pushed.empty() || !w.receiving.empty()) out.push_back(std::move(w));
   }
   return out;
 }

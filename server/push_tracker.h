@@ -21,7 +21,11 @@
 //                       the next reserve starts a new clock (and the flight
 //                       recorder forgets the abandoned step's arrivals).
 //   flight()            when each rank's pushes arrived over the last steps
-//                       (server/flight_recorder.h): Reserve records them.
+//                       (server/flight_recorder.h): Reserve records them;
+//                       the owner records pulls and bytes (mutable_flight).
+//   WaitingSlots()      per slot that owes the step something: the buckets
+//                       not pushed and those being received (GetStats).
+//   started()           when the step in progress began (its first reserve).
 //   StallDue(now, d)    the clock has run for more than d and the step was
 //                       not reported within the last d: returns how long it
 //                       has run and marks it reported. So a caller polling
@@ -75,6 +79,8 @@ class PushTracker {
   void NextStep(int64_t step, absl::Time now);
   void StopClock();
   const FlightRecorder& flight() const { return flight_; }
+  FlightRecorder& mutable_flight() { return flight_; }
+  std::optional<absl::Time> started() const { return started_; }
   std::optional<absl::Duration> StallDue(absl::Time now, absl::Duration after);
 
   // What the step waits for, one entry per rank that owes something, in
@@ -93,6 +99,13 @@ class PushTracker {
   // Hierarchical aggregation tracks a slot per group (`group_of_rank`, by
   // rank): "group 1 (ranks 2,3; bucket 0 of 1)".
   Waiting DescribeGroupsWaiting(const std::vector<int>& group_of_rank) const;
+  // The same, as numbers: slots (ranks, or host groups) in order.
+  struct SlotWaiting {
+    int slot = 0;
+    std::vector<int> not_pushed;  // buckets, ascending
+    std::vector<int> receiving;
+  };
+  std::vector<SlotWaiting> WaitingSlots() const;
 
  private:
   // Each slot's name and the opening of its parenthesis come from `who`.

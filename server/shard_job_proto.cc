@@ -89,6 +89,25 @@ v1::ShardStats ShardStatsProto(ShardJob& job, bool with_digest) {
     out->set_end_us(a.end_us);
     for (int64_t t : a.first_push_us) out->add_first_push_us(t);
     for (int64_t t : a.last_push_us) out->add_last_push_us(t);
+    for (int64_t t : a.pull_asked_us) out->add_pull_asked_us(t);
+    for (int64_t t : a.pull_served_us) out->add_pull_served_us(t);
+  }
+  for (int64_t b : s.rank_pushed_bytes) st.add_rank_pushed_bytes(b);
+  for (int64_t b : s.rank_pulled_bytes) st.add_rank_pulled_bytes(b);
+  if (s.step_started_us >= 0) {
+    v1::StepWaiting* w = st.mutable_waiting();
+    w->set_step(s.step);
+    w->set_started_us(s.step_started_us);
+    w->set_host_groups(s.rank_pushed_bytes.size() != static_cast<size_t>(spec.world_size()));
+    for (const PushTracker::SlotWaiting& slot : s.waiting) {
+      v1::SlotWaiting* out = w->add_slots();
+      out->set_slot(slot.slot);
+      for (int b : slot.not_pushed) out->add_not_pushed(b);
+      for (int b : slot.receiving) out->add_receiving(b);
+    }
+    for (int r : s.pulls_waiting) w->add_pulls_waiting(r);
+    w->set_buckets_updated(s.buckets_updated);
+    w->set_num_buckets(s.num_buckets);
   }
   for (const RankScore& r : ScoreRanks(s.flight, StragglerRule{})) {
     v1::RankScore* out = st.add_rank_scores();

@@ -117,7 +117,7 @@ TEST(ShardJobProtoTest, StatsCarryTheJobsCountsAndItsSpec) {
   auto job = ShardJob::Create(Spec(100, CenteredRmspropWithMomentum()), 0, 7);
   ASSERT_TRUE(job.ok()) << job.status();
   (*job)->CountRejected();
-  (*job)->CountPulled(123);
+  (*job)->CountPulled(/*rank=*/0, /*version=*/1, 123);
   (*job)->SetWorkerIds({4, 9});
   const v1::ShardStats st = ShardStatsProto(**job);
   EXPECT_EQ(st.job(), "proto");

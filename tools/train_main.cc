@@ -2,7 +2,9 @@
 // fixed gradients from .npy files (--grads), through the Worker SDK against
 // real shard servers. Normally started by tessel-demo or tessel-replay.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -47,6 +49,10 @@ ABSL_FLAG(int, log_every, 50, "print progress every N steps (rank 0)");
 ABSL_FLAG(int, step_sleep_ms, 0,
           "sleep this long before each step, a stand-in for a model's compute (tests of the "
           "straggler detector: docs/observability.md)");
+ABSL_FLAG(bool, hang_on_sigusr1, false,
+          "tests only: on SIGUSR1, stop stepping for good before the next step, as a deadlock in "
+          "the caller's code would (heartbeats go on; tesselctl why names the rank, "
+          "tests/top_why_test.py)");
 ABSL_FLAG(int, preempt_grace_s, 20,
           "after SIGTERM, exit (status 143) within this many seconds even if the checkpoint "
           "step cannot complete (keep it below the pod's terminationGracePeriodSeconds)");
@@ -55,6 +61,10 @@ ABSL_FLAG(std::string, loss_log, "",
           "step again)");
 
 namespace {
+
+// --hang_on_sigusr1: set by the signal, read by the training loop.
+std::atomic<bool> hang_requested{false};
+void OnHangSignal(int) { hang_requested.store(true); }
 
 int Fail(const absl::Status& s) {
   std::cerr << "tessel-train: " << s.message() << "\n";
@@ -232,9 +242,11 @@ int RunMlpSteps(tessel::Worker* worker, int steps, const tessel::MlpJob& job, co
   tessel::Preemption preemption;
   LossLog loss_log(worker->registry_rank());  // its file stays with the process
   const absl::Duration step_sleep = absl::Milliseconds(absl::GetFlag(FLAGS_step_sleep_ms));
+  if (absl::GetFlag(FLAGS_hang_on_sigusr1)) std::signal(SIGUSR1, OnHangSignal);
   for (int64_t k = worker->step(); k < steps; ++k) {
     tessel::SetLogStep(k);
     if (step_sleep > absl::ZeroDuration()) absl::SleepFor(step_sleep);
+    while (hang_requested.load()) absl::SleepFor(absl::Milliseconds(20));  // "in the model"
     // This step's loss once the forward pass has run (NaN before).
     float computed = std::numeric_limits<float>::quiet_NaN();
     const absl::StatusOr<float> loss = step(k, rank, world, &computed);
