@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 
@@ -221,6 +222,26 @@ Accept DataPlane::OnFrame(const Incoming& in) {
                       PushCompleted(job, header, from, s, job->CompleteReceive(header, s));
                     }};
     }
+    case FrameType::kNormAsk: {  // a held step's share of the norm (server/step_hold.h)
+      absl::StatusOr<std::optional<ShardJob::NormReply>> norm = job->AcceptNormAsk(*h, in.from);
+      if (!norm.ok()) {
+        SendError(in.from, *h, norm.status());
+      } else if (norm->has_value()) {
+        SendNorms(job, {**norm});
+      }
+      return Accept{};
+    }
+    case FrameType::kRelease: {
+      absl::StatusOr<std::vector<int>> apply = job->AcceptRelease(*h);
+      if (!apply.ok()) {
+        TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+            << "refusing " << DescribeHeader(*h) << ": " << apply.status().message();
+        SendError(in.from, *h, apply.status());
+      } else {
+        QueueUpdates(job, *apply);
+      }
+      return Accept{};
+    }
     case FrameType::kPull: {
       auto serve = job->AcceptPull(*h, in.from);
       if (!serve.ok()) {
@@ -270,6 +291,41 @@ void DataPlane::PushCompleted(const std::shared_ptr<ShardJob>& job, const FrameH
     queued_.fetch_add(1, std::memory_order_release);
   }
   if (!c.serve.pullers.empty()) ServeParams(job, c.serve);
+}
+
+void DataPlane::QueueUpdates(const std::shared_ptr<ShardJob>& job,
+                             const std::vector<int>& buckets) {
+  if (buckets.empty()) return;
+  absl::MutexLock lock(&mu_);
+  for (int b : buckets) {
+    updates_.push_back(Work{job, b, false});
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void DataPlane::SendNorms(const std::shared_ptr<ShardJob>& job,
+                          const std::vector<ShardJob::NormReply>& norms) {
+  JobFrameKeys* const auth =
+      frame_keys_ != nullptr ? frame_keys_->For(job->job_id(), job->shard()).get() : nullptr;
+  const int64_t epoch = job->epoch();
+  for (const ShardJob::NormReply& n : norms) {
+    FrameHeader h =
+        MakeHeader(FrameType::kNorm, job->job_id(), epoch, n.step, n.rank, job->shard(), 0);
+    if (!n.status.ok()) {
+      h.type = FrameType::kNormAsk;  // the refusal names the ask
+      SendError(n.reply_to, h, n.status);
+      continue;
+    }
+    auto payload = std::make_shared<std::array<double, 3>>(
+        std::array<double, 3>{n.stats.sum_sq, n.stats.sum_abs, n.stats.max_abs});
+    h.payload_bytes = kNormPayloadBytes;
+    const WireHeader wire = ToWorker(auth, h, payload->data());
+    if (metrics_ != nullptr) metrics_->FrameSent(FrameType::kNorm, kNormPayloadBytes);
+    transport_->Send(n.reply_to, wire.span(), payload->data(), kNormPayloadBytes,
+                     [payload](absl::Status s) {
+                       if (!s.ok()) TESSEL_LOG(WARNING) << "sending a NORM failed: " << s;
+                     });
+  }
 }
 
 void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Status& s,
@@ -449,6 +505,7 @@ void DataPlane::UpdateAndServe(const std::shared_ptr<ShardJob>& job, int bucket,
     absl::Status s = checkpointer_->Submit(std::move(*serve.snapshot), /*wait=*/!inline_update);
     if (!s.ok()) TESSEL_LOG(ERROR) << "checkpoint not taken: " << s;
   }
+  if (!serve.norms.empty()) SendNorms(job, serve.norms);
   if (!serve.pullers.empty()) ServeParams(job, serve);
 }
 

@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
   absl::MutexLock lock(&job->mu_);
   job->settings_.ResetSkips(manifest.tensor_skips);
   job->version_ = manifest.step;
+  job->hold_.Reset(manifest.step);
   job->initialized_ = true;
   job->RefreshHalf(0, job->values_.size());
   job->restored_from_ = manifest.step;
@@ -113,6 +114,7 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       epoch_(epoch),
       pushes_(num_buckets_, contributors_),
       pulls_(num_buckets_),
+      hold_(Where(), num_buckets_),
       checkpoints_(spec.checkpoint().every_steps()),
       transfer_(Where(), range_.size(), static_cast<int>(rule_->state().size()),
                 static_cast<int>(layout_.tensors().size()), rule_->holds_params()) {
@@ -166,6 +168,19 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
                            /*stale=*/false);
     }
   }
+  const bool held = (h.flags & kFrameHoldUpdate) != 0;
+  if (held && !rule_->holds_params()) {
+    return RefusedLocked(absl::FailedPreconditionError(absl::StrCat(
+                             Where(),
+                             "DDP's workers apply the update and clip it themselves; "
+                             "a held step (kFrameHoldUpdate) is for zero1, zero2 and fsdp")),
+                         /*stale=*/false);
+  }
+  if (absl::Status agreed = hold_.OnPush(held); !agreed.ok()) {
+    if (IsPushPart(h)) pushes_.parts().Failed(h.bucket, h.rank, PushPartIndex(h));
+    return RefusedLocked(agreed, /*stale=*/false);
+  }
+  if (held && held_.empty()) held_.assign(static_cast<size_t>(range_.size()), 0.f);
   pushes_.Reserve(h.bucket, g, absl::Now());
   if (IsPushPart(h)) return reducer_.AcceptPart(h.bucket, g);
   // After parts the push is added to them: copied, never borrowed.
@@ -247,27 +262,38 @@ void ShardJob::FoldPrefix(int bucket) {
 
 ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   BucketStep step;
+  StepHold::Action action;
   {
     absl::MutexLock lock(&mu_);
     ++updates_running_;
     // A copy: SkipTensors may add to the skipped tensors meanwhile.
     step = settings_.ForUpdate(version_ + 1);
+    action = hold_.Begin(bucket);
+    HeldMultiplierLocked(&step);
   }
-  // Waits for a fold of this bucket that runs; none starts after.
-  reducer_.BeginSum(bucket);
-  const auto started = std::chrono::steady_clock::now();
-  reducer_.SumChunks(bucket, [&](Range part, const float* const* srcs, int count) {
-    rule_->Apply(step, part, srcs, count, values_.data());
-  });
-  // Mixed precision: the parameters (DDP: the mean) go back in half.
+  Serve serve;
+  // A held step: reduced and measured, applied once released.
+  if (action == StepHold::Action::kReduce && !ReduceHeld(bucket, &step, &serve)) return serve;
   const Range br = layout_.bucket_range(shard_, bucket);
+  const auto started = std::chrono::steady_clock::now();
+  if (action == StepHold::Action::kUpdate) {
+    // Waits for a fold of this bucket that runs; none starts after.
+    reducer_.BeginSum(bucket);
+    reducer_.SumChunks(bucket, [&](Range part, const float* const* srcs, int count) {
+      rule_->Apply(step, part, srcs, count, values_.data());
+    });
+  } else {  // its sum is held: the update's one source
+    const Range part{br.begin - range_.begin, br.end - range_.begin};
+    const float* held[] = {held_.data() + part.begin};
+    rule_->Apply(step, part, held, 1, values_.data());
+  }
+  // Mixed precision: the parameters (DDP: the mean) go back in half.
   RefreshHalf(static_cast<size_t>(br.begin - range_.begin), static_cast<size_t>(br.size()));
   const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
                               std::chrono::steady_clock::now() - started)
                               .count();
-  Serve serve;
   // The borrowed pushes are read: back to their workers.
-  serve.released = reducer_.EndSum(bucket);
+  if (action == StepHold::Action::kUpdate) serve.released = reducer_.EndSum(bucket);
   absl::MutexLock lock(&mu_);
   --updates_running_;
   counters_.update_us += took_us;
@@ -286,6 +312,13 @@ void ShardJob::FinishStepLocked(Serve* serve) {
   ++counters_.applied_steps;
   buckets_updated_ = 0;
   settings_.EndStep();
+  // NORM_ASKs still waiting: the step was released before it was measured.
+  AnswerNormsLocked(absl::FailedPreconditionError(absl::StrCat(
+                        Where(), "step ", version_ - 1,
+                        " was released and applied before every bucket was measured: every rank "
+                        "must ask for the norm before any releases the step")),
+                    serve);
+  hold_.EndStep();
   pushes_.NextStep(version_ - 1, absl::Now());  // the step that just ended
   serve->version = version_;
   if (checkpoints_.DueAt(version_)) serve->snapshot = SnapshotLocked();
@@ -316,7 +349,11 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
 
 std::vector<ShardJob::Puller> ShardJob::TakeWaitingPulls() {
   absl::MutexLock lock(&mu_);
-  return pulls_.TakeAll();
+  std::vector<Puller> all = pulls_.TakeAll();
+  for (const NormReply& n : norm_waiters_)
+    all.push_back(Puller{n.reply_to, n.rank, n.step, 0, 0, {}});
+  norm_waiters_.clear();
+  return all;
 }
 
 bool ShardJob::StepInProgressLocked() const {
@@ -344,6 +381,9 @@ std::optional<std::string> ShardJob::StallReport(absl::Time now, absl::Duration 
   if (waiting.empty()) {
     absl::StrAppend(&out, "every push arrived; ", buckets_updated_, " of ", num_buckets_,
                     " buckets updated (", updates_running_, " running)");
+    if (const std::string held = hold_.Waiting(); !held.empty()) {
+      absl::StrAppend(&out, "; waiting for ", held);
+    }
   }
   const std::vector<int> pullers = pulls_.RanksWaitingFor(version_ + 1);
   if (!pullers.empty()) {
@@ -484,6 +524,7 @@ void ShardJob::InheritCounters(ShardJob& previous) {
 void ShardJob::StartAt(int64_t step) {
   absl::MutexLock lock(&mu_);
   version_ = step;
+  hold_.Reset(step);
   restored_from_ = step;
   pushes_.StopClock();
 }
@@ -560,7 +601,8 @@ JobStats ShardJob::Stats(bool with_digest) {
   // Receive buffers as allocated: a rank whose pushes are read in place
   // (zero-copy) has none; top-k pushes land in small sparse buffers; prefix
   // order adds the accumulator.
-  const int64_t received = reducer_.buffer_bytes();
+  const int64_t received =
+      reducer_.buffer_bytes() + static_cast<int64_t>(held_.size() * sizeof(float));
   if (rule_->holds_params()) {
     st.params_bytes = n + half;  // fp32 masters (+ the served half copy)
     st.optimizer_bytes = n * static_cast<int64_t>(rule_->state().size());
@@ -627,6 +669,7 @@ absl::StatusOr<StateWritten> ShardJob::WriteState(const StateWrite& req) {
     initialized_ = true;
   }
   version_ = req.step;
+  hold_.Reset(req.step);
   settings_.ResetSkips(req.tensor_skips);
   pushes_.StopClock();
   transfer_.Drop();

@@ -47,6 +47,10 @@
 //   StepSettings (step_settings.h)     the optimizer's settings and skipped
 //                                      tensors of the next step;
 //   PullWaitlist (pull_waitlist.h)     pulls of the step in flight;
+//   StepHold (step_hold.h)             a held step (clipping by the job-wide
+//                                      norm): buckets reduced and measured,
+//                                      applied once RELEASE gives the factor
+//                                      (shard_job_hold.cc);
 //   StateTransfer (state_transfer.h)   the rules of ReadState and WriteState
 //                                      (and their chunks until the commit);
 //   CheckpointSchedule, JobCounters; job_admission.h's checks before a job
@@ -80,6 +84,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/grad_norm.h"
 #include "core/layout.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
@@ -93,6 +98,7 @@
 #include "server/pull_waitlist.h"
 #include "server/push_tracker.h"
 #include "server/state_transfer.h"
+#include "server/step_hold.h"
 #include "server/step_settings.h"
 #include "server/update_rule.h"
 #include "transport/payload_vector.h"
@@ -152,6 +158,15 @@ class ShardJob {
  public:
   // A PULL (pull_waitlist.h).
   using Puller = tessel::Puller;
+  // The answer to a NORM_ASK (a held step's share of the norm), or its
+  // refusal (status not OK: send an ERROR about the ask).
+  struct NormReply {
+    uint64_t reply_to = 0;
+    int32_t rank = 0;
+    int64_t step = 0;
+    GradNormStats stats;
+    absl::Status status;
+  };
   // What the data plane must do after an event.
   struct Serve {
     std::vector<Puller> pullers;  // each gets its `buckets` of its `version`
@@ -161,6 +176,9 @@ class ShardJob {
     std::vector<std::shared_ptr<void>> released;
     // A checkpoint was due at this step boundary: write it.
     std::optional<ShardSnapshot> snapshot;
+    // NORM_ASKs answerable now: the held step's last bucket was measured
+    // (or refused: its step ended without a norm).
+    std::vector<NormReply> norms;
   };
 
   // `memory` (may be null): where the served parameters (or DDP's averaged
@@ -222,11 +240,19 @@ class ShardJob {
   // Off: buckets are reduced only once complete (the benchmark's baseline).
   // Call before the first push.
   void set_fold_prefix(bool on) { reducer_.set_fold_prefix(on); }
+  // Held steps (server/step_hold.h; shard_job_hold.cc). A PUSH's
+  // kFrameHoldUpdate is checked by AcceptData. NORM_ASK: the answer now, or
+  // nullopt (it waits: a later UpdateBucket's Serve::norms answers it).
+  absl::StatusOr<std::optional<NormReply>> AcceptNormAsk(const FrameHeader& h, uint64_t reply_to);
+  // RELEASE: the buckets to update now (each one UpdateBucket, any thread).
+  // A multiplier that is not a positive finite float is refused.
+  absl::StatusOr<std::vector<int>> AcceptRelease(const FrameHeader& h);
   // PULL header arrived. Returns whom to serve now (possibly nobody: deferred).
   absl::StatusOr<Serve> AcceptPull(const FrameHeader& h, uint64_t reply_to);
-  // The pulls still waiting for a step, handed over and forgotten: the job
-  // was replaced (a recovery at a newer epoch) and they will never be
-  // answered here; the data plane tells each puller so.
+  // The pulls (and NORM_ASKs, as pulls of their step that want no bucket)
+  // still waiting for a step, handed over and forgotten: the job was
+  // replaced (a recovery at a newer epoch) and they will never be answered
+  // here; the data plane tells each puller so.
   std::vector<Puller> TakeWaitingPulls();
   // Payload of bucket `b` to send for the current version (params in the
   // job's wire precision), and its size in bytes.
@@ -332,6 +358,16 @@ class ShardJob {
   void LandedLocked(const FrameHeader& h, const BucketReducer::Landing& landed, Completion* c)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t wire_bytes() const { return WireElementBytes(half_.has_value()); }
+  // A held step's bucket (shard_job_hold.cc): reduced into held_ and
+  // measured. Returns true if it is to be applied now (a RELEASE came
+  // meanwhile: `step` then carries its multiplier); false: it waits, and
+  // this update is over (Serve::norms may answer NORM_ASKs).
+  bool ReduceHeld(int bucket, BucketStep* step, Serve* serve);
+  // The step's gradient multiplier of a RELEASE into `step`'s settings.
+  void HeldMultiplierLocked(BucketStep* step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The NORM_ASKs waiting, answered with the shard's stats or `refusal`.
+  void AnswerNormsLocked(const absl::Status& refusal, Serve* serve)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshHalf(size_t offset, size_t n);
 
   const v1::JobSpec spec_;
@@ -379,6 +415,12 @@ class ShardJob {
   // Pulls waiting for buckets of the step in progress (or of the first
   // step, before INIT completes), and the buckets it updated.
   PullWaitlist pulls_ ABSL_GUARDED_BY(mu_);
+  // The held step's protocol, its NORM_ASKs waiting, and its buckets' sums
+  // (shard offsets; allocated with the first held step; written by a
+  // bucket's reduction and read by its update, which the protocol orders).
+  StepHold hold_ ABSL_GUARDED_BY(mu_);
+  std::vector<NormReply> norm_waiters_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> held_;
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
   // When to snapshot: every N steps, and the steps SaveCheckpoint asked for.
   CheckpointSchedule checkpoints_ ABSL_GUARDED_BY(mu_);
