@@ -53,6 +53,13 @@ def steps(opt, n):
 
 
 class ReportTest(unittest.TestCase):
+    def setUp(self):
+        self.poll_s = report.POLL_S
+        report.POLL_S = 0  # every step looks (the fake's steps take microseconds)
+
+    def tearDown(self):
+        report.POLL_S = self.poll_s
+
     def test_phases_summed_over_groups(self):
         opt = FakeOpt([FakeWorker(1), FakeWorker(1, dict(compute=0, push=0.1, wait=0.2, pull=0.3,
                                                          update=0.4))])
@@ -139,6 +146,15 @@ class ReportTest(unittest.TestCase):
         w.named = [named(1)]
         said = steps(opt, 1)
         self.assertIn("phase pushing and pulling", said[0])
+
+    def test_looks_at_most_every_poll_s(self):
+        report.POLL_S = 3600
+        w = FakeWorker(0)
+        opt = FakeOpt([w])
+        self.assertEqual(steps(opt, 1), [])  # the first step looks
+        w.named = [named(1)]
+        self.assertEqual(steps(opt, 5), [])  # not again within POLL_S
+        self.assertEqual(report.last_step_report(opt).slowest.rank, 1)  # the report asks now
 
     def test_slowest_is_the_highest_score(self):
         w = FakeWorker(0)

@@ -9,15 +9,17 @@ into push, wait, pull and update (worker.last_step_phases(), summed over the
 parameter groups' jobs), the remainder being "other" (collecting gradients,
 the step's job-wide agreement, buffers). Compute therefore holds the
 autograd hooks' hand-over of each gradient range (an asynchronous send, the
-step's pushes overlapping backward). After each step the StepClock keeps
-a StepReport, read by opt.last_step_report(), and compares the ranks the
-shard servers name stragglers now (worker.stragglers(), heard with the
-registry's heartbeat answer, about once a second) with those it saw after
-the step before (a step that raised leaves no report): a rank newly named gives one StragglerWarning on rank 0 and
-one on that rank itself ("this rank (3) is the job's straggler: ..."), and
-one more each when the servers no longer name it; nothing is repeated per
-step. A report or warning never makes step() fail: if the worker cannot be
-read (closed), the step's result stands and no report is made.
+step's pushes overlapping backward). opt.last_step_report() builds the
+StepReport when asked (the workers keep their last step's phases until the
+next step), so a step pays only for its clock reads. After a step, at most
+every POLL_S, the StepClock compares the ranks the shard servers name
+stragglers now (worker.stragglers(), heard with the registry's heartbeat
+answer, about once a second) with those it saw before (a step that raised
+leaves the last report): a rank newly named gives one StragglerWarning on
+rank 0 and one on that rank itself ("this rank (3) is the job's straggler:
+..."), and one more each when the servers no longer name it; nothing is
+repeated per step. A report or warning never makes step() fail: a closed
+worker gives no report (None) and no warning.
 
 Threads: the training thread's.
 
@@ -35,8 +37,11 @@ import time
 import warnings
 from typing import Optional, Tuple
 
-# Steps whose phases decide a rank's own "computing" / "pushing and pulling".
+# Steps whose compute decides a rank's own "computing" / "pushing and pulling".
 PHASE_WINDOW = 8
+# Seconds between two looks at the stragglers the servers name (after a step): the
+# registry's answer that brings them comes about once a second.
+POLL_S = 0.2
 
 
 class StragglerWarning(UserWarning):
@@ -104,62 +109,98 @@ class StepReport:
         return f"StepReport(step {self.step}, rank {self.rank}{skipped}: {phases}; {slowest})"
 
 
-def _own_phase(history):
+def _own_phase(computes, link):
     """'computing' when this rank's median compute over its last steps is at least its
-    median push + pull (its own link's share), else 'pushing and pulling'."""
-    compute = statistics.median(h[0] for h in history)
-    link = statistics.median(h[1] for h in history)
-    return "computing" if compute >= link else "pushing and pulling"
+    last step's push + pull (its own link's share), else 'pushing and pulling'."""
+    return "computing" if statistics.median(computes) >= link else "pushing and pulling"
+
+
+def _phases(workers):
+    """The workers' last step's push, wait, pull and update, summed (seconds)."""
+    phases = dict(push=0.0, wait=0.0, pull=0.0, update=0.0)
+    for w in workers:
+        got = w.last_step_phases()
+        for k in phases:
+            phases[k] += got[k]
+    return phases
 
 
 class StepClock:
-    """One optimizer's step timing, last report and the stragglers it last saw."""
+    """One optimizer's step timing, its last step (the report is built when asked:
+    the workers keep their last step's phases until the next step) and the stragglers
+    it last saw (looked at after a step at most every POLL_S)."""
 
     def __init__(self):
         self.prev_end = None      # time.perf_counter() when the last step() returned
         self.prev_step = None     # the workers' step after it
-        self.report = None
-        self.named = {}           # rank -> Straggler, as after the last step
-        self.history = collections.deque(maxlen=PHASE_WINDOW)  # (compute, push + pull)
+        self.last = None          # (step, applied, compute, tessel s) of the last step
+        self.report = None        # its StepReport, once built
+        self.named = {}           # rank -> Straggler, as last looked at
+        self.polled = None        # time.perf_counter() of that look
+        self.computes = collections.deque(maxlen=PHASE_WINDOW)
 
     def stepped(self, opt, start, end, closure_s):
-        workers = [w for w in opt.workers if w is not None]
-        if not workers:
+        workers = opt.workers
+        if not workers or workers[0] is None:
             return
         try:
             step = workers[0].current_step
-            rank = workers[0].rank
-            applied = self.prev_step is None or step == self.prev_step + 1
-            phases = dict(push=0.0, wait=0.0, pull=0.0, update=0.0)
-            if applied:
-                for w in workers:
-                    got = w.last_step_phases()
-                    for k in phases:
-                        phases[k] += got[k]
-            named = {s.rank: s for s in map(Straggler.from_worker, workers[0].stragglers())}
         except ValueError:  # a closed worker: no report
             return
+        applied = self.prev_step is None or step == self.prev_step + 1
         compute = closure_s + (start - self.prev_end if self.prev_end is not None else 0.0)
-        other = max(0.0, (end - start) - closure_s - sum(phases.values()))
-        ranked = sorted(named.values(), key=lambda s: (-s.score, s.rank))
-        self.report = StepReport(step=step, rank=rank, applied=applied, compute=compute,
-                                 other=other, slowest=ranked[0] if ranked else None,
-                                 stragglers=tuple(named[r] for r in sorted(named)), **phases)
+        self.last = (step, applied, compute, (end - start) - closure_s)
+        self.report = None
         self.prev_end, self.prev_step = end, step
         if applied:
-            self.history.append((compute, phases["push"] + phases["pull"]))
-        self._warn(rank, step, named)
+            self.computes.append(compute)
+        if self.polled is None or end - self.polled >= POLL_S:
+            self.polled = end
+            try:
+                self._warn(workers, step, self._look(workers))
+            except ValueError:
+                pass
 
-    def _warn(self, rank, step, named):
+    @staticmethod
+    def _look(workers):
+        return {s.rank: s for s in map(Straggler.from_worker, workers[0].stragglers())}
+
+    def build(self, opt):
+        """The last step's StepReport (None before the first step)."""
+        if self.report is not None or self.last is None:
+            return self.report
+        step, applied, compute, tessel_s = self.last
+        workers = [w for w in opt.workers if w is not None]
+        try:
+            rank = workers[0].rank
+            phases = _phases(workers) if applied else dict(push=0.0, wait=0.0, pull=0.0,
+                                                           update=0.0)
+            named = self._look(workers)
+        except (ValueError, IndexError):  # closed since: nothing more to say
+            return None
+        ranked = sorted(named.values(), key=lambda s: (-s.score, s.rank))
+        self.report = StepReport(step=step, rank=rank, applied=applied, compute=compute,
+                                 other=max(0.0, tessel_s - sum(phases.values())),
+                                 slowest=ranked[0] if ranked else None,
+                                 stragglers=tuple(named[r] for r in sorted(named)), **phases)
+        return self.report
+
+    def _warn(self, workers, step, named):
         """One warning per change, on rank 0 and on the rank named."""
+        if named.keys() == self.named.keys():
+            self.named = named
+            return
+        rank = workers[0].rank
         for r, s in sorted(named.items()):
             if r in self.named:
                 continue
             if r == rank:
+                link = _phases(workers)
+                phase = (_own_phase(self.computes, link["push"] + link["pull"])
+                         if self.computes else "unknown")
                 _say(f"this rank ({r}) is the job's straggler: {s.score:.1f}x the median step "
                      f"(its last push {s.lateness:.3f} s after the first rank's; named by shard "
-                     f"{s.shard}); phase {_own_phase(self.history) if self.history else 'unknown'}"
-                     f" (at step {step})")
+                     f"{s.shard}); phase {phase} (at step {step})")
             elif rank == 0:
                 _say(f"rank {r} is the job's straggler: {s}; named by shard {s.shard} "
                      f"(at step {step})")
@@ -183,7 +224,9 @@ def timed_step(step):
 
     @functools.wraps(step)
     def wrapper(opt, closure=None):
-        clock = opt.__dict__.setdefault("_step_clock", StepClock())
+        clock = opt.__dict__.get("_step_clock")
+        if clock is None:
+            clock = opt.__dict__["_step_clock"] = StepClock()
         spent = [0.0]
         timed = closure
         if closure is not None:
@@ -208,4 +251,4 @@ def timed_step(step):
 def last_step_report(opt):
     """The optimizer's last StepReport, or None before its first step()."""
     clock = opt.__dict__.get("_step_clock")
-    return clock.report if clock is not None else None
+    return clock.build(opt) if clock is not None else None
