@@ -50,6 +50,12 @@ ABSL_FLAG(int, workers, 2, "worker processes");
 ABSL_FLAG(int, servers, 2, "shard server processes");
 ABSL_FLAG(std::string, sizes_mib, "1,16,64", "gradient sizes S in MiB (comma-separated)");
 ABSL_FLAG(int, iters, 10, "timed steps per size (after 3 warm-up steps)");
+ABSL_FLAG(bool, overlap, false,
+          "hand every gradient over (GradientsReady) at the step's start, as backward's hooks do "
+          "with overlap, so the pushes go before Step()");
+ABSL_FLAG(double, clip_max_norm, 0,
+          "> 0: clip by the job-wide norm on held steps (implies --overlap): HoldUpdates, then "
+          "per step HeldGradientNorm and ReleaseStep with torch's factor, timed with the step");
 ABSL_FLAG(int64_t, update_spin_us, -1, "the shard servers' --update_spin_us (-1: their default)");
 ABSL_FLAG(bool, fold_prefix, true,
           "the shard servers' --fold_prefix (false: reduce a bucket only once every rank's push "
@@ -113,6 +119,13 @@ int RunWorker() {
       return 1;
     }
     std::fill((*worker)->grads().begin(), (*worker)->grads().end(), 1e-3f * (rank + 1));
+    const double clip = absl::GetFlag(FLAGS_clip_max_norm);
+    const bool overlap = absl::GetFlag(FLAGS_overlap) || clip > 0;
+    if (clip > 0) s = (*worker)->HoldUpdates(true);
+    if (!s.ok()) {
+      std::cerr << s << "\n";
+      return 1;
+    }
     std::vector<double> times;
     std::vector<tessel::StepPhases> phases;
     std::vector<float> token(1);
@@ -150,6 +163,15 @@ int RunWorker() {
       s = (*worker)->AllReduceMean(absl::MakeSpan(token));  // the barrier
       if (i == 3) probe_start = bench_sample_now(link.c_str());
       const absl::Time t0 = absl::Now();
+      if (s.ok() && overlap) s = (*worker)->GradientsReady(0, n);
+      if (s.ok() && clip > 0) {
+        absl::StatusOr<tessel::GradNormStats> stats = (*worker)->HeldGradientNorm();
+        s = stats.status();
+        if (s.ok()) {
+          const double factor = clip / (tessel::NormOf(*stats, 2.0) + 1e-6);
+          s = (*worker)->ReleaseStep(factor < 1 ? static_cast<float>(factor) : 0.f);
+        }
+      }
       if (s.ok()) s = (*worker)->Step();
       if (!s.ok()) {
         std::cerr << s << "\n";

@@ -125,6 +125,10 @@ def main():
                          "--data_auth=on --data_integrity=header, or ... =payload (default: one "
                          "contender, the servers' default)")
     ap.add_argument("--quiet_max_s", type=float, default=120)
+    ap.add_argument("--clip", type=float, default=0,
+                    help="> 0: each Tessel contender twice, tessel-<opt>-overlap (every gradient "
+                         "handed over at the step's start) and tessel-<opt>-clip (the same, "
+                         "clipped by the job-wide norm with this max_norm on held steps)")
     ap.add_argument("--timeout_s", type=float, default=900, help="per contender run")
     args = ap.parse_args()
     worlds = [int(w) for w in args.workers.split(",")]
@@ -164,6 +168,10 @@ def main():
                 if auth_modes:
                     variants = [(f"{n}-auth-{m}", a + [f"--server_args={auth_args[m]}"])
                                 for n, a in variants for m in auth_modes]
+                if args.clip:  # the same hand-over, unclipped and clipped (held steps)
+                    variants = [(n + "-overlap", a + ["--overlap"]) for n, a in variants] + \
+                               [(n + "-clip", a + [f"--clip_max_norm={args.clip}"])
+                                for n, a in variants]
                 if args.copied:
                     variants += [(n + "-copied", a + ["--ucx_zero_copy=false"])
                                  for n, a in list(variants)]

@@ -397,6 +397,30 @@ PYBIND11_MODULE(_tessel, m) {
           [](PyWorker& self) { Check(Unlocked([&] { return self.get().FinishStep(); })); },
           "fsdp: waits until every shard applied this step.")
       .def(
+          "hold_updates", [](PyWorker& self, bool hold) { Check(self.get().HoldUpdates(hold)); },
+          py::arg("hold"),
+          "Pushes of the coming steps ask the servers to hold each step's update until "
+          "release_step (clipping by the job-wide norm; zero1, zero2, fsdp).")
+      .def_property_readonly("holding_updates",
+                             [](PyWorker& self) { return self.get().holding_updates(); })
+      .def(
+          "held_gradient_norm",
+          [](PyWorker& self) {
+            const tessel::GradNormStats s =
+                Take(Unlocked([&] { return self.get().HeldGradientNorm(); }));
+            return py::make_tuple(s.sum_sq, s.sum_abs, s.max_abs);
+          },
+          "A held step: pushes what is left and returns its mean gradient's (sum of squares, sum "
+          "of magnitudes, largest magnitude) over the job's shards.")
+      .def(
+          "release_step",
+          [](PyWorker& self, float multiplier) {
+            Check(Unlocked([&] { return self.get().ReleaseStep(multiplier); }));
+          },
+          py::arg("multiplier"),
+          "Lets the servers apply the held step with its gradient times `multiplier` (0: the "
+          "step's own settings).")
+      .def(
           "gather_all",
           [](PyWorker& self) {
             const std::vector<float> all = Take(Unlocked([&] { return self.get().GatherAll(); }));

@@ -115,7 +115,15 @@ opt.step()
 stop = opt.should_early_stop(1.0 + rank)
 check(isinstance(stop, bool), "should_early_stop answers a bool")
 
-expect_raises(ValueError, "overlap=False", lambda: tt.clip_grad_norm_(opt, 1.0))
+# Overlap on, steps that did not clip: the next step's update is not held for a
+# factor, and clip_grad_norm_ says how to clip from any step (nothing changes).
+expect_raises(RuntimeError, "hold_for_clipping=True", lambda: tt.clip_grad_norm_(opt, 1.0))
+expect_raises(ValueError, "norm types 1, 2 and inf", lambda: tt.clip_grad_norm_(opt, 1.0, 3.0))
+expect_raises(ValueError, "hold_for_clipping must be", lambda: tt.DistributedOptimizer(
+    torch.optim.SGD(model.parameters(), lr=0.1), model=model, hold_for_clipping="yes"))
+expect_raises(ValueError, "overlap=False clip_grad_norm_ needs no held step",
+              lambda: tt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                              model=model, overlap=False, hold_for_clipping=True))
 
 # A parameter replaced behind the optimizer's back is refused.
 w = model.fc.weight
@@ -205,7 +213,7 @@ with fopt.gathered():
     check(full.numel() == exact_model.flat(exact_model.make_model()).numel(),
           "fsdp: gathered() holds every parameter")
 check(all(p.numel() == 0 for p in fmodel.parameters()), "fsdp: released after gathered()")
-expect_raises(ValueError, "not available with fsdp", lambda: tt.clip_grad_norm_(fopt, 1.0))
+expect_raises(RuntimeError, "hold_for_clipping=True", lambda: tt.clip_grad_norm_(fopt, 1.0))
 other = exact_model.make_model()
 expect_raises(ValueError, "to hold exactly model.parameters()", lambda: tt.DistributedOptimizer(
     torch.optim.SGD(other.fc.parameters(), lr=0.1), model=other, strategy="fsdp"))

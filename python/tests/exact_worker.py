@@ -27,10 +27,13 @@ for combo in combos:
         variant = "fp32" if variant == "staged" else variant[:-len("-staged")]
     os.environ["TESSEL_TORCH_STAGING"] = "1" if staged else "0"
     fp16 = variant == "fp16"
+    # overlap: clipping with the gradients pushed during backward (held steps:
+    # the servers measure the norm and apply the factor in the same step).
+    overlap = variant == "overlap"
     # unused: parameters without gradients, zero_grad(set_to_none=True);
     # unused-keep: the same with zero_grad() keeping zeroed gradients.
     unused = variant in ("unused", "unused-keep")
-    precision = "fp32" if unused else variant
+    precision = "fp32" if unused or overlap else variant
     if unused:
         model = exact_model.make_branch_model()
     else:
@@ -39,7 +42,8 @@ for combo in combos:
     opt = tt.DistributedOptimizer(exact_model.OPTIMIZERS[opt_name](model),
                                   model=model, strategy=strategy, bucket_bytes=512,
                                   job=f"{cfg['job']}-{combo.replace(':', '-')}",
-                                  overlap=None if fp16 else clip is None, precision=precision,
+                                  overlap=None if fp16 else (clip is None or overlap),
+                                  precision=precision,
                                   find_unused_parameters=unused,
                                   **(exact_model.FP16_SCALER if fp16 else {}))
     if staged:  # the model's tensors are its own, not views of the worker's buffers

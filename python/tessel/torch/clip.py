@@ -6,8 +6,9 @@ norm of a list of tensors (inf: the largest magnitude); clip_factor(max_norm,
 total) is max_norm / (total + 1e-6) when that is below 1 and the norm is
 finite, else None (nothing to clip, or the gradients overflowed and the step
 skips). clip_grad_norm_(optimizer, ...) measures the norm of the mean
-gradient over all ranks (one reduction through the servers) and hands the
-factor to the optimizer for its next step only. Threads: the training
+gradient over all ranks and has this step apply the factor: measured on the
+servers for a held step (held.py: overlap, fsdp), else by one reduction
+through the servers, the factor joining the step's settings. Threads: the training
 thread's; a collective (every rank calls it at the same point).
 
 Example:
@@ -43,32 +44,39 @@ def clip_grad_norm_(optimizer, max_norm, norm_type=2.0):
     across every parameter group; if above max_norm, the step multiplies that
     mean by max_norm / (norm + 1e-6) (float32) where the update runs (the
     servers; ddp: the workers), as torch multiplies a single process's
-    gradients. Returns the norm (a tensor).
+    gradients. Returns the norm (a tensor). Call it between backward and step
+    on every rank.
 
-    Call it between backward and step on every rank. It costs one extra
-    reduction through the servers (and, on a step that clips, new settings sent
-    to them with the factor), and needs overlap=False (with overlap the
-    hooks have pushed the gradients during backward, before they could be
-    scaled).
-
-    With loss scaling it works on the unscaled gradients, as torch's recipe
-    (scaler.unscale_(opt); clip_grad_norm_(...); scaler.step(opt)) does: the
-    norm is that of the mean gradient times float32(1 / scale), and the
-    clipping factor joins the unscaling on the servers for this step (the
-    gradients stay in half precision until then). If the gradients
-    overflowed the norm is inf or NaN, nothing is clipped, and step() skips."""
+    With the gradients pushed during backward (overlap, the default, and
+    fsdp) the servers hold the step's update (held.py): the norm is measured
+    where the reduced gradient lives, each server's share as it sums the
+    step, combined here (norm types 1, 2 and inf), and the factor goes back
+    with one small message per server, applied in the same step.
+    With overlap=False (and ddp) the gradients are still here: one extra
+    reduction through the servers gives the mean, and the factor joins the
+    step's settings. With loss scaling (overlap=False) it works on the
+    unscaled gradients, as torch's recipe (scaler.unscale_(opt);
+    clip_grad_norm_(...); scaler.step(opt)) does: the norm is that of the
+    mean gradient times float32(1 / scale), and the clipping factor joins the
+    unscaling on the servers for this step. If the gradients overflowed the
+    norm is inf or NaN, nothing is clipped, and step() skips."""
     if not isinstance(optimizer, DistributedOptimizer):
         raise ValueError("clip_grad_norm_ takes a tessel.torch.DistributedOptimizer")
-    if optimizer.strategy == "fsdp":
-        raise ValueError("clip_grad_norm_ is not available with fsdp: its units' gradients are "
-                         "pushed and freed during backward")
-    if optimizer.overlap:
-        raise ValueError("clip_grad_norm_ needs the DistributedOptimizer made with overlap=False: "
-                         "with overlap, backward's hooks have already pushed the gradients")
     max_norm = float(max_norm)
     norm_type = float(norm_type)
     if not max_norm > 0:
         raise ValueError(f"max_norm must be > 0, got {max_norm}")
+    if optimizer._held.applies():
+        return optimizer._held.clip(max_norm, norm_type)
+    if optimizer.strategy == "fsdp":
+        raise ValueError("clip_grad_norm_ under fsdp with loss scaling is not available: "
+                         "clip without loss scaling (bf16 needs none)")
+    if optimizer.overlap and optimizer._hybrid is not None:
+        raise ValueError("clip_grad_norm_ with overlap in a tensor- or pipeline-parallel job is "
+                         "not available: make the DistributedOptimizer with overlap=False")
+    if optimizer.overlap:
+        raise ValueError("clip_grad_norm_ with overlap needs zero1, zero2 or fsdp (ddp's workers "
+                         "apply the update): make the DistributedOptimizer with overlap=False")
     means = optimizer.synchronize_gradients()
     if optimizer.strategy == "ddp" and optimizer.precision in HALF:
         # what ddp's servers hand back, and its workers apply: the mean in half

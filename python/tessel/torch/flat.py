@@ -174,6 +174,10 @@ class FlatGroup(ParamGroup):
         """The tensors holding this step's gradients (checked for overflow)."""
         return [self.flat_grads]
 
+    def push_rest(self):
+        if self.staging is not None:  # the device's copies, as step() hands them over
+            self.staging.hand_over(self.require_worker())
+
     def step(self):
         w = self.require_worker()
         if self.staging is not None:

@@ -190,6 +190,10 @@ class FsdpGroup(ParamGroup):
         """The tensors holding this step's gradients (checked for overflow)."""
         return [unit.grads for unit in self.units if unit.grads is not None]
 
+    def push_rest(self):
+        for unit in self.units:
+            unit.push()  # units backward did not reach: a zero gradient
+
     def step(self):
         for unit in self.units:
             unit.push()  # units backward did not reach: a zero gradient

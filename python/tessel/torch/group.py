@@ -117,5 +117,9 @@ class ParamGroup:
     def check_layout(self):
         pass
 
+    def push_rest(self):
+        """A held step about to be measured (held.py): every gradient handed over
+        (the worker SDK pushes what is left)."""
+
     def end_step(self):
         pass

@@ -40,6 +40,8 @@ from tessel.torch.buffers import BufferSync
 from tessel.torch.flat import FlatGroup
 from tessel.torch.fsdp import FsdpGroup, plan_units
 from tessel.torch.group import Settings
+from tessel.torch.held import HeldSteps
+from tessel.torch.held import check_mode as check_hold
 from tessel.torch.hyper import tessel_hyper
 from tessel.torch.model_state import ModelState
 from tessel.torch.parallel.layers import replicated_parameters
@@ -91,6 +93,10 @@ class DistributedOptimizer:
                 parameter's gradient is handed over after that many.
     overlap:    push buckets from autograd hooks while backward runs (the default, except
                 with loss scaling, whose overflow decision must come before any push).
+    hold_for_clipping: where gradients go out during backward (overlap, fsdp), which
+                steps' updates the servers hold until clip_grad_norm_ gives the factor
+                (held.py): None (default) the first step and each step after one that
+                clipped; True every step (clip from any step on); False none.
     precision:  "fp32"; "bf16" or "fp16": half parameters and gradients on the workers and
                 the wire (the model computes in half), fp32 masters and state on the servers.
     loss_scale: "dynamic" (the default for fp16), a number (a static scale), or None (the
@@ -155,7 +161,7 @@ class DistributedOptimizer:
                  checkpoint_every_steps=0, precision="fp32", loss_scale=None,
                  init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                  find_unused_parameters=False, topk_ratio=0.0, broadcast_buffers=True,
-                 session=None):
+                 session=None, hold_for_clipping=None):
         if session is None:
             session = session_lib.default_session()
         cfg = session.config
@@ -178,6 +184,7 @@ class DistributedOptimizer:
             overlap = True
         self._clip_coef = None  # clip_grad_norm_'s factor, for the next step only
         hybrid = session.hybrid
+        check_hold(hold_for_clipping, overlap, strategy, self._scaler.enabled, hybrid is not None)
         rank, world, base_job = cfg["rank"], cfg["world_size"], job or cfg["job"]
         if hybrid is not None:  # this process's partition is the job; its replicas the world
             if strategy not in ("zero1", "zero2"):
@@ -223,6 +230,8 @@ class DistributedOptimizer:
             raise
         if hybrid is not None:
             model._tessel_optimizer = weakref.ref(self)  # a Pipeline of it accumulates with it
+        self._prepared = False  # this step's gradients collected and agreed (_prepare_step)
+        self._held = HeldSteps(self, hold_for_clipping)
         session.adopt(self)
 
     def _connect(self, cfg, model, plans, rank, world, base_job, bucket_bytes,
@@ -361,31 +370,20 @@ class DistributedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for g in self._groups:
-            g.require_worker()
-            g.check_layout()
-        for g in self._groups:
-            g.collect_grads()
-        overflowed, skips = agree(self._groups, self.find_unused_parameters,
-                                  check_overflow=self._scaler.enabled)
-        if overflowed:
+        if not self._prepare_step():  # overflowed: skipped on every rank
             self._scaler.skipped()
             self._clip_coef = None
             for g in self._groups:
                 g.drop_gradients()
             self._buffers.sync(self._groups[0].worker)
             return False if closure is None else loss
-        for g in self._groups:
-            g.sync_hyper()
-        self._skip_tensors(skips)
-        if self._buffer_store is not None and self._buffer_store.due(self.step_count + 1):
-            # A checkpoint step: rank 0's buffers (this step's forward is done) go in first.
-            self._buffer_store.write(self.step_count + 1)
+        self._prepared = False
         recovered = self.recoveries
         for g in self._groups:
             self._recovering(g)
             g.end_step()
         self._clip_coef = None  # this step's only
+        self._held.step_done()
         self._scaler.stepped()
         if hasattr(self.optimizer, "_step_count"):  # torch's counter a scheduler checks
             self.optimizer._step_count += 1
@@ -398,6 +396,31 @@ class DistributedOptimizer:
         if closure is not None:
             self.report_loss(loss)
         return loss
+
+    def _prepare_step(self):
+        """Once a step (step(), or a held step's clip_grad_norm_ first): layouts
+        checked, gradients collected, the job-wide decisions, settings and skips
+        sent, a checkpoint step's buffers written. False if a rank's gradients
+        overflowed (the step is skipped)."""
+        if self._prepared:
+            return True
+        for g in self._groups:
+            g.require_worker()
+            g.check_layout()
+        for g in self._groups:
+            g.collect_grads()
+        overflowed, skips = agree(self._groups, self.find_unused_parameters,
+                                  check_overflow=self._scaler.enabled)
+        if overflowed:
+            return False
+        for g in self._groups:
+            g.sync_hyper()
+        self._skip_tensors(skips)
+        if self._buffer_store is not None and self._buffer_store.due(self.step_count + 1):
+            # A checkpoint step: rank 0's buffers (this step's forward is done) go in first.
+            self._buffer_store.write(self.step_count + 1)
+        self._prepared = True
+        return True
 
     def _skip_tensors(self, skips):
         """Tells each group's servers (ddp: its worker) which parameters this step
