@@ -1,7 +1,9 @@
 // The ShardServer adapter: ReadShardState's answers carry what the job
 // holds and, at the protocol's largest chunk, fit in a gRPC message even
 // with a 3-slot optimizer; WriteShardState round-trips; ShardStatsProto
-// carries the job's stats and its spec's fields.
+// carries the job's stats and its spec's fields, and the flight recorder's
+// pull times, per-rank bytes and the step in progress's waiting list as the
+// data path fills them.
 #include "server/shard_job_proto.h"
 
 #include <cstring>
@@ -9,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "rpc/limits.h"
 #include "server/shard_job.h"
+#include "server/shard_job_testing.h"
 
 namespace tessel {
 namespace {
@@ -135,6 +138,76 @@ TEST(ShardJobProtoTest, StatsCarryTheJobsCountsAndItsSpec) {
   EXPECT_TRUE(ShardStatsProto(**job, /*with_digest=*/false).state_digest().empty());
   ASSERT_EQ(st.worker_ids_size(), 2);
   EXPECT_EQ(st.worker_ids(1), 9);
+}
+
+// A 2-rank job of 2 buckets: one step by both ranks, each pulling while it
+// is in progress and served as the data plane would (CountPulled per bucket
+// sent), then step 1 half pushed.
+TEST(ShardJobProtoTest, StatsCarryPullTimesBytesAndWhatTheStepWaitsFor) {
+  std::unique_ptr<ShardJob> job =
+      InitializedJob(OneTensorSpec("pulls", v1::STRATEGY_ZERO2, 2, 32, 16), 1);
+  ASSERT_NE(job, nullptr);
+  auto push = [&](int rank, int bucket) {
+    FrameHeader h = JobFrame(*job, 1, FrameType::kPush, rank, bucket);
+    ASSERT_TRUE(job->AcceptData(h).ok());
+    ShardJob::Completion c = job->CompleteReceive(h, absl::OkStatus());
+    ShardJob::Serve serve;
+    if (c.update) serve = job->UpdateBucket(*c.update);
+    for (const ShardJob::Puller& p : serve.pullers) {
+      for (int b : p.buckets) job->CountPulled(p.rank, p.version, job->served_bytes(b));
+    }
+  };
+  auto pull = [&](int rank) {
+    FrameHeader h = JobFrame(*job, 1, FrameType::kPull, rank, 0);
+    h.step = job->version() + 1;
+    h.payload_bytes = 0;
+    h.bucket_count = 2;
+    absl::StatusOr<ShardJob::Serve> serve = job->AcceptPull(h, /*reply_to=*/rank);
+    ASSERT_TRUE(serve.ok()) << serve.status();
+  };
+  const int64_t t0 = absl::ToUnixMicros(absl::Now());
+  push(0, 0);
+  push(0, 1);
+  pull(0);
+  push(1, 0);
+  push(1, 1);  // the step ends: both pulls served
+  pull(1);     // asks for the version in progress' result: step 1
+  push(1, 0);
+  v1::ShardStats st = ShardStatsProto(*job, /*with_digest=*/false);
+  ASSERT_EQ(st.flight_size(), 2) << "step 0, and step 1 in progress";
+  const v1::StepArrivals& s0 = st.flight(0);
+  EXPECT_EQ(s0.step(), 0);
+  ASSERT_EQ(s0.pull_asked_us_size(), 2);
+  EXPECT_GE(s0.pull_asked_us(0), t0);
+  EXPECT_GE(s0.pull_served_us(0), s0.pull_asked_us(0));
+  EXPECT_EQ(s0.pull_asked_us(1), -1) << "rank 1 pulled step 0's result only after it ended";
+  EXPECT_GE(st.flight(1).pull_asked_us(1), s0.end_us());
+  EXPECT_EQ(st.flight(1).pull_served_us(1), -1) << "step 1 is not done";
+  const int64_t bucket = job->served_bytes(0);
+  ASSERT_EQ(st.rank_pushed_bytes_size(), 2);
+  EXPECT_EQ(st.rank_pushed_bytes(0), 2 * bucket);
+  EXPECT_EQ(st.rank_pushed_bytes(1), 3 * bucket);
+  EXPECT_EQ(st.rank_pulled_bytes(0), 2 * bucket);
+  EXPECT_EQ(st.rank_pulled_bytes(1), 0);
+  EXPECT_EQ(st.pulled_bytes(), 2 * bucket);
+  ASSERT_TRUE(st.has_waiting());
+  const v1::StepWaiting& w = st.waiting();
+  EXPECT_EQ(w.step(), 1);
+  EXPECT_GE(w.started_us(), s0.end_us());
+  EXPECT_EQ(w.num_buckets(), 2);
+  EXPECT_FALSE(w.host_groups());
+  ASSERT_EQ(w.slots_size(), 2);
+  EXPECT_EQ(w.slots(0).slot(), 0);
+  EXPECT_EQ(w.slots(0).not_pushed_size(), 2);
+  EXPECT_EQ(w.slots(1).slot(), 1);
+  ASSERT_EQ(w.slots(1).not_pushed_size(), 1);
+  EXPECT_EQ(w.slots(1).not_pushed(0), 1);
+  ASSERT_EQ(w.pulls_waiting_size(), 1);
+  EXPECT_EQ(w.pulls_waiting(0), 1);
+  push(0, 0);
+  push(0, 1);
+  push(1, 1);
+  EXPECT_FALSE(ShardStatsProto(*job, false).has_waiting()) << "no step in progress";
 }
 
 }  // namespace
