@@ -34,10 +34,14 @@ class Harness {
     server_->Shutdown(absl::ToChronoTime(absl::Now()));
   }
 
-  absl::StatusOr<int64_t> Join(const std::string& group, const std::string& token) {
+  absl::StatusOr<int64_t> Join(const std::string& group, const std::string& token, int rank = 0,
+                               const std::string& pod = "", int64_t ttl_ms = 0) {
     v1::JoinRequest req;
     req.mutable_member()->set_group(group);
     req.mutable_member()->set_role(v1::ROLE_WORKER);
+    req.mutable_member()->set_rank(rank);
+    req.mutable_member()->set_pod(pod);
+    req.set_lease_ttl_ms(ttl_ms);
     v1::JoinResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(10));
@@ -46,9 +50,11 @@ class Harness {
     if (!s.ok()) return absl::UnknownError(s.error_message());
     return resp.lease_id();
   }
-  grpc::Status Heartbeat(int64_t lease, const std::string& token) {
+  grpc::Status Heartbeat(int64_t lease, const std::string& token,
+                         const v1::StepPhases* phases = nullptr) {
     v1::HeartbeatRequest req;
     req.set_lease_id(lease);
+    if (phases != nullptr) *req.mutable_phases() = *phases;
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(10));
@@ -63,6 +69,19 @@ class Harness {
     SetDeadline(&ctx, absl::Seconds(10));
     AddToken(&ctx, token);
     return stub_->Leave(&ctx, req, &resp);
+  }
+  absl::StatusOr<v1::View> GetView(const std::string& group) {
+    v1::GetViewRequest req;
+    req.set_group(group);
+    v1::GetViewResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    grpc::Status s = stub_->GetView(&ctx, req, &resp);
+    if (!s.ok()) return absl::UnknownError(s.error_message());
+    return resp.view();
+  }
+  absl::StatusOr<v1::View> Stored(const std::string& group) {
+    return service_.registry().GetView(group);
   }
   int Members(const std::string& group) {
     auto view = service_.registry().GetView(group);
@@ -126,6 +145,41 @@ TEST(RegistryServiceTest, AnonymousJoinersRenewAnonymously) {
   ASSERT_TRUE(lease.ok()) << lease.status();
   EXPECT_TRUE(h.Heartbeat(*lease, "").ok());
   EXPECT_TRUE(h.Leave(*lease, "").ok());
+}
+
+// tesselctl top and why: GetView's workers carry their last heartbeat here,
+// when their lease lapses and their last step's phases, and their pod; the
+// registry's stored view does not.
+TEST(RegistryServiceTest, GetViewCarriesEachWorkersLivenessAndPod) {
+  Harness h(AuthOptions{});
+  const int64_t before = absl::ToUnixMillis(absl::Now());
+  absl::StatusOr<int64_t> a = h.Join("J", "", 0, "train-0", /*ttl_ms=*/4000);
+  absl::StatusOr<int64_t> b = h.Join("J", "", 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  v1::StepPhases phases;
+  phases.set_step(12);
+  phases.set_compute_ns(300);
+  ASSERT_TRUE(h.Heartbeat(*a, "", &phases).ok());
+  absl::StatusOr<v1::View> view = h.GetView("J");
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_EQ(view->members_size(), 2);
+  const v1::Member& m0 = view->members(0);
+  EXPECT_EQ(m0.pod(), "train-0");
+  EXPECT_GE(m0.liveness().last_heartbeat_unix_ms(), before);
+  EXPECT_EQ(m0.liveness().lease_expires_unix_ms(), m0.liveness().last_heartbeat_unix_ms() + 4000);
+  EXPECT_EQ(m0.liveness().phases().step(), 12);
+  EXPECT_EQ(m0.liveness().phases().compute_ns(), 300);
+  const v1::Member& m1 = view->members(1);
+  EXPECT_GE(m1.liveness().last_heartbeat_unix_ms(), before) << "its join counts";
+  EXPECT_FALSE(m1.liveness().has_phases()) << "no step reported";
+  auto stored = h.Stored("J");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_FALSE(stored->members(0).has_liveness()) << "decorates answers only";
+  ASSERT_TRUE(h.Leave(*a, "").ok());
+  view = h.GetView("J");
+  ASSERT_TRUE(view.ok());
+  ASSERT_EQ(view->members_size(), 1);
+  EXPECT_EQ(view->members(0).rank(), 1);
 }
 
 }  // namespace
