@@ -413,6 +413,11 @@ PYBIND11_MODULE(_tessel, m) {
           "A held step: pushes what is left and returns its mean gradient's (sum of squares, sum "
           "of magnitudes, largest magnitude) over the job's shards.")
       .def(
+          "pull_mean",
+          [](PyWorker& self) { Check(Unlocked([&] { return self.get().PullMean(); })); },
+          "ddp: pushes what is left and receives the step's mean gradient (grads) without "
+          "applying it; step() applies it.")
+      .def(
           "release_step",
           [](PyWorker& self, float multiplier) {
             Check(Unlocked([&] { return self.get().ReleaseStep(multiplier); }));

@@ -108,6 +108,22 @@ absl::Status Worker::ReleaseStep(float multiplier) {
   return absl::OkStatus();
 }
 
+absl::Status Worker::PullMean() {
+  internal::JobContext& ctx = p_->ctx;
+  if (ctx.layout == nullptr || !ctx.ddp()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx.Where(), ": PullMean is for ddp jobs after RegisterLayout"));
+  }
+  if (p_->pulled_mean_step == ctx.step) {
+    return absl::FailedPreconditionError(absl::StrCat(ctx.Where(), ": the mean of step ",
+                                                      ctx.step + 1,
+                                                      " was pulled already; Step() applies it"));
+  }
+  TESSEL_RETURN_IF_ERROR(p_->exchange->Exchange(ctx.step + 1));
+  p_->pulled_mean_step = ctx.step;
+  return absl::OkStatus();
+}
+
 absl::Status Worker::ReleaseIfHeld() {
   if (!holding_updates() || p_->released_step == p_->ctx.step) return absl::OkStatus();
   return ReleaseStep(0);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/optimizer.h"
@@ -237,7 +238,9 @@ absl::Status Worker::Step() {
   const absl::Time start = absl::Now();
   p_->compute_ns = p_->last_step_end ? absl::ToInt64Nanoseconds(start - *p_->last_step_end) : 0;
   TESSEL_RETURN_IF_ERROR(ReleaseIfHeld());
-  TESSEL_RETURN_IF_ERROR(p_->exchange->Exchange(ctx.step + 1));
+  if (p_->pulled_mean_step != ctx.step) {  // else PullMean received it
+    TESSEL_RETURN_IF_ERROR(p_->exchange->Exchange(ctx.step + 1));
+  }
   ++ctx.step;
   p_->exchange->NextStep();
   double update_seconds = 0;
@@ -325,6 +328,40 @@ StepPhases Worker::last_step_phases() const {
   phases.compute_ns = p_->compute_ns;
   phases.update_ns = p_->update_ns;
   return phases;
+}
+
+bool Worker::straggler_evicted() {
+  const internal::JobContext& ctx = p_->ctx;
+  const WorkerOptions& o = ctx.options;
+  if (o.straggler_policy != WorkerOptions::StragglerPolicy::kEvict || p_->membership == nullptr) {
+    return false;
+  }
+  if (p_->evicted) return true;
+  v1::Straggler me;
+  const absl::Time since = p_->membership->SlowestSince(&me);
+  const absl::Time now = absl::Now();
+  if (since == absl::InfiniteFuture() || now - since < o.straggler_evict_after) return false;
+  const std::string named = absl::StrFormat(
+      "the shard servers have named this rank (%d) the job's slowest straggler for %s (score "
+      "%.2f, its last push %.3f s after the first rank's; shard %d)",
+      ctx.rank.load(), absl::FormatDuration(absl::Trunc(now - since, absl::Milliseconds(100))),
+      me.score(), me.lateness_seconds(), me.shard());
+  if (ctx.world_size - 1 < o.elastic_min_workers) {
+    if (!p_->evict_refused_said) {
+      p_->evict_refused_said = true;
+      TESSEL_LOG(WARNING) << ctx.Where() << ": " << named
+                          << "; --straggler_policy=evict leaves it in: the job would have "
+                          << ctx.world_size - 1 << " worker(s), fewer than elastic_min_workers "
+                          << o.elastic_min_workers;
+    }
+    return false;
+  }
+  p_->evicted = true;
+  TESSEL_LOG(WARNING) << ctx.Where() << ": " << named
+                      << "; --straggler_policy=evict: it leaves the job at a checkpoint and the "
+                      << "others go on without it (" << ctx.world_size - 1 << " workers)";
+  if (p_->metrics != nullptr) p_->metrics->Evicted();
+  return true;
 }
 
 std::vector<StragglerReport> Worker::stragglers() const {

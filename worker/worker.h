@@ -305,6 +305,12 @@ class Worker {
   bool holding_updates() const;
   absl::StatusOr<GradNormStats> HeldGradientNorm();
   absl::Status ReleaseStep(float multiplier);
+  // ddp (its workers apply the update, so they clip it): pushes what is
+  // left of the step and waits for the averaged gradient (in grads() or
+  // half_grads()) without applying it; the next Step() applies it with the
+  // settings then (a clipping factor as grad_scale, SetOptimizer). Once a
+  // step; FailedPrecondition for other strategies.
+  absl::Status PullMean();
   // fsdp: waits until every shard holds parameters of `version`.
   absl::Status Barrier(int64_t version);
   // The full parameters at the current step (tools and tests; allocates P floats).
@@ -371,6 +377,15 @@ class Worker {
   // second) said; empty when none is, or without a registry
   // (worker/reports.h StragglerReport). Cheap: a copy under a mutex.
   std::vector<StragglerReport> stragglers() const;
+  // options().straggler_policy kEvict: whether this worker is evicted, i.e.
+  // the servers have named it the job's slowest straggler for
+  // options().straggler_evict_after and the job keeps at least
+  // elastic_min_workers without it. The first time, it logs (WARNING) and
+  // counts (tessel_worker_straggler_evictions_total); it stays true. The
+  // caller then leaves the job at a checkpoint (tessel-train: asks for one at
+  // the next step, runs that step, exits), and the others go on without it
+  // through the elastic shrink. Always false with kOff. Call after a step.
+  bool straggler_evicted();
   // How this worker's payloads moved to and from each shard server so far:
   // "in place" (UCX shared memory on one host: servers reduce gradients
   // where this worker keeps them, parameters are copied once) or "copied"

@@ -159,7 +159,7 @@ def main():
     # servers measure the norm, so its bits are not ddp's (compared with torch).
     combos = [f"{s}:{o}" for s in STRATEGIES for o in exact_model.OPTIMIZERS]
     # Clipping with overlap on (held steps, as fsdp's).
-    held = [f"{s}:{o}:overlap" for s in ("zero1", "zero2") for o in exact_model.CLIP]
+    held = [f"{s}:{o}:overlap" for s in ("ddp", "zero1", "zero2") for o in exact_model.CLIP]
     combos += held
     # Mixed precision: bf16 on the workers and the wire, fp32 masters on the servers.
     bf16 = [f"{s}:{o}:bf16" for s in ("ddp", "zero2", "fsdp") for o in ("sgd", "adam")]
@@ -228,7 +228,13 @@ def main():
         got = np.load(os.path.join(first, f"{combo.replace(':', '-')}.npy"))
         rel = float(np.abs(got - want).max() / np.abs(want).max())
         worst[(strategy, opt_name + ":overlap")] = rel
-        print(f"{strategy:9} {opt_name:9} {rel:14.3g}  (clipped with overlap: held steps)")
+        same = ""
+        if strategy == "ddp":  # the mean measured where its workers apply it: overlap=False's bits
+            base = np.load(os.path.join(first, f"ddp-{opt_name}.npy"))
+            same = " bitwise = overlap=False" if np.array_equal(got, base) else " NOT overlap=False's"
+            if not np.array_equal(got, base):
+                failures.append(f"{combo}: differs from ddp:{opt_name} (overlap=False)")
+        print(f"{strategy:9} {opt_name:9} {rel:14.3g}  (clipped with overlap{', held steps' if strategy != 'ddp' else ''}){same}")
         if not rel < TOLERANCE:
             failures.append(f"{combo}: relative difference {rel:.3g} >= {TOLERANCE}")
     print(f"{'bf16':9} {'optimizer':9} {'vs torch bf16 compute + fp32 masters':>38}")

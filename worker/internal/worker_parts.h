@@ -74,9 +74,13 @@ struct WorkerParts {
   // time between it and the last Step()'s start (StepPhases::compute_ns).
   std::optional<absl::Time> last_step_end;
   int64_t compute_ns = 0;
-  int64_t update_ns = 0;  // ddp's update in the last Step() (StepPhases::update_ns)
+  int64_t update_ns = 0;            // ddp's update in the last Step() (StepPhases::update_ns)
+  bool evicted = false;             // straggler_evicted() said so
+  bool evict_refused_said = false;  // ... and that the job is too small for it, once
   // The last held step this worker released (Worker::ReleaseStep), -1: none.
   int64_t released_step = -1;
+  // ddp: the step whose mean PullMean received (Step() applies it), -1: none.
+  int64_t pulled_mean_step = -1;
 };
 
 }  // namespace tessel::internal

@@ -52,9 +52,11 @@ def clip_grad_norm_(optimizer, max_norm, norm_type=2.0):
     where the reduced gradient lives, each server's share as it sums the
     step, combined here (norm types 1, 2 and inf), and the factor goes back
     with one small message per server, applied in the same step.
-    With overlap=False (and ddp) the gradients are still here: one extra
-    reduction through the servers gives the mean, and the factor joins the
-    step's settings. With loss scaling (overlap=False) it works on the
+    ddp with overlap: the step's exchange runs now (its workers receive the
+    mean and apply the update themselves), the norm is the mean's, and the
+    factor joins the step's settings. With overlap=False the gradients are
+    still here: one extra reduction through the servers gives the mean, and
+    the factor joins the step's settings. With loss scaling (overlap=False) it works on the
     unscaled gradients, as torch's recipe (scaler.unscale_(opt);
     clip_grad_norm_(...); scaler.step(opt)) does: the norm is that of the
     mean gradient times float32(1 / scale), and the clipping factor joins the
@@ -74,11 +76,11 @@ def clip_grad_norm_(optimizer, max_norm, norm_type=2.0):
     if optimizer.overlap and optimizer._hybrid is not None:
         raise ValueError("clip_grad_norm_ with overlap in a tensor- or pipeline-parallel job is "
                          "not available: make the DistributedOptimizer with overlap=False")
-    if optimizer.overlap:
-        raise ValueError("clip_grad_norm_ with overlap needs zero1, zero2 or fsdp (ddp's workers "
-                         "apply the update): make the DistributedOptimizer with overlap=False")
-    means = optimizer.synchronize_gradients()
-    if optimizer.strategy == "ddp" and optimizer.precision in HALF:
+    if optimizer.overlap:  # ddp: the step's mean comes now, and is applied by step()
+        means = _pull_ddp_means(optimizer)
+    else:
+        means = optimizer.synchronize_gradients()
+    if optimizer.strategy == "ddp" and optimizer.precision in HALF and not optimizer.overlap:
         # what ddp's servers hand back, and its workers apply: the mean in half
         half = HALF[optimizer.precision]
         means = [g.to(half).float() for g in means]
@@ -87,4 +89,29 @@ def clip_grad_norm_(optimizer, max_norm, norm_type=2.0):
     coef = clip_factor(max_norm, total)
     if coef is not None:
         optimizer._clip_next_step(coef)
+        if optimizer.overlap:  # ddp: the settings of the step its workers apply now
+            for g in optimizer._groups:
+                g.sync_hyper()
     return total
+
+
+def _pull_ddp_means(optimizer):
+    """ddp with overlap: the step's mean gradient pulled now (Worker::PullMean),
+    per parameter as its workers will apply it (half: the half mean, widened);
+    step() applies it with the factor."""
+    if optimizer._ddp_mean_pulled:
+        raise RuntimeError("clip_grad_norm_ twice in one step: the step's mean was measured "
+                           "by the first call")
+    optimizer._prepare_step()
+    means = []
+    for g in optimizer._groups:
+        g.push_rest()
+        w = g.require_worker()
+        w.pull_mean()
+        if optimizer.precision in HALF:
+            flat = torch.from_numpy(w.half_grads()).view(HALF[optimizer.precision]).float()
+        else:
+            flat = torch.from_numpy(w.grads())
+        means += [flat[b:e] for b, e in g.ranges]
+    optimizer._ddp_mean_pulled = True
+    return means

@@ -231,6 +231,7 @@ class DistributedOptimizer:
         if hybrid is not None:
             model._tessel_optimizer = weakref.ref(self)  # a Pipeline of it accumulates with it
         self._prepared = False  # this step's gradients collected and agreed (_prepare_step)
+        self._ddp_mean_pulled = False  # ddp with overlap: clip_grad_norm_ pulled the mean
         self._held = HeldSteps(self, hold_for_clipping)
         session.adopt(self)
 
@@ -383,6 +384,7 @@ class DistributedOptimizer:
             self._recovering(g)
             g.end_step()
         self._clip_coef = None  # this step's only
+        self._ddp_mean_pulled = False
         self._held.step_done()
         self._scaler.stepped()
         if hasattr(self.optimizer, "_step_count"):  # torch's counter a scheduler checks
