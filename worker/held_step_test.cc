@@ -6,9 +6,11 @@
 // multiplier (zero2 with Adam, several buckets; fsdp by units); a held step
 // not released by hand is released by Step() and trains as an unheld one;
 // misuse is refused and names what to do.
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -197,6 +199,29 @@ TEST(HeldStepMisuseTest, RefusedWithWhatToDo) {
     EXPECT_TRUE(absl::IsFailedPrecondition(s));
     EXPECT_NE(s.message().find("ddp"), std::string::npos);
   });
+  cluster.Stop();
+}
+
+TEST(HeldStepMisuseTest, RanksThatDisagreeOnHoldingAreRefusedNamingTheRule) {
+  InProcCluster cluster{InProcCluster::Options{}};
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<absl::Status> got(kWorld);
+  OnRanks(kWorld, [&](int r) {
+    WorkerOptions o = cluster.worker_options("disagree", r, kWorld);
+    o.strategy = Strategy::kZero2;
+    o.step_timeout = absl::Seconds(2);
+    auto w = Worker::Connect(o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    Worker& worker = **w;
+    ASSERT_TRUE(worker.RegisterLayout(kTensors, SineInit(NumElements(kTensors))).ok());
+    ASSERT_TRUE(worker.HoldUpdates(r == 0).ok());
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 decides
+    got[static_cast<size_t>(r)] = StepWithTestGrads(worker, r, 0);
+  });
+  EXPECT_TRUE(absl::IsFailedPrecondition(got[1])) << got[1];
+  EXPECT_NE(got[1].message().find("every rank must clip the same steps"), std::string::npos)
+      << got[1];
+  EXPECT_FALSE(got[0].ok()) << "the step cannot complete";
   cluster.Stop();
 }
 
