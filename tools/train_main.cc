@@ -171,6 +171,9 @@ int Replay(tessel::Worker* worker, int steps) {
   absl::Status s = worker->RegisterLayout(tensors, *init);
   if (!s.ok()) return Fail(s);
   tessel::Preemption preemption;
+  // --straggler_policy=evict: leaves the job as on SIGTERM, at a checkpoint.
+  tessel::Preemption eviction([worker] { return worker->straggler_evicted(); },
+                              "evicted as a straggler", tessel::kEvictedExit);
   for (int64_t k = worker->step(); k < steps; ++k) {
     tessel::SetLogStep(k);
     // rank, not fixed: an elastic recovery renumbers the workers.
@@ -206,12 +209,14 @@ int Replay(tessel::Worker* worker, int steps) {
     }
     if (!s.ok() && tessel::Worker::IsRecoverable(s)) {
       if (int rc = preemption.AfterFailedStep(worker); rc >= 0) return rc;
+      if (int rc = eviction.AfterFailedStep(worker); rc >= 0) return rc;
       k = RecoverOrFail(worker, s) - 1;  // the loop goes on at the checkpoint's step
       if (k < -1) return 1;
       continue;
     }
     if (!s.ok()) return Fail(s);
     if (int rc = preemption.AfterStep(worker); rc >= 0) return rc;
+    if (int rc = eviction.AfterStep(worker); rc >= 0) return rc;
   }
   return 0;
 }
@@ -240,6 +245,9 @@ int RunMlpSteps(tessel::Worker* worker, int steps, const tessel::MlpJob& job, co
   double loss_sum = 0;
   int window = 0;
   tessel::Preemption preemption;
+  // --straggler_policy=evict: leaves the job as on SIGTERM, at a checkpoint.
+  tessel::Preemption eviction([worker] { return worker->straggler_evicted(); },
+                              "evicted as a straggler", tessel::kEvictedExit);
   LossLog loss_log(worker->registry_rank());  // its file stays with the process
   const absl::Duration step_sleep = absl::Milliseconds(absl::GetFlag(FLAGS_step_sleep_ms));
   if (absl::GetFlag(FLAGS_hang_on_sigusr1)) std::signal(SIGUSR1, OnHangSignal);
@@ -252,6 +260,7 @@ int RunMlpSteps(tessel::Worker* worker, int steps, const tessel::MlpJob& job, co
     const absl::StatusOr<float> loss = step(k, rank, world, &computed);
     if (!loss.ok() && tessel::Worker::IsRecoverable(loss.status())) {
       if (int rc = preemption.AfterFailedStep(worker); rc >= 0) return rc;
+      if (int rc = eviction.AfterFailedStep(worker); rc >= 0) return rc;
       const int64_t next = RecoverOrFail(worker, loss.status());
       if (next < 0) return 1;
       if (absl::Status r = after_recovery(); !r.ok()) return Fail(r);
@@ -271,6 +280,7 @@ int RunMlpSteps(tessel::Worker* worker, int steps, const tessel::MlpJob& job, co
     loss_log.Add(k, *loss);
     worker->ReportLoss(*loss);
     if (int rc = preemption.AfterStep(worker); rc >= 0) return rc;
+    if (int rc = eviction.AfterStep(worker); rc >= 0) return rc;
     loss_sum += *loss;
     ++window;
     if (rank == 0 && ((k + 1) % log_every == 0 || k + 1 == steps)) {
@@ -486,6 +496,9 @@ int main(int argc, char** argv) {
       "step boundary, runs that step, leaves the job and exits with status 143; the\n"
       "job recovers from that checkpoint when the rank is replaced (or goes on with\n"
       "fewer workers under --elastic_min_workers).\n\n"
+      "With --straggler_policy=evict (and --elastic_min_workers), a worker the shard\n"
+      "servers name the job's slowest straggler for --straggler_evict_after_s leaves\n"
+      "the same way and exits with status 3; the others go on without it.\n\n"
       "With --elastic_max_workers=N, a worker started with a rank the running job\n"
       "does not have (--rank in [world, N), e.g. the new index of a scaled-up\n"
       "Indexed Job) joins it: the job's workers admit it at the next checkpoint\n"

@@ -101,6 +101,16 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& o) {
     return absl::InvalidArgumentError(
         "elastic_min_workers needs recovery (WorkerOptions.recovery / --recover)");
   }
+  if (o.straggler_policy == WorkerOptions::StragglerPolicy::kEvict) {
+    if (o.elastic_min_workers < 1) {
+      return absl::InvalidArgumentError(
+          "straggler_policy evict needs elastic_min_workers >= 1 (--elastic_min_workers, with "
+          "--recover): the job goes on without the evicted worker through the elastic shrink");
+    }
+    if (o.straggler_evict_after <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("straggler_evict_after must be > 0");
+    }
+  }
   if (o.elastic_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("elastic_grace must be >= 0");
   }

@@ -228,6 +228,18 @@ struct WorkerOptions {
   // elastic shrink. The result is bitwise a clean resume of the larger world
   // from that checkpoint. Every worker of the job passes the same N.
   int elastic_max_workers = 0;
+  // Straggler policy, a job policy (docs/observability.md, "Stragglers and
+  // stalls"). kOff (the default): the servers only say who is slow. kEvict
+  // (needs elastic_min_workers >= 1): a worker that the shard servers have
+  // named the job's slowest straggler continuously for straggler_evict_after
+  // is evicted: straggler_evicted() turns true (logged, counted in
+  // tessel_worker_straggler_evictions_total) and the caller leaves the job at
+  // a checkpoint (tessel-train: asks for one at the next step, runs it, exits
+  // with status 3), so the others go on without it through the elastic
+  // shrink. Not when the job would have fewer than elastic_min_workers left.
+  enum class StragglerPolicy { kOff, kEvict };
+  StragglerPolicy straggler_policy = StragglerPolicy::kOff;
+  absl::Duration straggler_evict_after = absl::Seconds(60);
 };
 
 // Checks what can be checked before connecting: names, rank and world size,

@@ -53,6 +53,12 @@ ABSL_FLAG(int, elastic_min_workers, 0,
 ABSL_FLAG(double, elastic_grace_s, 10,
           "with --elastic_min_workers: seconds to wait for a replacement before going on "
           "without the lost worker(s)");
+ABSL_FLAG(std::string, straggler_policy, "off",
+          "off: the shard servers only name stragglers; evict (needs --elastic_min_workers): a "
+          "worker named the job's slowest straggler for --straggler_evict_after_s leaves the job "
+          "at a checkpoint and the others go on without it (docs/observability.md)");
+ABSL_FLAG(double, straggler_evict_after_s, 60,
+          "with --straggler_policy=evict: seconds a worker must stay named before it is evicted");
 ABSL_FLAG(int, elastic_max_workers, 0,
           "0 = the job keeps its world size; N > --world = it grows up to N workers: a worker "
           "started with a rank the job does not have (--rank in [world, N), e.g. the new index "
@@ -112,6 +118,14 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   o.elastic_min_workers = absl::GetFlag(FLAGS_elastic_min_workers);
   o.elastic_grace = absl::Seconds(absl::GetFlag(FLAGS_elastic_grace_s));
   o.elastic_max_workers = absl::GetFlag(FLAGS_elastic_max_workers);
+  const std::string policy = absl::GetFlag(FLAGS_straggler_policy);
+  if (policy == "evict") {
+    o.straggler_policy = WorkerOptions::StragglerPolicy::kEvict;
+  } else if (policy != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--straggler_policy: off or evict, got '", policy, "'"));
+  }
+  o.straggler_evict_after = absl::Seconds(absl::GetFlag(FLAGS_straggler_evict_after_s));
   if (!absl::GetFlag(FLAGS_token_file).empty()) {
     TESSEL_ASSIGN_OR_RETURN(auto token,
                             ReadTokenFile("--token_file", absl::GetFlag(FLAGS_token_file)));

@@ -30,7 +30,8 @@ void InstallPreemptionHandler(absl::Duration grace) {
 
 bool TerminationRequested() { return g_terminate != 0; }
 
-Preemption::Preemption(std::function<bool()> terminated) : terminated_(std::move(terminated)) {}
+Preemption::Preemption(std::function<bool()> terminated, std::string why, int exit_status)
+    : terminated_(std::move(terminated)), why_(std::move(why)), exit_status_(exit_status) {}
 
 int Preemption::AfterStep(int64_t step, int rank,
                           const std::function<absl::Status()>& request_checkpoint) {
@@ -39,18 +40,19 @@ int Preemption::AfterStep(int64_t step, int rank,
     absl::Status s = request_checkpoint();
     if (s.ok()) {
       requested_step_ = step + 1;
-      std::cerr << "tessel-train: SIGTERM: rank " << rank << " asked for a checkpoint at step "
-                << requested_step_ << "; one more step, then leaving\n";
+      std::cerr << "tessel-train: " << why_ << ": rank " << rank
+                << " asked for a checkpoint at step " << requested_step_
+                << "; one more step, then leaving\n";
       return -1;
     }
-    std::cerr << "tessel-train: SIGTERM: no checkpoint (" << s.message() << "); leaving after step "
-              << step << "\n";
-    return kTerminatedExit;
+    std::cerr << "tessel-train: " << why_ << ": no checkpoint (" << s.message()
+              << "); leaving after step " << step << "\n";
+    return exit_status_;
   }
   if (step < requested_step_) return -1;
-  std::cerr << "tessel-train: SIGTERM: rank " << rank << " leaves at step " << step
+  std::cerr << "tessel-train: " << why_ << ": rank " << rank << " leaves at step " << step
             << " (checkpoint at step " << requested_step_ << ")\n";
-  return kTerminatedExit;
+  return exit_status_;
 }
 
 int Preemption::AfterStep(Worker* worker) {
@@ -60,9 +62,9 @@ int Preemption::AfterStep(Worker* worker) {
 
 int Preemption::AfterFailedStep(int64_t step, int rank) {
   if (!terminated_()) return -1;
-  std::cerr << "tessel-train: SIGTERM: rank " << rank << " leaves at step " << step
+  std::cerr << "tessel-train: " << why_ << ": rank " << rank << " leaves at step " << step
             << " (another worker left first; its checkpoint is the job's)\n";
-  return kTerminatedExit;
+  return exit_status_;
 }
 
 int Preemption::AfterFailedStep(Worker* worker) {

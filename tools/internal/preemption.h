@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -37,6 +38,9 @@ class Worker;  // worker/worker.h
 
 // The exit status after SIGTERM (128 + 15).
 inline constexpr int kTerminatedExit = 143;
+// The exit status of a worker evicted as a straggler (--straggler_policy=evict,
+// Worker::straggler_evicted): it left the job at a checkpoint on purpose.
+inline constexpr int kEvictedExit = 3;
 
 // Notes SIGTERM (TerminationRequested) and starts the watchdog that exits
 // with kTerminatedExit `grace` after it arrives.
@@ -47,8 +51,11 @@ bool TerminationRequested();
 // After each step: whether to go on (-1) or exit (the status to exit with).
 class Preemption {
  public:
-  // `terminated` says whether SIGTERM arrived (tests pass their own).
-  explicit Preemption(std::function<bool()> terminated = TerminationRequested);
+  // `terminated` says whether SIGTERM arrived (tests pass their own). The
+  // same steps serve a worker evicted as a straggler: `why` names the reason
+  // in what it says, `exit_status` is what it returns.
+  explicit Preemption(std::function<bool()> terminated = TerminationRequested,
+                      std::string why = "SIGTERM", int exit_status = kTerminatedExit);
 
   // After a completed step (`step` is the worker's step now): -1 without
   // SIGTERM. The first call after it asks for a checkpoint at step + 1
@@ -66,6 +73,8 @@ class Preemption {
 
  private:
   const std::function<bool()> terminated_;
+  const std::string why_;
+  const int exit_status_;
   int64_t requested_step_ = -1;  // the checkpoint step asked for; -1: none yet
 };
 

@@ -54,8 +54,24 @@ Membership::Membership(JobContext* ctx, DataChannel* channel, const ClientCreden
         }
       }
     }
+    // This rank the slowest (highest score, then lowest rank) since when.
+    const v1::Straggler* slowest = nullptr;
+    for (const auto& [rank, s] : next) {
+      if (slowest == nullptr || s.score() > slowest->score()) slowest = &s;
+    }
+    if (slowest == nullptr || slowest->rank() != ctx->rank.load()) {
+      named->slowest_since = absl::InfiniteFuture();
+    } else if (named->slowest_since == absl::InfiniteFuture()) {
+      named->slowest_since = absl::Now();
+    }
     named->now = std::move(next);
   });
+}
+
+absl::Time Membership::SlowestSince(v1::Straggler* entry) const {
+  absl::MutexLock lock(&named_->mu);
+  if (auto it = named_->now.find(ctx_->rank.load()); it != named_->now.end()) *entry = it->second;
+  return named_->slowest_since;
 }
 
 std::vector<v1::Straggler> Membership::stragglers() const {

@@ -109,6 +109,10 @@ class Membership {
   // The stragglers the servers name in this job now, one per rank in rank
   // order, as the registry's last heartbeat answer said (any thread).
   std::vector<v1::Straggler> stragglers() const;
+  // Since when the servers have named this worker's rank the job's slowest
+  // straggler without a break (InfiniteFuture while they do not), and its
+  // entry then.
+  absl::Time SlowestSince(v1::Straggler* entry) const;
 
  private:
   // This worker as a registry member: its registry rank and the UCX
@@ -148,7 +152,8 @@ class Membership {
   // Written by the heartbeat thread's straggler listener, which shares it.
   struct Named {
     mutable absl::Mutex mu;
-    std::map<int, v1::Straggler> now ABSL_GUARDED_BY(mu);  // by data-parallel rank
+    std::map<int, v1::Straggler> now ABSL_GUARDED_BY(mu);                   // by data-parallel rank
+    absl::Time slowest_since ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();  // this rank's
   };
   std::shared_ptr<Named> named_ = std::make_shared<Named>();
 };

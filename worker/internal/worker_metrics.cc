@@ -27,6 +27,10 @@ struct Families {
       r.AddCounter("tessel_worker_unauthenticated_frames_total",
                    "data-path frames dropped for a missing or wrong tag (data-path authentication)",
                    {"job", "rank"});
+  metrics::Family& evicted = r.AddCounter(
+      "tessel_worker_straggler_evictions_total",
+      "times this worker was evicted as the job's slowest straggler (--straggler_policy=evict)",
+      {"job", "rank"});
 };
 
 Families& F() {
@@ -49,7 +53,10 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank) {
   recovery_seconds_ = f.recovery_seconds.GetHistogram({job, r});
   rolled_back_ = f.rolled_back.GetCounter({job, r});
   unauthenticated_ = f.unauthenticated.GetCounter({job, r});
+  evicted_ = f.evicted.GetCounter({job, r});
 }
+
+void WorkerMetrics::Evicted() { evicted_->Add(); }
 
 void WorkerMetrics::Unauthenticated(int64_t total) {
   if (total > unauthenticated_seen_) {

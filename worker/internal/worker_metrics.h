@@ -40,6 +40,8 @@ class WorkerMetrics {
   void Recovered(double seconds, int64_t from, int64_t to);
   // The data channel has dropped `total` unauthenticated frames so far.
   void Unauthenticated(int64_t total);
+  // The worker was evicted as a straggler (Worker::straggler_evicted).
+  void Evicted();
 
  private:
   metrics::Histogram* step_seconds_;
@@ -52,6 +54,7 @@ class WorkerMetrics {
   metrics::Histogram* recovery_seconds_;
   metrics::Counter* rolled_back_;
   metrics::Counter* unauthenticated_;
+  metrics::Counter* evicted_;
   int64_t unauthenticated_seen_ = 0;
   std::optional<std::chrono::steady_clock::time_point> last_end_;
 };
