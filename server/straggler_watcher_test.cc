@@ -47,6 +47,16 @@ class StragglerWatcherTest : public ::testing::Test {
     if (c.update) job_->UpdateBucket(*c.update);
   }
 
+  // A pull of the step in progress's result (bucket 0), as a worker asks
+  // for it after pushing.
+  void Pull(int rank) {
+    FrameHeader h = JobFrame(*job_, 1, FrameType::kPull, rank, 0);
+    h.step = job_->version() + 1;
+    h.payload_bytes = 0;
+    h.bucket_count = 1;
+    ASSERT_TRUE(job_->AcceptPull(h, /*reply_to=*/rank).ok());
+  }
+
   // `n` steps at pace, rank `first` pushing first: in steps of microseconds
   // the order of the pushes alone gives the third of four ranks a score up
   // to 1.33 (its time over the median's), above the rule's leave_score.
@@ -120,6 +130,8 @@ TEST_F(StragglerWatcherTest, AStalledStepHasItsFlightRecorderWrittenOnce) {
   Steps(3, -1, absl::ZeroDuration());
   Push(0);
   Push(3);  // ranks 1 and 2 never push
+  Pull(0);
+  Pull(3);
   watcher_->Pass(absl::Now());
   EXPECT_TRUE(watcher_->dumps().empty()) << "not stalled yet";
   watcher_->Pass(absl::Now() + absl::Seconds(6));
@@ -136,9 +148,13 @@ TEST_F(StragglerWatcherTest, AStalledStepHasItsFlightRecorderWrittenOnce) {
   while (!body.empty() && (body.back() == '\n' || body.back() == ',')) body.pop_back();
   if (body.back() != ']') body += "]";
   const nlohmann::json events = nlohmann::json::parse(body);
-  int waiting = 0, pushes = 0, steps = 0;
+  int waiting = 0, pushes = 0, steps = 0, pulls_waiting = 0;
   for (const auto& e : events) {
     if (!e.contains("name")) continue;
+    if (e["name"] == "pull (waiting)") {
+      ++pulls_waiting;
+      EXPECT_TRUE(e["args"]["rank"] == 0 || e["args"]["rank"] == 3) << e;
+    }
     if (e["name"] == "waiting") {
       ++waiting;
       EXPECT_EQ(e["args"]["step"], 3);
@@ -148,6 +164,7 @@ TEST_F(StragglerWatcherTest, AStalledStepHasItsFlightRecorderWrittenOnce) {
     if (e["name"] == "step") ++steps;
   }
   EXPECT_EQ(waiting, 2);
+  EXPECT_EQ(pulls_waiting, 2) << "ranks 0 and 3 asked for the stalled step's result";
   EXPECT_EQ(pushes, 3 * kWorld + 2);
   EXPECT_EQ(steps, 3) << "each finished step (the first from its first push)";
 }
