@@ -7,6 +7,7 @@
 #include "core/reduce.h"
 #include "core/status_macros.h"
 #include "core/topk.h"
+#include "server/update_pool.h"
 
 namespace tessel {
 namespace {
@@ -287,39 +288,61 @@ void BucketReducer::BeginSum(int bucket) {
 }
 
 void BucketReducer::SumChunks(int bucket, const ChunkFn& fn) {
-  thread_local std::vector<const void*> landed;
-  thread_local std::vector<float> widened;
-  thread_local std::vector<const float*> srcs;
+  thread_local std::vector<const void*> landed_here;
   int folded;
   {
     absl::MutexLock lock(&mu_);
-    LandedLocked(bucket, &landed);
+    LandedLocked(bucket, &landed_here);
     folded = folded_[bucket];
   }
+  // This thread's copy, for the pool's threads too (a thread_local named in
+  // the lambdas below would be each thread's own).
+  const std::vector<const void*>& landed = landed_here;
   const Range br = buckets_[bucket];
   const size_t bucket_at = static_cast<size_t>(br.begin);
   const int64_t chunk = half_ ? kWidenChunk : br.size();
   const int64_t topk = TopkCount(topk_ratio_, br.size());
+  if (br.size() == 0) return;
+  if (topk > 0) {  // each rank's pairs, densified (one chunk: the bucket)
+    thread_local std::vector<float> dense;
+    thread_local std::vector<const float*> dense_srcs;
+    const size_t n = static_cast<size_t>(br.size());
+    if (dense.size() < static_cast<size_t>(world_) * n) dense.resize(world_ * n);
+    dense_srcs.resize(static_cast<size_t>(world_));
+    for (int r = 0; r < world_; ++r) {
+      float* to = dense.data() + static_cast<size_t>(r) * n;
+      Densify(rank_sparse_[r].data() + sparse_offset_[bucket], topk, to, static_cast<int64_t>(n));
+      dense_srcs[r] = to;
+    }
+    fn(br, dense_srcs.data(), world_);
+    return;
+  }
   // Ranks [0, folded) are summed in acc_ already: the sources are acc_ and
   // ranks folded..W-1.
   const int first = folded >= 2 ? folded : 0;
-  for (int64_t c = br.begin; c < br.end; c += chunk) {
-    const Range part{c, std::min(br.end, c + chunk)};
-    const size_t n = static_cast<size_t>(part.size());
-    if (topk > 0) {  // each rank's pairs, densified (one chunk: the bucket)
-      if (widened.size() < static_cast<size_t>(world_) * n) widened.resize(world_ * n);
-      srcs.resize(static_cast<size_t>(world_));
-      for (int r = 0; r < world_; ++r) {
-        float* to = widened.data() + static_cast<size_t>(r) * n;
-        Densify(rank_sparse_[r].data() + sparse_offset_[bucket], topk, to, static_cast<int64_t>(n));
-        srcs[r] = to;
-      }
-    } else {
-      ChunkSources(landed, bucket_at, static_cast<size_t>(part.begin), n, /*with_acc=*/first > 0,
-                   first, world_, &widened, &srcs);
+  const auto sum_range = [&](int64_t from, int64_t to) {
+    thread_local std::vector<float> widened;
+    thread_local std::vector<const float*> srcs;
+    for (int64_t c = from; c < to; c += chunk) {
+      const Range part{c, std::min(to, c + chunk)};
+      ChunkSources(landed, bucket_at, static_cast<size_t>(part.begin),
+                   static_cast<size_t>(part.size()), /*with_acc=*/first > 0, first, world_,
+                   &widened, &srcs);
+      fn(part, srcs.data(), static_cast<int>(srcs.size()));
     }
-    fn(part, srcs.data(), static_cast<int>(srcs.size()));
+  };
+  // Half pushes are widened and summed chunk by chunk: a large bucket's
+  // chunks go over the compute thread's pool (an fp32 bucket is one chunk,
+  // which the update rule splits itself).
+  UpdatePool* pool = UpdatePool::Current();
+  const size_t size = static_cast<size_t>(br.size());
+  if (half_ && pool != nullptr && pool->threads() > 1 && size >= 2 * UpdatePool::kMinChunk) {
+    pool->ParallelFor(size, UpdatePool::kMinChunk, [&](size_t b, size_t e) {
+      sum_range(br.begin + static_cast<int64_t>(b), br.begin + static_cast<int64_t>(e));
+    });
+    return;
   }
+  sum_range(br.begin, br.end);
 }
 
 std::vector<std::shared_ptr<void>> BucketReducer::EndSum(int bucket) {

@@ -149,9 +149,11 @@ class BucketReducer {
   // The update of a complete bucket: BeginSum waits for a fold of it that
   // runs; SumChunks calls `fn` for each chunk `part` (shard offsets) of the
   // bucket, in order, with the sources of the rank-order sum over it (valid
-  // during the call); EndSum gives the bucket's buffers back to the pool,
-  // resets its slots and fold for the next step, and returns the leases of
-  // its borrowed pushes (drop them to release the pushes).
+  // during the call) (half pushes of a bucket of 2 x UpdatePool::kMinChunk
+  // elements or more, on a thread with an UpdatePool: from the pool's
+  // threads at once, on disjoint chunks, returning once all are done); EndSum gives the bucket's
+  // buffers back to the pool, resets its slots and fold for the next step, and returns the leases
+  // of its borrowed pushes (drop them to release the pushes).
   void BeginSum(int bucket);
   void SumChunks(int bucket, const ChunkFn& fn);
   std::vector<std::shared_ptr<void>> EndSum(int bucket);

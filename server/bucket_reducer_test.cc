@@ -2,7 +2,8 @@
 // order, whenever folds run (at once, late, never, on other threads), in
 // fp32 and half, with borrowed and copied pushes; receive buffers come from
 // a pool and go back once summed; borrowed pushes are released by their
-// sum (or the reducer's end); top-k pairs are checked when they land.
+// sum (or the reducer's end); top-k pairs are checked when they land; a
+// large half bucket's chunks summed over an UpdatePool are the same bits.
 #include "server/bucket_reducer.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "core/reduce.h"
 #include "core/topk.h"
 #include "gtest/gtest.h"
+#include "server/update_pool.h"
 
 namespace tessel {
 namespace {
@@ -457,6 +459,28 @@ TEST(BucketReducerTest, PartsAreSummedPerRankInOrderThenAcrossRanks) {
       }
     }
   }
+}
+
+// Half pushes of a large bucket, summed on a thread with an UpdatePool: the
+// widened chunks go over its 4 threads at once, with a fold and a borrowed
+// push, and the sum is the bits of one reduction.
+TEST(BucketReducerTest, HalfChunksSummedOverAPoolAreBitwiseOneReduction) {
+  const int64_t n = 2 * static_cast<int64_t>(UpdatePool::kMinChunk) + 12345;
+  UpdatePool pool(4);
+  for (HalfType half : {HalfType::kBF16, HalfType::kF16}) {
+    Driver d(3, n, n, half, /*borrowed=*/{1});
+    d.SetStep(5);
+    d.Land(0, 0);
+    if (d.Land(1, 0).fold) d.reducer().Fold(0);
+    ASSERT_TRUE(d.Land(2, 0).complete);
+    std::vector<float> out(static_cast<size_t>(n), -1.f);
+    {
+      UpdatePool::Scope scope(&pool);
+      EXPECT_EQ(d.Sum(0, &out), 1u) << "the borrowed push's lease";
+    }
+    EXPECT_EQ(Differing(out, Reference(d.wire(), n, half)), 0);
+  }
+  EXPECT_EQ(pool.split_calls(), 2u) << "each bucket's chunks went over the pool";
 }
 
 }  // namespace
