@@ -50,7 +50,7 @@ ABSL_FLAG(bool, exit_on_lost_lease, false,
           "(a restarted memory registry, or an eviction) and workers recover");
 ABSL_FLAG(int, update_threads, 0,
           "threads that reduce and update complete gradient buckets, different buckets of a step "
-          "at once, and a large bucket (fp32, 512Ki elements and up) split over those free "
+          "at once, and a large bucket (512Ki elements and up) split over those free "
           "(0: half this machine's cores, 1 to 8; at most 256)");
 ABSL_FLAG(int64_t, update_spin_us, absl::ToInt64Microseconds(tessel::kDefaultUpdateSpin),
           "an update thread out of work polls for the next bucket (yielding the CPU) this many "
