@@ -179,9 +179,9 @@ constexpr char kTopColumns[] = R"TXT(Columns (one row per data-parallel rank):
              the highest over the shards
   SCORE      its step time over the median rank's (1.00 = the median's pace);
              SLOW when the servers' straggler rule names it (docs/observability.md)
-  PHASE      where its last reported step spent most of its time: computing (its own code:
-             forward, backward, data), pushing, waiting (for the other ranks and
-             the servers' update) or pulling
+  PHASE      where its last reported step spent most of its time: computing
+             (its own code: forward, backward, data), pushing, waiting (for the
+             other ranks and the servers' update) or pulling
   PUSHED     gradient bytes that reached the servers, summed over shards
   PULLED     parameter bytes the servers sent it
   HEARTBEAT  its last heartbeat at this registry
@@ -189,11 +189,14 @@ constexpr char kTopColumns[] = R"TXT(Columns (one row per data-parallel rank):
 -o json|yaml prints one snapshot (the same fields) and exits.)TXT";
 
 constexpr char kWhyHelp[] =
-    R"TXT(For each rank the step waits for: what it owes on which shard, what it is doing
-(computing: it finished the step before and is in its own code; pushing: part
-of the step is pushed; behind: it has not reported finishing the step before),
-its last heartbeat and lease, and whether its process is alive (same host:
-kill(pid, 0) and /proc; another host: unknown).
+    R"TXT(A step in progress for --stalled_after (or no step ended for as long) is
+stalled. For each rank it waits for: what it owes on which shard; what it is
+doing, by the servers' flight recorders: pushing (part of the step pushed),
+computing (none pushed, its pull of the step before served everywhere: in its
+own code, forward, backward, data), pulling (that pull not served yet) or
+behind (no such pull: it never finished the step before); its last phase,
+heartbeat and lease (the registry); whether its process is alive (same host:
+kill(pid, 0) and /proc, "yes (stopped)" under SIGSTOP; another host: unknown).
 Exit codes: 0 progressing (or not started), 7 stalled (the ranks are named),
 8 stalled with every push arrived (the servers' side: see their logs),
 3 no such job, 4 unreachable, 1 failed.)TXT";
