@@ -56,7 +56,7 @@ absl::StatusOr<JobInputs> Gather(const Globals& g, const std::string& job) {
       }
     }
   }
-  absl::StatusOr<v1::View> view = c.registry().GetView(job);
+  absl::StatusOr<v1::View> view = c.registry().GetView(job, /*liveness=*/true);
   if (view.ok()) in.view = *std::move(view);
   if (in.stats.empty()) {
     if (absl::IsNotFound(last)) {

@@ -255,7 +255,7 @@ grpc::Status RegistryService::GetView(grpc::ServerContext* ctx, const v1::GetVie
                                       v1::GetViewResponse* resp) {
   TESSEL_RETURN_IF_ERROR(auth_.Check(*ctx, "Registry", "GetView"));
   TESSEL_ASSIGN_OR_RETURN_AS(auto view, registry_->GetView(req->group()), ToGrpc);
-  AddLiveness(&view);
+  if (req->liveness()) AddLiveness(&view);
   *resp->mutable_view() = std::move(view);
   return grpc::Status::OK;
 }

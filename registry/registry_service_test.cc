@@ -70,9 +70,10 @@ class Harness {
     AddToken(&ctx, token);
     return stub_->Leave(&ctx, req, &resp);
   }
-  absl::StatusOr<v1::View> GetView(const std::string& group) {
+  absl::StatusOr<v1::View> GetView(const std::string& group, bool liveness = true) {
     v1::GetViewRequest req;
     req.set_group(group);
+    req.set_liveness(liveness);
     v1::GetViewResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(10));
@@ -172,6 +173,10 @@ TEST(RegistryServiceTest, GetViewCarriesEachWorkersLivenessAndPod) {
   const v1::Member& m1 = view->members(1);
   EXPECT_GE(m1.liveness().last_heartbeat_unix_ms(), before) << "its join counts";
   EXPECT_FALSE(m1.liveness().has_phases()) << "no step reported";
+  absl::StatusOr<v1::View> plain = h.GetView("J", /*liveness=*/false);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->members(0).has_liveness()) << "only when asked for";
+  EXPECT_EQ(plain->members(0).pod(), "train-0");
   auto stored = h.Stored("J");
   ASSERT_TRUE(stored.ok());
   EXPECT_FALSE(stored->members(0).has_liveness()) << "decorates answers only";

@@ -191,9 +191,10 @@ absl::Status RegistryClient::lease_status() {
   return lease_status_;
 }
 
-absl::StatusOr<v1::View> RegistryClient::GetView(const std::string& group) {
+absl::StatusOr<v1::View> RegistryClient::GetView(const std::string& group, bool liveness) {
   v1::GetViewRequest req;
   req.set_group(group);
+  req.set_liveness(liveness);
   v1::GetViewResponse resp;
   grpc::ClientContext ctx;
   Prepare(&ctx);

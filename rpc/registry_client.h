@@ -74,7 +74,9 @@ class RegistryClient {
   using StragglerListener = std::function<void(const std::vector<v1::Straggler>&)>;
   void SetStragglerListener(StragglerListener listener);
 
-  absl::StatusOr<v1::View> GetView(const std::string& group);
+  // `liveness`: each worker member with its last heartbeat, lease expiry and
+  // last step phases (Member.liveness; tesselctl).
+  absl::StatusOr<v1::View> GetView(const std::string& group, bool liveness = false);
   absl::StatusOr<std::vector<v1::View>> ListGroups();
 
   // Returns the first view of `group` for which `ready` holds, or
