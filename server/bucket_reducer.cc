@@ -295,7 +295,7 @@ void BucketReducer::SumChunks(int bucket, const ChunkFn& fn) {
     LandedLocked(bucket, &landed_here);
     folded = folded_[bucket];
   }
-  // This thread's copy, for the pool's threads too (a thread_local named in
+  // This thread's list, read by the pool's threads too (a thread_local named in
   // the lambdas below would be each thread's own).
   const std::vector<const void*>& landed = landed_here;
   const Range br = buckets_[bucket];
