@@ -5,9 +5,11 @@ mean gradient's share of the norm (measured where the reduced gradient
 lives, server/step_hold.h), combines the shares, and releases the step with
 the clipping factor, applied in the same step.
 
-Contract. HeldSteps(opt, mode) decides which steps are held: mode True holds
-every step; None (the default) holds the first step and every step after one
-that clipped (a loop that clips does so every step), False none. A step is
+Contract. HeldSteps(opt, mode) decides which steps are held, the same way on
+every rank: mode True holds every step; None (the default) holds the first
+step of the process, the first step after a recovery (a restarted rank's
+first step is its survivors' first after theirs), and every step after one
+that clipped (a loop that clips does so every step); False none. A step is
 held only where the gradients go out during backward (overlap or fsdp, no
 loss scaling, not ddp): applies() says so. clip(max_norm, norm_type) runs
 on a held step between backward and step(); on a step that is not held it
@@ -24,6 +26,7 @@ Example:
 import math
 
 import numpy as np
+import tessel
 import torch
 
 NORM_TYPES = (1.0, 2.0, math.inf)
@@ -81,9 +84,15 @@ class HeldSteps:
             raise RuntimeError("clip_grad_norm_ twice in one step: the step was released "
                                "with the first call's factor")
         opt._prepare_step()
-        for g in opt._groups:
-            g.push_rest()
-        stats = [g.require_worker().held_gradient_norm() for g in opt._groups]
+        try:
+            for g in opt._groups:
+                g.push_rest()
+            stats = [g.require_worker().held_gradient_norm() for g in opt._groups]
+        except tessel.RecoverableError as e:  # a member was lost during the step
+            if not opt.recovery:
+                raise
+            opt.abandon_step(e)  # rolled back: the next step() applies nothing
+            return torch.tensor(math.nan, dtype=torch.float32)
         if norm_type == 2.0:
             total = math.sqrt(sum(s[0] for s in stats))
         elif norm_type == 1.0:
@@ -98,6 +107,12 @@ class HeldSteps:
             g.require_worker().release_step(multiplier)
         self.clipped = True
         return torch.tensor(total, dtype=torch.float32)
+
+    def recovered(self):
+        """After a recovery: the next step is held, as a restarted rank's first is."""
+        self.clipped = False
+        if self.applies():
+            self._set(self.mode is not False)
 
     def step_done(self):
         """After a step: whether the next one is held."""

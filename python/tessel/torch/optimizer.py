@@ -385,7 +385,8 @@ class DistributedOptimizer:
             g.end_step()
         self._clip_coef = None  # this step's only
         self._ddp_mean_pulled = False
-        self._held.step_done()
+        if self.recoveries == recovered:  # else recovered() chose the next step's hold
+            self._held.step_done()
         self._scaler.stepped()
         if hasattr(self.optimizer, "_step_count"):  # torch's counter a scheduler checks
             self.optimizer._step_count += 1
@@ -468,6 +469,9 @@ class DistributedOptimizer:
         self.recoveries += 1
         for g in self._groups:
             g.recovered()
+        self._prepared = False
+        self._ddp_mean_pulled = False
+        self._held.recovered()
         if self._buffer_store is not None:  # rank 0: the checkpoint's buffers
             self._buffer_store.restore(self.step_count)
 
