@@ -62,7 +62,7 @@ Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
          [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
          [--update_threads=1,2] [--base_bench=OTHER/datapath_bench] [--copied]
          [--no_fold] [--no_inline] [--cma] [--poll_modes=auto,spin,event]
-         [--data_auth=off,header,payload] [--no_mpi]
+         [--data_auth=off,header,payload] [--no_mpi] [--clip=MAX_NORM]
 """
 import argparse
 import os
