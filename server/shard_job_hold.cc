@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/grad_norm.h"
 #include "server/shard_job.h"
 
@@ -57,12 +59,20 @@ bool ShardJob::ReduceHeld(int bucket, BucketStep* step, Serve* serve) {
   // Waits for a fold of this bucket that runs; none starts after.
   reducer_.BeginSum(bucket);
   const auto started = std::chrono::steady_clock::now();
-  GradNormStats stats;
+  // Chunks may be summed on several threads at once (a large half bucket
+  // over the UpdatePool): each chunk's stats are kept by its offset and
+  // added in offset order, the same bits whatever thread took which.
+  absl::Mutex parts_mu;
+  std::map<int64_t, GradNormStats> parts;
   reducer_.SumChunks(bucket, [&](Range part, const float* const* srcs, int count) {
-    stats.Add(ReduceSumWithNorm(srcs, count, held_.data() + part.begin,
-                                static_cast<size_t>(part.size()), world_,
-                                step->optimizer.grad_scale));
+    const GradNormStats s =
+        ReduceSumWithNorm(srcs, count, held_.data() + part.begin, static_cast<size_t>(part.size()),
+                          world_, step->optimizer.grad_scale);
+    absl::MutexLock lock(&parts_mu);
+    parts[part.begin] = s;
   });
+  GradNormStats stats;
+  for (const auto& [begin, s] : parts) stats.Add(s);
   const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
                               std::chrono::steady_clock::now() - started)
                               .count();

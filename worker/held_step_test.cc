@@ -148,7 +148,7 @@ TEST_P(HeldStepTest, AHeldStepIsMeasuredByTheServersAndAppliedWithItsFactor) {
     const double a = held.norms[static_cast<size_t>(step * kWorld)];
     const double b = held.norms[static_cast<size_t>(step * kWorld + 1)];
     EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "every rank gets the same bits, step " << step;
-    EXPECT_NEAR(a, held.expected[static_cast<size_t>(step)], 1e-9 * a) << "step " << step;
+    EXPECT_NEAR(a, held.expected[static_cast<size_t>(step)], 1e-6 * a) << "step " << step;
     EXPECT_LT(held.factors[static_cast<size_t>(step)], 1.0f) << "the test clips every step";
   }
   const TrainRun settings =
