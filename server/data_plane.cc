@@ -338,6 +338,7 @@ void DataPlane::SendError(PeerId to, const FrameHeader& about, const absl::Statu
   }
   FrameHeader h = about;
   h.type = FrameType::kError;
+  h.flags = 0;  // a PUSH's kFrameHoldUpdate is the PUSH's alone: an ERROR carries none
   h.code = static_cast<int32_t>(s.code());
   // Workers take no longer text (core/wire.h): cut here, not dropped there.
   auto message =

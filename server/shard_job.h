@@ -56,6 +56,9 @@
 //   CheckpointSchedule, JobCounters; job_admission.h's checks before a job
 //   is created or restored.
 // The job speaks plain C++; the gRPC adapter converts (shard_job_proto.h).
+// Files: the step protocol in shard_job.cc, held steps in
+// shard_job_hold.cc, the state between steps (snapshots, digest, stats,
+// ReadState/WriteState) in shard_job_state.cc.
 //
 // Threads: Accept*/Complete* run on the transport thread, UpdateBucket and
 // FoldPrefix on the server's compute threads, Stats and the state calls on

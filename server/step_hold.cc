@@ -96,8 +96,9 @@ absl::StatusOr<std::vector<int>> StepHold::Release(int64_t step, uint32_t bits) 
         absl::StrCat(where_, "RELEASE of step ", step, ", but the shard is at step ", step_));
   }
   if (decided_ && !held_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(where_, "RELEASE of step ", step, ", whose pushes did not hold the update"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        where_, "RELEASE of step ", step,
+        ", whose pushes did not hold the update: every rank must clip the same steps"));
   }
   if (multiplier_.has_value()) {
     if (*multiplier_ == bits) return apply;
