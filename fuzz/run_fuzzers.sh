@@ -166,6 +166,18 @@ units_of() {  # target
     for dep in $(repo_includes "$f"); do
       work+=("$dep")
       [[ "$dep" == *.h && -f "$SRC/${dep%.h}.cc" ]] && work+=("${dep%.h}.cc")
+      # A class split by concept over files without headers of their own
+      # (server/shard_job_hold.cc implements part of shard_job.h): X_*.cc
+      # beside X.h, not tests, benchmarks or test helpers.
+      if [[ "$dep" == *.h ]]; then
+        local part
+        for part in "$SRC/${dep%.h}"_*.cc; do
+          [ -f "$part" ] || continue
+          part="${part#"$SRC"/}"
+          case "$part" in *_test.cc | *_bench.cc | *_testing.cc | *_fixture.cc) continue ;; esac
+          [ -f "$SRC/${part%.cc}.h" ] || work+=("$part")
+        done
+      fi
     done
   done
 }

@@ -288,7 +288,7 @@ class Worker {
   // Waits until every shard has applied this step; step() advances.
   absl::Status FinishStep();
   // --- held steps: clipping by the job-wide gradient norm ---------------
-  // zero1, zero2 and fsdp (worker/held_step.cc; server/step_hold.h). With
+  // zero1, zero2 and fsdp (worker/worker_held_step.cc; server/step_hold.h). With
   // HoldUpdates(true) every push of the coming steps asks the servers to
   // reduce the step but hold its update; HeldGradientNorm() (after the
   // step's gradients are handed over: fsdp, every unit pushed) pushes what is
