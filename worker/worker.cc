@@ -330,58 +330,6 @@ StepPhases Worker::last_step_phases() const {
   return phases;
 }
 
-bool Worker::straggler_evicted() {
-  const internal::JobContext& ctx = p_->ctx;
-  const WorkerOptions& o = ctx.options;
-  if (o.straggler_policy != WorkerOptions::StragglerPolicy::kEvict || p_->membership == nullptr) {
-    return false;
-  }
-  if (p_->evicted) return true;
-  v1::Straggler me;
-  const absl::Time since = p_->membership->SlowestSince(&me);
-  const absl::Time now = absl::Now();
-  if (since == absl::InfiniteFuture() || now - since < o.straggler_evict_after) return false;
-  const std::string named = absl::StrFormat(
-      "the shard servers have named this rank (%d) the job's slowest straggler for %s (score "
-      "%.2f, its last push %.3f s after the first rank's; shard %d)",
-      ctx.rank.load(), absl::FormatDuration(absl::Trunc(now - since, absl::Milliseconds(100))),
-      me.score(), me.lateness_seconds(), me.shard());
-  if (ctx.world_size - 1 < o.elastic_min_workers) {
-    if (!p_->evict_refused_said) {
-      p_->evict_refused_said = true;
-      TESSEL_LOG(WARNING) << ctx.Where() << ": " << named
-                          << "; --straggler_policy=evict leaves it in: the job would have "
-                          << ctx.world_size - 1 << " worker(s), fewer than elastic_min_workers "
-                          << o.elastic_min_workers;
-    }
-    return false;
-  }
-  p_->evicted = true;
-  TESSEL_LOG(WARNING) << ctx.Where() << ": " << named
-                      << "; --straggler_policy=evict: it leaves the job at a checkpoint and the "
-                      << "others go on without it (" << ctx.world_size - 1 << " workers)";
-  if (p_->metrics != nullptr) p_->metrics->Evicted();
-  return true;
-}
-
-std::vector<StragglerReport> Worker::stragglers() const {
-  std::vector<StragglerReport> out;
-  if (p_->membership == nullptr) return out;
-  for (const v1::Straggler& s : p_->membership->stragglers()) {
-    StragglerReport r;
-    r.rank = s.rank();
-    r.registry_rank = s.registry_rank();
-    r.score = s.score();
-    r.lateness_seconds = s.lateness_seconds();
-    r.shard = s.shard();
-    r.since_unix_ms = s.since_unix_ms();
-    r.host = s.host();
-    r.pid = s.pid();
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
 std::string Worker::data_path() const { return p_->channel->DescribePaths(); }
 
 std::string Worker::aggregation() const { return p_->ctx.aggregation; }
@@ -428,49 +376,6 @@ absl::Status Worker::RequestCheckpoint() {
 }
 
 // --- fsdp ------------------------------------------------------------------
-
-int Worker::num_units() const { return p_->units->size(); }
-Range Worker::unit_range(int unit) const { return p_->units->range(unit); }
-absl::Status Worker::Prefetch(int unit) { return p_->units->Prefetch(unit); }
-absl::StatusOr<absl::Span<const float>> Worker::Gather(int unit) { return p_->units->Gather(unit); }
-absl::StatusOr<absl::Span<const uint16_t>> Worker::GatherHalf(int unit) {
-  return p_->units->GatherHalf(unit);
-}
-void Worker::Release(int unit) { p_->units->Release(unit); }
-absl::Span<float> Worker::UnitGrads(int unit) { return p_->units->Grads(unit); }
-absl::Span<uint16_t> Worker::UnitHalfGrads(int unit) { return p_->units->HalfGrads(unit); }
-
-absl::Status Worker::PushUnit(int unit) {
-  const bool fsdp = p_->ctx.fsdp();
-  internal::BucketExchange* exchange = p_->exchange.get();
-  return p_->units->Push(unit, [&](int shard, int bucket) {
-    if (!fsdp) exchange->MarkPushed(shard, bucket);  // zero2: Step() checks every bucket went
-  });
-}
-
-absl::Status Worker::PushUnitPart(int unit) {
-  if (!p_->ctx.fsdp()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(p_->ctx.Where(), ": PushUnitPart is for fsdp jobs"));
-  }
-  return p_->units->Push(
-      unit, [](int, int) {}, /*part=*/true);
-}
-
-absl::Status Worker::Barrier(int64_t version) { return p_->units->Barrier(version); }
-
-absl::Status Worker::FinishStep() {
-  internal::JobContext& ctx = p_->ctx;
-  if (!ctx.fsdp() || ctx.layout == nullptr) {
-    return absl::FailedPreconditionError("FinishStep is for fsdp jobs; use Step()");
-  }
-  TESSEL_RETURN_IF_ERROR(ReleaseIfHeld());
-  TESSEL_RETURN_IF_ERROR(p_->units->Barrier(ctx.step + 1));
-  ++ctx.step;
-  StepMetrics(StepPhases{}, 0);
-  WatchCheckpoints();
-  return AdmitNewcomers();
-}
 
 absl::Status Worker::SetDdpUpdater(DdpUpdater* updater) {
   internal::JobContext& ctx = p_->ctx;
