@@ -101,14 +101,9 @@ std::vector<float> Train(InProcCluster& cluster, const std::string& name, Precis
     }
     // The fp32 masters and optimizer state (the half parameters a worker
     // gathers would hide a gradient's last bits).
-    auto blob = worker.Serialize();
-    ASSERT_TRUE(blob.ok()) << blob.status();
-    auto state = DecodeTrainState(*blob);
+    absl::StatusOr<std::vector<float>> state = TrainingStateValues(worker);
     ASSERT_TRUE(state.ok()) << state.status();
-    std::vector<float>& mine = out[static_cast<size_t>(r)];
-    mine = state->params;
-    for (const std::vector<float>& slot : state->state)
-      mine.insert(mine.end(), slot.begin(), slot.end());
+    out[static_cast<size_t>(r)] = std::move(*state);
   });
   for (int r = 1; r < kWorld; ++r) EXPECT_EQ(out[r], out[0]) << name << ": rank " << r;
   return out[0];

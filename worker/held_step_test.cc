@@ -119,14 +119,9 @@ TrainRun Train(InProcCluster& cluster, const std::string& name, Strategy strateg
       absl::Status stepped = strategy == Strategy::kFsdp ? worker.FinishStep() : worker.Step();
       ASSERT_TRUE(stepped.ok()) << stepped;
     }
-    auto blob = worker.Serialize();
-    ASSERT_TRUE(blob.ok()) << blob.status();
-    auto state = DecodeTrainState(*blob);
+    absl::StatusOr<std::vector<float>> state = TrainingStateValues(worker);
     ASSERT_TRUE(state.ok()) << state.status();
-    std::vector<float>& mine = out[static_cast<size_t>(r)];
-    mine = state->params;
-    for (const std::vector<float>& slot : state->state)
-      mine.insert(mine.end(), slot.begin(), slot.end());
+    out[static_cast<size_t>(r)] = std::move(*state);
   });
   for (int r = 1; r < kWorld; ++r) EXPECT_EQ(out[r], out[0]) << name << ": rank " << r;
   run.state = out[0];

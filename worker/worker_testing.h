@@ -23,6 +23,7 @@
 #include "core/optimizer_params.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
+#include "worker/train_state.h"
 #include "worker/worker.h"
 
 namespace tessel {
@@ -98,6 +99,18 @@ inline void ExpectEveryRankEqual(const std::vector<std::vector<float>>& params,
     SCOPED_TRACE(absl::StrCat("rank ", r));
     ExpectParamsEqual(params[r], want);
   }
+}
+
+// The worker's fp32 masters followed by each optimizer state slot (its
+// Serialize blob decoded): a training state to compare bitwise (the half
+// parameters a worker gathers would hide a gradient's last bits).
+inline absl::StatusOr<std::vector<float>> TrainingStateValues(Worker& worker) {
+  TESSEL_ASSIGN_OR_RETURN(std::string blob, worker.Serialize());
+  TESSEL_ASSIGN_OR_RETURN(TrainState state, DecodeTrainState(blob));
+  std::vector<float> out = std::move(state.params);
+  for (const std::vector<float>& slot : state.state)
+    out.insert(out.end(), slot.begin(), slot.end());
+  return out;
 }
 
 // Runs `body(rank)` on `world` threads and waits for all.
