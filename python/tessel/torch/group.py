@@ -123,3 +123,25 @@ class ParamGroup:
 
     def end_step(self):
         pass
+
+
+class Gathered:
+    """The context of DistributedOptimizer.gathered(): every group's parameters
+    held (fsdp gathers each unit) until it exits, which releases them; it
+    yields `value` (the optimizer)."""
+
+    def __init__(self, groups, value):
+        self.groups = groups
+        self.value = value
+        self.held = []
+
+    def __enter__(self):
+        for g in self.groups:
+            self.held += g.hold_all()
+        return self.value
+
+    def __exit__(self, *exc):
+        for unit in self.held:
+            unit.release()
+        self.held = []
+        return False

@@ -39,7 +39,7 @@ from tessel.torch.buffer_store import BufferStore, persistent_buffers
 from tessel.torch.buffers import BufferSync
 from tessel.torch.flat import FlatGroup
 from tessel.torch.fsdp import FsdpGroup, plan_units
-from tessel.torch.group import Settings
+from tessel.torch.group import Gathered, Settings
 from tessel.torch.held import HeldSteps
 from tessel.torch.held import check_mode as check_hold
 from tessel.torch.hyper import tessel_hyper
@@ -49,37 +49,6 @@ from tessel.torch.precision import PRECISIONS, STRATEGIES
 from tessel.torch.report import last_step_report, timed_step
 from tessel.torch.scaler import LossScaler
 from tessel.torch.sync_bn import bind_sync_batchnorm, unbind_sync_batchnorm
-
-
-def _observe(cfg, index):
-    """The worker options of parameter group `index` for the session's metrics and
-    timeline: the first group's worker serves the metrics (the process's whole
-    registry); group g > 0 writes its timeline beside group 0's, as PATH.g<g>."""
-    timeline = cfg.get("timeline", "")
-    if timeline and index > 0:
-        root, ext = os.path.splitext(timeline)
-        timeline = f"{root}.g{index}{ext}"
-    return dict(metrics_address=cfg.get("metrics_address", "") if index == 0 else "",
-                timeline=timeline)
-
-
-class _Gathered:
-    """The context of DistributedOptimizer.gathered()."""
-
-    def __init__(self, opt):
-        self.opt = opt
-        self.held = []
-
-    def __enter__(self):
-        for g in self.opt._groups:
-            self.held += g.hold_all()
-        return self.opt
-
-    def __exit__(self, *exc):
-        for unit in self.held:
-            unit.release()
-        self.held = []
-        return False
 
 
 class DistributedOptimizer:
@@ -250,7 +219,7 @@ class DistributedOptimizer:
                 units=[first for first, _ in plan], recovery=self.recovery,
                 auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
                 checkpoint_initial=self.recovery, precision=self.precision,
-                topk_ratio=float(topk_ratio), **_observe(cfg, g.index))
+                topk_ratio=float(topk_ratio), **session_lib.observe_options(cfg, g.index))
             if hybrid is not None and g is self._groups[0]:
                 hybrid.attach(g.worker)  # before the layout: a restarted process resumes here
             if strategy == "fsdp":
@@ -484,7 +453,7 @@ class DistributedOptimizer:
     def gathered(self):
         """A context in which every parameter holds its full value of this step
         (fsdp gathers and releases every unit; other strategies hold them anyway)."""
-        return _Gathered(self)
+        return Gathered(self._groups, self)
 
     def synchronize_gradients(self):
         """The mean over ranks of this step's gradients, per parameter (a copy; nothing applied)."""

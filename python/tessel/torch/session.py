@@ -206,3 +206,15 @@ def size():
 def shutdown():
     """Leaves every job this process joined; the models keep their last values."""
     _DEFAULT.shutdown()
+
+
+def observe_options(cfg, index):
+    """The worker options of parameter group `index` for the session's metrics and
+    timeline: the first group's worker serves the metrics (the process's whole
+    registry); group g > 0 writes its timeline beside group 0's, as PATH.g<g>."""
+    timeline = cfg.get("timeline", "")
+    if timeline and index > 0:
+        root, ext = os.path.splitext(timeline)
+        timeline = f"{root}.g{index}{ext}"
+    return dict(metrics_address=cfg.get("metrics_address", "") if index == 0 else "",
+                timeline=timeline)
