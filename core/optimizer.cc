@@ -29,24 +29,37 @@ inline float GradAt(const float* __restrict grad, const float* __restrict grad_b
   return grad[i];
 }
 
+// Element i of the parameters before the update: param[i] (in place), or
+// with kCopy src[i] (out of place: the update reads src and writes param).
+// In place, src is null and never read, so `param` is the one pointer to the
+// array and the kernels' __restrict holds; out of place, src and param must
+// not overlap (OptimizerUpdate::Run calls the in-place form for in == out).
+template <bool kCopy>
+inline float ParamAt(const float* __restrict param, const float* __restrict src, size_t i) {
+  if (kCopy) return src[i];
+  return param[i];
+}
+
 // SGD without momentum: param += -lr * (grad [+ wd * param]).
-template <bool kMean, bool kWeightDecay>
+template <bool kMean, bool kCopy, bool kWeightDecay>
 TESSEL_VECTOR_CLONES void SgdKernel(const OptimizerScalars& s, float* __restrict param,
-                                    const float* __restrict grad, const float* __restrict grad_b,
-                                    float divisor, size_t n) {
+                                    const float* __restrict src, const float* __restrict grad,
+                                    const float* __restrict grad_b, float divisor, size_t n) {
   const float neg_lr = s.neg_lr;
   const float wd = s.weight_decay;
   for (size_t i = 0; i < n; ++i) {
+    const float p = ParamAt<kCopy>(param, src, i);
     float d_p = GradAt<kMean>(grad, grad_b, divisor, i);
-    if (kWeightDecay) d_p = d_p + wd * param[i];
-    param[i] = param[i] + neg_lr * d_p;
+    if (kWeightDecay) d_p = d_p + wd * p;
+    param[i] = p + neg_lr * d_p;
   }
 }
 
 // SGD with momentum. kFirst: torch's momentum buffer is None, so it becomes a
 // clone of d_p (no momentum, no dampening applied).
-template <bool kMean, bool kWeightDecay, bool kNesterov, bool kFirst>
+template <bool kMean, bool kCopy, bool kWeightDecay, bool kNesterov, bool kFirst>
 TESSEL_VECTOR_CLONES void SgdMomentumKernel(const OptimizerScalars& s, float* __restrict param,
+                                            const float* __restrict src,
                                             const float* __restrict grad,
                                             const float* __restrict grad_b, float divisor,
                                             float* __restrict buf, size_t n) {
@@ -55,8 +68,9 @@ TESSEL_VECTOR_CLONES void SgdMomentumKernel(const OptimizerScalars& s, float* __
   const float momentum = s.momentum;
   const float one_minus_dampening = s.one_minus_dampening;
   for (size_t i = 0; i < n; ++i) {
+    const float p = ParamAt<kCopy>(param, src, i);
     float d_p = GradAt<kMean>(grad, grad_b, divisor, i);
-    if (kWeightDecay) d_p = d_p + wd * param[i];
+    if (kWeightDecay) d_p = d_p + wd * p;
     float b;
     if (kFirst) {
       b = d_p;
@@ -70,17 +84,18 @@ TESSEL_VECTOR_CLONES void SgdMomentumKernel(const OptimizerScalars& s, float* __
     } else {
       d_p = b;
     }
-    param[i] = param[i] + neg_lr * d_p;
+    param[i] = p + neg_lr * d_p;
   }
 }
 
 // Adam (kDecoupled = false, L2 term in the gradient when kWeightDecay) and
 // AdamW (kDecoupled = true: param *= 1 - lr * wd first, no L2 term).
-template <bool kMean, bool kDecoupled, bool kWeightDecay>
+template <bool kMean, bool kCopy, bool kDecoupled, bool kWeightDecay>
 TESSEL_VECTOR_CLONES void AdamKernel(const OptimizerScalars& s, float* __restrict param,
-                                     const float* __restrict grad, const float* __restrict grad_b,
-                                     float divisor, float* __restrict exp_avg,
-                                     float* __restrict exp_avg_sq, size_t n) {
+                                     const float* __restrict src, const float* __restrict grad,
+                                     const float* __restrict grad_b, float divisor,
+                                     float* __restrict exp_avg, float* __restrict exp_avg_sq,
+                                     size_t n) {
   const float wd = s.weight_decay;
   const float decay = s.decay;
   const float beta1 = s.beta1;
@@ -91,7 +106,7 @@ TESSEL_VECTOR_CLONES void AdamKernel(const OptimizerScalars& s, float* __restric
   const float eps = s.eps;
   const float neg_step_size = s.neg_step_size;
   for (size_t i = 0; i < n; ++i) {
-    float p = param[i];
+    float p = ParamAt<kCopy>(param, src, i);
     float g = GradAt<kMean>(grad, grad_b, divisor, i);
     if (kDecoupled) p = p * decay;
     if (!kDecoupled && kWeightDecay) g = g + wd * p;
@@ -116,9 +131,9 @@ TESSEL_VECTOR_CLONES void AdamKernel(const OptimizerScalars& s, float* __restric
 //   buf.mul_(momentum).addcdiv_(grad, avg); param.add_(buf, alpha=-lr)  if kMomentum
 //   param.addcdiv_(grad, avg, value=-lr)                      otherwise
 // `buf` and `grad_avg` are not touched (and may be null) when not used.
-template <bool kMean, bool kWeightDecay, bool kCentered, bool kMomentum>
+template <bool kMean, bool kCopy, bool kWeightDecay, bool kCentered, bool kMomentum>
 TESSEL_VECTOR_CLONES void RmspropKernel(const OptimizerScalars& s, float* __restrict param,
-                                        const float* __restrict grad,
+                                        const float* __restrict src, const float* __restrict grad,
                                         const float* __restrict grad_b, float divisor,
                                         float* __restrict square_avg, float* __restrict buf,
                                         float* __restrict grad_avg, size_t n) {
@@ -129,7 +144,7 @@ TESSEL_VECTOR_CLONES void RmspropKernel(const OptimizerScalars& s, float* __rest
   const float momentum = s.momentum;
   const float neg_lr = s.neg_lr;
   for (size_t i = 0; i < n; ++i) {
-    const float p = param[i];
+    const float p = ParamAt<kCopy>(param, src, i);
     float g = GradAt<kMean>(grad, grad_b, divisor, i);
     if (kWeightDecay) g = g + wd * p;
     float sq = square_avg[i] * alpha;
@@ -161,16 +176,16 @@ TESSEL_VECTOR_CLONES void RmspropKernel(const OptimizerScalars& s, float* __rest
 //   state_sum.addcmul_(grad, grad, value=1)
 //   std = state_sum.sqrt().add_(eps)
 //   param.addcdiv_(grad, std, value=-clr)
-template <bool kMean, bool kWeightDecay>
+template <bool kMean, bool kCopy, bool kWeightDecay>
 TESSEL_VECTOR_CLONES void AdagradKernel(const OptimizerScalars& s, float* __restrict param,
-                                        const float* __restrict grad,
+                                        const float* __restrict src, const float* __restrict grad,
                                         const float* __restrict grad_b, float divisor,
                                         float* __restrict sum, size_t n) {
   const float wd = s.weight_decay;
   const float eps = s.eps;
   const float neg_clr = s.neg_clr;
   for (size_t i = 0; i < n; ++i) {
-    const float p = param[i];
+    const float p = ParamAt<kCopy>(param, src, i);
     float g = GradAt<kMean>(grad, grad_b, divisor, i);
     if (kWeightDecay) g = g + wd * p;
     const float acc = sum[i] + (1.0f * g) * g;
@@ -187,102 +202,128 @@ struct GradIn {
   float divisor = 1.f;
 };
 
-template <bool kMean, bool kWeightDecay, bool kNesterov>
-void RunSgdMomentumWith(const OptimizerScalars& s, float* params, const GradIn& g, float* buf,
+// A kernel's parameters: updated in place (in == nullptr), or read from in
+// and written to out (kCopy).
+struct ParamsIo {
+  float* out;
+  const float* in = nullptr;
+};
+
+template <bool kMean, bool kCopy, bool kWeightDecay, bool kNesterov>
+void RunSgdMomentumWith(const OptimizerScalars& s, const ParamsIo& io, const GradIn& g, float* buf,
                         size_t n) {
   if (s.first_step) {
-    SgdMomentumKernel<kMean, kWeightDecay, kNesterov, true>(s, params, g.grad, g.grad_b, g.divisor,
-                                                            buf, n);
+    SgdMomentumKernel<kMean, kCopy, kWeightDecay, kNesterov, true>(s, io.out, io.in, g.grad,
+                                                                   g.grad_b, g.divisor, buf, n);
   } else {
-    SgdMomentumKernel<kMean, kWeightDecay, kNesterov, false>(s, params, g.grad, g.grad_b, g.divisor,
-                                                             buf, n);
+    SgdMomentumKernel<kMean, kCopy, kWeightDecay, kNesterov, false>(s, io.out, io.in, g.grad,
+                                                                    g.grad_b, g.divisor, buf, n);
   }
 }
 
-template <bool kMean>
-void RunSgdMomentum(const OptimizerScalars& s, float* params, const GradIn& g, float* buf,
+template <bool kMean, bool kCopy>
+void RunSgdMomentum(const OptimizerScalars& s, const ParamsIo& io, const GradIn& g, float* buf,
                     size_t n) {
   if (s.has_weight_decay && s.nesterov) {
-    RunSgdMomentumWith<kMean, true, true>(s, params, g, buf, n);
+    RunSgdMomentumWith<kMean, kCopy, true, true>(s, io, g, buf, n);
   } else if (s.has_weight_decay) {
-    RunSgdMomentumWith<kMean, true, false>(s, params, g, buf, n);
+    RunSgdMomentumWith<kMean, kCopy, true, false>(s, io, g, buf, n);
   } else if (s.nesterov) {
-    RunSgdMomentumWith<kMean, false, true>(s, params, g, buf, n);
+    RunSgdMomentumWith<kMean, kCopy, false, true>(s, io, g, buf, n);
   } else {
-    RunSgdMomentumWith<kMean, false, false>(s, params, g, buf, n);
+    RunSgdMomentumWith<kMean, kCopy, false, false>(s, io, g, buf, n);
   }
 }
 
-template <bool kMean, bool kWeightDecay, bool kCentered>
-void RunRmspropWith(const OptimizerScalars& s, float* params, const GradIn& g, float* const* state,
-                    size_t off, size_t n) {
+template <bool kMean, bool kCopy, bool kWeightDecay, bool kCentered>
+void RunRmspropWith(const OptimizerScalars& s, const ParamsIo& io, const GradIn& g,
+                    float* const* state, size_t off, size_t n) {
   // Slots: square_avg, momentum_buffer (if momentum), grad_avg (if centered).
   float* square_avg = state[0] + off;
   if (s.has_momentum) {
     float* grad_avg = kCentered ? state[2] + off : nullptr;
-    RmspropKernel<kMean, kWeightDecay, kCentered, true>(s, params, g.grad, g.grad_b, g.divisor,
-                                                        square_avg, state[1] + off, grad_avg, n);
+    RmspropKernel<kMean, kCopy, kWeightDecay, kCentered, true>(
+        s, io.out, io.in, g.grad, g.grad_b, g.divisor, square_avg, state[1] + off, grad_avg, n);
   } else {
     float* grad_avg = kCentered ? state[1] + off : nullptr;
-    RmspropKernel<kMean, kWeightDecay, kCentered, false>(s, params, g.grad, g.grad_b, g.divisor,
-                                                         square_avg, nullptr, grad_avg, n);
+    RmspropKernel<kMean, kCopy, kWeightDecay, kCentered, false>(
+        s, io.out, io.in, g.grad, g.grad_b, g.divisor, square_avg, nullptr, grad_avg, n);
   }
 }
 
-template <bool kMean>
-void RunRmsprop(const OptimizerScalars& s, float* params, const GradIn& g, float* const* state,
+template <bool kMean, bool kCopy>
+void RunRmsprop(const OptimizerScalars& s, const ParamsIo& io, const GradIn& g, float* const* state,
                 size_t off, size_t n) {
   if (s.has_weight_decay && s.centered) {
-    RunRmspropWith<kMean, true, true>(s, params, g, state, off, n);
+    RunRmspropWith<kMean, kCopy, true, true>(s, io, g, state, off, n);
   } else if (s.has_weight_decay) {
-    RunRmspropWith<kMean, true, false>(s, params, g, state, off, n);
+    RunRmspropWith<kMean, kCopy, true, false>(s, io, g, state, off, n);
   } else if (s.centered) {
-    RunRmspropWith<kMean, false, true>(s, params, g, state, off, n);
+    RunRmspropWith<kMean, kCopy, false, true>(s, io, g, state, off, n);
   } else {
-    RunRmspropWith<kMean, false, false>(s, params, g, state, off, n);
+    RunRmspropWith<kMean, kCopy, false, false>(s, io, g, state, off, n);
   }
 }
 
-template <bool kMean>
-void RunScaled(Kind kind, const OptimizerScalars& s, float* params, const GradIn& g,
-               float* const* state, size_t off, size_t n) {
+template <bool kMean, bool kCopy>
+void RunKind(Kind kind, const OptimizerScalars& s, const ParamsIo& io, const GradIn& g,
+             float* const* state, size_t off, size_t n) {
+  float* out = io.out;
+  const float* in = io.in;
   const float* grad = g.grad;
   const float* grad_b = g.grad_b;
   const float d = g.divisor;
   switch (kind) {
     case Kind::kSgd:
       if (s.has_momentum) {
-        RunSgdMomentum<kMean>(s, params, g, state[0] + off, n);
+        RunSgdMomentum<kMean, kCopy>(s, io, g, state[0] + off, n);
       } else if (s.has_weight_decay) {
-        SgdKernel<kMean, true>(s, params, grad, grad_b, d, n);
+        SgdKernel<kMean, kCopy, true>(s, out, in, grad, grad_b, d, n);
       } else {
-        SgdKernel<kMean, false>(s, params, grad, grad_b, d, n);
+        SgdKernel<kMean, kCopy, false>(s, out, in, grad, grad_b, d, n);
       }
       return;
     case Kind::kAdam:
       if (s.has_weight_decay) {
-        AdamKernel<kMean, false, true>(s, params, grad, grad_b, d, state[0] + off, state[1] + off,
-                                       n);
+        AdamKernel<kMean, kCopy, false, true>(s, out, in, grad, grad_b, d, state[0] + off,
+                                              state[1] + off, n);
       } else {
-        AdamKernel<kMean, false, false>(s, params, grad, grad_b, d, state[0] + off, state[1] + off,
-                                        n);
+        AdamKernel<kMean, kCopy, false, false>(s, out, in, grad, grad_b, d, state[0] + off,
+                                               state[1] + off, n);
       }
       return;
     case Kind::kAdamW:
-      AdamKernel<kMean, true, false>(s, params, grad, grad_b, d, state[0] + off, state[1] + off, n);
+      AdamKernel<kMean, kCopy, true, false>(s, out, in, grad, grad_b, d, state[0] + off,
+                                            state[1] + off, n);
       return;
     case Kind::kRmsprop:
-      RunRmsprop<kMean>(s, params, g, state, off, n);
+      RunRmsprop<kMean, kCopy>(s, io, g, state, off, n);
       return;
     case Kind::kAdagrad:
       if (s.has_weight_decay) {
-        AdagradKernel<kMean, true>(s, params, grad, grad_b, d, state[0] + off, n);
+        AdagradKernel<kMean, kCopy, true>(s, out, in, grad, grad_b, d, state[0] + off, n);
       } else {
-        AdagradKernel<kMean, false>(s, params, grad, grad_b, d, state[0] + off, n);
+        AdagradKernel<kMean, kCopy, false>(s, out, in, grad, grad_b, d, state[0] + off, n);
       }
       return;
   }
   internal::KernelFatal("ApplyUpdate: unknown OptimizerParams::Kind");
+}
+
+// In place (io.in null) or out of place: the kernels' kCopy.
+template <bool kMean>
+void RunScaled(Kind kind, const OptimizerScalars& s, const ParamsIo& io, const GradIn& g,
+               float* const* state, size_t off, size_t n) {
+  if (io.in == nullptr) {
+    RunKind<kMean, false>(kind, s, io, g, state, off, n);
+  } else {
+    RunKind<kMean, true>(kind, s, io, g, state, off, n);
+  }
+}
+
+// `in` == `out` is the in-place update: the kernels get no second pointer.
+ParamsIo Io(const float* in, float* out, size_t done) {
+  return ParamsIo{out + done, in == out ? nullptr : in + done};
 }
 
 }  // namespace
@@ -290,32 +331,32 @@ void RunScaled(Kind kind, const OptimizerScalars& s, float* params, const GradIn
 OptimizerUpdate::OptimizerUpdate(const OptimizerParams& p, int64_t step)
     : kind_(p.kind), s_(MakeOptimizerScalars(p, step)) {}
 
-void OptimizerUpdate::Run(float* params, const float* grad, float* const* state, size_t off,
-                          size_t n) const {
+void OptimizerUpdate::Run(const float* in, float* out, const float* grad, float* const* state,
+                          size_t off, size_t n) const {
   if (s_.scale_grad) {  // loss scaling: grad * grad_scale, a block at a time
     alignas(64) float scaled[kScaleBlock];
     for (size_t done = 0; done < n; done += kScaleBlock) {
       const size_t len = std::min(kScaleBlock, n - done);
       for (size_t i = 0; i < len; ++i) scaled[i] = grad[done + i] * s_.grad_scale;
-      RunScaled<false>(kind_, s_, params + done, GradIn{scaled}, state, off + done, len);
+      RunScaled<false>(kind_, s_, Io(in, out, done), GradIn{scaled}, state, off + done, len);
     }
     return;
   }
-  RunScaled<false>(kind_, s_, params, GradIn{grad}, state, off, n);
+  RunScaled<false>(kind_, s_, Io(in, out, 0), GradIn{grad}, state, off, n);
 }
 
-void OptimizerUpdate::RunMean(float* params, const float* a, const float* b, float divisor,
-                              float* const* state, size_t off, size_t n) const {
+void OptimizerUpdate::RunMean(const float* in, float* out, const float* a, const float* b,
+                              float divisor, float* const* state, size_t off, size_t n) const {
   if (s_.scale_grad) {  // the mean, then scaled, a block at a time
     alignas(64) float mean[kScaleBlock];
     for (size_t done = 0; done < n; done += kScaleBlock) {
       const size_t len = std::min(kScaleBlock, n - done);
       for (size_t i = 0; i < len; ++i) mean[i] = (a[done + i] + b[done + i]) / divisor;
-      Run(params + done, mean, state, off + done, len);
+      Run(in + done, out + done, mean, state, off + done, len);
     }
     return;
   }
-  RunScaled<true>(kind_, s_, params, GradIn{a, b, divisor}, state, off, n);
+  RunScaled<true>(kind_, s_, Io(in, out, 0), GradIn{a, b, divisor}, state, off, n);
 }
 
 void ApplyUpdate(const OptimizerParams& p, int64_t step, float* params, const float* grad,

@@ -7,9 +7,12 @@
 // fused reduce-then-update, core/reduce.h's.
 //
 // Contract:
-//   - One call updates n contiguous parameters in place. The caller owns all
-//     buffers; nothing is allocated on the heap, no threads, no I/O; any
-//     thread may call, on buffers no other thread touches meanwhile.
+//   - One call updates n contiguous parameters in place, or out of place
+//     (OptimizerUpdate::Run(in, out, ...): read from in, written to out,
+//     bitwise the same results; a shard keeps the previous version that
+//     way, server/served_versions.h). The caller owns all buffers; nothing
+//     is allocated on the heap, no threads, no I/O; any thread may call, on
+//     buffers no other thread touches meanwhile.
 //   - state[k] points to n floats for slot k < StateSlots(p), in
 //     core/optimizer_params.h's slot order, initialised by InitState.
 //   - `step` >= 1 is torch's state['step'] after its increment
@@ -70,13 +73,25 @@ class OptimizerUpdate {
   // Updates params[0, n) from grad[0, n); slot k's state of params[i] is
   // state[k][state_offset + i].
   void Run(float* params, const float* grad, float* const* state, size_t state_offset,
+           size_t n) const {
+    Run(params, params, grad, state, state_offset, n);
+  }
+  // Out of place: reads the parameters from in[0, n) and writes the updated
+  // ones to out[0, n), the very bits the in-place Run leaves in params
+  // (in is left as it was). in == out is the in-place update; otherwise in
+  // and out must not overlap, nor either of them the gradient or the state.
+  void Run(const float* in, float* out, const float* grad, float* const* state, size_t state_offset,
            size_t n) const;
   // The same with the gradient (a[i] + b[i]) / divisor, computed in the
   // kernel's pass (core/reduce.h's last rank added and the division, never
   // stored): bitwise Run over that mean stored first. a and b must not
-  // overlap params or the state.
+  // overlap params (in, out) or the state.
   void RunMean(float* params, const float* a, const float* b, float divisor, float* const* state,
-               size_t state_offset, size_t n) const;
+               size_t state_offset, size_t n) const {
+    RunMean(params, params, a, b, divisor, state, state_offset, n);
+  }
+  void RunMean(const float* in, float* out, const float* a, const float* b, float divisor,
+               float* const* state, size_t state_offset, size_t n) const;
 
   const OptimizerScalars& scalars() const { return s_; }
 

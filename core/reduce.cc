@@ -91,6 +91,11 @@ void ReduceSum(const float* const* srcs, int w, float* out, size_t n) {
 
 void ReduceAndApply(const OptimizerParams& p, int64_t step, float* params, const float* const* srcs,
                     int w, float* const* state, size_t n, int divisor) {
+  ReduceAndApply(p, step, params, params, srcs, w, state, n, divisor);
+}
+
+void ReduceAndApply(const OptimizerParams& p, int64_t step, const float* in, float* out,
+                    const float* const* srcs, int w, float* const* state, size_t n, int divisor) {
   if (w < 1 || divisor < 0) {
     internal::KernelFatal("ReduceAndApply: w must be >= 1 and divisor >= 0");
   }
@@ -101,7 +106,7 @@ void ReduceAndApply(const OptimizerParams& p, int64_t step, float* params, const
   // (OptimizerUpdate::RunMean): w = 2 reads the two pushes there directly;
   // w >= 3 sums the ranks before the last into an L1 block first.
   if (w == 2) {
-    update.RunMean(params, srcs[0], srcs[1], d, state, 0, n);
+    update.RunMean(in, out, srcs[0], srcs[1], d, state, 0, n);
     return;
   }
   alignas(64) float acc[kBlock];
@@ -109,11 +114,11 @@ void ReduceAndApply(const OptimizerParams& p, int64_t step, float* params, const
     const size_t len = std::min(kBlock, n - off);
     if (w == 1) {
       DivInto(srcs[0] + off, d, acc, len);
-      update.Run(params + off, acc, state, off, len);
+      update.Run(in + off, out + off, acc, state, off, len);
     } else {
       AddPair(srcs[0] + off, srcs[1] + off, acc, len);
       for (int j = 2; j < w - 1; ++j) AddInto(srcs[j] + off, acc, len);
-      update.RunMean(params + off, acc, srcs[w - 1] + off, d, state, off, len);
+      update.RunMean(in + off, out + off, acc, srcs[w - 1] + off, d, state, off, len);
     }
   }
 }

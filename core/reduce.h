@@ -51,6 +51,12 @@ void ReduceSum(const float* const* srcs, int w, float* out, size_t n);
 // Aborts on step < 1, as ApplyUpdate does.
 void ReduceAndApply(const OptimizerParams& p, int64_t step, float* params, const float* const* srcs,
                     int w, float* const* state, size_t n, int divisor = 0);
+// The same out of place: the parameters read from in[0, n), the updated
+// ones written to out[0, n) (OptimizerUpdate::Run's out-of-place form); the
+// bits of the in-place call. in == out is that call.
+void ReduceAndApply(const OptimizerParams& p, int64_t step, const float* in, float* out,
+                    const float* const* srcs, int w, float* const* state, size_t n,
+                    int divisor = 0);
 
 }  // namespace tessel
 
