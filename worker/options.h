@@ -196,6 +196,18 @@ struct WorkerOptions {
   // job, rejoins.
   bool recovery = false;
   absl::Duration recovery_timeout = absl::Seconds(60);
+  // A lost worker without rollback (zero1, zero2; docs/operations.md,
+  // "Recovery"): the shards keep the step in flight and the surviving
+  // workers wait in it; the replacement (`resume`) takes the step the shards
+  // last applied, recomputes the step in flight and pushes what its rank had
+  // not pushed yet. The run stays bitwise the one without the fault and
+  // nothing is replayed. Needs recovery; not with fsdp, ddp (which aligns
+  // the workers' own state instead), host aggregation (rank_groups),
+  // elastic policies, hybrid jobs or worker collectives (SyncBatchNorm):
+  // those roll back as above. Every worker of the job passes the same value;
+  // if they disagree the job rolls back. A shard server's death still rolls
+  // back.
+  bool rejoin_in_place = true;
   // Elastic continuation, a job policy (needs recovery; every strategy but
   // hybrid). 0 = off: a lost worker must be replaced (same rank, --resume).
   // N >= 1: when a worker is lost and no replacement has joined within

@@ -23,6 +23,7 @@
 #include "worker/internal/ddp_state.h"
 #include "worker/internal/growth_policy.h"
 #include "worker/internal/job_context.h"
+#include "worker/internal/rejoin.h"
 #include "worker/internal/worker_metrics.h"
 #include "worker/internal/worker_parts.h"
 #include "worker/job_start.h"
@@ -111,13 +112,36 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   }
   if (ddp && !join_recovery) return absl::OkStatus();
   s = newcomer        ? p_->recovery->Admit()
-      : join_recovery ? p_->recovery->Run(o.resume_step)
+      : join_recovery ? ResumeInJob()
                       : PullInitial(init);
   if (!s.ok()) ctx.layout.reset();
   if (s.ok() && ctx.resume && !join_recovery) {
     TESSEL_LOG(INFO) << ctx.Where() << ": resumed from the checkpoint of step " << ctx.step;
   }
   return s;
+}
+
+absl::Status Worker::ResumeInJob() { return RejoinOrRollBack(p_->ctx.options.resume_step); }
+
+absl::Status Worker::RejoinOrRollBack(int64_t restore_step) {
+  // A replacement for a lost worker, or a worker that lost its own step to
+  // a membership change while every shard server stayed where it was,
+  // rejoins the step in flight (internal/rejoin.h). Anything else, or an
+  // in-place attempt that fails, joins a rollback to the checkpoint.
+  const bool eligible =
+      internal::InPlaceEligible(p_->ctx) && p_->membership->CheckServers().ok();
+  if (restore_step < 0 && eligible) {
+    absl::StatusOr<bool> in_place = p_->recovery->RejoinInPlace();
+    if (in_place.ok() && *in_place) return absl::OkStatus();
+    if (!in_place.ok()) {
+      TESSEL_LOG(WARNING) << p_->ctx.Where()
+                          << ": rejoining in place failed, joining a rollback instead: "
+                          << in_place.status().message();
+    }
+  }
+  // The others of such a job (no server changed) may be waiting in place,
+  // not restoring.
+  return p_->recovery->Run(restore_step, /*restore_if_nobody_does=*/eligible);
 }
 
 absl::Status Worker::CreateJob() {
@@ -418,6 +442,7 @@ void Worker::SetWaitCheck(std::function<absl::Status()> check) {
 }
 void Worker::SetResumeStep(int64_t step) { p_->ctx.options.resume_step = step; }
 int Worker::recoveries() const { return p_->recovery->recoveries(); }
+bool Worker::rejoined_in_place() const { return p_->recovery->in_place_rejoins() > 0; }
 std::string Worker::metrics_address() const {
   return p_->http == nullptr ? std::string() : p_->http->address();
 }
@@ -441,7 +466,7 @@ absl::Status Worker::RunRecovery(int64_t restore_step) {
   }
   const int64_t from = ctx.step;
   const auto start = std::chrono::steady_clock::now();
-  absl::Status s = p_->recovery->Run(restore_step);
+  absl::Status s = RejoinOrRollBack(restore_step);
   if (s.ok() && p_->metrics != nullptr) {
     p_->metrics->Recovered(metrics::SecondsSince(start), from, ctx.step);
   }

@@ -229,6 +229,11 @@ class Worker {
   // job's worker-to-worker messages.
   absl::Status CheckServers();
   int recoveries() const;
+  // Whether this worker (a replacement started with options().resume)
+  // rejoined its job's step in flight without a rollback: step() is the
+  // step the shards had applied, and the loop goes on from there (its next
+  // batch is that of step() + 1, as after any resume).
+  bool rejoined_in_place() const;
   // Where this worker serves its Prometheus metrics (HOST:PORT, the port
   // bound when options().metrics_address asked for port 0); "" when off.
   std::string metrics_address() const;
@@ -430,6 +435,12 @@ class Worker {
   absl::Status Start();
   // Creates (or, resuming, restores) the registered job on every shard.
   absl::Status CreateJob();
+  // A resuming worker with recovery on: rejoins the step in flight where the
+  // job allows (options.h rejoin_in_place), else joins a rollback.
+  absl::Status ResumeInJob();
+  // Recover()'s and ResumeInJob()'s choice: in place where the job allows
+  // it and no shard server changed, else a rollback to `restore_step`.
+  absl::Status RejoinOrRollBack(int64_t restore_step);
   absl::Status PullInitial(absl::Span<const float> init);
   // Rank 0, after a step: time-based checkpoints and failure reports
   // (CheckpointWatch).

@@ -43,6 +43,10 @@ ABSL_FLAG(bool, auto_resume, false,
           "afresh otherwise: one command line for the first start and every restart (a "
           "Kubernetes Job's replacement pod)");
 ABSL_FLAG(int64_t, resume_step, -1, "with --resume: the checkpoint's step (-1 = latest)");
+ABSL_FLAG(bool, rejoin_in_place, true,
+          "with --recover, zero1/zero2: a lost worker costs no rollback; the others wait in the "
+          "step in flight and its replacement (--rank=R --resume) rejoins that step (false: roll "
+          "back to the latest checkpoint as for a lost shard server)");
 ABSL_FLAG(int, recovery_timeout_s, 60,
           "seconds to wait for a lost worker or shard server to return before giving up");
 ABSL_FLAG(int, elastic_min_workers, 0,
@@ -112,6 +116,7 @@ absl::StatusOr<WorkerOptions> WorkerOptionsFromFlags() {
   o.checkpoint_report_interval =
       absl::Seconds(std::max(0, absl::GetFlag(FLAGS_checkpoint_report_s)));
   o.recovery = absl::GetFlag(FLAGS_recover);
+  o.rejoin_in_place = absl::GetFlag(FLAGS_rejoin_in_place);
   TESSEL_ASSIGN_OR_RETURN(auto lease_ttl, LeaseTtlFromFlags());
   o.lease_ttl = lease_ttl;
   o.recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_recovery_timeout_s));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "runtime/log.h"
+#include "worker/internal/rejoin.h"
 
 namespace tessel::internal {
 namespace {
@@ -178,6 +179,7 @@ absl::Status Membership::Join() {
     joined = registry_->Join(me, o.lease_ttl);
   }
   TESSEL_RETURN_IF_ERROR(joined);
+  ctx_->member_epoch = registry_->joined_epoch();
   if (growth_.newcomer()) {
     // No world to wait for: the job's workers admit this one (Admitted).
     TESSEL_ASSIGN_OR_RETURN(const v1::View view, registry_->GetView(o.job));
@@ -298,7 +300,13 @@ absl::Status Membership::MembershipChanged() {
     if (!missing.empty()) {
       who = absl::StrCat("worker rank(s) ", absl::StrJoin(missing, ", "),
                          " left the job or stopped heartbeating");
+    } else {
+      who = "a worker of the job was replaced by another process";
     }
+    // A process that lapsed (paused, cut off) and joined again rejoins the
+    // step in flight as a replacement would (Worker::Recover); everything
+    // is a recovery's (below) when a shard server changed too.
+    if (InPlaceEligible(*ctx_) && CheckServers().ok()) return WaitInPlace(who);
   }
   if (o.recovery) {
     return ctx_->Recoverable(absl::AbortedError(absl::StrCat(
@@ -315,6 +323,30 @@ absl::Status Membership::MembershipChanged() {
       registry_->group_epoch(),
       "); the step cannot complete. Restart the missing worker(s) and resume from the latest "
       "checkpoint (--resume)"));
+}
+
+absl::Status Membership::WaitInPlace(const std::string& who) {
+  const WorkerOptions& o = ctx_->options;
+  const absl::Time start = absl::Now();
+  TESSEL_LOG(WARNING) << ctx_->Where() << ": " << who << " (membership epoch " << view_epoch_
+                      << " -> " << registry_->group_epoch() << "); step " << ctx_->step + 1
+                      << " waits for its replacement (start the missing rank with --resume) for "
+                      << "up to " << absl::FormatDuration(o.recovery_timeout)
+                      << "; nothing rolls back";
+  const std::vector<std::string> servers = ucx_addresses_;
+  std::vector<int> ids;
+  TESSEL_RETURN_IF_ERROR(WaitForComplete(start + o.recovery_timeout, absl::InfiniteFuture(), &ids));
+  if (ids != member_ids_ || ucx_addresses_ != servers) {
+    return ctx_->Recoverable(absl::AbortedError(absl::StrCat(
+        ctx_->Where(), ": while step ", ctx_->step + 1, " waited for a replacement, ",
+        ids != member_ids_ ? "the job's workers changed" : "a shard server was restarted",
+        "; ", AfterPause())));
+  }
+  TESSEL_LOG(WARNING) << ctx_->Where() << ": every rank is back after "
+                      << absl::FormatDuration(absl::Trunc(absl::Now() - start,
+                                                          absl::Milliseconds(1)))
+                      << "; step " << ctx_->step + 1 << " goes on in place (no rollback)";
+  return absl::OkStatus();
 }
 
 absl::Status Membership::CheckServers() {
@@ -387,6 +419,7 @@ absl::Status Membership::Rejoin() {
         code == absl::StatusCode::kAlreadyExists ? ": a replacement has taken over" : "",
         ". Exiting"));
   }
+  ctx_->member_epoch = registry_->joined_epoch();
   TESSEL_LOG(WARNING) << ctx_->Where() << ": the registry lease had lapsed; re-joined as rank "
                       << ctx_->id;
   return absl::OkStatus();

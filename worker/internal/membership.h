@@ -120,6 +120,12 @@ class Membership {
   v1::Member Me() const;
   absl::Status FindServers();
   absl::Status MembershipChanged();
+  // A lost worker of a job that rejoins in place (rejoin.h): waits in the
+  // step in flight until every rank is registered again, then goes on
+  // (OK); a shard server lost or restarted meanwhile, or the workers
+  // changed, is a recovery's (recoverable status: roll back); no
+  // replacement within recovery_timeout fails the step.
+  absl::Status WaitInPlace(const std::string& who);
   // The job is complete in `view`: it is the one changes are measured from.
   void Remember(const v1::View& view);
   absl::Status Reconnect(const v1::View& pool);

@@ -7,11 +7,12 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "runtime/log.h"
+#include "worker/internal/rejoin.h"
 #include "worker/internal/server_state.h"
 
 namespace tessel::internal {
 
-absl::Status RecoveryCoordinator::Run(int64_t restore_step) {
+absl::Status RecoveryCoordinator::Run(int64_t restore_step, bool restore_if_nobody_does) {
   JobContext& ctx = *p_.ctx;
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + ctx.options.recovery_timeout;
@@ -31,7 +32,7 @@ absl::Status RecoveryCoordinator::Run(int64_t restore_step) {
   } clear_growth{&growth};
   own_restore_.reset();
   for (int attempt = 1;; ++attempt) {
-    absl::Status s = Once(deadline, elastic_at, restore_step, after_epoch);
+    absl::Status s = Once(deadline, elastic_at, restore_step, after_epoch, restore_if_nobody_does);
     if (s.ok()) {
       ++recoveries_;
       TESSEL_LOG(WARNING)
@@ -76,7 +77,8 @@ void RecoveryCoordinator::SettleReceives(absl::Duration limit) {
 }
 
 absl::Status RecoveryCoordinator::Once(absl::Time deadline, absl::Time elastic_at,
-                                       int64_t restore_step, int64_t after_epoch) {
+                                       int64_t restore_step, int64_t after_epoch,
+                                       bool restore_if_nobody_does) {
   JobContext& ctx = *p_.ctx;
   Reset();
   // A server killed while writing into this worker's receive queue wedges
@@ -91,7 +93,25 @@ absl::Status RecoveryCoordinator::Once(absl::Time deadline, absl::Time elastic_a
   int64_t epoch = 0, step = 0;
   // The first of them restores every shard and records the membership
   // there; the others adopt whatever that restore recorded.
-  if (ids.front() == ctx.id) {
+  bool restore_here = ids.front() == ctx.id;
+  if (!restore_here && restore_if_nobody_does) {
+    // The first may be waiting in place for this worker's step: give a
+    // restore already under way a moment, else make one.
+    std::vector<int> restored_ids;
+    const absl::Status seen =
+        AwaitRestore(std::min(deadline, absl::Now() + absl::Seconds(3)), after_epoch, &epoch,
+                     &step, &restored_ids);
+    if (seen.ok()) {
+      p_.membership->Adopt(restored_ids);
+      return TakeRestore(epoch, step, restored_ids);
+    }
+    if (!absl::IsDeadlineExceeded(seen)) return seen;
+    TESSEL_LOG(WARNING) << ctx.Where()
+                        << ": no other worker is restoring the shards (they may be waiting in "
+                           "place); restoring them from here";
+    restore_here = true;
+  }
+  if (restore_here) {
     if (own_restore_.has_value() && own_restore_->ids == ids && StillRestored(*own_restore_)) {
       epoch = own_restore_->epoch;
       step = own_restore_->step;
@@ -155,6 +175,62 @@ absl::Status RecoveryCoordinator::Admit() {
                              absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
                       << " at step " << ctx.step << ", epoch " << epoch;
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
+  JobContext& ctx = *p_.ctx;
+  if (!InPlaceEligible(ctx) || ctx.layout == nullptr) return false;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + ctx.options.recovery_timeout;
+  Reset();
+  std::vector<int> ids;
+  TESSEL_RETURN_IF_ERROR(p_.membership->WaitForComplete(deadline, absl::InfiniteFuture(), &ids));
+  std::vector<int> buckets;
+  for (int s = 0; s < p_.channel->num_shards(); ++s) buckets.push_back(ctx.layout->num_buckets(s));
+  RejoinPlan plan;
+  for (;;) {
+    auto stats = p_.control->Stats(absl::Seconds(5));
+    if (!stats.ok() && absl::IsNotFound(stats.status())) return false;  // a whole restart
+    if (stats.ok()) {
+      plan = PlanRejoin(*stats, ctx.rank.load(), ids, buckets);
+      if (!plan.in_place) {
+        TESSEL_LOG(WARNING) << ctx.Where() << ": not rejoining in place (" << plan.why_not
+                            << "); joining a rollback";
+        return false;
+      }
+      // A push of the dead process still landing: its slot frees when the
+      // transfer fails (the sender is gone).
+      if (!plan.receiving) break;
+    }
+    if (absl::Now() >= deadline) {
+      return ctx.Recoverable(absl::DeadlineExceededError(absl::StrCat(
+          ctx.Where(), ": the shards' stats did not settle within the recovery timeout: ",
+          stats.ok() ? "a push of this rank's previous process is still landing"
+                     : stats.status().message())));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  p_.channel->SetEpoch(plan.epoch);
+  absl::StatusOr<std::vector<FrameKeyGrant>> keys = p_.control->FrameKeys();
+  if (!keys.ok()) return ctx.Recoverable(absl::UnavailableError(keys.status().message()));
+  TESSEL_RETURN_IF_ERROR(p_.channel->SetFrameKeys(*keys));
+  ctx.step = plan.step;
+  TESSEL_RETURN_IF_ERROR(ctx.Recoverable(p_.exchange->Pull(plan.step)));
+  for (size_t s = 0; s < plan.pushed.size(); ++s) {
+    for (size_t b = 0; b < plan.pushed[s].size(); ++b) {
+      if (plan.pushed[s][b]) p_.exchange->MarkPushed(static_cast<int>(s), static_cast<int>(b));
+    }
+  }
+  ++in_place_rejoins_;
+  TESSEL_LOG(WARNING) << ctx.Where() << ": rejoined in place after "
+                      << absl::FormatDuration(absl::Trunc(absl::Now() - start,
+                                                          absl::Milliseconds(1)))
+                      << ": the shards applied step " << plan.step << " (epoch " << plan.epoch
+                      << "); this worker computes step " << plan.step + 1 << " again, "
+                      << plan.buckets_pushed
+                      << " of its buckets of that step were already on the shards; nothing "
+                         "rolls back";
+  return true;
 }
 
 absl::Status RecoveryCoordinator::RestoreShards(absl::Time deadline, int64_t restore_step,

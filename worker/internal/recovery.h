@@ -91,16 +91,28 @@ class RecoveryCoordinator {
   // Rolls back to the checkpoint of `restore_step` (-1: the latest complete
   // one), retrying until recovery_timeout. On success ctx.step is the
   // restored step and the buffers hold its parameters.
-  absl::Status Run(int64_t restore_step);
+  // `restore_if_nobody_does`: for a job whose workers may be waiting in
+  // place (rejoin.h) rather than restoring: if no restore shows up within
+  // a moment, this worker restores the shards itself, whatever its rank
+  // (the waiting workers' pulls are then refused and they take it).
+  absl::Status Run(int64_t restore_step, bool restore_if_nobody_does = false);
   // A newcomer (elastic growth): waits until the job's workers restore the
   // shards for a world that includes it, then takes its rank and the
   // restored step's parameters (DDP: the workers' state).
   absl::Status Admit();
+  // A replacement of a lost worker (rejoin.h): true once it has rejoined the
+  // step in flight without rollback (ctx.step is the step the shards
+  // applied last, the buffers hold its parameters, and the buckets its rank
+  // had pushed of the next step are marked pushed); false where the job does
+  // not rejoin in place (Run() rolls back instead). A failure is
+  // recoverable: Run() then joins the rollback.
+  absl::StatusOr<bool> RejoinInPlace();
   int recoveries() const { return recoveries_; }
+  int in_place_rejoins() const { return in_place_rejoins_; }
 
  private:
   absl::Status Once(absl::Time deadline, absl::Time elastic_at, int64_t restore_step,
-                    int64_t after_epoch);
+                    int64_t after_epoch, bool restore_if_nobody_does);
   void Reset();
   void SettleReceives(absl::Duration limit);
   absl::Status RestoreShards(absl::Time deadline, int64_t restore_step, const std::vector<int>& ids,
@@ -133,6 +145,7 @@ class RecoveryCoordinator {
   // workers may already have taken it, and a newer one would strand them.
   std::optional<OwnRestore> own_restore_;
   int recoveries_ = 0;
+  int in_place_rejoins_ = 0;
   // Buffers a transfer from before a rollback may still write into: kept
   // until the transport is shut down (driving thread).
   std::vector<std::vector<float>> retired_;
