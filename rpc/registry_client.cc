@@ -63,6 +63,13 @@ absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Du
     stop_ = false;
   }
   group_epoch_.store(resp.view().epoch());
+  // This membership in the view right after the join (its role and rank are
+  // unique in the group).
+  int64_t joined = 0;
+  for (const v1::Member& m : resp.view().members()) {
+    if (m.role() == member.role() && m.rank() == member.rank()) joined = m.joined_epoch();
+  }
+  joined_epoch_.store(joined);
   last_contact_ns_.store(absl::ToUnixNanos(absl::Now()));
   const absl::Duration period = absl::Milliseconds(resp.lease_ttl_ms()) / 3;
   heartbeat_ = std::thread([this, id = resp.lease_id(), period] { HeartbeatLoop(id, period); });

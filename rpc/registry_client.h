@@ -57,6 +57,10 @@ class RegistryClient {
   // The epoch of this member's group as of the last heartbeat (or join):
   // a change means someone joined, left or lapsed.
   int64_t group_epoch() const { return group_epoch_.load(); }
+  // The joined_epoch the registry gave this client's membership at its last
+  // successful Join (Member.joined_epoch: a re-join is a new membership);
+  // 0 before one.
+  int64_t joined_epoch() const { return joined_epoch_.load(); }
 
   // Sent with the following heartbeats (the status page's loss curve).
   void SetProgress(int64_t step, double loss);
@@ -105,6 +109,7 @@ class RegistryClient {
   std::vector<std::tuple<std::string, int, double, double>> stragglers_heard_;
   std::thread heartbeat_;
   std::atomic<int64_t> group_epoch_{0};
+  std::atomic<int64_t> joined_epoch_{0};
   std::atomic<int64_t> progress_step_{-1};
   std::atomic<double> progress_loss_{0};
   std::atomic<int64_t> last_contact_ns_{std::numeric_limits<int64_t>::min()};

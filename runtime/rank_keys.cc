@@ -31,13 +31,16 @@ std::string Hmac(absl::string_view secret, absl::string_view info) {
   return out;
 }
 
+// `generation` 0 appends nothing (rank_keys.h: the secrets from before
+// handovers).
 std::string Derive(absl::string_view secret, absl::string_view label, uint64_t job_id,
-                   int32_t shard, int32_t who, int64_t epoch) {
+                   int32_t shard, int32_t who, int64_t epoch, int32_t generation = 0) {
   std::string info(label);
   Append(&info, job_id);
   Append(&info, shard);
   Append(&info, who);
   Append(&info, epoch);
+  if (generation != 0) Append(&info, generation);
   return Hmac(secret, info);
 }
 
@@ -65,8 +68,23 @@ absl::StatusOr<std::shared_ptr<JobFrameKeys>> JobFrameKeys::Create(absl::string_
       new JobFrameKeys(std::string(secret), job_id, shard, payload));
 }
 
-std::string JobFrameKeys::RankSecret(int32_t rank, int64_t epoch) const {
-  return Derive(secret_, "tessel rank secret v2", job_id_, shard_, rank, epoch);
+std::string JobFrameKeys::RankSecret(int32_t rank, int64_t epoch, int32_t generation) const {
+  return Derive(secret_, "tessel rank secret v2", job_id_, shard_, rank, epoch, generation);
+}
+
+int32_t JobFrameKeys::Generation(int32_t rank, int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  auto it = generations_.find({rank, epoch});
+  return it == generations_.end() ? 0 : it->second;
+}
+
+void JobFrameKeys::SetGeneration(int32_t rank, int64_t epoch, int32_t generation) {
+  absl::MutexLock lock(&mu_);
+  generations_[{rank, epoch}] = generation;
+  // The keys derived for the earlier generation go: KeysOf derives anew.
+  for (auto& [e, ranks] : epochs_) {
+    if (e == epoch) ranks.erase(rank);
+  }
 }
 
 std::string JobFrameKeys::HostSecret(int32_t group, int64_t epoch) const {
@@ -84,7 +102,9 @@ JobFrameKeys::RankKeys JobFrameKeys::KeysOf(int32_t rank, int64_t epoch) {
   }
   RankKeys& keys = at->second[rank];
   if (keys.up == nullptr) {
-    std::string secret = RankSecret(rank, epoch);
+    auto handed = generations_.find({rank, epoch});
+    keys.generation = handed == generations_.end() ? 0 : handed->second;
+    std::string secret = RankSecret(rank, epoch, keys.generation);
     keys.up = std::make_shared<const MacKey>(secret, kUp);
     keys.down = std::make_shared<const MacKey>(secret, kDown);
     if (payload_) {
@@ -96,12 +116,15 @@ JobFrameKeys::RankKeys JobFrameKeys::KeysOf(int32_t rank, int64_t epoch) {
   return keys;
 }
 
-bool JobFrameKeys::VerifyFromWorker(absl::Span<const uint8_t> am_header, const FrameHeader& h) {
+bool JobFrameKeys::VerifyFromWorker(absl::Span<const uint8_t> am_header, const FrameHeader& h,
+                                    int32_t* generation) {
   if (am_header.size() != SealedSize(payload_) || h.job_id != job_id_ || h.shard != shard_ ||
       h.rank < 0) {
     return false;
   }
-  return KeysOf(h.rank, h.epoch).up->Verify(am_header);
+  const RankKeys keys = KeysOf(h.rank, h.epoch);
+  if (generation != nullptr) *generation = keys.generation;
+  return keys.up->Verify(am_header);
 }
 
 bool JobFrameKeys::VerifyPayloadFromWorker(absl::Span<const uint8_t> am_header,

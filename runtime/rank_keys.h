@@ -16,11 +16,20 @@
 // their parameters from that group's aggregator anyway.
 //
 //   rank secret = HMAC-SHA256(job secret, "tessel rank secret v2" | job id |
-//                             shard | rank | epoch)                 (32 bytes)
+//                             shard | rank | epoch [| generation]) (32 bytes)
 //   host secret = HMAC-SHA256(job secret, "tessel host secret v2" | job id |
 //                             shard | group | epoch)                (32 bytes)
 //   up / down / host key = first 16 bytes of HMAC-SHA256(that secret,
 //                          "tessel frame key v2 up" / "... down" / "... host")
+//
+// The generation of a (rank, epoch) counts the times the rank was handed to
+// a replacement process at that epoch (server/frame_keys.h, FrameKeys::
+// Claim); generation 0, the one of every rank that was never handed over,
+// has no generation field in the derivation (the secret of a job without a
+// handover is the one it always was), generation g > 0 appends it (int32).
+// A handover moves the server to the next generation's keys: frames under
+// the previous generation's up key no longer verify, and the server seals
+// toward the rank under the new down key.
 //
 // Payload integrity (the server's --data_integrity=payload; GetFrameKey's
 // key_version 3): each of those secrets also gives a payload key (the first
@@ -83,13 +92,22 @@ class JobFrameKeys {
   int32_t shard() const { return shard_; }
   bool payload() const { return payload_; }
 
-  std::string RankSecret(int32_t rank, int64_t epoch) const;
+  // The rank's secret of `epoch` in `generation` (see the file comment).
+  std::string RankSecret(int32_t rank, int64_t epoch, int32_t generation = 0) const;
   std::string HostSecret(int32_t group, int64_t epoch) const;
-  // True if `am_header` is sealed under the up key of (h.rank, h.epoch) and
-  // `h` (its first 64 bytes decoded) is of this job and shard. The caller
-  // checks h.rank against the job's world size first (keys exist only for
-  // its ranks; a rank outside it is no key's).
-  bool VerifyFromWorker(absl::Span<const uint8_t> am_header, const FrameHeader& h);
+  // The generation whose keys this server takes and seals with for (rank,
+  // epoch) now: 0 until SetGeneration moves it.
+  int32_t Generation(int32_t rank, int64_t epoch);
+  // From now on (rank, epoch)'s keys are those of `generation` (a handover:
+  // server/frame_keys.h). Only FrameKeys::Claim calls it.
+  void SetGeneration(int32_t rank, int64_t epoch, int32_t generation);
+  // True if `am_header` is sealed under the up key of (h.rank, h.epoch) in
+  // its current generation and `h` (its first 64 bytes decoded) is of this
+  // job and shard. The caller checks h.rank against the job's world size
+  // first (keys exist only for its ranks; a rank outside it is no key's).
+  // `generation` (if not null) receives the generation it verified under.
+  bool VerifyFromWorker(absl::Span<const uint8_t> am_header, const FrameHeader& h,
+                        int32_t* generation = nullptr);
   // With payload tags: whether `am_header` (verified above) carries the tag
   // of the h.payload_bytes bytes at `payload` under the up payload key of
   // (h.rank, h.epoch). True when payloads are not tagged.
@@ -104,6 +122,7 @@ class JobFrameKeys {
 
  private:
   struct RankKeys {
+    int32_t generation = 0;
     std::shared_ptr<const MacKey> up, down;
     std::shared_ptr<const PayloadKey> up_payload, down_payload;  // with payload tags
   };
@@ -119,6 +138,9 @@ class JobFrameKeys {
   // Newest epoch first; the last few epochs' keys stay derived.
   std::deque<std::pair<int64_t, absl::flat_hash_map<int32_t, RankKeys>>> epochs_
       ABSL_GUARDED_BY(mu_);
+  // (rank, epoch) -> its generation, for those handed over (one entry per
+  // handover at most: rare, and kept for the job's life on this server).
+  absl::flat_hash_map<std::pair<int32_t, int64_t>, int32_t> generations_ ABSL_GUARDED_BY(mu_);
 };
 
 // A worker's keys for one shard at one (rank, epoch).

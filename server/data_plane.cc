@@ -129,9 +129,10 @@ Accept DataPlane::OnFrame(const Incoming& in) {
   }
   if (frame_keys_ != nullptr) {
     std::shared_ptr<JobFrameKeys> keys = frame_keys_->For(job->job_id(), job->shard());
+    int32_t generation = 0;  // of the rank's keys the frame verified under
     // A rank outside the job has no key: nothing is derived for it.
     if (keys != nullptr && (h->rank < 0 || h->rank >= job->spec().world_size() ||
-                            !keys->VerifyFromWorker(in.header, *h))) {
+                            !keys->VerifyFromWorker(in.header, *h, &generation))) {
       // No answer: an ERROR would tell a forger what it got right.
       ++unauthenticated_;
       job->CountRejected();
@@ -145,7 +146,7 @@ Accept DataPlane::OnFrame(const Incoming& in) {
           << unauthenticated_.load() << " dropped so far)";
       return Accept{};
     }
-    if (keys != nullptr && !endpoints_.Admit(job, *h, in.from)) {
+    if (keys != nullptr && !endpoints_.Admit(job, *h, in.from, generation)) {
       // A replay (captured bytes re-sent from another endpoint): no answer,
       // and nothing is sent to the replayer.
       ++replayed_;
@@ -393,7 +394,7 @@ WireHeader DataPlane::ToWorker(JobFrameKeys* keys, const FrameHeader& h, const v
 }
 
 bool DataPlane::RankEndpoints::Admit(const std::shared_ptr<ShardJob>& job, const FrameHeader& h,
-                                     PeerId from) {
+                                     PeerId from, int32_t generation) {
   // Only frames of the job's epoch bind (the others are refused as stale
   // after this), and only ranks of the job (checked by the caller).
   if (h.epoch != job->epoch()) return true;
@@ -404,8 +405,13 @@ bool DataPlane::RankEndpoints::Admit(const std::shared_ptr<ShardJob>& job, const
     b.epoch = h.epoch;
     b.from.clear();
   }
-  auto [it, first] = b.from.try_emplace(h.rank, from);
-  return first || it->second == from;
+  auto [it, first] = b.from.try_emplace(h.rank, Endpoint{from, generation});
+  if (first) return true;
+  if (generation > it->second.generation) {  // handed to a replacement: its endpoint now
+    it->second = Endpoint{from, generation};
+    return true;
+  }
+  return generation == it->second.generation && it->second.peer == from;
 }
 
 void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob::Serve& serve) {

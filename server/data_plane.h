@@ -81,7 +81,10 @@ class DataPlane {
   // that rank to the endpoint it came from: the rank's frames of that epoch
   // from any other endpoint (replays of captured bytes) are dropped without
   // an answer, counted as refused "replayed" (replayed()), and a PULL is
-  // answered only on the rank's endpoint.
+  // answered only on the rank's endpoint. A rank handed to a replacement
+  // process (FrameKeys::Claim) is bound anew by the first frame under its
+  // new keys (the keys' generation), from the replacement's endpoint; the
+  // earlier process's frames no longer verify.
   // With payload tags too (FrameKeys::payload), a PUSH or INIT whose payload
   // does not match the tag its (authenticated) header carries is dropped
   // after it landed and before the job counts it: its slot is freed, nothing
@@ -144,15 +147,23 @@ class DataPlane {
   // Each job's ranks' endpoints in its current epoch (with keys on).
   class RankEndpoints {
    public:
-    // Whether `h` (authenticated, of a rank of `job`) may come from `from`:
-    // the first frame of its rank in the job's epoch binds the rank there.
-    bool Admit(const std::shared_ptr<ShardJob>& job, const FrameHeader& h, PeerId from);
+    // Whether `h` (authenticated under its rank's keys of `generation`, of a
+    // rank of `job`) may come from `from`: the first frame of its rank in the
+    // job's epoch binds the rank there, and so does the first frame of a
+    // newer generation (a handover); a frame of an older generation (sealed
+    // before the handover) is refused.
+    bool Admit(const std::shared_ptr<ShardJob>& job, const FrameHeader& h, PeerId from,
+               int32_t generation);
 
    private:
+    struct Endpoint {
+      PeerId peer = 0;
+      int32_t generation = 0;  // of the keys that bound it
+    };
     struct Bound {
       std::weak_ptr<ShardJob> job;  // a recreated job starts over
       int64_t epoch = 0;
-      absl::flat_hash_map<int32_t, PeerId> from;  // rank -> endpoint
+      absl::flat_hash_map<int32_t, Endpoint> from;  // rank -> endpoint
     };
     absl::Mutex mu_;
     absl::flat_hash_map<uint64_t, Bound> bound_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 #include "server/frame_keys.h"
 
 #include "absl/strings/str_cat.h"
+#include "runtime/log.h"
 
 namespace tessel {
 
@@ -22,29 +23,104 @@ std::shared_ptr<JobFrameKeys> FrameKeys::Find(uint64_t job_id) {
   return it == keys_.end() ? nullptr : it->second;
 }
 
-absl::Status FrameKeys::Claim(uint64_t job_id, int32_t rank, int64_t epoch,
-                              const std::string& claim, const std::shared_ptr<const void>& job) {
+namespace {
+
+// A refused claim of (c.rank, c.epoch): the rule, and `why` this claim is
+// not a handover.
+absl::Status Refused(const FrameKeyClaim& c, absl::string_view why) {
+  return absl::PermissionDeniedError(absl::StrCat(
+      "rank ", c.rank, "'s frame key of epoch ", c.epoch,
+      " was already given to another worker process; a rank's key goes to one process per "
+      "epoch (a recovery makes a new epoch), or to the process the registry holds as rank ",
+      c.rank, "'s worker once the one holding it is no longer that (a replacement): ", why,
+      ". If no other worker runs as rank ", c.rank,
+      ", another member of the job asked for it: check the job's workers"));
+}
+
+}  // namespace
+
+absl::StatusOr<int32_t> FrameKeys::Claim(JobFrameKeys& keys, const FrameKeyClaim& c,
+                                         const std::shared_ptr<const void>& job,
+                                         const RankHolder& holder) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto decided = Decide(keys, c, job, nullptr)) return *std::move(decided);
+  }
+  // A conflicting claim that may be a handover: the registry decides, asked
+  // without the lock (an RPC). Whatever changed meanwhile is decided anew.
+  const absl::StatusOr<int64_t> registered = holder ? holder() : absl::StatusOr<int64_t>(0);
   absl::MutexLock lock(&mu_);
-  Grant& g = grants_[{job_id, rank}];
+  return *Decide(keys, c, job, &registered);
+}
+
+std::optional<absl::StatusOr<int32_t>> FrameKeys::Decide(
+    JobFrameKeys& keys, const FrameKeyClaim& c, const std::shared_ptr<const void>& job,
+    const absl::StatusOr<int64_t>* registered) {
+  Grant& g = grants_[{keys.job_id(), c.rank}];
   const std::shared_ptr<const void> granted_job = g.job.lock();
   const bool same_job = granted_job != nullptr && granted_job == job;
-  if (same_job && g.epoch == epoch && !g.claim.empty()) {
-    if (g.claim == claim) return absl::OkStatus();  // the same worker asking again
-    return absl::PermissionDeniedError(absl::StrCat(
-        "rank ", rank, "'s frame key of epoch ", epoch,
-        " was already given to another worker process; a rank's key goes to one process per "
-        "epoch (a recovery makes a new epoch). If no other worker runs as rank ",
-        rank, ", another member of the job asked for it: check the job's workers"));
+  if (same_job && g.epoch == c.epoch && !g.claim.empty()) {
+    if (g.claim == c.claim) {  // the same worker asking again
+      // The claim proves the process: a membership it began since (it lapsed
+      // and joined again) is its own.
+      if (c.member_epoch != 0) g.member_epoch = c.member_epoch;
+      return keys.Generation(c.rank, c.epoch);
+    }
+    if (c.member_epoch == 0) {
+      return Refused(c,
+                     "this claim names no registry membership (a worker from before "
+                     "handovers) and never takes a rank over");
+    }
+    if (registered == nullptr) return std::nullopt;  // ask the registry
+    if (!registered->ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "rank ", c.rank, "'s frame key of epoch ", c.epoch,
+          " is held by another worker process, and whether this one replaces it cannot be told "
+          "now: the registry did not answer (",
+          registered->status().message(), "); try again"));
+    }
+    const int64_t now = **registered;
+    if (now == 0) return Refused(c, "the registry holds no worker for the rank now");
+    if (now != c.member_epoch) {
+      return Refused(c, absl::StrCat("the registry's worker for the rank joined at epoch ", now,
+                                     ", and this claim's process at epoch ", c.member_epoch,
+                                     ": it is not the registered worker"));
+    }
+    if (now == g.member_epoch) {
+      return Refused(c, absl::StrCat("the process holding it is the registered worker (joined at "
+                                     "epoch ",
+                                     now, ")"));
+    }
+    // A handover: the next generation's keys, to this claim only.
+    const int32_t next = keys.Generation(c.rank, c.epoch) + 1;
+    keys.SetGeneration(c.rank, c.epoch, next);
+    const int64_t handovers = ++handovers_[keys.job_id()];
+    TESSEL_LOG(INFO) << "job '" << c.job << "' shard " << keys.shard() << ": rank " << c.rank
+                     << "'s frame keys of epoch " << c.epoch
+                     << " handed over from the process whose registry membership began at epoch "
+                     << g.member_epoch << " to its replacement's (epoch " << c.member_epoch
+                     << "); the earlier process's frames are refused from now on (" << handovers
+                     << " handover(s) of the job on this server)";
+    g.claim = c.claim;
+    g.member_epoch = c.member_epoch;
+    return next;
   }
-  if (same_job && epoch < g.epoch) {
-    return absl::FailedPreconditionError(absl::StrCat("rank ", rank, "'s frame key of epoch ",
-                                                      epoch, " is stale: epoch ", g.epoch,
+  if (same_job && c.epoch < g.epoch) {
+    return absl::FailedPreconditionError(absl::StrCat("rank ", c.rank, "'s frame key of epoch ",
+                                                      c.epoch, " is stale: epoch ", g.epoch,
                                                       " was granted already"));
   }
-  g.epoch = epoch;
-  g.claim = claim;
+  g.epoch = c.epoch;
+  g.claim = c.claim;
+  g.member_epoch = c.member_epoch;
   g.job = job;
-  return absl::OkStatus();
+  return keys.Generation(c.rank, c.epoch);
+}
+
+int64_t FrameKeys::handovers(uint64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = handovers_.find(job_id);
+  return it == handovers_.end() ? 0 : it->second;
 }
 
 std::string FrameKeys::MeshSecret(const std::string& group, const std::string& keep) {

@@ -107,8 +107,12 @@ absl::Status ShardServer::Init() {
   metrics_watch_ = metrics_->Watch(
       jobs_.get(), [plane = plane_.get()] { return plane->update_queue_depth(); },
       checkpointer_.get());
+  // Made before the service, which asks it who holds a worker rank now
+  // (GetFrameKey's handovers); it joins below.
+  registry_ = std::make_unique<RegistryClient>(options_.registry, client_credentials,
+                                               options_.registry_token);
   service_ = std::make_unique<ShardService>(jobs_.get(), transport_.get(), service_options,
-                                            frame_keys_.get());
+                                            frame_keys_.get(), registry_.get());
   if (options_.stall_report > absl::ZeroDuration()) {
     stall_watcher_ =
         std::make_unique<StallWatcher>([this] { return jobs_->Jobs(); }, options_.stall_report);
@@ -122,8 +126,6 @@ absl::Status ShardServer::Init() {
                                           server_credentials, options_.advertise_address));
   health_->Attach(grpc_server_.get());
 
-  registry_ = std::make_unique<RegistryClient>(options_.registry, client_credentials,
-                                               options_.registry_token);
   v1::Member me;
   me.set_group(options_.pool);
   me.set_role(v1::ROLE_SERVER);

@@ -212,11 +212,12 @@ class ShardServer {
   std::unique_ptr<JobTable> jobs_;
   std::unique_ptr<FrameKeys> frame_keys_;  // before the plane and the service
   std::unique_ptr<DataPlane> plane_;
+  // Before the service (GetFrameKey asks it), so it outlives it.
+  std::unique_ptr<RegistryClient> registry_;
   std::unique_ptr<ShardService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::string grpc_address_;
   std::unique_ptr<HealthReporter> health_;
-  std::unique_ptr<RegistryClient> registry_;
   std::unique_ptr<StallWatcher> stall_watcher_;
   // Shared with the registry client's heartbeats, which send its list.
   std::shared_ptr<StragglerWatcher> straggler_watcher_;

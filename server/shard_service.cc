@@ -118,7 +118,22 @@ grpc::Status ShardService::CheckRestore(const Caller& caller, const v1::CreateJo
 
 v1::ShardStats ShardService::StatsOf(ShardJob& job) {
   job.SetCheckpointProgress(jobs_->checkpointer()->Progress(job.spec().job()));
-  return ShardStatsProto(job);
+  v1::ShardStats stats = ShardStatsProto(job);
+  if (frame_keys_ != nullptr) stats.set_frame_key_handovers(frame_keys_->handovers(job.job_id()));
+  return stats;
+}
+
+absl::StatusOr<int64_t> ShardService::RankHolderOf(ShardJob& job, int32_t rank) {
+  if (registry_ == nullptr) return 0;
+  const std::vector<int> ids = job.worker_ids();
+  if (!ids.empty() && static_cast<size_t>(rank) >= ids.size()) return 0;
+  const int id = ids.empty() ? rank : ids[static_cast<size_t>(rank)];
+  // The job's workers are registered in the group named after it.
+  TESSEL_ASSIGN_OR_RETURN(const v1::View view, registry_->GetView(job.spec().job()));
+  for (const v1::Member& m : view.members()) {
+    if (m.role() == v1::ROLE_WORKER && m.rank() == id) return m.joined_epoch();
+  }
+  return 0;
 }
 
 grpc::Status ShardService::CheckRewind(const Caller& caller, ShardJob& job, int64_t step) {
@@ -256,9 +271,19 @@ grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::Frame
                      "before payload integrity): upgrade the worker, or run the servers with "
                      "--data_integrity=header"));
   }
-  TESSEL_RETURN_IF_ERROR_AS(
-      frame_keys_->Claim(job->job_id(), req->rank(), req->epoch(), req->claim(), job), ToGrpc);
-  resp->set_secret(keys->RankSecret(req->rank(), req->epoch()));
+  if (req->member_epoch() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat(where, "member_epoch ", req->member_epoch(),
+                                     " is negative; it is the caller's registry joined_epoch "
+                                     "(0: not said)"));
+  }
+  const FrameKeyClaim claim{req->job(), req->rank(), req->epoch(), req->claim(),
+                            req->member_epoch()};
+  TESSEL_ASSIGN_OR_RETURN_AS(
+      const int32_t generation,
+      frame_keys_->Claim(*keys, claim, job, [&] { return RankHolderOf(*job, req->rank()); }),
+      ToGrpc);
+  resp->set_secret(keys->RankSecret(req->rank(), req->epoch(), generation));
   resp->set_key_version(keys->payload() ? kPayloadKeysVersion : kRankKeysVersion);
   // The rank's host group, if it has other ranks: their frames to each
   // other (host aggregation) carry the group's tag.

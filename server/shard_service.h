@@ -57,6 +57,7 @@
 #include "absl/time/time.h"
 #include "proto/shard.grpc.pb.h"
 #include "rpc/auth.h"
+#include "rpc/registry_client.h"
 #include "server/frame_keys.h"
 #include "server/job_table.h"
 #include "transport/transport.h"
@@ -79,12 +80,15 @@ class ShardService final : public v1::ShardServer::Service {
   // `jobs` and `transport` (whose address GetServerInfo reports) are not
   // owned and must outlive the service.
   // `frame_keys` (not owned, may be null: frames are not authenticated)
-  // answers GetFrameKey.
+  // answers GetFrameKey. `registry` (not owned, may be null: no rank is
+  // ever handed to a replacement) says, on a conflicting GetFrameKey, which
+  // process is a rank's worker now (FrameKeys: handovers).
   ShardService(JobTable* jobs, const Transport* transport, ShardServiceOptions options,
-               FrameKeys* frame_keys = nullptr)
+               FrameKeys* frame_keys = nullptr, RegistryClient* registry = nullptr)
       : jobs_(jobs),
         transport_(transport),
         frame_keys_(frame_keys),
+        registry_(registry),
         options_(std::move(options)),
         auth_(options_.auth, "this shard server") {}
 
@@ -143,10 +147,15 @@ class ShardService final : public v1::ShardServer::Service {
   // A worker's WriteState behind the latest checkpoint (a rewind).
   grpc::Status CheckRewind(const Caller& caller, ShardJob& job, int64_t step);
   v1::ShardStats StatsOf(ShardJob& job);
+  // The joined_epoch of the worker the registry holds for data-parallel
+  // `rank` of `job` now (registry rank job.worker_ids()[rank], or `rank`
+  // without worker_ids); 0 for none.
+  absl::StatusOr<int64_t> RankHolderOf(ShardJob& job, int32_t rank);
 
   JobTable* const jobs_;
   const Transport* const transport_;
   FrameKeys* const frame_keys_;
+  RegistryClient* const registry_;
   const ShardServiceOptions options_;
   const Authorizer auth_;
   absl::Mutex mesh_mu_;

@@ -89,6 +89,11 @@ struct JobContext {
   // made once per process, so a retried or repeated request of this process
   // is recognised and another process's for the same (rank, epoch) is not.
   const std::string frame_key_claim;
+  // The joined_epoch the registry gave this process's membership at its
+  // last join (RegistryClient::joined_epoch; set by Membership; 0 before
+  // one), sent with GetFrameKey: a replacement of a dead worker is handed
+  // that rank's keys at the same epoch (server/frame_keys.h).
+  std::atomic<int64_t> member_epoch{0};
 };
 
 // The payload a status carries when Worker::IsRecoverable holds.

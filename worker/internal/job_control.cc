@@ -81,6 +81,7 @@ absl::StatusOr<std::vector<FrameKeyGrant>> JobControl::FrameKeys() const {
   req.set_rank(ctx_->rank.load());
   req.set_epoch(ctx_->epoch.load());
   req.set_claim(ctx_->frame_key_claim);
+  req.set_member_epoch(ctx_->member_epoch.load());
   req.set_max_key_version(kPayloadKeysVersion);
   std::vector<FrameKeyGrant> grants;
   TESSEL_RETURN_IF_ERROR(ForEach([&](int shard) -> absl::Status {

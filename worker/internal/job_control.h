@@ -77,7 +77,8 @@ class JobControl {
   absl::Status CreateJob(const v1::CreateJobRequest& request, absl::string_view what,
                          const CreateCheck& check, bool* refused = nullptr) const;
   // This rank's data-path frame keys of the current epoch from every shard
-  // (GetFrameKey with ctx.rank, ctx.epoch and ctx.frame_key_claim; empty
+  // (GetFrameKey with ctx.rank, ctx.epoch, ctx.frame_key_claim and
+  // ctx.member_epoch; empty
   // where the server does not authenticate frames), in shard order.
   absl::StatusOr<std::vector<FrameKeyGrant>> FrameKeys() const;
 
