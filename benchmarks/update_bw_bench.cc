@@ -13,6 +13,8 @@
 //   triad      12   a = b + s * c
 //   apply      4 (grad) + 8 (param r/w) + 8 per state array (r/w)
 //   reduce+apply w=W: 4 W (the pushes) + 8 (param) + 8 per state array
+//   ... out    the same out of place (param read from one array, written
+//              to another: the shard's two served versions)
 //   ddp mean w=W:     4 W + 4 (the mean written)
 // State arrays: SGD 0, SGD momentum 1, Adam and AdamW 2.
 //
@@ -126,6 +128,23 @@ std::vector<Kernel> Kernels(Arrays& a, int64_t* step) {
                      ReduceAndApply(p, *step, a.params.data() + b, srcs, w, st, e - b, w);
                    }});
     }
+    // Out of place (a shard's two served versions): params read, out
+    // written; the same bytes counted as in place.
+    k.push_back({opt + " apply out", 12.0 + 8 * slots, [&a, p, step](size_t b, size_t e) {
+                   float* st[kMaxStateSlots] = {a.s0.data() + b, a.s1.data() + b};
+                   OptimizerUpdate(p, *step).Run(a.params.data() + b, a.out.data() + b,
+                                                 a.grads[0].data() + b, st, 0, e - b);
+                 }});
+    for (int w : {2, 4}) {
+      k.push_back({opt + " reduce+apply out w=" + std::to_string(w), 4.0 * w + 8 + 8 * slots,
+                   [&a, p, step, w](size_t b, size_t e) {
+                     float* st[kMaxStateSlots] = {a.s0.data() + b, a.s1.data() + b};
+                     const float* srcs[kMaxW];
+                     for (int r = 0; r < w; ++r) srcs[r] = a.grads[r].data() + b;
+                     ReduceAndApply(p, *step, a.params.data() + b, a.out.data() + b, srcs, w, st,
+                                    e - b, w);
+                   }});
+    }
   }
   for (int w : {2, 4}) {
     k.push_back({"ddp mean w=" + std::to_string(w), 4.0 * w + 4, [&a, w](size_t b, size_t e) {
@@ -209,13 +228,13 @@ void RunSize(double mib, UpdatePool* pool, int repeats, double min_s) {
     for (size_t i = 0; i < kernels.size(); ++i) ratio[i].push_back(gbps[i].back() / gbps[triad][r]);
   }
   std::printf("\n%g MiB (%zu parameters), %d thread(s)\n", mib, n, threads);
-  std::printf("  %-28s %7s %10s %8s %22s\n", "kernel", "B/param", "median ms", "GB/s",
+  std::printf("  %-32s %7s %10s %8s %22s\n", "kernel", "B/param", "median ms", "GB/s",
               "ratio to triad [min-max]");
   for (size_t i = 0; i < kernels.size(); ++i) {
     const double g = Median(gbps[i]);
     const double ms = kernels[i].bytes_per_param * static_cast<double>(n) / g / 1e6;
     const auto [lo, hi] = std::minmax_element(ratio[i].begin(), ratio[i].end());
-    std::printf("  %-28s %7.0f %10.3f %8.2f %8.2f [%.2f-%.2f]%s\n", kernels[i].name.c_str(),
+    std::printf("  %-32s %7.0f %10.3f %8.2f %8.2f [%.2f-%.2f]%s\n", kernels[i].name.c_str(),
                 kernels[i].bytes_per_param, ms, g, Median(ratio[i]), *lo, *hi,
                 Median(ratio[i]) < 1 / 1.5 ? "  < 1/1.5" : "");
   }

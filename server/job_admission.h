@@ -23,9 +23,11 @@ namespace tessel {
 double PhysicalMemoryBytes();
 
 // ResourceExhausted, rather than dying allocating it, if shard `shard_index`
-// of `spec` cannot fit in half of `memory_bytes`: its fp32 masters, the
-// optimizer's state slots and one receive buffer per rank group, over the
-// shard's range of `layout`. `memory_bytes` 0 (unknown) is not checked.
+// of `spec` cannot fit in half of `memory_bytes`: its served values
+// (ServedVersions::BytesPerElement: two versions of the parameters where
+// the shard holds them), the optimizer's state slots and one receive buffer
+// per rank group, over the shard's range of `layout`. `memory_bytes` 0
+// (unknown) is not checked.
 absl::Status CheckShardFits(const v1::JobSpec& spec, int shard_index, const Layout& layout,
                             const OptimizerParams& optimizer, double memory_bytes);
 

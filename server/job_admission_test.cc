@@ -48,13 +48,20 @@ TEST(JobAdmissionTest, AShardMustFitInHalfTheMemory) {
   ASSERT_TRUE(layout.ok()) << layout.status();
   absl::StatusOr<OptimizerParams> adam = OptimizerFromProto(spec.optimizer());
   ASSERT_TRUE(adam.ok()) << adam.status();
-  // 1000 elements x (masters + 2 Adam slots + 4 rank buffers) x 4 bytes.
-  const double need = 1000.0 * 4 * (1 + 2 + 4);
+  // 1000 elements x (two served versions of the masters + 2 Adam slots + 4
+  // rank buffers) x 4 bytes.
+  const double need = 1000.0 * 4 * (2 + 2 + 4);
   EXPECT_TRUE(CheckShardFits(spec, 0, *layout, *adam, 2 * need).ok());
   const absl::Status s = CheckShardFits(spec, 0, *layout, *adam, 2 * need - 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("use more shard servers"), std::string::npos) << s;
   EXPECT_TRUE(CheckShardFits(spec, 0, *layout, *adam, 0).ok()) << "unknown memory: not checked";
+  // DDP keeps one buffer (the mean it serves), not two versions.
+  v1::JobSpec ddp = spec;
+  ddp.set_strategy(v1::STRATEGY_DDP);
+  const double ddp_need = 1000.0 * 4 * (1 + 2 + 4);
+  EXPECT_TRUE(CheckShardFits(ddp, 0, *layout, *adam, 2 * ddp_need).ok());
+  EXPECT_FALSE(CheckShardFits(ddp, 0, *layout, *adam, 2 * ddp_need - 1).ok());
   EXPECT_GT(PhysicalMemoryBytes(), 0);
 }
 

@@ -80,13 +80,14 @@ absl::StatusOr<std::unique_ptr<ShardJob>> ShardJob::Restore(const v1::JobSpec& s
                           Create(spec, shard_index, epoch, std::move(memory)));
   std::vector<float*> state;
   for (auto& slot : job->rule_->state()) state.push_back(slot.data());
-  TESSEL_RETURN_IF_ERROR(checkpointer->Load(manifest, job->range_, job->values_.data(), state));
+  TESSEL_RETURN_IF_ERROR(
+      checkpointer->Load(manifest, job->range_, job->served_.values(manifest.step), state));
   absl::MutexLock lock(&job->mu_);
   job->settings_.ResetSkips(manifest.tensor_skips);
   job->version_ = manifest.step;
   job->hold_.Reset(manifest.step);
   job->initialized_ = true;
-  job->RefreshHalf(0, job->values_.size());
+  job->RefreshHalf(manifest.step, 0, job->served_.size());
   job->restored_from_ = manifest.step;
   return job;
 }
@@ -117,11 +118,8 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       checkpoints_(spec.checkpoint().every_steps()),
       transfer_(Where(), range_.size(), static_cast<int>(rule_->state().size()),
                 static_cast<int>(layout_.tensors().size()), rule_->holds_params()) {
-  const size_t n = static_cast<size_t>(range_.size());
-  values_ = PayloadVector<float>(PayloadAllocator<float>(memory));
-  values_half_ = PayloadVector<uint16_t>(PayloadAllocator<uint16_t>(memory));
-  values_.assign(n, 0.f);
-  if (half_) values_half_.assign(n, 0);
+  served_ = ServedVersions(rule_->holds_params(), half_, static_cast<size_t>(range_.size()),
+                           std::move(memory));
   init_seen_.assign(num_buckets_, 0);
   initialized_ = !rule_->holds_params() || num_buckets_ == 0;
 }
@@ -158,7 +156,7 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
   if (!s.ok()) return RefusedLocked(s, stale);
   if (h.type == FrameType::kInit) {
     init_seen_[h.bucket] = 1;
-    return values_.data() + (layout_.bucket_range(shard_, h.bucket).begin - range_.begin);
+    return served_.values(version_) + (layout_.bucket_range(shard_, h.bucket).begin - range_.begin);
   }
   if (IsPushPart(h)) {
     absl::Status taken = pushes_.parts().Take(h.bucket, h.rank, PushPartIndex(h), h.step);
@@ -196,7 +194,7 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
     }
     if (++init_buckets_ == num_buckets_) {
       initialized_ = true;
-      RefreshHalf(0, values_.size());
+      RefreshHalf(version_, 0, served_.size());
       c.serve.version = version_;
       if (spec_.checkpoint().initial()) c.serve.snapshot = SnapshotLocked();
       pulls_.Reached(version_, &c.serve.pullers);
@@ -262,9 +260,11 @@ void ShardJob::FoldPrefix(int bucket) {
 ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   BucketStep step;
   StepHold::Action action;
+  int64_t from = 0;  // the version the update reads; it writes from + 1
   {
     absl::MutexLock lock(&mu_);
     ++updates_running_;
+    from = version_;
     // A copy: SkipTensors may add to the skipped tensors meanwhile.
     step = settings_.ForUpdate(version_ + 1);
     action = hold_.Begin(bucket);
@@ -275,19 +275,24 @@ ShardJob::Serve ShardJob::UpdateBucket(int bucket) {
   if (action == StepHold::Action::kReduce && !ReduceHeld(bucket, &step, &serve)) return serve;
   const Range br = layout_.bucket_range(shard_, bucket);
   const auto started = std::chrono::steady_clock::now();
+  // Out of place: version `from` stays whole for its pullers (the same
+  // buffer where one is kept: mixed precision's masters, DDP's mean).
+  const float* in = served_.update_in(from);
+  float* out = served_.update_out(from);
   if (action == StepHold::Action::kUpdate) {
     // Waits for a fold of this bucket that runs; none starts after.
     reducer_.BeginSum(bucket);
     reducer_.SumChunks(bucket, [&](Range part, const float* const* srcs, int count) {
-      rule_->Apply(step, part, srcs, count, values_.data());
+      rule_->Apply(step, part, srcs, count, in, out);
     });
   } else {  // its sum is held: the update's one source
     const Range part{br.begin - range_.begin, br.end - range_.begin};
     const float* held[] = {held_.data() + part.begin};
-    rule_->Apply(step, part, held, 1, values_.data());
+    rule_->Apply(step, part, held, 1, in, out);
   }
   // Mixed precision: the parameters (DDP: the mean) go back in half.
-  RefreshHalf(static_cast<size_t>(br.begin - range_.begin), static_cast<size_t>(br.size()));
+  RefreshHalf(from + 1, static_cast<size_t>(br.begin - range_.begin),
+              static_cast<size_t>(br.size()));
   const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
                               std::chrono::steady_clock::now() - started)
                               .count();
@@ -392,14 +397,8 @@ std::optional<std::string> ShardJob::StallReport(absl::Time now, absl::Duration 
   return out;
 }
 
-void ShardJob::RefreshHalf(size_t offset, size_t n) {
-  if (half_) FloatToHalf(*half_, values_.data() + offset, values_half_.data() + offset, n);
-}
-
-const void* ShardJob::served_bucket(int b) const {
-  const int64_t off = layout_.bucket_range(shard_, b).begin - range_.begin;
-  if (half_) return values_half_.data() + off;
-  return values_.data() + off;
+const void* ShardJob::served_bucket(int b, int64_t version) const {
+  return served_.served(version, layout_.bucket_range(shard_, b).begin - range_.begin);
 }
 
 uint64_t ShardJob::served_bytes(int b) const {

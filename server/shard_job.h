@@ -2,9 +2,10 @@
 // guards it. Transport-free: the data plane feeds it decoded frame headers and
 // carries out what it returns, so every rule here is unit-testable.
 //
-// State: the shard's range of the flat parameter vector (ZeRO-1/2: fp32
-// master params and optimizer state; DDP: the averaged gradient it serves),
-// and pooled receive buffers for the pushes not summed yet.
+// State: the shard's range of the flat parameter vector (ZeRO-1/2, FSDP:
+// fp32 master params and optimizer state, and the served parameters of the
+// current version and the one before; DDP: the averaged gradient it
+// serves), and pooled receive buffers for the pushes not summed yet.
 //
 // Step protocol ("version" = number of updates applied):
 //   INIT   rank 0 only, before anything else: bucket b of the initial params.
@@ -18,12 +19,15 @@
 //          left to right into an accumulator (FoldPrefix), so the update
 //          after the last arrival reads the accumulator and ranks k..W-1
 //          only: the same left-to-right sum, the same bits.
-//   PULL   for version v: answered with every bucket once version == v
-//          (refused if v is gone). While step v is in flight, each bucket
-//          is served as soon as it is updated (the step's other buckets
-//          may still be waiting for pushes or the optimizer), so parameters
-//          flow back while the shard still reduces and updates; the rest
-//          wait for their update.
+//   PULL   for version v: answered with every bucket once version == v,
+//          also while step v+1 is in flight: the shard keeps two served
+//          versions (server/served_versions.h), so version v's bits of
+//          every bucket stay whole until step v+2 (what a worker replacing
+//          a dead rank mid-step pulls). Refused if v is older. While step v
+//          is in flight, each bucket is served as soon as it is updated
+//          (the step's other buckets may still be waiting for pushes or the
+//          optimizer), so parameters flow back while the shard still
+//          reduces and updates; the rest wait for their update.
 // Anything that does not fit (unknown job, stale epoch, wrong shard, rank,
 // bucket, size, step, duplicate) is refused with a status naming the problem,
 // and changes nothing.
@@ -100,6 +104,7 @@
 #include "server/job_counters.h"
 #include "server/pull_waitlist.h"
 #include "server/push_tracker.h"
+#include "server/served_versions.h"
 #include "server/state_transfer.h"
 #include "server/step_hold.h"
 #include "server/step_settings.h"
@@ -257,9 +262,11 @@ class ShardJob {
   // replaced (a recovery at a newer epoch) and they will never be answered
   // here; the data plane tells each puller so.
   std::vector<Puller> TakeWaitingPulls();
-  // Payload of bucket `b` to send for the current version (params in the
-  // job's wire precision), and its size in bytes.
-  const void* served_bucket(int b) const;
+  // Payload of bucket `b` to send to a puller of `version` (params in the
+  // job's wire precision; ServedVersions keeps the version before the
+  // current one whole while the next step runs), and its size in bytes.
+  // `version` is one the job answers a PULL of (FrameChecks::CheckPull).
+  const void* served_bucket(int b, int64_t version) const;
   uint64_t served_bytes(int b) const;
 
   // Snapshot when the shard reaches `step`: at once if it is idle there
@@ -371,7 +378,10 @@ class ShardJob {
   // The NORM_ASKs waiting, answered with the shard's stats or `refusal`.
   void AnswerNormsLocked(const absl::Status& refusal, Serve* serve)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RefreshHalf(size_t offset, size_t n);
+  // Mixed precision: `version`'s half copy of [offset, offset + n).
+  void RefreshHalf(int64_t version, size_t offset, size_t n) {
+    served_.RefreshHalf(version, offset, n);
+  }
 
   const v1::JobSpec spec_;
   const std::string spec_json_;  // checkpoints keep it
@@ -388,7 +398,7 @@ class ShardJob {
   const int contributors_;
   const int num_buckets_;
   // Mixed precision: gradients arrive and parameters leave in half; the
-  // masters and state stay fp32. values_half_ is the served copy of values_.
+  // masters and state stay fp32, and the served copy is half.
   const std::optional<HalfType> half_;
   // Top-k pushes (JobSpec.compression; 0 = off).
   const double topk_ratio_;
@@ -398,10 +408,10 @@ class ShardJob {
   BucketReducer reducer_;
   // The protocol's refusals of frames.
   const FrameChecks checks_;
-  // Owned range: params (ZeRO) or averaged grads (DDP), written by INIT,
+  // Owned range: params (ZeRO) or averaged grads (DDP) by version (the
+  // served version and the one before: served_versions.h), written by INIT,
   // updates and restores while the protocol gives them no other reader.
-  PayloadVector<float> values_;
-  PayloadVector<uint16_t> values_half_;
+  ServedVersions served_;
 
   absl::Mutex mu_;
   // The optimizer's settings and the skipped tensors, for the next step.

@@ -132,7 +132,7 @@ TEST(ShardJobProtoTest, StatsCarryTheJobsCountsAndItsSpec) {
   EXPECT_EQ(st.epoch(), 7);
   EXPECT_EQ(st.rejected_frames(), 1);
   EXPECT_EQ(st.pulled_bytes(), 123);
-  EXPECT_EQ(st.memory().params_bytes(), 400);
+  EXPECT_EQ(st.memory().params_bytes(), 2 * 400) << "two served versions (served_versions.h)";
   EXPECT_EQ(st.memory().optimizer_bytes(), 3 * 400);
   EXPECT_FALSE(st.state_digest().empty());
   EXPECT_TRUE(ShardStatsProto(**job, /*with_digest=*/false).state_digest().empty());

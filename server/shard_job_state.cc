@@ -24,7 +24,8 @@ ShardSnapshot ShardJob::SnapshotLocked() {
   s.epoch = epoch_;
   s.range = range_;
   s.keep_last = spec_.checkpoint().keep_last();
-  s.values.assign(values_.begin(), values_.end());
+  const float* params = served_.values(version_);
+  s.values.assign(params, params + served_.size());
   s.state = rule_->state();
   s.tensor_skips = settings_.skips();
   s.pause_us = absl::ToInt64Microseconds(absl::Now() - t0);
@@ -83,7 +84,7 @@ std::string ShardJob::DigestLocked() {
   Digest d;
   d.UpdateInt(version_);
   d.UpdateInt(initialized_ ? 1 : 0);
-  d.Update(values_.data(), values_.size() * sizeof(float));
+  d.Update(served_.values(version_), served_.size() * sizeof(float));
   for (const auto& s : rule_->state()) d.Update(s.data(), s.size() * sizeof(float));
   const std::vector<int64_t>& skips = settings_.skips();
   if (!skips.empty()) d.Update(skips.data(), skips.size() * sizeof(int64_t));
@@ -97,18 +98,19 @@ JobStats ShardJob::Stats(bool with_digest) {
   st.step = version_;
   st.initialized = initialized_;
   const int64_t n = range_.size() * static_cast<int64_t>(sizeof(float));
-  const int64_t half = half_ ? range_.size() * static_cast<int64_t>(wire_bytes()) : 0;
   // Receive buffers as allocated: a rank whose pushes are read in place
   // (zero-copy) has none; top-k pushes land in small sparse buffers; prefix
   // order adds the accumulator.
   const int64_t received =
       reducer_.buffer_bytes() + static_cast<int64_t>(held_.size() * sizeof(float));
   if (rule_->holds_params()) {
-    st.params_bytes = n + half;  // fp32 masters (+ the served half copy)
+    // fp32: the served masters of two versions; mixed precision: the
+    // masters and two served half copies (served_versions.h).
+    st.params_bytes = served_.bytes();
     st.optimizer_bytes = n * static_cast<int64_t>(rule_->state().size());
     st.grad_buffer_bytes = received;
   } else {
-    st.grad_buffer_bytes = received + n + half;  // and the mean it serves
+    st.grad_buffer_bytes = received + served_.bytes();  // and the mean it serves
   }
   if (with_digest) st.state_digest = DigestLocked();
   st.counters = counters_;
@@ -133,7 +135,8 @@ JobStats ShardJob::Stats(bool with_digest) {
 std::vector<float> ShardJob::ParamsSnapshot() {
   absl::MutexLock lock(&mu_);
   AwaitUpdatesLocked();
-  return std::vector<float>(values_.begin(), values_.end());
+  const float* params = served_.values(version_);
+  return std::vector<float>(params, params + served_.size());
 }
 
 StateTransfer::Shard ShardJob::ShardLocked() const {
@@ -150,7 +153,7 @@ absl::Status ShardJob::ReadState(int64_t step, int64_t epoch, int64_t offset, in
   view.step = version_;
   view.range = range_;
   view.offset = offset;
-  view.params = absl::MakeConstSpan(values_.data() + offset, static_cast<size_t>(count));
+  view.params = absl::MakeConstSpan(served_.values(version_) + offset, static_cast<size_t>(count));
   for (const auto& slot : rule_->state()) {
     view.state.push_back(absl::MakeConstSpan(slot.data() + offset, static_cast<size_t>(count)));
   }
@@ -164,8 +167,9 @@ absl::StatusOr<StateWritten> ShardJob::WriteState(const StateWrite& req) {
   TESSEL_ASSIGN_OR_RETURN(const bool commit, transfer_.Write(ShardLocked(), req));
   if (!commit) return StateWritten{transfer_.staged(), version_};
   if (rule_->holds_params()) {
-    transfer_.CopyTo(absl::MakeSpan(values_), rule_->state());
-    RefreshHalf(0, values_.size());
+    // The version the commit moves to is written in its own buffer.
+    transfer_.CopyTo(absl::MakeSpan(served_.values(req.step), served_.size()), rule_->state());
+    RefreshHalf(req.step, 0, served_.size());
     initialized_ = true;
   }
   version_ = req.step;

@@ -1,5 +1,7 @@
 #include "server/update_rule.h"
 
+#include <algorithm>
+#include <cstring>
 #include <functional>
 
 #include "core/reduce.h"
@@ -49,16 +51,24 @@ ZeroUpdate::ZeroUpdate(const Layout& layout, Range range, int world,
 }
 
 void ZeroUpdate::Apply(const BucketStep& s, Range part, const float* const* srcs, int count,
-                       float* values) {
+                       const float* in, float* out) {
   SplitPart(part, srcs, count, [&](Range sub, const float* const* sub_srcs) {
-    ApplyOnThisThread(s, sub, sub_srcs, count, values);
+    ApplyOnThisThread(s, sub, sub_srcs, count, in, out);
   });
 }
 
 void ZeroUpdate::ApplyOnThisThread(const BucketStep& s, Range part, const float* const* srcs,
-                                   int count, float* values) {
+                                   int count, const float* in, float* out) {
   thread_local std::vector<const float*> run_srcs;
   const Range global{range_.begin + part.begin, range_.begin + part.end};
+  // Out of place, the skipped tensors between the runs are carried over.
+  int64_t carried = part.begin;  // shard offset: [part.begin, carried) is written
+  const auto carry_to = [&](int64_t end) {
+    if (in != out && end > carried) {
+      std::memcpy(out + carried, in + carried, static_cast<size_t>(end - carried) * sizeof(float));
+    }
+    carried = std::max(carried, end);
+  };
   // Per run of tensors at the same step; tensors no rank had a gradient
   // for are left alone (one run, at `step`, unless some tensor was skipped).
   ForEachUpdateRun(layout_, global, s.step, s.skips, s.skip_now, [&](Range run, int64_t t_step) {
@@ -72,15 +82,18 @@ void ZeroUpdate::ApplyOnThisThread(const BucketStep& s, Range part, const float*
       for (int r = 0; r < count; ++r) run_srcs[r] = srcs[r] + rel;
       from = run_srcs.data();
     }
-    ReduceAndApply(s.optimizer, t_step, values + at, from, count, state,
+    carry_to(static_cast<int64_t>(at));
+    ReduceAndApply(s.optimizer, t_step, in + at, out + at, from, count, state,
                    static_cast<size_t>(run.size()), world_);
+    carried = static_cast<int64_t>(at) + run.size();
   });
+  carry_to(part.end);
 }
 
 void DdpMean::Apply(const BucketStep&, Range part, const float* const* srcs, int count,
-                    float* values) {
+                    const float*, float* out) {
   SplitPart(part, srcs, count, [&](Range sub, const float* const* sub_srcs) {
-    ReduceMean(sub_srcs, count, values + sub.begin, static_cast<size_t>(sub.size()), world_);
+    ReduceMean(sub_srcs, count, out + sub.begin, static_cast<size_t>(sub.size()), world_);
   });
 }
 

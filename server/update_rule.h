@@ -11,11 +11,15 @@
 // decides by kind: INIT, checkpoints, ReadState/WriteState, SetOptimizer and
 // SkipTensors need the parameters here (ZeroUpdate), and DDP refuses them.
 //
-// Contract: Apply(step, part, srcs, count, values) reads the sources of the
-// rank-order sum over `part` (shard offsets; BucketReducer::SumChunks) and
-// writes values[part] (and the state over `part`); the divisor is always the
-// world size, so a prefix accumulator among the sources changes no bit.
-// Applying a bucket in chunks gives the bits of one Apply over it.
+// Contract: Apply(step, part, srcs, count, in, out) reads the sources of
+// the rank-order sum over `part` (shard offsets; BucketReducer::SumChunks)
+// and the parameters in[part], and writes out[part] (and the state over
+// `part`): out of place, so the shard keeps the version before
+// (server/served_versions.h); in == out updates in place, the same bits.
+// Out of place, the tensors the step skips are copied from in to out. DDP
+// reads no parameters: it writes the mean to out[part]. The divisor is
+// always the world size, so a prefix accumulator among the sources changes
+// no bit. Applying a bucket in chunks gives the bits of one Apply over it.
 //
 // Threads: Apply runs on compute threads, several at once on different
 // parts; nothing else may touch those parts meanwhile (the step protocol
@@ -28,7 +32,7 @@
 // Example:
 //   std::unique_ptr<UpdateRule> rule = MakeUpdateRule(ddp, layout, range, world, optimizer);
 //   reducer.SumChunks(b, [&](Range part, const float* const* srcs, int count) {
-//     rule->Apply(bucket_step, part, srcs, count, values.data());
+//     rule->Apply(bucket_step, part, srcs, count, in, out);
 //   });
 #ifndef TESSEL_SERVER_UPDATE_RULE_H_
 #define TESSEL_SERVER_UPDATE_RULE_H_
@@ -57,7 +61,7 @@ class UpdateRule {
   // The optimizer's state over the shard, StateSlots slots (DDP: none).
   virtual std::vector<std::vector<float>>& state() = 0;
   virtual void Apply(const BucketStep& s, Range part, const float* const* srcs, int count,
-                     float* values) = 0;
+                     const float* in, float* out) = 0;
 };
 
 // `layout` must outlive the rule; `range` is the shard's.
@@ -71,13 +75,13 @@ class ZeroUpdate final : public UpdateRule {
   ZeroUpdate(const Layout& layout, Range range, int world, const OptimizerParams& optimizer);
   bool holds_params() const override { return true; }
   std::vector<std::vector<float>>& state() override { return state_; }
-  void Apply(const BucketStep& s, Range part, const float* const* srcs, int count,
-             float* values) override;
+  void Apply(const BucketStep& s, Range part, const float* const* srcs, int count, const float* in,
+             float* out) override;
 
  private:
   // Apply over `part` on the calling thread.
   void ApplyOnThisThread(const BucketStep& s, Range part, const float* const* srcs, int count,
-                         float* values);
+                         const float* in, float* out);
 
   const Layout& layout_;
   const Range range_;
@@ -90,8 +94,8 @@ class DdpMean final : public UpdateRule {
   explicit DdpMean(int world) : world_(world) {}
   bool holds_params() const override { return false; }
   std::vector<std::vector<float>>& state() override { return state_; }
-  void Apply(const BucketStep& s, Range part, const float* const* srcs, int count,
-             float* values) override;
+  void Apply(const BucketStep& s, Range part, const float* const* srcs, int count, const float* in,
+             float* out) override;
 
  private:
   const int world_;

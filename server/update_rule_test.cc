@@ -77,7 +77,7 @@ TEST(UpdateRuleTest, ZeroUpdateInChunksIsOneReduceAndApply) {
   const BucketStep s = Step(1);
   for (int64_t c = 0; c < n; c += 384) {
     const Range part{c, std::min(n, c + 384)};
-    rule.Apply(s, part, g.At(part.begin).data(), kWorld, values.data());
+    rule.Apply(s, part, g.At(part.begin).data(), kWorld, values.data(), values.data());
   }
   float* st[kMaxStateSlots] = {state[0].data(), state[1].data()};
   ReduceAndApply(Adam(), 1, want.data(), g.srcs.data(), kWorld, st, static_cast<size_t>(n), kWorld);
@@ -95,7 +95,7 @@ TEST(UpdateRuleTest, ZeroUpdateLeavesSkippedTensorsAloneAndStepsEachTensorByItsO
   std::vector<float> values(static_cast<size_t>(n), 0.5f);
   // Step 3: tensor b skipped now; tensor c was skipped once before.
   const BucketStep s = Step(3, {0, 0, 1}, {0, 1, 0});
-  rule.Apply(s, {0, n}, g.srcs.data(), kWorld, values.data());
+  rule.Apply(s, {0, n}, g.srcs.data(), kWorld, values.data(), values.data());
   for (int64_t i = 300; i < 500; ++i) {
     ASSERT_EQ(values[i], 0.5f) << "tensor b is skipped";
     ASSERT_EQ(rule.state()[0][i], 0.f) << "and so is its state";
@@ -110,6 +110,37 @@ TEST(UpdateRuleTest, ZeroUpdateLeavesSkippedTensorsAloneAndStepsEachTensorByItsO
                    kWorld);
     EXPECT_EQ(std::memcmp(want.data(), values.data() + begin, want.size() * 4), 0)
         << "tensor at " << begin;
+  }
+}
+
+// Out of place (a shard's two served versions, server/served_versions.h):
+// in chunks on parts of the range, with a skipped tensor in the middle of a
+// part, the bits of the in-place update in `out`, the skipped tensor
+// carried over from `in`, `in` untouched, the state the same.
+TEST(UpdateRuleTest, ZeroUpdateOutOfPlaceIsInPlaceBitwiseAndCarriesSkippedTensors) {
+  const Layout layout = MakeLayout();
+  const Range range = layout.shard_range(0);
+  ZeroUpdate in_place(layout, range, kWorld, Adam()), copied(layout, range, kWorld, Adam());
+  const int64_t n = range.size();
+  Grads g(n);
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = Value(7, i);
+  std::vector<float> in = values, out(static_cast<size_t>(n), -9.f);
+  for (const BucketStep& s : {Step(1), Step(2, {}, {0, 1, 0}), Step(3, {0, 1, 0})}) {
+    for (int64_t c = 0; c < n; c += 384) {  // the part [384, 768) holds b's end and c's start
+      const Range part{c, std::min(n, c + 384)};
+      in_place.Apply(s, part, g.At(part.begin).data(), kWorld, values.data(), values.data());
+      copied.Apply(s, part, g.At(part.begin).data(), kWorld, in.data(), out.data());
+    }
+    const std::vector<float> before = in;
+    ASSERT_TRUE(Bitwise(out, values)) << "step " << s.step;
+    for (int k = 0; k < 2; ++k) ASSERT_TRUE(Bitwise(copied.state()[k], in_place.state()[k]));
+    if (!s.skip_now.empty()) {
+      EXPECT_EQ(std::memcmp(out.data() + 300, before.data() + 300, 200 * 4), 0)
+          << "skipped tensor b carried over";
+    }
+    std::swap(in, out);  // the next step reads this version, writes the other
+    EXPECT_TRUE(Bitwise(out, before)) << "in left as it was";
   }
 }
 
@@ -132,7 +163,7 @@ TEST(UpdateRuleTest, DdpMeanWritesTheMeanAndHoldsNoParameters) {
   const int64_t n = 1000;
   Grads g(n);
   std::vector<float> values(n, 7.f), want(n);
-  rule->Apply(Step(4), {100, 600}, g.At(100).data(), kWorld, values.data());
+  rule->Apply(Step(4), {100, 600}, g.At(100).data(), kWorld, nullptr, values.data());
   ReduceMean(g.srcs.data(), kWorld, want.data(), n, kWorld);
   EXPECT_EQ(std::memcmp(values.data() + 100, want.data() + 100, 500 * 4), 0);
   EXPECT_EQ(values[99], 7.f);

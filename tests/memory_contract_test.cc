@@ -149,7 +149,9 @@ TEST(MemoryContractTest, ZeroKeepsParamsOnTheWorkerAndStateOnServers) {
       EXPECT_LE(m.worker.peak_bytes, 2 * 4 * kUnit) << "ZeRO-2 holds at most two units of grads";
     }
     EXPECT_EQ(m.worker.optimizer_bytes, 0);
-    ExpectNear(m.server_params, 4.0 * kParams, "fp32 masters, summed over shards");
+    ExpectNear(m.server_params, 8.0 * kParams,
+               "fp32 masters of two served versions (the served one and the one before), summed "
+               "over shards");
     ExpectNear(m.server_optimizer, 8.0 * kParams, "Adam state, summed over shards");
     if (strategy == Strategy::kZero1) {
       EXPECT_EQ(m.server_grads, 0) << "ZeRO-1 pushes are read in place: no receive buffers";
@@ -163,8 +165,9 @@ TEST(MemoryContractTest, ZeroKeepsParamsOnTheWorkerAndStateOnServers) {
 // Mixed precision (the DeepSpeed paper's 2 + 2 + K breakdown, K = 12 for
 // Adam: 4 fp32 masters + 8 state, here on the servers): ZeRO-1 keeps 2 + 2
 // bytes per parameter on the worker, ZeRO-2 2 + per-unit half gradients; on
-// the servers 4 + 2 (masters + served half copy) + 8 + 2 W (half receive
-// buffers; none where pushes are read in place, as ZeRO-1's full buffer is).
+// the servers 4 + 2 x 2 (masters + the served half copies of two versions)
+// + 8 + 2 W (half receive buffers; none where pushes are read in place, as
+// ZeRO-1's full buffer is).
 TEST(MemoryContractTest, MixedPrecisionKeepsHalfOnWorkersAndFp32OnServers) {
   for (auto strategy : {Strategy::kZero1, Strategy::kZero2}) {
     const Precision precision = strategy == Strategy::kZero1 ? Precision::kFp16 : Precision::kBf16;
@@ -177,7 +180,7 @@ TEST(MemoryContractTest, MixedPrecisionKeepsHalfOnWorkersAndFp32OnServers) {
       EXPECT_GE(m.worker.peak_bytes, 2 * kUnit);
       EXPECT_LE(m.worker.peak_bytes, 2 * 2 * kUnit);
     }
-    ExpectNear(m.server_params, 6.0 * kParams, "fp32 masters + half copy");
+    ExpectNear(m.server_params, 8.0 * kParams, "fp32 masters + two versions' half copies");
     ExpectNear(m.server_optimizer, 8.0 * kParams, "fp32 Adam state");
     if (strategy == Strategy::kZero1) {
       EXPECT_EQ(m.server_grads, 0) << "half pushes read in place: no receive buffers";
@@ -209,7 +212,7 @@ TEST(MemoryContractTest, MixedPrecisionFsdpHoldsHalfUnits) {
   EXPECT_EQ(m.worker.grads_bytes, 0);
   EXPECT_GE(m.worker.peak_bytes, 3 * 2 * kUnit) << "two units of half params + one of grads";
   EXPECT_LE(m.worker.peak_bytes, 4 * 2 * kUnit * 1.1) << "half of the fp32 peak";
-  ExpectNear(m.server_params, 6.0 * kParams, "fp32 masters + served half copy");
+  ExpectNear(m.server_params, 8.0 * kParams, "fp32 masters + two versions' served half copies");
   ExpectNear(m.server_optimizer, 8.0 * kParams, "fp32 Adam state");
   ExpectNear(m.server_grads, 2.0 * kParams * kWorkers, "half receive buffers");
 }
@@ -222,7 +225,7 @@ TEST(MemoryContractTest, FsdpHoldsOnlyTheUnitsInUse) {
   EXPECT_EQ(m.worker.grads_bytes, 0);
   EXPECT_GE(m.worker.peak_bytes, 3 * 4 * kUnit) << "two units of params + one of grads";
   EXPECT_LE(m.worker.peak_bytes, 4 * 4 * kUnit * 1.1) << "well under the full model";
-  ExpectNear(m.server_params, 4.0 * kParams, "fp32 masters");
+  ExpectNear(m.server_params, 8.0 * kParams, "fp32 masters of two served versions");
   ExpectNear(m.server_optimizer, 8.0 * kParams, "Adam state");
 }
 
