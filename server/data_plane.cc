@@ -432,7 +432,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
           MakeHeader(FrameType::kParams, job->job_id(), epoch, p.version, p.rank, job->shard(), b);
       h.bucket_count = static_cast<uint32_t>(p.bucket_count);
       h.payload_bytes = job->served_bytes(b);
-      const WireHeader wire = ToWorker(auth, h, job->served_bucket(b));
+      const WireHeader wire = ToWorker(auth, h, job->served_bucket(b, p.version));
       job->CountPulled(p.rank, p.version, h.payload_bytes);
       if (metrics_ != nullptr) metrics_->FrameSent(FrameType::kParams, h.payload_bytes);
       if (timeline_ != nullptr) {
@@ -443,7 +443,7 @@ void DataPlane::ServeParams(const std::shared_ptr<ShardJob>& job, const ShardJob
                             .shard = job->shard(),
                             .bucket = b});
       }
-      transport_->Send(p.reply_to, wire.span(), job->served_bucket(b), h.payload_bytes,
+      transport_->Send(p.reply_to, wire.span(), job->served_bucket(b, p.version), h.payload_bytes,
                        [job](absl::Status s) {
                          if (!s.ok()) TESSEL_LOG(WARNING) << "sending parameters failed: " << s;
                        });
