@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/job_spec.h"
+#include "rpc/registry_client.h"
 #include "rpc/shard_fleet.h"
 #include "testing/inproc_cluster.h"
 #include "worker/internal/cluster_fixture.h"
@@ -153,6 +154,45 @@ TEST_F(JobControlTest, CreatesReadsChangesAndDeletesOnEveryShard) {
   under_way = control.UnderWay(/*checkpoints=*/false);
   ASSERT_TRUE(under_way.ok()) << under_way.status();
   EXPECT_FALSE(*under_way);
+}
+
+// Issue 44: FrameKeys() names this process's registry membership
+// (ctx.member_epoch) with its claim, so while it is the rank's registered
+// worker no other process is handed the rank's keys by claiming that
+// membership (a shard server hands a rank over only to the registered
+// worker, away from a holder of another membership).
+TEST_F(JobControlTest, FrameKeysNameTheWorkersRegistryMembership) {
+  auto ctx = Context("keys");
+  ctx->epoch = 1;
+  const JobControl control(ctx.get(), &fleet_);
+  ASSERT_TRUE(control.CreateJob(Create(1), "CreateJob", nullptr).ok());
+  RegistryClient registry(cluster_->registry_address());
+  v1::Member me;
+  me.set_group("keys");
+  me.set_role(v1::ROLE_WORKER);
+  me.set_rank(ctx->id);
+  ASSERT_TRUE(registry.Join(me).ok());
+  ctx->member_epoch = registry.joined_epoch();
+  ASSERT_GT(ctx->member_epoch.load(), 0);
+  absl::StatusOr<std::vector<FrameKeyGrant>> grants = control.FrameKeys();
+  ASSERT_TRUE(grants.ok()) << grants.status();
+  ASSERT_EQ(grants->size(), 2u);
+  ASSERT_FALSE((*grants)[1].rank_secret.empty()) << "shard 1 authenticates frames";
+  // Another process (another claim) naming the same membership: refused.
+  v1::FrameKeyRequest req;
+  req.set_job("keys");
+  req.set_rank(0);
+  req.set_epoch(1);
+  req.set_claim(std::string(32, 'x'));
+  req.set_member_epoch(ctx->member_epoch.load());
+  v1::FrameKeyResponse resp;
+  absl::Status s = fleet_.Call(1, &v1::ShardServer::Stub::GetFrameKey, req, &resp, "GetFrameKey");
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_TRUE(resp.secret().empty());
+  // The registered worker itself asking again: its keys, unchanged.
+  absl::StatusOr<std::vector<FrameKeyGrant>> again = control.FrameKeys();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)[1].rank_secret, (*grants)[1].rank_secret);
 }
 
 TEST_F(JobControlTest, SettingUpStopsAtTheFirstRefusal) {

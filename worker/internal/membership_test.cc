@@ -93,6 +93,15 @@ TEST_F(MembershipTest, JoinWaitsForTheWholeWorldAndFindsEveryShard) {
     EXPECT_GT(rank->ctx.epoch.load(), 0);
     EXPECT_EQ(m.view_epoch(), rank->ctx.epoch.load());
     EXPECT_TRUE(m.Check().ok());
+    // Its registry membership, which GetFrameKey names (key handovers).
+    auto view = m.registry().GetView("members");
+    ASSERT_TRUE(view.ok()) << view.status();
+    for (const v1::Member& member : view->members()) {
+      if (member.role() == v1::ROLE_WORKER && member.rank() == rank->ctx.id) {
+        EXPECT_EQ(rank->ctx.member_epoch.load(), member.joined_epoch());
+      }
+    }
+    EXPECT_GT(rank->ctx.member_epoch.load(), 0);
     // The view it kept: both workers registered from one host.
     EXPECT_EQ(m.aggregation().Plan({0, 1}).groups, (std::vector<int>{0, 0}));
   }
