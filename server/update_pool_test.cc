@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/layout.h"
@@ -133,13 +134,16 @@ std::vector<Case> Cases() {
 
 // Three steps of `rule` over the whole shard, on this thread (pool null) or
 // split over `pool`; step 2 skips tensor b, so step 3 updates it at its
-// own step 2. Returns the values followed by the state.
-std::vector<float> RunSteps(const Layout& layout, const Case& c, UpdatePool* pool) {
+// own step 2. `two_versions`: out of place between two buffers, as a
+// shard's served versions (server/served_versions.h). Returns the values
+// followed by the state.
+std::vector<float> RunSteps(const Layout& layout, const Case& c, UpdatePool* pool,
+                            bool two_versions = false) {
   UpdatePool::Scope scope(pool);
   const Range range = layout.shard_range(0);
   const int64_t n = range.size();
   std::unique_ptr<UpdateRule> rule = MakeUpdateRule(c.ddp, layout, range, c.world, c.optimizer);
-  std::vector<float> values(static_cast<size_t>(n));
+  std::vector<float> values(static_cast<size_t>(n)), other(static_cast<size_t>(n), -5.f);
   for (int64_t i = 0; i < n; ++i) values[i] = Value(9, i, 0);
   std::vector<std::vector<float>> grads(c.world, std::vector<float>(static_cast<size_t>(n)));
   std::vector<const float*> srcs;
@@ -154,7 +158,12 @@ std::vector<float> RunSteps(const Layout& layout, const Case& c, UpdatePool* poo
     if (step == 2) s.skip_now = {0, 1, 0, 0};  // no rank had b's gradient
     if (step == 3) s.skips = {0, 1, 0, 0};     // b is a step behind
 
-    rule->Apply(s, {0, n}, srcs.data(), c.world, values.data());
+    if (two_versions) {
+      rule->Apply(s, {0, n}, srcs.data(), c.world, values.data(), other.data());
+      std::swap(values, other);
+    } else {
+      rule->Apply(s, {0, n}, srcs.data(), c.world, values.data(), values.data());
+    }
   }
   for (const auto& slot : rule->state()) values.insert(values.end(), slot.begin(), slot.end());
   return values;
@@ -165,13 +174,16 @@ TEST(UpdatePoolTest, UpdatesSplitOverFourThreadsAreBitwiseOneThreads) {
   UpdatePool pool(4);
   for (const Case& c : Cases()) {
     const std::vector<float> alone = RunSteps(layout, c, nullptr);
-    const std::vector<float> split = RunSteps(layout, c, &pool);
-    ASSERT_EQ(alone.size(), split.size()) << c.name;
-    size_t differ = 0;
-    for (size_t i = 0; i < alone.size(); ++i) {
-      differ += std::memcmp(&alone[i], &split[i], sizeof(float)) != 0;
+    for (bool two_versions : {false, true}) {
+      const std::vector<float> split = RunSteps(layout, c, &pool, two_versions);
+      ASSERT_EQ(alone.size(), split.size()) << c.name;
+      size_t differ = 0;
+      for (size_t i = 0; i < alone.size(); ++i) {
+        differ += std::memcmp(&alone[i], &split[i], sizeof(float)) != 0;
+      }
+      EXPECT_EQ(differ, 0u) << c.name << (two_versions ? " out of place" : "")
+                            << ": elements whose bits differ";
     }
-    EXPECT_EQ(differ, 0u) << c.name << ": elements whose bits differ";
   }
   EXPECT_GT(pool.split_calls(), 0u) << "the parts were split, not run whole";
 }
