@@ -10,7 +10,11 @@
 
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace tessel {
@@ -211,6 +215,39 @@ TEST_F(FrameKeysTest, ALapsedAndRejoinedHolderKeepsItsKeysOnlyIfItNamesItsNewMem
   absl::StatusOr<int32_t> b = other.Claim(*keys, Of("process B", 9), job_, Registry());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(keys->Generation(kRank, kEpoch), 0);
+}
+
+// The registry is asked without the lock: claims racing through that
+// window are decided on the grant as it is once they are back. Of several
+// processes claiming the registered membership at once, one is handed the
+// rank; the others then find it held by that membership and are refused.
+TEST_F(FrameKeysTest, OfRacingClaimsOfTheRegisteredMembershipOneIsHandedTheRank) {
+  ASSERT_EQ(*Claim(Of("process A", 5)), 0);
+  RankHolder slow = []() -> absl::StatusOr<int64_t> {
+    absl::SleepFor(absl::Milliseconds(5));
+    return 9;
+  };
+  constexpr int kClaims = 4;
+  std::vector<absl::StatusOr<int32_t>> got(kClaims, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClaims; ++i) {
+    threads.emplace_back([&, i] {
+      got[i] = keys_.Claim(*job_keys_, Of(absl::StrCat("process ", i), 9), job_, slow);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int granted = 0;
+  for (const absl::StatusOr<int32_t>& g : got) {
+    if (g.ok()) {
+      ++granted;
+      EXPECT_EQ(*g, 1);
+    } else {
+      EXPECT_EQ(g.status().code(), absl::StatusCode::kPermissionDenied) << g.status();
+    }
+  }
+  EXPECT_EQ(granted, 1);
+  EXPECT_EQ(keys_.handovers(JobId("mlp")), 1);
+  EXPECT_EQ(job_keys_->Generation(kRank, kEpoch), 1);
 }
 
 TEST_F(FrameKeysTest, ANewEpochStartsAtGenerationZeroAndAnOlderOneIsStale) {
