@@ -218,7 +218,8 @@ PYBIND11_MODULE(_tessel, m) {
                        const std::string& token, double topk_ratio,
                        const std::string& metrics_address, const std::string& timeline,
                        int64_t timeline_first_step, int64_t timeline_steps,
-                       const std::string& aggregation, const std::string& host_id) {
+                       const std::string& aggregation, const std::string& host_id,
+                       bool rejoin_in_place) {
              tessel::WorkerOptions o = tessel::MakeOptions(
                  registry, job, rank, world_size, strategy, optimizer, num_servers, bucket_bytes,
                  precision, units, ucx_tls, connect_timeout_s, step_timeout_s, recovery,
@@ -230,6 +231,7 @@ PYBIND11_MODULE(_tessel, m) {
              if (!a.ok()) throw py::value_error(std::string(a.status().message()));
              o.aggregation = *a;
              o.host_id = host_id;
+             o.rejoin_in_place = rejoin_in_place;
              auto* pw = new PyWorker;
              pw->w = Take(Unlocked([&] { return Worker::Connect(o); }));
              return pw;
@@ -246,12 +248,14 @@ PYBIND11_MODULE(_tessel, m) {
            py::arg("timeline_first_step") = tessel::TimelineOptions{}.first_step,
            py::arg("timeline_steps") = tessel::TimelineOptions{}.steps,
            py::arg("aggregation") = "auto", py::arg("host_id") = "",
+           py::arg("rejoin_in_place") = true,
            "Joins the job (registry host:port, job name, rank of world_size) and waits for the "
            "world and the shard servers. metrics_address (HOST:PORT, port 0: a free one): serve "
            "this worker's Prometheus metrics there; timeline (a path, '{rank}' replaced): write "
            "a Chrome trace of steps timeline_first_step .. + timeline_steps - 1. aggregation: "
            "'auto', 'flat' or 'host' (docs/hierarchical.md); host_id: this worker's host for it "
-           "('' = detected).")
+           "('' = detected). rejoin_in_place (with recovery, zero1/zero2): a lost worker costs "
+           "no rollback, its replacement rejoins the step in flight (WorkerOptions).")
       .def(
           "aggregation", [](PyWorker& self) { return self.w->aggregation(); },
           "How this worker's host sends gradients: 'host aggregation: ...' or 'flat (why)'")
@@ -588,6 +592,10 @@ PYBIND11_MODULE(_tessel, m) {
       .def_property_readonly("num_params",
                              [](PyWorker& self) { return self.get().layout().num_params(); })
       .def_property_readonly("recoveries", [](PyWorker& self) { return self.get().recoveries(); })
+      .def_property_readonly(
+          "rejoined_in_place", [](PyWorker& self) { return self.get().rejoined_in_place(); },
+          "Whether this worker, a replacement, rejoined the job's step in flight without a "
+          "rollback (current_step is the step the shards had applied)")
       .def(
           "close",
           [](PyWorker& self) {

@@ -15,7 +15,10 @@ its own, and then, against a clean run of the same steps:
   - every step's loss, including each replayed step, is bitwise equal, and
     no step is missing (a lost or twice-applied update would change the
     parameters and every later loss).
-It prints runs, faults, recoveries, lost/double-applied updates, stale frames
+Under zero1 and zero2 a lost worker (killed or paused past its lease) must not
+roll the job back at all: its replacement rejoins the step in flight (a run
+whose faults are all worker faults fails if any shard counts a recovery).
+It prints runs, faults, recoveries, rollbacks, lost/double-applied updates, stale frames
 refused by servers, and recovery times.
 
 Usage: fault_injection.py REGISTRY SERVER TRAIN TESSELCTL [CRASH_SENDER]
@@ -66,6 +69,12 @@ RECOVERY_TIMEOUT_S = 25
 STRATEGIES = os.environ.get("TESSEL_FAULT_STRATEGIES",
                             "zero2,ddp,fsdp@host,zero1-bf16,ddp@host,zero1,fsdp,zero2@host"
                             ).split(",")
+
+
+def in_place(strategy):
+    """Whether a lost worker of this strategy rejoins the step in flight (no
+    rollback: worker/internal/rejoin.h)."""
+    return strategy.split("@")[0].split("-")[0] in ("zero1", "zero2")
 
 
 def on_cpu(strategy):
@@ -324,7 +333,7 @@ def fault_run(i, rng, clean):
     shards = c.shards_json()
     if shards is None:
         problems.append("tesselctl shards failed")
-        result["stale"] = result["applied"] = 0
+        result["stale"] = result["applied"] = result["rollbacks"] = 0
     else:
         digests = [s.get("stats", {}).get("state_digest") for s in shards]
         if digests != clean["digests"]:
@@ -338,6 +347,12 @@ def fault_run(i, rng, clean):
         result["applied"] = sum(int(s.get("stats", {}).get("appliedSteps",
                                                            s.get("stats", {}).get("applied_steps", 0)))
                                 for s in shards)
+        # Rollbacks: times the job was replaced on a shard by a recovery.
+        result["rollbacks"] = max(int(s.get("stats", {}).get("recoveries", 0)) for s in shards)
+        if (in_place(strategy) and faults and all(f["kind"] == "worker" for f in faults)
+                and result["rollbacks"] > 0):
+            problems.append("a lost worker rolled the job back %d time(s); it rejoins in place "
+                            "(zero1/zero2)" % result["rollbacks"])
     times = recovered_times(c)
     result["recoveries"] = 0
     result["recovery_ms"] = []
@@ -372,10 +387,11 @@ def main():
             strategy = STRATEGIES[i % len(STRATEGIES)]
             r = fault_run(i, rng, clean[on_cpu(strategy)])
             results.append(r)
-            log("  run %d (%s): %s; replayed %d steps, servers refused %d stale frames, "
-                "recovery %s ms" % (i, strategy, "OK" if not r["problems"] else
-                                    "FAIL: " + "; ".join(r["problems"]) + " (" + r["dir"] + ")",
-                                    r["replayed_steps"], r["stale"], r["recovery_ms"]))
+            log("  run %d (%s): %s; replayed %d steps, %d rollback(s), servers refused %d stale "
+                "frames, recovery %s ms" % (i, strategy, "OK" if not r["problems"] else
+                                            "FAIL: " + "; ".join(r["problems"]) + " (" + r["dir"]
+                                            + ")", r["replayed_steps"], r["rollbacks"], r["stale"],
+                                            r["recovery_ms"]))
     finally:
         cleanup()
     faults = [f for r in results for f in r["faults"]]
@@ -392,6 +408,10 @@ def main():
                                           for f in faults),
         "mid_checkpoint_faults": sum(bool(f["mid_checkpoint"]) for f in faults),
         "recoveries": sum(r["recoveries"] for r in results),
+        "rollbacks": sum(r["rollbacks"] for r in results),
+        "worker_faults_without_rollback": sum(
+            1 for r in results if in_place(r["strategy"]) and r["rollbacks"] == 0
+            for f in r["faults"] if f["kind"] == "worker"),
         "lost_or_double_applied_steps": sum(r["missing_steps"] + r["differing_steps"]
                                             for r in results),
         "final_state_mismatches": sum(any("differ" in p or "ended at" in p for p in r["problems"])

@@ -130,7 +130,8 @@ absl::Status Worker::RejoinOrRollBack(int64_t restore_step) {
   // in-place attempt that fails, joins a rollback to the checkpoint.
   const bool eligible =
       internal::InPlaceEligible(p_->ctx) && p_->membership->CheckServers().ok();
-  if (restore_step < 0 && eligible) {
+  const bool again = p_->ctx.step == p_->recovery->last_in_place_step();
+  if (restore_step < 0 && eligible && !again) {
     absl::StatusOr<bool> in_place = p_->recovery->RejoinInPlace();
     if (in_place.ok() && *in_place) return absl::OkStatus();
     if (!in_place.ok()) {

@@ -1,6 +1,8 @@
 """Automatic recovery from Python: tessel-launch --max_restarts=1 restarts a
-worker that died at step 7; it resumes from the checkpoint of step 6, the
-other rank rolls back there, and training ends bitwise where a run without
+worker that died at step 7; under zero2 it rejoins the step in flight (the
+servers had applied 7; rank 0 waits in its step, no rollback), under fsdp and
+with a BatchNorm model it resumes from the checkpoint of step 6 and the
+other rank rolls back there; training ends bitwise where a run without
 the crash ends (zero2 and fsdp, each also with the model staged as a CUDA
 model is), and with a BatchNorm model (zero2-bn) rank 0's running statistics
 and num_batches_tracked end bitwise as a clean run's too: the rollback
@@ -42,7 +44,11 @@ def main():
     for strategy in ("zero2", "fsdp", "zero2-staged", "fsdp-staged", "zero2-bn",
                      "zero2-bn-rank0"):
         clean = strategy.replace("-staged", "").replace("-rank0", "")
-        want_recoveries = 0 if strategy.endswith("-rank0") else 1
+        # zero2 without buffers: the replacement rejoins the step in flight and
+        # rank 0 makes no recovery (docs/operations.md, "A lost worker without
+        # rollback"); fsdp and the BatchNorm model roll back.
+        in_place = strategy.split("-")[0] == "zero2" and "-bn" not in strategy
+        want_recoveries = 0 if strategy.endswith("-rank0") or in_place else 1
         clean_s = 0.0
         if clean == strategy:
             _, clean_s = launch(args, out, f"clean-{strategy}", strategy, None)
@@ -66,6 +72,14 @@ def main():
                             f"not {want_recoveries}")
         if not same:
             failures.append(f"{strategy}: the recovered run is not bitwise the clean one")
+        said = re.search(r"resuming at step (\d+), in place: (True|False)", log)
+        print(f"  the restarted rank {'rejoined in place at step ' + said.group(1) if said and said.group(2) == 'True' else 'resumed from a checkpoint' if said else 'said nothing'}")
+        if said is None or (said.group(2) == "True") != in_place:
+            failures.append(f"{strategy}: the restarted rank {'did not rejoin' if in_place else 'rejoined'} "
+                            f"in place")
+        elif in_place and said.group(1) != "7":
+            failures.append(f"{strategy}: the replacement rejoined at step {said.group(1)}, "
+                            f"not 7 (the step the servers had applied)")
     driver.finish(failures)
 
 

@@ -8,9 +8,10 @@
 Trains 10 steps with recovery on (a checkpoint every 3 steps), the loop
 written over opt.step_count. With CRASH_AT, rank 1's first process dies
 (os._exit(9)) when the job is at that step; tessel-launch --max_restarts
-starts it again, it resumes from the latest checkpoint, rank 0's step fails
-and rolls back there, and both go on. Rank 0 saves the final parameters and
-prints how many recoveries it made.
+starts it again. zero2 without buffers: it rejoins the step in flight (rank
+0 waits in it; nothing rolls back); otherwise it resumes from the latest
+checkpoint, rank 0's step fails and rolls back there, and both go on. Rank 0
+saves the final parameters and prints how many recoveries it made.
 """
 import os
 import sys
@@ -37,7 +38,8 @@ opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), mod
                               strategy=strategy.split("-")[0], bucket_bytes=512, recovery=True,
                               checkpoint_every_steps=3)
 if restarted:
-    print(f"rank {rank}: restarted, resuming at step {opt.step_count}", file=sys.stderr, flush=True)
+    print(f"rank {rank}: restarted, resuming at step {opt.resume_step}, in place: "
+          f"{opt.rejoined_in_place}", file=sys.stderr, flush=True)
 while opt.step_count < 10:
     k = opt.step_count
     if rank == crash_rank and not restarted and k == crash_at:

@@ -222,6 +222,7 @@ absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
     }
   }
   ++in_place_rejoins_;
+  last_in_place_step_ = plan.step;
   TESSEL_LOG(WARNING) << ctx.Where() << ": rejoined in place after "
                       << absl::FormatDuration(absl::Trunc(absl::Now() - start,
                                                           absl::Milliseconds(1)))

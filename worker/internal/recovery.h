@@ -109,6 +109,11 @@ class RecoveryCoordinator {
   absl::StatusOr<bool> RejoinInPlace();
   int recoveries() const { return recoveries_; }
   int in_place_rejoins() const { return in_place_rejoins_; }
+  // The step the last in-place rejoin took (-1: none): a worker that fails
+  // again before finishing the step after it joins a rollback instead, so a
+  // step that cannot complete in place (say, the survivors hold it for
+  // clipping and the replacement does not) is not rejoined forever.
+  int64_t last_in_place_step() const { return last_in_place_step_; }
 
  private:
   absl::Status Once(absl::Time deadline, absl::Time elastic_at, int64_t restore_step,
@@ -146,6 +151,7 @@ class RecoveryCoordinator {
   std::optional<OwnRestore> own_restore_;
   int recoveries_ = 0;
   int in_place_rejoins_ = 0;
+  int64_t last_in_place_step_ = -1;
   // Buffers a transfer from before a rollback may still write into: kept
   // until the transport is shut down (driving thread).
   std::vector<std::vector<float>> retired_;

@@ -174,7 +174,8 @@ class BufferStore:
             num_servers=cfg["num_servers"], ucx_tls=cfg["ucx_tls"],
             connect_timeout_s=cfg["connect_timeout_s"], step_timeout_s=cfg["step_timeout_s"],
             token=cfg["token"], recovery=recovery, auto_resume=recovery,
-            checkpoint_every_steps=1, checkpoint_initial=recovery)
+            checkpoint_every_steps=1, checkpoint_initial=recovery,
+            rejoin_in_place=False)  # rank 0 alone: a restart restores its checkpoint
         self.worker.register_layout(names, shapes, flat)
         self.names = names
         self.template = self.worker.serialize()

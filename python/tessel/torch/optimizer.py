@@ -46,6 +46,7 @@ from tessel.torch.hyper import tessel_hyper
 from tessel.torch.model_state import ModelState
 from tessel.torch.parallel.layers import replicated_parameters
 from tessel.torch.precision import PRECISIONS, STRATEGIES
+from tessel.torch.rejoin import rejoins_in_place
 from tessel.torch.report import last_step_report, timed_step
 from tessel.torch.scaler import LossScaler
 from tessel.torch.sync_bn import bind_sync_batchnorm, unbind_sync_batchnorm
@@ -177,6 +178,10 @@ class DistributedOptimizer:
         self.find_unused_parameters = bool(find_unused_parameters)
         self.skipped_tensors = 0  # parameter updates left out (no rank had a gradient)
         self._groups = self._make_groups(model)
+        # A lost worker without rollback where the job allows it (rejoin.py).
+        self.rejoin_in_place = rejoins_in_place(strategy, self.recovery, model,
+                                                self._scaler.enabled, self.find_unused_parameters,
+                                                hybrid)
         self._no_sync = False
         # model.state_dict()/load_state_dict() through the servers (model_state.py);
         # recorded before the groups bind (fsdp then empties the parameters).
@@ -202,6 +207,7 @@ class DistributedOptimizer:
         self._prepared = False  # this step's gradients collected and agreed (_prepare_step)
         self._ddp_mean_pulled = False  # ddp with overlap: clip_grad_norm_ pulled the mean
         self._held = HeldSteps(self, hold_for_clipping)
+        self._resume_step = self.step_count
         session.adopt(self)
 
     def _connect(self, cfg, model, plans, rank, world, base_job, bucket_bytes,
@@ -219,7 +225,8 @@ class DistributedOptimizer:
                 units=[first for first, _ in plan], recovery=self.recovery,
                 auto_resume=self.recovery, checkpoint_every_steps=int(checkpoint_every_steps),
                 checkpoint_initial=self.recovery, precision=self.precision,
-                topk_ratio=float(topk_ratio), **session_lib.observe_options(cfg, g.index))
+                topk_ratio=float(topk_ratio), rejoin_in_place=self.rejoin_in_place,
+                **session_lib.observe_options(cfg, g.index))
             if hybrid is not None and g is self._groups[0]:
                 hybrid.attach(g.worker)  # before the layout: a restarted process resumes here
             if strategy == "fsdp":
@@ -443,6 +450,19 @@ class DistributedOptimizer:
         self._held.recovered()
         if self._buffer_store is not None:  # rank 0: the checkpoint's buffers
             self._buffer_store.restore(self.step_count)
+
+    @property
+    def resume_step(self):
+        """The step a (re)started worker goes on from: its loop reads batch
+        resume_step next (step_count when this process started; 0 for a fresh job).
+        A replacement that rejoined the job in place (opt.rejoined_in_place) gets
+        the step the servers had applied, so it recomputes the step in flight."""
+        return self._resume_step
+
+    @property
+    def rejoined_in_place(self):
+        """Whether this process replaced a lost worker without a rollback."""
+        return bool(self._groups[0].require_worker().rejoined_in_place)
 
     @property
     def step_count(self):
