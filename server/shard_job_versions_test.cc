@@ -14,6 +14,8 @@
 #include "core/reduce.h"
 #include "gtest/gtest.h"
 #include "rpc/job_spec.h"
+#include "server/checkpoint_store.h"
+#include "server/checkpointer.h"
 #include "server/shard_job.h"
 #include "server/shard_job_proto.h"
 #include "server/shard_job_testing.h"
@@ -291,6 +293,37 @@ TEST(ShardJobVersionsStateTest, SnapshotsAndStateAtBothParities) {
     EXPECT_TRUE(t.Served(at, 1) == Bytes(served.begin() + 16 * 4, served.begin() + 32 * 4));
     for (int b = 1; b < t.buckets(); ++b) t.Update(b, 5);
     ASSERT_EQ(t.job().version(), at + 1);
+  }
+}
+
+// A restore at step C (odd, then even) loads version C's buffer: it serves
+// C's bits, and its next step gives the original job's next version.
+TEST(ShardJobVersionsStateTest, RestoresAtBothParities) {
+  Checkpointer checkpointer(std::make_unique<MemoryStore>(), absl::Seconds(1));
+  const v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2);
+  Versions t(spec);
+  std::vector<std::vector<Bytes>> served(4);
+  for (int step = 1; step <= 3; ++step) {
+    t.Step(step);
+    served[step] = t.ServedAll(step);
+    if (step == 3) break;
+    absl::StatusOr<std::optional<ShardSnapshot>> snap = t.job().RequestCheckpoint(step, false);
+    ASSERT_TRUE(snap.ok() && snap->has_value()) << snap.status();
+    ASSERT_TRUE(checkpointer.Submit(std::move(**snap)).ok());
+  }
+  checkpointer.Drain();
+  for (int64_t at : {1, 2}) {
+    absl::StatusOr<Manifest> m = checkpointer.Read("versions", at);
+    ASSERT_TRUE(m.ok()) << m.status();
+    absl::StatusOr<std::unique_ptr<ShardJob>> restored =
+        ShardJob::Restore(spec, 0, kEpoch, *m, &checkpointer);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    std::vector<Bytes> got;
+    for (int b = 0; b < t.buckets(); ++b) {
+      const auto* p = static_cast<const uint8_t*>((*restored)->served_bucket(b, at));
+      got.push_back(Bytes(p, p + (*restored)->served_bytes(b)));
+    }
+    EXPECT_TRUE(Same(got, served[at])) << "restored at " << at;
   }
 }
 
