@@ -15,9 +15,11 @@
 //     a bucket; PUSH: any other frame type carries no gradient; refused
 //     before INIT completes, for a step other than the version, or when the
 //     rank already pushed the bucket this step.
-//   PULL: a payload; a bucket range outside the shard's; a version that is
-//     gone (replaced) or more than one step ahead. CheckPull returns whether
-//     the version is ready (answer now) or in flight (the next step).
+//   PULL: a payload; a bucket range outside the shard's; a version older
+//     than the shard's or more than one step ahead. CheckPull returns
+//     whether the version is ready (answer now: the shard's version, also
+//     while the next step is in flight, whose updates leave it whole,
+//     server/served_versions.h) or in flight (the next step).
 //
 // Threads: const after construction; any thread.
 //
