@@ -60,12 +60,13 @@ std::optional<absl::StatusOr<int32_t>> FrameKeys::Decide(
   const std::shared_ptr<const void> granted_job = g.job.lock();
   const bool same_job = granted_job != nullptr && granted_job == job;
   if (same_job && g.epoch == c.epoch && !g.claim.empty()) {
-    if (g.claim == c.claim) {  // the same worker asking again
-      // The claim proves the process: a membership it began since (it lapsed
-      // and joined again) is its own.
-      if (c.member_epoch != 0) g.member_epoch = c.member_epoch;
+    // The same worker asking again (a retry; 0: it names no membership).
+    if (g.claim == c.claim && (c.member_epoch == 0 || c.member_epoch == g.member_epoch)) {
       return keys.Generation(c.rank, c.epoch);
     }
+    // Another process, or this one under a newer membership (it lapsed and
+    // joined again: that is a new membership too, which keeps nothing of the
+    // old one's keys).
     if (c.member_epoch == 0) {
       return Refused(c,
                      "this claim names no registry membership (a worker from before "
@@ -97,9 +98,10 @@ std::optional<absl::StatusOr<int32_t>> FrameKeys::Decide(
     const int64_t handovers = ++handovers_[keys.job_id()];
     TESSEL_LOG(INFO) << "job '" << c.job << "' shard " << keys.shard() << ": rank " << c.rank
                      << "'s frame keys of epoch " << c.epoch
-                     << " handed over from the process whose registry membership began at epoch "
-                     << g.member_epoch << " to its replacement's (epoch " << c.member_epoch
-                     << "); the earlier process's frames are refused from now on (" << handovers
+                     << " handed over from the registry membership that began at epoch "
+                     << g.member_epoch << " to the rank's registered worker's (epoch "
+                     << c.member_epoch << (g.claim == c.claim ? ", the same process" : "")
+                     << "); frames under the earlier keys are refused from now on (" << handovers
                      << " handover(s) of the job on this server)";
     g.claim = c.claim;
     g.member_epoch = c.member_epoch;

@@ -23,7 +23,9 @@
 // over iff that member exists, began at the new claim's member_epoch, and
 // not at the granted claim's (the earlier process's membership ended: it
 // lapsed or left; a process that lapsed and joined again has a new
-// membership too). A claim with member_epoch 0 (a worker from before
+// membership too, and its own claim under it is taken as a new claim: it
+// gets new keys if it is the registered worker, else nothing). A claim with
+// member_epoch 0 (a worker from before
 // handovers) never takes a rank over; the registry unreachable: Unavailable,
 // never a grant. A handover moves (r, E) to its next generation of keys
 // (runtime/rank_keys.h): the replacement gets the new secret, frames under
@@ -96,10 +98,11 @@ class FrameKeys {
   // lives as long as the job does on this server) whose keys are `keys` to
   // c.claim, and returns the generation of the keys granted (the secret is
   // keys.RankSecret(rank, epoch, generation)): for the first claim, and for
-  // the same claim again (a retried RPC, a worker re-taking its own
-  // restore; a new non-zero member_epoch of it is remembered), the current
-  // one; for another claim of the same (rank, epoch) of the same job
-  // instance, the next one if it is a handover (the file comment; `holder`
+  // the same claim again with the same member_epoch or 0 (a retried RPC, a
+  // worker re-taking its own restore), the current one; for another claim
+  // of the same (rank, epoch) of the same job instance, or the same claim
+  // under another membership (its process lapsed and joined again), the
+  // next one if it is a handover (the file comment; `holder`
   // is asked, without this object's lock, only then; null: no registry, no
   // handover), else PermissionDenied naming the rank (Unavailable when
   // `holder` fails). FailedPrecondition for an epoch older than the one

@@ -200,9 +200,9 @@ TEST_F(FrameKeysTest, AnUnreachableRegistryGrantsNothingAndTheClaimMayBeRetried)
 
 // A process whose lease lapsed and that joined again began a new
 // membership: its old claim's membership ended, whichever process holds
-// the new one. If it says so itself (its own claim again, with its new
-// member_epoch), the rank stays its own.
-TEST_F(FrameKeysTest, ALapsedAndRejoinedHolderKeepsItsKeysOnlyIfItNamesItsNewMembership) {
+// the new one, and its own claim under the new one is a new claim too: new
+// keys if it is the registered worker, nothing otherwise.
+TEST_F(FrameKeysTest, ALapsedAndRejoinedHoldersOldMembershipKeepsNothing) {
   ASSERT_EQ(*Claim(Of("process A", 5)), 0);
   registered_ = 9;  // A re-joined: a new membership
   EXPECT_EQ(*Claim(Of("process B", 9)), 1) << "the old membership ended: a handover";
@@ -210,11 +210,19 @@ TEST_F(FrameKeysTest, ALapsedAndRejoinedHolderKeepsItsKeysOnlyIfItNamesItsNewMem
   FrameKeys other(/*enabled=*/true);
   std::shared_ptr<JobFrameKeys> keys = other.For(JobId("mlp"), 0);
   ASSERT_EQ(*other.Claim(*keys, Of("process A", 5), job_, Registry()), 0);
-  // A asks again after its re-join, naming its new membership.
-  ASSERT_EQ(*other.Claim(*keys, Of("process A", 9), job_, Registry()), 0);
+  // A asks again after its re-join, naming its new membership: new keys.
+  EXPECT_EQ(*other.Claim(*keys, Of("process A", 9), job_, Registry()), 1);
+  EXPECT_EQ(*other.Claim(*keys, Of("process A", 9), job_, Registry()), 1) << "a retry";
+  EXPECT_EQ(*other.Claim(*keys, Of("process A", 0), job_, Registry()), 1) << "names none";
   absl::StatusOr<int32_t> b = other.Claim(*keys, Of("process B", 9), job_, Registry());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(keys->Generation(kRank, kEpoch), 0);
+  // A naming a membership the registry does not hold for the rank: refused,
+  // and its keys stay as they are.
+  registered_ = 12;
+  absl::StatusOr<int32_t> stale = other.Claim(*keys, Of("process A", 11), job_, Registry());
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(keys->Generation(kRank, kEpoch), 1);
+  EXPECT_EQ(other.handovers(JobId("mlp")), 1);
 }
 
 // The registry is asked without the lock: claims racing through that
