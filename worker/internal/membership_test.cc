@@ -7,6 +7,8 @@
 // aggregation plan.
 #include "worker/internal/membership.h"
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -56,6 +58,8 @@ class MembershipTest : public ::testing::Test {
     o.recovery = true;
     o.host_id = "one-host";
     o.aggregation = Aggregation::kHost;
+    o.rejoin_in_place = rejoin_in_place_;
+    o.recovery_timeout = recovery_timeout_;
     return o;
   }
   // Ranks 0..world-1 join at once; every Join's status.
@@ -79,6 +83,10 @@ class MembershipTest : public ::testing::Test {
 
   std::unique_ptr<InProcCluster> cluster_;
   std::vector<std::unique_ptr<Rank>> ranks_;
+  // Off for the tests of the rollback's contract (a lost worker fails the
+  // step); on for the in-place ones.
+  bool rejoin_in_place_ = false;
+  absl::Duration recovery_timeout_ = absl::Seconds(60);
 };
 
 TEST_F(MembershipTest, JoinWaitsForTheWholeWorldAndFindsEveryShard) {
@@ -145,6 +153,57 @@ TEST_F(MembershipTest, AWorkerThatLeftIsSeenAndItsReplacementCompletesTheJob) {
   EXPECT_EQ(ids, (std::vector<int>{0, 1}));
   m.Adopt(ids);
   EXPECT_TRUE(m.CheckMembers().ok());
+}
+
+// A job that rejoins in place (rejoin.h): the check of a survivor's wait
+// waits in the step for the replacement and then lets the step go on.
+TEST_F(MembershipTest, ALostWorkerIsWaitedForInTheStepWhenTheJobRejoinsInPlace) {
+  rejoin_in_place_ = true;
+  for (const absl::Status& s : JoinAll(2)) ASSERT_TRUE(s.ok()) << s;
+  Membership& m = *ranks_[0]->membership;
+  const int64_t before = m.view_epoch();
+  ranks_[1].reset();  // leaves the registry
+  absl::Status joined = absl::UnknownError("not started");
+  std::thread replacement([&] {
+    // Later than the survivor's heartbeat (a third of the lease) brings the
+    // change, so its check is the one that waits.
+    absl::SleepFor(absl::Milliseconds(2500));
+    WorkerOptions o = Options(1, 2);
+    o.resume = true;
+    ranks_[1] = std::make_unique<Rank>(o);
+    joined = ranks_[1]->membership->Join();
+  });
+  // The checks see nothing until the heartbeat brings the new group epoch;
+  // the one that does waits until rank 1 is back, then says OK.
+  absl::Status waited;
+  absl::Duration longest;
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (m.view_epoch() == before && absl::Now() < deadline) {
+    const absl::Time start = absl::Now();
+    waited = m.CheckMembers();
+    longest = std::max(longest, absl::Now() - start);
+    if (!waited.ok()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  replacement.join();
+  EXPECT_TRUE(waited.ok()) << waited;
+  EXPECT_TRUE(joined.ok()) << joined;
+  EXPECT_GT(m.view_epoch(), before);
+  EXPECT_GT(longest, absl::Milliseconds(300)) << "the check did not wait for the replacement";
+  EXPECT_EQ(m.member_ids(), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(m.Check().ok());
+}
+
+TEST_F(MembershipTest, AWorkerNeverReplacedFailsTheWaitingStepAfterTheRecoveryTimeout) {
+  rejoin_in_place_ = true;
+  recovery_timeout_ = absl::Seconds(1);
+  for (const absl::Status& s : JoinAll(2)) ASSERT_TRUE(s.ok()) << s;
+  Membership& m = *ranks_[0]->membership;
+  ranks_[1].reset();
+  absl::Status gave_up = UntilFails([&] { return m.CheckMembers(); });
+  EXPECT_EQ(gave_up.code(), absl::StatusCode::kDeadlineExceeded) << gave_up;
+  EXPECT_THAT(std::string(gave_up.message()),
+              HasSubstr("worker rank(s) 1 (start a replacement with --rank=1 --resume)"));
 }
 
 TEST_F(MembershipTest, ARestartedServerIsSeenAndReconnectedAtItsNewAddress) {
