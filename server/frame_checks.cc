@@ -140,7 +140,9 @@ absl::StatusOr<FrameChecks::PullAt> FrameChecks::CheckPull(const FrameHeader& h,
                                                    int64_t{h.bucket} + h.bucket_count,
                                                    ") is outside [0, ", num_buckets(), ")"));
   }
-  if (st.initialized && h.step == st.version) return PullAt::kReady;
+  if (st.initialized && (h.step == st.version || h.step == st.previous_whole)) {
+    return PullAt::kReady;
+  }
   if (h.step == st.version + (st.initialized ? 1 : 0)) return PullAt::kInFlight;
   return absl::FailedPreconditionError(h.step < st.version
                                            ? absl::StrCat(where, "parameters of step ", h.step,

@@ -58,6 +58,11 @@ class FrameChecks {
     int64_t epoch = 0;
     int64_t version = 0;
     bool initialized = false;
+    // The version before `version` while its served values are still whole
+    // (served_versions.h: no bucket of the step in flight updated yet), else
+    // -1. A replacement worker (issue 44) pulls it from a shard that its dead
+    // predecessor had already taken to `version`.
+    int64_t previous_whole = -1;
   };
   explicit FrameChecks(Shape shape) : s_(std::move(shape)) {}
 

@@ -129,7 +129,11 @@ std::string ShardJob::Where() const {
 }
 
 FrameChecks::State ShardJob::FrameStateLocked() const {
-  return FrameChecks::State{epoch_, version_, initialized_};
+  // Version v-1 stays whole in its buffer until the step in flight updates
+  // a bucket (served_versions.h).
+  const bool previous_whole = rule_->holds_params() && version_ >= 1 && buckets_updated_ == 0 &&
+                              updates_running_ == 0;
+  return FrameChecks::State{epoch_, version_, initialized_, previous_whole ? version_ - 1 : -1};
 }
 
 absl::Status ShardJob::RefusedLocked(absl::Status refusal, bool stale) {
@@ -338,8 +342,10 @@ absl::StatusOr<ShardJob::Serve> ShardJob::AcceptPull(const FrameHeader& h, uint6
   Serve serve;
   serve.version = version_;
   Puller p{reply_to, h.rank, h.step, h.bucket, static_cast<int>(h.bucket_count), {}};
-  pushes_.mutable_flight().PullAsked(group_[h.rank], h.step - 1, !ready,
-                                     absl::ToUnixMicros(absl::Now()));
+  if (h.step >= version_) {  // not a replacement's pull of the version before
+    pushes_.mutable_flight().PullAsked(group_[h.rank], h.step - 1, !ready,
+                                       absl::ToUnixMicros(absl::Now()));
+  }
   if (ready) {
     for (int i = 0; i < p.bucket_count; ++i) p.buckets.push_back(p.first_bucket + i);
     serve.pullers.push_back(std::move(p));
