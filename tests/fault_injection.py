@@ -15,7 +15,7 @@ its own, and then, against a clean run of the same steps:
   - every step's loss, including each replayed step, is bitwise equal, and
     no step is missing (a lost or twice-applied update would change the
     parameters and every later loss).
-Under zero1 and zero2 a lost worker (killed or paused past its lease) must not
+Under zero1, zero2 and fsdp a lost worker (killed or paused past its lease) must not
 roll the job back at all: its replacement rejoins the step in flight (a run
 whose faults are all worker faults fails if any shard counts a recovery).
 It prints runs, faults, recoveries, rollbacks, lost/double-applied updates, stale frames
@@ -74,7 +74,7 @@ STRATEGIES = os.environ.get("TESSEL_FAULT_STRATEGIES",
 def in_place(strategy):
     """Whether a lost worker of this strategy rejoins the step in flight (no
     rollback: worker/internal/rejoin.h)."""
-    return strategy.split("@")[0].split("-")[0] in ("zero1", "zero2")
+    return strategy.split("@")[0].split("-")[0] in ("zero1", "zero2", "fsdp")
 
 
 def on_cpu(strategy):
@@ -215,11 +215,12 @@ def clean_run(strategy):
 
 
 def recovered_times(c):
-    """unix ms of every 'recovered; going on' line in the workers' logs."""
+    """unix ms of every 'recovered; going on' (a rollback) and 'rejoined in place;
+    going on' line in the workers' logs."""
     times = []
     for f in glob.glob(os.path.join(c.d, "worker*.log")):
         for line in open(f, errors="replace"):
-            if "recovered; going on from step" in line and "unix_ms" in line:
+            if "; going on from step" in line and "unix_ms" in line:  # rolled back or in place
                 times.append(int(line.rsplit("unix_ms", 1)[1].strip(" )\n")))
     return sorted(times)
 

@@ -2,8 +2,8 @@
 # A worker dies (kill -9): the others do not hang until the step deadline.
 # Its lease lapses, the job's membership epoch changes, and every surviving
 # worker reports within a few seconds which rank is gone, then pauses:
-#   A. a replacement started with the same rank and --resume rejoins; the job
-#      rolls back to the latest checkpoint and runs to the end;
+#   A. a replacement started with the same rank and --resume rejoins the step
+#      in flight (zero2: no rollback) and the job runs to the end;
 #   B. nobody comes back: after --recovery_timeout_s the survivors exit
 #      non-zero, naming the rank that did not return;
 #   C. DDP (state only on the workers, no checkpoint): rank 0, the recovery's
@@ -60,8 +60,9 @@ for r in 0 1 2; do
   timeout 120 tail --pid="$p" -f /dev/null
   wait "$p" || fail "worker $r of job a failed after the rejoin"
 done
-grep -q "recovered; going on from step" "$tmp/a0.log" || fail "rank 0 did not recover"
-grep "recovered" "$tmp/a0.log" | tail -1
+grep -q "rejoined in place after" "$tmp/a1b.log" || fail "the replacement did not rejoin in place"
+grep -q "recovered; going on from step" "$tmp/a0.log" && fail "rank 0 rolled back"
+grep -o "rejoined in place after.*already on the shards" "$tmp/a1b.log" | tail -1
 tail -2 "$tmp/a0.log" | grep -v "UCX  WARN"
 echo "job a finished $(since "$start") s after the kill"
 

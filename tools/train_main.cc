@@ -117,18 +117,22 @@ absl::StatusOr<tessel::WorkerOptions> OptionsFromFlags() {
 }
 
 // A step failed because a worker or shard server was lost: report it, wait
-// for the job to be whole and rolled back, and return the step to go on
-// from (the checkpoint's; data for step k is a function of k, so the rerun is
-// identical), or -1 if recovery failed.
+// for the job to be whole and rolled back (or, a worker whose own step was
+// lost to a membership change, rejoined in place), and return the step to go
+// on from (the checkpoint's, or the one the shards applied; data for step k
+// is a function of k, so the rerun is identical), or -1 if recovery failed.
 int64_t RecoverOrFail(tessel::Worker* worker, const absl::Status& why) {
   std::cerr << "tessel-train: " << why.message() << "\n";
+  const int rollbacks = worker->recoveries();
   absl::Status s = worker->Recover();
   if (!s.ok()) {
     Fail(s);
     return -1;
   }
+  // A rollback counts in recoveries(); a rejoin of the step in flight does not.
   std::cerr << "tessel-train: rank " << worker->rank() << " of " << worker->world_size()
-            << " recovered; going on from step " << worker->step() << " (unix_ms "
+            << (worker->recoveries() > rollbacks ? " recovered" : " rejoined in place")
+            << "; going on from step " << worker->step() << " (unix_ms "
             << absl::ToUnixMillis(absl::Now()) << ")\n";
   return worker->step();
 }

@@ -196,13 +196,13 @@ struct WorkerOptions {
   // job, rejoins.
   bool recovery = false;
   absl::Duration recovery_timeout = absl::Seconds(60);
-  // A lost worker without rollback (zero1, zero2; docs/operations.md,
+  // A lost worker without rollback (zero1, zero2, fsdp; docs/operations.md,
   // "Recovery"): the shards keep the step in flight and the surviving
   // workers wait in it; the replacement (`resume`) takes the step the shards
   // last applied, recomputes the step in flight and pushes what its rank had
   // not pushed yet. The run stays bitwise the one without the fault and
-  // nothing is replayed. Needs recovery; not with fsdp, ddp (which aligns
-  // the workers' own state instead), host aggregation (rank_groups),
+  // nothing is replayed. Needs recovery; not with ddp (which aligns the
+  // workers' own state instead), host aggregation (rank_groups),
   // elastic policies, hybrid jobs or worker collectives (SyncBatchNorm):
   // those roll back as above. Every worker of the job passes the same value;
   // if they disagree the job rolls back. A shard server's death still rolls

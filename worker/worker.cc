@@ -111,9 +111,7 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     if (ctx.half) FloatToHalf(*ctx.half, b.params.data(), b.params_half.data(), n);
   }
   if (ddp && !join_recovery) return absl::OkStatus();
-  s = newcomer        ? p_->recovery->Admit()
-      : join_recovery ? ResumeInJob()
-                      : PullInitial(init);
+  s = newcomer ? p_->recovery->Admit() : join_recovery ? ResumeInJob() : PullInitial(init);
   if (!s.ok()) ctx.layout.reset();
   if (s.ok() && ctx.resume && !join_recovery) {
     TESSEL_LOG(INFO) << ctx.Where() << ": resumed from the checkpoint of step " << ctx.step;
@@ -128,8 +126,7 @@ absl::Status Worker::RejoinOrRollBack(int64_t restore_step) {
   // a membership change while every shard server stayed where it was,
   // rejoins the step in flight (internal/rejoin.h). Anything else, or an
   // in-place attempt that fails, joins a rollback to the checkpoint.
-  const bool eligible =
-      internal::InPlaceEligible(p_->ctx) && p_->membership->CheckServers().ok();
+  const bool eligible = internal::InPlaceEligible(p_->ctx) && p_->membership->CheckServers().ok();
   const bool again = p_->ctx.step == p_->recovery->last_in_place_step();
   if (restore_step < 0 && eligible && !again) {
     absl::StatusOr<bool> in_place = p_->recovery->RejoinInPlace();

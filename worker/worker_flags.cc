@@ -44,7 +44,8 @@ ABSL_FLAG(bool, auto_resume, false,
           "Kubernetes Job's replacement pod)");
 ABSL_FLAG(int64_t, resume_step, -1, "with --resume: the checkpoint's step (-1 = latest)");
 ABSL_FLAG(bool, rejoin_in_place, true,
-          "with --recover, zero1/zero2: a lost worker costs no rollback; the others wait in the "
+          "with --recover, zero1/zero2/fsdp: a lost worker costs no rollback; the others wait in "
+          "the "
           "step in flight and its replacement (--rank=R --resume) rejoins that step (false: roll "
           "back to the latest checkpoint as for a lost shard server)");
 ABSL_FLAG(int, recovery_timeout_s, 60,

@@ -1,6 +1,6 @@
 """Automatic recovery from Python: tessel-launch --max_restarts=1 restarts a
-worker that died at step 7; under zero2 it rejoins the step in flight (the
-servers had applied 7; rank 0 waits in its step, no rollback), under fsdp and
+worker that died at step 7; under zero2 and fsdp it rejoins the step in
+flight (the servers had applied 7; rank 0 waits in its step, no rollback);
 with a BatchNorm model it resumes from the checkpoint of step 6 and the
 other rank rolls back there; training ends bitwise where a run without
 the crash ends (zero2 and fsdp, each also with the model staged as a CUDA
@@ -44,10 +44,10 @@ def main():
     for strategy in ("zero2", "fsdp", "zero2-staged", "fsdp-staged", "zero2-bn",
                      "zero2-bn-rank0"):
         clean = strategy.replace("-staged", "").replace("-rank0", "")
-        # zero2 without buffers: the replacement rejoins the step in flight and
-        # rank 0 makes no recovery (docs/operations.md, "A lost worker without
-        # rollback"); fsdp and the BatchNorm model roll back.
-        in_place = strategy.split("-")[0] == "zero2" and "-bn" not in strategy
+        # zero2 and fsdp without buffers: the replacement rejoins the step in
+        # flight and rank 0 makes no recovery (docs/operations.md, "A lost
+        # worker without rollback"); the BatchNorm model rolls back.
+        in_place = strategy.split("-")[0] in ("zero2", "fsdp") and "-bn" not in strategy
         want_recoveries = 0 if strategy.endswith("-rank0") or in_place else 1
         clean_s = 0.0
         if clean == strategy:

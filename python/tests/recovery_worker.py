@@ -8,7 +8,7 @@
 Trains 10 steps with recovery on (a checkpoint every 3 steps), the loop
 written over opt.step_count. With CRASH_AT, rank 1's first process dies
 (os._exit(9)) when the job is at that step; tessel-launch --max_restarts
-starts it again. zero2 without buffers: it rejoins the step in flight (rank
+starts it again. zero2 and fsdp without buffers: it rejoins the step in flight (rank
 0 waits in it; nothing rolls back); otherwise it resumes from the latest
 checkpoint, rank 0's step fails and rolls back there, and both go on. Rank 0
 saves the final parameters and prints how many recoveries it made.

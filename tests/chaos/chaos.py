@@ -288,6 +288,15 @@ def read_losses(d):
     return out
 
 
+def replayed_so_far(d):
+    """Steps logged more than once so far (a rollback replays them), the most
+    of any rank."""
+    per_rank = [0] * WORLD
+    for (r, _), v in read_losses(d).items():
+        per_rank[r] += len(v) - 1
+    return max(per_rank)
+
+
 def recoveries(d):
     n = 0
     for r in range(WORLD):
@@ -325,6 +334,7 @@ def run_round(c, n, rng, makers, order, ref, faults):
     job = "chaos-%d" % n
     c.start_job(job)
     problems = []
+    replayed_before = 0  # steps replayed in this round before the fault in hand
     # Let the job get going before the first fault.
     end = time.time() + 60
     while time.time() < end and min(c.loss_lines(r) for r in range(WORLD)) < STEPS // 20:
@@ -339,6 +349,11 @@ def run_round(c, n, rng, makers, order, ref, faults):
         f = makers[cls](rng)
         f.cls = cls
         rec0 = recoveries(c.job_dir)
+        # The previous fault's replays are all logged by the time the next starts.
+        replayed_now = replayed_so_far(c.job_dir)
+        if faults and faults[-1]["round"] == n:
+            faults[-1]["replayed"] = replayed_now - replayed_before
+        replayed_before = replayed_now
         at = min(c.loss_lines(r) for r in range(WORLD))
         try:
             f.apply(c)
@@ -372,6 +387,8 @@ def run_round(c, n, rng, makers, order, ref, faults):
     if any(rc != 0 for rc in rcs.values()):
         problems.append("workers exited %s" % rcs)
     d = c.job_dir
+    if faults and faults[-1]["round"] == n and "replayed" not in faults[-1]:
+        faults[-1]["replayed"] = replayed_so_far(d) - replayed_before
     if ref is None:
         return problems, {"final": read_bytes(os.path.join(d, "final.npy")),
                           "loss": read_losses(d), "digests": c.digests(job)}
@@ -480,13 +497,15 @@ def main():
         "load job steps (rank 0)": load_steps if LOAD else "off",
         "failed rounds": len(failed),
     }
-    log("\nchaos: per class: n, rolled back, trained on during the fault, training again "
-        "after the fault ended (median / worst s)")
+    log("\nchaos: per class: n, rolled back, trained on during the fault, steps replayed "
+        "(per fault: median / worst), training again after the fault ended (median / worst s)")
     for cls in sorted(by_class):
         fs = by_class[cls]
         ts = [f["training_again_s"] for f in fs if f["training_again_s"] is not None]
-        log("  %-24s n=%-3d rolled back %-3d trained on %-3d %s" % (
+        rs = [f["replayed"] for f in fs if "replayed" in f]
+        log("  %-24s n=%-3d rolled back %-3d trained on %-3d replayed %-9s %s" % (
             cls, len(fs), sum(f["recovered"] for f in fs), sum(f["trained_during"] for f in fs),
+            "%d / %d" % (statistics.median(rs), max(rs)) if rs else "-",
             "%.1f / %.1f" % (statistics.median(ts), max(ts)) if ts else "-"))
     log("chaos: summary")
     for k, v in summary.items():

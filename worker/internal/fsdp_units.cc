@@ -259,6 +259,11 @@ absl::Span<float> FsdpUnits::Grads(int unit) {
   return absl::MakeSpan(*u.grads);
 }
 
+void FsdpUnits::SkipPushed(int64_t version, std::vector<std::vector<uint8_t>> on_shards) {
+  skip_version_ = version;
+  skip_ = std::move(on_shards);
+}
+
 absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int bucket)>& pushed,
                              bool part) {
   std::shared_ptr<std::vector<float>> grads;
@@ -288,10 +293,15 @@ absl::Status FsdpUnits::Push(int unit, const std::function<void(int shard, int b
     u.grads.reset();
     u.grads_half.reset();
   }
+  const bool skipping = skip_version_ == ctx_->step && !skip_.empty();
   for (int s = 0; s < channel_->num_shards(); ++s) {
     const auto [first, count] = u.buckets[static_cast<size_t>(s)];
     for (int b = first; b < first + count; ++b) {
       if (!part) pushed(s, b);
+      if (skipping && static_cast<size_t>(s) < skip_.size() &&
+          static_cast<size_t>(b) < skip_[s].size() && skip_[s][b]) {
+        continue;  // on the shards from this rank's previous process
+      }
       FrameHeader h = channel_->Header(FrameType::kPush, ctx_->step, s, b);
       // Numbered, so a server takes each part once.
       if (part) h.bucket_count = PushPartCount(static_cast<uint32_t>(parts));
@@ -336,6 +346,8 @@ absl::Status FsdpUnits::Barrier(int64_t version) {
 }
 
 void FsdpUnits::Reset() {
+  skip_version_ = -1;
+  skip_.clear();
   absl::MutexLock lock(&mu_);
   sync_version_ = -1;
   sync_received_ = 0;

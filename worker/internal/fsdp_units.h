@@ -111,6 +111,11 @@ class FsdpUnits : public FrameSink {
                     bool part = false);
   // fsdp: waits until every shard holds parameters of `version`.
   absl::Status Barrier(int64_t version);
+  // A replacement rejoining in place (rejoin.h): while the job is at
+  // `version`, Push leaves out the buckets `on_shards` marks (per shard, per
+  // bucket): the shards hold this rank's push of them from its dead
+  // predecessor. Each is still told to `pushed`.
+  void SkipPushed(int64_t version, std::vector<std::vector<uint8_t>> on_shards);
 
   // A recovery starts: drop gradients, release every unit (what a transfer
   // may still write into is parked until Retire).
@@ -168,6 +173,9 @@ class FsdpUnits : public FrameSink {
   mutable absl::Mutex mu_;
   std::vector<Unit> units_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> unit_starts_;  // range.begin of each unit (Init)
+  // SkipPushed's buckets and the version they are for (driving thread).
+  int64_t skip_version_ = -1;
+  std::vector<std::vector<uint8_t>> skip_;
   // Parameter buffers a transfer may still write into, until Retire.
   std::vector<std::vector<float>> parked_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<uint16_t>> parked_half_ ABSL_GUARDED_BY(mu_);

@@ -339,12 +339,12 @@ absl::Status Membership::WaitInPlace(const std::string& who) {
   if (ids != member_ids_ || ucx_addresses_ != servers) {
     return ctx_->Recoverable(absl::AbortedError(absl::StrCat(
         ctx_->Where(), ": while step ", ctx_->step + 1, " waited for a replacement, ",
-        ids != member_ids_ ? "the job's workers changed" : "a shard server was restarted",
-        "; ", AfterPause())));
+        ids != member_ids_ ? "the job's workers changed" : "a shard server was restarted", "; ",
+        AfterPause())));
   }
   TESSEL_LOG(WARNING) << ctx_->Where() << ": every rank is back after "
-                      << absl::FormatDuration(absl::Trunc(absl::Now() - start,
-                                                          absl::Milliseconds(1)))
+                      << absl::FormatDuration(
+                             absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
                       << "; step " << ctx_->step + 1 << " goes on in place (no rollback)";
   return absl::OkStatus();
 }

@@ -98,9 +98,8 @@ absl::Status RecoveryCoordinator::Once(absl::Time deadline, absl::Time elastic_a
     // The first may be waiting in place for this worker's step: give a
     // restore already under way a moment, else make one.
     std::vector<int> restored_ids;
-    const absl::Status seen =
-        AwaitRestore(std::min(deadline, absl::Now() + absl::Seconds(3)), after_epoch, &epoch,
-                     &step, &restored_ids);
+    const absl::Status seen = AwaitRestore(std::min(deadline, absl::Now() + absl::Seconds(3)),
+                                           after_epoch, &epoch, &step, &restored_ids);
     if (seen.ok()) {
       p_.membership->Adopt(restored_ids);
       return TakeRestore(epoch, step, restored_ids);
@@ -188,6 +187,7 @@ absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
   std::vector<int> buckets;
   for (int s = 0; s < p_.channel->num_shards(); ++s) buckets.push_back(ctx.layout->num_buckets(s));
   RejoinPlan plan;
+  int64_t keyed_epoch = -1;  // the epoch whose frame keys this process holds
   for (;;) {
     auto stats = p_.control->Stats(absl::Seconds(5));
     if (!stats.ok() && absl::IsNotFound(stats.status())) return false;  // a whole restart
@@ -198,8 +198,19 @@ absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
                             << "); joining a rollback";
         return false;
       }
-      // A push of the dead process still landing: its slot frees when the
-      // transfer fails (the sender is gone).
+      // The rank's frame keys first (handed over to this process): each
+      // shard then abandons the pushes the dead process left landing, so
+      // the stats read next, which the plan is made from, list them owed.
+      if (plan.epoch != keyed_epoch) {
+        p_.channel->SetEpoch(plan.epoch);
+        absl::StatusOr<std::vector<FrameKeyGrant>> keys = p_.control->FrameKeys();
+        if (!keys.ok()) return ctx.Recoverable(absl::UnavailableError(keys.status().message()));
+        TESSEL_RETURN_IF_ERROR(p_.channel->SetFrameKeys(*keys));
+        keyed_epoch = plan.epoch;
+        continue;
+      }
+      // A push of the dead process still landing (a shard without frame
+      // keys hands nothing over): its slot frees when the transfer fails.
       if (!plan.receiving) break;
     }
     if (absl::Now() >= deadline) {
@@ -210,22 +221,24 @@ absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  p_.channel->SetEpoch(plan.epoch);
-  absl::StatusOr<std::vector<FrameKeyGrant>> keys = p_.control->FrameKeys();
-  if (!keys.ok()) return ctx.Recoverable(absl::UnavailableError(keys.status().message()));
-  TESSEL_RETURN_IF_ERROR(p_.channel->SetFrameKeys(*keys));
   ctx.step = plan.step;
-  TESSEL_RETURN_IF_ERROR(ctx.Recoverable(p_.exchange->Pull(plan.step)));
-  for (size_t s = 0; s < plan.pushed.size(); ++s) {
-    for (size_t b = 0; b < plan.pushed[s].size(); ++b) {
-      if (plan.pushed[s][b]) p_.exchange->MarkPushed(static_cast<int>(s), static_cast<int>(b));
+  if (ctx.fsdp()) {
+    // Units are gathered at plan.step as the forward asks for them.
+    TESSEL_RETURN_IF_ERROR(ctx.Recoverable(p_.units->Barrier(plan.step)));
+    p_.units->SkipPushed(plan.step, plan.pushed);
+  } else {
+    TESSEL_RETURN_IF_ERROR(ctx.Recoverable(p_.exchange->Pull(plan.step)));
+    for (size_t s = 0; s < plan.pushed.size(); ++s) {
+      for (size_t b = 0; b < plan.pushed[s].size(); ++b) {
+        if (plan.pushed[s][b]) p_.exchange->MarkPushed(static_cast<int>(s), static_cast<int>(b));
+      }
     }
   }
   ++in_place_rejoins_;
   last_in_place_step_ = plan.step;
   TESSEL_LOG(WARNING) << ctx.Where() << ": rejoined in place after "
-                      << absl::FormatDuration(absl::Trunc(absl::Now() - start,
-                                                          absl::Milliseconds(1)))
+                      << absl::FormatDuration(
+                             absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
                       << ": the shards applied step " << plan.step << " (epoch " << plan.epoch
                       << "); this worker computes step " << plan.step + 1 << " again, "
                       << plan.buckets_pushed

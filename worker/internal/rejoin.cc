@@ -10,8 +10,9 @@ namespace tessel::internal {
 
 bool InPlaceEligible(const JobContext& ctx) {
   const WorkerOptions& o = ctx.options;
-  const bool zero = o.strategy == Strategy::kZero1 || o.strategy == Strategy::kZero2;
-  return o.recovery && o.rejoin_in_place && zero && ctx.rank_groups.empty() &&
+  const bool servers_hold_state = o.strategy == Strategy::kZero1 ||
+                                  o.strategy == Strategy::kZero2 || o.strategy == Strategy::kFsdp;
+  return o.recovery && o.rejoin_in_place && servers_hold_state && ctx.rank_groups.empty() &&
          o.elastic_min_workers == 0 && o.elastic_max_workers == 0;
 }
 

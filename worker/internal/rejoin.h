@@ -1,14 +1,14 @@
-// A lost worker without rollback (zero1, zero2): the replacement rejoins the
+// A lost worker without rollback (zero1, zero2, fsdp): the replacement rejoins the
 // step in flight (docs/operations.md, "Recovery").
 //
 // When a worker dies the shards keep everything: the step it applied last
 // (v) on every shard, and the step in flight (v + 1), with every push that
 // landed. The survivors wait in that step (Membership pauses in place). The
 // replacement reads each shard's stats, pulls version v (a shard serves it
-// even where buckets of v + 1 were updated already: server/served_versions),
-// and marks as pushed the buckets of v + 1 its rank had delivered before it
-// died, so its first step recomputes the gradient of v + 1 from the same
-// parameters and data and pushes only the rest: the shards end step v + 1
+// even where buckets of v + 1 were updated already: server/served_versions;
+// fsdp gathers its units at v as the forward asks), and marks as pushed the
+// buckets of v + 1 its rank had delivered before it died, so its first step recomputes the gradient
+// of v + 1 from the same parameters and data and pushes only the rest: the shards end step v + 1
 // with the bits they would have had, nothing is replayed.
 //
 // The shards need not be at one version: the dead rank may have finished its
@@ -38,8 +38,9 @@
 namespace tessel::internal {
 
 // Whether a lost worker of this job is replaced without rollback: recovery
-// and rejoin_in_place on, zero1 or zero2, no host aggregation, no elastic
-// policy. (Worker collectives are checked by the survivors: Membership.)
+// and rejoin_in_place on, zero1, zero2 or fsdp, no host aggregation, no
+// elastic policy. (Worker collectives inside a step are the program's to
+// rule out: WorkerOptions::rejoin_in_place.)
 bool InPlaceEligible(const JobContext& ctx);
 
 // The replacement's plan from every shard's stats, for data-parallel `rank`

@@ -89,18 +89,18 @@ TEST(PlanRejoin, RefusesWhatIsNotOneJobInOneStep) {
   EXPECT_FALSE(PlanRejoin({groups, Shard(7)}, 1, kIds, kBuckets).in_place);
 }
 
-TEST(InPlaceEligible, ZeroJobsWithRecoveryAndNoElasticOrHostGroups) {
+TEST(InPlaceEligible, ShardStateJobsWithRecoveryAndNoElasticOrHostGroups) {
   WorkerOptions o;
   o.recovery = true;
   o.strategy = Strategy::kZero2;
   EXPECT_TRUE(InPlaceEligible(JobContext(o)));
   o.strategy = Strategy::kZero1;
   EXPECT_TRUE(InPlaceEligible(JobContext(o)));
-  for (Strategy s : {Strategy::kDdp, Strategy::kFsdp}) {
-    WorkerOptions other = o;
-    other.strategy = s;
-    EXPECT_FALSE(InPlaceEligible(JobContext(other)));
-  }
+  o.strategy = Strategy::kFsdp;
+  EXPECT_TRUE(InPlaceEligible(JobContext(o)));
+  WorkerOptions ddp = o;
+  ddp.strategy = Strategy::kDdp;
+  EXPECT_FALSE(InPlaceEligible(JobContext(ddp)));
   WorkerOptions off = o;
   off.rejoin_in_place = false;
   EXPECT_FALSE(InPlaceEligible(JobContext(off)));

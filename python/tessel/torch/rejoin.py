@@ -8,7 +8,7 @@ last and recomputes the one in flight (Worker option rejoin_in_place,
 worker/internal/rejoin.h). That needs everything a step computes to come from
 the parameters and the step's data alone, the same on the replacement as on
 the process that died:
-  - strategy zero1 or zero2 with recovery (fsdp and ddp recover their own way);
+  - strategy zero1, zero2 or fsdp with recovery (ddp recovers its own way);
   - no buffers in the model (BatchNorm's running statistics live only on the
     workers: a replacement's would be the checkpoint's, not the dead rank's),
     which also rules out SyncBatchNorm;
@@ -27,7 +27,7 @@ Example:
 
 def rejoins_in_place(strategy, recovery, model, scaler_enabled, find_unused, hybrid):
     """True when a lost worker of this job is replaced without a rollback."""
-    if not recovery or strategy not in ("zero1", "zero2") or hybrid is not None:
+    if not recovery or strategy not in ("zero1", "zero2", "fsdp") or hybrid is not None:
         return False
     if scaler_enabled or find_unused:
         return False
