@@ -289,11 +289,14 @@ void BucketReducer::BeginSum(int bucket) {
 
 void BucketReducer::SumChunks(int bucket, const ChunkFn& fn) {
   thread_local std::vector<const void*> landed_here;
+  thread_local std::vector<const uint8_t*> sparse;
   int folded;
   {
     absl::MutexLock lock(&mu_);
     LandedLocked(bucket, &landed_here);
     folded = folded_[bucket];
+    sparse.clear();
+    for (const std::vector<uint8_t>& s : rank_sparse_) sparse.push_back(s.data());
   }
   // This thread's list, read by the pool's threads too (a thread_local named in
   // the lambdas below would be each thread's own).
@@ -311,7 +314,7 @@ void BucketReducer::SumChunks(int bucket, const ChunkFn& fn) {
     dense_srcs.resize(static_cast<size_t>(world_));
     for (int r = 0; r < world_; ++r) {
       float* to = dense.data() + static_cast<size_t>(r) * n;
-      Densify(rank_sparse_[r].data() + sparse_offset_[bucket], topk, to, static_cast<int64_t>(n));
+      Densify(sparse[r] + sparse_offset_[bucket], topk, to, static_cast<int64_t>(n));
       dense_srcs[r] = to;
     }
     fn(br, dense_srcs.data(), world_);
@@ -367,12 +370,49 @@ std::vector<std::shared_ptr<void>> BucketReducer::EndSum(int bucket) {
   return released;
 }
 
+int64_t BucketReducer::Abandon(int rank, const std::vector<int>& buckets) {
+  absl::MutexLock lock(&mu_);
+  if (buckets.empty()) return 0;
+  if (topk_ratio_ > 0) {
+    // The rank's pairs of every bucket share one buffer: those that landed
+    // go on in a copy, and the transport keeps the old one to write into.
+    std::vector<uint8_t>& sparse = rank_sparse_[rank];
+    if (sparse.empty()) return 0;
+    std::vector<uint8_t> copy(sparse);
+    const int64_t bytes = static_cast<int64_t>(sparse.size());
+    retired_sparse_.push_back(std::move(sparse));  // moved: its storage stays where it was
+    sparse = std::move(copy);
+    retired_bytes_ += bytes;
+    return bytes;
+  }
+  int64_t retired = 0;
+  for (int bucket : buckets) {
+    // Where Accept (or AcceptPart) put the receive: beside the rank's parts,
+    // or its held buffer (a borrowed push has none).
+    std::unique_ptr<float[]>& buffer =
+        parts_[bucket][rank] ? incoming_[bucket][rank] : held_[bucket][rank];
+    if (buffer == nullptr) continue;
+    const int64_t bytes = static_cast<int64_t>(
+        (static_cast<size_t>(buckets_[bucket].size()) * wire_bytes() + 3) / 4 * sizeof(float));
+    retired_.push_back(std::move(buffer));
+    pool_bytes_ -= bytes;
+    retired += bytes;
+  }
+  retired_bytes_ += retired;
+  return retired;
+}
+
 int64_t BucketReducer::buffer_bytes() {
   absl::MutexLock lock(&mu_);
-  int64_t bytes = pool_bytes_;
+  int64_t bytes = pool_bytes_ + retired_bytes_;
   for (const auto& g : rank_sparse_) bytes += static_cast<int64_t>(g.size());
   bytes += static_cast<int64_t>(acc_.size() * sizeof(float));
   return bytes;
+}
+
+int64_t BucketReducer::retired_bytes() {
+  absl::MutexLock lock(&mu_);
+  return retired_bytes_;
 }
 
 }  // namespace tessel

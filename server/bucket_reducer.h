@@ -40,6 +40,12 @@
 //   not a landing: it completes nothing and is never folded; a push after
 //   parts is copied (Accept with borrow=false). The caller refuses top-k
 //   parts.
+//   An abandoned receive (Abandon: its sender's process was replaced and the
+//   transport may still write into its buffer, whenever, or never) retires
+//   the buffer it was receiving into: out of the pool, never read or handed
+//   out again, freed with the reducer (top-k: the rank's pairs buffer is
+//   copied to a new one, the old one retired). The slot's next Accept gets
+//   another buffer.
 //   Per bucket and step: Accept, Land/LandBorrowed for each rank (Accept
 //   only for a slot the caller's protocol has free; the caller validates
 //   frames), then, once Land said `complete`, BeginSum, SumChunks, EndSum
@@ -158,9 +164,17 @@ class BucketReducer {
   void SumChunks(int bucket, const ChunkFn& fn);
   std::vector<std::shared_ptr<void>> EndSum(int bucket);
 
+  // The receives of rank's pushes (or parts) of `buckets` that Accept (or
+  // AcceptPart) placed will not be landed: their buffers are retired (the
+  // file comment). Returns the bytes retired (0: borrowed, nothing to
+  // retire). Only for slots accepted and not landed.
+  int64_t Abandon(int rank, const std::vector<int>& buckets);
+
   // Receive memory as allocated: pooled buffers (held and spare), top-k
-  // buffers, and the accumulator.
+  // buffers, the accumulator, and retired buffers.
   int64_t buffer_bytes();
+  // Of which retired by Abandon.
+  int64_t retired_bytes();
 
  private:
   size_t wire_bytes() const { return WireElementBytes(half_.has_value()); }
@@ -204,9 +218,15 @@ class BucketReducer {
   std::vector<std::vector<std::unique_ptr<float[]>>> held_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<std::unique_ptr<float[]>>> spare_ ABSL_GUARDED_BY(mu_);
   int64_t pool_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // held and spare
+  // Buffers an abandoned receive may still write into (Abandon), and their
+  // bytes.
+  std::vector<std::unique_ptr<float[]>> retired_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<uint8_t>> retired_sparse_ ABSL_GUARDED_BY(mu_);
+  int64_t retired_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Per rank: its top-k pairs of every bucket (allocated under mu_ on the
-  // rank's first push, then read outside it by SumChunks).
-  std::vector<std::vector<uint8_t>> rank_sparse_;
+  // rank's first push, replaced by Abandon under mu_; SumChunks reads the
+  // buffers outside it, taking their addresses under it).
+  std::vector<std::vector<uint8_t>> rank_sparse_ ABSL_GUARDED_BY(mu_);
   // [bucket][rank]: the held buffer is the sum of parts; and where the next
   // part (or the push after parts) is received before it is added.
   std::vector<std::vector<uint8_t>> parts_ ABSL_GUARDED_BY(mu_);

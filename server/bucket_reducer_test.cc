@@ -271,6 +271,88 @@ TEST(BucketReducerTest, AFailedReceiveKeepsItsBufferForTheRetry) {
   EXPECT_EQ(reducer.buffer_bytes(), bytes);
 }
 
+// Issue 44: an abandoned receive's buffer (the transport may still write
+// into it, whenever) is retired: never handed out or read again; the rank's
+// next push lands in another buffer and sums to the same bits.
+TEST(BucketReducerTest, AnAbandonedReceiveRetiresItsBufferAndTheNextPushGetsAnother) {
+  constexpr int64_t kN = 100;
+  BucketReducer reducer(Opts(2, {{0, kN}}));
+  std::vector<float> g0(kN), g1(kN);
+  for (int64_t i = 0; i < kN; ++i) g0[i] = Value(0, i, 1), g1[i] = Value(1, i, 1);
+  std::memcpy(reducer.Accept(0, 0, false), g0.data(), kN * 4);
+  ASSERT_TRUE(reducer.Land(0, 0).ok());
+  float* dying = static_cast<float*>(reducer.Accept(0, 1, false));
+  EXPECT_EQ(reducer.Abandon(1, {0}), kN * 4);
+  EXPECT_EQ(reducer.retired_bytes(), kN * 4);
+  EXPECT_EQ(reducer.buffer_bytes(), 2 * kN * 4) << "retired bytes still count as allocated";
+  EXPECT_EQ(reducer.Abandon(1, {}), 0);
+  float* replacement = static_cast<float*>(reducer.Accept(0, 1, false));
+  EXPECT_NE(replacement, dying);
+  std::memcpy(replacement, g1.data(), kN * 4);
+  BucketReducer::Landing l = *reducer.Land(0, 1);
+  ASSERT_TRUE(l.complete);
+  // The late transfer writes into the retired buffer: the sum never sees it.
+  for (int64_t i = 0; i < kN; ++i) dying[i] = 1000.f;
+  std::vector<float> out(kN), want(kN);
+  reducer.BeginSum(0);
+  reducer.SumChunks(0, [&](Range part, const float* const* srcs, int count) {
+    ReduceMean(srcs, count, out.data() + part.begin, part.size(), 2);
+  });
+  reducer.EndSum(0);
+  const float* ref[] = {g0.data(), g1.data()};
+  ReduceMean(ref, 2, want.data(), kN, 2);
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), kN * 4), 0);
+  // The next step's buffers come from the pool, never the retired one.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(reducer.Accept(0, r, false), dying);
+  }
+  EXPECT_EQ(reducer.buffer_bytes(), 3 * kN * 4);
+  EXPECT_EQ(reducer.retired_bytes(), kN * 4);
+  // A borrowed push has no buffer to retire.
+  BucketReducer borrowing(Opts(2, {{0, kN}}));
+  EXPECT_EQ(borrowing.Accept(0, 1, true), nullptr);
+  EXPECT_EQ(borrowing.Abandon(1, {0}), 0);
+}
+
+TEST(BucketReducerTest, AnAbandonedTopkReceiveKeepsTheRanksLandedPairsInANewBuffer) {
+  BucketReducer reducer(Opts(2, {{0, 100}, {100, 200}}, std::nullopt, /*topk_ratio=*/0.1));
+  // Rank 1's pairs of bucket 0 landed; its push of bucket 1 is abandoned.
+  std::vector<uint8_t> pairs0(reducer.push_bytes(0)), pairs1(reducer.push_bytes(1));
+  const int64_t k = TopkCount(0.1, 100);
+  std::vector<float> dense(100);
+  for (int i = 0; i < 100; ++i) dense[i] = Value(1, i, 2);
+  std::vector<float> residual(100, 0.f);
+  TopkCompress(dense.data(), residual.data(), 100, k, pairs0.data());
+  std::fill(residual.begin(), residual.end(), 0.f);
+  TopkCompress(dense.data(), residual.data(), 100, k, pairs1.data());
+  std::memcpy(reducer.Accept(0, 1, false), pairs0.data(), pairs0.size());
+  ASSERT_TRUE(reducer.Land(0, 1).ok());
+  uint8_t* dying = static_cast<uint8_t*>(reducer.Accept(1, 1, false));
+  const int64_t before = reducer.buffer_bytes();
+  EXPECT_GT(reducer.Abandon(1, {1}), 0);
+  EXPECT_GT(reducer.buffer_bytes(), before);
+  uint8_t* again = static_cast<uint8_t*>(reducer.Accept(1, 1, false));
+  EXPECT_NE(again, dying);
+  std::memset(dying, 0xFF, pairs1.size());  // the late transfer: garbage, never checked or read
+  std::memcpy(again, pairs1.data(), pairs1.size());
+  ASSERT_TRUE(reducer.Land(1, 1).ok());
+  // Bucket 0's pairs of rank 1 were kept: with rank 0's, it sums as before.
+  std::memcpy(reducer.Accept(0, 0, false), pairs0.data(), pairs0.size());
+  BucketReducer::Landing l = *reducer.Land(0, 0);
+  ASSERT_TRUE(l.complete);
+  std::vector<float> out(100), want(100);
+  reducer.BeginSum(0);
+  reducer.SumChunks(0, [&](Range part, const float* const* srcs, int count) {
+    ReduceMean(srcs, count, out.data() + part.begin, part.size(), 2);
+  });
+  reducer.EndSum(0);
+  std::vector<float> d(100);
+  Densify(pairs0.data(), k, d.data(), 100);
+  const float* ref[] = {d.data(), d.data()};
+  ReduceMean(ref, 2, want.data(), 100, 2);
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), 400), 0);
+}
+
 TEST(BucketReducerTest, BorrowedPushesAreReleasedByTheirSumOrTheReducersEnd) {
   Driver d(2, 2000, 1000, std::nullopt, {0, 1});
   d.SetStep(1);

@@ -181,7 +181,8 @@ Accept DataPlane::OnFrame(const Incoming& in) {
         DropBadPayload(*job, *h);  // nothing borrowed: the transport releases it
         return Accept{};
       }
-      auto dst = job->AcceptData(*h, borrow);
+      uint64_t ticket = 0;  // the slot's reservation, which the completion names
+      auto dst = job->AcceptData(*h, borrow, &ticket);
       if (!dst.ok()) {
         SendError(in.from, *h, dst.status());
         return Accept{};
@@ -190,8 +191,9 @@ Accept DataPlane::OnFrame(const Incoming& in) {
       PeerId from = in.from;
       // The job may copy a push it could borrow (one added to micro-batch parts).
       if (borrow && *dst == nullptr) {
-        PushCompleted(job, header, from, absl::OkStatus(),
-                      job->CompleteBorrowed(header, in.in_place, MakeLease(from, in.lease)));
+        PushCompleted(
+            job, header, from, absl::OkStatus(),
+            job->CompleteBorrowed(header, in.in_place, MakeLease(from, in.lease), ticket));
         Accept a;
         a.borrow = true;
         return a;
@@ -208,19 +210,19 @@ Accept DataPlane::OnFrame(const Incoming& in) {
         void* const at = *dst;
         return Accept{
             *dst, static_cast<size_t>(header.payload_bytes),
-            [this, job, header, from, sealed, at, payload_keys](absl::Status s) {
+            [this, job, header, from, sealed, at, payload_keys, ticket](absl::Status s) {
               if (s.ok() && !payload_keys->VerifyPayloadFromWorker(sealed.span(), header, at)) {
                 DropBadPayload(*job, header);
-                job->CompleteReceive(header,
-                                     absl::DataLossError("payload tag mismatch"));  // slot freed
+                job->CompleteReceive(header, absl::DataLossError("payload tag mismatch"),
+                                     ticket);  // slot freed
                 return;
               }
-              PushCompleted(job, header, from, s, job->CompleteReceive(header, s));
+              PushCompleted(job, header, from, s, job->CompleteReceive(header, s, ticket));
             }};
       }
       return Accept{*dst, static_cast<size_t>(header.payload_bytes),
-                    [this, job, header, from](absl::Status s) {
-                      PushCompleted(job, header, from, s, job->CompleteReceive(header, s));
+                    [this, job, header, from, ticket](absl::Status s) {
+                      PushCompleted(job, header, from, s, job->CompleteReceive(header, s, ticket));
                     }};
     }
     case FrameType::kNormAsk: {  // a held step's share of the norm (server/step_hold.h)
@@ -264,6 +266,9 @@ Accept DataPlane::OnFrame(const Incoming& in) {
 
 void DataPlane::PushCompleted(const std::shared_ptr<ShardJob>& job, const FrameHeader& header,
                               PeerId from, const absl::Status& s, ShardJob::Completion c) {
+  // A receive abandoned when its sender's process was replaced (logged and
+  // counted by the job): nothing to answer, to its dead or fenced sender.
+  if (c.abandoned) return;
   if (s.ok() && !c.error.ok()) {  // counted by the job
     SendError(from, header, c.error, "bad_sparse");
   } else if (!s.ok()) {

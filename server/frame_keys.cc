@@ -41,21 +41,25 @@ absl::Status Refused(const FrameKeyClaim& c, absl::string_view why) {
 
 absl::StatusOr<int32_t> FrameKeys::Claim(JobFrameKeys& keys, const FrameKeyClaim& c,
                                          const std::shared_ptr<const void>& job,
-                                         const RankHolder& holder) {
+                                         const RankHolder& holder, bool* handed_over) {
+  bool handover = false;
+  if (handed_over == nullptr) handed_over = &handover;
+  *handed_over = false;
   {
     absl::MutexLock lock(&mu_);
-    if (auto decided = Decide(keys, c, job, nullptr)) return *std::move(decided);
+    if (auto decided = Decide(keys, c, job, nullptr, handed_over)) return *std::move(decided);
   }
   // A conflicting claim that may be a handover: the registry decides, asked
   // without the lock (an RPC). Whatever changed meanwhile is decided anew.
   const absl::StatusOr<int64_t> registered = holder ? holder() : absl::StatusOr<int64_t>(0);
   absl::MutexLock lock(&mu_);
-  return *Decide(keys, c, job, &registered);
+  return *Decide(keys, c, job, &registered, handed_over);
 }
 
-std::optional<absl::StatusOr<int32_t>> FrameKeys::Decide(
-    JobFrameKeys& keys, const FrameKeyClaim& c, const std::shared_ptr<const void>& job,
-    const absl::StatusOr<int64_t>* registered) {
+std::optional<absl::StatusOr<int32_t>> FrameKeys::Decide(JobFrameKeys& keys, const FrameKeyClaim& c,
+                                                         const std::shared_ptr<const void>& job,
+                                                         const absl::StatusOr<int64_t>* registered,
+                                                         bool* handed_over) {
   Grant& g = grants_[{keys.job_id(), c.rank}];
   const std::shared_ptr<const void> granted_job = g.job.lock();
   const bool same_job = granted_job != nullptr && granted_job == job;
@@ -105,6 +109,7 @@ std::optional<absl::StatusOr<int32_t>> FrameKeys::Decide(
                      << " handover(s) of the job on this server)";
     g.claim = c.claim;
     g.member_epoch = c.member_epoch;
+    *handed_over = true;
     return next;
   }
   if (same_job && c.epoch < g.epoch) {

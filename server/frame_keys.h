@@ -107,10 +107,13 @@ class FrameKeys {
   // handover), else PermissionDenied naming the rank (Unavailable when
   // `holder` fails). FailedPrecondition for an epoch older than the one
   // granted. A newer epoch, or a job recreated under the same name, starts
-  // over.
+  // over. `handed_over` (if not null): whether this call made a handover
+  // (false for a first claim, a retry, a new epoch, a refusal), so the
+  // caller can abandon what the earlier process left unfinished
+  // (ShardJob::AbandonReceives).
   absl::StatusOr<int32_t> Claim(JobFrameKeys& keys, const FrameKeyClaim& c,
                                 const std::shared_ptr<const void>& job,
-                                const RankHolder& holder = nullptr);
+                                const RankHolder& holder = nullptr, bool* handed_over = nullptr);
   // Handovers granted for the job (by id) over this server's life.
   int64_t handovers(uint64_t job_id);
   // The secret of a hybrid job's worker-to-worker mesh (`group`, e.g.
@@ -133,7 +136,8 @@ class FrameKeys {
   // `registered` is once asked.
   std::optional<absl::StatusOr<int32_t>> Decide(JobFrameKeys& keys, const FrameKeyClaim& c,
                                                 const std::shared_ptr<const void>& job,
-                                                const absl::StatusOr<int64_t>* registered)
+                                                const absl::StatusOr<int64_t>* registered,
+                                                bool* handed_over)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const bool enabled_;
   const bool payload_;

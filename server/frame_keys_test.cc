@@ -153,6 +153,28 @@ TEST_F(FrameKeysTest, TheRegisteredReplacementTakesTheRankOverAndTheOldKeysStopW
   EXPECT_TRUE(ServerTakes(job_keys_->RankSecret(kRank, kEpoch, 2)));
 }
 
+// What the caller abandons on (ShardJob::AbandonReceives): a handover only,
+// never a first claim, a retry, a refusal or a new epoch.
+TEST_F(FrameKeysTest, ClaimSaysWhetherItHandedTheRankOver) {
+  const auto claim = [&](const FrameKeyClaim& c) {
+    bool handed_over = true;
+    absl::StatusOr<int32_t> got = keys_.Claim(*job_keys_, c, job_, Registry(), &handed_over);
+    return std::make_pair(got.status().code(), handed_over);
+  };
+  using P = std::pair<absl::StatusCode, bool>;
+  const P first = claim(Of("process A", 5)), retry = claim(Of("process A", 5));
+  EXPECT_EQ(first, P(absl::StatusCode::kOk, false));
+  EXPECT_EQ(retry, P(absl::StatusCode::kOk, false));
+  const P refused = claim(Of("process B", 9));  // the registry holds no worker now
+  EXPECT_EQ(refused, P(absl::StatusCode::kPermissionDenied, false));
+  registered_ = 9;
+  const P handover = claim(Of("process B", 9)), again = claim(Of("process B", 9));
+  EXPECT_EQ(handover, P(absl::StatusCode::kOk, true));
+  EXPECT_EQ(again, P(absl::StatusCode::kOk, false)) << "a retry of the replacement";
+  const P next_epoch = claim(Of("process B", 9, kRank, kEpoch + 1));
+  EXPECT_EQ(next_epoch, P(absl::StatusCode::kOk, false)) << "a new epoch starts over";
+}
+
 TEST_F(FrameKeysTest, NoHandoverUnlessTheRegistrySaysTheClaimIsTheRanksWorkerAndTheHolderIsNot) {
   ASSERT_EQ(*Claim(Of("process A", 5)), 0);
   auto refused = [&](const FrameKeyClaim& c, absl::string_view why) {

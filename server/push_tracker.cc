@@ -14,6 +14,7 @@ PushTracker::PushTracker(int num_buckets, int world)
       world_(world),
       slots_(num_buckets, std::vector<Slot>(world, Slot::kEmpty)),
       received_(num_buckets, 0),
+      reservations_(num_buckets, std::vector<Reservation>(world)),
       flight_(world) {}
 
 bool PushTracker::AnyPushed() const {
@@ -25,30 +26,55 @@ bool PushTracker::AnyPushed() const {
   return false;
 }
 
-void PushTracker::Reserve(int bucket, int rank, absl::Time now) {
+uint64_t PushTracker::Reserve(int bucket, int rank, absl::Time now, int sender, int part) {
   Slot& s = slots_[bucket][rank];
   assert(s == Slot::kEmpty);
   s = Slot::kReceiving;
+  const uint64_t ticket = next_ticket_++;
+  reservations_[bucket][rank] = Reservation{ticket, sender < 0 ? rank : sender, part};
   if (!started_) started_ = now;
   flight_.Pushed(rank, absl::ToUnixMicros(now));
+  return ticket;
+}
+
+bool PushTracker::Holds(int bucket, int rank, uint64_t ticket) const {
+  return slots_[bucket][rank] == Slot::kReceiving &&
+         (ticket == 0 || reservations_[bucket][rank].ticket == ticket);
+}
+
+std::vector<PushTracker::Abandoned> PushTracker::Abandon(int sender) {
+  std::vector<Abandoned> out;
+  for (int b = 0; b < num_buckets_; ++b) {
+    for (int r = 0; r < world_; ++r) {
+      Reservation& res = reservations_[b][r];
+      if (slots_[b][r] != Slot::kReceiving || res.sender != sender) continue;
+      out.push_back(Abandoned{b, r, res.part});
+      slots_[b][r] = Slot::kEmpty;
+      res = Reservation{};
+    }
+  }
+  return out;
 }
 
 void PushTracker::Release(int bucket, int rank) {
   Slot& s = slots_[bucket][rank];
   assert(s == Slot::kReceiving);
   s = Slot::kEmpty;
+  reservations_[bucket][rank] = Reservation{};
 }
 
 bool PushTracker::Receive(int bucket, int rank) {
   Slot& s = slots_[bucket][rank];
   assert(s == Slot::kReceiving);
   s = Slot::kReceived;
+  reservations_[bucket][rank] = Reservation{};
   return ++received_[bucket] == world_;
 }
 
 void PushTracker::NextStep(int64_t step, absl::Time now) {
   parts_.NextStep();
   for (auto& bucket : slots_) std::fill(bucket.begin(), bucket.end(), Slot::kEmpty);
+  for (auto& bucket : reservations_) std::fill(bucket.begin(), bucket.end(), Reservation{});
   std::fill(received_.begin(), received_.end(), 0);
   flight_.EndStep(step, absl::ToUnixMicros(now));
   StopClock();

@@ -7,7 +7,19 @@
 //
 // Contract:
 //   Reserve(b, r, now)  an empty slot starts receiving; the first reserve of
-//                       a step starts the stall clock at `now`.
+//                       a step starts the stall clock at `now`. Returns the
+//                       reservation's ticket (never 0, never reused), which
+//                       the receive's completion shows (Holds) before it
+//                       completes or releases the slot.
+//   Holds(b, r, t)      the slot is receiving under ticket t (0: under any):
+//                       false for a receive that was abandoned, even once the
+//                       slot was reserved again (a new ticket) or its step
+//                       ended. Such a completion changes nothing.
+//   Abandon(sender)     the receives `sender` (a rank) reserved and that have
+//                       not finished: each slot is empty again (owed, as a
+//                       failed receive leaves it) and its ticket void; their
+//                       buckets and parts (-1: a push) are returned. (Its
+//                       process was replaced: rank handover.)
 //   Release(b, r)       a failed receive: the slot is empty again (the rank
 //                       may push the bucket again). The clock keeps running.
 //   Receive(b, r)       the payload landed; true exactly when this completed
@@ -71,7 +83,17 @@ class PushTracker {
   // Every rank's push of `bucket` landed this step: its update is due or done.
   bool Complete(int bucket) const { return received_[bucket] == world_; }
 
-  void Reserve(int bucket, int rank, absl::Time now);
+  // `sender`: the rank whose frame reserves (default: the slot's own rank;
+  // host aggregation: a rank of the group), and `part` the micro-batch part's
+  // index (-1: the push itself).
+  uint64_t Reserve(int bucket, int rank, absl::Time now, int sender = -1, int part = -1);
+  bool Holds(int bucket, int rank, uint64_t ticket) const;
+  struct Abandoned {
+    int bucket = 0;
+    int slot = 0;
+    int part = -1;
+  };
+  std::vector<Abandoned> Abandon(int sender);
   // By rank, not by group: each rank's parts are its own.
   PushParts& parts() { return parts_; }
   void Release(int bucket, int rank);
@@ -115,6 +137,15 @@ class PushTracker {
   const int world_;
   std::vector<std::vector<Slot>> slots_;  // [bucket][rank]
   std::vector<int> received_;             // per bucket: ranks whose push landed
+  // [bucket][rank] while receiving: the reservation's ticket (0 otherwise),
+  // the rank whose frame reserved it and its part (-1: a push).
+  struct Reservation {
+    uint64_t ticket = 0;
+    int sender = -1;
+    int part = -1;
+  };
+  std::vector<std::vector<Reservation>> reservations_;
+  uint64_t next_ticket_ = 1;
   PushParts parts_;
   FlightRecorder flight_;
   // When the step's first push was reserved (nullopt: no step in progress),

@@ -17,6 +17,65 @@ namespace {
 using Slot = PushTracker::Slot;
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
 
+// Issue 44: the receives a replaced rank left unfinished are abandoned: the
+// slots are owed again, and a completion holding an abandoned ticket is not
+// the slot's, even once the replacement reserved it again or the step ended.
+TEST(PushTrackerTest, AbandonedReceivesAreOwedAgainAndTheirTicketsHoldNothing) {
+  PushTracker t(/*num_buckets=*/3, /*world=*/2);
+  const uint64_t r0 = t.Reserve(0, 0, kT0);
+  const uint64_t dying0 = t.Reserve(0, 1, kT0);
+  const uint64_t dying2 = t.Reserve(2, 1, kT0, /*sender=*/1, /*part=*/4);
+  const uint64_t landed = t.Reserve(1, 1, kT0);
+  EXPECT_FALSE(t.Receive(1, 1));
+  EXPECT_NE(dying0, r0);
+  EXPECT_NE(dying2, dying0);
+  EXPECT_TRUE(t.Holds(0, 1, dying0));
+  EXPECT_TRUE(t.Holds(0, 1, 0)) << "0: whatever reservation the slot holds";
+  EXPECT_FALSE(t.Holds(0, 1, r0)) << "another slot's ticket";
+  EXPECT_FALSE(t.Holds(1, 1, landed)) << "landed: no longer receiving";
+
+  const std::vector<PushTracker::Abandoned> gone = t.Abandon(1);
+  ASSERT_EQ(gone.size(), 2u) << "rank 1's receiving slots only";
+  EXPECT_EQ(gone[0].bucket, 0);
+  EXPECT_EQ(gone[0].slot, 1);
+  EXPECT_EQ(gone[0].part, -1);
+  EXPECT_EQ(gone[1].bucket, 2);
+  EXPECT_EQ(gone[1].part, 4);
+  EXPECT_EQ(t.slot(0, 1), Slot::kEmpty);
+  EXPECT_EQ(t.slot(2, 1), Slot::kEmpty);
+  EXPECT_EQ(t.slot(1, 1), Slot::kReceived) << "what landed stays";
+  EXPECT_EQ(t.slot(0, 0), Slot::kReceiving) << "other ranks' receives go on";
+  EXPECT_TRUE(t.Holds(0, 0, r0));
+  EXPECT_FALSE(t.Holds(0, 1, dying0));
+  EXPECT_FALSE(t.Holds(0, 1, 0));
+  const std::vector<PushTracker::SlotWaiting> waiting = t.WaitingSlots();
+  ASSERT_EQ(waiting.size(), 2u);
+  EXPECT_EQ(waiting[1].not_pushed, (std::vector<int>{0, 2})) << "owed again";
+  EXPECT_TRUE(waiting[1].receiving.empty());
+  EXPECT_TRUE(t.Abandon(1).empty()) << "nothing left to abandon";
+
+  // The replacement reserves bucket 0 again: a new ticket; the abandoned one
+  // still holds nothing, and completes nothing.
+  const uint64_t again = t.Reserve(0, 1, kT0);
+  EXPECT_NE(again, dying0);
+  EXPECT_FALSE(t.Holds(0, 1, dying0));
+  EXPECT_TRUE(t.Holds(0, 1, again));
+  EXPECT_FALSE(t.Receive(0, 1));
+  EXPECT_FALSE(t.Holds(0, 1, dying0));
+  // After the step ends the abandoned tickets hold nothing either.
+  EXPECT_TRUE(t.Receive(0, 0));
+  t.NextStep(0, kT0);
+  const uint64_t next = t.Reserve(0, 1, kT0);
+  EXPECT_FALSE(t.Holds(0, 1, dying0));
+  EXPECT_FALSE(t.Holds(0, 1, again));
+  EXPECT_TRUE(t.Holds(0, 1, next));
+  // Host groups: a slot reserved by a rank of the group is that rank's.
+  PushTracker groups(1, 2);
+  groups.Reserve(0, /*slot=*/1, kT0, /*sender=*/3);
+  EXPECT_TRUE(groups.Abandon(1).empty());
+  EXPECT_EQ(groups.Abandon(3).size(), 1u);
+}
+
 TEST(PushTrackerTest, SlotsMoveFromEmptyThroughReceivingToReceived) {
   PushTracker t(2, 2);
   EXPECT_FALSE(t.AnyPushed());

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
 #include "rpc/job_spec.h"
+#include "runtime/log.h"
 #include "server/job_admission.h"
 
 namespace tessel {
@@ -131,8 +132,8 @@ std::string ShardJob::Where() const {
 FrameChecks::State ShardJob::FrameStateLocked() const {
   // Version v-1 stays whole in its buffer until the step in flight updates
   // a bucket (served_versions.h).
-  const bool previous_whole = rule_->holds_params() && version_ >= 1 && buckets_updated_ == 0 &&
-                              updates_running_ == 0;
+  const bool previous_whole =
+      rule_->holds_params() && version_ >= 1 && buckets_updated_ == 0 && updates_running_ == 0;
   return FrameChecks::State{epoch_, version_, initialized_, previous_whole ? version_ - 1 : -1};
 }
 
@@ -142,8 +143,9 @@ absl::Status ShardJob::RefusedLocked(absl::Status refusal, bool stale) {
   return refusal;
 }
 
-absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
+absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow, uint64_t* ticket) {
   absl::MutexLock lock(&mu_);
+  if (ticket != nullptr) *ticket = 0;
   // The slot's state, where the frame names one (else the checks refuse it
   // before they read these).
   const bool slot = h.bucket >= 0 && h.bucket < num_buckets_ && h.rank >= 0 && h.rank < world_;
@@ -182,15 +184,32 @@ absl::StatusOr<void*> ShardJob::AcceptData(const FrameHeader& h, bool borrow) {
     return RefusedLocked(agreed, /*stale=*/false);
   }
   if (held && held_.empty()) held_.assign(static_cast<size_t>(range_.size()), 0.f);
-  pushes_.Reserve(h.bucket, g, absl::Now());
+  const uint64_t reserved = pushes_.Reserve(
+      h.bucket, g, absl::Now(), h.rank, IsPushPart(h) ? static_cast<int>(PushPartIndex(h)) : -1);
+  if (ticket != nullptr) *ticket = reserved;
   if (IsPushPart(h)) return reducer_.AcceptPart(h.bucket, g);
   // After parts the push is added to them: copied, never borrowed.
   return reducer_.Accept(h.bucket, g, borrow && !reducer_.HasParts(h.bucket, g));
 }
 
-ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl::Status& s) {
+ShardJob::Completion ShardJob::IgnoredLocked(const FrameHeader& h, bool ok) {
+  const int64_t n = ++abandoned_completions_;
+  TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
+      << Where() << "ignoring the late " << (ok ? "completion" : "failure") << " of "
+      << DescribeHeader(h) << ": the receive was abandoned when rank " << h.rank
+      << "'s process was replaced (" << n << " so far)";
+  Completion c;
+  c.abandoned = true;
+  return c;
+}
+
+ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl::Status& s,
+                                               uint64_t ticket) {
   absl::MutexLock lock(&mu_);
   Completion c;
+  if (h.type != FrameType::kInit && !pushes_.Holds(h.bucket, group_[h.rank], ticket)) {
+    return IgnoredLocked(h, s.ok());
+  }
   if (h.type == FrameType::kInit) {
     if (!s.ok()) {
       init_seen_[h.bucket] = 0;
@@ -233,11 +252,34 @@ ShardJob::Completion ShardJob::CompleteReceive(const FrameHeader& h, const absl:
 }
 
 ShardJob::Completion ShardJob::CompleteBorrowed(const FrameHeader& h, const void* data,
-                                                std::shared_ptr<void> lease) {
+                                                std::shared_ptr<void> lease, uint64_t ticket) {
   absl::MutexLock lock(&mu_);
+  // Abandoned since AcceptData: the lease goes back unread.
+  if (!pushes_.Holds(h.bucket, group_[h.rank], ticket)) return IgnoredLocked(h, true);
   Completion c;
   LandedLocked(h, reducer_.LandBorrowed(h.bucket, group_[h.rank], data, std::move(lease)), &c);
   return c;
+}
+
+int ShardJob::AbandonReceives(int rank) {
+  if (rank < 0 || rank >= world_) return 0;
+  absl::MutexLock lock(&mu_);
+  const std::vector<PushTracker::Abandoned> gone = pushes_.Abandon(rank);
+  if (gone.empty()) return 0;
+  std::vector<int> buckets;
+  for (const PushTracker::Abandoned& a : gone) {
+    buckets.push_back(a.bucket);
+    // Nothing of the part was summed: it may come again, as after a failure.
+    if (a.part >= 0) pushes_.parts().Failed(a.bucket, rank, static_cast<uint32_t>(a.part));
+  }
+  const int64_t retired = reducer_.Abandon(group_[rank], buckets);
+  if (!StepInProgressLocked()) pushes_.StopClock();
+  TESSEL_LOG(WARNING) << Where() << "rank " << rank << "'s process was replaced; " << gone.size()
+                      << " unfinished receive(s) of step " << version_ << " abandoned ("
+                      << DescribeBuckets(buckets, num_buckets_) << ", owed again; " << retired
+                      << " bytes of receive buffers retired until the job ends, "
+                      << reducer_.retired_bytes() << " in all)";
+  return static_cast<int>(gone.size());
 }
 
 void ShardJob::LandedLocked(const FrameHeader& h, const BucketReducer::Landing& landed,

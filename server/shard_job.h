@@ -124,6 +124,10 @@ struct JobStats {
   int64_t params_bytes = 0;
   int64_t optimizer_bytes = 0;
   int64_t grad_buffer_bytes = 0;
+  // Of which receive buffers retired by abandoned receives (AbandonReceives).
+  int64_t retired_buffer_bytes = 0;
+  // Completions of abandoned receives that came (and were ignored).
+  int64_t abandoned_completions = 0;
   std::string state_digest;  // "" unless asked for
   JobCounters counters;
   CheckpointProgress checkpoint;
@@ -216,11 +220,18 @@ class ShardJob {
   // PUSH or INIT header arrived: validates it and returns where its payload
   // goes. The slot is reserved until CompleteReceive. `borrow` (PUSH only):
   // the payload will be read where the worker keeps it (CompleteBorrowed),
-  // so no receive buffer is needed (nullptr is returned).
-  absl::StatusOr<void*> AcceptData(const FrameHeader& h, bool borrow = false);
+  // so no receive buffer is needed (nullptr is returned). `ticket` (if not
+  // null): the PUSH's reservation (PushTracker::Reserve; 0 for INIT), which
+  // its completion names.
+  absl::StatusOr<void*> AcceptData(const FrameHeader& h, bool borrow = false,
+                                   uint64_t* ticket = nullptr);
   // The payload of an accepted PUSH/INIT landed (or failed: the slot is
   // released and may be pushed again). `update` is set if this completed a
   // bucket; `serve` lists pulls that became answerable (after INIT).
+  // `ticket`: AcceptData's (0: whatever reservation the slot holds, for a
+  // caller that completes before anything else can touch the slot). A
+  // completion whose reservation was abandoned (AbandonReceives), success or
+  // failure, changes nothing: Completion::abandoned.
   struct Completion {
     std::optional<int> update;
     Serve serve;
@@ -231,12 +242,24 @@ class ShardJob {
     // FoldPrefix(*fold) on a compute thread when one is free (optional:
     // skipping it only leaves more of the sum to UpdateBucket).
     std::optional<int> fold;
+    // The receive was abandoned (its sender's process was replaced): ignored,
+    // nothing to answer.
+    bool abandoned = false;
   };
-  Completion CompleteReceive(const FrameHeader& h, const absl::Status& s);
+  Completion CompleteReceive(const FrameHeader& h, const absl::Status& s, uint64_t ticket = 0);
   // A PUSH accepted with `borrow`: its gradient is at `data` (the worker's
   // memory, mapped here) until `lease` is dropped, which the bucket's update
   // does once it has read it (Serve::released), or the job's end.
-  Completion CompleteBorrowed(const FrameHeader& h, const void* data, std::shared_ptr<void> lease);
+  Completion CompleteBorrowed(const FrameHeader& h, const void* data, std::shared_ptr<void> lease,
+                              uint64_t ticket = 0);
+  // Rank `rank`'s process was replaced (its frame keys handed over,
+  // server/frame_keys.h): its receives not finished are abandoned. Each slot
+  // they reserved is empty again (the bucket is owed, as after a failed
+  // receive: Stats().waiting lists it not pushed), their late completions
+  // are ignored whenever they come, and the buffers the transport may still
+  // write into are retired until the job goes (BucketReducer::Abandon). Logs
+  // one line if any was abandoned. Returns how many.
+  int AbandonReceives(int rank);
   // Reduces and updates a complete bucket. Returns who to serve: the pulls
   // of the step in progress waiting for this bucket, and if this finished
   // the step, the snapshot due. Several threads may update different buckets
@@ -445,6 +468,10 @@ class ShardJob {
   // ReadState's and WriteState's rules, and WriteState's chunks until the
   // commit.
   StateTransfer transfer_ ABSL_GUARDED_BY(mu_);
+  // Completions of abandoned receives ignored so far.
+  int64_t abandoned_completions_ ABSL_GUARDED_BY(mu_) = 0;
+  // An abandoned receive's completion: counted, logged (rate-limited).
+  Completion IgnoredLocked(const FrameHeader& h, bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace tessel

@@ -112,6 +112,8 @@ JobStats ShardJob::Stats(bool with_digest) {
   } else {
     st.grad_buffer_bytes = received + served_.bytes();  // and the mean it serves
   }
+  st.retired_buffer_bytes = reducer_.retired_bytes();
+  st.abandoned_completions = abandoned_completions_;
   if (with_digest) st.state_digest = DigestLocked();
   st.counters = counters_;
   st.step_in_progress = StepInProgressLocked();

@@ -279,10 +279,16 @@ grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::Frame
   }
   const FrameKeyClaim claim{req->job(), req->rank(), req->epoch(), req->claim(),
                             req->member_epoch()};
+  bool handed_over = false;
   TESSEL_ASSIGN_OR_RETURN_AS(
       const int32_t generation,
-      frame_keys_->Claim(*keys, claim, job, [&] { return RankHolderOf(*job, req->rank()); }),
+      frame_keys_->Claim(
+          *keys, claim, job, [&] { return RankHolderOf(*job, req->rank()); }, &handed_over),
       ToGrpc);
+  // The rank's earlier process is gone (or fenced): the receives it left
+  // unfinished are owed again, before the replacement holds the keys to
+  // push them (it reads the stats after this answer).
+  if (handed_over) job->AbandonReceives(req->rank());
   resp->set_secret(keys->RankSecret(req->rank(), req->epoch(), generation));
   resp->set_key_version(keys->payload() ? kPayloadKeysVersion : kRankKeysVersion);
   // The rank's host group, if it has other ranks: their frames to each
