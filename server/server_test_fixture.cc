@@ -65,10 +65,14 @@ void UcxShardServerTest::SetUp() {
   absl::Status registry = registry_.Start();
   ASSERT_TRUE(registry.ok()) << registry;
   options_.registry = registry_.address();
-  auto server = ShardServer::Start(options_, MakeUcxTransport({.tls = kTestUcxTls}));
+  auto server = ShardServer::Start(options_, ServerTransport());
   ASSERT_TRUE(server.ok()) << server.status();
   server_ = std::move(*server);
   stub_ = v1::ShardServer::NewStub(MakeChannel(server_->grpc_address()));
+}
+
+std::unique_ptr<Transport> UcxShardServerTest::ServerTransport() {
+  return MakeUcxTransport({.tls = kTestUcxTls});
 }
 
 void UcxShardServerTest::TearDown() {

@@ -53,6 +53,8 @@ class UcxShardServerTest : public ::testing::Test {
  protected:
   UcxShardServerTest();
   void SetUp() override;
+  // The server's data transport (UCX over kTestUcxTls); a test may wrap it.
+  virtual std::unique_ptr<Transport> ServerTransport();
   void TearDown() override;
 
   grpc::Status CreateJob(const v1::CreateJobRequest& req);
