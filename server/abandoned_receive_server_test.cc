@@ -96,9 +96,13 @@ class FreezingTransport : public Transport {
   Freezer* const freezer_;
 };
 
-class AbandonedReceiveServerTest : public UcxShardServerTest {
+// Param: data-path authentication on (the rank's keys are handed over) or
+// off (--insecure: no keys, but GetFrameKey still tells the replacement's
+// claim from a retry, FrameKeys::ClaimsOf).
+class AbandonedReceiveServerTest : public UcxShardServerTest,
+                                   public ::testing::WithParamInterface<bool> {
  protected:
-  AbandonedReceiveServerTest() { options_.data_auth = true; }
+  AbandonedReceiveServerTest() { options_.data_auth = GetParam(); }
   ~AbandonedReceiveServerTest() override {
     if (sender_ > 0) {  // a failed test: do not leave it stopped
       kill(sender_, SIGKILL);
@@ -132,21 +136,38 @@ class AbandonedReceiveServerTest : public UcxShardServerTest {
     req.set_member_epoch(member_epoch);
     return stub_->GetFrameKey(&ctx, req, resp);
   }
+  // The rank's keys (null when frames go untagged).
   static std::shared_ptr<const RankFrameKeys> KeysOf(const v1::FrameKeyResponse& resp, int rank) {
+    if (!GetParam()) {
+      EXPECT_TRUE(resp.secret().empty());
+      return nullptr;
+    }
     auto keys =
         RankFrameKeys::Create(FrameKeyGrant{resp.secret(), ""}, JobId("B"), 0, rank, /*epoch=*/1);
     EXPECT_TRUE(keys.ok()) << keys.status();
     return keys.ok() ? *keys : nullptr;
   }
-  static SealedHeader Push(const RankFrameKeys& keys, int rank, int64_t step) {
-    return keys.Seal(TestFrameHeader(FrameType::kPush, "B", 1, step, rank, kFloats * 4), false);
+  // `h` as the holder of `keys` sends it (untagged without).
+  static std::vector<uint8_t> Wire(const std::shared_ptr<const RankFrameKeys>& keys,
+                                   const FrameHeader& h) {
+    if (keys == nullptr) {
+      const HeaderBytes bytes = EncodeHeader(h);
+      return std::vector<uint8_t>(bytes.begin(), bytes.end());
+    }
+    const SealedHeader sealed = keys->Seal(h, false);
+    return std::vector<uint8_t>(sealed.begin(), sealed.end());
   }
-  static SealedHeader Pull(const RankFrameKeys& keys, int rank, int64_t step) {
-    return keys.Seal(TestFrameHeader(FrameType::kPull, "B", 1, step, rank, 0), false);
+  static std::vector<uint8_t> Push(const std::shared_ptr<const RankFrameKeys>& keys, int rank,
+                                   int64_t step) {
+    return Wire(keys, TestFrameHeader(FrameType::kPush, "B", 1, step, rank, kFloats * 4));
+  }
+  static std::vector<uint8_t> Pull(const std::shared_ptr<const RankFrameKeys>& keys, int rank,
+                                   int64_t step) {
+    return Wire(keys, TestFrameHeader(FrameType::kPull, "B", 1, step, rank, 0));
   }
   // Starts ucx_frame_sender: one frame of `header` and a kFloats payload;
   // the server's transport freezes it when the header arrives.
-  void StartSender(const SealedHeader& header) {
+  void StartSender(const std::vector<uint8_t>& header) {
     freezer_.armed = true;
     const std::string binary = FindBinary("transport/ucx_frame_sender");
     std::vector<std::string> args = {
@@ -192,7 +213,7 @@ class AbandonedReceiveServerTest : public UcxShardServerTest {
   pid_t sender_ = 0;
 };
 
-TEST_F(AbandonedReceiveServerTest, AFrozenSendersReceiveIsAbandonedAtTheHandover) {
+TEST_P(AbandonedReceiveServerTest, AFrozenSendersReceiveIsAbandonedAtTheHandover) {
   ASSERT_TRUE(CreateJob(OneBucketDdpJob("B", 2, kFloats)).ok());
   std::unique_ptr<RegistryClient> member0 = Join(0), earlier = Join(1);
   const std::string claim0 = NewJobSecret(), earlier_claim = NewJobSecret(),
@@ -201,19 +222,19 @@ TEST_F(AbandonedReceiveServerTest, AFrozenSendersReceiveIsAbandonedAtTheHandover
   ASSERT_TRUE(Ask(0, claim0, member0->joined_epoch(), &key0).ok());
   ASSERT_TRUE(Ask(1, earlier_claim, earlier->joined_epoch(), &earlier_key).ok());
   std::shared_ptr<const RankFrameKeys> r0 = KeysOf(key0, 0), old1 = KeysOf(earlier_key, 1);
-  ASSERT_TRUE(r0 != nullptr && old1 != nullptr);
+  ASSERT_EQ(r0 != nullptr && old1 != nullptr, GetParam());
 
   // Rank 0 pushes its gradient of step 1; rank 1's process sends its push
   // and freezes inside the transfer: the shard's slot stays receiving.
   const std::string address = server_->transport_address();
   FakeUcxWorker rank0(address, kFloats), replacement_ep(address, kFloats);
   const std::vector<float> g0 = TwoRankGradient(0, kFloats), g1 = TwoRankGradient(1, kFloats);
-  rank0.Send(Push(*r0, 0, 0), g0.data(), kFloats * 4);
+  rank0.Send(Push(r0, 0, 0), g0.data(), kFloats * 4);
   for (int i = 0; i < 500 && Stats("B").pushed_bytes() < kFloats * 4; ++i) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   ASSERT_EQ(Stats("B").pushed_bytes(), kFloats * 4);
-  StartSender(Push(*old1, 1, 0));
+  StartSender(Push(old1, 1, 0));
   v1::SlotWaiting w;
   for (int i = 0; i < 500 && w.receiving_size() == 0; ++i) {
     w = Rank1Waiting();
@@ -234,13 +255,13 @@ TEST_F(AbandonedReceiveServerTest, AFrozenSendersReceiveIsAbandonedAtTheHandover
   ASSERT_EQ(w.not_pushed_size(), 1) << "bucket 0 is not owed again";
   EXPECT_EQ(w.not_pushed(0), 0);
   std::shared_ptr<const RankFrameKeys> new1 = KeysOf(replacement_key, 1);
-  ASSERT_TRUE(new1 != nullptr);
+  ASSERT_EQ(new1 != nullptr, GetParam());
 
   // The replacement pushes what the stats list; the step completes with
   // the mean of rank 0's and its pushes.
-  replacement_ep.Send(Push(*new1, 1, 0), g1.data(), kFloats * 4);
-  rank0.Send(Pull(*r0, 0, 1), nullptr, 0);
-  replacement_ep.Send(Pull(*new1, 1, 1), nullptr, 0);
+  replacement_ep.Send(Push(new1, 1, 0), g1.data(), kFloats * 4);
+  rank0.Send(Pull(r0, 0, 1), nullptr, 0);
+  replacement_ep.Send(Pull(new1, 1, 1), nullptr, 0);
   ASSERT_TRUE(rank0.AwaitParams(1)) << "the step did not complete with the replacement's push";
   ASSERT_TRUE(replacement_ep.AwaitParams(1));
   EXPECT_TRUE(IsBitwiseMean(rank0.params(), g0, g1));
@@ -262,10 +283,10 @@ TEST_F(AbandonedReceiveServerTest, AFrozenSendersReceiveIsAbandonedAtTheHandover
   // The next step: the mean of the next pushes, bit for bit.
   std::vector<float> h0(kFloats), h1(kFloats);
   for (int i = 0; i < kFloats; ++i) h0[i] = g0[i] * 2.f, h1[i] = g1[i] * 0.5f;
-  rank0.Send(Push(*r0, 0, 1), h0.data(), kFloats * 4);
-  replacement_ep.Send(Push(*new1, 1, 1), h1.data(), kFloats * 4);
-  rank0.Send(Pull(*r0, 0, 2), nullptr, 0);
-  replacement_ep.Send(Pull(*new1, 1, 2), nullptr, 0);
+  rank0.Send(Push(r0, 0, 1), h0.data(), kFloats * 4);
+  replacement_ep.Send(Push(new1, 1, 1), h1.data(), kFloats * 4);
+  rank0.Send(Pull(r0, 0, 2), nullptr, 0);
+  replacement_ep.Send(Pull(new1, 1, 2), nullptr, 0);
   ASSERT_TRUE(rank0.AwaitParams(2));
   ASSERT_TRUE(replacement_ep.AwaitParams(2));
   EXPECT_TRUE(IsBitwiseMean(rank0.params(), h0, h1));
@@ -273,6 +294,11 @@ TEST_F(AbandonedReceiveServerTest, AFrozenSendersReceiveIsAbandonedAtTheHandover
   EXPECT_EQ(Stats("B").step(), 2);
   EXPECT_EQ(Stats("B").pushed_bytes(), 4 * kFloats * 4);
 }
+
+INSTANTIATE_TEST_SUITE_P(DataAuth, AbandonedReceiveServerTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Keyed" : "Untagged";
+                         });
 
 }  // namespace
 }  // namespace tessel

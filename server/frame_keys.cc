@@ -7,6 +7,10 @@ namespace tessel {
 
 std::shared_ptr<JobFrameKeys> FrameKeys::For(uint64_t job_id, int32_t shard) {
   if (!enabled_) return nullptr;
+  return ClaimsOf(job_id, shard);
+}
+
+std::shared_ptr<JobFrameKeys> FrameKeys::ClaimsOf(uint64_t job_id, int32_t shard) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<JobFrameKeys>& keys = keys_[job_id];
   if (keys == nullptr || keys->shard() != shard) {
@@ -104,9 +108,10 @@ std::optional<absl::StatusOr<int32_t>> FrameKeys::Decide(JobFrameKeys& keys, con
                      << "'s frame keys of epoch " << c.epoch
                      << " handed over from the registry membership that began at epoch "
                      << g.member_epoch << " to the rank's registered worker's (epoch "
-                     << c.member_epoch << (g.claim == c.claim ? ", the same process" : "")
-                     << "); frames under the earlier keys are refused from now on (" << handovers
-                     << " handover(s) of the job on this server)";
+                     << c.member_epoch << (g.claim == c.claim ? ", the same process" : "") << "); "
+                     << (enabled_ ? "frames under the earlier keys are refused from now on"
+                                  : "frames go untagged (--data_auth off): nothing is fenced")
+                     << " (" << handovers << " handover(s) of the job on this server)";
     g.claim = c.claim;
     g.member_epoch = c.member_epoch;
     *handed_over = true;

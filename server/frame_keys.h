@@ -94,6 +94,13 @@ class FrameKeys {
   std::shared_ptr<JobFrameKeys> For(uint64_t job_id, int32_t shard);
   // The job's keys if it has them yet; nullptr otherwise.
   std::shared_ptr<JobFrameKeys> Find(uint64_t job_id);
+  // What Claim keeps a job's grants with: For() when on. Off, frames go
+  // untagged and no key is handed out, but the claims are still decided, so
+  // a rank's replacement is still told apart from a retry (the shard then
+  // abandons what the earlier process left unfinished): keys made only for
+  // that bookkeeping, never used to seal or verify, and never returned by
+  // For() or Find().
+  std::shared_ptr<JobFrameKeys> ClaimsOf(uint64_t job_id, int32_t shard);
   // Grants (c.rank, c.epoch) of the job instance `job` (any object that
   // lives as long as the job does on this server) whose keys are `keys` to
   // c.claim, and returns the generation of the keys granted (the secret is
@@ -142,6 +149,7 @@ class FrameKeys {
   const bool enabled_;
   const bool payload_;
   absl::Mutex mu_;
+  // By job id: its keys (on), or its claims' bookkeeping (off: ClaimsOf).
   absl::flat_hash_map<uint64_t, std::shared_ptr<JobFrameKeys>> keys_ ABSL_GUARDED_BY(mu_);
   // (job id, rank) -> the grant of its newest epoch.
   absl::flat_hash_map<std::pair<uint64_t, int32_t>, Grant> grants_ ABSL_GUARDED_BY(mu_);

@@ -175,6 +175,26 @@ TEST_F(FrameKeysTest, ClaimSaysWhetherItHandedTheRankOver) {
   EXPECT_EQ(next_epoch, P(absl::StatusCode::kOk, false)) << "a new epoch starts over";
 }
 
+// Frames untagged (--data_auth off): no keys anywhere, but the claims are
+// decided alike, so a replacement is told apart from a retry.
+TEST_F(FrameKeysTest, OffTheClaimsAreStillDecidedWithoutKeys) {
+  FrameKeys off(/*enabled=*/false);
+  EXPECT_EQ(off.For(JobId("mlp"), 0), nullptr);
+  std::shared_ptr<JobFrameKeys> claims = off.ClaimsOf(JobId("mlp"), 0);
+  ASSERT_NE(claims, nullptr);
+  EXPECT_EQ(off.Find(JobId("mlp")), nullptr) << "nothing the data plane would seal or verify with";
+  EXPECT_EQ(off.ClaimsOf(JobId("mlp"), 0), claims);
+  bool handed_over = true;
+  ASSERT_TRUE(off.Claim(*claims, Of("process A", 5), job_, Registry(), &handed_over).ok());
+  EXPECT_FALSE(handed_over);
+  registered_ = 9;
+  ASSERT_TRUE(off.Claim(*claims, Of("process B", 9), job_, Registry(), &handed_over).ok());
+  EXPECT_TRUE(handed_over);
+  ASSERT_TRUE(off.Claim(*claims, Of("process B", 9), job_, Registry(), &handed_over).ok());
+  EXPECT_FALSE(handed_over) << "a retry";
+  EXPECT_EQ(off.handovers(JobId("mlp")), 1);
+}
+
 TEST_F(FrameKeysTest, NoHandoverUnlessTheRegistrySaysTheClaimIsTheRanksWorkerAndTheHolderIsNot) {
   ASSERT_EQ(*Claim(Of("process A", 5)), 0);
   auto refused = [&](const FrameKeyClaim& c, absl::string_view why) {

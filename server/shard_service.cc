@@ -237,7 +237,10 @@ grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::Frame
   if (job == nullptr) return NoJob(req->job());
   std::shared_ptr<JobFrameKeys> keys =
       frame_keys_ != nullptr ? frame_keys_->For(job->job_id(), job->shard()) : nullptr;
-  if (keys == nullptr) return grpc::Status::OK;  // frames go untagged
+  if (keys == nullptr) {  // frames go untagged: no key, nothing refused
+    if (frame_keys_ != nullptr) ClaimUntagged(job, *req);
+    return grpc::Status::OK;
+  }
   const std::string where = absl::StrCat("GetFrameKey of job '", req->job(), "': ");
   // Nothing below trusts the caller: its rank must be the job's, its epoch
   // the job's current one (a key for an epoch to come could be claimed
@@ -301,6 +304,24 @@ grpc::Status ShardService::GetFrameKey(grpc::ServerContext* ctx, const v1::Frame
     }
   }
   return grpc::Status::OK;
+}
+
+void ShardService::ClaimUntagged(const std::shared_ptr<ShardJob>& job,
+                                 const v1::FrameKeyRequest& req) {
+  // A request the keyed path would refuse claims nothing here (a worker
+  // from before claims, a stale epoch): it is answered as always.
+  if (req.claim().size() < kMinFrameKeyClaimBytes || req.claim().size() > kMaxFrameKeyClaimBytes ||
+      req.rank() < 0 || req.rank() >= job->spec().world_size() || req.epoch() != job->epoch() ||
+      req.member_epoch() < 0) {
+    return;
+  }
+  const FrameKeyClaim claim{req.job(), req.rank(), req.epoch(), req.claim(), req.member_epoch()};
+  bool handed_over = false;
+  // A refusal refuses nothing when frames go untagged.
+  (void)frame_keys_->Claim(
+      *frame_keys_->ClaimsOf(job->job_id(), job->shard()), claim, job,
+      [&] { return RankHolderOf(*job, req.rank()); }, &handed_over);
+  if (handed_over) job->AbandonReceives(req.rank());
 }
 
 grpc::Status ShardService::GetMeshKey(grpc::ServerContext* ctx, const v1::MeshKeyRequest* req,

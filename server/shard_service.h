@@ -151,6 +151,10 @@ class ShardService final : public v1::ShardServer::Service {
   // `rank` of `job` now (registry rank job.worker_ids()[rank], or `rank`
   // without worker_ids); 0 for none.
   absl::StatusOr<int64_t> RankHolderOf(ShardJob& job, int32_t rank);
+  // GetFrameKey when frames go untagged: no key, nothing refused, but the
+  // claim is decided (FrameKeys::ClaimsOf), and a handover of the rank to a
+  // replacement abandons what the earlier process left unfinished.
+  void ClaimUntagged(const std::shared_ptr<ShardJob>& job, const v1::FrameKeyRequest& req);
 
   JobTable* const jobs_;
   const Transport* const transport_;
