@@ -4,11 +4,13 @@
 // with Adam, zero1 in bf16 and fsdp (a unit per layer), buckets of 256 bytes. Rank 1 hands part of
 // its gradient of step 4 over (some buckets pushed), or nothing, or all of
 // it and waits, then dies (its Worker is destroyed); a replacement started
-// with `resume` rejoins in place: step() is 3 (the step the shards applied),
+// with `resume` rejoins in place: step() is 3 (the step the shards applied;
+// 4 where every push of step 4 had landed, so the shards finished it),
 // rejoined_in_place() holds, it recomputes step 4 and pushes only what the
 // shards lack; rank 0 waits inside its Step() and makes no recovery. Both
 // end bitwise where a run without the death ends: parameters, masters and
 // optimizer state.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -106,6 +108,9 @@ absl::Status Step(Worker& worker, int rank, int64_t step) {
 
 Ended Train(InProcCluster& cluster, const std::string& job, const Case& c, bool die) {
   Ended out;
+  // No rank leaves before every rank has read its results: a rank that left
+  // is a lost worker to the others, whose reads would wait for it.
+  std::atomic<int> finished{0};
   out.params.resize(kWorld);
   const size_t n = NumElements(kTensors);
   OnRanks(kWorld, [&](int r) {
@@ -148,12 +153,14 @@ Ended Train(InProcCluster& cluster, const std::string& job, const Case& c, bool 
     auto params = worker->GatherAll();
     ASSERT_TRUE(params.ok()) << params.status();
     out.params[r] = *params;
+    auto state = TrainingStateValues(*worker);  // a collective: every rank
+    ASSERT_TRUE(state.ok()) << state.status();
     if (r == 0) {
-      auto state = TrainingStateValues(*worker);
-      ASSERT_TRUE(state.ok()) << state.status();
       out.state = *state;
       out.rank0_recoveries = worker->recoveries();
     }
+    finished.fetch_add(1);
+    while (finished.load() < kWorld) absl::SleepFor(absl::Milliseconds(5));
   });
   return out;
 }
@@ -168,7 +175,10 @@ TEST_P(RejoinWorkerTest, TheReplacementRejoinsTheStepInFlightAndTheRunIsBitwiseT
   ASSERT_FALSE(clean.state.empty());
   const Ended faulty = Train(cluster, "faulty", c, /*die=*/true);
   EXPECT_TRUE(faulty.rejoined) << "the replacement did not rejoin in place";
-  EXPECT_EQ(faulty.resumed_at, kDiesIn) << "it should resume at the step the shards applied";
+  // Every push of the step in flight landed: the shards finished it without
+  // the dead process, and the replacement goes on from there.
+  EXPECT_EQ(faulty.resumed_at, c.dies == DiesAfter::kEverything ? kDiesIn + 1 : kDiesIn)
+      << "it should resume at the step the shards applied";
   EXPECT_EQ(faulty.rank0_recoveries, 0) << "the survivor rolled back";
   ASSERT_FALSE(faulty.state.empty());
   ExpectParamsEqual(faulty.state, clean.state);
