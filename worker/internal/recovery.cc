@@ -228,6 +228,8 @@ absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
     p_.units->SkipPushed(plan.step, plan.pushed);
   } else {
     TESSEL_RETURN_IF_ERROR(ctx.Recoverable(p_.exchange->Pull(plan.step)));
+    // zero2 pushed by units (Worker::PushUnit) leaves them out there too.
+    p_.units->SkipPushed(plan.step, plan.pushed);
     for (size_t s = 0; s < plan.pushed.size(); ++s) {
       for (size_t b = 0; b < plan.pushed[s].size(); ++b) {
         if (plan.pushed[s][b]) p_.exchange->MarkPushed(static_cast<int>(s), static_cast<int>(b));
