@@ -209,53 +209,53 @@ PYBIND11_MODULE(_tessel, m) {
       "what deserialize() then loads.");
 
   py::class_<PyWorker>(m, "Worker")
-      .def(py::init([](const std::string& registry, const std::string& job, int rank,
-                       int world_size, const std::string& strategy, const py::dict& optimizer,
-                       int num_servers, int64_t bucket_bytes, const std::string& precision,
-                       const std::vector<int>& units, const std::string& ucx_tls,
-                       double connect_timeout_s, double step_timeout_s, bool recovery,
-                       bool auto_resume, int64_t checkpoint_every_steps, bool checkpoint_initial,
-                       const std::string& token, double topk_ratio,
-                       const std::string& metrics_address, const std::string& timeline,
-                       int64_t timeline_first_step, int64_t timeline_steps,
-                       const std::string& aggregation, const std::string& host_id,
-                       bool rejoin_in_place) {
-             tessel::WorkerOptions o = tessel::MakeOptions(
-                 registry, job, rank, world_size, strategy, optimizer, num_servers, bucket_bytes,
-                 precision, units, ucx_tls, connect_timeout_s, step_timeout_s, recovery,
-                 auto_resume, checkpoint_every_steps, checkpoint_initial, token, topk_ratio);
-             o.metrics_address = metrics_address;
-             o.timeline = timeline;
-             o.timeline_window = {.first_step = timeline_first_step, .steps = timeline_steps};
-             auto a = tessel::AggregationFromName(aggregation);
-             if (!a.ok()) throw py::value_error(std::string(a.status().message()));
-             o.aggregation = *a;
-             o.host_id = host_id;
-             o.rejoin_in_place = rejoin_in_place;
-             auto* pw = new PyWorker;
-             pw->w = Take(Unlocked([&] { return Worker::Connect(o); }));
-             return pw;
-           }),
-           py::arg("registry"), py::arg("job"), py::arg("rank"), py::arg("world_size"),
-           py::arg("strategy") = "zero2", py::arg("optimizer") = py::dict(),
-           py::arg("num_servers") = 0, py::arg("bucket_bytes") = int64_t{4} << 20,
-           py::arg("precision") = "fp32", py::arg("units") = std::vector<int>(),
-           py::arg("ucx_tls") = "", py::arg("connect_timeout_s") = 60.0,
-           py::arg("step_timeout_s") = 120.0, py::arg("recovery") = false,
-           py::arg("auto_resume") = false, py::arg("checkpoint_every_steps") = 0,
-           py::arg("checkpoint_initial") = false, py::arg("token") = "",
-           py::arg("topk_ratio") = 0.0, py::arg("metrics_address") = "", py::arg("timeline") = "",
-           py::arg("timeline_first_step") = tessel::TimelineOptions{}.first_step,
-           py::arg("timeline_steps") = tessel::TimelineOptions{}.steps,
-           py::arg("aggregation") = "auto", py::arg("host_id") = "",
-           py::arg("rejoin_in_place") = true,
-           "Joins the job (registry host:port, job name, rank of world_size) and waits for the "
-           "world and the shard servers. metrics_address (HOST:PORT, port 0: a free one): serve "
-           "this worker's Prometheus metrics there; timeline (a path, '{rank}' replaced): write "
-           "a Chrome trace of steps timeline_first_step .. + timeline_steps - 1. aggregation: "
-           "'auto', 'flat' or 'host' (docs/hierarchical.md); host_id: this worker's host for it "
-           "('' = detected). rejoin_in_place (with recovery, zero1/zero2): a lost worker costs "
-           "no rollback, its replacement rejoins the step in flight (WorkerOptions).")
+      .def(
+          py::init(
+              [](const std::string& registry, const std::string& job, int rank, int world_size,
+                 const std::string& strategy, const py::dict& optimizer, int num_servers,
+                 int64_t bucket_bytes, const std::string& precision, const std::vector<int>& units,
+                 const std::string& ucx_tls, double connect_timeout_s, double step_timeout_s,
+                 bool recovery, bool auto_resume, int64_t checkpoint_every_steps,
+                 bool checkpoint_initial, const std::string& token, double topk_ratio,
+                 const std::string& metrics_address, const std::string& timeline,
+                 int64_t timeline_first_step, int64_t timeline_steps,
+                 const std::string& aggregation, const std::string& host_id, bool rejoin_in_place) {
+                tessel::WorkerOptions o = tessel::MakeOptions(
+                    registry, job, rank, world_size, strategy, optimizer, num_servers, bucket_bytes,
+                    precision, units, ucx_tls, connect_timeout_s, step_timeout_s, recovery,
+                    auto_resume, checkpoint_every_steps, checkpoint_initial, token, topk_ratio);
+                o.metrics_address = metrics_address;
+                o.timeline = timeline;
+                o.timeline_window = {.first_step = timeline_first_step, .steps = timeline_steps};
+                auto a = tessel::AggregationFromName(aggregation);
+                if (!a.ok()) throw py::value_error(std::string(a.status().message()));
+                o.aggregation = *a;
+                o.host_id = host_id;
+                o.rejoin_in_place = rejoin_in_place;
+                auto* pw = new PyWorker;
+                pw->w = Take(Unlocked([&] { return Worker::Connect(o); }));
+                return pw;
+              }),
+          py::arg("registry"), py::arg("job"), py::arg("rank"), py::arg("world_size"),
+          py::arg("strategy") = "zero2", py::arg("optimizer") = py::dict(),
+          py::arg("num_servers") = 0, py::arg("bucket_bytes") = int64_t{4} << 20,
+          py::arg("precision") = "fp32", py::arg("units") = std::vector<int>(),
+          py::arg("ucx_tls") = "", py::arg("connect_timeout_s") = 60.0,
+          py::arg("step_timeout_s") = 120.0, py::arg("recovery") = false,
+          py::arg("auto_resume") = false, py::arg("checkpoint_every_steps") = 0,
+          py::arg("checkpoint_initial") = false, py::arg("token") = "", py::arg("topk_ratio") = 0.0,
+          py::arg("metrics_address") = "", py::arg("timeline") = "",
+          py::arg("timeline_first_step") = tessel::TimelineOptions{}.first_step,
+          py::arg("timeline_steps") = tessel::TimelineOptions{}.steps,
+          py::arg("aggregation") = "auto", py::arg("host_id") = "",
+          py::arg("rejoin_in_place") = true,
+          "Joins the job (registry host:port, job name, rank of world_size) and waits for the "
+          "world and the shard servers. metrics_address (HOST:PORT, port 0: a free one): serve "
+          "this worker's Prometheus metrics there; timeline (a path, '{rank}' replaced): write "
+          "a Chrome trace of steps timeline_first_step .. + timeline_steps - 1. aggregation: "
+          "'auto', 'flat' or 'host' (docs/hierarchical.md); host_id: this worker's host for it "
+          "('' = detected). rejoin_in_place (with recovery, zero1/zero2): a lost worker costs "
+          "no rollback, its replacement rejoins the step in flight (WorkerOptions).")
       .def(
           "aggregation", [](PyWorker& self) { return self.w->aggregation(); },
           "How this worker's host sends gradients: 'host aggregation: ...' or 'flat (why)'")
@@ -596,6 +596,10 @@ PYBIND11_MODULE(_tessel, m) {
           "rejoined_in_place", [](PyWorker& self) { return self.get().rejoined_in_place(); },
           "Whether this worker, a replacement, rejoined the job's step in flight without a "
           "rollback (current_step is the step the shards had applied)")
+      .def_property_readonly(
+          "rejoined_step_held", [](PyWorker& self) { return self.get().rejoined_step_held(); },
+          "After rejoining in place: whether the step in flight is held for clipping (the "
+          "others pushed it held; hold_updates is set to match)")
       .def(
           "close",
           [](PyWorker& self) {

@@ -144,6 +144,7 @@ struct JobStats {
   int64_t step_started_us = -1;
   std::vector<PushTracker::SlotWaiting> waiting;
   std::vector<int> pulls_waiting;
+  int step_hold = -1;  // the step in flight: 1 held, 0 not, -1 no push said yet
   int buckets_updated = 0;
   int num_buckets = 0;
 };

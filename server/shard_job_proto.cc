@@ -108,6 +108,8 @@ v1::ShardStats ShardStatsProto(ShardJob& job, bool with_digest) {
     for (int r : s.pulls_waiting) w->add_pulls_waiting(r);
     w->set_buckets_updated(s.buckets_updated);
     w->set_num_buckets(s.num_buckets);
+    w->set_hold_decided(s.step_hold >= 0);
+    w->set_held(s.step_hold == 1);
   }
   for (const RankScore& r : ScoreRanks(s.flight, StragglerRule{})) {
     v1::RankScore* out = st.add_rank_scores();

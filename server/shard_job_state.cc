@@ -127,6 +127,7 @@ JobStats ShardJob::Stats(bool with_digest) {
   if (std::optional<absl::Time> started = pushes_.started()) {
     st.step_started_us = absl::ToUnixMicros(*started);
     st.waiting = pushes_.WaitingSlots();
+    if (hold_.decided()) st.step_hold = hold_.held() ? 1 : 0;
   }
   st.pulls_waiting = pulls_.RanksWaitingFor(version_ + 1);
   st.buckets_updated = buckets_updated_;

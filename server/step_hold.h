@@ -62,6 +62,8 @@ class StepHold {
   absl::Status OnPush(bool held);
   // Whether the step in progress is held (a push said so).
   bool held() const { return decided_ && held_; }
+  // Whether a push of the step in progress said whether it is held.
+  bool decided() const { return decided_; }
 
   enum class Action {
     kUpdate,  // reduce and update now (grad multiplier: multiplier(), if set)

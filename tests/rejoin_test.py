@@ -19,7 +19,8 @@ while and starts a replacement with --resume. Then, against a clean run:
 
 Usage: rejoin_test.py REGISTRY SERVER TRAIN TESSELCTL
 Environment: TESSEL_REJOIN_KILLS (per configuration, default 5),
-TESSEL_REJOIN_SEED (default 1), TESSEL_REJOIN_KEEP=1 (keep the logs of a passing run).
+TESSEL_REJOIN_SEED (default 1), TESSEL_REJOIN_CONFIGS (default all, comma-separated),
+TESSEL_REJOIN_KEEP=1 (keep the logs of a passing run).
 """
 import json
 import os
@@ -174,7 +175,7 @@ def main():
     log("lost workers without rollback: W=%d, %d shards, %d steps, %d kills per configuration"
         % (WORLD, SHARDS, STEPS, KILLS))
     rng = random.Random(SEED)
-    for config in CONFIGS:
+    for config in os.environ.get("TESSEL_REJOIN_CONFIGS", ",".join(CONFIGS)).split(","):
         clean = run(config)
         check(all(rc == 0 for rc in clean["rcs"].values()) and clean["shards"] is not None,
               "%s: the clean run finished (%s)" % (config, clean["rcs"]))

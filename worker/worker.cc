@@ -441,6 +441,7 @@ void Worker::SetWaitCheck(std::function<absl::Status()> check) {
 void Worker::SetResumeStep(int64_t step) { p_->ctx.options.resume_step = step; }
 int Worker::recoveries() const { return p_->recovery->recoveries(); }
 bool Worker::rejoined_in_place() const { return p_->recovery->in_place_rejoins() > 0; }
+bool Worker::rejoined_step_held() const { return p_->recovery->rejoined_held(); }
 std::string Worker::metrics_address() const {
   return p_->http == nullptr ? std::string() : p_->http->address();
 }

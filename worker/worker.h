@@ -234,6 +234,10 @@ class Worker {
   // step the shards had applied, and the loop goes on from there (its next
   // batch is that of step() + 1, as after any resume).
   bool rejoined_in_place() const;
+  // After rejoining in place: whether the step in flight it recomputes is a
+  // held step (the other ranks hold it for clipping; HoldUpdates is set to
+  // match, so its pushes agree with theirs).
+  bool rejoined_step_held() const;
   // Where this worker serves its Prometheus metrics (HOST:PORT, the port
   // bound when options().metrics_address asked for port 0); "" when off.
   std::string metrics_address() const;

@@ -72,7 +72,12 @@ def main():
                             f"not {want_recoveries}")
         if not same:
             failures.append(f"{strategy}: the recovered run is not bitwise the clean one")
-        said = re.search(r"resuming at step (\d+), in place: (True|False)", log)
+        try:
+            with open(os.path.join(out, f"{strategy}-restart.txt")) as f:
+                restart = f.read()
+        except FileNotFoundError:
+            restart = ""
+        said = re.search(r"resuming at step (\d+), in place: (True|False)", restart)
         print(f"  the restarted rank {'rejoined in place at step ' + said.group(1) if said and said.group(2) == 'True' else 'resumed from a checkpoint' if said else 'said nothing'}")
         if said is None or (said.group(2) == "True") != in_place:
             failures.append(f"{strategy}: the restarted rank {'did not rejoin' if in_place else 'rejoined'} "

@@ -38,8 +38,11 @@ opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), mod
                               strategy=strategy.split("-")[0], bucket_bytes=512, recovery=True,
                               checkpoint_every_steps=3)
 if restarted:
-    print(f"rank {rank}: restarted, resuming at step {opt.resume_step}, in place: "
-          f"{opt.rejoined_in_place}", file=sys.stderr, flush=True)
+    said = (f"rank {rank}: restarted, resuming at step {opt.resume_step}, in place: "
+            f"{opt.rejoined_in_place}")
+    print(said, file=sys.stderr, flush=True)
+    with open(os.path.join(outdir, f"{strategy}-restart.txt"), "w") as f:  # for the driver
+        f.write(said)
 while opt.step_count < 10:
     k = opt.step_count
     if rank == crash_rank and not restarted and k == crash_at:

@@ -211,17 +211,23 @@ absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
       }
       // A push of the dead process still landing (a shard without frame
       // keys hands nothing over): its slot frees when the transfer fails.
-      if (!plan.receiving) break;
+      // And the replacement must push as the step in flight's pushes do
+      // (held for clipping or not): it waits for the first of them (the
+      // others are computing it; a job of one worker has no others).
+      if (!plan.receiving && (plan.held >= 0 || ctx.world_size == 1)) break;
     }
     if (absl::Now() >= deadline) {
       return ctx.Recoverable(absl::DeadlineExceededError(absl::StrCat(
           ctx.Where(), ": the shards' stats did not settle within the recovery timeout: ",
-          stats.ok() ? "a push of this rank's previous process is still landing"
-                     : stats.status().message())));
+          !stats.ok()      ? std::string(stats.status().message())
+          : plan.receiving ? "a push of this rank's previous process is still landing"
+                           : "no other rank pushed a gradient of the step in flight")));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
   ctx.step = plan.step;
+  if (plan.held >= 0) ctx.hold_update = plan.held == 1;
+  rejoined_held_ = plan.held == 1;
   if (ctx.fsdp()) {
     // Units are gathered at plan.step as the forward asks for them.
     TESSEL_RETURN_IF_ERROR(ctx.Recoverable(p_.units->Barrier(plan.step)));

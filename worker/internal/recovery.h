@@ -114,6 +114,9 @@ class RecoveryCoordinator {
   // step that cannot complete in place (say, the survivors hold it for
   // clipping and the replacement does not) is not rejoined forever.
   int64_t last_in_place_step() const { return last_in_place_step_; }
+  // Whether the step the last in-place rejoin recomputes holds its update
+  // (the others pushed it held for clipping): it is pushed held too.
+  bool rejoined_held() const { return rejoined_held_; }
 
  private:
   absl::Status Once(absl::Time deadline, absl::Time elastic_at, int64_t restore_step,
@@ -152,6 +155,7 @@ class RecoveryCoordinator {
   int recoveries_ = 0;
   int in_place_rejoins_ = 0;
   int64_t last_in_place_step_ = -1;
+  bool rejoined_held_ = false;
   // Buffers a transfer from before a rollback may still write into: kept
   // until the transport is shut down (driving thread).
   std::vector<std::vector<float>> retired_;

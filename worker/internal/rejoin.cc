@@ -62,6 +62,7 @@ RejoinPlan PlanRejoin(const std::vector<v1::ShardStats>& stats, int rank,
     } else if (!st.has_waiting() || st.waiting().step() != low) {  // nothing of low + 1 yet
       pushed.assign(static_cast<size_t>(buckets[k]), 0);
     } else {
+      if (st.waiting().hold_decided()) plan.held = st.waiting().held() ? 1 : 0;
       // The step in flight lists the ranks that still owe buckets; a rank not
       // listed owes none here.
       pushed.assign(static_cast<size_t>(buckets[k]), 1);

@@ -57,6 +57,10 @@ struct RejoinPlan {
   // A push of this rank still landing on some shard (its slot reserved):
   // read the stats again.
   bool receiving = false;
+  // Whether the step in flight holds its update (clipping: the survivors
+  // pushed with kFrameHoldUpdate), as its pushes said: 1 held, 0 not, -1 no
+  // push of it yet (the replacement waits for one: it must push the same).
+  int held = -1;
 };
 RejoinPlan PlanRejoin(const std::vector<v1::ShardStats>& stats, int rank,
                       const std::vector<int>& ids, absl::Span<const int> buckets);

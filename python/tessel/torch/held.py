@@ -9,7 +9,9 @@ Contract. HeldSteps(opt, mode) decides which steps are held, the same way on
 every rank: mode True holds every step; None (the default) holds the first
 step of the process, the first step after a recovery (a restarted rank's
 first step is its survivors' first after theirs), and every step after one
-that clipped (a loop that clips does so every step); False none. A step is
+that clipped (a loop that clips does so every step); False none. A
+replacement that rejoined the step in flight in place holds it as the
+other ranks did (the shards say). A step is
 held only where the gradients go out during backward (overlap or fsdp, no
 loss scaling, not ddp): applies() says so. clip(max_norm, norm_type) runs
 on a held step between backward and step(); on a step that is not held it
@@ -55,7 +57,13 @@ class HeldSteps:
         self.mode = mode
         self.held = False
         self.clipped = False
-        self._set(self.applies() and mode is not False)
+        first = self.applies() and mode is not False
+        worker = opt._groups[0].require_worker()
+        if worker.rejoined_in_place:
+            # A replacement recomputing the step in flight holds it as the
+            # other ranks did (the worker set hold_updates to match).
+            self.held = first = bool(worker.rejoined_step_held)
+        self._set(first)
 
     def applies(self):
         o = self.opt
