@@ -28,6 +28,10 @@
 //          (the step's other buckets may still be waiting for pushes or the
 //          optimizer), so parameters flow back while the shard still
 //          reduces and updates; the rest wait for their update.
+//   A replaced rank (its frame keys handed to a new process): the receives
+//          its earlier process left unfinished are abandoned
+//          (AbandonReceives): owed again, and each receive's completion
+//          names its reservation (a ticket), so a late one changes nothing.
 // Anything that does not fit (unknown job, stale epoch, wrong shard, rank,
 // bucket, size, step, duplicate) is refused with a status naming the problem,
 // and changes nothing.
