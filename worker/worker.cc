@@ -131,6 +131,9 @@ absl::Status Worker::RejoinOrRollBack(int64_t restore_step) {
   if (restore_step < 0 && eligible && !again) {
     absl::StatusOr<bool> in_place = p_->recovery->RejoinInPlace();
     if (in_place.ok() && *in_place) return absl::OkStatus();
+    // The job did not become whole within the recovery timeout: a rollback
+    // would wait for the same members again.
+    if (absl::IsDeadlineExceeded(in_place.status())) return in_place.status();
     if (!in_place.ok()) {
       TESSEL_LOG(WARNING) << p_->ctx.Where()
                           << ": rejoining in place failed, joining a rollback instead: "

@@ -217,7 +217,7 @@ absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
       if (!plan.receiving && (plan.held >= 0 || ctx.world_size == 1)) break;
     }
     if (absl::Now() >= deadline) {
-      return ctx.Recoverable(absl::DeadlineExceededError(absl::StrCat(
+      return ctx.Recoverable(absl::AbortedError(absl::StrCat(
           ctx.Where(), ": the shards' stats did not settle within the recovery timeout: ",
           !stats.ok()      ? std::string(stats.status().message())
           : plan.receiving ? "a push of this rank's previous process is still landing"
