@@ -119,16 +119,22 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
   return s;
 }
 
-absl::Status Worker::ResumeInJob() { return RejoinOrRollBack(p_->ctx.options.resume_step); }
+absl::Status Worker::ResumeInJob() {
+  return RejoinOrRollBack(p_->ctx.options.resume_step, /*replacement=*/true);
+}
 
-absl::Status Worker::RejoinOrRollBack(int64_t restore_step) {
-  // A replacement for a lost worker, or a worker that lost its own step to
-  // a membership change while every shard server stayed where it was,
-  // rejoins the step in flight (internal/rejoin.h). Anything else, or an
-  // in-place attempt that fails, joins a rollback to the checkpoint.
-  const bool eligible = internal::InPlaceEligible(p_->ctx) && p_->membership->CheckServers().ok();
+absl::Status Worker::RejoinOrRollBack(int64_t restore_step, bool replacement) {
+  // A replacement for a lost worker (a new process) rejoins the step in
+  // flight (internal/rejoin.h) where the shards still hold it: RejoinInPlace
+  // waits for the job to be whole and reads the shards; a shard that lost
+  // the job (a server restarted) sends it to a rollback, as does an
+  // in-place attempt that fails otherwise. A process that lost its own step
+  // (its lease lapsed: paused or cut off; or it saw a server change) joins
+  // a rollback: what its transport and the shards kept of its step is not
+  // known to be whole (issue 44 item 4).
+  const bool eligible = internal::InPlaceEligible(p_->ctx);
   const bool again = p_->ctx.step == p_->recovery->last_in_place_step();
-  if (restore_step < 0 && eligible && !again) {
+  if (restore_step < 0 && eligible && replacement && !again) {
     absl::StatusOr<bool> in_place = p_->recovery->RejoinInPlace();
     if (in_place.ok() && *in_place) return absl::OkStatus();
     // The job did not become whole within the recovery timeout: a rollback
@@ -140,8 +146,7 @@ absl::Status Worker::RejoinOrRollBack(int64_t restore_step) {
                           << in_place.status().message();
     }
   }
-  // The others of such a job (no server changed) may be waiting in place,
-  // not restoring.
+  // The others of such a job may be waiting in place, not restoring.
   return p_->recovery->Run(restore_step, /*restore_if_nobody_does=*/eligible);
 }
 
@@ -468,7 +473,7 @@ absl::Status Worker::RunRecovery(int64_t restore_step) {
   }
   const int64_t from = ctx.step;
   const auto start = std::chrono::steady_clock::now();
-  absl::Status s = RejoinOrRollBack(restore_step);
+  absl::Status s = RejoinOrRollBack(restore_step, /*replacement=*/false);
   if (s.ok() && p_->metrics != nullptr) {
     p_->metrics->Recovered(metrics::SecondsSince(start), from, ctx.step);
   }

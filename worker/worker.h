@@ -442,9 +442,10 @@ class Worker {
   // A resuming worker with recovery on: rejoins the step in flight where the
   // job allows (options.h rejoin_in_place), else joins a rollback.
   absl::Status ResumeInJob();
-  // Recover()'s and ResumeInJob()'s choice: in place where the job allows
-  // it and no shard server changed, else a rollback to `restore_step`.
-  absl::Status RejoinOrRollBack(int64_t restore_step);
+  // ResumeInJob()'s (`replacement`) and Recover()'s choice: a replacement
+  // rejoins in place where the job allows it, else (and for Recover) a
+  // rollback to `restore_step`.
+  absl::Status RejoinOrRollBack(int64_t restore_step, bool replacement);
   absl::Status PullInitial(absl::Span<const float> init);
   // Rank 0, after a step: time-based checkpoints and failure reports
   // (CheckpointWatch).

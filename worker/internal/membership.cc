@@ -303,10 +303,12 @@ absl::Status Membership::MembershipChanged() {
     } else {
       who = "a worker of the job was replaced by another process";
     }
-    // A process that lapsed (paused, cut off) and joined again rejoins the
-    // step in flight as a replacement would (Worker::Recover); everything
-    // is a recovery's (below) when a shard server changed too.
-    if (InPlaceEligible(*ctx_) && CheckServers().ok()) return WaitInPlace(who);
+    // A process that lapsed (paused, cut off) and joined again rolls back
+    // with everyone (Worker::Recover; issue 44 item 4), as does everything
+    // when a shard server changed too.
+    if (rejoined.empty() && InPlaceEligible(*ctx_) && CheckServers().ok()) {
+      return WaitInPlace(who);
+    }
   }
   if (o.recovery) {
     return ctx_->Recoverable(absl::AbortedError(absl::StrCat(
