@@ -188,6 +188,7 @@ absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
   for (int s = 0; s < p_.channel->num_shards(); ++s) buckets.push_back(ctx.layout->num_buckets(s));
   RejoinPlan plan;
   int64_t keyed_epoch = -1;  // the epoch whose frame keys this process holds
+  absl::Time keyed_at = absl::InfiniteFuture();
   for (;;) {
     auto stats = p_.control->Stats(absl::Seconds(5));
     if (!stats.ok() && absl::IsNotFound(stats.status())) return false;  // a whole restart
@@ -207,6 +208,7 @@ absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
         if (!keys.ok()) return ctx.Recoverable(absl::UnavailableError(keys.status().message()));
         TESSEL_RETURN_IF_ERROR(p_.channel->SetFrameKeys(*keys));
         keyed_epoch = plan.epoch;
+        keyed_at = absl::Now();
         continue;
       }
       // A push of the dead process still landing (a shard without frame
@@ -215,6 +217,18 @@ absl::StatusOr<bool> RecoveryCoordinator::RejoinInPlace() {
       // (held for clipping or not): it waits for the first of them (the
       // others are computing it; a job of one worker has no others).
       if (!plan.receiving && (plan.held >= 0 || ctx.world_size == 1)) break;
+      // Nobody pushed the step in flight within a lease (at least 2 s) of
+      // this process taking its keys: every rank restarted (a whole job
+      // resuming: it restores its checkpoint, as it always did), or the
+      // others' steps take longer than that (then too, a rollback is safe).
+      if (plan.held < 0 &&
+          absl::Now() >= keyed_at + std::max(ctx.options.lease_ttl, absl::Seconds(2))) {
+        TESSEL_LOG(WARNING) << ctx.Where() << ": no other rank pushed a gradient of step "
+                            << plan.step + 1
+                            << " since this process joined (a whole job restarting, or steps "
+                               "longer than a lease); joining a rollback instead of rejoining";
+        return false;
+      }
     }
     if (absl::Now() >= deadline) {
       return ctx.Recoverable(absl::AbortedError(absl::StrCat(
