@@ -138,6 +138,9 @@ absl::Status HybridSession::Start() {
   partition.job = PartitionJobName(w.job, coords_.p, coords_.t);
   partition.rank = coords_.d;
   partition.world_size = config.dp;
+  // The partitions roll back together (their mesh messages of the step in
+  // flight cannot be replayed to one replacement): no rejoin in place.
+  partition.rejoin_in_place = false;
   absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Connect(partition);
   if (!worker.ok()) {
     return absl::Status(worker.status().code(),
