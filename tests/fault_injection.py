@@ -49,7 +49,8 @@ import sys
 import tempfile
 import time
 
-from proc_util import cleanup, crash_into, log, spawn, start_registry
+from proc_util import cleanup, crash_into, log, shards_json, spawn, start_registry, wait_all
+from proc_util import read_losses as proc_read_losses
 
 REGISTRY, SERVER, TRAIN, CTL = sys.argv[1:5]
 # Optional: ucx_crash_sender, for "wedge" faults (a process dies inside a
@@ -157,31 +158,14 @@ class Cluster:
         return False
 
     def shards_json(self):
-        out = subprocess.run([CTL, "--registry", self.reg, "shards", "--job", "fi", "-o", "json"],
-                             capture_output=True, text=True)
-        return json.loads(out.stdout) if out.returncode == 0 else None
+        return shards_json(CTL, self.reg, "fi")
 
     def wait_workers(self, timeout):
-        end = time.time() + timeout
-        rcs = {}
-        for r, p in self.workers.items():
-            try:
-                rcs[r] = p.wait(timeout=max(0.1, end - time.time()))
-            except subprocess.TimeoutExpired:
-                rcs[r] = "timeout"
-        return rcs
+        return wait_all(self.workers, timeout)
 
 
 def read_losses(d):
-    """{(rank, step): [loss as logged, once per time the step ran]}"""
-    losses = {}
-    for r in range(WORLD):
-        path = os.path.join(d, "loss.txt.rank%d" % r)
-        if os.path.exists(path):
-            for line in open(path):
-                k, v = line.split()
-                losses.setdefault((r, int(k)), []).append(v)
-    return losses
+    return proc_read_losses(d, WORLD)
 
 
 def tail(path, n=8):

@@ -69,6 +69,39 @@ def check(cond, what):
     return cond
 
 
+def wait_all(procs, timeout):
+    """{key: exit status, or "timeout"} of the processes in the dict `procs`,
+    waited for together up to `timeout` seconds."""
+    end = time.time() + timeout
+    rcs = {}
+    for k, p in procs.items():
+        try:
+            rcs[k] = p.wait(timeout=max(0.1, end - time.time()))
+        except subprocess.TimeoutExpired:
+            rcs[k] = "timeout"
+    return rcs
+
+
+def shards_json(ctl, registry, job):
+    """`tesselctl shards --job JOB -o json` parsed, or None if it failed."""
+    out = subprocess.run([ctl, "--registry", registry, "shards", "--job", job, "-o", "json"],
+                         capture_output=True, text=True)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def read_losses(d, world):
+    """{(rank, step): [loss as logged, once per time the step ran]} from the
+    --loss_log files d/loss.txt.rank<R> of ranks 0..world-1 (a replacement
+    appends to its rank's file)."""
+    losses = {}
+    for r in range(world):
+        for line in read(os.path.join(d, "loss.txt.rank%d" % r)).splitlines():
+            if line.strip():
+                k, v = line.split()[:2]
+                losses.setdefault((r, int(k)), []).append(v)
+    return losses
+
+
 def start_registry(binary, d, lease_ms):
     """Starts tessel-registry on a free loopback port, logging to
     d/registry.log; returns (process, "host:port")."""

@@ -22,7 +22,6 @@ Environment: TESSEL_REJOIN_KILLS (per configuration, default 5),
 TESSEL_REJOIN_SEED (default 1), TESSEL_REJOIN_CONFIGS (default all, comma-separated),
 TESSEL_REJOIN_KEEP=1 (keep the logs of a passing run).
 """
-import json
 import os
 import random
 import re
@@ -32,7 +31,8 @@ import sys
 import tempfile
 import time
 
-from proc_util import check, cleanup, finish, log, read, spawn, start_registry
+from proc_util import (check, cleanup, finish, log, read, read_losses, shards_json, spawn,
+                       start_registry, wait_all)
 
 REGISTRY, SERVER, TRAIN, CTL = sys.argv[1:5]
 KILLS = int(os.environ.get("TESSEL_REJOIN_KILLS", "5"))
@@ -89,30 +89,10 @@ class Cluster:
         return int(lines[-1].split()[0]) + 1 if lines else 0
 
     def shards(self):
-        out = subprocess.run([CTL, "--registry", self.reg, "shards", "--job", "rj", "-o", "json"],
-                             capture_output=True, text=True)
-        return json.loads(out.stdout) if out.returncode == 0 else None
+        return shards_json(CTL, self.reg, "rj")
 
     def wait_workers(self, timeout):
-        end = time.time() + timeout
-        rcs = {}
-        for r, p in self.workers.items():
-            try:
-                rcs[r] = p.wait(timeout=max(0.1, end - time.time()))
-            except subprocess.TimeoutExpired:
-                rcs[r] = "timeout"
-        return rcs
-
-
-def losses(d):
-    """{(rank, step): [loss text, ...]} over every process of each rank."""
-    out = {}
-    for r in range(WORLD):
-        for line in read(os.path.join(d, "loss.txt.rank%d" % r)).split("\n"):
-            if line.strip():
-                step, loss = line.split()[:2]
-                out.setdefault((r, int(step)), []).append(loss)
-    return out
+        return wait_all(self.workers, timeout)
 
 
 def stat(shard, key, snake):
@@ -150,7 +130,7 @@ def run(config, rng=None):
             rejoins.append(again)
     rcs = c.wait_workers(240)
     shards = c.shards()
-    result = {"dir": d, "rcs": rcs, "shards": shards, "losses": losses(d), "again": rejoins,
+    result = {"dir": d, "rcs": rcs, "shards": shards, "losses": read_losses(d, WORLD), "again": rejoins,
               "final": read(os.path.join(d, "final.npy")) if rng is None else None}
     try:
         with open(os.path.join(d, "final.npy"), "rb") as f:
