@@ -113,28 +113,10 @@ class AbandonedReceiveServerTest : public UcxShardServerTest,
     return std::make_unique<FreezingTransport>(UcxShardServerTest::ServerTransport(), &freezer_);
   }
 
-  std::unique_ptr<RegistryClient> Join(int rank) {
-    auto client = std::make_unique<RegistryClient>(registry_.address());
-    v1::Member m;
-    m.set_group("B");
-    m.set_role(v1::ROLE_WORKER);
-    m.set_rank(rank);
-    m.set_ucx_address(absl::StrCat("worker ", rank));
-    auto joined = client->Join(m, absl::Seconds(30));
-    EXPECT_TRUE(joined.ok()) << joined.status();
-    return client;
-  }
+  std::unique_ptr<RegistryClient> Join(int rank) { return JoinWorker("B", rank); }
   grpc::Status Ask(int rank, const std::string& claim, int64_t member_epoch,
                    v1::FrameKeyResponse* resp) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::FrameKeyRequest req;
-    req.set_job("B");
-    req.set_rank(rank);
-    req.set_epoch(1);
-    req.set_claim(claim);
-    req.set_member_epoch(member_epoch);
-    return stub_->GetFrameKey(&ctx, req, resp);
+    return GetFrameKey("B", rank, /*epoch=*/1, claim, /*max_key_version=*/0, resp, member_epoch);
   }
   // The rank's keys (null when frames go untagged).
   static std::shared_ptr<const RankFrameKeys> KeysOf(const v1::FrameKeyResponse& resp, int rank) {

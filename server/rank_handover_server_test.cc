@@ -46,14 +46,7 @@ class RankHandoverServerTest : public UcxShardServerTest {
 
   // A process joining the registry as worker `rank` of job "B".
   std::unique_ptr<RegistryClient> Join(int rank) {
-    auto client = std::make_unique<RegistryClient>(registry_.address());
-    v1::Member m;
-    m.set_group("B");
-    m.set_role(v1::ROLE_WORKER);
-    m.set_rank(rank);
-    m.set_ucx_address(absl::StrCat("worker ", rank));
-    auto joined = client->Join(m, absl::Seconds(30));
-    EXPECT_TRUE(joined.ok()) << joined.status();
+    std::unique_ptr<RegistryClient> client = JoinWorker("B", rank);
     EXPECT_GT(client->joined_epoch(), 0);
     return client;
   }
@@ -61,15 +54,7 @@ class RankHandoverServerTest : public UcxShardServerTest {
   // `claim` and registry membership `member_epoch`.
   grpc::Status Ask(int rank, const std::string& claim, int64_t member_epoch,
                    v1::FrameKeyResponse* resp) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    v1::FrameKeyRequest req;
-    req.set_job("B");
-    req.set_rank(rank);
-    req.set_epoch(1);
-    req.set_claim(claim);
-    req.set_member_epoch(member_epoch);
-    return stub_->GetFrameKey(&ctx, req, resp);
+    return GetFrameKey("B", rank, /*epoch=*/1, claim, /*max_key_version=*/0, resp, member_epoch);
   }
   static std::shared_ptr<const RankFrameKeys> KeysOf(const v1::FrameKeyResponse& resp, int rank) {
     auto keys =

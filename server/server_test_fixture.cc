@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "rpc/grpc_util.h"
 
@@ -120,7 +121,7 @@ void UcxShardServerTest::AwaitRejectedFrames(const std::string& job, int64_t n,
 
 grpc::Status UcxShardServerTest::GetFrameKey(const std::string& job, int rank, int64_t epoch,
                                              const std::string& claim, int32_t max_key_version,
-                                             v1::FrameKeyResponse* resp) {
+                                             v1::FrameKeyResponse* resp, int64_t member_epoch) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::FrameKeyRequest req;
@@ -129,7 +130,20 @@ grpc::Status UcxShardServerTest::GetFrameKey(const std::string& job, int rank, i
   req.set_epoch(epoch);
   req.set_claim(claim);
   if (max_key_version != 0) req.set_max_key_version(max_key_version);
+  if (member_epoch != 0) req.set_member_epoch(member_epoch);
   return stub_->GetFrameKey(&ctx, req, resp);
+}
+
+std::unique_ptr<RegistryClient> UcxShardServerTest::JoinWorker(const std::string& job, int rank) {
+  auto client = std::make_unique<RegistryClient>(registry_.address());
+  v1::Member m;
+  m.set_group(job);
+  m.set_role(v1::ROLE_WORKER);
+  m.set_rank(rank);
+  m.set_ucx_address(absl::StrCat("worker ", rank));
+  auto joined = client->Join(m, absl::Seconds(30));
+  EXPECT_TRUE(joined.ok()) << joined.status();
+  return client;
 }
 
 std::shared_ptr<const RankFrameKeys> UcxShardServerTest::KeyOf(const std::string& job, int rank,

@@ -19,6 +19,7 @@
 #include "core/wire.h"
 #include "gtest/gtest.h"
 #include "proto/shard.grpc.pb.h"
+#include "rpc/registry_client.h"
 #include "runtime/rank_keys.h"
 #include "server/shard_server.h"
 #include "server/test_registry.h"
@@ -64,10 +65,14 @@ class UcxShardServerTest : public ::testing::Test {
   void AwaitRejectedFrames(const std::string& job, int64_t n,
                            absl::Duration timeout = absl::Seconds(5));
   // GetFrameKey for (job, rank, epoch) under `claim`; `max_key_version` 0
-  // is a worker from before payload tags.
+  // is a worker from before payload tags; `member_epoch` the caller's
+  // registry membership (0: none named; a rank key handover needs it).
   grpc::Status GetFrameKey(const std::string& job, int rank, int64_t epoch,
                            const std::string& claim, int32_t max_key_version,
-                           v1::FrameKeyResponse* resp);
+                           v1::FrameKeyResponse* resp, int64_t member_epoch = 0);
+  // A process joined to the test registry as worker `rank` of `job` (its
+  // UCX address "worker <rank>"); the test fails if the join does.
+  std::unique_ptr<RegistryClient> JoinWorker(const std::string& job, int rank);
   // The keys rank `rank` of `job` gets for `epoch` (a claim of its own, the
   // key version options_ call for); null, with the test failed, if refused.
   // `secret`, if given, receives the rank's secret.
