@@ -202,6 +202,9 @@ def main():
                                MPIRUN + ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "-np",
                                          str(w), args.mpi, size_arg, str(args.iters),
                                          "allreduce"]))
+    # The other build's datapath_bench starts its own build's shard servers
+    # (testing/process.h's FindBinary looks in $RUNFILES_DIR first: this build's).
+    base_env = {k: v for k, v in os.environ.items() if k not in ("RUNFILES_DIR", "TEST_SRCDIR")}
     results = {}  # (world, name, size) -> [per-run median ms]
     rpcs = {}  # (world, tessel name, size) -> most (shard, registry) control calls in a run
     phases = {}  # (world, tessel name, size) -> [(push, wait, pull) ms per run]
@@ -215,7 +218,8 @@ def main():
             quiet, idle, waited = wait_quiet(args.quiet_max_s)
             not_quiet += 0 if quiet else 1
             start = time.time()
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout_s)
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout_s,
+                               env=base_env if argv[0] == args.base_bench else None)
             calls, phase, cpu = {}, {}, {}
             rows = parse(p.stdout, calls, phase, cpu)
             for s, c in cpu.items():
