@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,10 +47,18 @@ int UsableCores() {
 SpinBudget::SpinBudget(std::string dir) : dir_(std::move(dir)) {}
 
 SpinBudget::~SpinBudget() {
-  absl::MutexLock lock(&mu_);
-  if (fd_ >= 0) {
-    unlink(absl::StrCat(dir_, "/", getpid()).c_str());
-    close(fd_);
+  bool released = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (fd_ >= 0) {
+      unlink(absl::StrCat(dir_, "/", getpid()).c_str());
+      close(fd_);
+      released = true;
+    }
+  }
+  if (uint64_t* g = generation_.load(std::memory_order_acquire)) {
+    if (released) __atomic_fetch_add(g, 1, __ATOMIC_RELEASE);
+    munmap(g, 8);
   }
 }
 
@@ -69,10 +78,43 @@ std::unique_ptr<SpinBudget::Claim> SpinBudget::Take(int threads) {
 }
 
 void SpinBudget::Add(int delta) {
-  absl::MutexLock lock(&mu_);
-  mine_ += delta;
-  WriteLocked();
+  {
+    absl::MutexLock lock(&mu_);
+    mine_ += delta;
+    WriteLocked();
+  }
   read_at_ns_.store(0, std::memory_order_relaxed);  // read again at the next Fits()
+  // After the file is written (and locked): every other process's next
+  // Fits() reads the directory again and counts it.
+  if (uint64_t* g = Generation()) __atomic_fetch_add(g, 1, __ATOMIC_RELEASE);
+}
+
+uint64_t* SpinBudget::Generation() {
+  if (uint64_t* g = generation_.load(std::memory_order_acquire)) return g;
+  absl::MutexLock lock(&generation_mu_);
+  if (generation_tried_) return generation_.load(std::memory_order_relaxed);
+  generation_tried_ = true;
+  mkdir(dir_.c_str(), 01777);
+  const int fd = open(absl::StrCat(dir_, "/generation").c_str(), O_RDWR | O_CREAT | O_CLOEXEC,
+                      0666);
+  if (fd < 0) return nullptr;
+  fchmod(fd, 0666);  // whoever created it: every user's processes bump it
+  // Growing to 8 bytes is idempotent; racing creators write nothing else.
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || (st.st_size < 8 && ftruncate(fd, 8) != 0)) {
+    close(fd);
+    return nullptr;
+  }
+  void* p = mmap(nullptr, 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return nullptr;
+  generation_.store(static_cast<uint64_t*>(p), std::memory_order_release);
+  return static_cast<uint64_t*>(p);
+}
+
+uint64_t SpinBudget::LoadGeneration() {
+  uint64_t* g = Generation();
+  return g == nullptr ? 0 : __atomic_load_n(g, __ATOMIC_ACQUIRE);
 }
 
 void SpinBudget::WriteLocked() {
@@ -149,12 +191,15 @@ SpinBudget::Count SpinBudget::Read() {
 
 bool SpinBudget::Fits() {
   const int64_t now = absl::GetCurrentTimeNanos();
-  if (now - read_at_ns_.load(std::memory_order_relaxed) < 1'000'000'000) {
+  const uint64_t generation = LoadGeneration();
+  if (generation == read_generation_.load(std::memory_order_relaxed) &&
+      now - read_at_ns_.load(std::memory_order_relaxed) < 1'000'000'000) {
     return fits_.load(std::memory_order_relaxed);
   }
   if (!read_mu_.TryLock()) return fits_.load(std::memory_order_relaxed);  // another thread reads
-  const Count c = Read();
+  const Count c = Read();  // sees every claim made before `generation`
   fits_.store(c.threads <= c.cores, std::memory_order_relaxed);
+  read_generation_.store(generation, std::memory_order_relaxed);
   read_at_ns_.store(now, std::memory_order_relaxed);
   read_mu_.Unlock();
   return c.threads <= c.cores;

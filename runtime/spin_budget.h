@@ -12,6 +12,13 @@
 // can be taken belongs to a process that is gone, and is removed). Fits()
 // compares the sum with the cores this process may use
 // (sched_getaffinity, and the cgroup v2 quota in /sys/fs/cgroup/cpu.max).
+// Every claim and release also bumps a host-wide generation (the
+// directory's `generation` file, mapped shared: one atomic load per
+// Fits()), and Fits() reads the directory again as soon as it moved: a
+// process started a moment before the others sees them at once, where it
+// used to poll as if alone for up to a second (which made one run of a
+// 16 MiB step 1.5-1.8x slower than the next: issue 46). A process killed
+// without releasing is noticed by the once-a-second reading.
 // "Host" is what shares the directory: processes in network namespaces of
 // one machine do; a container with its own /dev/shm counts its own threads
 // against its own CPU limit.
@@ -24,9 +31,10 @@
 //           else event-driven after a brief poll (kCrowdedPoll, or `spin` if
 //           shorter): the reply to a message just sent is often that close,
 //           and a wake-up costs more CPU than 200 us of polling (measured:
-//           benchmarks/results/poll_window-2026-11-27.txt). Re-read at most
-//           once a second, so it follows processes starting and stopping.
-//           The default everywhere.
+//           benchmarks/results/poll_window-2026-11-27.txt). Re-read when
+//           the host's generation moves (a claim or release anywhere) and
+//           at least once a second (processes that died), so it follows
+//           processes starting and stopping. The default everywhere.
 //
 // Threads: everything is thread-safe.
 //
@@ -38,6 +46,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -85,12 +94,16 @@ class SpinBudget {
   };
   // Reads the directory now.
   Count Read();
-  // threads <= cores, from a reading at most a second old.
+  // threads <= cores, from a reading made after the last claim or release
+  // on the host and at most a second old.
   bool Fits();
 
  private:
   void Add(int delta);
   void WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The host's generation counter (mapped once; null where it cannot be).
+  uint64_t* Generation();
+  uint64_t LoadGeneration();
 
   const std::string dir_;
   absl::Mutex mu_;
@@ -99,7 +112,11 @@ class SpinBudget {
   bool warned_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex read_mu_;
   std::atomic<int64_t> read_at_ns_{0};
+  std::atomic<uint64_t> read_generation_{0};  // the generation that reading saw
   std::atomic<bool> fits_{true};
+  absl::Mutex generation_mu_;
+  bool generation_tried_ ABSL_GUARDED_BY(generation_mu_) = false;
+  std::atomic<uint64_t*> generation_{nullptr};
 };
 
 class SpinPolicy {
