@@ -69,6 +69,9 @@ ABSL_FLAG(std::string, server_args, "",
           "more flags for every shard server, space-separated (e.g. "
           "\"--receive_check_ms=100 --receive_check_timeout_ms=20\": probe the receive queues "
           "often and impatiently, as //benchmarks:saturation_test does)");
+ABSL_FLAG(std::string, worker_args, "",
+          "more flags for every worker, space-separated (e.g. \"--rejoin_in_place=false\": "
+          "the job's shards keep one served version and update in place)");
 // Internal: worker mode.
 ABSL_FLAG(std::string, role, "launcher",
           "launcher (start a local cluster and the workers, print the table), worker (one rank "
@@ -416,6 +419,10 @@ int main(int argc, char** argv) {
         absl::StrFormat("--lr=%.17g", absl::GetFlag(FLAGS_lr)),
         "--result=" + result};
     for (std::string& f : cluster.WorkerCredentialFlags()) argv.push_back(std::move(f));
+    for (absl::string_view arg :
+         absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty())) {
+      argv.emplace_back(arg);
+    }
     names.push_back(absl::StrCat("bench", r));
     s = cluster.processes().Start(names.back(), argv);
     if (!s.ok()) break;

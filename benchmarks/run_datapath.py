@@ -34,6 +34,10 @@ Contenders, for each world size W in --workers:
   tessel-<opt>-<mode> with --poll_modes: every process with --poll_mode=<mode>
                    (auto: poll only while the host's polling threads fit its
                    cores; spin: always; event: sleep on the wake-up fd at once).
+  tessel-<opt>[-...]-inplace with --in_place: the workers' --rejoin_in_place=false
+                   (JobSpec.in_place_update: the shards keep one served version and
+                   update in place; a lost worker then costs a rollback), against the
+                   default (two versions, for a replacement to rejoin in place).
   tessel-<opt>[-...]-noinline with --no_inline: the servers'
                    --inline_update_max_bytes=0 (every bucket through an update
                    thread, none reduced on the transport's thread).
@@ -61,7 +65,7 @@ Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
          [--sizes_mib=1,16,64,256] [--repeats=5] [--iters=10]
          [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
          [--update_threads=1,2] [--base_bench=OTHER/datapath_bench] [--copied]
-         [--no_fold] [--no_inline] [--cma] [--poll_modes=auto,spin,event]
+         [--no_fold] [--in_place] [--no_inline] [--cma] [--poll_modes=auto,spin,event]
          [--data_auth=off,header,payload] [--no_mpi] [--clip=MAX_NORM]
 """
 import argparse
@@ -115,6 +119,9 @@ def main():
                     help="comma-separated auto,spin,event: one Tessel contender per mode "
                          "(tessel-<opt>-<mode>), every process run with --poll_mode=<mode> "
                          "(default: one contender, the default mode, auto)")
+    ap.add_argument("--in_place", action="store_true",
+                    help="also run each Tessel contender with the workers' --rejoin_in_place=false "
+                         "(tessel-<opt>-inplace: one served version, updated in place)")
     ap.add_argument("--no_inline", action="store_true",
                     help="also run each Tessel contender with the servers' "
                          "--inline_update_max_bytes=0 (tessel-<opt>-noinline: every bucket "
@@ -177,6 +184,10 @@ def main():
                                  for n, a in list(variants)]
                 for vname, vargs in variants:
                     contenders.append((w, vname, tessel(args.bench, w, opt) + extra + vargs))
+                    if args.in_place:
+                        contenders.append((w, vname + "-inplace", tessel(args.bench, w, opt) +
+                                           extra + vargs +
+                                           ["--worker_args=--rejoin_in_place=false"]))
                     if args.no_inline:
                         contenders.append((w, vname + "-noinline", tessel(args.bench, w, opt) +
                                            extra + vargs + ["--inline_update_max_bytes=0"]))

@@ -21,10 +21,12 @@ double PhysicalMemoryBytes() {
 absl::Status CheckShardFits(const v1::JobSpec& spec, int shard_index, const Layout& layout,
                             const OptimizerParams& optimizer, double memory_bytes) {
   const double range = static_cast<double>(layout.shard_range(shard_index).size());
-  // The served values (two versions where the shard holds the parameters:
-  // served_versions.h), the optimizer's state and the receive buffers.
+  // The served values (two versions where the shard holds the parameters
+  // and workers may rejoin in place: served_versions.h), the optimizer's
+  // state and the receive buffers.
   const double served = static_cast<double>(ServedVersions::BytesPerElement(
-      spec.strategy() != v1::STRATEGY_DDP, JobHalfType(spec).has_value()));
+      ServedVersions::Kept(spec.strategy() != v1::STRATEGY_DDP, spec.in_place_update()),
+      JobHalfType(spec).has_value()));
   const double need = range * (served + 4.0 * StateSlots(optimizer) + 4.0 * NumRankGroups(spec));
   if (memory_bytes <= 0 || need <= memory_bytes / 2) return absl::OkStatus();
   return absl::ResourceExhaustedError(

@@ -4,13 +4,13 @@
 
 namespace tessel {
 
-ServedVersions::ServedVersions(bool holds_params, std::optional<HalfType> half, size_t n,
+ServedVersions::ServedVersions(int kept, std::optional<HalfType> half, size_t n,
                                std::shared_ptr<PayloadMemory> memory)
-    : holds_params_(holds_params), half_(half), n_(n) {
-  // fp32 ZeRO serves its masters: two of them. Mixed precision serves the
-  // half copy (two of them) of masters updated in place; DDP one of each.
-  fp32_kept_ = holds_params && !half ? 2 : 1;
-  const int half_kept = half ? kept() : 0;
+    : kept_(kept == 2 ? 2 : 1), half_(half), n_(n) {
+  // fp32 serves its masters: `kept` of them. Mixed precision serves the
+  // half copy (`kept` of them) of masters updated in place.
+  fp32_kept_ = !half ? kept_ : 1;
+  const int half_kept = half ? kept_ : 0;
   for (int i = 0; i < fp32_kept_; ++i) {
     fp32_[i] = PayloadVector<float>(PayloadAllocator<float>(memory));
     fp32_[i].assign(n, 0.f);
@@ -21,14 +21,13 @@ ServedVersions::ServedVersions(bool holds_params, std::optional<HalfType> half, 
   }
 }
 
-int64_t ServedVersions::BytesPerElement(bool holds_params, bool half) {
-  const int64_t kept = holds_params ? 2 : 1;
-  const int64_t fp32 = holds_params && !half ? kept : 1;
+int64_t ServedVersions::BytesPerElement(int kept, bool half) {
+  const int64_t fp32 = half ? 1 : kept;
   return fp32 * int64_t{4} + (half ? kept * int64_t{2} : 0);
 }
 
 int64_t ServedVersions::bytes() const {
-  return BytesPerElement(holds_params_, half_.has_value()) * static_cast<int64_t>(n_);
+  return BytesPerElement(kept_, half_.has_value()) * static_cast<int64_t>(n_);
 }
 
 const void* ServedVersions::served(int64_t version, int64_t offset) const {

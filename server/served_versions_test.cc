@@ -17,7 +17,8 @@ TEST(ServedVersionsTest, VersionsAlternateBetweenTwoBuffers) {
   EXPECT_EQ(ServedVersions::BufferFor(7, 2), 1);
   EXPECT_EQ(ServedVersions::BufferFor(8, 2), 0);
   EXPECT_EQ(ServedVersions::BufferFor(7, 1), 0) << "one buffer: every version";
-  ServedVersions v(/*holds_params=*/true, std::nullopt, 8, nullptr);
+  ServedVersions v(ServedVersions::Kept(/*holds_params=*/true, /*in_place_update=*/false),
+                   std::nullopt, 8, nullptr);
   EXPECT_EQ(v.kept(), 2);
   EXPECT_NE(v.values(4), v.values(5));
   EXPECT_EQ(v.values(4), v.values(6));
@@ -29,7 +30,7 @@ TEST(ServedVersionsTest, VersionsAlternateBetweenTwoBuffers) {
 }
 
 TEST(ServedVersionsTest, MixedPrecisionUpdatesMastersInPlaceAndKeepsTwoHalfCopies) {
-  ServedVersions v(/*holds_params=*/true, HalfType::kBF16, 4, nullptr);
+  ServedVersions v(ServedVersions::Kept(true, false), HalfType::kBF16, 4, nullptr);
   EXPECT_EQ(v.update_in(2), v.update_out(2)) << "the masters are not served: in place";
   std::vector<float> m = {1.f, 2.f, 3.f, 4.f};
   std::memcpy(v.values(2), m.data(), 16);
@@ -46,21 +47,38 @@ TEST(ServedVersionsTest, MixedPrecisionUpdatesMastersInPlaceAndKeepsTwoHalfCopie
 }
 
 TEST(ServedVersionsTest, DdpKeepsOneBuffer) {
-  ServedVersions v(/*holds_params=*/false, std::nullopt, 4, nullptr);
+  ServedVersions v(ServedVersions::Kept(/*holds_params=*/false, false), std::nullopt, 4, nullptr);
   EXPECT_EQ(v.kept(), 1);
   EXPECT_EQ(v.values(0), v.values(1));
   EXPECT_EQ(v.update_in(0), v.update_out(0));
   EXPECT_EQ(v.bytes(), 4 * 4);
-  ServedVersions half(/*holds_params=*/false, HalfType::kF16, 4, nullptr);
+  ServedVersions half(ServedVersions::Kept(false, false), HalfType::kF16, 4, nullptr);
   EXPECT_EQ(half.served(0, 0), half.served(1, 0));
   EXPECT_EQ(half.bytes(), 4 * (4 + 2));
 }
 
 TEST(ServedVersionsTest, BytesPerElement) {
-  EXPECT_EQ(ServedVersions::BytesPerElement(true, false), 8) << "fp32: two versions of masters";
-  EXPECT_EQ(ServedVersions::BytesPerElement(true, true), 8) << "masters + two half copies";
-  EXPECT_EQ(ServedVersions::BytesPerElement(false, false), 4) << "DDP: the mean";
-  EXPECT_EQ(ServedVersions::BytesPerElement(false, true), 6) << "and its half copy";
+  EXPECT_EQ(ServedVersions::BytesPerElement(2, false), 8) << "fp32: two versions of masters";
+  EXPECT_EQ(ServedVersions::BytesPerElement(2, true), 8) << "masters + two half copies";
+  EXPECT_EQ(ServedVersions::BytesPerElement(1, false), 4) << "DDP, or in place: one";
+  EXPECT_EQ(ServedVersions::BytesPerElement(1, true), 6) << "and its half copy";
+}
+
+// A job whose workers do not rejoin in place (JobSpec.in_place_update)
+// keeps one version and updates in place, like DDP; DDP keeps one either way.
+TEST(ServedVersionsTest, InPlaceUpdateKeepsOneVersion) {
+  EXPECT_EQ(ServedVersions::Kept(/*holds_params=*/true, /*in_place_update=*/false), 2);
+  EXPECT_EQ(ServedVersions::Kept(true, true), 1);
+  EXPECT_EQ(ServedVersions::Kept(false, false), 1);
+  EXPECT_EQ(ServedVersions::Kept(false, true), 1);
+  ServedVersions v(ServedVersions::Kept(true, true), std::nullopt, 4, nullptr);
+  EXPECT_EQ(v.kept(), 1);
+  EXPECT_EQ(v.update_in(3), v.update_out(3)) << "in place";
+  EXPECT_EQ(v.values(3), v.values(4));
+  EXPECT_EQ(v.bytes(), 4 * 4);
+  ServedVersions half(ServedVersions::Kept(true, true), HalfType::kBF16, 4, nullptr);
+  EXPECT_EQ(half.served(3, 0), half.served(4, 0)) << "one half copy";
+  EXPECT_EQ(half.bytes(), 4 * (4 + 2));
 }
 
 }  // namespace

@@ -119,8 +119,8 @@ ShardJob::ShardJob(const v1::JobSpec& spec, std::string spec_json, Layout layout
       checkpoints_(spec.checkpoint().every_steps()),
       transfer_(Where(), range_.size(), static_cast<int>(rule_->state().size()),
                 static_cast<int>(layout_.tensors().size()), rule_->holds_params()) {
-  served_ = ServedVersions(rule_->holds_params(), half_, static_cast<size_t>(range_.size()),
-                           std::move(memory));
+  served_ = ServedVersions(ServedVersions::Kept(rule_->holds_params(), spec.in_place_update()),
+                           half_, static_cast<size_t>(range_.size()), std::move(memory));
   init_seen_.assign(num_buckets_, 0);
   initialized_ = !rule_->holds_params() || num_buckets_ == 0;
 }
@@ -133,7 +133,7 @@ FrameChecks::State ShardJob::FrameStateLocked() const {
   // Version v-1 stays whole in its buffer until the step in flight updates
   // a bucket (served_versions.h).
   const bool previous_whole =
-      rule_->holds_params() && version_ >= 1 && buckets_updated_ == 0 && updates_running_ == 0;
+      served_.kept() == 2 && version_ >= 1 && buckets_updated_ == 0 && updates_running_ == 0;
   return FrameChecks::State{epoch_, version_, initialized_, previous_whole ? version_ - 1 : -1};
 }
 

@@ -368,6 +368,30 @@ TEST(ShardJobVersionsStateTest, DdpKeepsOneBuffer) {
   }
 }
 
+// A job no worker rejoins in place (JobSpec.in_place_update) keeps one
+// version, updated in place, with the very bits of the two-version job; the
+// version before is not served once the shard moved on.
+TEST_P(ShardJobVersionsTest, InPlaceUpdateKeepsOneVersionWithTheSameBits) {
+  v1::JobSpec spec = Spec(v1::STRATEGY_ZERO2, GetParam());
+  Versions two(spec);
+  spec.set_in_place_update(true);
+  Versions one(spec);
+  const bool half = JobHalfType(spec).has_value();
+  EXPECT_EQ(one.job().Stats(false).params_bytes, kElements * (half ? 4 + 2 : 4));
+  EXPECT_EQ(two.job().Stats(false).params_bytes, kElements * (half ? 4 + 2 * 2 : 8));
+  for (int salt = 1; salt <= 3; ++salt) {
+    one.Step(salt);
+    two.Step(salt);
+    ASSERT_TRUE(Same(one.ServedAll(salt), two.ServedAll(salt))) << "step " << salt;
+  }
+  for (int b = 0; b < one.buckets(); ++b) {
+    EXPECT_EQ(one.job().served_bucket(b, 2), one.job().served_bucket(b, 3)) << "one buffer";
+  }
+  EXPECT_EQ(one.Pull(1, 2).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "version 2 is gone";
+  EXPECT_TRUE(two.Pull(1, 2).ok()) << "the two-version job still serves it";
+}
+
 // A sender that dies with its payload on the way: the receive fails (the
 // transport's error path) and the slot is released, so the stats list the
 // bucket as not pushed and the rank's replacement may push it.

@@ -82,6 +82,9 @@ absl::Status Worker::RegisterLayout(const std::vector<TensorDesc>& tensors,
     TESSEL_RETURN_IF_ERROR(p_->membership->aggregation().Use(plan, ids));
     for (int g : plan.groups) spec.add_rank_groups(g);
   }
+  // One served version where no worker can rejoin in place (a newcomer's
+  // job is elastic: never in place, whatever groups the recovery gives it).
+  internal::SetServedVersions(o, &spec);
   p_->channel->SetSink(ctx.fsdp() ? static_cast<internal::FrameSink*>(p_->units.get())
                                   : p_->exchange.get());
   ctx.layout = std::make_unique<Layout>(std::move(layout));

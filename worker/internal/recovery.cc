@@ -143,6 +143,7 @@ absl::Status RecoveryCoordinator::TakeRestore(int64_t epoch, int64_t step,
   TESSEL_RETURN_IF_ERROR(aggregation.Use(plan, ids));
   p_.spec->clear_rank_groups();
   for (int g : plan.groups) p_.spec->add_rank_groups(g);
+  SetServedVersions(ctx.options, p_.spec);
   if (ctx.layout != nullptr && !ctx.fsdp()) {
     p_.exchange->Regroup();
     TESSEL_RETURN_IF_ERROR(p_.exchange->Meet());
@@ -309,6 +310,7 @@ absl::Status RecoveryCoordinator::RestoreShards(absl::Time deadline, int64_t res
   for (int g : p_.membership->aggregation().Plan(ids).groups) {
     req.mutable_spec()->add_rank_groups(g);
   }
+  SetServedVersions(ctx.options, req.mutable_spec());
   for (int id : ids) req.add_worker_ids(id);
   req.set_epoch(*epoch);
   req.set_restore(!ddp);

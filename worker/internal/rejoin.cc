@@ -8,12 +8,19 @@
 
 namespace tessel::internal {
 
-bool InPlaceEligible(const JobContext& ctx) {
-  const WorkerOptions& o = ctx.options;
+bool InPlaceEligible(const WorkerOptions& o, bool host_aggregation) {
   const bool servers_hold_state = o.strategy == Strategy::kZero1 ||
                                   o.strategy == Strategy::kZero2 || o.strategy == Strategy::kFsdp;
-  return o.recovery && o.rejoin_in_place && servers_hold_state && ctx.rank_groups.empty() &&
+  return o.recovery && o.rejoin_in_place && servers_hold_state && !host_aggregation &&
          o.elastic_min_workers == 0 && o.elastic_max_workers == 0;
+}
+
+bool InPlaceEligible(const JobContext& ctx) {
+  return InPlaceEligible(ctx.options, !ctx.rank_groups.empty());
+}
+
+void SetServedVersions(const WorkerOptions& o, v1::JobSpec* spec) {
+  spec->set_in_place_update(!InPlaceEligible(o, spec->rank_groups_size() > 0));
 }
 
 RejoinPlan PlanRejoin(const std::vector<v1::ShardStats>& stats, int rank,

@@ -40,8 +40,14 @@ namespace tessel::internal {
 // Whether a lost worker of this job is replaced without rollback: recovery
 // and rejoin_in_place on, zero1, zero2 or fsdp, no host aggregation, no
 // elastic policy. (Worker collectives inside a step are the program's to
-// rule out: WorkerOptions::rejoin_in_place.)
+// rule out: WorkerOptions::rejoin_in_place.) The same rule sets the job's
+// JobSpec.in_place_update (SetServedVersions): a job no worker can rejoin in
+// place has its shards update in place and keep one version.
+bool InPlaceEligible(const WorkerOptions& o, bool host_aggregation);
 bool InPlaceEligible(const JobContext& ctx);
+// spec.in_place_update = !InPlaceEligible(o, spec has rank groups): call it
+// once the spec's rank_groups are final.
+void SetServedVersions(const WorkerOptions& o, v1::JobSpec* spec);
 
 // The replacement's plan from every shard's stats, for data-parallel `rank`
 // of the workers `ids` (registry ranks, in rank order); `buckets` has each

@@ -115,5 +115,34 @@ TEST(InPlaceEligible, ShardStateJobsWithRecoveryAndNoElasticOrHostGroups) {
   EXPECT_FALSE(InPlaceEligible(grouped));
 }
 
+// The job's spec follows the same rule: the shards of a job no worker can
+// rejoin keep one served version and update in place (server/served_versions.h).
+TEST(SetServedVersions, InPlaceUpdateExactlyWhereNoWorkerRejoins) {
+  WorkerOptions o;
+  o.recovery = true;
+  o.strategy = Strategy::kZero2;
+  v1::JobSpec spec;
+  SetServedVersions(o, &spec);
+  EXPECT_FALSE(spec.in_place_update()) << "rejoins in place: two versions";
+  WorkerOptions off = o;
+  off.rejoin_in_place = false;
+  SetServedVersions(off, &spec);
+  EXPECT_TRUE(spec.in_place_update());
+  WorkerOptions no_recovery = o;
+  no_recovery.recovery = false;
+  SetServedVersions(no_recovery, &spec);
+  EXPECT_TRUE(spec.in_place_update());
+  WorkerOptions ddp = o;
+  ddp.strategy = Strategy::kDdp;
+  SetServedVersions(ddp, &spec);
+  EXPECT_TRUE(spec.in_place_update());
+  SetServedVersions(o, &spec);
+  EXPECT_FALSE(spec.in_place_update()) << "set both ways";
+  spec.add_rank_groups(0);
+  spec.add_rank_groups(0);
+  SetServedVersions(o, &spec);
+  EXPECT_TRUE(spec.in_place_update()) << "host aggregation does not rejoin in place";
+}
+
 }  // namespace
 }  // namespace tessel::internal
