@@ -45,9 +45,10 @@ ABSL_FLAG(bool, auto_resume, false,
 ABSL_FLAG(int64_t, resume_step, -1, "with --resume: the checkpoint's step (-1 = latest)");
 ABSL_FLAG(bool, rejoin_in_place, true,
           "with --recover, zero1/zero2/fsdp: a lost worker costs no rollback; the others wait in "
-          "the "
-          "step in flight and its replacement (--rank=R --resume) rejoins that step (false: roll "
-          "back to the latest checkpoint as for a lost shard server)");
+          "the step in flight and its replacement (--rank=R --resume) rejoins that step; the "
+          "shards keep two versions of the parameters for it (false: roll back to the latest "
+          "checkpoint as for a lost shard server, and the shards update in place: one version, "
+          "a faster update; every worker of a job passes the same value)");
 ABSL_FLAG(int, recovery_timeout_s, 60,
           "seconds to wait for a lost worker or shard server to return before giving up");
 ABSL_FLAG(int, elastic_min_workers, 0,

@@ -41,13 +41,16 @@ def main():
     # (the job's buffers are checkpointed beside them: tessel.torch.buffer_store).
     # zero2-bn-rank0: rank 0 is the one killed; its restarted process resumes at step 6
     # and reads the buffers back from the servers (it made no recovery itself).
+    # zero2-norejoin: rejoin_in_place=False, so rank 0 rolls back with the rest
+    # (and the shards, holding one version, update in place).
     for strategy in ("zero2", "fsdp", "zero2-staged", "fsdp-staged", "zero2-bn",
-                     "zero2-bn-rank0"):
-        clean = strategy.replace("-staged", "").replace("-rank0", "")
+                     "zero2-bn-rank0", "zero2-norejoin"):
+        clean = strategy.replace("-staged", "").replace("-rank0", "").replace("-norejoin", "")
         # zero2 and fsdp without buffers: the replacement rejoins the step in
         # flight and rank 0 makes no recovery (docs/operations.md, "A lost
         # worker without rollback"); the BatchNorm model rolls back.
-        in_place = strategy.split("-")[0] in ("zero2", "fsdp") and "-bn" not in strategy
+        in_place = (strategy.split("-")[0] in ("zero2", "fsdp") and "-bn" not in strategy and
+                    not strategy.endswith("-norejoin"))
         want_recoveries = 0 if strategy.endswith("-rank0") or in_place else 1
         clean_s = 0.0
         if clean == strategy:

@@ -34,9 +34,14 @@ r = rank_lib.Rank(batch=bn_model.BATCH if bn else exact_model.BATCH)
 rank = r.rank
 restarted = int(os.environ.get("TESSEL_RESTART_COUNT", "0")) > 0
 model = bn_model.Net() if bn else exact_model.make_model()
+# -norejoin: rejoin_in_place=False on every rank (a rollback; the shards keep
+# one version of the parameters and update in place: JobSpec.in_place_update).
 opt = tt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model=model,
                               strategy=strategy.split("-")[0], bucket_bytes=512, recovery=True,
-                              checkpoint_every_steps=3)
+                              checkpoint_every_steps=3,
+                              rejoin_in_place=not strategy.endswith("-norejoin"))
+if strategy.endswith("-norejoin") and opt.rejoin_in_place:
+    sys.exit("rejoin_in_place=False: opt.rejoin_in_place is still True")
 if restarted:
     said = (f"rank {rank}: restarted, resuming at step {opt.resume_step}, in place: "
             f"{opt.rejoined_in_place}")

@@ -67,6 +67,10 @@ class DistributedOptimizer:
                 steps' updates the servers hold until clip_grad_norm_ gives the factor
                 (held.py): None (default) the first step and each step after one that
                 clipped; True every step (clip from any step on); False none.
+    rejoin_in_place: with recovery, a lost worker's replacement rejoins the step in flight
+                where rejoin.py allows it (True, the default; the servers keep two versions
+                of the parameters for it); False on every rank: a rollback instead, and the
+                servers update in place (a faster update: docs/performance.md).
     precision:  "fp32"; "bf16" or "fp16": half parameters and gradients on the workers and
                 the wire (the model computes in half), fp32 masters and state on the servers.
     loss_scale: "dynamic" (the default for fp16), a number (a static scale), or None (the
@@ -131,7 +135,7 @@ class DistributedOptimizer:
                  checkpoint_every_steps=0, precision="fp32", loss_scale=None,
                  init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                  find_unused_parameters=False, topk_ratio=0.0, broadcast_buffers=True,
-                 session=None, hold_for_clipping=None):
+                 session=None, hold_for_clipping=None, rejoin_in_place=True):
         if session is None:
             session = session_lib.default_session()
         cfg = session.config
@@ -179,9 +183,9 @@ class DistributedOptimizer:
         self.skipped_tensors = 0  # parameter updates left out (no rank had a gradient)
         self._groups = self._make_groups(model)
         # A lost worker without rollback where the job allows it (rejoin.py).
-        self.rejoin_in_place = rejoins_in_place(strategy, self.recovery, model,
-                                                self._scaler.enabled, self.find_unused_parameters,
-                                                hybrid)
+        self.rejoin_in_place = bool(rejoin_in_place) and rejoins_in_place(
+            strategy, self.recovery, model, self._scaler.enabled, self.find_unused_parameters,
+            hybrid)
         self._no_sync = False
         # model.state_dict()/load_state_dict() through the servers (model_state.py);
         # recorded before the groups bind (fsdp then empties the parameters).
