@@ -24,7 +24,11 @@ struct Measured {
   int64_t server_params = 0, server_optimizer = 0, server_grads = 0;
 };
 
-Measured RunJob(Strategy strategy, const std::string& job, Precision precision = Precision::kFp32) {
+// ZeRO jobs run with recovery on, as tessel-train's and tessel.torch's do by
+// default: their shards keep two served versions for a replacement worker to
+// rejoin in place, unless `rejoin` is false (JobSpec.in_place_update: one).
+Measured RunJob(Strategy strategy, const std::string& job, Precision precision = Precision::kFp32,
+                bool rejoin = true) {
   ClusterOptions copt;
   copt.servers = kServers;
   copt.run_dir = MakeRunDir("memory");
@@ -49,6 +53,8 @@ Measured RunJob(Strategy strategy, const std::string& job, Precision precision =
         o.fsdp_units = {0, 1, 2, 3};
       }
       o.precision = precision;
+      o.recovery = strategy != Strategy::kDdp;
+      o.rejoin_in_place = rejoin;
       auto w = Worker::Connect(o);
       ASSERT_TRUE(w.ok()) << w.status();
       std::vector<TensorDesc> tensors;
@@ -215,6 +221,16 @@ TEST(MemoryContractTest, MixedPrecisionFsdpHoldsHalfUnits) {
   ExpectNear(m.server_params, 8.0 * kParams, "fp32 masters + two versions' served half copies");
   ExpectNear(m.server_optimizer, 8.0 * kParams, "fp32 Adam state");
   ExpectNear(m.server_grads, 2.0 * kParams * kWorkers, "half receive buffers");
+}
+
+// Without rejoining in place the shards keep one served version, updated in
+// place: fp32 masters alone, or masters + one half copy.
+TEST(MemoryContractTest, WithoutRejoinInPlaceTheServersKeepOneVersion) {
+  Measured z = RunJob(Strategy::kZero2, "mem-z2-one", Precision::kFp32, /*rejoin=*/false);
+  ExpectNear(z.server_params, 4.0 * kParams, "fp32 masters, one version");
+  ExpectNear(z.server_optimizer, 8.0 * kParams, "Adam state");
+  Measured f = RunJob(Strategy::kFsdp, "mem-fsdp-one", Precision::kBf16, /*rejoin=*/false);
+  ExpectNear(f.server_params, 6.0 * kParams, "fp32 masters + one half copy");
 }
 
 TEST(MemoryContractTest, FsdpHoldsOnlyTheUnitsInUse) {
