@@ -14,8 +14,10 @@
 // (sched_getaffinity, and the cgroup v2 quota in /sys/fs/cgroup/cpu.max).
 // Every claim and release also bumps a host-wide generation (the
 // directory's `generation` file, mapped shared: one atomic load per
-// Fits()), and Fits() reads the directory again as soon as it moved: a
-// process started a moment before the others sees them at once, where it
+// Fits()), and Fits() reads the directory again once it moved (at most
+// every 50 ms: a reading costs ~0.1 ms with 40 processes on the host, and
+// a busy host's processes come and go): a process started a moment before
+// the others sees them within 50 ms, where it
 // used to poll as if alone for up to a second (which made one run of a
 // 16 MiB step 1.5-1.8x slower than the next: issue 46). A process killed
 // without releasing is noticed by the once-a-second reading.
@@ -31,9 +33,9 @@
 //           else event-driven after a brief poll (kCrowdedPoll, or `spin` if
 //           shorter): the reply to a message just sent is often that close,
 //           and a wake-up costs more CPU than 200 us of polling (measured:
-//           benchmarks/results/poll_window-2026-11-27.txt). Re-read when
-//           the host's generation moves (a claim or release anywhere) and
-//           at least once a second (processes that died), so it follows
+//           benchmarks/results/poll_window-2026-11-27.txt). Re-read within
+//           50 ms of the host's generation moving (a claim or release
+//           anywhere) and at least once a second (processes that died), so it follows
 //           processes starting and stopping. The default everywhere.
 //
 // Threads: everything is thread-safe.
@@ -94,8 +96,8 @@ class SpinBudget {
   };
   // Reads the directory now.
   Count Read();
-  // threads <= cores, from a reading made after the last claim or release
-  // on the host and at most a second old.
+  // threads <= cores, from a reading at most 50 ms older than the last
+  // claim or release on the host and at most a second old.
   bool Fits();
 
  private:
