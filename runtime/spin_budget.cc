@@ -95,8 +95,8 @@ uint64_t* SpinBudget::Generation() {
   if (generation_tried_) return generation_.load(std::memory_order_relaxed);
   generation_tried_ = true;
   mkdir(dir_.c_str(), 01777);
-  const int fd = open(absl::StrCat(dir_, "/generation").c_str(), O_RDWR | O_CREAT | O_CLOEXEC,
-                      0666);
+  const int fd =
+      open(absl::StrCat(dir_, "/generation").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) return nullptr;
   fchmod(fd, 0666);  // whoever created it: every user's processes bump it
   // Growing to 8 bytes is idempotent; racing creators write nothing else.
