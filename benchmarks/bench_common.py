@@ -22,6 +22,9 @@ ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(
                  r"(?:\s+update ([0-9.]+))?\s*$")
 
 CPU = re.compile(r"^cpu (\d+) ([0-9.]+)\s*$")
+# "p90 S MS": the 90th percentile of a run's step times, nearest rank (the step
+# at index ceil(0.9 n) - 1 of the sorted n; with 10 steps the 9th fastest).
+P90 = re.compile(r"^p90 (\d+) ([0-9.]+)\s*$")
 LINK = re.compile(r"^link (\d+) (\d+) (-?[0-9.]+) (-?[0-9.]+)\s*$")
 
 
@@ -67,17 +70,21 @@ def wait_quiet(max_s, need=3):
             return False, idle, time.time() - start
 
 
-def parse(out, calls=None, phases=None, cpu=None, link=None):
+def parse(out, calls=None, phases=None, cpu=None, link=None, p90=None):
     """{size_mib: median step ms} from a contender's table; datapath_bench's
     control-RPC counts (shard, registry) and phases (push, wait, pull ms) per
     size go into `calls` and `phases`; every contender's CPU per step (ms,
     all its processes) into `cpu`, and its per-rank device bytes per step
-    into `link` ({size: {rank: (rx, tx)}})."""
+    into `link` ({size: {rank: (rx, tx)}}); the p90 of its step times (ms)
+    into `p90`."""
     rows = {}
     for line in out.splitlines():
         c = CPU.match(line)
         if c and cpu is not None:
             cpu[int(c.group(1))] = float(c.group(2))
+        q = P90.match(line)
+        if q and p90 is not None:
+            p90[int(q.group(1))] = float(q.group(2))
         k = LINK.match(line)
         if k and link is not None:
             link.setdefault(int(k.group(1)), {})[int(k.group(2))] = (float(k.group(3)),

@@ -326,6 +326,8 @@ int Report(const std::string& result, int workers, int servers, const std::strin
         static_cast<long long>(calls[size].first), static_cast<long long>(calls[size].second),
         median_of(push) * 1e3, median_of(wait) * 1e3, median_of(pull) * 1e3, update_ms[size]);
     std::printf("cpu %d %.3f\n", size, cpu_ms[size]);
+    // p90 of the steps, nearest rank (bench_common.py's P90).
+    std::printf("p90 %d %.3f\n", size, ts[(9 * ts.size() + 9) / 10 - 1] * 1e3);
     for (size_t r = 0; r < link[size].size(); ++r) {
       std::printf("link %d %zu %.0f %.0f\n", size, r, link[size][r].first, link[size][r].second);
     }

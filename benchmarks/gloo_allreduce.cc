@@ -135,6 +135,8 @@ void RunRank(int rank, int n, const std::string& dir, const std::vector<int>& si
       double cpu = 0;
       for (int r = 0; r < n; ++r) cpu += probes[3 * r];
       std::printf("cpu %d %.3f\n", mib, cpu * 1e3);
+      // p90 of the steps, nearest rank (bench_common.py's P90).
+      std::printf("p90 %d %.3f\n", mib, mx[(9 * mx.size() + 9) / 10 - 1] * 1e3);
       for (int r = 0; r < n && probes[1] >= 0; ++r) {
         std::printf("link %d %d %.0f %.0f\n", mib, r, probes[3 * r + 1], probes[3 * r + 2]);
       }

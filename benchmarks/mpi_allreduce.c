@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
       double cpu = 0;
       for (int r = 0; r < n; r++) cpu += all3[3 * r];
       printf("cpu %d %.3f\n", mib, cpu * 1e3);
+      /* p90 of the steps, nearest rank (bench_common.py's P90) */
+      printf("p90 %d %.3f\n", mib, t[(9 * iters + 9) / 10 - 1] * 1e3);
       for (int r = 0; r < n && all3[1] >= 0; r++) {
         printf("link %d %d %.0f %.0f\n", mib, r, all3[3 * r + 1], all3[3 * r + 2]);
       }

@@ -7,7 +7,9 @@ repeat, the order rotated each repeat), each after the machine was quiet
 such a run is flagged NOT-QUIET). Every contender times a step the same way:
 a barrier, then the step, and the step's time is the slowest rank's; each run
 reports the median over --iters steps (after 3 warm-up steps), and the summary
-gives min / median / max of those per-run medians and the ratio of medians.
+gives min / median / max of those per-run medians and the ratio of medians,
+and per contender the p90 of each run's steps (nearest rank; min / median /
+max over runs) with the spread of its per-run medians (max / min).
 
 Contenders, for each world size W in --workers:
   tessel-<opt>     datapath_bench: W workers push and pull S bytes through
@@ -220,6 +222,7 @@ def main():
     rpcs = {}  # (world, tessel name, size) -> most (shard, registry) control calls in a run
     phases = {}  # (world, tessel name, size) -> [(push, wait, pull) ms per run]
     cpus = {}  # (world, name, size) -> [CPU ms per step, all processes, per run]
+    p90s = {}  # (world, name, size) -> [p90 of the run's step times, ms, per run]
     not_quiet = 0
     print(f"# {len(contenders)} contenders x {args.repeats} repeats, interleaved; sizes "
           f"{size_arg} MiB; {args.iters} timed steps per run; W = {args.workers}", flush=True)
@@ -231,8 +234,10 @@ def main():
             start = time.time()
             p = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout_s,
                                env=base_env if argv[0] == args.base_bench else None)
-            calls, phase, cpu = {}, {}, {}
-            rows = parse(p.stdout, calls, phase, cpu)
+            calls, phase, cpu, p90 = {}, {}, {}, {}
+            rows = parse(p.stdout, calls, phase, cpu, p90=p90)
+            for s, q in p90.items():
+                p90s.setdefault((w, name, s), []).append(q)
             for s, c in cpu.items():
                 cpus.setdefault((w, name, s), []).append(c)
             for s, ph in phase.items():
@@ -257,6 +262,13 @@ def main():
         med = statistics.median(ts)
         busbw = (s << 20) * 2.0 * (w - 1) / w / (med / 1e3) / 1e9
         print(f"{w:>2} {name:18} {s:>6} {min(ts):9.2f} {med:9.2f} {max(ts):9.2f} {busbw:8.3f}")
+    print(f"\n# p90 of each run's {args.iters} step times (nearest rank), ms: min / median / max "
+          f"over runs; spread = max / min of the per-run medians above (issue 46: <= 1.3)")
+    for (w, name, s), qs in sorted(p90s.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+        ts = results.get((w, name, s), [])
+        spread = max(ts) / min(ts) if ts and min(ts) > 0 else float("nan")
+        print(f"{w:>2} {name:18} {s:>6}  p90 {min(qs):9.2f} {statistics.median(qs):9.2f} "
+              f"{max(qs):9.2f}  spread {spread:5.2f}")
     print(f"\n# Tessel's control RPCs (gRPC) during a run's {args.iters} timed steps, rank 0, the "
           f"most in any run: shard servers (per step: must be 0), registry (lease heartbeats, "
           f"by time)")
