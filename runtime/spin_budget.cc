@@ -91,9 +91,20 @@ void SpinBudget::Add(int delta) {
 
 uint64_t* SpinBudget::Generation() {
   if (uint64_t* g = generation_.load(std::memory_order_acquire)) return g;
+  // Where it cannot be mapped, every later call (each idle moment of a
+  // polling thread) returns here without the lock.
+  if (generation_tried_.load(std::memory_order_acquire)) return nullptr;
   absl::MutexLock lock(&generation_mu_);
-  if (generation_tried_) return generation_.load(std::memory_order_relaxed);
-  generation_tried_ = true;
+  if (generation_tried_.load(std::memory_order_relaxed)) {
+    return generation_.load(std::memory_order_relaxed);
+  }
+  uint64_t* mapped = MapGeneration();
+  generation_.store(mapped, std::memory_order_release);
+  generation_tried_.store(true, std::memory_order_release);
+  return mapped;
+}
+
+uint64_t* SpinBudget::MapGeneration() const {
   mkdir(dir_.c_str(), 01777);
   const int fd =
       open(absl::StrCat(dir_, "/generation").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
@@ -107,9 +118,7 @@ uint64_t* SpinBudget::Generation() {
   }
   void* p = mmap(nullptr, 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  if (p == MAP_FAILED) return nullptr;
-  generation_.store(static_cast<uint64_t*>(p), std::memory_order_release);
-  return static_cast<uint64_t*>(p);
+  return p == MAP_FAILED ? nullptr : static_cast<uint64_t*>(p);
 }
 
 uint64_t SpinBudget::LoadGeneration() {

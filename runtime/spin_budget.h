@@ -105,6 +105,7 @@ class SpinBudget {
   void WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The host's generation counter (mapped once; null where it cannot be).
   uint64_t* Generation();
+  uint64_t* MapGeneration() const;
   uint64_t LoadGeneration();
 
   const std::string dir_;
@@ -116,8 +117,8 @@ class SpinBudget {
   std::atomic<int64_t> read_at_ns_{0};
   std::atomic<uint64_t> read_generation_{0};  // the generation that reading saw
   std::atomic<bool> fits_{true};
-  absl::Mutex generation_mu_;
-  bool generation_tried_ ABSL_GUARDED_BY(generation_mu_) = false;
+  absl::Mutex generation_mu_;  // one thread maps the counter
+  std::atomic<bool> generation_tried_{false};
   std::atomic<uint64_t*> generation_{nullptr};
 };
 

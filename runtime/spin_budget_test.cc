@@ -121,6 +121,16 @@ TEST(SpinPolicyTest, AutoPollsOnlyWhileTheHostsPollingThreadsFitItsCores) {
   for (int fd : {claimed[0], claimed[1], release[0], release[1]}) close(fd);
 }
 
+// Where the directory cannot be made (no /dev/shm), there is no generation
+// to map: the process counts its own threads and polls by that, as before.
+TEST(SpinPolicyTest, AutoWithoutASharedDirectoryCountsItsOwnThreads) {
+  SpinBudget budget("/proc/tessel-spin-none/claims");
+  SpinPolicy policy(SpinMode::kAuto, absl::Milliseconds(5), 1, "alone", &budget);
+  EXPECT_EQ(policy.Window(), absl::Milliseconds(5));
+  EXPECT_EQ(policy.Window(), absl::Milliseconds(5)) << "and again, without the mapping";
+  EXPECT_EQ(budget.Read().threads, 1);
+}
+
 // A process that started alone sees processes started after it within 50 ms,
 // whichever side claimed first (issue 46: one server polling as if
 // alone for a second made whole benchmark runs 1.5-1.8x slower).
