@@ -183,9 +183,9 @@ class DistributedOptimizer:
         self.skipped_tensors = 0  # parameter updates left out (no rank had a gradient)
         self._groups = self._make_groups(model)
         # A lost worker without rollback where the job allows it (rejoin.py).
-        self.rejoin_in_place = bool(rejoin_in_place) and rejoins_in_place(
+        self.rejoin_in_place = rejoins_in_place(
             strategy, self.recovery, model, self._scaler.enabled, self.find_unused_parameters,
-            hybrid)
+            hybrid, wanted=bool(rejoin_in_place))
         self._no_sync = False
         # model.state_dict()/load_state_dict() through the servers (model_state.py);
         # recorded before the groups bind (fsdp then empties the parameters).

@@ -7,7 +7,10 @@ restarts it; it resumes with auto_resume) takes the step the servers applied
 last and recomputes the one in flight (Worker option rejoin_in_place,
 worker/internal/rejoin.h). That needs everything a step computes to come from
 the parameters and the step's data alone, the same on the replacement as on
-the process that died:
+the process that died, and the program not to have declined it:
+  - `wanted` (DistributedOptimizer(rejoin_in_place=...), True by default):
+    False trades rejoining for the shards' in-place update (one version of
+    the parameters instead of two, docs/performance.md);
   - strategy zero1, zero2 or fsdp with recovery (ddp recovers its own way);
   - no buffers in the model (BatchNorm's running statistics live only on the
     workers: a replacement's would be the checkpoint's, not the dead rank's),
@@ -25,10 +28,10 @@ Example:
 """
 
 
-def rejoins_in_place(strategy, recovery, model, scaler_enabled, find_unused, hybrid):
+def rejoins_in_place(strategy, recovery, model, scaler_enabled, find_unused, hybrid, wanted=True):
     """True when a lost worker of this job is replaced without a rollback."""
-    if not recovery or strategy not in ("zero1", "zero2", "fsdp") or hybrid is not None:
+    if not wanted or not recovery or strategy not in ("zero1", "zero2", "fsdp"):
         return False
-    if scaler_enabled or find_unused:
+    if hybrid is not None or scaler_enabled or find_unused:
         return False
     return model is None or not any(True for _ in model.buffers())
