@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "worker/peer_message.h"
+
 namespace tessel::fuzz {
 
 inline constexpr char kFuzzJob[] = "fz";
@@ -46,7 +48,9 @@ inline constexpr uint64_t kFuzzPeerLargeMaxInbox = uint64_t{4} << 20;
 inline constexpr uint8_t kPeerAuth = 1;         // SetAuth: messages carry the mesh key's tag
 inline constexpr uint8_t kPeerSmallBounds = 2;  // the small bounds above, else the larger
 inline constexpr uint8_t kPeerRank = 12;        // bits 2-3: this rank (3 reads as 0)
-inline constexpr uint8_t kPeerReset = 16;       // Reset(1) before the messages
+inline constexpr uint8_t kPeerReset = 16;       // Reset(kFuzzPeerReset) before the messages
+// The generation kPeerReset starts: a later epoch and a later round than {0, 0}.
+inline constexpr PeerGeneration kFuzzPeerReset{1, 2};
 // A frame's target bit (frame_input.h): its header keeps the group id it has
 // (else the target stamps the group's own).
 inline constexpr uint8_t kForeignGroup = 8;

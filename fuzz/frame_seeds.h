@@ -270,7 +270,7 @@ inline std::map<std::string, std::string> WorkerFramesSeeds() {
 
 // peer_group: name -> input.
 inline std::map<std::string, std::string> PeerGroupSeeds() {
-  auto message = [](int from, uint32_t generation, uint64_t tag, size_t bytes) {
+  auto message = [](int from, PeerGeneration generation, uint64_t tag, size_t bytes) {
     PeerMessageHeader h;
     h.group_id = 0;  // the target stamps the group's own id
     h.from = from;
@@ -280,7 +280,7 @@ inline std::map<std::string, std::string> PeerGroupSeeds() {
     return h;
   };
   // Rank 0's view: messages from ranks 1 and 2 (activations, gradients, text).
-  auto exchange = [&](uint8_t config, uint8_t flags, uint32_t generation) {
+  auto exchange = [&](uint8_t config, uint8_t flags, PeerGeneration generation) {
     SeedInput in(config);
     const std::string acts(48, 'a'), grads(32, 'g'), text = "config of stage 1";
     in.Peer(message(1, generation, 0x100000001, acts.size()), acts, flags);
@@ -290,28 +290,28 @@ inline std::map<std::string, std::string> PeerGroupSeeds() {
     return in.str();
   };
   std::map<std::string, std::string> seeds;
-  seeds["exchange"] = exchange(0, 0, 0);
-  seeds["exchange_small_bounds"] = exchange(kPeerSmallBounds, 0, 0);
-  seeds["exchange_auth"] = exchange(kPeerAuth, kSeal, 0);
-  seeds["exchange_reset"] = exchange(kPeerReset | kPeerAuth, kSeal, 1);
+  seeds["exchange"] = exchange(0, 0, {});
+  seeds["exchange_small_bounds"] = exchange(kPeerSmallBounds, 0, {});
+  seeds["exchange_auth"] = exchange(kPeerAuth, kSeal, {});
+  seeds["exchange_reset"] = exchange(kPeerReset | kPeerAuth, kSeal, kFuzzPeerReset);
   seeds["exchange_rank2"] = SeedInput(static_cast<uint8_t>(2 << 2))
-                                .Peer(message(0, 0, 3, 5), "hello")
-                                .Peer(message(1, 0, 3, 5), "hello")
+                                .Peer(message(0, {}, 3, 5), "hello")
+                                .Peer(message(1, {}, 3, 5), "hello")
                                 .str();
-  seeds["bad_unsealed"] = exchange(kPeerAuth, 0, 0);
-  seeds["bad_old_generation"] = exchange(kPeerReset, 0, 0);
-  PeerMessageHeader other_group = message(1, 0, 1, 4);
+  seeds["bad_unsealed"] = exchange(kPeerAuth, 0, {});
+  seeds["bad_old_generation"] = exchange(kPeerReset, 0, {kFuzzPeerReset.epoch, 0});
+  PeerMessageHeader other_group = message(1, {}, 1, 4);
   other_group.group_id = JobId("other.mesh");
   seeds["bad_messages"] = SeedInput(kPeerSmallBounds)
                               .Peer(other_group, "abcd", kForeignGroup << kTargetShift)
-                              .Peer(message(0, 0, 1, 4), "self")
-                              .Peer(message(3, 0, 1, 4), "none")
-                              .Peer(message(1, 0, 1, 5), "four")
-                              .Peer(message(1, 0, 2, kFuzzPeerMaxMessage + 1), "big")
-                              .Peer(message(1, 0, 3, kFuzzPeerMaxMessage), "full")
-                              .Peer(message(2, 0, 3, kFuzzPeerMaxMessage), "full")
-                              .Peer(message(1, 0, 4, kFuzzPeerMaxMessage), "over the inbox")
-                              .Peer(message(1, 0, 3, 4), "again")
+                              .Peer(message(0, {}, 1, 4), "self")
+                              .Peer(message(3, {}, 1, 4), "none")
+                              .Peer(message(1, {}, 1, 5), "four")
+                              .Peer(message(1, {}, 2, kFuzzPeerMaxMessage + 1), "big")
+                              .Peer(message(1, {}, 3, kFuzzPeerMaxMessage), "full")
+                              .Peer(message(2, {}, 3, kFuzzPeerMaxMessage), "full")
+                              .Peer(message(1, {}, 4, kFuzzPeerMaxMessage), "over the inbox")
+                              .Peer(message(1, {}, 3, 4), "again")
                               .str();
   return seeds;
 }

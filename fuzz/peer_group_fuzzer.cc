@@ -8,7 +8,7 @@
 // The first input byte (frame_jobs.h kPeer*): authentication (SetAuth; a
 // message flagged kSeal carries the mesh key's tag for its generation), the
 // small bounds (kFuzzPeerMaxMessage, kFuzzPeerMaxInbox) or larger ones,
-// this rank, and a Reset to generation 1 first. Every decodable header is
+// this rank, and a Reset to a later generation first. Every decodable header is
 // stamped with the group's id unless its frame is flagged kForeignGroup.
 //
 // Invariants besides "no crash, no sanitizer report":
@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t config = ConfigByte(data, size);
   const bool auth_on = (config & kPeerAuth) != 0;
   const int rank = ((config & kPeerRank) >> 2) % kFuzzPeers;
-  const uint32_t generation = (config & kPeerReset) != 0 ? 1 : 0;
+  const PeerGeneration generation = (config & kPeerReset) != 0 ? kFuzzPeerReset : PeerGeneration{};
 
   PeerGroupOptions options;
   options.name = kFuzzMesh;
@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     key = *FrameAuth::Create(std::string(kJobSecretBytes, 'm'), JobId(kFuzzMesh), -1);
     group.SetAuth(key);
   }
-  if (generation > 0) group.Reset(generation);
+  if (generation != PeerGeneration{}) group.Reset(generation);
   // The group's id, as its own messages carry it: a message flagged
   // kForeignGroup keeps the id its header has, every other decodable one is
   // stamped with this (so mutations start inside the group).
@@ -87,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   transport.RunCompletions();
 
   // (from, generation, tag) -> bytes, of every message taken and not yet received.
-  std::map<std::tuple<int, uint32_t, uint64_t>, std::vector<uint8_t>> taken;
+  std::map<std::tuple<int, PeerGeneration, uint64_t>, std::vector<uint8_t>> taken;
   uint64_t held = 0;
   std::string trace;  // shown by --repro (TESSEL_FUZZ_SHOW_INPUT)
   ForEachFrame(data, size, [&](const FuzzFrame& f) {
@@ -104,7 +104,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool sealed = key != nullptr && f.seal() && decoded.ok();
     if (sealed) {
       header.resize(kPeerHeaderBytes);
-      const auto tag = key->TagOf(absl::MakeConstSpan(header), decoded->generation);
+      const auto tag =
+          key->TagOf(absl::MakeConstSpan(header), static_cast<int64_t>(decoded->generation.epoch));
       header.insert(header.end(), tag.begin(), tag.end());
     }
     const uint64_t payload_bytes = f.PayloadBytes(decoded.ok() ? decoded->payload_bytes : 0);
@@ -116,15 +117,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t oversized = group.refused_oversized() - oversized_before;
     absl::StrAppend(
         &trace,
-        decoded.ok() ? absl::StrCat("message from ", decoded->from, " gen ", decoded->generation,
-                                    " tag ", decoded->tag, " bytes ", decoded->payload_bytes)
-                     : "(undecodable)",
+        decoded.ok()
+            ? absl::StrCat("message from ", decoded->from, " gen ", decoded->generation.ToString(),
+                           " tag ", decoded->tag, " bytes ", decoded->payload_bytes)
+            : "(undecodable)",
         sealed ? " sealed" : "", " payload ", payload_bytes, ": ",
         out.written ? "taken" : "not taken", unauthenticated > 0 ? ", unauthenticated" : "",
         oversized > 0 ? ", oversized" : "", "\n");
     FUZZ_CHECK(!out.borrowed, "the peer group borrowed a message");
-    // The header as the handler reads it: the first 40 bytes of a tagged
-    // (56-byte) one, else all of it.
+    // The header as the handler reads it: the first 48 bytes of a tagged
+    // (64-byte) one, else all of it.
     const bool tagged = header.size() == kPeerHeaderBytes + kFrameTagBytes;
     absl::StatusOr<PeerMessageHeader> seen = DecodePeerHeader(
         absl::MakeConstSpan(header.data(), tagged ? kPeerHeaderBytes : header.size()));

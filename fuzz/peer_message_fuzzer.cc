@@ -4,8 +4,8 @@
 //
 // Invariants:
 //   - rejection is InvalidArgument, never a crash;
-//   - only 40-byte inputs are accepted, and an accepted header re-encodes to
-//     exactly the same 40 bytes (Decode and Encode are inverse);
+//   - only 48-byte inputs are accepted, and an accepted header re-encodes to
+//     exactly the same 48 bytes (Decode and Encode are inverse);
 //   - the result does not depend on the buffer's alignment.
 #include <cstdint>
 #include <cstring>
@@ -33,9 +33,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(size == tessel::kPeerHeaderBytes,
              absl::StrCat("accepted a ", size, "-byte peer-group header"));
   const std::vector<uint8_t> again = tessel::EncodePeerHeader(*h);
-  FUZZ_CHECK(again.size() == size && std::memcmp(again.data(), data, size) == 0,
-             absl::StrCat("decoded header (from ", h->from, ", generation ", h->generation,
-                          ", tag ", h->tag, ") re-encodes to different bytes"));
+  FUZZ_CHECK(
+      again.size() == size && std::memcmp(again.data(), data, size) == 0,
+      absl::StrCat("decoded header (from ", h->from, ", generation ", h->generation.ToString(),
+                   ", tag ", h->tag, ") re-encodes to different bytes"));
   FUZZ_CHECK(again == tessel::EncodePeerHeader(*h2), "misaligned decode gave different fields");
   return 0;
 }

@@ -208,8 +208,14 @@ void BindMesh(py::module_& m) {
           "prev_rank",
           [](PyMesh& self) { return PrevStageRank(self.get().config(), self.get().rank()); },
           "The rank one stage earlier with the same (d, t); -1 on the first stage.")
-      .def_property_readonly("generation",
-                             [](PyMesh& self) { return self.get().peers().generation(); })
+      .def_property_readonly(
+          "generation",
+          [](PyMesh& self) {
+            const PeerGeneration g = self.get().peers().generation();
+            return py::make_tuple(g.epoch, g.round);
+          },
+          "The mesh's peer generation (mesh epoch, recovery round): (0, 0) until the first "
+          "recovery, then the same on every process after each.")
       .def(
           "describe",
           [](PyMesh& self, int rank) { return DescribeRank(self.get().config(), rank); },

@@ -2,8 +2,10 @@
 
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -32,6 +34,15 @@ std::string NamespaceInode(const char* kind) {
 std::string HostIdentity() {
   if (const char* env = std::getenv("TESSEL_HOST_ID"); env != nullptr && *env != '\0') return env;
   return absl::StrCat(BootId(), "/net:", NamespaceInode("net"), "/ipc:", NamespaceInode("ipc"));
+}
+
+std::string ProcessIncarnation() {
+  static const std::string* const incarnation = [] {
+    std::random_device device;  // the kernel's entropy (getrandom or /dev/urandom)
+    const uint64_t id = (uint64_t{device()} << 32) ^ device();
+    return new std::string(absl::StrCat(absl::Hex(id, absl::kZeroPad16)));
+  }();
+  return *incarnation;
 }
 
 }  // namespace tessel

@@ -1,4 +1,7 @@
-// The identity of the host a process runs on, as the data path sees it:
+// The identity of the host a process runs on, as the data path sees it, and
+// of the process itself (ProcessIncarnation, below).
+//
+// The host's, as the data path sees it:
 // processes with the same identity share memory (UCX's shared-memory
 // transports reach each other) and the same network link. It is the kernel's
 // boot id and the process's network and IPC namespaces, so a Kubernetes pod
@@ -20,6 +23,11 @@ namespace tessel {
 // "BOOT_ID/net:INODE/ipc:INODE", or $TESSEL_HOST_ID. A part that cannot be
 // read is "?" (the identity then still separates what it can).
 std::string HostIdentity();
+
+// This process's incarnation: 16 random hex digits, made on the first call
+// and the same for the rest of the process's life (v1::Member.incarnation,
+// filled by RegistryClient::Join when the caller left it empty).
+std::string ProcessIncarnation();
 
 }  // namespace tessel
 

@@ -42,6 +42,7 @@ absl::StatusOr<v1::View> RegistryClient::Join(const v1::Member& member, absl::Du
   }
   if (member.pid() == 0) req.mutable_member()->set_pid(getpid());
   if (member.host_id().empty()) req.mutable_member()->set_host_id(HostIdentity());
+  if (member.incarnation().empty()) req.mutable_member()->set_incarnation(ProcessIncarnation());
   // Under Kubernetes, the pod (the downward API's metadata.name).
   if (member.pod().empty()) {
     if (const char* pod = std::getenv("POD_NAME"); pod != nullptr) {

@@ -14,9 +14,13 @@ killed instead and a replacement is started with --resume, the others
 welcome it, everyone rolls back to a common checkpoint, and the job ends
 bitwise as the clean run. When none replaces it, the others give up after
 the recovery timeout, and the whole job restarted with --resume ends
-bitwise as the clean run too.
+bitwise as the clean run too. When the dying process leaves a survivor's
+shared-memory mesh queue wedged (ucx_crash_sender, a real process that faults
+inside UCX's copy into that queue, makes the moment a kill -9 mid-send leaves
+behind deterministic), that survivor renews its mesh endpoint in place and
+the others reconnect to it: still bitwise as the clean run.
 
-Usage: hybrid_recovery_test.py REGISTRY SERVER HYBRID_TRAIN
+Usage: hybrid_recovery_test.py REGISTRY SERVER HYBRID_TRAIN TESSELCTL CRASH_SENDER
 """
 import os
 import re
@@ -27,9 +31,9 @@ import sys
 import tempfile
 import time
 
-from proc_util import check, cleanup, failures, log, spawn, start_registry
+from proc_util import check, cleanup, crash_into, failures, log, spawn, start_registry
 
-REGISTRY, SERVER, TRAIN = sys.argv[1:4]
+REGISTRY, SERVER, TRAIN, CTL, CRASH = sys.argv[1:6]
 ROOT = tempfile.mkdtemp(prefix="hybrid-recovery-", dir=os.environ.get("TEST_TMPDIR"))
 # Long enough that a process starved by a loaded machine (sanitizer builds,
 # parallel tests) keeps its lease; a killed server's successor joins once the
@@ -238,10 +242,12 @@ def scenario(name, shape, extra, shard=1, auth=False, then_replace=None):
     cleanup()
 
 
-def worker_replaced(name, shape, extra, victim, auth=False):
+def worker_replaced(name, shape, extra, victim, auth=False, wedge=None):
     """A worker process dies and a replacement (--resume) joins: the others
     pause, welcome it, and every partition rolls back to a common checkpoint;
-    bitwise as the clean run."""
+    bitwise as the clean run. With `wedge`, that rank's mesh receive queue is
+    wedged just before (a writer died inside a send into it): it renews its
+    endpoint during the recovery, the others reconnect."""
     reference = clean_run(name, shape, extra)
     if reference is None:
         return
@@ -250,6 +256,13 @@ def worker_replaced(name, shape, extra, victim, auth=False):
     c.start_job("job", shape, extra)
     if not wait_for_training(name, c, "job", shape):
         return
+    if wedge is not None:
+        _, died = crash_into(CRASH, CTL, c.reg, "job.mesh", "worker", wedge)
+        if not check(died, "%s: a writer died inside a send into rank %d's mesh queue" %
+                     (name, wedge)):
+            c.show()
+            cleanup()
+            return
     t0 = time.time()
     c.workers[victim].send_signal(signal.SIGKILL)
     c.workers[victim].wait()
@@ -270,6 +283,18 @@ def worker_replaced(name, shape, extra, victim, auth=False):
         r"step) (\d+)", os.path.join(d, "job.npy"), reference,
         "survivors and the replacement agree on the checkpoint")
     ok &= mesh_keyed(name, c, [l for r, l in enumerate(c.logs) if r != victim] + [replacement_log])
+    if wedge is not None:
+        said = open(c.logs[wedge], errors="replace").read()
+        ok &= check("receive queue is wedged" in said and "mesh endpoint renewed (1 so far)" in said,
+                    "%s: rank %d found its mesh queue wedged and renewed the endpoint in place" %
+                    (name, wedge))
+        others = [l for r, l in enumerate(c.logs) if r not in (victim, wedge)] + [replacement_log]
+        ok &= check(all("renewed its mesh endpoint" in open(l, errors="replace").read()
+                        for l in others),
+                    "%s: every other process reconnected to its new address (%d recovery "
+                    "round(s) run again as the view moved)" %
+                    (name, sum(open(l, errors="replace").read().count("again with its next view")
+                               for l in others + [c.logs[wedge]])))
     if not ok:
         c.show()
         for line in tail(replacement_log, 15):
@@ -335,6 +360,10 @@ def main():
         # Rank 0 (which coordinates the agreement on the checkpoint) replaced.
         ("tp2-pp2-bf16-replace-0", lambda n: worker_replaced(
             n, (1, 2, 2), ["--strategy=zero1", "--precision=bf16"], 0, auth=True)),
+        # Rank 0 replaced while rank 2's mesh queue is wedged (as when rank 0
+        # dies mid-send into it): rank 2 renews its endpoint in place.
+        ("tp2-pp2-wedge", lambda n: worker_replaced(
+            n, (1, 2, 2), ["--strategy=zero1", "--precision=bf16"], 0, auth=True, wedge=2)),
         # Every process gone (one killed, the others gave up): a whole restart.
         ("dp2-pp2-restart", lambda n: whole_restart(n, (2, 1, 2), [])),
     ]

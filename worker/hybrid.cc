@@ -22,13 +22,6 @@
 #include "worker/internal/make_transport.h"
 
 namespace tessel {
-namespace {
-
-// HybridMessage::kRecovery index of the welcome a replacement receives.
-constexpr int kWelcomeIndex = 3;
-
-}  // namespace
-
 absl::Status ValidateHybridStrategy(Strategy strategy) {
   if (strategy == Strategy::kZero1 || strategy == Strategy::kZero2) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
@@ -96,6 +89,7 @@ absl::Status HybridSession::Start() {
                                                            mesh.status().message()));
   }
   mesh_epoch_ = mesh->epoch;
+  incarnations_ = mesh->incarnations;
   TESSEL_RETURN_IF_ERROR(peers_->Connect(mesh->addresses));
   peers_->SetHealthCheck([this] { return MeshHealth(); });
   // With --resume this process either replaces one a running job lost (its
@@ -105,7 +99,8 @@ absl::Status HybridSession::Start() {
   if (w.resume && w.recovery) {
     const absl::Duration grace = std::max(absl::Seconds(5), 2 * w.lease_ttl);
     absl::StatusOr<PeerGroup::Message> welcome =
-        peers_->RecvAny(HybridTag(HybridMessage::kRecovery, 0, 0, kWelcomeIndex), grace);
+        AwaitWelcome(absl::Now() + grace, absl::Now() + w.recovery_timeout);
+    if (!welcome.ok() && !absl::IsDeadlineExceeded(welcome.status())) return welcome.status();
     if (welcome.ok()) {
       const std::string& theirs = welcome->bytes;
       if (theirs != ConfigText()) {
@@ -114,12 +109,11 @@ absl::Status HybridSession::Start() {
                          "' but ", DescribeRank(config, welcome->from), " runs with '", theirs,
                          "': start the replacement with the job's flags"));
       }
-      peers_->Reset(welcome->generation);
       replacement = true;
       TESSEL_LOG(WARNING) << "job '" << w.job << "' " << Describe()
                           << ": joins the running job as a replacement (welcomed by "
                           << DescribeRank(config, welcome->from) << ", peer generation "
-                          << welcome->generation << ")";
+                          << welcome->generation.ToString() << ")";
     }
   }
   if (!replacement) {
@@ -151,10 +145,11 @@ absl::Status HybridSession::Start() {
   worker_ = own_worker_.get();
   worker_->SetWaitCheck([this] { return MeshMembership(); });
   if (w.resume) {
-    if (replacement) {  // meets the survivors in Recover
-      TESSEL_RETURN_IF_ERROR(RecoveryBarrier());
-    }
-    TESSEL_ASSIGN_OR_RETURN(int64_t step, AgreeCheckpointStep());
+    // A replacement meets the survivors (in their Recover); a whole job
+    // restarting meets itself.
+    TESSEL_ASSIGN_OR_RETURN(int64_t step, replacement
+                                              ? MeetAsNewcomer(absl::Now() + w.recovery_timeout)
+                                              : AgreeCheckpointStep());
     worker_->SetResumeStep(step);
     TESSEL_LOG(INFO) << "job '" << w.job << "' " << Describe()
                      << ": every partition resumes from the checkpoint of step " << step;
@@ -297,189 +292,6 @@ absl::Status HybridSession::MeshMembership() {
       "needs --checkpoint_every_steps)"));
 }
 
-absl::Status HybridSession::Recover(const absl::Status& why) {
-  if (!recovery() || !Worker::IsRecoverable(why) || worker_ == nullptr) return why;
-  const absl::Time start = absl::Now();
-  const int64_t from = worker_->step();
-  const std::string where = absl::StrCat("job '", options_.worker.job, "' ", Describe());
-  TESSEL_LOG(WARNING) << where << ": " << why.message() << "; recovering";
-  recovering_ = true;
-  struct Done {
-    bool* flag;
-    ~Done() { *flag = false; }
-  } done{&recovering_};
-  // 0. Every process present: a lost one replaced. (A shard server's death
-  // leaves the mesh as it was.)
-  std::vector<int> replaced;
-  TESSEL_RETURN_IF_ERROR(AwaitWholeMesh(start + options_.worker.recovery_timeout, &replaced));
-  // A process killed while writing into this one's shared-memory mesh queue
-  // wedges it for good (transport/transport.h). Renewing the mesh endpoint
-  // in place is not built for hybrid jobs (peers would take the new address
-  // for a replacement): say so now rather than time out in the barrier.
-  if (absl::Status s = peers_->CheckReceiveQueue(absl::Seconds(3)); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, ": the worker-to-worker (mesh) endpoint cannot recover in place: ", s.message(),
-        ". Restart the whole job with --resume (it goes on from the newest checkpoint)"));
-  }
-  // The mesh's key stays what it was; shard 0 (perhaps a restarted one, the
-  // source of a replacement's key) is handed it back.
-  if (!mesh_secret_.empty()) {
-    TESSEL_RETURN_IF_ERROR(KeyMesh(start + options_.worker.recovery_timeout));
-  }
-  // 1. A new generation: from here on, nothing of the abandoned step is
-  // received. Every survivor has been through the same recoveries, so they
-  // agree on it; the first survivor hands it to each replacement with a
-  // welcome (HybridSession::Start). Meeting every process also means each
-  // has stopped its step.
-  peers_->Reset(peers_->generation() + 1);
-  int welcomer = 0;
-  while (std::find(replaced.begin(), replaced.end(), welcomer) != replaced.end()) ++welcomer;
-  if (rank() == welcomer) {
-    for (int r : replaced) {
-      TESSEL_RETURN_IF_ERROR(peers_->SendBytes(
-          r, HybridTag(HybridMessage::kRecovery, 0, 0, kWelcomeIndex), ConfigText()));
-    }
-  }
-  TESSEL_RETURN_IF_ERROR(RecoveryBarrier());
-  // 2. The newest step every partition job has a complete checkpoint of.
-  TESSEL_ASSIGN_OR_RETURN(int64_t step, AgreeCheckpointStep());
-  // 3. Every partition rolls back to it.
-  TESSEL_RETURN_IF_ERROR(worker_->RecoverTo(step));
-  TESSEL_LOG(WARNING) << where << ": recovered in "
-                      << absl::FormatDuration(
-                             absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
-                      << ": every partition rolled back from step " << from
-                      << " to the checkpoint of step " << step << " (peer generation "
-                      << peers_->generation() << ")";
-  return absl::OkStatus();
-}
-
-absl::Status HybridSession::RecoveryBarrier() {
-  std::vector<int> all(options_.worker.world_size);
-  for (int r = 0; r < options_.worker.world_size; ++r) all[r] = r;
-  return Barrier(*peers_, all, HybridTag(HybridMessage::kRecovery, 0, 0, 0),
-                 "the recovery barrier (every process stopped its step)");
-}
-
-absl::Status HybridSession::AwaitWholeMesh(absl::Time deadline, std::vector<int>* replaced) {
-  const std::string where = absl::StrCat("job '", options_.worker.job, "' ", Describe());
-  const std::string group = MeshGroupName(options_.worker.job);
-  const int world = options_.worker.world_size;
-  // A lost process shows in the partition job or in the mesh first,
-  // whichever lease lapsed first: wait until the mesh has it too, so that
-  // an old view (the dead member still listed) is never taken for whole.
-  if (!worker_->CheckMembers().ok() || registry_->group_epoch() > mesh_epoch_) {
-    while (registry_->group_epoch() <= mesh_epoch_) {
-      if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(
-            absl::StrCat(where, ": a worker of its partition job left, but the mesh group '", group,
-                         "' did not register it within the recovery timeout; giving up"));
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  }
-  bool logged = false;
-  for (;;) {
-    absl::Status lease = registry_->lease_status();
-    if (!lease.ok()) {
-      return absl::AbortedError(absl::StrCat(where, ": this process lost its mesh membership (",
-                                             lease.message(), ") while recovering; exiting"));
-    }
-    absl::StatusOr<v1::View> view = registry_->GetView(group);
-    std::vector<std::string> addresses(world);
-    std::vector<std::string> missing;
-    if (view.ok()) {
-      for (const v1::Member& m : view->members()) {
-        if (m.role() == v1::ROLE_WORKER && m.rank() >= 0 && m.rank() < world) {
-          addresses[m.rank()] = m.ucx_address();
-        }
-      }
-      for (int r = 0; r < world; ++r) {
-        if (addresses[r].empty()) missing.push_back(DescribeRank(options_.config, r));
-      }
-    }
-    if (view.ok() && missing.empty()) {
-      const std::vector<std::string> before = peers_->addresses();
-      replaced->clear();
-      for (int r = 0; r < world; ++r) {
-        if (addresses[r] != before[r]) replaced->push_back(r);
-      }
-      peers_->UpdateAddresses(addresses);
-      mesh_epoch_ = view->epoch();
-      if (!replaced->empty()) {
-        std::vector<std::string> names;
-        for (int r : *replaced) names.push_back(DescribeRank(options_.config, r));
-        TESSEL_LOG(WARNING) << where << ": " << absl::StrJoin(names, ", ")
-                            << " replaced; the mesh is whole again at epoch " << mesh_epoch_;
-      }
-      return absl::OkStatus();
-    }
-    const std::string what =
-        view.ok() ? absl::StrCat(absl::StrJoin(missing, ", "),
-                                 " (start a replacement with the same flags, its --rank and "
-                                 "--resume)")
-                  : absl::StrCat("the registry (", view.status().message(), ")");
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          where, ": ", what, " did not return within ",
-          absl::FormatDuration(options_.worker.recovery_timeout),
-          " (--recovery_timeout_s); giving up. Restart every process of the job with --resume"));
-    }
-    if (!logged) {
-      TESSEL_LOG(WARNING) << where << ": paused; waiting for " << what;
-      logged = true;
-    }
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-}
-
-absl::StatusOr<int64_t> HybridSession::AgreeCheckpointStep() {
-  const int world = options_.worker.world_size;
-  const std::string where = absl::StrCat("job '", options_.worker.job, "' ", Describe());
-  absl::StatusOr<std::vector<int64_t>> mine = worker_->CompleteCheckpointSteps();
-  const std::string listed = mine.ok() ? absl::StrJoin(*mine, ",") : std::string("!");
-  const uint64_t list_tag = HybridTag(HybridMessage::kRecovery, 0, 0, 1);
-  const uint64_t step_tag = HybridTag(HybridMessage::kRecovery, 0, 0, 2);
-  std::string chosen;
-  if (rank() == 0) {
-    std::vector<int64_t> common = mine.ok() ? *mine : std::vector<int64_t>();
-    std::string why_none = mine.ok() ? std::string() : std::string(mine.status().message());
-    for (int r = 1; r < world; ++r) {
-      TESSEL_ASSIGN_OR_RETURN(std::string theirs,
-                              peers_->RecvBytes(r, list_tag, "its partition's checkpoint list"));
-      const std::string& text = theirs;
-      std::vector<int64_t> steps;
-      for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-        int64_t v = 0;
-        if (absl::SimpleAtoi(part, &v)) steps.push_back(v);
-      }
-      if (text == "!") {
-        why_none = absl::StrCat(DescribeRank(options_.config, r),
-                                " could not list its partition's checkpoints");
-      }
-      std::vector<int64_t> both;
-      std::set_intersection(common.begin(), common.end(), steps.begin(), steps.end(),
-                            std::back_inserter(both));
-      common = std::move(both);
-    }
-    chosen = common.empty() ? absl::StrCat("none", why_none.empty() ? "" : ": ", why_none)
-                            : absl::StrCat(common.back());
-  } else {
-    TESSEL_RETURN_IF_ERROR(peers_->SendBytes(0, list_tag, listed));
-  }
-  std::vector<int> everyone(world);
-  for (int r = 0; r < world; ++r) everyone[r] = r;
-  TESSEL_RETURN_IF_ERROR(Broadcast(*peers_, everyone, 0, step_tag, &chosen, "the checkpoint step"));
-  int64_t step = -1;
-  if (!absl::SimpleAtoi(chosen, &step)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, ": no step has a complete checkpoint in every partition job (", chosen,
-        "). Checkpoints need --checkpoint_every_steps (and --checkpoint_initial), servers "
-        "sharing one --checkpoint_dir, and --keep_checkpoints >= 3"));
-  }
-  return step;
-}
-
 bool HybridSession::recovery() const {
   return own_worker_ != nullptr || worker_ == nullptr ? options_.worker.recovery
                                                       : worker_->options().recovery;
@@ -497,10 +309,10 @@ absl::Status HybridSession::AttachWorker(Worker* worker) {
   worker_->SetWaitCheck([this] { return MeshMembership(); });
   if (!pending_resume_) return absl::OkStatus();
   pending_resume_ = false;
-  if (replacement_) {  // meets the survivors in Recover
-    TESSEL_RETURN_IF_ERROR(RecoveryBarrier());
-  }
-  TESSEL_ASSIGN_OR_RETURN(int64_t step, AgreeCheckpointStep());
+  // A replacement meets the survivors (in their Recover).
+  TESSEL_ASSIGN_OR_RETURN(
+      int64_t step, replacement_ ? MeetAsNewcomer(absl::Now() + worker_->options().recovery_timeout)
+                                 : AgreeCheckpointStep());
   worker_->SetResumeStep(step);
   TESSEL_LOG(INFO) << "job '" << options_.worker.job << "' " << Describe()
                    << ": every partition resumes from the checkpoint of step " << step;

@@ -107,19 +107,32 @@ class HybridSession {
   absl::Status AttachWorker(Worker* worker);
 
   // Recovery (HybridOptions.worker.recovery, and checkpoints on the
-  // partition jobs): when a shard server dies, every process's step fails
-  // with a status Worker::IsRecoverable() accepts (in the partition job's
-  // Step(), or in a worker-to-worker wait, whose health check also watches
-  // the servers). Recover(why) then, on every process: starts a new peer
-  // generation (nothing of the abandoned step is ever received), meets every
-  // other process, agrees with them on the newest step whose checkpoint is
-  // complete in every partition job, and rolls its partition back to it
+  // partition jobs): when a shard server or a worker process dies, every
+  // process's step fails with a status Worker::IsRecoverable() accepts (in
+  // the partition job's Step(), or in a worker-to-worker wait, whose health
+  // check also watches the servers and the mesh). Recover(why) then, on
+  // every surviving process, in rounds (hybrid_recovery.cc):
+  //   - renews its mesh endpoint if its receive queue is wedged (a process
+  //     killed while writing into it), joining the mesh group again at the
+  //     new address;
+  //   - waits until every rank is in the mesh group (a lost one replaced:
+  //     a process started with the same flags, its --rank and --resume);
+  //   - starts the round's peer generation, {the mesh view's epoch, the
+  //     round within it}: the same on every process acting on the same view,
+  //     and nothing of the abandoned step or of an earlier round is ever
+  //     received; the first survivor welcomes each new process with it;
+  //   - meets every other process and agrees with them on the newest step
+  //     whose checkpoint is complete in every partition job.
+  // If the mesh's view moves meanwhile (another process replaced, or one
+  // renewing its endpoint), the round is run again until the recovery
+  // timeout. Then it rolls its partition back to the agreed step
   // (Worker::RecoverTo; each partition's replica 0 restores its shards).
   // Afterwards worker().step() is that step, the same on every process: the
   // training loop re-seeks its data there. A status that is not recoverable
-  // (a process left the mesh: a lost worker is not replaced in hybrid jobs)
   // is returned as it is.
   absl::Status Recover(const absl::Status& why);
+  // How many times this process renewed its wedged mesh endpoint.
+  int mesh_renewals() const { return mesh_renewals_; }
 
   // With HybridOptions.worker.resume, Connect has already agreed with every
   // process on the checkpoint step to resume from (the newest complete in
@@ -151,12 +164,40 @@ class HybridSession {
   // intersects and answers). FailedPrecondition, the same on every process,
   // if there is none.
   absl::StatusOr<int64_t> AgreeCheckpointStep();
-  // Recover's first step: waits (until `deadline`) until every rank is in
-  // the mesh group; `replaced` gets the ranks now at another address (their
-  // peer endpoints are remade). If the partition job or the mesh saw a
-  // member leave, first waits until the mesh registered it, so a view that
-  // still lists the dead process is never taken for whole.
-  absl::Status AwaitWholeMesh(absl::Time deadline, std::vector<int>* replaced);
+  // Recover's first step: if the partition job or the mesh saw a member
+  // leave, waits (until `deadline`) until the mesh registered it, so that a
+  // view still listing the dead process is never taken for whole.
+  absl::Status AwaitLossRegistered(absl::Time deadline);
+  // Waits (until `deadline`) until every rank is in the mesh group, then
+  // takes that view: peer endpoints of ranks at another address are remade,
+  // mesh_epoch_ and incarnations_ are the view's. `newcomers` gets the
+  // ranks whose process is not the one `before` named (a replacement; a
+  // process that only renewed its endpoint keeps its incarnation).
+  absl::Status AwaitWholeMesh(absl::Time deadline, const std::vector<std::string>& before,
+                              std::vector<int>* newcomers);
+  // Probes this process's mesh receive queue; if it is wedged, renews the
+  // endpoint (PeerGroup::RenewEndpoint) and joins the mesh group again under
+  // the new address (the same rank and incarnation).
+  absl::Status RenewMeshIfWedged(absl::Time deadline);
+  // A survivor's round at generation `next` (view and round): the first
+  // survivor welcomes each newcomer with `next`, then the recovery barrier
+  // and the checkpoint agreement. The agreed step.
+  absl::StatusOr<int64_t> MeetRound(PeerGeneration next, const std::vector<int>& newcomers);
+  // A newcomer's part (a replacement, welcomed in Start at the generation
+  // it then Reset to): the recovery barrier and the checkpoint agreement; if
+  // the mesh moves meanwhile, the next view and the next welcome, until
+  // `deadline`. The agreed step.
+  absl::StatusOr<int64_t> MeetAsNewcomer(absl::Time deadline);
+  // Waits for a welcome of a later generation than this process's whose
+  // view is not older than the one it holds (a stale welcomer's round is run
+  // again), refreshing its view if the welcome's is newer, and Resets to its
+  // generation: until `first` for any welcome, then (one came, but stale)
+  // until `deadline`. DeadlineExceeded if none fit.
+  absl::StatusOr<PeerGroup::Message> AwaitWelcome(absl::Time first, absl::Time deadline);
+  // After a failed round: whether the mesh's view moved past the round's
+  // (another round can succeed), watching the registry for up to a few
+  // heartbeats (a peer's send may fail before its re-join shows).
+  bool MeshMoved(const absl::Status& failure, absl::Time deadline);
   std::string ConfigText() const;
   // Authenticates the mesh when the pool's servers authenticate data-path
   // frames: the mesh's secret from shard 0 (GetMeshKey, over the control
@@ -166,7 +207,7 @@ class HybridSession {
   // mesh keys (UNIMPLEMENTED) leave the mesh unauthenticated.
   absl::Status KeyMesh(absl::Time deadline);
   // Every process of the mesh, at this generation: the survivors in Recover
-  // and a replacement in Start meet here.
+  // and a newcomer in Start (or AttachWorker) meet here.
   absl::Status RecoveryBarrier();
 
   const HybridOptions options_;
@@ -176,6 +217,9 @@ class HybridSession {
   std::string token_;
   std::string mesh_secret_;  // "" while the mesh is not authenticated
   int64_t mesh_epoch_ = 0;   // the mesh group's epoch once complete
+  // Each rank's process (v1::Member.incarnation) in that view.
+  std::vector<std::string> incarnations_;
+  int mesh_renewals_ = 0;
   // In Recover(): the servers are expected to change, so the health check
   // does not look at them.
   bool recovering_ = false;

@@ -14,15 +14,43 @@
 
 namespace tessel {
 
-absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& group, int rank,
-                                  int size, const std::string& address, absl::Duration timeout,
-                                  bool wait_for_rank) {
+namespace {
+
+v1::Member MeshMember(const std::string& group, int rank, const std::string& address) {
   v1::Member me;
   me.set_group(group);
   me.set_role(v1::ROLE_WORKER);
   me.set_rank(rank);
   me.set_ucx_address(address);
   me.set_pid(getpid());
+  return me;
+}
+
+}  // namespace
+
+absl::Status RejoinMesh(RegistryClient* registry, const std::string& group, int rank,
+                        const std::string& address, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  // A failed Leave leaves the old membership to lapse: the join below waits.
+  (void)registry->Leave();
+  const v1::Member me = MeshMember(group, rank, address);
+  absl::StatusOr<v1::View> joined = registry->Join(me);
+  while (!joined.ok() && absl::IsAlreadyExists(joined.status()) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    joined = registry->Join(me);
+  }
+  if (!joined.ok()) {
+    return absl::Status(joined.status().code(),
+                        absl::StrCat("rank ", rank, " could not join group '", group,
+                                     "' again under its new address: ", joined.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& group, int rank,
+                                  int size, const std::string& address, absl::Duration timeout,
+                                  bool wait_for_rank) {
+  const v1::Member me = MeshMember(group, rank, address);
   absl::StatusOr<v1::View> joined = registry->Join(me);
   const absl::Time join_deadline = absl::Now() + timeout;
   while (wait_for_rank && !joined.ok() && absl::IsAlreadyExists(joined.status()) &&
@@ -74,9 +102,12 @@ absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& g
   }
   MeshView out;
   out.addresses.resize(size);
+  out.incarnations.resize(size);
   out.epoch = view->epoch();
   for (const v1::Member& m : view->members()) {
-    if (m.role() == v1::ROLE_WORKER) out.addresses[m.rank()] = m.ucx_address();
+    if (m.role() != v1::ROLE_WORKER) continue;
+    out.addresses[m.rank()] = m.ucx_address();
+    out.incarnations[m.rank()] = m.incarnation();
   }
   return out;
 }

@@ -86,7 +86,7 @@ int64_t Forge(const std::string& registry, const std::atomic<bool>& stop) {
         PeerMessageHeader h;
         h.group_id = GroupIdOf(MeshGroupName("hy"));
         h.from = 1 - victim;
-        h.generation = 0;
+        h.generation = {};
         h.tag = HybridTag(HybridMessage::kForwardSum, round, 0, 0);
         h.payload_bytes = kFloats * sizeof(float);
         std::vector<uint8_t> untagged = EncodePeerHeader(h);

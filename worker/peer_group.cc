@@ -138,8 +138,8 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
     absl::MutexLock lock(&mu_);
     auth = auth_;
   }
-  if (auth != nullptr &&
-      (!tagged || !auth->VerifyTag(header, in.header.subspan(kPeerHeaderBytes), h->generation))) {
+  if (auth != nullptr && (!tagged || !auth->VerifyTag(header, in.header.subspan(kPeerHeaderBytes),
+                                                      static_cast<int64_t>(h->generation.epoch)))) {
     int64_t refused = 0;
     {
       absl::MutexLock lock(&mu_);
@@ -148,8 +148,8 @@ Accept PeerGroup::OnMessage(const Incoming& in) {
     unauthenticated_metric_->Add();
     TESSEL_LOG_EVERY_N_SEC(WARNING, 10)
         << Where() << ": dropping an unauthenticated message (" << (tagged ? "wrong" : "no")
-        << " tag; says it is from rank " << h->from << ", generation " << h->generation << ", tag "
-        << h->tag << "; " << refused << " dropped so far)";
+        << " tag; says it is from rank " << h->from << ", generation " << h->generation.ToString()
+        << ", tag " << h->tag << "; " << refused << " dropped so far)";
     return Accept{};
   }
   if (h->group_id != group_id_) {
@@ -255,19 +255,24 @@ absl::Status PeerGroup::SendPayload(int peer, uint64_t tag, std::shared_ptr<cons
   }
   std::vector<uint8_t> header = EncodePeerHeader(h);
   if (auth != nullptr) {
-    const std::array<uint8_t, kFrameTagBytes> tag = auth->TagOf(header, h.generation);
+    const std::array<uint8_t, kFrameTagBytes> tag =
+        auth->TagOf(header, static_cast<int64_t>(h.generation.epoch));
     header.insert(header.end(), tag.begin(), tag.end());
   }
-  transport_->Send(to, absl::MakeConstSpan(header), data, bytes,
-                   [this, owner = std::move(owner), peer, tag](absl::Status s) {
-                     absl::MutexLock lock(&mu_);
-                     --outstanding_sends_;
-                     if (!s.ok() && error_.ok()) {
-                       error_ = absl::Status(s.code(),
-                                             absl::StrCat(Where(), ": sending tag ", tag, " to ",
-                                                          Describe(peer), ": ", s.message()));
-                     }
-                   });
+  // A send of an older generation (abandoned by a Reset: perhaps to an
+  // endpoint its peer renewed, which may never answer) neither counts for
+  // Flush nor fails the current generation when it ends.
+  transport_->Send(
+      to, absl::MakeConstSpan(header), data, bytes,
+      [this, owner = std::move(owner), peer, tag, generation = h.generation](absl::Status s) {
+        absl::MutexLock lock(&mu_);
+        if (generation != generation_) return;
+        --outstanding_sends_;
+        if (!s.ok() && error_.ok()) {
+          error_ = absl::Status(s.code(), absl::StrCat(Where(), ": sending tag ", tag, " to ",
+                                                       Describe(peer), ": ", s.message()));
+        }
+      });
   return absl::OkStatus();
 }
 
@@ -297,7 +302,7 @@ absl::StatusOr<std::vector<uint8_t>> PeerGroup::RecvPayload(int peer, uint64_t t
     return absl::InvalidArgumentError(
         absl::StrCat(Where(), ": cannot receive from rank ", peer, " (group of ", size_, ")"));
   }
-  Key key{peer, 0, tag};
+  Key key{peer, PeerGeneration{}, tag};
   {
     absl::MutexLock lock(&mu_);
     key.generation = generation_;
@@ -355,11 +360,12 @@ absl::Status PeerGroup::Flush() {
   return error_;
 }
 
-void PeerGroup::Reset(uint32_t generation) {
+void PeerGroup::Reset(PeerGeneration generation) {
   absl::MutexLock lock(&mu_);
   if (generation <= generation_) return;
   generation_ = generation;
   error_ = absl::OkStatus();
+  outstanding_sends_ = 0;  // those in flight belong to the older generation
   // Messages of older generations are never received now. Those still
   // landing keep their buffers until they complete (then they are dropped).
   for (auto it = inbox_.begin(); it != inbox_.end();) {
@@ -396,18 +402,36 @@ absl::StatusOr<PeerGroup::Message> PeerGroup::RecvAny(uint64_t tag, absl::Durati
     return absl::DeadlineExceededError(absl::StrCat(Where(), ": no message with tag ", tag,
                                                     " within ", absl::FormatDuration(timeout)));
   }
+  auto newest = inbox_.end();
   for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
-    if (it->first.tag == tag && it->first.generation >= generation_ && it->second.complete) {
-      Message m{it->first.from, it->first.generation,
-                std::string(it->second.data.begin(), it->second.data.end())};
-      inbox_.erase(it);
-      return m;
+    if (it->first.tag == tag && it->first.generation >= generation_ && it->second.complete &&
+        (newest == inbox_.end() || it->first.generation > newest->first.generation)) {
+      newest = it;
     }
   }
-  return absl::InternalError(absl::StrCat(Where(), ": RecvAny lost its message"));
+  if (newest == inbox_.end()) {
+    return absl::InternalError(absl::StrCat(Where(), ": RecvAny lost its message"));
+  }
+  Message m{newest->first.from, newest->first.generation,
+            std::string(newest->second.data.begin(), newest->second.data.end())};
+  inbox_.erase(newest);
+  return m;
 }
 
-uint32_t PeerGroup::generation() {
+absl::Status PeerGroup::RenewEndpoint() {
+  // Not under mu_: the transport's progress thread may need mu_ (the
+  // completions of operations the reset cancels) before the reset returns.
+  if (absl::Status s = transport_->Reset(); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat(Where(), ": cannot renew its endpoint: ", s.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  std::fill(peers_.begin(), peers_.end(), -1);
+  if (!addresses_.empty()) addresses_[rank_] = transport_->address();
+  return absl::OkStatus();
+}
+
+PeerGeneration PeerGroup::generation() {
   absl::MutexLock lock(&mu_);
   return generation_;
 }

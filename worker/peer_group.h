@@ -21,20 +21,21 @@
 // registry group?") every PeerGroupOptions::health_period, so a dead peer
 // ends it within seconds instead of at the deadline.
 //
-// Wire: each message is a 40-byte header (magic "TPG1", version, a hash of
-// the group name, sender rank, tag, payload bytes; little-endian) plus the
-// payload. Messages from another group, with a bad header or a sender outside
-// the group, whose payload is not the size their header says, or larger than
-// the options' bounds, are refused and logged; a second message for a (peer, tag) that
-// is still unclaimed fails the group (a tag reuse is a bug).
+// Wire: each message is a 48-byte header (magic "TPG1", version, a hash of
+// the group name, sender rank, generation, tag, payload bytes; little-endian;
+// worker/peer_message.h) plus the payload. Messages from another group, with a bad header or a
+// sender outside the group, whose payload is not the size their header says, or larger than the
+// options' bounds, are refused and logged; a second message for a (peer, tag) that is still
+// unclaimed fails the group (a tag reuse is a bug).
 //
 // Authentication (SetAuth, e.g. a hybrid job's mesh key from its shard
 // servers): every header then goes out with a 16-byte tag, the group key's
-// SipHash of the 40 header bytes under the key of the message's generation
+// SipHash of the 48 header bytes under the key of the message's generation
 // (runtime/frame_auth.h); a message without a valid tag is dropped before it
 // can take a (peer, tag) slot, counted (refused_unauthenticated()) and
-// logged at most once per 10 s. A Reset changes the key with the
-// generation, so a message of an older generation cannot be re-stamped.
+// logged at most once per 10 s. A Reset to a new epoch changes the key, and
+// the generation's round is among the tagged bytes, so a message of an older
+// generation cannot be re-stamped.
 //
 // Threads: Send, Recv and Flush may be called from any thread (collectives
 // built on them must be issued in the same order on every member). The transport's
@@ -63,6 +64,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "transport/transport.h"
+#include "worker/peer_message.h"
 
 namespace tessel {
 
@@ -112,6 +114,13 @@ class PeerGroup {
   absl::Status CheckReceiveQueue(absl::Duration timeout) {
     return transport_->CheckReceiveQueue(timeout);
   }
+  // Replaces this rank's endpoint with a fresh one at a new address()
+  // (Transport::Reset): the cure for a receive queue CheckReceiveQueue found
+  // wedged. Peers must connect to the new address (their UpdateAddresses)
+  // before sending again; this rank's endpoints to its peers are made again
+  // on their next send. Sends and receives in flight fail the group, which
+  // the next Reset clears.
+  absl::Status RenewEndpoint();
   std::string Describe(int rank) const;
 
   // The transport addresses of ranks 0..size-1 (this rank's included).
@@ -130,7 +139,8 @@ class PeerGroup {
   absl::StatusOr<std::vector<float>> Recv(int peer, uint64_t tag, absl::string_view what,
                                           int64_t expected = -1);
 
-  // Waits until every message this rank sent has left (its buffer released).
+  // Waits until every message this rank sent in this generation has left
+  // (its buffer released).
   absl::Status Flush();
 
   // Fails every current and future wait with `status` (e.g. a peer is known
@@ -140,12 +150,14 @@ class PeerGroup {
   // Starts `generation` (> the current one; otherwise nothing happens): the
   // group's failure is cleared, messages are stamped with it and only
   // messages of it are received; those of older generations, queued or
-  // still arriving, are dropped. For a recovery that restarts a step every
-  // member runs again: a message of the abandoned attempt can never be taken
-  // for one of the rerun (tags repeat). Every member must Reset to the same
-  // generation before sending anything of it. Generations start at 0.
-  void Reset(uint32_t generation);
-  uint32_t generation();
+  // still arriving, are dropped, and sends of older generations still in
+  // flight no longer count (Flush) or fail the group. For a recovery that
+  // restarts a step every member runs again: a message of the abandoned
+  // attempt can never be taken for one of the rerun (tags repeat). Every
+  // member must Reset to the same generation before sending anything of it.
+  // Generations start at {0, 0}.
+  void Reset(PeerGeneration generation);
+  PeerGeneration generation();
 
   // The addresses of ranks 0..size-1 as last connected, and a new set (a
   // member was replaced by a process at another address): endpoints of
@@ -155,10 +167,11 @@ class PeerGroup {
 
   // A message with `tag` from any rank, of this generation or a newer one
   // (a replacement process learning the generation its peers are at), within
-  // `timeout`; DeadlineExceeded if none came.
+  // `timeout`; DeadlineExceeded if none came. Of several, the newest
+  // generation's (older ones stay until a Reset drops them).
   struct Message {
     int from = 0;
-    uint32_t generation = 0;
+    PeerGeneration generation;
     std::string bytes;
   };
   absl::StatusOr<Message> RecvAny(uint64_t tag, absl::Duration timeout);
@@ -187,7 +200,7 @@ class PeerGroup {
  private:
   struct Key {
     int from;
-    uint32_t generation;
+    PeerGeneration generation;
     uint64_t tag;
     friend bool operator==(const Key& a, const Key& b) {
       return a.from == b.from && a.generation == b.generation && a.tag == b.tag;
@@ -227,7 +240,7 @@ class PeerGroup {
   absl::flat_hash_map<Key, Slot> inbox_ ABSL_GUARDED_BY(mu_);
   int64_t outstanding_sends_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  uint32_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  PeerGeneration generation_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::function<absl::Status()>> health_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<FrameAuth> auth_ ABSL_GUARDED_BY(mu_);
   int64_t refused_unauthenticated_ ABSL_GUARDED_BY(mu_) = 0;
@@ -247,11 +260,18 @@ class PeerGroup {
 // lease has not lapsed yet) is retried until `timeout`.
 struct MeshView {
   std::vector<std::string> addresses;
+  std::vector<std::string> incarnations;  // v1::Member.incarnation by rank
   int64_t epoch = 0;
 };
 absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& group, int rank,
                                   int size, const std::string& address, absl::Duration timeout,
                                   bool wait_for_rank = false);
+// This process's membership of `group` (rank `rank`) again, under a new
+// `address` (a renewed endpoint): leaves, then joins (retrying while the
+// registry still holds the rank) until `timeout`. Does not wait for the
+// other ranks.
+absl::Status RejoinMesh(RegistryClient* registry, const std::string& group, int rank,
+                        const std::string& address, absl::Duration timeout);
 
 }  // namespace tessel
 

@@ -7,8 +7,10 @@
 namespace tessel {
 namespace {
 constexpr uint32_t kMagic = 0x31475054;  // "TPG1" little-endian
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;
 }  // namespace
+
+std::string PeerGeneration::ToString() const { return absl::StrCat(epoch, ".", round); }
 
 // Fields are copied as they lie: little-endian hosts only.
 std::vector<uint8_t> EncodePeerHeader(const PeerMessageHeader& h) {
@@ -19,9 +21,10 @@ std::vector<uint8_t> EncodePeerHeader(const PeerMessageHeader& h) {
   std::memcpy(&out[6], &flags, 2);
   std::memcpy(&out[8], &h.group_id, 8);
   std::memcpy(&out[16], &h.from, 4);
-  std::memcpy(&out[20], &h.generation, 4);
-  std::memcpy(&out[24], &h.tag, 8);
-  std::memcpy(&out[32], &h.payload_bytes, 8);
+  std::memcpy(&out[20], &h.generation.round, 4);
+  std::memcpy(&out[24], &h.generation.epoch, 8);
+  std::memcpy(&out[32], &h.tag, 8);
+  std::memcpy(&out[40], &h.payload_bytes, 8);
   return out;
 }
 
@@ -42,14 +45,15 @@ absl::StatusOr<PeerMessageHeader> DecodePeerHeader(absl::Span<const uint8_t> byt
   }
   if (flags != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("peer-group message flags ", flags, ": version 1 defines none"));
+        absl::StrCat("peer-group message flags ", flags, ": version 2 defines none"));
   }
   PeerMessageHeader h;
   std::memcpy(&h.group_id, &bytes[8], 8);
   std::memcpy(&h.from, &bytes[16], 4);
-  std::memcpy(&h.generation, &bytes[20], 4);
-  std::memcpy(&h.tag, &bytes[24], 8);
-  std::memcpy(&h.payload_bytes, &bytes[32], 8);
+  std::memcpy(&h.generation.round, &bytes[20], 4);
+  std::memcpy(&h.generation.epoch, &bytes[24], 8);
+  std::memcpy(&h.tag, &bytes[32], 8);
+  std::memcpy(&h.payload_bytes, &bytes[40], 8);
   return h;
 }
 
