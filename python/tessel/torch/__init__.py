@@ -66,7 +66,8 @@ The package's files: session.py (init, rank, size, shutdown: the Session),
 optimizer.py (DistributedOptimizer, the facade), report.py (its
 last_step_report and the straggler warning), opt_state.py (its
 state_dict and load_state_dict), hyper.py (torch settings -> Tessel's), scaler.py (LossScaler), clip.py (clip_grad_norm_), agree.py (a
-step's job-wide decisions), buffers.py (BufferSync: broadcast_buffers),
+step's job-wide decisions), recovery.py (Recovery: a step lost to a lost
+member re-raised or rolled back), buffers.py (BufferSync: broadcast_buffers),
 sync_bn.py (SyncBatchNorm, convert_sync_batchnorm), group.py, flat.py, fsdp.py and fsdp_unit.py (a
 parameter group bound to its worker; fsdp's units and their states),
 staging.py (CUDA staging), precision.py, hybrid_mesh.py (HybridMesh: the

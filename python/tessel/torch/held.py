@@ -97,9 +97,7 @@ class HeldSteps:
                 g.push_rest()
             stats = [g.require_worker().held_gradient_norm() for g in opt._groups]
         except tessel.RecoverableError as e:  # a member was lost during the step
-            if not opt.recovery:
-                raise
-            opt.abandon_step(e)  # rolled back: the next step() applies nothing
+            opt.abandon_step(e)  # rolled back (re-raised without recovery): next step() no-op
             return torch.tensor(math.nan, dtype=torch.float32)
         if norm_type == 2.0:
             total = math.sqrt(sum(s[0] for s in stats))

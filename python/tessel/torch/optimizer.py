@@ -6,9 +6,10 @@ this step's clipping factor; it checks what it is given (ValueError before
 anything connects), joins each group's job (JOB, then JOB.g1, ... through
 tessel.group_job_name) and runs a step as: layout checks, gradients
 collected, the job-wide decisions (agree.py), then either every group's step
-(settings sent first, a lost member recovered from when recovery is on) or,
-on an overflow, a skipped step on every rank. The scaler and the clipping
-factor meet in each group's settings as "grad_scale". With model= it also
+(settings sent first; with recovery on, a step lost to a lost member rolls
+the job back: Recovery, recovery.py) or, on an overflow, a skipped step on
+every rank. The scaler and the clipping factor meet in each group's
+settings as "grad_scale". With model= it also
 keeps the model's buffers equal to rank 0's (BufferSync, buffers.py: at
 construction and at the end of each step) and binds the model's
 SyncBatchNorm modules to the first group's worker (sync_bn.py); rank 0
@@ -46,6 +47,7 @@ from tessel.torch.hyper import tessel_hyper
 from tessel.torch.model_state import ModelState
 from tessel.torch.parallel.layers import replicated_parameters
 from tessel.torch.precision import PRECISIONS, STRATEGIES
+from tessel.torch.recovery import Recovery
 from tessel.torch.rejoin import rejoins_in_place
 from tessel.torch.report import last_step_report, timed_step
 from tessel.torch.scaler import LossScaler
@@ -169,14 +171,11 @@ class DistributedOptimizer:
                                  "tensor-parallel layers say which parameters are split)")
             rank, world, base_job = hybrid.d, hybrid.dp, hybrid.partition_job(job)
         self._hybrid = hybrid
-        if recovery and (strategy == "ddp" or checkpoint_every_steps < 1):
-            raise ValueError("recovery needs strategy zero1, zero2 or fsdp and "
-                             "checkpoint_every_steps >= 1")
+        # A step lost to a lost member: the rules and their state (recovery.py).
+        self._recovery = Recovery(self, recovery, strategy, checkpoint_every_steps)
         self.optimizer = optimizer
         self.strategy = strategy
-        self.recovery = bool(recovery)
         self.precision = precision
-        self.recoveries = 0
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.overlap = bool(overlap)
         self.find_unused_parameters = bool(find_unused_parameters)
@@ -191,14 +190,11 @@ class DistributedOptimizer:
         # recorded before the groups bind (fsdp then empties the parameters).
         self._model_state = (ModelState(model, self._groups, lambda: (rank, world))
                              if model is not None else None)
-        if recovery and len(self._groups) > 1:
-            raise ValueError("recovery takes one parameter group (each group is a job, and "
-                             "their checkpoints could roll back to different steps)")
+        self._recovery.check_groups(self._groups)
         plans = plan_units(model, self._groups) if strategy == "fsdp" else [[]] * len(self._groups)
         if hybrid is not None:
             hybrid.replicate(replicated_parameters(model,
                                                    [p for g in self._groups for p in g.params]))
-        self._abandoned = False  # a Pipeline step lost to a recovery
         try:
             self._connect(cfg, model, plans, rank, world, base_job, bucket_bytes,
                           checkpoint_every_steps, topk_ratio, broadcast_buffers)
@@ -211,7 +207,7 @@ class DistributedOptimizer:
         self._prepared = False  # this step's gradients collected and agreed (_prepare_step)
         self._ddp_mean_pulled = False  # ddp with overlap: clip_grad_norm_ pulled the mean
         self._held = HeldSteps(self, hold_for_clipping)
-        self._resume_step = self.step_count
+        self._recovery.started()
         session.adopt(self)
 
     def _connect(self, cfg, model, plans, rank, world, base_job, bucket_bytes,
@@ -342,10 +338,7 @@ class DistributedOptimizer:
         if self._no_sync:
             raise RuntimeError("step() inside no_sync(): leave the no_sync() block and run the "
                                "last micro-batch's backward outside it, then step()")
-        if self._abandoned:  # its Pipeline step was lost to a recovery: nothing to apply
-            self._abandoned = False
-            for g in self._groups:
-                g.drop_gradients()
+        if self._recovery.skip_abandoned():  # lost to a recovery: nothing to apply
             return False
         loss = True
         if closure is not None:
@@ -359,20 +352,17 @@ class DistributedOptimizer:
             self._buffers.sync(self._groups[0].worker)
             return False if closure is None else loss
         self._prepared = False
-        recovered = self.recoveries
-        for g in self._groups:
-            self._recovering(g)
-            g.end_step()
+        applied = self._recovery.run_steps()  # False: lost, and the job rolled back
         self._clip_coef = None  # this step's only
         self._ddp_mean_pulled = False
-        if self.recoveries == recovered:  # else recovered() chose the next step's hold
+        if applied:  # else the rollback chose the next step's hold
             self._held.step_done()
         self._scaler.stepped()
         if hasattr(self.optimizer, "_step_count"):  # torch's counter a scheduler checks
             self.optimizer._step_count += 1
         # Not after a rollback: a restarted rank's first step() ends with a broadcast
         # of its own, which the others' must match.
-        if self.recoveries == recovered:
+        if applied:
             self._buffers.sync(self._groups[0].worker)
         if self._hybrid is not None:  # start-up is over: later agreements include everyone
             self._hybrid.replacement = False
@@ -415,16 +405,6 @@ class DistributedOptimizer:
                 g.require_worker().skip_tensors(s)
                 self.skipped_tensors += len(s)
 
-    def _recovering(self, g):
-        """Runs the group's step; with recovery on, a step lost to a lost member rolls
-        the job back to its latest checkpoint instead (step_count goes back)."""
-        try:
-            g.step()
-        except tessel.RecoverableError as e:
-            if not self.recovery:
-                raise
-            self._recover(e)
-
     def abandon_step(self, error):
         """After a tessel.RecoverableError raised outside step() (a hybrid job's
         forward or backward waiting on a peer when a shard server was lost): rolls
@@ -434,26 +414,22 @@ class DistributedOptimizer:
             try: loss_fn(model(x), y).backward()
             except tessel.RecoverableError as e: opt.abandon_step(e)
             opt.step()"""
-        if not self.recovery:
-            raise error
-        self._recover(error)
-        self._abandoned = True
+        self._recovery.abandon(error)
 
-    def _recover(self, why):
-        """Rolls the job back to its latest checkpoint; a hybrid job's every process to
-        the newest one complete in every partition (the mesh's recovery)."""
-        if self._hybrid is not None:
-            self._hybrid.recover(why)
-        else:
-            self._groups[0].worker.recover()
-        self.recoveries += 1
-        for g in self._groups:
-            g.recovered()
+    def _forget_step(self):
+        """After a rollback (recovery.py): this step's gradients were never agreed."""
         self._prepared = False
         self._ddp_mean_pulled = False
-        self._held.recovered()
-        if self._buffer_store is not None:  # rank 0: the checkpoint's buffers
-            self._buffer_store.restore(self.step_count)
+
+    @property
+    def recovery(self):
+        """Whether a step lost to a lost member rolls back (recovery=)."""
+        return self._recovery.enabled
+
+    @property
+    def recoveries(self):
+        """Rollbacks this process has made."""
+        return self._recovery.count
 
     @property
     def resume_step(self):
@@ -461,12 +437,12 @@ class DistributedOptimizer:
         resume_step next (step_count when this process started; 0 for a fresh job).
         A replacement that rejoined the job in place (opt.rejoined_in_place) gets
         the step the servers had applied, so it recomputes the step in flight."""
-        return self._resume_step
+        return self._recovery.resume_step
 
     @property
     def rejoined_in_place(self):
         """Whether this process replaced a lost worker without a rollback."""
-        return bool(self._groups[0].require_worker().rejoined_in_place)
+        return self._recovery.rejoined_in_place
 
     @property
     def step_count(self):
