@@ -69,6 +69,10 @@ ABSL_FLAG(std::string, server_args, "",
           "more flags for every shard server, space-separated (e.g. "
           "\"--receive_check_ms=100 --receive_check_timeout_ms=20\": probe the receive queues "
           "often and impatiently, as //benchmarks:saturation_test does)");
+ABSL_FLAG(std::string, step_times, "",
+          "worker: append each timed step to this file, one line per step: rank, S_MiB, step "
+          "index, its start (unix us), its time and its push/wait/pull phases (ms); pass it "
+          "with --worker_args to see when slow steps come (bursts, periods)");
 ABSL_FLAG(std::string, worker_args, "",
           "more flags for every worker, space-separated (e.g. \"--rejoin_in_place=false\": "
           "the job's shards keep one served version and update in place)");
@@ -130,6 +134,7 @@ int RunWorker() {
       return 1;
     }
     std::vector<double> times;
+    std::vector<int64_t> starts_us;  // each timed step's start, unix us (--step_times)
     std::vector<tessel::StepPhases> phases;
     std::vector<float> token(1);
     int64_t shard_calls = 0, registry_calls = 0;
@@ -182,6 +187,7 @@ int RunWorker() {
       }
       if (i >= 3) {
         times.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+        starts_us.push_back(absl::ToUnixMicros(t0));
         phases.push_back((*worker)->last_step_phases());
       }
     }
@@ -219,6 +225,14 @@ int RunWorker() {
       probe << mib << " " << (probe_end.cpu_s - probe_start.cpu_s) / iters << " "
             << (probe_start.rx < 0 ? -1 : (probe_end.rx - probe_start.rx) / iters) << " "
             << (probe_start.tx < 0 ? -1 : (probe_end.tx - probe_start.tx) / iters) << "\n";
+    }
+    if (const std::string step_times = absl::GetFlag(FLAGS_step_times); !step_times.empty()) {
+      std::ofstream out(step_times, std::ios::app);
+      for (size_t i = 0; i < times.size(); ++i) {
+        out << rank << " " << mib << " " << i << " " << starts_us[i] << " " << times[i] * 1e3 << " "
+            << phases[i].push_ns * 1e-6 << " " << phases[i].wait_ns * 1e-6 << " "
+            << phases[i].pull_ns * 1e-6 << "\n";
+      }
     }
     for (size_t i = 0; i < times.size(); ++i) {
       result << mib << " " << i << " " << times[i] << " " << phases[i].push_ns * 1e-9 << " "

@@ -52,6 +52,13 @@ Contenders, for each world size W in --workers:
                    earlier commit's), for a before/after measured in one run.
   with --tcp:      tessel-tcp-sgd (UCX over TCP) and mpi-tcp-allreduce
                    (--mca pml ob1 --mca btl tcp,self).
+  machine-triad    the machine's memory floor, measured in the same run:
+                   triad_steps (a = b + 3 c over three arrays of S bytes, one
+                   thread per core), timed and summarised like the others (its
+                   own spread of per-run medians is what this machine's
+                   bandwidth varies by); not a baseline in the ratios, but
+                   each Tessel contender's step / triad is printed. --no_triad
+                   leaves it out.
   with --cma:      tessel-cma-sgd: UCX without shared memory (cma,tcp,self),
                    so nothing is read in place: payloads go by UCX's
                    rendezvous, RMA gets over cma (the path where shared
@@ -68,7 +75,7 @@ Usage: bazel run //benchmarks:run_datapath -- [--workers=2,4] [--servers=2]
          [--optimizers=sgd,adam] [--tcp] [--no_gloo] [--quiet_max_s=120]
          [--update_threads=1,2] [--base_bench=OTHER/datapath_bench] [--copied]
          [--no_fold] [--in_place] [--no_inline] [--cma] [--poll_modes=auto,spin,event]
-         [--data_auth=off,header,payload] [--no_mpi] [--clip=MAX_NORM]
+         [--data_auth=off,header,payload] [--no_mpi] [--clip=MAX_NORM] [--no_triad]
 """
 import argparse
 import os
@@ -86,10 +93,18 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_tcp_
           "--mca", "oob_tcp_if_include", "lo"]
 
 
+def is_baseline(name):
+    """A contender Tessel's are compared with (not Tessel's, not the machine's floor)."""
+    return not name.startswith("tessel-") and not name.startswith("machine-")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", required=True)
     ap.add_argument("--mpi", required=True)
+    ap.add_argument("--triad", default="", help="triad_steps (the machine-triad contender)")
+    ap.add_argument("--no_triad", action="store_true",
+                    help="leave out the machine-triad contender")
     ap.add_argument("--gloo_src", required=True)
     ap.add_argument("--ddp_update_lib", default="",
                     help="libtessel_ddp_update.so (bazel-bin/benchmarks): gloo-allreduce-<opt> contenders")
@@ -207,6 +222,9 @@ def main():
             for opt in args.optimizers.split(",") if args.ddp_update_lib else []:
                 contenders.append((w, f"gloo-allreduce-{opt}",
                                    [gloo, f"--update={opt}", str(w), size_arg, str(args.iters)]))
+        if args.triad and not args.no_triad:
+            contenders.append((w, "machine-triad", [args.triad, str(os.cpu_count() or 1),
+                                                    size_arg, str(args.iters)]))
         if args.cma:
             contenders.append((w, "tessel-cma-sgd", tessel(args.bench, w, "sgd", "cma,tcp,self")))
         if args.tcp:
@@ -283,6 +301,19 @@ def main():
         med = [statistics.median(p[k] for p in ps) for k in range(4)]
         print(f"{w:>2} {name:18} {s:>6}  push {med[0]:8.2f}  wait {med[1]:8.2f}  pull {med[2]:8.2f}"
               f"  update {med[3]:8.2f}")
+    triads = {(w, s): statistics.median(ts) for (w, n, s), ts in results.items()
+              if n == "machine-triad"}
+    if triads:
+        print("\n# the memory floor, measured in this run: machine-triad (a = b + 3 c over three "
+              "arrays of S bytes, one thread per core: 3 S moved); each Tessel contender's "
+              "median step / the triad's median (1.0: the step moves no more than a triad of "
+              "its size), and the spreads of per-run medians side by side")
+        for (w, n, s), ts in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+            if not n.startswith("tessel-") or (w, s) not in triads:
+                continue
+            tri = results[(w, "machine-triad", s)]
+            print(f"{w:>2} {n:18} {s:>6}  step/triad {statistics.median(ts) / triads[(w, s)]:6.2f}"
+                  f"  spread {max(ts) / min(ts):5.2f} (triad {max(tri) / min(tri):5.2f})")
     print("\n# CPU per step, ms (every process of the contender, every thread: workers and shard "
           "servers, MPI or Gloo ranks; the timed steps and their barriers), median over runs; "
           "ratio = Tessel / baseline (< 1: Tessel spends less)")
@@ -294,7 +325,7 @@ def main():
                 if (w, t, s) not in cpus:
                     continue
                 tcpu = statistics.median(cpus[(w, t, s)])
-                for b in sorted({n for _, n, _ in contenders if not n.startswith("tessel-")}):
+                for b in sorted({n for _, n, _ in contenders if is_baseline(n)}):
                     if ("tcp" in b) != ("tcp" in t) or (w, b, s) not in cpus:
                         continue
                     bcpu = statistics.median(cpus[(w, b, s)])
@@ -314,7 +345,7 @@ def main():
             for t in [n for n in names if n.startswith("tessel-")]:
                 tmed = statistics.median(results[(w, t, s)])
                 tcp = "tcp" in t
-                for b in [n for n in names if not n.startswith("tessel-") and ("tcp" in n) == tcp
+                for b in [n for n in names if is_baseline(n) and ("tcp" in n) == tcp
                           and same_update(t, n)]:
                     bmed = statistics.median(results[(w, b, s)])
                     print(f"{s:<5} W={w} {t:15} {tmed:8.2f} ms vs {b:18} {bmed:8.2f} ms  "

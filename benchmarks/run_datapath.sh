@@ -7,4 +7,5 @@ here="$(cd "$(dirname "$0")" && pwd)"
 files="$here"
 [ -f "$files/run_datapath.py" ] || files="$0.runfiles/tessel/benchmarks"
 exec python3 "$files/run_datapath.py" --bench="$here/datapath_bench" --mpi="$here/mpi_allreduce" \
+  --triad="$here/triad_steps" \
   --gloo_src="$files/gloo_allreduce.cc" --ddp_update_lib="$here/libtessel_ddp_update.so" "$@"
