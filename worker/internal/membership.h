@@ -129,6 +129,8 @@ class Membership {
   // The job is complete in `view`: it is the one changes are measured from.
   void Remember(const v1::View& view);
   absl::Status Reconnect(const v1::View& pool);
+  // Shard servers of `pool` with rank < n (all of them for n = 0).
+  static int ServersBelow(const v1::View& pool, int n);
   absl::Status Rejoin();
   // WaitForComplete's look at the registry's views: true with *ids set when
   // the job can go on, false with *missing saying who it waits for; Aborted
