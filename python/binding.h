@@ -12,10 +12,12 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -83,6 +85,21 @@ struct PyWorker {
 
 // tessel.Mesh (python/mesh_binding.cc): a hybrid job's worker-to-worker mesh.
 void BindMesh(py::module_& m);
+
+// An optimizer's settings from a dict of torch-style names (python/
+// worker_options.cc); ValueError for an unknown key or kind.
+OptimizerParams OptimizerFromDict(const py::dict& d);
+
+// The options a Python caller gives, by keyword (python/worker_options.cc);
+// the rest keep the SDK's defaults. ValueError for an unknown strategy,
+// precision or optimizer setting.
+WorkerOptions MakeOptions(const std::string& registry, const std::string& job, int rank,
+                          int world_size, const std::string& strategy, const py::dict& optimizer,
+                          int num_servers, int64_t bucket_bytes, const std::string& precision,
+                          const std::vector<int>& units, const std::string& ucx_tls,
+                          double connect_timeout_s, double step_timeout_s, bool recovery,
+                          bool auto_resume, int64_t checkpoint_every_steps, bool checkpoint_initial,
+                          const std::string& token, double topk_ratio);
 
 }  // namespace pybind
 }  // namespace tessel
