@@ -92,9 +92,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "triad_steps: THREADS must be 1-256 and ITERS positive\n");
     return 2;
   }
-  printf("# triad a = b + 3 c over 3 arrays of S bytes, %d thread(s); step = barrier, the triad, "
-         "barrier; algbw = 3 S / t\n",
-         threads);
+  printf(
+      "# triad a = b + 3 c over 3 arrays of S bytes, %d thread(s); step = barrier, the triad, "
+      "barrier; algbw = 3 S / t\n",
+      threads);
   printf("%-8s %10s %10s %10s %10s %10s\n", "S_MiB", "t_med_ms", "t_min_ms", "t_max_ms",
          "algbw_GBs", "busbw_GBs");
   char* sizes = strdup(argv[2]);
