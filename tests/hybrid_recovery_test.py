@@ -302,6 +302,56 @@ def worker_replaced(name, shape, extra, victim, auth=False, wedge=None):
     cleanup()
 
 
+def two_replaced(name, shape, extra, first, second):
+    """Two worker processes die one after the other, the second while the
+    others are still recovering from the first (its replacement already
+    started): the survivors' recovery runs another round with the new
+    membership instead of failing, welcomes both replacements, and every
+    partition rolls back together; bitwise as the clean run."""
+    reference = clean_run(name, shape, extra)
+    if reference is None:
+        return
+    d = os.path.join(ROOT, name)
+    c = Cluster(d)
+    c.start_job("job", shape, extra)
+    if not wait_for_training(name, c, "job", shape):
+        return
+    t0 = time.time()
+    replacement_logs = {}
+    for victim, pause in ((first, 0.5), (second, 0.5)):
+        c.workers[victim].send_signal(signal.SIGKILL)
+        c.workers[victim].wait()
+        time.sleep(pause)
+        replacement_logs[victim] = os.path.join(d, "job.rank%d.replacement.log" % victim)
+        c.workers[victim] = c.start_rank("job", shape, extra + ["--resume"], victim,
+                                         replacement_logs[victim])
+        time.sleep(1.0)  # the second dies while the first's replacement is joining
+    rcs = c.wait_job(180)
+    elapsed = time.time() - t0
+    ok = check(rcs == [0] * len(rcs),
+               "%s: the survivors and the replacements of ranks %d and %d finish (exit codes %s, "
+               "%.1f s after the first kill)" % (name, first, second, rcs, elapsed))
+    ok &= check(all("joins the running job as a replacement" in open(l, errors="replace").read()
+                    for l in replacement_logs.values()),
+                "%s: both replacements are welcomed into the running job (%d recovery round(s) "
+                "run again as the membership moved)" %
+                (name, sum(open(l, errors="replace").read().count("again with its next view")
+                           for r, l in enumerate(c.logs) if r not in replacement_logs)))
+    logs = [l for r, l in enumerate(c.logs) if r not in replacement_logs] + \
+        list(replacement_logs.values())
+    ok &= same_step_and_bits(
+        name, logs,
+        r"(?:rolled back from step \d+ to the checkpoint of step|resumes from the checkpoint of "
+        r"step) (\d+)", os.path.join(d, "job.npy"), reference,
+        "survivors and both replacements agree on the checkpoint")
+    if not ok:
+        c.show()
+        for l in replacement_logs.values():
+            for line in tail(l, 15):
+                log("    " + line.rstrip()[:300])
+    cleanup()
+
+
 def whole_restart(name, shape, extra):
     """A worker process dies and none replaces it: the others give up after
     the recovery timeout, naming it; every process restarted with --resume
@@ -364,6 +414,9 @@ def main():
         # dies mid-send into it): rank 2 renews its endpoint in place.
         ("tp2-pp2-wedge", lambda n: worker_replaced(
             n, (1, 2, 2), ["--strategy=zero1", "--precision=bf16"], 0, auth=True, wedge=2)),
+        # Rank 1 dies, then rank 2 while the others recover from the first:
+        # one recovery, another round, both replacements welcomed.
+        ("dp2-pp2-replace-1-2", lambda n: two_replaced(n, (2, 1, 2), [], 1, 2)),
         # Every process gone (one killed, the others gave up): a whole restart.
         ("dp2-pp2-restart", lambda n: whole_restart(n, (2, 1, 2), [])),
     ]
