@@ -307,9 +307,10 @@ def two_replaced(name, shape, extra, first, second, late=0.0):
     others are still recovering from the first (its replacement already
     started): the survivors' recovery runs another round with the new
     membership instead of failing, welcomes both replacements, and every
-    partition rolls back together; bitwise as the clean run. (`late`: the
-    second replacement starts that many seconds after the second death; not
-    a scenario: see docs/hybrid_design.md's gap.)"""
+    partition rolls back together; bitwise as the clean run. With `late`,
+    the second replacement starts that many seconds after the second death
+    (a restart back-off longer than the first replacement's wait for a first
+    welcome): the first sees the mesh move and keeps waiting."""
     reference = clean_run(name, shape, extra)
     if reference is None:
         return
@@ -336,9 +337,12 @@ def two_replaced(name, shape, extra, first, second, late=0.0):
     ok &= check(all("joins the running job as a replacement" in open(l, errors="replace").read()
                     for l in replacement_logs.values()),
                 "%s: both replacements are welcomed into the running job (%d recovery round(s) "
-                "run again as the membership moved)" %
+                "run again as the membership moved; %d replacement(s) kept waiting as the mesh "
+                "moved)" %
                 (name, sum(open(l, errors="replace").read().count("again with its next view")
-                           for r, l in enumerate(c.logs) if r not in replacement_logs)))
+                           for r, l in enumerate(c.logs) if r not in replacement_logs),
+                 sum("changed while it waited for a welcome" in open(l, errors="replace").read()
+                     for l in replacement_logs.values())))
     logs = [l for r, l in enumerate(c.logs) if r not in replacement_logs] + \
         list(replacement_logs.values())
     ok &= same_step_and_bits(
@@ -419,6 +423,9 @@ def main():
         # Rank 1 dies, then rank 2 while the others recover from the first:
         # one recovery, another round, both replacements welcomed.
         ("dp2-pp2-replace-1-2", lambda n: two_replaced(n, (2, 1, 2), [], 1, 2)),
+        # The same with the second replacement 8 s late (longer than the
+        # first's wait for a first welcome): the first keeps waiting.
+        ("dp2-pp2-replace-1-2-late", lambda n: two_replaced(n, (2, 1, 2), [], 1, 2, late=8.0)),
         # Every process gone (one killed, the others gave up): a whole restart.
         ("dp2-pp2-restart", lambda n: whole_restart(n, (2, 1, 2), [])),
     ]

@@ -191,8 +191,9 @@ class HybridSession {
   // Waits for a welcome of a later generation than this process's whose
   // view is not older than the one it holds (a stale welcomer's round is run
   // again), refreshing its view if the welcome's is newer, and Resets to its
-  // generation: until `first` for any welcome, then (one came, but stale)
-  // until `deadline`. DeadlineExceeded if none fit.
+  // generation: until `first` for any welcome, then (one came, but stale, or
+  // the mesh moved meanwhile: a running job recovering) until `deadline`.
+  // DeadlineExceeded if none fit.
   absl::StatusOr<PeerGroup::Message> AwaitWelcome(absl::Time first, absl::Time deadline);
   // After a failed round: whether the mesh's view moved past the round's
   // (another round can succeed), watching the registry for up to a few

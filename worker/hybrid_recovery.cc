@@ -138,6 +138,16 @@ absl::StatusOr<PeerGroup::Message> HybridSession::AwaitWelcome(absl::Time first,
     if (!welcome.ok()) {
       if (!absl::IsDeadlineExceeded(welcome.status())) return welcome.status();
       if (absl::Status lease = registry_->lease_status(); !lease.ok()) return lease;
+      // The mesh moved since this process saw it whole (another member lost
+      // or replaced): a running job is recovering around it, whose welcomer
+      // may not have seen a whole view yet. Wait for its welcome as for one
+      // seen (a whole restart's processes have all joined by now).
+      if (!seen && registry_->group_epoch() > mesh_epoch_) {
+        TESSEL_LOG(WARNING) << "job '" << options_.worker.job << "' " << Describe()
+                            << ": the mesh changed while it waited for a welcome: a running job is "
+                               "recovering; waiting for its welcome up to the recovery timeout";
+        seen = true;
+      }
       continue;
     }
     seen = true;
