@@ -26,6 +26,19 @@ v1::Member MeshMember(const std::string& group, int rank, const std::string& add
   return me;
 }
 
+// Joins as `me`, and while the registry still holds the rank (AlreadyExists:
+// a predecessor's membership not lapsed yet) tries again every 100 ms until
+// `deadline` (InfinitePast: once only).
+absl::StatusOr<v1::View> JoinRetrying(RegistryClient* registry, const v1::Member& me,
+                                      absl::Time deadline) {
+  absl::StatusOr<v1::View> joined = registry->Join(me);
+  while (!joined.ok() && absl::IsAlreadyExists(joined.status()) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    joined = registry->Join(me);
+  }
+  return joined;
+}
+
 }  // namespace
 
 absl::Status RejoinMesh(RegistryClient* registry, const std::string& group, int rank,
@@ -33,12 +46,8 @@ absl::Status RejoinMesh(RegistryClient* registry, const std::string& group, int 
   const absl::Time deadline = absl::Now() + timeout;
   // A failed Leave leaves the old membership to lapse: the join below waits.
   (void)registry->Leave();
-  const v1::Member me = MeshMember(group, rank, address);
-  absl::StatusOr<v1::View> joined = registry->Join(me);
-  while (!joined.ok() && absl::IsAlreadyExists(joined.status()) && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(100));
-    joined = registry->Join(me);
-  }
+  absl::StatusOr<v1::View> joined =
+      JoinRetrying(registry, MeshMember(group, rank, address), deadline);
   if (!joined.ok()) {
     return absl::Status(joined.status().code(),
                         absl::StrCat("rank ", rank, " could not join group '", group,
@@ -50,14 +59,9 @@ absl::Status RejoinMesh(RegistryClient* registry, const std::string& group, int 
 absl::StatusOr<MeshView> JoinMesh(RegistryClient* registry, const std::string& group, int rank,
                                   int size, const std::string& address, absl::Duration timeout,
                                   bool wait_for_rank) {
-  const v1::Member me = MeshMember(group, rank, address);
-  absl::StatusOr<v1::View> joined = registry->Join(me);
-  const absl::Time join_deadline = absl::Now() + timeout;
-  while (wait_for_rank && !joined.ok() && absl::IsAlreadyExists(joined.status()) &&
-         absl::Now() < join_deadline) {
-    absl::SleepFor(absl::Milliseconds(100));
-    joined = registry->Join(me);
-  }
+  absl::StatusOr<v1::View> joined =
+      JoinRetrying(registry, MeshMember(group, rank, address),
+                   wait_for_rank ? absl::Now() + timeout : absl::InfinitePast());
   if (!joined.ok()) {
     return absl::Status(joined.status().code(),
                         absl::StrCat("rank ", rank, " could not join group '", group,
