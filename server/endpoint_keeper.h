@@ -35,7 +35,7 @@ namespace tessel {
 
 struct EndpointKeeperOptions {
   // How long a probe may take before the receive queue counts as wedged.
-  absl::Duration probe_timeout = absl::Seconds(3);
+  absl::Duration probe_timeout = kReceiveQueueProbeTimeout;
   // How long to keep trying to re-join the registry after a renewal.
   absl::Duration join_timeout = absl::Seconds(30);
   // The lease ttl of the re-join.

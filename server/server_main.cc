@@ -81,7 +81,8 @@ ABSL_FLAG(int, receive_check_ms, 1000,
           "worker killed while writing into it (shared memory) wedges it for good, and "
           "the server then re-creates its UCX endpoint at a new address and re-joins the "
           "registry, so workers reconnect and recover. 0 turns the check off");
-ABSL_FLAG(int, receive_check_timeout_ms, 3000,
+ABSL_FLAG(int, receive_check_timeout_ms,
+          static_cast<int>(absl::ToInt64Milliseconds(tessel::kReceiveQueueProbeTimeout)),
           "how long a probe may take before the receive queue counts as wedged (a late probe "
           "while messages keep arriving is load, not a wedge: never renewed)");
 ABSL_FLAG(int, checkpoint_max_queued, 8,

@@ -103,6 +103,11 @@ class PayloadMemory {
 
 using SendDone = std::function<void(absl::Status)>;
 
+// How long a CheckReceiveQueue probe may take before the queue counts as
+// wedged, wherever Tessel probes (shard servers' --receive_check_timeout_ms
+// default, workers' and hybrid meshes' recoveries).
+inline constexpr absl::Duration kReceiveQueueProbeTimeout = absl::Seconds(3);
+
 class Transport {
  public:
   using Handler = std::function<Accept(const Incoming&)>;

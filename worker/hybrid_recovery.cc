@@ -183,7 +183,7 @@ bool HybridSession::MeshMoved(const absl::Status& failure, absl::Time deadline) 
 }
 
 absl::Status HybridSession::RenewMeshIfWedged(absl::Time deadline) {
-  absl::Status queue = peers_->CheckReceiveQueue(absl::Seconds(3));
+  absl::Status queue = peers_->CheckReceiveQueue(kReceiveQueueProbeTimeout);
   if (queue.ok()) return absl::OkStatus();
   const std::string where = absl::StrCat("job '", options_.worker.job, "' ", Describe());
   const std::string group = MeshGroupName(options_.worker.job);

@@ -553,7 +553,7 @@ bool DataChannel::RenewIfWedged() {
   // A server killed while writing into this worker's shared-memory receive
   // queue wedges it for good (transport/transport.h): nothing any server
   // sends would arrive again. The cure is a fresh endpoint.
-  absl::Status queue = transport_->CheckReceiveQueue(absl::Seconds(3));
+  absl::Status queue = transport_->CheckReceiveQueue(kReceiveQueueProbeTimeout);
   if (queue.ok()) return false;
   TESSEL_LOG(WARNING) << ctx_->Where() << ": " << queue.message()
                       << "; re-creating this worker's UCX endpoint";
